@@ -1,0 +1,102 @@
+"""The `proton` command: run a script or pytest under the profiler and write its profile."""
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import traceback
+
+import click
+
+from .errors import ProtonError
+from .session import CONTEXTS, DATA, profiler
+
+EPILOG = """\b
+Examples:
+  proton main.py --lr 3e-4                     # writes proton.hatchet
+  proton -n run1 -k triton main.py             # Triton op names, writes run1.hatchet
+  proton pytest -x tests/test_model.py         # profile a test run
+  python -m proton -n run1 main.py             # module form
+  proton-viewer -m time/ms run1.hatchet        # then read it
+"""
+
+
+@click.command(context_settings={"ignore_unknown_options": True,
+                                 "allow_interspersed_args": False,
+                                 "help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.option("-n", "--name", default=None, help="Profile name; the file is NAME.hatchet "
+              "(default: proton).")
+@click.option("-b", "--backend", type=click.Choice(["cupti"]), default=None,
+              help="Profiling backend (default: cupti).")
+@click.option("-c", "--context", type=click.Choice(CONTEXTS), default="shadow", show_default=True,
+              help="shadow: proton.scope nesting; python: python call paths.")
+@click.option("-d", "--data", type=click.Choice(DATA), default="tree", show_default=True,
+              help="tree: aggregated call tree; trace: every launch.")
+@click.option("-k", "--hook", type=click.Choice(["triton"]), default=None,
+              help="triton: name Triton ops and add their launch_metadata metrics.")
+@click.option("-m", "--mode", default=None, help="Profiling mode (default: kernel times).")
+@click.argument("target", metavar="SCRIPT.py|pytest")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def proton(name, backend, context, data, hook, mode, target, args) -> None:
+    """Run SCRIPT.py (or pytest) with its ARGS under the profiler.
+
+    The script runs as __main__ with its own argv; its proton.start() calls join this
+    session. The profile is written when the script ends, raises, calls sys.exit or is
+    interrupted, and proton exits with the script's status.
+    """
+    if target != "pytest" and not os.path.isfile(target):
+        raise click.BadParameter(f"no such script {target!r}; give a path to a .py file or "
+                                 "'pytest'", param_hint="SCRIPT.py|pytest")
+    try:
+        profiler.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+    except ProtonError as exc:
+        raise click.UsageError(str(exc)) from None
+    profiler.command_line = True
+    status = 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        status = _run(target, list(args))
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except KeyboardInterrupt:
+        print("proton: interrupted; writing the profile", file=sys.stderr)
+        status = 130
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    finally:
+        profiler.command_line = False
+        for path in profiler.finalize():
+            print(f"proton: wrote {path}", file=sys.stderr)
+    sys.exit(status)
+
+
+def _run(target: str, args: list[str]) -> int:
+    if target == "pytest":
+        import pytest
+
+        return int(pytest.main(args))
+    script = os.path.abspath(target)
+    sys.argv = [target, *args]
+    sys.path.insert(0, os.path.dirname(script))
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+def _exit_status(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def main() -> None:
+    """Console entry point: ProtonError becomes one line on stderr and exit status 2."""
+    try:
+        proton.main(prog_name="proton", standalone_mode=True)
+    except ProtonError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

@@ -1,0 +1,153 @@
+"""The CUPTI side of a session: the only module that imports cupti-python.
+
+Kernel times come from CONCURRENT_KERNEL activity. Attribution costs no Python per launch: a scope
+pushes its path id as a CUPTI external correlation id, and CUPTI stamps it on the launch's API
+record (DRIVER/RUNTIME activity, restricted to the launch calls). Records are joined in
+attribution.Attributor on CUPTI's buffer thread.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord, KernelSink
+from .errors import ProfilerConflictError, ProtonError
+
+BUFFER_SIZE = 8 << 20
+
+_DRIVER_LAUNCHES = ("cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchKernel",
+                    "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+                    "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz")
+_DRIVER_GRAPHS = ("cuGraphLaunch", "cuGraphLaunch_ptsz")
+_RUNTIME_LAUNCHES = ("cudaLaunch_v3020", "cudaLaunch_ptsz_v7000", "cudaLaunchKernel_v7000",
+                     "cudaLaunchKernel_ptsz_v7000", "cudaLaunchKernelExC_v11060",
+                     "cudaLaunchKernelExC_ptsz_v11060", "cudaLaunchCooperativeKernel_v9000",
+                     "cudaLaunchCooperativeKernel_ptsz_v9000")
+_RUNTIME_GRAPHS = ("cudaGraphLaunch_v10000", "cudaGraphLaunch_ptsz_v10000")
+
+
+def _enum(cupti, *names):
+    """cupti-python renamed its enums between releases (driver_api_trace_cbid -> DriverApiTraceCbid)."""
+    for name in names:
+        if hasattr(cupti, name):
+            return getattr(cupti, name)
+    raise ProtonError(f"this cupti-python has none of {names}; install cupti-python 13.0.x")
+
+
+def _ids(enum, names) -> dict[int, str]:
+    return {int(enum[n]): n for n in names if n in enum.__members__}
+
+
+class CuptiCollector:
+    """Owns the process's CUPTI subscription while at least one session needs kernels."""
+
+    def __init__(self, sink: KernelSink) -> None:
+        from cupti import cupti  # lazily: import proton must work without CUDA
+
+        self._cupti = cupti
+        self.attributor = Attributor(sink)
+        self._lock = threading.Lock()
+        self._subscriber = None
+        self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
+        self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.DRIVER,
+                       cupti.ActivityKind.RUNTIME, cupti.ActivityKind.EXTERNAL_CORRELATION]
+        K = cupti.ActivityKind
+        self._k_kernel, self._k_ext = int(K.CONCURRENT_KERNEL), int(K.EXTERNAL_CORRELATION)
+        self._k_api = {int(K.DRIVER), int(K.RUNTIME)}
+        drv = _enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
+        rt = _enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")
+        self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS)
+        self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS)
+        self._graph_cbids = {(int(K.DRIVER), c) for c in _ids(drv, _DRIVER_GRAPHS)} | {
+            (int(K.RUNTIME), c) for c in _ids(rt, _RUNTIME_GRAPHS)}
+        self._all_driver = [int(v) for v in drv.__members__.values()]
+        self._all_runtime = [int(v) for v in rt.__members__.values()]
+        self.callback_errors: list[str] = []
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def start(self) -> None:
+        cupti = self._cupti
+        try:
+            self._subscriber = cupti.subscribe(lambda *args: None, 0)
+        except cupti.cuptiError as exc:
+            if "MULTIPLE_SUBSCRIBERS" in str(exc):
+                raise ProfilerConflictError(
+                    "another profiler (torch.profiler, Triton's Proton, nsys or ncu) already uses "
+                    "CUPTI in this process; stop it first: one CUPTI profiler per process") from None
+            raise ProtonError(f"CUPTI could not start: {exc}") from None
+        cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        for kind in self._kinds:
+            cupti.activity_enable(kind)
+        # Only the launch calls make API records: everything else stays off the hot path.
+        for cbid in self._all_driver:
+            cupti.activity_enable_driver_api(cbid, 1 if cbid in self._driver_cbids else 0)
+        for cbid in self._all_runtime:
+            cupti.activity_enable_runtime_api(cbid, 1 if cbid in self._runtime_cbids else 0)
+
+    def stop(self) -> None:
+        """Flush what is left and release CUPTI so another profiler may take it."""
+        cupti = self._cupti
+        self.flush()
+        for kind in self._kinds:
+            cupti.activity_disable(kind)
+        cupti.activity_flush_all(1)
+        if self._subscriber is not None:
+            cupti.unsubscribe(self._subscriber)
+            self._subscriber = None
+
+    def timestamp(self) -> int:
+        return self._cupti.get_timestamp()
+
+    # -- scopes (called on the user's threads) ------------------------------------------------
+    def push(self, path_id: int) -> None:
+        self._cupti.activity_push_external_correlation_id(self._custom, path_id)
+
+    def pop(self) -> None:
+        self._cupti.activity_pop_external_correlation_id(self._custom)
+
+    # -- records ------------------------------------------------------------------------------
+    def flush(self, timeout_s: float = 10.0) -> int:
+        """Deliver every record of the launches made so far; return how many never came."""
+        from . import gpu
+
+        gpu.synchronize()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._cupti.activity_flush_all(1)
+            if self.attributor.waiting_kernels == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        return self.attributor.waiting_kernels
+
+    def dropped_records(self) -> int:
+        out = np.zeros(1, dtype=np.uint64)
+        try:
+            self._cupti.activity_get_num_dropped_records(0, 0, out.ctypes.data)
+        except self._cupti.cuptiError:
+            return 0
+        return int(out[0])
+
+    def _buffer_requested(self):
+        return BUFFER_SIZE, 0
+
+    def _buffer_completed(self, activities) -> None:
+        try:
+            external, api, kernels = [], [], []
+            for rec in activities:
+                kind = rec.kind
+                if kind == self._k_kernel:
+                    kernels.append(KernelRecord(rec.correlation_id, rec.name, rec.device_id,
+                                                rec.start, rec.end))
+                elif kind in self._k_api:
+                    api.append(ApiRecord(rec.correlation_id, rec.start,
+                                         (kind, rec.cbid) in self._graph_cbids))
+                elif kind == self._k_ext and rec.external_kind == self._custom:
+                    external.append(ExternalRecord(rec.correlation_id, rec.external_id))
+            with self._lock:
+                self.attributor.add_buffer(external, api, kernels)
+        except Exception as exc:  # never let an error escape onto CUPTI's thread
+            self.callback_errors.append(f"{type(exc).__name__}: {exc}")
+            print(f"proton: error while reading CUPTI records: {exc}", file=sys.stderr)

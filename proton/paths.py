@@ -1,0 +1,59 @@
+"""Interned call paths shared by every session of the process.
+
+A path is (parent id, frame name, frame kind); id 0 is the root. Scopes, kernels and (later)
+python frames all become path ids, so the hot paths carry one integer instead of a stack, and each
+session aggregates metrics by path id.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+ROOT = 0
+SCOPE = "function"  # frame type written to the file for scopes (hatchet's default)
+KERNEL = "kernel"
+
+
+@dataclass(slots=True, frozen=True)
+class Frame:
+    """One node of the call-path tree."""
+
+    parent: int
+    """Path id of the parent frame (-1 for the root)."""
+    name: str
+    kind: str
+    """SCOPE or KERNEL."""
+
+
+class PathTable:
+    """Append-only table of frames; `intern` is safe to call from any thread."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = [Frame(-1, "ROOT", SCOPE)]
+        self._ids: dict[tuple[int, str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def intern(self, parent: int, name: str, kind: str = SCOPE) -> int:
+        key = (parent, name, kind)
+        pid = self._ids.get(key)
+        if pid is not None:
+            return pid
+        with self._lock:
+            pid = self._ids.get(key)
+            if pid is None:
+                pid = len(self.frames)
+                self.frames.append(Frame(parent, name, kind))
+                self._ids[key] = pid
+            return pid
+
+    def names(self, pid: int) -> list[str]:
+        """Frame names from the root's child down to `pid`."""
+        out = []
+        while pid > ROOT:
+            frame = self.frames[pid]
+            out.append(frame.name)
+            pid = frame.parent
+        return out[::-1]
+
+
+paths = PathTable()

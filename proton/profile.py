@@ -1,0 +1,78 @@
+"""The session API of triton.profiler: start, activate, deactivate, finalize, profile."""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from .session import profiler
+
+
+def start(name: str | None = None, *, context: str = "shadow", data: str = "tree",
+          backend: str | None = None, mode: str | None = None, hook: str | None = None) -> int:
+    """Start (or resume) a profiling session and return its id.
+
+    Usage:
+        sid = proton.start("run1", hook="triton")
+        ...
+        proton.finalize()          # writes run1.hatchet
+
+    Args:
+        name: output file name without extension (default "proton"); a live session of the same
+            name is resumed instead.
+        context: "shadow" (scopes) or "python" (python call paths).
+        data: "tree" (aggregated call tree) or "trace".
+        backend: None or "cupti".
+        mode: None for kernel times.
+        hook: None or "triton" (Triton launch hook: op names and launch metadata).
+
+    Under the `proton` command the script's own start() calls join the command's session.
+    """
+    if profiler.command_line and profiler.sessions:
+        return next(iter(profiler.sessions))
+    return profiler.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+
+
+def activate(session: int | None = None) -> None:
+    """Record again into `session` (every live session when None)."""
+    profiler.activate(session)
+
+
+def deactivate(session: int | None = None) -> None:
+    """Stop recording into `session` (every live session when None) until activate()."""
+    profiler.deactivate(session)
+
+
+def finalize(session: int | None = None, output_format: str = "") -> None:
+    """Flush every kernel record, write the session's file and close it (all sessions when None).
+
+    Args:
+        output_format: "" or "hatchet" (the only format for data="tree").
+    """
+    if profiler.command_line and session is None:
+        return  # the command writes its profile at exit
+    profiler.finalize(session, output_format)
+
+
+def profile(func: Callable | None = None, *, name: str | None = None, context: str = "shadow",
+            data: str = "tree", backend: str | None = None, mode: str | None = None,
+            hook: str | None = None) -> Callable:
+    """Decorator: profile each call of the function into its own session and write it.
+
+    Usage:
+        @proton.profile(name="train")
+        def train(): ...
+    """
+    if func is None:
+        return functools.partial(profile, name=name, context=context, data=data,
+                                 backend=backend, mode=mode, hook=hook)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        sid = start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if not profiler.command_line:
+                finalize(sid)
+
+    return wrapper

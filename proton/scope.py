@@ -1,0 +1,193 @@
+"""Scopes: named regions of the user's code, nested per thread (the "shadow" context).
+
+Entering a scope interns its call path and, while CUPTI collects, pushes the path id as the
+thread's external correlation id, so launches inside carry it with no further Python.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from . import metrics as m
+from .errors import ScopeError
+from .paths import ROOT, paths
+from .session import profiler
+
+
+@dataclass(slots=True)
+class _Open:
+    """A scope entered on this thread and not yet exited."""
+
+    path: int
+    name: str
+    start_ns: int
+    """time.time_ns() at entry when CPU time is recorded, else 0."""
+    pushed: bool
+    """Whether a CUPTI external correlation id was pushed for it."""
+    cpu_timed: bool
+
+
+class _Stacks(threading.local):
+    def __init__(self) -> None:
+        self.open: list[_Open] = []
+
+
+_stacks = _Stacks()
+
+
+def current_path() -> int:
+    """Path id of this thread's innermost open scope (the root when none)."""
+    st = _stacks.open
+    return st[-1].path if st else ROOT
+
+
+def repush_open_scopes() -> None:
+    """Called when the collector starts: the calling thread's open scopes take effect now."""
+    collector = profiler.collector
+    st = _stacks.open
+    if st and collector is not None:
+        collector.push(st[-1].path)
+        st[-1].pushed = True
+
+
+def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
+                cpu_timed: bool = False) -> int:
+    """Open a scope on this thread; return its path id.
+
+    Scopes are tracked even while no session is live, so a session started inside open scopes
+    still places kernels under them.
+
+    Usage:
+        proton.enter_scope("attention")
+        ...
+        proton.exit_scope("attention")
+    """
+    values = m.check_user_metrics(metrics)
+    st = _stacks.open
+    path = paths.intern(st[-1].path if st else ROOT, name)
+    collector = profiler.collector
+    if collector is not None:
+        collector.push(path)
+    timed = cpu_timed or (collector is None and profiler.sessions != {})
+    st.append(_Open(path, name, time.time_ns() if timed else 0, collector is not None, timed))
+    if values and profiler.sessions:
+        profiler.add_metrics(path, values)
+    return path
+
+
+def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = None) -> int:
+    """Close this thread's innermost scope; with `name`, check that it is the one closed.
+
+    `metrics` are added to the scope's node after it closes.
+
+    Raises:
+        ScopeError: no scope is open, or the innermost one is not `name`.
+    """
+    values = m.check_user_metrics(metrics)
+    st = _stacks.open
+    if not st:
+        if not profiler.sessions:
+            return -1
+        raise ScopeError(f"exit_scope({name or ''!r}) with no open scope on this thread; "
+                         "pair every exit_scope with an enter_scope")
+    if name is not None and st[-1].name != name:
+        raise ScopeError(f"exit_scope({name!r}) but the innermost open scope is "
+                         f"{st[-1].name!r}; close scopes in the reverse order of opening")
+    top = st.pop()
+    collector = profiler.collector
+    if top.pushed and collector is not None:
+        collector.pop()
+    if top.cpu_timed and top.start_ns:
+        values[m.CPU_TIME + m.EXCLUSIVE] = time.time_ns() - top.start_ns
+    if values and profiler.sessions:
+        profiler.add_metrics(top.path, values)
+    return top.path
+
+
+class scope:
+    """A named region, as a context manager or a decorator.
+
+    Usage:
+        with proton.scope("forward", {"tokens": 4096}):
+            model(x)
+
+        @proton.scope("step")
+        def step(): ...
+
+    Args:
+        name: the frame's name in the tree.
+        metrics: numbers added to the scope's node at entry; a name ending in "(exc)" is
+            exclusive (not summed into parents).
+    """
+
+    _cpu_timed = False
+
+    def __init__(self, name: str, metrics: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.metrics = m.check_user_metrics(metrics)
+
+    def __enter__(self) -> "scope":
+        enter_scope(self.name, metrics=self.metrics, cpu_timed=self._cpu_timed)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        exit_scope(self.name)
+
+    def __call__(self, func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class cpu_timed_scope(scope):
+    """A scope that also records its wall time on the CPU as `cpu_time (ns)` (exclusive).
+
+    Usage:
+        with proton.cpu_timed_scope("data_loading"):
+            batch = next(loader)
+    """
+
+    _cpu_timed = True
+
+
+class state:
+    """Name the kernels launched inside with an extra innermost frame (Triton's `state`).
+
+    Usage:
+        with proton.state("warmup"):
+            kernel[grid](x)
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> "state":
+        enter_state(self.name)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        exit_state()
+
+    def __call__(self, func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+def enter_state(name: str) -> None:
+    """Open a state frame on this thread (see `state`)."""
+    enter_scope(name)
+
+
+def exit_state() -> None:
+    """Close the state frame opened last on this thread."""
+    exit_scope()

@@ -1,0 +1,227 @@
+"""Sessions: what each profile records, when it is active, and where it is written.
+
+One `Profiler` per process owns the sessions and, while any of them needs kernels, the CUPTI
+collector. Kernel records reach `_on_kernel` on CUPTI's thread; a kernel counts for every session
+that was active when its launch call started (so deactivated regions stay out, whichever thread
+launched).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import metrics as m
+from .attribution import KernelRecord
+from .errors import ProtonError, SessionError
+from .paths import KERNEL, paths
+
+CONTEXTS = ("shadow", "python")
+DATA = ("tree", "trace")
+BACKENDS = (None, "cupti")
+MODES = (None,)
+HOOKS = (None, "triton")
+
+
+@dataclass(slots=True)
+class Session:
+    """One profile being recorded."""
+
+    id: int
+    name: str
+    """The name given to start(); the file is written to `path`."""
+    path: str
+    context: str
+    data: str
+    hook: str | None
+    intervals: list[list[int]] = field(default_factory=list)
+    """[start, end] timestamps of each active stretch; the last end is -1 while active."""
+    nodes: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Metrics by path id; exclusive values, as written to the file."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.intervals) and self.intervals[-1][1] == -1
+
+    def active_at(self, ts: int) -> bool:
+        for start, end in reversed(self.intervals):
+            if ts >= start:
+                return end == -1 or ts <= end
+        return False
+
+    def add(self, path_id: int, values: dict[str, float]) -> None:
+        with self.lock:
+            node = self.nodes.setdefault(path_id, {})
+            for key, value in values.items():
+                node[key] = node.get(key, 0) + value
+
+    def add_kernel(self, path_id: int, rec: KernelRecord) -> None:
+        with self.lock:
+            node = self.nodes.get(path_id)
+            if node is None:
+                node = self.nodes[path_id] = {m.TIME: 0, m.COUNT: 0, m.DEVICE_ID: rec.device_id,
+                                              m.DEVICE_TYPE: m.CUDA}
+            node[m.TIME] += rec.end - rec.start
+            node[m.COUNT] += 1
+
+
+class Profiler:
+    """The process's sessions and the collector they share."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[int, Session] = {}
+        self.collector = None
+        self.command_line = False
+        """Set by the `proton` command: the script's own start() calls then join its session."""
+        self._next_id = 0
+        self._gpu: bool | None = None
+        self._lock = threading.RLock()
+        self.lost_kernels = 0
+
+    # -- clock and GPU ----------------------------------------------------------------------
+    @property
+    def gpu(self) -> bool:
+        if self._gpu is None:
+            from . import gpu
+
+            self._gpu = gpu.gpu_available()
+            if not self._gpu:
+                print("proton: no NVIDIA GPU found; recording scopes with CPU time only",
+                      file=sys.stderr)
+        return self._gpu
+
+    def now(self) -> int:
+        """Timestamp in the clock of the launch records (CUPTI's) when collecting."""
+        if self.collector is not None:
+            return self.collector.timestamp()
+        return time.monotonic_ns()
+
+    # -- sessions ---------------------------------------------------------------------------
+    def start(self, name: str | None, *, context: str, data: str, backend: str | None,
+              mode: str | None, hook: str | None) -> int:
+        _check_choice("context", context, CONTEXTS)
+        _check_choice("data", data, DATA)
+        _check_choice("backend", backend, BACKENDS)
+        _check_choice("mode", mode, MODES)
+        _check_choice("hook", hook, HOOKS)
+        if context == "python":
+            raise SessionError("context='python' is not available yet; use context='shadow'")
+        if data == "trace":
+            raise SessionError("data='trace' is not available yet; use data='tree'")
+        name = name or "proton"
+        with self._lock:
+            for session in self.sessions.values():
+                if session.name == name:  # starting a live name again resumes it
+                    self._activate(session)
+                    return session.id
+            path = name if name.endswith(".hatchet") else f"{name}.hatchet"
+            session = Session(self._next_id, name, os.path.abspath(path), context, data, hook)
+            self._next_id += 1
+            if self.gpu and self.collector is None:
+                self._start_collector()
+            self.sessions[session.id] = session
+            self._activate(session)
+            if hook == "triton":
+                from .hooks import triton_hook
+
+                triton_hook.install()
+            return session.id
+
+    def _start_collector(self) -> None:
+        from .cupti_collector import CuptiCollector
+
+        collector = CuptiCollector(self._on_kernel)
+        collector.start()
+        self.collector = collector
+        from .scope import repush_open_scopes
+
+        repush_open_scopes()
+
+    def _targets(self, session: int | None) -> list[Session]:
+        if session is None:
+            return list(self.sessions.values())
+        if session not in self.sessions:
+            live = ", ".join(str(s) for s in self.sessions) or "none"
+            raise SessionError(f"no live session {session!r} (live sessions: {live}); "
+                               "use the id that proton.start() returned")
+        return [self.sessions[session]]
+
+    def _activate(self, session: Session) -> None:
+        if not session.active:
+            session.intervals.append([self.now(), -1])
+
+    def activate(self, session: int | None = None) -> None:
+        with self._lock:
+            for s in self._targets(session):
+                self._activate(s)
+
+    def deactivate(self, session: int | None = None) -> None:
+        with self._lock:
+            now = self.now()
+            for s in self._targets(session):
+                if s.active:
+                    s.intervals[-1][1] = now
+
+    @property
+    def any_active(self) -> bool:
+        return any(s.active for s in self.sessions.values())
+
+    def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
+        """Flush, write and close sessions; return the files written."""
+        from . import writer
+
+        with self._lock:
+            targets = self._targets(session) if self.sessions else []
+            if not targets:
+                return []
+            if self.collector is not None:
+                self.lost_kernels += self.collector.flush()
+            self.deactivate(None if session is None else session)
+            written = []
+            for s in targets:
+                del self.sessions[s.id]
+                written.append(writer.write(s, output_format, self._device_table()))
+            if not self.sessions and self.collector is not None:
+                self._stop_collector()
+            return written
+
+    def _stop_collector(self) -> None:
+        collector, self.collector = self.collector, None
+        collector.stop()
+        lost = self.lost_kernels + collector.attributor.finish()
+        dropped = collector.dropped_records()
+        if lost or dropped:
+            print(f"proton: {lost} kernel launches had no kernel record and CUPTI dropped "
+                  f"{dropped} records; the profile misses them", file=sys.stderr)
+        self.lost_kernels = 0
+
+    def _device_table(self) -> dict:
+        if not self.gpu:
+            return {}
+        from . import gpu
+
+        return {str(k): v.to_json() for k, v in gpu.device_table().items()}
+
+    # -- called by scopes and the collector --------------------------------------------------
+    def add_metrics(self, path_id: int, values: dict[str, float]) -> None:
+        for s in list(self.sessions.values()):
+            if s.active:
+                s.add(path_id, values)
+
+    def _on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
+        kernel = paths.intern(path_id, rec.name, f"{KERNEL}{rec.device_id}")
+        for s in list(self.sessions.values()):
+            if s.active_at(launch_ts):
+                s.add_kernel(kernel, rec)
+
+
+def _check_choice(what: str, value, choices) -> None:
+    if value not in choices:
+        shown = ", ".join(repr(c) for c in choices)
+        raise SessionError(f"{what}={value!r} is not supported; choose one of {shown}")
+
+
+profiler = Profiler()

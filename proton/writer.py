@@ -1,0 +1,74 @@
+"""Write a session as a .hatchet file, in the layout Triton's Proton writes (see DESIGN.md).
+
+`[root node, device table]`; every frame has type "function"; a node carries its own (exclusive)
+values; names ending in "(exc)" lose the suffix; the root carries a 0 for each inclusive metric,
+which is how hatchet and both viewers tell inclusive metrics from exclusive ones.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+from . import metrics as m
+from .errors import SessionError
+from .paths import ROOT, paths
+
+if TYPE_CHECKING:
+    from .session import Session
+
+FORMATS = ("", "hatchet")
+_NOT_SUMMED = {m.DEVICE_ID, m.DEVICE_TYPE}
+
+
+def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict]) -> list:
+    """The JSON document for aggregated `nodes` (metrics by path id)."""
+    frames = paths.frames
+    children: dict[int, set[int]] = {}
+    for pid in nodes:
+        while pid != ROOT:
+            parent = frames[pid].parent
+            kids = children.setdefault(parent, set())
+            if pid in kids:
+                break
+            kids.add(pid)
+            pid = parent
+    inclusive: set[str] = set()
+    used_devices: set[str] = set()
+
+    def node(pid: int) -> dict:
+        out = {}
+        for key, value in nodes.get(pid, {}).items():
+            if key == m.DEVICE_ID:
+                value = str(int(value))
+                used_devices.add(value)
+            elif key == m.DEVICE_TYPE:
+                value = "CUDA"
+            elif key.endswith(m.EXCLUSIVE):
+                key = key[: -len(m.EXCLUSIVE)].strip()
+            else:
+                inclusive.add(key)
+            out[key] = value
+        kids = sorted(children.get(pid, ()), key=lambda k: (frames[k].name, frames[k].kind))
+        return {"frame": {"name": frames[pid].name, "type": "function"}, "metrics": out,
+                "children": [node(k) for k in kids]}
+
+    root = node(ROOT)
+    for key in inclusive:
+        root["metrics"].setdefault(key, 0)
+    table = {d: devices[d] for d in sorted(used_devices) if d in devices}
+    return [root, {"CUDA": table} if table else {}]
+
+
+def write(session: "Session", output_format: str, devices: dict[str, dict]) -> str:
+    """Write `session` to its file and return the path."""
+    if output_format not in FORMATS:
+        raise SessionError(f"output_format={output_format!r} is not supported for data='tree'; "
+                           "use 'hatchet'")
+    doc = build(session.nodes, devices)
+    tmp = f"{session.path}.tmp"
+    os.makedirs(os.path.dirname(session.path) or ".", exist_ok=True)
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, session.path)  # a reader never sees half a file
+    return session.path
