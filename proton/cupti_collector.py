@@ -83,9 +83,16 @@ class CuptiCollector:
             cupti.activity_enable(kind)
         # Only the launch calls make API records: everything else stays off the hot path.
         for cbid in self._all_driver:
-            cupti.activity_enable_driver_api(cbid, 1 if cbid in self._driver_cbids else 0)
+            self._enable_api(cupti.activity_enable_driver_api, cbid, cbid in self._driver_cbids)
         for cbid in self._all_runtime:
-            cupti.activity_enable_runtime_api(cbid, 1 if cbid in self._runtime_cbids else 0)
+            self._enable_api(cupti.activity_enable_runtime_api, cbid, cbid in self._runtime_cbids)
+
+    def _enable_api(self, enable, cbid: int, on: bool) -> None:
+        try:
+            enable(cbid, int(on))
+        except self._cupti.cuptiError:
+            if on:  # placeholders (INVALID, SIZE, FORCE_INT) are refused; launch calls must not be
+                raise
 
     def stop(self) -> None:
         """Flush what is left and release CUPTI so another profiler may take it."""

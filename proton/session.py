@@ -193,6 +193,10 @@ class Profiler:
         collector.stop()
         lost = self.lost_kernels + collector.attributor.finish()
         dropped = collector.dropped_records()
+        if os.environ.get("PROTON_DEBUG"):
+            a = collector.attributor
+            print(f"proton: {a.launches} launch records, {a.kernels} kernels attributed, "
+                  f"{lost} lost, {dropped} dropped", file=sys.stderr)
         if lost or dropped:
             print(f"proton: {lost} kernel launches had no kernel record and CUPTI dropped "
                   f"{dropped} records; the profile misses them", file=sys.stderr)

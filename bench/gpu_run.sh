@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# On the GPU machine: install the carried wheels and the project, run the gpu tests and the
+# benchmarks, print a short table last. Usage (device tool, carry .whl): bash bench/gpu_run.sh
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SITE=/tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target $SITE . || exit 1
+export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c "import torch, triton, cupti, pandas; print('torch', torch.__version__, 'triton', triton.__version__, 'pandas', pandas.__version__)"
+
+python3 -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
+tests_rc=${PIPESTATUS[0]}
+python3 bench/run.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+
+echo
+echo "== summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -1
+sed -n '/launch-bound/,$p' "$OUT/bench.log"
+exit $tests_rc

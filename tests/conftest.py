@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def load(path) -> list:
+    with open(path) as f:
+        return json.load(f)
+
+
+def find(tree: dict, *names: str) -> dict:
+    """The node reached from `tree` by following child names."""
+    node = tree
+    for name in names:
+        matches = [c for c in node["children"] if c["frame"]["name"] == name]
+        assert matches, f"no child {name!r} under {node['frame']['name']!r}: " \
+                        f"{[c['frame']['name'] for c in node['children']]}"
+        node = matches[0]
+    return node
+
+
+def kernels(node: dict) -> list[dict]:
+    """Every node below `node` that carries kernel metrics."""
+    out = []
+    for child in node["children"]:
+        if "device_type" in child["metrics"]:
+            out.append(child)
+        out.extend(kernels(child))
+    return out
+
+
+def total(node: dict, metric: str) -> float:
+    return node["metrics"].get(metric, 0) + sum(total(c, metric) for c in node["children"])
+
+
+@pytest.fixture
+def profile_path(tmp_path):
+    """Session name inside a temporary folder, and a loader for the file it writes."""
+    name = str(tmp_path / "prof")
+    return name, lambda: load(name + ".hatchet")

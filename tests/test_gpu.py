@@ -1,0 +1,250 @@
+"""The real path on a GPU: CUPTI records, attribution, files. Run with `pytest -m gpu`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from conftest import find, kernels, load, total
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+import proton  # noqa: E402
+
+
+@triton.jit
+def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)
+    return out
+
+
+@pytest.fixture(scope="module")
+def xy():
+    assert torch.cuda.is_available()
+    x = torch.randn(1 << 20, device="cuda")
+    add(x, x)  # compile outside the profiles
+    torch.cuda.synchronize()
+    return x, x
+
+
+def test_torch_matmul_and_softmax_under_nested_scopes(profile_path):
+    name, read = profile_path
+    a = torch.randn(1024, 1024, device="cuda")
+    torch.cuda.synchronize()
+    proton.start(name)
+    with proton.scope("model"):
+        with proton.scope("matmul"):
+            for _ in range(3):
+                c = a @ a
+        with proton.scope("softmax"):
+            torch.softmax(c, dim=-1)
+    proton.finalize()
+    root, devices = read()
+    mm = kernels(find(root, "model", "matmul"))
+    sm = kernels(find(root, "model", "softmax"))
+    assert sum(k["metrics"]["count"] for k in mm) == 3
+    assert sum(k["metrics"]["count"] for k in sm) == 1
+    assert all(k["metrics"]["time (ns)"] > 0 for k in mm + sm)
+    assert "softmax" in sm[0]["frame"]["name"].lower()
+    assert kernels(root) == mm + sm  # nothing landed elsewhere
+    assert root["metrics"] == {"count": 0, "time (ns)": 0}
+    dev = devices["CUDA"]["0"]
+    assert dev["arch"] == "".join(map(str, torch.cuda.get_device_capability()))
+    assert dev["num_sms"] == torch.cuda.get_device_properties(0).multi_processor_count
+    assert dev["clock_rate"] > 0 and dev["memory_clock_rate"] > 0 and dev["bus_width"] > 0
+
+
+def test_every_triton_launch_is_counted(profile_path, xy):
+    name, read = profile_path
+    proton.start(name)
+    with proton.scope("loop"):
+        for _ in range(1000):
+            add(*xy)
+    proton.finalize()
+    root, _ = read()
+    (node,) = kernels(find(root, "loop"))
+    assert node["frame"]["name"] == "add_kernel"
+    assert node["metrics"]["count"] == 1000
+    assert node["metrics"]["device_id"] == "0" and node["metrics"]["device_type"] == "CUDA"
+
+
+def test_kernel_time_matches_cuda_events_within_3_percent(profile_path):
+    name, read = profile_path
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    a @ a
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(10)]
+    proton.start(name)
+    with proton.scope("gemm"):
+        for start, end in events:
+            start.record()
+            a @ a
+            end.record()
+    proton.finalize()
+    torch.cuda.synchronize()
+    event_ns = sum(s.elapsed_time(e) for s, e in events) * 1e6
+    root, _ = read()
+    node = find(root, "gemm")
+    assert total(node, "count") == 10
+    assert total(node, "time (ns)") == pytest.approx(event_ns, rel=0.03)
+
+
+def test_user_metrics_inclusive_and_exclusive(profile_path, xy):
+    name, read = profile_path
+    proton.start(name)
+    with proton.scope("fwd", {"tokens": 4096, "flops (exc)": 2.5}):
+        add(*xy)
+    with proton.scope("fwd", {"tokens": 4096}):
+        add(*xy)
+    proton.finalize()
+    root, _ = read()
+    fwd = find(root, "fwd")
+    assert fwd["metrics"] == {"tokens": 8192, "flops": 2.5}
+    assert root["metrics"]["tokens"] == 0 and "flops" not in root["metrics"]
+    assert find(fwd, "add_kernel")["metrics"]["count"] == 2
+
+
+def test_deactivated_region_is_not_recorded(profile_path, xy):
+    name, read = profile_path
+    sid = proton.start(name)
+    with proton.scope("a"):
+        add(*xy)
+    proton.deactivate(sid)
+    with proton.scope("b"):
+        for _ in range(5):
+            add(*xy)
+    proton.activate(sid)
+    with proton.scope("a"):
+        add(*xy)
+    proton.finalize()
+    root, _ = read()
+    assert [c["frame"]["name"] for c in root["children"]] == ["a"]
+    assert find(root, "a", "add_kernel")["metrics"]["count"] == 2
+
+
+def test_two_sessions_each_with_own_file(tmp_path, xy):
+    s1 = proton.start(str(tmp_path / "one"))
+    with proton.scope("both"):
+        add(*xy)
+    s2 = proton.start(str(tmp_path / "two"))
+    with proton.scope("both"):
+        add(*xy)
+    proton.deactivate(s1)
+    with proton.scope("only_two"):
+        add(*xy)
+    assert proton.start(str(tmp_path / "one")) == s1  # same name resumes
+    proton.finalize(s2)
+    with proton.scope("after"):
+        add(*xy)
+    proton.finalize(s1)
+    one, _ = load(tmp_path / "one.hatchet")
+    two, _ = load(tmp_path / "two.hatchet")
+    assert total(find(one, "both"), "count") == 2
+    assert total(find(two, "both"), "count") == 1
+    assert [c["frame"]["name"] for c in two["children"]] == ["both", "only_two"]
+    assert [c["frame"]["name"] for c in one["children"]] == ["after", "both"]
+
+
+def test_threads_kernels_land_under_their_own_scopes(profile_path, xy):
+    name, read = profile_path
+    proton.start(name)
+    barrier = threading.Barrier(3)
+
+    def work(tag, n):
+        torch.cuda.set_device(0)
+        with proton.scope(f"thread_{tag}"):
+            barrier.wait()
+            for _ in range(n):
+                add(*xy)
+
+    threads = [threading.Thread(target=work, args=(i, 50 * (i + 1))) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    proton.finalize()
+    root, _ = read()
+    for i in range(3):
+        assert find(root, f"thread_{i}", "add_kernel")["metrics"]["count"] == 50 * (i + 1)
+    assert total(root, "count") == 300
+
+
+def test_cuda_graph_kernels_are_attributed(profile_path):
+    name, read = profile_path
+    x = torch.randn(4096, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            y = (x * 2).sin()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = (x * 2).sin()
+    torch.cuda.synchronize()
+    proton.start(name)
+    with proton.scope("replay"):
+        for _ in range(4):
+            graph.replay()
+    proton.finalize()
+    root, _ = read()
+    assert total(find(root, "replay"), "count") == 8
+
+
+SCRIPT = """
+import sys, torch, proton
+x = torch.randn(1000, device="cuda")
+sid = proton.start("ignored")
+with proton.scope("work"):
+    y = x * 2
+    torch.cuda.synchronize()
+    if sys.argv[1] == "raise":
+        raise RuntimeError("boom")
+    sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("arg,status", [("raise", 1), ("3", 3), ("0", 0)])
+def test_proton_command_writes_profile_when_script_fails(tmp_path, arg, status):
+    script = tmp_path / "main.py"
+    script.write_text(SCRIPT)
+    run = subprocess.run([sys.executable, "-m", "proton", "-n", "cli", str(script), arg],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == status, run.stderr
+    assert not (tmp_path / "ignored.hatchet").exists()
+    root, _ = load(tmp_path / "cli.hatchet")
+    assert total(find(root, "work"), "count") == 1
+    if arg == "raise":
+        assert "RuntimeError: boom" in run.stderr
+
+
+def test_another_cupti_profiler_gives_clear_error(tmp_path):
+    code = (
+        "import torch, proton\n"
+        "x = torch.randn(10, device='cuda')\n"
+        "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):\n"
+        "    x * 2\n"
+        "    try:\n"
+        "        proton.start('p')\n"
+        "    except proton.ProfilerConflictError as e:\n"
+        "        print('CONFLICT', e)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert "CONFLICT another profiler" in run.stdout, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
