@@ -66,6 +66,9 @@ class CuptiCollector:
         self._all_driver = [int(v) for v in drv.__members__.values()]
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         self.callback_errors: list[str] = []
+        self.records = 0
+        self.callback_seconds = 0.0
+        """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
 
     # -- lifetime -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -141,20 +144,23 @@ class CuptiCollector:
         return BUFFER_SIZE, 0
 
     def _buffer_completed(self, activities) -> None:
+        t0 = time.perf_counter()
         try:
             external, api, kernels = [], [], []
+            k_kernel, k_ext, k_api, graphs = self._k_kernel, self._k_ext, self._k_api, self._graph_cbids
             for rec in activities:
                 kind = rec.kind
-                if kind == self._k_kernel:
+                if kind == k_kernel:
                     kernels.append(KernelRecord(rec.correlation_id, rec.name, rec.device_id,
                                                 rec.start, rec.end))
-                elif kind in self._k_api:
-                    api.append(ApiRecord(rec.correlation_id, rec.start,
-                                         (kind, rec.cbid) in self._graph_cbids))
-                elif kind == self._k_ext and rec.external_kind == self._custom:
+                elif kind in k_api:
+                    api.append(ApiRecord(rec.correlation_id, rec.start, (kind, rec.cbid) in graphs))
+                elif kind == k_ext and rec.external_kind == self._custom:
                     external.append(ExternalRecord(rec.correlation_id, rec.external_id))
             with self._lock:
                 self.attributor.add_buffer(external, api, kernels)
+            self.records += len(activities)
         except Exception as exc:  # never let an error escape onto CUPTI's thread
             self.callback_errors.append(f"{type(exc).__name__}: {exc}")
             print(f"proton: error while reading CUPTI records: {exc}", file=sys.stderr)
+        self.callback_seconds += time.perf_counter() - t0

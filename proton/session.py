@@ -196,7 +196,8 @@ class Profiler:
         if os.environ.get("PROTON_DEBUG"):
             a = collector.attributor
             print(f"proton: {a.launches} launch records, {a.kernels} kernels attributed, "
-                  f"{lost} lost, {dropped} dropped", file=sys.stderr)
+                  f"{lost} lost, {dropped} dropped; {collector.records} records read in "
+                  f"{collector.callback_seconds * 1e3:.1f} ms", file=sys.stderr)
         if lost or dropped:
             print(f"proton: {lost} kernel launches had no kernel record and CUPTI dropped "
                   f"{dropped} records; the profile misses them", file=sys.stderr)

@@ -90,6 +90,9 @@ def test_kernel_time_matches_cuda_events_within_3_percent(profile_path):
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(10)]
     proton.start(name)
+    with proton.scope("warmup"):  # first launches after CUPTI attaches run slower
+        for _ in range(3):
+            a @ a
     with proton.scope("gemm"):
         for start, end in events:
             start.record()
@@ -97,11 +100,12 @@ def test_kernel_time_matches_cuda_events_within_3_percent(profile_path):
             end.record()
     proton.finalize()
     torch.cuda.synchronize()
-    event_ns = sum(s.elapsed_time(e) for s, e in events) * 1e6
+    per_launch = [s.elapsed_time(e) * 1e6 for s, e in events]
     root, _ = read()
     node = find(root, "gemm")
     assert total(node, "count") == 10
-    assert total(node, "time (ns)") == pytest.approx(event_ns, rel=0.03)
+    assert total(node, "time (ns)") == pytest.approx(sum(per_launch), rel=0.03), \
+        (per_launch, find(root, "warmup"))
 
 
 def test_user_metrics_inclusive_and_exclusive(profile_path, xy):
