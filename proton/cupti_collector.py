@@ -7,6 +7,8 @@ attribution.Attributor on CUPTI's buffer thread.
 """
 from __future__ import annotations
 
+import json
+import os
 import sys
 import threading
 import time
@@ -35,6 +37,10 @@ def _enum(cupti, *names):
         if hasattr(cupti, name):
             return getattr(cupti, name)
     raise ProtonError(f"this cupti-python has none of {names}; install cupti-python 13.0.x")
+
+
+def _plain(record) -> tuple:
+    return tuple(getattr(record, f) for f in record.__slots__)
 
 
 def _ids(enum, names) -> dict[int, str]:
@@ -67,6 +73,8 @@ class CuptiCollector:
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         self.callback_errors: list[str] = []
         self.records = 0
+        self.recorded: list | None = [] if os.environ.get("PROTON_RECORD_CUPTI") else None
+        """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
         self.callback_seconds = 0.0
         """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
 
@@ -107,6 +115,12 @@ class CuptiCollector:
         if self._subscriber is not None:
             cupti.unsubscribe(self._subscriber)
             self._subscriber = None
+        if self.recorded is not None:
+            from .paths import paths
+
+            with open(os.environ["PROTON_RECORD_CUPTI"], "w") as f:
+                json.dump({"frames": [list(_plain(fr)) for fr in paths.frames],
+                           "buffers": self.recorded}, f)
 
     def timestamp(self) -> int:
         return self._cupti.get_timestamp()
@@ -158,6 +172,9 @@ class CuptiCollector:
                 elif kind == k_ext and rec.external_kind == self._custom:
                     external.append(ExternalRecord(rec.correlation_id, rec.external_id))
             with self._lock:
+                if self.recorded is not None:
+                    self.recorded.append([[list(_plain(r)) for r in part]
+                                          for part in (external, api, kernels)])
                 self.attributor.add_buffer(external, api, kernels)
             self.records += len(activities)
         except Exception as exc:  # never let an error escape onto CUPTI's thread

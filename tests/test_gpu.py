@@ -252,3 +252,48 @@ def test_another_cupti_profiler_gives_clear_error(tmp_path):
                          text=True, timeout=300)
     assert "CONFLICT another profiler" in run.stdout, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
+
+
+def _profile_add_in_subprocess(tmp_path, module: str, name: str) -> str:
+    code = (
+        f"import torch, triton, triton.language as tl, {module} as prof\n"
+        "@triton.jit\n"
+        "def add_kernel(x, y, out, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    tl.store(out + offs, tl.load(x + offs) + tl.load(y + offs))\n"
+        "x = torch.randn(4096, device='cuda'); out = torch.empty_like(x)\n"
+        f"prof.start({name!r})\n"
+        "with prof.scope('outer'):\n"
+        "    for _ in range(7):\n"
+        "        add_kernel[(4,)](x, x, out, 4096, BLOCK=1024)\n"
+        "prof.finalize()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return str(tmp_path / f"{name}.hatchet")
+
+
+def test_triton_viewer_reads_our_file(tmp_path):
+    path = _profile_add_in_subprocess(tmp_path, "proton", "ours")
+    run = subprocess.run([sys.executable, "-m", "triton.profiler.viewer", "-m", "count", path],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "add_kernel" in run.stdout and "outer" in run.stdout
+    assert any(line.split()[:2] == ["7.000", "outer"] or "7" in line.split()[0]
+               for line in run.stdout.splitlines() if "outer" in line), run.stdout
+
+
+def test_our_viewer_reads_triton_file_with_same_numbers(tmp_path):
+    from proton.viewer.derive import derive
+    from proton.viewer.reader import load as load_profile
+
+    path = _profile_add_in_subprocess(tmp_path, "triton.profiler", "theirs")
+    prof = load_profile(path)
+    counts = derive(prof, "count").values
+    names = prof.gf.dataframe["name"]
+    by_name = {names[node]: counts[node] for node in counts.index}
+    assert by_name["outer"] == 7 and by_name["add_kernel"] == 7
+    raw, _ = load(path)
+    time_ms = derive(prof, "time/ms").values
+    assert time_ms.iloc[0] == pytest.approx(find(raw, "outer", "add_kernel")["metrics"]["time (ns)"] / 1e6)
