@@ -11,7 +11,7 @@ export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton, cupti, pandas; print('torch', torch.__version__, 'triton', triton.__version__, 'pandas', pandas.__version__)"
 
-python3 -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
+python3 -P -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 # fixtures for the CPU tests: a real session's CUPTI records and profile, the example's profile
 PROTON_RECORD_CUPTI=$OUT/cupti_records.json python3 tests/data/record_session.py && cp tests/data/recorded.hatchet "$OUT/"

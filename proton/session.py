@@ -174,7 +174,7 @@ class Profiler:
         from . import writer
 
         with self._lock:
-            targets = self._targets(session) if self.sessions else []
+            targets = self._targets(session) if self.sessions or session is not None else []
             if not targets:
                 return []
             if self.collector is not None:

@@ -268,7 +268,9 @@ def _profile_add_in_subprocess(tmp_path, module: str, name: str) -> str:
         "        add_kernel[(4,)](x, x, out, 4096, BLOCK=1024)\n"
         "prof.finalize()\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+    script = tmp_path / f"{name}.py"  # @triton.jit needs its source in a file
+    script.write_text(code)
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     return str(tmp_path / f"{name}.hatchet")

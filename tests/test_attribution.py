@@ -1,0 +1,112 @@
+"""Attribution of CUPTI records to call paths, replayed without a GPU."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+from conftest import find, load
+
+from proton.attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord
+from proton.paths import ROOT
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def collect():
+    got = []
+    return got, Attributor(lambda path, rec, ts: got.append((path, rec.name, ts)))
+
+
+def test_kernel_goes_to_the_path_its_launch_pushed():
+    got, att = collect()
+    att.add_buffer([ExternalRecord(7, 42)], [ApiRecord(7, 100)], [KernelRecord(7, "k", 0, 150, 170)])
+    assert got == [(42, "k", 100)]
+
+
+def test_launch_without_external_record_goes_to_root():
+    got, att = collect()
+    att.add_buffer([], [ApiRecord(8, 5)], [KernelRecord(8, "k", 0, 6, 9)])
+    assert got == [(ROOT, "k", 5)]
+
+
+def test_kernel_arriving_before_its_launch_record_waits_for_it():
+    got, att = collect()
+    att.add_buffer([], [], [KernelRecord(3, "early", 0, 10, 20)])
+    assert got == [] and att.waiting_kernels == 0
+    att.add_buffer([ExternalRecord(3, 9)], [ApiRecord(3, 1)], [])
+    assert got == [(9, "early", 1)]
+
+
+def test_launch_waits_for_its_kernel_and_counts_as_waiting():
+    got, att = collect()
+    att.add_buffer([ExternalRecord(4, 2)], [ApiRecord(4, 1)], [])
+    assert att.waiting_kernels == 1
+    att.add_buffer([], [], [KernelRecord(4, "k", 0, 2, 3)])
+    assert got == [(2, "k", 1)] and att.waiting_kernels == 0
+
+
+def test_graph_launch_feeds_all_its_kernels_to_one_path():
+    got, att = collect()
+    att.add_buffer([ExternalRecord(5, 11)], [ApiRecord(5, 1, graph=True)],
+                   [KernelRecord(5, f"g{i}", 0, i, i + 1) for i in range(3)])
+    att.add_buffer([], [], [KernelRecord(5, "g3", 0, 4, 5)])
+    assert [g[:2] for g in got] == [(11, "g0"), (11, "g1"), (11, "g2"), (11, "g3")]
+    assert att.waiting_kernels == 0  # graph launches are not waited for
+
+
+def test_finish_gives_orphan_kernels_to_root_and_empties_the_maps():
+    got, att = collect()
+    att.add_buffer([ExternalRecord(6, 3)], [], [KernelRecord(6, "o", 0, 50, 60)])
+    assert att.finish() == 1
+    assert got == [(3, "o", 50)]
+    assert not (att._external or att._launches or att._early)
+
+
+def test_matched_records_leave_nothing_behind():
+    got, att = collect()
+    for corr in range(1000):
+        att.add_buffer([ExternalRecord(corr, 1)], [ApiRecord(corr, corr)],
+                       [KernelRecord(corr, "k", 0, corr, corr + 1)])
+    assert len(got) == 1000
+    assert not (att._external or att._launches or att._early)
+
+
+def test_replayed_h100_records_rebuild_the_recorded_tree():
+    """tests/data/cupti_records.json: tests/data/record_session.py's CUPTI records on an H100."""
+    with open(os.path.join(DATA, "cupti_records.json")) as f:
+        recorded = json.load(f)
+    frames = recorded["frames"]
+
+    def path_names(pid):
+        names = []
+        while pid > 0:
+            names.append(frames[pid][1])
+            pid = frames[pid][0]
+        return tuple(reversed(names))
+
+    counts, times = Counter(), Counter()
+
+    def sink(path, rec, ts):
+        counts[path_names(path) + (rec.name,)] += 1
+        times[path_names(path) + (rec.name,)] += rec.end - rec.start
+
+    att = Attributor(sink)
+    for ext, api, kernels in recorded["buffers"]:
+        att.add_buffer([ExternalRecord(*r) for r in ext], [ApiRecord(*r) for r in api],
+                       [KernelRecord(*r) for r in kernels])
+    assert att.finish() == 0 and att.waiting_kernels == 0
+    assert counts[("step", "triton", "scale_kernel")] == 20
+    assert counts[("worker", "scale_kernel")] == 10
+    assert counts[("scale_kernel",)] == 1
+    assert counts[("step", "scale_kernel")] == 3  # launched while deactivated: the session drops them
+    torch_kernels = {k: v for k, v in counts.items() if k[:2] == ("step", "torch")}
+    assert sum(torch_kernels.values()) == 15  # 5 x (2 GEMM kernels + softmax)
+    # The same run's own profile agrees, kernel by kernel (it dropped the deactivated three).
+    root, _ = load(os.path.join(DATA, "recorded.hatchet"))
+    for key, n in counts.items():
+        if key == ("step", "scale_kernel"):
+            continue
+        node = find(root, *key)
+        assert node["metrics"]["count"] == n
+        assert node["metrics"]["time (ns)"] == times[key]

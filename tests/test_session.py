@@ -1,0 +1,200 @@
+"""Sessions, scopes and the file they write, on the CPU path (no GPU needed)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import find, load
+
+import proton
+from proton import writer
+from proton.attribution import KernelRecord
+from proton.paths import paths
+from proton.session import profiler
+
+
+@pytest.fixture(autouse=True)
+def no_live_sessions():
+    yield
+    profiler.finalize()  # a failing test must not leak its session into the next
+
+
+def test_scopes_nest_and_record_cpu_time_without_gpu(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    with proton.scope("outer"):
+        with proton.scope("inner"):
+            time.sleep(0.02)
+    proton.finalize()
+    root, devices = read()
+    inner = find(root, "outer", "inner")
+    assert 0.02e9 <= inner["metrics"]["cpu_time (ns)"] < 1e9
+    assert find(root, "outer")["metrics"]["cpu_time (ns)"] >= inner["metrics"]["cpu_time (ns)"]
+    assert devices == {}
+    assert "cpu_time (ns)" not in root["metrics"]  # exclusive: no zero on the root
+
+
+def test_user_metrics_sum_and_exclusive_suffix_is_stripped(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    for _ in range(3):
+        with proton.scope("fwd", {"tokens": 10, "peak (exc)": 1.5}):
+            pass
+    proton.finalize()
+    root, _ = read()
+    fwd = find(root, "fwd")["metrics"]
+    assert fwd["tokens"] == 30 and fwd["peak"] == 4.5
+    assert root["metrics"] == {"tokens": 0}
+
+
+def test_decorator_enter_exit_and_late_metrics(profile_path):
+    name, read = profile_path
+
+    @proton.scope("decorated")
+    def work():
+        return 5
+
+    proton.start(name)
+    assert work() == 5
+    proton.enter_scope("manual", metrics={"a": 1})
+    proton.exit_scope("manual", metrics={"late": 2})
+    proton.finalize()
+    root, _ = read()
+    assert find(root, "manual")["metrics"]["late"] == 2
+    assert find(root, "decorated")["metrics"]["cpu_time (ns)"] >= 0
+
+
+def test_exit_scope_name_mismatch_is_an_error(profile_path):
+    proton.start(profile_path[0])
+    proton.enter_scope("a")
+    with pytest.raises(proton.ScopeError, match="innermost open scope is 'a'"):
+        proton.exit_scope("b")
+    proton.exit_scope("a")
+    with pytest.raises(proton.ScopeError, match="no open scope"):
+        proton.exit_scope("a")
+
+
+@pytest.mark.parametrize("metrics,match", [
+    ({"time (ns)": 1}, "reserved"), ({"count": 1}, "reserved"), ({"cpu_time": 1}, "reserved"),
+    ({"tokens": "many"}, "must be int or float"), ({"ok": True}, "must be int or float"),
+])
+def test_bad_user_metrics_are_refused(metrics, match):
+    with pytest.raises(proton.ScopeError, match=match):
+        proton.scope("s", metrics)
+
+
+def test_deactivated_scopes_are_not_recorded(profile_path):
+    name, read = profile_path
+    sid = proton.start(name)
+    with proton.scope("kept", {"n": 1}):
+        pass
+    proton.deactivate(sid)
+    with proton.scope("dropped", {"n": 1}):
+        pass
+    proton.activate(sid)
+    with proton.scope("kept", {"n": 1}):
+        pass
+    proton.finalize()
+    root, _ = read()
+    assert [c["frame"]["name"] for c in root["children"]] == ["kept"]
+    assert find(root, "kept")["metrics"]["n"] == 2
+
+
+def test_same_name_resumes_and_sessions_write_their_own_files(tmp_path):
+    one = proton.start(str(tmp_path / "one"))
+    with proton.scope("a", {"n": 1}):
+        pass
+    two = proton.start(str(tmp_path / "two"))
+    assert one != two
+    assert proton.start(str(tmp_path / "one")) == one
+    with proton.scope("b", {"n": 1}):
+        pass
+    proton.finalize(one)
+    with proton.scope("c", {"n": 1}):
+        pass
+    proton.finalize()
+    names = lambda f: [c["frame"]["name"] for c in load(tmp_path / f)[0]["children"]]  # noqa: E731
+    assert names("one.hatchet") == ["a", "b"]
+    assert names("two.hatchet") == ["b", "c"]
+
+
+def test_unknown_options_and_sessions_give_one_line_errors():
+    with pytest.raises(proton.SessionError, match="context='stack' is not supported"):
+        proton.start("never_written", context="stack")
+    with pytest.raises(proton.SessionError, match="no live session 99"):
+        proton.finalize(99)
+
+
+def test_threads_keep_their_own_scope_stacks(profile_path):
+    name, read = profile_path
+    proton.start(name)
+
+    def work(i):
+        with proton.scope(f"t{i}", {"n": i}):
+            with proton.scope("inner", {"n": 1}):
+                pass
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    proton.finalize()
+    root, _ = read()
+    for i in range(4):
+        assert find(root, f"t{i}", "inner")["metrics"]["n"] == 1
+
+
+def test_kernels_count_only_for_sessions_active_at_launch(profile_path):
+    name, read = profile_path
+    sid = proton.start(name)
+    path = paths.intern(0, "gpu_scope")
+    before = profiler.now()
+    proton.deactivate(sid)
+    during = profiler.now()
+    proton.activate(sid)
+    profiler._on_kernel(path, KernelRecord(1, "k", 0, 0, 100), before)
+    profiler._on_kernel(path, KernelRecord(2, "k", 0, 0, 50), during)
+    profiler._on_kernel(path, KernelRecord(3, "k", 1, 0, 10), profiler.now())
+    proton.finalize()
+    root, _ = read()
+    k0, k1 = find(root, "gpu_scope")["children"]
+    assert k0["metrics"] == {"time (ns)": 100, "count": 1, "device_id": "0", "device_type": "CUDA"}
+    assert k1["metrics"]["device_id"] == "1" and k1["metrics"]["count"] == 1
+    assert root["metrics"] == {"time (ns)": 0, "count": 0}
+
+
+def test_device_table_lists_only_devices_with_kernels():
+    k = paths.intern(0, "k", "kernel1")
+    devices = {"0": {"arch": "90"}, "1": {"arch": "80"}}
+    root, table = writer.build({k: {"time (ns)": 1, "count": 1, "device_id": 1,
+                                    "device_type": 1}}, devices)
+    assert table == {"CUDA": {"1": {"arch": "80"}}}
+    assert root["children"][0]["frame"] == {"name": "k", "type": "function"}
+
+
+def _run(code: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_profile_is_written_at_exit_without_finalize(tmp_path):
+    run = _run("import proton\nproton.start('atexit')\nwith proton.scope('s', {'n': 1}): pass\n"
+               "raise SystemExit(0)\n", tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert find(load(tmp_path / "atexit.hatchet")[0], "s")["metrics"]["n"] == 1
+
+
+def test_no_gpu_is_said_once(tmp_path):
+    run = _run("import proton\nfor i in range(3):\n  proton.start(f'p{i}')\nproton.finalize()\n",
+               tmp_path)
+    assert run.stderr.count("no NVIDIA GPU found") == 1
+
+
+def test_import_is_cheap_and_side_effect_free(tmp_path):
+    run = _run("import sys, proton\nprint(sorted(m for m in ('cupti', 'hatchet', 'torch', "
+               "'pandas', 'rich') if m in sys.modules))", tmp_path)
+    assert run.stdout.strip() == "[]", run.stderr
+    assert list(tmp_path.iterdir()) == []
