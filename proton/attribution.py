@@ -26,6 +26,8 @@ class ApiRecord:
     """CUPTI timestamp (ns) of the call's start."""
     graph: bool = False
     """A graph launch: many kernels share its correlation id."""
+    thread_id: int = 0
+    """The launching thread (pthread_self, as threading.get_ident() gives it)."""
 
 
 @dataclass(slots=True)
@@ -56,13 +58,16 @@ class _Launch:
 
 # sink(path id, kernel record, launch start time)
 KernelSink = Callable[[int, KernelRecord, int], None]
+# unscoped(thread id, launch start time) -> path id for a launch made with no scope open
+Unscoped = Callable[[int, int], int]
 
 
 class Attributor:
     """Joins the three record kinds by correlation id and hands each kernel to `sink` once."""
 
-    def __init__(self, sink: KernelSink) -> None:
+    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None) -> None:
         self._sink = sink
+        self._unscoped = unscoped
         self._external: dict[int, int] = {}
         self._launches: dict[int, _Launch] = {}
         self._early: dict[int, list[KernelRecord]] = {}
@@ -84,7 +89,10 @@ class Attributor:
 
     def _add_api(self, rec: ApiRecord) -> None:
         self.launches += 1
-        launch = _Launch(self._external.pop(rec.correlation_id, ROOT), rec.start, rec.graph)
+        path = self._external.pop(rec.correlation_id, None)
+        if path is None:
+            path = self._unscoped(rec.thread_id, rec.start) if self._unscoped else ROOT
+        launch = _Launch(path, rec.start, rec.graph)
         early = self._early.pop(rec.correlation_id, None)
         if early:
             for kernel in early:

@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from .attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord, KernelSink
+from .attribution import (ApiRecord, Attributor, ExternalRecord, KernelRecord, KernelSink,
+                          Unscoped)
 from .errors import ProfilerConflictError, ProtonError
 
 BUFFER_SIZE = 8 << 20
@@ -50,11 +51,11 @@ def _ids(enum, names) -> dict[int, str]:
 class CuptiCollector:
     """Owns the process's CUPTI subscription while at least one session needs kernels."""
 
-    def __init__(self, sink: KernelSink) -> None:
+    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None) -> None:
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
-        self.attributor = Attributor(sink)
+        self.attributor = Attributor(sink, unscoped)
         self._lock = threading.Lock()
         self._subscriber = None
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
@@ -168,7 +169,8 @@ class CuptiCollector:
                     kernels.append(KernelRecord(rec.correlation_id, rec.name, rec.device_id,
                                                 rec.start, rec.end))
                 elif kind in k_api:
-                    api.append(ApiRecord(rec.correlation_id, rec.start, (kind, rec.cbid) in graphs))
+                    api.append(ApiRecord(rec.correlation_id, rec.start, (kind, rec.cbid) in graphs,
+                                         rec.thread_id))
                 elif kind == k_ext and rec.external_kind == self._custom:
                     external.append(ExternalRecord(rec.correlation_id, rec.external_id))
             with self._lock:

@@ -71,6 +71,8 @@ def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
     collector = profiler.collector
     if collector is not None:
         collector.push(path)
+        if threading.get_ident() == profiler.main_thread:
+            profiler.note_main_path(path)
     timed = cpu_timed or (collector is None and profiler.sessions != {})
     st.append(_Open(path, name, time.time_ns() if timed else 0, collector is not None, timed))
     if values and profiler.sessions:
@@ -100,6 +102,8 @@ def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = N
     collector = profiler.collector
     if top.pushed and collector is not None:
         collector.pop()
+        if threading.get_ident() == profiler.main_thread:
+            profiler.note_main_path(st[-1].path if st else ROOT)
     if top.cpu_timed and top.start_ns:
         values[m.CPU_TIME + m.EXCLUSIVE] = time.time_ns() - top.start_ns
     if values and profiler.sessions:

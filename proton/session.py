@@ -7,6 +7,7 @@ launched).
 """
 from __future__ import annotations
 
+import bisect
 import os
 import sys
 import threading
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from . import metrics as m
 from .attribution import KernelRecord
 from .errors import ProtonError, SessionError
-from .paths import KERNEL, paths
+from .paths import KERNEL, ROOT, paths
 
 CONTEXTS = ("shadow", "python")
 DATA = ("tree", "trace")
@@ -80,6 +81,9 @@ class Profiler:
         self._gpu: bool | None = None
         self._lock = threading.RLock()
         self.lost_kernels = 0
+        self.main_thread = threading.main_thread().ident
+        self._main_timeline: list[tuple[int, int]] = []
+        """(timestamp, path id) each time the main thread's innermost scope changed."""
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
@@ -133,7 +137,7 @@ class Profiler:
     def _start_collector(self) -> None:
         from .cupti_collector import CuptiCollector
 
-        collector = CuptiCollector(self._on_kernel)
+        collector = CuptiCollector(self._on_kernel, self._unscoped)
         collector.start()
         self.collector = collector
         from .scope import repush_open_scopes
@@ -215,6 +219,24 @@ class Profiler:
         for s in list(self.sessions.values()):
             if s.active:
                 s.add(path_id, values)
+
+    def note_main_path(self, path_id: int) -> None:
+        """The main thread's innermost scope is now `path_id` (called while collecting)."""
+        self._main_timeline.append((self.collector.timestamp(), path_id))
+
+    def _unscoped(self, thread_id: int, ts: int) -> int:
+        """Where a launch made with no scope open goes: a helper thread's launch (PyTorch's
+        autograd engine runs backward on one) goes under the main thread's scope at that time."""
+        if thread_id == self.main_thread:
+            return ROOT
+        timeline = self._main_timeline
+        i = bisect.bisect_right(timeline, ts, key=lambda e: e[0]) - 1
+        path = timeline[i][1] if i >= 0 else ROOT
+        # Launch records come roughly in time order: forget changes older than a second before.
+        old = bisect.bisect_right(timeline, ts - 1_000_000_000, key=lambda e: e[0]) - 1
+        if old > 1024:
+            del timeline[:old]
+        return path
 
     def _on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
         kernel = paths.intern(path_id, rec.name, f"{KERNEL}{rec.device_id}")

@@ -110,3 +110,18 @@ def test_replayed_h100_records_rebuild_the_recorded_tree():
         node = find(root, *key)
         assert node["metrics"]["count"] == n
         assert node["metrics"]["time (ns)"] == times[key]
+
+
+def test_unscoped_launch_from_a_helper_thread_takes_the_main_threads_scope():
+    from proton.session import Profiler
+
+    prof = Profiler()
+    prof._main_timeline[:] = [(10, 5), (20, 6), (30, 0)]
+    assert prof._unscoped(prof.main_thread, 25) == ROOT  # the main thread itself had no scope
+    assert prof._unscoped(1234, 5) == ROOT
+    assert prof._unscoped(1234, 15) == 5
+    assert prof._unscoped(1234, 25) == 6
+    assert prof._unscoped(1234, 35) == ROOT
+    got, att = [], Attributor(lambda p, r, ts: got.append(p), prof._unscoped)
+    att.add_buffer([], [ApiRecord(1, 22, False, 1234)], [KernelRecord(1, "k", 0, 23, 24)])
+    assert got == [6]

@@ -299,3 +299,21 @@ def test_our_viewer_reads_triton_file_with_same_numbers(tmp_path):
     raw, _ = load(path)
     time_ms = derive(prof, "time/ms").values
     assert time_ms.iloc[0] == pytest.approx(find(raw, "outer", "add_kernel")["metrics"]["time (ns)"] / 1e6)
+
+
+def test_autograd_backward_kernels_land_under_the_backward_scope(profile_path):
+    name, read = profile_path
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU()).cuda()
+    x = torch.randn(64, 512, device="cuda")
+    model(x).sum().backward()  # warm up
+    torch.cuda.synchronize()
+    proton.start(name)
+    for _ in range(2):
+        with proton.scope("forward"):
+            loss = model(x).square().mean()
+        with proton.scope("backward"):
+            loss.backward()  # runs on PyTorch's autograd thread, which has no scope
+    proton.finalize()
+    root, _ = read()
+    assert sorted(c["frame"]["name"] for c in root["children"]) == ["backward", "forward"]
+    assert total(find(root, "backward"), "count") >= 2 * 3  # GEMMs for weights and input, GELU'

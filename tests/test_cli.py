@@ -1,0 +1,102 @@
+"""The `proton` command: scripts, pytest, exit codes, and the profile always written."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import find, load
+
+from proton.cli import proton as proton_cmd
+
+SCRIPT = """
+import sys, time, proton
+print("argv", sys.argv[1:], __name__)
+assert proton.start("ignored") is not None
+with proton.scope("work", {"n": 1}):
+    arg = sys.argv[1]
+    if arg == "raise":
+        raise RuntimeError("boom")
+    if arg == "sleep":
+        print("ready", flush=True)
+        time.sleep(60)
+    sys.exit(int(arg))
+"""
+
+
+def run_proton(tmp_path, *args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "proton", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "main.py"
+    path.write_text(SCRIPT)
+    return str(path)
+
+
+@pytest.mark.parametrize("arg,status", [("0", 0), ("3", 3), ("raise", 1)])
+def test_script_status_is_protons_and_profile_is_written(tmp_path, script, arg, status):
+    run = run_proton(tmp_path, "-n", "cli", script, arg, "--flag")
+    assert run.returncode == status, run.stderr
+    assert f"argv ['{arg}', '--flag'] __main__" in run.stdout
+    assert find(load(tmp_path / "cli.hatchet")[0], "work")["metrics"]["n"] == 1
+    assert not (tmp_path / "ignored.hatchet").exists()  # in-script start() joined our session
+    if arg == "raise":
+        assert "RuntimeError: boom" in run.stderr
+
+
+def test_ctrl_c_still_writes_the_profile(tmp_path, script):
+    proc = subprocess.Popen([sys.executable, "-m", "proton", script, "sleep"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "ready" in proc.stdout.readline() + proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    work = find(load(tmp_path / "proton.hatchet")[0], "work")
+    assert work["metrics"]["n"] == 1
+
+
+def test_sigterm_still_writes_the_profile(tmp_path, script):
+    proc = subprocess.Popen([sys.executable, "-m", "proton", "-n", "term", script, "sleep"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "ready" in proc.stdout.readline() + proc.stdout.readline()
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert (tmp_path / "term.hatchet").exists()
+
+
+def test_pytest_form(tmp_path):
+    (tmp_path / "test_x.py").write_text(
+        "import proton\ndef test_a():\n    with proton.scope('in_test', {'n': 1}): pass\n")
+    run = run_proton(tmp_path, "-n", "tests", "pytest", "-q", "-p", "no:cacheprovider",
+                     str(tmp_path / "test_x.py"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+    assert find(load(tmp_path / "tests.hatchet")[0], "in_test")["metrics"]["n"] == 1
+
+
+def test_missing_script_is_a_usage_error():
+    result = CliRunner().invoke(proton_cmd, ["nope.py"])
+    assert result.exit_code == 2
+    assert "no such script 'nope.py'" in result.output
+
+
+def test_bad_choice_lists_the_choices():
+    result = CliRunner().invoke(proton_cmd, ["-c", "stack", "x.py"])
+    assert result.exit_code == 2
+    assert "'shadow'" in result.output and "'python'" in result.output
+
+
+def test_help_has_examples():
+    result = CliRunner().invoke(proton_cmd, ["--help"])
+    assert result.exit_code == 0
+    assert "proton main.py --lr 3e-4" in result.output and "pytest" in result.output
