@@ -26,6 +26,19 @@ Examples:
 @click.argument("profile", metavar="FILE.hatchet")
 def viewer(list_metrics: bool, metrics: str | None, depth: int, profile: str) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's)."""
+    try:
+        _show(list_metrics, metrics, depth, profile)
+    except ViewerError as exc:
+        raise _Failed(str(exc)) from None
+
+
+class _Failed(click.ClickException):
+    """Printed by click as `Error: ...` on stderr, exit status 2."""
+
+    exit_code = 2
+
+
+def _show(list_metrics: bool, metrics: str | None, depth: int, profile: str) -> None:
     from rich.console import Console
 
     from .derive import available, derive
@@ -33,7 +46,9 @@ def viewer(list_metrics: bool, metrics: str | None, depth: int, profile: str) ->
     from .render import tree_table
 
     prof = load(profile)
-    console = Console()
+    # Piped or redirected output keeps whole kernel names on one line for grep and diff.
+    tty = sys.stdout.isatty()
+    console = Console() if tty else Console(width=100_000)
     if list_metrics:
         console.print("inclusive: " + ", ".join(prof.inclusive), soft_wrap=True)
         console.print("exclusive: " + ", ".join(prof.exclusive), soft_wrap=True)
@@ -46,18 +61,9 @@ def viewer(list_metrics: bool, metrics: str | None, depth: int, profile: str) ->
             raise ViewerError(f"{profile!r} holds no time metric; choose one with -m "
                               f"(see proton-viewer -l {profile})")
     columns = [derive(prof, spec) for spec in metrics.split(",") if spec.strip()]
-    console.print(tree_table(prof.gf, columns, depth=depth))
+    console.print(tree_table(prof.gf, columns, depth=depth, nbsp=tty))
 
 
 def main() -> None:
-    """Console entry point: a ViewerError is one line on stderr and exit status 2."""
-    try:
-        viewer.main(prog_name="proton-viewer", standalone_mode=False)
-    except ViewerError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(1)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+    """Console entry point."""
+    viewer.main(prog_name="proton-viewer")

@@ -21,8 +21,11 @@ def _fmt(value: float) -> str:
     return f"{value:,.3f}" if abs(value) >= 1e-3 else f"{value:.3e}"
 
 
-def tree_table(gf, columns: list[Column], *, depth: int = 100) -> Table:
-    """A table with one row per node (children sorted by the first column, largest first)."""
+def tree_table(gf, columns: list[Column], *, depth: int = 100, nbsp: bool = True) -> Table:
+    """A table with one row per node (children sorted by the first column, largest first).
+
+    nbsp: join tree guides to names with non-breaking spaces (for a terminal that folds)."""
+    sp = "\u00a0" if nbsp else " "
     values = [c.values.to_dict() for c in columns]
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for column in columns:
@@ -35,14 +38,16 @@ def tree_table(gf, columns: list[Column], *, depth: int = 100) -> Table:
         return (v is None or math.isnan(v), -(v or 0) if v == v else 0)
 
     def visit(node, prefix: str, last: bool, level: int) -> None:
-        branch = "" if level == 0 else ("└─ " if last else "├─ ")
-        name = Text(prefix + branch, style="dim")
+        # non-breaking spaces: a long name folds within itself, not away from its branch
+        branch = "" if level == 0 else ("└─" if last else "├─") + sp
+        name = Text()
+        name.append(prefix + branch, style="dim")
         name.append(node.frame.get("name", "?"))
         table.add_row(*(_fmt(v.get(node)) for v in values), name)
         if level >= depth:
             return
         kids = sorted(node.children, key=key)
-        inner = prefix + ("" if level == 0 else ("   " if last else "│  "))
+        inner = prefix + ("" if level == 0 else (sp * 3 if last else "│" + sp * 2))
         for i, child in enumerate(kids):
             visit(child, inner, i == len(kids) - 1, level + 1)
 

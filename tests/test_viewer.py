@@ -1,0 +1,93 @@
+"""proton-viewer on real profiles (recorded on an H100) and on bad input."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from proton.viewer.cli import viewer
+from proton.viewer.derive import derive
+from proton.viewer.reader import load
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+RECORDED = os.path.join(DATA, "recorded.hatchet")
+
+
+def show(*args):
+    return CliRunner().invoke(viewer, list(args))
+
+
+def test_default_view_is_kernel_time_in_ms_sorted_hottest_first():
+    result = show(RECORDED)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["time", "(ms)", "name"]
+    assert lines[1].split() == ["0.142", "ROOT"]
+    assert lines[2].split() == ["0.131", "├─", "step"]
+    assert lines[3].split()[-1] == "torch"  # 109 us before triton's 21 us
+
+
+def test_several_metrics_and_depth():
+    result = show("-m", "count,avg_time/us,time/%", "-d", "1", RECORDED)
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()]
+    assert rows[0] == ["count", "avg_time", "(us)", "time", "(ns)", "(%)", "name"]
+    assert rows[1][0] == "46" and rows[1][2] == "100" and rows[1][-1] == "ROOT"
+    assert {r[-1] for r in rows[2:]} == {"step", "worker", "scale_kernel"}  # depth 1 only
+
+
+def test_avg_time_is_time_over_count():
+    prof = load(RECORDED)
+    avg = derive(prof, "avg_time/ns").values
+    time_ns = derive(prof, "time/ns").values
+    count = derive(prof, "count").values
+    assert (avg - time_ns / count).abs().max() < 1e-9
+    assert derive(prof, "TIME/MS").header == "time (ms)"  # case-insensitive
+
+
+def test_list_names_inclusive_exclusive_and_derived():
+    result = show("-l", RECORDED)
+    assert result.exit_code == 0
+    assert "inclusive: time (ns), count" in result.output
+    assert "device_id" in result.output and "avg_time/us" in result.output
+
+
+def test_cpu_profile_defaults_to_cpu_time(tmp_path):
+    path = tmp_path / "cpu.hatchet"
+    path.write_text(json.dumps([{"frame": {"name": "ROOT", "type": "function"}, "metrics": {},
+                                 "children": [{"frame": {"name": "load", "type": "function"},
+                                               "metrics": {"cpu_time (ns)": 2500000},
+                                               "children": []}]}, {}]))
+    result = show(str(path))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[2].split() == ["2.500", "└─", "load"]
+
+
+def test_nodes_without_the_metric_show_blank_not_nan():
+    result = show("-m", "avg_time/us", RECORDED)
+    assert "nan" not in result.output.lower()
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "no such file"),
+    ("not json at all", "not valid JSON"),
+    ('[{"frame": {"name": "ROOT"}, "metrics": {}, "children": [', "truncated"),
+    ('{"a": 1}', "not a .hatchet profile"),
+    ('[{"frame": {"name": "ROOT"}, "metrics": {}, "children": [{"oops": 1}]}]', "malformed node"),
+])
+def test_bad_files_give_one_line_and_status_2(tmp_path, content, message):
+    path = tmp_path / "bad.hatchet"
+    if content is not None:
+        path.write_text(content)
+    result = show(str(path))
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_unknown_metric_lists_what_is_available():
+    result = show("-m", "tflops", RECORDED)
+    assert result.exit_code == 2
+    assert "unknown metric 'tflops'" in result.output and "avg_time/us" in result.output
