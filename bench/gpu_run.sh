@@ -15,6 +15,7 @@ python3 -P -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 |
 tests_rc=${PIPESTATUS[0]}
 # fixtures for the CPU tests: a real session's CUPTI records and profile, the example's profile
 PROTON_RECORD_CUPTI=$OUT/cupti_records.json python3 tests/data/record_session.py && cp tests/data/recorded.hatchet "$OUT/"
+python3 tests/data/record_session.py triton && cp tests/data/triton_recorded.hatchet "$OUT/"
 (ex=$PWD/proton/examples/mlp.py; cd /tmp && proton -n example_gpu "$ex" --steps 3 2>&1 | tail -1; cp example_gpu.hatchet "$OUT/"; proton-viewer example_gpu.hatchet)
 python3 bench/run.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 

@@ -1,16 +1,24 @@
 """Record a real session's CUPTI records for the replay tests (run on the GPU machine).
 
     PROTON_RECORD_CUPTI=tests/data/cupti_records.json python tests/data/record_session.py
-writes the records and the profile the same run wrote (tests/data/recorded.hatchet).
+writes the records and the profile the same run wrote (tests/data/recorded.hatchet);
+    python tests/data/record_session.py triton
+runs the same workload under Triton's own Proton (tests/data/triton_recorded.hatchet).
 """
 import os
+import sys
 import threading
 
 import torch
 import triton
 import triton.language as tl
 
-import proton
+if sys.argv[1:] == ["triton"]:
+    import triton.profiler as proton
+    NAME = "triton_recorded"
+else:
+    import proton
+    NAME = "recorded"
 
 
 @triton.jit
@@ -23,7 +31,7 @@ x = torch.randn(4096, device="cuda")
 a = torch.randn(512, 512, device="cuda")
 scale_kernel[(4,)](x, BLOCK=1024)
 torch.cuda.synchronize()
-sid = proton.start(os.path.join(os.path.dirname(__file__), "recorded"))
+sid = proton.start(os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME))
 with proton.scope("step"):
     with proton.scope("triton"):
         for _ in range(20):
