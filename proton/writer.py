@@ -54,7 +54,7 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict]) -> list:
                 "children": [node(k) for k in kids]}
 
     root = node(ROOT)
-    for key in inclusive:
+    for key in sorted(inclusive):  # sorted: the same profile always writes the same bytes
         root["metrics"].setdefault(key, 0)
     table = {d: devices[d] for d in sorted(used_devices) if d in devices}
     return [root, {"CUDA": table} if table else {}]

@@ -47,7 +47,7 @@ def load(path: str) -> Profile:
 
     gf = ht.GraphFrame.from_literal([root])
     gf.update_inclusive_columns()
-    inclusive = [m for m in root.get("metrics", {}) if "(inc)" not in m]
+    inclusive = sorted(m for m in root.get("metrics", {}) if "(inc)" not in m)
     exclusive = [c for c in gf.dataframe.columns
                  if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
     return Profile(gf, inclusive, exclusive, devices)
