@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ["bare", "proton", "triton"]
+MODES = ["bare", "proton", "triton", "proton_hook", "triton_hook"]
 
 
 def run(mode: str) -> dict | None:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from . import metrics as m
 from .errors import ScopeError
-from .paths import ROOT, paths
+from .paths import ROOT, SCOPE, paths
 from .session import profiler
 
 
@@ -65,9 +65,14 @@ def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
         ...
         proton.exit_scope("attention")
     """
-    values = m.check_user_metrics(metrics)
+    return enter_frame(name, m.check_user_metrics(metrics), cpu_timed=cpu_timed)
+
+
+def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
+                kind: str = SCOPE) -> int:
+    """enter_scope with checked metrics and a frame kind (SCOPE, or OP for the launch hook)."""
     st = _stacks.open
-    path = paths.intern(st[-1].path if st else ROOT, name)
+    path = paths.intern(st[-1].path if st else ROOT, name, kind)
     collector = profiler.collector
     if collector is not None:
         collector.push(path)

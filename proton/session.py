@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from . import metrics as m
 from .attribution import KernelRecord
 from .errors import ProtonError, SessionError
-from .paths import KERNEL, ROOT, paths
+from .paths import KERNEL, OP, ROOT, paths
 
 CONTEXTS = ("shadow", "python")
 DATA = ("tree", "trace")
@@ -188,6 +188,10 @@ class Profiler:
             for s in targets:
                 del self.sessions[s.id]
                 written.append(writer.write(s, output_format, self._device_table()))
+            if not any(s.hook == "triton" for s in self.sessions.values()):
+                from .hooks import triton_hook
+
+                triton_hook.uninstall()
             if not self.sessions and self.collector is not None:
                 self._stop_collector()
             return written
@@ -239,7 +243,10 @@ class Profiler:
         return path
 
     def _on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
-        kernel = paths.intern(path_id, rec.name, f"{KERNEL}{rec.device_id}")
+        if paths.frames[path_id].kind == OP:  # the hook named this launch: the op is the kernel
+            kernel = path_id
+        else:
+            kernel = paths.intern(path_id, rec.name, f"{KERNEL}{rec.device_id}")
         for s in list(self.sessions.values()):
             if s.active_at(launch_ts):
                 s.add_kernel(kernel, rec)

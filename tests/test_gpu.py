@@ -317,3 +317,70 @@ def test_autograd_backward_kernels_land_under_the_backward_scope(profile_path):
     root, _ = read()
     assert sorted(c["frame"]["name"] for c in root["children"]) == ["backward", "forward"]
     assert total(find(root, "backward"), "count") >= 2 * 3  # GEMMs for weights and input, GELU'
+
+
+def _flops_metadata(grid, metadata, args):
+    n = args["n"]
+    return {"name": f"add_{n}", "flops32": n, "bytes": 12 * n, "launches": 1}
+
+
+@triton.jit(launch_metadata=_flops_metadata)
+def add_md_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def test_triton_hook_names_ops_and_adds_launch_metadata(profile_path, xy):
+    from proton.viewer.derive import derive
+    from proton.viewer.reader import load as load_profile
+
+    name, read = profile_path
+    x, y = xy
+    out = torch.empty_like(x)
+    n = x.numel()
+    grid = (triton.cdiv(n, 1024),)
+    add_md_kernel[grid](x, y, out, n, BLOCK=1024)  # compile first
+    proton.start(name, hook="triton")
+    with proton.scope("ops"):
+        for _ in range(10):
+            add_md_kernel[grid](x, y, out, n, BLOCK=1024)
+        add(x, y)  # a Triton kernel without launch_metadata keeps its own name
+        torch.relu(x)  # not a Triton kernel: untouched
+    proton.finalize()
+    root, _ = read()
+    op = find(root, "ops", f"add_{n}")
+    assert op["metrics"]["count"] == 10 and op["children"] == []
+    assert op["metrics"]["flops32"] == 10 * n and op["metrics"]["bytes"] == 120 * n
+    assert op["metrics"]["launches"] == 10
+    assert find(root, "ops", "add_kernel")["metrics"]["count"] == 1
+    assert total(find(root, "ops"), "count") == 12
+    assert root["metrics"]["flops32"] == 0  # inclusive for the viewer
+    prof = load_profile(name + ".hatchet")
+    gbps = derive(prof, "gbyte/s").values
+    node = [k for k in gbps.index if k.frame["name"] == f"add_{n}"][0]
+    assert gbps[node] == pytest.approx(120 * n / (op["metrics"]["time (ns)"]))
+
+
+def test_triton_hook_chains_with_a_users_hook(profile_path, xy):
+    from triton import knobs
+
+    from proton.hooks import triton_hook
+
+    name, read = profile_path
+    seen = []
+    user_hook = lambda metadata: seen.append(metadata.data["name"])  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(user_hook)
+    try:
+        proton.start(name, hook="triton")
+        for _ in range(3):
+            add(*xy)
+        proton.finalize()
+        add(*xy)
+        assert seen == ["add_kernel"] * 4
+        assert triton_hook._enter not in knobs.runtime.launch_enter_hook.calls
+        assert user_hook in knobs.runtime.launch_enter_hook.calls
+    finally:
+        knobs.runtime.launch_enter_hook.remove(user_hook)
+    root, _ = read()
+    assert find(root, "add_kernel")["metrics"]["count"] == 3

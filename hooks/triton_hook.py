@@ -1,0 +1,87 @@
+"""hook="triton": name each Triton launch after its kernel (or its launch_metadata "name") and put
+the numbers its launch_metadata function returns (flops8/16/32/64, flops, bytes, ...) on that node.
+
+Chains with any other launch hooks through Triton's knobs (add/remove), never replacing them.
+"""
+from __future__ import annotations
+
+import threading
+from numbers import Number
+
+from ..paths import OP
+from ..scope import enter_frame, exit_scope
+from ..session import profiler
+
+LAUNCH_METADATA = "__proton_launch_metadata"
+"""Kernels that a launch_metadata function launches go under this frame (hidden by the viewers)."""
+_NOT_METRICS = {"name", "function", "stream"}
+
+
+class _State(threading.local):
+    depth = 0
+    """Open hook frames on this thread: a launch made by launch_metadata is not an op."""
+    entered = False
+
+
+_state = _State()
+_installed = False
+
+
+def _metrics(md: dict) -> dict[str, float]:
+    out = {}
+    for key, value in md.items():
+        if key in _NOT_METRICS:
+            continue
+        if hasattr(value, "item") and not isinstance(value, Number):
+            value = value.item()  # a 0-d tensor
+        if isinstance(value, Number) and not isinstance(value, bool):
+            out[key] = value
+    return out
+
+
+def _enter(metadata) -> None:
+    state = _state
+    state.entered = False
+    if state.depth or not profiler.sessions:
+        return
+    state.depth += 1
+    try:
+        enter_frame(LAUNCH_METADATA, {})
+        try:
+            md = metadata.get()
+        finally:
+            exit_scope()
+        name = md.get("name") or metadata.data.get("name", "triton_kernel")
+        enter_frame(name, _metrics(md), kind=OP)
+        state.entered = True
+    finally:
+        state.depth -= 1
+
+
+def _exit(metadata) -> None:
+    if _state.entered:
+        _state.entered = False
+        exit_scope()
+
+
+def install() -> None:
+    """Add the hooks to Triton's launch hook chains (once)."""
+    global _installed
+    if _installed:
+        return
+    from triton import knobs
+
+    knobs.runtime.launch_enter_hook.add(_enter)
+    knobs.runtime.launch_exit_hook.add(_exit)
+    _installed = True
+
+
+def uninstall() -> None:
+    global _installed
+    if not _installed:
+        return
+    from triton import knobs
+
+    knobs.runtime.launch_enter_hook.remove(_enter)
+    knobs.runtime.launch_exit_hook.remove(_exit)
+    _installed = False
