@@ -39,6 +39,7 @@ class KernelRecord:
     device_id: int
     start: int
     end: int
+    stream_id: int = 0
 
 
 @dataclass(slots=True)

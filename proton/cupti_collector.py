@@ -167,7 +167,7 @@ class CuptiCollector:
                 kind = rec.kind
                 if kind == k_kernel:
                     kernels.append(KernelRecord(rec.correlation_id, rec.name, rec.device_id,
-                                                rec.start, rec.end))
+                                                rec.start, rec.end, rec.stream_id))
                 elif kind in k_api:
                     api.append(ApiRecord(rec.correlation_id, rec.start, (kind, rec.cbid) in graphs,
                                          rec.thread_id))

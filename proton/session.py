@@ -40,7 +40,9 @@ class Session:
     intervals: list[list[int]] = field(default_factory=list)
     """[start, end] timestamps of each active stretch; the last end is -1 while active."""
     nodes: dict[int, dict[str, float]] = field(default_factory=dict)
-    """Metrics by path id; exclusive values, as written to the file."""
+    """Metrics by path id; exclusive values, as written to the file (data="tree")."""
+    events: list[tuple[int, KernelRecord]] = field(default_factory=list)
+    """Every kernel with its path id (data="trace")."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -54,12 +56,17 @@ class Session:
         return False
 
     def add(self, path_id: int, values: dict[str, float]) -> None:
+        if self.data == "trace":
+            return  # a trace holds kernels only
         with self.lock:
             node = self.nodes.setdefault(path_id, {})
             for key, value in values.items():
                 node[key] = node.get(key, 0) + value
 
     def add_kernel(self, path_id: int, rec: KernelRecord) -> None:
+        if self.data == "trace":
+            self.events.append((path_id, rec))
+            return
         with self.lock:
             node = self.nodes.get(path_id)
             if node is None:
@@ -113,15 +120,14 @@ class Profiler:
         _check_choice("hook", hook, HOOKS)
         if context == "python":
             raise SessionError("context='python' is not available yet; use context='shadow'")
-        if data == "trace":
-            raise SessionError("data='trace' is not available yet; use data='tree'")
         name = name or "proton"
         with self._lock:
             for session in self.sessions.values():
                 if session.name == name:  # starting a live name again resumes it
                     self._activate(session)
                     return session.id
-            path = name if name.endswith(".hatchet") else f"{name}.hatchet"
+            ext = ".hatchet" if data == "tree" else ".chrome_trace"
+            path = name if name.endswith(ext) else name + ext
             session = Session(self._next_id, name, os.path.abspath(path), context, data, hook)
             self._next_id += 1
             if self.gpu and self.collector is None:

@@ -15,9 +15,10 @@ from .errors import SessionError
 from .paths import ROOT, paths
 
 if TYPE_CHECKING:
+    from .attribution import KernelRecord
     from .session import Session
 
-FORMATS = ("", "hatchet")
+FORMATS = {"tree": ("", "hatchet"), "trace": ("", "chrome_trace")}
 _NOT_SUMMED = {m.DEVICE_ID, m.DEVICE_TYPE}
 
 
@@ -60,12 +61,29 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict]) -> list:
     return [root, {"CUDA": table} if table else {}]
 
 
+def build_trace(events: list[tuple[int, "KernelRecord"]]) -> dict:
+    """A Chrome trace (chrome://tracing, Perfetto): one event per kernel, times in us from the
+    first kernel, a process per device and a thread per stream, the call path in args."""
+    t0 = min((rec.start for _, rec in events), default=0)
+    stacks: dict[int, list[str]] = {}
+    out = []
+    for path, rec in sorted(events, key=lambda e: e[1].start):
+        stack = stacks.get(path) or stacks.setdefault(path, ["ROOT", *paths.names(path)])
+        out.append({"name": stack[-1], "cat": "kernel", "ph": "X", "pid": rec.device_id,
+                    "tid": rec.stream_id, "ts": (rec.start - t0) / 1e3,
+                    "dur": (rec.end - rec.start) / 1e3, "args": {"call_stack": stack}})
+    return {"displayTimeUnit": "us", "traceEvents": out}
+
+
 def write(session: "Session", output_format: str, devices: dict[str, dict]) -> str:
     """Write `session` to its file and return the path."""
-    if output_format not in FORMATS:
-        raise SessionError(f"output_format={output_format!r} is not supported for data='tree'; "
-                           "use 'hatchet'")
-    doc = build(session.nodes, devices)
+    if output_format not in FORMATS[session.data]:
+        raise SessionError(f"output_format={output_format!r} is not supported for "
+                           f"data={session.data!r}; use {FORMATS[session.data][1]!r}")
+    if session.data == "trace":
+        doc = build_trace(session.events)
+    else:
+        doc = build(session.nodes, devices)
     tmp = f"{session.path}.tmp"
     os.makedirs(os.path.dirname(session.path) or ".", exist_ok=True)
     with open(tmp, "w") as f:

@@ -384,3 +384,14 @@ def test_triton_hook_chains_with_a_users_hook(profile_path, xy):
         knobs.runtime.launch_enter_hook.remove(user_hook)
     root, _ = read()
     assert find(root, "add_kernel")["metrics"]["count"] == 3
+
+
+def test_trace_holds_every_launch_in_order(tmp_path, xy):
+    sid = proton.start(str(tmp_path / "tr"), data="trace")
+    with proton.scope("s"):
+        for _ in range(5):
+            add(*xy)
+    proton.finalize(sid)
+    events = load(tmp_path / "tr.chrome_trace")["traceEvents"]
+    assert [e["args"]["call_stack"] for e in events] == [["ROOT", "s", "add_kernel"]] * 5
+    assert all(b["ts"] >= a["ts"] + a["dur"] for a, b in zip(events, events[1:]))

@@ -198,3 +198,23 @@ def test_import_is_cheap_and_side_effect_free(tmp_path):
                "'pandas', 'rich') if m in sys.modules))", tmp_path)
     assert run.stdout.strip() == "[]", run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_trace_session_writes_every_kernel_as_a_chrome_trace_event(tmp_path):
+    sid = proton.start(str(tmp_path / "tr"), data="trace")
+    path = paths.intern(0, "outer")
+    profiler._on_kernel(path, KernelRecord(1, "k", 0, 5_000, 7_000, 13), profiler.now())
+    profiler._on_kernel(path, KernelRecord(2, "k", 0, 1_000, 2_000, 13), profiler.now())
+    proton.finalize(sid)
+    doc = load(tmp_path / "tr.chrome_trace")
+    assert doc["displayTimeUnit"] == "us"
+    first, second = doc["traceEvents"]
+    assert first == {"name": "k", "cat": "kernel", "ph": "X", "pid": 0, "tid": 13, "ts": 0.0,
+                     "dur": 1.0, "args": {"call_stack": ["ROOT", "outer", "k"]}}
+    assert second["ts"] == 4.0 and second["dur"] == 2.0
+
+
+def test_output_format_must_fit_the_data_kind(tmp_path):
+    sid = proton.start(str(tmp_path / "t"))
+    with pytest.raises(proton.SessionError, match="use 'hatchet'"):
+        proton.finalize(sid, output_format="chrome_trace")
