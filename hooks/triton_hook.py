@@ -46,11 +46,14 @@ def _enter(metadata) -> None:
         return
     state.depth += 1
     try:
-        enter_frame(LAUNCH_METADATA, {})
-        try:
+        if getattr(metadata, "extras", True):  # a launch_metadata function may launch kernels
+            enter_frame(LAUNCH_METADATA, {})
+            try:
+                md = metadata.get()
+            finally:
+                exit_scope()
+        else:
             md = metadata.get()
-        finally:
-            exit_scope()
         name = md.get("name") or metadata.data.get("name", "triton_kernel")
         enter_frame(name, _metrics(md), kind=OP)
         state.entered = True

@@ -69,9 +69,10 @@ class Session:
             return
         with self.lock:
             node = self.nodes.get(path_id)
-            if node is None:
-                node = self.nodes[path_id] = {m.TIME: 0, m.COUNT: 0, m.DEVICE_ID: rec.device_id,
-                                              m.DEVICE_TYPE: m.CUDA}
+            if node is None or m.COUNT not in node:  # an op node may hold only its metadata yet
+                node = self.nodes.setdefault(path_id, {})
+                node.update({m.TIME: 0, m.COUNT: 0, m.DEVICE_ID: rec.device_id,
+                             m.DEVICE_TYPE: m.CUDA})
             node[m.TIME] += rec.end - rec.start
             node[m.COUNT] += 1
 

@@ -218,3 +218,19 @@ def test_output_format_must_fit_the_data_kind(tmp_path):
     sid = proton.start(str(tmp_path / "t"))
     with pytest.raises(proton.SessionError, match="use 'hatchet'"):
         proton.finalize(sid, output_format="chrome_trace")
+
+
+def test_op_node_with_launch_metadata_takes_its_kernels_metrics(profile_path):
+    from proton.paths import OP
+
+    name, read = profile_path
+    proton.start(name)
+    op = paths.intern(0, "matmul_128", OP)
+    profiler.add_metrics(op, {"flops16": 10})
+    profiler._on_kernel(op, KernelRecord(1, "matmul_kernel", 0, 0, 40), profiler.now())
+    proton.finalize()
+    root, _ = read()
+    node = find(root, "matmul_128")
+    assert node["metrics"] == {"flops16": 10, "time (ns)": 40, "count": 1, "device_id": "0",
+                               "device_type": "CUDA"}
+    assert node["children"] == []
