@@ -57,10 +57,12 @@ def main() -> None:
                 times.append(timed_loop(x, args.launches))
         else:
             times.append(timed_loop(x, args.launches))
+    t0 = time.perf_counter()
     if prof is not None:
         prof.finalize()
     print(json.dumps({"mode": args.mode, "us_per_launch": min(times),
-                      "median": statistics.median(times), "repeats": len(times)}))
+                      "median": statistics.median(times), "repeats": len(times),
+                      "finalize_s": time.perf_counter() - t0}))
 
 
 if __name__ == "__main__":

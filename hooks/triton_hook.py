@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from numbers import Number
 
+from ..errors import SessionError
 from ..paths import OP
 from ..scope import enter_frame, exit_scope
 from ..session import profiler
@@ -72,7 +73,11 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from triton import knobs
+    try:
+        from triton import knobs
+    except ImportError:
+        raise SessionError("hook='triton' needs Triton (pip install triton); "
+                           "or start without hook") from None
 
     knobs.runtime.launch_enter_hook.add(_enter)
     knobs.runtime.launch_exit_hook.add(_exit)

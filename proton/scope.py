@@ -139,7 +139,7 @@ class scope:
         self.metrics = m.check_user_metrics(metrics)
 
     def __enter__(self) -> "scope":
-        enter_scope(self.name, metrics=self.metrics, cpu_timed=self._cpu_timed)
+        enter_frame(self.name, self.metrics, cpu_timed=self._cpu_timed)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -165,7 +165,7 @@ class cpu_timed_scope(scope):
     _cpu_timed = True
 
 
-class state:
+class state(scope):
     """Name the kernels launched inside with an extra innermost frame (Triton's `state`).
 
     Usage:
@@ -174,22 +174,7 @@ class state:
     """
 
     def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self) -> "state":
-        enter_state(self.name)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        exit_state()
-
-    def __call__(self, func: Callable) -> Callable:
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
-
-        return wrapper
+        super().__init__(name)
 
 
 def enter_state(name: str) -> None:
