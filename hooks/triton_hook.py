@@ -10,7 +10,8 @@ from numbers import Number
 
 from ..errors import SessionError
 from ..paths import OP
-from ..scope import enter_frame, exit_scope
+from ..metrics import RESERVED
+from ..scope import depth, enter_frame, exit_scope, unwind
 from ..session import profiler
 
 LAUNCH_METADATA = "__proton_launch_metadata"
@@ -19,9 +20,10 @@ _NOT_METRICS = {"name", "function", "stream"}
 
 
 class _State(threading.local):
-    depth = 0
-    """Open hook frames on this thread: a launch made by launch_metadata is not an op."""
-    entered = False
+    busy = False
+    """In the hook on this thread: a launch made by launch_metadata is not an op."""
+    op_depth = -1
+    """Frames open on this thread before the op frame we opened, or -1 when none is open."""
 
 
 _state = _State()
@@ -31,8 +33,8 @@ _installed = False
 def _metrics(md: dict) -> dict[str, float]:
     out = {}
     for key, value in md.items():
-        if key in _NOT_METRICS:
-            continue
+        if key in _NOT_METRICS or key in RESERVED:
+            continue  # a "count" or "time (ns)" of the user's would clash with the kernel's
         if hasattr(value, "item") and not isinstance(value, Number):
             value = value.item()  # a 0-d tensor
         if isinstance(value, Number) and not isinstance(value, bool):
@@ -42,10 +44,12 @@ def _metrics(md: dict) -> dict[str, float]:
 
 def _enter(metadata) -> None:
     state = _state
-    state.entered = False
-    if state.depth or not profiler.sessions:
+    if state.op_depth >= 0:  # the last launch raised before the exit hook ran
+        unwind(state.op_depth)
+        state.op_depth = -1
+    if state.busy or not profiler.sessions:
         return
-    state.depth += 1
+    state.busy = True
     try:
         if getattr(metadata, "extras", True):  # a launch_metadata function may launch kernels
             enter_frame(LAUNCH_METADATA, {})
@@ -56,16 +60,18 @@ def _enter(metadata) -> None:
         else:
             md = metadata.get()
         name = md.get("name") or metadata.data.get("name", "triton_kernel")
+        before = depth()
         enter_frame(name, _metrics(md), kind=OP)
-        state.entered = True
+        state.op_depth = before
     finally:
-        state.depth -= 1
+        state.busy = False
 
 
 def _exit(metadata) -> None:
-    if _state.entered:
-        _state.entered = False
-        exit_scope()
+    state = _state
+    if state.op_depth >= 0:
+        unwind(state.op_depth)
+        state.op_depth = -1
 
 
 def install() -> None:

@@ -9,12 +9,9 @@ Usage:
 """
 from __future__ import annotations
 
-import atexit
-
 from .errors import ProfilerConflictError, ProtonError, ScopeError, SessionError
 from .profile import activate, deactivate, finalize, profile, start
 from .scope import cpu_timed_scope, enter_scope, enter_state, exit_scope, exit_state, scope, state
-from .session import profiler as _profiler
 
 DEFAULT_PROFILE_NAME = "proton"
 
@@ -23,6 +20,3 @@ __all__ = [
     "scope", "cpu_timed_scope", "enter_scope", "exit_scope", "state", "enter_state", "exit_state",
     "ProtonError", "ScopeError", "SessionError", "ProfilerConflictError", "DEFAULT_PROFILE_NAME",
 ]
-
-# A script that never calls finalize() (or dies of an exception) still gets its profile.
-atexit.register(_profiler.finalize)

@@ -57,6 +57,9 @@ class _Launch:
     graph: bool
 
 
+GRAPH_HORIZON_NS = 60_000_000_000
+"""A graph launch is forgotten once kernels a minute younger than it have come."""
+
 # sink(path id, kernel record, launch start time)
 KernelSink = Callable[[int, KernelRecord, int], None]
 # unscoped(thread id, launch start time) -> path id for a launch made with no scope open
@@ -72,6 +75,10 @@ class Attributor:
         self._external: dict[int, int] = {}
         self._launches: dict[int, _Launch] = {}
         self._early: dict[int, list[KernelRecord]] = {}
+        self._graphs: dict[int, _Launch] = {}
+        """Graph launches: kept until well after their kernels, since any number may follow."""
+        self.waiting_kernels = 0
+        """Launch calls whose kernel record has not come yet (graph launches excluded)."""
         self.launches = 0
         """API launch records seen (a graph launch counts once)."""
         self.kernels = 0
@@ -87,6 +94,10 @@ class Attributor:
             self._add_api(rec)
         for rec in kernels:
             self._add_kernel(rec)
+        if self._graphs and kernels:
+            horizon = max(rec.end for rec in kernels) - GRAPH_HORIZON_NS
+            for corr in [c for c, g in self._graphs.items() if g.start < horizon]:
+                del self._graphs[corr]
 
     def _add_api(self, rec: ApiRecord) -> None:
         self.launches += 1
@@ -100,25 +111,26 @@ class Attributor:
                 self._deliver(launch, kernel)
             if not launch.graph:
                 return
-        self._launches[rec.correlation_id] = launch
+        if launch.graph:
+            self._graphs[rec.correlation_id] = launch
+        else:
+            self._launches[rec.correlation_id] = launch
+            self.waiting_kernels += 1
 
     def _add_kernel(self, rec: KernelRecord) -> None:
-        launch = self._launches.get(rec.correlation_id)
+        launch = self._launches.pop(rec.correlation_id, None)
+        if launch is not None:
+            self.waiting_kernels -= 1
+        else:
+            launch = self._graphs.get(rec.correlation_id)
         if launch is None:
             self._early.setdefault(rec.correlation_id, []).append(rec)
             return
-        if not launch.graph:
-            del self._launches[rec.correlation_id]
         self._deliver(launch, rec)
 
     def _deliver(self, launch: _Launch, rec: KernelRecord) -> None:
         self.kernels += 1
         self._sink(launch.path, rec, launch.start)
-
-    @property
-    def waiting_kernels(self) -> int:
-        """Launch calls whose kernel record has not come yet (graph launches excluded)."""
-        return sum(1 for launch in self._launches.values() if not launch.graph)
 
     def finish(self) -> int:
         """Give kernels whose launch record never came to the root; return how many there were."""
@@ -130,5 +142,7 @@ class Attributor:
                 self._deliver(_Launch(path, kernel.start, False), kernel)
         self._early.clear()
         self._launches.clear()
+        self._graphs.clear()
         self._external.clear()
+        self.waiting_kernels = 0
         return orphans

@@ -52,13 +52,34 @@ def proton(name, backend, context, data, hook, mode, target, args) -> None:
         profiler.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
     except ProtonError as exc:
         raise click.UsageError(str(exc)) from None
+    status = _run_profiled(target, list(args))
+    sys.exit(status)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so pytest and the script stop the same way."""
+
+    seen = False
+    """Set by the handler: pytest catches the interrupt itself and returns its own status."""
+
+
+def _on_sigterm(signum, frame):
+    _Terminated.seen = True
+    raise _Terminated()
+
+
+def _run_profiled(target: str, args: list[str]) -> int:
+    """Run the target, then write the profile whatever happened; return the exit status."""
+    saved = sys.argv[:], sys.path[:], signal.signal(signal.SIGTERM, _on_sigterm)
     profiler.command_line = True
     status = 0
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        status = _run(target, list(args))
+        status = _run(target, args)
     except SystemExit as exc:
         status = _exit_status(exc.code)
+    except _Terminated:
+        print("proton: terminated; writing the profile", file=sys.stderr)
+        status = 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("proton: interrupted; writing the profile", file=sys.stderr)
         status = 130
@@ -66,10 +87,23 @@ def proton(name, backend, context, data, hook, mode, target, args) -> None:
         traceback.print_exc()
         status = 1
     finally:
+        if _Terminated.seen and status != 128 + signal.SIGTERM:  # pytest caught it first
+            print("proton: terminated; writing the profile", file=sys.stderr)
+            status = 128 + signal.SIGTERM
+        sys.argv[:], sys.path[:] = saved[0], saved[1]
         profiler.command_line = False
-        for path in profiler.finalize():
-            print(f"proton: wrote {path}", file=sys.stderr)
-    sys.exit(status)
+        # A second Ctrl-C or SIGTERM must not cut the write short.
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            for path in profiler.finalize():
+                print(f"proton: wrote {path}", file=sys.stderr)
+        except Exception as exc:
+            print(f"proton: could not write the profile: {exc}", file=sys.stderr)
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, saved[2])
+    return status
 
 
 def _run(target: str, args: list[str]) -> int:

@@ -20,6 +20,7 @@ from .attribution import (ApiRecord, Attributor, ExternalRecord, KernelRecord, K
 from .errors import ProfilerConflictError, ProtonError
 
 BUFFER_SIZE = 8 << 20
+FLUSH_PERIOD_MS = 1000
 
 _DRIVER_LAUNCHES = ("cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchKernel",
                     "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
@@ -90,14 +91,28 @@ class CuptiCollector:
                     "another profiler (torch.profiler, Triton's Proton, nsys or ncu) already uses "
                     "CUPTI in this process; stop it first: one CUPTI profiler per process") from None
             raise ProtonError(f"CUPTI could not start: {exc}") from None
-        cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
-        for kind in self._kinds:
-            cupti.activity_enable(kind)
-        # Only the launch calls make API records: everything else stays off the hot path.
-        for cbid in self._all_driver:
-            self._enable_api(cupti.activity_enable_driver_api, cbid, cbid in self._driver_cbids)
-        for cbid in self._all_runtime:
-            self._enable_api(cupti.activity_enable_runtime_api, cbid, cbid in self._runtime_cbids)
+        try:
+            cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+            for kind in self._kinds:
+                cupti.activity_enable(kind)
+            # Only the launch calls make API records: everything else stays off the hot path.
+            for cbid in self._all_driver:
+                self._enable_api(cupti.activity_enable_driver_api, cbid,
+                                 cbid in self._driver_cbids)
+            for cbid in self._all_runtime:
+                self._enable_api(cupti.activity_enable_runtime_api, cbid,
+                                 cbid in self._runtime_cbids)
+            # Records reach us within a second, so attribution state stays small.
+            cupti.activity_flush_period(FLUSH_PERIOD_MS)
+        except cupti.cuptiError as exc:
+            for kind in self._kinds:
+                try:
+                    cupti.activity_disable(kind)
+                except cupti.cuptiError:
+                    pass
+            cupti.unsubscribe(self._subscriber)
+            self._subscriber = None
+            raise ProtonError(f"CUPTI could not start collecting: {exc}") from None
 
     def _enable_api(self, enable, cbid: int, on: bool) -> None:
         try:
@@ -110,6 +125,7 @@ class CuptiCollector:
         """Flush what is left and release CUPTI so another profiler may take it."""
         cupti = self._cupti
         self.flush()
+        cupti.activity_flush_period(0)
         for kind in self._kinds:
             cupti.activity_disable(kind)
         cupti.activity_flush_all(1)

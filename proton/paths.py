@@ -12,6 +12,7 @@ from dataclasses import dataclass
 ROOT = 0
 SCOPE = "function"  # frame type written to the file for scopes (hatchet's default)
 KERNEL = "kernel"
+STATE = "state"
 OP = "op"
 """A Triton op opened by the launch hook: its kernel's metrics go on this frame itself."""
 

@@ -49,14 +49,16 @@ def finalize(session: int | None = None, output_format: str = "") -> None:
         output_format: "" or "hatchet" (the only format for data="tree").
     """
     if profiler.command_line and session is None:
-        return  # the command writes its profile at exit
+        profiler.deactivate()  # as in Triton, profiling stops here; the command writes at exit
+        return
     profiler.finalize(session, output_format)
 
 
 def profile(func: Callable | None = None, *, name: str | None = None, context: str = "shadow",
             data: str = "tree", backend: str | None = None, mode: str | None = None,
             hook: str | None = None) -> Callable:
-    """Decorator: profile each call of the function into its own session and write it.
+    """Decorator: profile each call of the function into session `name` (as in Triton, the
+    session is deactivated after each call and written by finalize() or at exit).
 
     Usage:
         @proton.profile(name="train")
@@ -72,7 +74,6 @@ def profile(func: Callable | None = None, *, name: str | None = None, context: s
         try:
             return func(*args, **kwargs)
         finally:
-            if not profiler.command_line:
-                finalize(sid)
+            deactivate(sid)
 
     return wrapper

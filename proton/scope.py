@@ -13,21 +13,23 @@ from typing import Any, Callable, Mapping
 
 from . import metrics as m
 from .errors import ScopeError
-from .paths import ROOT, SCOPE, paths
+from .paths import ROOT, SCOPE, STATE, paths
 from .session import profiler
 
 
 @dataclass(slots=True)
 class _Open:
-    """A scope entered on this thread and not yet exited."""
+    """A frame entered on this thread and not yet exited."""
 
     path: int
     name: str
+    kind: str
     start_ns: int
     """time.time_ns() at entry when CPU time is recorded, else 0."""
-    pushed: bool
-    """Whether a CUPTI external correlation id was pushed for it."""
     cpu_timed: bool
+    pushed_by: object | None
+    """The collector that pushed this frame's CUPTI external correlation id, if one did; it
+    pops it again even after it stopped collecting, so CUPTI's stack never drifts."""
 
 
 class _Stacks(threading.local):
@@ -44,13 +46,18 @@ def current_path() -> int:
     return st[-1].path if st else ROOT
 
 
+def depth() -> int:
+    """How many frames are open on this thread."""
+    return len(_stacks.open)
+
+
 def repush_open_scopes() -> None:
     """Called when the collector starts: the calling thread's open scopes take effect now."""
     collector = profiler.collector
     st = _stacks.open
-    if st and collector is not None:
+    if st and collector is not None and st[-1].pushed_by is None:
         collector.push(st[-1].path)
-        st[-1].pushed = True
+        st[-1].pushed_by = collector
 
 
 def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
@@ -70,7 +77,7 @@ def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
 
 def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
                 kind: str = SCOPE) -> int:
-    """enter_scope with checked metrics and a frame kind (SCOPE, or OP for the launch hook)."""
+    """enter_scope with checked metrics and a frame kind (SCOPE, STATE, or OP for the hook)."""
     st = _stacks.open
     path = paths.intern(st[-1].path if st else ROOT, name, kind)
     collector = profiler.collector
@@ -78,8 +85,8 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
         collector.push(path)
         if threading.get_ident() == profiler.main_thread:
             profiler.note_main_path(path)
-    timed = cpu_timed or (collector is None and profiler.sessions != {})
-    st.append(_Open(path, name, time.time_ns() if timed else 0, collector is not None, timed))
+    timed = cpu_timed or (collector is None and bool(profiler.sessions))
+    st.append(_Open(path, name, kind, time.time_ns() if timed else 0, timed, collector))
     if values and profiler.sessions:
         profiler.add_metrics(path, values)
     return path
@@ -103,10 +110,19 @@ def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = N
     if name is not None and st[-1].name != name:
         raise ScopeError(f"exit_scope({name!r}) but the innermost open scope is "
                          f"{st[-1].name!r}; close scopes in the reverse order of opening")
+    return _close(st, values)
+
+
+def _close(st: list[_Open], values: dict[str, float]) -> int:
+    """Pop the innermost frame: its CUPTI id, its CPU time, its metrics."""
     top = st.pop()
+    if top.pushed_by is not None:
+        top.pushed_by.pop()
     collector = profiler.collector
-    if top.pushed and collector is not None:
-        collector.pop()
+    if collector is not None:
+        if st and st[-1].pushed_by is None:  # opened before collecting began: applies from now
+            collector.push(st[-1].path)
+            st[-1].pushed_by = collector
         if threading.get_ident() == profiler.main_thread:
             profiler.note_main_path(st[-1].path if st else ROOT)
     if top.cpu_timed and top.start_ns:
@@ -114,6 +130,14 @@ def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = N
     if values and profiler.sessions:
         profiler.add_metrics(top.path, values)
     return top.path
+
+
+def unwind(to_depth: int) -> None:
+    """Close every frame above `to_depth` on this thread, never raising: an exception left
+    them open (the user's exception goes on, not a ScopeError)."""
+    st = _stacks.open
+    while len(st) > to_depth:
+        _close(st, {})
 
 
 class scope:
@@ -134,22 +158,40 @@ class scope:
 
     _cpu_timed = False
 
+    _kind = SCOPE
+
     def __init__(self, name: str, metrics: Mapping[str, Any] | None = None) -> None:
         self.name = name
         self.metrics = m.check_user_metrics(metrics)
+        self._depths: list[int] = []
+
+    def _open(self) -> int:
+        before = depth()
+        enter_frame(self.name, self.metrics, cpu_timed=self._cpu_timed, kind=self._kind)
+        return before
 
     def __enter__(self) -> "scope":
-        enter_frame(self.name, self.metrics, cpu_timed=self._cpu_timed)
+        self._depths.append(self._open())
         return self
 
-    def __exit__(self, *exc) -> None:
-        exit_scope(self.name)
+    def __exit__(self, exc_type, exc, tb) -> None:
+        before = self._depths.pop()
+        if exc_type is None:
+            exit_scope(self.name)
+        else:
+            unwind(before)
 
     def __call__(self, func: Callable) -> Callable:
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
+            before = self._open()  # a local, so recursion and threads share the object safely
+            try:
+                result = func(*args, **kwargs)
+            except BaseException:
+                unwind(before)
+                raise
+            exit_scope(self.name)
+            return result
 
         return wrapper
 
@@ -173,15 +215,32 @@ class state(scope):
             kernel[grid](x)
     """
 
+    _kind = STATE
+
     def __init__(self, name: str) -> None:
         super().__init__(name)
 
+    def __exit__(self, exc_type, exc, tb) -> None:
+        before = self._depths.pop()
+        if exc_type is None:
+            exit_state()
+        else:
+            unwind(before)
+
 
 def enter_state(name: str) -> None:
-    """Open a state frame on this thread (see `state`)."""
-    enter_scope(name)
+    """Open a state frame on this thread (see `state`); scopes opened inside nest under it."""
+    enter_frame(name, {}, kind=STATE)
 
 
 def exit_state() -> None:
-    """Close the state frame opened last on this thread."""
+    """Close the innermost frame, which must be a state.
+
+    Raises:
+        ScopeError: the innermost open frame is a scope, not a state.
+    """
+    st = _stacks.open
+    if st and st[-1].kind != STATE:
+        raise ScopeError(f"exit_state() but the innermost open frame is the scope "
+                         f"{st[-1].name!r}; close it first")
     exit_scope()

@@ -7,6 +7,7 @@ launched).
 """
 from __future__ import annotations
 
+import atexit
 import bisect
 import os
 import sys
@@ -22,7 +23,7 @@ from .paths import KERNEL, OP, ROOT, paths
 CONTEXTS = ("shadow", "python")
 DATA = ("tree", "trace")
 BACKENDS = (None, "cupti")
-MODES = (None,)
+MODES = (None, "")
 HOOKS = (None, "triton")
 
 
@@ -44,6 +45,8 @@ class Session:
     events: list[tuple[int, KernelRecord]] = field(default_factory=list)
     """Every kernel with its path id (data="trace")."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+    """Set (under `lock`) when finalize takes the data; late kernel records are then ignored."""
 
     @property
     def active(self) -> bool:
@@ -59,15 +62,19 @@ class Session:
         if self.data == "trace":
             return  # a trace holds kernels only
         with self.lock:
+            if self.closed:
+                return
             node = self.nodes.setdefault(path_id, {})
             for key, value in values.items():
                 node[key] = node.get(key, 0) + value
 
     def add_kernel(self, path_id: int, rec: KernelRecord) -> None:
-        if self.data == "trace":
-            self.events.append((path_id, rec))
-            return
         with self.lock:
+            if self.closed:
+                return
+            if self.data == "trace":
+                self.events.append((path_id, rec))
+                return
             node = self.nodes.get(path_id)
             if node is None or m.COUNT not in node:  # an op node may hold only its metadata yet
                 node = self.nodes.setdefault(path_id, {})
@@ -89,6 +96,7 @@ class Profiler:
         self._gpu: bool | None = None
         self._lock = threading.RLock()
         self.lost_kernels = 0
+        self._atexit = False
         self.main_thread = threading.main_thread().ident
         self._main_timeline: list[tuple[int, int]] = []
         """(timestamp, path id) each time the main thread's innermost scope changed."""
@@ -128,21 +136,39 @@ class Profiler:
                     self._activate(session)
                     return session.id
             ext = ".hatchet" if data == "tree" else ".chrome_trace"
-            path = name if name.endswith(ext) else name + ext
-            session = Session(self._next_id, name, os.path.abspath(path), context, data, hook)
-            self._next_id += 1
-            if self.gpu and self.collector is None:
-                self._start_collector()
-            self.sessions[session.id] = session
-            self._activate(session)
-            if hook == "triton":
+            path = os.path.abspath(name if name.endswith(ext) else name + ext)
+            if os.path.isdir(path):
+                raise SessionError(f"the profile would be written to {path!r}, which is a "
+                                   "folder; give another name")
+            if hook == "triton":  # before anything is registered: a failure leaves nothing
                 from .hooks import triton_hook
 
                 triton_hook.install()
+            if self.gpu and self.collector is None:
+                self._start_collector()
+            session = Session(self._next_id, name, path, context, data, hook)
+            self._next_id += 1
+            self.sessions[session.id] = session
+            self._activate(session)
+            if not self._atexit:
+                atexit.register(self._finalize_at_exit)
+                self._atexit = True
             return session.id
 
+    def _finalize_at_exit(self) -> None:
+        """A script that never calls finalize() or dies of an exception still gets its file."""
+        try:
+            for path in self.finalize():
+                print(f"proton: wrote {path} at exit", file=sys.stderr)
+        except Exception as exc:  # at exit a traceback helps nobody: one line
+            print(f"proton: could not write the profile at exit: {exc}", file=sys.stderr)
+
     def _start_collector(self) -> None:
-        from .cupti_collector import CuptiCollector
+        try:
+            from .cupti_collector import CuptiCollector
+        except ImportError as exc:
+            raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
+                              "matching your CUDA 13 driver") from None
 
         collector = CuptiCollector(self._on_kernel, self._unscoped)
         collector.start()
@@ -188,13 +214,18 @@ class Profiler:
             targets = self._targets(session) if self.sessions or session is not None else []
             if not targets:
                 return []
+            for s in targets:  # a bad format must not cost the data
+                writer.check_format(s.data, output_format)
             if self.collector is not None:
                 self.lost_kernels += self.collector.flush()
-            self.deactivate(None if session is None else session)
+            self.deactivate(session)
+            devices = self._device_table()
             written = []
             for s in targets:
+                with s.lock:
+                    s.closed = True
+                written.append(writer.write(s, output_format, devices))
                 del self.sessions[s.id]
-                written.append(writer.write(s, output_format, self._device_table()))
             if not any(s.hook == "triton" for s in self.sessions.values()):
                 from .hooks import triton_hook
 
@@ -206,6 +237,7 @@ class Profiler:
     def _stop_collector(self) -> None:
         collector, self.collector = self.collector, None
         collector.stop()
+        self._main_timeline.clear()
         lost = self.lost_kernels + collector.attributor.finish()
         dropped = collector.dropped_records()
         if os.environ.get("PROTON_DEBUG"):
@@ -233,7 +265,17 @@ class Profiler:
 
     def note_main_path(self, path_id: int) -> None:
         """The main thread's innermost scope is now `path_id` (called while collecting)."""
-        self._main_timeline.append((self.collector.timestamp(), path_id))
+        timeline = self._main_timeline
+        now = self.collector.timestamp()
+        timeline.append((now, path_id))
+        if len(timeline) > 4096:  # CUPTI delivers launch records within a second or two
+            self._forget_before(now - 30_000_000_000)
+
+    def _forget_before(self, ts: int) -> None:
+        timeline = self._main_timeline
+        i = bisect.bisect_right(timeline, ts, key=lambda e: e[0]) - 1
+        if i > 0:
+            del timeline[:i]  # keep entry i: the scope that was current at `ts`
 
     def _unscoped(self, thread_id: int, ts: int) -> int:
         """Where a launch made with no scope open goes: a helper thread's launch (PyTorch's
@@ -242,12 +284,7 @@ class Profiler:
             return ROOT
         timeline = self._main_timeline
         i = bisect.bisect_right(timeline, ts, key=lambda e: e[0]) - 1
-        path = timeline[i][1] if i >= 0 else ROOT
-        # Launch records come roughly in time order: forget changes older than a second before.
-        old = bisect.bisect_right(timeline, ts - 1_000_000_000, key=lambda e: e[0]) - 1
-        if old > 1024:
-            del timeline[:old]
-        return path
+        return timeline[i][1] if i >= 0 else ROOT
 
     def _on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
         if paths.frames[path_id].kind == OP:  # the hook named this launch: the op is the kernel

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import tempfile
 from typing import TYPE_CHECKING
 
 from . import metrics as m
@@ -75,18 +77,36 @@ def build_trace(events: list[tuple[int, "KernelRecord"]]) -> dict:
     return {"displayTimeUnit": "us", "traceEvents": out}
 
 
-def write(session: "Session", output_format: str, devices: dict[str, dict]) -> str:
-    """Write `session` to its file and return the path."""
-    if output_format not in FORMATS[session.data]:
+def check_format(data: str, output_format: str) -> None:
+    if output_format not in FORMATS[data]:
         raise SessionError(f"output_format={output_format!r} is not supported for "
-                           f"data={session.data!r}; use {FORMATS[session.data][1]!r}")
+                           f"data={data!r}; use {FORMATS[data][1]!r}")
+
+
+def write(session: "Session", output_format: str, devices: dict[str, dict]) -> str:
+    """Write a closed `session` to its file and return the path written.
+
+    When its path cannot be written (a missing permission, a full disk), the profile goes to the
+    temporary folder instead and a line on stderr says where: the data is never lost."""
+    check_format(session.data, output_format)
     if session.data == "trace":
         doc = build_trace(session.events)
     else:
         doc = build(session.nodes, devices)
-    tmp = f"{session.path}.tmp"
-    os.makedirs(os.path.dirname(session.path) or ".", exist_ok=True)
+    try:
+        return _dump(doc, session.path)
+    except OSError as exc:
+        fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(session.path))
+        _dump(doc, fallback)
+        print(f"proton: could not write {session.path} ({exc.strerror or exc}); "
+              f"wrote {fallback} instead", file=sys.stderr)
+        return fallback
+
+
+def _dump(doc, path: str) -> str:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f)
-    os.replace(tmp, session.path)  # a reader never sees half a file
-    return session.path
+    os.replace(tmp, path)  # a reader never sees half a file
+    return path

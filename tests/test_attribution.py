@@ -53,6 +53,8 @@ def test_graph_launch_feeds_all_its_kernels_to_one_path():
     att.add_buffer([], [], [KernelRecord(5, "g3", 0, 4, 5)])
     assert [g[:2] for g in got] == [(11, "g0"), (11, "g1"), (11, "g2"), (11, "g3")]
     assert att.waiting_kernels == 0  # graph launches are not waited for
+    att.add_buffer([], [], [KernelRecord(99, "later", 0, 61_000_000_000, 61_000_000_001)])
+    assert not att._graphs  # forgotten once kernels a minute younger came
 
 
 def test_finish_gives_orphan_kernels_to_root_and_empties_the_maps():
@@ -60,7 +62,7 @@ def test_finish_gives_orphan_kernels_to_root_and_empties_the_maps():
     att.add_buffer([ExternalRecord(6, 3)], [], [KernelRecord(6, "o", 0, 50, 60)])
     assert att.finish() == 1
     assert got == [(3, "o", 50)]
-    assert not (att._external or att._launches or att._early)
+    assert not (att._external or att._launches or att._early or att._graphs)
 
 
 def test_matched_records_leave_nothing_behind():

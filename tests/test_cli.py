@@ -100,3 +100,34 @@ def test_help_has_examples():
     result = CliRunner().invoke(proton_cmd, ["--help"])
     assert result.exit_code == 0
     assert "proton main.py --lr 3e-4" in result.output and "pytest" in result.output
+
+
+def test_sigterm_stops_a_pytest_run_with_status_143(tmp_path):
+    (tmp_path / "test_slow.py").write_text(
+        "import time, proton\n"
+        "def test_a():\n    with proton.scope('a', {'n': 1}):\n"
+        "        print('ready', flush=True)\n        time.sleep(60)\n"
+        "def test_b():\n    open('b_ran', 'w').close()\n")
+    proc = subprocess.Popen([sys.executable, "-m", "proton", "-n", "pt", "pytest", "-s", "-q",
+                             "-p", "no:cacheprovider", str(tmp_path / "test_slow.py")],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(20):
+        if "ready" in proc.stdout.readline():
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert not (tmp_path / "b_ran").exists()
+    assert find(load(tmp_path / "pt.hatchet")[0], "a")["metrics"]["n"] == 1
+
+
+def test_triton_hook_without_triton_is_a_usage_error_and_writes_nothing(tmp_path, script):
+    try:
+        import triton  # noqa: F401
+        pytest.skip("triton is installed here")
+    except ImportError:
+        pass
+    run = run_proton(tmp_path, "-k", "triton", script, "0")
+    assert run.returncode == 2
+    assert "hook='triton' needs Triton" in run.stderr
+    assert list(tmp_path.glob("*.hatchet")) == []

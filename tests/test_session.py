@@ -14,13 +14,15 @@ import proton
 from proton import writer
 from proton.attribution import KernelRecord
 from proton.paths import paths
+from proton.scope import depth, unwind
 from proton.session import profiler
 
 
 @pytest.fixture(autouse=True)
 def no_live_sessions():
     yield
-    profiler.finalize()  # a failing test must not leak its session into the next
+    unwind(0)  # a failing test must not leak open scopes or its session into the next
+    profiler.finalize()
 
 
 def test_scopes_nest_and_record_cpu_time_without_gpu(profile_path):
@@ -65,7 +67,7 @@ def test_decorator_enter_exit_and_late_metrics(profile_path):
     proton.finalize()
     root, _ = read()
     assert find(root, "manual")["metrics"]["late"] == 2
-    assert find(root, "decorated")["metrics"]["cpu_time (ns)"] >= 0
+    assert find(root, "decorated")["metrics"]["cpu_time (ns)"] > 0
 
 
 def test_exit_scope_name_mismatch_is_an_error(profile_path):
@@ -132,11 +134,13 @@ def test_unknown_options_and_sessions_give_one_line_errors():
 def test_threads_keep_their_own_scope_stacks(profile_path):
     name, read = profile_path
     proton.start(name)
+    barrier = threading.Barrier(4)
 
     def work(i):
         with proton.scope(f"t{i}", {"n": i}):
+            barrier.wait()  # all four hold their outer scope at once
             with proton.scope("inner", {"n": 1}):
-                pass
+                barrier.wait()
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
     [t.start() for t in threads]
@@ -214,10 +218,73 @@ def test_trace_session_writes_every_kernel_as_a_chrome_trace_event(tmp_path):
     assert second["ts"] == 4.0 and second["dur"] == 2.0
 
 
-def test_output_format_must_fit_the_data_kind(tmp_path):
+def test_output_format_must_fit_the_data_kind_and_a_bad_one_loses_nothing(tmp_path):
     sid = proton.start(str(tmp_path / "t"))
+    with proton.scope("kept", {"n": 1}):
+        pass
     with pytest.raises(proton.SessionError, match="use 'hatchet'"):
         proton.finalize(sid, output_format="chrome_trace")
+    proton.finalize(sid)
+    assert find(load(tmp_path / "t.hatchet")[0], "kept")["metrics"]["n"] == 1
+
+
+def test_exception_inside_scopes_propagates_and_closes_them(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    with pytest.raises(ValueError, match="user error"):
+        with proton.scope("outer"):
+            proton.enter_scope("inner")  # never exited by the user
+            raise ValueError("user error")
+    assert depth() == 0
+
+    @proton.scope("decorated")
+    def fails():
+        with proton.scope("deeper"):
+            raise KeyError("k")
+
+    with pytest.raises(KeyError):
+        fails()
+    assert depth() == 0
+    with proton.scope("after", {"n": 1}):
+        pass
+    proton.finalize()
+    root, _ = read()
+    assert sorted(c["frame"]["name"] for c in root["children"]) == ["after", "decorated", "outer"]
+
+
+def test_exit_state_must_close_a_state():
+    proton.enter_state("warm")
+    proton.enter_scope("s")
+    with pytest.raises(proton.ScopeError, match="innermost open frame is the scope 's'"):
+        proton.exit_state()
+    proton.exit_scope("s")
+    proton.exit_state()
+    assert depth() == 0
+
+
+def test_unwritable_path_falls_back_to_a_temporary_file(tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    proton.start(str(blocker / "prof"))  # its folder is a file: cannot be written
+    with proton.scope("kept", {"n": 1}):
+        pass
+    (written,) = profiler.finalize()
+    assert written.endswith("prof.hatchet") and not written.startswith(str(blocker))
+    assert find(load(written)[0], "kept")["metrics"]["n"] == 1
+    assert f"wrote {written} instead" in capsys.readouterr().err
+
+
+def test_profile_decorator_accumulates_calls_into_one_session(tmp_path):
+    @proton.profile(name=str(tmp_path / "dec"))
+    def step(i):
+        with proton.scope("step", {"n": i}):
+            pass
+
+    step(1)
+    step(2)
+    assert not (tmp_path / "dec.hatchet").exists()  # written by finalize, as in Triton
+    proton.finalize()
+    assert find(load(tmp_path / "dec.hatchet")[0], "step")["metrics"]["n"] == 3
 
 
 def test_op_node_with_launch_metadata_takes_its_kernels_metrics(profile_path):

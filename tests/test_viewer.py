@@ -65,9 +65,28 @@ def test_cpu_profile_defaults_to_cpu_time(tmp_path):
     assert result.output.splitlines()[2].split() == ["2.500", "└─", "load"]
 
 
-def test_nodes_without_the_metric_show_blank_not_nan():
-    result = show("-m", "avg_time/us", RECORDED)
+def test_nodes_without_the_metric_show_blank_not_nan(tmp_path):
+    path = tmp_path / "p.hatchet"
+    path.write_text(json.dumps([{"frame": {"name": "ROOT"}, "metrics": {"time (ns)": 0, "count": 0},
+                                 "children": [{"frame": {"name": "k"}, "children": [],
+                                               "metrics": {"time (ns)": 2000, "count": 2}},
+                                              {"frame": {"name": "user"}, "children": [],
+                                               "metrics": {"tokens (exc)": 5}}]}, {}]))
+    result = show("-m", "avg_time/us,tokens (exc)", str(path))
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()]
+    assert ["1", "├─", "k"] in rows or ["1", "└─", "k"] in rows
+    assert any(r[-1] == "user" and r[0] != "nan" for r in rows)
     assert "nan" not in result.output.lower()
+
+
+def test_infinite_values_print_as_inf(tmp_path):
+    path = tmp_path / "inf.hatchet"
+    path.write_text('[{"frame": {"name": "ROOT"}, "metrics": {"x": 0}, "children": '
+                    '[{"frame": {"name": "a"}, "metrics": {"x": 1e400}, "children": []}]}, {}]')
+    result = show("-m", "x", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[2].split() == ["inf", "└─", "a"]
 
 
 @pytest.mark.parametrize("content,message", [

@@ -16,6 +16,8 @@ from .derive import Column
 def _fmt(value: float) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""  # a metric with no meaning at this node shows blank, not nan
+    if not math.isfinite(value):
+        return str(value)
     if value == int(value) and abs(value) < 1e15:
         return f"{int(value):,}"
     return f"{value:,.3f}" if abs(value) >= 1e-3 else f"{value:.3e}"
