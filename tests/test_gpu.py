@@ -395,3 +395,34 @@ def test_trace_holds_every_launch_in_order(tmp_path, xy):
     events = load(tmp_path / "tr.chrome_trace")["traceEvents"]
     assert [e["args"]["call_stack"] for e in events] == [["ROOT", "s", "add_kernel"]] * 5
     assert all(b["ts"] >= a["ts"] + a["dur"] for a, b in zip(events, events[1:]))
+
+
+def test_sessions_started_and_ended_inside_open_scopes(tmp_path, xy):
+    with proton.scope("outer"):
+        with proton.scope("inner"):
+            proton.start(str(tmp_path / "a"))  # CUPTI starts with two scopes open
+            add(*xy)
+        add(*xy)  # back in "outer", which opened before collecting began
+        proton.finalize()  # and "outer" stays open past the end of the session
+    proton.start(str(tmp_path / "b"))
+    add(*xy)
+    proton.finalize()
+    a, _ = load(tmp_path / "a.hatchet")
+    assert find(a, "outer", "inner", "add_kernel")["metrics"]["count"] == 1
+    assert find(a, "outer", "add_kernel")["metrics"]["count"] == 1
+    b, _ = load(tmp_path / "b.hatchet")
+    assert [c["frame"]["name"] for c in b["children"]] == ["add_kernel"]  # not under "outer"
+
+
+def test_exception_in_a_scope_leaves_attribution_intact(profile_path, xy):
+    name, read = profile_path
+    proton.start(name)
+    with pytest.raises(RuntimeError):
+        with proton.scope("failing"):
+            add(*xy)
+            raise RuntimeError("x")
+    add(*xy)
+    proton.finalize()
+    root, _ = read()
+    assert find(root, "failing", "add_kernel")["metrics"]["count"] == 1
+    assert find(root, "add_kernel")["metrics"]["count"] == 1
