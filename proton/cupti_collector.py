@@ -154,13 +154,19 @@ class CuptiCollector:
         """Deliver every record of the launches made so far; return how many never came."""
         from . import gpu
 
+        t0 = time.monotonic()
         gpu.synchronize()
-        deadline = time.monotonic() + timeout_s
+        deadline = t0 + timeout_s
+        rounds = 0
         while True:
             self._cupti.activity_flush_all(1)
+            rounds += 1
             if self.attributor.waiting_kernels == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
+        if os.environ.get("PROTON_DEBUG"):
+            print(f"proton: flush took {time.monotonic() - t0:.3f} s in {rounds} rounds, "
+                  f"{self.attributor.waiting_kernels} launches still waiting", file=sys.stderr)
         return self.attributor.waiting_kernels
 
     def dropped_records(self) -> int:
