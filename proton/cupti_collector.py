@@ -20,7 +20,6 @@ from .attribution import (ApiRecord, Attributor, ExternalRecord, KernelRecord, K
 from .errors import ProfilerConflictError, ProtonError
 
 BUFFER_SIZE = 8 << 20
-FLUSH_PERIOD_MS = 1000
 
 _DRIVER_LAUNCHES = ("cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchKernel",
                     "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
@@ -102,8 +101,6 @@ class CuptiCollector:
             for cbid in self._all_runtime:
                 self._enable_api(cupti.activity_enable_runtime_api, cbid,
                                  cbid in self._runtime_cbids)
-            # Records reach us within a second, so attribution state stays small.
-            cupti.activity_flush_period(FLUSH_PERIOD_MS)
         except cupti.cuptiError as exc:
             for kind in self._kinds:
                 try:
@@ -125,7 +122,6 @@ class CuptiCollector:
         """Flush what is left and release CUPTI so another profiler may take it."""
         cupti = self._cupti
         self.flush()
-        cupti.activity_flush_period(0)
         for kind in self._kinds:
             cupti.activity_disable(kind)
         cupti.activity_flush_all(1)

@@ -268,8 +268,8 @@ class Profiler:
         timeline = self._main_timeline
         now = self.collector.timestamp()
         timeline.append((now, path_id))
-        if len(timeline) > 4096:  # CUPTI delivers launch records within a second or two
-            self._forget_before(now - 30_000_000_000)
+        if len(timeline) > 65536:  # bounded: launch records come within minutes at most
+            self._forget_before(now - 300_000_000_000)
 
     def _forget_before(self, ts: int) -> None:
         timeline = self._main_timeline
