@@ -231,7 +231,11 @@ class Profiler:
 
                 triton_hook.uninstall()
             if not self.sessions and self.collector is not None:
+                t0 = time.monotonic()
                 self._stop_collector()
+                if os.environ.get("PROTON_DEBUG"):
+                    print(f"proton: stopping CUPTI took {time.monotonic() - t0:.3f} s",
+                          file=sys.stderr)
             return written
 
     def _stop_collector(self) -> None:
