@@ -5,6 +5,8 @@ import json
 import os
 from collections import Counter
 
+import pytest
+
 from conftest import find, load
 
 from proton.attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord
@@ -127,3 +129,36 @@ def test_unscoped_launch_from_a_helper_thread_takes_the_main_threads_scope():
     got, att = [], Attributor(lambda p, r, ts: got.append(p), prof._unscoped)
     att.add_buffer([], [ApiRecord(1, 22, False, 1234)], [KernelRecord(1, "k", 0, 23, 24)])
     assert got == [6]
+
+
+# Records built outside a CUPTI buffer make the binding complain when they are freed.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_records_are_read_from_the_bindings_own_struct_layout():
+    """The collector reads CUPTI records through cupti-python's numpy dtypes, not its slow
+    per-field properties; build real binding records and read them back."""
+    import ctypes
+
+    import numpy as np
+    from cupti import cupti
+
+    from proton.cupti_collector import struct_reader
+
+    api = np.zeros(1, dtype=cupti.activity_api_dtype)
+    api["kind"], api["cbid"], api["start"] = int(cupti.ActivityKind.DRIVER), 7, 123456789012
+    api["thread_id"], api["correlation_id"] = 55, 99
+    rec = cupti.ActivityAPI.from_data(api)
+    read = struct_reader(cupti.activity_api_dtype, ["correlation_id", "start", "cbid", "thread_id"])
+    assert read(rec.ptr) == (99, 123456789012, 7, 55)
+    assert struct_reader(cupti.activity_api_dtype, ["kind"], single=True)(rec.ptr) == \
+        int(cupti.ActivityKind.DRIVER)
+
+    name = ctypes.create_string_buffer(b"matmul_kernel")
+    kern = np.zeros(1, dtype=cupti.activity_kernel10_dtype)
+    kern["correlation_id"], kern["name"], kern["device_id"] = 5, ctypes.addressof(name), 1
+    kern["start"], kern["end"], kern["stream_id"] = 10, 30, 7
+    rec = cupti.ActivityKernel10.from_data(kern)
+    corr, name_ptr, device, start, end, stream = struct_reader(
+        cupti.activity_kernel10_dtype,
+        ["correlation_id", "name", "device_id", "start", "end", "stream_id"])(rec.ptr)
+    assert (corr, ctypes.string_at(name_ptr), device, start, end, stream) == \
+        (5, b"matmul_kernel", 1, 10, 30, 7)
