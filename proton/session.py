@@ -226,7 +226,7 @@ class Profiler:
                     s.closed = True
                 written.append(writer.write(s, output_format, devices))
                 del self.sessions[s.id]
-            if not any(s.hook == "triton" for s in self.sessions.values()):
+            if any(s.hook for s in targets) and not any(s.hook for s in self.sessions.values()):
                 from .hooks import triton_hook
 
                 triton_hook.uninstall()
