@@ -77,7 +77,7 @@ def test_matched_records_leave_nothing_behind():
 
 
 def test_replayed_h100_records_rebuild_the_recorded_tree():
-    """tests/data/cupti_records.json: tests/data/record_session.py's CUPTI records on an H100."""
+    """tests/data/cupti_records.json: tests/data/record_session.py's CUPTI records on an H200."""
     with open(os.path.join(DATA, "cupti_records.json")) as f:
         recorded = json.load(f)
     frames = recorded["frames"]

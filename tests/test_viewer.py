@@ -24,9 +24,9 @@ def test_default_view_is_kernel_time_in_ms_sorted_hottest_first():
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["time", "(ms)", "name"]
-    assert lines[1].split() == ["0.143", "ROOT"]
-    assert lines[2].split() == ["0.131", "├─", "step"]
-    assert lines[3].split()[-1] == "torch"  # 110 us before triton's 21 us
+    assert lines[1].split() == ["0.134", "ROOT"]
+    assert lines[2].split() == ["0.125", "├─", "step"]
+    assert lines[3].split()[-1] == "torch"  # 108 us before triton's 16 us
 
 
 def test_several_metrics_and_depth():
@@ -114,7 +114,8 @@ def test_unknown_metric_lists_what_is_available():
 
 def test_triton_written_profile_reads_with_the_same_numbers_as_ours():
     """The same workload (tests/data/record_session.py) profiled by Triton 3.6's Proton and by
-    ours on one H100: same tree, same counts, kernel times within 5%."""
+    ours on one H200: same tree, same counts, kernel times within 5% (0.25 us for a single
+    launch of a 1 us kernel, whose run-to-run spread is larger)."""
     theirs, ours = load(os.path.join(DATA, "triton_recorded.hatchet")), load(RECORDED)
 
     def by_path(prof, spec):
@@ -131,4 +132,4 @@ def test_triton_written_profile_reads_with_the_same_numbers_as_ours():
     assert by_path(theirs, "count") == by_path(ours, "count")
     t_theirs, t_ours = by_path(theirs, "time/us"), by_path(ours, "time/us")
     for path, t in t_ours.items():
-        assert t_theirs[path] == pytest.approx(t, rel=0.05), path
+        assert t_theirs[path] == pytest.approx(t, rel=0.05, abs=0.25), path
