@@ -40,12 +40,6 @@ class _Stacks(threading.local):
 _stacks = _Stacks()
 
 
-def current_path() -> int:
-    """Path id of this thread's innermost open scope (the root when none)."""
-    st = _stacks.open
-    return st[-1].path if st else ROOT
-
-
 def depth() -> int:
     """How many frames are open on this thread."""
     return len(_stacks.open)

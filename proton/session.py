@@ -202,10 +202,6 @@ class Profiler:
                 if s.active:
                     s.intervals[-1][1] = now
 
-    @property
-    def any_active(self) -> bool:
-        return any(s.active for s in self.sessions.values())
-
     def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
         """Flush, write and close sessions; return the files written."""
         from . import writer

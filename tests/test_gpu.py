@@ -1,7 +1,6 @@
 """The real path on a GPU: CUPTI records, attribution, files. Run with `pytest -m gpu`."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
