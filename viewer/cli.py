@@ -6,28 +6,51 @@ import sys
 import click
 
 from .errors import ViewerError
+from .select import FORMATS
 
 EPILOG = """\b
 Examples:
   proton-viewer run1.hatchet                     # tree with kernel (or CPU) time in ms
   proton-viewer -l run1.hatchet                  # metrics the file has and can derive
   proton-viewer -m time/ms,avg_time/us,count run1.hatchet
-  proton-viewer -m tflop16/s,time/% -d 3 run1.hatchet
+  proton-viewer -m tflop16/s,util,time/% -d 3 run1.hatchet
+  proton-viewer -i '.*attn' -t 0.05 run1.hatchet # frames named *attn*, >= 0.05 ms
+  proton-viewer --print-sorted -m time/us run1.hatchet
+  proton-viewer -m time/ms --output csv run1.hatchet > run1.csv
 """
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.option("-l", "--list", "list_metrics", is_flag=True, help="List the metrics and exit.")
 @click.option("-m", "--metrics", default=None,
-              help="Comma-separated metrics, e.g. time/ms,avg_time/us,count,tflop16/s,time/% "
+              help="Comma-separated metrics, e.g. time/ms,avg_time/us,count,tflop16/s,util,time/% "
               "(default: time/ms, or cpu_time/ms for a profile without kernels).")
+@click.option("-i", "--include", default=None, metavar="REGEX",
+              help="Show only frames whose name matches (from its start, as in Triton's viewer), "
+              "with their callers and callees.")
+@click.option("-e", "--exclude", default=None, metavar="REGEX",
+              help="Hide frames whose name matches, and everything under them.")
+@click.option("-t", "--threshold", type=float, default=None,
+              help="Hide frames whose first metric is below this value.")
 @click.option("-d", "--depth", type=click.IntRange(min=0), default=100, show_default=True,
               help="Deepest level of the tree to show.")
+@click.option("-f", "--format", "name_format", type=click.Choice(FORMATS), default="full",
+              show_default=True, help="How to shorten `file:line@function` frame names.")
+@click.option("--print-sorted", is_flag=True,
+              help="After the tree, a flat table of the frames, hottest first.")
+@click.option("--output", type=click.Choice(["tree", "json", "csv"]), default="tree",
+              show_default=True, help="json/csv: the shown rows for scripts, no tree drawing.")
+@click.option("--width", type=click.IntRange(min=40), default=None,
+              help="Terminal width to draw for (long names fold onto more lines; never cut).")
 @click.argument("profile", metavar="FILE.hatchet")
-def viewer(list_metrics: bool, metrics: str | None, depth: int, profile: str) -> None:
-    """Show the call tree of a Proton profile (ours or Triton's Proton's)."""
+def viewer(list_metrics, metrics, include, exclude, threshold, depth, name_format, print_sorted,
+           output, width, profile) -> None:
+    """Show the call tree of a Proton profile (ours or Triton's Proton's).
+
+    Filters only choose what is shown: every number is the frame's own measurement."""
     try:
-        _show(list_metrics, metrics, depth, profile)
+        _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
+              print_sorted, output, width, profile)
     except ViewerError as exc:
         raise _Failed(str(exc)) from None
 
@@ -38,17 +61,19 @@ class _Failed(click.ClickException):
     exit_code = 2
 
 
-def _show(list_metrics: bool, metrics: str | None, depth: int, profile: str) -> None:
+def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format, print_sorted,
+          output, width, profile) -> None:
     from rich.console import Console
 
+    from . import export, render
     from .derive import available, derive
     from .reader import load
-    from .render import tree_table
+    from .select import display_names, visible_nodes
 
     prof = load(profile)
-    # Piped or redirected output keeps whole kernel names on one line for grep and diff.
     tty = sys.stdout.isatty()
-    console = Console() if tty else Console(width=100_000)
+    # Piped or redirected output keeps whole kernel names on one line for grep and diff.
+    console = Console(width=width) if tty or width else Console(width=100_000)
     if list_metrics:
         console.print("inclusive: " + ", ".join(prof.inclusive), soft_wrap=True)
         console.print("exclusive: " + ", ".join(prof.exclusive), soft_wrap=True)
@@ -61,7 +86,26 @@ def _show(list_metrics: bool, metrics: str | None, depth: int, profile: str) -> 
             raise ViewerError(f"{profile!r} holds no time metric; choose one with -m "
                               f"(see proton-viewer -l {profile})")
     columns = [derive(prof, spec) for spec in metrics.split(",") if spec.strip()]
-    console.print(tree_table(prof.gf, columns, depth=depth, nbsp=tty))
+    if not columns:
+        raise ViewerError("-m names no metric; e.g. -m time/ms,count")
+    first = columns[0].values.to_dict()
+    visible = None
+    if include or exclude or threshold is not None:
+        visible = visible_nodes(prof.gf, first, include=include, exclude=exclude,
+                                threshold=threshold)
+    names = display_names(prof.gf, name_format)
+    if output != "tree":
+        table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names)
+        click.echo(export.to_json(table) if output == "json" else export.to_csv(table), nl=False)
+        return
+    console.print(render.tree_table(prof.gf, columns, depth=depth, visible=visible, names=names,
+                                    nbsp=tty))
+    if console.is_terminal:
+        console.print(render.legend(columns, first.get(prof.gf.graph.roots[0])))
+    if print_sorted:
+        console.print()
+        console.print(f"Frames sorted by {columns[0].header}:", style="bold")
+        console.print(render.sorted_table(prof.gf, columns, visible=visible, names=names))
 
 
 def main() -> None:

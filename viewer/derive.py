@@ -11,6 +11,7 @@ import pandas as pd
 
 from .errors import ViewerError
 from .reader import Profile
+from .specs import max_bytes_per_s, max_flops
 
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
@@ -40,8 +41,13 @@ def available(profile: Profile) -> list[str]:
                 out += [f"{p}flop{m.group(1) or ''}/s" for p in RATE_PREFIX]
         if "bytes" in have:
             out += [f"{p}byte/s" for p in RATE_PREFIX]
+    if "time (ns)" in have and profile.devices and ("bytes" in have or any(
+            re.fullmatch(r"flops(8|16|32|64)", metric) for metric in have)):
+        out.append("util")
     if "cpu_time (ns)" in have:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
+        if "count" in have:
+            out += [f"avg_cpu_time/{u}" for u in TIME_UNITS]
     out += [f"{m}/%" for m in profile.inclusive]
     return out
 
@@ -49,6 +55,8 @@ def available(profile: Profile) -> list[str]:
 def derive(profile: Profile, spec: str) -> Column:
     """Compute one metric spec; raise ViewerError naming the choices when it cannot."""
     s = spec.strip().lower()
+    if s == "util":
+        return Column("util", _util(profile, spec))
     m = _TIME.match(s)
     if m:
         what, unit = m.group("what"), m.group("unit")
@@ -74,6 +82,29 @@ def derive(profile: Profile, spec: str) -> Column:
         return Column(f"{base} (%)", values / root_total * 100 if root_total else values * 0)
     base = _match(profile, spec, spec)
     return Column(base, _column(profile, base, spec))
+
+
+def _util(profile: Profile, spec: str) -> pd.Series:
+    """Achieved over peak: the larger of (flops at each width / peak) and (bytes / peak
+    bandwidth), over the kernel's time; blank for frames that are not kernels."""
+    df = profile.gf.dataframe
+    seconds = _column(profile, "time (ns)", spec) * 1e-9
+    device = df["device_id"].astype(str) if "device_id" in df else pd.Series("", index=df.index)
+    flops_time = pd.Series(0.0, index=df.index)
+    bytes_time = pd.Series(0.0, index=df.index)
+    for index, dev in profile.devices.get("CUDA", {}).items():
+        rows = device == str(index)
+        for width in (8, 16, 32, 64):
+            if f"flops{width}" in df:
+                peak = max_flops(str(dev["arch"]), width, dev["num_sms"], dev["clock_rate"])
+                flops_time[rows] += pd.to_numeric(df.loc[rows, f"flops{width}"],
+                                                  errors="coerce").fillna(0) / peak
+        if "bytes" in df:
+            peak = max_bytes_per_s(dev["bus_width"], dev["memory_clock_rate"])
+            bytes_time[rows] += pd.to_numeric(df.loc[rows, "bytes"], errors="coerce") / peak
+    util = flops_time.combine(bytes_time, max) / seconds
+    util[~device.isin([str(i) for i in profile.devices.get("CUDA", {})])] = float("nan")
+    return util
 
 
 def _match(profile: Profile, name: str, spec: str) -> str:

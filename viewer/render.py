@@ -1,7 +1,7 @@
-"""Draw a profile's call tree as a rich table: metric columns, then the indented frame name.
+"""Draw a profile for people: the call tree as a rich table, the sorted flat table, the legend.
 
 hatchet's own tree() looks up the dataframe once per node (minutes on 100k nodes); here every
-column becomes a dict first, so drawing is one pass over the graph.
+column is a plain dict first, so drawing is one pass over the graph.
 """
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ from rich.text import Text
 
 from .derive import Column
 
+# Share of the root's value on the first metric -> style; the legend prints these bands.
+BANDS = [(0.9, "bold red"), (0.6, "red"), (0.3, "yellow"), (0.1, "green"), (0.01, "cyan"),
+         (0.0, "blue")]
 
-def _fmt(value: float) -> str:
+
+def fmt(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""  # a metric with no meaning at this node shows blank, not nan
     if not math.isfinite(value):
@@ -23,36 +27,83 @@ def _fmt(value: float) -> str:
     return f"{value:,.3f}" if abs(value) >= 1e-3 else f"{value:.3e}"
 
 
-def tree_table(gf, columns: list[Column], *, depth: int = 100, nbsp: bool = True) -> Table:
-    """A table with one row per node (children sorted by the first column, largest first).
+def _style(value, top) -> str:
+    if value is None or not top or math.isnan(value) or not math.isfinite(top):
+        return ""
+    share = value / top
+    return next(style for bound, style in BANDS if share >= bound or bound == 0.0)
+
+
+def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None):
+    """Yield (node, level, lasts) in drawing order: children sorted by `first`, largest first;
+    `lasts` says, for each level down to this node, whether it was its parent's last child."""
+
+    def key(node):
+        v = first.get(node)
+        return (v is None or v != v, -(v or 0) if v == v else 0)
+
+    def visit(node, level, lasts):
+        yield node, level, lasts
+        if level >= depth:
+            return
+        kids = sorted((c for c in node.children if visible is None or c in visible), key=key)
+        for i, child in enumerate(kids):
+            yield from visit(child, level + 1, lasts + (i == len(kids) - 1,))
+
+    for root in gf.graph.roots:
+        yield from visit(root, 0, ())
+
+
+def tree_table(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
+               names: dict | None = None, nbsp: bool = True) -> Table:
+    """One row per shown node (see `walk`), the first column coloured by its share of the root.
 
     nbsp: join tree guides to names with non-breaking spaces (for a terminal that folds)."""
-    sp = "\u00a0" if nbsp else " "
     values = [c.values.to_dict() for c in columns]
+    sp = "\u00a0" if nbsp else " "
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for column in columns:
         table.add_column(column.header, justify="right", no_wrap=True)
     table.add_column("name", overflow="fold")
     first = values[0] if values else {}
+    top = first.get(gf.graph.roots[0]) if gf.graph.roots else None
+    for node, level, lasts in walk(gf, first, depth=depth, visible=visible):
+        guides = "".join(sp * 3 if last else "│" + sp * 2 for last in lasts[:-1])
+        branch = "" if level == 0 else ("└─" if lasts[-1] else "├─") + sp
+        label = Text()
+        label.append(guides + branch, style="dim")
+        label.append(names[node] if names else node.frame.get("name", "?"))
+        cells = [Text(fmt(v.get(node)), style=_style(v.get(node), top) if i == 0 else "")
+                 for i, v in enumerate(values)]
+        table.add_row(*cells, label)
+    return table
 
-    def key(node):
-        v = first.get(node)
-        return (v is None or math.isnan(v), -(v or 0) if v == v else 0)
 
-    def visit(node, prefix: str, last: bool, level: int) -> None:
-        # non-breaking spaces: a long name folds within itself, not away from its branch
-        branch = "" if level == 0 else ("└─" if last else "├─") + sp
-        name = Text()
-        name.append(prefix + branch, style="dim")
-        name.append(node.frame.get("name", "?"))
-        table.add_row(*(_fmt(v.get(node)) for v in values), name)
-        if level >= depth:
-            return
-        kids = sorted(node.children, key=key)
-        inner = prefix + ("" if level == 0 else (sp * 3 if last else "│" + sp * 2))
-        for i, child in enumerate(kids):
-            visit(child, inner, i == len(kids) - 1, level + 1)
+def legend(columns: list[Column], root_value) -> Text:
+    """What the colours mean: the first metric's share of the root, with its range."""
+    values = [v for v in columns[0].values.tolist() if v == v and v is not None] if columns else []
+    text = Text(f"{columns[0].header}: share of ROOT ({fmt(root_value)}) ", style="dim")
+    for bound, style in BANDS:
+        text.append("■ ", style=style)
+        text.append(f"≥{bound:.0%} " if bound else "<1% ", style="dim")
+    if values:
+        text.append(f"  min {fmt(min(values))}  max {fmt(max(values))}", style="dim")
+    return text
 
-    for root in gf.graph.roots:
-        visit(root, "", True, 0)
+
+def sorted_table(gf, columns: list[Column], *, visible: set | None = None,
+                 names: dict | None = None) -> Table:
+    """Every shown frame but the root, hottest first on the first metric."""
+    values = [c.values.to_dict() for c in columns]
+    roots = set(gf.graph.roots)
+    nodes = [n for n in gf.graph.traverse() if n not in roots and (visible is None or n in visible)]
+    first = values[0] if values else {}
+    nodes.sort(key=lambda n: -(first.get(n) or 0) if first.get(n) == first.get(n) else 0)
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column.header, justify="right", no_wrap=True)
+    table.add_column("name", overflow="fold")
+    for node in nodes:
+        table.add_row(*(fmt(v.get(node)) for v in values),
+                      names[node] if names else node.frame.get("name", "?"))
     return table

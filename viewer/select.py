@@ -1,0 +1,70 @@
+"""Which frames to show, and under what names: include/exclude/threshold filters, name formats.
+
+Filters only choose what is shown; every value stays what was measured (a parent keeps its full
+inclusive time even when some children are hidden).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import ViewerError
+
+FORMATS = ("full", "file_function_line", "function_line", "file_function")
+
+
+def _regex(pattern: str | None, option: str):
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ViewerError(f"{option} {pattern!r} is not a valid regular expression: {exc}") from None
+
+
+def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
+                  exclude: str | None = None, threshold: float | None = None) -> set:
+    """The nodes to draw. Names match at their start, as in Triton's viewer (`.*attn` searches).
+
+    include: frames whose name matches, with their ancestors and descendants.
+    exclude: drops frames whose name matches, with their descendants.
+    threshold: drops frames whose first metric is below it, unless a descendant is kept.
+    """
+    inc, exc = _regex(include, "--include"), _regex(exclude, "--exclude")
+    shown = set()
+
+    def visit(node, ancestor_included: bool) -> bool:
+        name = node.frame.get("name", "")
+        if exc is not None and exc.match(name):
+            return False
+        included = ancestor_included or inc is None or bool(inc.match(name))
+        kept_child = False
+        for child in node.children:
+            kept_child |= visit(child, included)
+        value = first.get(node) if first is not None else None
+        passes = threshold is None or (value is not None and not math.isnan(value)
+                                       and value >= threshold)
+        keep = kept_child or (included and passes)
+        if keep:
+            shown.add(node)
+        return keep
+
+    for root in gf.graph.roots:
+        visit(root, False)
+        shown.add(root)  # the root always anchors the tree
+    return shown
+
+
+def display_names(gf, fmt: str = "full") -> dict:
+    """Frame names shortened as Triton's -f formats do (for `file:line@function` frames)."""
+    names = {}
+    for node in gf.graph.traverse():
+        name = node.frame.get("name", "?")
+        if fmt == "file_function_line":
+            name = name.split("/")[-1]
+        elif fmt == "function_line":
+            name = name.split(":")[-1]
+        elif fmt == "file_function":
+            name = f"{name.split('/')[-1].split(':')[0]}@{name.split('@')[-1].split(':')[0]}"
+        names[node] = name
+    return names
