@@ -122,12 +122,11 @@ def test_sigterm_stops_a_pytest_run_with_status_143(tmp_path):
 
 
 def test_triton_hook_without_triton_is_a_usage_error_and_writes_nothing(tmp_path, script):
-    try:
-        import triton  # noqa: F401
-        pytest.skip("triton is installed here")
-    except ImportError:
-        pass
-    run = run_proton(tmp_path, "-k", "triton", script, "0")
-    assert run.returncode == 2
+    hide_triton = ("import sys; sys.modules['triton'] = None; "  # as if Triton were not installed
+                   f"sys.argv = ['proton', '-k', 'triton', {script!r}, '0']; "
+                   "from proton.cli import main; main()")
+    run = subprocess.run([sys.executable, "-c", hide_triton], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
     assert "hook='triton' needs Triton" in run.stderr
     assert list(tmp_path.glob("*.hatchet")) == []

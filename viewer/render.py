@@ -17,14 +17,21 @@ BANDS = [(0.9, "bold red"), (0.6, "red"), (0.3, "yellow"), (0.1, "green"), (0.01
          (0.0, "blue")]
 
 
-def fmt(value) -> str:
+def fmt(value, integer: bool = False) -> str:
+    """A cell: blank where the metric has no meaning (not nan), integers for counting columns,
+    else three decimals (scientific below 0.001)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""  # a metric with no meaning at this node shows blank, not nan
+        return ""
     if not math.isfinite(value):
         return str(value)
-    if value == int(value) and abs(value) < 1e15:
+    if integer:
         return f"{int(value):,}"
-    return f"{value:,.3f}" if abs(value) >= 1e-3 else f"{value:.3e}"
+    return f"{value:,.3f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3e}"
+
+
+def _integral(values: dict) -> bool:
+    finite = [v for v in values.values() if v is not None and v == v and math.isfinite(v)]
+    return bool(finite) and all(v == int(v) and abs(v) < 1e15 for v in finite)
 
 
 def _style(value, top) -> str:
@@ -66,6 +73,7 @@ def tree_table(gf, columns: list[Column], *, depth: int = 100, visible: set | No
         table.add_column(column.header, justify="right", no_wrap=True)
     table.add_column("name", overflow="fold")
     first = values[0] if values else {}
+    ints = [_integral(v) for v in values]
     top = first.get(gf.graph.roots[0]) if gf.graph.roots else None
     for node, level, lasts in walk(gf, first, depth=depth, visible=visible):
         guides = "".join(sp * 3 if last else "│" + sp * 2 for last in lasts[:-1])
@@ -73,7 +81,7 @@ def tree_table(gf, columns: list[Column], *, depth: int = 100, visible: set | No
         label = Text()
         label.append(guides + branch, style="dim")
         label.append(names[node] if names else node.frame.get("name", "?"))
-        cells = [Text(fmt(v.get(node)), style=_style(v.get(node), top) if i == 0 else "")
+        cells = [Text(fmt(v.get(node), ints[i]), style=_style(v.get(node), top) if i == 0 else "")
                  for i, v in enumerate(values)]
         table.add_row(*cells, label)
     return table
@@ -103,7 +111,8 @@ def sorted_table(gf, columns: list[Column], *, visible: set | None = None,
     for column in columns:
         table.add_column(column.header, justify="right", no_wrap=True)
     table.add_column("name", overflow="fold")
+    ints = [_integral(v) for v in values]
     for node in nodes:
-        table.add_row(*(fmt(v.get(node)) for v in values),
+        table.add_row(*(fmt(v.get(node), ints[i]) for i, v in enumerate(values)),
                       names[node] if names else node.frame.get("name", "?"))
     return table

@@ -1,0 +1,93 @@
+"""Same numbers as Triton 3.6's proton-viewer on the same files and options.
+
+Triton's viewer prints `v1 v2 name` rows under tree guides; ours is read through --output json.
+Values are compared at Triton's printed precision (3 decimals).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from proton.viewer.cli import viewer
+
+pytest.importorskip("triton.profiler.viewer")  # triton==3.6.0 comes with the test extra
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+FILES = {name: os.path.join(DATA, name) for name in
+         ("recorded.hatchet", "triton_recorded.hatchet", "synthetic.hatchet",
+          "example_gpu.hatchet")}
+
+
+def theirs(path: str, *args: str) -> dict[tuple, list[float]]:
+    run = subprocess.run([sys.executable, "-m", "triton.profiler.viewer", *args, path],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows, stack = {}, []
+    for line in run.stdout.splitlines():
+        if not line.strip() or line.startswith(("Sorted", "Warning")):
+            continue
+        body = line.lstrip("│ ├└─")
+        depth = (len(line) - len(body)) // 3
+        *values, name = body.split(" ", len(args[1].split(",")))
+        del stack[depth:]
+        stack.append(name)
+        rows[tuple(stack)] = [float(v) for v in values]
+    return rows
+
+
+def ours(path: str, *args: str) -> dict[tuple, list[float]]:
+    result = CliRunner().invoke(viewer, [*args, "--output", "json", path])
+    assert result.exit_code == 0, result.output
+    out = {}
+    for row in json.loads(result.output):
+        out[tuple(row["path"])] = [row[k] for k in row if k not in ("path", "depth")]
+    return out
+
+
+def same(a: float | None, b: float) -> bool:
+    """Our exact value against Triton's, printed with 3 decimals."""
+    if a is None:
+        return math.isnan(b)
+    return abs(a - b) <= 5e-4 + 1e-9 * abs(b)
+
+
+@pytest.mark.parametrize("name,metrics", [
+    ("recorded.hatchet", "time/us,count"),
+    ("recorded.hatchet", "avg_time/ns,time/%"),
+    ("triton_recorded.hatchet", "time/ms,count/%"),
+    ("synthetic.hatchet", "tflop16/s,gbyte/s"),
+    ("synthetic.hatchet", "util,time/s"),
+    ("synthetic.hatchet", "tokens,time/ms"),
+    ("example_gpu.hatchet", "time/us,avg_time/us"),
+])
+def test_every_row_has_tritons_numbers(name, metrics):
+    expected = theirs(FILES[name], "-m", metrics)
+    got = ours(FILES[name], "-m", metrics)
+    assert set(got) == set(expected)
+    for path, values in expected.items():
+        assert all(same(a, b) for a, b in zip(got[path], values)), (path, got[path], values)
+
+
+@pytest.mark.parametrize("options", [
+    ["-i", "tri"], ["-i", ".*scale"], ["-e", "step"], ["-t", "10"], ["-t", "1", "-e", "worker"],
+])
+def test_filters_show_the_frames_triton_shows(options):
+    path = FILES["recorded.hatchet"]
+    expected = theirs(path, "-m", "time/us", *options)
+    got = ours(path, "-m", "time/us", *options)
+    assert set(got) == set(expected)
+    for frame, values in expected.items():  # derived values are not recomputed by either
+        assert same(got[frame][0], values[0]), frame
+
+
+@pytest.mark.parametrize("fmt", ["file_function_line", "function_line", "file_function"])
+def test_name_formats_match(fmt):
+    path = FILES["synthetic.hatchet"]
+    assert set(ours(path, "-m", "time/ms", "-f", fmt)) == \
+        set(theirs(path, "-m", "time/ms", "-f", fmt))
