@@ -111,3 +111,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
 def main() -> None:
     """Console entry point."""
     viewer.main(prog_name="proton-viewer")
+
+
+if __name__ == "__main__":
+    main()

@@ -46,11 +46,33 @@ def load(path: str) -> Profile:
     import hatchet as ht  # heavy (pandas, matplotlib): only once a file is known good
 
     gf = ht.GraphFrame.from_literal([root])
-    gf.update_inclusive_columns()
     inclusive = sorted(m for m in root.get("metrics", {}) if "(inc)" not in m)
+    _add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
     exclusive = [c for c in gf.dataframe.columns
                  if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
     return Profile(gf, inclusive, exclusive, devices)
+
+
+def _add_inclusive_columns(gf, metrics: list[str]) -> None:
+    """hatchet's update_inclusive_columns in one pass per metric (hatchet does pandas work per
+    node: 26 s on 100k nodes). Same rule: a node's "X (inc)" is the sum of its own X and its
+    children's, NaN only when all of those are NaN."""
+    import pandas as pd
+
+    order = list(gf.graph.traverse(order="post"))
+    df = gf.dataframe
+    for metric in metrics:
+        own = pd.to_numeric(df[metric], errors="coerce").to_dict()
+        inc: dict = {}
+        for node in order:
+            total = own.get(node, float("nan"))
+            for child in node.children:
+                value = inc[child]
+                if value == value:  # not NaN
+                    total = value if total != total else total + value
+            inc[node] = total
+        df[f"{metric} (inc)"] = pd.Series(inc)
+    gf.inc_metrics = [f"{metric} (inc)" for metric in metrics]
 
 
 def _is_node(obj) -> bool:
