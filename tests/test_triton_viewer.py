@@ -34,6 +34,7 @@ def theirs(path: str, *args: str) -> dict[tuple, list[float]]:
             continue
         body = line.lstrip("│ ├└─")
         depth = (len(line) - len(body)) // 3
+        body = body.removesuffix(" ◀ ").removesuffix(" ▶ ")  # -diff's marks
         *values, name = body.split(" ", len(args[1].split(",")))
         del stack[depth:]
         stack.append(name)
@@ -91,3 +92,20 @@ def test_name_formats_match(fmt):
     path = FILES["synthetic.hatchet"]
     assert set(ours(path, "-m", "time/ms", "-f", fmt)) == \
         set(theirs(path, "-m", "time/ms", "-f", fmt))
+
+
+def test_diff_matches_triton_where_both_profiles_have_the_frame():
+    """-diff OTHER: FILE minus OTHER. Triton prints nan for frames FILE lacks; we count them as 0
+    in FILE (so the change is minus OTHER's value) and check that separately."""
+    this, other = FILES["example_gpu.hatchet"], FILES["recorded.hatchet"]
+    expected = theirs(this, "-m", "time/us", "-diff", other)
+    got = ours(this, "-m", "time/us", "-diff", other)
+    assert set(got) == set(expected)
+    compared = 0
+    for path, values in expected.items():
+        if math.isnan(values[0]):
+            assert got[path][0] < 0 and got[path][1] == -100.0, path  # gone in FILE
+        else:
+            assert same(got[path][0], values[0]), (path, got[path], values)
+            compared += 1
+    assert compared >= 10

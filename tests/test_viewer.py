@@ -133,3 +133,74 @@ def test_triton_written_profile_reads_with_the_same_numbers_as_ours():
     t_theirs, t_ours = by_path(theirs, "time/us"), by_path(ours, "time/us")
     for path, t in t_ours.items():
         assert t_theirs[path] == pytest.approx(t, rel=0.05, abs=0.25), path
+
+
+EXAMPLE = os.path.join(DATA, "example_gpu.hatchet")
+
+
+def test_diff_is_this_minus_other_with_change_in_percent(tmp_path):
+    def profile(kernel_ns, extra=None):
+        kids = [{"frame": {"name": "k"}, "metrics": {"time (ns)": kernel_ns, "count": 1},
+                 "children": []}]
+        if extra:
+            kids.append({"frame": {"name": extra}, "metrics": {"time (ns)": 500, "count": 1},
+                         "children": []})
+        return [{"frame": {"name": "ROOT"}, "metrics": {"time (ns)": 0, "count": 0},
+                 "children": [{"frame": {"name": "step"}, "metrics": {}, "children": kids}]}, {}]
+
+    before, after = tmp_path / "before.hatchet", tmp_path / "after.hatchet"
+    before.write_text(json.dumps(profile(2000, extra="old")))
+    after.write_text(json.dumps(profile(3000, extra="new")))
+    result = show("-m", "time/us", "-diff", str(before), "--output", "json", str(after))
+    assert result.exit_code == 0, result.output
+    rows = {tuple(r["path"]): r for r in json.loads(result.output)}
+    k = rows[("ROOT", "step", "k")]
+    assert k["time (us) Δ"] == pytest.approx(1.0) and k["time (us) Δ%"] == pytest.approx(50.0)
+    assert rows[("ROOT", "step", "new")]["time (us) Δ"] == pytest.approx(0.5)
+    assert rows[("ROOT", "step", "new")]["time (us) Δ%"] is None  # nothing to compare with
+    assert rows[("ROOT", "step", "old")]["time (us) Δ"] == pytest.approx(-0.5)
+    assert rows[("ROOT",)]["time (us) Δ"] == pytest.approx(1.0)
+    assert rows[("ROOT",)]["time (us) Δ%"] == pytest.approx(40.0)  # 3.5 us over 2.5 us
+    tree = show("-m", "time/us", "--diff-profile", str(before), str(after))
+    assert tree.output.splitlines()[0].split() == ["time", "(us)", "Δ", "time", "(us)", "Δ%",
+                                                   "name"]
+
+
+def test_long_names_fold_at_the_width_and_lose_no_character():
+    result = show("--width", "60", EXAMPLE)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 60
+    whole = show(EXAMPLE).output.splitlines()  # piped: one line per frame
+    names = [line.split("─ ")[-1] for line in whole[2:]]
+    folded = "".join(line.split("─ ")[-1].lstrip("│ ") if "─ " in line else
+                     "\n" + line.lstrip(" │") for line in lines[2:]).replace("\n", "")
+    assert folded == "".join(names)
+    assert len(lines) > len(whole)
+
+
+def test_csv_and_sorted_views():
+    csv_out = show("-m", "time/us,count", "--output", "csv", "-d", "1", EXAMPLE).output
+    header, *rows = csv_out.splitlines()
+    assert header == "path,depth,time (us),count"
+    assert rows[0].startswith("ROOT,0,1113.786,")
+    assert all(r.count(" / ") == 1 for r in rows[1:])
+    sorted_out = show("-m", "time/us", "--print-sorted", EXAMPLE).output
+    flat = sorted_out.split("Frames sorted by time (us):\n")[1].splitlines()[1:]
+    values = [float(line.split()[0].replace(",", "")) for line in flat]
+    assert values == sorted(values, reverse=True) and values[0] == pytest.approx(520.446)
+
+
+def test_terminal_output_is_coloured_by_share_of_root():
+    import subprocess
+    import sys
+
+    code = ("import sys; from proton.viewer.cli import viewer; "
+            f"viewer.main([{EXAMPLE!r}, '-d', '1', '--width', '100'], standalone_mode=False)")
+    run = subprocess.run(["script", "-qc", f"{sys.executable} -c \"{code}\"", "/dev/null"],
+                         capture_output=True, text=True, timeout=120)
+    if run.returncode != 0 and "script" in run.stderr:
+        pytest.skip("no `script` to give the viewer a terminal")
+    out = run.stdout
+    assert "\x1b[1;31m" in out.splitlines()[1]  # ROOT: 100% of itself, the hottest band
+    assert "share of ROOT (1.114)" in out  # the legend

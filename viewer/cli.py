@@ -17,6 +17,7 @@ Examples:
   proton-viewer -i '.*attn' -t 0.05 run1.hatchet # frames named *attn*, >= 0.05 ms
   proton-viewer --print-sorted -m time/us run1.hatchet
   proton-viewer -m time/ms --output csv run1.hatchet > run1.csv
+  proton-viewer -m time/ms -diff before.hatchet after.hatchet  # after minus before
 """
 
 
@@ -40,17 +41,20 @@ Examples:
               help="After the tree, a flat table of the frames, hottest first.")
 @click.option("--output", type=click.Choice(["tree", "json", "csv"]), default="tree",
               show_default=True, help="json/csv: the shown rows for scripts, no tree drawing.")
+@click.option("-diff", "--diff-profile", "other", default=None, metavar="OTHER.hatchet",
+              help="Show FILE minus OTHER per frame (matched by path; a frame missing on one "
+              "side counts 0 there) and the change in % of OTHER; filters and -t use the change.")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Terminal width to draw for (long names fold onto more lines; never cut).")
 @click.argument("profile", metavar="FILE.hatchet")
 def viewer(list_metrics, metrics, include, exclude, threshold, depth, name_format, print_sorted,
-           output, width, profile) -> None:
+           other, output, width, profile) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's).
 
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
         _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
-              print_sorted, output, width, profile)
+              print_sorted, other, output, width, profile)
     except ViewerError as exc:
         raise _Failed(str(exc)) from None
 
@@ -62,18 +66,17 @@ class _Failed(click.ClickException):
 
 
 def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format, print_sorted,
-          output, width, profile) -> None:
+          other, output, width, profile) -> None:
     from rich.console import Console
 
     from . import export, render
     from .derive import available, derive
+    from .diff import diff_columns
     from .reader import load
     from .select import display_names, visible_nodes
 
     prof = load(profile)
-    tty = sys.stdout.isatty()
-    # Piped or redirected output keeps whole kernel names on one line for grep and diff.
-    console = Console(width=width) if tty or width else Console(width=100_000)
+    console = Console(width=width)
     if list_metrics:
         console.print("inclusive: " + ", ".join(prof.inclusive), soft_wrap=True)
         console.print("exclusive: " + ", ".join(prof.exclusive), soft_wrap=True)
@@ -85,27 +88,39 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         if metrics is None:
             raise ViewerError(f"{profile!r} holds no time metric; choose one with -m "
                               f"(see proton-viewer -l {profile})")
-    columns = [derive(prof, spec) for spec in metrics.split(",") if spec.strip()]
-    if not columns:
+    specs = [spec for spec in metrics.split(",") if spec.strip()]
+    if not specs:
         raise ViewerError("-m names no metric; e.g. -m time/ms,count")
+    if other is not None:
+        columns = diff_columns(prof, load(other), specs)
+    else:
+        columns = [derive(prof, spec) for spec in specs]
     first = columns[0].values.to_dict()
     visible = None
     if include or exclude or threshold is not None:
-        visible = visible_nodes(prof.gf, first, include=include, exclude=exclude,
+        chosen = {n: abs(v) for n, v in first.items()} if other is not None else first
+        visible = visible_nodes(prof.gf, chosen, include=include, exclude=exclude,
                                 threshold=threshold)
     names = display_names(prof.gf, name_format)
     if output != "tree":
         table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names)
         click.echo(export.to_json(table) if output == "json" else export.to_csv(table), nl=False)
         return
-    console.print(render.tree_table(prof.gf, columns, depth=depth, visible=visible, names=names,
-                                    nbsp=tty))
+    # On a terminal long names fold at its width; piped output keeps each name on one line
+    # (for grep and diff) unless --width asks for folding.
+    fold_at = console.width if console.is_terminal or width else None
+    color = console._color_system if console.is_terminal else None
+    headers = [c.header for c in columns]
+    write = console.file.write
+    diff = other is not None
+    render.draw(render.tree_rows(prof.gf, columns, depth=depth, visible=visible, names=names,
+                                 diff=diff), headers, write, width=fold_at, color=color)
     if console.is_terminal:
-        console.print(render.legend(columns, first.get(prof.gf.graph.roots[0])))
+        console.print(render.legend(columns, first.get(prof.gf.graph.roots[0]), diff))
     if print_sorted:
-        console.print()
-        console.print(f"Frames sorted by {columns[0].header}:", style="bold")
-        console.print(render.sorted_table(prof.gf, columns, visible=visible, names=names))
+        write(f"\nFrames sorted by {columns[0].header}:\n")
+        render.draw(render.sorted_rows(prof.gf, columns, visible=visible, names=names, diff=diff),
+                    headers, write, width=fold_at, color=color)
 
 
 def main() -> None:

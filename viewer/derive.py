@@ -78,7 +78,8 @@ def derive(profile: Profile, spec: str) -> Column:
     if s.endswith("/%"):
         base = _match(profile, spec[:-2], spec)
         values = _column(profile, base, spec)
-        root_total = values.iloc[0] if base in profile.inclusive else values.sum()
+        root = profile.gf.graph.roots[0]
+        root_total = values[root] if base in profile.inclusive else values.sum()
         return Column(f"{base} (%)", values / root_total * 100 if root_total else values * 0)
     base = _match(profile, spec, spec)
     return Column(base, _column(profile, base, spec))

@@ -1,13 +1,18 @@
-"""Draw a profile for people: the call tree as a rich table, the sorted flat table, the legend.
+"""Draw a profile for people: the call tree, the sorted flat table, the legend.
 
-hatchet's own tree() looks up the dataframe once per node (minutes on 100k nodes); here every
-column is a plain dict first, so drawing is one pass over the graph.
+Rows are built as plain strings and written line by line: rich's Table measures and renders every
+cell through several layers (70 s for 100k rows); here a row costs a few string operations. rich
+still decides the colours (its Style renders the escape codes for the console's colour system).
 """
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
+from typing import Callable
 
-from rich.table import Table
+from rich.color import ColorSystem
+from rich.style import Style
 from rich.text import Text
 
 from .derive import Column
@@ -15,6 +20,10 @@ from .derive import Column
 # Share of the root's value on the first metric -> style; the legend prints these bands.
 BANDS = [(0.9, "bold red"), (0.6, "red"), (0.3, "yellow"), (0.1, "green"), (0.01, "cyan"),
          (0.0, "blue")]
+# In a diff: slower (more of the metric) in red, faster in green, share of the root's |change|.
+DIFF_BANDS = [(0.1, "bold red", "bold green"), (0.01, "red", "green"), (0.0, "", "")]
+GAP = "  "
+MIN_NAME = 24  # narrower than this, a name overflows the width rather than fold into slivers
 
 
 def fmt(value, integer: bool = False) -> str:
@@ -34,10 +43,13 @@ def _integral(values: dict) -> bool:
     return bool(finite) and all(v == int(v) and abs(v) < 1e15 for v in finite)
 
 
-def _style(value, top) -> str:
+def band(value, top, diff: bool = False) -> str:
+    """The style of a first-column cell: its share of the root's value."""
     if value is None or not top or math.isnan(value) or not math.isfinite(top):
         return ""
-    share = value / top
+    share = abs(value / top)
+    if diff:
+        return next(up if value > 0 else down for bound, up, down in DIFF_BANDS if share >= bound)
     return next(style for bound, style in BANDS if share >= bound or bound == 0.0)
 
 
@@ -61,58 +73,148 @@ def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None):
         yield from visit(root, 0, ())
 
 
-def tree_table(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
-               names: dict | None = None, nbsp: bool = True) -> Table:
-    """One row per shown node (see `walk`), the first column coloured by its share of the root.
+@dataclass(slots=True)
+class Row:
+    cells: list[str]
+    style: str
+    """Style of the first cell (its colour band)."""
+    guide: str
+    """Tree guides and branch drawn before the name."""
+    more: str
+    """Guides for the lines a long name folds onto."""
+    name: str
 
-    nbsp: join tree guides to names with non-breaking spaces (for a terminal that folds)."""
+
+def _cells(values: list[dict], ints: list[bool], node) -> list[str]:
+    return [fmt(v.get(node), ints[i]) for i, v in enumerate(values)]
+
+
+def tree_rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
+              names: dict | None = None, diff: bool = False) -> list[Row]:
+    """One row per shown node (see `walk`), the first cell styled by its share of the root."""
     values = [c.values.to_dict() for c in columns]
-    sp = "\u00a0" if nbsp else " "
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for column in columns:
-        table.add_column(column.header, justify="right", no_wrap=True)
-    table.add_column("name", overflow="fold")
     first = values[0] if values else {}
     ints = [_integral(v) for v in values]
     top = first.get(gf.graph.roots[0]) if gf.graph.roots else None
+    rows, levels = [], []
     for node, level, lasts in walk(gf, first, depth=depth, visible=visible):
-        guides = "".join(sp * 3 if last else "│" + sp * 2 for last in lasts[:-1])
-        branch = "" if level == 0 else ("└─" if lasts[-1] else "├─") + sp
-        label = Text()
-        label.append(guides + branch, style="dim")
-        label.append(names[node] if names else node.frame.get("name", "?"))
-        cells = [Text(fmt(v.get(node), ints[i]), style=_style(v.get(node), top) if i == 0 else "")
-                 for i, v in enumerate(values)]
-        table.add_row(*cells, label)
-    return table
+        above = "".join("   " if last else "│  " for last in lasts[:-1])
+        branch = "" if level == 0 else ("└─ " if lasts[-1] else "├─ ")
+        below = "" if level == 0 else ("   " if lasts[-1] else "│  ")
+        rows.append(Row(_cells(values, ints, node), band(first.get(node), top, diff),
+                        above + branch, above + below,
+                        names[node] if names else node.frame.get("name", "?")))
+        levels.append(level)
+    for i, row in enumerate(rows):  # a folded name keeps its children's guide line going
+        has_kids = i + 1 < len(rows) and levels[i + 1] > levels[i]
+        row.more += "│ " if has_kids else "  "
+    return rows
 
 
-def legend(columns: list[Column], root_value) -> Text:
+def sorted_rows(gf, columns: list[Column], *, visible: set | None = None,
+                names: dict | None = None, diff: bool = False) -> list[Row]:
+    """Every shown frame but the root, hottest first on the first metric."""
+    values = [c.values.to_dict() for c in columns]
+    first = values[0] if values else {}
+    ints = [_integral(v) for v in values]
+    roots = set(gf.graph.roots)
+    top = first.get(gf.graph.roots[0]) if gf.graph.roots else None
+    nodes = [n for n in gf.graph.traverse() if n not in roots and (visible is None or n in visible)]
+    nodes.sort(key=lambda n: -(first.get(n) or 0) if first.get(n) == first.get(n) else 0)
+    return [Row(_cells(values, ints, n), band(first.get(n), top, diff), "", "",
+                names[n] if names else n.frame.get("name", "?")) for n in nodes]
+
+
+_BREAK = re.compile(r"[^_/ .:@,<>()\[\]-]+[_/ .:@,<>()\[\]-]*|[_/ .:@,<>()\[\]-]+")
+
+
+def fold(name: str, width: int) -> list[str]:
+    """`name` in pieces of at most `width`, broken after separators (_ / . : @ , < > ...) so a
+    kernel name folds between its words; a word longer than the width is split."""
+    if len(name) <= width:
+        return [name]
+    lines, line = [], ""
+    for word in _BREAK.findall(name):
+        while len(word) > width:
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(word[:width])
+            word = word[width:]
+        if len(line) + len(word) > width:
+            lines.append(line)
+            line = ""
+        line += word
+    if line:
+        lines.append(line)
+    return lines
+
+
+def draw(rows: list[Row], headers: list[str], write: Callable[[str], None], *,
+         width: int | None = None, color: ColorSystem | None = None) -> None:
+    """Write the rows as aligned lines: right-justified metric columns, then the name.
+
+    width: fold names to fit this many columns (None: one line per row, for pipes and grep).
+    color: the terminal's colour system (None: plain text)."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row.cells):
+            if len(cell) > widths[i]:
+                widths[i] = len(cell)
+    lead = sum(w + len(GAP) for w in widths)
+    paint = _painter(color)
+    head = GAP.join(h.rjust(w) for h, w in zip(headers, widths)) + GAP + "name"
+    out = [paint(head, "bold")]
+    blank = " " * lead
+    for row in rows:
+        cells = [c.rjust(w) for c, w in zip(row.cells, widths)]
+        if cells:
+            cells[0] = paint(cells[0], row.style)
+        room = None if width is None else max(MIN_NAME, width - lead - len(row.more))
+        pieces = [row.name] if room is None else fold(row.name, room)
+        out.append(GAP.join(cells) + GAP + paint(row.guide, "dim") + pieces[0])
+        for piece in pieces[1:]:
+            out.append(blank + paint(row.more, "dim") + piece)
+        if len(out) >= 4096:
+            write("\n".join(out) + "\n")
+            out.clear()
+    if out:
+        write("\n".join(out) + "\n")
+
+
+def _painter(color: ColorSystem | None) -> Callable[[str, str], str]:
+    if color is None:
+        return lambda text, style: text
+    cache: dict[str, tuple[str, str]] = {}
+
+    def paint(text: str, style: str) -> str:
+        if not style or not text:
+            return text
+        if style not in cache:
+            start, _, end = Style.parse(style).render("\0", color_system=color).partition("\0")
+            cache[style] = (start, end)
+        start, end = cache[style]
+        return start + text + end
+
+    return paint
+
+
+def legend(columns: list[Column], root_value, diff: bool = False) -> Text:
     """What the colours mean: the first metric's share of the root, with its range."""
     values = [v for v in columns[0].values.tolist() if v == v and v is not None] if columns else []
-    text = Text(f"{columns[0].header}: share of ROOT ({fmt(root_value)}) ", style="dim")
-    for bound, style in BANDS:
-        text.append("■ ", style=style)
-        text.append(f"≥{bound:.0%} " if bound else "<1% ", style="dim")
+    if diff:
+        text = Text().append(f"{columns[0].header}: change as a share of ROOT's "
+                             f"({fmt(root_value)}) ", style="dim")
+        for bound, up, down in DIFF_BANDS[:-1]:
+            text.append("■", style=up)
+            text.append("■ ", style=down)
+            text.append(f"≥{bound:.0%} slower/faster ", style="dim")
+    else:
+        text = Text().append(f"{columns[0].header}: share of ROOT ({fmt(root_value)}) ",
+                             style="dim")
+        for bound, style in BANDS:
+            text.append("■ ", style=style)
+            text.append(f"≥{bound:.0%} " if bound else "<1% ", style="dim")
     if values:
         text.append(f"  min {fmt(min(values))}  max {fmt(max(values))}", style="dim")
     return text
-
-
-def sorted_table(gf, columns: list[Column], *, visible: set | None = None,
-                 names: dict | None = None) -> Table:
-    """Every shown frame but the root, hottest first on the first metric."""
-    values = [c.values.to_dict() for c in columns]
-    roots = set(gf.graph.roots)
-    nodes = [n for n in gf.graph.traverse() if n not in roots and (visible is None or n in visible)]
-    first = values[0] if values else {}
-    nodes.sort(key=lambda n: -(first.get(n) or 0) if first.get(n) == first.get(n) else 0)
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for column in columns:
-        table.add_column(column.header, justify="right", no_wrap=True)
-    table.add_column("name", overflow="fold")
-    ints = [_integral(v) for v in values]
-    for node in nodes:
-        table.add_row(*(fmt(v.get(node), ints[i]) for i, v in enumerate(values)),
-                      names[node] if names else node.frame.get("name", "?"))
-    return table

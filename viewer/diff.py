@@ -1,0 +1,28 @@
+"""`--diff-profile OTHER`: this profile minus another, frame by frame, with the change in percent.
+
+hatchet's unify matches frames by their path from the root and gives both profiles one graph, so
+each metric is derived on each profile as usual and then subtracted: a frame missing on one side
+counts as 0 there (a kernel that appeared shows its whole time as the change).
+"""
+from __future__ import annotations
+
+from .derive import Column, derive
+from .reader import Profile
+
+
+def diff_columns(this: Profile, other: Profile, specs: list[str]) -> list[Column]:
+    """For each spec: `<metric> Δ` (this - other) and `<metric> Δ%` (change over other's value,
+    blank where other has none)."""
+    this.gf.unify(other.gf)
+    columns = []
+    for spec in specs:
+        mine, theirs = derive(this, spec), derive(other, spec)
+        # unify adds the frames only OTHER has to this profile's rows, not always the reverse
+        index = list(dict.fromkeys([*mine.values.index, *theirs.values.index]))
+        a, b = mine.values.reindex(index), theirs.values.reindex(index)
+        change = a.fillna(0) - b.fillna(0)
+        change[a.isna() & b.isna()] = float("nan")
+        base = b.where(b.abs() > 0)
+        columns += [Column(f"{mine.header} Δ", change),
+                    Column(f"{mine.header} Δ%", change / base.abs() * 100)]
+    return columns
