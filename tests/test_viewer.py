@@ -192,15 +192,27 @@ def test_csv_and_sorted_views():
 
 
 def test_terminal_output_is_coloured_by_share_of_root():
+    import pty
     import subprocess
     import sys
 
-    code = ("import sys; from proton.viewer.cli import viewer; "
-            f"viewer.main([{EXAMPLE!r}, '-d', '1', '--width', '100'], standalone_mode=False)")
-    run = subprocess.run(["script", "-qc", f"{sys.executable} -c \"{code}\"", "/dev/null"],
-                         capture_output=True, text=True, timeout=120)
-    if run.returncode != 0 and "script" in run.stderr:
-        pytest.skip("no `script` to give the viewer a terminal")
-    out = run.stdout
-    assert "\x1b[1;31m" in out.splitlines()[1]  # ROOT: 100% of itself, the hottest band
-    assert "share of ROOT (1.114)" in out  # the legend
+    main, child = pty.openpty()  # a real terminal for the viewer's stdout
+    run = subprocess.Popen([sys.executable, "-m", "proton.viewer.cli", "-d", "1", "--width", "100",
+                            EXAMPLE], stdout=child, stderr=subprocess.PIPE,
+                           env={**{k: v for k, v in os.environ.items() if k != "NO_COLOR"},
+                                "TERM": "xterm-256color"})
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the viewer closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert run.wait(timeout=120) == 0, run.stderr.read()
+    text = out.decode()
+    assert "\x1b[1;31m" in text.splitlines()[1]  # ROOT is 100% of itself: the hottest band
+    assert "share of ROOT (1.114)" in text  # the legend
