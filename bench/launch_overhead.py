@@ -1,7 +1,8 @@
 """Microseconds per launch of a tiny Triton kernel: bare, under Proton, under Triton's Proton.
 
 Run one mode per process (one CUPTI subscriber per process):
-    python bench/launch_overhead.py bare|proton|proton_hook|triton|triton_hook [--launches 5000]
+    python bench/launch_overhead.py bare|proton|proton_hook|proton_hook_config|triton|triton_hook
+        [--launches 5000]
 Prints one JSON line: {"mode", "us_per_launch" (best of repeats), "median", "repeats"}.
 """
 from __future__ import annotations
@@ -34,14 +35,16 @@ def timed_loop(x, launches: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["bare", "proton", "proton_hook", "triton", "triton_hook"])
+    parser.add_argument("mode", choices=["bare", "proton", "proton_hook", "proton_hook_config",
+                                         "triton", "triton_hook"])
     parser.add_argument("--launches", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     x = torch.zeros(128, device="cuda")
     tiny_kernel[(1,)](x, BLOCK=128)
     out = tempfile.mkdtemp() + "/bench"
-    hook = "triton" if args.mode.endswith("_hook") else None
+    hook = {"proton_hook": "triton", "triton_hook": "triton",
+            "proton_hook_config": "triton:config=BLOCK"}.get(args.mode)
     if args.mode.startswith("proton"):
         import proton as prof
     elif args.mode.startswith("triton"):

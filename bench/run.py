@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ["bare", "proton", "triton", "proton_hook", "triton_hook"]
+MODES = ["bare", "proton", "triton", "proton_hook", "triton_hook", "proton_hook_config"]
 
 
 def run(mode: str) -> dict | None:
@@ -43,11 +43,11 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in medians.items()}
     print("\nlaunch-bound loop, 5000 tiny Triton launches x 7 repeats, "
           f"{args.rounds} processes per mode")
-    print(f"{'mode':<14}{'best us':>9}{'x bare':>8}{'median us':>11}{'x bare':>8}"
+    print(f"{'mode':<20}{'best us':>9}{'x bare':>8}{'median us':>11}{'x bare':>8}"
           f"{'finalize s':>12}")
     for mode in modes:
         if mode in best:
-            print(f"{mode:<14}{best[mode]:9.2f}{best[mode] / best['bare']:8.3f}"
+            print(f"{mode:<20}{best[mode]:9.2f}{best[mode] / best['bare']:8.3f}"
                   f"{med[mode]:11.2f}{med[mode] / med['bare']:8.3f}"
                   f"{statistics.median(finals[mode]):12.3f}")
 

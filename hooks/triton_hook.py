@@ -1,11 +1,21 @@
 """hook="triton": name each Triton launch after its kernel (or its launch_metadata "name") and put
 the numbers its launch_metadata function returns (flops8/16/32/64, flops, bytes, ...) on that node.
 
+Options after the name, `triton:OPTION[:OPTION...]`:
+  config            append the launch configuration to op names:
+                    matmul_kernel_<grid:16x16x1>_<warps:4>_<stages:3>_<shared:65536>
+  config=A,B        ... and these constexprs (`config=*`: all of them), e.g. _<BLOCK_M:128>
+  include=REGEX     only kernels whose name contains a match become ops (others stay plain
+  exclude=REGEX     kernels with their CUPTI name; their launch_metadata is not run)
+
 Chains with any other launch hooks through Triton's knobs (add/remove), never replacing them.
 """
 from __future__ import annotations
 
+import re
+import sys
 import threading
+from dataclasses import dataclass
 from numbers import Number
 
 from ..errors import SessionError
@@ -30,6 +40,50 @@ _state = _State()
 _installed = False
 
 
+@dataclass(frozen=True, slots=True)
+class HookOptions:
+    config: bool = False
+    """Append grid, warps, stages and shared memory to op names."""
+    constexprs: tuple[str, ...] | None = ()
+    """Constexprs to append too (None: all the kernel declares)."""
+    include: re.Pattern | None = None
+    exclude: re.Pattern | None = None
+
+
+_options = HookOptions()
+_KEYS = ("config", "include", "exclude")
+
+
+def parse(spec: str) -> HookOptions:
+    """`triton[:config[=A,B|*]][:include=REGEX][:exclude=REGEX]` -> HookOptions.
+
+    Raises:
+        SessionError: another hook name, an unknown option or a bad regular expression.
+    """
+    head, _, rest = spec.partition(":")
+    if head != "triton":
+        raise SessionError(f"hook={spec!r} is not supported; use 'triton' or "
+                           "'triton:config', 'triton:include=REGEX', ... (see proton -h)")
+    found: dict = {}
+    # a regex may hold ':'; split only where a known option follows
+    for part in re.split(r":(?=(?:config|include|exclude)(?:=|:|$))", rest) if rest else []:
+        key, eq, value = part.partition("=")
+        if key not in _KEYS or (key != "config" and not eq):
+            raise SessionError(f"hook option {part!r} in {spec!r} is not known; use config, "
+                               "config=NAME,NAME, include=REGEX or exclude=REGEX")
+        if key == "config":
+            names = [n.strip() for n in value.split(",") if n.strip()]
+            found["config"] = True
+            found["constexprs"] = None if names == ["*"] else tuple(names)
+        else:
+            try:
+                found[key] = re.compile(value)
+            except re.error as exc:
+                raise SessionError(f"hook option {key}={value!r} is not a valid regular "
+                                   f"expression: {exc}") from None
+    return HookOptions(**found)
+
+
 def _metrics(md: dict) -> dict[str, float]:
     out = {}
     for key, value in md.items():
@@ -49,6 +103,12 @@ def _enter(metadata) -> None:
         state.op_depth = -1
     if state.busy or not profiler.sessions:
         return
+    opts = _options
+    if opts.include is not None or opts.exclude is not None:
+        kernel = metadata.data.get("name", "")
+        if (opts.include is not None and not opts.include.search(kernel)) or \
+                (opts.exclude is not None and opts.exclude.search(kernel)):
+            return
     state.busy = True
     try:
         if getattr(metadata, "extras", True):  # a launch_metadata function may launch kernels
@@ -60,6 +120,8 @@ def _enter(metadata) -> None:
         else:
             md = metadata.get()
         name = md.get("name") or metadata.data.get("name", "triton_kernel")
+        if opts.config:
+            name = _config_name(name, metadata.data.get("function"), opts.constexprs)
         before = depth()
         enter_frame(name, _metrics(md), kind=OP)
         state.op_depth = before
@@ -74,17 +136,77 @@ def _exit(metadata) -> None:
         state.op_depth = -1
 
 
-def install() -> None:
-    """Add the hooks to Triton's launch hook chains (once)."""
-    global _installed
-    if _installed:
-        return
+_names: dict[tuple, str] = {}
+"""(name, function, grid) -> the configured name: built once per launch shape."""
+
+
+def _config_name(name: str, function, constexprs: tuple[str, ...] | None) -> str:
+    grid, compiled = _launch_frame()
+    key = (name, function, grid)
+    found = _names.get(key)
+    if found is not None:
+        return found
+    from ..compiler.kernels import from_compiled, kernels
+
+    info = kernels.get(function) if function is not None else None
+    if info is None and compiled is not None:  # loaded before the table knew of it
+        info = from_compiled(compiled)
+        if info is not None:
+            kernels.add(info)
+    parts = [name]
+    if grid is not None:
+        parts.append("<grid:{}x{}x{}>".format(*grid))
+    if info is not None:
+        parts += [f"<warps:{info.num_warps}>", f"<stages:{info.num_stages}>",
+                  f"<shared:{info.shared}>"]
+        if tuple(info.cluster_dims) not in ((1, 1, 1), ()) or info.num_ctas > 1:
+            parts.append("<cluster:{}>".format("x".join(map(str, info.cluster_dims))))
+        chosen = info.constexprs if constexprs is None else \
+            {k: info.constexprs[k] for k in constexprs if k in info.constexprs}
+        parts += [f"<{k}:{v}>" for k, v in chosen.items()]
+    _names[key] = found = "_".join(parts)
+    return found
+
+
+def _launch_frame() -> tuple[tuple | None, object]:
+    """The grid of the launch in progress and, when at hand, its CompiledKernel: read from
+    Triton's launcher frame (CudaLauncher.__call__(gridX, gridY, gridZ, ...)) and its caller
+    (`kernel` in JITFunction.run, `bin` in torch inductor's launchers)."""
+    frame, grid, compiled = sys._getframe(2), None, None
+    for _ in range(6):
+        if frame is None:
+            break
+        names = frame.f_code.co_varnames
+        if grid is None and "gridX" in names:
+            local = frame.f_locals
+            grid = (local.get("gridX"), local.get("gridY"), local.get("gridZ"))
+        elif grid is not None and ("kernel" in names or "bin" in names):
+            local = frame.f_locals
+            compiled = local.get("kernel") or local.get("bin")
+            break
+        frame = frame.f_back
+    return grid, compiled
+
+
+def install(spec: str = "triton") -> None:
+    """Add the hooks to Triton's launch hook chains (once), with the options in `spec`."""
+    global _installed, _options
+    options = parse(spec)
+    if _installed and options != _options:
+        raise SessionError(f"hook={spec!r} differs from the hook options of the running "
+                           "session; finalize it first or use the same options")
     try:
         from triton import knobs
     except ImportError:
         raise SessionError("hook='triton' needs Triton (pip install triton); "
                            "or start without hook") from None
+    if options.config:
+        from ..compiler.kernels import kernels
 
+        kernels.install()
+    _options = options
+    if _installed:
+        return
     knobs.runtime.launch_enter_hook.add(_enter)
     knobs.runtime.launch_exit_hook.add(_exit)
     _installed = True
@@ -99,3 +221,4 @@ def uninstall() -> None:
     knobs.runtime.launch_enter_hook.remove(_enter)
     knobs.runtime.launch_exit_hook.remove(_exit)
     _installed = False
+    _names.clear()

@@ -16,6 +16,7 @@ EPILOG = """\b
 Examples:
   proton main.py --lr 3e-4                     # writes proton.hatchet
   proton -n run1 -k triton main.py             # Triton op names, writes run1.hatchet
+  proton -k triton:config=BLOCK_M main.py      # ... with grid/warps/stages/BLOCK_M in names
   proton pytest -x tests/test_model.py         # profile a test run
   python -m proton -n run1 main.py             # module form
   proton-viewer -m time/ms run1.hatchet        # then read it
@@ -33,8 +34,12 @@ Examples:
               help="shadow: proton.scope nesting; python: python call paths.")
 @click.option("-d", "--data", type=click.Choice(DATA), default="tree", show_default=True,
               help="tree: aggregated call tree; trace: every launch.")
-@click.option("-k", "--hook", type=click.Choice(["triton"]), default=None,
-              help="triton: name Triton ops and add their launch_metadata metrics.")
+@click.option("-k", "--hook", default=None, metavar="triton[:OPTION...]",
+              help="triton: name Triton ops and add their launch_metadata metrics. Options: "
+              ":config (append grid, warps, stages, shared memory to op names), "
+              ":config=BLOCK_M,BLOCK_N (and these constexprs; =* for all), "
+              ":include=REGEX / :exclude=REGEX (which kernels the hook names), "
+              "e.g. -k triton:config=BLOCK_M:include=matmul.")
 @click.option("-m", "--mode", default=None, help="Profiling mode (default: kernel times).")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

@@ -23,7 +23,10 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         data: "tree" (aggregated call tree) or "trace".
         backend: None or "cupti".
         mode: None for kernel times.
-        hook: None or "triton" (Triton launch hook: op names and launch metadata).
+        hook: None or "triton" (Triton launch hook: op names and launch metadata), with options:
+            "triton:config" appends grid, warps, stages, shared memory to op names,
+            "triton:config=BLOCK_M,BLOCK_N" also these constexprs ("=*": all),
+            "triton:include=REGEX" / ":exclude=REGEX" choose the kernels the hook names.
 
     Under the `proton` command the script's own start() calls join the command's session.
     """

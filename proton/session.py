@@ -126,7 +126,8 @@ class Profiler:
         _check_choice("data", data, DATA)
         _check_choice("backend", backend, BACKENDS)
         _check_choice("mode", mode, MODES)
-        _check_choice("hook", hook, HOOKS)
+        if hook is not None and hook.partition(":")[0] != "triton":
+            _check_choice("hook", hook, HOOKS)
         if context == "python":
             raise SessionError("context='python' is not available yet; use context='shadow'")
         name = name or "proton"
@@ -140,10 +141,10 @@ class Profiler:
             if os.path.isdir(path):
                 raise SessionError(f"the profile would be written to {path!r}, which is a "
                                    "folder; give another name")
-            if hook == "triton":  # before anything is registered: a failure leaves nothing
+            if hook is not None:  # before anything is registered: a failure leaves nothing
                 from .hooks import triton_hook
 
-                triton_hook.install()
+                triton_hook.install(hook)
             if self.gpu and self.collector is None:
                 self._start_collector()
             session = Session(self._next_id, name, path, context, data, hook)

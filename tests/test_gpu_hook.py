@@ -1,0 +1,201 @@
+"""hook="triton" on a GPU: launch_metadata metrics against CUDA events, configuration names for
+autotuned variants and for kernels compiled before the session, include/exclude, torch.compile."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import find, kernels
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+import proton  # noqa: E402
+
+
+def _matmul_metadata(grid, metadata, args):
+    (m, k), n = args["a"].shape, args["b"].shape[1]
+    return {"name": f"matmul_{m}x{n}x{k}", "flops16": 2 * m * n * k,
+            "bytes": 2 * (m * k + k * n + m * n)}
+
+
+@triton.jit(launch_metadata=_matmul_metadata)
+def matmul_kernel(a, b, c, K, stride_am, stride_bk, stride_cm,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(a + rm[:, None] * stride_am + (k0 + rk)[None, :])
+        y = tl.load(b + (k0 + rk)[:, None] * stride_bk + rn[None, :])
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16))
+
+
+def matmul(a, b, c):
+    m, k = a.shape
+    n = b.shape[1]
+    return matmul_kernel[(m // 128, n // 128)](a, b, c, k, a.stride(0), b.stride(0), c.stride(0),
+                                               BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
+                                               num_warps=8, num_stages=3)
+
+
+def test_matmul_tflops_in_the_viewer_matches_flops_over_cuda_event_time(profile_path):
+    from proton.viewer.derive import derive
+    from proton.viewer.reader import load
+
+    name, read = profile_path
+    size = 4096
+    a, b = (torch.randn(size, size, device="cuda", dtype=torch.float16) for _ in range(2))
+    c = torch.empty_like(a)
+    matmul(a, b, c)
+    assert torch.allclose(c.float(), (a @ b).float(), atol=0.5, rtol=0.02)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(10)]
+    proton.start(name, hook="triton")
+    with proton.scope("warmup"):
+        for _ in range(3):
+            matmul(a, b, c)
+    with proton.scope("mm"):
+        for start, end in events:
+            start.record()
+            matmul(a, b, c)
+            end.record()
+    proton.finalize()
+    torch.cuda.synchronize()
+    seconds = sum(s.elapsed_time(e) for s, e in events) * 1e-3
+    expected = 10 * 2 * size**3 / seconds / 1e12
+    op = find(read()[0], "mm", f"matmul_{size}x{size}x{size}")
+    assert op["metrics"]["count"] == 10 and op["metrics"]["flops16"] == 10 * 2 * size**3
+    prof = load(name + ".hatchet")
+    tflops, util = derive(prof, "tflop16/s").values, derive(prof, "util").values
+    node = next(n for n in tflops.index if n.frame["name"] == f"matmul_{size}x{size}x{size}"
+                and n.parents[0].frame["name"] == "mm")
+    assert tflops[node] == pytest.approx(expected, rel=0.05), (tflops[node], expected)
+    assert 0.05 < util[node] <= 1.0  # a fair share of the GPU's fp16 peak, never above it
+
+
+@triton.jit
+def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def config_name(kernel, grid: int, **constexprs) -> str:
+    md = kernel.metadata
+    name = (f"add_kernel_<grid:{grid}x1x1>_<warps:{md.num_warps}>_<stages:{md.num_stages}>"
+            f"_<shared:{md.shared}>")
+    return name + "".join(f"_<{k}:{v}>" for k, v in constexprs.items())
+
+
+def test_config_names_for_kernels_compiled_before_and_after_start(profile_path):
+    from proton.compiler.kernels import kernels as table
+
+    name, read = profile_path
+    n = 1 << 20
+    x = torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    before = add_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)  # loaded before the session
+    torch.cuda.synchronize()
+    proton.start(name, hook="triton:config=BLOCK")
+    info = table.get(int(before.function))  # found in Triton's caches when the session started
+    assert info is not None and info.constexprs == {"BLOCK": 1024}
+    assert info.source_file == __file__ and info.cubin()[:4] == b"\x7fELF"
+    with proton.scope("v"):
+        for _ in range(3):
+            add_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)
+        after = add_kernel[(n // 256,)](x, x, out, n, BLOCK=256, num_warps=2)  # compiled now
+    proton.finalize()
+    v = find(read()[0], "v")
+    assert find(v, config_name(before, n // 1024, BLOCK=1024))["metrics"]["count"] == 3
+    assert find(v, config_name(after, n // 256, BLOCK=256))["metrics"]["count"] == 1
+    assert "<warps:2>" in config_name(after, n // 256) and len(v["children"]) == 2
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2),
+                          triton.Config({"BLOCK": 1024}, num_warps=4)], key=["n"])
+@triton.jit
+def add_tuned(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def test_autotuned_variants_separate_in_the_tree(profile_path):
+    name, read = profile_path
+    n = 1 << 20
+    x = torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    proton.start(name, hook="triton:config=*")
+    with proton.scope("tune"):  # the autotuner runs both configs here
+        add_tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, x, out, n)
+    proton.finalize()
+    names = [k["frame"]["name"] for k in kernels(find(read()[0], "tune"))]
+    small = [s for s in names if s.startswith("add_tuned_<grid:4096x1x1>_<warps:2>")]
+    large = [s for s in names if s.startswith("add_tuned_<grid:1024x1x1>_<warps:4>")]
+    assert len(small) == 1 and small[0].endswith("_<BLOCK:256>"), names
+    assert len(large) == 1 and large[0].endswith("_<BLOCK:1024>"), names
+
+
+_metadata_calls = []
+
+
+def _counting_metadata(grid, metadata, args):
+    _metadata_calls.append(1)
+    return {"flops32": args["n"]}
+
+
+@triton.jit(launch_metadata=_counting_metadata)
+def add_md_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+@pytest.mark.parametrize("spec,named", [("triton:include=md", True),
+                                        ("triton:exclude=md", False)])
+def test_include_exclude_choose_the_kernels_the_hook_names(profile_path, spec, named):
+    name, read = profile_path
+    n = 1 << 16
+    x = torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    add_md_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)
+    add_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)
+    torch.cuda.synchronize()
+    _metadata_calls.clear()
+    proton.start(name, hook=spec)
+    with proton.scope("f"):
+        for _ in range(2):
+            add_md_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)
+        add_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)
+    proton.finalize()
+    node = find(read()[0], "f", "add_md_kernel")
+    assert node["metrics"]["count"] == 2
+    assert node["metrics"].get("flops32") == (2 * n if named else None)
+    assert len(_metadata_calls) == (2 if named else 0)  # an excluded kernel's is never run
+    assert find(read()[0], "f", "add_kernel")["metrics"]["count"] == 1
+
+
+def test_torch_compile_kernels_land_under_the_users_scopes(profile_path):
+    name, read = profile_path
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),
+                                torch.nn.Linear(512, 256), torch.nn.LayerNorm(256)).cuda()
+    x = torch.randn(64, 256, device="cuda")
+    proton.start(name, hook="triton")  # before compiling: inductor's launchers call the hook
+    compiled = torch.compile(model)
+    with proton.scope("first"):
+        compiled(x)
+    with proton.scope("steps"):
+        for _ in range(5):
+            compiled(x)
+    proton.finalize()
+    steps = kernels(find(read()[0], "steps"))
+    generated = [k for k in steps if k["frame"]["name"].startswith("triton_")]
+    assert generated, [k["frame"]["name"] for k in steps]
+    assert all(k["metrics"]["count"] == 5 for k in generated)
+    assert sum(k["metrics"]["count"] for k in steps) >= 5 * (len(generated) + 2)  # + 2 GEMMs
