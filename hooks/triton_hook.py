@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from numbers import Number
 
 from ..errors import SessionError
-from ..paths import OP
 from ..metrics import RESERVED
-from ..scope import depth, enter_frame, exit_scope, unwind
+from ..paths import OP, paths
+from ..scope import current_path, enter_frame, exit_scope
 from ..session import profiler
 
 LAUNCH_METADATA = "__proton_launch_metadata"
@@ -32,8 +32,8 @@ _NOT_METRICS = {"name", "function", "stream"}
 class _State(threading.local):
     busy = False
     """In the hook on this thread: a launch made by launch_metadata is not an op."""
-    op_depth = -1
-    """Frames open on this thread before the op frame we opened, or -1 when none is open."""
+    pushed = None
+    """The collector that pushed the op's path id at launch enter; the exit hook pops it."""
 
 
 _state = _State()
@@ -97,43 +97,51 @@ def _metrics(md: dict) -> dict[str, float]:
 
 
 def _enter(metadata) -> None:
+    """Per launch, so lean: the op is not a scope on the thread's stack, only its path id pushed
+    as CUPTI's external correlation id for the one launch between the enter and exit hooks."""
     state = _state
-    if state.op_depth >= 0:  # the last launch raised before the exit hook ran
-        unwind(state.op_depth)
-        state.op_depth = -1
-    if state.busy or not profiler.sessions:
+    if state.pushed is not None:  # the last launch raised before the exit hook ran
+        state.pushed.pop()
+        state.pushed = None
+    collector = profiler.collector
+    if state.busy or collector is None or not profiler.sessions:
         return
+    data = metadata.data
     opts = _options
     if opts.include is not None or opts.exclude is not None:
-        kernel = metadata.data.get("name", "")
+        kernel = data.get("name", "")
         if (opts.include is not None and not opts.include.search(kernel)) or \
                 (opts.exclude is not None and opts.exclude.search(kernel)):
             return
-    state.busy = True
-    try:
-        if getattr(metadata, "extras", True):  # a launch_metadata function may launch kernels
+    values = None
+    if getattr(metadata, "extras", True):  # a launch_metadata function: it may launch kernels
+        state.busy = True
+        try:
             enter_frame(LAUNCH_METADATA, {})
             try:
                 md = metadata.get()
             finally:
                 exit_scope()
-        else:
-            md = metadata.get()
-        name = md.get("name") or metadata.data.get("name", "triton_kernel")
-        if opts.config:
-            name = _config_name(name, metadata.data.get("function"), opts.constexprs)
-        before = depth()
-        enter_frame(name, _metrics(md), kind=OP)
-        state.op_depth = before
-    finally:
-        state.busy = False
+        finally:
+            state.busy = False
+        name = md.get("name") or data.get("name", "triton_kernel")
+        values = _metrics(md)
+    else:
+        name = data.get("name", "triton_kernel")
+    if opts.config:
+        name = _config_name(name, data.get("function"), opts.constexprs)
+    path = paths.intern(current_path(), name, OP)
+    collector.push(path)
+    state.pushed = collector
+    if values:
+        profiler.add_metrics(path, values)
 
 
 def _exit(metadata) -> None:
     state = _state
-    if state.op_depth >= 0:
-        unwind(state.op_depth)
-        state.op_depth = -1
+    if state.pushed is not None:
+        state.pushed.pop()
+        state.pushed = None
 
 
 _names: dict[tuple, str] = {}

@@ -45,6 +45,12 @@ def depth() -> int:
     return len(_stacks.open)
 
 
+def current_path() -> int:
+    """Path id of this thread's innermost open frame (ROOT when none)."""
+    st = _stacks.open
+    return st[-1].path if st else ROOT
+
+
 def repush_open_scopes() -> None:
     """Called when the collector starts: the calling thread's open scopes take effect now."""
     collector = profiler.collector

@@ -1,7 +1,6 @@
 """The `proton-viewer` command: list metrics, or show the call tree with derived metrics."""
 from __future__ import annotations
 
-import sys
 
 import click
 
