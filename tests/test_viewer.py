@@ -216,3 +216,14 @@ def test_terminal_output_is_coloured_by_share_of_root():
     text = out.decode()
     assert "\x1b[1;31m" in text.splitlines()[1]  # ROOT is 100% of itself: the hottest band
     assert "share of ROOT (1.114)" in text  # the legend
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-l", "-m", "time/ms"], "-l lists the metrics only"),
+    (["--output", "json", "--print-sorted"], "--output json writes the rows"),
+    (["--output", "csv", "--width", "80"], "--output csv writes the rows"),
+])
+def test_conflicting_options_give_one_line_and_status_2(args, message):
+    result = show(*args, EXAMPLE)
+    assert result.exit_code == 2 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1

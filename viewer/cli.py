@@ -74,6 +74,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from .reader import load
     from .select import display_names, visible_nodes
 
+    _check_conflicts(list_metrics, metrics, print_sorted, other, output, width)
     prof = load(profile)
     console = Console(width=width)
     if list_metrics:
@@ -120,6 +121,16 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         write(f"\nFrames sorted by {columns[0].header}:\n")
         render.draw(render.sorted_rows(prof.gf, columns, visible=visible, names=names, diff=diff),
                     headers, write, width=fold_at, color=color)
+
+
+def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width) -> None:
+    """Options that cannot go together: say which, before reading anything."""
+    if list_metrics and (metrics or other or print_sorted or output != "tree"):
+        raise ViewerError("-l lists the metrics only; drop -m/-diff/--print-sorted/--output, "
+                          "or drop -l to show the tree")
+    if output != "tree" and (print_sorted or width):
+        raise ViewerError(f"--output {output} writes the rows for scripts; --print-sorted and "
+                          "--width only apply to the tree view")
 
 
 def main() -> None:
