@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: install the carried wheels and the project, run the gpu tests and the
 # benchmarks, print a short table last. Usage (device tool, carry .whl): bash bench/gpu_run.sh
+# Env: PYTEST_ARGS, BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
+# SKIP_FIXTURES=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -11,16 +13,21 @@ export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton, cupti, pandas; print('torch', torch.__version__, 'triton', triton.__version__, 'pandas', pandas.__version__)"
 
-python3 -P -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
-tests_rc=${PIPESTATUS[0]}
-# fixtures for the CPU tests: a real session's CUPTI records and profile, the example's profile
-PROTON_RECORD_CUPTI=$OUT/cupti_records.json python3 tests/data/record_session.py && cp tests/data/recorded.hatchet "$OUT/"
-python3 tests/data/record_session.py triton && cp tests/data/triton_recorded.hatchet "$OUT/"
-(ex=$PWD/proton/examples/mlp.py; cd /tmp && proton -n example_gpu "$ex" --steps 3 2>&1 | tail -1; cp example_gpu.hatchet "$OUT/"; proton-viewer example_gpu.hatchet)
-python3 bench/run.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+tests_rc=0
+if [ -z "${SKIP_TESTS:-}" ]; then
+  python3 -P -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
+  tests_rc=${PIPESTATUS[0]}
+fi
+if [ -z "${SKIP_FIXTURES:-}" ]; then
+  # fixtures for the CPU tests: a real session's CUPTI records and profile, the example's profile
+  PROTON_RECORD_CUPTI=$OUT/cupti_records.json python3 tests/data/record_session.py && cp tests/data/recorded.hatchet "$OUT/"
+  python3 tests/data/record_session.py triton && cp tests/data/triton_recorded.hatchet "$OUT/"
+  (ex=$PWD/proton/examples/mlp.py; cd /tmp && proton -n example_gpu "$ex" --steps 3 2>&1 | tail -1; cp example_gpu.hatchet "$OUT/"; proton-viewer example_gpu.hatchet)
+fi
+python3 bench/run.py --results "${BENCH_RESULTS:-$OUT/bench.jsonl}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 
 echo
 echo "== summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
-grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -1
-sed -n '/launch-bound/,$p' "$OUT/bench.log"
+[ -f "$OUT/gpu_tests.log" ] && grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -1
+sed -n '/^| workload/,$p' "$OUT/bench.log"
 exit $tests_rc

@@ -1,6 +1,8 @@
-"""Run the benchmarks, each mode in its own process, and print one table.
+"""Run the benchmarks, each workload x profiler in its own process, and print one table.
 
-    python bench/run.py [--rounds 3]
+    python bench/run.py [--only launch,gpu,model,accuracy,scale] [--rounds 3] [--results F.jsonl]
+Results are appended to --results (JSON lines) and the table is made from everything in it, so
+runs split over several calls still print one table. Markdown, for bench/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -10,46 +12,164 @@ import os
 import statistics
 import subprocess
 import sys
+from datetime import date
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ["bare", "proton", "triton", "proton_hook", "triton_hook", "proton_hook_config"]
+# (workload, profiler, extra args); rounds repeat the timed ones, interleaved
+LAUNCH = [("none", []), ("proton", []), ("triton", []), ("proton", ["--hook", "triton"]),
+          ("triton", ["--hook", "triton"]), ("proton", ["--hook", "triton:config=BLOCK"]),
+          ("triton", ["--context", "python"])]
+PLAN = {
+    "launch": LAUNCH,
+    "gpu": [("none", []), ("proton", []), ("triton", [])],
+    "model": [("none", []), ("proton", []), ("triton", [])],
+    "accuracy": [("proton", []), ("triton", []), ("torch", [])],
+    "scale": [("none", []), ("proton", []), ("triton", [])],
+}
+TIMED = {"launch", "gpu", "model"}
 
 
-def run(mode: str) -> dict | None:
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "launch_overhead.py"), mode],
-                          capture_output=True, text=True, timeout=300)
+def run_one(workload: str, profiler: str, extra: list[str], timeout: int = 600) -> dict | None:
+    cmd = [sys.executable, os.path.join(HERE, "workloads.py"), workload, profiler, *extra]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"{workload} {profiler} {extra}: over {timeout} s", file=sys.stderr)
+        return None
     if proc.returncode != 0:
-        print(f"{mode}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
+        print(f"{workload} {profiler} {extra}: failed\n{proc.stderr[-1500:]}", file=sys.stderr)
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def key(r: dict) -> str:
+    name = r["profiler"]
+    if r.get("hook"):
+        name += " hook=" + r["hook"]
+    if r.get("context", "shadow") != "shadow":
+        name += " context=" + r["context"]
+    return name
+
+
+def table(results: list[dict]) -> str:
+    by: dict[tuple, list[dict]] = {}
+    for r in results:
+        by.setdefault((r["workload"], key(r)), []).append(r)
+
+    def best(workload, mode, field="value"):
+        rs = by.get((workload, mode))
+        return min(r[field] for r in rs) if rs else None
+
+    def med(workload, mode, field="median"):
+        rs = by.get((workload, mode))
+        return statistics.median(r[field] for r in rs) if rs else None
+
+    rows = ["| workload | measure | bare | ours | Triton's Proton | ours / bare | Triton / bare "
+            "| goal | met |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def row(workload, measure, bare, ours, theirs, goal="", met=""):
+        def f(v, d=2):
+            return "" if v is None else f"{v:,.{d}f}"
+
+        ratio = lambda a: f(a / bare, 3) if a is not None and bare else ""  # noqa: E731
+        rows.append(f"| {workload} | {measure} | {f(bare)} | {f(ours)} | {f(theirs)} | "
+                    f"{ratio(ours)} | {ratio(theirs)} | {goal} | {met} |")
+
+    def yes(ok):
+        return "" if ok is None else ("yes" if ok else "no")
+
+    for stat, pick in (("best", best), ("median", med)):
+        b = pick("launch", "none")
+        for label, ours_mode, their_mode, goal in (
+                ("shadow", "proton", "triton", "added <= 0.8x Triton's"),
+                ("+ triton hook", "proton hook=triton", "triton hook=triton", "added <= Triton's"),
+                ("+ hook config names", "proton hook=triton:config=BLOCK", None, ""),
+                ("python context", "proton context=python", "triton context=python",
+                 "added <= 0.8x Triton's")):
+            o, t = pick("launch", ours_mode), pick("launch", their_mode) if their_mode else None
+            ok = None
+            if None not in (o, t, b) and goal:
+                limit = 0.8 if "0.8" in goal else 1.0
+                ok = (o - b) <= limit * (t - b)
+            row(f"launch-bound, {label}", f"us/launch ({stat})", b, o, t, goal, yes(ok))
+    for name, measure in (("triton_mm", "Triton 4096^3 fp16 matmul"),
+                          ("torch_mm", "torch 4096^3 fp16 matmul")):
+        b, o, t = (best("gpu", m, name) for m in ("none", "proton", "triton"))
+        ok = None if None in (b, o) else o / b - 1 < 0.02
+        row("GPU-bound", f"{measure}, ms (best)", b, o, t, "< 2% over bare", yes(ok))
+    b, o, t = (best("model", m) for m in ("none", "proton", "triton"))
+    ok = None if None in (b, o) else o / b - 1 < 0.02
+    row("model step", "GPT-style train step, ms (best)", b, o, t, "< 2% over bare", yes(ok))
+    b, o, t = (med("model", m) for m in ("none", "proton", "triton"))
+    row("model step", "GPT-style train step, ms (median)", b, o, t)
+    acc = {m: by.get(("accuracy", m), [None])[0] for m in ("proton", "triton", "torch")}
+
+    def err(r, field, ref):
+        return None if r is None or ref is None else abs(r[field] / ref - 1) * 100
+
+    o = err(acc["proton"], "profile_ns", acc["proton"] and acc["proton"]["events_ns"])
+    t = err(acc["triton"], "profile_ns", acc["triton"] and acc["triton"]["events_ns"])
+    rows.append(f"| accuracy | matmul kernel time vs CUDA events, error % | | "
+                f"{'' if o is None else f'{o:.2f}'} | {'' if t is None else f'{t:.2f}'} | | | "
+                f"<= 1% | {yes(None if o is None else o <= 1)} |")
+    ref = acc["torch"] and acc["torch"]["model_kernel_ns"]
+    o, t = err(acc["proton"], "model_kernel_ns", ref), err(acc["triton"], "model_kernel_ns", ref)
+    rows.append(f"| accuracy | 10 model steps' kernel time vs torch.profiler, error % | | "
+                f"{'' if o is None else f'{o:.2f}'} | {'' if t is None else f'{t:.2f}'} | | | "
+                f"<= 1% | {yes(None if o is None else o <= 1)} |")
+    sc = {m: by.get(("scale", m), [None])[0] for m in ("none", "proton", "triton")}
+    if any(sc.values()):
+        g = {m: r and r["value"] for m, r in sc.items()}
+        rows.append(f"| scale, 1M launches in 1000 scopes | peak RSS growth, MB | {_f(g['none'])} "
+                    f"| {_f(g['proton'])} | {_f(g['triton'])} | | | < 100 MB | "
+                    f"{yes(None if g['proton'] is None else g['proton'] < 100)} |")
+        for field, label in (("file_mb", "file size, MB"), ("run_s", "run time, s"),
+                             ("finalize_s", "finalize, s")):
+            v = {m: r and r[field] for m, r in sc.items()}
+            rows.append(f"| scale, 1M launches in 1000 scopes | {label} | "
+                        f"{_f(v['none']) if field == 'run_s' else ''} | {_f(v['proton'])} | "
+                        f"{_f(v['triton'])} | | | | |")
+    return "\n".join(rows)
+
+
+def _f(v) -> str:
+    return "" if v is None else f"{v:,.2f}"
+
+
+def header() -> str:
+    try:
+        import torch
+        import triton
+
+        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+        versions = f"torch {torch.__version__}, triton {triton.__version__}"
+    except ImportError:
+        gpu, versions = "?", "?"
+    return f"{date.today()}, {gpu}, {versions}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default=",".join(PLAN))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--results", default=os.environ.get("BENCH_RESULTS", "bench.jsonl"))
     args = parser.parse_args()
-    modes = args.modes.split(",")
-    best: dict[str, float] = {}
-    medians: dict[str, list[float]] = {}
-    finals: dict[str, list[float]] = {}
-    for _ in range(args.rounds):  # interleave modes so drift hits all alike
-        for mode in modes:
-            res = run(mode)
-            if res:
-                best[mode] = min(best.get(mode, float("inf")), res["us_per_launch"])
-                medians.setdefault(mode, []).append(res["median"])
-                finals.setdefault(mode, []).append(res["finalize_s"])
-    med = {k: statistics.median(v) for k, v in medians.items()}
-    print("\nlaunch-bound loop, 5000 tiny Triton launches x 7 repeats, "
-          f"{args.rounds} processes per mode")
-    print(f"{'mode':<20}{'best us':>9}{'x bare':>8}{'median us':>11}{'x bare':>8}"
-          f"{'finalize s':>12}")
-    for mode in modes:
-        if mode in best:
-            print(f"{mode:<20}{best[mode]:9.2f}{best[mode] / best['bare']:8.3f}"
-                  f"{med[mode]:11.2f}{med[mode] / med['bare']:8.3f}"
-                  f"{statistics.median(finals[mode]):12.3f}")
+    chosen = [w for w in args.only.split(",") if w]
+    for workload in chosen:
+        rounds = args.rounds if workload in TIMED else 1
+        for i in range(rounds):  # interleave modes so drift hits all alike
+            for profiler, extra in PLAN[workload]:
+                res = run_one(workload, profiler, extra)
+                if res:
+                    with open(args.results, "a") as f:
+                        f.write(json.dumps(res) + "\n")
+                print(f"  {workload} {profiler} {' '.join(extra)} round {i + 1}: "
+                      f"{res and {k: v for k, v in res.items() if isinstance(v, float)}}",
+                      file=sys.stderr, flush=True)
+    with open(args.results) as f:
+        results = [json.loads(line) for line in f if line.strip()]
+    print(f"\n{header()}\n")
+    print(table(results))
 
 
 if __name__ == "__main__":

@@ -13,34 +13,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 import proton  # noqa: E402
-
-
-def _matmul_metadata(grid, metadata, args):
-    (m, k), n = args["a"].shape, args["b"].shape[1]
-    return {"name": f"matmul_{m}x{n}x{k}", "flops16": 2 * m * n * k,
-            "bytes": 2 * (m * k + k * n + m * n)}
-
-
-@triton.jit(launch_metadata=_matmul_metadata)
-def matmul_kernel(a, b, c, K, stride_am, stride_bk, stride_cm,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        x = tl.load(a + rm[:, None] * stride_am + (k0 + rk)[None, :])
-        y = tl.load(b + (k0 + rk)[:, None] * stride_bk + rn[None, :])
-        acc += tl.dot(x, y)
-    tl.store(c + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16))
-
-
-def matmul(a, b, c):
-    m, k = a.shape
-    n = b.shape[1]
-    return matmul_kernel[(m // 128, n // 128)](a, b, c, k, a.stride(0), b.stride(0), c.stride(0),
-                                               BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
-                                               num_warps=8, num_stages=3)
+from proton.examples.matmul import matmul  # noqa: E402
 
 
 def test_matmul_tflops_in_the_viewer_matches_flops_over_cuda_event_time(profile_path):

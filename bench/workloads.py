@@ -1,0 +1,251 @@
+"""One benchmark workload under one profiler, in this process; prints one JSON line.
+
+    python bench/workloads.py WORKLOAD PROFILER [--hook triton] [--context shadow|python]
+WORKLOAD: launch | gpu | model | accuracy | scale
+PROFILER: none | proton | triton (Triton 3.6's own Proton) | torch (torch.profiler; accuracy only)
+bench/run.py runs each in its own process (one CUPTI subscriber per process) and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from proton.examples.matmul import matmul  # noqa: E402
+
+
+@triton.jit
+def tiny_kernel(x, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x + offs, tl.load(x + offs) + 1)
+
+
+class Profiler:
+    """The same calls on our Proton, Triton's, or nothing (bare)."""
+
+    def __init__(self, which: str, hook: str | None, context: str) -> None:
+        self.which, self.hook, self.context = which, hook, context
+        self.mod = None
+        if which == "proton":
+            import proton as mod
+        elif which == "triton":
+            import triton.profiler as mod
+        else:
+            mod = None
+        self.mod = mod
+        self.path = os.path.join(tempfile.mkdtemp(), "bench")
+
+    def start(self) -> None:
+        if self.mod is not None:
+            self.mod.start(self.path, hook=self.hook, context=self.context)
+
+    def scope(self, name: str):
+        return self.mod.scope(name) if self.mod is not None else contextlib.nullcontext()
+
+    def finalize(self) -> float:
+        """Seconds finalize took; 0 when bare."""
+        if self.mod is None:
+            return 0.0
+        t0 = time.perf_counter()
+        self.mod.finalize()
+        return time.perf_counter() - t0
+
+    def file(self) -> str:
+        return self.path + ".hatchet"
+
+
+def launch(prof: Profiler, args) -> dict:
+    """Microseconds per launch of a one-block Triton kernel."""
+    x = torch.zeros(128, device="cuda")
+    tiny_kernel[(1,)](x, BLOCK=128)
+    prof.start()
+    times = []
+    for _ in range(args.repeats):
+        with prof.scope("loop"):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.launches):
+                tiny_kernel[(1,)](x, BLOCK=128)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) / args.launches * 1e6)
+    return {"value": min(times), "median": statistics.median(times), "unit": "us/launch",
+            "finalize_s": prof.finalize()}
+
+
+def gpu(prof: Profiler, args) -> dict:
+    """ms per 4096^3 fp16 matmul, Triton's and torch's (CUDA events around 20 in a row)."""
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
+    c = torch.empty_like(a)
+    out = {}
+    prof.start()
+    for name, fn in (("triton_mm", lambda: matmul(a, b, c)), ("torch_mm", lambda: a @ b)):
+        fn()
+        times = []
+        for _ in range(args.repeats):
+            with prof.scope(name):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                    enable_timing=True)
+                start.record()
+                for _ in range(20):
+                    fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 20)
+        out[name] = min(times)
+        out[name + "_median"] = statistics.median(times)
+    out["finalize_s"] = prof.finalize()
+    out["unit"] = "ms"
+    return out
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.attn = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * dim, dim))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+def gpt(dim=512, heads=8, layers=4, vocab=8192):
+    emb = torch.nn.Embedding(vocab, dim)
+    blocks = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
+    head = torch.nn.Linear(dim, vocab)
+    return torch.nn.ModuleDict({"emb": emb, "blocks": blocks, "head": head}).cuda()
+
+
+def model_steps(prof: Profiler, steps: int, seq=256, batch=16):
+    """A GPT-style step (forward with a scope per layer, backward, AdamW) `steps` times; yields
+    the seconds of each step."""
+    torch.manual_seed(0)
+    m = gpt()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    tokens = torch.randint(0, 8192, (batch, seq + 1), device="cuda")
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(seq, device="cuda")
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with prof.scope("step"):
+            with prof.scope("forward"):
+                x = m["emb"](tokens[:, :-1])
+                for i, block in enumerate(m["blocks"]):
+                    with prof.scope(f"layer{i}"):
+                        x = block(x, mask)
+                loss = torch.nn.functional.cross_entropy(m["head"](x).flatten(0, 1),
+                                                         tokens[:, 1:].flatten())
+            with prof.scope("backward"):
+                loss.backward()
+            with prof.scope("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        yield time.perf_counter() - t0
+
+
+def model(prof: Profiler, args) -> dict:
+    """ms per training step of a small transformer (4 layers, dim 512, seq 256, batch 16)."""
+    prof.start()
+    times = list(model_steps(prof, args.steps + 3))[3:]
+    return {"value": min(times) * 1e3, "median": statistics.median(times) * 1e3, "unit": "ms/step",
+            "finalize_s": prof.finalize()}
+
+
+def accuracy(prof: Profiler, args) -> dict:
+    """(1) a matmul's kernel time in the profile against CUDA events around each launch;
+    (2) total kernel time of 10 model steps (ours/Triton's profile, or torch.profiler's)."""
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
+    c = torch.empty_like(a)
+    matmul(a, b, c)
+    out = {"unit": "ns"}
+    bare = Profiler("none", None, "shadow")
+    list(model_steps(bare, 3))  # warm: allocator, cuBLAS handles, autotuned kernels
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(20)]
+    if prof.which == "torch":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+            list(model_steps(bare, 10))
+        # each kernel's time counted once, under the op that launched it
+        out["model_kernel_ns"] = sum(e.self_device_time_total for e in tp.key_averages()) * 1e3
+        return out
+    prof.start()
+    with prof.scope("events"):
+        for start, end in events:
+            start.record()
+            matmul(a, b, c)
+            end.record()
+    torch.cuda.synchronize()
+    out["events_ns"] = sum(s.elapsed_time(e) for s, e in events) * 1e6
+    with prof.scope("model"):
+        list(model_steps(prof, 10))
+    prof.finalize()
+    with open(prof.file()) as f:
+        root = json.load(f)[0]
+    nodes = {n["frame"]["name"]: n for n in root["children"]}
+    out["profile_ns"] = _total(nodes["events"])
+    out["model_kernel_ns"] = _total(nodes["model"])
+    return out
+
+
+def _total(node: dict) -> float:
+    return node["metrics"].get("time (ns)", 0) + sum(_total(c) for c in node["children"])
+
+
+def scale(prof: Profiler, args) -> dict:
+    """1,000,000 launches across 1,000 distinct scopes: peak RSS growth and file size."""
+    x = torch.zeros(128, device="cuda")
+    tiny_kernel[(1,)](x, BLOCK=128)
+    torch.cuda.synchronize()
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    prof.start()
+    for s in range(args.scopes):
+        with prof.scope(f"scope{s}"):
+            for _ in range(args.launches_per_scope):
+                tiny_kernel[(1,)](x, BLOCK=128)
+    torch.cuda.synchronize()
+    run_s = time.perf_counter() - t0
+    fin = prof.finalize()
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    size = os.path.getsize(prof.file()) if prof.mod is not None else 0
+    return {"value": (rss1 - rss0) / 1024, "unit": "MB peak RSS growth", "file_mb": size / 1e6,
+            "run_s": run_s, "finalize_s": fin}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload", choices=["launch", "gpu", "model", "accuracy", "scale"])
+    parser.add_argument("profiler", choices=["none", "proton", "triton", "torch"])
+    parser.add_argument("--hook", default=None)
+    parser.add_argument("--context", default="shadow")
+    parser.add_argument("--launches", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--scopes", type=int, default=1000)
+    parser.add_argument("--launches-per-scope", type=int, default=1000)
+    args = parser.parse_args()
+    prof = Profiler(args.profiler, args.hook, args.context)
+    result = globals()[args.workload](prof, args)
+    print(json.dumps({"workload": args.workload, "profiler": args.profiler, "hook": args.hook,
+                      "context": args.context, **result}))
+
+
+if __name__ == "__main__":
+    main()
