@@ -21,8 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from proton.examples.matmul import matmul  # noqa: E402
+from proton.examples.matmul import matmul  # the installed package (bench/ is not one)
 
 
 @triton.jit
