@@ -13,7 +13,6 @@ import json
 import os
 import resource
 import statistics
-import sys
 import tempfile
 import time
 
