@@ -83,6 +83,7 @@ class CuptiCollector:
         self.attributor = Attributor(sink, unscoped)
         self._lock = threading.Lock()
         self._subscriber = None
+        self._raw = None
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.DRIVER,
                        cupti.ActivityKind.RUNTIME, cupti.ActivityKind.EXTERNAL_CORRELATION]
@@ -123,7 +124,7 @@ class CuptiCollector:
                     "CUPTI in this process; stop it first: one CUPTI profiler per process") from None
             raise ProtonError(f"CUPTI could not start: {exc}") from None
         try:
-            cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+            self._register_buffers()
             for kind in self._kinds:
                 cupti.activity_enable(kind)
             # Only the launch calls make API records: everything else stays off the hot path.
@@ -205,10 +206,29 @@ class CuptiCollector:
             return 0
         return int(out[0])
 
+    def _register_buffers(self) -> None:
+        """Raw buffers through ctypes (see cupti_buffers); cupti-python's record objects if
+        that cannot load, or with PROTON_CUPTI_BUFFERS=cupti-python."""
+        if os.environ.get("PROTON_CUPTI_BUFFERS") != "cupti-python":
+            from .cupti_buffers import RawBuffers
+
+            try:
+                self._raw = RawBuffers(self._read_records, BUFFER_SIZE)
+                self._raw.register()
+                return
+            except (OSError, AttributeError) as exc:
+                print(f"proton: reading CUPTI buffers through cupti-python ({exc})",
+                      file=sys.stderr)
+        self._cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+
     def _buffer_requested(self):
         return BUFFER_SIZE, 0
 
     def _buffer_completed(self, activities) -> None:
+        self._read_records([rec.ptr for rec in activities])
+
+    def _read_records(self, addresses: list[int]) -> None:
+        """One buffer's records, by address: join them (attribution) on CUPTI's thread."""
         t0 = time.perf_counter()
         try:
             external, api, kernels = [], [], []
@@ -216,9 +236,8 @@ class CuptiCollector:
             k_kernel, k_ext, k_api = self._k_kernel, self._k_ext, self._k_api
             read_kernel, read_api, read_ext = self._read_kernel, self._read_api, self._read_ext
             graphs, custom = self._graph_cbids, self._custom
-            for rec in activities:
+            for ptr in addresses:
                 # cupti-python's field properties cost ~5 us each; the raw struct ~0.5 us in all
-                ptr = rec.ptr
                 kind = read_kind(ptr)
                 if kind == k_kernel:
                     corr, name, device, start, end, stream = read_kernel(ptr)
@@ -236,7 +255,7 @@ class CuptiCollector:
                     self.recorded.append([[list(_plain(r)) for r in part]
                                           for part in (external, api, kernels)])
                 self.attributor.add_buffer(external, api, kernels)
-            self.records += len(activities)
+            self.records += len(addresses)
         except Exception as exc:  # never let an error escape onto CUPTI's thread
             self.callback_errors.append(f"{type(exc).__name__}: {exc}")
             print(f"proton: error while reading CUPTI records: {exc}", file=sys.stderr)
