@@ -47,7 +47,8 @@ _STRUCT_CODES = {"i4": "i", "u4": "I", "i8": "q", "u8": "Q"}
 
 
 def struct_reader(dtype, names: list[str], *, single: bool = False):
-    """A function reading `names` from the record struct at an address, in that order.
+    """A function reading `names`, in that order, from the record struct at `offset` in a
+    buffer: reader(view, offset).
 
     The layout comes from cupti-python's own numpy dtype for the record, so it follows the
     binding's version."""
@@ -57,12 +58,11 @@ def struct_reader(dtype, names: list[str], *, single: bool = False):
         fmt += "x" * (offset - pos) + _STRUCT_CODES[dt.str[1:]]
         pos = offset + dt.itemsize
         order.append(name)
-    unpack, size = struct.Struct(fmt).unpack, struct.calcsize(fmt)
+    unpack_from = struct.Struct(fmt).unpack_from
     pick = operator.itemgetter(*[order.index(n) for n in names])
-    string_at = ctypes.string_at
     if single:
-        return lambda ptr: unpack(string_at(ptr, size))[0]
-    return lambda ptr: pick(unpack(string_at(ptr, size)))
+        return lambda view, offset: unpack_from(view, offset)[0]
+    return lambda view, offset: pick(unpack_from(view, offset))
 
 
 def _plain(record) -> tuple:
@@ -84,6 +84,8 @@ class CuptiCollector:
         self._lock = threading.Lock()
         self._subscriber = None
         self._raw = None
+        self._names: dict[int, str] = {}
+        """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.DRIVER,
                        cupti.ActivityKind.RUNTIME, cupti.ActivityKind.EXTERNAL_CORRELATION]
@@ -207,47 +209,36 @@ class CuptiCollector:
         return int(out[0])
 
     def _register_buffers(self) -> None:
-        """Raw buffers through ctypes (see cupti_buffers); cupti-python's record objects if
-        that cannot load, or with PROTON_CUPTI_BUFFERS=cupti-python."""
-        if os.environ.get("PROTON_CUPTI_BUFFERS") != "cupti-python":
-            from .cupti_buffers import RawBuffers
+        from .cupti_buffers import RawBuffers
 
-            try:
-                self._raw = RawBuffers(self._read_records, BUFFER_SIZE)
-                self._raw.register()
-                return
-            except (OSError, AttributeError) as exc:
-                print(f"proton: reading CUPTI buffers through cupti-python ({exc})",
-                      file=sys.stderr)
-        self._cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        try:
+            self._raw = RawBuffers(self._read_records, BUFFER_SIZE)
+            self._raw.register()
+        except (OSError, AttributeError) as exc:
+            raise ProtonError(f"CUPTI's activity buffers could not be set up: {exc}") from None
 
-    def _buffer_requested(self):
-        return BUFFER_SIZE, 0
-
-    def _buffer_completed(self, activities) -> None:
-        self._read_records([rec.ptr for rec in activities])
-
-    def _read_records(self, addresses: list[int]) -> None:
-        """One buffer's records, by address: join them (attribution) on CUPTI's thread."""
+    def _read_records(self, view: memoryview, offsets: list[int]) -> None:
+        """One buffer's records (at `offsets` in `view`): join them on CUPTI's thread."""
         t0 = time.perf_counter()
         try:
             external, api, kernels = [], [], []
-            string_at, read_kind = ctypes.string_at, self._read_kind
+            names, read_kind = self._names, self._read_kind
             k_kernel, k_ext, k_api = self._k_kernel, self._k_ext, self._k_api
             read_kernel, read_api, read_ext = self._read_kernel, self._read_api, self._read_ext
             graphs, custom = self._graph_cbids, self._custom
-            for ptr in addresses:
-                # cupti-python's field properties cost ~5 us each; the raw struct ~0.5 us in all
-                kind = read_kind(ptr)
+            for at in offsets:
+                kind = read_kind(view, at)
                 if kind == k_kernel:
-                    corr, name, device, start, end, stream = read_kernel(ptr)
-                    kernels.append(KernelRecord(corr, string_at(name).decode(), device, start,
-                                                end, stream))
+                    corr, name, device, start, end, stream = read_kernel(view, at)
+                    text = names.get(name)
+                    if text is None:  # CUPTI shares one name string among a kernel's records
+                        text = names[name] = ctypes.string_at(name).decode()
+                    kernels.append(KernelRecord(corr, text, device, start, end, stream))
                 elif kind in k_api:
-                    corr, start, cbid, thread = read_api(ptr)
+                    corr, start, cbid, thread = read_api(view, at)
                     api.append(ApiRecord(corr, start, (kind, cbid) in graphs, thread))
                 elif kind == k_ext:
-                    corr, ext_kind, ext_id = read_ext(ptr)
+                    corr, ext_kind, ext_id = read_ext(view, at)
                     if ext_kind == custom:
                         external.append(ExternalRecord(corr, ext_id))
             with self._lock:
@@ -255,7 +246,7 @@ class CuptiCollector:
                     self.recorded.append([[list(_plain(r)) for r in part]
                                           for part in (external, api, kernels)])
                 self.attributor.add_buffer(external, api, kernels)
-            self.records += len(addresses)
+            self.records += len(offsets)
         except Exception as exc:  # never let an error escape onto CUPTI's thread
             self.callback_errors.append(f"{type(exc).__name__}: {exc}")
             print(f"proton: error while reading CUPTI records: {exc}", file=sys.stderr)

@@ -146,19 +146,19 @@ def test_records_are_read_from_the_bindings_own_struct_layout():
     api = np.zeros(1, dtype=cupti.activity_api_dtype)
     api["kind"], api["cbid"], api["start"] = int(cupti.ActivityKind.DRIVER), 7, 123456789012
     api["thread_id"], api["correlation_id"] = 55, 99
-    rec = cupti.ActivityAPI.from_data(api)
+    buffer = memoryview(b"\0" * 24 + api.tobytes())  # a record at offset 24 of a buffer
     read = struct_reader(cupti.activity_api_dtype, ["correlation_id", "start", "cbid", "thread_id"])
-    assert read(rec.ptr) == (99, 123456789012, 7, 55)
-    assert struct_reader(cupti.activity_api_dtype, ["kind"], single=True)(rec.ptr) == \
+    assert read(buffer, 24) == (99, 123456789012, 7, 55)
+    assert struct_reader(cupti.activity_api_dtype, ["kind"], single=True)(buffer, 24) == \
         int(cupti.ActivityKind.DRIVER)
 
     name = ctypes.create_string_buffer(b"matmul_kernel")
     kern = np.zeros(1, dtype=cupti.activity_kernel10_dtype)
     kern["correlation_id"], kern["name"], kern["device_id"] = 5, ctypes.addressof(name), 1
     kern["start"], kern["end"], kern["stream_id"] = 10, 30, 7
-    rec = cupti.ActivityKernel10.from_data(kern)
     corr, name_ptr, device, start, end, stream = struct_reader(
         cupti.activity_kernel10_dtype,
-        ["correlation_id", "name", "device_id", "start", "end", "stream_id"])(rec.ptr)
+        ["correlation_id", "name", "device_id", "start", "end", "stream_id"])(
+        memoryview(kern.tobytes()), 0)
     assert (corr, ctypes.string_at(name_ptr), device, start, end, stream) == \
         (5, b"matmul_kernel", 1, 10, 30, 7)
