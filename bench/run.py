@@ -153,8 +153,10 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(PLAN))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--results", default=os.environ.get("BENCH_RESULTS", "bench.jsonl"))
+    parser.add_argument("--table-only", action="store_true",
+                        help="print the table of the results file, run nothing")
     args = parser.parse_args()
-    chosen = [w for w in args.only.split(",") if w]
+    chosen = [] if args.table_only else [w for w in args.only.split(",") if w]
     for workload in chosen:
         rounds = args.rounds if workload in TIMED else 1
         for i in range(rounds):  # interleave modes so drift hits all alike
@@ -168,7 +170,8 @@ def main() -> None:
                       file=sys.stderr, flush=True)
     with open(args.results) as f:
         results = [json.loads(line) for line in f if line.strip()]
-    print(f"\n{header()}\n")
+    if chosen:
+        print(f"\n{header()}\n")
     print(table(results))
 
 
