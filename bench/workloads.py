@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from proton.examples.matmul import matmul  # the installed package (bench/ is not one)
+from proton.examples.matmul import event_timed, matmul  # installed (bench/ is no package)
 
 
 @triton.jit
@@ -173,8 +173,6 @@ def accuracy(prof: Profiler, args) -> dict:
     out = {"unit": "ns"}
     bare = Profiler("none", None, "shadow")
     list(model_steps(bare, 3))  # warm: allocator, cuBLAS handles, autotuned kernels
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(20)]
     if prof.which == "torch":
         from torch.profiler import ProfilerActivity, profile
 
@@ -191,12 +189,7 @@ def accuracy(prof: Profiler, args) -> dict:
         for _ in range(3):
             matmul(a, b, c)
     with prof.scope("events"):
-        for start, end in events:
-            start.record()
-            matmul(a, b, c)
-            end.record()
-    torch.cuda.synchronize()
-    out["events_ns"] = sum(s.elapsed_time(e) for s, e in events) * 1e6
+        out["events_ns"] = event_timed(lambda: matmul(a, b, c), 20) * 1e9
     with prof.scope("model"):
         list(model_steps(prof, 10))
     prof.finalize()

@@ -13,7 +13,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 import proton  # noqa: E402
-from proton.examples.matmul import matmul  # noqa: E402
+from proton.examples.matmul import event_timed, matmul  # noqa: E402
 
 
 def test_matmul_tflops_in_the_viewer_matches_flops_over_cuda_event_time(profile_path):
@@ -26,20 +26,13 @@ def test_matmul_tflops_in_the_viewer_matches_flops_over_cuda_event_time(profile_
     c = torch.empty_like(a)
     matmul(a, b, c)
     assert torch.allclose(c.float(), (a @ b).float(), atol=0.5, rtol=0.02)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(10)]
     proton.start(name, hook="triton")
     with proton.scope("warmup"):
         for _ in range(3):
             matmul(a, b, c)
     with proton.scope("mm"):
-        for start, end in events:
-            start.record()
-            matmul(a, b, c)
-            end.record()
+        seconds = event_timed(lambda: matmul(a, b, c), 10)
     proton.finalize()
-    torch.cuda.synchronize()
-    seconds = sum(s.elapsed_time(e) for s, e in events) * 1e-3
     expected = 10 * 2 * size**3 / seconds / 1e12
     op = find(read()[0], "mm", f"matmul_{size}x{size}x{size}")
     assert op["metrics"]["count"] == 10 and op["metrics"]["flops16"] == 10 * 2 * size**3

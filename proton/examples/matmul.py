@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 import torch
 import triton
@@ -43,6 +44,19 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
                                         BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
                                         num_warps=8, num_stages=3)
     return c
+
+
+def event_timed(fn: Callable[[], object], times: int) -> float:
+    """Seconds the GPU spent in `times` calls of fn, each between its own pair of CUDA events
+    (what the profile's kernel time is checked against)."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(times)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return sum(start.elapsed_time(end) for start, end in events) * 1e-3
 
 
 def main() -> None:
