@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import ctypes
 import json
-import operator
 import os
-import struct
 import sys
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 
-from .attribution import (ApiRecord, Attributor, ExternalRecord, KernelRecord, KernelSink,
-                          Unscoped)
+from .attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord, Unscoped
 from .errors import ProfilerConflictError, ProtonError
 
 BUFFER_SIZE = 8 << 20
@@ -43,26 +41,21 @@ def _enum(cupti, *names):
     raise ProtonError(f"this cupti-python has none of {names}; install cupti-python 13.0.x")
 
 
-_STRUCT_CODES = {"i4": "i", "u4": "I", "i8": "q", "u8": "Q"}
-
-
-def struct_reader(dtype, names: list[str], *, single: bool = False):
-    """A function reading `names`, in that order, from the record struct at `offset` in a
-    buffer: reader(view, offset).
+def field_reader(dtype, names: list[str]):
+    """reader(buffer, offsets) -> one numpy array per name: that field of the record at each
+    offset of a buffer of bytes (np.uint8). One vectorised gather per field, so a buffer of
+    thousands of records costs a few numpy calls, not Python per record.
 
     The layout comes from cupti-python's own numpy dtype for the record, so it follows the
     binding's version."""
-    fields = sorted((dtype.fields[n][1], n, dtype.fields[n][0]) for n in names)
-    fmt, pos, order = "<", 0, []
-    for offset, name, dt in fields:
-        fmt += "x" * (offset - pos) + _STRUCT_CODES[dt.str[1:]]
-        pos = offset + dt.itemsize
-        order.append(name)
-    unpack_from = struct.Struct(fmt).unpack_from
-    pick = operator.itemgetter(*[order.index(n) for n in names])
-    if single:
-        return lambda view, offset: unpack_from(view, offset)[0]
-    return lambda view, offset: pick(unpack_from(view, offset))
+    specs = [(dtype.fields[n][1], dtype.fields[n][0].newbyteorder("<")) for n in names]
+    steps = {dt.itemsize: np.arange(dt.itemsize) for _, dt in specs}
+
+    def read(buf: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+        return [buf[(offsets + at)[:, None] + steps[dt.itemsize]].view(dt).ravel()
+                for at, dt in specs]
+
+    return read
 
 
 def _plain(record) -> tuple:
@@ -76,11 +69,17 @@ def _ids(enum, names) -> dict[int, str]:
 class CuptiCollector:
     """Owns the process's CUPTI subscription while at least one session needs kernels."""
 
-    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None) -> None:
+    def __init__(self, sink: Callable[[list[tuple[int, KernelRecord, int]]], None],
+                 unscoped: Unscoped | None = None) -> None:
+        """sink: takes each buffer's attributed kernels at once, as (path id, record,
+        launch time) tuples."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
-        self.attributor = Attributor(sink, unscoped)
+        self._sink = sink
+        self._delivered: list[tuple[int, KernelRecord, int]] = []
+        delivered = self._delivered.append
+        self.attributor = Attributor(lambda path, rec, ts: delivered((path, rec, ts)), unscoped)
         self._lock = threading.Lock()
         self._subscriber = None
         self._raw = None
@@ -98,13 +97,14 @@ class CuptiCollector:
         self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS)
         self._graph_cbids = {(int(K.DRIVER), c) for c in _ids(drv, _DRIVER_GRAPHS)} | {
             (int(K.RUNTIME), c) for c in _ids(rt, _RUNTIME_GRAPHS)}
-        self._read_kind = struct_reader(cupti.activity_api_dtype, ["kind"], single=True)
-        self._read_kernel = struct_reader(cupti.activity_kernel10_dtype, [
+        self._read_kind = field_reader(cupti.activity_api_dtype, ["kind"])
+        self._read_kernel = field_reader(cupti.activity_kernel10_dtype, [
             "correlation_id", "name", "device_id", "start", "end", "stream_id"])
-        self._read_api = struct_reader(cupti.activity_api_dtype, [
+        self._read_api = field_reader(cupti.activity_api_dtype, [
             "correlation_id", "start", "cbid", "thread_id"])
-        self._read_ext = struct_reader(cupti.activity_external_correlation_dtype, [
+        self._read_ext = field_reader(cupti.activity_external_correlation_dtype, [
             "correlation_id", "external_kind", "external_id"])
+        self._graph_pairs = sorted(self._graph_cbids)
         self._all_driver = [int(v) for v in drv.__members__.values()]
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         self.callback_errors: list[str] = []
@@ -217,35 +217,54 @@ class CuptiCollector:
         except (OSError, AttributeError) as exc:
             raise ProtonError(f"CUPTI's activity buffers could not be set up: {exc}") from None
 
+    def finish(self) -> int:
+        """Give kernels whose launch record never came to the root; return how many."""
+        with self._lock:
+            orphans = self.attributor.finish()
+            self._drain()
+        return orphans
+
+    def _drain(self) -> None:
+        if self._delivered:
+            items = self._delivered[:]
+            self._delivered.clear()
+            self._sink(items)
+
+    def _name(self, pointer: int) -> str:
+        """A kernel's name: CUPTI shares one string among all records of a kernel."""
+        text = self._names[pointer] = ctypes.string_at(pointer).decode()
+        return text
+
     def _read_records(self, view: memoryview, offsets: list[int]) -> None:
         """One buffer's records (at `offsets` in `view`): join them on CUPTI's thread."""
         t0 = time.perf_counter()
         try:
-            external, api, kernels = [], [], []
-            names, read_kind = self._names, self._read_kind
-            k_kernel, k_ext, k_api = self._k_kernel, self._k_ext, self._k_api
-            read_kernel, read_api, read_ext = self._read_kernel, self._read_api, self._read_ext
-            graphs, custom = self._graph_cbids, self._custom
-            for at in offsets:
-                kind = read_kind(view, at)
-                if kind == k_kernel:
-                    corr, name, device, start, end, stream = read_kernel(view, at)
-                    text = names.get(name)
-                    if text is None:  # CUPTI shares one name string among a kernel's records
-                        text = names[name] = ctypes.string_at(name).decode()
-                    kernels.append(KernelRecord(corr, text, device, start, end, stream))
-                elif kind in k_api:
-                    corr, start, cbid, thread = read_api(view, at)
-                    api.append(ApiRecord(corr, start, (kind, cbid) in graphs, thread))
-                elif kind == k_ext:
-                    corr, ext_kind, ext_id = read_ext(view, at)
-                    if ext_kind == custom:
-                        external.append(ExternalRecord(corr, ext_id))
+            buf = np.frombuffer(view, dtype=np.uint8)
+            at = np.array(offsets, dtype=np.int64)
+            (kinds,) = self._read_kind(buf, at)
+            corr, ext_kind, ext_id = self._read_ext(buf, at[kinds == self._k_ext])
+            mine = ext_kind == self._custom
+            external = list(map(ExternalRecord, corr[mine].tolist(), ext_id[mine].tolist()))
+            is_api = np.isin(kinds, list(self._k_api))
+            api_kinds = kinds[is_api]
+            corr, start, cbid, thread = self._read_api(buf, at[is_api])
+            graph = np.zeros(len(corr), dtype=bool)
+            for kind, graph_cbid in self._graph_pairs:
+                graph |= (api_kinds == kind) & (cbid == graph_cbid)
+            api = list(map(ApiRecord, corr.tolist(), start.tolist(), graph.tolist(),
+                           thread.tolist()))
+            corr, name, device, start, end, stream = self._read_kernel(
+                buf, at[kinds == self._k_kernel])
+            names = self._names
+            texts = [names.get(p) or self._name(p) for p in name.tolist()]
+            kernels = list(map(KernelRecord, corr.tolist(), texts, device.tolist(),
+                               start.tolist(), end.tolist(), stream.tolist()))
             with self._lock:
                 if self.recorded is not None:
                     self.recorded.append([[list(_plain(r)) for r in part]
                                           for part in (external, api, kernels)])
                 self.attributor.add_buffer(external, api, kernels)
+                self._drain()
             self.records += len(offsets)
         except Exception as exc:  # never let an error escape onto CUPTI's thread
             self.callback_errors.append(f"{type(exc).__name__}: {exc}")

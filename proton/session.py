@@ -75,13 +75,26 @@ class Session:
             if self.data == "trace":
                 self.events.append((path_id, rec))
                 return
-            node = self.nodes.get(path_id)
-            if node is None or m.COUNT not in node:  # an op node may hold only its metadata yet
-                node = self.nodes.setdefault(path_id, {})
-                node.update({m.TIME: 0, m.COUNT: 0, m.DEVICE_ID: rec.device_id,
-                             m.DEVICE_TYPE: m.CUDA})
+            node = self._kernel_node(path_id, rec.device_id)
             node[m.TIME] += rec.end - rec.start
             node[m.COUNT] += 1
+
+    def add_kernel_totals(self, totals: dict[int, list]) -> None:
+        """Kernels summed per path: {path id: [time ns, count, device id]} (data="tree")."""
+        with self.lock:
+            if self.closed:
+                return
+            for path_id, (ns, count, device) in totals.items():
+                node = self._kernel_node(path_id, device)
+                node[m.TIME] += ns
+                node[m.COUNT] += count
+
+    def _kernel_node(self, path_id: int, device_id: int) -> dict:
+        node = self.nodes.get(path_id)
+        if node is None or m.COUNT not in node:  # an op node may hold only its metadata yet
+            node = self.nodes.setdefault(path_id, {})
+            node.update({m.TIME: 0, m.COUNT: 0, m.DEVICE_ID: device_id, m.DEVICE_TYPE: m.CUDA})
+        return node
 
 
 class Profiler:
@@ -98,6 +111,8 @@ class Profiler:
         self.lost_kernels = 0
         self._atexit = False
         self.main_thread = threading.main_thread().ident
+        self._kernel_paths: dict[tuple[int, str, int], int] = {}
+        """(path id, kernel name, device) -> the kernel's path id, for _on_kernels."""
         self._main_timeline: list[tuple[int, int]] = []
         """(timestamp, path id) each time the main thread's innermost scope changed."""
 
@@ -171,7 +186,7 @@ class Profiler:
             raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
                               "matching your CUDA 13 driver") from None
 
-        collector = CuptiCollector(self._on_kernel, self._unscoped)
+        collector = CuptiCollector(self._on_kernels, self._unscoped)
         collector.start()
         self.collector = collector
         from .scope import repush_open_scopes
@@ -239,7 +254,7 @@ class Profiler:
         collector, self.collector = self.collector, None
         collector.stop()
         self._main_timeline.clear()
-        lost = self.lost_kernels + collector.attributor.finish()
+        lost = self.lost_kernels + collector.finish()
         dropped = collector.dropped_records()
         if os.environ.get("PROTON_DEBUG"):
             a = collector.attributor
@@ -287,14 +302,44 @@ class Profiler:
         i = bisect.bisect_right(timeline, ts, key=lambda e: e[0]) - 1
         return timeline[i][1] if i >= 0 else ROOT
 
-    def _on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
+    def _kernel_path(self, path_id: int, rec: KernelRecord) -> int:
         if paths.frames[path_id].kind == OP:  # the hook named this launch: the op is the kernel
-            kernel = path_id
-        else:
-            kernel = paths.intern(path_id, rec.name, f"{KERNEL}{rec.device_id}")
+            return path_id
+        return paths.intern(path_id, rec.name, f"{KERNEL}{rec.device_id}")
+
+    def _on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
+        kernel = self._kernel_path(path_id, rec)
         for s in list(self.sessions.values()):
             if s.active_at(launch_ts):
                 s.add_kernel(kernel, rec)
+
+    def _on_kernels(self, items: list[tuple[int, KernelRecord, int]]) -> None:
+        """One buffer's kernels (path id, record, launch time). When every session is a tree
+        that has been active since before the first launch, they are summed per path first
+        and each session takes the sums under one lock: this runs on CUPTI's thread holding
+        the GIL, so it must be short."""
+        sessions = list(self.sessions.values())
+        first = min(ts for _, _, ts in items)
+        if not all(s.data == "tree" and s.intervals and s.intervals[-1][1] == -1
+                   and s.intervals[-1][0] <= first for s in sessions):
+            for path_id, rec, ts in items:
+                self._on_kernel(path_id, rec, ts)
+            return
+        totals: dict[int, list] = {}
+        known = self._kernel_paths
+        for path_id, rec, _ in items:
+            key = (path_id, rec.name, rec.device_id)
+            kernel = known.get(key)
+            if kernel is None:
+                kernel = known[key] = self._kernel_path(path_id, rec)
+            total = totals.get(kernel)
+            if total is None:
+                totals[kernel] = [rec.end - rec.start, 1, rec.device_id]
+            else:
+                total[0] += rec.end - rec.start
+                total[1] += 1
+        for s in sessions:
+            s.add_kernel_totals(totals)
 
 
 def _check_choice(what: str, value, choices) -> None:

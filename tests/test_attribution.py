@@ -131,34 +131,36 @@ def test_unscoped_launch_from_a_helper_thread_takes_the_main_threads_scope():
     assert got == [6]
 
 
-# Records built outside a CUPTI buffer make the binding complain when they are freed.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_records_are_read_from_the_bindings_own_struct_layout():
-    """The collector reads CUPTI records through cupti-python's numpy dtypes, not its slow
-    per-field properties; build real binding records and read them back."""
+    """The collector reads a raw CUPTI buffer with cupti-python's numpy dtypes for the record
+    layouts: lay records out as CUPTI does and read their fields back."""
     import ctypes
 
     import numpy as np
     from cupti import cupti
 
-    from proton.cupti_collector import struct_reader
+    from proton.cupti_collector import field_reader
 
-    api = np.zeros(1, dtype=cupti.activity_api_dtype)
+    api = np.zeros(2, dtype=cupti.activity_api_dtype)
     api["kind"], api["cbid"], api["start"] = int(cupti.ActivityKind.DRIVER), 7, 123456789012
-    api["thread_id"], api["correlation_id"] = 55, 99
-    buffer = memoryview(b"\0" * 24 + api.tobytes())  # a record at offset 24 of a buffer
-    read = struct_reader(cupti.activity_api_dtype, ["correlation_id", "start", "cbid", "thread_id"])
-    assert read(buffer, 24) == (99, 123456789012, 7, 55)
-    assert struct_reader(cupti.activity_api_dtype, ["kind"], single=True)(buffer, 24) == \
-        int(cupti.ActivityKind.DRIVER)
+    api["thread_id"], api["correlation_id"] = 55, [98, 99]
+    # records at offsets 24 and 24 + size of a buffer, as CUPTI lays them out
+    buffer = np.frombuffer(b"\0" * 24 + api.tobytes(), dtype=np.uint8)
+    at = np.array([24, 24 + api.dtype.itemsize])
+    corr, start, cbid, thread = field_reader(
+        cupti.activity_api_dtype, ["correlation_id", "start", "cbid", "thread_id"])(buffer, at)
+    assert corr.tolist() == [98, 99] and start.tolist() == [123456789012] * 2
+    assert cbid.tolist() == [7, 7] and thread.tolist() == [55, 55]
+    (kind,) = field_reader(cupti.activity_api_dtype, ["kind"])(buffer, at[:1])
+    assert kind.tolist() == [int(cupti.ActivityKind.DRIVER)]
 
     name = ctypes.create_string_buffer(b"matmul_kernel")
     kern = np.zeros(1, dtype=cupti.activity_kernel10_dtype)
     kern["correlation_id"], kern["name"], kern["device_id"] = 5, ctypes.addressof(name), 1
     kern["start"], kern["end"], kern["stream_id"] = 10, 30, 7
-    corr, name_ptr, device, start, end, stream = struct_reader(
-        cupti.activity_kernel10_dtype,
-        ["correlation_id", "name", "device_id", "start", "end", "stream_id"])(
-        memoryview(kern.tobytes()), 0)
+    fields = field_reader(cupti.activity_kernel10_dtype,
+                          ["correlation_id", "name", "device_id", "start", "end", "stream_id"])(
+        np.frombuffer(kern.tobytes(), dtype=np.uint8), np.array([0]))
+    corr, name_ptr, device, start, end, stream = (f.tolist()[0] for f in fields)
     assert (corr, ctypes.string_at(name_ptr), device, start, end, stream) == \
         (5, b"matmul_kernel", 1, 10, 30, 7)

@@ -170,6 +170,33 @@ def test_kernels_count_only_for_sessions_active_at_launch(profile_path):
     assert root["metrics"] == {"time (ns)": 0, "count": 0}
 
 
+@pytest.mark.parametrize("pause", [False, True])
+def test_a_buffers_kernels_sum_per_path_for_every_active_session(profile_path, pause):
+    """_on_kernels (one CUPTI buffer at a time) gives the same tree as kernel by kernel: summed
+    when every session was active since before the first launch, else checked one by one."""
+    name, read = profile_path
+    other = name + "_b"
+    proton.start(name)
+    path = paths.intern(0, "batch")
+    first = profiler.now()
+    if pause:  # the first launch falls in a pause: it must not count
+        proton.deactivate()
+        first = profiler.now()
+        proton.activate()
+    proton.start(other)
+    later = profiler.now()
+    profiler._on_kernels([(path, KernelRecord(1, "k", 0, 0, 100), first),
+                          (path, KernelRecord(2, "k", 0, 0, 30), later),
+                          (path, KernelRecord(3, "k", 1, 0, 10), later)])
+    proton.finalize()
+    for prof, counted in ((read()[0], 1 if pause else 2), (load(other + ".hatchet")[0], 1)):
+        k0, k1 = find(prof, "batch")["children"]
+        assert k0["metrics"]["count"] == counted
+        assert k0["metrics"]["time (ns)"] == (30 if counted == 1 else 130)
+        assert k1["metrics"] == {"time (ns)": 10, "count": 1, "device_id": "1",
+                                 "device_type": "CUDA"}
+
+
 def test_device_table_lists_only_devices_with_kernels():
     k = paths.intern(0, "k", "kernel1")
     devices = {"0": {"arch": "90"}, "1": {"arch": "80"}}
