@@ -50,32 +50,38 @@ class ExternalRecord:
     external_id: int
 
 
-@dataclass(slots=True)
-class _Launch:
-    path: int
-    start: int
-    graph: bool
-
-
 GRAPH_HORIZON_NS = 60_000_000_000
 """A graph launch is forgotten once kernels a minute younger than it have come."""
 
-# sink(path id, kernel record, launch start time)
-KernelSink = Callable[[int, KernelRecord, int], None]
+Kernel = tuple
+"""A kernel as the sink gets it: (path id, launch start, correlation id, name, device id,
+start, end, stream id); the last six are KernelRecord's fields in order."""
+# sink(kernels of one buffer)
+KernelSink = Callable[[list[Kernel]], None]
 # unscoped(thread id, launch start time) -> path id for a launch made with no scope open
 Unscoped = Callable[[int, int], int]
 
 
+def each(sink: Callable[[int, KernelRecord, int], None]) -> KernelSink:
+    """A KernelSink calling sink(path id, KernelRecord, launch start) once per kernel."""
+    return lambda kernels: [sink(k[0], KernelRecord(*k[2:]), k[1]) for k in kernels] and None
+
+
 class Attributor:
-    """Joins the three record kinds by correlation id and hands each kernel to `sink` once."""
+    """Joins the three record kinds by correlation id and hands each kernel to `sink` once.
+
+    Records come as columns (one list per field) so a buffer of thousands costs a few passes of
+    dict operations on CUPTI's thread, which holds the GIL while it works."""
 
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None) -> None:
         self._sink = sink
         self._unscoped = unscoped
         self._external: dict[int, int] = {}
-        self._launches: dict[int, _Launch] = {}
-        self._early: dict[int, list[KernelRecord]] = {}
-        self._graphs: dict[int, _Launch] = {}
+        self._launches: dict[int, tuple[int, int]] = {}
+        """Launch calls waiting for their kernel: correlation id -> (path id, start)."""
+        self._early: dict[int, list[tuple]] = {}
+        """Kernels whose launch record has not come yet, by correlation id."""
+        self._graphs: dict[int, tuple[int, int]] = {}
         """Graph launches: kept until well after their kernels, since any number may follow."""
         self.waiting_kernels = 0
         """Launch calls whose kernel record has not come yet (graph launches excluded)."""
@@ -86,63 +92,82 @@ class Attributor:
 
     def add_buffer(self, external: list[ExternalRecord], api: list[ApiRecord],
                    kernels: list[KernelRecord]) -> None:
-        """Add one CUPTI buffer's records; external ids first, since a launch's external record
-        and API record always share a buffer but their order within it is not promised."""
-        for rec in external:
-            self._external[rec.correlation_id] = rec.external_id
-        for rec in api:
-            self._add_api(rec)
-        for rec in kernels:
-            self._add_kernel(rec)
-        if self._graphs and kernels:
-            horizon = max(rec.end for rec in kernels) - GRAPH_HORIZON_NS
-            for corr in [c for c, g in self._graphs.items() if g.start < horizon]:
+        """add_columns for records as objects (replays, tests)."""
+        self.add_columns(
+            ([r.correlation_id for r in external], [r.external_id for r in external]),
+            ([r.correlation_id for r in api], [r.start for r in api], [r.graph for r in api],
+             [r.thread_id for r in api]),
+            tuple(zip(*[(r.correlation_id, r.name, r.device_id, r.start, r.end, r.stream_id)
+                        for r in kernels])) or ([], [], [], [], [], []))
+
+    def add_columns(self, external: tuple[list, list], api: tuple[list, list, list, list],
+                    kernels: tuple[list, ...]) -> None:
+        """Add one CUPTI buffer's records, as columns:
+        external (correlation id, path id), api (correlation id, start, graph, thread id),
+        kernels (correlation id, name, device id, start, end, stream id).
+        External ids go first: a launch's external record and API record always share a
+        buffer, but their order within it is not promised."""
+        self._external.update(zip(*external))
+        out: list[tuple] = []
+        self._add_api(*api, out)
+        self._add_kernels(kernels, out)
+        if self._graphs and kernels[0]:
+            horizon = max(kernels[4]) - GRAPH_HORIZON_NS
+            for corr in [c for c, g in self._graphs.items() if g[1] < horizon]:
                 del self._graphs[corr]
+        if out:
+            self.kernels += len(out)
+            self._sink(out)
 
-    def _add_api(self, rec: ApiRecord) -> None:
-        self.launches += 1
-        path = self._external.pop(rec.correlation_id, None)
-        if path is None:
-            path = self._unscoped(rec.thread_id, rec.start) if self._unscoped else ROOT
-        launch = _Launch(path, rec.start, rec.graph)
-        early = self._early.pop(rec.correlation_id, None)
-        if early:
-            for kernel in early:
-                self._deliver(launch, kernel)
-            if not launch.graph:
-                return
-        if launch.graph:
-            self._graphs[rec.correlation_id] = launch
-        else:
-            self._launches[rec.correlation_id] = launch
-            self.waiting_kernels += 1
+    def _add_api(self, corrs, starts, graph_flags, threads, out: list) -> None:
+        pop_path, unscoped = self._external.pop, self._unscoped
+        launches, graphs, early = self._launches, self._graphs, self._early
+        waiting = 0
+        for corr, start, graph, thread in zip(corrs, starts, graph_flags, threads):
+            path = pop_path(corr, None)
+            if path is None:
+                path = unscoped(thread, start) if unscoped else ROOT
+            if early:  # kernels that came before their launch record
+                kernels = early.pop(corr, None)
+                if kernels:
+                    out.extend((path, start) + k for k in kernels)
+                    if not graph:
+                        continue
+            if graph:
+                graphs[corr] = (path, start)
+            else:
+                launches[corr] = (path, start)
+                waiting += 1
+        self.launches += len(corrs)
+        self.waiting_kernels += waiting
 
-    def _add_kernel(self, rec: KernelRecord) -> None:
-        launch = self._launches.pop(rec.correlation_id, None)
-        if launch is not None:
-            self.waiting_kernels -= 1
-        else:
-            launch = self._graphs.get(rec.correlation_id)
-        if launch is None:
-            self._early.setdefault(rec.correlation_id, []).append(rec)
-            return
-        self._deliver(launch, rec)
-
-    def _deliver(self, launch: _Launch, rec: KernelRecord) -> None:
-        self.kernels += 1
-        self._sink(launch.path, rec, launch.start)
+    def _add_kernels(self, kernels: tuple[list, ...], out: list) -> None:
+        pop_launch, graphs, early = self._launches.pop, self._graphs, self._early
+        found = 0
+        for kernel in zip(*kernels):
+            launch = pop_launch(kernel[0], None)
+            if launch is not None:
+                found += 1
+            else:
+                launch = graphs.get(kernel[0])
+                if launch is None:
+                    early.setdefault(kernel[0], []).append(kernel)
+                    continue
+            out.append(launch + kernel)
+        self.waiting_kernels -= found
 
     def finish(self) -> int:
         """Give kernels whose launch record never came to the root; return how many there were."""
-        orphans = 0
+        out = []
         for corr, kernels in self._early.items():
             path = self._external.pop(corr, ROOT)
-            for kernel in kernels:
-                orphans += 1
-                self._deliver(_Launch(path, kernel.start, False), kernel)
+            out.extend((path, kernel[3]) + kernel for kernel in kernels)
         self._early.clear()
         self._launches.clear()
         self._graphs.clear()
         self._external.clear()
         self.waiting_kernels = 0
-        return orphans
+        if out:
+            self.kernels += len(out)
+            self._sink(out)
+        return len(out)

@@ -13,11 +13,10 @@ import os
 import sys
 import threading
 import time
-from typing import Callable
 
 import numpy as np
 
-from .attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord, Unscoped
+from .attribution import Attributor, KernelSink, Unscoped
 from .errors import ProfilerConflictError, ProtonError
 
 BUFFER_SIZE = 8 << 20
@@ -69,17 +68,12 @@ def _ids(enum, names) -> dict[int, str]:
 class CuptiCollector:
     """Owns the process's CUPTI subscription while at least one session needs kernels."""
 
-    def __init__(self, sink: Callable[[list[tuple[int, KernelRecord, int]]], None],
-                 unscoped: Unscoped | None = None) -> None:
-        """sink: takes each buffer's attributed kernels at once, as (path id, record,
-        launch time) tuples."""
+    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None) -> None:
+        """sink: takes each buffer's attributed kernels at once (see attribution.Kernel)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
-        self._sink = sink
-        self._delivered: list[tuple[int, KernelRecord, int]] = []
-        delivered = self._delivered.append
-        self.attributor = Attributor(lambda path, rec, ts: delivered((path, rec, ts)), unscoped)
+        self.attributor = Attributor(sink, unscoped)
         self._lock = threading.Lock()
         self._subscriber = None
         self._raw = None
@@ -220,15 +214,7 @@ class CuptiCollector:
     def finish(self) -> int:
         """Give kernels whose launch record never came to the root; return how many."""
         with self._lock:
-            orphans = self.attributor.finish()
-            self._drain()
-        return orphans
-
-    def _drain(self) -> None:
-        if self._delivered:
-            items = self._delivered[:]
-            self._delivered.clear()
-            self._sink(items)
+            return self.attributor.finish()
 
     def _name(self, pointer: int) -> str:
         """A kernel's name: CUPTI shares one string among all records of a kernel."""
@@ -244,27 +230,25 @@ class CuptiCollector:
             (kinds,) = self._read_kind(buf, at)
             corr, ext_kind, ext_id = self._read_ext(buf, at[kinds == self._k_ext])
             mine = ext_kind == self._custom
-            external = list(map(ExternalRecord, corr[mine].tolist(), ext_id[mine].tolist()))
+            external = (corr[mine].tolist(), ext_id[mine].tolist())
             is_api = np.isin(kinds, list(self._k_api))
             api_kinds = kinds[is_api]
             corr, start, cbid, thread = self._read_api(buf, at[is_api])
             graph = np.zeros(len(corr), dtype=bool)
             for kind, graph_cbid in self._graph_pairs:
                 graph |= (api_kinds == kind) & (cbid == graph_cbid)
-            api = list(map(ApiRecord, corr.tolist(), start.tolist(), graph.tolist(),
-                           thread.tolist()))
+            api = (corr.tolist(), start.tolist(), graph.tolist(), thread.tolist())
             corr, name, device, start, end, stream = self._read_kernel(
                 buf, at[kinds == self._k_kernel])
             names = self._names
             texts = [names.get(p) or self._name(p) for p in name.tolist()]
-            kernels = list(map(KernelRecord, corr.tolist(), texts, device.tolist(),
-                               start.tolist(), end.tolist(), stream.tolist()))
+            kernels = (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
+                       stream.tolist())
             with self._lock:
-                if self.recorded is not None:
-                    self.recorded.append([[list(_plain(r)) for r in part]
+                if self.recorded is not None:  # rows, as the record classes take them
+                    self.recorded.append([[list(row) for row in zip(*part)]
                                           for part in (external, api, kernels)])
-                self.attributor.add_buffer(external, api, kernels)
-                self._drain()
+                self.attributor.add_columns(external, api, kernels)
             self.records += len(offsets)
         except Exception as exc:  # never let an error escape onto CUPTI's thread
             self.callback_errors.append(f"{type(exc).__name__}: {exc}")

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import metrics as m
-from .attribution import KernelRecord
+from .attribution import Kernel, KernelRecord
 from .errors import ProtonError, SessionError
 from .paths import KERNEL, OP, ROOT, paths
 
@@ -302,41 +302,41 @@ class Profiler:
         i = bisect.bisect_right(timeline, ts, key=lambda e: e[0]) - 1
         return timeline[i][1] if i >= 0 else ROOT
 
-    def _kernel_path(self, path_id: int, rec: KernelRecord) -> int:
+    def _kernel_path(self, path_id: int, name: str, device: int) -> int:
         if paths.frames[path_id].kind == OP:  # the hook named this launch: the op is the kernel
             return path_id
-        return paths.intern(path_id, rec.name, f"{KERNEL}{rec.device_id}")
+        return paths.intern(path_id, name, f"{KERNEL}{device}")
 
     def _on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
-        kernel = self._kernel_path(path_id, rec)
+        kernel = self._kernel_path(path_id, rec.name, rec.device_id)
         for s in list(self.sessions.values()):
             if s.active_at(launch_ts):
                 s.add_kernel(kernel, rec)
 
-    def _on_kernels(self, items: list[tuple[int, KernelRecord, int]]) -> None:
-        """One buffer's kernels (path id, record, launch time). When every session is a tree
-        that has been active since before the first launch, they are summed per path first
-        and each session takes the sums under one lock: this runs on CUPTI's thread holding
-        the GIL, so it must be short."""
+    def _on_kernels(self, kernels: list[Kernel]) -> None:
+        """One buffer's kernels (see attribution.Kernel). When every session is a tree that
+        has been active since before the first launch, they are summed per path first and each
+        session takes the sums under one lock: this runs on CUPTI's thread holding the GIL, so
+        it must be short."""
         sessions = list(self.sessions.values())
-        first = min(ts for _, _, ts in items)
+        first = min(k[1] for k in kernels)
         if not all(s.data == "tree" and s.intervals and s.intervals[-1][1] == -1
                    and s.intervals[-1][0] <= first for s in sessions):
-            for path_id, rec, ts in items:
-                self._on_kernel(path_id, rec, ts)
+            for k in kernels:
+                self._on_kernel(k[0], KernelRecord(*k[2:]), k[1])
             return
         totals: dict[int, list] = {}
         known = self._kernel_paths
-        for path_id, rec, _ in items:
-            key = (path_id, rec.name, rec.device_id)
+        for path_id, _, _, name, device, start, end, _ in kernels:
+            key = (path_id, name, device)
             kernel = known.get(key)
             if kernel is None:
-                kernel = known[key] = self._kernel_path(path_id, rec)
+                kernel = known[key] = self._kernel_path(path_id, name, device)
             total = totals.get(kernel)
             if total is None:
-                totals[kernel] = [rec.end - rec.start, 1, rec.device_id]
+                totals[kernel] = [end - start, 1, device]
             else:
-                total[0] += rec.end - rec.start
+                total[0] += end - start
                 total[1] += 1
         for s in sessions:
             s.add_kernel_totals(totals)

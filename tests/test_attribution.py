@@ -5,11 +5,9 @@ import json
 import os
 from collections import Counter
 
-import pytest
-
 from conftest import find, load
 
-from proton.attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord
+from proton.attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord, each
 from proton.paths import ROOT
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -17,7 +15,7 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 
 def collect():
     got = []
-    return got, Attributor(lambda path, rec, ts: got.append((path, rec.name, ts)))
+    return got, Attributor(each(lambda path, rec, ts: got.append((path, rec.name, ts))))
 
 
 def test_kernel_goes_to_the_path_its_launch_pushed():
@@ -95,7 +93,7 @@ def test_replayed_h100_records_rebuild_the_recorded_tree():
         counts[path_names(path) + (rec.name,)] += 1
         times[path_names(path) + (rec.name,)] += rec.end - rec.start
 
-    att = Attributor(sink)
+    att = Attributor(each(sink))
     for ext, api, kernels in recorded["buffers"]:
         att.add_buffer([ExternalRecord(*r) for r in ext], [ApiRecord(*r) for r in api],
                        [KernelRecord(*r) for r in kernels])
@@ -126,7 +124,7 @@ def test_unscoped_launch_from_a_helper_thread_takes_the_main_threads_scope():
     assert prof._unscoped(1234, 15) == 5
     assert prof._unscoped(1234, 25) == 6
     assert prof._unscoped(1234, 35) == ROOT
-    got, att = [], Attributor(lambda p, r, ts: got.append(p), prof._unscoped)
+    got, att = [], Attributor(each(lambda p, r, ts: got.append(p)), prof._unscoped)
     att.add_buffer([], [ApiRecord(1, 22, False, 1234)], [KernelRecord(1, "k", 0, 23, 24)])
     assert got == [6]
 

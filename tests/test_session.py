@@ -185,9 +185,8 @@ def test_a_buffers_kernels_sum_per_path_for_every_active_session(profile_path, p
         proton.activate()
     proton.start(other)
     later = profiler.now()
-    profiler._on_kernels([(path, KernelRecord(1, "k", 0, 0, 100), first),
-                          (path, KernelRecord(2, "k", 0, 0, 30), later),
-                          (path, KernelRecord(3, "k", 1, 0, 10), later)])
+    profiler._on_kernels([(path, first, 1, "k", 0, 0, 100, 0), (path, later, 2, "k", 0, 0, 30, 0),
+                          (path, later, 3, "k", 1, 0, 10, 0)])
     proton.finalize()
     for prof, counted in ((read()[0], 1 if pause else 2), (load(other + ".hatchet")[0], 1)):
         k0, k1 = find(prof, "batch")["children"]
