@@ -227,3 +227,47 @@ def test_conflicting_options_give_one_line_and_status_2(args, message):
     result = show(*args, EXAMPLE)
     assert result.exit_code == 2 and message in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def _python_context_profile(tmp_path):
+    """A context="python" tree: the user's frames, torch's and Triton's launch machinery
+    between them and the kernels."""
+    lib = "/usr/lib/python3.12/site-packages"
+
+    def frame(name, *children, **metrics):
+        return {"frame": {"name": name, "type": "function"}, "metrics": metrics,
+                "children": list(children)}
+
+    gemm = frame("gemm_kernel", time=100, count=1)
+    add = frame("add_kernel", time=10, count=1)
+    forward = frame("/home/u/model.py:20@forward",
+                    frame(f"{lib}/torch/nn/functional.py:2000@linear", gemm))
+    root = frame("ROOT", frame("/home/u/train.py:10@main", frame(
+        "/home/u/train.py:5@step",
+        frame(f"{lib}/torch/nn/modules/module.py:1751@_call_impl",
+              frame(f"{lib}/torch/nn/modules/module.py:1762@_wrapped_call_impl", forward)),
+        frame(f"{lib}/triton/runtime/jit.py:300@run",
+              frame(f"{lib}/triton/backends/nvidia/driver.py:700@__call__", add)))))
+    for node in (gemm, add):
+        node["metrics"] = {"time (ns)": node["metrics"]["time"], "count": 1}
+    root["metrics"] = {"time (ns)": 0, "count": 0}
+    path = tmp_path / "py.hatchet"
+    path.write_text(json.dumps([root, {}]))
+    return str(path)
+
+
+def test_library_frames_fold_into_their_first_and_the_file_keeps_them(tmp_path):
+    path = _python_context_profile(tmp_path)
+    folded = {tuple(r["path"])[-1]: r for r in json.loads(
+        show("-m", "time/ns", "--output", "json", "-f", "file_function_line", path).output)}
+    lib = "module.py:1751@_call_impl [+1 library frame]"
+    assert set(folded) == {"ROOT", "train.py:10@main", "train.py:5@step", lib,
+                           "model.py:20@forward", "functional.py:2000@linear", "gemm_kernel",
+                           "jit.py:300@run [+1 library frame]", "add_kernel"}
+    assert folded["gemm_kernel"]["path"][3:] == [lib, "model.py:20@forward",
+                                                 "functional.py:2000@linear", "gemm_kernel"]
+    assert folded[lib]["time (ns)"] == 100 and folded["ROOT"]["time (ns)"] == 110
+    full = json.loads(show("-m", "time/ns", "--output", "json", "--no-collapse-libraries",
+                           path).output)
+    assert len(full) == len(folded) + 2  # _wrapped_call_impl and driver's __call__ come back
+    assert "[+" not in json.dumps(full)

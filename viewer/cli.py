@@ -36,6 +36,10 @@ Examples:
               help="Deepest level of the tree to show.")
 @click.option("-f", "--format", "name_format", type=click.Choice(FORMATS), default="full",
               show_default=True, help="How to shorten `file:line@function` frame names.")
+@click.option("--collapse-libraries/--no-collapse-libraries", default=True, show_default=True,
+              help="In python call paths, draw each run of frames in installed packages "
+              "(torch, triton, ...) or the standard library as its first frame, marked with how "
+              "many it stands for; the file keeps them all.")
 @click.option("--print-sorted", is_flag=True,
               help="After the tree, a flat table of the frames, hottest first.")
 @click.option("--output", type=click.Choice(["tree", "json", "csv"]), default="tree",
@@ -46,14 +50,14 @@ Examples:
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Terminal width to draw for (long names fold onto more lines; never cut).")
 @click.argument("profile", metavar="FILE.hatchet")
-def viewer(list_metrics, metrics, include, exclude, threshold, depth, name_format, print_sorted,
-           other, output, width, profile) -> None:
+def viewer(list_metrics, metrics, include, exclude, threshold, depth, name_format,
+           collapse_libraries, print_sorted, other, output, width, profile) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's).
 
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
         _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
-              print_sorted, other, output, width, profile)
+              collapse_libraries, print_sorted, other, output, width, profile)
     except ViewerError as exc:
         raise _Failed(str(exc)) from None
 
@@ -64,15 +68,15 @@ class _Failed(click.ClickException):
     exit_code = 2
 
 
-def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format, print_sorted,
-          other, output, width, profile) -> None:
+def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
+          collapse_libraries, print_sorted, other, output, width, profile) -> None:
     from rich.console import Console
 
     from . import export, render
     from .derive import available, derive
     from .diff import diff_columns
     from .reader import load
-    from .select import display_names, visible_nodes
+    from .select import display_names, fold_names, library_frames, visible_nodes
 
     _check_conflicts(list_metrics, metrics, print_sorted, other, output, width)
     prof = load(profile)
@@ -102,8 +106,12 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         visible = visible_nodes(prof.gf, chosen, include=include, exclude=exclude,
                                 threshold=threshold)
     names = display_names(prof.gf, name_format)
+    folded = library_frames(prof.gf) if collapse_libraries else None
+    if folded:
+        names = fold_names(prof.gf, names, folded)
     if output != "tree":
-        table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names)
+        table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names,
+                            folded=folded)
         click.echo(export.to_json(table) if output == "json" else export.to_csv(table), nl=False)
         return
     # On a terminal long names fold at its width; piped output keeps each name on one line
@@ -114,7 +122,8 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     write = console.file.write
     diff = other is not None
     render.draw(render.tree_rows(prof.gf, columns, depth=depth, visible=visible, names=names,
-                                 diff=diff), headers, write, width=fold_at, color=color)
+                                 diff=diff, folded=folded), headers, write, width=fold_at,
+                color=color)
     if console.is_terminal:
         console.print(render.legend(columns, first.get(prof.gf.graph.roots[0]), diff))
     if print_sorted:

@@ -11,11 +11,12 @@ from .render import walk
 
 
 def rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
-         names: dict | None = None) -> list[dict]:
+         names: dict | None = None, folded: set | None = None) -> list[dict]:
     """One dict per shown frame: its path from the root, depth and each metric (None if blank)."""
     values = [c.values.to_dict() for c in columns]
     out, path = [], []
-    for node, level, _ in walk(gf, values[0] if values else {}, depth=depth, visible=visible):
+    for node, level, _ in walk(gf, values[0] if values else {}, depth=depth, visible=visible,
+                               folded=folded):
         del path[level:]
         path.append(names[node] if names else node.frame.get("name", "?"))
         row = {"path": list(path), "depth": level}

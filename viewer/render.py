@@ -53,19 +53,34 @@ def band(value, top, diff: bool = False) -> str:
     return next(style for bound, style in BANDS if share >= bound or bound == 0.0)
 
 
-def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None):
+def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,
+         folded: set | None = None):
     """Yield (node, level, lasts) in drawing order: children sorted by `first`, largest first;
-    `lasts` says, for each level down to this node, whether it was its parent's last child."""
+    `lasts` says, for each level down to this node, whether it was its parent's last child.
+
+    folded: frames drawn only through their first: a folded frame under another folded frame
+    is skipped and its children take its place (see select.library_frames)."""
 
     def key(node):
         v = first.get(node)
         return (v is None or v != v, -(v or 0) if v == v else 0)
 
+    def children(node):
+        out = []
+        for child in node.children:
+            if visible is not None and child not in visible:
+                continue
+            if folded and child in folded and node in folded:
+                out.extend(children(child))
+            else:
+                out.append(child)
+        return out
+
     def visit(node, level, lasts):
         yield node, level, lasts
         if level >= depth:
             return
-        kids = sorted((c for c in node.children if visible is None or c in visible), key=key)
+        kids = sorted(children(node), key=key)
         for i, child in enumerate(kids):
             yield from visit(child, level + 1, lasts + (i == len(kids) - 1,))
 
@@ -90,14 +105,15 @@ def _cells(values: list[dict], ints: list[bool], node) -> list[str]:
 
 
 def tree_rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
-              names: dict | None = None, diff: bool = False) -> list[Row]:
+              names: dict | None = None, diff: bool = False,
+              folded: set | None = None) -> list[Row]:
     """One row per shown node (see `walk`), the first cell styled by its share of the root."""
     values = [c.values.to_dict() for c in columns]
     first = values[0] if values else {}
     ints = [_integral(v) for v in values]
     top = first.get(gf.graph.roots[0]) if gf.graph.roots else None
     rows, levels = [], []
-    for node, level, lasts in walk(gf, first, depth=depth, visible=visible):
+    for node, level, lasts in walk(gf, first, depth=depth, visible=visible, folded=folded):
         above = "".join("   " if last else "│  " for last in lasts[:-1])
         branch = "" if level == 0 else ("└─ " if lasts[-1] else "├─ ")
         below = "" if level == 0 else ("   " if lasts[-1] else "│  ")

@@ -11,6 +11,10 @@ import re
 from .errors import ViewerError
 
 FORMATS = ("full", "file_function_line", "function_line", "file_function")
+PYTHON_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+)@(?P<function>.+)$")
+"""A python call-path frame, as context="python" names it (ours and Triton's)."""
+LIBRARY_FILE = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>$")
+"""Files of installed packages (torch, triton, ...) and of the standard library."""
 
 
 def _regex(pattern: str | None, option: str):
@@ -68,3 +72,29 @@ def display_names(gf, fmt: str = "full") -> dict:
             name = f"{name.split('/')[-1].split(':')[0]}@{name.split('@')[-1].split(':')[0]}"
         names[node] = name
     return names
+
+
+def library_frames(gf) -> set:
+    """Python frames in installed packages or the standard library: the launch machinery of
+    torch and Triton between the user's code and a kernel."""
+    out = set()
+    for node in gf.graph.traverse():
+        match = PYTHON_FRAME.match(node.frame.get("name", ""))
+        if match and LIBRARY_FILE.search(match["file"]):
+            out.add(node)
+    return out
+
+
+def fold_names(gf, names: dict, folded: set) -> dict:
+    """The first frame of each run of library frames, named with how many it stands for."""
+    out = dict(names)
+
+    def inner(node) -> int:
+        return sum(1 + inner(c) for c in node.children if c in folded)
+
+    for node in folded:
+        if not any(p in folded for p in node.parents):
+            hidden = inner(node)
+            if hidden:
+                out[node] = f"{names[node]} [+{hidden} library frame{'s' * (hidden > 1)}]"
+    return out
