@@ -21,7 +21,7 @@ from numbers import Number
 from ..errors import SessionError
 from ..metrics import RESERVED
 from ..paths import OP, paths
-from ..scope import current_path, enter_frame, exit_scope
+from ..scope import current_path, enter_frame, exit_scope, pop_op, push_op
 from ..session import profiler
 
 LAUNCH_METADATA = "__proton_launch_metadata"
@@ -32,8 +32,6 @@ _NOT_METRICS = {"name", "function", "stream"}
 class _State(threading.local):
     busy = False
     """In the hook on this thread: a launch made by launch_metadata is not an op."""
-    pushed = None
-    """The collector that pushed the op's path id at launch enter; the exit hook pops it."""
 
 
 _state = _State()
@@ -100,9 +98,7 @@ def _enter(metadata) -> None:
     """Per launch, so lean: the op is not a scope on the thread's stack, only its path id pushed
     as CUPTI's external correlation id for the one launch between the enter and exit hooks."""
     state = _state
-    if state.pushed is not None:  # the last launch raised before the exit hook ran
-        state.pushed.pop()
-        state.pushed = None
+    pop_op()  # the last launch raised before the exit hook ran
     collector = profiler.collector
     if state.busy or collector is None or not profiler.sessions:
         return
@@ -131,17 +127,13 @@ def _enter(metadata) -> None:
     if opts.config:
         name = _config_name(name, data.get("function"), opts.constexprs)
     path = paths.intern(current_path(), name, OP)
-    collector.push(path)
-    state.pushed = collector
+    push_op(collector, path)
     if values:
         profiler.add_metrics(path, values)
 
 
 def _exit(metadata) -> None:
-    state = _state
-    if state.pushed is not None:
-        state.pushed.pop()
-        state.pushed = None
+    pop_op()
 
 
 _names: dict[tuple, str] = {}

@@ -23,15 +23,24 @@ _registered: list = []
 
 
 def loaded_libcupti() -> str | None:
-    """Path of the libcupti mapped into this process (cupti-python's), if any."""
+    """Path of the libcupti mapped into this process (cupti-python's), if any.
+
+    Raises:
+        OSError: two different libcupti files are mapped (we could not tell which one
+            cupti-python set up).
+    """
+    found = set()
     try:
         with open("/proc/self/maps") as f:
             for line in f:
                 if "/libcupti.so" in line:
-                    return line[line.index("/"):].strip()
+                    found.add(line[line.index("/"):].strip().removesuffix(" (deleted)"))
     except OSError:
-        pass
-    return None
+        return None
+    if len(found) > 1:
+        raise OSError(f"several libcupti libraries are loaded ({', '.join(sorted(found))}); "
+                      "keep one CUDA toolkit's CUPTI on the library path")
+    return found.pop() if found else None
 
 
 class RawBuffers:
@@ -43,7 +52,8 @@ class RawBuffers:
         if path is None:
             raise OSError("libcupti is not loaded in this process")
         self._lib = ctypes.CDLL(path)  # the same handle: dlopen of a loaded library
-        self._next = self._lib.cuptiActivityGetNextRecord
+        # PyDLL keeps the GIL across the call: walking a buffer is a few thousand short calls
+        self._next = ctypes.PyDLL(path).cuptiActivityGetNextRecord
         self._next.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
         self._next.restype = ctypes.c_int
         self._lib.cuptiActivityRegisterCallbacks.argtypes = [_REQUESTED, _COMPLETED]
@@ -51,6 +61,8 @@ class RawBuffers:
         self._on_records, self._size = on_records, size
         self._buffers: dict[int, ctypes.Array] = {}
         """Buffers lent to CUPTI, by address, alive until it gives them back."""
+        self._free: list[ctypes.Array] = []
+        """Buffers CUPTI gave back, lent again rather than allocated (and zeroed) anew."""
         self._lock = threading.Lock()
         # ctypes callbacks must outlive the registration
         self._requested, self._completed = _REQUESTED(self._give), _COMPLETED(self._take)
@@ -62,11 +74,17 @@ class RawBuffers:
         _registered.append(self)
 
     def _give(self, buffer, size, max_records) -> None:
-        raw = (ctypes.c_uint64 * (self._size // 8))()  # 8-byte aligned, as CUPTI requires
-        address = ctypes.addressof(raw)
-        with self._lock:
-            self._buffers[address] = raw
-        buffer[0], size[0], max_records[0] = address, self._size, 0
+        try:
+            with self._lock:
+                raw = self._free.pop() if self._free else None
+            if raw is None:
+                raw = (ctypes.c_uint64 * (self._size // 8))()  # 8-byte aligned, as CUPTI needs
+            address = ctypes.addressof(raw)
+            with self._lock:
+                self._buffers[address] = raw
+            buffer[0], size[0], max_records[0] = address, ctypes.sizeof(raw), 0
+        except BaseException:  # an exception cannot cross into CUPTI: lend nothing instead
+            buffer[0], size[0], max_records[0] = None, 0, 0
 
     def _take(self, context, stream, buffer, size, valid) -> None:
         try:
@@ -80,4 +98,6 @@ class RawBuffers:
                                  offsets)
         finally:
             with self._lock:
-                self._buffers.pop(buffer, None)
+                raw = self._buffers.pop(buffer, None)
+                if raw is not None and len(self._free) < 4:
+                    self._free.append(raw)

@@ -95,10 +95,13 @@ class CuptiCollector:
         self._read_kernel = field_reader(cupti.activity_kernel10_dtype, [
             "correlation_id", "name", "device_id", "start", "end", "stream_id"])
         self._read_api = field_reader(cupti.activity_api_dtype, [
-            "correlation_id", "start", "cbid", "thread_id"])
+            "correlation_id", "start", "cbid", "thread_id", "return_value"])
         self._read_ext = field_reader(cupti.activity_external_correlation_dtype, [
             "correlation_id", "external_kind", "external_id"])
         self._graph_pairs = sorted(self._graph_cbids)
+        self._k_driver, self._k_runtime = int(K.DRIVER), int(K.RUNTIME)
+        self._driver_ids = np.array(sorted(self._driver_cbids), dtype=np.uint32)
+        self._runtime_ids = np.array(sorted(self._runtime_cbids), dtype=np.uint32)
         self._all_driver = [int(v) for v in drv.__members__.values()]
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         self.callback_errors: list[str] = []
@@ -218,7 +221,10 @@ class CuptiCollector:
 
     def _name(self, pointer: int) -> str:
         """A kernel's name: CUPTI shares one string among all records of a kernel."""
-        text = self._names[pointer] = ctypes.string_at(pointer).decode()
+        if len(self._names) > 65536:  # module unloads may free names: never keep too many
+            self._names.clear()
+        text = ctypes.string_at(pointer).decode(errors="replace") if pointer else "<unnamed>"
+        self._names[pointer] = text
         return text
 
     def _read_records(self, view: memoryview, offsets: list[int]) -> None:
@@ -233,7 +239,15 @@ class CuptiCollector:
             external = (corr[mine].tolist(), ext_id[mine].tolist())
             is_api = np.isin(kinds, list(self._k_api))
             api_kinds = kinds[is_api]
-            corr, start, cbid, thread = self._read_api(buf, at[is_api])
+            corr, start, cbid, thread, status = self._read_api(buf, at[is_api])
+            # Only launch calls that succeeded wait for a kernel: API records of other calls
+            # (made while the per-call filters were being set) and failed launches would
+            # never be matched and would hold every flush to its timeout.
+            launch = (status == 0) & (
+                ((api_kinds == self._k_driver) & np.isin(cbid, self._driver_ids))
+                | ((api_kinds == self._k_runtime) & np.isin(cbid, self._runtime_ids)))
+            api_kinds, corr, start, cbid, thread = (a[launch] for a in (api_kinds, corr, start,
+                                                                        cbid, thread))
             graph = np.zeros(len(corr), dtype=bool)
             for kind, graph_cbid in self._graph_pairs:
                 graph |= (api_kinds == kind) & (cbid == graph_cbid)

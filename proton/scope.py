@@ -35,6 +35,8 @@ class _Open:
 class _Stacks(threading.local):
     def __init__(self) -> None:
         self.open: list[_Open] = []
+        self.op = None
+        """The collector that pushed a launch's op id (Triton hook), until the launch's exit."""
 
 
 _stacks = _Stacks()
@@ -43,6 +45,22 @@ _stacks = _Stacks()
 def depth() -> int:
     """How many frames are open on this thread."""
     return len(_stacks.open)
+
+
+def push_op(collector, path: int) -> None:
+    """The Triton hook's launch enter: `path` applies to this one launch (pop_op at its exit)."""
+    pop_op()
+    collector.push(path)
+    _stacks.op = collector
+
+
+def pop_op() -> None:
+    """Pop a launch's op id if one is still pushed: also called before any scope change, since
+    a launch that raised never reached the hook's exit and CUPTI's id stack must stay true."""
+    st = _stacks
+    if st.op is not None:
+        st.op.pop()
+        st.op = None
 
 
 def current_path() -> int:
@@ -78,6 +96,8 @@ def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
 def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
                 kind: str = SCOPE) -> int:
     """enter_scope with checked metrics and a frame kind (SCOPE, STATE, or OP for the hook)."""
+    if _stacks.op is not None:
+        pop_op()
     st = _stacks.open
     path = paths.intern(st[-1].path if st else ROOT, name, kind)
     collector = profiler.collector
@@ -115,6 +135,8 @@ def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = N
 
 def _close(st: list[_Open], values: dict[str, float]) -> int:
     """Pop the innermost frame: its CUPTI id, its CPU time, its metrics."""
+    if _stacks.op is not None:
+        pop_op()
     top = st.pop()
     if top.pushed_by is not None:
         top.pushed_by.pop()

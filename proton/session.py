@@ -97,6 +97,10 @@ class Session:
         return node
 
 
+MAIN_TIMELINE_CAP = 262_144
+"""Scope changes of the main thread kept for helper-thread launches (a few MB)."""
+
+
 class Profiler:
     """The process's sessions and the collector they share."""
 
@@ -253,7 +257,7 @@ class Profiler:
     def _stop_collector(self) -> None:
         collector, self.collector = self.collector, None
         collector.stop()
-        self._main_timeline.clear()
+        self._main_timeline = []  # a new list: CUPTI's thread may be reading the old
         lost = self.lost_kernels + collector.finish()
         dropped = collector.dropped_records()
         if os.environ.get("PROTON_DEBUG"):
@@ -285,18 +289,24 @@ class Profiler:
         now = self.collector.timestamp()
         timeline.append((now, path_id))
         if len(timeline) > 65536:  # bounded: launch records come within minutes at most
-            self._forget_before(now - 300_000_000_000)
+            self._forget_before(now - 300_000_000_000, keep=MAIN_TIMELINE_CAP)
 
-    def _forget_before(self, ts: int) -> None:
+    def _forget_before(self, ts: int, keep: int | None = None) -> None:
+        """Drop entries older than `ts` (keeping the one current at `ts`) and all but the last
+        `keep`. A new list replaces the old: CUPTI's thread may be searching the old one."""
         timeline = self._main_timeline
         i = bisect.bisect_right(timeline, ts, key=lambda e: e[0]) - 1
+        if keep is not None:
+            i = max(i, len(timeline) - keep)
         if i > 0:
-            del timeline[:i]  # keep entry i: the scope that was current at `ts`
+            self._main_timeline = timeline[i:]
 
     def _unscoped(self, thread_id: int, ts: int) -> int:
         """Where a launch made with no scope open goes: a helper thread's launch (PyTorch's
-        autograd engine runs backward on one) goes under the main thread's scope at that time."""
-        if thread_id == self.main_thread:
+        autograd engine runs backward on one) goes under the main thread's scope at that time.
+
+        CUPTI's thread id is the low 32 bits of pthread_self (threading.get_ident())."""
+        if thread_id == self.main_thread & 0xFFFFFFFF:
             return ROOT
         timeline = self._main_timeline
         i = bisect.bisect_right(timeline, ts, key=lambda e: e[0]) - 1

@@ -119,11 +119,18 @@ def test_unscoped_launch_from_a_helper_thread_takes_the_main_threads_scope():
 
     prof = Profiler()
     prof._main_timeline[:] = [(10, 5), (20, 6), (30, 0)]
-    assert prof._unscoped(prof.main_thread, 25) == ROOT  # the main thread itself had no scope
+    # CUPTI gives the low 32 bits of the thread id; the main thread itself had no scope
+    assert prof._unscoped(prof.main_thread & 0xFFFFFFFF, 25) == ROOT
     assert prof._unscoped(1234, 5) == ROOT
     assert prof._unscoped(1234, 15) == 5
     assert prof._unscoped(1234, 25) == 6
     assert prof._unscoped(1234, 35) == ROOT
+    old = prof._main_timeline
+    prof._forget_before(12)
+    assert prof._main_timeline == [(10, 5), (20, 6), (30, 0)]  # (10, 5) is current at 12
+    prof._forget_before(25, keep=1)
+    assert prof._main_timeline == [(30, 0)] and len(old) == 3  # replaced, never cut in place
+    prof._main_timeline[:] = [(10, 5), (20, 6), (30, 0)]
     got, att = [], Attributor(each(lambda p, r, ts: got.append(p)), prof._unscoped)
     att.add_buffer([], [ApiRecord(1, 22, False, 1234)], [KernelRecord(1, "k", 0, 23, 24)])
     assert got == [6]
@@ -162,3 +169,37 @@ def test_records_are_read_from_the_bindings_own_struct_layout():
     corr, name_ptr, device, start, end, stream = (f.tolist()[0] for f in fields)
     assert (corr, ctypes.string_at(name_ptr), device, start, end, stream) == \
         (5, b"matmul_kernel", 1, 10, 30, 7)
+
+
+def test_only_successful_launch_calls_wait_for_a_kernel():
+    """A raw buffer as CUPTI fills it: API records of a non-launch call and of a failed launch
+    must not be held as launches (they would keep every flush waiting for kernels)."""
+    import ctypes
+
+    import numpy as np
+    from cupti import cupti
+
+    from proton.cupti_collector import CuptiCollector
+
+    got = []
+    collector = CuptiCollector(each(lambda path, rec, ts: got.append((path, rec.name))))
+    launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+    other = max(collector._all_driver) - 1  # not a launch call
+    api = np.zeros(3, dtype=cupti.activity_api_dtype)
+    api["kind"] = int(cupti.ActivityKind.DRIVER)
+    api["correlation_id"], api["cbid"], api["return_value"] = [1, 2, 3], [launch, other, launch], \
+        [0, 0, 1]
+    ext = np.zeros(1, dtype=cupti.activity_external_correlation_dtype)
+    ext["kind"], ext["correlation_id"] = int(cupti.ActivityKind.EXTERNAL_CORRELATION), 1
+    ext["external_kind"], ext["external_id"] = int(cupti.ExternalCorrelationKind.CUSTOM2), 7
+    name = ctypes.create_string_buffer(b"k")
+    kern = np.zeros(1, dtype=cupti.activity_kernel10_dtype)
+    kern["kind"], kern["correlation_id"] = int(cupti.ActivityKind.CONCURRENT_KERNEL), 1
+    kern["name"], kern["start"], kern["end"] = ctypes.addressof(name), 5, 9
+    parts = [ext.tobytes(), api.tobytes(), kern.tobytes()]
+    offsets = [0] + [len(parts[0]) + i * api.dtype.itemsize for i in range(3)] + \
+        [len(parts[0]) + len(parts[1])]
+    collector._read_records(memoryview(b"".join(parts)), offsets)
+    assert collector.callback_errors == []
+    assert got == [(7, "k")]
+    assert collector.attributor.launches == 1 and collector.attributor.waiting_kernels == 0

@@ -165,3 +165,27 @@ def test_torch_compile_kernels_land_under_the_users_scopes(profile_path):
     assert generated, [k["frame"]["name"] for k in steps]
     assert all(k["metrics"]["count"] == 5 for k in generated)
     assert sum(k["metrics"]["count"] for k in steps) >= 5 * (len(generated) + 2)  # + 2 GEMMs
+
+
+def test_a_triton_launch_that_raises_leaves_no_op_behind(profile_path):
+    """A launch that raises after the hook's enter (a CPU tensor) never reaches its exit: the
+    kernels launched after its scope closed must not land under that scope."""
+    name, read = profile_path
+    n = 1 << 16
+    x = torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    add_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)
+    proton.start(name, hook="triton")
+    with proton.scope("failing"):
+        with pytest.raises(Exception):
+            add_kernel[(n // 1024,)](x.cpu(), x.cpu(), out.cpu(), n, BLOCK=1024)
+    with proton.scope("after"):
+        torch.relu(x)
+    torch.relu(x)  # no scope: the root
+    proton.finalize()
+    root = read()[0]
+    assert [k["frame"]["name"] for k in kernels(find(root, "after"))] and \
+        len(kernels(find(root, "after"))) == 1
+    failing = [c for c in root["children"] if c["frame"]["name"] == "failing"]
+    assert not failing or not kernels(failing[0])
+    assert sum(k["metrics"]["count"] for k in kernels(root)) == 2

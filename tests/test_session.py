@@ -327,3 +327,42 @@ def test_op_node_with_launch_metadata_takes_its_kernels_metrics(profile_path):
     assert node["metrics"] == {"flops16": 10, "time (ns)": 40, "count": 1, "device_id": "0",
                                "device_type": "CUDA"}
     assert node["children"] == []
+
+
+def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profile_path):
+    """CUPTI's external-id stack, as a scope and a Triton launch that raised (its exit hook
+    never ran) leave it: the op's id goes before the scope's, so the stack ends empty. The
+    recorder stands in for the collector's push/pop only; tests/test_gpu_hook.py checks the
+    same on the GPU."""
+    from proton.scope import push_op
+
+    class IdStack:
+        def __init__(self):
+            self.ids = []
+
+        def push(self, path):
+            self.ids.append(path)
+
+        def pop(self):
+            self.ids.pop()
+
+        def timestamp(self):
+            return time.monotonic_ns()
+
+    name, _ = profile_path
+    proton.start(name)
+    ids = IdStack()
+    saved, profiler.collector = profiler.collector, ids
+    try:
+        with proton.scope("S"):
+            push_op(ids, 99)  # the hook's launch enter; the launch then raised
+            assert ids.ids[-1] == 99
+        assert ids.ids == []
+        with proton.scope("T"):
+            push_op(ids, 98)
+            with proton.scope("inner"):  # a scope opened after the failed launch
+                assert 98 not in ids.ids
+        assert ids.ids == []
+    finally:
+        profiler.collector = saved
+    proton.finalize()
