@@ -10,6 +10,7 @@ which it reads with struct.unpack_from (see cupti_collector.struct_reader). Ever
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Callable
 
@@ -22,24 +23,32 @@ _registered: list = []
 """Every RawBuffers ever registered: CUPTI may call a callback late, so they are never freed."""
 
 
-def loaded_libcupti() -> str | None:
-    """Path of the libcupti mapped into this process (cupti-python's), if any.
+def loaded_libcupti(maps: str = "/proc/self/maps") -> str | None:
+    """Path of the libcupti cupti-python loaded into this process, if any.
+
+    Triton's own profiler may map another CUPTI (its bundled libcupti.so.12) beside it; the
+    one whose major version is cupti-python's is ours.
 
     Raises:
-        OSError: two different libcupti files are mapped (we could not tell which one
-            cupti-python set up).
+        OSError: several libcupti files are mapped and none or several match.
     """
     found = set()
     try:
-        with open("/proc/self/maps") as f:
+        with open(maps) as f:
             for line in f:
                 if "/libcupti.so" in line:
                     found.add(line[line.index("/"):].strip().removesuffix(" (deleted)"))
     except OSError:
         return None
     if len(found) > 1:
-        raise OSError(f"several libcupti libraries are loaded ({', '.join(sorted(found))}); "
-                      "keep one CUDA toolkit's CUPTI on the library path")
+        from importlib.metadata import version
+
+        major = version("cupti-python").split(".")[0]
+        found = {p for p in found if os.path.basename(p).startswith(f"libcupti.so.{major}")}
+        if len(found) != 1:
+            raise OSError("several libcupti libraries are loaded and none is clearly "
+                          f"cupti-python's (libcupti.so.{major}); keep one CUDA toolkit's CUPTI "
+                          "on the library path")
     return found.pop() if found else None
 
 

@@ -203,3 +203,22 @@ def test_only_successful_launch_calls_wait_for_a_kernel():
     assert collector.callback_errors == []
     assert got == [(7, "k")]
     assert collector.attributor.launches == 1 and collector.attributor.waiting_kernels == 0
+
+
+def test_our_libcupti_is_the_one_of_cupti_pythons_major_version(tmp_path):
+    import pytest
+
+    from proton.cupti_buffers import loaded_libcupti
+
+    maps = tmp_path / "maps"
+    triton = "7f00-7f01 r-xp 0 0 0 /x/triton/backends/nvidia/lib/cupti/libcupti.so.12\n"
+    ours = "7f02-7f03 r-xp 0 0 0 /x/nvidia/cu13/lib/libcupti.so.13 (deleted)\n"
+    maps.write_text(triton + ours + ours)
+    assert loaded_libcupti(str(maps)) == "/x/nvidia/cu13/lib/libcupti.so.13"
+    maps.write_text(triton)
+    assert loaded_libcupti(str(maps)).endswith("libcupti.so.12")  # the only one: use it
+    maps.write_text(triton + ours.replace("/x/", "/y/") + ours)
+    with pytest.raises(OSError, match="several libcupti"):
+        loaded_libcupti(str(maps))
+    maps.write_text("")
+    assert loaded_libcupti(str(maps)) is None
