@@ -27,7 +27,7 @@ class ApiRecord:
     graph: bool = False
     """A graph launch: many kernels share its correlation id."""
     thread_id: int = 0
-    """The launching thread (pthread_self, as threading.get_ident() gives it)."""
+    """The launching thread: the low 32 bits of pthread_self (threading.get_ident())."""
 
 
 @dataclass(slots=True)

@@ -84,13 +84,17 @@ class CuptiCollector:
                        cupti.ActivityKind.RUNTIME, cupti.ActivityKind.EXTERNAL_CORRELATION]
         K = cupti.ActivityKind
         self._k_kernel, self._k_ext = int(K.CONCURRENT_KERNEL), int(K.EXTERNAL_CORRELATION)
-        self._k_api = {int(K.DRIVER), int(K.RUNTIME)}
         drv = _enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
         rt = _enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")
         self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS)
         self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS)
-        self._graph_cbids = {(int(K.DRIVER), c) for c in _ids(drv, _DRIVER_GRAPHS)} | {
-            (int(K.RUNTIME), c) for c in _ids(rt, _RUNTIME_GRAPHS)}
+        # per API record kind: (its launch cbids, its graph-launch cbids), for np.isin
+        self._api_cbids = {
+            int(kind): (np.array(sorted(launches), dtype=np.uint32),
+                        np.array(sorted(_ids(enum, graphs)), dtype=np.uint32))
+            for kind, launches, enum, graphs in (
+                (K.DRIVER, self._driver_cbids, drv, _DRIVER_GRAPHS),
+                (K.RUNTIME, self._runtime_cbids, rt, _RUNTIME_GRAPHS))}
         self._read_kind = field_reader(cupti.activity_api_dtype, ["kind"])
         self._read_kernel = field_reader(cupti.activity_kernel10_dtype, [
             "correlation_id", "name", "device_id", "start", "end", "stream_id"])
@@ -98,10 +102,6 @@ class CuptiCollector:
             "correlation_id", "start", "cbid", "thread_id", "return_value"])
         self._read_ext = field_reader(cupti.activity_external_correlation_dtype, [
             "correlation_id", "external_kind", "external_id"])
-        self._graph_pairs = sorted(self._graph_cbids)
-        self._k_driver, self._k_runtime = int(K.DRIVER), int(K.RUNTIME)
-        self._driver_ids = np.array(sorted(self._driver_cbids), dtype=np.uint32)
-        self._runtime_ids = np.array(sorted(self._runtime_cbids), dtype=np.uint32)
         self._all_driver = [int(v) for v in drv.__members__.values()]
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         self.callback_errors: list[str] = []
@@ -237,21 +237,20 @@ class CuptiCollector:
             corr, ext_kind, ext_id = self._read_ext(buf, at[kinds == self._k_ext])
             mine = ext_kind == self._custom
             external = (corr[mine].tolist(), ext_id[mine].tolist())
-            is_api = np.isin(kinds, list(self._k_api))
+            is_api = np.isin(kinds, list(self._api_cbids))
             api_kinds = kinds[is_api]
             corr, start, cbid, thread, status = self._read_api(buf, at[is_api])
             # Only launch calls that succeeded wait for a kernel: API records of other calls
             # (made while the per-call filters were being set) and failed launches would
             # never be matched and would hold every flush to its timeout.
-            launch = (status == 0) & (
-                ((api_kinds == self._k_driver) & np.isin(cbid, self._driver_ids))
-                | ((api_kinds == self._k_runtime) & np.isin(cbid, self._runtime_ids)))
-            api_kinds, corr, start, cbid, thread = (a[launch] for a in (api_kinds, corr, start,
-                                                                        cbid, thread))
-            graph = np.zeros(len(corr), dtype=bool)
-            for kind, graph_cbid in self._graph_pairs:
-                graph |= (api_kinds == kind) & (cbid == graph_cbid)
-            api = (corr.tolist(), start.tolist(), graph.tolist(), thread.tolist())
+            launch, graph = np.zeros(len(cbid), dtype=bool), np.zeros(len(cbid), dtype=bool)
+            for kind, (launches, graphs) in self._api_cbids.items():
+                this = api_kinds == kind
+                launch |= this & np.isin(cbid, launches)
+                graph |= this & np.isin(cbid, graphs)
+            launch &= status == 0
+            api = (corr[launch].tolist(), start[launch].tolist(), graph[launch].tolist(),
+                   thread[launch].tolist())
             corr, name, device, start, end, stream = self._read_kernel(
                 buf, at[kinds == self._k_kernel])
             names = self._names
