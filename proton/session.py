@@ -99,6 +99,7 @@ class Session:
 
 MAIN_TIMELINE_CAP = 262_144
 """Scope changes of the main thread kept for helper-thread launches (a few MB)."""
+TRIM_EVERY = 65_536
 
 
 class Profiler:
@@ -116,9 +117,10 @@ class Profiler:
         self._atexit = False
         self.main_thread = threading.main_thread().ident
         self._kernel_paths: dict[tuple[int, str, int], int] = {}
-        """(path id, kernel name, device) -> the kernel's path id, for _on_kernels."""
+        """(path id, kernel name, device) -> the node its kernels count on (_kernel_path)."""
         self._main_timeline: list[tuple[int, int]] = []
         """(timestamp, path id) each time the main thread's innermost scope changed."""
+        self._trim_at = TRIM_EVERY
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
@@ -258,6 +260,7 @@ class Profiler:
         collector, self.collector = self.collector, None
         collector.stop()
         self._main_timeline = []  # a new list: CUPTI's thread may be reading the old
+        self._trim_at = TRIM_EVERY
         lost = self.lost_kernels + collector.finish()
         dropped = collector.dropped_records()
         if os.environ.get("PROTON_DEBUG"):
@@ -288,8 +291,11 @@ class Profiler:
         timeline = self._main_timeline
         now = self.collector.timestamp()
         timeline.append((now, path_id))
-        if len(timeline) > 65536:  # bounded: launch records come within minutes at most
-            self._forget_before(now - 300_000_000_000, keep=MAIN_TIMELINE_CAP)
+        if len(timeline) > self._trim_at:  # bounded: launch records come within minutes at most
+            self._forget_before(now - 300_000_000_000, keep=MAIN_TIMELINE_CAP - TRIM_EVERY)
+            # not again before TRIM_EVERY more changes: a busy loop of scopes pays one bisect
+            # per TRIM_EVERY of them, and the timeline never holds more than the cap
+            self._trim_at = len(self._main_timeline) + TRIM_EVERY
 
     def _forget_before(self, ts: int, keep: int | None = None) -> None:
         """Drop entries older than `ts` (keeping the one current at `ts`) and all but the last
@@ -313,9 +319,16 @@ class Profiler:
         return timeline[i][1] if i >= 0 else ROOT
 
     def _kernel_path(self, path_id: int, name: str, device: int) -> int:
-        if paths.frames[path_id].kind == OP:  # the hook named this launch: the op is the kernel
-            return path_id
-        return paths.intern(path_id, name, f"{KERNEL}{device}")
+        """The node a kernel of `name` on `device` launched at `path_id` is counted on."""
+        key = (path_id, name, device)
+        kernel = self._kernel_paths.get(key)
+        if kernel is None:
+            if paths.frames[path_id].kind == OP:  # the hook named this launch: the op is it
+                kernel = path_id
+            else:
+                kernel = paths.intern(path_id, name, f"{KERNEL}{device}")
+            self._kernel_paths[key] = kernel
+        return kernel
 
     def _on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
         kernel = self._kernel_path(path_id, rec.name, rec.device_id)
@@ -330,18 +343,14 @@ class Profiler:
         it must be short."""
         sessions = list(self.sessions.values())
         first = min(k[1] for k in kernels)
-        if not all(s.data == "tree" and s.intervals and s.intervals[-1][1] == -1
-                   and s.intervals[-1][0] <= first for s in sessions):
+        if not all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
+                   for s in sessions):
             for k in kernels:
                 self._on_kernel(k[0], KernelRecord(*k[2:]), k[1])
             return
         totals: dict[int, list] = {}
-        known = self._kernel_paths
         for path_id, _, _, name, device, start, end, _ in kernels:
-            key = (path_id, name, device)
-            kernel = known.get(key)
-            if kernel is None:
-                kernel = known[key] = self._kernel_path(path_id, name, device)
+            kernel = self._kernel_path(path_id, name, device)
             total = totals.get(kernel)
             if total is None:
                 totals[kernel] = [end - start, 1, device]
