@@ -141,7 +141,7 @@ _names: dict[tuple, str] = {}
 
 
 def _config_name(name: str, function, constexprs: tuple[str, ...] | None) -> str:
-    grid, compiled = _launch_frame()
+    grid, launcher = _launch_grid()
     key = (name, function, grid)
     found = _names.get(key)
     if found is not None:
@@ -149,8 +149,9 @@ def _config_name(name: str, function, constexprs: tuple[str, ...] | None) -> str
     from ..compiler.kernels import from_compiled, kernels
 
     info = kernels.get(function) if function is not None else None
-    if info is None and compiled is not None:  # loaded before the table knew of it
-        info = from_compiled(compiled)
+    if info is None:  # loaded before the table knew of it
+        compiled = _compiled_kernel(launcher)
+        info = from_compiled(compiled) if compiled is not None else None
         if info is not None:
             kernels.add(info)
     parts = [name]
@@ -168,24 +169,33 @@ def _config_name(name: str, function, constexprs: tuple[str, ...] | None) -> str
     return found
 
 
-def _launch_frame() -> tuple[tuple | None, object]:
-    """The grid of the launch in progress and, when at hand, its CompiledKernel: read from
-    Triton's launcher frame (CudaLauncher.__call__(gridX, gridY, gridZ, ...)) and its caller
-    (`kernel` in JITFunction.run, `bin` in torch inductor's launchers)."""
-    frame, grid, compiled = sys._getframe(2), None, None
-    for _ in range(6):
+def _launch_grid() -> tuple[tuple | None, object]:
+    """The grid of the launch in progress, read from Triton's launcher frame
+    (CudaLauncher.__call__(gridX, gridY, gridZ, ...)), and that frame (None if not found)."""
+    frame = sys._getframe(3)  # past _launch_grid, _config_name and _enter
+    for _ in range(4):
+        if frame is None:
+            break
+        if "gridX" in frame.f_code.co_varnames:
+            local = frame.f_locals
+            return (local.get("gridX"), local.get("gridY"), local.get("gridZ")), frame
+        frame = frame.f_back
+    return None, None
+
+
+def _compiled_kernel(launcher):
+    """The CompiledKernel being launched, from the launcher's caller (`kernel` in
+    JITFunction.run, `bin` in torch inductor's launchers); only on a name not built yet."""
+    frame = launcher.f_back if launcher is not None else None
+    for _ in range(2):
         if frame is None:
             break
         names = frame.f_code.co_varnames
-        if grid is None and "gridX" in names:
+        if "kernel" in names or "bin" in names:
             local = frame.f_locals
-            grid = (local.get("gridX"), local.get("gridY"), local.get("gridZ"))
-        elif grid is not None and ("kernel" in names or "bin" in names):
-            local = frame.f_locals
-            compiled = local.get("kernel") or local.get("bin")
-            break
+            return local.get("kernel") or local.get("bin")
         frame = frame.f_back
-    return grid, compiled
+    return None
 
 
 def install(spec: str = "triton") -> None:
