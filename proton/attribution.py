@@ -64,7 +64,11 @@ Unscoped = Callable[[int, int], int]
 
 def each(sink: Callable[[int, KernelRecord, int], None]) -> KernelSink:
     """A KernelSink calling sink(path id, KernelRecord, launch start) once per kernel."""
-    return lambda kernels: [sink(k[0], KernelRecord(*k[2:]), k[1]) for k in kernels] and None
+    def per_kernel(kernels: list[Kernel]) -> None:
+        for k in kernels:
+            sink(k[0], KernelRecord(*k[2:]), k[1])
+
+    return per_kernel
 
 
 class Attributor:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import metrics as m
-from .attribution import Kernel, KernelRecord
+from .attribution import Kernel, KernelRecord, each
 from .errors import ProtonError, SessionError
 from .paths import KERNEL, OP, ROOT, paths
 
@@ -345,8 +345,7 @@ class Profiler:
         first = min(k[1] for k in kernels)
         if not all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
                    for s in sessions):
-            for k in kernels:
-                self._on_kernel(k[0], KernelRecord(*k[2:]), k[1])
+            each(self._on_kernel)(kernels)
             return
         totals: dict[int, list] = {}
         for path_id, _, _, name, device, start, end, _ in kernels:
