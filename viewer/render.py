@@ -100,26 +100,35 @@ class Row:
     name: str
 
 
-def _cells(values: list[dict], ints: list[bool], node) -> list[str]:
-    return [fmt(v.get(node), ints[i]) for i, v in enumerate(values)]
+class _Rows:
+    """The columns as dicts by node, and the Row of any node: its cells, its first cell's
+    colour band (share of the root), its guides and name."""
+
+    def __init__(self, gf, columns: list[Column], names: dict | None, diff: bool) -> None:
+        self.values = [c.values.to_dict() for c in columns]
+        self.first = self.values[0] if self.values else {}
+        self.ints = [_integral(v) for v in self.values]
+        self.top = self.first.get(gf.graph.roots[0]) if gf.graph.roots else None
+        self.names, self.diff = names, diff
+
+    def row(self, node, guide: str = "", more: str = "") -> Row:
+        cells = [fmt(v.get(node), self.ints[i]) for i, v in enumerate(self.values)]
+        name = self.names[node] if self.names else node.frame.get("name", "?")
+        return Row(cells, band(self.first.get(node), self.top, self.diff), guide, more, name)
 
 
 def tree_rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
               names: dict | None = None, diff: bool = False,
               folded: set | None = None) -> list[Row]:
     """One row per shown node (see `walk`), the first cell styled by its share of the root."""
-    values = [c.values.to_dict() for c in columns]
-    first = values[0] if values else {}
-    ints = [_integral(v) for v in values]
-    top = first.get(gf.graph.roots[0]) if gf.graph.roots else None
+    table = _Rows(gf, columns, names, diff)
     rows, levels = [], []
-    for node, level, lasts in walk(gf, first, depth=depth, visible=visible, folded=folded):
+    for node, level, lasts in walk(gf, table.first, depth=depth, visible=visible,
+                                   folded=folded):
         above = "".join("   " if last else "│  " for last in lasts[:-1])
         branch = "" if level == 0 else ("└─ " if lasts[-1] else "├─ ")
         below = "" if level == 0 else ("   " if lasts[-1] else "│  ")
-        rows.append(Row(_cells(values, ints, node), band(first.get(node), top, diff),
-                        above + branch, above + below,
-                        names[node] if names else node.frame.get("name", "?")))
+        rows.append(table.row(node, above + branch, above + below))
         levels.append(level)
     for i, row in enumerate(rows):  # a folded name keeps its children's guide line going
         has_kids = i + 1 < len(rows) and levels[i + 1] > levels[i]
@@ -130,15 +139,11 @@ def tree_rows(gf, columns: list[Column], *, depth: int = 100, visible: set | Non
 def sorted_rows(gf, columns: list[Column], *, visible: set | None = None,
                 names: dict | None = None, diff: bool = False) -> list[Row]:
     """Every shown frame but the root, hottest first on the first metric."""
-    values = [c.values.to_dict() for c in columns]
-    first = values[0] if values else {}
-    ints = [_integral(v) for v in values]
-    roots = set(gf.graph.roots)
-    top = first.get(gf.graph.roots[0]) if gf.graph.roots else None
+    table = _Rows(gf, columns, names, diff)
+    first, roots = table.first, set(gf.graph.roots)
     nodes = [n for n in gf.graph.traverse() if n not in roots and (visible is None or n in visible)]
     nodes.sort(key=lambda n: -(first.get(n) or 0) if first.get(n) == first.get(n) else 0)
-    return [Row(_cells(values, ints, n), band(first.get(n), top, diff), "", "",
-                names[n] if names else n.frame.get("name", "?")) for n in nodes]
+    return [table.row(n) for n in nodes]
 
 
 _BREAK = re.compile(r"[^_/ .:@,<>()\[\]-]+[_/ .:@,<>()\[\]-]*|[_/ .:@,<>()\[\]-]+")
