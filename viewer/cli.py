@@ -70,7 +70,7 @@ class _Failed(click.ClickException):
 
 def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
           collapse_libraries, print_sorted, other, output, width, profile) -> None:
-    from rich.console import Console
+    from rich.console import COLOR_SYSTEMS, Console
 
     from . import export, render
     from .derive import available, derive
@@ -117,7 +117,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     # On a terminal long names fold at its width; piped output keeps each name on one line
     # (for grep and diff) unless --width asks for folding.
     fold_at = console.width if console.is_terminal or width else None
-    color = console._color_system if console.is_terminal else None
+    color = COLOR_SYSTEMS.get(console.color_system) if console.is_terminal else None
     headers = [c.header for c in columns]
     write = console.file.write
     diff = other is not None
