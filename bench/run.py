@@ -68,11 +68,8 @@ def table(results: list[dict]) -> str:
             "| goal | met |", "|---|---|---|---|---|---|---|---|---|"]
 
     def row(workload, measure, bare, ours, theirs, goal="", met=""):
-        def f(v, d=2):
-            return "" if v is None else f"{v:,.{d}f}"
-
-        ratio = lambda a: f(a / bare, 3) if a is not None and bare else ""  # noqa: E731
-        rows.append(f"| {workload} | {measure} | {f(bare)} | {f(ours)} | {f(theirs)} | "
+        ratio = lambda a: _f(a / bare, 3) if a is not None and bare else ""  # noqa: E731
+        rows.append(f"| {workload} | {measure} | {_f(bare)} | {_f(ours)} | {_f(theirs)} | "
                     f"{ratio(ours)} | {ratio(theirs)} | {goal} | {met} |")
 
     def yes(ok):
@@ -107,16 +104,16 @@ def table(results: list[dict]) -> str:
     def err(r, field, ref):
         return None if r is None or ref is None else abs(r[field] / ref - 1) * 100
 
-    o = err(acc["proton"], "profile_ns", acc["proton"] and acc["proton"]["events_ns"])
-    t = err(acc["triton"], "profile_ns", acc["triton"] and acc["triton"]["events_ns"])
-    rows.append(f"| accuracy | matmul kernel time vs CUDA events, error % | | "
-                f"{'' if o is None else f'{o:.2f}'} | {'' if t is None else f'{t:.2f}'} | | | "
-                f"<= 1% | {yes(None if o is None else o <= 1)} |")
+    def accuracy_row(measure, o, t):
+        rows.append(f"| accuracy | {measure}, error % | | {_f(o)} | {_f(t)} | | | <= 1% | "
+                    f"{yes(None if o is None else o <= 1)} |")
+
+    accuracy_row("matmul kernel time vs CUDA events",
+                 *(err(acc[m], "profile_ns", acc[m] and acc[m]["events_ns"])
+                   for m in ("proton", "triton")))
     ref = acc["torch"] and acc["torch"]["model_kernel_ns"]
-    o, t = err(acc["proton"], "model_kernel_ns", ref), err(acc["triton"], "model_kernel_ns", ref)
-    rows.append(f"| accuracy | 10 model steps' kernel time vs torch.profiler, error % | | "
-                f"{'' if o is None else f'{o:.2f}'} | {'' if t is None else f'{t:.2f}'} | | | "
-                f"<= 1% | {yes(None if o is None else o <= 1)} |")
+    accuracy_row("10 model steps' kernel time vs torch.profiler",
+                 *(err(acc[m], "model_kernel_ns", ref) for m in ("proton", "triton")))
     sc = {m: by.get(("scale", m), [None])[0] for m in ("none", "proton", "triton")}
     if any(sc.values()):
         g = {m: r and r["value"] for m, r in sc.items()}
@@ -132,8 +129,8 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def _f(v) -> str:
-    return "" if v is None else f"{v:,.2f}"
+def _f(v, digits: int = 2) -> str:
+    return "" if v is None else f"{v:,.{digits}f}"
 
 
 def header() -> str:
