@@ -21,7 +21,7 @@ from numbers import Number
 from ..errors import SessionError
 from ..metrics import RESERVED
 from ..paths import OP, paths
-from ..scope import current_path, enter_frame, exit_scope, pop_op, push_op
+from ..scope import enter_frame, exit_scope, launch_parent, pop_op, push_op
 from ..session import profiler
 
 LAUNCH_METADATA = "__proton_launch_metadata"
@@ -126,7 +126,7 @@ def _enter(metadata) -> None:
         name = data.get("name", "triton_kernel")
     if opts.config:
         name = _config_name(name, data.get("function"), opts.constexprs)
-    path = paths.intern(current_path(), name, OP)
+    path = paths.intern(launch_parent(), name, OP)
     push_op(collector, path)
     if values:
         profiler.add_metrics(path, values)

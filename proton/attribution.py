@@ -80,7 +80,9 @@ class Attributor:
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None) -> None:
         self._sink = sink
         self._unscoped = unscoped
-        self._external: dict[int, int] = {}
+        self.external: dict[int, int] = {}
+        """Correlation id -> path id: from EXTERNAL_CORRELATION records (shadow context) or
+        written by the launch callback (python context) before the launch record comes."""
         self._launches: dict[int, tuple[int, int]] = {}
         """Launch calls waiting for their kernel: correlation id -> (path id, start)."""
         self._early: dict[int, list[tuple]] = {}
@@ -111,7 +113,7 @@ class Attributor:
         kernels (correlation id, name, device id, start, end, stream id).
         External ids go first: a launch's external record and API record always share a
         buffer, but their order within it is not promised."""
-        self._external.update(zip(*external))
+        self.external.update(zip(*external))
         out: list[tuple] = []
         self._add_api(*api, out)
         self._add_kernels(kernels, out)
@@ -124,7 +126,7 @@ class Attributor:
             self._sink(out)
 
     def _add_api(self, corrs, starts, graph_flags, threads, out: list) -> None:
-        pop_path, unscoped = self._external.pop, self._unscoped
+        pop_path, unscoped = self.external.pop, self._unscoped
         launches, graphs, early = self._launches, self._graphs, self._early
         waiting = 0
         for corr, start, graph, thread in zip(corrs, starts, graph_flags, threads):
@@ -164,12 +166,12 @@ class Attributor:
         """Give kernels whose launch record never came to the root; return how many there were."""
         out = []
         for corr, kernels in self._early.items():
-            path = self._external.pop(corr, ROOT)
+            path = self.external.pop(corr, ROOT)
             out.extend((path, kernel[3]) + kernel for kernel in kernels)
         self._early.clear()
         self._launches.clear()
         self._graphs.clear()
-        self._external.clear()
+        self.external.clear()
         self.waiting_kernels = 0
         if out:
             self.kernels += len(out)

@@ -4,7 +4,7 @@ cupti-python builds a Python object for every record of a completed buffer befor
 runs: on an H200, 1,000,000 launches took 118 s under the profiler against 11 s bare, the record
 objects costing more than the launches. Here CUPTI hands us the buffer itself; we walk it with
 cuptiActivityGetNextRecord and give the collector a view of the buffer and each record's offset,
-which it reads with struct.unpack_from (see cupti_collector.struct_reader). Everything else
+which it reads with numpy (see cupti_collector.field_reader). Everything else
 (subscription, activity kinds, external correlation ids) goes through cupti-python.
 """
 from __future__ import annotations
@@ -56,10 +56,9 @@ class RawBuffers:
     """Registers CUPTI's buffer callbacks; `on_records(view, offsets)` runs on CUPTI's thread
     and must not keep `view`: the buffer is reused once it returns."""
 
-    def __init__(self, on_records: Callable[[memoryview, list[int]], None], size: int) -> None:
-        path = loaded_libcupti()
-        if path is None:
-            raise OSError("libcupti is not loaded in this process")
+    def __init__(self, path: str, on_records: Callable[[memoryview, list[int]], None],
+                 size: int) -> None:
+        """path: the libcupti cupti-python loaded (loaded_libcupti())."""
         self._lib = ctypes.CDLL(path)  # the same handle: dlopen of a loaded library
         # PyDLL keeps the GIL across the call: walking a buffer is a few thousand short calls
         self._next = ctypes.PyDLL(path).cuptiActivityGetNextRecord

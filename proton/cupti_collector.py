@@ -1,9 +1,10 @@
 """The CUPTI side of a session: the only module that imports cupti-python.
 
-Kernel times come from CONCURRENT_KERNEL activity. Attribution costs no Python per launch: a scope
-pushes its path id as a CUPTI external correlation id, and CUPTI stamps it on the launch's API
-record (DRIVER/RUNTIME activity, restricted to the launch calls). Records are joined in
-attribution.Attributor on CUPTI's buffer thread.
+Kernel times come from CONCURRENT_KERNEL activity. In the shadow context attribution costs no
+Python per launch: a scope pushes its path id as a CUPTI external correlation id, and CUPTI stamps
+it on the launch's API record (DRIVER/RUNTIME activity, restricted to the launch calls). In the
+python context a launch callback (cupti_launches) notes each launch's path under its correlation
+id instead. Records are joined in attribution.Attributor on CUPTI's buffer thread.
 """
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ import time
 import numpy as np
 
 from .attribution import Attributor, KernelSink, Unscoped
-from .errors import ProfilerConflictError, ProtonError
+from .errors import ProtonError
+from .python_context import launch_path
+from .scope import stacks
 
 BUFFER_SIZE = 8 << 20
+_u32 = ctypes.c_uint32.from_address
 
 _DRIVER_LAUNCHES = ("cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchKernel",
                     "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
@@ -68,20 +72,28 @@ def _ids(enum, names) -> dict[int, str]:
 class CuptiCollector:
     """Owns the process's CUPTI subscription while at least one session needs kernels."""
 
-    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None) -> None:
-        """sink: takes each buffer's attributed kernels at once (see attribution.Kernel)."""
+    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
+                 python: bool = False) -> None:
+        """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
+        python: attribute launches to Python call paths (a launch callback) instead of scopes
+        (external correlation ids)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
+        self.python = python
         self.attributor = Attributor(sink, unscoped)
         self._lock = threading.Lock()
         self._subscriber = None
         self._raw = None
+        self.launch_calls = 0
+        """Launch calls seen by the python context's callback."""
         self._names: dict[int, str] = {}
         """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.DRIVER,
-                       cupti.ActivityKind.RUNTIME, cupti.ActivityKind.EXTERNAL_CORRELATION]
+                       cupti.ActivityKind.RUNTIME]
+        if not python:
+            self._kinds.append(cupti.ActivityKind.EXTERNAL_CORRELATION)
         K = cupti.ActivityKind
         self._k_kernel, self._k_ext = int(K.CONCURRENT_KERNEL), int(K.EXTERNAL_CORRELATION)
         drv = _enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
@@ -113,17 +125,29 @@ class CuptiCollector:
 
     # -- lifetime -----------------------------------------------------------------------------
     def start(self) -> None:
+        """Raises ProfilerConflictError when another profiler holds CUPTI."""
+        from .cupti_buffers import loaded_libcupti
+        from .cupti_launches import Subscriber, callback_fields
+
         cupti = self._cupti
         try:
-            self._subscriber = cupti.subscribe(lambda *args: None, 0)
-        except cupti.cuptiError as exc:
-            if "MULTIPLE_SUBSCRIBERS" in str(exc):
-                raise ProfilerConflictError(
-                    "another profiler (torch.profiler, Triton's Proton, nsys or ncu) already uses "
-                    "CUPTI in this process; stop it first: one CUPTI profiler per process") from None
+            cupti.get_timestamp()  # loads libcupti
+            path = loaded_libcupti()
+        except (cupti.cuptiError, OSError) as exc:
             raise ProtonError(f"CUPTI could not start: {exc}") from None
+        if path is None:
+            raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
+        self._site, self._corr = callback_fields(cupti)
+        subscriber = Subscriber(path, self._on_api)
+        subscriber.subscribe()
+        self._subscriber = subscriber
         try:
-            self._register_buffers()
+            if self.python:
+                for domain, cbids in ((cupti.CallbackDomain.DRIVER_API, self._driver_cbids),
+                                      (cupti.CallbackDomain.RUNTIME_API, self._runtime_cbids)):
+                    for cbid in cbids:
+                        subscriber.enable(int(domain), cbid)
+            self._register_buffers(path)
             for kind in self._kinds:
                 cupti.activity_enable(kind)
             # Only the launch calls make API records: everything else stays off the hot path.
@@ -133,13 +157,13 @@ class CuptiCollector:
             for cbid in self._all_runtime:
                 self._enable_api(cupti.activity_enable_runtime_api, cbid,
                                  cbid in self._runtime_cbids)
-        except cupti.cuptiError as exc:
+        except (cupti.cuptiError, ProtonError) as exc:
             for kind in self._kinds:
                 try:
                     cupti.activity_disable(kind)
                 except cupti.cuptiError:
                     pass
-            cupti.unsubscribe(self._subscriber)
+            subscriber.unsubscribe()
             self._subscriber = None
             raise ProtonError(f"CUPTI could not start collecting: {exc}") from None
 
@@ -158,7 +182,7 @@ class CuptiCollector:
             cupti.activity_disable(kind)
         cupti.activity_flush_all(1)
         if self._subscriber is not None:
-            cupti.unsubscribe(self._subscriber)
+            self._subscriber.unsubscribe()
             self._subscriber = None
         if self.recorded is not None:
             from .paths import paths
@@ -172,10 +196,34 @@ class CuptiCollector:
 
     # -- scopes (called on the user's threads) ------------------------------------------------
     def push(self, path_id: int) -> None:
-        self._cupti.activity_push_external_correlation_id(self._custom, path_id)
+        if not self.python:
+            self._cupti.activity_push_external_correlation_id(self._custom, path_id)
 
     def pop(self) -> None:
-        self._cupti.activity_pop_external_correlation_id(self._custom)
+        if not self.python:
+            self._cupti.activity_pop_external_correlation_id(self._custom)
+
+    def _on_api(self, userdata, domain, cbid, data) -> None:
+        """context="python": CUPTI's callback at a launch call's enter and exit, on the
+        launching thread. At the enter, the thread's call path goes under the launch's
+        correlation id (a thread with no Python frames leaves it to Attributor's unscoped)."""
+        try:
+            if _u32(data + self._site).value:  # the exit: nothing to do
+                return
+            self.launch_calls += 1
+            st = stacks
+            path = st.op_path  # the Triton hook already named this launch
+            if path is None:
+                frame = sys._getframe().f_back
+                if frame is None and not st.open:
+                    return
+                path = launch_path(frame, st.open, st.version)
+            self.attributor.external[_u32(data + self._corr).value] = path
+        except Exception as exc:  # never into CUPTI: note it once per kind and go on
+            message = f"{type(exc).__name__}: {exc}"
+            if message not in self.callback_errors:
+                self.callback_errors.append(message)
+                print(f"proton: error in the launch callback: {message}", file=sys.stderr)
 
     # -- records ------------------------------------------------------------------------------
     def flush(self, timeout_s: float = 10.0) -> int:
@@ -205,11 +253,11 @@ class CuptiCollector:
             return 0
         return int(out[0])
 
-    def _register_buffers(self) -> None:
+    def _register_buffers(self, lib_path: str) -> None:
         from .cupti_buffers import RawBuffers
 
         try:
-            self._raw = RawBuffers(self._read_records, BUFFER_SIZE)
+            self._raw = RawBuffers(lib_path, self._read_records, BUFFER_SIZE)
             self._raw.register()
         except (OSError, AttributeError) as exc:
             raise ProtonError(f"CUPTI's activity buffers could not be set up: {exc}") from None

@@ -15,6 +15,8 @@ KERNEL = "kernel"
 STATE = "state"
 OP = "op"
 """A Triton op opened by the launch hook: its kernel's metrics go on this frame itself."""
+PYTHON = "python"
+"""A python frame, `file:line@function` (context="python")."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -25,7 +27,7 @@ class Frame:
     """Path id of the parent frame (-1 for the root)."""
     name: str
     kind: str
-    """SCOPE or KERNEL."""
+    """SCOPE, STATE, OP, PYTHON or KERNEL."""
 
 
 class PathTable:

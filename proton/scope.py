@@ -2,10 +2,13 @@
 
 Entering a scope interns its call path and, while CUPTI collects, pushes the path id as the
 thread's external correlation id, so launches inside carry it with no further Python.
+With context="python" the launch callback reads the thread's open scopes instead (their names
+and the frames that opened them, see python_context) and nothing is pushed.
 """
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -30,16 +33,23 @@ class _Open:
     pushed_by: object | None
     """The collector that pushed this frame's CUPTI external correlation id, if one did; it
     pops it again even after it stopped collecting, so CUPTI's stack never drifts."""
+    opener: object | None = None
+    """The user's Python frame that opened it (recorded for context="python" only)."""
 
 
 class _Stacks(threading.local):
     def __init__(self) -> None:
         self.open: list[_Open] = []
+        self.version = 0
+        """Counts scope changes on this thread (python_context keeps paths until it changes)."""
         self.op = None
         """The collector that pushed a launch's op id (Triton hook), until the launch's exit."""
+        self.op_path: int | None = None
+        """context="python": the op path of the launch in progress, for the launch callback."""
 
 
-_stacks = _Stacks()
+_stacks = stacks = _Stacks()
+"""This thread's open frames (read by the python context's launch callback)."""
 
 
 def depth() -> int:
@@ -50,7 +60,10 @@ def depth() -> int:
 def push_op(collector, path: int) -> None:
     """The Triton hook's launch enter: `path` applies to this one launch (pop_op at its exit)."""
     pop_op()
-    collector.push(path)
+    if collector.python:
+        _stacks.op_path = path
+    else:
+        collector.push(path)
     _stacks.op = collector
 
 
@@ -61,6 +74,18 @@ def pop_op() -> None:
     if st.op is not None:
         st.op.pop()
         st.op = None
+        st.op_path = None
+
+
+def launch_parent() -> int:
+    """Where a launch made here goes: the innermost open frame's path, or with
+    context="python" the Python call path of the caller (with the scopes in it)."""
+    if not profiler.python:
+        return current_path()
+    from .python_context import launch_path
+
+    st = _stacks
+    return launch_path(sys._getframe(1), st.open, st.version)
 
 
 def current_path() -> int:
@@ -96,17 +121,26 @@ def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
 def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
                 kind: str = SCOPE) -> int:
     """enter_scope with checked metrics and a frame kind (SCOPE, STATE, or OP for the hook)."""
-    if _stacks.op is not None:
+    stacks = _stacks
+    if stacks.op is not None:
         pop_op()
-    st = _stacks.open
-    path = paths.intern(st[-1].path if st else ROOT, name, kind)
+    st = stacks.open
     collector = profiler.collector
+    timed = cpu_timed or (collector is None and bool(profiler.sessions))
+    top = _Open(ROOT, name, kind, time.time_ns() if timed else 0, timed, collector)
+    st.append(top)
+    stacks.version += 1
+    if profiler.python:  # the scope's node is in the python call path that opened it
+        from .python_context import launch_path, opener
+
+        top.opener = opener(sys._getframe(1))
+        top.path = path = launch_path(top.opener, st, stacks.version)
+    else:
+        top.path = path = paths.intern(st[-2].path if len(st) > 1 else ROOT, name, kind)
     if collector is not None:
         collector.push(path)
         if threading.get_ident() == profiler.main_thread:
             profiler.note_main_path(path)
-    timed = cpu_timed or (collector is None and bool(profiler.sessions))
-    st.append(_Open(path, name, kind, time.time_ns() if timed else 0, timed, collector))
     if values and profiler.sessions:
         profiler.add_metrics(path, values)
     return path
@@ -138,6 +172,7 @@ def _close(st: list[_Open], values: dict[str, float]) -> int:
     if _stacks.op is not None:
         pop_op()
     top = st.pop()
+    _stacks.version += 1
     if top.pushed_by is not None:
         top.pushed_by.pop()
     collector = profiler.collector

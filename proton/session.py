@@ -121,6 +121,8 @@ class Profiler:
         self._main_timeline: list[tuple[int, int]] = []
         """(timestamp, path id) each time the main thread's innermost scope changed."""
         self._trim_at = TRIM_EVERY
+        self.python = False
+        """A context="python" session is live: launches go under Python call paths."""
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
@@ -149,8 +151,6 @@ class Profiler:
         _check_choice("mode", mode, MODES)
         if hook is not None and hook.partition(":")[0] != "triton":
             _check_choice("hook", hook, HOOKS)
-        if context == "python":
-            raise SessionError("context='python' is not available yet; use context='shadow'")
         name = name or "proton"
         with self._lock:
             for session in self.sessions.values():
@@ -162,6 +162,7 @@ class Profiler:
             if os.path.isdir(path):
                 raise SessionError(f"the profile would be written to {path!r}, which is a "
                                    "folder; give another name")
+            self._choose_context(context)
             if hook is not None:  # before anything is registered: a failure leaves nothing
                 from .hooks import triton_hook
 
@@ -176,6 +177,18 @@ class Profiler:
                 atexit.register(self._finalize_at_exit)
                 self._atexit = True
             return session.id
+
+    def _choose_context(self, context: str) -> None:
+        """One context per process at a time: the collector attributes launches one way."""
+        live = {s.context for s in self.sessions.values()}
+        if live and context not in live:
+            raise SessionError(f"a session with context={live.pop()!r} is live; finalize it "
+                               f"before starting one with context={context!r}")
+        if context == "python" and not self.python:
+            from . import python_context
+
+            python_context.enable()
+        self.python = context == "python"
 
     def _finalize_at_exit(self) -> None:
         """A script that never calls finalize() or dies of an exception still gets its file."""
@@ -192,7 +205,7 @@ class Profiler:
             raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
                               "matching your CUDA 13 driver") from None
 
-        collector = CuptiCollector(self._on_kernels, self._unscoped)
+        collector = CuptiCollector(self._on_kernels, self._unscoped, python=self.python)
         collector.start()
         self.collector = collector
         from .scope import repush_open_scopes
@@ -254,6 +267,11 @@ class Profiler:
                 if os.environ.get("PROTON_DEBUG"):
                     print(f"proton: stopping CUPTI took {time.monotonic() - t0:.3f} s",
                           file=sys.stderr)
+            if not self.sessions and self.python:
+                from . import python_context
+
+                python_context.reset()
+                self.python = False
             return written
 
     def _stop_collector(self) -> None:

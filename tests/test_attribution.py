@@ -62,7 +62,7 @@ def test_finish_gives_orphan_kernels_to_root_and_empties_the_maps():
     att.add_buffer([ExternalRecord(6, 3)], [], [KernelRecord(6, "o", 0, 50, 60)])
     assert att.finish() == 1
     assert got == [(3, "o", 50)]
-    assert not (att._external or att._launches or att._early or att._graphs)
+    assert not (att.external or att._launches or att._early or att._graphs)
 
 
 def test_matched_records_leave_nothing_behind():
@@ -71,7 +71,7 @@ def test_matched_records_leave_nothing_behind():
         att.add_buffer([ExternalRecord(corr, 1)], [ApiRecord(corr, corr)],
                        [KernelRecord(corr, "k", 0, corr, corr + 1)])
     assert len(got) == 1000
-    assert not (att._external or att._launches or att._early)
+    assert not (att.external or att._launches or att._early)
 
 
 def test_replayed_h100_records_rebuild_the_recorded_tree():

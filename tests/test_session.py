@@ -337,6 +337,8 @@ def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profil
     from proton.scope import push_op
 
     class IdStack:
+        python = False  # the shadow context's collector: ids go on CUPTI's stack
+
         def __init__(self):
             self.ids = []
 

@@ -1,0 +1,61 @@
+"""CUPTI's subscription and launch callbacks, through ctypes over the libcupti cupti-python loaded.
+
+The process's one CUPTI subscriber. A shadow-context session enables no callback on it; a
+python-context session enables the launch calls only, and its callback runs on the launching
+thread at the call's enter and exit. cupti-python would build a Python object for every call's
+data; here the callback gets CUPTI's pointer and reads the two fields it needs, at the offsets of
+cupti-python's own layout of CUpti_CallbackData.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Callable
+
+from .errors import ProfilerConflictError, ProtonError
+
+CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
+"""void (*)(void *userdata, CUpti_CallbackDomain, CUpti_CallbackId, const void *cbdata)"""
+_MULTIPLE_SUBSCRIBERS = 39
+_kept: list = []
+"""Every callback ever subscribed: CUPTI may still be inside one as it unsubscribes."""
+
+
+def callback_fields(cupti) -> tuple[int, int]:
+    """Offsets of the callback site (0 = API enter) and the correlation id in CUpti_CallbackData."""
+    fields = cupti.callback_data_dtype.fields
+    return fields["callback_site"][1], fields["correlation_id"][1]
+
+
+class Subscriber:
+    """cuptiSubscribe with `on_api(userdata, domain, cbid, cbdata)` as the callback."""
+
+    def __init__(self, lib_path: str, on_api: Callable[[int, int, int, int], None]) -> None:
+        lib = ctypes.CDLL(lib_path)  # the same handle: dlopen of a loaded library
+        lib.cuptiSubscribe.argtypes = [ctypes.POINTER(ctypes.c_void_p), CALLBACK, ctypes.c_void_p]
+        lib.cuptiUnsubscribe.argtypes = [ctypes.c_void_p]
+        lib.cuptiEnableCallback.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int,
+                                            ctypes.c_uint32]
+        self._lib = lib
+        self._callback = CALLBACK(on_api)
+        self._handle = ctypes.c_void_p()
+
+    def subscribe(self) -> None:
+        """Raises ProfilerConflictError when another profiler holds CUPTI."""
+        rc = self._lib.cuptiSubscribe(ctypes.byref(self._handle), self._callback, None)
+        if rc == _MULTIPLE_SUBSCRIBERS:
+            raise ProfilerConflictError(
+                "another profiler (torch.profiler, Triton's Proton, nsys or ncu) already uses "
+                "CUPTI in this process; stop it first: one CUPTI profiler per process")
+        if rc:
+            raise ProtonError(f"CUPTI could not start: cuptiSubscribe failed with CUPTI error {rc}")
+        _kept.append(self._callback)
+
+    def enable(self, domain: int, cbid: int) -> None:
+        rc = self._lib.cuptiEnableCallback(1, self._handle, domain, cbid)
+        if rc:
+            raise ProtonError(f"CUPTI refused the launch callback {domain}/{cbid} (error {rc})")
+
+    def unsubscribe(self) -> None:
+        if self._handle.value:
+            self._lib.cuptiUnsubscribe(self._handle)
+            self._handle = ctypes.c_void_p()

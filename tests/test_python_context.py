@@ -1,0 +1,210 @@
+"""context="python" call paths, on the CPU: the path a launch made at a given point would get
+(scope.launch_parent, the same code the CUPTI launch callback runs), and the file a CPU-only
+session writes. tests/test_gpu_python.py checks the kernels on the GPU."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from conftest import find
+
+import proton
+from proton.paths import paths
+from proton.python_context import SKIPPED
+from proton.scope import launch_parent, unwind
+from proton.session import profiler
+
+HERE = os.path.abspath(__file__)
+
+
+@pytest.fixture
+def python_session(profile_path):
+    name, read = profile_path
+    proton.start(name, context="python")
+    yield read
+    unwind(0)
+    profiler.finalize()
+
+
+def line_of(marker: str) -> int:
+    """The line of this file holding `marker` (in a comment), so tests name exact frames."""
+    with open(HERE) as f:
+        for number, text in enumerate(f, 1):
+            if f"# {marker}" in text:
+                return number
+    raise AssertionError(marker)
+
+
+def frame(marker: str, function: str) -> str:
+    return f"{HERE}:{line_of(marker)}@{function}"
+
+
+def names(path_id: int) -> list[str]:
+    return paths.names(path_id)
+
+
+def inner():
+    return launch_parent()  # L-inner
+
+
+def middle():
+    return inner()  # L-middle
+
+
+def test_nested_functions_give_one_frame_each_with_file_line_and_function(python_session):
+    got = names(middle())  # L-test
+    assert got[-3:] == [frame("L-test", "test_nested_functions_give_one_frame_each_with_file_"
+                                        "line_and_function"),
+                        frame("L-middle", "middle"), frame("L-inner", "inner")]
+
+
+def test_the_profilers_own_frames_never_appear(python_session):
+    with proton.scope("S"):
+        got = names(middle())
+    files = [n.rsplit(":", 1)[0] for n in got if "@" in n]
+    assert files and not any(f in SKIPPED for f in files), got
+    assert not any("/proton/" in f and "/tests/" not in f for f in files), got
+
+
+def scoped_call():
+    with proton.scope("S"):
+        return inner()  # L-scoped-call
+
+
+def test_a_scope_sits_after_the_frame_that_opened_it(python_session):
+    got = names(scoped_call())
+    assert got[-3:] == [frame("L-scoped-call", "scoped_call"), "S", frame("L-inner", "inner")]
+
+
+@proton.scope("decorated")
+def decorated():
+    return inner()  # L-decorated
+
+
+def test_a_decorator_scope_sits_between_the_caller_and_the_function(python_session):
+    got = names(decorated())  # L-decorated-caller
+    assert got[-4:] == [frame("L-decorated-caller", "test_a_decorator_scope_sits_between_the_"
+                                                    "caller_and_the_function"),
+                        "decorated", frame("L-decorated", "decorated"), frame("L-inner", "inner")]
+
+
+def test_repeated_launches_reuse_paths_and_follow_lines_and_scopes(python_session):
+    first = []
+    for _ in range(3):
+        first.append(middle())  # L-loop-a
+    assert len(set(first)) == 1
+    second = middle()  # L-loop-b
+    assert second != first[0]
+    assert names(second)[-3] == frame("L-loop-b", "test_repeated_launches_reuse_paths_and_"
+                                                  "follow_lines_and_scopes")
+    with proton.scope("T"):
+        in_scope = middle()  # L-loop-c
+    after = middle()  # L-loop-b2
+    assert names(in_scope)[-4:-2] == [frame("L-loop-c", "test_repeated_launches_reuse_paths_"
+                                                        "and_follow_lines_and_scopes"), "T"]
+    assert "T" not in names(after)
+    assert names(after)[:-3] == names(first[0])[:-3]  # the frames outside are the same
+
+
+def generator():
+    yield inner()  # L-gen
+    yield inner()  # L-gen2
+
+
+def first_caller(gen):
+    return next(gen)  # L-gen-first
+
+
+def second_caller(gen):
+    return next(gen)  # L-gen-second
+
+
+def test_a_generator_resumed_from_another_caller_gets_that_callers_path(python_session):
+    gen = generator()
+    a, b = first_caller(gen), second_caller(gen)
+    assert names(a)[-3:] == [frame("L-gen-first", "first_caller"), frame("L-gen", "generator"),
+                             frame("L-inner", "inner")]
+    assert names(b)[-3:] == [frame("L-gen-second", "second_caller"),
+                             frame("L-gen2", "generator"), frame("L-inner", "inner")]
+
+
+def test_each_thread_gets_its_own_path_and_scopes(python_session):
+    got = {}
+
+    def worker(tag):
+        with proton.scope(f"worker-{tag}"):
+            got[tag] = names(inner())  # L-worker
+
+    with proton.scope("main-scope"):
+        threads = [threading.Thread(target=worker, args=(t,)) for t in "ab"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for tag in "ab":
+        assert got[tag][-3:] == [frame("L-worker", "worker"), f"worker-{tag}",
+                                 frame("L-inner", "inner")]
+        assert "main-scope" not in got[tag]
+        assert got[tag][0].endswith("@_bootstrap")  # the thread's own stack, from threading
+
+
+def open_and_return():
+    proton.enter_scope("left-open")  # its opener returns at once
+
+
+def test_a_scope_left_open_by_a_returned_function_follows_the_scope_before_it(python_session):
+    with proton.scope("outer"):
+        open_and_return()
+        got = names(inner())  # L-left-open
+        proton.exit_scope("left-open")
+    caller = frame("L-left-open", "test_a_scope_left_open_by_a_returned_function_follows_"
+                                  "the_scope_before_it")
+    assert got[-4:] == [caller, "outer", "left-open", frame("L-inner", "inner")]
+
+
+def test_scope_metrics_and_cpu_time_land_on_the_python_path(python_session):
+    with proton.cpu_timed_scope("timed", {"tokens": 3}):  # L-timed
+        pass
+    test_frames = names(launch_parent())  # the frames outside this test function, and its own
+    proton.finalize()
+    root, _ = python_session()
+    node = find(root, *test_frames[:-1], frame("L-timed", "test_scope_metrics_and_cpu_time_"
+                                                          "land_on_the_python_path"), "timed")
+    assert node["metrics"]["tokens"] == 3 and node["metrics"]["cpu_time (ns)"] > 0
+
+
+def test_contexts_do_not_mix_in_one_process(profile_path):
+    name, _ = profile_path
+    proton.start(name, context="python")
+    try:
+        with pytest.raises(proton.SessionError, match="context='python' is live"):
+            proton.start(name + "2", context="shadow")
+    finally:
+        profiler.finalize()
+
+
+SCRIPT = '''
+import proton
+from proton.paths import paths
+from proton.scope import launch_parent
+
+def step():
+    return launch_parent()
+
+print("PATH", paths.names(step()))
+'''
+
+
+def test_under_the_proton_command_the_path_starts_at_the_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = subprocess.run([sys.executable, "-m", "proton", "-c", "python", "-n",
+                          str(tmp_path / "p"), str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = eval(out.stdout.split("PATH", 1)[1])
+    assert got == [f"{script}:9@<module>", f"{script}:7@step"]
