@@ -22,6 +22,8 @@ if [ -z "${SKIP_FIXTURES:-}" ]; then
   # fixtures for the CPU tests: a real session's CUPTI records and profile, the example's profile
   PROTON_RECORD_CUPTI=$OUT/cupti_records.json python3 tests/data/record_session.py && cp tests/data/recorded.hatchet "$OUT/"
   python3 tests/data/record_session.py triton && cp tests/data/triton_recorded.hatchet "$OUT/"
+  for mode in python triton-python; do python3 tests/data/record_session.py $mode; done
+  cp tests/data/python_recorded.hatchet tests/data/triton_python_recorded.hatchet "$OUT/"
   (ex=$PWD/proton/examples/mlp.py; cd /tmp && proton -n example_gpu "$ex" --steps 3 2>&1 | tail -1; cp example_gpu.hatchet "$OUT/"; proton-viewer example_gpu.hatchet)
 fi
 python3 bench/run.py --results "${BENCH_RESULTS:-$OUT/bench.jsonl}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"

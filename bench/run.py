@@ -18,11 +18,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # (workload, profiler, extra args); rounds repeat the timed ones, interleaved
 LAUNCH = [("none", []), ("proton", []), ("triton", []), ("proton", ["--hook", "triton"]),
           ("triton", ["--hook", "triton"]), ("proton", ["--hook", "triton:config=BLOCK"]),
-          ("triton", ["--context", "python"])]
+          ("proton", ["--context", "python"]), ("triton", ["--context", "python"])]
+PYTHON = [("proton", ["--context", "python"]), ("triton", ["--context", "python"])]
 PLAN = {
     "launch": LAUNCH,
     "gpu": [("none", []), ("proton", []), ("triton", [])],
-    "model": [("none", []), ("proton", []), ("triton", [])],
+    "model": [("none", []), ("proton", []), ("triton", []), *PYTHON],
     "accuracy": [("proton", []), ("triton", []), ("torch", [])],
     "scale": [("none", []), ("proton", []), ("triton", [])],
 }
@@ -99,6 +100,10 @@ def table(results: list[dict]) -> str:
     row("model step", "GPT-style train step, ms (best)", b, o, t, "< 2% over bare", yes(ok))
     b, o, t = (med("model", m) for m in ("none", "proton", "triton"))
     row("model step", "GPT-style train step, ms (median)", b, o, t)
+    for stat, pick in (("best", best), ("median", med)):
+        b, o, t = (pick("model", m) for m in ("none", "proton context=python",
+                                                "triton context=python"))
+        row("model step, python context", f"GPT-style train step, ms ({stat})", b, o, t)
     acc = {m: by.get(("accuracy", m), [None])[0] for m in ("proton", "triton", "torch")}
 
     def err(r, field, ref):

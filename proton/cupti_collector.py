@@ -217,7 +217,7 @@ class CuptiCollector:
                 frame = sys._getframe().f_back
                 if frame is None and not st.open:
                     return
-                path = launch_path(frame, st.open, st.version)
+                path = launch_path(frame, st)
             self.attributor.external[_u32(data + self._corr).value] = path
         except Exception as exc:  # never into CUPTI: note it once per kind and go on
             message = f"{type(exc).__name__}: {exc}"

@@ -18,14 +18,17 @@ may have another caller. The kept frames live until the thread's next launch or 
 from __future__ import annotations
 
 import os
+import re
 import runpy
-import sys
-import threading
 from types import CodeType, FrameType
 
 from .paths import PYTHON, ROOT, paths
 
 _GENERATOR = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+PYTHON_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+)@(?P<function>.+)$")
+"""A python frame's name (ours and Triton's)."""
+LIBRARY_FILE = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>$")
+"""Files of installed packages (torch, triton, ...) and of the standard library."""
 
 
 def _own_files() -> frozenset[str]:
@@ -48,8 +51,11 @@ _runner: CodeType | None = None
 """The `proton` command's runner: nothing outside it is the user's."""
 
 
-class _Last(threading.local):
-    """The frames of this thread's last launch, outermost first, and the path outside each."""
+class Kept:
+    """The frames of a thread's last launch that may still run at its next one (outermost
+    first), and the path outside each. Hangs off the thread's scope stacks (scope.stacks)."""
+
+    __slots__ = ("frames", "outer", "index", "version")
 
     def __init__(self) -> None:
         self.frames: list[FrameType] = []
@@ -62,8 +68,7 @@ class _Last(threading.local):
         _threads.append(self)
 
 
-_threads: list[_Last] = []
-_last = _Last()
+_threads: list[Kept] = []
 _nodes: dict[tuple[int, int, int], tuple[CodeType, int]] = {}
 """(parent path id, id(code), instruction offset) -> (code, path id): a frame's node without
 formatting its name again; the code object is kept so its id cannot be reused."""
@@ -79,78 +84,156 @@ def enable() -> None:
 
 
 def reset() -> None:
-    """Forget every thread's kept frames (at the session's end: they hold the frames' locals)."""
-    for last in _threads:
-        last.frames, last.outer, last.index, last.version = [], [], {}, -1
+    """Forget every thread's kept frames (at the session's end: they hold the frames' locals)
+    and the walks seen."""
+    for kept in _threads:
+        kept.frames, kept.outer, kept.index, kept.version = [], [], {}, -1
+    _walks.clear()
+    _codes.clear()
 
 
-def opener(frame: FrameType | None) -> FrameType | None:
-    """The user's frame that opens a scope: the first frame outside the profiler from `frame`."""
+def opener(frame: FrameType | None) -> tuple[FrameType | None, tuple[int, int] | None]:
+    """The user's frame that opens a scope (the first frame outside the profiler from `frame`)
+    and where in it: (instruction offset, line)."""
     skipped = SKIPPED
     while frame is not None and frame.f_code.co_filename in skipped:
         frame = frame.f_back
-    return frame
+    return frame, (frame.f_lasti, frame.f_lineno) if frame is not None else None
 
 
-def _node(parent: int, frame: FrameType) -> int:
+def _node(parent: int, frame: FrameType, at: tuple[int, int] | None) -> int:
+    """The node of `frame` under `parent`: at its current line, or at `at` (instruction offset,
+    line) where it opened a scope that is still open."""
     code = frame.f_code
-    key = (parent, id(code), frame.f_lasti)
+    lasti = frame.f_lasti if at is None else at[0]
+    key = (parent, id(code), lasti)
     found = _nodes.get(key)
     if found is not None and found[0] is code:
         return found[1]
-    name = f"{code.co_filename}:{frame.f_lineno}@{code.co_name}"
-    pid = paths.intern(parent, name, PYTHON)
+    line = frame.f_lineno if at is None else at[1]
+    pid = paths.intern(parent, f"{code.co_filename}:{line}@{code.co_name}", PYTHON)
     _nodes[key] = (code, pid)
     return pid
 
 
-def launch_path(frame: FrameType | None, scopes: list, version: int) -> int:
-    """Path id of the call path ending at `frame` (the innermost) with this thread's open
-    `scopes` (scope._Open: name, kind, opener) placed after their openers. `version` is the
-    thread's scope version: it changes whenever a scope opens or closes."""
-    last = _last
-    index = last.index if last.version == version else None
-    new: list[FrameType] = []
-    at = 0  # how many kept frames stay (those outside the frame found again)
-    pid, placed = ROOT, 0
-    runner, skipped = _runner, SKIPPED
+def launch_path(frame: FrameType | None, stacks) -> int:
+    """Path id of the call path ending at `frame` (the innermost) with the thread's open scopes
+    (scope.stacks: `open`, each with name, kind, opener, opened_at; `version`, which changes
+    whenever a scope opens or closes) placed after the frames that opened them.
+
+    The frames walked since the last kept one make a key of (code, instruction offset) pairs;
+    a key seen before gives the path with no formatting or interning. Per frame the loop does
+    only what the key needs: which frames are left out is decided once per key, in _build."""
+    last = stacks.kept
+    if last is None:
+        last = stacks.kept = Kept()
+    version = stacks.version
+    get = last.index.get if last.version == version else _NONE.get
+    kept = last.frames
+    key: list = []
+    add = key.append
+    at, state, start = -1, (ROOT, 0), frame
     while frame is not None:
-        code = frame.f_code
-        if code is runner:
+        j = get(id(frame))
+        add(id(frame.f_code))
+        add(frame.f_lasti)
+        if j is not None and j < len(kept) and kept[j] is frame \
+                and not frame.f_code.co_flags & _GENERATOR:
+            at, state = j, last.outer[j]
             break
-        if index:
-            j = index.get(id(frame))
-            if j is not None and j < len(last.frames) and last.frames[j] is frame \
-                    and not code.co_flags & _GENERATOR:
-                at = j
-                pid, placed = last.outer[j]
-                new.append(frame)
-                break
-        if code.co_filename not in skipped:
-            new.append(frame)
         frame = frame.f_back
-    new.reverse()
-    frames, outer = last.frames[:at], last.outer[:at]
-    pending = scopes[placed:]
-    inner = {id(f) for f in new} if pending else ()
-    k = 0
-    for frame in new:
-        frames.append(frame)
-        outer.append((pid, placed + k))
-        pid = _node(pid, frame)
+    n = len(key) // 2  # frames walked
+    scopes = stacks.open
+    if len(scopes) > state[1]:  # where the scopes not placed yet go: which frame opened them
+        frames = _frames(start, n)
+        add(tuple((s.name, s.kind, s.opened_at, _position(s.opener, frames))
+                  for s in scopes[state[1]:]))
+    add(state)
+    walk = tuple(key)
+    found = _walks.get(walk)
+    if found is None:
+        frames = _frames(start, n)
+        found = _walks[walk] = _build(state, frames[::-1], scopes[state[1]:])
+        _codes.update(f.f_code for f in frames)
+    pid, outers, keep = found
+    if at < 0 or (keep > 1 and not _kept(kept, at, start, n, keep)):
+        inner = _frames(start, n)[::-1][:keep]  # outermost first
+        at = max(at, 0)
+        last.frames = kept = kept[:at] + inner
+        last.outer = last.outer[:at] + outers[:keep]
+        if len(last.index) > 4 * len(kept) + 64 or get is _NONE.get:
+            last.index = {id(f): i for i, f in enumerate(kept)}
+        else:  # stale entries (frames since gone) fail the identity check above
+            for i in range(at, len(kept)):
+                last.index[id(kept[i])] = i
+    elif len(kept) > at + keep:  # frames of calls since returned: let them go
+        del kept[at + keep:], last.outer[at + keep:]
+    last.version = version
+    return pid
+
+
+_NONE: dict = {}
+
+
+def _frames(frame: FrameType, n: int) -> list[FrameType]:
+    """`frame` and the n - 1 frames outside it, innermost first."""
+    out = []
+    for _ in range(n):
+        out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def _kept(kept: list, at: int, frame: FrameType, n: int, keep: int) -> bool:
+    """Whether the `keep` outermost of the n frames from `frame` are kept[at:at + keep]."""
+    if len(kept) < at + keep:
+        return False
+    frames = _frames(frame, n)
+    return all(kept[at + i] is frames[n - 1 - i] for i in range(keep))
+_walks: dict[tuple, tuple[int, list, int]] = {}
+"""(id(code) and offset of each walked frame innermost first, the scopes not placed yet, the path
+state outside the walk) -> (path id, path state outside each walked frame, how many to keep)."""
+_codes: set[CodeType] = set()
+"""Every code object in a _walks key, kept alive so that its id is never another's."""
+
+
+def _position(frame, frames: list) -> int:
+    for i, f in enumerate(frames):
+        if f is frame:
+            return i
+    return -1
+
+
+def _build(state: tuple[int, int], frames: list[FrameType], pending: list) -> tuple:
+    """The path of `frames` (outermost first) under `state` (path id, scopes placed), with the
+    `pending` scopes placed after the frames that opened them. The profiler's frames are left
+    out, and so is everything outside the `proton` command's runner.
+
+    Frames are kept for the next launch down to the innermost one in the user's code: the
+    launch machinery below it (torch, Triton) is new at every launch, and keeping it would
+    keep its locals alive."""
+    pid, placed = state
+    inner = {id(f) for f in frames} if pending else ()
+    codes = [f.f_code for f in frames]
+    first = codes.index(_runner) + 1 if _runner in codes else 0
+    outers, keep, k = [], 0, 0
+    for i, frame in enumerate(frames):
+        outers.append((pid, placed + k))
+        code = codes[i]
+        if i < first or code.co_filename in SKIPPED:
+            continue
+        # a frame that opened a scope stays at the scope's line while it is open, so the
+        # scope's own metrics and its kernels share one node
+        opened = k < len(pending) and pending[k].opener is frame
+        pid = _node(pid, frame, pending[k].opened_at if opened else None)
         # this frame's scopes, and after them those whose opener is not in the stack below
         while k < len(pending) and (pending[k].opener is frame or
                                     id(pending[k].opener) not in inner):
             s = pending[k]
             pid = paths.intern(pid, s.name, s.kind)
             k += 1
+        if not LIBRARY_FILE.search(code.co_filename):
+            keep = i + 1
     for s in pending[k:]:  # openers below the innermost frame (cannot happen) or unknown
         pid = paths.intern(pid, s.name, s.kind)
-    last.frames, last.outer, last.version = frames, outer, version
-    # stale entries (frames since gone) fail the identity check above; rebuild now and then
-    if index is None or len(index) > 4 * len(frames) + 64:
-        last.index = {id(f): i for i, f in enumerate(frames)}
-    else:
-        for i in range(at, len(frames)):
-            index[id(frames[i])] = i
-    return pid
+    return pid, outers, max(keep, 1)

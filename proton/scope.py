@@ -34,7 +34,9 @@ class _Open:
     """The collector that pushed this frame's CUPTI external correlation id, if one did; it
     pops it again even after it stopped collecting, so CUPTI's stack never drifts."""
     opener: object | None = None
-    """The user's Python frame that opened it (recorded for context="python" only)."""
+    """The user's Python frame that opened it (recorded for context="python" only)..."""
+    opened_at: tuple[int, int] | None = None
+    """... and where: (instruction offset, line)."""
 
 
 class _Stacks(threading.local):
@@ -46,6 +48,8 @@ class _Stacks(threading.local):
         """The collector that pushed a launch's op id (Triton hook), until the launch's exit."""
         self.op_path: int | None = None
         """context="python": the op path of the launch in progress, for the launch callback."""
+        self.kept = None
+        """context="python": this thread's python_context.Kept frames."""
 
 
 _stacks = stacks = _Stacks()
@@ -84,8 +88,7 @@ def launch_parent() -> int:
         return current_path()
     from .python_context import launch_path
 
-    st = _stacks
-    return launch_path(sys._getframe(1), st.open, st.version)
+    return launch_path(sys._getframe(1), _stacks)
 
 
 def current_path() -> int:
@@ -133,8 +136,8 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
     if profiler.python:  # the scope's node is in the python call path that opened it
         from .python_context import launch_path, opener
 
-        top.opener = opener(sys._getframe(1))
-        top.path = path = launch_path(top.opener, st, stacks.version)
+        top.opener, top.opened_at = opener(sys._getframe(1))
+        top.path = path = launch_path(top.opener, stacks)
     else:
         top.path = path = paths.intern(st[-2].path if len(st) > 1 else ROOT, name, kind)
     if collector is not None:

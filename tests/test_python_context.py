@@ -71,13 +71,14 @@ def test_the_profilers_own_frames_never_appear(python_session):
 
 
 def scoped_call():
-    with proton.scope("S"):
-        return inner()  # L-scoped-call
+    with proton.scope("S"):  # L-scoped-open
+        return inner()
 
 
 def test_a_scope_sits_after_the_frame_that_opened_it(python_session):
     got = names(scoped_call())
-    assert got[-3:] == [frame("L-scoped-call", "scoped_call"), "S", frame("L-inner", "inner")]
+    # the opener stays at the line of the `with`: the scope's own metrics share its node
+    assert got[-3:] == [frame("L-scoped-open", "scoped_call"), "S", frame("L-inner", "inner")]
 
 
 @proton.scope("decorated")
@@ -101,8 +102,8 @@ def test_repeated_launches_reuse_paths_and_follow_lines_and_scopes(python_sessio
     assert second != first[0]
     assert names(second)[-3] == frame("L-loop-b", "test_repeated_launches_reuse_paths_and_"
                                                   "follow_lines_and_scopes")
-    with proton.scope("T"):
-        in_scope = middle()  # L-loop-c
+    with proton.scope("T"):  # L-loop-c
+        in_scope = middle()
     after = middle()  # L-loop-b2
     assert names(in_scope)[-4:-2] == [frame("L-loop-c", "test_repeated_launches_reuse_paths_"
                                                         "and_follow_lines_and_scopes"), "T"]
@@ -136,8 +137,8 @@ def test_each_thread_gets_its_own_path_and_scopes(python_session):
     got = {}
 
     def worker(tag):
-        with proton.scope(f"worker-{tag}"):
-            got[tag] = names(inner())  # L-worker
+        with proton.scope(f"worker-{tag}"):  # L-worker
+            got[tag] = names(inner())
 
     with proton.scope("main-scope"):
         threads = [threading.Thread(target=worker, args=(t,)) for t in "ab"]
@@ -157,9 +158,9 @@ def open_and_return():
 
 
 def test_a_scope_left_open_by_a_returned_function_follows_the_scope_before_it(python_session):
-    with proton.scope("outer"):
+    with proton.scope("outer"):  # L-left-open
         open_and_return()
-        got = names(inner())  # L-left-open
+        got = names(inner())
         proton.exit_scope("left-open")
     caller = frame("L-left-open", "test_a_scope_left_open_by_a_returned_function_follows_"
                                   "the_scope_before_it")

@@ -8,13 +8,10 @@ from __future__ import annotations
 import math
 import re
 
+from ..python_context import LIBRARY_FILE, PYTHON_FRAME
 from .errors import ViewerError
 
 FORMATS = ("full", "file_function_line", "function_line", "file_function")
-PYTHON_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+)@(?P<function>.+)$")
-"""A python call-path frame, as context="python" names it (ours and Triton's)."""
-LIBRARY_FILE = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>$")
-"""Files of installed packages (torch, triton, ...) and of the standard library."""
 
 
 def _regex(pattern: str | None, option: str):

@@ -3,7 +3,9 @@
     PROTON_RECORD_CUPTI=tests/data/cupti_records.json python tests/data/record_session.py
 writes the records and the profile the same run wrote (tests/data/recorded.hatchet);
     python tests/data/record_session.py triton
-runs the same workload under Triton's own Proton (tests/data/triton_recorded.hatchet).
+runs the same workload under Triton's own Proton (tests/data/triton_recorded.hatchet);
+    python tests/data/record_session.py python|triton-python
+the same with context="python" (python_recorded.hatchet, triton_python_recorded.hatchet).
 """
 import os
 import sys
@@ -13,12 +15,14 @@ import torch
 import triton
 import triton.language as tl
 
-if sys.argv[1:] == ["triton"]:
+MODE = (sys.argv[1:] or [""])[0]
+if MODE.startswith("triton"):
     import triton.profiler as proton
-    NAME = "triton_recorded"
 else:
     import proton
-    NAME = "recorded"
+NAME = {"": "recorded", "triton": "triton_recorded", "python": "python_recorded",
+        "triton-python": "triton_python_recorded"}[MODE]
+CONTEXT = "python" if MODE.endswith("python") else "shadow"
 
 
 @triton.jit
@@ -31,7 +35,8 @@ x = torch.randn(4096, device="cuda")
 a = torch.randn(512, 512, device="cuda")
 scale_kernel[(4,)](x, BLOCK=1024)
 torch.cuda.synchronize()
-sid = proton.start(os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME))
+sid = proton.start(os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME),
+                   context=CONTEXT)
 with proton.scope("step"):
     with proton.scope("triton"):
         for _ in range(20):
