@@ -284,7 +284,8 @@ def test_proton_command_python_context_and_both_viewers(tmp_path):
     names, node = only_kernel_parent(root, f"{script}:5@step")
     assert names == [f"{script}:8@<module>", "work", f"{script}:5@step"]
     assert total(node, "count") == 1
-    for fmt, expected in (("function_line", "step@5"), ("file_function_line", "main.py:5@step")):
+    for fmt, expected in (("function_line", "5@step"), ("file_function_line", "main.py:5@step"),
+                          ("file_function", "main.py@step")):
         for viewer in (["-m", "proton.viewer.cli"], ["-m", "triton.profiler.viewer"]):
             shown = subprocess.run([sys.executable, *viewer, "-m", "count", "-f", fmt, path],
                                    capture_output=True, text=True, timeout=300)
