@@ -89,12 +89,25 @@ class Attributor:
         """Kernels whose launch record has not come yet, by correlation id."""
         self._graphs: dict[int, tuple[int, int]] = {}
         """Graph launches: kept until well after their kernels, since any number may follow."""
-        self.waiting_kernels = 0
-        """Launch calls whose kernel record has not come yet (graph launches excluded)."""
         self.launches = 0
         """API launch records seen (a graph launch counts once)."""
         self.kernels = 0
         """Kernel records handed to the sink."""
+
+    @property
+    def waiting_kernels(self) -> int:
+        """Launch calls whose kernel record has not come yet (graph launches excluded)."""
+        return len(self._launches)
+
+    def add_launch(self, corr: int, path: int, start: int, graph: bool = False) -> None:
+        """A launch call as the python context's callback sees it, on the launching thread,
+        before any record of its kernels can exist (it stands for the API record)."""
+        (self._graphs if graph else self._launches)[corr] = (path, start)
+
+    def cancel_launch(self, corr: int) -> None:
+        """The launch call failed: no kernel will come."""
+        self._launches.pop(corr, None)
+        self._graphs.pop(corr, None)
 
     def add_buffer(self, external: list[ExternalRecord], api: list[ApiRecord],
                    kernels: list[KernelRecord]) -> None:
@@ -119,7 +132,8 @@ class Attributor:
         self._add_kernels(kernels, out)
         if self._graphs and kernels[0]:
             horizon = max(kernels[4]) - GRAPH_HORIZON_NS
-            for corr in [c for c, g in self._graphs.items() if g[1] < horizon]:
+            # a copy first: the python context's launch callback adds to it from other threads
+            for corr in [c for c, g in list(self._graphs.items()) if g[1] < horizon]:
                 del self._graphs[corr]
         if out:
             self.kernels += len(out)
@@ -128,7 +142,6 @@ class Attributor:
     def _add_api(self, corrs, starts, graph_flags, threads, out: list) -> None:
         pop_path, unscoped = self.external.pop, self._unscoped
         launches, graphs, early = self._launches, self._graphs, self._early
-        waiting = 0
         for corr, start, graph, thread in zip(corrs, starts, graph_flags, threads):
             path = pop_path(corr, None)
             if path is None:
@@ -143,24 +156,18 @@ class Attributor:
                 graphs[corr] = (path, start)
             else:
                 launches[corr] = (path, start)
-                waiting += 1
         self.launches += len(corrs)
-        self.waiting_kernels += waiting
 
     def _add_kernels(self, kernels: tuple[list, ...], out: list) -> None:
         pop_launch, graphs, early = self._launches.pop, self._graphs, self._early
-        found = 0
         for kernel in zip(*kernels):
             launch = pop_launch(kernel[0], None)
-            if launch is not None:
-                found += 1
-            else:
+            if launch is None:
                 launch = graphs.get(kernel[0])
                 if launch is None:
                     early.setdefault(kernel[0], []).append(kernel)
                     continue
             out.append(launch + kernel)
-        self.waiting_kernels -= found
 
     def finish(self) -> int:
         """Give kernels whose launch record never came to the root; return how many there were."""
@@ -172,7 +179,6 @@ class Attributor:
         self._launches.clear()
         self._graphs.clear()
         self.external.clear()
-        self.waiting_kernels = 0
         if out:
             self.kernels += len(out)
             self._sink(out)

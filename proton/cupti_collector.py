@@ -3,8 +3,9 @@
 Kernel times come from CONCURRENT_KERNEL activity. In the shadow context attribution costs no
 Python per launch: a scope pushes its path id as a CUPTI external correlation id, and CUPTI stamps
 it on the launch's API record (DRIVER/RUNTIME activity, restricted to the launch calls). In the
-python context a launch callback (cupti_launches) notes each launch's path under its correlation
-id instead. Records are joined in attribution.Attributor on CUPTI's buffer thread.
+python context a launch callback (cupti_launches) runs anyway, so it registers each launch (path,
+start time, graph or not) itself and no API records are made. Records are joined in
+attribution.Attributor on CUPTI's buffer thread.
 """
 from __future__ import annotations
 
@@ -18,12 +19,19 @@ import time
 import numpy as np
 
 from .attribution import Attributor, KernelSink, Unscoped
+from .paths import ROOT
 from .errors import ProtonError
 from .python_context import launch_path
 from .scope import stacks
 
 BUFFER_SIZE = 8 << 20
 _u32 = ctypes.c_uint32.from_address
+_i32 = ctypes.c_int32.from_address
+_ptr = ctypes.c_void_p.from_address
+
+
+def _ignore(userdata, domain, cbid, data) -> None:
+    """The shadow context's subscriber callback: no callback is enabled, so never called."""
 
 _DRIVER_LAUNCHES = ("cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchKernel",
                     "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
@@ -82,18 +90,18 @@ class CuptiCollector:
         self._cupti = cupti
         self.python = python
         self.attributor = Attributor(sink, unscoped)
+        self._unscoped = unscoped
         self._lock = threading.Lock()
         self._subscriber = None
         self._raw = None
-        self.launch_calls = 0
-        """Launch calls seen by the python context's callback."""
+        self._counts = [0]
         self._names: dict[int, str] = {}
         """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
-        self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.DRIVER,
-                       cupti.ActivityKind.RUNTIME]
-        if not python:
-            self._kinds.append(cupti.ActivityKind.EXTERNAL_CORRELATION)
+        self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
+        if not python:  # the launch callback stands for the API and external records
+            self._kinds += [cupti.ActivityKind.DRIVER, cupti.ActivityKind.RUNTIME,
+                            cupti.ActivityKind.EXTERNAL_CORRELATION]
         K = cupti.ActivityKind
         self._k_kernel, self._k_ext = int(K.CONCURRENT_KERNEL), int(K.EXTERNAL_CORRELATION)
         drv = _enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
@@ -138,7 +146,7 @@ class CuptiCollector:
         if path is None:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
         self._site, self._corr = callback_fields(cupti)
-        subscriber = Subscriber(path, self._on_api)
+        subscriber = Subscriber(path, self._launch_callback() if self.python else _ignore)
         subscriber.subscribe()
         self._subscriber = subscriber
         try:
@@ -151,10 +159,10 @@ class CuptiCollector:
             for kind in self._kinds:
                 cupti.activity_enable(kind)
             # Only the launch calls make API records: everything else stays off the hot path.
-            for cbid in self._all_driver:
+            for cbid in self._all_driver if not self.python else ():
                 self._enable_api(cupti.activity_enable_driver_api, cbid,
                                  cbid in self._driver_cbids)
-            for cbid in self._all_runtime:
+            for cbid in self._all_runtime if not self.python else ():
                 self._enable_api(cupti.activity_enable_runtime_api, cbid,
                                  cbid in self._runtime_cbids)
         except (cupti.cuptiError, ProtonError) as exc:
@@ -203,27 +211,51 @@ class CuptiCollector:
         if not self.python:
             self._cupti.activity_pop_external_correlation_id(self._custom)
 
-    def _on_api(self, userdata, domain, cbid, data) -> None:
+    def _launch_callback(self):
         """context="python": CUPTI's callback at a launch call's enter and exit, on the
-        launching thread. At the enter, the thread's call path goes under the launch's
-        correlation id (a thread with no Python frames leaves it to Attributor's unscoped)."""
-        try:
-            if _u32(data + self._site).value:  # the exit: nothing to do
-                return
-            self.launch_calls += 1
-            st = stacks
-            path = st.op_path  # the Triton hook already named this launch
-            if path is None:
-                frame = sys._getframe().f_back
-                if frame is None and not st.open:
+        launching thread (a closure: this runs twice per launch, so every name is local).
+
+        At the enter, the launch is registered with its call path and start time (a thread with
+        no Python frames, such as PyTorch's autograd thread, gets Attributor's unscoped path).
+        At the exit, a failed call is withdrawn: no kernel will come for it."""
+        site, corr_at = self._site, self._corr
+        ret_at = self._cupti.callback_data_dtype.fields["function_return_value"][1]
+        graphs = {(int(self._cupti.CallbackDomain.DRIVER_API), cbid)
+                  for cbid, name in self._driver_cbids.items() if name in _DRIVER_GRAPHS}
+        graphs |= {(int(self._cupti.CallbackDomain.RUNTIME_API), cbid)
+                   for cbid, name in self._runtime_cbids.items() if name in _RUNTIME_GRAPHS}
+        add, cancel = self.attributor.add_launch, self.attributor.cancel_launch
+        now, getframe, thread = self._cupti.get_timestamp, sys._getframe, threading.get_ident
+        errors, counts, unscoped = self.callback_errors, self._counts, self._unscoped
+
+        def on_api(userdata, domain, cbid, data) -> None:
+            try:
+                if _u32(data + site).value:  # the exit
+                    if _i32(_ptr(data + ret_at).value).value:
+                        cancel(_u32(data + corr_at).value)
                     return
-                path = launch_path(frame, st)
-            self.attributor.external[_u32(data + self._corr).value] = path
-        except Exception as exc:  # never into CUPTI: note it once per kind and go on
-            message = f"{type(exc).__name__}: {exc}"
-            if message not in self.callback_errors:
-                self.callback_errors.append(message)
-                print(f"proton: error in the launch callback: {message}", file=sys.stderr)
+                counts[0] += 1
+                st = stacks
+                path = st.op_path  # the Triton hook named this launch already
+                if path is None:
+                    frame = getframe().f_back
+                    if frame is None and not st.open:  # CUPTI's 32-bit thread id
+                        path = unscoped(thread() & 0xFFFFFFFF, now()) if unscoped else ROOT
+                    else:
+                        path = launch_path(frame, st)
+                add(_u32(data + corr_at).value, path, now(), (domain, cbid) in graphs)
+            except Exception as exc:  # never into CUPTI: say it once per kind and go on
+                message = f"{type(exc).__name__}: {exc}"
+                if message not in errors:
+                    errors.append(message)
+                    print(f"proton: error in the launch callback: {message}", file=sys.stderr)
+
+        return on_api
+
+    @property
+    def launch_calls(self) -> int:
+        """Launch calls the python context's callback registered."""
+        return self._counts[0]
 
     # -- records ------------------------------------------------------------------------------
     def flush(self, timeout_s: float = 10.0) -> int:
