@@ -99,10 +99,11 @@ class Attributor:
         """Launch calls whose kernel record has not come yet (graph launches excluded)."""
         return len(self._launches)
 
-    def add_launch(self, corr: int, path: int, start: int, graph: bool = False) -> None:
-        """A launch call as the python context's callback sees it, on the launching thread,
-        before any record of its kernels can exist (it stands for the API record)."""
-        (self._graphs if graph else self._launches)[corr] = (path, start)
+    def launch_tables(self) -> tuple[dict, dict]:
+        """The tables the python context's launch callback fills, on the launching thread and
+        before any record of its kernels can exist (it stands for the API record):
+        {correlation id: (path id, start)} for launch calls and for graph launches."""
+        return self._launches, self._graphs
 
     def cancel_launch(self, corr: int) -> None:
         """The launch call failed: no kernel will come."""

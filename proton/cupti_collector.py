@@ -94,7 +94,6 @@ class CuptiCollector:
         self._lock = threading.Lock()
         self._subscriber = None
         self._raw = None
-        self._counts = [0]
         self._names: dict[int, str] = {}
         """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
@@ -220,13 +219,16 @@ class CuptiCollector:
         At the exit, a failed call is withdrawn: no kernel will come for it."""
         site, corr_at = self._site, self._corr
         ret_at = self._cupti.callback_data_dtype.fields["function_return_value"][1]
-        graphs = {(int(self._cupti.CallbackDomain.DRIVER_API), cbid)
-                  for cbid, name in self._driver_cbids.items() if name in _DRIVER_GRAPHS}
-        graphs |= {(int(self._cupti.CallbackDomain.RUNTIME_API), cbid)
-                   for cbid, name in self._runtime_cbids.items() if name in _RUNTIME_GRAPHS}
-        add, cancel = self.attributor.add_launch, self.attributor.cancel_launch
+        # graph launch calls; their cbids are told apart from the other launch calls' by number
+        # alone (checked: driver and runtime ids of launch calls do not clash with them)
+        graphs = {cbid for cbid, name in self._driver_cbids.items() if name in _DRIVER_GRAPHS}
+        graphs |= {cbid for cbid, name in self._runtime_cbids.items() if name in _RUNTIME_GRAPHS}
+        if graphs & (set(self._driver_cbids) | set(self._runtime_cbids)) - graphs:
+            raise ProtonError("CUPTI's graph-launch ids clash with other launch calls' ids")
+        launches, graph_launches = self.attributor.launch_tables()
+        cancel = self.attributor.cancel_launch
         now, getframe, thread = self._cupti.get_timestamp, sys._getframe, threading.get_ident
-        errors, counts, unscoped = self.callback_errors, self._counts, self._unscoped
+        errors, unscoped = self.callback_errors, self._unscoped
 
         def on_api(userdata, domain, cbid, data) -> None:
             try:
@@ -234,7 +236,6 @@ class CuptiCollector:
                     if _i32(_ptr(data + ret_at).value).value:
                         cancel(_u32(data + corr_at).value)
                     return
-                counts[0] += 1
                 st = stacks
                 path = st.op_path  # the Triton hook named this launch already
                 if path is None:
@@ -243,7 +244,8 @@ class CuptiCollector:
                         path = unscoped(thread() & 0xFFFFFFFF, now()) if unscoped else ROOT
                     else:
                         path = launch_path(frame, st)
-                add(_u32(data + corr_at).value, path, now(), (domain, cbid) in graphs)
+                (graph_launches if cbid in graphs else launches)[_u32(data + corr_at).value] = \
+                    (path, now())
             except Exception as exc:  # never into CUPTI: say it once per kind and go on
                 message = f"{type(exc).__name__}: {exc}"
                 if message not in errors:
@@ -251,11 +253,6 @@ class CuptiCollector:
                     print(f"proton: error in the launch callback: {message}", file=sys.stderr)
 
         return on_api
-
-    @property
-    def launch_calls(self) -> int:
-        """Launch calls the python context's callback registered."""
-        return self._counts[0]
 
     # -- records ------------------------------------------------------------------------------
     def flush(self, timeout_s: float = 10.0) -> int:

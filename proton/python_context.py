@@ -53,18 +53,24 @@ _runner: CodeType | None = None
 
 class Kept:
     """The frames of a thread's last launch that may still run at its next one (outermost
-    first), and the path outside each. Hangs off the thread's scope stacks (scope.stacks)."""
+    first), the path outside each, and that launch's walk. Hangs off the thread's scope stacks
+    (scope.stacks)."""
 
-    __slots__ = ("frames", "outer", "index", "version")
+    __slots__ = ("frames", "outer", "index", "version", "key", "at", "pid")
 
     def __init__(self) -> None:
         self.frames: list[FrameType] = []
         self.outer: list[tuple[int, int]] = []
         """(path id, scopes placed) outside each frame."""
-        self.index: dict[int, int] = {}
-        """id(frame) -> its position in `frames` (and stale entries, see launch_path)."""
+        self.index: dict[FrameType, int] = {}
+        """frame -> its position in `frames` (frames hash by identity)."""
         self.version = -1
         """The thread's scope version when kept: any scope change since makes it stale."""
+        self.key: list = []
+        """The last walk: code and instruction offset of each frame walked, innermost first..."""
+        self.at = -1
+        """... the position in `frames` where it stopped, and its path id."""
+        self.pid = ROOT
         _threads.append(self)
 
 
@@ -88,6 +94,7 @@ def reset() -> None:
     and the walks seen."""
     for kept in _threads:
         kept.frames, kept.outer, kept.index, kept.version = [], [], {}, -1
+        kept.key, kept.at, kept.pid = [], -1, ROOT
     _walks.clear()
     _codes.clear()
 
@@ -121,58 +128,68 @@ def launch_path(frame: FrameType | None, stacks) -> int:
     (scope.stacks: `open`, each with name, kind, opener, opened_at; `version`, which changes
     whenever a scope opens or closes) placed after the frames that opened them.
 
-    The frames walked since the last kept one make a key of (code, instruction offset) pairs;
-    a key seen before gives the path with no formatting or interning. Per frame the loop does
-    only what the key needs: which frames are left out is decided once per key, in _build."""
+    The walk stops at the first frame kept from the last launch. If it met the same code at the
+    same offsets as the last walk, the path is the last one (a loop launching from one place).
+    Otherwise the walk's key, its code ids and offsets, finds the path with no formatting or
+    interning unless it was never seen. Per frame the loop does only what the key needs: which
+    frames are left out is decided once per key, in _build."""
     last = stacks.kept
     if last is None:
         last = stacks.kept = Kept()
     version = stacks.version
-    get = last.index.get if last.version == version else _NONE.get
-    kept = last.frames
+    valid = last.version == version
+    get = last.index.get if valid else _NONE.get
     key: list = []
     add = key.append
-    at, state, start = -1, (ROOT, 0), frame
+    at, start = -1, frame
     while frame is not None:
-        j = get(id(frame))
-        add(id(frame.f_code))
+        j = get(frame)
+        code = frame.f_code
+        add(code)
         add(frame.f_lasti)
-        if j is not None and j < len(kept) and kept[j] is frame \
-                and not frame.f_code.co_flags & _GENERATOR:
-            at, state = j, last.outer[j]
+        if j is not None and not code.co_flags & _GENERATOR:
+            at = j
             break
         frame = frame.f_back
+    # code objects compare equal only when name, first line and bytecode all are
+    if valid and at == last.at and key == last.key and at >= 0:
+        return last.pid
+    return _slow_path(last, start, key, at, stacks, version)
+
+
+def _slow_path(last: Kept, start: FrameType, key: list, at: int, stacks, version: int) -> int:
+    """launch_path for a walk unlike the last one: find or build its path, keep its frames."""
+    state = last.outer[at] if at >= 0 else _TOP
     n = len(key) // 2  # frames walked
+    ids = [id(x) if i % 2 == 0 else x for i, x in enumerate(key)]
     scopes = stacks.open
     if len(scopes) > state[1]:  # where the scopes not placed yet go: which frame opened them
         frames = _frames(start, n)
-        add(tuple((s.name, s.kind, s.opened_at, _position(s.opener, frames))
-                  for s in scopes[state[1]:]))
-    add(state)
-    walk = tuple(key)
+        ids.append(tuple((s.name, s.kind, s.opened_at, _position(s.opener, frames))
+                         for s in scopes[state[1]:]))
+    ids.append(state)
+    walk = tuple(ids)
     found = _walks.get(walk)
     if found is None:
         frames = _frames(start, n)
         found = _walks[walk] = _build(state, frames[::-1], scopes[state[1]:])
         _codes.update(f.f_code for f in frames)
     pid, outers, keep = found
+    kept = last.frames
     if at < 0 or (keep > 1 and not _kept(kept, at, start, n, keep)):
-        inner = _frames(start, n)[::-1][:keep]  # outermost first
-        at = max(at, 0)
-        last.frames = kept = kept[:at] + inner
-        last.outer = last.outer[:at] + outers[:keep]
-        if len(last.index) > 4 * len(kept) + 64 or get is _NONE.get:
-            last.index = {id(f): i for i, f in enumerate(kept)}
-        else:  # stale entries (frames since gone) fail the identity check above
-            for i in range(at, len(kept)):
-                last.index[id(kept[i])] = i
+        start_at = max(at, 0)
+        last.frames = kept = kept[:start_at] + _frames(start, n)[::-1][:keep]
+        last.outer = last.outer[:start_at] + outers[:keep]
+        last.index = {f: i for i, f in enumerate(kept)}
     elif len(kept) > at + keep:  # frames of calls since returned: let them go
         del kept[at + keep:], last.outer[at + keep:]
-    last.version = version
+        last.index = {f: i for i, f in enumerate(kept)}
+    last.version, last.key, last.at, last.pid = version, key, at, pid
     return pid
 
 
 _NONE: dict = {}
+_TOP = (ROOT, 0)
 
 
 def _frames(frame: FrameType, n: int) -> list[FrameType]:

@@ -283,8 +283,7 @@ class Profiler:
         dropped = collector.dropped_records()
         if os.environ.get("PROTON_DEBUG"):
             a = collector.attributor
-            print(f"proton: {a.launches} launch records, {collector.launch_calls} launch "
-                  f"callbacks, {a.kernels} kernels attributed, "
+            print(f"proton: {a.launches} launch records, {a.kernels} kernels attributed, "
                   f"{lost} lost, {dropped} dropped; {collector.records} records read in "
                   f"{collector.callback_seconds * 1e3:.1f} ms", file=sys.stderr)
         if lost or dropped:

@@ -20,7 +20,6 @@ import triton.language as tl  # noqa: E402
 
 import proton  # noqa: E402
 from proton.python_context import SKIPPED  # noqa: E402
-from proton.session import profiler  # noqa: E402
 from proton.viewer.select import LIBRARY_FILE, PYTHON_FRAME  # noqa: E402
 
 HERE = os.path.abspath(__file__)
@@ -100,13 +99,12 @@ def outer(x, a):
     return inner(x, a)  # L-outer
 
 
-def test_nested_functions_torch_and_triton_kernels(profile_path, x):
+def test_nested_functions_torch_and_triton_kernels(profile_path, x, capfd):
     name, read = profile_path
     a = torch.randn(256, 256, device="cuda")
     torch.cuda.synchronize()
     proton.start(name, context="python")
     outer(x, a)  # L-test-nested
-    calls = profiler.collector.launch_calls
     proton.finalize()
     root, _ = read()
     test = here("L-test-nested", "test_nested_functions_torch_and_triton_kernels")
@@ -119,10 +117,13 @@ def test_nested_functions_torch_and_triton_kernels(profile_path, x):
     mm = find(root, *names[:names.index(test) + 2], here("L-inner-mm", "inner"))["children"]
     assert mm and all(c["metrics"]["device_type"] == "CUDA" and not c["children"] for c in mm)
     assert sum(total(c, "count") for c in mm) >= 1  # torch's GEMM kernels, right under the line
-    # no frame of the profiler, every kernel counted once, one callback per launch call
+    # no frame of the profiler; every launch registered once and matched by its kernels (a
+    # launch registered twice, by the runtime call and the driver call inside it, would wait
+    # for a kernel that never comes, and finalize would say so)
     files = {PYTHON_FRAME.match(n)["file"] for n, _ in _all_names(root) if PYTHON_FRAME.match(n)}
     assert not files & SKIPPED
-    assert total(root, "count") == 6 == calls
+    assert total(root, "count") == 5 + sum(total(c, "count") for c in mm)
+    assert "no kernel record" not in capfd.readouterr().err
 
 
 def _all_names(root):
@@ -290,6 +291,6 @@ def test_proton_command_python_context_and_both_viewers(tmp_path):
                           ("file_function", "main.py@step")):
         for viewer in (["-m", "proton.viewer.cli"], ["-m", "triton.profiler.viewer"]):
             shown = subprocess.run([sys.executable, *viewer, "-m", "count", "-f", fmt, path],
-                                   capture_output=True, text=True, timeout=300)
+                                   capture_output=True, text=True, timeout=300, cwd=tmp_path)
             assert shown.returncode == 0, shown.stderr
             assert re.search(rf"\b{re.escape(expected)}\b", shown.stdout), (viewer, shown.stdout)

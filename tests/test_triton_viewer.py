@@ -21,10 +21,11 @@ pytest.importorskip("triton.profiler.viewer")  # triton==3.6.0 comes with the te
 DATA = os.path.join(os.path.dirname(__file__), "data")
 FILES = {name: os.path.join(DATA, name) for name in
          ("recorded.hatchet", "triton_recorded.hatchet", "synthetic.hatchet",
-          "example_gpu.hatchet")}
+          "example_gpu.hatchet", "python_recorded.hatchet", "triton_python_recorded.hatchet")}
 
 
-def theirs(path: str, *args: str) -> dict[tuple, list[float]]:
+def theirs(path: str, *args: str, multi: bool = False) -> dict[tuple, list]:
+    """Rows by path; with multi, every row of a path (names shortened by -f may repeat)."""
     run = subprocess.run([sys.executable, "-m", "triton.profiler.viewer", *args, path],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -38,16 +39,23 @@ def theirs(path: str, *args: str) -> dict[tuple, list[float]]:
         *values, name = body.split(" ", len(args[1].split(",")))
         del stack[depth:]
         stack.append(name)
-        rows[tuple(stack)] = [float(v) for v in values]
+        if multi:
+            rows.setdefault(tuple(stack), []).append(float(values[0]))
+        else:
+            rows[tuple(stack)] = [float(v) for v in values]
     return rows
 
 
-def ours(path: str, *args: str) -> dict[tuple, list[float]]:
+def ours(path: str, *args: str, multi: bool = False) -> dict[tuple, list]:
     result = CliRunner().invoke(viewer, [*args, "--output", "json", path])
     assert result.exit_code == 0, result.output
     out = {}
     for row in json.loads(result.output):
-        out[tuple(row["path"])] = [row[k] for k in row if k not in ("path", "depth")]
+        values = [row[k] for k in row if k not in ("path", "depth")]
+        if multi:
+            out.setdefault(tuple(row["path"]), []).append(values[0])
+        else:
+            out[tuple(row["path"])] = values
     return out
 
 
@@ -92,6 +100,21 @@ def test_name_formats_match(fmt):
     path = FILES["synthetic.hatchet"]
     assert set(ours(path, "-m", "time/ms", "-f", fmt)) == \
         set(theirs(path, "-m", "time/ms", "-f", fmt))
+
+
+@pytest.mark.parametrize("name", ["python_recorded.hatchet", "triton_python_recorded.hatchet"])
+@pytest.mark.parametrize("fmt", ["full", "file_function_line", "function_line", "file_function"])
+def test_python_context_files_show_tritons_names_and_numbers(name, fmt):
+    """context="python" files recorded on the H200, ours and Triton's, every frame shown
+    (Triton's viewer folds no library frames). Triton's viewer leaves out frames with no time
+    at all (its own scope.__enter__ frames in its file); ours shows them empty."""
+    expected = theirs(FILES[name], "-m", "time/us", "-f", fmt, multi=True)
+    got = ours(FILES[name], "-m", "time/us", "-f", fmt, "--no-collapse-libraries", multi=True)
+    assert set(expected) <= set(got) and len(expected) >= 10
+    for path, values in got.items():
+        timed = sorted(v for v in values if v is not None)
+        assert len(timed) == len(expected.get(path, [])), (path, values, expected.get(path))
+        assert all(same(a, b) for a, b in zip(timed, sorted(expected.get(path, [])))), path
 
 
 def test_diff_matches_triton_where_both_profiles_have_the_frame():
