@@ -154,6 +154,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default=",".join(PLAN))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--modes", default="",
+                        help="only these modes, ';'-separated as printed, e.g. "
+                             "'none;proton --context python;triton --context python'")
     parser.add_argument("--results", default=os.environ.get("BENCH_RESULTS", "bench.jsonl"))
     parser.add_argument("--table-only", action="store_true",
                         help="print the table of the results file, run nothing")
@@ -163,6 +166,9 @@ def main() -> None:
         rounds = args.rounds if workload in TIMED else 1
         for i in range(rounds):  # interleave modes so drift hits all alike
             for profiler, extra in PLAN[workload]:
+                label = " ".join([profiler, *extra])
+                if args.modes and label not in args.modes.split(";"):
+                    continue
                 res = run_one(workload, profiler, extra)
                 if res:
                     with open(args.results, "a") as f:
