@@ -17,6 +17,7 @@ Examples:
   proton main.py --lr 3e-4                     # writes proton.hatchet
   proton -n run1 -k triton main.py             # Triton op names, writes run1.hatchet
   proton -k triton:config=BLOCK_M main.py      # ... with grid/warps/stages/BLOCK_M in names
+  proton -c python main.py                     # kernels under python call paths
   proton pytest -x tests/test_model.py         # profile a test run
   python -m proton -n run1 main.py             # module form
   proton-viewer -m time/ms run1.hatchet        # then read it
@@ -31,7 +32,8 @@ Examples:
 @click.option("-b", "--backend", type=click.Choice(["cupti"]), default=None,
               help="Profiling backend (default: cupti).")
 @click.option("-c", "--context", type=click.Choice(CONTEXTS), default="shadow", show_default=True,
-              help="shadow: proton.scope nesting; python: python call paths.")
+              help="shadow: proton.scope nesting; python: each kernel under the Python call "
+              "path (file:line@function frames) that launched it, with the scopes in it.")
 @click.option("-d", "--data", type=click.Choice(DATA), default="tree", show_default=True,
               help="tree: aggregated call tree; trace: every launch.")
 @click.option("-k", "--hook", default=None, metavar="triton[:OPTION...]",

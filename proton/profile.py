@@ -19,7 +19,8 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
     Args:
         name: output file name without extension (default "proton"); a live session of the same
             name is resumed instead.
-        context: "shadow" (scopes) or "python" (python call paths).
+        context: "shadow" (scopes) or "python" (each kernel under the Python call path that
+            launched it, with the open scopes at the frames that opened them).
         data: "tree" (aggregated call tree) or "trace".
         backend: None or "cupti".
         mode: None for kernel times.
