@@ -135,7 +135,7 @@ class Attributor:
             horizon = max(kernels[4]) - GRAPH_HORIZON_NS
             # a copy first: the python context's launch callback adds to it from other threads
             for corr in [c for c, g in list(self._graphs.items()) if g[1] < horizon]:
-                del self._graphs[corr]
+                self._graphs.pop(corr, None)
         if out:
             self.kernels += len(out)
             self._sink(out)

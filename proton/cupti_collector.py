@@ -9,6 +9,7 @@ attribution.Attributor on CUPTI's buffer thread.
 """
 from __future__ import annotations
 
+import _thread
 import ctypes
 import json
 import os
@@ -246,6 +247,8 @@ class CuptiCollector:
                         path = launch_path(frame, st)
                 (graph_launches if cbid in graphs else launches)[_u32(data + corr_at).value] = \
                     (path, now())
+            except KeyboardInterrupt:  # Ctrl-C landed here: it cannot cross into CUPTI,
+                _thread.interrupt_main()  # so raise it again in the main thread, at once
             except Exception as exc:  # never into CUPTI: say it once per kind and go on
                 message = f"{type(exc).__name__}: {exc}"
                 if message not in errors:

@@ -13,7 +13,8 @@ Cost: the frames of one launch are kept per thread. The next launch walks only t
 are new since (usually the launch machinery under the user's loop) and reuses the path outside
 the first frame it finds again. A frame found again is the same object, still running, so the
 frames outside it are unchanged; generator frames are never reused, since a resumed generator
-may have another caller. The kept frames live until the thread's next launch or the session's end.
+may have another caller. The kept frames (and so their locals) live until the thread's next
+launch, the session's end or the thread's end.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ class Kept:
     first), the path outside each, and that launch's walk. Hangs off the thread's scope stacks
     (scope.stacks)."""
 
-    __slots__ = ("frames", "outer", "index", "version", "key", "at", "pid")
+    __slots__ = ("frames", "outer", "index", "version", "key", "at", "pid", "fast", "generation")
 
     def __init__(self) -> None:
         self.frames: list[FrameType] = []
@@ -67,14 +68,21 @@ class Kept:
         self.version = -1
         """The thread's scope version when kept: any scope change since makes it stale."""
         self.key: list = []
-        """The last walk: code and instruction offset of each frame walked, innermost first..."""
+        """The last walk: id(code) and instruction offset of each frame walked, innermost
+        first..."""
         self.at = -1
-        """... the position in `frames` where it stopped, and its path id."""
+        """... the position in `frames` where it stopped, and its path id..."""
         self.pid = ROOT
-        _threads.append(self)
+        self.fast = False
+        """... and whether the same walk again has the same path (no open scope in it was
+        opened by a frame other than the one it stopped at)."""
+        self.generation = _generation
 
 
-_threads: list[Kept] = []
+_generation = 0
+"""Bumped at each session's end: every thread's Kept is dropped at its next launch."""
+_NONE: dict = {}
+_TOP = (ROOT, 0)
 _nodes: dict[tuple[int, int, int], tuple[CodeType, int]] = {}
 """(parent path id, id(code), instruction offset) -> (code, path id): a frame's node without
 formatting its name again; the code object is kept so its id cannot be reused."""
@@ -89,14 +97,15 @@ def enable() -> None:
     _runner = cli._run.__code__
 
 
-def reset() -> None:
-    """Forget every thread's kept frames (at the session's end: they hold the frames' locals)
-    and the walks seen."""
-    for kept in _threads:
-        kept.frames, kept.outer, kept.index, kept.version = [], [], {}, -1
-        kept.key, kept.at, kept.pid = [], -1, ROOT
+def reset(stacks) -> None:
+    """At the session's end: forget the calling thread's kept frames now (they hold the frames'
+    locals), every other thread's at its next launch or its end, and every walk seen."""
+    global _generation
+    _generation += 1
+    stacks.kept = None
     _walks.clear()
     _codes.clear()
+    _nodes.clear()
 
 
 def opener(frame: FrameType | None) -> tuple[FrameType | None, tuple[int, int] | None]:
@@ -134,7 +143,7 @@ def launch_path(frame: FrameType | None, stacks) -> int:
     interning unless it was never seen. Per frame the loop does only what the key needs: which
     frames are left out is decided once per key, in _build."""
     last = stacks.kept
-    if last is None:
+    if last is None or last.generation != _generation:
         last = stacks.kept = Kept()
     version = stacks.version
     valid = last.version == version
@@ -145,51 +154,89 @@ def launch_path(frame: FrameType | None, stacks) -> int:
     while frame is not None:
         j = get(frame)
         code = frame.f_code
-        add(code)
+        add(id(code))  # code ids stay unique: every code of a remembered walk is kept alive
         add(frame.f_lasti)
         if j is not None and not code.co_flags & _GENERATOR:
             at = j
             break
         frame = frame.f_back
-    # code objects compare equal only when name, first line and bytecode all are
-    if valid and at == last.at and key == last.key and at >= 0:
+    if at >= 0 and last.fast and at == last.at and valid and key == last.key:
+        kept = last.frames
+        if len(kept) > at + 1:  # frames of calls since returned: let them and their locals go
+            for f in kept[at + 1:]:
+                del last.index[f]
+            del kept[at + 1:], last.outer[at + 1:]
         return last.pid
-    return _slow_path(last, start, key, at, stacks, version)
+    return _slow_path(last, start, key, at, stacks.open, version)
 
 
-def _slow_path(last: Kept, start: FrameType, key: list, at: int, stacks, version: int) -> int:
+def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: list,
+               version: int) -> int:
     """launch_path for a walk unlike the last one: find or build its path, keep its frames."""
     state = last.outer[at] if at >= 0 else _TOP
     n = len(key) // 2  # frames walked
-    ids = [id(x) if i % 2 == 0 else x for i, x in enumerate(key)]
-    scopes = stacks.open
-    if len(scopes) > state[1]:  # where the scopes not placed yet go: which frame opened them
-        frames = _frames(start, n)
-        ids.append(tuple((s.name, s.kind, s.opened_at, _position(s.opener, frames))
-                         for s in scopes[state[1]:]))
-    ids.append(state)
-    walk = tuple(ids)
+    pending = scopes[state[1]:]
+    frames = _frames(start, n)[::-1]  # outermost first
+    places = _places(pending, frames)
+    if at >= 0 and -1 in places:
+        # a scope whose opener is outside this walk (it returned, or the scope was opened
+        # before the session): where it goes depends on the whole stack
+        key, at, state, pending = _walk_all(start), -1, _TOP, scopes
+        frames = _frames(start, len(key) // 2)[::-1]
+        places = _places(pending, frames)
+    if pending:
+        key = key + [tuple((s.name, s.kind, s.opened_at, p) for s, p in zip(pending, places))]
+    walk = tuple(key) + state
     found = _walks.get(walk)
     if found is None:
-        frames = _frames(start, n)
-        found = _walks[walk] = _build(state, frames[::-1], scopes[state[1]:])
+        found = _walks[walk] = _build(state, frames, pending, places)
         _codes.update(f.f_code for f in frames)
     pid, outers, keep = found
     kept = last.frames
-    if at < 0 or (keep > 1 and not _kept(kept, at, start, n, keep)):
+    if at < 0 or (keep > 1 and kept[at:at + keep] != frames[:keep]):  # frames compare by id
         start_at = max(at, 0)
-        last.frames = kept = kept[:start_at] + _frames(start, n)[::-1][:keep]
+        last.frames = kept = kept[:start_at] + frames[:keep]
         last.outer = last.outer[:start_at] + outers[:keep]
         last.index = {f: i for i, f in enumerate(kept)}
     elif len(kept) > at + keep:  # frames of calls since returned: let them go
+        for f in kept[at + keep:]:
+            del last.index[f]
         del kept[at + keep:], last.outer[at + keep:]
-        last.index = {f: i for i, f in enumerate(kept)}
     last.version, last.key, last.at, last.pid = version, key, at, pid
+    # the same walk again gives the same path unless a scope here was placed by the identity of
+    # a frame that will be new next time (only the frame it stopped at stays the same)
+    last.fast = at >= 0 and all(p == 0 and s.opener is frames[0]
+                                for s, p in zip(pending, places))
     return pid
 
 
-_NONE: dict = {}
-_TOP = (ROOT, 0)
+def _walk_all(frame: FrameType | None) -> list:
+    """The key of every frame from `frame` out to the top of the stack."""
+    key: list = []
+    while frame is not None:
+        key += (id(frame.f_code), frame.f_lasti)
+        frame = frame.f_back
+    return key
+
+
+def _places(pending: list, frames: list[FrameType]) -> list[int]:
+    """Where each pending scope goes: after frames[i] (outermost first), i being its opener's
+    place or, once the opener returned, that of the nearest caller of it still running; -1
+    when none is in `frames`. Never before the scope opened ahead of it."""
+    if not pending:
+        return []
+    where = {id(f): i for i, f in enumerate(frames)}
+    places, floor = [], -1
+    for s in pending:
+        frame, place = s.opener, -1
+        while frame is not None:
+            place = where.get(id(frame), -1)
+            if place >= 0:
+                break
+            frame = frame.f_back
+        floor = max(floor, place)
+        places.append(floor if place >= 0 or floor >= 0 else -1)
+    return places
 
 
 def _frames(frame: FrameType, n: int) -> list[FrameType]:
@@ -221,36 +268,33 @@ def _position(frame, frames: list) -> int:
     return -1
 
 
-def _build(state: tuple[int, int], frames: list[FrameType], pending: list) -> tuple:
+def _build(state: tuple[int, int], frames: list[FrameType], pending: list,
+           places: list[int]) -> tuple:
     """The path of `frames` (outermost first) under `state` (path id, scopes placed), with the
-    `pending` scopes placed after the frames that opened them. The profiler's frames are left
-    out, and so is everything outside the `proton` command's runner.
+    `pending` scopes after frames[places[k]] (-1: before the first). The profiler's frames are
+    left out, and so is everything outside the `proton` command's runner.
 
     Frames are kept for the next launch down to the innermost one in the user's code: the
     launch machinery below it (torch, Triton) is new at every launch, and keeping it would
     keep its locals alive."""
     pid, placed = state
-    inner = {id(f) for f in frames} if pending else ()
     codes = [f.f_code for f in frames]
     first = codes.index(_runner) + 1 if _runner in codes else 0
     outers, keep, k = [], 0, 0
+    while k < len(pending) and places[k] < 0:
+        pid = paths.intern(pid, pending[k].name, pending[k].kind)
+        k += 1
     for i, frame in enumerate(frames):
         outers.append((pid, placed + k))
         code = codes[i]
-        if i < first or code.co_filename in SKIPPED:
-            continue
-        # a frame that opened a scope stays at the scope's line while it is open, so the
-        # scope's own metrics and its kernels share one node
-        opened = k < len(pending) and pending[k].opener is frame
-        pid = _node(pid, frame, pending[k].opened_at if opened else None)
-        # this frame's scopes, and after them those whose opener is not in the stack below
-        while k < len(pending) and (pending[k].opener is frame or
-                                    id(pending[k].opener) not in inner):
-            s = pending[k]
-            pid = paths.intern(pid, s.name, s.kind)
+        if i >= first and code.co_filename not in SKIPPED:
+            # a frame that opened a scope stays at the scope's line while it is open, so the
+            # scope's own metrics and its kernels share one node
+            opened = k < len(pending) and pending[k].opener is frame
+            pid = _node(pid, frame, pending[k].opened_at if opened else None)
+            if not LIBRARY_FILE.search(code.co_filename):
+                keep = i + 1
+        while k < len(pending) and places[k] == i:
+            pid = paths.intern(pid, pending[k].name, pending[k].kind)
             k += 1
-        if not LIBRARY_FILE.search(code.co_filename):
-            keep = i + 1
-    for s in pending[k:]:  # openers below the innermost frame (cannot happen) or unknown
-        pid = paths.intern(pid, s.name, s.kind)
     return pid, outers, max(keep, 1)

@@ -130,7 +130,7 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
     st = stacks.open
     collector = profiler.collector
     timed = cpu_timed or (collector is None and bool(profiler.sessions))
-    top = _Open(ROOT, name, kind, time.time_ns() if timed else 0, timed, collector)
+    top = _Open(ROOT, name, kind, time.time_ns() if timed else 0, timed, None)
     st.append(top)
     stacks.version += 1
     if profiler.python:  # the scope's node is in the python call path that opened it
@@ -142,6 +142,7 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
         top.path = path = paths.intern(st[-2].path if len(st) > 1 else ROOT, name, kind)
     if collector is not None:
         collector.push(path)
+        top.pushed_by = collector  # only once pushed: its exit pops exactly what it pushed
         if threading.get_ident() == profiler.main_thread:
             profiler.note_main_path(path)
     if values and profiler.sessions:

@@ -162,13 +162,17 @@ class Profiler:
             if os.path.isdir(path):
                 raise SessionError(f"the profile would be written to {path!r}, which is a "
                                    "folder; give another name")
-            self._choose_context(context)
-            if hook is not None:  # before anything is registered: a failure leaves nothing
-                from .hooks import triton_hook
+            was_python = self._choose_context(context)
+            try:
+                if hook is not None:  # before anything is registered: a failure leaves nothing
+                    from .hooks import triton_hook
 
-                triton_hook.install(hook)
-            if self.gpu and self.collector is None:
-                self._start_collector()
+                    triton_hook.install(hook)
+                if self.gpu and self.collector is None:
+                    self._start_collector()
+            except BaseException:
+                self.python = was_python  # nothing started: scopes go on as before
+                raise
             session = Session(self._next_id, name, path, context, data, hook)
             self._next_id += 1
             self.sessions[session.id] = session
@@ -178,8 +182,9 @@ class Profiler:
                 self._atexit = True
             return session.id
 
-    def _choose_context(self, context: str) -> None:
-        """One context per process at a time: the collector attributes launches one way."""
+    def _choose_context(self, context: str) -> bool:
+        """One context per process at a time: the collector attributes launches one way.
+        Returns the context flag as it was."""
         live = {s.context for s in self.sessions.values()}
         if live and context not in live:
             raise SessionError(f"a session with context={live.pop()!r} is live; finalize it "
@@ -188,7 +193,8 @@ class Profiler:
             from . import python_context
 
             python_context.enable()
-        self.python = context == "python"
+        was, self.python = self.python, context == "python"
+        return was
 
     def _finalize_at_exit(self) -> None:
         """A script that never calls finalize() or dies of an exception still gets its file."""
@@ -269,8 +275,9 @@ class Profiler:
                           file=sys.stderr)
             if not self.sessions and self.python:
                 from . import python_context
+                from .scope import stacks
 
-                python_context.reset()
+                python_context.reset(stacks)
                 self.python = False
             return written
 

@@ -3,10 +3,12 @@
 session writes. tests/test_gpu_python.py checks the kernels on the GPU."""
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import threading
+import weakref
 
 import pytest
 
@@ -209,3 +211,110 @@ def test_under_the_proton_command_the_path_starts_at_the_script(tmp_path):
     assert out.returncode == 0, out.stderr
     got = eval(out.stdout.split("PATH", 1)[1])
     assert got == [f"{script}:9@<module>", f"{script}:7@step"]
+
+
+def begin_step():
+    proton.enter_scope("step")  # like a training callback's on_step_begin: it returns at once
+
+
+def launch_twice():
+    first = names(inner())  # L-twice-a
+    with proton.scope("unrelated"):  # a scope change between the launches
+        pass
+    second = names(inner())  # L-twice-b
+    return first, second
+
+
+def test_a_scope_whose_opener_returned_follows_the_openers_caller(python_session):
+    begin_step()  # L-begin
+    first, second = launch_twice()  # L-twice-call
+    proton.exit_scope("step")
+    caller = frame("L-twice-call", "test_a_scope_whose_opener_returned_follows_the_openers_"
+                                   "caller")
+    assert first[-4:] == [caller, "step", frame("L-twice-a", "launch_twice"),
+                          frame("L-inner", "inner")]
+    assert second[-4:] == [caller, "step", frame("L-twice-b", "launch_twice"),
+                           frame("L-inner", "inner")]
+
+
+LIBRARY = '''
+import proton
+from proton.scope import launch_parent
+
+def step(first):
+    if first:
+        proton.enter_scope("phase")
+    return launch_parent()
+'''
+
+
+def test_a_library_function_that_opened_a_scope_then_returned_is_not_reused(python_session):
+    """The same code at the same offsets, but the second time its frame did not open the
+    scope (the first call's frame did, and returned): the path must not be the first one."""
+    ns = {}
+    exec(compile(LIBRARY, "/usr/lib/python3/site-packages/libx.py", "exec"), ns)
+    first = names(ns["step"](True))  # L-lib
+    second = names(ns["step"](False))  # L-lib2
+    proton.exit_scope("phase")
+    assert first[-2:] == ["/usr/lib/python3/site-packages/libx.py:7@step", "phase"]
+    assert second[-3:] == [frame("L-lib2", "test_a_library_function_that_opened_a_scope_then_"
+                                           "returned_is_not_reused"),
+                           "phase", "/usr/lib/python3/site-packages/libx.py:8@step"]
+
+
+def test_identical_functions_in_two_files_keep_their_own_file(python_session, tmp_path):
+    source = "from proton.scope import launch_parent\ndef f():\n    return launch_parent()\n"
+    fs = []
+    for name in ("model_a.py", "model_b.py"):
+        ns = {}
+        exec(compile(source, str(tmp_path / name), "exec"), ns)
+        fs.append(ns["f"])
+    got = []
+    for f in (fs[0], fs[0], fs[1]):
+        got.append(names(f())[-1])  # one line: the same offsets in this frame every time
+    assert got == [f"{tmp_path / 'model_a.py'}:3@f"] * 2 + [f"{tmp_path / 'model_b.py'}:3@f"]
+
+
+class Big:
+    pass
+
+
+def launch_with_a_local(refs):
+    big = Big()  # a stand-in for a large tensor
+    refs.append(weakref.ref(big))
+    return inner()
+
+
+def test_frames_of_returned_calls_and_their_locals_are_let_go(python_session):
+    refs = []
+    for _ in range(3):
+        launch_with_a_local(refs)
+    inner()  # the next launch lets the last call's frame go
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+    done = []
+
+    def worker():
+        launch_with_a_local(refs)
+        done.append(1)
+
+    threads = [threading.Thread(target=worker) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert len(done) == 5 and all(r() is None for r in refs)  # a thread's end lets them go
+
+
+def test_a_python_start_that_fails_leaves_scopes_as_they_were(profile_path):
+    name, read = profile_path
+    with pytest.raises(proton.SessionError):
+        proton.start(name, context="python", hook="triton:bogus=1")
+    assert not profiler.python
+    proton.start(name)
+    with proton.scope("a"):
+        pass
+    proton.finalize()
+    root, _ = read()
+    assert [c["frame"]["name"] for c in root["children"]] == ["a"]
