@@ -3,7 +3,8 @@
     python bench/python_context_cost.py
 
   * launch_path: the call path of a launch made from a loop through 3 library frames (Triton's
-    launch machinery is 3 frames deep), as the launch callback computes it;
+    launch machinery is 3 frames deep), as the launch callback computes it, with and without a
+    scope open around the loop;
   * ctypes callback: one C-to-Python call through ctypes (libc's qsort calling a comparator), what
     CUPTI's callback costs before any of our code runs; CUPTI calls it twice per launch.
 """
@@ -45,6 +46,8 @@ def main() -> None:
     proton.start("/tmp/python_context_cost", context="python")
     base = min(loop(ns["noop"], ns["lambda_"]) for _ in range(3))
     walk = min(loop(ns["leaf"], ns["lambda_"]) for _ in range(3))
+    with proton.scope("loop"):  # as in bench/workloads.py's launch loop
+        scoped = min(loop(ns["leaf"], ns["lambda_"]) for _ in range(3))
     proton.finalize()
     libc = ctypes.CDLL(None)
     cmp = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -59,7 +62,8 @@ def main() -> None:
     t0 = time.perf_counter()
     libc.qsort(arr, N, 4, cmp(lambda a, b: 0))
     callback = (time.perf_counter() - t0) / calls[0] * 1e6
-    print(f"launch_path: {walk - base:.2f} us; ctypes callback: {callback:.2f} us")
+    print(f"launch_path: {walk - base:.2f} us, in a scope {scoped - base:.2f} us; "
+          f"ctypes callback: {callback:.2f} us")
 
 
 if __name__ == "__main__":

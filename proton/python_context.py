@@ -184,9 +184,9 @@ def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: 
         key, at, state, pending = _walk_all(start), -1, _TOP, scopes
         frames = _frames(start, len(key) // 2)[::-1]
         places = _places(pending, frames)
+    walk = (*key, *state)
     if pending:
-        key = key + [tuple((s.name, s.kind, s.opened_at, p) for s, p in zip(pending, places))]
-    walk = tuple(key) + state
+        walk += (tuple((s.name, s.kind, s.opened_at, p) for s, p in zip(pending, places)),)
     found = _walks.get(walk)
     if found is None:
         found = _walks[walk] = _build(state, frames, pending, places)
