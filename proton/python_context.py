@@ -12,8 +12,8 @@ opened it (after the scope before it when that frame has returned).
 Cost: the frames of one launch are kept per thread. The next launch walks only the frames that
 are new since (usually the launch machinery under the user's loop) and reuses the path outside
 the first frame it finds again. A frame found again is the same object, still running, so the
-frames outside it are unchanged; generator frames are never reused, since a resumed generator
-may have another caller. The kept frames (and so their locals) live until the thread's next
+frames outside it are unchanged; a generator frame is found again only if its callers are the
+frames and lines they were, since a resumed generator may have another caller. The kept frames (and so their locals) live until the thread's next
 launch, the session's end or the thread's end.
 """
 from __future__ import annotations
@@ -57,12 +57,16 @@ class Kept:
     first), the path outside each, and that launch's walk. Hangs off the thread's scope stacks
     (scope.stacks)."""
 
-    __slots__ = ("frames", "outer", "index", "version", "key", "at", "pid", "fast", "generation")
+    __slots__ = ("frames", "outer", "lastis", "index", "version", "key", "at", "pid", "fast",
+                 "generation")
 
     def __init__(self) -> None:
         self.frames: list[FrameType] = []
         self.outer: list[tuple[int, int]] = []
         """(path id, scopes placed) outside each frame."""
+        self.lastis: list[int] = []
+        """Each frame's instruction offset when kept (a generator's caller must be at the same
+        one for the generator to be found again)."""
         self.index: dict[FrameType, int] = {}
         """frame -> its position in `frames` (frames hash by identity)."""
         self.version = -1
@@ -156,7 +160,7 @@ def launch_path(frame: FrameType | None, stacks) -> int:
         code = frame.f_code
         add(id(code))  # code ids stay unique: every code of a remembered walk is kept alive
         add(frame.f_lasti)
-        if j is not None and not code.co_flags & _GENERATOR:
+        if j is not None and (not code.co_flags & _GENERATOR or _same_callers(last, j)):
             at = j
             break
         frame = frame.f_back
@@ -165,9 +169,21 @@ def launch_path(frame: FrameType | None, stacks) -> int:
         if len(kept) > at + 1:  # frames of calls since returned: let them and their locals go
             for f in kept[at + 1:]:
                 del last.index[f]
-            del kept[at + 1:], last.outer[at + 1:]
+            del kept[at + 1:], last.outer[at + 1:], last.lastis[at + 1:]
         return last.pid
     return _slow_path(last, start, key, at, stacks.open, version)
+
+
+def _same_callers(last: Kept, j: int) -> bool:
+    """Whether the kept generator (or coroutine) frame at j still has the callers it had when
+    kept: a generator may be resumed from another frame, or from another line of the same."""
+    kept, lastis = last.frames, last.lastis
+    while j > 0 and kept[j].f_code.co_flags & _GENERATOR:
+        caller = kept[j].f_back
+        if caller is not kept[j - 1] or caller.f_lasti != lastis[j - 1]:
+            return False
+        j -= 1
+    return j > 0 or not kept[0].f_code.co_flags & _GENERATOR
 
 
 def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: list,
@@ -176,36 +192,44 @@ def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: 
     state = last.outer[at] if at >= 0 else _TOP
     n = len(key) // 2  # frames walked
     pending = scopes[state[1]:]
-    frames = _frames(start, n)[::-1]  # outermost first
-    places = _places(pending, frames)
-    if at >= 0 and -1 in places:
-        # a scope whose opener is outside this walk (it returned, or the scope was opened
-        # before the session): where it goes depends on the whole stack
-        key, at, state, pending = _walk_all(start), -1, _TOP, scopes
-        frames = _frames(start, len(key) // 2)[::-1]
+    frames = None
+    if pending and at >= 0 and all(s.opener is last.frames[at] for s in pending):
+        places = [0] * len(pending)  # all opened by the frame the walk stopped at
+    else:
+        frames = _frames(start, n)[::-1]  # outermost first
         places = _places(pending, frames)
+        if at >= 0 and -1 in places:
+            # a scope whose opener is outside this walk (it returned, or the scope was opened
+            # before the session): where it goes depends on the whole stack
+            key, at, state, pending = _walk_all(start), -1, _TOP, scopes
+            frames = _frames(start, len(key) // 2)[::-1]
+            places = _places(pending, frames)
     walk = (*key, *state)
     if pending:
         walk += (tuple((s.name, s.kind, s.opened_at, p) for s, p in zip(pending, places)),)
     found = _walks.get(walk)
     if found is None:
+        frames = frames or _frames(start, n)[::-1]
         found = _walks[walk] = _build(state, frames, pending, places)
         _codes.update(f.f_code for f in frames)
     pid, outers, keep = found
     kept = last.frames
+    if at < 0 or keep > 1:
+        frames = frames or _frames(start, n)[::-1]
     if at < 0 or (keep > 1 and kept[at:at + keep] != frames[:keep]):  # frames compare by id
         start_at = max(at, 0)
         last.frames = kept = kept[:start_at] + frames[:keep]
         last.outer = last.outer[:start_at] + outers[:keep]
+        last.lastis = last.lastis[:start_at] + [f.f_lasti for f in frames[:keep]]
         last.index = {f: i for i, f in enumerate(kept)}
     elif len(kept) > at + keep:  # frames of calls since returned: let them go
         for f in kept[at + keep:]:
             del last.index[f]
-        del kept[at + keep:], last.outer[at + keep:]
+        del kept[at + keep:], last.outer[at + keep:], last.lastis[at + keep:]
     last.version, last.key, last.at, last.pid = version, key, at, pid
     # the same walk again gives the same path unless a scope here was placed by the identity of
     # a frame that will be new next time (only the frame it stopped at stays the same)
-    last.fast = at >= 0 and all(p == 0 and s.opener is frames[0]
+    last.fast = at >= 0 and all(p == 0 and s.opener is kept[at]
                                 for s, p in zip(pending, places))
     return pid
 

@@ -318,3 +318,21 @@ def test_a_python_start_that_fails_leaves_scopes_as_they_were(profile_path):
     proton.finalize()
     root, _ = read()
     assert [c["frame"]["name"] for c in root["children"]] == ["a"]
+
+
+def gen_launcher():
+    while True:
+        yield inner()  # L-gen3
+
+
+def test_a_generator_resumed_by_one_frame_from_two_lines(python_session):
+    test = "test_a_generator_resumed_by_one_frame_from_two_lines"
+    g = gen_launcher()
+    a = names(next(g))  # L-gen-a
+    b = names(next(g))  # L-gen-b
+    c = names(next(g))  # L-gen-b2
+    assert a[-3:] == [frame("L-gen-a", test), frame("L-gen3", "gen_launcher"),
+                      frame("L-inner", "inner")]
+    assert b[-3:] == [frame("L-gen-b", test), frame("L-gen3", "gen_launcher"),
+                      frame("L-inner", "inner")]
+    assert c[-3] == frame("L-gen-b2", test)
