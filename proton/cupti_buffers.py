@@ -4,8 +4,8 @@ cupti-python builds a Python object for every record of a completed buffer befor
 runs: on an H200, 1,000,000 launches took 118 s under the profiler against 11 s bare, the record
 objects costing more than the launches. Here CUPTI hands us the buffer itself; we walk it with
 cuptiActivityGetNextRecord and give the collector a view of the buffer and each record's offset,
-which it reads with numpy (see cupti_collector.field_reader). Everything else
-(subscription, activity kinds, external correlation ids) goes through cupti-python.
+which it reads with numpy (see cupti_collector.field_reader). The subscription is ours too
+(cupti_launches); activity kinds and external correlation ids go through cupti-python.
 """
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 from .attribution import Attributor, KernelSink, Unscoped
-from .paths import ROOT
 from .errors import ProtonError
+from .paths import ROOT
 from .python_context import launch_path
 from .scope import stacks
 
@@ -145,7 +145,7 @@ class CuptiCollector:
             raise ProtonError(f"CUPTI could not start: {exc}") from None
         if path is None:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
-        self._site, self._corr = callback_fields(cupti)
+        self._fields = callback_fields(cupti)
         subscriber = Subscriber(path, self._launch_callback() if self.python else _ignore)
         subscriber.subscribe()
         self._subscriber = subscriber
@@ -218,8 +218,7 @@ class CuptiCollector:
         At the enter, the launch is registered with its call path and start time (a thread with
         no Python frames, such as PyTorch's autograd thread, gets Attributor's unscoped path).
         At the exit, a failed call is withdrawn: no kernel will come for it."""
-        site, corr_at = self._site, self._corr
-        ret_at = self._cupti.callback_data_dtype.fields["function_return_value"][1]
+        site, corr_at, ret_at = self._fields
         # graph launch calls; their cbids are told apart from the other launch calls' by number
         # alone (checked: driver and runtime ids of launch calls do not clash with them)
         graphs = {cbid for cbid, name in self._driver_cbids.items() if name in _DRIVER_GRAPHS}

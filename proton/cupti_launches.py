@@ -20,10 +20,12 @@ _kept: list = []
 """Every callback ever subscribed: CUPTI may still be inside one as it unsubscribes."""
 
 
-def callback_fields(cupti) -> tuple[int, int]:
-    """Offsets of the callback site (0 = API enter) and the correlation id in CUpti_CallbackData."""
+def callback_fields(cupti) -> tuple[int, int, int]:
+    """Offsets in CUpti_CallbackData of the callback site (0 = API enter), the correlation id
+    and the pointer to the call's return value."""
     fields = cupti.callback_data_dtype.fields
-    return fields["callback_site"][1], fields["correlation_id"][1]
+    return tuple(fields[name][1] for name in
+                 ("callback_site", "correlation_id", "function_return_value"))
 
 
 class Subscriber:

@@ -7,14 +7,16 @@ so both viewers read the files.
 
 What the path leaves out: the profiler's own frames, everything above the `proton` command's
 runner (click, the CLI) and runpy's frames. A `proton.scope` appears right after the frame that
-opened it (after the scope before it when that frame has returned).
+opened it (once that frame has returned, after its nearest caller still running); while it is
+open, that frame's node stays at the line of the `with`, so the scope's metrics and kernels
+share a node.
 
 Cost: the frames of one launch are kept per thread. The next launch walks only the frames that
 are new since (usually the launch machinery under the user's loop) and reuses the path outside
 the first frame it finds again. A frame found again is the same object, still running, so the
 frames outside it are unchanged; a generator frame is found again only if its callers are the
-frames and lines they were, since a resumed generator may have another caller. The kept frames (and so their locals) live until the thread's next
-launch, the session's end or the thread's end.
+frames and lines they were, since a resumed generator may have another caller. The kept frames
+(and so their locals) live until the thread's next launch, the session's end or the thread's end.
 """
 from __future__ import annotations
 
@@ -87,6 +89,11 @@ _generation = 0
 """Bumped at each session's end: every thread's Kept is dropped at its next launch."""
 _NONE: dict = {}
 _TOP = (ROOT, 0)
+_walks: dict[tuple, tuple[int, list, int]] = {}
+"""(id(code) and offset of each walked frame innermost first, the path state outside the walk,
+the scopes not placed yet) -> (path id, path state outside each walked frame, how many to keep)."""
+_codes: set[CodeType] = set()
+"""Every code object in a _walks key, kept alive so that its id is never another's."""
 _nodes: dict[tuple[int, int, int], tuple[CodeType, int]] = {}
 """(parent path id, id(code), instruction offset) -> (code, path id): a frame's node without
 formatting its name again; the code object is kept so its id cannot be reused."""
@@ -259,7 +266,7 @@ def _places(pending: list, frames: list[FrameType]) -> list[int]:
                 break
             frame = frame.f_back
         floor = max(floor, place)
-        places.append(floor if place >= 0 or floor >= 0 else -1)
+        places.append(floor)
     return places
 
 
@@ -270,26 +277,6 @@ def _frames(frame: FrameType, n: int) -> list[FrameType]:
         out.append(frame)
         frame = frame.f_back
     return out
-
-
-def _kept(kept: list, at: int, frame: FrameType, n: int, keep: int) -> bool:
-    """Whether the `keep` outermost of the n frames from `frame` are kept[at:at + keep]."""
-    if len(kept) < at + keep:
-        return False
-    frames = _frames(frame, n)
-    return all(kept[at + i] is frames[n - 1 - i] for i in range(keep))
-_walks: dict[tuple, tuple[int, list, int]] = {}
-"""(id(code) and offset of each walked frame innermost first, the scopes not placed yet, the path
-state outside the walk) -> (path id, path state outside each walked frame, how many to keep)."""
-_codes: set[CodeType] = set()
-"""Every code object in a _walks key, kept alive so that its id is never another's."""
-
-
-def _position(frame, frames: list) -> int:
-    for i, f in enumerate(frames):
-        if f is frame:
-            return i
-    return -1
 
 
 def _build(state: tuple[int, int], frames: list[FrameType], pending: list,
