@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -33,6 +34,14 @@ def kernels(node: dict) -> list[dict]:
 
 def total(node: dict, metric: str) -> float:
     return node["metrics"].get(metric, 0) + sum(total(c, metric) for c in node["children"])
+
+
+def run_threads(threads: list[threading.Thread]) -> None:
+    """Start them all, then wait for them all."""
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import find, kernels, load, total
+from conftest import find, kernels, load, run_threads, total
 
 pytestmark = pytest.mark.gpu
 
@@ -16,13 +16,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 import proton  # noqa: E402
-
-
-@triton.jit
-def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+from kernels import add_kernel  # noqa: E402
 
 
 def add(x, y):
@@ -176,10 +170,7 @@ def test_threads_kernels_land_under_their_own_scopes(profile_path, xy):
                 add(*xy)
 
     threads = [threading.Thread(target=work, args=(i, 50 * (i + 1))) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(threads)
     proton.finalize()
     root, _ = read()
     for i in range(3):

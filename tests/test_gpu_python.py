@@ -10,15 +10,15 @@ import threading
 
 import pytest
 
-from conftest import find, load, total
+from conftest import find, load, run_threads, total
 
 pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
-import triton.language as tl  # noqa: E402
 
 import proton  # noqa: E402
+from kernels import add_kernel  # noqa: E402
 from proton.python_context import SKIPPED  # noqa: E402
 from proton.viewer.select import LIBRARY_FILE, PYTHON_FRAME  # noqa: E402
 
@@ -66,13 +66,6 @@ def between(names: list[str], first: str, last: str) -> list[str]:
 def library_only(names: list[str]) -> bool:
     """Every name is a python frame of an installed package or the standard library."""
     return all((m := PYTHON_FRAME.match(n)) and LIBRARY_FILE.search(m["file"]) for n in names)
-
-
-@triton.jit
-def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
 
 
 def add(x):
@@ -194,10 +187,7 @@ def test_two_threads_each_under_its_own_path(profile_path, x):
     with proton.scope("main-only"):
         threads = [threading.Thread(target=worker_a, args=(x, 30)),
                    threading.Thread(target=worker_b, args=(x, 40))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(threads)
     proton.finalize()
     root, _ = read()
     a_names, a = only_kernel_parent(root, here("L-worker-a", "worker_a"))

@@ -12,7 +12,7 @@ import weakref
 
 import pytest
 
-from conftest import find
+from conftest import find, run_threads
 
 import proton
 from proton.paths import paths
@@ -144,10 +144,7 @@ def test_each_thread_gets_its_own_path_and_scopes(python_session):
 
     with proton.scope("main-scope"):
         threads = [threading.Thread(target=worker, args=(t,)) for t in "ab"]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(threads)
     for tag in "ab":
         assert got[tag][-3:] == [frame("L-worker", "worker"), f"worker-{tag}",
                                  frame("L-inner", "inner")]
@@ -299,10 +296,7 @@ def test_frames_of_returned_calls_and_their_locals_are_let_go(python_session):
         done.append(1)
 
     threads = [threading.Thread(target=worker) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(threads)
     gc.collect()
     assert len(done) == 5 and all(r() is None for r in refs)  # a thread's end lets them go
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import find, load
+from conftest import find, load, run_threads
 
 import proton
 from proton import writer
@@ -143,8 +143,7 @@ def test_threads_keep_their_own_scope_stacks(profile_path):
                 barrier.wait()
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    run_threads(threads)
     proton.finalize()
     root, _ = read()
     for i in range(4):
