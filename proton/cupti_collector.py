@@ -236,16 +236,16 @@ class CuptiCollector:
                     if _i32(_ptr(data + ret_at).value).value:
                         cancel(_u32(data + corr_at).value)
                     return
-                st = stacks
+                start, st = now(), stacks
                 path = st.op_path  # the Triton hook named this launch already
                 if path is None:
                     frame = getframe().f_back
                     if frame is None and not st.open:  # CUPTI's 32-bit thread id
-                        path = unscoped(thread() & 0xFFFFFFFF, now()) if unscoped else ROOT
+                        path = unscoped(thread() & 0xFFFFFFFF, start) if unscoped else ROOT
                     else:
                         path = launch_path(frame, st)
                 (graph_launches if cbid in graphs else launches)[_u32(data + corr_at).value] = \
-                    (path, now())
+                    (path, start)
             except KeyboardInterrupt:  # Ctrl-C landed here: it cannot cross into CUPTI,
                 _thread.interrupt_main()  # so raise it again in the main thread, at once
             except Exception as exc:  # never into CUPTI: say it once per kind and go on

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 from . import metrics as m
 from .errors import ScopeError
 from .paths import ROOT, SCOPE, STATE, paths
+from .python_context import launch_path, opener
 from .session import profiler
 
 
@@ -86,8 +87,6 @@ def launch_parent() -> int:
     context="python" the Python call path of the caller (with the scopes in it)."""
     if not profiler.python:
         return current_path()
-    from .python_context import launch_path
-
     return launch_path(sys._getframe(1), _stacks)
 
 
@@ -134,8 +133,6 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
     st.append(top)
     stacks.version += 1
     if profiler.python:  # the scope's node is in the python call path that opened it
-        from .python_context import launch_path, opener
-
         top.opener, top.opened_at = opener(sys._getframe(1))
         top.path = path = launch_path(top.opener, stacks)
     else:
