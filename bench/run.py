@@ -1,6 +1,7 @@
 """Run the benchmarks, each workload x profiler in its own process, and print one table.
 
-    python bench/run.py [--only launch,gpu,model,accuracy,scale] [--rounds 3] [--results F.jsonl]
+    python bench/run.py [--only launch,gpu,model,accuracy,scale,pcsampling] [--rounds 3]
+                        [--results F.jsonl]
 Results are appended to --results (JSON lines) and the table is made from everything in it, so
 runs split over several calls still print one table. Markdown, for bench/RESULTS.md.
 """
@@ -20,14 +21,19 @@ LAUNCH = [("none", []), ("proton", []), ("triton", []), ("proton", ["--hook", "t
           ("triton", ["--hook", "triton"]), ("proton", ["--hook", "triton:config=BLOCK"]),
           ("proton", ["--context", "python"]), ("triton", ["--context", "python"])]
 PYTHON = [("proton", ["--context", "python"]), ("triton", ["--context", "python"])]
+# Triton's PC sampling serialises every launch (~135x slower): it times 5 launches per repeat
+PCSAMPLING = [("none", []), ("proton", ["--mode", "pcsampling"]),
+              ("proton", ["--mode", "pcsampling:serialize=1"]),
+              ("triton", ["--mode", "pcsampling", "--launches", "5"])]
 PLAN = {
     "launch": LAUNCH,
     "gpu": [("none", []), ("proton", []), ("triton", [])],
     "model": [("none", []), ("proton", []), ("triton", []), *PYTHON],
     "accuracy": [("proton", []), ("triton", []), ("torch", [])],
     "scale": [("none", []), ("proton", []), ("triton", [])],
+    "pcsampling": PCSAMPLING,
 }
-TIMED = {"launch", "gpu", "model"}
+TIMED = {"launch", "gpu", "model", "pcsampling"}
 
 
 def run_one(workload: str, profiler: str, extra: list[str], timeout: int = 600) -> dict | None:
@@ -49,6 +55,8 @@ def key(r: dict) -> str:
         name += " hook=" + r["hook"]
     if r.get("context", "shadow") != "shadow":
         name += " context=" + r["context"]
+    if r.get("mode"):
+        name += " mode=" + r["mode"]
     return name
 
 
@@ -131,7 +139,40 @@ def table(results: list[dict]) -> str:
             rows.append(f"| scale, 1M launches in 1000 scopes | {label} | "
                         f"{_f(v['none']) if field == 'run_s' else ''} | {_f(v['proton'])} | "
                         f"{_f(v['triton'])} | | | | |")
+    # PC sampling: ms per launch, the launches each mode timed, the samples in its profile
+    bare, theirs = "none", "triton mode=pcsampling"
+    runs = {m: by.get(("pcsampling", m), []) for m in (
+        bare, "proton mode=pcsampling", "proton mode=pcsampling:serialize=1", theirs)}
+    pc_rows = (("", "proton mode=pcsampling", "ours <= 1.2x bare"),
+               (", exact (serialize=1)", "proton mode=pcsampling:serialize=1", ""))
+    for label, ours, goal in pc_rows if any(runs.values()) else ():
+        workload = "pcsampling matmul 4096^3" + label
+        for stat, pick in (("best", best), ("median", med)):
+            b, o, t = (pick("pcsampling", m) for m in (bare, ours, theirs))
+            ok = None if None in (b, o) or not goal else o / b <= 1.2
+            row(workload, f"ms/launch ({stat})", b, o, t, goal, yes(ok))
+        rows.append(f"| {workload} | launches timed (processes) | "
+                    + " | ".join(_launches(runs[m]) for m in (bare, ours, theirs)) + " | | | | |")
+        newest = {m: runs[m][-1] if runs[m] else None for m in (ours, theirs)}
+        ok = None if newest[ours] is None else (newest[ours].get("line_samples", 0) > 0
+                                                and all(r.get("same_output") for r in runs[ours]))
+        rows.append(f"| {workload} | samples: all / on source lines (lines), newest | | "
+                    f"{_samples(newest[ours])} | {_samples(newest[theirs])} | | | "
+                    f"samples on lines, same output | {yes(ok)} |")
     return "\n".join(rows)
+
+
+def _launches(runs: list[dict]) -> str:
+    """Launches timed over all processes of a mode, and how many processes."""
+    if not runs:
+        return ""
+    return f"{sum(r['launches'] * r['repeats'] for r in runs):,} ({len(runs)})"
+
+
+def _samples(r: dict | None) -> str:
+    if r is None or "num_samples" not in r:
+        return ""
+    return f"{r['num_samples']:,.0f} / {r['line_samples']:,.0f} ({r['lines']})"
 
 
 def _f(v, digits: int = 2) -> str:
@@ -176,8 +217,10 @@ def main() -> None:
                 print(f"  {workload} {profiler} {' '.join(extra)} round {i + 1}: "
                       f"{res and {k: v for k, v in res.items() if isinstance(v, float)}}",
                       file=sys.stderr, flush=True)
-    with open(args.results) as f:
-        results = [json.loads(line) for line in f if line.strip()]
+    results = []
+    if os.path.exists(args.results):  # absent when every run failed
+        with open(args.results) as f:
+            results = [json.loads(line) for line in f if line.strip()]
     if chosen:
         print(f"\n{header()}\n")
     print(table(results))

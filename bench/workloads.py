@@ -1,7 +1,8 @@
 """One benchmark workload under one profiler, in this process; prints one JSON line.
 
     python bench/workloads.py WORKLOAD PROFILER [--hook triton] [--context shadow|python]
-WORKLOAD: launch | gpu | model | accuracy | scale
+                              [--mode pcsampling[:serialize=1]]
+WORKLOAD: launch | gpu | model | accuracy | scale | pcsampling
 PROFILER: none | proton | triton (Triton 3.6's own Proton) | torch (torch.profiler; accuracy only)
 bench/run.py runs each in its own process (one CUPTI subscriber per process) and prints the table.
 """
@@ -11,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
 import statistics
 import tempfile
@@ -32,8 +34,9 @@ def tiny_kernel(x, BLOCK: tl.constexpr):
 class Profiler:
     """The same calls on our Proton, Triton's, or nothing (bare)."""
 
-    def __init__(self, which: str, hook: str | None, context: str) -> None:
-        self.which, self.hook, self.context = which, hook, context
+    def __init__(self, which: str, hook: str | None, context: str,
+                 mode: str | None = None) -> None:
+        self.which, self.hook, self.context, self.mode = which, hook, context, mode
         self.mod = None
         if which == "proton":
             import proton as mod
@@ -46,7 +49,7 @@ class Profiler:
 
     def start(self) -> None:
         if self.mod is not None:
-            self.mod.start(self.path, hook=self.hook, context=self.context)
+            self.mod.start(self.path, hook=self.hook, context=self.context, mode=self.mode)
 
     def scope(self, name: str):
         return self.mod.scope(name) if self.mod is not None else contextlib.nullcontext()
@@ -69,14 +72,15 @@ def launch(prof: Profiler, args) -> dict:
     tiny_kernel[(1,)](x, BLOCK=128)
     prof.start()
     times = []
+    launches = args.launches or 5000
     for _ in range(args.repeats):
         with prof.scope("loop"):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            for _ in range(args.launches):
+            for _ in range(launches):
                 tiny_kernel[(1,)](x, BLOCK=128)
             torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) / args.launches * 1e6)
+            times.append((time.perf_counter() - t0) / launches * 1e6)
     return {"value": min(times), "median": statistics.median(times), "unit": "us/launch",
             "finalize_s": prof.finalize()}
 
@@ -206,6 +210,55 @@ def _total(node: dict, metric: str = "time (ns)") -> float:
     return node["metrics"].get(metric, 0) + sum(_total(c, metric) for c in node["children"])
 
 
+LINE = re.compile(r".+:\d+@.+")  # a source line (file:line@function), as Triton's Proton names it
+
+
+def _line_samples(node: dict, under_kernel: bool = False) -> tuple[float, int]:
+    """num_samples on the source-line nodes below a kernel (inclusive), and how many such nodes."""
+    name = node["frame"]["name"]
+    if under_kernel and LINE.fullmatch(name):
+        return _total(node, "num_samples"), 1
+    below = under_kernel or (name != "ROOT" and not LINE.fullmatch(name))
+    found = [_line_samples(c, below) for c in node["children"]]
+    return sum(s for s, _ in found), sum(n for _, n in found)
+
+
+def pcsampling(prof: Profiler, args) -> dict:
+    """ms per 4096^3 fp16 Triton matmul under PC sampling (--mode): --launches in a row (20 unless
+    given), wall clock with a synchronize before and after, --repeats times or until the timed
+    loops pass --max-seconds. The kernel is compiled and run before the profiler starts, so this
+    also checks that a kernel loaded before start() still runs (same output) and gets samples."""
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
+    c = torch.empty_like(a)
+    for _ in range(3):
+        matmul(a, b, c)
+    expected = c.clone()
+    torch.cuda.synchronize()
+    launches = args.launches or 20
+    prof.start()
+    times, spent = [], 0.0
+    for _ in range(args.repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            matmul(a, b, c)
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        spent += elapsed
+        times.append(elapsed / launches * 1e3)
+        if spent > args.max_seconds:
+            break
+    out = {"value": min(times), "median": statistics.median(times), "unit": "ms/launch",
+           "launches": launches, "repeats": len(times), "same_output": torch.equal(c, expected),
+           "finalize_s": prof.finalize()}
+    if prof.mod is not None:
+        with open(prof.file()) as f:
+            root = json.load(f)[0]
+        out["num_samples"] = _total(root, "num_samples")
+        out["line_samples"], out["lines"] = _line_samples(root)
+    return out
+
+
 def scale(prof: Profiler, args) -> dict:
     """1,000,000 launches across 1,000 distinct scopes: peak RSS growth and file size."""
     x = torch.zeros(128, device="cuda")
@@ -229,20 +282,25 @@ def scale(prof: Profiler, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=["launch", "gpu", "model", "accuracy", "scale"])
+    parser.add_argument("workload",
+                        choices=["launch", "gpu", "model", "accuracy", "scale", "pcsampling"])
     parser.add_argument("profiler", choices=["none", "proton", "triton", "torch"])
     parser.add_argument("--hook", default=None)
     parser.add_argument("--context", default="shadow")
-    parser.add_argument("--launches", type=int, default=5000)
+    parser.add_argument("--mode", default=None, help="e.g. pcsampling, pcsampling:serialize=1")
+    parser.add_argument("--launches", type=int, default=None,
+                        help="per timed repeat (launch: 5000, pcsampling: 20)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--scopes", type=int, default=1000)
     parser.add_argument("--launches-per-scope", type=int, default=1000)
+    parser.add_argument("--max-seconds", type=float, default=10.0,
+                        help="pcsampling: no new repeat once the timed loops took this long")
     args = parser.parse_args()
-    prof = Profiler(args.profiler, args.hook, args.context)
+    prof = Profiler(args.profiler, args.hook, args.context, args.mode)
     result = globals()[args.workload](prof, args)
     print(json.dumps({"workload": args.workload, "profiler": args.profiler, "hook": args.hook,
-                      "context": args.context, **result}))
+                      "context": args.context, "mode": args.mode, **result}))
 
 
 if __name__ == "__main__":
