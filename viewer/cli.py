@@ -17,6 +17,8 @@ Examples:
   proton-viewer --print-sorted -m time/us run1.hatchet
   proton-viewer -m time/ms --output csv run1.hatchet > run1.csv
   proton-viewer -m time/ms -diff before.hatchet after.hatchet  # after minus before
+  proton-viewer -m num_samples,num_stalled_samples run1.hatchet  # PC samples per frame
+  proton-viewer --source matmul_kernel run1.hatchet  # its samples beside its source lines
 """
 
 
@@ -49,13 +51,22 @@ Examples:
               "side counts 0 there) and the change in % of OTHER; filters and -t use the change.")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Terminal width to draw for (long names fold onto more lines; never cut).")
+@click.option("--source", "kernel", default=None, metavar="KERNEL",
+              help="Instead of the tree: the PC samples of KERNEL (exact name, else a regex "
+              "search) per source line, over all its call paths, beside its source "
+              "(a profile from `proton -m pcsampling`).")
 @click.argument("profile", metavar="FILE.hatchet")
 def viewer(list_metrics, metrics, include, exclude, threshold, depth, name_format,
-           collapse_libraries, print_sorted, other, output, width, profile) -> None:
+           collapse_libraries, print_sorted, other, output, width, kernel, profile) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's).
 
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
+        if kernel is not None:
+            _check_source_conflicts(list_metrics, metrics, include, exclude, threshold,
+                                    print_sorted, other, output)
+            _show_source(kernel, width, profile)
+            return
         _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
               collapse_libraries, print_sorted, other, output, width, profile)
     except ViewerError as exc:
@@ -77,6 +88,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from .diff import diff_columns
     from .reader import load
     from .select import display_names, fold_names, library_frames, visible_nodes
+    from .source import no_lines_notes
 
     _check_conflicts(list_metrics, metrics, print_sorted, other, output, width)
     prof = load(profile)
@@ -130,6 +142,23 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         write(f"\nFrames sorted by {columns[0].header}:\n")
         render.draw(render.sorted_rows(prof.gf, columns, visible=visible, names=names, diff=diff),
                     headers, write, width=fold_at, color=color)
+    for reason, kernels in no_lines_notes(prof):
+        write(f"{kernels} kernel{' has' if kernels == 1 else 's have'} samples but no source "
+              f"lines: {reason}\n")
+
+
+def _show_source(kernel: str, width: int | None, profile: str) -> None:
+    from rich.console import Console
+
+    from .reader import load
+    from .source import find_kernel
+    from .source_view import source_view
+
+    console = Console(width=width)
+    # As the tree: fold code at the terminal's width or --width; piped, one line per line.
+    fold_at = console.width if console.is_terminal or width else None
+    console.print(source_view(find_kernel(load(profile), kernel), width=fold_at),
+                  soft_wrap=fold_at is None, crop=False)
 
 
 def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width) -> None:
@@ -140,6 +169,14 @@ def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width) 
     if output != "tree" and (print_sorted or width):
         raise ViewerError(f"--output {output} writes the rows for scripts; --print-sorted and "
                           "--width only apply to the tree view")
+
+
+def _check_source_conflicts(list_metrics, metrics, include, exclude, threshold, print_sorted,
+                            other, output) -> None:
+    if list_metrics or metrics or include or exclude or threshold is not None or print_sorted \
+            or other or output != "tree":
+        raise ViewerError("--source shows one kernel's source lines; drop -l/-m/-i/-e/-t/"
+                          "-diff/--print-sorted/--output, or drop --source to show the tree")
 
 
 def main() -> None:

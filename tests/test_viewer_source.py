@@ -1,0 +1,252 @@
+"""proton-viewer on PC-sampling profiles: --source KERNEL beside its code, the tree's notes on
+kernels without lines, PC metrics in -l/-m, and Triton's viewer on the same file.
+
+The profile is tests/data/pcsampling.hatchet (written by tests/data/make_pcsampling.py); its line
+frames hold SOURCE_DIR where the folder of tests/data/pc_kernel_source.py goes.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pty
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from proton.viewer.cli import viewer
+from proton.viewer.reader import load
+from proton.viewer.source import KernelSamples, LineSamples, Samples, find_kernel, source_files
+from proton.viewer.source_view import window
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+FIXTURE = os.path.join(DATA, "pcsampling.hatchet")
+SOURCE = os.path.join(DATA, "pc_kernel_source.py")
+NO_LINE_INFO = "the cubin has no line info (compile with -lineinfo)"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_pcsampling",
+                                                  os.path.join(DATA, "make_pcsampling.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def profile(tmp_path) -> str:
+    """The fixture with its line frames pointing at this checkout's pc_kernel_source.py."""
+    path = tmp_path / "pc.hatchet"
+    with open(FIXTURE) as f:
+        path.write_text(f.read().replace(_generator().SOURCE_DIR, DATA))
+    return str(path)
+
+
+def show(*args):
+    return CliRunner().invoke(viewer, list(args))
+
+
+def line_samples(doc: list, line: int) -> int:
+    """num_samples of pc_kernel_source.py:LINE summed over every node of the file."""
+    total, stack = 0, [doc[0]]
+    while stack:
+        node = stack.pop()
+        if node["frame"]["name"].endswith(f"pc_kernel_source.py:{line}@matmul_kernel"):
+            total += node["metrics"]["num_samples"]
+        stack.extend(node["children"])
+    return total
+
+
+def test_fixture_is_what_its_generator_writes():
+    gen = _generator()
+    with open(FIXTURE) as f:
+        assert json.load(f) == json.loads(json.dumps(gen.build(gen.SOURCE_DIR)))
+
+
+def test_hot_line_is_marked_with_its_samples_share_and_stalls(profile):
+    result = show("--source", "matmul_kernel", "--width", "120", profile)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    with open(profile) as f:
+        hot = line_samples(json.load(f), 18)
+    assert hot == 652  # 400 under forward + 252 under backward
+    assert f"▶     {hot}  65.2%  math_pipe_throttle 56%, wait 31%        18 │         acc += " \
+           "tl.dot(a, b)" in lines
+    marked = [line for line in lines if line.startswith("▶")]
+    assert [m.split("│")[0].split()[-1] for m in marked] == ["16", "17", "18"]  # top 3, >= 5%
+    assert "       30   3.0%  lg_throttle 60%, drain 40%              20 │     tl.store(" \
+           "c_ptr + rm[:, None] * N + rn[None, :], c)" in lines  # 3%: not marked
+
+
+def test_summary_sums_both_call_paths_and_counts_unmapped_samples(profile):
+    result = show("--source", "matmul", profile)  # a regex naming one kernel
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        "matmul_kernel: 1,000 samples, 75.1% stalled (math_pipe_throttle 33%, wait 26%, "
+        "long_scoreboard 23%), 2 call paths, 20 samples not mapped to a line")
+    k = find_kernel(load(profile), "matmul_kernel")
+    assert k.paths == 2 and k.unmapped == 20 and k.total.samples == 1000
+    by_line = {(os.path.basename(ls.file), ls.line): ls.counts for ls in k.lines}
+    assert by_line[("pc_kernel_source.py", 16)].samples == 160  # 120 + 40
+    assert by_line[("pc_kernel_source.py", 16)].stalls == {"long_scoreboard": 110,
+                                                           "lg_throttle": 20, "wait": 10}
+    assert k.lines[0].line == 18
+
+
+def test_window_is_the_sampled_span_with_context(profile):
+    out = show("--source", "matmul_kernel", profile).output
+    assert "@triton.jit" in out and "import triton" not in out  # lines 6.. of 1..20
+    code = [line.split(" │ ", 1)[1] for line in out.splitlines() if " │ " in line]
+    with open(SOURCE) as f:
+        assert code[1:] == f.read().splitlines()[5:20]  # after the "source" header, piped:
+    # one output line per source line, however long
+
+
+def test_long_unsampled_runs_are_elided():
+    assert window([10, 40], 100) == [7, 8, 9, 10, 11, 12, 13, None, 37, 38, 39, 40, 41, 42, 43]
+    assert window([2, 12], 13) == list(range(1, 14))  # a short run stays
+    assert window([5], 6) == [2, 3, 4, 5, 6]
+
+
+def test_kernel_file_comes_before_hotter_helper_files(tmp_path):
+    kernel_file, helper = tmp_path / "k.py", tmp_path / "helpers.py"
+    kernel_file.write_text("def add_kernel(x):\n    return x\n")
+    helper.write_text("def inlined(x):\n    return x * 2\n")
+    lines = [LineSamples(str(helper), 2, "add_kernel", Samples(90.0)),
+             LineSamples(str(kernel_file), 2, "add_kernel", Samples(10.0))]
+    kernel = KernelSamples("add_kernel", 1, Samples(100.0), 0.0, lines, [])
+    assert [sf.path for sf in source_files(kernel)] == [str(kernel_file), str(helper)]
+
+
+def test_missing_source_file_prints_its_lines_without_code(profile):
+    result = show("--source", "softmax_kernel", "--width", "100", profile)
+    assert result.exit_code == 0, result.output
+    assert result.output == (
+        "softmax_kernel: 80 samples, 68.8% stalled (long_scoreboard 73%, wait 27%), 1 call path, "
+        "0 samples \nnot mapped to a line\n"
+        "\n"
+        "/gone/softmax.py: 80 samples (100.0% of the kernel)\n"
+        "source file not found on this machine; the sampled lines only\n"
+        "  samples      %  top stalls                     line\n"
+        "▶      60  75.0%  long_scoreboard 80%, wait 20%     7\n"
+        "▶      20  25.0%  wait 100%                         9\n")
+    matmul = show("--source", "matmul_kernel", profile).output
+    assert matmul.index(SOURCE + ":") < matmul.index("/gone/helpers.py: 20 samples (2.0% of")
+
+
+def test_kernel_without_lines_says_why_and_shows_its_stalls(profile):
+    result = show("--source", "elementwise", profile)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1:] == [
+        f"no source lines: {NO_LINE_INFO}",
+        "stall reasons (share of the stalled samples):",
+        "  20   66.7%  wait",
+        "  10   33.3%  long_scoreboard"]
+    assert "50 samples, 60.0% stalled (wait 67%, long_scoreboard 33%)" in result.output
+
+
+def test_kernel_with_samples_but_no_line_children_and_no_reason(tmp_path):
+    path = tmp_path / "p.hatchet"
+    path.write_text(json.dumps([{"frame": {"name": "ROOT"}, "metrics": {"num_samples": 0},
+                                 "children": [{"frame": {"name": "k"}, "children": [],
+                                               "metrics": {"num_samples": 7}}]}, {}]))
+    result = show("--source", "k", str(path))
+    assert result.exit_code == 0, result.output
+    assert "no source lines: no line children in this profile" in result.output
+    assert "k: 7 samples, 0.0% stalled, 1 call path, 7 samples not mapped" in result.output
+
+
+@pytest.mark.parametrize("kernel,message", [
+    ("kernel", "--source 'kernel' matches 5 kernels: matmul_kernel, memcpy_kernel, "
+               "softmax_kernel, void at::native::elementwise_kernel<128, 2>"),
+    ("nope", "no kernel named or matching 'nope'; kernels in this profile: matmul_kernel, "),
+    ("memcpy_kernel", "the profile has no PC samples for kernel 'memcpy_kernel'; profile with "
+                      "`proton -m pcsampling`"),
+    ("(", "neither a kernel's name nor a valid regular expression"),
+])
+def test_unknown_ambiguous_or_unsampled_kernel_is_one_line_and_status_2(profile, kernel,
+                                                                         message):
+    result = show("--source", kernel, profile)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+def test_source_with_tree_options_is_refused(profile):
+    result = show("--source", "matmul", "-m", "time/ms", profile)
+    assert result.exit_code == 2 and "--source shows one kernel's source lines" in result.output
+
+
+def test_width_folds_code_and_keeps_every_character(profile):
+    result = show("--source", "matmul_kernel", "--width", "80", profile)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    code = "".join(line.split(" │ ", 1)[1] for line in lines if " │ " in line)
+    with open(SOURCE) as f:
+        assert code == "source" + "".join(f.read().splitlines()[5:20])
+    assert "▶     652  65.2%  math_pipe_throttle 56%    18 │" in result.output  # one reason
+
+
+def test_terminal_output_is_highlighted_and_hot_lines_coloured(profile):
+    main, child = pty.openpty()
+    run = subprocess.Popen([sys.executable, "-m", "proton.viewer.cli", "--source", "matmul",
+                            "--width", "120", profile], stdout=child, stderr=subprocess.PIPE,
+                           env={**{k: v for k, v in os.environ.items() if k != "NO_COLOR"},
+                                "TERM": "xterm-256color"})
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert run.wait(timeout=120) == 0, run.stderr.read()
+    text = out.decode()
+    hot = next(line for line in text.splitlines() if "acc +=" in line)
+    assert hot.startswith("\x1b[1;31m▶")  # the mark, bold red
+    assert "\x1b[94" in text  # keywords (def, for) coloured by the Python lexer
+    assert "\x1b" not in show("--source", "matmul", profile).output  # piped: plain
+
+
+def test_tree_notes_kernels_with_samples_but_no_lines(profile):
+    result = show(profile)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == \
+        f"2 kernels have samples but no source lines: {NO_LINE_INFO}"
+    assert "no source lines" not in show(os.path.join(DATA, "recorded.hatchet")).output
+
+
+def test_pc_metrics_are_listed_and_shown(profile):
+    listed = show("-l", profile).output
+    assert "num_samples" in listed and "stalled_long_scoreboard" in listed
+    assert "num_samples/%" in listed
+    result = show("-m", "num_samples,stalled_long_scoreboard,num_samples/%", "--output", "json",
+                  profile)
+    assert result.exit_code == 0, result.output
+    rows = {tuple(r["path"][1:]): r for r in json.loads(result.output)}
+    matmul = rows[("forward", "matmul_kernel")]
+    assert matmul["num_samples"] == 700 and matmul["stalled_long_scoreboard"] == 130
+    assert matmul["num_samples (%)"] == pytest.approx(700 / 1155 * 100)
+    assert rows[()]["num_samples (%)"] == pytest.approx(100)
+    assert rows[("forward", "matmul_kernel", f"{SOURCE}:18@matmul_kernel")]["num_samples"] == 400
+
+
+@pytest.mark.parametrize("metrics", ["num_samples,num_stalled_samples",
+                                     "num_samples/%,stalled_wait"])
+def test_tritons_viewer_reads_the_file_with_our_numbers(metrics):
+    pytest.importorskip("triton.profiler.viewer")
+    from test_triton_viewer import ours, same, theirs
+
+    expected = theirs(FIXTURE, "-m", metrics)
+    got = ours(FIXTURE, "-m", metrics)
+    assert ("ROOT", "forward", "matmul_kernel") in expected and len(expected) >= 15
+    assert set(got) == set(expected)
+    for path, values in expected.items():
+        assert all(same(a, b) for a, b in zip(got[path], values)), (path, got[path], values)

@@ -1,0 +1,244 @@
+"""Instruction (PC) samples of one kernel, summed per source line over all its call paths.
+
+A `mode="pcsampling"` profile puts `num_samples`, `num_stalled_samples` and `stalled_<reason>`
+on each kernel node (samples mapped to no line) and on its children named
+`/abs/file.py:LINE@FUNCTION` (one per source line). A kernel whose lines could not be read
+keeps every sample on its own node, and its frame says why under `no_lines`.
+
+Derive, then render: this module returns data; source_view.py draws it.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..python_context import PYTHON_FRAME
+from .errors import ViewerError
+from .reader import Profile
+
+SAMPLES = "num_samples"
+STALLED = "num_stalled_samples"
+STALL_PREFIX = "stalled_"
+NO_LINES = "no_lines"
+"""The frame key a kernel node carries when its samples could not be mapped to lines."""
+
+
+@dataclass(slots=True)
+class Samples:
+    """PC samples of one place (a kernel, or one of its source lines)."""
+
+    samples: float = 0.0
+    """Every sample, issued or not."""
+    stalled: float = 0.0
+    """Samples with a stall reason; the reasons below sum to it."""
+    stalls: dict[str, float] = field(default_factory=dict)
+    """Reason (without `stalled_`) -> samples."""
+
+    def add(self, other: Samples) -> None:
+        self.samples += other.samples
+        self.stalled += other.stalled
+        for reason, n in other.stalls.items():
+            self.stalls[reason] = self.stalls.get(reason, 0.0) + n
+
+    def top_stalls(self, n: int) -> list[tuple[str, float]]:
+        """Up to `n` reasons, most samples first, each with its share of the stalled samples."""
+        if not self.stalled:
+            return []
+        ranked = sorted(((r, v) for r, v in self.stalls.items() if v > 0),
+                        key=lambda rv: (-rv[1], rv[0]))
+        return [(r, v / self.stalled) for r, v in ranked[:n]]
+
+
+@dataclass(slots=True)
+class LineSamples:
+    """The samples of one source line, over every call path of the kernel."""
+
+    file: str
+    line: int
+    function: str
+    """The function the frame names (the kernel's, for Triton kernels)."""
+    counts: Samples
+
+
+@dataclass(slots=True)
+class KernelSamples:
+    """One kernel's samples: totals, per line, and what could not be mapped to a line."""
+
+    name: str
+    paths: int
+    """Call paths (tree nodes) the kernel ran under; their samples are summed."""
+    total: Samples
+    """All samples, the unmapped ones included."""
+    unmapped: float
+    """Samples on the kernel nodes themselves (no source line)."""
+    lines: list[LineSamples]
+    """By (file, line), most samples first."""
+    no_lines: list[str]
+    """Why some call paths have no line children (their frames' `no_lines`)."""
+
+
+class _Columns:
+    """The sample metrics of a profile as dicts keyed by hatchet node (own values)."""
+
+    def __init__(self, prof: Profile) -> None:
+        df = prof.gf.dataframe
+        names = [c for c in df.columns if c in (SAMPLES, STALLED) or c.startswith(STALL_PREFIX)]
+        names = [c for c in names if not c.endswith(" (inc)")]
+        self.values = {c: pd.to_numeric(df[c], errors="coerce").to_dict() for c in names}
+
+    def of(self, node) -> Samples | None:
+        """The node's samples; None when it carries no `num_samples`."""
+        own = self.values.get(SAMPLES, {}).get(node)
+        if own is None or math.isnan(own):
+            return None
+        stalls = {}
+        for column, values in self.values.items():
+            v = values.get(node)
+            if column.startswith(STALL_PREFIX) and v is not None and not math.isnan(v) and v:
+                stalls[column[len(STALL_PREFIX):]] = v
+        stalled = self.values.get(STALLED, {}).get(node)
+        if stalled is None or math.isnan(stalled):
+            stalled = sum(stalls.values())
+        return Samples(own, stalled, stalls)
+
+
+def kernel_nodes(prof: Profile, columns: _Columns | None = None) -> list:
+    """Every kernel node of the profile: those with `device_type` or PC samples, that are no
+    `file:line@function` frame."""
+    columns = columns or _Columns(prof)
+    df = prof.gf.dataframe
+    device = df["device_type"].dropna().to_dict() if "device_type" in df else {}
+    out = []
+    for node in prof.gf.graph.traverse():
+        if PYTHON_FRAME.match(node.frame.get("name", "")) or node in prof.gf.graph.roots:
+            continue
+        if node in device or columns.of(node) is not None:
+            out.append(node)
+    return out
+
+
+def find_kernel(prof: Profile, pattern: str) -> KernelSamples:
+    """The samples of the kernel named `pattern` (exact name first, else a regex search).
+
+    Raises ViewerError when no kernel or several distinct kernels match, or the kernel has no
+    PC samples.
+
+    Usage:
+        prof = load("run.hatchet")
+        k = find_kernel(prof, "matmul")
+        print(k.total.samples, k.lines[0].line)
+    """
+    columns = _Columns(prof)
+    kernels = kernel_nodes(prof, columns)
+    names = sorted({n.frame.get("name", "") for n in kernels})
+    if pattern in names:
+        name = pattern
+    else:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ViewerError(f"--source {pattern!r} is neither a kernel's name nor a valid "
+                              f"regular expression: {exc}") from None
+        matched = [n for n in names if regex.search(n)]
+        if not matched:
+            raise ViewerError(f"no kernel named or matching {pattern!r}; kernels in this "
+                              f"profile: {_listing(names)}")
+        if len(matched) > 1:
+            raise ViewerError(f"--source {pattern!r} matches {len(matched)} kernels: "
+                              f"{_listing(matched)}; give one exact name or a narrower regex")
+        name = matched[0]
+    return _collect(columns, [n for n in kernels if n.frame.get("name", "") == name], name)
+
+
+def _collect(columns: _Columns, nodes: list, name: str) -> KernelSamples:
+    total, unmapped = Samples(), 0.0
+    by_line: dict[tuple[str, int], LineSamples] = {}
+    reasons: list[str] = []
+    sampled = False
+    for node in nodes:
+        own = columns.of(node)
+        if own is not None:
+            sampled = True
+            total.add(own)
+            unmapped += own.samples
+        reason = node.frame.get(NO_LINES)
+        if reason and reason not in reasons:
+            reasons.append(reason)
+        for child in node.children:
+            m = PYTHON_FRAME.match(child.frame.get("name", ""))
+            counts = columns.of(child) if m else None
+            if counts is None:
+                continue
+            sampled = True
+            key = (m["file"], int(m["line"]))
+            if key not in by_line:
+                by_line[key] = LineSamples(key[0], key[1], m["function"], Samples())
+            by_line[key].counts.add(counts)
+            total.add(counts)
+    if not sampled:
+        raise ViewerError(f"the profile has no PC samples for kernel {name!r}; profile with "
+                          "`proton -m pcsampling` to sample its instructions")
+    lines = sorted(by_line.values(), key=lambda ls: (-ls.counts.samples, ls.file, ls.line))
+    return KernelSamples(name, len(nodes), total, unmapped, lines, reasons)
+
+
+@dataclass(slots=True)
+class SourceFile:
+    """The sampled lines of one file, with its text when this machine has it."""
+
+    path: str
+    samples: float
+    lines: dict[int, LineSamples]
+    text: str | None
+    """None when the file cannot be read here (profiled elsewhere, moved, deleted)."""
+
+
+def source_files(kernel: KernelSamples) -> list[SourceFile]:
+    """The kernel's files: the one that defines the kernel's function first, then by samples.
+
+    (With inlined helpers from other files, the hottest file need not be the kernel's own.)"""
+    by_file: dict[str, SourceFile] = {}
+    for ls in kernel.lines:
+        sf = by_file.setdefault(ls.file, SourceFile(ls.file, 0.0, {}, None))
+        sf.samples += ls.counts.samples
+        sf.lines[ls.line] = ls
+    functions = {ls.function for ls in kernel.lines}
+    for sf in by_file.values():
+        sf.text = _read(sf.path)
+    defines = {sf.path for sf in by_file.values() if sf.text is not None and any(
+        re.search(rf"^\s*(async\s+)?def\s+{re.escape(f)}\s*\(", sf.text, re.M)
+        for f in functions)}
+    return sorted(by_file.values(), key=lambda sf: (sf.path not in defines, -sf.samples, sf.path))
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def no_lines_notes(prof: Profile) -> list[tuple[str, int]]:
+    """(reason, number of distinct kernels) for kernels with samples but no source lines,
+    in the order the tree first meets them."""
+    marked = [n for n in prof.gf.graph.traverse() if n.frame.get(NO_LINES)]
+    if not marked:  # most profiles: no sample columns to read
+        return []
+    columns = _Columns(prof)
+    kernels: dict[str, set[str]] = {}
+    for node in marked:
+        counts = columns.of(node)
+        if counts is not None and counts.samples > 0:
+            kernels.setdefault(node.frame.get(NO_LINES), set()).add(node.frame.get("name", ""))
+    return [(reason, len(names)) for reason, names in kernels.items()]
+
+
+def _listing(names: list[str], most: int = 8) -> str:
+    if not names:
+        return "none"
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
