@@ -18,6 +18,8 @@ Examples:
   proton -n run1 -k triton main.py             # Triton op names, writes run1.hatchet
   proton -k triton:config=BLOCK_M main.py      # ... with grid/warps/stages/BLOCK_M in names
   proton -c python main.py                     # kernels under python call paths
+  proton -m pcsampling main.py                 # + samples and stall reasons per source line
+  proton-viewer --source matmul_kernel proton.hatchet  # the kernel's source, hottest lines
   proton pytest -x tests/test_model.py         # profile a test run
   python -m proton -n run1 main.py             # module form
   proton-viewer -m time/ms run1.hatchet        # then read it
@@ -42,7 +44,15 @@ Examples:
               ":config=BLOCK_M,BLOCK_N (and these constexprs; =* for all), "
               ":include=REGEX / :exclude=REGEX (which kernels the hook names), "
               "e.g. -k triton:config=BLOCK_M:include=matmul.")
-@click.option("-m", "--mode", default=None, help="Profiling mode (default: kernel times).")
+@click.option("-m", "--mode", default=None, metavar="pcsampling[:interval=N][:serialize=1]",
+              help="pcsampling: also sample the warps' program counters: samples and stall "
+              "reasons per kernel and per source line (proton-viewer --source KERNEL FILE). "
+              "By default sampling runs continuously and costs almost nothing; CUPTI then "
+              "reports samples per kernel function, not per launch, so a function that ran "
+              "under several call paths has its samples split over them in proportion to its "
+              "GPU time under each. :serialize=1 starts and stops sampling around every launch "
+              "for exact per-launch attribution, at a cost (each launch waits for its kernel). "
+              ":interval=N samples every 2**N cycles (5..31, default 10). Default: kernel times.")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def proton(name, backend, context, data, hook, mode, target, args) -> None:

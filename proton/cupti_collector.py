@@ -82,10 +82,11 @@ class CuptiCollector:
     """Owns the process's CUPTI subscription while at least one session needs kernels."""
 
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
-                 python: bool = False) -> None:
+                 python: bool = False, pc=None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         python: attribute launches to Python call paths (a launch callback) instead of scopes
-        (external correlation ids)."""
+        (external correlation ids).
+        pc: pc_collector.PCOptions to sample instructions too (mode="pcsampling")."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -95,6 +96,9 @@ class CuptiCollector:
         self._lock = threading.Lock()
         self._subscriber = None
         self._raw = None
+        self._pc_options = pc
+        self.pc = None
+        """The PCCollector while instructions are sampled."""
         self._names: dict[int, str] = {}
         """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
@@ -146,11 +150,16 @@ class CuptiCollector:
         if path is None:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
         self._fields = callback_fields(cupti)
-        subscriber = Subscriber(path, self._launch_callback() if self.python else _ignore)
+        on_api = self._launch_callback() if self.python else None
+        if self._pc_options is not None:
+            on_api = self._start_pc(path, on_api)
+        subscriber = Subscriber(path, on_api or _ignore)
         subscriber.subscribe()
         self._subscriber = subscriber
         try:
-            if self.python:
+            if self.pc is not None:
+                subscriber.enable(self.pc.resource_domain, self.pc.module_cbid)
+            if self.python or (self.pc is not None and self.pc.options.serialize):
                 for domain, cbids in ((cupti.CallbackDomain.DRIVER_API, self._driver_cbids),
                                       (cupti.CallbackDomain.RUNTIME_API, self._runtime_cbids)):
                     for cbid in cbids:
@@ -174,6 +183,40 @@ class CuptiCollector:
             subscriber.unsubscribe()
             self._subscriber = None
             raise ProtonError(f"CUPTI could not start collecting: {exc}") from None
+
+    def _start_pc(self, lib_path: str, on_launch):
+        """Set up instruction sampling; the subscriber callback to use. When sampling cannot
+        run here, say why once and go on with kernel times (the time profile is still written)."""
+        from .cupti_pcsampling import PCSamplingError
+        from .pc_collector import PCCollector
+
+        try:
+            self.pc = PCCollector(self._pc_options, lib_path, self._cupti)
+        except (PCSamplingError, OSError) as exc:
+            print(f"proton: PC sampling is off: {exc}; the profile gets kernel times only",
+                  file=sys.stderr)
+            return on_launch
+        if not self.pc.options.serialize:
+            return self.pc.module_callback(on_launch)
+        return self.pc.launch_callback(on_launch, self._serial_launch_path(), self._fields)
+
+    def _serial_launch_path(self):
+        """Exact PC sampling: the path of the launch being made, at its enter (after the
+        python context's callback registered it, if that runs)."""
+        from .scope import current_path
+
+        st = stacks
+        if not self.python:
+            return lambda data: st.op_path if st.op_path is not None else current_path()
+        launches, graphs = self.attributor.launch_tables()
+        corr_at = self._fields[1]
+
+        def path(data: int) -> int:
+            corr = _u32(data + corr_at).value
+            launch = launches.get(corr) or graphs.get(corr)
+            return launch[0] if launch else ROOT
+
+        return path
 
     def _enable_api(self, enable, cbid: int, on: bool) -> None:
         try:

@@ -17,6 +17,8 @@ OP = "op"
 """A Triton op opened by the launch hook: its kernel's metrics go on this frame itself."""
 PYTHON = "python"
 """A python frame, `file:line@function` (context="python")."""
+LINE = "line"
+"""A kernel's source line, `file:line@function`, under its kernel (mode="pcsampling")."""
 
 
 @dataclass(slots=True, frozen=True)

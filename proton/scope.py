@@ -65,9 +65,8 @@ def depth() -> int:
 def push_op(collector, path: int) -> None:
     """The Triton hook's launch enter: `path` applies to this one launch (pop_op at its exit)."""
     pop_op()
-    if collector.python:
-        _stacks.op_path = path
-    else:
+    _stacks.op_path = path  # the python context's launch callback (and exact PC sampling) read it
+    if not collector.python:
         collector.push(path)
     _stacks.op = collector
 

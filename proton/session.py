@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from . import metrics as m
 from .attribution import Kernel, KernelRecord, each
 from .errors import ProtonError, SessionError
-from .paths import KERNEL, OP, ROOT, paths
+from .paths import KERNEL, LINE, OP, ROOT, paths
 
 CONTEXTS = ("shadow", "python")
 DATA = ("tree", "trace")
 BACKENDS = (None, "cupti")
-MODES = (None, "")
 HOOKS = (None, "triton")
 
 
@@ -38,12 +37,16 @@ class Session:
     context: str
     data: str
     hook: str | None
+    pc: bool = False
+    """mode="pcsampling": kernels get instruction samples and source-line children."""
     intervals: list[list[int]] = field(default_factory=list)
     """[start, end] timestamps of each active stretch; the last end is -1 while active."""
     nodes: dict[int, dict[str, float]] = field(default_factory=dict)
     """Metrics by path id; exclusive values, as written to the file (data="tree")."""
     events: list[tuple[int, KernelRecord]] = field(default_factory=list)
     """Every kernel with its path id (data="trace")."""
+    notes: dict[int, str] = field(default_factory=dict)
+    """Path id -> why its PC samples have no source lines (the file's frame "no_lines")."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
     """Set (under `lock`) when finalize takes the data; late kernel records are then ignored."""
@@ -148,7 +151,9 @@ class Profiler:
         _check_choice("context", context, CONTEXTS)
         _check_choice("data", data, DATA)
         _check_choice("backend", backend, BACKENDS)
-        _check_choice("mode", mode, MODES)
+        from .pc_collector import parse_mode
+
+        pc = parse_mode(mode)
         if hook is not None and hook.partition(":")[0] != "triton":
             _check_choice("hook", hook, HOOKS)
         name = name or "proton"
@@ -162,6 +167,8 @@ class Profiler:
             if os.path.isdir(path):
                 raise SessionError(f"the profile would be written to {path!r}, which is a "
                                    "folder; give another name")
+            if pc is not None:
+                self._check_pc()
             was_python = self._choose_context(context)
             try:
                 if hook is not None:  # before anything is registered: a failure leaves nothing
@@ -169,11 +176,12 @@ class Profiler:
 
                     triton_hook.install(hook)
                 if self.gpu and self.collector is None:
-                    self._start_collector()
+                    self._start_collector(pc)
             except BaseException:
                 self.python = was_python  # nothing started: scopes go on as before
                 raise
-            session = Session(self._next_id, name, path, context, data, hook)
+            session = Session(self._next_id, name, path, context, data, hook,
+                              pc=pc is not None)
             self._next_id += 1
             self.sessions[session.id] = session
             self._activate(session)
@@ -181,6 +189,16 @@ class Profiler:
                 atexit.register(self._finalize_at_exit)
                 self._atexit = True
             return session.id
+
+    def _check_pc(self) -> None:
+        """Instruction sampling is set up with the collector: one sampling session at a time,
+        started before any other session (CUPTI's module callback and context are set then)."""
+        if any(s.pc for s in self.sessions.values()):
+            raise SessionError("a mode='pcsampling' session is live; finalize it before "
+                               "starting another (one instruction-sampling session at a time)")
+        if self.collector is not None:
+            raise SessionError("mode='pcsampling' must start before the other live sessions; "
+                               "finalize them first, or start the sampling session first")
 
     def _choose_context(self, context: str) -> bool:
         """One context per process at a time: the collector attributes launches one way.
@@ -204,14 +222,14 @@ class Profiler:
         except Exception as exc:  # at exit a traceback helps nobody: one line
             print(f"proton: could not write the profile at exit: {exc}", file=sys.stderr)
 
-    def _start_collector(self) -> None:
+    def _start_collector(self, pc=None) -> None:
         try:
             from .cupti_collector import CuptiCollector
         except ImportError as exc:
             raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
                               "matching your CUDA 13 driver") from None
 
-        collector = CuptiCollector(self._on_kernels, self._unscoped, python=self.python)
+        collector = CuptiCollector(self._on_kernels, self._unscoped, python=self.python, pc=pc)
         collector.start()
         self.collector = collector
         from .scope import repush_open_scopes
@@ -227,9 +245,15 @@ class Profiler:
                                "use the id that proton.start() returned")
         return [self.sessions[session]]
 
+    def _pc(self, session: Session):
+        """The PCCollector sampling for `session`, if any."""
+        return self.collector.pc if session.pc and self.collector is not None else None
+
     def _activate(self, session: Session) -> None:
         if not session.active:
             session.intervals.append([self.now(), -1])
+            if (pc := self._pc(session)) is not None:
+                pc.resume()
 
     def activate(self, session: int | None = None) -> None:
         with self._lock:
@@ -242,6 +266,8 @@ class Profiler:
             for s in self._targets(session):
                 if s.active:
                     s.intervals[-1][1] = now
+                    if (pc := self._pc(s)) is not None:
+                        pc.pause()
 
     def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
         """Flush, write and close sessions; return the files written."""
@@ -259,6 +285,9 @@ class Profiler:
             devices = self._device_table()
             written = []
             for s in targets:
+                if (pc := self._pc(s)) is not None:
+                    self.collector.pc = None
+                    self._add_pc_samples(s, pc)
                 with s.lock:
                     s.closed = True
                 written.append(writer.write(s, output_format, devices))
@@ -280,6 +309,30 @@ class Profiler:
                 python_context.reset(stacks)
                 self.python = False
             return written
+
+    def _add_pc_samples(self, session: Session, pc) -> None:
+        """Finish sampling and put the samples on `session`'s kernel nodes and their lines."""
+        pc.finish()
+        by_name: dict[str, list[tuple[int, float]]] = {}
+        for (_, name, _), node in list(self._kernel_paths.items()):
+            ns = session.nodes.get(node, {}).get(m.TIME)
+            if ns:
+                by_name.setdefault(name, []).append((node, ns))
+
+        def kernel_nodes(path: int | None, function: str) -> list[tuple[int, float]]:
+            if path is None:  # continuous: the function's nodes, weighted by their GPU time
+                return by_name.get(function) or [(self._kernel_path(ROOT, function, pc.device), 1)]
+            return [(self._kernel_path(path, function, pc.device), 1)]
+
+        table = pc.table
+        for group in table.attribute(pc.line_finder(), kernel_nodes):
+            if group.line is None:
+                node = group.kernel
+                session.notes.setdefault(node, group.why)
+            else:
+                file, line = group.line
+                node = paths.intern(group.kernel, f"{file}:{line}@{group.function}", LINE)
+            session.add(node, table.metrics(group.counts))
 
     def _stop_collector(self) -> None:
         collector, self.collector = self.collector, None

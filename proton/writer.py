@@ -24,8 +24,12 @@ FORMATS = {"tree": ("", "hatchet"), "trace": ("", "chrome_trace")}
 _NOT_SUMMED = {m.DEVICE_ID, m.DEVICE_TYPE}
 
 
-def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict]) -> list:
-    """The JSON document for aggregated `nodes` (metrics by path id)."""
+def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
+          notes: dict[int, str] | None = None) -> list:
+    """The JSON document for aggregated `nodes` (metrics by path id). `notes`: why a kernel's
+    PC samples have no source lines, written as its frame's "no_lines" (hatchet keeps extra
+    frame keys; both viewers read the file as before)."""
+    notes = notes or {}
     frames = paths.frames
     children: dict[int, set[int]] = {}
     for pid in nodes:
@@ -53,8 +57,10 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict]) -> list:
                 inclusive.add(key)
             out[key] = value
         kids = sorted(children.get(pid, ()), key=lambda k: (frames[k].name, frames[k].kind))
-        return {"frame": {"name": frames[pid].name, "type": "function"}, "metrics": out,
-                "children": [node(k) for k in kids]}
+        frame = {"name": frames[pid].name, "type": "function"}
+        if pid in notes:
+            frame["no_lines"] = notes[pid]
+        return {"frame": frame, "metrics": out, "children": [node(k) for k in kids]}
 
     root = node(ROOT)
     for key in sorted(inclusive):  # sorted: the same profile always writes the same bytes
@@ -92,7 +98,7 @@ def write(session: "Session", output_format: str, devices: dict[str, dict]) -> s
     if session.data == "trace":
         doc = build_trace(session.events)
     else:
-        doc = build(session.nodes, devices)
+        doc = build(session.nodes, devices, session.notes)
     try:
         return _dump(doc, session.path)
     except OSError as exc:

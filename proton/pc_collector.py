@@ -1,0 +1,222 @@
+"""Instruction sampling for a `mode="pcsampling"` session: CUPTI's PC sampling on the current
+CUDA context, cubins for source lines, and the samples' way onto the session's kernel nodes.
+
+Continuous (default): sampling runs while the session is active and is read once at the end;
+launches pay nothing. A function's samples are split over the call paths that ran it by GPU time
+(pc_samples). Exact (`pcsampling:serialize=1`): each launch call starts sampling, and its exit
+waits for the kernel, stops and reads, so its samples go to that launch's path.
+
+Source lines need the cubin whose CRC each PC carries: Triton kernels' cubins come from
+compiler.kernels (also those loaded before the session started); any other module loaded while
+sampling is copied at CUPTI's MODULE_LOADED callback.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+from .cupti_pcsampling import Library, PCSamplingError, Sampler
+from .errors import SessionError
+from .pc_samples import SampleTable
+
+DEFAULT_INTERVAL = 10
+"""Sample every 2**10 cycles: ~1.0x run time on a 4096^3 matmul (H200), millions of samples."""
+NO_CUBIN = ("its cubin was not seen: it was loaded before the session started and is not a "
+            "Triton kernel; start profiling before its first launch")
+NO_LINE_INFO = "its cubin has no line info (compile with -lineinfo)"
+
+
+@dataclass(slots=True, frozen=True)
+class PCOptions:
+    interval: int = DEFAULT_INTERVAL
+    """CUPTI's sampling period: a sample every 2**interval cycles per SM (5..31)."""
+    serialize: bool = False
+    """Exact mode: start and stop around each launch (kernels run one at a time)."""
+
+
+def parse_mode(mode: str | None) -> PCOptions | None:
+    """'pcsampling[:interval=N][:serialize=1]' -> PCOptions; None or '' -> None (kernel times)."""
+    if not mode:
+        return None
+    kind, *options = mode.split(":")
+    if kind != "pcsampling":
+        raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "
+                           "':interval=N' with N in 5..31, ':serialize=1'), or none for kernel times")
+    values = {}
+    for option in options:
+        key, _, value = option.partition("=")
+        if key not in ("interval", "serialize") or not value.isdigit():
+            raise SessionError(f"mode option {option!r} is not supported; use interval=N "
+                               "(sample every 2**N cycles, 5..31) or serialize=0/1")
+        values[key] = int(value)
+    interval = values.get("interval", DEFAULT_INTERVAL)
+    if not 5 <= interval <= 31:
+        raise SessionError(f"pcsampling:interval={interval} is out of range; CUPTI samples "
+                           "every 2**N cycles for N in 5..31 (default 10)")
+    return PCOptions(interval, bool(values.get("serialize", 0)))
+
+
+def _context() -> tuple[int, int, bool]:
+    """(CUcontext, device ordinal, retained): the calling thread's current context, else device
+    0's primary context (what torch and Triton use), retained until `release`."""
+    from cuda.bindings import driver
+
+    ok = driver.CUresult.CUDA_SUCCESS
+    err, ctx = driver.cuCtxGetCurrent()
+    if err == ok and int(ctx):
+        err, device = driver.cuCtxGetDevice()
+        return int(ctx), int(device) if err == ok else 0, False
+    err, device = driver.cuDeviceGet(0)
+    err2, ctx = driver.cuDevicePrimaryCtxRetain(device) if err == ok else (err, None)
+    if err2 != ok:
+        raise PCSamplingError(f"no CUDA context to sample ({err2.name})")
+    return int(ctx), 0, True
+
+
+class PCCollector:
+    """The process's PC sampling (one pcsampling session at a time)."""
+
+    def __init__(self, options: PCOptions, lib_path: str, cupti) -> None:
+        """Raises PCSamplingError (one line: why, and the fix) when sampling cannot run."""
+        self.options = options
+        self.context, self.device, self._retained = _context()
+        self.lib = Library(lib_path)
+        self.sampler = Sampler(self.lib, self.context, period=options.interval)
+        self.table = SampleTable(self.sampler.stall_reasons)
+        self._modules: list[bytes] = []
+        """Cubins of modules loaded while sampling (copied: CUPTI's pointer dies at unload)."""
+        self._lock = threading.Lock()
+        self.active = False
+        """The session is active: exact mode samples launches only then."""
+        self.closed = False
+        fields = cupti.resource_data_dtype.fields
+        self._descriptor_at = fields["resource_descriptor"][1]
+        fields = cupti.module_resource_data_dtype.fields
+        self._size_at, self._cubin_at = fields["cubin_size"][1], fields["p_cubin"][1]
+        self.module_cbid = int(cupti.CallbackIdResource.MODULE_LOADED)
+        self.resource_domain = int(cupti.CallbackDomain.RESOURCE)
+        try:
+            from .compiler.kernels import kernels
+
+            kernels.install()  # Triton kernels loaded so far, and every later load
+            self._kernels = kernels
+        except ImportError:  # no Triton: CUDA modules loaded while sampling still get lines
+            self._kernels = None
+
+    # -- running ------------------------------------------------------------------------------
+    def resume(self) -> None:
+        """The session became active."""
+        self.active = True
+        if not self.options.serialize:
+            self.sampler.start()
+
+    def pause(self) -> None:
+        """The session became inactive: stop and keep what was sampled."""
+        self.active = False
+        if self.sampler.started:
+            self.sampler.stop()
+            self.table.add(self.sampler.drain())
+
+    def on_module(self, cbdata: int) -> None:
+        """CUPTI's MODULE_LOADED callback: keep a copy of the cubin."""
+        descriptor = ctypes.c_void_p.from_address(cbdata + self._descriptor_at).value
+        if not descriptor or self.closed:
+            return
+        size = ctypes.c_size_t.from_address(descriptor + self._size_at).value
+        cubin = ctypes.c_void_p.from_address(descriptor + self._cubin_at).value
+        if cubin and size:
+            data = ctypes.string_at(cubin, size)
+            with self._lock:
+                self._modules.append(data)
+
+    def launch_callback(self, on_launch, launch_path, cupti_fields):
+        """Exact mode: a subscriber callback that starts sampling at a launch call's enter
+        and, at its exit, waits for the kernel, stops and counts the samples under the launch's
+        path (from `launch_path(cbdata)`, called at the enter on the launching thread). `on_launch`
+        is the collector's own launch callback, if it has one; module loads go to on_module."""
+        from cuda.bindings import driver
+
+        site_at, _, _ = cupti_fields
+        sampler, table, resource = self.sampler, self.table, self.resource_domain
+        local = threading.local()
+
+        def on_api(userdata, domain, cbid, data) -> None:
+            if domain == resource:
+                if cbid == self.module_cbid:
+                    self.on_module(data)
+                return
+            if on_launch is not None:
+                on_launch(userdata, domain, cbid, data)
+            try:
+                if not ctypes.c_uint32.from_address(data + site_at).value:  # the enter
+                    if not self.active:
+                        return
+                    local.path = launch_path(data)
+                    sampler.start()
+                elif sampler.started:
+                    driver.cuCtxSynchronize()
+                    sampler.stop()
+                    table.add(sampler.drain(), getattr(local, "path", 0))
+            except Exception as exc:  # never into CUPTI
+                print(f"proton: PC sampling around a launch failed: {exc}", file=sys.stderr)
+
+        return on_api
+
+    def module_callback(self, on_launch):
+        """Continuous mode: module loads go to on_module, the rest to `on_launch` (if any)."""
+        resource, module = self.resource_domain, self.module_cbid
+
+        def on_api(userdata, domain, cbid, data) -> None:
+            if domain == resource:
+                if cbid == module:
+                    self.on_module(data)
+            elif on_launch is not None:
+                on_launch(userdata, domain, cbid, data)
+
+        return on_api
+
+    # -- the end --------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Stop, read the rest, release the context; report dropped samples and a full buffer."""
+        self.closed = True
+        try:
+            self.pause()
+        finally:
+            self.sampler.disable()
+            if self._retained:
+                from cuda.bindings import driver
+
+                driver.cuDevicePrimaryCtxRelease(driver.CUdevice(self.device))
+        s = self.sampler
+        if os.environ.get("PROTON_DEBUG"):
+            print(f"proton: PC sampling: {self.table.samples} samples over "
+                  f"{len(self.table.counts)} (PC, reason) pairs; CUPTI total {s.total_samples}, "
+                  f"non-user kernels {s.non_user_samples}", file=sys.stderr)
+        if s.dropped_samples or s.hardware_buffer_full:
+            print(f"proton: PC sampling lost samples: {s.dropped_samples} dropped by the "
+                  f"hardware, buffer full {s.hardware_buffer_full} times; sample less often "
+                  f"(pcsampling:interval={self.options.interval + 2})", file=sys.stderr)
+
+    def line_finder(self):
+        """lines(crc, function, offset) for pc_samples: (file, line) or why there is none."""
+        cubins: dict[int, bytes] = {}
+        sources = list(self._modules)
+        if self._kernels is not None:
+            sources += [c for c in (k.cubin() for k in list(self._kernels.by_function.values()))
+                        if c]
+        for cubin in sources:
+            try:
+                cubins.setdefault(self.lib.cubin_crc(cubin), cubin)
+            except PCSamplingError:
+                continue
+
+        def lines(crc: int, function: str, offset: int):
+            cubin = cubins.get(crc)
+            if cubin is None:
+                return NO_CUBIN
+            return self.lib.source_line(cubin, function, offset) or NO_LINE_INFO
+
+        return lines

@@ -1,0 +1,179 @@
+"""Instruction sampling on a GPU (mode="pcsampling"): samples, stall reasons and source lines
+under the right kernels and call paths. Run with `pytest -m gpu`."""
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import find, load, total
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+
+import proton  # noqa: E402
+import kernels as kernel_module  # noqa: E402
+from kernels import hot_kernel  # noqa: E402
+
+LINE = re.compile(r"(.+):(\d+)@(.+)$")
+HOT_LINE = next(i for i, text in enumerate(inspect.getsource(kernel_module).splitlines(), 1)
+                if text.rstrip().endswith("# HOT"))
+
+
+def hot(x, iters=2048):
+    hot_kernel[(x.numel() // 1024,)](x, x.numel(), ITERS=iters, BLOCK=1024)
+
+
+@pytest.fixture
+def x():
+    assert torch.cuda.is_available()
+    return torch.zeros(1 << 20, device="cuda")
+
+
+def kernel_nodes(node: dict, name: str) -> list[dict]:
+    out = []
+    for child in node["children"]:
+        if child["frame"]["name"] == name:
+            out.append(child)
+        out.extend(kernel_nodes(child, name))
+    return out
+
+
+def lines(kernel: dict) -> dict[tuple[str, int], dict]:
+    out = {}
+    for child in kernel["children"]:
+        m = LINE.match(child["frame"]["name"])
+        assert m, f"unexpected child {child['frame']['name']!r} under a kernel"
+        out[m[1], int(m[2])] = child["metrics"]
+    return out
+
+
+def pc_nodes(node: dict):
+    if "num_samples" in node["metrics"] and node["frame"]["name"] != "ROOT":
+        yield node
+    for child in node["children"]:
+        yield from pc_nodes(child)
+
+
+def test_hot_line_gets_most_samples_and_stalls_add_up(profile_path, x):
+    name, read = profile_path
+    proton.start(name, mode="pcsampling")
+    for _ in range(5):
+        hot(x)  # compiled after start: its module load is seen
+    proton.finalize()
+    root, _ = read()
+    (kernel,) = kernel_nodes(root, "hot_kernel")
+    assert kernel["metrics"]["count"] == 5
+    by_line = lines(kernel)
+    samples = total(kernel, "num_samples")
+    assert samples > 1000
+    hot_samples = by_line[kernel_module.__file__, HOT_LINE]["num_samples"]
+    assert hot_samples / samples > 0.5, by_line
+    assert "no_lines" not in kernel["frame"]
+    nodes = list(pc_nodes(root))
+    assert len(nodes) == len(by_line) + ("num_samples" in kernel["metrics"])
+    for node in nodes:  # each node's stall metrics sum to its stalled samples
+        m = node["metrics"]
+        stalls = sum(v for k, v in m.items() if k.startswith("stalled_"))
+        assert stalls == m["num_stalled_samples"] <= m["num_samples"], node["frame"]
+    assert root["metrics"]["num_samples"] == 0 and "stalled_long_scoreboard" in root["metrics"]
+
+
+def test_kernel_compiled_before_start_gets_lines(profile_path, x):
+    name, read = profile_path
+    hot(x, iters=1024)  # compiled and loaded before the session
+    torch.cuda.synchronize()
+    proton.start(name, mode="pcsampling")
+    for _ in range(5):
+        hot(x, iters=1024)
+    proton.finalize()
+    root, _ = read()
+    (kernel,) = kernel_nodes(root, "hot_kernel")
+    by_line = lines(kernel)
+    assert (kernel_module.__file__, HOT_LINE) in by_line
+    assert total(kernel, "num_samples") - kernel["metrics"].get("num_samples", 0) > 0.9 * \
+        total(kernel, "num_samples")
+
+
+@pytest.mark.parametrize("mode", ["pcsampling", "pcsampling:serialize=1"])
+def test_same_kernel_under_two_scopes(profile_path, x, mode):
+    name, read = profile_path
+    hot(x, iters=512)
+    torch.cuda.synchronize()
+    proton.start(name, mode=mode)
+    with proton.scope("a"):
+        for _ in range(3):
+            hot(x, iters=512)
+    with proton.scope("b"):
+        hot(x, iters=512)
+    proton.finalize()
+    root, _ = read()
+    a = find(root, "a", "hot_kernel")
+    b = find(root, "b", "hot_kernel")
+    assert (a["metrics"]["count"], b["metrics"]["count"]) == (3, 1)
+    sa, sb = total(a, "num_samples"), total(b, "num_samples")
+    assert sa > 0 and sb > 0 and lines(a) and lines(b)
+    # a ran three launches to b's one: about three times the samples (split by GPU time in
+    # continuous mode, counted per launch in exact mode)
+    assert 2.0 < sa / sb < 4.5, (sa, sb)
+    assert (kernel_module.__file__, HOT_LINE) in lines(a)
+
+
+def test_cuda_kernel_without_line_info_keeps_totals_and_says_why(profile_path):
+    name, read = profile_path
+    a = torch.randn(4096, 4096, device="cuda")
+    proton.start(name, mode="pcsampling")
+    for _ in range(5):
+        a @ a
+    proton.finalize()
+    root, _ = read()
+    sampled = [n for n in pc_nodes(root)]
+    assert sampled
+    for node in sampled:
+        if not LINE.match(node["frame"]["name"]):
+            assert node["frame"].get("no_lines"), node["frame"]
+            assert node["metrics"]["count"] >= 1
+
+
+def test_cli_mode_and_interval(tmp_path):
+    script = tmp_path / "work.py"
+    script.write_text(inspect.cleandoc(f"""
+        import sys
+        sys.path.insert(0, {str(kernel_module.__file__.rsplit('/', 1)[0])!r})
+        import torch
+        from kernels import hot_kernel
+        x = torch.zeros(1 << 20, device="cuda")
+        for _ in range(3):
+            hot_kernel[(1024,)](x, x.numel(), ITERS=1024, BLOCK=1024)
+        """))
+    counts = {}
+    for interval in (10, 13):
+        out = tmp_path / f"p{interval}"
+        proc = subprocess.run([sys.executable, "-m", "proton", "-n", str(out), "-m",
+                               f"pcsampling:interval={interval}", str(script)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        root, _ = load(f"{out}.hatchet")
+        counts[interval] = total(root, "num_samples")
+    # 2**3 times fewer cycles between samples: about 8 times the samples (4..16 allowed)
+    assert 4 < counts[10] / counts[13] < 16, counts
+    view = subprocess.run([sys.executable, "-c", "from proton.viewer.cli import main; main()",
+                           "--source", "hot_kernel", f"{tmp_path / 'p10'}.hatchet"],
+                          capture_output=True, text=True)
+    assert view.returncode == 0, view.stderr
+    assert "v * 0.9999 + 0.5" in view.stdout
+
+
+def test_second_sampling_session_is_refused(profile_path):
+    name, _ = profile_path
+    proton.start(name, mode="pcsampling")
+    try:
+        with pytest.raises(proton.ProtonError, match="pcsampling"):
+            proton.start(name + "2", mode="pcsampling")
+    finally:
+        proton.finalize()
