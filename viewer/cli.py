@@ -142,9 +142,9 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         write(f"\nFrames sorted by {columns[0].header}:\n")
         render.draw(render.sorted_rows(prof.gf, columns, visible=visible, names=names, diff=diff),
                     headers, write, width=fold_at, color=color)
-    for reason, kernels in no_lines_notes(prof):
-        write(f"{kernels} kernel{' has' if kernels == 1 else 's have'} samples but no source "
-              f"lines: {reason}\n")
+    for reason, partial, kernels in no_lines_notes(prof):
+        what = "samples not mapped to a source line" if partial else "samples but no source lines"
+        write(f"{kernels} kernel{' has' if kernels == 1 else 's have'} {what}: {reason}\n")
 
 
 def _show_source(kernel: str, width: int | None, profile: str) -> None:

@@ -222,19 +222,22 @@ def _read(path: str) -> str | None:
         return None
 
 
-def no_lines_notes(prof: Profile) -> list[tuple[str, int]]:
-    """(reason, number of distinct kernels) for kernels with samples but no source lines,
-    in the order the tree first meets them."""
+def no_lines_notes(prof: Profile) -> list[tuple[str, bool, int]]:
+    """(reason, some lines mapped, number of distinct kernels) for kernels with samples that
+    have no source line, in the order the tree first meets them. `some lines mapped`: the
+    kernel also has line children (only part of its samples lack a line)."""
     marked = [n for n in prof.gf.graph.traverse() if n.frame.get(NO_LINES)]
     if not marked:  # most profiles: no sample columns to read
         return []
     columns = _Columns(prof)
-    kernels: dict[str, set[str]] = {}
+    kernels: dict[tuple[str, bool], set[str]] = {}
     for node in marked:
         counts = columns.of(node)
         if counts is not None and counts.samples > 0:
-            kernels.setdefault(node.frame.get(NO_LINES), set()).add(node.frame.get("name", ""))
-    return [(reason, len(names)) for reason, names in kernels.items()]
+            partial = any(PYTHON_FRAME.match(c.frame.get("name", "")) for c in node.children)
+            kernels.setdefault((node.frame.get(NO_LINES), partial), set()).add(
+                node.frame.get("name", ""))
+    return [(reason, partial, len(names)) for (reason, partial), names in kernels.items()]
 
 
 def _listing(names: list[str], most: int = 8) -> str:

@@ -38,8 +38,7 @@ def source_view(kernel: KernelSamples, *, width: int | None = None) -> Group:
     """
     out = [summary(kernel)]
     if kernel.lines and kernel.no_lines:
-        out.append(Text(f"some call paths have no source lines: {'; '.join(kernel.no_lines)}",
-                        style="yellow"))
+        out.append(Text(f"not mapped to a line: {'; '.join(kernel.no_lines)}", style="yellow"))
     if not kernel.lines:
         return Group(*out, *_no_lines(kernel))
     hot = hot_lines(kernel)

@@ -6,7 +6,8 @@ Line frames are `/abs/file.py:LINE@FUNCTION`; the file holds SOURCE_DIR in place
 of pc_kernel_source.py, and the tests put the real folder there (build() does it directly).
 What it holds:
 - matmul_kernel under two scopes (forward, backward), lines of pc_kernel_source.py with line 18
-  the hottest, one line in a helper file that is on no machine, and a few unmapped samples;
+  the hottest, one line in a helper file that is on no machine, and a few unmapped samples
+  (under backward with the reason as `no_lines`);
 - softmax_kernel, whose one source file is on no machine;
 - two kernels with samples but no lines (`no_lines` on their frames);
 - memcpy_kernel, timed but never sampled.
@@ -23,6 +24,7 @@ STALLS = ("branch_resolving", "no_instruction", "short_scoreboard", "wait", "lon
           "tex_throttle", "barrier", "membar", "imc_miss", "mio_throttle", "math_pipe_throttle",
           "drain", "lg_throttle", "misc", "dispatch_stall", "sleeping", "selected")
 NO_LINE_INFO = "the cubin has no line info (compile with -lineinfo)"
+SOME_PCS = "some of its PCs have no line in the cubin's line info"
 
 
 def samples(total: int, **stalls: int) -> dict:
@@ -64,7 +66,7 @@ def build(source_dir: str) -> list:
     backward = node("backward", {}, kernel(
         "matmul_kernel", 700_000, 10, samples(8, no_instruction=8),
         line(18, samples(252, math_pipe_throttle=100, wait=50)),
-        line(16, samples(40, long_scoreboard=40))),
+        line(16, samples(40, long_scoreboard=40)), no_lines=SOME_PCS),
         kernel("void at::native::elementwise_kernel<128, 2>(int, at::native::Op)", 50_000, 10,
                samples(50, wait=20, long_scoreboard=10), no_lines=NO_LINE_INFO),
         kernel("void at::native::reduce_kernel<512, 1>(at::native::ReduceOp)", 30_000, 10,
