@@ -109,6 +109,7 @@ def test_long_unsampled_runs_are_elided():
     assert window([10, 40], 100) == [7, 8, 9, 10, 11, 12, 13, None, 37, 38, 39, 40, 41, 42, 43]
     assert window([2, 12], 13) == list(range(1, 14))  # a short run stays
     assert window([5], 6) == [2, 3, 4, 5, 6]
+    assert window([0, 2], 9) == [0, 1, 2, 3, 4, 5]  # line 0 (no line) still drawn
 
 
 def test_kernel_file_comes_before_hotter_helper_files(tmp_path):

@@ -77,7 +77,8 @@ def window(sampled: list[int], last: int) -> list[int | None]:
     """Line numbers to draw (None: an elided run), CONTEXT lines around the sampled ones.
 
     sampled: the sampled line numbers, ascending; last: the file's last line."""
-    out: list[int | None] = list(range(max(1, sampled[0] - CONTEXT), sampled[0] + 1))
+    first = min(sampled[0], max(1, sampled[0] - CONTEXT))  # a line 0 too, if sampled
+    out: list[int | None] = list(range(first, sampled[0] + 1))
     for prev, line in zip(sampled, sampled[1:]):
         if line - prev - 1 > ELIDE:
             out += [*range(prev + 1, prev + CONTEXT + 1), None, *range(line - CONTEXT, line + 1)]
@@ -112,7 +113,7 @@ def _file(sf: SourceFile, total: float, hot: set, width: int | None) -> list[Tex
             out += _fold(_row(("", "", "", "..."), widths, Text(""), style="dim"), width)
             continue
         ls = sf.lines.get(n)
-        line = None if code is None else (code[n - 1].copy() if n <= len(code) else Text(""))
+        line = None if code is None else (code[n - 1].copy() if 1 <= n <= len(code) else Text(""))
         is_hot = (sf.path, n) in hot
         if line is not None and ls is None:
             line.stylize("dim")
