@@ -174,6 +174,8 @@ class CuptiCollector:
             for cbid in self._all_runtime if not self.python else ():
                 self._enable_api(cupti.activity_enable_runtime_api, cbid,
                                  cbid in self._runtime_cbids)
+            if self.pc is not None:
+                self._enable_pc()
         except (cupti.cuptiError, ProtonError) as exc:
             for kind in self._kinds:
                 try:
@@ -187,18 +189,29 @@ class CuptiCollector:
     def _start_pc(self, lib_path: str, on_launch):
         """Set up instruction sampling; the subscriber callback to use. When sampling cannot
         run here, say why once and go on with kernel times (the time profile is still written)."""
-        from .cupti_pcsampling import PCSamplingError
         from .pc_collector import PCCollector
 
         try:
             self.pc = PCCollector(self._pc_options, lib_path, self._cupti)
-        except (PCSamplingError, OSError) as exc:
+        except OSError as exc:
             print(f"proton: PC sampling is off: {exc}; the profile gets kernel times only",
                   file=sys.stderr)
             return on_launch
         if not self.pc.options.serialize:
             return self.pc.module_callback(on_launch)
         return self.pc.launch_callback(on_launch, self._serial_launch_path(), self._fields)
+
+    def _enable_pc(self) -> None:
+        """Start sampling after the activity kinds (CUPTI refuses them once it samples)."""
+        from .cupti_pcsampling import PCSamplingError
+
+        try:
+            self.pc.enable()
+        except PCSamplingError as exc:
+            self.pc.closed = True  # its callbacks stay subscribed and do nothing
+            self.pc = None
+            print(f"proton: PC sampling is off: {exc}; the profile gets kernel times only",
+                  file=sys.stderr)
 
     def _serial_launch_path(self):
         """Exact PC sampling: the path of the launch being made, at its enter (after the

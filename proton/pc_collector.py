@@ -80,12 +80,13 @@ class PCCollector:
     """The process's PC sampling (one pcsampling session at a time)."""
 
     def __init__(self, options: PCOptions, lib_path: str, cupti) -> None:
-        """Raises PCSamplingError (one line: why, and the fix) when sampling cannot run."""
+        """The callbacks work from here on; sampling starts with `enable()`."""
         self.options = options
-        self.context, self.device, self._retained = _context()
         self.lib = Library(lib_path)
-        self.sampler = Sampler(self.lib, self.context, period=options.interval)
-        self.table = SampleTable(self.sampler.stall_reasons)
+        self.sampler: Sampler | None = None
+        self.table: SampleTable | None = None
+        self.context = self.device = 0
+        self._retained = False
         self._modules: list[bytes] = []
         """Cubins of modules loaded while sampling (copied: CUPTI's pointer dies at unload)."""
         self._lock = threading.Lock()
@@ -106,17 +107,29 @@ class PCCollector:
         except ImportError:  # no Triton: CUDA modules loaded while sampling still get lines
             self._kernels = None
 
+    def enable(self) -> None:
+        """Enable and configure sampling on the context. CUPTI refuses activity kinds enabled
+        after it (ERROR_NOT_COMPATIBLE), so this comes last. Raises PCSamplingError (one line:
+        why, and the fix) when sampling cannot run here."""
+        self.context, self.device, self._retained = _context()
+        try:
+            self.sampler = Sampler(self.lib, self.context, period=self.options.interval)
+        except PCSamplingError:
+            self._release()
+            raise
+        self.table = SampleTable(self.sampler.stall_reasons)
+
     # -- running ------------------------------------------------------------------------------
     def resume(self) -> None:
         """The session became active."""
         self.active = True
-        if not self.options.serialize:
+        if not self.options.serialize and self.sampler is not None:
             self.sampler.start()
 
     def pause(self) -> None:
         """The session became inactive: stop and keep what was sampled."""
         self.active = False
-        if self.sampler.started:
+        if self.sampler is not None and self.sampler.started:
             self.sampler.stop()
             self.table.add(self.sampler.drain())
 
@@ -140,7 +153,7 @@ class PCCollector:
         from cuda.bindings import driver
 
         site_at, _, _ = cupti_fields
-        sampler, table, resource = self.sampler, self.table, self.resource_domain
+        resource = self.resource_domain
         local = threading.local()
 
         def on_api(userdata, domain, cbid, data) -> None:
@@ -151,15 +164,17 @@ class PCCollector:
             if on_launch is not None:
                 on_launch(userdata, domain, cbid, data)
             try:
+                sampler = self.sampler
+                if sampler is None or self.closed:
+                    return
                 if not ctypes.c_uint32.from_address(data + site_at).value:  # the enter
-                    if not self.active:
-                        return
-                    local.path = launch_path(data)
-                    sampler.start()
+                    if self.active:
+                        local.path = launch_path(data)
+                        sampler.start()
                 elif sampler.started:
                     driver.cuCtxSynchronize()
                     sampler.stop()
-                    table.add(sampler.drain(), getattr(local, "path", 0))
+                    self.table.add(sampler.drain(), getattr(local, "path", 0))
             except Exception as exc:  # never into CUPTI
                 print(f"proton: PC sampling around a launch failed: {exc}", file=sys.stderr)
 
@@ -186,10 +201,7 @@ class PCCollector:
             self.pause()
         finally:
             self.sampler.disable()
-            if self._retained:
-                from cuda.bindings import driver
-
-                driver.cuDevicePrimaryCtxRelease(driver.CUdevice(self.device))
+            self._release()
         s = self.sampler
         if os.environ.get("PROTON_DEBUG"):
             print(f"proton: PC sampling: {self.table.samples} samples over "
@@ -199,6 +211,13 @@ class PCCollector:
             print(f"proton: PC sampling lost samples: {s.dropped_samples} dropped by the "
                   f"hardware, buffer full {s.hardware_buffer_full} times; sample less often "
                   f"(pcsampling:interval={self.options.interval + 2})", file=sys.stderr)
+
+    def _release(self) -> None:
+        if self._retained:
+            from cuda.bindings import driver
+
+            driver.cuDevicePrimaryCtxRelease(driver.CUdevice(self.device))
+            self._retained = False
 
     def line_finder(self):
         """lines(crc, function, offset) for pc_samples: (file, line) or why there is none."""
