@@ -207,6 +207,11 @@ class PCCollector:
             print(f"proton: PC sampling: {self.table.samples} samples over "
                   f"{len(self.table.counts)} (PC, reason) pairs; CUPTI total {s.total_samples}, "
                   f"non-user kernels {s.non_user_samples}", file=sys.stderr)
+        if s.non_user_samples > 0.05 * max(s.total_samples, 1):
+            print(f"proton: PC sampling: {s.non_user_samples} of {s.total_samples} samples fell "
+                  "in modules CUPTI did not see load (loaded after an earlier profiling session "
+                  "of this process ended); their kernels have no samples: start profiling before "
+                  "they load, or profile in a fresh process", file=sys.stderr)
         if s.dropped_samples or s.hardware_buffer_full:
             print(f"proton: PC sampling lost samples: {s.dropped_samples} dropped by the "
                   f"hardware, buffer full {s.hardware_buffer_full} times; sample less often "
