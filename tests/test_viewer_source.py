@@ -25,6 +25,8 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 FIXTURE = os.path.join(DATA, "pcsampling.hatchet")
 SOURCE = os.path.join(DATA, "pc_kernel_source.py")
 NO_LINE_INFO = "the cubin has no line info (compile with -lineinfo)"
+RECORDED = os.path.join(DATA, "pcsampling_recorded.hatchet")
+"""`proton -m pcsampling` on an H200, of pc_recorded_source.py run as /tmp/mm.py."""
 
 
 def _generator():
@@ -242,15 +244,56 @@ def test_pc_metrics_are_listed_and_shown(profile):
     assert rows[("forward", "matmul_kernel", f"{SOURCE}:18@matmul_kernel")]["num_samples"] == 400
 
 
+@pytest.mark.parametrize("path", [FIXTURE, RECORDED])
 @pytest.mark.parametrize("metrics", ["num_samples,num_stalled_samples",
                                      "num_samples/%,stalled_wait"])
-def test_tritons_viewer_reads_the_file_with_our_numbers(metrics):
+def test_tritons_viewer_reads_the_file_with_our_numbers(path, metrics):
     pytest.importorskip("triton.profiler.viewer")
     from test_triton_viewer import ours, same, theirs
 
-    expected = theirs(FIXTURE, "-m", metrics)
-    got = ours(FIXTURE, "-m", metrics)
+    expected = theirs(path, "-m", metrics)
+    got = ours(path, "-m", metrics)
     assert ("ROOT", "forward", "matmul_kernel") in expected and len(expected) >= 15
     assert set(got) == set(expected)
     for path, values in expected.items():
         assert all(same(a, b) for a, b in zip(got[path], values)), (path, got[path], values)
+
+
+def test_recorded_profile_marks_its_hottest_lines_summed_over_both_scopes(tmp_path):
+    """A real file: a Triton matmul under two scopes, cuBLAS and torch kernels without lines."""
+    with open(RECORDED) as f:
+        text = f.read()
+    per_line: dict[int, int] = {}
+    stack = [json.loads(text)[0]]
+    while stack:
+        node = stack.pop()
+        name = node["frame"]["name"]
+        if name.startswith("/tmp/mm.py:") and name.endswith("@matmul_kernel"):
+            n = int(name.split(":")[1].split("@")[0])
+            per_line[n] = per_line.get(n, 0) + node["metrics"]["num_samples"]
+        stack.extend(node["children"])
+    path = tmp_path / "rec.hatchet"
+    path.write_text(text.replace("/tmp/mm.py", os.path.join(DATA, "pc_recorded_source.py")))
+    result = show("--source", "matmul_kernel", str(path))
+    assert result.exit_code == 0, result.output
+    total = sum(per_line.values())
+    assert result.output.startswith(f"matmul_kernel: {total:,} samples, ")
+    assert ", 2 call paths, 0 samples not mapped to a line" in result.output.splitlines()[0]
+    marked = {int(row.split("│")[0].split()[-1]): row for row in result.output.splitlines()
+              if row.startswith("▶")}
+    hottest = sorted(per_line, key=per_line.get, reverse=True)[:3]
+    assert set(marked) == set(hottest) and "acc += tl.dot(a, b)" in marked[13]
+    for n, row in marked.items():
+        assert row.split()[1:3] == [f"{per_line[n]:,}", f"{per_line[n] / total:.1%}"], row
+    cublas = show("--source", "nvjet", str(path))
+    assert cublas.exit_code == 0, cublas.output
+    assert "no source lines: its cubin has no line info (compile with -lineinfo)" in \
+        cublas.output
+
+
+def test_unknown_kernel_error_cuts_long_kernel_names():
+    result = show("--source", "relu", RECORDED)
+    assert result.exit_code == 2
+    assert "_ZN2at6native29vectorized_elementwise_kernelILi8EZZZNS0_49_GLOBAL__N__d2ba64f..., " \
+           in result.output and "matmul_kernel, nvjet_sm90_" in result.output
+    assert len(result.output) < 400 and len(result.output.strip().splitlines()) == 1

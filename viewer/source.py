@@ -240,8 +240,11 @@ def no_lines_notes(prof: Profile) -> list[tuple[str, bool, int]]:
     return [(reason, partial, len(names)) for (reason, partial), names in kernels.items()]
 
 
-def _listing(names: list[str], most: int = 8) -> str:
+def _listing(names: list[str], most: int = 8, longest: int = 80) -> str:
+    """Names for a one-line error: at most `most`, each cut at `longest` (C++ kernel names
+    run to hundreds of characters; a regex needs only a piece)."""
     if not names:
         return "none"
+    shown = [n if len(n) <= longest else n[:longest - 3] + "..." for n in names[:most]]
     more = f" and {len(names) - most} more" if len(names) > most else ""
-    return ", ".join(names[:most]) + more
+    return ", ".join(shown) + more
