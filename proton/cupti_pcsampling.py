@@ -24,7 +24,7 @@ SAMPLING_PERIOD, STALL_REASON, SCRATCH_BUFFER_SIZE, HARDWARE_BUFFER_SIZE = 1, 2,
 COLLECTION_MODE, START_STOP_CONTROL, OUTPUT_DATA_FORMAT, SAMPLING_DATA_BUFFER = 5, 6, 7, 8
 CONTINUOUS, PARSED = 1, 1
 # CUptiResult values with their own message
-OUT_OF_MEMORY, NOT_SUPPORTED, INSUFFICIENT_PRIVILEGES = 8, 27, 35
+OUT_OF_MEMORY, HARDWARE_BUSY, NOT_SUPPORTED, INSUFFICIENT_PRIVILEGES = 8, 26, 27, 35
 VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES, MIG_DEVICE_NOT_SUPPORTED = 40, 43
 
 
@@ -122,6 +122,10 @@ def explain(function: str, rc: int) -> str:
         return (f"{function} was refused: no permission to use the GPU's profiling counters "
                 "(CUPTI error 35); run as root or set the nvidia driver option "
                 "NVreg_RestrictProfilingToAdminUsers=0 (https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
+    if rc == HARDWARE_BUSY:
+        return (f"{function}: the GPU's profiling hardware is busy (CUPTI error 26): another "
+                "profiler (ncu, DCGM profiling metrics, another PC-sampling process) holds it; "
+                "stop it and profile again")
     if rc in (NOT_SUPPORTED, MIG_DEVICE_NOT_SUPPORTED):
         return (f"{function}: this GPU or configuration does not support PC sampling (CUPTI "
                 f"error {rc}); it needs compute capability 7.0 or newer, outside MIG and vGPU")

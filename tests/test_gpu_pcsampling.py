@@ -204,3 +204,23 @@ def test_second_sampling_session_is_refused(profile_path):
             proton.start(name + "2", mode="pcsampling")
     finally:
         proton.finalize()
+
+
+def test_sampling_that_cannot_run_leaves_the_time_profile(profile_path, x, capfd, monkeypatch):
+    from proton.pc_collector import PCOptions
+    from proton.session import Profiler
+
+    name, read = profile_path
+    # CUPTI itself refuses this period (its range is 5..31; parse_mode stops users before it):
+    # a real CUPTI error on the path a missing permission or a busy GPU takes
+    real = Profiler._start_collector
+    monkeypatch.setattr(Profiler, "_start_collector",
+                        lambda self, pc=None: real(self, PCOptions(interval=3)))
+    proton.start(name, mode="pcsampling")
+    hot(x, iters=100)
+    proton.finalize()
+    assert "PC sampling is off" in capfd.readouterr().err
+    root, _ = read()
+    (kernel,) = kernel_nodes(root, "hot_kernel")
+    assert kernel["metrics"]["count"] == 1 and kernel["metrics"]["time (ns)"] > 0
+    assert "num_samples" not in kernel["metrics"] and not kernel["children"]

@@ -99,3 +99,13 @@ def test_parse_mode():
                        ("pcsampling:rate=3", "interval=N")):
         with pytest.raises(SessionError, match=words):
             parse_mode(bad)
+
+
+def test_cupti_errors_name_the_problem_and_the_fix():
+    from proton.cupti_pcsampling import explain
+
+    assert "permission" in explain("cuptiPCSamplingEnable", 35)
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in explain("cuptiPCSamplingEnable", 35)
+    assert "does not support PC sampling" in explain("cuptiPCSamplingEnable", 27)
+    assert "another profiler" in explain("cuptiPCSamplingEnable", 26)
+    assert "error 99" in explain("cuptiPCSamplingStart", 99)
