@@ -69,11 +69,6 @@ def trial(label, period=10, **kw):
     t = time.perf_counter(); s.disable(); print(f"  disable {(time.perf_counter()-t)*1e3:.1f} ms")
 
 
-trial("minimal", only=(6, 8))
-trial("min+period", only=(6, 8, 1))
-trial("min+reasons", only=(6, 8, 2))
-trial("min+mode+format", only=(6, 8, 5, 7))
-trial("min+buffers", only=(6, 8, 3, 4))
 trial("first")
 if len(sys.argv) > 2:
     trial("default-buffers", scratch_bytes=0, hardware_bytes=0)

@@ -22,7 +22,7 @@ STALL_REASON_STRING_SIZE = 128
 # CUpti_PCSamplingConfigurationAttributeType
 SAMPLING_PERIOD, STALL_REASON, SCRATCH_BUFFER_SIZE, HARDWARE_BUFFER_SIZE = 1, 2, 3, 4
 COLLECTION_MODE, START_STOP_CONTROL, OUTPUT_DATA_FORMAT, SAMPLING_DATA_BUFFER = 5, 6, 7, 8
-CONTINUOUS, PARSED = 1, 1
+CONTINUOUS, KERNEL_SERIALIZED, PARSED = 1, 2, 1
 # CUptiResult values with their own message
 OUT_OF_MEMORY, HARDWARE_BUSY, NOT_SUPPORTED, INSUFFICIENT_PRIVILEGES = 8, 26, 27, 35
 VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES, MIG_DEVICE_NOT_SUPPORTED = 40, 43
@@ -198,20 +198,21 @@ class Library:
 
 
 class Sampler:
-    """PC sampling on one CUDA context, CONTINUOUS collection under start/stop control."""
+    """PC sampling on one CUDA context: CONTINUOUS collection under start/stop control, or
+    KERNEL_SERIALIZED (exact per-launch samples)."""
 
     def __init__(self, lib: Library, context: int, *, period: int, max_pcs: int = 10_000,
                  scratch_bytes: int = 32 << 20, hardware_bytes: int = 256 << 20,
-                 only: tuple[int, ...] | None = None, mode: int = CONTINUOUS,
-                 start_stop: int = 1) -> None:
-        """period: sample every 2**period cycles (CUPTI takes 5..31)."""
+                 serialized: bool = False) -> None:
+        """period: sample every 2**period cycles (CUPTI takes 5..31).
+        serialized: CUPTI runs kernels one at a time and each launch's samples are ready when
+        its call returns (read them with drain()); else CONTINUOUS under start()/stop()."""
         self.lib, self.context = lib, context
         self.enabled = self.started = False
         lib.call("cuptiPCSamplingEnable", _ContextParams(ctx=context))
         self.enabled = True
         try:
-            self._configure(period, max_pcs, scratch_bytes, hardware_bytes, only, mode,
-                            start_stop)
+            self._configure(period, max_pcs, scratch_bytes, hardware_bytes, serialized)
         except PCSamplingError:
             self.disable()
             raise
@@ -220,7 +221,7 @@ class Sampler:
         """GetData calls that found the hardware buffer full (samples were lost)."""
 
     def _configure(self, period: int, max_pcs: int, scratch: int, hardware: int,
-                   only, mode, start_stop) -> None:
+                   serialized: bool) -> None:
         count = _c.c_size_t()
         self.lib.call("cuptiPCSamplingGetNumStallReasons",
                       _NumStallReasonsParams(ctx=self.context, count=_c.pointer(count)))
@@ -250,11 +251,10 @@ class Sampler:
         attrs = [(SAMPLING_PERIOD, "u32", period), (STALL_REASON, "stall", None),
                  *([(SCRATCH_BUFFER_SIZE, "size", scratch)] if scratch else []),
                  *([(HARDWARE_BUFFER_SIZE, "size", hardware)] if hardware else []),
-                 (COLLECTION_MODE, "u32", mode), (START_STOP_CONTROL, "u32", start_stop),
+                 (COLLECTION_MODE, "u32", KERNEL_SERIALIZED if serialized else CONTINUOUS),
+                 (START_STOP_CONTROL, "u32", int(not serialized)),
                  (OUTPUT_DATA_FORMAT, "u32", PARSED),
                  (SAMPLING_DATA_BUFFER, "pointer", _c.addressof(self._data))]
-        if only is not None:
-            attrs = [a for a in attrs if a[0] in only]
         infos = (ConfigurationInfo * len(attrs))()
         for info, (kind, field, value) in zip(infos, attrs):
             info.attributeType = kind
