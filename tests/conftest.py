@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -34,6 +38,28 @@ def kernels(node: dict) -> list[dict]:
 
 def total(node: dict, metric: str) -> float:
     return node["metrics"].get(metric, 0) + sum(total(c, metric) for c in node["children"])
+
+
+def viewer_in_terminal(*args: str) -> str:
+    """proton-viewer's output with a real terminal as its stdout (colours on)."""
+    main, child = pty.openpty()
+    run = subprocess.Popen([sys.executable, "-m", "proton.viewer.cli", *args], stdout=child,
+                           stderr=subprocess.PIPE,
+                           env={**{k: v for k, v in os.environ.items() if k != "NO_COLOR"},
+                                "TERM": "xterm-256color"})
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the viewer closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert run.wait(timeout=120) == 0, run.stderr.read()
+    return out.decode()
 
 
 def run_threads(threads: list[threading.Thread]) -> None:

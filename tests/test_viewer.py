@@ -7,6 +7,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from conftest import viewer_in_terminal
 from proton.viewer.cli import viewer
 from proton.viewer.derive import derive
 from proton.viewer.reader import load
@@ -192,28 +193,7 @@ def test_csv_and_sorted_views():
 
 
 def test_terminal_output_is_coloured_by_share_of_root():
-    import pty
-    import subprocess
-    import sys
-
-    main, child = pty.openpty()  # a real terminal for the viewer's stdout
-    run = subprocess.Popen([sys.executable, "-m", "proton.viewer.cli", "-d", "1", "--width", "100",
-                            EXAMPLE], stdout=child, stderr=subprocess.PIPE,
-                           env={**{k: v for k, v in os.environ.items() if k != "NO_COLOR"},
-                                "TERM": "xterm-256color"})
-    os.close(child)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # the viewer closed its end
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(main)
-    assert run.wait(timeout=120) == 0, run.stderr.read()
-    text = out.decode()
+    text = viewer_in_terminal("-d", "1", "--width", "100", EXAMPLE)
     assert "\x1b[1;31m" in text.splitlines()[1]  # ROOT is 100% of itself: the hottest band
     assert "share of ROOT (1.114)" in text  # the legend
 

@@ -9,13 +9,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import pty
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
 
+from conftest import viewer_in_terminal
 from proton.viewer.cli import viewer
 from proton.viewer.reader import load
 from proton.viewer.source import KernelSamples, LineSamples, Samples, find_kernel, source_files
@@ -195,24 +193,7 @@ def test_width_folds_code_and_keeps_every_character(profile):
 
 
 def test_terminal_output_is_highlighted_and_hot_lines_coloured(profile):
-    main, child = pty.openpty()
-    run = subprocess.Popen([sys.executable, "-m", "proton.viewer.cli", "--source", "matmul",
-                            "--width", "120", profile], stdout=child, stderr=subprocess.PIPE,
-                           env={**{k: v for k, v in os.environ.items() if k != "NO_COLOR"},
-                                "TERM": "xterm-256color"})
-    os.close(child)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(main)
-    assert run.wait(timeout=120) == 0, run.stderr.read()
-    text = out.decode()
+    text = viewer_in_terminal("--source", "matmul", "--width", "120", profile)
     hot = next(line for line in text.splitlines() if "acc +=" in line)
     assert hot.startswith("\x1b[1;31m▶")  # the mark, bold red
     assert "\x1b[94" in text  # keywords (def, for) coloured by the Python lexer
