@@ -133,8 +133,9 @@ class PCCollector:
         """The session became inactive: stop and keep what was sampled."""
         self.active = False
         if self.sampler is not None and self.sampler.started:
-            self.sampler.stop()
-            self.table.add(self.sampler.drain())
+            with self._lock:  # one sampling buffer: one reader at a time
+                self.sampler.stop()
+                self.table.add(self.sampler.drain())
 
     def on_module(self, cbdata: int) -> None:
         """CUPTI's MODULE_LOADED callback: keep a copy of the cubin."""
@@ -144,9 +145,7 @@ class PCCollector:
         size = ctypes.c_size_t.from_address(descriptor + self._size_at).value
         cubin = ctypes.c_void_p.from_address(descriptor + self._cubin_at).value
         if cubin and size:
-            data = ctypes.string_at(cubin, size)
-            with self._lock:
-                self._modules.append(data)
+            self._modules.append(ctypes.string_at(cubin, size))  # list.append is atomic
 
     def launch_callback(self, on_launch, launch_path, cupti_fields):
         """Exact mode: a subscriber callback that notes the launch's path at a launch call's
@@ -156,12 +155,12 @@ class PCCollector:
         on_module."""
         site_at, _, _ = cupti_fields
         resource = self.resource_domain
+        module = self.module_callback(None)
         local = threading.local()
 
         def on_api(userdata, domain, cbid, data) -> None:
             if domain == resource:
-                if cbid == self.module_cbid:
-                    self.on_module(data)
+                module(userdata, domain, cbid, data)
                 return
             if on_launch is not None:
                 on_launch(userdata, domain, cbid, data)
@@ -172,10 +171,11 @@ class PCCollector:
                 if not ctypes.c_uint32.from_address(data + site_at).value:  # the enter
                     local.path = launch_path(data) if self.active else None
                     return
-                drained = sampler.drain()  # kernels of inactive stretches are read and dropped
                 path = getattr(local, "path", None)
-                if path is not None and drained:
-                    self.table.add(drained, path)
+                with self._lock:  # launches from several threads share one sampling buffer
+                    drained = sampler.drain()  # inactive stretches' kernels: read, dropped
+                    if path is not None and drained:
+                        self.table.add(drained, path)
             except Exception as exc:  # never into CUPTI
                 print(f"proton: PC sampling around a launch failed: {exc}", file=sys.stderr)
 
@@ -186,11 +186,15 @@ class PCCollector:
         resource, module = self.resource_domain, self.module_cbid
 
         def on_api(userdata, domain, cbid, data) -> None:
-            if domain == resource:
-                if cbid == module:
+            if domain != resource:
+                if on_launch is not None:
+                    on_launch(userdata, domain, cbid, data)
+            elif cbid == module:
+                try:
                     self.on_module(data)
-            elif on_launch is not None:
-                on_launch(userdata, domain, cbid, data)
+                except Exception as exc:  # never into CUPTI
+                    print(f"proton: could not keep a loaded module's cubin: {exc}",
+                          file=sys.stderr)
 
         return on_api
 
