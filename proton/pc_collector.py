@@ -154,14 +154,9 @@ class PCCollector:
         `on_launch` is the collector's own launch callback, if it has one; module loads go to
         on_module."""
         site_at, _, _ = cupti_fields
-        resource = self.resource_domain
-        module = self.module_callback(None)
         local = threading.local()
 
-        def on_api(userdata, domain, cbid, data) -> None:
-            if domain == resource:
-                module(userdata, domain, cbid, data)
-                return
+        def on_launch_call(userdata, domain, cbid, data) -> None:
             if on_launch is not None:
                 on_launch(userdata, domain, cbid, data)
             try:
@@ -179,10 +174,11 @@ class PCCollector:
             except Exception as exc:  # never into CUPTI
                 print(f"proton: PC sampling around a launch failed: {exc}", file=sys.stderr)
 
-        return on_api
+        return self.module_callback(on_launch_call)
 
     def module_callback(self, on_launch):
-        """Continuous mode: module loads go to on_module, the rest to `on_launch` (if any)."""
+        """The subscriber callback: module loads go to on_module, launch calls to `on_launch`
+        (if any)."""
         resource, module = self.resource_domain, self.module_cbid
 
         def on_api(userdata, domain, cbid, data) -> None:
