@@ -14,9 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
+CUPTI_STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
+# the file's names (Triton's Proton's), shared with the viewer
 NUM_SAMPLES = "num_samples"
 NUM_STALLED = "num_stalled_samples"
+STALLED_PREFIX = "stalled_"
+NO_LINES = "no_lines"
+"""The frame key of a kernel whose samples could not all be mapped to source lines: why."""
 _TRITON_SPELLING = {"no_instructions": "no_instruction"}
 """Where Triton's Proton names a reason other than CUPTI's suffix (its files and ours must match)."""
 
@@ -31,10 +35,10 @@ def metric_name(reason: str) -> tuple[str, bool]:
 
     'smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued' -> ('stalled_long_scoreboard', True)
     """
-    short = reason.removeprefix(STALL_PREFIX)
+    short = reason.removeprefix(CUPTI_STALL_PREFIX)
     not_issued = short.endswith("_not_issued")
     short = short.removesuffix("_not_issued")
-    return "stalled_" + _TRITON_SPELLING.get(short, short), not_issued
+    return STALLED_PREFIX + _TRITON_SPELLING.get(short, short), not_issued
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from . import metrics as m
 from .errors import SessionError
 from .paths import ROOT, paths
+from .pc_samples import NO_LINES
 
 if TYPE_CHECKING:
     from .attribution import KernelRecord
@@ -59,7 +60,7 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
         kids = sorted(children.get(pid, ()), key=lambda k: (frames[k].name, frames[k].kind))
         frame = {"name": frames[pid].name, "type": "function"}
         if pid in notes:
-            frame["no_lines"] = notes[pid]
+            frame[NO_LINES] = notes[pid]
         return {"frame": frame, "metrics": out, "children": [node(k) for k in kids]}
 
     root = node(ROOT)

@@ -15,15 +15,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..pc_samples import NO_LINES, NUM_SAMPLES, NUM_STALLED, STALLED_PREFIX
 from ..python_context import PYTHON_FRAME
 from .errors import ViewerError
 from .reader import Profile
-
-SAMPLES = "num_samples"
-STALLED = "num_stalled_samples"
-STALL_PREFIX = "stalled_"
-NO_LINES = "no_lines"
-"""The frame key a kernel node carries when its samples could not be mapped to lines."""
 
 
 @dataclass(slots=True)
@@ -85,21 +80,22 @@ class _Columns:
 
     def __init__(self, prof: Profile) -> None:
         df = prof.gf.dataframe
-        names = [c for c in df.columns if c in (SAMPLES, STALLED) or c.startswith(STALL_PREFIX)]
+        names = [c for c in df.columns
+                 if c in (NUM_SAMPLES, NUM_STALLED) or c.startswith(STALLED_PREFIX)]
         names = [c for c in names if not c.endswith(" (inc)")]
         self.values = {c: pd.to_numeric(df[c], errors="coerce").to_dict() for c in names}
 
     def of(self, node) -> Samples | None:
         """The node's samples; None when it carries no `num_samples`."""
-        own = self.values.get(SAMPLES, {}).get(node)
+        own = self.values.get(NUM_SAMPLES, {}).get(node)
         if own is None or math.isnan(own):
             return None
         stalls = {}
         for column, values in self.values.items():
             v = values.get(node)
-            if column.startswith(STALL_PREFIX) and v is not None and not math.isnan(v) and v:
-                stalls[column[len(STALL_PREFIX):]] = v
-        stalled = self.values.get(STALLED, {}).get(node)
+            if column.startswith(STALLED_PREFIX) and v is not None and not math.isnan(v) and v:
+                stalls[column[len(STALLED_PREFIX):]] = v
+        stalled = self.values.get(NUM_STALLED, {}).get(node)
         if stalled is None or math.isnan(stalled):
             stalled = sum(stalls.values())
         return Samples(own, stalled, stalls)
