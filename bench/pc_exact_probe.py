@@ -3,8 +3,8 @@
 import time, torch
 from cuda.bindings import driver
 import proton
-from proton.cupti_buffers import loaded_libcupti
-from proton.cupti_pcsampling import Library, Sampler
+from proton.cupti.buffers import loaded_libcupti
+from proton.cupti.pcsampling import Library, Sampler
 from proton.examples.matmul import matmul
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16); c = torch.empty_like(a)
 matmul(a, a, c); torch.cuda.synchronize()

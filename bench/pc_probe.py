@@ -7,8 +7,8 @@ from cuda.bindings import driver
 from cupti import cupti
 
 from proton.compiler.kernels import loaded_kernels
-from proton.cupti_buffers import loaded_libcupti
-from proton.cupti_pcsampling import Library, Sampler
+from proton.cupti.buffers import loaded_libcupti
+from proton.cupti.pcsampling import Library, Sampler
 from proton.examples.matmul import matmul
 
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)

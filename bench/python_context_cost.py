@@ -15,13 +15,12 @@ import sys
 import time
 
 import proton
-from proton.python_context import launch_path
-from proton.scope import stacks
+from proton.context.python import launch_path
 
 N = 200_000
 LIBRARY = """
 def leaf():
-    return launch_path(sys._getframe(), stacks)
+    return launch_path(sys._getframe())
 def noop():
     return 0
 def run(f):
@@ -41,7 +40,7 @@ def loop(f, lib) -> float:
 
 
 def main() -> None:
-    ns = {"sys": sys, "stacks": stacks, "launch_path": launch_path}
+    ns = {"sys": sys, "launch_path": launch_path}
     exec(compile(LIBRARY, "/usr/lib/python3/site-packages/fake_triton.py", "exec"), ns)
     proton.start("/tmp/python_context_cost", context="python")
     base = min(loop(ns["noop"], ns["lambda_"]) for _ in range(3))

@@ -9,23 +9,20 @@ Options after the name, `triton:OPTION[:OPTION...]`:
   exclude=REGEX     kernels with their CUPTI name; their launch_metadata is not run)
 
 Chains with any other launch hooks through Triton's knobs (add/remove), never replacing them.
+Installed by the front door (proton.start) and talks to the runtime through runtime/ops.py only.
 """
 from __future__ import annotations
 
-import re
 import sys
 import threading
-from dataclasses import dataclass
 from numbers import Number
 
+from ..data.metrics import RESERVED
 from ..errors import SessionError
-from ..metrics import RESERVED
-from ..paths import OP, paths
-from ..scope import enter_frame, exit_scope, launch_parent, pop_op, push_op
-from ..session import profiler
+from ..format import LAUNCH_METADATA
+from ..options import HookOptions
+from ..runtime import ops
 
-LAUNCH_METADATA = "__proton_launch_metadata"
-"""Kernels that a launch_metadata function launches go under this frame (hidden by the viewers)."""
 _NOT_METRICS = {"name", "function", "stream"}
 
 
@@ -36,50 +33,7 @@ class _State(threading.local):
 
 _state = _State()
 _installed = False
-
-
-@dataclass(frozen=True, slots=True)
-class HookOptions:
-    config: bool = False
-    """Append grid, warps, stages and shared memory to op names."""
-    constexprs: tuple[str, ...] | None = ()
-    """Constexprs to append too (None: all the kernel declares)."""
-    include: re.Pattern | None = None
-    exclude: re.Pattern | None = None
-
-
 _options = HookOptions()
-_KEYS = ("config", "include", "exclude")
-
-
-def parse(spec: str) -> HookOptions:
-    """`triton[:config[=A,B|*]][:include=REGEX][:exclude=REGEX]` -> HookOptions.
-
-    Raises:
-        SessionError: another hook name, an unknown option or a bad regular expression.
-    """
-    head, _, rest = spec.partition(":")
-    if head != "triton":
-        raise SessionError(f"hook={spec!r} is not supported; use 'triton' or "
-                           "'triton:config', 'triton:include=REGEX', ... (see proton -h)")
-    found: dict = {}
-    # a regex may hold ':'; split only where a known option follows
-    for part in re.split(r":(?=(?:config|include|exclude)(?:=|:|$))", rest) if rest else []:
-        key, eq, value = part.partition("=")
-        if key not in _KEYS or (key != "config" and not eq):
-            raise SessionError(f"hook option {part!r} in {spec!r} is not known; use config, "
-                               "config=NAME,NAME, include=REGEX or exclude=REGEX")
-        if key == "config":
-            names = [n.strip() for n in value.split(",") if n.strip()]
-            found["config"] = True
-            found["constexprs"] = None if names == ["*"] else tuple(names)
-        else:
-            try:
-                found[key] = re.compile(value)
-            except re.error as exc:
-                raise SessionError(f"hook option {key}={value!r} is not a valid regular "
-                                   f"expression: {exc}") from None
-    return HookOptions(**found)
 
 
 def _metrics(md: dict) -> dict[str, float]:
@@ -98,9 +52,8 @@ def _enter(metadata) -> None:
     """Per launch, so lean: the op is not a scope on the thread's stack, only its path id pushed
     as CUPTI's external correlation id for the one launch between the enter and exit hooks."""
     state = _state
-    pop_op()  # the last launch raised before the exit hook ran
-    collector = profiler.collector
-    if state.busy or collector is None or not profiler.sessions:
+    if state.busy or not ops.collecting():
+        ops.exit_op()  # the last launch raised before the exit hook ran
         return
     data = metadata.data
     opts = _options
@@ -113,11 +66,8 @@ def _enter(metadata) -> None:
     if getattr(metadata, "extras", True):  # a launch_metadata function: it may launch kernels
         state.busy = True
         try:
-            enter_frame(LAUNCH_METADATA, {})
-            try:
+            with ops.frame(LAUNCH_METADATA):
                 md = metadata.get()
-            finally:
-                exit_scope()
         finally:
             state.busy = False
         name = md.get("name") or data.get("name", "triton_kernel")
@@ -126,14 +76,11 @@ def _enter(metadata) -> None:
         name = data.get("name", "triton_kernel")
     if opts.config:
         name = _config_name(name, data.get("function"), opts.constexprs)
-    path = paths.intern(launch_parent(), name, OP)
-    push_op(collector, path)
-    if values:
-        profiler.add_metrics(path, values)
+    ops.enter_op(name, values)
 
 
 def _exit(metadata) -> None:
-    pop_op()
+    ops.exit_op()
 
 
 _names: dict[tuple, str] = {}
@@ -198,10 +145,13 @@ def _compiled_kernel(launcher):
     return None
 
 
-def install(spec: str = "triton") -> None:
-    """Add the hooks to Triton's launch hook chains (once), with the options in `spec`."""
+def install(options: HookOptions, spec: str = "triton") -> None:
+    """Add the hooks to Triton's launch hook chains (once), with `options` (parsed from `spec`).
+
+    Raises:
+        SessionError: no Triton, or other options than the running session's.
+    """
     global _installed, _options
-    options = parse(spec)
     if _installed and options != _options:
         raise SessionError(f"hook={spec!r} differs from the hook options of the running "
                            "session; finalize it first or use the same options")

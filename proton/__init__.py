@@ -6,17 +6,40 @@ Usage:
     with proton.scope("forward"):
         model(x)
     proton.finalize()                 # writes run1.hatchet; `proton-viewer -m time/ms run1.hatchet`
+
+Names load on first use (PEP 562), so `import proton.viewer` or `import proton.compiler` loads
+no runtime module and starts nothing. ARCHITECTURE.md maps the package.
 """
 from __future__ import annotations
 
-from .errors import ProfilerConflictError, ProtonError, ScopeError, SessionError
-from .profile import activate, deactivate, finalize, profile, start
-from .scope import cpu_timed_scope, enter_scope, enter_state, exit_scope, exit_state, scope, state
+import importlib
 
 DEFAULT_PROFILE_NAME = "proton"
+
+_WHERE = {
+    "start": "api", "activate": "api", "deactivate": "api", "finalize": "api", "profile": "api",
+    "scope": "scopes", "cpu_timed_scope": "scopes", "enter_scope": "scopes", "exit_scope": "scopes",
+    "state": "scopes", "enter_state": "scopes", "exit_state": "scopes",
+    "ProtonError": "errors", "ScopeError": "errors", "SessionError": "errors",
+    "ProfilerConflictError": "errors",
+}
+"""Public name -> the module (of this package) that defines it."""
 
 __all__ = [
     "start", "activate", "deactivate", "finalize", "profile",
     "scope", "cpu_timed_scope", "enter_scope", "exit_scope", "state", "enter_state", "exit_state",
     "ProtonError", "ScopeError", "SessionError", "ProfilerConflictError", "DEFAULT_PROFILE_NAME",
 ]
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'proton' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,8 +9,12 @@ import traceback
 
 import click
 
+from . import api
+from .context import python as python_context
 from .errors import ProtonError
-from .session import CONTEXTS, DATA, profiler
+from .options import CONTEXTS, DATA
+from .report import warn
+from .runtime.profiler import profiler
 
 EPILOG = """\b
 Examples:
@@ -65,8 +69,9 @@ def proton(name, backend, context, data, hook, mode, target, args) -> None:
     if target != "pytest" and not os.path.isfile(target):
         raise click.BadParameter(f"no such script {target!r}; give a path to a .py file or "
                                  "'pytest'", param_hint="SCRIPT.py|pytest")
+    python_context.set_runner(_run.__code__)  # nothing outside it is the user's
     try:
-        profiler.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+        api.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
     except ProtonError as exc:
         raise click.UsageError(str(exc)) from None
     status = _run_profiled(target, list(args))
@@ -95,17 +100,17 @@ def _run_profiled(target: str, args: list[str]) -> int:
     except SystemExit as exc:
         status = _exit_status(exc.code)
     except _Terminated:
-        print("proton: terminated; writing the profile", file=sys.stderr)
+        warn("terminated; writing the profile")
         status = 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        print("proton: interrupted; writing the profile", file=sys.stderr)
+        warn("interrupted; writing the profile")
         status = 130
     except BaseException:
         traceback.print_exc()
         status = 1
     finally:
         if _Terminated.seen and status != 128 + signal.SIGTERM:  # pytest caught it first
-            print("proton: terminated; writing the profile", file=sys.stderr)
+            warn("terminated; writing the profile")
             status = 128 + signal.SIGTERM
         sys.argv[:], sys.path[:] = saved[0], saved[1]
         profiler.command_line = False
@@ -113,10 +118,10 @@ def _run_profiled(target: str, args: list[str]) -> int:
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            for path in profiler.finalize():
-                print(f"proton: wrote {path}", file=sys.stderr)
+            for path in api.write_profiles():
+                warn(f"wrote {path}")
         except Exception as exc:
-            print(f"proton: could not write the profile: {exc}", file=sys.stderr)
+            warn(f"could not write the profile: {exc}")
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, saved[2])

@@ -7,8 +7,8 @@ from collections import Counter
 
 from conftest import find, load
 
-from proton.attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord, each
-from proton.paths import ROOT
+from proton.cupti.attribution import ApiRecord, Attributor, ExternalRecord, KernelRecord, each
+from proton.data.paths import ROOT
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -115,23 +115,23 @@ def test_replayed_h100_records_rebuild_the_recorded_tree():
 
 
 def test_unscoped_launch_from_a_helper_thread_takes_the_main_threads_scope():
-    from proton.session import Profiler
+    from proton.runtime.timeline import MainTimeline
 
-    prof = Profiler()
-    prof._main_timeline[:] = [(10, 5), (20, 6), (30, 0)]
+    timeline = MainTimeline()
+    timeline.entries[:] = [(10, 5), (20, 6), (30, 0)]
     # CUPTI gives the low 32 bits of the thread id; the main thread itself had no scope
-    assert prof._unscoped(prof.main_thread & 0xFFFFFFFF, 25) == ROOT
-    assert prof._unscoped(1234, 5) == ROOT
-    assert prof._unscoped(1234, 15) == 5
-    assert prof._unscoped(1234, 25) == 6
-    assert prof._unscoped(1234, 35) == ROOT
-    old = prof._main_timeline
-    prof._forget_before(12)
-    assert prof._main_timeline == [(10, 5), (20, 6), (30, 0)]  # (10, 5) is current at 12
-    prof._forget_before(25, keep=1)
-    assert prof._main_timeline == [(30, 0)] and len(old) == 3  # replaced, never cut in place
-    prof._main_timeline[:] = [(10, 5), (20, 6), (30, 0)]
-    got, att = [], Attributor(each(lambda p, r, ts: got.append(p)), prof._unscoped)
+    assert timeline.unscoped(timeline.main_thread & 0xFFFFFFFF, 25) == ROOT
+    assert timeline.unscoped(1234, 5) == ROOT
+    assert timeline.unscoped(1234, 15) == 5
+    assert timeline.unscoped(1234, 25) == 6
+    assert timeline.unscoped(1234, 35) == ROOT
+    old = timeline.entries
+    timeline.forget_before(12)
+    assert timeline.entries == [(10, 5), (20, 6), (30, 0)]  # (10, 5) is current at 12
+    timeline.forget_before(25, keep=1)
+    assert timeline.entries == [(30, 0)] and len(old) == 3  # replaced, never cut in place
+    timeline.entries[:] = [(10, 5), (20, 6), (30, 0)]
+    got, att = [], Attributor(each(lambda p, r, ts: got.append(p)), timeline.unscoped)
     att.add_buffer([], [ApiRecord(1, 22, False, 1234)], [KernelRecord(1, "k", 0, 23, 24)])
     assert got == [6]
 
@@ -144,7 +144,7 @@ def test_records_are_read_from_the_bindings_own_struct_layout():
     import numpy as np
     from cupti import cupti
 
-    from proton.cupti_collector import field_reader
+    from proton.cupti.collector import field_reader
 
     api = np.zeros(2, dtype=cupti.activity_api_dtype)
     api["kind"], api["cbid"], api["start"] = int(cupti.ActivityKind.DRIVER), 7, 123456789012
@@ -179,7 +179,7 @@ def test_only_successful_launch_calls_wait_for_a_kernel():
     import numpy as np
     from cupti import cupti
 
-    from proton.cupti_collector import CuptiCollector
+    from proton.cupti.collector import CuptiCollector
 
     got = []
     collector = CuptiCollector(each(lambda path, rec, ts: got.append((path, rec.name))))
@@ -199,7 +199,7 @@ def test_only_successful_launch_calls_wait_for_a_kernel():
     parts = [ext.tobytes(), api.tobytes(), kern.tobytes()]
     offsets = [0] + [len(parts[0]) + i * api.dtype.itemsize for i in range(3)] + \
         [len(parts[0]) + len(parts[1])]
-    collector._read_records(memoryview(b"".join(parts)), offsets)
+    collector.read_records(memoryview(b"".join(parts)), offsets)
     assert collector.callback_errors == []
     assert got == [(7, "k")]
     assert collector.attributor.launches == 1 and collector.attributor.waiting_kernels == 0
@@ -208,7 +208,7 @@ def test_only_successful_launch_calls_wait_for_a_kernel():
 def test_our_libcupti_is_the_one_of_cupti_pythons_major_version(tmp_path):
     import pytest
 
-    from proton.cupti_buffers import loaded_libcupti
+    from proton.cupti.buffers import loaded_libcupti
 
     maps = tmp_path / "maps"
     triton = "7f00-7f01 r-xp 0 0 0 /x/triton/backends/nvidia/lib/cupti/libcupti.so.12\n"

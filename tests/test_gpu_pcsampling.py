@@ -203,16 +203,13 @@ def test_second_sampling_session_is_refused(profile_path):
 
 
 def test_sampling_that_cannot_run_leaves_the_time_profile(profile_path, x, capfd, monkeypatch):
-    from proton.pc_collector import PCOptions
-    from proton.session import Profiler
+    from proton import options
 
     name, read = profile_path
     # CUPTI itself refuses this period (its range is 5..31; parse_mode stops users before it):
     # a real CUPTI error on the path a missing permission or a busy GPU takes
-    real = Profiler._start_collector
-    monkeypatch.setattr(Profiler, "_start_collector",
-                        lambda self, pc=None: real(self, PCOptions(interval=3)))
-    proton.start(name, mode="pcsampling")
+    monkeypatch.setattr(options, "INTERVALS", range(3, 32))
+    proton.start(name, mode="pcsampling:interval=3")
     hot(x, iters=100)
     proton.finalize()
     assert "PC sampling is off" in capfd.readouterr().err

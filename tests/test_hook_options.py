@@ -10,8 +10,8 @@ import proton
 from proton.cli import proton as proton_cmd
 from proton.compiler.kernels import from_metadata_group
 from proton.errors import SessionError
-from proton.hooks.triton_hook import parse
-from proton.session import profiler
+from proton.options import parse_hook as parse
+from proton.runtime.profiler import profiler
 
 
 def test_options_parse_into_config_constexprs_and_filters():

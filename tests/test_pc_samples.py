@@ -1,14 +1,14 @@
 """PC samples into kernel and line nodes, without a GPU: drained columns as CUPTI hands them
-(cupti_pcsampling.Drained) replayed into pc_samples."""
+(cupti/pcsampling.Drained) replayed into data/pc_samples."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from proton.cupti_pcsampling import Drained
-from proton.pc_collector import PCOptions, parse_mode
+from proton.cupti.pcsampling import Drained
+from proton.options import PCOptions, parse_mode
 from proton.errors import SessionError
-from proton.pc_samples import SampleTable, metric_name, split
+from proton.data.pc_samples import SampleTable, metric_name, split
 
 P = "smsp__pcsamp_warps_issue_stalled_"
 REASONS = {3: P + "long_scoreboard", 4: P + "long_scoreboard_not_issued", 7: P + "wait",
@@ -102,7 +102,7 @@ def test_parse_mode():
 
 
 def test_cupti_errors_name_the_problem_and_the_fix():
-    from proton.cupti_pcsampling import explain
+    from proton.cupti.pcsampling import explain
 
     assert "permission" in explain("cuptiPCSamplingEnable", 35)
     assert "NVreg_RestrictProfilingToAdminUsers=0" in explain("cuptiPCSamplingEnable", 35)

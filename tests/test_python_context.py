@@ -1,5 +1,5 @@
 """context="python" call paths, on the CPU: the path a launch made at a given point would get
-(scope.launch_parent, the same code the CUPTI launch callback runs), and the file a CPU-only
+(context.frames.launch_parent, the same code the CUPTI launch callback runs), and the file a CPU-only
 session writes. tests/test_gpu_python.py checks the kernels on the GPU."""
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ import pytest
 from conftest import find, run_threads
 
 import proton
-from proton.paths import paths
-from proton.python_context import SKIPPED
-from proton.scope import launch_parent, unwind
-from proton.session import profiler
+from proton.api import write_profiles
+from proton.context.frames import launch_parent, unwind
+from proton.context.python import own_files
+from proton.data.paths import paths
+from proton.runtime.profiler import profiler
 
 HERE = os.path.abspath(__file__)
 
@@ -29,7 +30,7 @@ def python_session(profile_path):
     proton.start(name, context="python")
     yield read
     unwind(0)
-    profiler.finalize()
+    write_profiles()
 
 
 def line_of(marker: str) -> int:
@@ -68,7 +69,7 @@ def test_the_profilers_own_frames_never_appear(python_session):
     with proton.scope("S"):
         got = names(middle())
     files = [n.rsplit(":", 1)[0] for n in got if "@" in n]
-    assert files and not any(f in SKIPPED for f in files), got
+    assert files and not any(f in own_files() for f in files), got
     assert not any("/proton/" in f and "/tests/" not in f for f in files), got
 
 
@@ -189,8 +190,8 @@ def test_contexts_do_not_mix_in_one_process(profile_path):
 
 SCRIPT = '''
 import proton
-from proton.paths import paths
-from proton.scope import launch_parent
+from proton.data.paths import paths
+from proton.context.frames import launch_parent
 
 def step():
     return launch_parent()
@@ -236,7 +237,7 @@ def test_a_scope_whose_opener_returned_follows_the_openers_caller(python_session
 
 LIBRARY = '''
 import proton
-from proton.scope import launch_parent
+from proton.context.frames import launch_parent
 
 def step(first):
     if first:
@@ -260,7 +261,7 @@ def test_a_library_function_that_opened_a_scope_then_returned_is_not_reused(pyth
 
 
 def test_identical_functions_in_two_files_keep_their_own_file(python_session, tmp_path):
-    source = "from proton.scope import launch_parent\ndef f():\n    return launch_parent()\n"
+    source = "from proton.context.frames import launch_parent\ndef f():\n    return launch_parent()\n"
     fs = []
     for name in ("model_a.py", "model_b.py"):
         ns = {}
@@ -305,7 +306,7 @@ def test_a_python_start_that_fails_leaves_scopes_as_they_were(profile_path):
     name, read = profile_path
     with pytest.raises(proton.SessionError):
         proton.start(name, context="python", hook="triton:bogus=1")
-    assert not profiler.python
+    assert profiler.context.name == "shadow"
     proton.start(name)
     with proton.scope("a"):
         pass

@@ -11,18 +11,20 @@ import pytest
 from conftest import find, load, run_threads
 
 import proton
-from proton import writer
-from proton.attribution import KernelRecord
-from proton.paths import paths
-from proton.scope import depth, unwind
-from proton.session import profiler
+from proton.api import write_profiles
+from proton.context.frames import unwind
+from proton.context.stack import depth
+from proton.cupti.attribution import KernelRecord
+from proton.data import writer
+from proton.data.paths import paths
+from proton.runtime.profiler import profiler
 
 
 @pytest.fixture(autouse=True)
 def no_live_sessions():
     yield
     unwind(0)  # a failing test must not leak open scopes or its session into the next
-    profiler.finalize()
+    write_profiles()
 
 
 def test_scopes_nest_and_record_cpu_time_without_gpu(profile_path):
@@ -158,9 +160,9 @@ def test_kernels_count_only_for_sessions_active_at_launch(profile_path):
     proton.deactivate(sid)
     during = profiler.now()
     proton.activate(sid)
-    profiler._on_kernel(path, KernelRecord(1, "k", 0, 0, 100), before)
-    profiler._on_kernel(path, KernelRecord(2, "k", 0, 0, 50), during)
-    profiler._on_kernel(path, KernelRecord(3, "k", 1, 0, 10), profiler.now())
+    profiler.router.on_kernel(path, KernelRecord(1, "k", 0, 0, 100), before)
+    profiler.router.on_kernel(path, KernelRecord(2, "k", 0, 0, 50), during)
+    profiler.router.on_kernel(path, KernelRecord(3, "k", 1, 0, 10), profiler.now())
     proton.finalize()
     root, _ = read()
     k0, k1 = find(root, "gpu_scope")["children"]
@@ -171,7 +173,7 @@ def test_kernels_count_only_for_sessions_active_at_launch(profile_path):
 
 @pytest.mark.parametrize("pause", [False, True])
 def test_a_buffers_kernels_sum_per_path_for_every_active_session(profile_path, pause):
-    """_on_kernels (one CUPTI buffer at a time) gives the same tree as kernel by kernel: summed
+    """router.on_kernels (one CUPTI buffer at a time) gives the same tree as kernel by kernel: summed
     when every session was active since before the first launch, else checked one by one."""
     name, read = profile_path
     other = name + "_b"
@@ -184,7 +186,7 @@ def test_a_buffers_kernels_sum_per_path_for_every_active_session(profile_path, p
         proton.activate()
     proton.start(other)
     later = profiler.now()
-    profiler._on_kernels([(path, first, 1, "k", 0, 0, 100, 0), (path, later, 2, "k", 0, 0, 30, 0),
+    profiler.router.on_kernels([(path, first, 1, "k", 0, 0, 100, 0), (path, later, 2, "k", 0, 0, 30, 0),
                           (path, later, 3, "k", 1, 0, 10, 0)])
     proton.finalize()
     for prof, counted in ((read()[0], 1 if pause else 2), (load(other + ".hatchet")[0], 1)):
@@ -232,8 +234,8 @@ def test_import_is_cheap_and_side_effect_free(tmp_path):
 def test_trace_session_writes_every_kernel_as_a_chrome_trace_event(tmp_path):
     sid = proton.start(str(tmp_path / "tr"), data="trace")
     path = paths.intern(0, "outer")
-    profiler._on_kernel(path, KernelRecord(1, "k", 0, 5_000, 7_000, 13), profiler.now())
-    profiler._on_kernel(path, KernelRecord(2, "k", 0, 1_000, 2_000, 13), profiler.now())
+    profiler.router.on_kernel(path, KernelRecord(1, "k", 0, 5_000, 7_000, 13), profiler.now())
+    profiler.router.on_kernel(path, KernelRecord(2, "k", 0, 1_000, 2_000, 13), profiler.now())
     proton.finalize(sid)
     doc = load(tmp_path / "tr.chrome_trace")
     assert doc["displayTimeUnit"] == "us"
@@ -293,7 +295,7 @@ def test_unwritable_path_falls_back_to_a_temporary_file(tmp_path, capsys):
     proton.start(str(blocker / "prof"))  # its folder is a file: cannot be written
     with proton.scope("kept", {"n": 1}):
         pass
-    (written,) = profiler.finalize()
+    (written,) = write_profiles()
     assert written.endswith("prof.hatchet") and not written.startswith(str(blocker))
     assert find(load(written)[0], "kept")["metrics"]["n"] == 1
     assert f"wrote {written} instead" in capsys.readouterr().err
@@ -313,13 +315,13 @@ def test_profile_decorator_accumulates_calls_into_one_session(tmp_path):
 
 
 def test_op_node_with_launch_metadata_takes_its_kernels_metrics(profile_path):
-    from proton.paths import OP
+    from proton.data.paths import OP
 
     name, read = profile_path
     proton.start(name)
     op = paths.intern(0, "matmul_128", OP)
     profiler.add_metrics(op, {"flops16": 10})
-    profiler._on_kernel(op, KernelRecord(1, "matmul_kernel", 0, 0, 40), profiler.now())
+    profiler.router.on_kernel(op, KernelRecord(1, "matmul_kernel", 0, 0, 40), profiler.now())
     proton.finalize()
     root, _ = read()
     node = find(root, "matmul_128")
@@ -333,10 +335,10 @@ def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profil
     never ran) leave it: the op's id goes before the scope's, so the stack ends empty. The
     recorder stands in for the collector's push/pop only; tests/test_gpu_hook.py checks the
     same on the GPU."""
-    from proton.scope import push_op
+    from proton.runtime import ops
 
     class IdStack:
-        python = False  # the shadow context's collector: ids go on CUPTI's stack
+        pushes_ids = True  # the shadow context's collector: ids go on CUPTI's stack
 
         def __init__(self):
             self.ids = []
@@ -356,13 +358,13 @@ def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profil
     saved, profiler.collector = profiler.collector, ids
     try:
         with proton.scope("S"):
-            push_op(ids, 99)  # the hook's launch enter; the launch then raised
-            assert ids.ids[-1] == 99
+            op = ops.enter_op("op")  # the hook's launch enter; the launch then raised
+            assert ids.ids[-1] == op and paths.names(op) == ["S", "op"]
         assert ids.ids == []
         with proton.scope("T"):
-            push_op(ids, 98)
+            op = ops.enter_op("op")
             with proton.scope("inner"):  # a scope opened after the failed launch
-                assert 98 not in ids.ids
+                assert op not in ids.ids
         assert ids.ids == []
     finally:
         profiler.collector = saved

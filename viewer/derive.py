@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..format import BYTES, COUNT, CPU_TIME, CUDA, DEVICE_ID, FLOPS, TIME
 from .errors import ViewerError
 from .reader import Profile
 from .specs import max_bytes_per_s, max_flops
@@ -31,22 +32,22 @@ def available(profile: Profile) -> list[str]:
     """Derived metric specs this profile can compute."""
     have = {m.lower() for m in profile.inclusive + profile.exclusive}
     out = []
-    if "time (ns)" in have:
+    if TIME in have:
         out += [f"time/{u}" for u in TIME_UNITS]
-        if "count" in have:
+        if COUNT in have:
             out += [f"avg_time/{u}" for u in TIME_UNITS]
         for metric in sorted(have):
-            m = re.fullmatch(r"flops(8|16|32|64)?", metric)
+            m = FLOPS.fullmatch(metric)
             if m:
                 out += [f"{p}flop{m.group(1) or ''}/s" for p in RATE_PREFIX]
-        if "bytes" in have:
+        if BYTES in have:
             out += [f"{p}byte/s" for p in RATE_PREFIX]
-    if "time (ns)" in have and profile.devices and ("bytes" in have or any(
-            re.fullmatch(r"flops(8|16|32|64)", metric) for metric in have)):
+    if TIME in have and profile.devices and (BYTES in have or any(
+            (m := FLOPS.fullmatch(metric)) and m.group(1) for metric in have)):
         out.append("util")
-    if "cpu_time (ns)" in have:
+    if CPU_TIME in have:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
-        if "count" in have:
+        if COUNT in have:
             out += [f"avg_cpu_time/{u}" for u in TIME_UNITS]
     out += [f"{m}/%" for m in profile.inclusive]
     return out
@@ -61,18 +62,18 @@ def derive(profile: Profile, spec: str) -> Column:
     if m:
         what, unit = m.group("what"), m.group("unit")
         if what in ("time", "avg_time"):
-            values = _column(profile, "time (ns)", spec) * TIME_UNITS[unit]
+            values = _column(profile, TIME, spec) * TIME_UNITS[unit]
             if what == "avg_time":
-                values = values / _column(profile, "count", spec).replace(0, float("nan"))
+                values = values / _column(profile, COUNT, spec).replace(0, float("nan"))
         else:
-            values = _column(profile, "cpu_time (ns)", spec) * TIME_UNITS[unit]
+            values = _column(profile, CPU_TIME, spec) * TIME_UNITS[unit]
             if what == "avg_cpu_time":
-                values = values / _column(profile, "count", spec).replace(0, float("nan"))
+                values = values / _column(profile, COUNT, spec).replace(0, float("nan"))
         return Column(f"{what} ({unit})", values)
     m = _RATE.match(s)
     if m:
-        metric = "bytes" if m.group("what") == "byte" else f"flops{m.group('width') or ''}"
-        seconds = _column(profile, "time (ns)", spec) * 1e-9
+        metric = BYTES if m.group("what") == "byte" else f"flops{m.group('width') or ''}"
+        seconds = _column(profile, TIME, spec) * 1e-9
         values = _column(profile, metric, spec) / seconds.replace(0, float("nan"))
         return Column(s, values * RATE_PREFIX[m.group("prefix")])
     if s.endswith("/%"):
@@ -89,22 +90,22 @@ def _util(profile: Profile, spec: str) -> pd.Series:
     """Achieved over peak: the larger of (flops at each width / peak) and (bytes / peak
     bandwidth), over the kernel's time; blank for frames that are not kernels."""
     df = profile.gf.dataframe
-    seconds = _column(profile, "time (ns)", spec) * 1e-9
-    device = df["device_id"].astype(str) if "device_id" in df else pd.Series("", index=df.index)
+    seconds = _column(profile, TIME, spec) * 1e-9
+    device = df[DEVICE_ID].astype(str) if DEVICE_ID in df else pd.Series("", index=df.index)
     flops_time = pd.Series(0.0, index=df.index)
     bytes_time = pd.Series(0.0, index=df.index)
-    for index, dev in profile.devices.get("CUDA", {}).items():
+    for index, dev in profile.devices.get(CUDA, {}).items():
         rows = device == str(index)
         for width in (8, 16, 32, 64):
             if f"flops{width}" in df:
                 peak = max_flops(str(dev["arch"]), width, dev["num_sms"], dev["clock_rate"])
                 flops_time[rows] += pd.to_numeric(df.loc[rows, f"flops{width}"],
                                                   errors="coerce").fillna(0) / peak
-        if "bytes" in df:
+        if BYTES in df:
             peak = max_bytes_per_s(dev["bus_width"], dev["memory_clock_rate"])
-            bytes_time[rows] += pd.to_numeric(df.loc[rows, "bytes"], errors="coerce") / peak
+            bytes_time[rows] += pd.to_numeric(df.loc[rows, BYTES], errors="coerce") / peak
     util = flops_time.combine(bytes_time, max) / seconds
-    util[~device.isin([str(i) for i in profile.devices.get("CUDA", {})])] = float("nan")
+    util[~device.isin([str(i) for i in profile.devices.get(CUDA, {})])] = float("nan")
     return util
 
 

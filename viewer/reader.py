@@ -4,10 +4,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..format import LAUNCH_METADATA
 from .errors import ViewerError
-
-LAUNCH_METADATA = "__proton_launch_metadata"
-"""Frames Triton's launch hook opens while launch_metadata runs; hidden as Triton's viewer does."""
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..python_context import LIBRARY_FILE, PYTHON_FRAME
+from ..format import LIBRARY_FILE, PYTHON_FRAME
 from .errors import ViewerError
 
 FORMATS = ("full", "file_function_line", "function_line", "file_function")

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..pc_samples import NO_LINES, NUM_SAMPLES, NUM_STALLED, STALLED_PREFIX
-from ..python_context import PYTHON_FRAME
+from ..format import (DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FRAME,
+                      STALLED_PREFIX)
 from .errors import ViewerError
 from .reader import Profile
 
@@ -106,7 +106,7 @@ def kernel_nodes(prof: Profile, columns: _Columns | None = None) -> list:
     `file:line@function` frame."""
     columns = columns or _Columns(prof)
     df = prof.gf.dataframe
-    device = df["device_type"].dropna().to_dict() if "device_type" in df else {}
+    device = df[DEVICE_TYPE].dropna().to_dict() if DEVICE_TYPE in df else {}
     out = []
     for node in prof.gf.graph.traverse():
         if PYTHON_FRAME.match(node.frame.get("name", "")) or node in prof.gf.graph.roots:

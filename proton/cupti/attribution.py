@@ -1,4 +1,5 @@
-"""Match CUPTI records to call paths, with no Python on the launch path.
+"""Match CUPTI records to call paths, with no Python on the launch path (no CUPTI import here:
+tests replay recorded buffers into it).
 
 Each launch yields up to three records that share a CUPTI correlation id:
   * an EXTERNAL_CORRELATION record carrying the path id pushed by the innermost open scope
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .paths import ROOT
+from ..data.paths import ROOT
 
 
 @dataclass(slots=True)
@@ -99,11 +100,17 @@ class Attributor:
         """Launch calls whose kernel record has not come yet (graph launches excluded)."""
         return len(self._launches)
 
-    def launch_tables(self) -> tuple[dict, dict]:
-        """The tables the python context's launch callback fills, on the launching thread and
-        before any record of its kernels can exist (it stands for the API record):
-        {correlation id: (path id, start)} for launch calls and for graph launches."""
-        return self._launches, self._graphs
+    def register_launch(self, corr: int, path: int, start: int, graph: bool) -> None:
+        """The python context's launch callback, on the launching thread, at the call's enter:
+        the launch stands for its API record, with its path and start time. It comes before any
+        record of its kernels can exist; a dict store is atomic under the GIL, so CUPTI's
+        thread may be reading the tables meanwhile."""
+        (self._graphs if graph else self._launches)[corr] = (path, start)
+
+    def launch_path(self, corr: int) -> int | None:
+        """The path registered for launch `corr` while it is waiting for its kernel."""
+        launch = self._launches.get(corr) or self._graphs.get(corr)
+        return launch[0] if launch else None
 
     def cancel_launch(self, corr: int) -> None:
         """The launch call failed: no kernel will come."""

@@ -1,8 +1,8 @@
 """context="python": each kernel under the Python call path that launched it.
 
-At the start of every launch call a CUPTI callback (cupti_launches) runs on the launching thread
-and asks `launch_path` for the path id of the thread's Python stack; the Attributor finds it under
-the launch's correlation id. Frames are named `file:line@function`, as Triton's Proton names them,
+At the start of every launch call a CUPTI callback (cupti/collector.py) runs on the launching
+thread and asks `launch_path` for the path id of the thread's Python stack; the Attributor finds it
+under the launch's correlation id. Frames are named `file:line@function`, as Triton's Proton names them,
 so both viewers read the files.
 
 What the path leaves out: the profiler's own frames, everything above the `proton` command's
@@ -20,31 +20,29 @@ frames and lines they were, since a resumed generator may have another caller. T
 """
 from __future__ import annotations
 
+import importlib.util
 import os
-import re
 import runpy
 from types import CodeType, FrameType
 
-from .paths import PYTHON, ROOT, paths
+from ..data.paths import PYTHON, ROOT, paths
+from ..format import LIBRARY_FILE, frame_name
+from .stack import Open, stacks
 
 _GENERATOR = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
-PYTHON_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+)@(?P<function>.+)$")
-"""A python frame's name (ours and Triton's)."""
-LIBRARY_FILE = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>$")
-"""Files of installed packages (torch, triton, ...) and of the standard library."""
+_USER_CODE = {"examples", "__pycache__"}
+"""Folders of the package that hold no profiler code (the bundled examples are user code)."""
 
 
-def _own_files() -> frozenset[str]:
-    """Source files of the profiler's runtime (proton, proton.hooks, proton.compiler; not the
-    bundled examples, which are user code) and runpy's."""
-    import proton
-    import proton.compiler
-    import proton.hooks
-
+def own_files() -> frozenset[str]:
+    """Source files of the profiler (every module of proton, proton.hooks and proton.compiler,
+    in every subfolder; not the bundled examples) and runpy's."""
     files = {runpy.__file__, "<frozen runpy>"}  # runpy is frozen into Python 3.11+
-    for package in (proton, proton.hooks, proton.compiler):
-        for folder in package.__path__:
-            files.update(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py"))
+    for package in ("proton", "proton.hooks", "proton.compiler"):
+        for folder in importlib.util.find_spec(package).submodule_search_locations:
+            for root, dirs, names in os.walk(folder):
+                dirs[:] = [d for d in dirs if d not in _USER_CODE]
+                files.update(os.path.join(root, n) for n in names if n.endswith(".py"))
     return frozenset(files)
 
 
@@ -56,8 +54,8 @@ _runner: CodeType | None = None
 
 class Kept:
     """The frames of a thread's last launch that may still run at its next one (outermost
-    first), the path outside each, and that launch's walk. Hangs off the thread's scope stacks
-    (scope.stacks)."""
+    first), the path outside each, and that launch's walk. Hangs off the thread's stacks
+    (stack.stacks.kept)."""
 
     __slots__ = ("frames", "outer", "lastis", "index", "version", "key", "at", "pid", "fast",
                  "generation")
@@ -99,24 +97,11 @@ _nodes: dict[tuple[int, int, int], tuple[CodeType, int]] = {}
 formatting its name again; the code object is kept so its id cannot be reused."""
 
 
-def enable() -> None:
-    """Called when a python-context session starts."""
-    global SKIPPED, _runner
-    from . import cli
-
-    SKIPPED = _own_files()
-    _runner = cli._run.__code__
-
-
-def reset(stacks) -> None:
-    """At the session's end: forget the calling thread's kept frames now (they hold the frames'
-    locals), every other thread's at its next launch or its end, and every walk seen."""
-    global _generation
-    _generation += 1
-    stacks.kept = None
-    _walks.clear()
-    _codes.clear()
-    _nodes.clear()
+def set_runner(code: CodeType | None) -> None:
+    """The `proton` command's function that runs the user's script: frames outside it (the
+    command itself, click) are left out of every path."""
+    global _runner
+    _runner = code
 
 
 def opener(frame: FrameType | None) -> tuple[FrameType | None, tuple[int, int] | None]:
@@ -138,25 +123,32 @@ def _node(parent: int, frame: FrameType, at: tuple[int, int] | None) -> int:
     if found is not None and found[0] is code:
         return found[1]
     line = frame.f_lineno if at is None else at[1]
-    pid = paths.intern(parent, f"{code.co_filename}:{line}@{code.co_name}", PYTHON)
+    pid = paths.intern(parent, frame_name(code.co_filename, line, code.co_name), PYTHON)
     _nodes[key] = (code, pid)
     return pid
 
 
-def launch_path(frame: FrameType | None, stacks) -> int:
+def launch_path(frame: FrameType | None) -> int | None:
     """Path id of the call path ending at `frame` (the innermost) with the thread's open scopes
-    (scope.stacks: `open`, each with name, kind, opener, opened_at; `version`, which changes
-    whenever a scope opens or closes) placed after the frames that opened them.
+    (stack.stacks: `open`, each with name, kind, opener, opened_at; `version`, which changes
+    whenever a scope opens or closes) placed after the frames that opened them. The op the
+    Triton hook opened for this launch, if any, is the path; None when there is neither a frame
+    nor an open scope (a thread with no Python, such as PyTorch's autograd thread).
 
     The walk stops at the first frame kept from the last launch. If it met the same code at the
     same offsets as the last walk, the path is the last one (a loop launching from one place).
     Otherwise the walk's key, its code ids and offsets, finds the path with no formatting or
     interning unless it was never seen. Per frame the loop does only what the key needs: which
     frames are left out is decided once per key, in _build."""
-    last = stacks.kept
+    st = stacks
+    if st.op_path is not None:  # the Triton hook named this launch already
+        return st.op_path
+    if frame is None and not st.open:
+        return None
+    last = st.kept
     if last is None or last.generation != _generation:
-        last = stacks.kept = Kept()
-    version = stacks.version
+        last = st.kept = Kept()
+    version = st.version
     valid = last.version == version
     get = last.index.get if valid else _NONE.get
     key: list = []
@@ -178,7 +170,7 @@ def launch_path(frame: FrameType | None, stacks) -> int:
                 del last.index[f]
             del kept[at + 1:], last.outer[at + 1:], last.lastis[at + 1:]
         return last.pid
-    return _slow_path(last, start, key, at, stacks.open, version)
+    return _slow_path(last, start, key, at, st.open, version)
 
 
 def _same_callers(last: Kept, j: int) -> bool:
@@ -309,3 +301,35 @@ def _build(state: tuple[int, int], frames: list[FrameType], pending: list,
             pid = paths.intern(pid, pending[k].name, pending[k].kind)
             k += 1
     return pid, outers, max(keep, 1)
+
+
+class PythonContext:
+    """context="python": a launch goes under the Python call path that made it, and a scope
+    after the frame that opened it. The collector attributes each launch in a CUPTI launch
+    callback that calls `launch_path`."""
+
+    name = "python"
+    in_callback = True
+
+    def start(self) -> None:
+        global SKIPPED
+        SKIPPED = own_files()
+
+    def end(self) -> None:
+        """Forget the calling thread's kept frames now (they hold the frames' locals), every
+        other thread's at its next launch or its end, and every walk seen."""
+        global _generation
+        _generation += 1
+        stacks.kept = None
+        _walks.clear()
+        _codes.clear()
+        _nodes.clear()
+
+    def scope_path(self, parent: int, top: Open, caller: FrameType | None) -> int:
+        """The node of a scope just opened (pushed as `top`) by code that called from `caller`:
+        after the user's frame that opened it, which `top` remembers."""
+        top.opener, top.opened_at = opener(caller)
+        return launch_path(top.opener)
+
+    launch_path = staticmethod(launch_path)
+    """Called by the launch callback at every launch: a plain function, no bound method."""

@@ -14,13 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..format import NUM_SAMPLES, NUM_STALLED, STALLED_PREFIX
+
 CUPTI_STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
-# the file's names (Triton's Proton's), shared with the viewer
-NUM_SAMPLES = "num_samples"
-NUM_STALLED = "num_stalled_samples"
-STALLED_PREFIX = "stalled_"
-NO_LINES = "no_lines"
-"""The frame key of a kernel whose samples could not all be mapped to source lines: why."""
 _TRITON_SPELLING = {"no_instructions": "no_instruction"}
 """Where Triton's Proton names a reason other than CUPTI's suffix (its files and ours must match)."""
 

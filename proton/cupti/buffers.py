@@ -4,8 +4,8 @@ cupti-python builds a Python object for every record of a completed buffer befor
 runs: on an H200, 1,000,000 launches took 118 s under the profiler against 11 s bare, the record
 objects costing more than the launches. Here CUPTI hands us the buffer itself; we walk it with
 cuptiActivityGetNextRecord and give the collector a view of the buffer and each record's offset,
-which it reads with numpy (see cupti_collector.field_reader). The subscription is ours too
-(cupti_launches); activity kinds and external correlation ids go through cupti-python.
+which it reads with numpy (see collector.field_reader). The subscription is ours too
+(subscriber.py); activity kinds and external correlation ids go through cupti-python.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import ctypes
 import os
 import threading
 from typing import Callable
+
+from ..report import callback_failed
 
 _REQUESTED = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
                               ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
@@ -91,8 +93,9 @@ class RawBuffers:
             with self._lock:
                 self._buffers[address] = raw
             buffer[0], size[0], max_records[0] = address, ctypes.sizeof(raw), 0
-        except BaseException:  # an exception cannot cross into CUPTI: lend nothing instead
+        except BaseException as exc:  # lend nothing instead
             buffer[0], size[0], max_records[0] = None, 0, 0
+            callback_failed("lending CUPTI a buffer", exc)
 
     def _take(self, context, stream, buffer, size, valid) -> None:
         try:
@@ -104,6 +107,8 @@ class RawBuffers:
                     append(record.value - buffer)
                 self._on_records(memoryview((ctypes.c_char * valid).from_address(buffer)),
                                  offsets)
+        except BaseException as exc:
+            callback_failed("reading a CUPTI buffer", exc)
         finally:
             with self._lock:
                 raw = self._buffers.pop(buffer, None)

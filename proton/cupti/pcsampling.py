@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ProtonError
+from ..errors import ProtonError
 
 _c = ctypes
 STALL_REASON_STRING_SIZE = 128

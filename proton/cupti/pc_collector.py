@@ -11,54 +11,26 @@ for start/stop around each launch).
 Source lines need the cubin whose CRC each PC carries: Triton kernels' cubins come from
 compiler.kernels (also those loaded before the session started); any other module loaded while
 sampling is copied at CUPTI's MODULE_LOADED callback.
+
+At the end, `place_samples` puts the counts on the session's kernel nodes and their source-line
+children (`file:line@function`).
 """
 from __future__ import annotations
 
 import ctypes
-import os
-import sys
 import threading
-from dataclasses import dataclass
+from typing import Callable, Iterator
 
-from .cupti_pcsampling import Library, PCSamplingError, Sampler
-from .errors import SessionError
-from .pc_samples import SampleTable
+from ..data.paths import LINE, ROOT, paths
+from ..data.pc_samples import SampleTable
+from ..format import frame_name
+from ..options import PCOptions
+from ..report import callback_failed, debug, debugging, warn
+from .pcsampling import Library, PCSamplingError, Sampler
 
-DEFAULT_INTERVAL = 10
-"""Sample every 2**10 cycles: ~1.0x run time on a 4096^3 matmul (H200), millions of samples."""
 NO_CUBIN = ("its cubin was not seen: it was loaded before the session started and is not a "
             "Triton kernel; start profiling before its first launch")
 NO_LINE_INFO = "its cubin has no line info (compile with -lineinfo)"
-
-
-@dataclass(slots=True, frozen=True)
-class PCOptions:
-    interval: int = DEFAULT_INTERVAL
-    """CUPTI's sampling period: a sample every 2**interval cycles per SM (5..31)."""
-    serialize: bool = False
-    """Exact mode: start and stop around each launch (kernels run one at a time)."""
-
-
-def parse_mode(mode: str | None) -> PCOptions | None:
-    """'pcsampling[:interval=N][:serialize=1]' -> PCOptions; None or '' -> None (kernel times)."""
-    if not mode:
-        return None
-    kind, *options = mode.split(":")
-    if kind != "pcsampling":
-        raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "
-                           "':interval=N' with N in 5..31, ':serialize=1'), or none for kernel times")
-    values = {}
-    for option in options:
-        key, _, value = option.partition("=")
-        if key not in ("interval", "serialize") or not value.isdigit():
-            raise SessionError(f"mode option {option!r} is not supported; use interval=N "
-                               "(sample every 2**N cycles, 5..31) or serialize=0/1")
-        values[key] = int(value)
-    interval = values.get("interval", DEFAULT_INTERVAL)
-    if not 5 <= interval <= 31:
-        raise SessionError(f"pcsampling:interval={interval} is out of range; CUPTI samples "
-                           "every 2**N cycles for N in 5..31 (default 10)")
-    return PCOptions(interval, bool(values.get("serialize", 0)))
 
 
 def _context() -> tuple[int, int, bool]:
@@ -102,7 +74,7 @@ class PCCollector:
         self.module_cbid = int(cupti.CallbackIdResource.MODULE_LOADED)
         self.resource_domain = int(cupti.CallbackDomain.RESOURCE)
         try:
-            from .compiler.kernels import kernels
+            from ..compiler.kernels import kernels
 
             kernels.install()  # Triton kernels loaded so far, and every later load
             self._kernels = kernels
@@ -171,8 +143,8 @@ class PCCollector:
                     drained = sampler.drain()  # inactive stretches' kernels: read, dropped
                     if path is not None and drained:
                         self.table.add(drained, path)
-            except Exception as exc:  # never into CUPTI
-                print(f"proton: PC sampling around a launch failed: {exc}", file=sys.stderr)
+            except BaseException as exc:
+                callback_failed("PC sampling around a launch", exc)
 
         return self.module_callback(on_launch_call)
 
@@ -188,9 +160,8 @@ class PCCollector:
             elif cbid == module:
                 try:
                     self.on_module(data)
-                except Exception as exc:  # never into CUPTI
-                    print(f"proton: could not keep a loaded module's cubin: {exc}",
-                          file=sys.stderr)
+                except BaseException as exc:
+                    callback_failed("keeping a loaded module's cubin", exc)
 
         return on_api
 
@@ -206,19 +177,19 @@ class PCCollector:
             self.sampler.disable()
             self._release()
         s = self.sampler
-        if os.environ.get("PROTON_DEBUG"):
-            print(f"proton: PC sampling: {self.table.samples} samples over "
-                  f"{len(self.table.counts)} (PC, reason) pairs; CUPTI total {s.total_samples}, "
-                  f"non-user kernels {s.non_user_samples}", file=sys.stderr)
+        if debugging():
+            debug(f"PC sampling: {self.table.samples} samples over {len(self.table.counts)} "
+                  f"(PC, reason) pairs; CUPTI total {s.total_samples}, non-user kernels "
+                  f"{s.non_user_samples}")
         if s.non_user_samples > 0.05 * max(s.total_samples, 1):
-            print(f"proton: PC sampling: {s.non_user_samples} of {s.total_samples} samples fell "
-                  "in modules CUPTI did not see load (loaded after an earlier profiling session "
-                  "of this process ended); their kernels have no samples: start profiling before "
-                  "they load, or profile in a fresh process", file=sys.stderr)
+            warn(f"PC sampling: {s.non_user_samples} of {s.total_samples} samples fell "
+                 "in modules CUPTI did not see load (loaded after an earlier profiling session "
+                 "of this process ended); their kernels have no samples: start profiling before "
+                 "they load, or profile in a fresh process")
         if s.dropped_samples or s.hardware_buffer_full:
-            print(f"proton: PC sampling lost samples: {s.dropped_samples} dropped by the "
-                  f"hardware, buffer full {s.hardware_buffer_full} times; sample less often "
-                  f"(pcsampling:interval={self.options.interval + 2})", file=sys.stderr)
+            warn(f"PC sampling lost samples: {s.dropped_samples} dropped by the hardware, "
+                 f"buffer full {s.hardware_buffer_full} times; sample less often "
+                 f"(pcsampling:interval={self.options.interval + 2})")
 
     def _release(self) -> None:
         if self._retained:
@@ -247,3 +218,30 @@ class PCCollector:
             return self.lib.source_line(cubin, function, offset) or NO_LINE_INFO
 
         return lines
+
+
+# kernel_path(path id, kernel name, device) -> the kernel's node (the session's kernel router)
+KernelPath = Callable[[int, str, int], int]
+
+
+def place_samples(pc: PCCollector, kernel_times: dict[str, list[tuple[int, float]]],
+                  kernel_path: KernelPath) -> Iterator[tuple[int, dict[str, int], str]]:
+    """Finish sampling; yield (node, metrics, why) for each group of samples: a kernel node's
+    source-line child with `why` "", or the kernel node itself with why its samples have no
+    line. `kernel_times`: {kernel name: [(kernel node, GPU ns)]} of the session, by which a
+    continuously sampled function's samples are split over its call paths."""
+    pc.finish()
+
+    def kernel_nodes(path: int | None, function: str) -> list[tuple[int, float]]:
+        if path is None:  # continuous: the function's nodes, weighted by their GPU time
+            return kernel_times.get(function) or [(kernel_path(ROOT, function, pc.device), 1)]
+        return [(kernel_path(path, function, pc.device), 1)]
+
+    table = pc.table
+    for group in table.attribute(pc.line_finder(), kernel_nodes):
+        if group.line is None:
+            yield group.kernel, table.metrics(group.counts), group.why
+        else:
+            file, line = group.line
+            node = paths.intern(group.kernel, frame_name(file, line, group.function), LINE)
+            yield node, table.metrics(group.counts), ""

@@ -1,28 +1,22 @@
-"""Write a session as a .hatchet file, in the layout Triton's Proton writes (see DESIGN.md).
+"""Write a profile's data as a .hatchet file (the layout of proton/format.py) or a Chrome trace.
 
-`[root node, device table]`; every frame has type "function"; a node carries its own (exclusive)
-values; names ending in "(exc)" lose the suffix; the root carries a 0 for each inclusive metric,
-which is how hatchet and both viewers tell inclusive metrics from exclusive ones.
+Takes plain data (metrics by path id, kernel events), never a session. A node carries its own
+(exclusive) values; names ending in "(exc)" lose the suffix; the root carries a 0 for each
+inclusive metric, which is how hatchet and both viewers tell inclusive metrics from exclusive ones.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
-from typing import TYPE_CHECKING
+from typing import Any
 
-from . import metrics as m
-from .errors import SessionError
+from ..errors import SessionError
+from ..format import CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, ROOT_NAME
+from ..report import warn
 from .paths import ROOT, paths
-from .pc_samples import NO_LINES
-
-if TYPE_CHECKING:
-    from .attribution import KernelRecord
-    from .session import Session
 
 FORMATS = {"tree": ("", "hatchet"), "trace": ("", "chrome_trace")}
-_NOT_SUMMED = {m.DEVICE_ID, m.DEVICE_TYPE}
 
 
 def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
@@ -47,18 +41,18 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
     def node(pid: int) -> dict:
         out = {}
         for key, value in nodes.get(pid, {}).items():
-            if key == m.DEVICE_ID:
+            if key == DEVICE_ID:
                 value = str(int(value))
                 used_devices.add(value)
-            elif key == m.DEVICE_TYPE:
-                value = "CUDA"
-            elif key.endswith(m.EXCLUSIVE):
-                key = key[: -len(m.EXCLUSIVE)].strip()
+            elif key == DEVICE_TYPE:
+                value = CUDA
+            elif key.endswith(EXCLUSIVE):
+                key = key[: -len(EXCLUSIVE)].strip()
             else:
                 inclusive.add(key)
             out[key] = value
         kids = sorted(children.get(pid, ()), key=lambda k: (frames[k].name, frames[k].kind))
-        frame = {"name": frames[pid].name, "type": "function"}
+        frame = {"name": frames[pid].name, "type": FRAME_TYPE}
         if pid in notes:
             frame[NO_LINES] = notes[pid]
         return {"frame": frame, "metrics": out, "children": [node(k) for k in kids]}
@@ -67,17 +61,18 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
     for key in sorted(inclusive):  # sorted: the same profile always writes the same bytes
         root["metrics"].setdefault(key, 0)
     table = {d: devices[d] for d in sorted(used_devices) if d in devices}
-    return [root, {"CUDA": table} if table else {}]
+    return [root, {CUDA: table} if table else {}]
 
 
-def build_trace(events: list[tuple[int, "KernelRecord"]]) -> dict:
-    """A Chrome trace (chrome://tracing, Perfetto): one event per kernel, times in us from the
-    first kernel, a process per device and a thread per stream, the call path in args."""
+def build_trace(events: list[tuple[int, Any]]) -> dict:
+    """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
+    any record with name, device_id, stream_id, start and end (ns): one event per kernel, times in
+    us from the first kernel, a process per device and a thread per stream, the call path in args."""
     t0 = min((rec.start for _, rec in events), default=0)
     stacks: dict[int, list[str]] = {}
     out = []
     for path, rec in sorted(events, key=lambda e: e[1].start):
-        stack = stacks.get(path) or stacks.setdefault(path, ["ROOT", *paths.names(path)])
+        stack = stacks.get(path) or stacks.setdefault(path, [ROOT_NAME, *paths.names(path)])
         out.append({"name": stack[-1], "cat": "kernel", "ph": "X", "pid": rec.device_id,
                     "tid": rec.stream_id, "ts": (rec.start - t0) / 1e3,
                     "dur": (rec.end - rec.start) / 1e3, "args": {"call_stack": stack}})
@@ -90,23 +85,17 @@ def check_format(data: str, output_format: str) -> None:
                            f"data={data!r}; use {FORMATS[data][1]!r}")
 
 
-def write(session: "Session", output_format: str, devices: dict[str, dict]) -> str:
-    """Write a closed `session` to its file and return the path written.
+def write(doc: Any, path: str) -> str:
+    """Write a document built above to `path` and return the path written.
 
-    When its path cannot be written (a missing permission, a full disk), the profile goes to the
+    When `path` cannot be written (a missing permission, a full disk), the profile goes to the
     temporary folder instead and a line on stderr says where: the data is never lost."""
-    check_format(session.data, output_format)
-    if session.data == "trace":
-        doc = build_trace(session.events)
-    else:
-        doc = build(session.nodes, devices, session.notes)
     try:
-        return _dump(doc, session.path)
+        return _dump(doc, path)
     except OSError as exc:
-        fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(session.path))
+        fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
         _dump(doc, fallback)
-        print(f"proton: could not write {session.path} ({exc.strerror or exc}); "
-              f"wrote {fallback} instead", file=sys.stderr)
+        warn(f"could not write {path} ({exc.strerror or exc}); wrote {fallback} instead")
         return fallback
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from ..format import ROOT_NAME
+
 ROOT = 0
 SCOPE = "function"  # frame type written to the file for scopes (hatchet's default)
 KERNEL = "kernel"
@@ -36,7 +38,7 @@ class PathTable:
     """Append-only table of frames; `intern` is safe to call from any thread."""
 
     def __init__(self) -> None:
-        self.frames: list[Frame] = [Frame(-1, "ROOT", SCOPE)]
+        self.frames: list[Frame] = [Frame(-1, ROOT_NAME, SCOPE)]
         self._ids: dict[tuple[int, str, str], int] = {}
         self._lock = threading.Lock()
 

@@ -2,25 +2,8 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
 
-
-@dataclass(slots=True)
-class DeviceInfo:
-    """One entry of the file's device table, in the units Triton's Proton writes."""
-
-    arch: str
-    """Compute capability without the dot, e.g. '90'."""
-    num_sms: int
-    clock_rate: int
-    """SM clock in kHz."""
-    memory_clock_rate: int
-    """Memory clock in kHz."""
-    bus_width: int
-    """Memory bus width in bits."""
-
-    def to_json(self) -> dict:
-        return asdict(self)
+from ..data.devices import DeviceInfo
 
 
 @functools.cache

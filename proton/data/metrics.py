@@ -1,20 +1,15 @@
-"""Metric names as Triton's Proton writes them, and checks on user metrics."""
+"""Metric values as sessions hold them, and checks on the metrics users give."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .errors import ScopeError
+from ..errors import ScopeError
+from ..format import COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
 
-TIME = "time (ns)"
-COUNT = "count"
-DEVICE_ID = "device_id"
-DEVICE_TYPE = "device_type"
-CPU_TIME = "cpu_time (ns)"
-EXCLUSIVE = "(exc)"
-CUDA = 1
-"""device_type value for NVIDIA GPUs."""
-
+DEVICE_CUDA = 1
+"""DEVICE_TYPE's value in memory for NVIDIA GPUs (written as format.CUDA)."""
 RESERVED = frozenset({TIME, COUNT, DEVICE_ID, DEVICE_TYPE, CPU_TIME, "cpu_time", "time"})
+"""Names the profiler writes itself: user metrics may not take them."""
 
 
 def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:

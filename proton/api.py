@@ -1,10 +1,15 @@
-"""The session API of triton.profiler: start, activate, deactivate, finalize, profile."""
+"""The session API of triton.profiler: start, activate, deactivate, finalize, profile.
+
+The front door: options are parsed here (options.py) and the launch hook is installed and
+removed here, around the runtime's sessions.
+"""
 from __future__ import annotations
 
 import functools
 from typing import Callable
 
-from .session import profiler
+from .options import parse_options
+from .runtime.profiler import profiler
 
 
 def start(name: str | None = None, *, context: str = "shadow", data: str = "tree",
@@ -31,10 +36,28 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
             "triton:include=REGEX" / ":exclude=REGEX" choose the kernels the hook names.
 
     Under the `proton` command the script's own start() calls join the command's session.
+
+    Raises:
+        SessionError: an option is not accepted, or cannot run beside the live sessions.
+        ProfilerConflictError: another profiler holds CUPTI in this process.
     """
+    opts = parse_options(name, context=context, data=data, backend=backend, mode=mode,
+                         hook=hook)
     if profiler.command_line and profiler.sessions:
         return next(iter(profiler.sessions))
-    return profiler.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+    sid = profiler.live(opts.name)
+    if sid is not None:
+        profiler.activate(sid)
+        return sid
+    if opts.hook is not None:  # before the session exists: a failure leaves nothing started
+        from .hooks import triton_hook
+
+        triton_hook.install(opts.hook, opts.hook_spec)
+    try:
+        return profiler.start(opts)
+    except BaseException:
+        _uninstall_unused_hook()
+        raise
 
 
 def activate(session: int | None = None) -> None:
@@ -56,7 +79,23 @@ def finalize(session: int | None = None, output_format: str = "") -> None:
     if profiler.command_line and session is None:
         profiler.deactivate()  # as in Triton, profiling stops here; the command writes at exit
         return
-    profiler.finalize(session, output_format)
+    write_profiles(session, output_format)
+
+
+def write_profiles(session: int | None = None, output_format: str = "") -> list[str]:
+    """finalize() that returns the files written, also under the `proton` command (which calls
+    it when the script ends)."""
+    try:
+        return profiler.finalize(session, output_format)
+    finally:
+        _uninstall_unused_hook()
+
+
+def _uninstall_unused_hook() -> None:
+    if not any(s.hook for s in profiler.sessions.values()):
+        from .hooks import triton_hook
+
+        triton_hook.uninstall()
 
 
 def profile(func: Callable | None = None, *, name: str | None = None, context: str = "shadow",

@@ -1,34 +1,40 @@
-"""The CUPTI side of a session: the only module that imports cupti-python.
+"""The CUPTI side of a session: the only module that imports cupti-python's activity API.
 
 Kernel times come from CONCURRENT_KERNEL activity. In the shadow context attribution costs no
 Python per launch: a scope pushes its path id as a CUPTI external correlation id, and CUPTI stamps
 it on the launch's API record (DRIVER/RUNTIME activity, restricted to the launch calls). In the
-python context a launch callback (cupti_launches) runs anyway, so it registers each launch (path,
+python context a launch callback (subscriber.py) runs anyway, so it registers each launch (path,
 start time, graph or not) itself and no API records are made. Records are joined in
 attribution.Attributor on CUPTI's buffer thread.
+
+The collector knows no context or scope: the session hands it `launch_path`, which says where a
+launch made on the calling thread goes, and pushes ids through `push`/`pop`.
 """
 from __future__ import annotations
 
-import _thread
 import ctypes
 import json
 import os
 import sys
 import threading
 import time
+from types import FrameType
+from typing import Callable
 
 import numpy as np
 
+from ..data.paths import ROOT, paths
+from ..errors import ProtonError
+from ..report import callback_failed, debug, debugging, warn
 from .attribution import Attributor, KernelSink, Unscoped
-from .errors import ProtonError
-from .paths import ROOT
-from .python_context import launch_path
-from .scope import stacks
 
 BUFFER_SIZE = 8 << 20
 _u32 = ctypes.c_uint32.from_address
 _i32 = ctypes.c_int32.from_address
 _ptr = ctypes.c_void_p.from_address
+# launch_path(the launching frame, or None) -> the launch's path id; None for a thread with no
+# Python frames and no scope open (then `unscoped` decides)
+LaunchPath = Callable[["FrameType | None"], "int | None"]
 
 
 def _ignore(userdata, domain, cbid, data) -> None:
@@ -82,15 +88,20 @@ class CuptiCollector:
     """Owns the process's CUPTI subscription while at least one session needs kernels."""
 
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
-                 python: bool = False, pc=None) -> None:
+                 launch_path: LaunchPath | None = None, in_callback: bool = False,
+                 pc=None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
-        python: attribute launches to Python call paths (a launch callback) instead of scopes
-        (external correlation ids).
-        pc: pc_collector.PCOptions to sample instructions too (mode="pcsampling")."""
+        launch_path: the context's (see LaunchPath); needed by in_callback and exact sampling.
+        in_callback: attribute each launch in a CUPTI launch callback, by launch_path (the
+        python context), instead of by the external correlation ids that scopes push.
+        pc: options.PCOptions to sample instructions too (mode="pcsampling")."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
-        self.python = python
+        self.in_callback = in_callback
+        self.pushes_ids = not in_callback
+        """Scopes push their path ids (shadow context); read on every scope change."""
+        self._launch_path = launch_path
         self.attributor = Attributor(sink, unscoped)
         self._unscoped = unscoped
         self._lock = threading.Lock()
@@ -103,7 +114,7 @@ class CuptiCollector:
         """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
-        if not python:  # the launch callback stands for the API and external records
+        if not in_callback:  # the launch callback stands for the API and external records
             self._kinds += [cupti.ActivityKind.DRIVER, cupti.ActivityKind.RUNTIME,
                             cupti.ActivityKind.EXTERNAL_CORRELATION]
         K = cupti.ActivityKind
@@ -138,8 +149,8 @@ class CuptiCollector:
     # -- lifetime -----------------------------------------------------------------------------
     def start(self) -> None:
         """Raises ProfilerConflictError when another profiler holds CUPTI."""
-        from .cupti_buffers import loaded_libcupti
-        from .cupti_launches import Subscriber, callback_fields
+        from .buffers import loaded_libcupti
+        from .subscriber import Subscriber, callback_fields
 
         cupti = self._cupti
         try:
@@ -150,7 +161,7 @@ class CuptiCollector:
         if path is None:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
         self._fields = callback_fields(cupti)
-        on_api = self._launch_callback() if self.python else None
+        on_api = self._launch_callback() if self.in_callback else None
         if self._pc_options is not None:
             on_api = self._start_pc(path, on_api)
         subscriber = Subscriber(path, on_api or _ignore)
@@ -159,7 +170,7 @@ class CuptiCollector:
         try:
             if self.pc is not None:
                 subscriber.enable(self.pc.resource_domain, self.pc.module_cbid)
-            if self.python or (self.pc is not None and self.pc.options.serialize):
+            if self.in_callback or (self.pc is not None and self.pc.options.serialize):
                 for domain, cbids in ((cupti.CallbackDomain.DRIVER_API, self._driver_cbids),
                                       (cupti.CallbackDomain.RUNTIME_API, self._runtime_cbids)):
                     for cbid in cbids:
@@ -168,10 +179,10 @@ class CuptiCollector:
             for kind in self._kinds:
                 cupti.activity_enable(kind)
             # Only the launch calls make API records: everything else stays off the hot path.
-            for cbid in self._all_driver if not self.python else ():
+            for cbid in self._all_driver if not self.in_callback else ():
                 self._enable_api(cupti.activity_enable_driver_api, cbid,
                                  cbid in self._driver_cbids)
-            for cbid in self._all_runtime if not self.python else ():
+            for cbid in self._all_runtime if not self.in_callback else ():
                 self._enable_api(cupti.activity_enable_runtime_api, cbid,
                                  cbid in self._runtime_cbids)
             if self.pc is not None:
@@ -194,8 +205,7 @@ class CuptiCollector:
         try:
             self.pc = PCCollector(self._pc_options, lib_path, self._cupti)
         except OSError as exc:
-            print(f"proton: PC sampling is off: {exc}; the profile gets kernel times only",
-                  file=sys.stderr)
+            warn(f"PC sampling is off: {exc}; the profile gets kernel times only")
             return on_launch
         if not self.pc.options.serialize:
             return self.pc.module_callback(on_launch)
@@ -203,31 +213,26 @@ class CuptiCollector:
 
     def _enable_pc(self) -> None:
         """Start sampling after the activity kinds (CUPTI refuses them once it samples)."""
-        from .cupti_pcsampling import PCSamplingError
+        from .pcsampling import PCSamplingError
 
         try:
             self.pc.enable()
         except PCSamplingError as exc:
             self.pc.closed = True  # its callbacks stay subscribed and do nothing
             self.pc = None
-            print(f"proton: PC sampling is off: {exc}; the profile gets kernel times only",
-                  file=sys.stderr)
+            warn(f"PC sampling is off: {exc}; the profile gets kernel times only")
 
     def _serial_launch_path(self):
         """Exact PC sampling: the path of the launch being made, at its enter (after the
         python context's callback registered it, if that runs)."""
-        from .scope import current_path
-
-        st = stacks
-        if not self.python:
-            return lambda data: st.op_path if st.op_path is not None else current_path()
-        launches, graphs = self.attributor.launch_tables()
-        corr_at = self._fields[1]
+        if not self.in_callback:
+            launch_path = self._launch_path
+            return lambda data: launch_path(None)
+        registered, corr_at = self.attributor.launch_path, self._fields[1]
 
         def path(data: int) -> int:
-            corr = _u32(data + corr_at).value
-            launch = launches.get(corr) or graphs.get(corr)
-            return launch[0] if launch else ROOT
+            found = registered(_u32(data + corr_at).value)
+            return ROOT if found is None else found
 
         return path
 
@@ -249,8 +254,6 @@ class CuptiCollector:
             self._subscriber.unsubscribe()
             self._subscriber = None
         if self.recorded is not None:
-            from .paths import paths
-
             with open(os.environ["PROTON_RECORD_CUPTI"], "w") as f:
                 json.dump({"frames": [list(_plain(fr)) for fr in paths.frames],
                            "buffers": self.recorded}, f)
@@ -260,11 +263,12 @@ class CuptiCollector:
 
     # -- scopes (called on the user's threads) ------------------------------------------------
     def push(self, path_id: int) -> None:
-        if not self.python:
+        """Launches on this thread carry `path_id` until the matching pop (shadow context)."""
+        if self.pushes_ids:
             self._cupti.activity_push_external_correlation_id(self._custom, path_id)
 
     def pop(self) -> None:
-        if not self.python:
+        if self.pushes_ids:
             self._cupti.activity_pop_external_correlation_id(self._custom)
 
     def _launch_callback(self):
@@ -281,10 +285,9 @@ class CuptiCollector:
         graphs |= {cbid for cbid, name in self._runtime_cbids.items() if name in _RUNTIME_GRAPHS}
         if graphs & (set(self._driver_cbids) | set(self._runtime_cbids)) - graphs:
             raise ProtonError("CUPTI's graph-launch ids clash with other launch calls' ids")
-        launches, graph_launches = self.attributor.launch_tables()
-        cancel = self.attributor.cancel_launch
+        register, cancel = self.attributor.register_launch, self.attributor.cancel_launch
         now, getframe, thread = self._cupti.get_timestamp, sys._getframe, threading.get_ident
-        errors, unscoped = self.callback_errors, self._unscoped
+        errors, unscoped, launch_path = self.callback_errors, self._unscoped, self._launch_path
 
         def on_api(userdata, domain, cbid, data) -> None:
             try:
@@ -292,23 +295,13 @@ class CuptiCollector:
                     if _i32(_ptr(data + ret_at).value).value:
                         cancel(_u32(data + corr_at).value)
                     return
-                start, st = now(), stacks
-                path = st.op_path  # the Triton hook named this launch already
-                if path is None:
-                    frame = getframe().f_back
-                    if frame is None and not st.open:  # CUPTI's 32-bit thread id
-                        path = unscoped(thread() & 0xFFFFFFFF, start) if unscoped else ROOT
-                    else:
-                        path = launch_path(frame, st)
-                (graph_launches if cbid in graphs else launches)[_u32(data + corr_at).value] = \
-                    (path, start)
-            except KeyboardInterrupt:  # Ctrl-C landed here: it cannot cross into CUPTI,
-                _thread.interrupt_main()  # so raise it again in the main thread, at once
-            except Exception as exc:  # never into CUPTI: say it once per kind and go on
-                message = f"{type(exc).__name__}: {exc}"
-                if message not in errors:
-                    errors.append(message)
-                    print(f"proton: error in the launch callback: {message}", file=sys.stderr)
+                start = now()
+                path = launch_path(getframe().f_back)
+                if path is None:  # no Python frames, no scope: CUPTI's 32-bit thread id
+                    path = unscoped(thread() & 0xFFFFFFFF, start) if unscoped else ROOT
+                register(_u32(data + corr_at).value, path, start, cbid in graphs)
+            except BaseException as exc:
+                callback_failed("the launch callback", exc, errors)
 
         return on_api
 
@@ -327,9 +320,9 @@ class CuptiCollector:
             if self.attributor.waiting_kernels == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        if os.environ.get("PROTON_DEBUG"):
-            print(f"proton: flush took {time.monotonic() - t0:.3f} s in {rounds} rounds, "
-                  f"{self.attributor.waiting_kernels} launches still waiting", file=sys.stderr)
+        if debugging():
+            debug(f"flush took {time.monotonic() - t0:.3f} s in {rounds} rounds, "
+                  f"{self.attributor.waiting_kernels} launches still waiting")
         return self.attributor.waiting_kernels
 
     def dropped_records(self) -> int:
@@ -341,10 +334,10 @@ class CuptiCollector:
         return int(out[0])
 
     def _register_buffers(self, lib_path: str) -> None:
-        from .cupti_buffers import RawBuffers
+        from .buffers import RawBuffers
 
         try:
-            self._raw = RawBuffers(lib_path, self._read_records, BUFFER_SIZE)
+            self._raw = RawBuffers(lib_path, self.read_records, BUFFER_SIZE)
             self._raw.register()
         except (OSError, AttributeError) as exc:
             raise ProtonError(f"CUPTI's activity buffers could not be set up: {exc}") from None
@@ -362,8 +355,9 @@ class CuptiCollector:
         self._names[pointer] = text
         return text
 
-    def _read_records(self, view: memoryview, offsets: list[int]) -> None:
-        """One buffer's records (at `offsets` in `view`): join them on CUPTI's thread."""
+    def read_records(self, view: memoryview, offsets: list[int]) -> None:
+        """The buffer callback: one buffer's records (at `offsets` in `view`), joined on CUPTI's
+        thread."""
         t0 = time.perf_counter()
         try:
             buf = np.frombuffer(view, dtype=np.uint8)
@@ -398,7 +392,6 @@ class CuptiCollector:
                                           for part in (external, api, kernels)])
                 self.attributor.add_columns(external, api, kernels)
             self.records += len(offsets)
-        except Exception as exc:  # never let an error escape onto CUPTI's thread
-            self.callback_errors.append(f"{type(exc).__name__}: {exc}")
-            print(f"proton: error while reading CUPTI records: {exc}", file=sys.stderr)
+        except BaseException as exc:
+            callback_failed("reading CUPTI records", exc, self.callback_errors)
         self.callback_seconds += time.perf_counter() - t0

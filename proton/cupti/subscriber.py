@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 from typing import Callable
 
-from .errors import ProfilerConflictError, ProtonError
+from ..errors import ProfilerConflictError, ProtonError
 
 CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
 """void (*)(void *userdata, CUpti_CallbackDomain, CUpti_CallbackId, const void *cbdata)"""

@@ -1,0 +1,25 @@
+"""Contexts: where in the call tree a scope or a kernel launch goes.
+
+A context is chosen once per session (`make`); both kinds offer the same interface:
+    name           "shadow" or "python"
+    in_callback    True: the collector attributes each launch in a CUPTI launch callback
+                   (calling launch_path); False: by the path ids scopes push
+    scope_path(parent, top, caller) -> path id of a frame just opened (`top`, an stack.Open)
+    launch_path(frame) -> path id of a launch made at `frame` on this thread (None: a thread
+                   with no Python frames and no scope open); a plain function, it runs per launch
+    start(), end() when the first session with it starts and the last one ends
+
+stack.py holds each thread's open frames; frames.py opens and closes them and tells the runtime.
+"""
+from __future__ import annotations
+
+
+def make(name: str):
+    """The context called `name` ("shadow" or "python"; options.CONTEXTS)."""
+    if name == "python":
+        from .python import PythonContext
+
+        return PythonContext()
+    from .shadow import ShadowContext
+
+    return ShadowContext()

@@ -1,0 +1,167 @@
+"""Opening and closing frames on this thread's stack, and what the runtime is told about it.
+
+Frames are tracked even while no session is live, so a session started inside open scopes still
+places kernels under them. The runtime registers a `Recorder` with `attach`: it names the context
+(which finds each frame's path), the collector (which pushes path ids as CUPTI external
+correlation ids), and takes the frames' metrics and the main thread's path changes. Nothing here
+imports the runtime.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Protocol
+
+from ..data.paths import ROOT, SCOPE
+from ..format import CPU_TIME, EXCLUSIVE
+from .shadow import ShadowContext
+from .stack import Open, stacks
+
+_MAIN = threading.main_thread().ident
+
+
+class IdStack(Protocol):
+    """The collector as frames see it: CUPTI's external correlation id stack of this thread."""
+
+    pushes_ids: bool
+    """False when launches are attributed another way (push and pop then do nothing)."""
+
+    def push(self, path_id: int) -> None: ...
+
+    def pop(self) -> None: ...
+
+
+class Recorder:
+    """What frames tell the runtime (which registers its own, with the same attributes and
+    methods, through `attach`). This one, before any session, records nothing."""
+
+    context = ShadowContext()
+    """How a frame's path is found: shadow.ShadowContext or python.PythonContext."""
+    collector: IdStack | None = None
+    """Set while CUPTI collects."""
+    recording = False
+    """A session is live: metrics are added, and scopes are CPU-timed when there is no GPU."""
+
+    def add_metrics(self, path: int, values: dict[str, float]) -> None:
+        """A frame's metrics, for the active sessions."""
+
+    def main_path_changed(self, path: int) -> None:
+        """The main thread's innermost frame is now `path` (told while collecting only)."""
+
+
+_recorder: Recorder = Recorder()
+
+
+def attach(recorder: Recorder) -> None:
+    """Register the runtime's recorder (once, when the runtime loads)."""
+    global _recorder
+    _recorder = recorder
+
+
+def push_op(path: int) -> None:
+    """A launch hook's enter, after pop_op: `path` applies to this one launch (pop_op at its
+    exit)."""
+    st = stacks
+    st.op_path = path  # the python context's launch callback (and exact PC sampling) read it
+    collector = _recorder.collector
+    if collector is not None and collector.pushes_ids:
+        collector.push(path)
+        st.op = collector
+
+
+def pop_op() -> None:
+    """Pop a launch's op id if one is still pushed: also called before any frame change, since
+    a launch that raised never reached the hook's exit and CUPTI's id stack must stay true."""
+    st = stacks
+    st.op_path = None
+    if st.op is not None:
+        st.op.pop()
+        st.op = None
+
+
+def launch_parent() -> int:
+    """Where a launch made by the caller goes (the innermost open frame, or with
+    context="python" the caller's Python call path with the scopes in it)."""
+    path = _recorder.context.launch_path(sys._getframe(1))
+    return ROOT if path is None else path
+
+
+def repush_open_scopes() -> None:
+    """Called when the collector starts: the calling thread's open scopes take effect now."""
+    collector = _recorder.collector
+    st = stacks.open
+    if st and collector is not None and st[-1].pushed_by is None:
+        collector.push(st[-1].path)
+        st[-1].pushed_by = collector
+
+
+def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
+                kind: str = SCOPE) -> int:
+    """Open a frame (a scope, a state, or the frame launch_metadata runs in) with checked
+    metrics; return its path id."""
+    st = stacks
+    if st.op_path is not None:
+        pop_op()
+    opened = st.open
+    recorder = _recorder
+    collector = recorder.collector
+    timed = cpu_timed or (collector is None and recorder.recording)
+    top = Open(ROOT, name, kind, time.time_ns() if timed else 0, timed, None)
+    parent = opened[-1].path if opened else ROOT
+    opened.append(top)
+    st.version += 1
+    top.path = path = recorder.context.scope_path(parent, top, sys._getframe(1))
+    if collector is not None:
+        collector.push(path)
+        top.pushed_by = collector  # only once pushed: its exit pops exactly what it pushed
+        if threading.get_ident() == _MAIN:
+            recorder.main_path_changed(path)
+    if values and recorder.recording:
+        recorder.add_metrics(path, values)
+    return path
+
+
+def innermost() -> Open | None:
+    """This thread's innermost open frame."""
+    opened = stacks.open
+    return opened[-1] if opened else None
+
+
+def close_frame(values: dict[str, float]) -> int:
+    """Close this thread's innermost frame (there must be one): its CUPTI id, its CPU time and
+    its metrics (`values`, added after it closes)."""
+    st = stacks
+    if st.op_path is not None:
+        pop_op()
+    opened = st.open
+    top = opened.pop()
+    st.version += 1
+    if top.pushed_by is not None:
+        top.pushed_by.pop()
+    recorder = _recorder
+    collector = recorder.collector
+    if collector is not None:
+        if opened and opened[-1].pushed_by is None:  # opened before collecting: applies now
+            collector.push(opened[-1].path)
+            opened[-1].pushed_by = collector
+        if threading.get_ident() == _MAIN:
+            recorder.main_path_changed(opened[-1].path if opened else ROOT)
+    if top.cpu_timed and top.start_ns:
+        values[CPU_TIME + EXCLUSIVE] = time.time_ns() - top.start_ns
+    if values and recorder.recording:
+        recorder.add_metrics(top.path, values)
+    return top.path
+
+
+def unwind(to_depth: int) -> None:
+    """Close every frame above `to_depth` on this thread, never raising: an exception left
+    them open (the user's exception goes on, not a ScopeError)."""
+    opened = stacks.open
+    while len(opened) > to_depth:
+        close_frame({})
+
+
+def recording() -> bool:
+    """A session is live."""
+    return _recorder.recording

@@ -1,0 +1,59 @@
+"""Each thread's open frames (scopes, states, and the op of a launch in progress): plain data.
+
+frames.py opens and closes them; the contexts read them to find a launch's path.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ..data.paths import ROOT
+
+
+@dataclass(slots=True)
+class Open:
+    """A frame entered on this thread and not yet exited."""
+
+    path: int
+    name: str
+    kind: str
+    start_ns: int
+    """time.time_ns() at entry when CPU time is recorded, else 0."""
+    cpu_timed: bool
+    pushed_by: object | None
+    """The collector that pushed this frame's CUPTI external correlation id, if one did; it
+    pops it again even after it stopped collecting, so CUPTI's stack never drifts."""
+    opener: object | None = None
+    """The user's Python frame that opened it (recorded for context="python" only)..."""
+    opened_at: tuple[int, int] | None = None
+    """... and where: (instruction offset, line)."""
+
+
+class Stacks(threading.local):
+    """One per thread (`stacks`)."""
+
+    def __init__(self) -> None:
+        self.open: list[Open] = []
+        self.version = 0
+        """Counts frame changes on this thread (the python context keeps paths until it changes)."""
+        self.op = None
+        """The collector that pushed a launch's op id (Triton hook), until the launch's exit."""
+        self.op_path: int | None = None
+        """The op path of the launch in progress (the hook named it), for the launch callbacks."""
+        self.kept = None
+        """context="python": this thread's python.Kept frames."""
+
+
+stacks = Stacks()
+"""This thread's open frames."""
+
+
+def depth() -> int:
+    """How many frames are open on this thread."""
+    return len(stacks.open)
+
+
+def current_path() -> int:
+    """Path id of this thread's innermost open frame (ROOT when none)."""
+    st = stacks.open
+    return st[-1].path if st else ROOT

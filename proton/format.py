@@ -1,0 +1,63 @@
+"""The profile file format: every name and pattern that writers and readers share.
+
+No imports from the rest of Proton (the viewer reads files with this module alone). The layout,
+as Triton's Proton writes it and both viewers read it:
+
+    [root node, device table]
+    node   = {"frame": {"name": str, "type": "function"[, "no_lines": str]},
+              "metrics": {name: number, ...}, "children": [node, ...]}
+    root   = a node named "ROOT" that carries a 0 for every inclusive metric
+    device table = {"CUDA": {"0": {"arch", "num_sms", "clock_rate", "memory_clock_rate",
+                                   "bus_width"}, ...}}   ({} when no kernel ran)
+
+A node's metrics are its own (exclusive) values; the viewer sums inclusive ones over subtrees.
+"""
+from __future__ import annotations
+
+import re
+
+# -- the tree ------------------------------------------------------------------------------------
+ROOT_NAME = "ROOT"
+FRAME_TYPE = "function"
+"""Every frame's "type" (hatchet's default)."""
+TREE_EXTENSION = ".hatchet"
+TRACE_EXTENSION = ".chrome_trace"
+
+# -- metrics -------------------------------------------------------------------------------------
+TIME = "time (ns)"
+"""GPU time of a kernel node, summed over its launches."""
+COUNT = "count"
+"""Launches of a kernel node."""
+DEVICE_ID = "device_id"
+"""Written as a string ("0"); the key of the device table entry."""
+DEVICE_TYPE = "device_type"
+CUDA = "CUDA"
+"""The device type of NVIDIA GPUs, and the device table's key."""
+CPU_TIME = "cpu_time (ns)"
+"""A cpu_timed_scope's time, exclusive (written without a "(exc)" suffix)."""
+EXCLUSIVE = "(exc)"
+"""Suffix of a user metric that belongs to its node only; dropped when written."""
+BYTES = "bytes"
+FLOPS = re.compile(r"flops(8|16|32|64)?")
+"""launch_metadata's floating-point operations, by operand width in bits (none: unspecified)."""
+LAUNCH_METADATA = "__proton_launch_metadata"
+"""Kernels that a launch_metadata function launches go under this frame (viewers hide it)."""
+
+# -- instruction sampling (mode="pcsampling"), with Triton's Proton's names ---------------------
+NUM_SAMPLES = "num_samples"
+NUM_STALLED = "num_stalled_samples"
+STALLED_PREFIX = "stalled_"
+"""`stalled_<reason>`: stalled samples by reason; over a node they sum to NUM_STALLED."""
+NO_LINES = "no_lines"
+"""The frame key of a kernel whose samples could not all be mapped to source lines: why."""
+
+# -- frame names -----------------------------------------------------------------------------------
+PYTHON_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+)@(?P<function>.+)$")
+"""`file:line@function`: a python frame (context="python") or a kernel's source line."""
+LIBRARY_FILE = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>$")
+"""Files of installed packages (torch, triton, ...) and of the standard library."""
+
+
+def frame_name(file: str, line: int, function: str) -> str:
+    """The name of a python frame or a source line: `file:line@function`."""
+    return f"{file}:{line}@{function}"

@@ -1,0 +1,150 @@
+"""Every option of `proton.start()` (and of the `proton` command), checked and parsed in one place.
+
+A bad value raises SessionError with one line naming the option, the value and what is accepted,
+before anything starts.
+
+Usage:
+    opts = parse_options("run1", context="shadow", data="tree", backend=None,
+                         mode="pcsampling:interval=12", hook="triton:config")
+    opts.pc.interval, opts.hook.config      # 12, True
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from .errors import SessionError
+from .format import TRACE_EXTENSION, TREE_EXTENSION
+
+CONTEXTS = ("shadow", "python")
+DATA = ("tree", "trace")
+BACKENDS = (None, "cupti")
+DEFAULT_NAME = "proton"
+DEFAULT_INTERVAL = 10
+"""Sample every 2**10 cycles: ~1.0x run time on a 4096^3 matmul (H200), millions of samples."""
+INTERVALS = range(5, 32)
+"""CUPTI's sampling periods: a sample every 2**N cycles for N in 5..31."""
+
+
+@dataclass(slots=True, frozen=True)
+class PCOptions:
+    """mode="pcsampling[:interval=N][:serialize=1]"."""
+
+    interval: int = DEFAULT_INTERVAL
+    """CUPTI's sampling period: a sample every 2**interval cycles per SM."""
+    serialize: bool = False
+    """Exact mode: each kernel's samples are read when its launch call returns."""
+
+
+@dataclass(slots=True, frozen=True)
+class HookOptions:
+    """hook="triton[:config[=A,B|*]][:include=REGEX][:exclude=REGEX]"."""
+
+    config: bool = False
+    """Append grid, warps, stages and shared memory to op names."""
+    constexprs: tuple[str, ...] | None = ()
+    """Constexprs to append too (None: all the kernel declares)."""
+    include: re.Pattern | None = None
+    exclude: re.Pattern | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class SessionOptions:
+    """What one session records and where it is written."""
+
+    name: str
+    """The name given to start() (default "proton")."""
+    path: str
+    """The absolute path of the file it writes."""
+    context: str = "shadow"
+    data: str = "tree"
+    pc: PCOptions | None = None
+    """Instruction sampling, when mode="pcsampling"."""
+    hook: HookOptions | None = None
+    """The Triton launch hook, when hook="triton..."."""
+    hook_spec: str | None = None
+    """`hook` as given (the file records nothing of it; errors quote it)."""
+
+
+def parse_options(name: str | None, *, context: str = "shadow", data: str = "tree",
+                  backend: str | None = None, mode: str | None = None,
+                  hook: str | None = None) -> SessionOptions:
+    """start()'s arguments -> SessionOptions.
+
+    Raises:
+        SessionError: any value that is not accepted (the message names the accepted ones).
+    """
+    _check_choice("context", context, CONTEXTS)
+    _check_choice("data", data, DATA)
+    _check_choice("backend", backend, BACKENDS)
+    pc = parse_mode(mode)
+    hook_options = parse_hook(hook) if hook is not None else None
+    name = name or DEFAULT_NAME
+    ext = TREE_EXTENSION if data == "tree" else TRACE_EXTENSION
+    path = os.path.abspath(name if name.endswith(ext) else name + ext)
+    if os.path.isdir(path):
+        raise SessionError(f"the profile would be written to {path!r}, which is a folder; "
+                           "give another name")
+    return SessionOptions(name, path, context, data, pc, hook_options, hook)
+
+
+def parse_mode(mode: str | None) -> PCOptions | None:
+    """'pcsampling[:interval=N][:serialize=1]' -> PCOptions; None or '' -> None (kernel times)."""
+    if not mode:
+        return None
+    kind, *options = mode.split(":")
+    if kind != "pcsampling":
+        raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "
+                           "':interval=N' with N in 5..31, ':serialize=1'), or none for kernel times")
+    values = {}
+    for option in options:
+        key, _, value = option.partition("=")
+        if key not in ("interval", "serialize") or not value.isdigit():
+            raise SessionError(f"mode option {option!r} is not supported; use interval=N "
+                               "(sample every 2**N cycles, 5..31) or serialize=0/1")
+        values[key] = int(value)
+    interval = values.get("interval", DEFAULT_INTERVAL)
+    if interval not in INTERVALS:
+        raise SessionError(f"pcsampling:interval={interval} is out of range; CUPTI samples "
+                           "every 2**N cycles for N in 5..31 (default 10)")
+    return PCOptions(interval, bool(values.get("serialize", 0)))
+
+
+_HOOK_KEYS = ("config", "include", "exclude")
+
+
+def parse_hook(spec: str) -> HookOptions:
+    """`triton[:config[=A,B|*]][:include=REGEX][:exclude=REGEX]` -> HookOptions.
+
+    Raises:
+        SessionError: another hook name, an unknown option or a bad regular expression.
+    """
+    head, _, rest = spec.partition(":") if isinstance(spec, str) else (spec, "", "")
+    if head != "triton":
+        raise SessionError(f"hook={spec!r} is not supported; use 'triton' or "
+                           "'triton:config', 'triton:include=REGEX', ... (see proton -h)")
+    found: dict = {}
+    # a regex may hold ':'; split only where a known option follows
+    for part in re.split(r":(?=(?:config|include|exclude)(?:=|:|$))", rest) if rest else []:
+        key, eq, value = part.partition("=")
+        if key not in _HOOK_KEYS or (key != "config" and not eq):
+            raise SessionError(f"hook option {part!r} in {spec!r} is not known; use config, "
+                               "config=NAME,NAME, include=REGEX or exclude=REGEX")
+        if key == "config":
+            names = [n.strip() for n in value.split(",") if n.strip()]
+            found["config"] = True
+            found["constexprs"] = None if names == ["*"] else tuple(names)
+        else:
+            try:
+                found[key] = re.compile(value)
+            except re.error as exc:
+                raise SessionError(f"hook option {key}={value!r} is not a valid regular "
+                                   f"expression: {exc}") from None
+    return HookOptions(**found)
+
+
+def _check_choice(what: str, value, choices) -> None:
+    if value not in choices:
+        shown = ", ".join(repr(c) for c in choices)
+        raise SessionError(f"{what}={value!r} is not supported; choose one of {shown}")

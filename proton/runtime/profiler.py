@@ -1,0 +1,281 @@
+"""The process's sessions: starting, pausing and finishing them, and the collector they share.
+
+One `Profiler` per process (`profiler`). While any session is live it owns the CUPTI collector,
+the context chosen for the process (one at a time), the kernel router and the main thread's
+timeline; it is also the recorder that frames (context/frames.py) report to.
+
+Threads:
+  * User threads open and close frames (context/frames.py: per-thread stacks, no lock) and call
+    start/activate/deactivate/finalize, which take `Profiler._lock` (an RLock).
+  * CUPTI's buffer thread runs the collector's `_read_records` holding the GIL: it reads the
+    collector's attributor under the collector's lock, the timeline's current list (replaced,
+    never cut, by the main thread), the router's memo (only it writes there, and finalize
+    after flushing), and writes each session's metrics under that session's lock. A session
+    closed by finalize (`closed`, set under its lock) takes no more kernels.
+  * The python context's launch callback runs on each launching thread at the launch call's
+    enter and exit: it registers the launch with the attributor (one dict store, atomic under
+    the GIL) before any record of its kernels can exist. Exact PC sampling reads samples at the
+    call's exit under the PC collector's lock.
+  * Every function CUPTI calls catches everything (report.callback_failed): nothing raises into
+    CUPTI.
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+
+from ..context import frames, make
+from ..data import writer
+from ..errors import ProtonError, SessionError
+from ..options import SessionOptions
+from ..report import debug, debugging, warn
+from .router import KernelRouter
+from .session import Session
+from .timeline import MainTimeline
+
+
+class Profiler:
+    """The process's sessions and the collector they share."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[int, Session] = {}
+        self.collector = None
+        """The CUPTI collector while a session records kernels."""
+        self.context = make("shadow")
+        """Where frames and launches go; chosen by the first live session."""
+        self.recording = False
+        """A session is live (frames read it on every change: a plain attribute)."""
+        self.command_line = False
+        """Set by the `proton` command: the script's own start() calls then join its session."""
+        self.router = KernelRouter(self.sessions)
+        self.timeline = MainTimeline()
+        self.lost_kernels = 0
+        self._next_id = 0
+        self._gpu: bool | None = None
+        self._lock = threading.RLock()
+        self._atexit = False
+
+    # -- clock and GPU ----------------------------------------------------------------------
+    @property
+    def gpu(self) -> bool:
+        if self._gpu is None:
+            from ..cupti import gpu
+
+            self._gpu = gpu.gpu_available()
+            if not self._gpu:
+                warn("no NVIDIA GPU found; recording scopes with CPU time only")
+        return self._gpu
+
+    def now(self) -> int:
+        """Timestamp in the clock of the launch records (CUPTI's) when collecting."""
+        if self.collector is not None:
+            return self.collector.timestamp()
+        return time.monotonic_ns()
+
+    # -- sessions ---------------------------------------------------------------------------
+    def live(self, name: str) -> int | None:
+        """The id of the live session called `name`, if any."""
+        return next((s.id for s in self.sessions.values() if s.name == name), None)
+
+    def start(self, opts: SessionOptions) -> int:
+        """Start a session (a live one of the same name is resumed) and return its id.
+
+        Raises:
+            SessionError: it cannot run beside the live sessions.
+            ProtonError: CUPTI could not start.
+        """
+        with self._lock:
+            sid = self.live(opts.name)
+            if sid is not None:  # starting a live name again resumes it
+                self._activate(self.sessions[sid])
+                return sid
+            if opts.pc is not None:
+                self._check_pc()
+            live = {s.context for s in self.sessions.values()}
+            if live and opts.context not in live:
+                raise SessionError(f"a session with context={live.pop()!r} is live; finalize "
+                                   f"it before starting one with context={opts.context!r}")
+            if not live:
+                self._choose_context(opts.context)
+            if self.gpu and self.collector is None:
+                try:
+                    self._start_collector(opts.pc)
+                except BaseException:
+                    if not self.sessions:
+                        self._choose_context("shadow")  # nothing started: as before
+                    raise
+            session = Session(self._next_id, opts.name, opts.path, opts.context, opts.data,
+                              opts.hook_spec, pc=opts.pc is not None)
+            self._next_id += 1
+            self.sessions[session.id] = session
+            self.recording = True
+            self._activate(session)
+            if not self._atexit:
+                atexit.register(self._finalize_at_exit)
+                self._atexit = True
+            return session.id
+
+    def _check_pc(self) -> None:
+        """Instruction sampling is set up with the collector: one sampling session at a time,
+        started before any other session (CUPTI's module callback and context are set then)."""
+        if any(s.pc for s in self.sessions.values()):
+            raise SessionError("a mode='pcsampling' session is live; finalize it before "
+                               "starting another (one instruction-sampling session at a time)")
+        if self.collector is not None:
+            raise SessionError("mode='pcsampling' must start before the other live sessions; "
+                               "finalize them first, or start the sampling session first")
+
+    def _choose_context(self, name: str) -> None:
+        """One context per process at a time: the collector attributes launches one way."""
+        if self.context.name != name:
+            self.context.end()
+            self.context = make(name)
+            self.context.start()
+
+    def _finalize_at_exit(self) -> None:
+        """A script that never calls finalize() or dies of an exception still gets its file."""
+        try:
+            for path in self.finalize():
+                warn(f"wrote {path} at exit")
+        except Exception as exc:  # at exit a traceback helps nobody: one line
+            warn(f"could not write the profile at exit: {exc}")
+
+    def _start_collector(self, pc=None) -> None:
+        try:
+            from ..cupti.collector import CuptiCollector
+        except ImportError as exc:
+            raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
+                              "matching your CUDA 13 driver") from None
+
+        context = self.context
+        collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
+                                   launch_path=context.launch_path,
+                                   in_callback=context.in_callback, pc=pc)
+        collector.start()
+        self.collector = collector
+        frames.repush_open_scopes()
+
+    def _targets(self, session: int | None) -> list[Session]:
+        if session is None:
+            return list(self.sessions.values())
+        if session not in self.sessions:
+            live = ", ".join(str(s) for s in self.sessions) or "none"
+            raise SessionError(f"no live session {session!r} (live sessions: {live}); "
+                               "use the id that proton.start() returned")
+        return [self.sessions[session]]
+
+    def _pc(self, session: Session):
+        """The PCCollector sampling for `session`, if any."""
+        return self.collector.pc if session.pc and self.collector is not None else None
+
+    def _activate(self, session: Session) -> None:
+        if not session.active:
+            session.intervals.append([self.now(), -1])
+            if (pc := self._pc(session)) is not None:
+                pc.resume()
+
+    def activate(self, session: int | None = None) -> None:
+        """Record again into `session` (every live session when None)."""
+        with self._lock:
+            for s in self._targets(session):
+                self._activate(s)
+
+    def deactivate(self, session: int | None = None) -> None:
+        """Stop recording into `session` (every live session when None) until activate()."""
+        with self._lock:
+            now = self.now()
+            for s in self._targets(session):
+                if s.active:
+                    s.intervals[-1][1] = now
+                    if (pc := self._pc(s)) is not None:
+                        pc.pause()
+
+    def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
+        """Flush, write and close sessions (every live one when None); return the files
+        written."""
+        with self._lock:
+            targets = self._targets(session) if self.sessions or session is not None else []
+            if not targets:
+                return []
+            for s in targets:  # a bad format must not cost the data
+                writer.check_format(s.data, output_format)
+            if self.collector is not None:
+                self.lost_kernels += self.collector.flush()
+            self.deactivate(session)
+            devices = self._device_table()
+            written = []
+            for s in targets:
+                if (pc := self._pc(s)) is not None:
+                    self.collector.pc = None
+                    self._add_pc_samples(s, pc)
+                with s.lock:
+                    s.closed = True
+                if s.data == "trace":
+                    doc = writer.build_trace(s.events)
+                else:
+                    doc = writer.build(s.nodes, devices, s.notes)
+                written.append(writer.write(doc, s.path))
+                del self.sessions[s.id]
+            self.recording = bool(self.sessions)
+            if not self.sessions:
+                if self.collector is not None:
+                    t0 = time.monotonic()
+                    self._stop_collector()
+                    debug(f"stopping CUPTI took {time.monotonic() - t0:.3f} s")
+                self.router.clear()
+                self._choose_context("shadow")
+            return written
+
+    def _add_pc_samples(self, session: Session, pc) -> None:
+        """Finish sampling and put the samples on `session`'s kernel nodes and their lines."""
+        from ..cupti.pc_collector import place_samples
+
+        router = self.router
+        for node, metrics, why in place_samples(pc, router.kernel_times(session),
+                                                router.kernel_path):
+            if why:
+                session.notes.setdefault(node, why)
+            session.add(node, metrics)
+
+    def _stop_collector(self) -> None:
+        collector, self.collector = self.collector, None
+        collector.stop()
+        self.timeline.clear()
+        lost = self.lost_kernels + collector.finish()
+        dropped = collector.dropped_records()
+        if debugging():
+            a = collector.attributor
+            debug(f"{a.launches} launch records, {a.kernels} kernels attributed, {lost} lost, "
+                  f"{dropped} dropped; {collector.records} records read in "
+                  f"{collector.callback_seconds * 1e3:.1f} ms")
+        if lost or dropped:
+            warn(f"{lost} kernel launches had no kernel record and CUPTI dropped {dropped} "
+                 "records; the profile misses them")
+        self.lost_kernels = 0
+
+    def _device_table(self) -> dict:
+        if not self.gpu:
+            return {}
+        from ..cupti import gpu
+        from ..data.devices import table_json
+
+        return table_json(gpu.device_table())
+
+    # -- the recorder frames report to (context/frames.py) ----------------------------------
+    def add_metrics(self, path_id: int, values: dict[str, float]) -> None:
+        """Metrics of a frame, for every active session."""
+        for s in list(self.sessions.values()):
+            if s.active:
+                s.add(path_id, values)
+
+    def main_path_changed(self, path_id: int) -> None:
+        """The main thread's innermost frame is now `path_id` (told while collecting)."""
+        collector = self.collector
+        if collector is not None:
+            self.timeline.note(collector.timestamp(), path_id)
+
+
+profiler = Profiler()
+"""The process's profiler."""
+frames.attach(profiler)

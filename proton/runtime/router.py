@@ -1,0 +1,78 @@
+"""Kernel records onto the sessions' trees: each kernel on its node, in every session that was
+active when its launch call started (so deactivated regions stay out, whichever thread launched).
+
+Runs on CUPTI's thread (see profiler.py, Threads).
+"""
+from __future__ import annotations
+
+from ..cupti.attribution import Kernel, KernelRecord, each
+from ..data.paths import KERNEL, OP, paths
+from ..format import TIME
+from .session import Session
+
+
+class KernelRouter:
+    """The collector's sink: kernels of one buffer at a time, for the live `sessions`."""
+
+    def __init__(self, sessions: dict[int, Session]) -> None:
+        self._sessions = sessions
+        """The profiler's own dict of live sessions (read, never changed here)."""
+        self._kernel_paths: dict[tuple[int, str, int], int] = {}
+        """(path id, kernel name, device) -> the node its kernels count on."""
+
+    def kernel_path(self, path_id: int, name: str, device: int) -> int:
+        """The node a kernel of `name` on `device` launched at `path_id` is counted on: a child
+        of the path named after the kernel, or the path itself when the Triton hook made it an
+        op for this launch."""
+        key = (path_id, name, device)
+        kernel = self._kernel_paths.get(key)
+        if kernel is None:
+            if paths.frames[path_id].kind == OP:
+                kernel = path_id
+            else:
+                kernel = paths.intern(path_id, name, f"{KERNEL}{device}")
+            self._kernel_paths[key] = kernel
+        return kernel
+
+    def on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
+        """One kernel launched at `launch_ts` from `path_id`."""
+        kernel = self.kernel_path(path_id, rec.name, rec.device_id)
+        for s in list(self._sessions.values()):
+            if s.active_at(launch_ts):
+                s.add_kernel(kernel, rec)
+
+    def on_kernels(self, kernels: list[Kernel]) -> None:
+        """One buffer's kernels (see attribution.Kernel). When every session is a tree that
+        has been active since before the first launch, they are summed per path first and each
+        session takes the sums under one lock: this runs on CUPTI's thread holding the GIL, so
+        it must be short."""
+        sessions = list(self._sessions.values())
+        first = min(k[1] for k in kernels)
+        if not all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
+                   for s in sessions):
+            each(self.on_kernel)(kernels)
+            return
+        totals: dict[int, list] = {}
+        for path_id, _, _, name, device, start, end, _ in kernels:
+            kernel = self.kernel_path(path_id, name, device)
+            total = totals.get(kernel)
+            if total is None:
+                totals[kernel] = [end - start, 1, device]
+            else:
+                total[0] += end - start
+                total[1] += 1
+        for s in sessions:
+            s.add_kernel_totals(totals)
+
+    def kernel_times(self, session: Session) -> dict[str, list[tuple[int, float]]]:
+        """{kernel name: [(kernel node, GPU ns in `session`)]} (for PC samples' placement)."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        for (_, name, _), node in list(self._kernel_paths.items()):
+            ns = session.nodes.get(node, {}).get(TIME)
+            if ns:
+                out.setdefault(name, []).append((node, ns))
+        return out
+
+    def clear(self) -> None:
+        """Forget the memo (no session is live)."""
+        self._kernel_paths = {}

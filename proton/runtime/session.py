@@ -1,0 +1,84 @@
+"""One profile being recorded: its options, when it was active, and the metrics it holds."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from ..cupti.attribution import KernelRecord
+from ..data.metrics import DEVICE_CUDA
+from ..format import COUNT, DEVICE_ID, DEVICE_TYPE, TIME
+
+
+@dataclass(slots=True)
+class Session:
+    """One profile being recorded."""
+
+    id: int
+    name: str
+    """The name given to start(); the file is written to `path`."""
+    path: str
+    context: str
+    data: str
+    hook: str | None
+    """hook= as given to start() (None: no launch hook)."""
+    pc: bool = False
+    """mode="pcsampling": kernels get instruction samples and source-line children."""
+    intervals: list[list[int]] = field(default_factory=list)
+    """[start, end] timestamps of each active stretch; the last end is -1 while active."""
+    nodes: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Metrics by path id; exclusive values, as written to the file (data="tree")."""
+    events: list[tuple[int, KernelRecord]] = field(default_factory=list)
+    """Every kernel with its path id (data="trace")."""
+    notes: dict[int, str] = field(default_factory=dict)
+    """Path id -> why its PC samples have no source lines (the file's frame "no_lines")."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+    """Set (under `lock`) when finalize takes the data; late kernel records are then ignored."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.intervals) and self.intervals[-1][1] == -1
+
+    def active_at(self, ts: int) -> bool:
+        for start, end in reversed(self.intervals):
+            if ts >= start:
+                return end == -1 or ts <= end
+        return False
+
+    def add(self, path_id: int, values: dict[str, float]) -> None:
+        if self.data == "trace":
+            return  # a trace holds kernels only
+        with self.lock:
+            if self.closed:
+                return
+            node = self.nodes.setdefault(path_id, {})
+            for key, value in values.items():
+                node[key] = node.get(key, 0) + value
+
+    def add_kernel(self, path_id: int, rec: KernelRecord) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            if self.data == "trace":
+                self.events.append((path_id, rec))
+                return
+            node = self._kernel_node(path_id, rec.device_id)
+            node[TIME] += rec.end - rec.start
+            node[COUNT] += 1
+
+    def add_kernel_totals(self, totals: dict[int, list]) -> None:
+        """Kernels summed per path: {path id: [time ns, count, device id]} (data="tree")."""
+        with self.lock:
+            if self.closed:
+                return
+            for path_id, (ns, count, device) in totals.items():
+                node = self._kernel_node(path_id, device)
+                node[TIME] += ns
+                node[COUNT] += count
+
+    def _kernel_node(self, path_id: int, device_id: int) -> dict:
+        node = self.nodes.get(path_id)
+        if node is None or COUNT not in node:  # an op node may hold only its metadata yet
+            node = self.nodes.setdefault(path_id, {})
+            node.update({TIME: 0, COUNT: 0, DEVICE_ID: device_id, DEVICE_TYPE: DEVICE_CUDA})
+        return node

@@ -1,0 +1,159 @@
+"""Scopes: named regions of the user's code, nested per thread.
+
+Entering a scope interns its call path and, while CUPTI collects, pushes the path id as the
+thread's external correlation id, so launches inside carry it with no further Python.
+With context="python" the launch callback reads the thread's open scopes instead (their names
+and the frames that opened them, see context/python.py) and nothing is pushed.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Mapping
+
+from .context.frames import close_frame, enter_frame, innermost, recording, unwind
+from .context.stack import depth
+from .data.metrics import check_user_metrics
+from .data.paths import SCOPE, STATE
+from .errors import ScopeError
+
+
+def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
+                cpu_timed: bool = False) -> int:
+    """Open a scope on this thread; return its path id.
+
+    Scopes are tracked even while no session is live, so a session started inside open scopes
+    still places kernels under them.
+
+    Usage:
+        proton.enter_scope("attention")
+        ...
+        proton.exit_scope("attention")
+    """
+    return enter_frame(name, check_user_metrics(metrics), cpu_timed=cpu_timed)
+
+
+def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = None) -> int:
+    """Close this thread's innermost scope; with `name`, check that it is the one closed.
+
+    `metrics` are added to the scope's node after it closes.
+
+    Raises:
+        ScopeError: no scope is open, or the innermost one is not `name`.
+    """
+    values = check_user_metrics(metrics)
+    top = innermost()
+    if top is None:
+        if not recording():
+            return -1
+        raise ScopeError(f"exit_scope({name or ''!r}) with no open scope on this thread; "
+                         "pair every exit_scope with an enter_scope")
+    if name is not None and top.name != name:
+        raise ScopeError(f"exit_scope({name!r}) but the innermost open scope is "
+                         f"{top.name!r}; close scopes in the reverse order of opening")
+    return close_frame(values)
+
+
+class scope:
+    """A named region, as a context manager or a decorator.
+
+    Usage:
+        with proton.scope("forward", {"tokens": 4096}):
+            model(x)
+
+        @proton.scope("step")
+        def step(): ...
+
+    Args:
+        name: the frame's name in the tree.
+        metrics: numbers added to the scope's node at entry; a name ending in "(exc)" is
+            exclusive (not summed into parents).
+    """
+
+    _cpu_timed = False
+
+    _kind = SCOPE
+
+    def __init__(self, name: str, metrics: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.metrics = check_user_metrics(metrics)
+        self._depths: list[int] = []
+
+    def _open(self) -> int:
+        before = depth()
+        enter_frame(self.name, self.metrics, cpu_timed=self._cpu_timed, kind=self._kind)
+        return before
+
+    def __enter__(self) -> "scope":
+        self._depths.append(self._open())
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        before = self._depths.pop()
+        if exc_type is None:
+            exit_scope(self.name)
+        else:
+            unwind(before)
+
+    def __call__(self, func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            before = self._open()  # a local, so recursion and threads share the object safely
+            try:
+                result = func(*args, **kwargs)
+            except BaseException:
+                unwind(before)
+                raise
+            exit_scope(self.name)
+            return result
+
+        return wrapper
+
+
+class cpu_timed_scope(scope):
+    """A scope that also records its wall time on the CPU as `cpu_time (ns)` (exclusive).
+
+    Usage:
+        with proton.cpu_timed_scope("data_loading"):
+            batch = next(loader)
+    """
+
+    _cpu_timed = True
+
+
+class state(scope):
+    """Name the kernels launched inside with an extra innermost frame (Triton's `state`).
+
+    Usage:
+        with proton.state("warmup"):
+            kernel[grid](x)
+    """
+
+    _kind = STATE
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        before = self._depths.pop()
+        if exc_type is None:
+            exit_state()
+        else:
+            unwind(before)
+
+
+def enter_state(name: str) -> None:
+    """Open a state frame on this thread (see `state`); scopes opened inside nest under it."""
+    enter_frame(name, {}, kind=STATE)
+
+
+def exit_state() -> None:
+    """Close the innermost frame, which must be a state.
+
+    Raises:
+        ScopeError: the innermost open frame is a scope, not a state.
+    """
+    top = innermost()
+    if top is not None and top.kind != STATE:
+        raise ScopeError(f"exit_state() but the innermost open frame is the scope "
+                         f"{top.name!r}; close it first")
+    exit_scope()
