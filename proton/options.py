@@ -96,7 +96,8 @@ def parse_mode(mode: str | None) -> PCOptions | None:
     kind, *options = mode.split(":")
     if kind != "pcsampling":
         raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "
-                           "':interval=N' with N in 5..31, ':serialize=1'), or none for kernel times")
+                           "':interval=N' with N in 5..31, ':serialize=1'), or none for kernel "
+                           "times")
     values = {}
     for option in options:
         key, _, value = option.partition("=")

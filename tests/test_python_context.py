@@ -1,6 +1,6 @@
 """context="python" call paths, on the CPU: the path a launch made at a given point would get
-(context.frames.launch_parent, the same code the CUPTI launch callback runs), and the file a CPU-only
-session writes. tests/test_gpu_python.py checks the kernels on the GPU."""
+(context.frames.launch_parent, the same code the CUPTI launch callback runs), and the file a
+CPU-only session writes. tests/test_gpu_python.py checks the kernels on the GPU."""
 from __future__ import annotations
 
 import gc
@@ -261,7 +261,8 @@ def test_a_library_function_that_opened_a_scope_then_returned_is_not_reused(pyth
 
 
 def test_identical_functions_in_two_files_keep_their_own_file(python_session, tmp_path):
-    source = "from proton.context.frames import launch_parent\ndef f():\n    return launch_parent()\n"
+    source = ("from proton.context.frames import launch_parent\n"
+              "def f():\n    return launch_parent()\n")
     fs = []
     for name in ("model_a.py", "model_b.py"):
         ns = {}

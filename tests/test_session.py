@@ -173,8 +173,8 @@ def test_kernels_count_only_for_sessions_active_at_launch(profile_path):
 
 @pytest.mark.parametrize("pause", [False, True])
 def test_a_buffers_kernels_sum_per_path_for_every_active_session(profile_path, pause):
-    """router.on_kernels (one CUPTI buffer at a time) gives the same tree as kernel by kernel: summed
-    when every session was active since before the first launch, else checked one by one."""
+    """router.on_kernels (one CUPTI buffer at a time) gives the same tree as kernel by kernel:
+    summed when every session was active since before the first launch, else checked one by one."""
     name, read = profile_path
     other = name + "_b"
     proton.start(name)
@@ -186,8 +186,9 @@ def test_a_buffers_kernels_sum_per_path_for_every_active_session(profile_path, p
         proton.activate()
     proton.start(other)
     later = profiler.now()
-    profiler.router.on_kernels([(path, first, 1, "k", 0, 0, 100, 0), (path, later, 2, "k", 0, 0, 30, 0),
-                          (path, later, 3, "k", 1, 0, 10, 0)])
+    profiler.router.on_kernels([(path, first, 1, "k", 0, 0, 100, 0),
+                                (path, later, 2, "k", 0, 0, 30, 0),
+                                (path, later, 3, "k", 1, 0, 10, 0)])
     proton.finalize()
     for prof, counted in ((read()[0], 1 if pause else 2), (load(other + ".hatchet")[0], 1)):
         k0, k1 = find(prof, "batch")["children"]

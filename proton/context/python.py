@@ -2,8 +2,8 @@
 
 At the start of every launch call a CUPTI callback (cupti/collector.py) runs on the launching
 thread and asks `launch_path` for the path id of the thread's Python stack; the Attributor finds it
-under the launch's correlation id. Frames are named `file:line@function`, as Triton's Proton names them,
-so both viewers read the files.
+under the launch's correlation id. Frames are named `file:line@function`, as Triton's Proton names
+them, so both viewers read the files.
 
 What the path leaves out: the profiler's own frames, everything above the `proton` command's
 runner (click, the CLI) and runpy's frames. A `proton.scope` appears right after the frame that

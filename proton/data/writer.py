@@ -66,8 +66,9 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
 
 def build_trace(events: list[tuple[int, Any]]) -> dict:
     """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
-    any record with name, device_id, stream_id, start and end (ns): one event per kernel, times in
-    us from the first kernel, a process per device and a thread per stream, the call path in args."""
+    any record with name, device_id, stream_id, start and end (ns): one event per kernel, times
+    in us from the first kernel, a process per device and a thread per stream, the call path in
+    args."""
     t0 = min((rec.start for _, rec in events), default=0)
     stacks: dict[int, list[str]] = {}
     out = []

@@ -1,0 +1,156 @@
+"""The layers of ARCHITECTURE.md, read from the code's own imports (ast) and from what a fresh
+interpreter loads: no import circle, each layer imports only those below it, the viewer only
+itself and the file format, and importing the viewer or the compiler starts no runtime."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import re
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOLDERS = {"proton": "proton", "hooks": "proton.hooks", "compiler": "proton.compiler",
+           "viewer": "proton.viewer"}
+"""Top-level folder -> the package it is installed as (pyproject's package-dir)."""
+BASE = {"proton.format", "proton.errors", "proton.report"}
+# package -> the packages (or modules) it may import, besides itself and BASE. Lowest first.
+ALLOWED = {
+    "proton.format": set(),
+    "proton.errors": set(),
+    "proton.report": set(),
+    "proton.options": BASE,
+    "proton.data": BASE,
+    "proton.compiler": set(),
+    "proton.cupti": BASE | {"proton.options", "proton.data", "proton.compiler"},
+    "proton.context": BASE | {"proton.options", "proton.data"},
+    "proton.runtime": BASE | {"proton.options", "proton.data", "proton.cupti",
+                              "proton.context"},
+    "proton.hooks": BASE | {"proton.options", "proton.data", "proton.compiler",
+                            "proton.runtime.ops"},
+    "proton.viewer": {"proton.format"},
+}
+"""What is not here (proton, proton.api, proton.scopes, proton.cli, proton.examples) is the
+front door: it may import anything below it."""
+
+
+def modules() -> dict[str, str]:
+    """Module name -> its file, for every module of the four folders."""
+    out = {}
+    for folder, package in FOLDERS.items():
+        for root, dirs, files in os.walk(os.path.join(ROOT, folder)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            rel = os.path.relpath(root, os.path.join(ROOT, folder))
+            if folder == "proton" and rel.split(os.sep)[0] in FOLDERS:  # not under proton/
+                continue
+            prefix = package if rel == "." else f"{package}.{rel.replace(os.sep, '.')}"
+            for name in files:
+                if name.endswith(".py"):
+                    module = prefix if name == "__init__.py" else f"{prefix}.{name[:-3]}"
+                    out[module] = os.path.join(root, name)
+    return out
+
+
+def imports(module: str, path: str, known: set[str]) -> set[str]:
+    """The proton modules `module` imports, at module level or inside functions."""
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "proton"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{base}.{node.module}" if node.module else base
+            elif (node.module or "").split(".")[0] == "proton":
+                base = node.module
+            else:
+                continue
+            for alias in node.names:  # `from . import api` imports a module
+                sub = f"{base}.{alias.name}"
+                out.add(sub if sub in known else base)
+    return out - {module}
+
+
+def owner(module: str) -> str | None:
+    """The ALLOWED entry `module` falls under (the longest matching prefix)."""
+    found = [p for p in ALLOWED if module == p or module.startswith(p + ".")]
+    return max(found, key=len) if found else None
+
+
+GRAPH = {m: imports(m, p, set(modules())) for m, p in modules().items()}
+
+
+def within(module: str, allowed: set[str]) -> bool:
+    return any(module == a or module.startswith(a + ".") for a in allowed)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if owner(m)))
+def test_each_layer_imports_only_the_layers_below_it(module):
+    layer = owner(module)
+    bad = sorted(i for i in GRAPH[module] if not within(i, ALLOWED[layer] | {layer}))
+    assert not bad, f"{module} ({layer}) imports {bad}"
+
+
+def test_no_import_circle():
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(GRAPH.get(module, ())):
+            if state.get(dep) == 1:
+                raise AssertionError("import circle: " + " -> ".join(
+                    path[path.index(dep):] + [dep]) if dep in path else dep)
+            if dep in GRAPH and not state.get(dep):
+                visit(dep, path + [dep])
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if not state.get(module):
+            visit(module, [module])
+
+
+def test_hooks_reach_the_runtime_only_through_ops():
+    used = {i for m in GRAPH if m.startswith("proton.hooks") for i in GRAPH[m]
+            if i.startswith("proton.runtime")}
+    assert used == {"proton.runtime.ops"}
+
+
+@pytest.mark.parametrize("statement,allowed", [
+    ("import proton", ("proton",)),
+    ("import proton.viewer.cli, proton.viewer.reader, proton.viewer.derive, "
+     "proton.viewer.render, proton.viewer.source, proton.viewer.source_view, "
+     "proton.viewer.select, proton.viewer.diff, proton.viewer.export",
+     ("proton", "proton.viewer", "proton.format")),
+    ("import proton.compiler.kernels", ("proton", "proton.compiler")),
+])
+def test_a_fresh_interpreter_loads_no_runtime_for_the_viewer_or_compiler(statement, allowed):
+    code = f"{statement}\nimport sys\nprint(sorted(m for m in sys.modules if m == 'proton' " \
+           "or m.startswith('proton.') or m == 'cupti'))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    loaded = eval(run.stdout.strip().splitlines()[-1])
+    assert loaded and not [m for m in loaded if not within(m, set(allowed))], loaded
+
+
+def test_every_package_folder_is_installed():
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        text = f.read()
+    listed = set(re.findall(r'"([\w.]+)"', re.search(r"^packages = \[(.*?)\]", text,
+                                                     re.S | re.M).group(1)))
+    packages = {m for m, p in modules().items() if p.endswith("__init__.py")}
+    assert packages == listed
+
+
+def test_the_python_context_leaves_out_every_profiler_file_but_the_examples():
+    from proton.context.python import own_files
+
+    files = own_files()
+    mods = modules()
+    for module in ("proton.runtime.ops", "proton.context.frames", "proton.cupti.collector",
+                   "proton.hooks.triton_hook", "proton.scopes", "proton.api"):
+        assert mods[module] in files, module
+    assert mods["proton.examples.mlp"] not in files
