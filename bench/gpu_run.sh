@@ -2,7 +2,8 @@
 # On the GPU machine: install the carried wheels and the project, run the gpu tests and the
 # benchmarks, print a short table last. Usage (device tool, carry .whl): bash bench/gpu_run.sh
 # Env: PYTEST_ARGS, BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
-# SKIP_FIXTURES=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl).
+# SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
+# BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -26,10 +27,28 @@ if [ -z "${SKIP_FIXTURES:-}" ]; then
   cp tests/data/python_recorded.hatchet tests/data/triton_python_recorded.hatchet "$OUT/"
   (ex=$PWD/proton/examples/mlp.py; cd /tmp && proton -n example_gpu "$ex" --steps 3 2>&1 | tail -1; cp example_gpu.hatchet "$OUT/"; proton-viewer example_gpu.hatchet)
 fi
-python3 bench/run.py --results "${BENCH_RESULTS:-$OUT/bench.jsonl}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+if [ -n "${BASELINE:-}" ]; then
+  # the same launch benchmarks for an earlier tree of the project (e.g. `git archive REV`),
+  # interleaved with this one round by round so drift hits both alike
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade \
+    --target /tmp/site_base "$BASELINE" || exit 1
+  modes=${BASELINE_MODES:-"none;proton;proton --context python;proton --hook triton"}
+  for round in $(seq "${BASELINE_ROUNDS:-3}"); do
+    for which in base ours; do
+      site=$SITE; [ $which = base ] && site=/tmp/site_base:$SITE
+      PYTHONPATH=$site python3 bench/run.py --only launch --rounds 1 --modes "$modes" \
+        --results "$OUT/launch_$which.jsonl" > /dev/null 2>>"$OUT/bench.log"
+    done
+  done
+  for which in base ours; do
+    echo "== launch loop, $which"
+    python3 bench/run.py --table-only --results "$OUT/launch_$which.jsonl" | grep -E "^\| (workload|launch)"
+  done | tee -a "$OUT/bench.log"
+fi
+[ -z "${SKIP_BENCH:-}" ] && python3 bench/run.py --results "${BENCH_RESULTS:-$OUT/bench.jsonl}" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench.log"
 
 echo
 echo "== summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 [ -f "$OUT/gpu_tests.log" ] && grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -1
-sed -n '/^| workload/,$p' "$OUT/bench.log"
+sed -n '/^== launch loop\|^| workload/,$p' "$OUT/bench.log" | tail -40
 exit $tests_rc

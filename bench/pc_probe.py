@@ -1,4 +1,4 @@
-"""Probe CUPTI PC sampling through proton.cupti_pcsampling alone (no session): layout, stall
+"""Probe CUPTI PC sampling through proton.cupti.pcsampling alone (no session): layout, stall
 reasons, CRCs, lines, and what start/stop/GetData cost. python bench/pc_probe.py"""
 import time
 
