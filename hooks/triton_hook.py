@@ -52,8 +52,8 @@ def _enter(metadata) -> None:
     """Per launch, so lean: the op is not a scope on the thread's stack, only its path id pushed
     as CUPTI's external correlation id for the one launch between the enter and exit hooks."""
     state = _state
-    if state.busy or not ops.collecting():
-        ops.exit_op()  # the last launch raised before the exit hook ran
+    ops.exit_op()  # the last launch raised before the exit hook ran
+    if state.busy:
         return
     data = metadata.data
     opts = _options
@@ -62,8 +62,11 @@ def _enter(metadata) -> None:
         if (opts.include is not None and not opts.include.search(kernel)) or \
                 (opts.exclude is not None and opts.exclude.search(kernel)):
             return
+    extras = getattr(metadata, "extras", True)  # a launch_metadata function: it may launch
+    if (extras or opts.config) and not ops.collecting():  # work for a launch nobody counts
+        return
     values = None
-    if getattr(metadata, "extras", True):  # a launch_metadata function: it may launch kernels
+    if extras:
         state.busy = True
         try:
             with ops.frame(LAUNCH_METADATA):

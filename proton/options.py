@@ -123,8 +123,7 @@ def parse_hook(spec: str) -> HookOptions:
     """
     head, _, rest = spec.partition(":") if isinstance(spec, str) else (spec, "", "")
     if head != "triton":
-        raise SessionError(f"hook={spec!r} is not supported; use 'triton' or "
-                           "'triton:config', 'triton:include=REGEX', ... (see proton -h)")
+        _check_choice("hook", spec, (None, "triton"))
     found: dict = {}
     # a regex may hold ':'; split only where a known option follows
     for part in re.split(r":(?=(?:config|include|exclude)(?:=|:|$))", rest) if rest else []:

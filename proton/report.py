@@ -31,7 +31,8 @@ def debug(message: str) -> None:
 
 
 def callback_failed(where: str, exc: BaseException, errors: list[str] | None = None) -> None:
-    """Call from `except BaseException as exc:` in any function CUPTI calls, which must return.
+    """Call from `except BaseException as exc:` in any function CUPTI calls, which must return;
+    `where` completes "error ...", e.g. "in the launch callback".
 
     Ctrl-C that landed in the callback is raised again in the main thread at once; any other
     error is said once per distinct message (and kept in `errors`, if given), and the run goes
@@ -40,7 +41,7 @@ def callback_failed(where: str, exc: BaseException, errors: list[str] | None = N
             try:
                 ...
             except BaseException as exc:
-                callback_failed("the launch callback", exc)
+                callback_failed("in the launch callback", exc)
     """
     if isinstance(exc, KeyboardInterrupt):
         _thread.interrupt_main()
@@ -52,4 +53,4 @@ def callback_failed(where: str, exc: BaseException, errors: list[str] | None = N
     if errors is not None and message not in errors:
         errors.append(message)
     if first:
-        warn(f"error in {where}: {message}")
+        warn(f"error {where}: {message}")

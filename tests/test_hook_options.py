@@ -51,3 +51,48 @@ def test_kernel_record_from_tritons_cache_files(tmp_path):
     assert info.target == "cuda:90" and info.cluster_dims == (1, 1, 1)
     assert info.cubin() == b"\x7fELF-cubin"
     assert from_metadata_group("k", None, group, "abc") is None  # not loaded: no handle yet
+
+
+def test_a_kernel_the_hook_skips_never_takes_the_op_of_a_launch_that_raised(tmp_path):
+    """The hook's enter, as Triton calls it, with a stand-in for the collector's id stack: a
+    launch that raised leaves its op pushed (its exit hook never ran); the next launch, one the
+    hook excludes, must find it gone and go under its scope."""
+    from proton.context.stack import stacks
+    from proton.data.paths import paths
+    from proton.hooks import triton_hook
+
+    class IdStack:
+        pushes_ids = True
+
+        def __init__(self):
+            self.ids = []
+
+        def push(self, path):
+            self.ids.append(path)
+
+        def pop(self):
+            self.ids.pop()
+
+        def timestamp(self):
+            return 0
+
+    def metadata(name):
+        return type("Metadata", (), {"data": {"name": name, "function": None}, "extras": False})
+
+    proton.start(str(tmp_path / "p"), hook="triton:exclude=skip")
+    ids = IdStack()
+    saved, profiler.collector = profiler.collector, ids
+    try:
+        with proton.scope("S"):
+            (scope_id,) = ids.ids
+            triton_hook._enter(metadata("matmul_kernel"))  # the launch then raised
+            assert paths.names(ids.ids[-1]) == ["S", "matmul_kernel"]
+            triton_hook._enter(metadata("skip_kernel"))
+            assert ids.ids == [scope_id] and stacks.op_path is None
+            triton_hook._enter(metadata("matmul_kernel"))
+            triton_hook._exit(metadata("matmul_kernel"))
+            assert ids.ids == [scope_id] and stacks.op_path is None
+        assert ids.ids == []
+    finally:
+        profiler.collector = saved
+        proton.finalize()

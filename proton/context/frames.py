@@ -59,25 +59,17 @@ def attach(recorder: Recorder) -> None:
     _recorder = recorder
 
 
-def push_op(path: int) -> None:
-    """A launch hook's enter, after pop_op: `path` applies to this one launch (pop_op at its
-    exit)."""
-    st = stacks
-    st.op_path = path  # the python context's launch callback (and exact PC sampling) read it
-    collector = _recorder.collector
-    if collector is not None and collector.pushes_ids:
-        collector.push(path)
-        st.op = collector
-
-
 def pop_op() -> None:
-    """Pop a launch's op id if one is still pushed: also called before any frame change, since
-    a launch that raised never reached the hook's exit and CUPTI's id stack must stay true."""
+    """End the launch's op (runtime/ops.py opens it: stack.Stacks.op_path and .op): also called
+    before any frame change, since a launch that raised never reached the hook's exit and
+    CUPTI's id stack must stay true."""
     st = stacks
-    st.op_path = None
-    if st.op is not None:
-        st.op.pop()
-        st.op = None
+    if st.op_path is not None:
+        st.op_path = None
+        op = st.op
+        if op is not None:
+            op.pop()
+            st.op = None
 
 
 def launch_parent() -> int:
@@ -101,7 +93,7 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
     """Open a frame (a scope, a state, or the frame launch_metadata runs in) with checked
     metrics; return its path id."""
     st = stacks
-    if st.op_path is not None:
+    if st.op_path is not None:  # set whenever an op is pushed
         pop_op()
     opened = st.open
     recorder = _recorder
@@ -111,7 +103,7 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
     parent = opened[-1].path if opened else ROOT
     opened.append(top)
     st.version += 1
-    top.path = path = recorder.context.scope_path(parent, top, sys._getframe(1))
+    top.path = path = recorder.context.scope_path(parent, top)
     if collector is not None:
         collector.push(path)
         top.pushed_by = collector  # only once pushed: its exit pops exactly what it pushed

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import runpy
+import sys
 from types import CodeType, FrameType
 
 from ..data.paths import PYTHON, ROOT, paths
@@ -325,10 +326,10 @@ class PythonContext:
         _codes.clear()
         _nodes.clear()
 
-    def scope_path(self, parent: int, top: Open, caller: FrameType | None) -> int:
-        """The node of a scope just opened (pushed as `top`) by code that called from `caller`:
-        after the user's frame that opened it, which `top` remembers."""
-        top.opener, top.opened_at = opener(caller)
+    def scope_path(self, parent: int, top: Open) -> int:
+        """The node of a scope just opened (pushed as `top`): after the user's frame that
+        opened it (the first frame outside the profiler), which `top` remembers."""
+        top.opener, top.opened_at = opener(sys._getframe(1))
         return launch_path(top.opener)
 
     launch_path = staticmethod(launch_path)

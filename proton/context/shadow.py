@@ -16,15 +16,17 @@ class ShadowContext:
     in_callback = False
     """Launches are attributed by the ids scopes push, not in a CUPTI launch callback."""
 
-    def scope_path(self, parent: int, top: Open, caller: FrameType | None) -> int:
+    def scope_path(self, parent: int, top: Open) -> int:
         return paths.intern(parent, top.name, top.kind)
 
     @staticmethod
     def launch_path(frame: FrameType | None) -> int:
         st = stacks
-        if st.op_path is not None:
-            return st.op_path
-        return st.open[-1].path if st.open else ROOT
+        path = st.op_path
+        if path is not None:
+            return path
+        opened = st.open
+        return opened[-1].path if opened else ROOT
 
     def start(self) -> None:
         pass

@@ -95,7 +95,7 @@ class RawBuffers:
             buffer[0], size[0], max_records[0] = address, ctypes.sizeof(raw), 0
         except BaseException as exc:  # lend nothing instead
             buffer[0], size[0], max_records[0] = None, 0, 0
-            callback_failed("lending CUPTI a buffer", exc)
+            callback_failed("while lending CUPTI a buffer", exc)
 
     def _take(self, context, stream, buffer, size, valid) -> None:
         try:
@@ -108,7 +108,7 @@ class RawBuffers:
                 self._on_records(memoryview((ctypes.c_char * valid).from_address(buffer)),
                                  offsets)
         except BaseException as exc:
-            callback_failed("reading a CUPTI buffer", exc)
+            callback_failed("while reading a CUPTI buffer", exc)
         finally:
             with self._lock:
                 raw = self._buffers.pop(buffer, None)

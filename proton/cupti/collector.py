@@ -301,7 +301,7 @@ class CuptiCollector:
                     path = unscoped(thread() & 0xFFFFFFFF, start) if unscoped else ROOT
                 register(_u32(data + corr_at).value, path, start, cbid in graphs)
             except BaseException as exc:
-                callback_failed("the launch callback", exc, errors)
+                callback_failed("in the launch callback", exc, errors)
 
         return on_api
 
@@ -393,5 +393,5 @@ class CuptiCollector:
                 self.attributor.add_columns(external, api, kernels)
             self.records += len(offsets)
         except BaseException as exc:
-            callback_failed("reading CUPTI records", exc, self.callback_errors)
+            callback_failed("while reading CUPTI records", exc, self.callback_errors)
         self.callback_seconds += time.perf_counter() - t0

@@ -144,7 +144,7 @@ class PCCollector:
                     if path is not None and drained:
                         self.table.add(drained, path)
             except BaseException as exc:
-                callback_failed("PC sampling around a launch", exc)
+                callback_failed("in PC sampling around a launch", exc)
 
         return self.module_callback(on_launch_call)
 
@@ -161,7 +161,7 @@ class PCCollector:
                 try:
                     self.on_module(data)
                 except BaseException as exc:
-                    callback_failed("keeping a loaded module's cubin", exc)
+                    callback_failed("while keeping a loaded module's cubin", exc)
 
         return on_api
 

@@ -3,10 +3,11 @@
 An op is the node one kernel launch is counted on, named by the hook (e.g. after the kernel's
 launch_metadata), with the hook's metrics (flops, bytes) on it. Per launch:
 
-    if ops.collecting():
+    ops.exit_op()                            # the last launch's op, if its exit never came
+    if ops.collecting():                     # before work done only for a counted launch
         with ops.frame(LAUNCH_METADATA):     # kernels the hook itself launches go here
             md = compute_metadata()
-        ops.enter_op("matmul_4096", {"flops16": 2 * 4096**3})
+    ops.enter_op("matmul_4096", {"flops16": 2 * 4096**3})   # nothing unless collecting
     launch()                                 # counted on the op's node
     ops.exit_op()                            # at the launch's exit hook
 
@@ -16,11 +17,9 @@ enter_op, ends it (a launch that raised never reaches its exit hook).
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
-from typing import Iterator
 
 from ..context import frames
-from ..context.stack import depth
+from ..context.stack import depth, stacks
 from ..data.paths import OP, ROOT, paths
 from .profiler import profiler
 
@@ -30,14 +29,22 @@ def collecting() -> bool:
     return profiler.collector is not None and profiler.recording
 
 
-def enter_op(name: str, metrics: dict[str, float] | None = None) -> int:
+def enter_op(name: str, metrics: dict[str, float] | None = None) -> int | None:
     """The calling thread's next launch is counted on a node `name` under where that launch
     goes (the innermost scope, or its Python call path with context="python"); `metrics` are
-    added to that node. Returns its path id."""
-    frames.pop_op()  # the last launch raised before its exit hook ran
+    added to that node. Returns its path id; None, doing nothing, unless collecting()."""
+    collector = profiler.collector
+    if collector is None or not profiler.recording:
+        return None
+    st = stacks
+    if st.op_path is not None:  # the last launch raised before its exit hook ran
+        frames.pop_op()
     parent = profiler.context.launch_path(sys._getframe(1))
     path = paths.intern(ROOT if parent is None else parent, name, OP)
-    frames.push_op(path)
+    st.op_path = path  # the python context's launch callback and exact PC sampling read it
+    if collector.pushes_ids:  # shadow: for this one launch
+        collector.push(path)
+        st.op = collector  # frames.pop_op pops it
     if metrics:
         profiler.add_metrics(path, metrics)
     return path
@@ -48,12 +55,19 @@ exit_op = frames.pop_op
 (The frames' own function, not a wrapper: it runs at every launch.)"""
 
 
-@contextmanager
-def frame(name: str) -> Iterator[None]:
-    """A frame for the kernels launched inside (LAUNCH_METADATA for a hook's own launches)."""
-    before = depth()
-    frames.enter_frame(name, {})
-    try:
-        yield
-    finally:
-        frames.unwind(before)
+class frame:
+    """A frame for the kernels launched inside (LAUNCH_METADATA for a hook's own launches), as
+    a context manager. A class, not a generator: its methods' frames are the profiler's, so the
+    python context leaves them out of paths."""
+
+    __slots__ = ("name", "_before")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        self._before = depth()
+        frames.enter_frame(self.name, {})
+
+    def __exit__(self, *exc) -> None:
+        frames.unwind(self._before)
