@@ -57,7 +57,7 @@ def test_a_kernel_the_hook_skips_never_takes_the_op_of_a_launch_that_raised(tmp_
     """The hook's enter, as Triton calls it, with a stand-in for the collector's id stack: a
     launch that raised leaves its op pushed (its exit hook never ran); the next launch, one the
     hook excludes, must find it gone and go under its scope."""
-    from proton.context.stack import stacks
+    from proton.context.stack import per_thread
     from proton.data.paths import paths
     from proton.hooks import triton_hook
 
@@ -88,10 +88,10 @@ def test_a_kernel_the_hook_skips_never_takes_the_op_of_a_launch_that_raised(tmp_
             triton_hook._enter(metadata("matmul_kernel"))  # the launch then raised
             assert paths.names(ids.ids[-1]) == ["S", "matmul_kernel"]
             triton_hook._enter(metadata("skip_kernel"))
-            assert ids.ids == [scope_id] and stacks.op_path is None
+            assert ids.ids == [scope_id] and per_thread.stacks.op_path is None
             triton_hook._enter(metadata("matmul_kernel"))
             triton_hook._exit(metadata("matmul_kernel"))
-            assert ids.ids == [scope_id] and stacks.op_path is None
+            assert ids.ids == [scope_id] and per_thread.stacks.op_path is None
         assert ids.ids == []
     finally:
         profiler.collector = saved

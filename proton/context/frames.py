@@ -16,7 +16,7 @@ from typing import Protocol
 from ..data.paths import ROOT, SCOPE
 from ..format import CPU_TIME, EXCLUSIVE
 from .shadow import ShadowContext
-from .stack import Open, stacks
+from .stack import Open, per_thread
 
 _MAIN = threading.main_thread().ident
 
@@ -63,7 +63,7 @@ def pop_op() -> None:
     """End the launch's op (runtime/ops.py opens it: stack.Stacks.op_path and .op): also called
     before any frame change, since a launch that raised never reached the hook's exit and
     CUPTI's id stack must stay true."""
-    st = stacks
+    st = per_thread.stacks
     if st.op_path is not None:
         st.op_path = None
         op = st.op
@@ -82,7 +82,7 @@ def launch_parent() -> int:
 def repush_open_scopes() -> None:
     """Called when the collector starts: the calling thread's open scopes take effect now."""
     collector = _recorder.collector
-    st = stacks.open
+    st = per_thread.stacks.open
     if st and collector is not None and st[-1].pushed_by is None:
         collector.push(st[-1].path)
         st[-1].pushed_by = collector
@@ -92,7 +92,7 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
                 kind: str = SCOPE) -> int:
     """Open a frame (a scope, a state, or the frame launch_metadata runs in) with checked
     metrics; return its path id."""
-    st = stacks
+    st = per_thread.stacks
     if st.op_path is not None:  # set whenever an op is pushed
         pop_op()
     opened = st.open
@@ -116,14 +116,14 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
 
 def innermost() -> Open | None:
     """This thread's innermost open frame."""
-    opened = stacks.open
+    opened = per_thread.stacks.open
     return opened[-1] if opened else None
 
 
 def close_frame(values: dict[str, float]) -> int:
     """Close this thread's innermost frame (there must be one): its CUPTI id, its CPU time and
     its metrics (`values`, added after it closes)."""
-    st = stacks
+    st = per_thread.stacks
     if st.op_path is not None:
         pop_op()
     opened = st.open
@@ -149,7 +149,7 @@ def close_frame(values: dict[str, float]) -> int:
 def unwind(to_depth: int) -> None:
     """Close every frame above `to_depth` on this thread, never raising: an exception left
     them open (the user's exception goes on, not a ScopeError)."""
-    opened = stacks.open
+    opened = per_thread.stacks.open
     while len(opened) > to_depth:
         close_frame({})
 

@@ -28,7 +28,7 @@ from types import CodeType, FrameType
 
 from ..data.paths import PYTHON, ROOT, paths
 from ..format import LIBRARY_FILE, frame_name
-from .stack import Open, stacks
+from .stack import Open, per_thread
 
 _GENERATOR = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 _USER_CODE = {"examples", "__pycache__"}
@@ -56,7 +56,7 @@ _runner: CodeType | None = None
 class Kept:
     """The frames of a thread's last launch that may still run at its next one (outermost
     first), the path outside each, and that launch's walk. Hangs off the thread's stacks
-    (stack.stacks.kept)."""
+    (stack.per_thread.stacks.kept)."""
 
     __slots__ = ("frames", "outer", "lastis", "index", "version", "key", "at", "pid", "fast",
                  "generation")
@@ -131,7 +131,7 @@ def _node(parent: int, frame: FrameType, at: tuple[int, int] | None) -> int:
 
 def launch_path(frame: FrameType | None) -> int | None:
     """Path id of the call path ending at `frame` (the innermost) with the thread's open scopes
-    (stack.stacks: `open`, each with name, kind, opener, opened_at; `version`, which changes
+    (stack.per_thread.stacks: `open`, each with name, kind, opener, opened_at; `version`, which changes
     whenever a scope opens or closes) placed after the frames that opened them. The op the
     Triton hook opened for this launch, if any, is the path; None when there is neither a frame
     nor an open scope (a thread with no Python, such as PyTorch's autograd thread).
@@ -141,7 +141,7 @@ def launch_path(frame: FrameType | None) -> int | None:
     Otherwise the walk's key, its code ids and offsets, finds the path with no formatting or
     interning unless it was never seen. Per frame the loop does only what the key needs: which
     frames are left out is decided once per key, in _build."""
-    st = stacks
+    st = per_thread.stacks
     if st.op_path is not None:  # the Triton hook named this launch already
         return st.op_path
     if frame is None and not st.open:
@@ -321,7 +321,7 @@ class PythonContext:
         other thread's at its next launch or its end, and every walk seen."""
         global _generation
         _generation += 1
-        stacks.kept = None
+        per_thread.stacks.kept = None
         _walks.clear()
         _codes.clear()
         _nodes.clear()

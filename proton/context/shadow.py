@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import FrameType
 
 from ..data.paths import ROOT, paths
-from .stack import Open, stacks
+from .stack import Open, per_thread
 
 
 class ShadowContext:
@@ -21,7 +21,7 @@ class ShadowContext:
 
     @staticmethod
     def launch_path(frame: FrameType | None) -> int:
-        st = stacks
+        st = per_thread.stacks
         path = st.op_path
         if path is not None:
             return path

@@ -29,8 +29,10 @@ class Open:
     """... and where: (instruction offset, line)."""
 
 
-class Stacks(threading.local):
-    """One per thread (`stacks`)."""
+class Stacks:
+    """One thread's frames: `per_thread.stacks`."""
+
+    __slots__ = ("open", "version", "op", "op_path", "kept")
 
     def __init__(self) -> None:
         self.open: list[Open] = []
@@ -44,16 +46,22 @@ class Stacks(threading.local):
         """context="python": this thread's python.Kept frames."""
 
 
-stacks = Stacks()
-"""This thread's open frames."""
+class _PerThread(threading.local):
+    def __init__(self) -> None:
+        self.stacks = Stacks()
+
+
+per_thread = _PerThread()
+"""`per_thread.stacks`: this thread's Stacks. One thread-local look-up, then plain slots: a
+look-up costs about 40 ns, a slot 10 (the hot paths read several fields per launch)."""
 
 
 def depth() -> int:
     """How many frames are open on this thread."""
-    return len(stacks.open)
+    return len(per_thread.stacks.open)
 
 
 def current_path() -> int:
     """Path id of this thread's innermost open frame (ROOT when none)."""
-    st = stacks.open
+    st = per_thread.stacks.open
     return st[-1].path if st else ROOT

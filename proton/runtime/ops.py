@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from ..context import frames
-from ..context.stack import depth, stacks
+from ..context.stack import depth, per_thread
 from ..data.paths import OP, ROOT, paths
 from .profiler import profiler
 
@@ -36,7 +36,7 @@ def enter_op(name: str, metrics: dict[str, float] | None = None) -> int | None:
     collector = profiler.collector
     if collector is None or not profiler.recording:
         return None
-    st = stacks
+    st = per_thread.stacks
     if st.op_path is not None:  # the last launch raised before its exit hook ran
         frames.pop_op()
     parent = profiler.context.launch_path(sys._getframe(1))
