@@ -29,12 +29,13 @@ if [ -z "${SKIP_FIXTURES:-}" ]; then
 fi
 if [ -n "${BASELINE:-}" ]; then
   # the same launch benchmarks for an earlier tree of the project (e.g. `git archive REV`),
-  # interleaved with this one round by round so drift hits both alike
+  # interleaved with this one round by round (ABBA) so drift hits both alike
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade \
     --target /tmp/site_base "$BASELINE" || exit 1
   modes=${BASELINE_MODES:-"none;proton;proton --context python;proton --hook triton"}
   for round in $(seq "${BASELINE_ROUNDS:-3}"); do
-    for which in base ours; do
+    order="base ours"; [ $((round % 2)) = 0 ] && order="ours base"  # ABBA: no order bias
+    for which in $order; do
       site=$SITE; [ $which = base ] && site=/tmp/site_base:$SITE
       PYTHONPATH=$site python3 bench/run.py --only launch --rounds 1 --modes "$modes" \
         --results "$OUT/launch_$which.jsonl" > /dev/null 2>>"$OUT/bench.log"
