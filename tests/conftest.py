@@ -62,6 +62,25 @@ def viewer_in_terminal(*args: str) -> str:
     return out.decode()
 
 
+class IdStack:
+    """Stands in for the collector's CUPTI external-id stack (push/pop) in the shadow context,
+    to see what scopes and the hook push, on the CPU."""
+
+    pushes_ids = True
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+
+    def push(self, path: int) -> None:
+        self.ids.append(path)
+
+    def pop(self) -> None:
+        self.ids.pop()
+
+    def timestamp(self) -> int:
+        return 0
+
+
 def run_threads(threads: list[threading.Thread]) -> None:
     """Start them all, then wait for them all."""
     for t in threads:

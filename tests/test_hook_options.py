@@ -6,6 +6,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from conftest import IdStack
+
 import proton
 from proton.cli import proton as proton_cmd
 from proton.compiler.kernels import from_metadata_group
@@ -60,21 +62,6 @@ def test_a_kernel_the_hook_skips_never_takes_the_op_of_a_launch_that_raised(tmp_
     from proton.context.stack import per_thread
     from proton.data.paths import paths
     from proton.hooks import triton_hook
-
-    class IdStack:
-        pushes_ids = True
-
-        def __init__(self):
-            self.ids = []
-
-        def push(self, path):
-            self.ids.append(path)
-
-        def pop(self):
-            self.ids.pop()
-
-        def timestamp(self):
-            return 0
 
     def metadata(name):
         return type("Metadata", (), {"data": {"name": name, "function": None}, "extras": False})

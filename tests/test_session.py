@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import find, load, run_threads
+from conftest import IdStack, find, load, run_threads
 
 import proton
 from proton.api import write_profiles
@@ -337,21 +337,6 @@ def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profil
     recorder stands in for the collector's push/pop only; tests/test_gpu_hook.py checks the
     same on the GPU."""
     from proton.runtime import ops
-
-    class IdStack:
-        pushes_ids = True  # the shadow context's collector: ids go on CUPTI's stack
-
-        def __init__(self):
-            self.ids = []
-
-        def push(self, path):
-            self.ids.append(path)
-
-        def pop(self):
-            self.ids.pop()
-
-        def timestamp(self):
-            return time.monotonic_ns()
 
     name, _ = profile_path
     proton.start(name)
