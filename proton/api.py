@@ -41,10 +41,10 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         SessionError: an option is not accepted, or cannot run beside the live sessions.
         ProfilerConflictError: another profiler holds CUPTI in this process.
     """
-    opts = parse_options(name, context=context, data=data, backend=backend, mode=mode,
-                         hook=hook)
     if profiler.command_line and profiler.sessions:
         return next(iter(profiler.sessions))
+    opts = parse_options(name, context=context, data=data, backend=backend, mode=mode,
+                         hook=hook)
     sid = profiler.live(opts.name)
     if sid is not None:
         profiler.activate(sid)
