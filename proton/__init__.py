@@ -21,14 +21,15 @@ _WHERE = {
     "scope": "scopes", "cpu_timed_scope": "scopes", "enter_scope": "scopes", "exit_scope": "scopes",
     "state": "scopes", "enter_state": "scopes", "exit_state": "scopes",
     "ProtonError": "errors", "ScopeError": "errors", "SessionError": "errors",
-    "ProfilerConflictError": "errors",
+    "ProfilerConflictError": "errors", "ProfileWriteError": "errors",
 }
 """Public name -> the module (of this package) that defines it."""
 
 __all__ = [
     "start", "activate", "deactivate", "finalize", "profile",
     "scope", "cpu_timed_scope", "enter_scope", "exit_scope", "state", "enter_state", "exit_state",
-    "ProtonError", "ScopeError", "SessionError", "ProfilerConflictError", "DEFAULT_PROFILE_NAME",
+    "ProtonError", "ScopeError", "SessionError", "ProfilerConflictError", "ProfileWriteError",
+    "DEFAULT_PROFILE_NAME",
 ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+from .errors import SessionError
 from .options import parse_options
 from .runtime.profiler import profiler
 
@@ -108,9 +109,14 @@ def profile(func: Callable | None = None, *, name: str | None = None, context: s
         @proton.profile(name="train")
         def train(): ...
     """
+    parse_options(name, context=context, data=data, backend=backend, mode=mode,
+                  hook=hook)  # a bad option raises here, at the decorator, not at a call
     if func is None:
         return functools.partial(profile, name=name, context=context, data=data,
                                  backend=backend, mode=mode, hook=hook)
+    if not callable(func):
+        raise SessionError(f"proton.profile decorates a function, not {func!r}; use "
+                           "@proton.profile or @proton.profile(name=...)")
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):

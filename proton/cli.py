@@ -57,6 +57,8 @@ Examples:
               "GPU time under each. :serialize=1 starts and stops sampling around every launch "
               "for exact per-launch attribution, at a cost (each launch waits for its kernel). "
               ":interval=N samples every 2**N cycles (5..31, default 10). Default: kernel times.")
+@click.version_option(package_name="proton-profiler", prog_name="proton",
+                      message="%(prog)s %(version)s")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def proton(name, backend, context, data, hook, mode, target, args) -> None:
@@ -78,53 +80,71 @@ def proton(name, backend, context, data, hook, mode, target, args) -> None:
     sys.exit(status)
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so pytest and the script stop the same way."""
+ENDING = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""Signals that end the run as Ctrl-C does: the profile is written, then proton exits 128+N
+(SIGHUP: a closed terminal or a dropped ssh session)."""
 
-    seen = False
+
+class _Terminated(KeyboardInterrupt):
+    """One of ENDING, raised like Ctrl-C so pytest and the script stop the same way."""
+
+    signum: int | None = None
     """Set by the handler: pytest catches the interrupt itself and returns its own status."""
 
 
-def _on_sigterm(signum, frame):
-    _Terminated.seen = True
+def _on_signal(signum, frame):
+    _Terminated.signum = signum
     raise _Terminated()
 
 
 def _run_profiled(target: str, args: list[str]) -> int:
     """Run the target, then write the profile whatever happened; return the exit status."""
-    saved = sys.argv[:], sys.path[:], signal.signal(signal.SIGTERM, _on_sigterm)
+    _Terminated.signum = None
+    saved = sys.argv[:], sys.path[:], {s: signal.signal(s, _on_signal) for s in ENDING}
     profiler.command_line = True
     status = 0
     try:
         status = _run(target, args)
     except SystemExit as exc:
         status = _exit_status(exc.code)
-    except _Terminated:
-        warn("terminated; writing the profile")
-        status = 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        warn("interrupted; writing the profile")
         status = 130
     except BaseException:
         traceback.print_exc()
         status = 1
     finally:
-        if _Terminated.seen and status != 128 + signal.SIGTERM:  # pytest caught it first
-            warn("terminated; writing the profile")
-            status = 128 + signal.SIGTERM
+        ended = _Terminated.signum  # also when pytest caught the interrupt first
+        if ended is not None:
+            status = 128 + ended
+        if ended is not None or status == 130:
+            cause = signal.Signals(ended).name if ended is not None else "interrupted"
+            warn(f"{cause}; writing the profile")
         sys.argv[:], sys.path[:] = saved[0], saved[1]
         profiler.command_line = False
-        # A second Ctrl-C or SIGTERM must not cut the write short.
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # A second signal must not cut the write short (and the file is renamed into place).
+        held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, *ENDING)}
         try:
-            for path in api.write_profiles():
-                warn(f"wrote {path}")
-        except Exception as exc:
-            warn(f"could not write the profile: {exc}")
+            status = _write(status)
         finally:
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, saved[2])
+            for s in ENDING:
+                signal.signal(s, saved[2][s])
+            signal.signal(signal.SIGINT, held[signal.SIGINT])
+    return status
+
+
+def _write(status: int) -> int:
+    """Write every session; the exit status: the script's, or 2 (when it was 0) if a profile
+    could not be written where asked."""
+    where = ", ".join(s.path for s in profiler.sessions.values())
+    try:
+        for path in api.write_profiles():
+            warn(f"wrote {path}")
+    except ProtonError as exc:
+        warn(str(exc))
+        return status or exc.exit_code
+    except Exception as exc:
+        warn(f"could not write the profile ({where}): {type(exc).__name__}: {exc}")
+        return status or ProtonError.exit_code
     return status
 
 

@@ -18,3 +18,8 @@ class SessionError(ProtonError):
 
 class ProfilerConflictError(ProtonError):
     """Another CUPTI user (torch.profiler, nsys, Triton's Proton) holds this process."""
+
+
+class ProfileWriteError(ProtonError):
+    """A profile could not be written where it was asked (it went to a temporary file, if one
+    could be written: the message says where)."""

@@ -75,12 +75,12 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     Raises:
         SessionError: any value that is not accepted (the message names the accepted ones).
     """
+    name = _check_name(name)
     _check_choice("context", context, CONTEXTS)
     _check_choice("data", data, DATA)
     _check_choice("backend", backend, BACKENDS)
     pc = parse_mode(mode)
     hook_options = parse_hook(hook) if hook is not None else None
-    name = name or DEFAULT_NAME
     ext = TREE_EXTENSION if data == "tree" else TRACE_EXTENSION
     path = os.path.abspath(name if name.endswith(ext) else name + ext)
     if os.path.isdir(path):
@@ -89,10 +89,24 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     return SessionOptions(name, path, context, data, pc, hook_options, hook)
 
 
+def _check_name(name) -> str:
+    """The session's name: None or "" for the default, else a string or path (os.PathLike)."""
+    if name is None or name == "":
+        return DEFAULT_NAME
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str):
+        raise SessionError(f"name={name!r} ({type(name).__name__}) is not accepted; give a "
+                           "string or path for the profile file, e.g. start('run1')")
+    return name
+
+
 def parse_mode(mode: str | None) -> PCOptions | None:
     """'pcsampling[:interval=N][:serialize=1]' -> PCOptions; None or '' -> None (kernel times)."""
     if not mode:
         return None
+    if not isinstance(mode, str):
+        raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' or none")
     kind, *options = mode.split(":")
     if kind != "pcsampling":
         raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from .context.frames import close_frame, enter_frame, innermost, recording, unwind
 from .context.stack import depth
-from .data.metrics import check_user_metrics
+from .data.metrics import check_scope_name, check_user_metrics
 from .data.paths import SCOPE, STATE
 from .errors import ScopeError
 
@@ -29,7 +29,8 @@ def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
         ...
         proton.exit_scope("attention")
     """
-    return enter_frame(name, check_user_metrics(metrics), cpu_timed=cpu_timed)
+    return enter_frame(check_scope_name(name), check_user_metrics(metrics),
+                       cpu_timed=cpu_timed)
 
 
 def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = None) -> int:
@@ -40,6 +41,8 @@ def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = N
     Raises:
         ScopeError: no scope is open, or the innermost one is not `name`.
     """
+    if name is not None:
+        check_scope_name(name)
     values = check_user_metrics(metrics)
     top = innermost()
     if top is None:
@@ -74,7 +77,7 @@ class scope:
     _kind = SCOPE
 
     def __init__(self, name: str, metrics: Mapping[str, Any] | None = None) -> None:
-        self.name = name
+        self.name = check_scope_name(name)
         self.metrics = check_user_metrics(metrics)
         self._depths: list[int] = []
 
@@ -131,7 +134,7 @@ class state(scope):
     _kind = STATE
 
     def __init__(self, name: str) -> None:
-        super().__init__(name)
+        super().__init__(check_scope_name(name, "state name"))
 
     def __exit__(self, exc_type, exc, tb) -> None:
         before = self._depths.pop()
@@ -143,7 +146,7 @@ class state(scope):
 
 def enter_state(name: str) -> None:
     """Open a state frame on this thread (see `state`); scopes opened inside nest under it."""
-    enter_frame(name, {}, kind=STATE)
+    enter_frame(check_scope_name(name, "state name"), {}, kind=STATE)
 
 
 def exit_state() -> None:

@@ -290,16 +290,18 @@ def test_exit_state_must_close_a_state():
     assert depth() == 0
 
 
-def test_unwritable_path_falls_back_to_a_temporary_file(tmp_path, capsys):
+def test_unwritable_path_raises_naming_the_temporary_file_that_holds_the_profile(tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("")
     proton.start(str(blocker / "prof"))  # its folder is a file: cannot be written
     with proton.scope("kept", {"n": 1}):
         pass
-    (written,) = write_profiles()
+    with pytest.raises(proton.ProtonError, match="could not write .*prof.hatchet") as err:
+        proton.finalize()
+    written = err.value.args[0].split("; wrote ")[1].split(" instead")[0]
     assert written.endswith("prof.hatchet") and not written.startswith(str(blocker))
     assert find(load(written)[0], "kept")["metrics"]["n"] == 1
-    assert f"wrote {written} instead" in capsys.readouterr().err
+    assert "\n" not in str(err.value) and not profiler.sessions  # one line; the session closed
 
 
 def test_profile_decorator_accumulates_calls_into_one_session(tmp_path):

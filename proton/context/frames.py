@@ -49,6 +49,9 @@ class Recorder:
     def main_path_changed(self, path: int) -> None:
         """The main thread's innermost frame is now `path` (told while collecting only)."""
 
+    def add_span(self, path: int, start_ns: int, end_ns: int) -> None:
+        """A timed frame closed on the calling thread (time.time_ns() at entry and exit)."""
+
 
 _recorder: Recorder = Recorder()
 
@@ -140,7 +143,10 @@ def close_frame(values: dict[str, float]) -> int:
         if threading.get_ident() == _MAIN:
             recorder.main_path_changed(opened[-1].path if opened else ROOT)
     if top.cpu_timed and top.start_ns:
-        values[CPU_TIME + EXCLUSIVE] = time.time_ns() - top.start_ns
+        end = time.time_ns()
+        values[CPU_TIME + EXCLUSIVE] = end - top.start_ns
+        if recorder.recording:
+            recorder.add_span(top.path, top.start_ns, end)
     if values and recorder.recording:
         recorder.add_metrics(top.path, values)
     return top.path

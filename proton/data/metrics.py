@@ -12,10 +12,21 @@ RESERVED = frozenset({TIME, COUNT, DEVICE_ID, DEVICE_TYPE, CPU_TIME, "cpu_time",
 """Names the profiler writes itself: user metrics may not take them."""
 
 
+def check_scope_name(name: Any, what: str = "scope name") -> str:
+    """A frame name as the user gave it: a non-empty string (ScopeError otherwise)."""
+    if not isinstance(name, str) or not name:
+        raise ScopeError(f"{what} {name!r} ({type(name).__name__}) is not accepted; give a "
+                         "non-empty string, e.g. proton.scope('forward')")
+    return name
+
+
 def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     """Numbers by name, ready to add; raise ScopeError for a reserved name or a non-number."""
-    if not metrics:
+    if metrics is None:
         return {}
+    if not isinstance(metrics, Mapping):
+        raise ScopeError(f"metrics {metrics!r} ({type(metrics).__name__}) is not accepted; give "
+                         "a mapping of names to numbers, e.g. {'tokens': 4096}")
     out = {}
     for name, value in metrics.items():
         if not isinstance(name, str) or not name:

@@ -6,14 +6,16 @@ inclusive metric, which is how hatchet and both viewers tell inclusive metrics f
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import math
 import os
 import tempfile
 from typing import Any
 
-from ..errors import SessionError
+from ..errors import ProfileWriteError, SessionError
 from ..format import CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, ROOT_NAME
-from ..report import warn
 from .paths import ROOT, paths
 
 FORMATS = {"tree": ("", "hatchet"), "trace": ("", "chrome_trace")}
@@ -23,7 +25,8 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
           notes: dict[int, str] | None = None) -> list:
     """The JSON document for aggregated `nodes` (metrics by path id). `notes`: why a kernel's
     PC samples have no source lines, written as its frame's "no_lines" (hatchet keeps extra
-    frame keys; both viewers read the file as before)."""
+    frame keys; both viewers read the file as before). Built without recursion: a tree may be
+    as deep as the program's scopes."""
     notes = notes or {}
     frames = paths.frames
     children: dict[int, set[int]] = {}
@@ -46,37 +49,67 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
                 used_devices.add(value)
             elif key == DEVICE_TYPE:
                 value = CUDA
-            elif key.endswith(EXCLUSIVE):
-                key = key[: -len(EXCLUSIVE)].strip()
             else:
-                inclusive.add(key)
+                if key.endswith(EXCLUSIVE):
+                    key = key[: -len(EXCLUSIVE)].strip()
+                else:
+                    inclusive.add(key)
+                value = finite_or_none(value)
             out[key] = value
-        kids = sorted(children.get(pid, ()), key=lambda k: (frames[k].name, frames[k].kind))
         frame = {"name": frames[pid].name, "type": FRAME_TYPE}
         if pid in notes:
             frame[NO_LINES] = notes[pid]
-        return {"frame": frame, "metrics": out, "children": [node(k) for k in kids]}
+        return {"frame": frame, "metrics": out, "children": []}
 
     root = node(ROOT)
+    todo = [(ROOT, root)]
+    while todo:
+        pid, out = todo.pop()
+        for kid in sorted(children.get(pid, ()), key=lambda k: (frames[k].name, frames[k].kind)):
+            child = node(kid)
+            out["children"].append(child)
+            todo.append((kid, child))
     for key in sorted(inclusive):  # sorted: the same profile always writes the same bytes
         root["metrics"].setdefault(key, 0)
     table = {d: devices[d] for d in sorted(used_devices) if d in devices}
     return [root, {CUDA: table} if table else {}]
 
 
-def build_trace(events: list[tuple[int, Any]]) -> dict:
+def finite_or_none(value):
+    """JSON has no NaN or infinity: such a metric is written as null (the viewer shows it
+    blank); every other number as it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def build_trace(events: list[tuple[int, Any]],
+                spans: list[tuple[int, int, int, int]] = ()) -> dict:
     """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
-    any record with name, device_id, stream_id, start and end (ns): one event per kernel, times
-    in us from the first kernel, a process per device and a thread per stream, the call path in
-    args."""
-    t0 = min((rec.start for _, rec in events), default=0)
+    any record with name, device_id, stream_id, start and end (ns): one event per kernel, a
+    process per device and a thread per stream. `spans`: scopes timed on the host, as (path id,
+    start, end, thread id), on a process "host" with a thread per thread. Times in us from the
+    first event; the call path in args."""
+    t0 = min([rec.start for _, rec in events] + [span[1] for span in spans], default=0)
     stacks: dict[int, list[str]] = {}
+
+    def stack(path: int) -> list[str]:
+        return stacks.get(path) or stacks.setdefault(path, [ROOT_NAME, *paths.names(path)])
+
     out = []
     for path, rec in sorted(events, key=lambda e: e[1].start):
-        stack = stacks.get(path) or stacks.setdefault(path, [ROOT_NAME, *paths.names(path)])
-        out.append({"name": stack[-1], "cat": "kernel", "ph": "X", "pid": rec.device_id,
+        names = stack(path)
+        out.append({"name": names[-1], "cat": "kernel", "ph": "X", "pid": rec.device_id,
                     "tid": rec.stream_id, "ts": (rec.start - t0) / 1e3,
-                    "dur": (rec.end - rec.start) / 1e3, "args": {"call_stack": stack}})
+                    "dur": (rec.end - rec.start) / 1e3, "args": {"call_stack": names}})
+    if spans:
+        host = os.getpid()
+        out.append({"name": "process_name", "ph": "M", "pid": host, "args": {"name": "host"}})
+        for path, start, end, thread in sorted(spans, key=lambda s: s[1]):
+            names = stack(path)
+            out.append({"name": names[-1], "cat": "scope", "ph": "X", "pid": host,
+                        "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
+                        "args": {"call_stack": names}})
     return {"displayTimeUnit": "us", "traceEvents": out}
 
 
@@ -87,23 +120,83 @@ def check_format(data: str, output_format: str) -> None:
 
 
 def write(doc: Any, path: str) -> str:
-    """Write a document built above to `path` and return the path written.
+    """Write a document built above to `path` (through a temporary file renamed into place, so
+    no reader, and no second signal, ever sees half a file) and return `path`.
 
-    When `path` cannot be written (a missing permission, a full disk), the profile goes to the
-    temporary folder instead and a line on stderr says where: the data is never lost."""
+    Raises:
+        ProfileWriteError: `path` could not be written; the profile went to a file in the
+            temporary folder instead, which the message names (or it says that failed too).
+    """
     try:
         return _dump(doc, path)
     except OSError as exc:
-        fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
+        reason = exc.strerror or str(exc)
+        if exc.filename and exc.filename not in (path, f"{path}.{os.getpid()}.tmp"):
+            reason += f": {exc.filename}"  # the folder that could not be made
+    fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
+    try:
         _dump(doc, fallback)
-        warn(f"could not write {path} ({exc.strerror or exc}); wrote {fallback} instead")
-        return fallback
+    except OSError as exc:
+        raise ProfileWriteError(f"could not write the profile to {path} ({reason}) nor to "
+                                f"{fallback} ({exc.strerror or exc}); free space or give "
+                                "another name") from None
+    raise ProfileWriteError(f"could not write {path} ({reason}); wrote {fallback} instead; "
+                            "give a name in a writable folder")
+
+
+DEEP = 200
+"""Deeper trees than this are encoded without recursion (json's encoder recurses per level)."""
 
 
 def _dump(doc, path: str) -> str:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f)
-    os.replace(tmp, path)  # a reader never sees half a file
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            if isinstance(doc, list) and doc and _depth(doc[0]) > DEEP:
+                _encode_tree(doc, f.write)
+            else:
+                json.dump(doc, f, allow_nan=False)
+        os.replace(tmp, path)  # a reader never sees half a file
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     return path
+
+
+def _depth(root: dict) -> int:
+    deepest, todo = 0, [(root, 1)]
+    while todo:
+        node, level = todo.pop()
+        deepest = max(deepest, level)
+        todo.extend((child, level + 1) for child in node["children"])
+    return deepest
+
+
+def _encode_tree(doc: list, write) -> None:
+    """json.dump of [root node, device table], byte for byte, with an explicit stack."""
+    dumps = functools.partial(json.dumps, allow_nan=False)
+
+    def open_node(node: dict) -> None:
+        write(f'{{"frame": {dumps(node["frame"])}, "metrics": {dumps(node["metrics"])}, '
+              '"children": [')
+
+    write("[")
+    open_node(doc[0])
+    stack = [[iter(doc[0]["children"]), True]]  # (children left, none written yet)
+    while stack:
+        top = stack[-1]
+        child = next(top[0], None)
+        if child is None:
+            stack.pop()
+            write("]}")
+            continue
+        if not top[1]:
+            write(", ")
+        top[1] = False
+        open_node(child)
+        stack.append([iter(child["children"]), True])
+    for rest in doc[1:]:
+        write(f", {dumps(rest)}")
+    write("]")

@@ -27,7 +27,7 @@ import time
 
 from ..context import frames, make
 from ..data import writer
-from ..errors import ProtonError, SessionError
+from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions
 from ..report import debug, debugging, warn
 from .router import KernelRouter
@@ -138,8 +138,10 @@ class Profiler:
         try:
             for path in self.finalize():
                 warn(f"wrote {path} at exit")
-        except Exception as exc:  # at exit a traceback helps nobody: one line
-            warn(f"could not write the profile at exit: {exc}")
+        except ProtonError as exc:  # at exit a traceback helps nobody: one line
+            warn(f"at exit: {exc}")
+        except Exception as exc:
+            warn(f"could not write the profile at exit: {type(exc).__name__}: {exc}")
 
     def _start_collector(self, pc=None) -> None:
         try:
@@ -156,14 +158,25 @@ class Profiler:
         self.collector = collector
         frames.repush_open_scopes()
 
-    def _targets(self, session: int | None) -> list[Session]:
+    def _targets(self, session: int | None, *, finished_ok: bool = False) -> list[Session]:
+        """The live sessions `session` names (every one when None). A finalized session's id
+        names none when `finished_ok` (finalize twice is a no-op), else it is an error."""
         if session is None:
             return list(self.sessions.values())
-        if session not in self.sessions:
-            live = ", ".join(str(s) for s in self.sessions) or "none"
-            raise SessionError(f"no live session {session!r} (live sessions: {live}); "
-                               "use the id that proton.start() returned")
-        return [self.sessions[session]]
+        if isinstance(session, bool) or not isinstance(session, int):
+            raise SessionError(f"session={session!r} ({type(session).__name__}) is not a "
+                               "session id; use the id that proton.start() returned, or none "
+                               "for every session")
+        if session in self.sessions:
+            return [self.sessions[session]]
+        if 0 <= session < self._next_id:
+            if finished_ok:
+                return []
+            raise SessionError(f"session {session} was finalized; start a new one with "
+                               "proton.start()")
+        live = ", ".join(str(s) for s in self.sessions) or "none"
+        raise SessionError(f"no live session {session!r} (live sessions: {live}); "
+                           "use the id that proton.start() returned")
 
     def _pc(self, session: Session):
         """The PCCollector sampling for `session`, if any."""
@@ -193,9 +206,14 @@ class Profiler:
 
     def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
         """Flush, write and close sessions (every live one when None); return the files
-        written."""
+        written. A session is closed even when its file cannot be written.
+
+        Raises:
+            ProfileWriteError: a profile could not be written where asked (after every
+                session was closed; the message says where each one went instead).
+        """
         with self._lock:
-            targets = self._targets(session) if self.sessions or session is not None else []
+            targets = self._targets(session, finished_ok=True)
             if not targets:
                 return []
             for s in targets:  # a bad format must not cost the data
@@ -204,28 +222,47 @@ class Profiler:
                 self.lost_kernels += self.collector.flush()
             self.deactivate(session)
             devices = self._device_table()
-            written = []
-            for s in targets:
-                if (pc := self._pc(s)) is not None:
-                    self.collector.pc = None
-                    self._add_pc_samples(s, pc)
-                with s.lock:
-                    s.closed = True
-                if s.data == "trace":
-                    doc = writer.build_trace(s.events)
-                else:
-                    doc = writer.build(s.nodes, devices, s.notes)
-                written.append(writer.write(doc, s.path))
-                del self.sessions[s.id]
-            self.recording = bool(self.sessions)
-            if not self.sessions:
-                if self.collector is not None:
-                    t0 = time.monotonic()
-                    self._stop_collector()
-                    debug(f"stopping CUPTI took {time.monotonic() - t0:.3f} s")
-                self.router.clear()
-                self._choose_context("shadow")
+            written: list[str] = []
+            failed: list[str] = []
+            try:
+                for s in targets:
+                    try:
+                        written.append(self._write(s, devices))
+                    except ProfileWriteError as exc:
+                        failed.append(str(exc))
+                    except Exception as exc:  # a bug here must not keep the session open
+                        failed.append(f"could not write {s.path}: {type(exc).__name__}: {exc}")
+                    finally:
+                        del self.sessions[s.id]
+            finally:
+                self.recording = bool(self.sessions)
+                if not self.sessions:
+                    if self.collector is not None:
+                        t0 = time.monotonic()
+                        self._stop_collector()
+                        debug(f"stopping CUPTI took {time.monotonic() - t0:.3f} s")
+                    self.router.clear()
+                    self._choose_context("shadow")
+            if failed:
+                raise ProfileWriteError("; ".join(failed))
             return written
+
+    def _write(self, session: Session, devices: dict) -> str:
+        """Close `session` and write its file; return the path."""
+        if (pc := self._pc(session)) is not None:
+            self.collector.pc = None
+            try:
+                self._add_pc_samples(session, pc)
+            except Exception as exc:  # the time profile is still worth having
+                warn(f"PC sampling could not be read at the end ({exc}); the profile keeps "
+                     "its kernel times")
+        with session.lock:
+            session.closed = True
+        if session.data == "trace":
+            doc = writer.build_trace(session.events, session.spans)
+        else:
+            doc = writer.build(session.nodes, devices, session.notes)
+        return writer.write(doc, session.path)
 
     def _add_pc_samples(self, session: Session, pc) -> None:
         """Finish sampling and put the samples on `session`'s kernel nodes and their lines."""
@@ -268,6 +305,17 @@ class Profiler:
         for s in list(self.sessions.values()):
             if s.active:
                 s.add(path_id, values)
+
+    def add_span(self, path_id: int, start_ns: int, end_ns: int) -> None:
+        """A timed frame closed on the calling thread: a span for each active trace session,
+        while no collector runs (its kernels' clock is CUPTI's, not the host's)."""
+        if self.collector is None:
+            thread = threading.get_ident()
+            for s in list(self.sessions.values()):
+                if s.active and s.data == "trace":
+                    with s.lock:
+                        if not s.closed:
+                            s.spans.append((path_id, start_ns, end_ns, thread))
 
     def main_path_changed(self, path_id: int) -> None:
         """The main thread's innermost frame is now `path_id` (told while collecting)."""

@@ -29,6 +29,8 @@ class Session:
     """Metrics by path id; exclusive values, as written to the file (data="tree")."""
     events: list[tuple[int, KernelRecord]] = field(default_factory=list)
     """Every kernel with its path id (data="trace")."""
+    spans: list[tuple[int, int, int, int]] = field(default_factory=list)
+    """Scopes timed on the host: (path id, start ns, end ns, thread id) (data="trace")."""
     notes: dict[int, str] = field(default_factory=dict)
     """Path id -> why its PC samples have no source lines (the file's frame "no_lines")."""
     lock: threading.Lock = field(default_factory=threading.Lock)
