@@ -141,7 +141,8 @@ def test_non_finite_metrics_are_written_as_null_in_valid_json(profile_path):
     assert root["metrics"] == {"nan": 0, "inf": 0, "ninf": 0, "ok": 0}
 
 
-NAMES = ["naïve ✓ 世界", 'quote " and \\ backslash', "new\nline\ttab", "%s {0} $x", "(.*)[", "x" * 5000]
+NAMES = ["naïve ✓ 世界", 'quote " and \\ backslash', "new\nline\ttab", "%s {0} $x", "(.*)[",
+         "x" * 5000]
 
 
 def test_names_of_any_text_round_trip(profile_path):

@@ -131,8 +131,8 @@ def _node(parent: int, frame: FrameType, at: tuple[int, int] | None) -> int:
 
 def launch_path(frame: FrameType | None) -> int | None:
     """Path id of the call path ending at `frame` (the innermost) with the thread's open scopes
-    (stack.per_thread.stacks: `open`, each with name, kind, opener, opened_at; `version`, which changes
-    whenever a scope opens or closes) placed after the frames that opened them. The op the
+    (stack.per_thread.stacks: `open`, each with name, kind, opener, opened_at; `version`, which
+    changes whenever a scope opens or closes) placed after the frames that opened them. The op the
     Triton hook opened for this launch, if any, is the path; None when there is neither a frame
     nor an open scope (a thread with no Python, such as PyTorch's autograd thread).
 
