@@ -113,7 +113,9 @@ class scope:
 
 
 class cpu_timed_scope(scope):
-    """A scope that also records its wall time on the CPU as `cpu_time (ns)` (exclusive).
+    """A scope that also records `cpu_time (ns)` (exclusive): as in Triton's Proton, the
+    wall-clock time on the host from entering to leaving it (sleeps and waits included), not the
+    process's CPU time. Without a GPU every scope records it.
 
     Usage:
         with proton.cpu_timed_scope("data_loading"):
