@@ -220,8 +220,8 @@ def test_pc_metrics_are_listed_and_shown(profile):
     rows = {tuple(r["path"][1:]): r for r in json.loads(result.output)}
     matmul = rows[("forward", "matmul_kernel")]
     assert matmul["num_samples"] == 700 and matmul["stalled_long_scoreboard"] == 130
-    assert matmul["num_samples (%)"] == pytest.approx(700 / 1155 * 100)
-    assert rows[()]["num_samples (%)"] == pytest.approx(100)
+    assert matmul["num_samples/%"] == pytest.approx(700 / 1155 * 100)
+    assert rows[()]["num_samples/%"] == pytest.approx(100)
     assert rows[("forward", "matmul_kernel", f"{SOURCE}:18@matmul_kernel")]["num_samples"] == 400
 
 

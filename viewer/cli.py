@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 
+from . import deep
 from .errors import ViewerError
 from .select import FORMATS
+
+DISTRIBUTION = "proton-profiler"
 
 EPILOG = """\b
 Examples:
@@ -17,12 +20,28 @@ Examples:
   proton-viewer --print-sorted -m time/us run1.hatchet
   proton-viewer -m time/ms --output csv run1.hatchet > run1.csv
   proton-viewer -m time/ms -diff before.hatchet after.hatchet  # after minus before
+  cat run1.hatchet | proton-viewer -m time/ms -  # FILE - reads stdin
   proton-viewer -m num_samples,num_stalled_samples run1.hatchet  # PC samples per frame
   proton-viewer --source matmul_kernel run1.hatchet  # its samples beside its source lines
 """
 
 
+def _version(ctx: click.Context, _param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version(DISTRIBUTION)
+    except PackageNotFoundError:
+        number = f"unknown ({DISTRIBUTION} is not installed)"
+    click.echo(f"proton-viewer {number}")
+    ctx.exit()
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Print the version and exit.")
 @click.option("-l", "--list", "list_metrics", is_flag=True, help="List the metrics and exit.")
 @click.option("-m", "--metrics", default=None,
               help="Comma-separated metrics, e.g. time/ms,avg_time/us,count,tflop16/s,util,time/% "
@@ -48,7 +67,8 @@ Examples:
               show_default=True, help="json/csv: the shown rows for scripts, no tree drawing.")
 @click.option("-diff", "--diff-profile", "other", default=None, metavar="OTHER.hatchet",
               help="Show FILE minus OTHER per frame (matched by path; a frame missing on one "
-              "side counts 0 there) and the change in % of OTHER; filters and -t use the change.")
+              "side counts 0 there) and the change in % of OTHER; filters and -t use the change. "
+              "OTHER may be - (stdin).")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Terminal width to draw for (long names fold onto more lines; never cut).")
 @click.option("--source", "kernel", default=None, metavar="KERNEL",
@@ -58,17 +78,19 @@ Examples:
 @click.argument("profile", metavar="FILE.hatchet")
 def viewer(list_metrics, metrics, include, exclude, threshold, depth, name_format,
            collapse_libraries, print_sorted, other, output, width, kernel, profile) -> None:
-    """Show the call tree of a Proton profile (ours or Triton's Proton's).
+    """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
+    from stdin.
 
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
         if kernel is not None:
             _check_source_conflicts(list_metrics, metrics, include, exclude, threshold,
                                     print_sorted, other, output)
-            _show_source(kernel, width, profile)
+            deep.call(_show_source, kernel, width, profile)
             return
-        _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
-              collapse_libraries, print_sorted, other, output, width, profile)
+        # In a thread with a large stack: a profile may be nested any number of levels deep.
+        deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth, name_format,
+                  collapse_libraries, print_sorted, other, output, width, profile)
     except ViewerError as exc:
         raise _Failed(str(exc)) from None
 
@@ -90,33 +112,41 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from .select import display_names, fold_names, library_frames, visible_nodes
     from .source import no_lines_notes
 
-    _check_conflicts(list_metrics, metrics, print_sorted, other, output, width)
+    _check_conflicts(list_metrics, metrics, print_sorted, other, output, width, profile)
     prof = load(profile)
     console = Console(width=width)
+    empty = None if prof.inclusive or prof.exclusive else _no_metrics_note(prof)
     if list_metrics:
-        console.print("inclusive: " + ", ".join(prof.inclusive), soft_wrap=True)
-        console.print("exclusive: " + ", ".join(prof.exclusive), soft_wrap=True)
-        console.print("derived:   " + ", ".join(available(prof)), soft_wrap=True)
+        if empty:
+            click.echo(empty)
+            return
+        for label, names in (("inclusive: ", prof.inclusive), ("exclusive: ", prof.exclusive),
+                             ("derived:   ", available(prof))):
+            console.print(label + (", ".join(names) or "(none)"), soft_wrap=True, markup=False)
         return
-    if metrics is None:
+    if metrics is None and not empty:
         metrics = "time/ms" if "time/ms" in available(prof) else (
             "cpu_time/ms" if "cpu_time/ms" in available(prof) else None)
         if metrics is None:
             raise ViewerError(f"{profile!r} holds no time metric; choose one with -m "
                               f"(see proton-viewer -l {profile})")
-    specs = [spec for spec in metrics.split(",") if spec.strip()]
-    if not specs:
+    specs = [] if metrics is None else [spec for spec in metrics.split(",") if spec.strip()]
+    if metrics is not None and not specs:
         raise ViewerError("-m names no metric; e.g. -m time/ms,count")
     if other is not None:
         columns = diff_columns(prof, load(other), specs)
     else:
         columns = [derive(prof, spec) for spec in specs]
-    first = columns[0].values.to_dict()
+    first = columns[0].values.to_dict() if columns else {}
     visible = None
+    notes = [empty] if empty else []
     if include or exclude or threshold is not None:
         chosen = {n: abs(v) for n, v in first.items()} if other is not None else first
         visible = visible_nodes(prof.gf, chosen, include=include, exclude=exclude,
                                 threshold=threshold)
+        roots = set(prof.gf.graph.roots)
+        if not visible - roots and any(r.children for r in roots):
+            notes.append(_nothing_matches(include, exclude, threshold, columns))
     names = display_names(prof.gf, name_format)
     folded = library_frames(prof.gf) if collapse_libraries else None
     if folded:
@@ -125,6 +155,8 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names,
                             folded=folded)
         click.echo(export.to_json(table) if output == "json" else export.to_csv(table), nl=False)
+        for note in notes:  # the rows stay machine-readable
+            click.echo(note, err=True)
         return
     # On a terminal long names fold at its width; piped output keeps each name on one line
     # (for grep and diff) unless --width asks for folding.
@@ -136,15 +168,35 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     render.draw(render.tree_rows(prof.gf, columns, depth=depth, visible=visible, names=names,
                                  diff=diff, folded=folded), headers, write, width=fold_at,
                 color=color)
-    if console.is_terminal:
+    if console.is_terminal and columns:
         console.print(render.legend(columns, first.get(prof.gf.graph.roots[0]), diff))
-    if print_sorted:
+    if print_sorted and columns:
         write(f"\nFrames sorted by {columns[0].header}:\n")
         render.draw(render.sorted_rows(prof.gf, columns, visible=visible, names=names, diff=diff),
                     headers, write, width=fold_at, color=color)
     for reason, partial, kernels in no_lines_notes(prof):
         what = "samples not mapped to a source line" if partial else "samples but no source lines"
         write(f"{kernels} kernel{' has' if kernels == 1 else 's have'} {what}: {reason}\n")
+    for note in notes:
+        write(note + "\n")
+
+
+def _no_metrics_note(prof) -> str:
+    """Why a profile without any metric shows names only, and how to get numbers."""
+    if not any(root.children for root in prof.gf.graph.roots):
+        return ("the profile holds no scopes or kernels: wrap regions of the program in "
+                "proton.scope(...), or launch kernels on a GPU, while profiling")
+    return ("the profile's frames hold no metrics: no kernel ran under them and none was timed; "
+            "launch kernels on a GPU, or time regions with proton.cpu_timed_scope(...)")
+
+
+def _nothing_matches(include, exclude, threshold, columns) -> str:
+    """One line naming the filters that left no frame but ROOT."""
+    given = [f"--include {include!r}" if include else "",
+             f"--exclude {exclude!r}" if exclude else "",
+             f"-t {threshold:g}" + (f" on {columns[0].header}" if columns else "")
+             if threshold is not None else ""]
+    return "no frame matches " + " ".join(g for g in given if g)
 
 
 def _show_source(kernel: str, width: int | None, profile: str) -> None:
@@ -161,8 +213,14 @@ def _show_source(kernel: str, width: int | None, profile: str) -> None:
                   soft_wrap=fold_at is None, crop=False)
 
 
-def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width) -> None:
+def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width,
+                     profile) -> None:
     """Options that cannot go together: say which, before reading anything."""
+    from .reader import STDIN
+
+    if profile == STDIN and other == STDIN:
+        raise ViewerError("FILE and -diff OTHER are both '-'; stdin holds one profile, give the "
+                          "other as a file")
     if list_metrics and (metrics or other or print_sorted or output != "tree"):
         raise ViewerError("-l lists the metrics only; drop -m/-diff/--print-sorted/--output, "
                           "or drop -l to show the tree")

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..format import BYTES, COUNT, CPU_TIME, CUDA, DEVICE_ID, FLOPS, TIME
+from ..format import BYTES, COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, FLOPS, TIME
 from .errors import ViewerError
 from .reader import Profile
-from .specs import max_bytes_per_s, max_flops
+from .specs import max_bytes_per_s, max_flops, peak_known
 
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
@@ -29,7 +29,8 @@ class Column:
 
 
 def available(profile: Profile) -> list[str]:
-    """Derived metric specs this profile can compute."""
+    """Derived metric specs this profile can compute: exactly those `derive` accepts, besides
+    the file's own metric names (`count`, `time (ns)`, ...)."""
     have = {m.lower() for m in profile.inclusive + profile.exclusive}
     out = []
     if TIME in have:
@@ -42,21 +43,49 @@ def available(profile: Profile) -> list[str]:
                 out += [f"{p}flop{m.group(1) or ''}/s" for p in RATE_PREFIX]
         if BYTES in have:
             out += [f"{p}byte/s" for p in RATE_PREFIX]
-    if TIME in have and profile.devices and (BYTES in have or any(
-            (m := FLOPS.fullmatch(metric)) and m.group(1) for metric in have)):
+    if _has_util(profile, have):
         out.append("util")
     if CPU_TIME in have:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
         if COUNT in have:
             out += [f"avg_cpu_time/{u}" for u in TIME_UNITS]
-    out += [f"{m}/%" for m in profile.inclusive]
+    out += list(dict.fromkeys(f"{_short(m)}/%" for m in _shares(profile)))
     return out
+
+
+def _has_util(profile: Profile, have: set[str]) -> bool:
+    """util needs kernel time, a device table with each GPU's figures, and bytes or flops of
+    a known width (then on GPUs whose peak is known)."""
+    devices = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
+    if TIME not in have or not isinstance(devices, dict) or not devices:
+        return False
+    if not all(isinstance(dev, dict) and _DEVICE_KEYS <= dev.keys() for dev in devices.values()):
+        return False
+    widths = any((m := FLOPS.fullmatch(metric)) and m.group(1) for metric in have)
+    known = all(peak_known(str(dev["arch"])) for dev in devices.values())
+    return (BYTES in have or widths) and (known or not widths)
+
+
+_DEVICE_KEYS = {"arch", "num_sms", "clock_rate", "bus_width", "memory_clock_rate"}
+
+
+def _shares(profile: Profile) -> list[str]:
+    """The metrics `NAME/%` applies to: inclusive ones, and exclusive numbers (cpu_time, user
+    metrics) but not the kernel's device id or type."""
+    return profile.inclusive + [m for m in profile.exclusive if m not in (DEVICE_ID, DEVICE_TYPE)]
+
+
+def _short(metric: str) -> str:
+    """A metric's name without its unit: `time (ns)` -> `time`."""
+    return metric.split("(")[0].strip().lower() or metric
 
 
 def derive(profile: Profile, spec: str) -> Column:
     """Compute one metric spec; raise ViewerError naming the choices when it cannot."""
     s = spec.strip().lower()
     if s == "util":
+        if "util" not in available(profile):
+            raise _unknown(profile, spec)
         return Column("util", _util(profile, spec))
     m = _TIME.match(s)
     if m:
@@ -66,9 +95,12 @@ def derive(profile: Profile, spec: str) -> Column:
             if what == "avg_time":
                 values = values / _column(profile, COUNT, spec).replace(0, float("nan"))
         else:
-            values = _column(profile, CPU_TIME, spec) * TIME_UNITS[unit]
+            values = _column(profile, CPU_TIME, spec)
             if what == "avg_cpu_time":
                 values = values / _column(profile, COUNT, spec).replace(0, float("nan"))
+            else:
+                values = _with_root_total(profile, values)
+            values = values * TIME_UNITS[unit]
         return Column(f"{what} ({unit})", values)
     m = _RATE.match(s)
     if m:
@@ -77,13 +109,50 @@ def derive(profile: Profile, spec: str) -> Column:
         values = _column(profile, metric, spec) / seconds.replace(0, float("nan"))
         return Column(s, values * RATE_PREFIX[m.group("prefix")])
     if s.endswith("/%"):
-        base = _match(profile, spec[:-2], spec)
+        base = _match(profile, spec.strip()[:-2], spec)
+        if base not in _shares(profile):
+            raise _unknown(profile, spec)
         values = _column(profile, base, spec)
         root = profile.gf.graph.roots[0]
-        root_total = values[root] if base in profile.inclusive else values.sum()
-        return Column(f"{base} (%)", values / root_total * 100 if root_total else values * 0)
+        if base in profile.inclusive:
+            root_total = values[root]
+        elif base == CPU_TIME:
+            values = _with_root_total(profile, values)
+            root_total = values[root]
+        else:
+            root_total = values.sum()
+        values = values / root_total * 100 if root_total else values * 0
+        return Column(f"{_short(base)}/%", values)
     base = _match(profile, spec, spec)
     return Column(base, _column(profile, base, spec))
+
+
+def root_total(profile: Profile, values: pd.Series) -> float:
+    """ROOT's value of an exclusive time metric (cpu_time): the sum over the timed nodes that
+    have no timed ancestor. A scope's time already covers the scopes inside it, so nested
+    values are never added twice. NaN when no node is timed."""
+    own = values.to_dict()
+    total, timed = 0.0, False
+    stack = list(profile.gf.graph.roots)
+    while stack:
+        node = stack.pop()
+        value = own.get(node)
+        if value is not None and value == value:  # timed: its children are inside it
+            total += value
+            timed = True
+        else:
+            stack.extend(node.children)
+    return total if timed else float("nan")
+
+
+def _with_root_total(profile: Profile, values: pd.Series) -> pd.Series:
+    """`values` with ROOT's blank filled by `root_total`."""
+    root = profile.gf.graph.roots[0]
+    if root in values.index and values[root] == values[root]:
+        return values
+    values = values.copy()
+    values[root] = root_total(profile, values)
+    return values
 
 
 def _util(profile: Profile, spec: str) -> pd.Series:

@@ -29,7 +29,12 @@ def rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = N
 
 
 def to_json(table: list[dict]) -> str:
-    return json.dumps(table, indent=1)
+    """The rows as JSON; an infinite value is written null, as JSON has no infinity."""
+    try:
+        return json.dumps(table, indent=1, allow_nan=False)
+    except ValueError:
+        return json.dumps([{k: None if isinstance(v, float) and not math.isfinite(v) else v
+                            for k, v in row.items()} for row in table], indent=1)
 
 
 def to_csv(table: list[dict]) -> str:

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import reprlib
+import sys
 from dataclasses import dataclass, field
 
 from ..format import LAUNCH_METADATA
+from . import deep
 from .errors import ViewerError
 
 
@@ -22,33 +25,78 @@ class Profile:
     """The file's device table: {"CUDA": {"0": {"arch", "num_sms", ...}}}."""
 
 
+STDIN = "-"
+"""The FILE that means standard input (`cat run.hatchet | proton-viewer -`)."""
+
+
 def load(path: str) -> Profile:
-    """Parse and check `path`; raise ViewerError with a one-line reason when it is not a profile."""
+    """Parse and check `path` (`-`: standard input); raise ViewerError with a one-line reason
+    when it is not a profile. Reads trees of any depth (see deep.py, graph.py).
+
+    Usage:
+        prof = load("run.hatchet")
+        prof.gf.dataframe["time (ns) (inc)"]
+    """
+    name = "stdin" if path == STDIN else repr(path)
+    text = _read(path)
+    if not text.strip():
+        raise ViewerError(f"{name} is empty; give the .hatchet file a profile wrote"
+                          + (", e.g. cat run.hatchet | proton-viewer -" if path == STDIN
+                             else ""))
     try:
-        with open(path) as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise ViewerError(f"no such file {path!r}; give the .hatchet file a profile wrote") from None
-    except IsADirectoryError:
-        raise ViewerError(f"{path!r} is a folder; give a .hatchet file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ViewerError(f"{path!r} is not a profile: not valid JSON ({exc}); the file may be "
+        doc = deep.call(json.loads, text)
+    except json.JSONDecodeError as exc:
+        raise ViewerError(f"{name} is not a profile: not valid JSON ({exc}); the file may be "
                           "truncated, re-run the profile") from None
+    except RecursionError:
+        raise ViewerError(f"{name} nests deeper than the {deep.MAX_LEVELS:,} levels the viewer "
+                          "reads") from None
     if not (isinstance(doc, list) and len(doc) >= 1 and _is_node(doc[0])):
-        raise ViewerError(f"{path!r} is JSON but not a .hatchet profile; expected "
+        raise ViewerError(f"{name} is JSON but not a .hatchet profile; expected "
                           "[root node, device table] as proton writes")
     devices = doc[1] if len(doc) > 1 and isinstance(doc[1], dict) else {}
     root = doc[0]
-    _check_tree(root, path)
+    _check_tree(root, name)
     _drop_launch_metadata(root)
-    import hatchet as ht  # heavy (pandas, matplotlib): only once a file is known good
+    from .graph import from_tree  # hatchet is heavy (pandas, matplotlib): only for a good file
 
-    gf = ht.GraphFrame.from_literal([root])
+    deep.keep_limit()
+    gf = from_tree(root)
     inclusive = sorted(m for m in root.get("metrics", {}) if "(inc)" not in m)
     _add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
     exclusive = [c for c in gf.dataframe.columns
                  if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
     return Profile(gf, inclusive, exclusive, devices)
+
+
+def _read(path: str) -> str:
+    """The text of `path`, or of standard input for `-`."""
+    if path == STDIN:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise ViewerError("FILE is '-' but nothing is piped into stdin; e.g. "
+                              "cat run.hatchet | proton-viewer -")
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        try:
+            return data.decode("utf-8") if isinstance(data, bytes) else data
+        except UnicodeDecodeError as exc:
+            raise ViewerError(f"stdin is not a profile: not UTF-8 text ({exc}); pipe a "
+                              ".hatchet file") from None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ViewerError(f"no such file {path!r}; give the .hatchet file a profile wrote") from None
+    except IsADirectoryError:
+        raise ViewerError(f"{path!r} is a folder; give a .hatchet file") from None
+    except PermissionError:
+        raise ViewerError(f"cannot read {path!r}: permission denied; make it readable "
+                          f"(chmod u+r {path}) or run as a user who may read it") from None
+    except UnicodeDecodeError as exc:
+        raise ViewerError(f"{path!r} is not a profile: not valid JSON ({exc}); the file may be "
+                          "truncated, re-run the profile") from None
+    except OSError as exc:
+        raise ViewerError(f"cannot read {path!r}: {exc.strerror or exc}; check the file and "
+                          "its disk") from None
 
 
 def _add_inclusive_columns(gf, metrics: list[str]) -> None:
@@ -73,24 +121,40 @@ def _add_inclusive_columns(gf, metrics: list[str]) -> None:
     gf.inc_metrics = [f"{metric} (inc)" for metric in metrics]
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring = 2, 40  # a node's repr, not its subtree's
+
+
 def _is_node(obj) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("frame"), dict) and "name" in obj["frame"]
 
 
-def _check_tree(root: dict, path: str) -> None:
+def _check_tree(root: dict, name: str) -> None:
+    """Every node has frame.name, metrics and children; names and frame keys become text (a
+    name may be any text; hatchet sorts frames, so mixed types could not be compared)."""
     stack = [root]
     while stack:
         node = stack.pop()
-        if not _is_node(node) or not isinstance(node.get("metrics", {}), dict) \
-                or not isinstance(node.get("children", []), list):
-            raise ViewerError(f"{path!r} has a malformed node {str(node)[:80]!r}; each node "
+        if _is_node(node):
+            if node.get("metrics") is None:
+                node["metrics"] = {}
+            if node.get("children") is None:
+                node["children"] = []
+        if not _is_node(node) or not isinstance(node["metrics"], dict) \
+                or not isinstance(node["children"], list):
+            raise ViewerError(f"{name} has a malformed node {_SHORT.repr(node)[:80]}; each node "
                               "needs frame.name, metrics and children")
-        node.setdefault("metrics", {})
-        node.setdefault("children", [])
+        frame = node["frame"]
+        for key, value in frame.items():
+            if not isinstance(value, str):
+                frame[key] = "" if value is None else str(value)
         stack.extend(node["children"])
 
 
-def _drop_launch_metadata(node: dict) -> None:
-    node["children"] = [c for c in node["children"] if c["frame"]["name"] != LAUNCH_METADATA]
-    for child in node["children"]:
-        _drop_launch_metadata(child)
+def _drop_launch_metadata(root: dict) -> None:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        node["children"] = [c for c in node["children"]
+                            if c["frame"]["name"] != LAUNCH_METADATA]
+        stack.extend(node["children"])

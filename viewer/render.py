@@ -66,26 +66,30 @@ def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,
         return (v is None or v != v, -(v or 0) if v == v else 0)
 
     def children(node):
-        out = []
-        for child in node.children:
-            if visible is not None and child not in visible:
+        out, runs = [], [(node, iter(node.children))]
+        while runs:  # a folded run's children take its place, however long the run
+            parent, kids = runs[-1]
+            child = next(kids, None)
+            if child is None:
+                runs.pop()
+            elif visible is not None and child not in visible:
                 continue
-            if folded and child in folded and node in folded:
-                out.extend(children(child))
+            elif folded and child in folded and parent in folded:
+                runs.append((child, iter(child.children)))
             else:
                 out.append(child)
         return out
 
-    def visit(node, level, lasts):
-        yield node, level, lasts
-        if level >= depth:
-            return
-        kids = sorted(children(node), key=key)
-        for i, child in enumerate(kids):
-            yield from visit(child, level + 1, lasts + (i == len(kids) - 1,))
-
     for root in gf.graph.roots:
-        yield from visit(root, 0, ())
+        stack = [(root, 0, ())]
+        while stack:  # explicit stack: a tree may be deeper than Python's recursion limit
+            node, level, lasts = stack.pop()
+            yield node, level, lasts
+            if level >= depth:
+                continue
+            kids = sorted(children(node), key=key)
+            stack.extend((kids[i], level + 1, lasts + (i == len(kids) - 1,))
+                         for i in range(len(kids) - 1, -1, -1))
 
 
 @dataclass(slots=True)
@@ -114,7 +118,20 @@ class _Rows:
     def row(self, node, guide: str = "", more: str = "") -> Row:
         cells = [fmt(v.get(node), self.ints[i]) for i, v in enumerate(self.values)]
         name = self.names[node] if self.names else node.frame.get("name", "?")
+        if not name.isprintable():
+            name = printable(name)
         return Row(cells, band(self.first.get(node), self.top, self.diff), guide, more, name)
+
+
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))} | {
+    0x2028: "\\u2028", 0x2029: "\\u2029", ord("\n"): "\\n", ord("\r"): "\\r",
+    ord("\t"): "\\t"}
+
+
+def printable(name: str) -> str:
+    """`name` on one line: newlines, tabs and other control characters written as escapes
+    (\\n, \\t, \\x1b), so a row stays one row and a name cannot drive the terminal."""
+    return name.translate(_ESCAPES)
 
 
 def tree_rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
@@ -183,8 +200,9 @@ def draw(rows: list[Row], headers: list[str], write: Callable[[str], None], *,
             if len(cell) > widths[i]:
                 widths[i] = len(cell)
     lead = sum(w + len(GAP) for w in widths)
+    gap = GAP if headers else ""  # no metric columns: the names alone
     paint = _painter(color)
-    head = GAP.join(h.rjust(w) for h, w in zip(headers, widths)) + GAP + "name"
+    head = GAP.join(h.rjust(w) for h, w in zip(headers, widths)) + gap + "name"
     out = [paint(head, "bold")]
     blank = " " * lead
     for row in rows:
@@ -193,7 +211,7 @@ def draw(rows: list[Row], headers: list[str], write: Callable[[str], None], *,
             cells[0] = paint(cells[0], row.style)
         room = None if width is None else max(MIN_NAME, width - lead - len(row.more))
         pieces = [row.name] if room is None else fold(row.name, room)
-        out.append(GAP.join(cells) + GAP + paint(row.guide, "dim") + pieces[0])
+        out.append(GAP.join(cells) + gap + paint(row.guide, "dim") + pieces[0])
         for piece in pieces[1:]:
             out.append(blank + paint(row.more, "dim") + piece)
         if len(out) >= 4096:
@@ -220,10 +238,19 @@ def _painter(color: ColorSystem | None) -> Callable[[str, str], str]:
     return paint
 
 
+def top_known(root_value) -> bool:
+    """Whether ROOT's value can scale the colour bands (a finite number, not 0)."""
+    return root_value is not None and root_value == root_value and bool(root_value) \
+        and math.isfinite(root_value)
+
+
 def legend(columns: list[Column], root_value, diff: bool = False) -> Text:
     """What the colours mean: the first metric's share of the root, with its range."""
     values = [v for v in columns[0].values.tolist() if v == v and v is not None] if columns else []
-    if diff:
+    if not top_known(root_value):
+        text = Text().append(f"{columns[0].header}: ROOT has no total for it; rows are not "
+                             "coloured", style="dim")
+    elif diff:
         text = Text().append(f"{columns[0].header}: change as a share of ROOT's "
                              f"({fmt(root_value)}) ", style="dim")
         for bound, up, down in DIFF_BANDS[:-1]:

@@ -33,25 +33,24 @@ def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
     """
     inc, exc = _regex(include, "--include"), _regex(exclude, "--exclude")
     shown = set()
-
-    def visit(node, ancestor_included: bool) -> bool:
-        name = node.frame.get("name", "")
-        if exc is not None and exc.match(name):
-            return False
-        included = ancestor_included or inc is None or bool(inc.match(name))
-        kept_child = False
-        for child in node.children:
-            kept_child |= visit(child, included)
-        value = first.get(node) if first is not None else None
-        passes = threshold is None or (value is not None and not math.isnan(value)
-                                       and value >= threshold)
-        keep = kept_child or (included and passes)
-        if keep:
-            shown.add(node)
-        return keep
-
     for root in gf.graph.roots:
-        visit(root, False)
+        # (node, its ancestors matched include, its children done): each node is decided
+        # after its children, without recursion (a tree may be any depth)
+        stack = [(root, False, False)]
+        while stack:
+            node, ancestor_included, done = stack.pop()
+            name = node.frame.get("name", "")
+            included = ancestor_included or inc is None or bool(inc.match(name))
+            if not done:
+                if exc is None or not exc.match(name):
+                    stack.append((node, ancestor_included, True))
+                    stack.extend((child, included, False) for child in node.children)
+                continue
+            value = first.get(node) if first is not None else None
+            passes = threshold is None or (value is not None and not math.isnan(value)
+                                           and value >= threshold)
+            if (included and passes) or any(c in shown for c in node.children):
+                shown.add(node)
         shown.add(root)  # the root always anchors the tree
     return shown
 
@@ -85,13 +84,13 @@ def library_frames(gf) -> set:
 def fold_names(gf, names: dict, folded: set) -> dict:
     """The first frame of each run of library frames, named with how many it stands for."""
     out = dict(names)
-
-    def inner(node) -> int:
-        return sum(1 + inner(c) for c in node.children if c in folded)
-
     for node in folded:
         if not any(p in folded for p in node.parents):
-            hidden = inner(node)
+            hidden, stack = 0, [node]  # folded frames in the run under it
+            while stack:
+                kids = [c for c in stack.pop().children if c in folded]
+                hidden += len(kids)
+                stack.extend(kids)
             if hidden:
                 out[node] = f"{names[node]} [+{hidden} library frame{'s' * (hidden > 1)}]"
     return out

@@ -9,6 +9,15 @@ from __future__ import annotations
 from .errors import ViewerError
 
 
+PEAK_ARCHS = ("80", "89", "90", "100")
+"""CUDA compute capabilities whose peak FLOP/s `max_flops` knows."""
+
+
+def peak_known(arch: str) -> bool:
+    """Whether `max_flops` knows the peak of CUDA arch `arch`."""
+    return arch in PEAK_ARCHS
+
+
 def max_flops(arch: str, width: int, num_sms: int, clock_rate_khz: float) -> float:
     """Peak FLOP/s at `width` bits for CUDA compute capability `arch` ("80", "89", "90", "100")."""
     per_byte = width / 8

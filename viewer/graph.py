@@ -1,0 +1,134 @@
+"""hatchet's GraphFrame built and walked without recursion, for trees of any depth.
+
+hatchet's literal reader, traversal, depth numbering and union recurse once per tree level (a
+RecursionError past ~1000 levels; a generator chain whose every step costs the depth, so a
+traversal of a 10,000-level chain takes seconds). `Graph` is hatchet's Graph with those four
+done with explicit stacks, in the same order (children sorted by frame, as hatchet does), so
+node ids, the data frame and hatchet's own methods that call them (unify, enumerate_traverse,
+len) give what they gave before.
+"""
+from __future__ import annotations
+
+import pandas as pd
+from hatchet import GraphFrame
+from hatchet.frame import Frame
+from hatchet.graph import Graph as _HatchetGraph
+from hatchet.node import Node, node_traversal_order, traversal_order
+
+
+class Graph(_HatchetGraph):
+    """hatchet's Graph with iterative traverse, enumerate_depth and union."""
+
+    def traverse(self, order="pre", attrs=None, visited=None):
+        """Nodes depth-first, children sorted as hatchet sorts them; `visited` counts each
+        node's arrivals (in-degree), as in hatchet."""
+        if order not in ("pre", "post"):
+            raise ValueError("order must be one of 'pre' or 'post'")
+        key = node_traversal_order if self.node_ordering else traversal_order
+        if visited is None:
+            visited = {}
+        stack = [(root, False) for root in reversed(sorted(self.roots, key=key))]
+        while stack:
+            node, done = stack.pop()
+            if not done:
+                nid = id(node)
+                if nid in visited:
+                    visited[nid] += 1
+                    continue
+                visited[nid] = 1
+                if order == "post":
+                    stack.append((node, True))
+                if node.children:
+                    stack.extend((c, False) for c in reversed(sorted(node.children, key=key)))
+                if order == "post":
+                    continue
+            yield node if attrs is None else node.frame.values(attrs)
+
+    def node_order_traverse(self, order="pre", attrs=None, visited=None):
+        return self.traverse(order=order, attrs=attrs, visited=visited)
+
+    def enumerate_depth(self):
+        visited = set()
+        for root in self.roots:
+            root._depth = 0
+            stack = [root]
+            while stack:
+                node = stack.pop()
+                for child in node.children:
+                    if child not in visited:
+                        visited.add(child)
+                        child._depth = node._depth + 1
+                        stack.append(child)
+
+    def union(self, other, old_to_new=None):
+        """A new Graph with the nodes of both, matched by frame along their paths from the
+        roots (hatchet's merge: each list of children sorted, equal frames paired in order)."""
+        if old_to_new is None:
+            old_to_new = {}
+
+        def key(n):
+            return n._hatchet_nid if self.node_ordering else n.frame
+
+        new_roots: list = []
+        todo = [(sorted(self.roots, key=key), sorted(other.roots, key=key), None)]
+        while todo:
+            mine, theirs, parent = todo.pop()
+            i = j = 0
+            while i < len(mine) or j < len(theirs):
+                a = mine[i] if i < len(mine) else None
+                b = theirs[j] if j < len(theirs) else None
+                if b is None or (a is not None and a.frame < b.frame):
+                    pair, i = (a, None), i + 1
+                elif a is None or a.frame > b.frame:
+                    pair, j = (None, b), j + 1
+                else:
+                    pair, i, j = (a, b), i + 1, j + 1
+                mapped = [old_to_new.get(id(n)) if n is not None else None for n in pair]
+                new = next((m for m in mapped if m is not None), None)
+                if new is None:
+                    new = next(n for n in pair if n is not None).copy()
+                sides = []
+                for n, m in zip(pair, mapped):
+                    if n is not None and m is None:
+                        old_to_new[id(n)] = new
+                        sides.append(sorted(n.children, key=key))
+                    else:
+                        sides.append(())
+                if sides[0] or sides[1]:
+                    todo.append((sides[0], sides[1], new))
+                if parent is not None:
+                    parent.add_child(new)
+                    new.add_parent(parent)
+                else:
+                    new_roots.append(new)
+        graph = Graph(new_roots, node_ordering=self.node_ordering)
+        graph.enumerate_traverse()
+        return graph
+
+
+def from_tree(root: dict) -> GraphFrame:
+    """hatchet's GraphFrame.from_literal([root]) for a checked tree (every node with frame,
+    metrics and children), without recursion: the same nodes, ids and data frame."""
+    rows = []
+    top = None
+    todo = [(root, None)]
+    while todo:  # pre-order in file order, as hatchet's reader: the columns keep its order
+        item, parent = todo.pop()
+        node = Node(Frame(item["frame"]), parent, hnid=-1)
+        if parent is None:
+            top = node
+        else:
+            parent.add_child(node)
+        rows.append({"node": node, "name": item["frame"].get("name") or item.get("name", ""),
+                     **item["metrics"]})
+        todo.extend((child, node) for child in reversed(item["children"]))
+    graph = Graph([top])
+    for i, node in enumerate(graph.traverse()):
+        node._hatchet_nid = i
+    graph.enumerate_depth()
+    df = pd.DataFrame(data=rows)
+    df.set_index(["node"], inplace=True)
+    df.sort_index(inplace=True)
+    inc = [m for m in root["metrics"] if "(inc)" in m]
+    exc = [m for m in root["metrics"] if "(inc)" not in m]
+    return GraphFrame(graph, df, exc, inc)
