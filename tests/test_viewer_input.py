@@ -1,0 +1,445 @@
+"""proton-viewer on any input a profile can hold: trees of any depth, null metric values, any
+frame name, unreadable files and stdin; and a first CPU-only run that reads well (ROOT's total,
+empty profiles, -l listing what -m accepts, filters that match nothing)."""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from proton.viewer import deep, reader, render
+from proton.viewer.cli import viewer
+from proton.viewer.derive import available, derive
+from proton.viewer.errors import ViewerError
+from proton.viewer.reader import load
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+FIXTURES = sorted(os.path.join(DATA, f) for f in os.listdir(DATA) if f.endswith(".hatchet"))
+LEVELS = 10_000
+
+
+def show(*args, input=None):
+    return CliRunner().invoke(viewer, list(args), input=input)
+
+
+def frame(name, *children, **metrics):
+    return {"frame": {"name": name, "type": "function"}, "metrics": metrics,
+            "children": list(children)}
+
+
+def write(tmp_path, root, name="p.hatchet", devices=None) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps([root, devices or {}]))
+    return str(path)
+
+
+def chain_text(levels: int) -> str:
+    """A profile of `levels` nested scopes s0 > s1 > ..., built as text (json.dumps recurses
+    per level): scope i has cpu_time (levels - i) us, covering the scopes inside it."""
+    parts = ['[{"frame": {"name": "ROOT", "type": "function"}, "metrics": {}, "children": [']
+    parts += ['{"frame": {"name": "s%d", "type": "function"}, "metrics": {"cpu_time (ns)": %d}, '
+              '"children": [' % (i, (levels - i) * 1000) for i in range(levels)]
+    parts.append("]}" * levels + "]}, {}]")
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("deep") / "chain.hatchet"
+    path.write_text(chain_text(LEVELS))
+    return str(path)
+
+
+def cpu_profile(tmp_path) -> str:
+    """A CPU-only run: outer (35.5 ms) holds inner (20.25) and inner2 (5.125); other (3.25)
+    beside it."""
+    return write(tmp_path, frame("ROOT", frame("other", **{"cpu_time (ns)": 3_250_000}),
+                                 frame("outer", frame("inner", **{"cpu_time (ns)": 20_250_000}),
+                                       frame("inner2", **{"cpu_time (ns)": 5_125_000}),
+                                       **{"cpu_time (ns)": 35_500_000})), "cpu.hatchet")
+
+
+# -- depth ---------------------------------------------------------------------------------------
+
+def test_json_of_the_chain_is_deeper_than_pythons_default_recursion_limit():
+    with pytest.raises(RecursionError):
+        json.loads(chain_text(LEVELS))  # what the viewer used to die of
+
+
+def test_ten_thousand_levels_show_the_tree_to_the_depth_asked(chain):
+    result = show(chain)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 + 101  # header, ROOT and levels 1..100 (-d 100)
+    assert lines[1].split() == ["10.000", "ROOT"]  # s0's time: the scopes under it are inside it
+    assert lines[-1].split()[-1] == "s99" and lines[-1].split()[0] == "9.901"
+
+
+def test_ten_thousand_levels_list_metrics(chain):
+    result = show("-l", chain)
+    assert result.exit_code == 0, result.output
+    assert "exclusive: cpu_time (ns)" in result.output
+
+
+def test_ten_thousand_levels_print_sorted_has_every_frame(chain):
+    result = show("--print-sorted", chain)
+    assert result.exit_code == 0, result.output
+    flat = result.output.split("Frames sorted by cpu_time (ms):\n")[1].splitlines()[1:]
+    assert len(flat) == LEVELS and flat[0].split() == ["10.000", "s0"]
+    assert flat[-1].split() == ["0.001", "s9999"]
+
+
+@pytest.mark.parametrize("output", ["json", "csv"])
+def test_ten_thousand_levels_export_rows(chain, output):
+    result = show("--output", output, "-d", "20", chain)
+    assert result.exit_code == 0, result.output
+    if output == "json":
+        rows = json.loads(result.output)
+        assert rows[-1]["path"] == ["ROOT"] + [f"s{i}" for i in range(20)]
+        assert rows[0]["cpu_time (ms)"] == pytest.approx(10.0)
+    else:
+        assert len(result.output.splitlines()) == 1 + 21
+
+
+def test_ten_thousand_levels_filter_and_threshold(chain):
+    include = show("-i", "s9999$", "--print-sorted", chain)
+    assert include.exit_code == 0, include.output
+    assert "s9999" in include.output.splitlines()[-1]
+    exclude = show("-e", "s50$", chain)
+    assert exclude.exit_code == 0 and exclude.output.splitlines()[-1].split()[-1] == "s49"
+    threshold = show("-t", "9.95", "--output", "csv", chain)
+    assert threshold.exit_code == 0 and threshold.output.splitlines()[-1].startswith(
+        "ROOT / " + " / ".join(f"s{i}" for i in range(51)) + ",")
+
+
+def test_ten_thousand_levels_diff_against_itself_is_zero(chain):
+    result = show("-m", "cpu_time/us", "-diff", chain, "--print-sorted", chain)
+    assert result.exit_code == 0, result.output
+    tree, flat = result.output.split("Frames sorted by cpu_time (us) Δ:\n")
+    assert tree.splitlines()[1].split() == ["0", "0", "ROOT"]  # no change
+    flat = flat.splitlines()[1:]
+    assert len(flat) == LEVELS and all(line.split()[:2] == ["0", "0"] for line in flat)
+
+
+def test_deeper_than_the_parser_reaches_is_a_one_line_error(chain, monkeypatch):
+    monkeypatch.setattr(deep, "RECURSION_LIMIT", 4000)
+    monkeypatch.setattr(deep, "MAX_LEVELS", 1000)
+    result = show(chain)
+    assert result.exit_code == 2
+    assert result.output == (f"Error: {chain!r} nests deeper than the 1,000 levels the viewer "
+                             "reads\n")
+
+
+def test_the_recursion_limit_is_restored_after_a_deep_read(chain):
+    before = sys.getrecursionlimit()
+    load(chain)
+    assert sys.getrecursionlimit() == before
+
+
+def test_graph_is_hatchets_literal_reader_and_union_without_recursion():
+    """graph.py stands in for hatchet's recursive reader, traversal and union: the same node
+    ids, depths, frames and data frame on every fixture, and the same unions."""
+    import copy
+
+    import hatchet as ht
+    import pandas as pd
+    from hatchet.graph import Graph as HatchetGraph
+
+    from proton.viewer.graph import from_tree
+
+    def shape(graph):
+        return [(n._hatchet_nid, n._depth, n.frame.tuple_repr, len(n.children))
+                for n in graph.traverse()]
+
+    pairs = {}
+    for path in FIXTURES:
+        with open(path) as f:
+            root = json.load(f)[0]
+        theirs = ht.GraphFrame.from_literal([copy.deepcopy(root)])
+        ours = from_tree(copy.deepcopy(root))
+        assert shape(ours.graph) == shape(theirs.graph), path
+        assert [n._hatchet_nid for n in ours.graph.traverse(order="post")] == \
+            [n._hatchet_nid for n in HatchetGraph.traverse(theirs.graph, order="post")]
+        a, b = theirs.dataframe.copy(), ours.dataframe.copy()
+        a.index, b.index = [n._hatchet_nid for n in a.index], [n._hatchet_nid for n in b.index]
+        pd.testing.assert_frame_equal(a, b)
+        assert (ours.exc_metrics, ours.inc_metrics) == (theirs.exc_metrics, theirs.inc_metrics)
+        pairs[path] = (theirs.graph, ours.graph)
+    for x in FIXTURES[:4]:
+        for y in FIXTURES:
+            assert shape(pairs[x][1].union(pairs[y][1])) == \
+                shape(HatchetGraph.union(pairs[x][0], pairs[y][0])), (x, y)
+
+
+# -- values and names ------------------------------------------------------------------------------
+
+def test_null_metric_values_show_blank_and_never_crash(tmp_path):
+    """The writer writes NaN and infinity as null (JSON has neither)."""
+    root = frame("ROOT", frame("step", frame("k", **{"time (ns)": None, "count": 2}),
+                               frame("k2", **{"time (ns)": 4000, "count": None}),
+                               **{"cpu_time (ns)": None}),
+                 frame("host", **{"cpu_time (ns)": 1000, "tokens": None}),
+                 **{"time (ns)": None, "count": 0})
+    path = write(tmp_path, root)
+    for args in (["-m", "time/us,avg_time/us,count,time/%,count/%"], ["--print-sorted"],
+                 ["-m", "cpu_time/us,cpu_time/%,tokens"], ["-t", "0"]):
+        result = show(*args, path)
+        assert result.exit_code == 0, (args, result.output)
+        assert "nan" not in result.output.lower() and "none" not in result.output.lower()
+    tree = [line.split() for line in show("-m", "time/us,count", path).output.splitlines()]
+    assert ["2", "│", "└─", "k"] in tree and ["4", "│", "├─", "k2"] in tree  # blank cells
+    rows = {r["path"][-1]: r for r in json.loads(show("-m", "time/us,count", "--output", "json",
+                                                      path).output)}
+    assert rows["k"]["time (us)"] is None and rows["k2"]["count"] is None
+    assert rows["ROOT"]["time (us)"] == pytest.approx(4.0)
+    csv_rows = show("-m", "time/us", "--output", "csv", path).output.splitlines()
+    assert "ROOT / step / k,2," in csv_rows
+
+
+def test_infinite_values_are_null_in_json_output(tmp_path):
+    path = tmp_path / "inf.hatchet"
+    path.write_text('[{"frame": {"name": "ROOT"}, "metrics": {"x": 0}, "children": '
+                    '[{"frame": {"name": "a"}, "metrics": {"x": 1e400}, "children": []}]}, {}]')
+    result = show("-m", "x", "--output", "json", str(path))
+    assert result.exit_code == 0, result.output
+    assert "Infinity" not in result.output
+    assert [r["x"] for r in json.loads(result.output)] == [None, None]
+
+
+NAMES = ["注意力 ✓ ÿ", 'say "hi" \'there\'', "two\nlines", "100% %s %d {0}", "(.*)[x]+?\\d$",
+         "x" * 5000, "", "\x1b[31mred", "tab\there"]
+
+
+def test_any_frame_name_is_shown_on_one_row_and_kept_whole_in_json(tmp_path):
+    kids = [frame(name, **{"cpu_time (ns)": 1000 * (i + 1)}) for i, name in enumerate(NAMES)]
+    path = write(tmp_path, frame("ROOT", *kids, frame("no metrics")))
+    tree = show(path)
+    assert tree.exit_code == 0, tree.output
+    lines = tree.output.splitlines()
+    assert len(lines) == 2 + len(NAMES) + 1  # one row each: the newline is escaped
+    assert any(line.endswith("two\\nlines") for line in lines)
+    assert "\x1b" not in tree.output and any(line.endswith("\\x1b[31mred") for line in lines)
+    rows = json.loads(show("--output", "json", path).output)
+    assert {r["path"][-1] for r in rows} == {"ROOT", "no metrics", *NAMES}
+    csv_out = show("--output", "csv", "--print-sorted", path)
+    assert csv_out.exit_code == 2  # --print-sorted is for the tree: a one-line error, as before
+    for name in ["(.*)[x]+?\\d$", "100% %s %d {0}", "注意力 ✓ ÿ"]:
+        import re
+
+        found = show("-i", re.escape(name), "--output", "json", path)
+        assert found.exit_code == 0, found.output
+        assert [r["path"][-1] for r in json.loads(found.output)] == ["ROOT", name]
+    assert show("--width", "60", path).exit_code == 0
+    assert show("-f", "file_function", path).exit_code == 0
+
+
+def test_names_that_are_not_text_and_null_metrics_or_children_are_read(tmp_path):
+    path = tmp_path / "odd.hatchet"
+    path.write_text('[{"frame": {"name": "ROOT"}, "metrics": null, "children": ['
+                    '{"frame": {"name": 42}, "metrics": {"cpu_time (ns)": 5}, "children": null},'
+                    '{"frame": {"name": null, "type": 3}, "metrics": {}, "children": []}]}, {}]')
+    result = show("--output", "json", str(path))
+    assert result.exit_code == 0, result.output
+    assert sorted(r["path"][-1] for r in json.loads(result.output)) == ["", "42", "ROOT"]
+
+
+# -- unreadable input, stdin, --version ------------------------------------------------------------
+
+def test_unreadable_file_is_a_one_line_error_naming_it_and_the_fix(tmp_path, monkeypatch):
+    path = cpu_profile(tmp_path)
+    os.chmod(path, 0)
+    try:
+        with open(path):
+            readable = True  # root reads it anyway: make open refuse as it would for a user
+    except PermissionError:
+        readable = False
+    if readable:
+        def refuse(*args, **kwargs):
+            raise PermissionError(13, "Permission denied", path)
+
+        monkeypatch.setattr(reader, "open", refuse, raising=False)
+    result = show(path)
+    os.chmod(path, 0o644)
+    assert result.exit_code == 2
+    assert result.output == (f"Error: cannot read {path!r}: permission denied; make it "
+                             f"readable (chmod u+r {path}) or run as a user who may read it\n")
+
+
+def test_dash_reads_the_profile_from_stdin(tmp_path):
+    path = cpu_profile(tmp_path)
+    with open(path) as f:
+        text = f.read()
+    piped = show("-m", "cpu_time/ms", "-", input=text)
+    assert piped.exit_code == 0, piped.output
+    assert piped.output == show("-m", "cpu_time/ms", path).output
+    listed = show("-l", "-", input=text)
+    assert listed.exit_code == 0 and "exclusive: cpu_time (ns)" in listed.output
+    diff = show("-m", "cpu_time/ms", "-diff", "-", "--output", "json", path, input=text)
+    assert diff.exit_code == 0, diff.output
+    assert all(r["cpu_time (ms) Δ"] == 0 for r in json.loads(diff.output))
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "stdin is empty"),
+    ("  \n", "stdin is empty"),
+    ("not a profile", "stdin is not a profile: not valid JSON"),
+    ('{"a": 1}', "stdin is JSON but not a .hatchet profile"),
+])
+def test_empty_or_foreign_stdin_is_a_one_line_error(text, message):
+    result = show("-", input=text)
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_stdin_cannot_be_both_sides_of_a_diff():
+    result = show("-diff", "-", "-", input="[]")
+    assert result.exit_code == 2 and "both '-'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_version_names_the_command_and_the_distributions_version():
+    result = show("--version")
+    assert result.exit_code == 0
+    assert result.output == f"proton-viewer {importlib.metadata.version('proton-profiler')}\n"
+
+
+# -- a first CPU-only run --------------------------------------------------------------------------
+
+def test_root_shows_the_total_of_the_outermost_timed_scopes(tmp_path):
+    result = show("-m", "cpu_time/ms,cpu_time/%", cpu_profile(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert [line.split() for line in result.output.splitlines()] == [
+        ["cpu_time", "(ms)", "cpu_time/%", "name"],
+        ["38.750", "100.000", "ROOT"],  # outer + other: inner and inner2 are inside outer
+        ["35.500", "91.613", "├─", "outer"],
+        ["20.250", "52.258", "│", "├─", "inner"],
+        ["5.125", "13.226", "│", "└─", "inner2"],
+        ["3.250", "8.387", "└─", "other"]]
+
+
+def test_root_total_skips_nested_timed_scopes_under_untimed_frames(tmp_path):
+    path = write(tmp_path, frame("ROOT", frame("group", frame("a", **{"cpu_time (ns)": 2e6}),
+                                               frame("c", frame("d", **{"cpu_time (ns)": 1e6}),
+                                                     **{"cpu_time (ns)": 4e6})),
+                                 frame("b", **{"cpu_time (ns)": 3e6})))
+    prof = load(path)
+    root = prof.gf.graph.roots[0]
+    assert derive(prof, "cpu_time/ms").values[root] == pytest.approx(9.0)
+    assert derive(prof, "cpu_time/%").values[root] == pytest.approx(100.0)
+    group = root.children[0] if root.children[0].frame["name"] == "group" else root.children[1]
+    assert derive(prof, "cpu_time/ms").values[group] != derive(prof, "cpu_time/ms").values[group]
+
+
+def test_legend_names_the_metric_and_roots_total(tmp_path):
+    prof = load(cpu_profile(tmp_path))
+    column = derive(prof, "cpu_time/ms")
+    text = render.legend([column], column.values[prof.gf.graph.roots[0]]).plain
+    assert text.startswith("cpu_time (ms): share of ROOT (38.750) ")
+    blank = derive(load(write(tmp_path, frame("ROOT", frame("a", tokens=3)))), "tokens")
+    assert render.legend([blank], float("nan")).plain.startswith(
+        "tokens: ROOT has no total for it; rows are not coloured")
+
+
+def test_profile_without_scopes_or_kernels_shows_root_and_how_to_get_some(tmp_path):
+    path = write(tmp_path, frame("ROOT"))
+    note = ("the profile holds no scopes or kernels: wrap regions of the program in "
+            "proton.scope(...), or launch kernels on a GPU, while profiling")
+    result = show(path)
+    assert result.exit_code == 0, result.output
+    assert result.output == f"name\nROOT\n{note}\n"
+    listed = show("-l", path)
+    assert listed.exit_code == 0 and listed.output == f"{note}\n"
+    untimed = show(write(tmp_path, frame("ROOT", frame("scope")), "untimed.hatchet"))
+    assert untimed.exit_code == 0
+    assert untimed.output.splitlines()[:3] == ["name", "ROOT", "└─ scope"]
+    assert "hold no metrics" in untimed.output.splitlines()[3]
+
+
+def test_list_on_a_cpu_only_profile_has_no_empty_list(tmp_path):
+    result = show("-l", cpu_profile(tmp_path))
+    assert result.output.splitlines() == [
+        "inclusive: (none)", "exclusive: cpu_time (ns)",
+        "derived:   cpu_time/s, cpu_time/ms, cpu_time/us, cpu_time/ns, cpu_time/%"]
+
+
+CANDIDATES = ["util", "time/ms", "avg_time/us", "cpu_time/ms", "avg_cpu_time/us", "time/%",
+              "cpu_time/%", "count/%", "tokens/%", "device_id/%", "device_type/%", "flop/s",
+              "tflop16/s", "tflop8/s", "gbyte/s", "num_samples/%", "count", "tokens"]
+
+
+def _profiles(tmp_path) -> list[str]:
+    gpu_no_table = write(tmp_path, frame("ROOT", frame("k", **{"time (ns)": 5, "count": 1,
+                                                              "flops16": 9, "device_id": "0"}),
+                                         **{"time (ns)": 0, "count": 0, "flops16": 0}),
+                         "no_table.hatchet")
+    unknown_arch = write(tmp_path, frame("ROOT", frame("k", **{"time (ns)": 5, "count": 1,
+                                                              "flops16": 9, "device_id": "0"}),
+                                         **{"time (ns)": 0, "count": 0, "flops16": 0}),
+                         "sm75.hatchet", {"CUDA": {"0": {"arch": "75", "num_sms": 40,
+                                                         "clock_rate": 1, "bus_width": 256,
+                                                         "memory_clock_rate": 1}}})
+    return FIXTURES + [cpu_profile(tmp_path), gpu_no_table, unknown_arch]
+
+
+def test_metrics_accepts_exactly_what_list_names(tmp_path):
+    profiles = _profiles(tmp_path)
+    listed_anywhere = set(CANDIDATES)
+    for path in profiles:
+        prof = load(path)
+        listed = prof.inclusive + prof.exclusive + available(prof)
+        listed_anywhere.update(listed)
+        for spec in listed:
+            column = derive(prof, spec)
+            assert len(column.values) == len(prof.gf.dataframe), (path, spec)
+    for path in profiles:
+        prof = load(path)
+        listed = set(prof.inclusive + prof.exclusive + available(prof))
+        for spec in listed_anywhere - listed:
+            with pytest.raises(ViewerError, match="unknown metric"):
+                derive(prof, spec)
+
+
+def test_list_shows_percent_metrics_by_their_short_names():
+    listed = show("-l", os.path.join(DATA, "example_gpu.hatchet")).output
+    assert "count/%, time/%, tokens/%" in listed and "(ns)/%" not in listed
+
+
+def test_util_without_flops_or_bytes_is_an_unknown_metric_not_a_blank_column():
+    result = show("-m", "util", os.path.join(DATA, "example_gpu.hatchet"))
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: unknown metric 'util' for this profile; available: ")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_percent_headers_read_as_asked(tmp_path):
+    result = show("-m", "time/%,count/%,tokens/%", "-d", "0",
+                  os.path.join(DATA, "example_gpu.hatchet"))
+    assert result.output.splitlines()[0].split() == ["time/%", "count/%", "tokens/%", "name"]
+    cpu = show("-m", "CPU_TIME/%", "-d", "0", cpu_profile(tmp_path))
+    assert cpu.output.splitlines()[0].split() == ["cpu_time/%", "name"]
+
+
+@pytest.mark.parametrize("args,note", [
+    (["-i", "ward"], "no frame matches --include 'ward'"),
+    (["-e", ".*"], "no frame matches --exclude '.*'"),
+    (["-t", "1000"], "no frame matches -t 1000 on cpu_time (ms)"),
+    (["-i", "in", "-t", "50"], "no frame matches --include 'in' -t 50 on cpu_time (ms)"),
+])
+def test_filter_that_matches_nothing_says_so(tmp_path, args, note):
+    path = cpu_profile(tmp_path)
+    result = show(*args, path)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["cpu_time (ms)  name", "       38.750  ROOT", note]
+    rows = show(*args, "--output", "json", path)
+    assert rows.exit_code == 0
+    assert [r["path"] for r in json.loads(rows.stdout)] == [["ROOT"]]  # stdout stays JSON
+    assert rows.stderr == note + "\n"
+
+
+def test_filter_that_matches_something_adds_no_note(tmp_path):
+    result = show("-i", "inner", cpu_profile(tmp_path))
+    assert result.exit_code == 0 and "no frame matches" not in result.output
