@@ -399,7 +399,7 @@ def test_metrics_accepts_exactly_what_list_names(tmp_path):
         prof = load(path)
         listed = set(prof.inclusive + prof.exclusive + available(prof))
         for spec in listed_anywhere - listed:
-            with pytest.raises(ViewerError, match="unknown metric"):
+            with pytest.raises(ViewerError, match="unknown metric|no peak FLOP/s known"):
                 derive(prof, spec)
 
 
@@ -413,6 +413,13 @@ def test_util_without_flops_or_bytes_is_an_unknown_metric_not_a_blank_column():
     assert result.exit_code == 2
     assert result.output.startswith("Error: unknown metric 'util' for this profile; available: ")
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_util_on_a_gpu_without_known_peak_names_the_archs_it_knows(tmp_path):
+    result = show("-m", "util", _profiles(tmp_path)[-1])
+    assert result.exit_code == 2
+    assert result.output == ("Error: no peak FLOP/s known for CUDA arch sm75; util needs sm80, "
+                             "sm89, sm90 or sm100 (use tflop/s instead)\n")
 
 
 def test_percent_headers_read_as_asked(tmp_path):

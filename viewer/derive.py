@@ -54,19 +54,35 @@ def available(profile: Profile) -> list[str]:
 
 
 def _has_util(profile: Profile, have: set[str]) -> bool:
-    """util needs kernel time, a device table with each GPU's figures, and bytes or flops of
-    a known width (then on GPUs whose peak is known)."""
-    devices = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
-    if TIME not in have or not isinstance(devices, dict) or not devices:
-        return False
-    if not all(isinstance(dev, dict) and _DEVICE_KEYS <= dev.keys() for dev in devices.values()):
+    """util needs kernel time, the GPUs' figures, and bytes or flops of a known width (then
+    on GPUs whose peak is known)."""
+    gpus = _gpus(profile, have)
+    if not gpus:
         return False
     widths = any((m := FLOPS.fullmatch(metric)) and m.group(1) for metric in have)
-    known = all(peak_known(str(dev["arch"])) for dev in devices.values())
+    known = all(peak_known(str(gpu["arch"])) for gpu in gpus.values())
     return (BYTES in have or widths) and (known or not widths)
 
 
-_DEVICE_KEYS = {"arch", "num_sms", "clock_rate", "bus_width", "memory_clock_rate"}
+_GPU_KEYS = {"arch", "num_sms", "clock_rate", "bus_width", "memory_clock_rate"}
+
+
+def _gpus(profile: Profile, have: set[str]) -> dict | None:
+    """The device table's GPUs, when the profile has kernel time and each GPU its figures."""
+    gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
+    if TIME not in have or not isinstance(gpus, dict) or not gpus or not all(
+            isinstance(gpu, dict) and _GPU_KEYS <= gpu.keys() for gpu in gpus.values()):
+        return None
+    return gpus
+
+
+def _check_peaks(profile: Profile) -> None:
+    """Raise max_flops's error (the archs util knows) when an unknown GPU is what keeps util
+    from a profile."""
+    have = {m.lower() for m in profile.inclusive + profile.exclusive}
+    for gpu in (_gpus(profile, have) or {}).values():
+        if not peak_known(str(gpu["arch"])):
+            max_flops(str(gpu["arch"]), 16, gpu["num_sms"], gpu["clock_rate"])
 
 
 def _shares(profile: Profile) -> list[str]:
@@ -81,10 +97,17 @@ def _short(metric: str) -> str:
 
 
 def derive(profile: Profile, spec: str) -> Column:
-    """Compute one metric spec; raise ViewerError naming the choices when it cannot."""
+    """Compute one metric spec: one that `available` lists, or a metric's own name (any case,
+    with or without its unit); raise ViewerError naming the choices for any other. ROOT's
+    cpu_time is `root_total`, the time of its outermost timed scopes.
+
+    Usage:
+        derive(load("run.hatchet"), "time/ms").values  # a Series by hatchet node
+    """
     s = spec.strip().lower()
     if s == "util":
         if "util" not in available(profile):
+            _check_peaks(profile)
             raise _unknown(profile, spec)
         return Column("util", _util(profile, spec))
     m = _TIME.match(s)
@@ -114,14 +137,10 @@ def derive(profile: Profile, spec: str) -> Column:
             raise _unknown(profile, spec)
         values = _column(profile, base, spec)
         root = profile.gf.graph.roots[0]
-        if base in profile.inclusive:
-            root_total = values[root]
-        elif base == CPU_TIME:
+        if base == CPU_TIME:
             values = _with_root_total(profile, values)
-            root_total = values[root]
-        else:
-            root_total = values.sum()
-        values = values / root_total * 100 if root_total else values * 0
+        whole = values[root] if base in profile.inclusive or base == CPU_TIME else values.sum()
+        values = values / whole * 100 if whole else values * 0
         return Column(f"{_short(base)}/%", values)
     base = _match(profile, spec, spec)
     return Column(base, _column(profile, base, spec))

@@ -1,4 +1,5 @@
-"""Read a .hatchet file (ours or Triton's Proton's) into a hatchet GraphFrame."""
+"""Read a .hatchet file (ours or Triton's Proton's), or one piped into stdin, into a hatchet
+GraphFrame; a tree of any depth (see deep.py and graph.py)."""
 from __future__ import annotations
 
 import json
