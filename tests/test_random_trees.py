@@ -77,3 +77,15 @@ def test_random_trees_read_back_the_same_in_hatchet_and_the_viewer(seed, tmp_pat
     assert math.isclose(finite(rows[0]["user"]), want_user, rel_tol=1e-9, abs_tol=1e-6)
     tree = CliRunner().invoke(viewer, ["-m", "time/ms", "--width", "120", path])
     assert tree.exit_code == 0, tree.output
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_deep_trees_are_encoded_byte_for_byte_as_json_dump_would(seed):
+    """The writer's iterative encoder (for trees deeper than writer.DEEP) against json.dumps,
+    on trees shallow enough for json to encode."""
+    import io
+
+    doc = writer.build(random_tree(random.Random(seed)), {"0": {"arch": "90"}})
+    out = io.StringIO()
+    writer._encode_tree(doc, out.write)
+    assert out.getvalue() == json.dumps(doc, allow_nan=False)
