@@ -7,8 +7,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from ..data.paths import ROOT
-
 
 @dataclass(slots=True)
 class Open:
@@ -59,9 +57,3 @@ look-up costs about 40 ns, a slot 10 (the hot paths read several fields per laun
 def depth() -> int:
     """How many frames are open on this thread."""
     return len(per_thread.stacks.open)
-
-
-def current_path() -> int:
-    """Path id of this thread's innermost open frame (ROOT when none)."""
-    st = per_thread.stacks.open
-    return st[-1].path if st else ROOT
