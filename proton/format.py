@@ -6,7 +6,9 @@ as Triton's Proton writes it and both viewers read it:
     [root node, device table]
     node   = {"frame": {"name": str, "type": "function"[, "no_lines": str]},
               "metrics": {name: number, ...}, "children": [node, ...]}
-    root   = a node named "ROOT" that carries a 0 for every inclusive metric
+    root   = a node named "ROOT" that carries a 0 for every inclusive metric; its frame also
+             records the writing process (JOB_KEYS: host, pid[, rank, world_size, local_rank,
+             launcher]), scalars that hatchet keeps and both viewers ignore
     device table = {"CUDA": {"0": {"arch", "num_sms", "clock_rate", "memory_clock_rate",
                                    "bus_width"}, ...}}   ({} when no kernel ran)
 
@@ -22,6 +24,17 @@ FRAME_TYPE = "function"
 """Every frame's "type" (hatchet's default)."""
 TREE_EXTENSION = ".hatchet"
 TRACE_EXTENSION = ".chrome_trace"
+JOB_KEYS = ("rank", "world_size", "local_rank", "host", "pid", "launcher")
+"""The writing process, in the root frame (and in a trace's OTHER_DATA): the launcher's rank,
+world size and local rank (a job's ranks only), the host name and the process id."""
+RANK_FILE = re.compile(r"\.rank(\d+)\.(hatchet|chrome_trace)$")
+"""A rank's file name: NAME.rank<R>.hatchet (or .chrome_trace)."""
+
+# -- the Chrome trace ----------------------------------------------------------------------------
+OTHER_DATA = "otherData"
+"""A trace's top-level dict of facts (Chrome's trace format): JOB_KEYS and T0_NS."""
+T0_NS = "t0_ns"
+"""The host clock (ns) at the trace's time 0: ranks' traces are aligned by it when merged."""
 
 # -- metrics -------------------------------------------------------------------------------------
 TIME = "time (ns)"

@@ -23,6 +23,9 @@ Examples:
   cat run1.hatchet | proton-viewer -m time/ms -  # FILE - reads stdin
   proton-viewer -m num_samples,num_stalled_samples run1.hatchet  # PC samples per frame
   proton-viewer --source matmul_kernel run1.hatchet  # its samples beside its source lines
+  proton-viewer -m time/ms,comm/% ddp.rank*.hatchet  # ranks merged: sum, min/mean/max, imbalance
+  proton-viewer --rank 1 ddp.rank*.hatchet       # one rank of them (or a folder of them)
+  proton-viewer --output trace ddp.rank*.chrome_trace > ddp.json  # one timeline for Perfetto
 """
 
 
@@ -63,36 +66,93 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               "many it stands for; the file keeps them all.")
 @click.option("--print-sorted", is_flag=True,
               help="After the tree, a flat table of the frames, hottest first.")
-@click.option("--output", type=click.Choice(["tree", "json", "csv"]), default="tree",
-              show_default=True, help="json/csv: the shown rows for scripts, no tree drawing.")
+@click.option("--output", type=click.Choice(["tree", "json", "csv", "trace"]), default="tree",
+              show_default=True, help="json/csv: the shown rows for scripts, no tree drawing. "
+              "trace: merge .chrome_trace files (proton -d trace; a job's ranks) into one "
+              "Chrome trace on stdout, each rank's GPUs and host on their own process tracks, "
+              "aligned in time.")
 @click.option("-diff", "--diff-profile", "other", default=None, metavar="OTHER.hatchet",
               help="Show FILE minus OTHER per frame (matched by path; a frame missing on one "
               "side counts 0 there) and the change in % of OTHER; filters and -t use the change. "
               "OTHER may be - (stdin).")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Terminal width to draw for (long names fold onto more lines; never cut).")
+@click.option("--rank", type=click.IntRange(min=0), default=None,
+              help="Of several rank files (or a folder of them): show rank R's alone.")
 @click.option("--source", "kernel", default=None, metavar="KERNEL",
               help="Instead of the tree: the PC samples of KERNEL (exact name, else a regex "
               "search) per source line, over all its call paths, beside its source "
               "(a profile from `proton -m pcsampling`).")
-@click.argument("profile", metavar="FILE.hatchet")
-def viewer(list_metrics, metrics, include, exclude, threshold, depth, name_format,
-           collapse_libraries, print_sorted, other, output, width, kernel, profile) -> None:
+@click.argument("profiles", metavar="FILE.hatchet...", nargs=-1, required=True)
+@click.pass_context
+def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
+           collapse_libraries, print_sorted, other, output, width, rank, kernel,
+           profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
-    from stdin.
+    from stdin. Several files, or a folder, are a job's ranks: one tree over all of them,
+    frames matched by call path, each metric summed and, per frame, its min, mean and max
+    over the ranks, the rank of the max and max/mean (the imbalance); a frame only some
+    ranks have is marked.
 
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
+        if output == "trace":
+            _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold,
+                                   print_sorted, other, width, rank, kernel)
+            from .traces import merge_traces
+
+            text, errors = merge_traces(list(profiles))
+            for error in errors:
+                click.echo(f"Error: {error}", err=True)
+            click.echo(text)
+            ctx.exit(_Failed.exit_code if errors else 0)
+        # In a thread with a large stack: a profile may be nested any number of levels deep.
         if kernel is not None:
             _check_source_conflicts(list_metrics, metrics, include, exclude, threshold,
                                     print_sorted, other, output)
+        else:
+            _check_conflicts(list_metrics, metrics, print_sorted, other, output, width)
+        profile, merged, errors = deep.call(_open, list(profiles), rank, other, kernel)
+        for error in errors:  # the files that could not be read; the others still show
+            click.echo(f"Error: {error}", err=True)
+        if kernel is not None:
             deep.call(_show_source, kernel, width, profile)
-            return
-        # In a thread with a large stack: a profile may be nested any number of levels deep.
-        deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth, name_format,
-                  collapse_libraries, print_sorted, other, output, width, profile)
+        else:
+            deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth,
+                      name_format, collapse_libraries, print_sorted, other, output, width,
+                      profile, merged)
     except ViewerError as exc:
         raise _Failed(str(exc)) from None
+    if errors:
+        ctx.exit(_Failed.exit_code)
+
+
+def _open(profiles: list[str], rank: int | None, other, kernel):
+    """(the profile to show, or None when several ranks merge; the merged ranks or None;
+    one line per file that could not be read)."""
+    import os
+
+    from .reader import STDIN, load
+
+    if STDIN in profiles and other == STDIN:
+        raise ViewerError("FILE and -diff OTHER are both '-'; stdin holds one profile, give the "
+                          "other as a file")
+    if len(profiles) == 1 and rank is None and not os.path.isdir(profiles[0]):
+        return load(profiles[0]), None, []
+    from . import ranks
+
+    paths = ranks.expand(profiles)
+    if rank is None and len(paths) == 1:
+        return load(paths[0]), None, []
+    if rank is not None:
+        path, errors = ranks.pick(paths, rank)
+        return load(path), None, errors
+    if other is not None or kernel is not None:
+        raise ViewerError(f"{'-diff' if other is not None else '--source'} reads one profile, "
+                          f"and {len(paths)} were given; choose one with --rank R")
+    found, frames, errors = ranks.read(paths)
+    merged = ranks.merge(found, frames)
+    return merged.total, merged, errors + merged.notes
 
 
 class _Failed(click.ClickException):
@@ -102,7 +162,7 @@ class _Failed(click.ClickException):
 
 
 def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
-          collapse_libraries, print_sorted, other, output, width, profile) -> None:
+          collapse_libraries, print_sorted, other, output, width, prof, merged) -> None:
     from rich.console import COLOR_SYSTEMS, Console
 
     from . import export, render
@@ -112,8 +172,6 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from .select import display_names, fold_names, library_frames, visible_nodes
     from .source import no_lines_notes
 
-    _check_conflicts(list_metrics, metrics, print_sorted, other, output, width, profile)
-    prof = load(profile)
     console = Console(width=width)
     empty = None if prof.inclusive or prof.exclusive else _no_metrics_note(prof)
     if list_metrics:
@@ -128,13 +186,17 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         metrics = "time/ms" if "time/ms" in available(prof) else (
             "cpu_time/ms" if "cpu_time/ms" in available(prof) else None)
         if metrics is None:
-            raise ViewerError(f"{profile!r} holds no time metric; choose one with -m "
-                              f"(see proton-viewer -l {profile})")
+            raise ViewerError("the profile holds no time metric; choose one with -m "
+                              "(see proton-viewer -l FILE)")
     specs = [] if metrics is None else [spec for spec in metrics.split(",") if spec.strip()]
     if metrics is not None and not specs:
         raise ViewerError("-m names no metric; e.g. -m time/ms,count")
     if other is not None:
         columns = diff_columns(prof, load(other), specs)
+    elif merged is not None:
+        from .ranks import columns as rank_columns
+
+        columns = rank_columns(merged, specs)
     else:
         columns = [derive(prof, spec) for spec in specs]
     first = columns[0].values.to_dict() if columns else {}
@@ -151,6 +213,11 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     folded = library_frames(prof.gf) if collapse_libraries else None
     if folded:
         names = fold_names(prof.gf, names, folded)
+    if merged is not None:
+        from .ranks import marker
+
+        for node, has in merged.present.iterrows():
+            names[node] += marker(has, merged.labels)
     if output != "tree":
         table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names,
                             folded=folded)
@@ -165,6 +232,12 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     headers = [c.header for c in columns]
     write = console.file.write
     diff = other is not None
+    if merged is not None:
+        from .ranks import span
+
+        write(f"{len(merged.labels)} ranks ({span(merged.labels)}) merged: each metric over "
+              "all ranks, then per frame its min, mean and max over them, the rank of the max "
+              "and max/mean\n")
     render.draw(render.tree_rows(prof.gf, columns, depth=depth, visible=visible, names=names,
                                  diff=diff, folded=folded), headers, write, width=fold_at,
                 color=color)
@@ -199,34 +272,35 @@ def _nothing_matches(include, exclude, threshold, columns) -> str:
     return "no frame matches " + " ".join(g for g in given if g)
 
 
-def _show_source(kernel: str, width: int | None, profile: str) -> None:
+def _show_source(kernel: str, width: int | None, prof) -> None:
     from rich.console import Console
 
-    from .reader import load
     from .source import find_kernel
     from .source_view import source_view
 
     console = Console(width=width)
     # As the tree: fold code at the terminal's width or --width; piped, one line per line.
     fold_at = console.width if console.is_terminal or width else None
-    console.print(source_view(find_kernel(load(profile), kernel), width=fold_at),
+    console.print(source_view(find_kernel(prof, kernel), width=fold_at),
                   soft_wrap=fold_at is None, crop=False)
 
 
-def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width,
-                     profile) -> None:
-    """Options that cannot go together: say which, before reading anything."""
-    from .reader import STDIN
-
-    if profile == STDIN and other == STDIN:
-        raise ViewerError("FILE and -diff OTHER are both '-'; stdin holds one profile, give the "
-                          "other as a file")
+def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width) -> None:
+    """Options that cannot go together: say which."""
     if list_metrics and (metrics or other or print_sorted or output != "tree"):
         raise ViewerError("-l lists the metrics only; drop -m/-diff/--print-sorted/--output, "
                           "or drop -l to show the tree")
     if output != "tree" and (print_sorted or width):
         raise ViewerError(f"--output {output} writes the rows for scripts; --print-sorted and "
                           "--width only apply to the tree view")
+
+
+def _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold, print_sorted,
+                           other, width, rank, kernel) -> None:
+    if list_metrics or metrics or include or exclude or threshold is not None or print_sorted \
+            or other or width or rank is not None or kernel:
+        raise ViewerError("--output trace merges .chrome_trace files as they are; drop -l/-m/"
+                          "-i/-e/-t/-diff/--print-sorted/--width/--rank/--source")
 
 
 def _check_source_conflicts(list_metrics, metrics, include, exclude, threshold, print_sorted,

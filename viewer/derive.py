@@ -11,13 +11,16 @@ import pandas as pd
 
 from ..format import BYTES, COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, FLOPS, TIME
 from .errors import ViewerError
-from .reader import Profile
+from .reader import Profile, subtree_sums
 from .specs import max_bytes_per_s, max_flops, peak_known
 
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
 _RATE = re.compile(r"^(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
-_TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time)/(?P<unit>s|ms|us|ns)$")
+_TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time)/"
+                   r"(?P<unit>s|ms|us|ns)$")
+COMM_KERNEL = re.compile(r"^(nccl|rccl)", re.IGNORECASE)
+"""Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...)."""
 
 
 @dataclass(slots=True)
@@ -26,6 +29,9 @@ class Column:
 
     header: str
     values: pd.Series
+    additive: bool = False
+    """A quantity that adds up over ranks (time, count, flops); not a ratio (rates, averages,
+    shares, util)."""
 
 
 def available(profile: Profile) -> list[str]:
@@ -43,6 +49,7 @@ def available(profile: Profile) -> list[str]:
                 out += [f"{p}flop{m.group(1) or ''}/s" for p in RATE_PREFIX]
         if BYTES in have:
             out += [f"{p}byte/s" for p in RATE_PREFIX]
+        out += [f"comm_time/{u}" for u in TIME_UNITS] + ["comm/%"]
     if _has_util(profile, have):
         out.append("util")
     if CPU_TIME in have:
@@ -105,6 +112,10 @@ def derive(profile: Profile, spec: str) -> Column:
         derive(load("run.hatchet"), "time/ms").values  # a Series by hatchet node
     """
     s = spec.strip().lower()
+    if s == "comm/%":
+        comm = _comm_time(profile, spec)
+        total = _column(profile, TIME, spec)
+        return Column("comm/%", comm / total.where(total > 0) * 100)
     if s == "util":
         if "util" not in available(profile):
             _check_peaks(profile)
@@ -113,6 +124,9 @@ def derive(profile: Profile, spec: str) -> Column:
     m = _TIME.match(s)
     if m:
         what, unit = m.group("what"), m.group("unit")
+        if what == "comm_time":
+            return Column(f"comm_time ({unit})", _comm_time(profile, spec) * TIME_UNITS[unit],
+                          additive=True)
         if what in ("time", "avg_time"):
             values = _column(profile, TIME, spec) * TIME_UNITS[unit]
             if what == "avg_time":
@@ -124,7 +138,7 @@ def derive(profile: Profile, spec: str) -> Column:
             else:
                 values = _with_root_total(profile, values)
             values = values * TIME_UNITS[unit]
-        return Column(f"{what} ({unit})", values)
+        return Column(f"{what} ({unit})", values, additive=not what.startswith("avg"))
     m = _RATE.match(s)
     if m:
         metric = BYTES if m.group("what") == "byte" else f"flops{m.group('width') or ''}"
@@ -143,7 +157,28 @@ def derive(profile: Profile, spec: str) -> Column:
         values = values / whole * 100 if whole else values * 0
         return Column(f"{_short(base)}/%", values)
     base = _match(profile, spec, spec)
-    return Column(base, _column(profile, base, spec))
+    return Column(base, _column(profile, base, spec),
+                  additive=base not in (DEVICE_ID, DEVICE_TYPE))
+
+
+def _comm_kernels(profile: Profile) -> pd.Series:
+    """Which nodes are communication kernels: COMM_KERNEL names with kernel time of their own
+    (not a device id: ranks merged on one graph may disagree on it)."""
+    df = profile.gf.dataframe
+    own = pd.to_numeric(df[TIME], errors="coerce").notna()
+    return own & df["name"].astype(str).str.match(COMM_KERNEL)
+
+
+def _comm_time(profile: Profile, spec: str) -> pd.Series:
+    """GPU ns in communication kernels under each node (0 under a node with kernel time but
+    none of them)."""
+    df = profile.gf.dataframe
+    if TIME not in df:
+        raise _unknown(profile, spec)  # no kernels: nothing to share out
+    comm = _comm_kernels(profile)
+    own = pd.to_numeric(df[TIME], errors="coerce").where(comm, 0.0)
+    order = list(profile.gf.graph.traverse(order="post"))
+    return pd.Series(subtree_sums(order, own.to_dict())).reindex(df.index)
 
 
 def root_total(profile: Profile, values: pd.Series) -> float:

@@ -122,13 +122,31 @@ def from_tree(root: dict) -> GraphFrame:
         rows.append({"node": node, "name": item["frame"].get("name") or item.get("name", ""),
                      **item["metrics"]})
         todo.extend((child, node) for child in reversed(item["children"]))
-    graph = Graph([top])
-    for i, node in enumerate(graph.traverse()):
-        node._hatchet_nid = i
-    graph.enumerate_depth()
+    graph = numbered(Graph([top]))
     df = pd.DataFrame(data=rows)
     df.set_index(["node"], inplace=True)
     df.sort_index(inplace=True)
     inc = [m for m in root["metrics"] if "(inc)" in m]
     exc = [m for m in root["metrics"] if "(inc)" not in m]
     return GraphFrame(graph, df, exc, inc)
+
+
+def numbered(graph: Graph) -> Graph:
+    """Give the nodes hatchet's ids (pre-order, children sorted) and depths."""
+    for i, node in enumerate(graph.traverse()):
+        node._hatchet_nid = i
+    graph.enumerate_depth()
+    return graph
+
+
+def from_parents(frames: list[dict], parents: list[int]) -> tuple[Graph, list[Node]]:
+    """A graph of nodes given in pre-order (each parent before its children) as frames and
+    parent indices (-1 for the root); the nodes in the same order."""
+    nodes: list[Node] = []
+    for frame, parent in zip(frames, parents):
+        up = nodes[parent] if parent >= 0 else None
+        node = Node(Frame(frame), up, hnid=-1)
+        if up is not None:
+            up.add_child(node)
+        nodes.append(node)
+    return numbered(Graph([nodes[0]])), nodes

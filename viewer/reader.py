@@ -7,7 +7,7 @@ import reprlib
 import sys
 from dataclasses import dataclass, field
 
-from ..format import LAUNCH_METADATA
+from ..format import JOB_KEYS, LAUNCH_METADATA
 from . import deep
 from .errors import ViewerError
 
@@ -24,6 +24,8 @@ class Profile:
     """Metrics that belong to one node only (device_id, cpu_time (ns), "(exc)" user metrics)."""
     devices: dict = field(default_factory=dict)
     """The file's device table: {"CUDA": {"0": {"arch", "num_sms", ...}}}."""
+    job: dict = field(default_factory=dict)
+    """The writing process: rank, world_size, local_rank, host, pid (format.JOB_KEYS)."""
 
 
 STDIN = "-"
@@ -38,8 +40,24 @@ def load(path: str) -> Profile:
         prof = load("run.hatchet")
         prof.gf.dataframe["time (ns) (inc)"]
     """
+    root, devices, job = parse(path)
+    from .graph import from_tree  # hatchet is heavy (pandas, matplotlib): only for a good file
+
+    deep.keep_limit()
+    gf = from_tree(root)
+    inclusive = sorted(m for m in root.get("metrics", {}) if "(inc)" not in m)
+    _add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
+    exclusive = [c for c in gf.dataframe.columns
+                 if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
+    return Profile(gf, inclusive, exclusive, devices, job)
+
+
+def parse(path: str) -> tuple[dict, dict, dict]:
+    """The checked tree (root node, launch metadata frames dropped), device table and writing
+    process (format.JOB_KEYS; {} for older files) of the profile at `path`; ViewerError with a
+    one-line reason when it is not one."""
     name = "stdin" if path == STDIN else repr(path)
-    text = _read(path)
+    text = read_text(path)
     if not text.strip():
         raise ViewerError(f"{name} is empty; give the .hatchet file a profile wrote"
                           + (", e.g. cat run.hatchet | proton-viewer -" if path == STDIN
@@ -57,20 +75,13 @@ def load(path: str) -> Profile:
                           "[root node, device table] as proton writes")
     devices = doc[1] if len(doc) > 1 and isinstance(doc[1], dict) else {}
     root = doc[0]
+    job = {k: v for k in JOB_KEYS if isinstance(v := root["frame"].get(k), (int, str))}
     _check_tree(root, name)
     _drop_launch_metadata(root)
-    from .graph import from_tree  # hatchet is heavy (pandas, matplotlib): only for a good file
-
-    deep.keep_limit()
-    gf = from_tree(root)
-    inclusive = sorted(m for m in root.get("metrics", {}) if "(inc)" not in m)
-    _add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
-    exclusive = [c for c in gf.dataframe.columns
-                 if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
-    return Profile(gf, inclusive, exclusive, devices)
+    return root, devices, job
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
     """The text of `path`, or of standard input for `-`."""
     if path == STDIN:
         if sys.stdin is None or sys.stdin.isatty():
@@ -102,24 +113,29 @@ def _read(path: str) -> str:
 
 def _add_inclusive_columns(gf, metrics: list[str]) -> None:
     """hatchet's update_inclusive_columns in one pass per metric (hatchet does pandas work per
-    node: 26 s on 100k nodes). Same rule: a node's "X (inc)" is the sum of its own X and its
-    children's, NaN only when all of those are NaN."""
+    node: 26 s on 100k nodes). Same rule as subtree_sums."""
     import pandas as pd
 
     order = list(gf.graph.traverse(order="post"))
     df = gf.dataframe
     for metric in metrics:
         own = pd.to_numeric(df[metric], errors="coerce").to_dict()
-        inc: dict = {}
-        for node in order:
-            total = own.get(node, float("nan"))
-            for child in node.children:
-                value = inc[child]
-                if value == value:  # not NaN
-                    total = value if total != total else total + value
-            inc[node] = total
-        df[f"{metric} (inc)"] = pd.Series(inc)
+        df[f"{metric} (inc)"] = pd.Series(subtree_sums(order, own))
     gf.inc_metrics = [f"{metric} (inc)" for metric in metrics]
+
+
+def subtree_sums(post_order: list, own: dict) -> dict:
+    """Node -> its own value (`own`, NaN where missing) plus its descendants', NaN only when
+    all of those are NaN; `post_order`: the graph's nodes, children before parents."""
+    inc: dict = {}
+    for node in post_order:
+        total = own.get(node, float("nan"))
+        for child in node.children:
+            value = inc[child]
+            if value == value:  # not NaN
+                total = value if total != total else total + value
+        inc[node] = total
+    return inc
 
 
 _SHORT = reprlib.Repr()

@@ -11,22 +11,28 @@ import functools
 import json
 import math
 import os
+import re
+import socket
 import tempfile
+import time
 from typing import Any
 
 from ..errors import ProfileWriteError, SessionError
-from ..format import CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, ROOT_NAME
+from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, OTHER_DATA,
+                      ROOT_NAME, T0_NS)
+from ..report import warn
 from .paths import ROOT, paths
 
 FORMATS = {"tree": ("", "hatchet"), "trace": ("", "chrome_trace")}
 
 
 def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
-          notes: dict[int, str] | None = None) -> list:
+          notes: dict[int, str] | None = None, job: dict | None = None) -> list:
     """The JSON document for aggregated `nodes` (metrics by path id). `notes`: why a kernel's
     PC samples have no source lines, written as its frame's "no_lines" (hatchet keeps extra
-    frame keys; both viewers read the file as before). Built without recursion: a tree may be
-    as deep as the program's scopes."""
+    frame keys; both viewers read the file as before). `job`: the writing process (job.Job's
+    fields), written in the root frame. Built without recursion: a tree may be as deep as the
+    program's scopes."""
     notes = notes or {}
     frames = paths.frames
     children: dict[int, set[int]] = {}
@@ -62,6 +68,7 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
         return {"frame": frame, "metrics": out, "children": []}
 
     root = node(ROOT)
+    root["frame"].update(job or {})
     todo = [(ROOT, root)]
     while todo:
         pid, out = todo.pop()
@@ -84,19 +91,24 @@ def finite_or_none(value):
 
 
 def build_trace(events: list[tuple[int, Any]],
-                spans: list[tuple[int, int, int, int]] = ()) -> dict:
+                spans: list[tuple[int, int, int, int]] = (), job: dict | None = None) -> dict:
     """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
     any record with name, device_id, stream_id, start and end (ns): one event per kernel, a
-    process per device and a thread per stream. `spans`: scopes timed on the host, as (path id,
-    start, end, thread id), on a process "host" with a thread per thread. Times in us from the
-    first event; the call path in args."""
+    process per device ("GPU 0", or "rank 1 GPU 0" in a job) and a thread per stream. `spans`:
+    scopes timed on the host, as (path id, start, end, thread id), on a process "host" with a
+    thread per thread. Times in us from the first event; the call path in args. OTHER_DATA
+    holds `job` and T0_NS, the clock at time 0, which lines up a job's ranks when their traces
+    are merged (proton-viewer --output trace)."""
     t0 = min([rec.start for _, rec in events] + [span[1] for span in spans], default=0)
+    job = job or {}
+    who = f"rank {job['rank']} " if job.get("rank") is not None else ""
     stacks: dict[int, list[str]] = {}
 
     def stack(path: int) -> list[str]:
         return stacks.get(path) or stacks.setdefault(path, [ROOT_NAME, *paths.names(path)])
 
-    out = []
+    out = [{"name": "process_name", "ph": "M", "pid": device, "args": {"name": f"{who}GPU {device}"}}
+           for device in sorted({rec.device_id for _, rec in events})]
     for path, rec in sorted(events, key=lambda e: e[1].start):
         names = stack(path)
         out.append({"name": names[-1], "cat": "kernel", "ph": "X", "pid": rec.device_id,
@@ -104,13 +116,15 @@ def build_trace(events: list[tuple[int, Any]],
                     "dur": (rec.end - rec.start) / 1e3, "args": {"call_stack": names}})
     if spans:
         host = os.getpid()
-        out.append({"name": "process_name", "ph": "M", "pid": host, "args": {"name": "host"}})
+        out.append({"name": "process_name", "ph": "M", "pid": host,
+                    "args": {"name": f"{who}host"}})
         for path, start, end, thread in sorted(spans, key=lambda s: s[1]):
             names = stack(path)
             out.append({"name": names[-1], "cat": "scope", "ph": "X", "pid": host,
                         "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
                         "args": {"call_stack": names}})
-    return {"displayTimeUnit": "us", "traceEvents": out}
+    # the facts first: a later writer of the same name reads them from the file's head
+    return {OTHER_DATA: {**job, T0_NS: t0}, "displayTimeUnit": "us", "traceEvents": out}
 
 
 def check_format(data: str, output_format: str) -> None:
@@ -119,19 +133,24 @@ def check_format(data: str, output_format: str) -> None:
                            f"data={data!r}; use {FORMATS[data][1]!r}")
 
 
-def write(doc: Any, path: str) -> str:
-    """Write a document built above to `path` (through a temporary file renamed into place, so
-    no reader, and no second signal, ever sees half a file) and return `path`.
+def write(doc: Any, path: str, since: float | None = None) -> str:
+    """Write a document built above to `path` (through a temporary file moved into place, so
+    no reader, and no second signal, ever sees half a file) and return the path written.
+
+    Another process's profile is never overwritten: when `path` holds one that a live process
+    on this host wrote, or one written after `since` (time.time() when this profile began: a
+    process of the same name that ran alongside), this one goes to NAME.pid<PID>.<ext> beside
+    it, with a warning. A profile from an earlier run, or from this process, is replaced.
 
     Raises:
         ProfileWriteError: `path` could not be written; the profile went to a file in the
             temporary folder instead, which the message names (or it says that failed too).
     """
     try:
-        return _dump(doc, path)
+        return _dump(doc, path, since)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        if exc.filename and exc.filename not in (path, f"{path}.{os.getpid()}.tmp"):
+        if exc.filename and exc.filename not in (path, _temp(path)):
             reason += f": {exc.filename}"  # the folder that could not be made
     fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
     try:
@@ -144,25 +163,87 @@ def write(doc: Any, path: str) -> str:
                             "give a name in a writable folder")
 
 
+def _temp(path: str) -> str:
+    return f"{path}.{os.getpid()}.tmp"
+
+
+def _place(tmp: str, path: str, since: float | None) -> str:
+    """Move the finished `tmp` to `path`, or beside it when another process's profile is
+    there. os.link creates `path` only if it does not exist, so of two processes finishing
+    at once, the second sees the first's file."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        other = other_writer(path, since)
+        if other is not None:
+            stem, ext = os.path.splitext(path)
+            distinct = f"{stem}.pid{os.getpid()}{ext}"
+            os.replace(tmp, distinct)
+            warn(f"{path} holds the profile of {other}; wrote {distinct} instead "
+                 "(give each process its own name, or run under a launcher that sets RANK)")
+            return distinct
+    except OSError:  # a file system without hard links: replace as before
+        pass
+    else:
+        os.remove(tmp)
+        return path
+    os.replace(tmp, path)
+    return path
+
+
+_OWNER = re.compile(r'"host": ("(?:[^"\\]|\\.)*"), "pid": (\d+)')
+
+
+def other_writer(path: str, since: float | None) -> str | None:
+    """Who wrote the profile at `path`, when it is another process that is still running on
+    this host or that wrote it after `since`; None when it may be replaced."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None
+    found = _OWNER.search(head)
+    host, pid = (json.loads(found[1]), int(found[2])) if found else (None, None)
+    here = socket.gethostname()
+    if host == here and pid == os.getpid():
+        return None  # this process's own earlier profile
+    who = f"process {pid} on {host}" if found else "another process"
+    if host == here and pid is not None and _alive(pid):
+        return f"{who}, still running"
+    if since is not None and mtime >= since:
+        return f"{who}, written at {time.strftime('%H:%M:%S', time.localtime(mtime))} " \
+               "while this one ran"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, under another user
+        return True
+    return True
+
+
 DEEP = 200
 """Deeper trees than this are encoded without recursion (json's encoder recurses per level)."""
 
 
-def _dump(doc, path: str) -> str:
+def _dump(doc, path: str, since: float | None = None) -> str:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = _temp(path)
     try:
         with open(tmp, "w") as f:
             if isinstance(doc, list) and doc and _depth(doc[0]) > DEEP:
                 _encode_tree(doc, f.write)
             else:
                 json.dump(doc, f, allow_nan=False)
-        os.replace(tmp, path)  # a reader never sees half a file
-    except BaseException:
+        return _place(tmp, path, since)  # a reader never sees half a file
+    finally:
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        raise
-    return path
 
 
 def _depth(root: dict) -> int:

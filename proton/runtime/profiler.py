@@ -26,7 +26,7 @@ import threading
 import time
 
 from ..context import frames, make
-from ..data import writer
+from ..data import job, writer
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions
 from ..report import debug, debugging, warn
@@ -105,8 +105,10 @@ class Profiler:
                     if not self.sessions:
                         self._choose_context("shadow")  # nothing started: as before
                     raise
-            session = Session(self._next_id, opts.name, opts.path, opts.context, opts.data,
-                              opts.hook_spec, pc=opts.pc is not None)
+            who = job.detect()  # a launcher's variables are set before the process runs
+            session = Session(self._next_id, opts.name, job.ranked_path(opts.path, who),
+                              opts.context, opts.data, opts.hook_spec, pc=opts.pc is not None,
+                              job=who)
             self._next_id += 1
             self.sessions[session.id] = session
             self.recording = True
@@ -258,11 +260,12 @@ class Profiler:
                      "its kernel times")
         with session.lock:
             session.closed = True
+        who = session.job.fields() if session.job else None
         if session.data == "trace":
-            doc = writer.build_trace(session.events, session.spans)
+            doc = writer.build_trace(session.events, session.spans, who)
         else:
-            doc = writer.build(session.nodes, devices, session.notes)
-        return writer.write(doc, session.path)
+            doc = writer.build(session.nodes, devices, session.notes, who)
+        return writer.write(doc, session.path, since=session.began)
 
     def _add_pc_samples(self, session: Session, pc) -> None:
         """Finish sampling and put the samples on `session`'s kernel nodes and their lines."""

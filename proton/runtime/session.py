@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 from ..cupti.attribution import KernelRecord
+from ..data.job import Job
 from ..data.metrics import DEVICE_CUDA
 from ..format import COUNT, DEVICE_ID, DEVICE_TYPE, TIME
 
@@ -36,6 +38,10 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
     """Set (under `lock`) when finalize takes the data; late kernel records are then ignored."""
+    job: Job | None = None
+    """The writing process (rank, host, pid), recorded in the file."""
+    began: float = field(default_factory=time.time)
+    """Wall-clock start: a file of the same name written after it is another process's."""
 
     @property
     def active(self) -> bool:

@@ -1,0 +1,73 @@
+"""Which process of which job writes a profile: rank, world size, local rank, host and pid.
+
+Launchers say so in the environment: torchrun and torch.distributed.launch (RANK, WORLD_SIZE,
+LOCAL_RANK), SLURM's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), Open MPI's mpirun
+(OMPI_COMM_WORLD_*) and MPICH/Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID). The first whose
+rank variable is set wins: torchrun under srun sets both, and RANK is the one torch uses.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from ..format import JOB_KEYS
+
+LAUNCHERS = (
+    # (launcher, rank variable, world size variable, local rank variable)
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+)
+
+
+@dataclass(slots=True, frozen=True)
+class Job:
+    """The writing process. `rank` and the sizes are None outside a launcher."""
+
+    host: str
+    pid: int
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    launcher: str | None = None
+
+    @property
+    def ranked(self) -> bool:
+        """One of several ranks: its files are named NAME.rank<R>.<ext>."""
+        return self.rank is not None and (self.world_size is None or self.world_size > 1)
+
+    def fields(self) -> dict:
+        """The file's record of it (JOB_KEYS; unknown values left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None and k in JOB_KEYS}
+
+
+def detect(environ: Mapping[str, str] | None = None) -> Job:
+    """This process, with its rank when a launcher started it."""
+    env = os.environ if environ is None else environ
+    host, pid = socket.gethostname(), os.getpid()
+    for launcher, rank_var, size_var, local_var in LAUNCHERS:
+        rank = _int(env.get(rank_var))
+        if rank is not None:
+            return Job(host, pid, rank, _int(env.get(size_var)), _int(env.get(local_var)),
+                       launcher)
+    return Job(host, pid)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        number = int(value) if value is not None else None
+    except ValueError:
+        return None  # a launcher variable that is not a number names no rank
+    return number if number is None or number >= 0 else None
+
+
+def ranked_path(path: str, job: Job) -> str:
+    """`path` as this rank's file: run1.hatchet -> run1.rank3.hatchet (unchanged outside a
+    job of several ranks)."""
+    if not job.ranked:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.rank{job.rank}{ext}"

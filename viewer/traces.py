@@ -1,0 +1,76 @@
+"""A job's per-rank Chrome traces (proton -d trace) as one trace for Perfetto: every rank's GPUs
+and host on their own process tracks ("rank 1 GPU 1"), shifted onto one clock.
+
+Each trace records the clock at its time 0 (format.T0_NS). CUPTI's timestamps, and the host
+clock without a GPU, are one clock for all processes of a host, so a host's ranks line up to
+the microsecond; ranks on different hosts are as close as the hosts' clocks.
+"""
+from __future__ import annotations
+
+import json
+
+from ..format import OTHER_DATA, T0_NS, TRACE_EXTENSION
+from .errors import ViewerError
+from .reader import STDIN, read_text
+
+
+def merge_traces(paths: list[str]) -> tuple[str, list[str]]:
+    """The merged trace as JSON text, and one line per file that could not be read."""
+    from .ranks import expand, rank_of
+
+    traces, errors = [], []
+    for place, path in enumerate(expand(paths, TRACE_EXTENSION)):
+        try:
+            traces.append((*_read_trace(path), path, place))
+        except ViewerError as exc:
+            errors.append(str(exc))
+    if not traces:
+        raise ViewerError("no trace could be read: " + "; ".join(errors))
+    starts = [facts[T0_NS] for _, facts, _, _ in traces if isinstance(facts.get(T0_NS), int)]
+    t0 = min(starts, default=0)
+    out: list[dict] = []
+    ranks = []
+    for events, facts, path, place in sorted(traces, key=lambda t: rank_of(t[2], t[1], t[3])):
+        rank = rank_of(path, facts, place)
+        ranks.append(rank)
+        shift = (facts[T0_NS] - t0) / 1e3 if isinstance(facts.get(T0_NS), int) else 0.0
+        pids: dict = {}  # this file's process id -> the merged one
+        named = set()
+        for event in events:
+            pid = event.get("pid", 0)
+            new = pids.get(pid)
+            if new is None:
+                new = pids[pid] = len(pids) + 1 + 1000 * len(ranks)
+                out.append({"name": "process_sort_index", "ph": "M", "pid": new,
+                            "args": {"sort_index": new}})
+            event = dict(event, pid=new)
+            if event.get("ph") == "M" and event.get("name") == "process_name":
+                label = str(event.get("args", {}).get("name", pid))
+                if not label.startswith("rank "):
+                    label = f"rank {rank} {label}"
+                event["args"] = {"name": label}
+                named.add(new)
+            elif "ts" in event and isinstance(event["ts"], (int, float)):
+                event["ts"] = event["ts"] + shift
+            out.append(event)
+        for pid, new in pids.items():
+            if new not in named:
+                out.append({"name": "process_name", "ph": "M", "pid": new,
+                            "args": {"name": f"rank {rank} process {pid}"}})
+    doc = {OTHER_DATA: {"ranks": ranks, T0_NS: t0}, "displayTimeUnit": "us", "traceEvents": out}
+    return json.dumps(doc), errors
+
+
+def _read_trace(path: str) -> tuple[list, dict]:
+    name = "stdin" if path == STDIN else repr(path)
+    try:
+        doc = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise ViewerError(f"{name} is not a trace: not valid JSON ({exc}); the file may be "
+                          "truncated, re-run the profile") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise ViewerError(f"{name} is not a Chrome trace (no traceEvents list); --output trace "
+                          "merges the .chrome_trace files of proton -d trace")
+    facts = doc.get(OTHER_DATA)
+    return events, facts if isinstance(facts, dict) else {}
