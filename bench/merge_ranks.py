@@ -85,8 +85,8 @@ def main() -> None:
     t5 = time.perf_counter()
     if done.returncode:
         sys.exit(f"proton-viewer failed: {done.stderr.strip()}")
-    print(f"| ranks | frames per rank | MB read | read s | merge s | 2 metrics s | "
-          f"proton-viewer -m time/ms (whole command) s |")
+    print("| ranks | frames per rank | MB read | read s | merge s | 2 metrics s | "
+          "proton-viewer -m time/ms (whole command) s |")
     print(f"| {args.ranks} | {frames:,} | {size / 1e6:.0f} | {t1 - t0:.2f} | {t2 - t1:.2f} | "
           f"{t3 - t2:.2f} | {t5 - t4:.2f} |")
 

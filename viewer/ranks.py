@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TIME, TREE_EXTENSION
+from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TREE_EXTENSION
 from .derive import Column, derive
 from .errors import ViewerError
 from .reader import Profile, parse

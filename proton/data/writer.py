@@ -107,7 +107,8 @@ def build_trace(events: list[tuple[int, Any]],
     def stack(path: int) -> list[str]:
         return stacks.get(path) or stacks.setdefault(path, [ROOT_NAME, *paths.names(path)])
 
-    out = [{"name": "process_name", "ph": "M", "pid": device, "args": {"name": f"{who}GPU {device}"}}
+    out = [{"name": "process_name", "ph": "M", "pid": device,
+            "args": {"name": f"{who}GPU {device}"}}
            for device in sorted({rec.device_id for _, rec in events})]
     for path, rec in sorted(events, key=lambda e: e[1].start):
         names = stack(path)
