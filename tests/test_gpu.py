@@ -382,8 +382,11 @@ def test_trace_holds_every_launch_in_order(tmp_path, xy):
         for _ in range(5):
             add(*xy)
     proton.finalize(sid)
-    events = load(tmp_path / "tr.chrome_trace")["traceEvents"]
+    doc = load(tmp_path / "tr.chrome_trace")
+    named, *events = doc["traceEvents"]
+    assert named["args"] == {"name": "GPU 0"} and named["ph"] == "M"
     assert [e["args"]["call_stack"] for e in events] == [["ROOT", "s", "add_kernel"]] * 5
+    assert events[0]["ts"] == 0.0 and doc["otherData"]["t0_ns"] > 0  # CUPTI's clock at 0
     assert all(b["ts"] >= a["ts"] + a["dur"] for a, b in zip(events, events[1:]))
 
 

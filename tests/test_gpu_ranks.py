@@ -1,5 +1,6 @@
 """Several GPUs: torchrun jobs under `proton` (one file per rank, merged by the viewer) and one
-process driving two GPUs. Needs 2 GPUs (device kind nvidia-h200-x2); run with `pytest -m gpu`."""
+process driving two GPUs; run with `pytest -m gpu`. The NCCL and two-GPU tests need 2 GPUs
+(device kind nvidia-h200-x2); on one GPU both ranks share it and all-reduce through gloo."""
 from __future__ import annotations
 
 import json
@@ -23,11 +24,12 @@ TRAIN = """
 import os, torch, torch.distributed as dist
 import proton
 
-dist.init_process_group("nccl")
+two = torch.cuda.device_count() >= 2  # NCCL needs a GPU per rank
+dist.init_process_group("nccl" if two else "gloo")
 rank = dist.get_rank()
-torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
 a = torch.randn(2048, 2048, device="cuda")
-g = torch.ones(1 << 20, device="cuda")
+g = torch.ones(1 << 20, device="cuda" if two else "cpu")
 dist.all_reduce(g)  # NCCL's warm-up outside the step
 torch.cuda.synchronize()
 with proton.scope("step"):
@@ -53,7 +55,8 @@ def torchrun(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 def viewer_rows(*args: str) -> dict[str, dict]:
-    run = subprocess.run([sys.executable, "-m", "proton.viewer.cli", "--output", "json", *args],
+    run = subprocess.run([sys.executable, "-P", "-m", "proton.viewer.cli", "--output", "json",
+                          *args],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     return {" / ".join(r["path"]): r for r in json.loads(run.stdout)}
@@ -63,7 +66,10 @@ def nccl(node: dict) -> list[dict]:
     return [k for k in kernels(node) if k["frame"]["name"].lower().startswith("nccl")]
 
 
-@TWO
+def job_files(tmp_path) -> list[str]:
+    return [str(tmp_path / f"ddp.rank{rank}.hatchet") for rank in (0, 1)]
+
+
 @pytest.mark.parametrize("form", ["command", "module"])
 def test_torchrun_job_writes_one_profile_per_rank_and_the_viewer_merges_them(tmp_path, form):
     if form == "command":  # torchrun --no-python proton -n ddp train.py
@@ -79,54 +85,64 @@ def test_torchrun_job_writes_one_profile_per_rank_and_the_viewer_merges_them(tmp
         assert root["frame"]["rank"] == rank and root["frame"]["world_size"] == 2
         assert root["frame"]["local_rank"] == rank
         step = next(c for c in root["children"] if c["frame"]["name"] == "step")
-        comm = nccl(step)
-        assert comm, f"rank {rank} has no NCCL kernel under step"
-        assert {k["metrics"]["device_id"] for k in kernels(step)} == {str(rank)}
-        assert list(devices["CUDA"]) == [str(rank)]
-    got = viewer_rows("-m", "count", str(tmp_path / "ddp.rank0.hatchet"),
-                      str(tmp_path / "ddp.rank1.hatchet"))
-    compute = got["ROOT / step / compute"]
-    assert compute["count max"] == 3 * compute["count min"] > 0
-    assert compute["count"] == compute["count min"] + compute["count max"]
-
-
-@TWO
-def test_merged_view_shows_rank_ones_extra_work_as_imbalance(tmp_path):
-    torchrun(tmp_path, "-m", "proton", "-n", "ddp", "train.py")
-    got = viewer_rows("-m", "count,time/ms,comm/%", str(tmp_path))
+        gpu = rank % torch.cuda.device_count()
+        assert {k["metrics"]["device_id"] for k in kernels(step)} == {str(gpu)}
+        assert list(devices["CUDA"]) == [str(gpu)]
+    got = viewer_rows("-m", "count,time/ms", *job_files(tmp_path))
     compute = got["ROOT / step / compute"]
     # rank 1 runs three times rank 0's iterations (a matmul and a clamp each)
     assert compute["count max"] == 3 * compute["count min"] > 0
-    assert compute["count max rank"] == 1
+    assert compute["count"] == compute["count min"] + compute["count max"]
+    assert compute["count max rank"] == 1 and compute["time (ms) max rank"] == 1
+
+
+@TWO
+def test_nccl_all_reduce_and_the_imbalance_before_it(tmp_path):
+    torchrun(tmp_path, "-m", "proton", "-n", "ddp", "train.py")
+    for rank in (0, 1):
+        root, _ = load(tmp_path / f"ddp.rank{rank}.hatchet")
+        step = next(c for c in root["children"] if c["frame"]["name"] == "step")
+        assert nccl(step), f"rank {rank} has no NCCL kernel under step"
+    got = viewer_rows("-m", "time/ms,comm/%", str(tmp_path))
+    compute = got["ROOT / step / compute"]
     assert compute["time (ms) max rank"] == 1
-    assert compute["time (ms) max/mean"] == pytest.approx(1.5, rel=0.15)  # 3:1 -> max/mean 1.5
-    allreduce = got["ROOT / step / allreduce"]
-    assert allreduce["comm/%"] == pytest.approx(100)
+    assert compute["time (ms) max/mean"] == pytest.approx(1.5, rel=0.15)  # 3:1 -> 1.5
+    assert got["ROOT / step / allreduce"]["comm/%"] == pytest.approx(100)
     comm = [p for p in got if p.startswith("ROOT / step / allreduce / ") and
             p.split(" / ")[-1].lower().startswith("nccl")]
     assert comm and all("[rank" not in p for p in comm)  # on both ranks
     assert got["ROOT / step"]["comm/% max rank"] == 0  # rank 0 waits longer in the all-reduce
 
 
-@TWO
-def test_torchrun_traces_merge_into_one_timeline(tmp_path):
+def merged_trace(tmp_path) -> tuple[list[dict], dict]:
     torchrun(tmp_path, "-m", "proton", "-n", "ddp", "-d", "trace", "train.py")
     assert sorted(p.name for p in tmp_path.glob("*.chrome_trace")) == [
         "ddp.rank0.chrome_trace", "ddp.rank1.chrome_trace"]
-    run = subprocess.run([sys.executable, "-m", "proton.viewer.cli", "--output", "trace",
+    run = subprocess.run([sys.executable, "-P", "-m", "proton.viewer.cli", "--output", "trace",
                           str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     events = json.loads(run.stdout)["traceEvents"]
-    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert {"rank 0 GPU 0", "rank 1 GPU 1"} <= set(names.values())
-    ar = {}
+    return events, {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+
+
+def test_torchrun_traces_merge_into_one_timeline(tmp_path):
+    events, names = merged_trace(tmp_path)
+    gpus = {f"rank {r} GPU {r % torch.cuda.device_count()}" for r in (0, 1)}
+    tracks = {names[e["pid"]] for e in events if e.get("cat") == "kernel"}
+    assert tracks == gpus  # each rank's kernels on its own process track
+
+
+@TWO
+def test_the_all_reduce_lines_up_across_ranks_in_the_merged_trace(tmp_path):
+    events, names = merged_trace(tmp_path)
+    ends: dict[str, float] = {}
     for e in events:
-        if e.get("ph") == "X" and e["name"].lower().startswith("nccl"):
-            ar.setdefault(names[e["pid"]], []).append(e)
-    assert set(ar) == {"rank 0 GPU 0", "rank 1 GPU 1"}
-    # the step's all-reduce ends at about the same instant on both ranks (one clock)
-    ends = [max(e["ts"] + e["dur"] for e in evs) for evs in ar.values()]
-    assert abs(ends[0] - ends[1]) < 1000  # us
+        if e.get("cat") == "kernel" and e["name"].lower().startswith("nccl"):
+            ends[names[e["pid"]]] = max(ends.get(names[e["pid"]], 0), e["ts"] + e["dur"])
+    assert set(ends) == {"rank 0 GPU 0", "rank 1 GPU 1"}
+    # the step's all-reduce ends at about the same instant on both ranks: one clock
+    first, second = ends.values()
+    assert abs(first - second) < 1000  # us
 
 
 @TWO
@@ -145,10 +161,9 @@ def test_one_process_drives_two_gpus(tmp_path):
                 x @ x
     proton.finalize()
     root, devices = load(tmp_path / "two.hatchet")
-    got = kernels(root)
-    by_device = {}
-    for k in got:
-        by_device.setdefault(k["metrics"]["device_id"], 0)
-        by_device[k["metrics"]["device_id"]] += k["metrics"]["count"]
+    by_device: dict[str, int] = {}
+    for k in kernels(root):
+        device = k["metrics"]["device_id"]
+        by_device[device] = by_device.get(device, 0) + k["metrics"]["count"]
     assert by_device == {"0": 3, "1": 3}
     assert sorted(devices["CUDA"]) == ["0", "1"]
