@@ -46,7 +46,16 @@ class Stacks:
 
 class _PerThread(threading.local):
     def __init__(self) -> None:
+        global main_stacks
         self.stacks = Stacks()
+        if threading.get_ident() == _MAIN:
+            main_stacks = self.stacks
+
+
+_MAIN = threading.main_thread().ident
+main_stacks: Stacks | None = None
+"""The main thread's Stacks, once it has used them: a capture started from another thread
+reads where the main thread is."""
 
 
 per_thread = _PerThread()

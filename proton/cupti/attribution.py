@@ -100,6 +100,10 @@ class Attributor:
         """Launch calls whose kernel record has not come yet (graph launches excluded)."""
         return len(self._launches)
 
+    def waiting_before(self, ts: int) -> int:
+        """Launch calls made by `ts` whose kernel record has not come yet."""
+        return sum(1 for _, start in list(self._launches.values()) if start <= ts)
+
     def register_launch(self, corr: int, path: int, start: int, graph: bool) -> None:
         """The python context's launch callback, on the launching thread, at the call's enter:
         the launch stands for its API record, with its path and start time. It comes before any

@@ -307,23 +307,28 @@ class CuptiCollector:
 
     # -- records ------------------------------------------------------------------------------
     def flush(self, timeout_s: float = 10.0) -> int:
-        """Deliver every record of the launches made so far; return how many never came."""
+        """Deliver every record of the launches made so far; return how many never came.
+        Launches made meanwhile (the program runs on, as during a capture) are not waited
+        for; on a thread without a CUDA context nothing is synchronized, the records are
+        polled for until they come or `timeout_s` passes."""
         from . import gpu
 
         t0 = time.monotonic()
+        until = self.timestamp()
         gpu.synchronize()
         deadline = t0 + timeout_s
         rounds = 0
         while True:
             self._cupti.activity_flush_all(1)
             rounds += 1
-            if self.attributor.waiting_kernels == 0 or time.monotonic() > deadline:
+            waiting = self.attributor.waiting_before(until)
+            if waiting == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
         if debugging():
             debug(f"flush took {time.monotonic() - t0:.3f} s in {rounds} rounds, "
-                  f"{self.attributor.waiting_kernels} launches still waiting")
-        return self.attributor.waiting_kernels
+                  f"{waiting} launches still waiting")
+        return waiting
 
     def dropped_records(self) -> int:
         out = np.zeros(1, dtype=np.uint64)

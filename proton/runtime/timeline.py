@@ -1,4 +1,5 @@
-"""The main thread's innermost scope over time, for launches made on helper threads.
+"""The main thread's innermost scope over time, for launches made on helper threads (and on
+the main thread in scopes it opened before a capture started CUPTI from another thread).
 
 PyTorch's autograd engine runs backward on a thread of its own with no scope open: its launches
 go under the scope the main thread was in when they were made.
@@ -49,9 +50,9 @@ class MainTimeline:
 
     def unscoped(self, thread_id: int, ts: int) -> int:
         """Where a launch made at `ts` by `thread_id` with no scope open goes (attribution's
-        Unscoped; CUPTI's thread id is the low 32 bits of threading.get_ident())."""
-        if thread_id == self.main_thread & 0xFFFFFFFF:
-            return ROOT
+        Unscoped; CUPTI's thread id is the low 32 bits of threading.get_ident()). The main
+        thread itself gets here with no scope pushed: ROOT, or, when a capture started CUPTI
+        from another thread, the scope it was in then (noted at the start)."""
         entries = self.entries
         i = bisect.bisect_right(entries, ts, key=lambda e: e[0]) - 1
         return entries[i][1] if i >= 0 else ROOT
