@@ -13,6 +13,7 @@ no runtime module and starts nothing. ARCHITECTURE.md maps the package.
 from __future__ import annotations
 
 import importlib
+import os
 
 DEFAULT_PROFILE_NAME = "proton"
 
@@ -22,6 +23,7 @@ _WHERE = {
     "state": "scopes", "enter_state": "scopes", "exit_state": "scopes",
     "ProtonError": "errors", "ScopeError": "errors", "SessionError": "errors",
     "ProfilerConflictError": "errors", "ProfileWriteError": "errors",
+    "step": "service.endpoint", "listen": "service.endpoint",
 }
 """Public name -> the module (of this package) that defines it."""
 
@@ -29,7 +31,7 @@ __all__ = [
     "start", "activate", "deactivate", "finalize", "profile",
     "scope", "cpu_timed_scope", "enter_scope", "exit_scope", "state", "enter_state", "exit_state",
     "ProtonError", "ScopeError", "SessionError", "ProfilerConflictError", "ProfileWriteError",
-    "DEFAULT_PROFILE_NAME",
+    "step", "listen", "DEFAULT_PROFILE_NAME",
 ]
 
 
@@ -44,3 +46,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+if os.environ.get("PROTON_LISTEN", "0") != "0":  # a launcher's way to make a job capturable
+    importlib.import_module(".service.endpoint", __name__).listen_from_environment()

@@ -12,7 +12,7 @@ import click
 from . import api
 from .context import python as python_context
 from .errors import ProtonError
-from .options import CONTEXTS, DATA
+from .options import CONTEXTS, DATA, parse_options
 from .report import warn
 from .runtime.profiler import profiler
 
@@ -27,6 +27,9 @@ Examples:
   proton pytest -x tests/test_model.py         # profile a test run
   python -m proton -n run1 main.py             # module form
   proton-viewer -m time/ms run1.hatchet        # then read it
+  proton --listen train.py                     # record nothing until `proton capture PID`
+  proton --flush-every 60 train.py             # rewrite the profile every minute (SIGKILL-safe)
+  proton capture --all --steps 3               # see `proton capture -h` and `proton ps -h`
 """
 
 
@@ -57,11 +60,24 @@ Examples:
               "GPU time under each. :serialize=1 starts and stops sampling around every launch "
               "for exact per-launch attribution, at a cost (each launch waits for its kernel). "
               ":interval=N samples every 2**N cycles (5..31, default 10). Default: kernel times.")
+@click.option("--listen", is_flag=True,
+              help="Record nothing until a capture asks: `proton capture PID --duration 5` or "
+              "`--steps N` from another shell (`proton ps` lists the jobs). Without it the run "
+              "is recorded whole, and `proton capture --snapshot PID` writes it as it stands.")
+@click.option("--listen-tcp", default=None, metavar="[HOST:]PORT",
+              help="Also accept captures over TCP (loopback unless HOST is given) from "
+              "`proton capture --connect HOST:PORT`; needs --token or $PROTON_TOKEN.")
+@click.option("--token", envvar="PROTON_TOKEN", default=None,
+              help="The secret TCP captures must send (default: $PROTON_TOKEN).")
+@click.option("--flush-every", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="Rewrite the profile every SECONDS while recording, so a job killed with "
+              "SIGKILL (or by the OOM killer) leaves its last one.")
 @click.version_option(package_name="proton-profiler", prog_name="proton",
                       message="%(prog)s %(version)s")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def proton(name, backend, context, data, hook, mode, target, args) -> None:
+def proton(name, backend, context, data, hook, mode, listen, listen_tcp, token, flush_every,
+           target, args) -> None:
     """Run SCRIPT.py (or pytest) with its ARGS under the profiler.
 
     The script runs as __main__ with its own argv; its proton.start() calls join this
@@ -72,10 +88,24 @@ def proton(name, backend, context, data, hook, mode, target, args) -> None:
         raise click.BadParameter(f"no such script {target!r}; give a path to a .py file or "
                                  "'pytest'", param_hint="SCRIPT.py|pytest")
     python_context.set_runner(_run.__code__)  # nothing outside it is the user's
+    from .service import endpoint, periodic
+
     try:
-        api.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+        if listen:  # the options are checked now, for the captures that will use them
+            parse_options(name, context=context, data=data, backend=backend, mode=mode,
+                          hook=hook)
+        else:
+            api.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+        try:
+            endpoint.listen(listen_tcp, token)
+        except OSError as exc:
+            if listen or listen_tcp:
+                raise ProtonError(f"cannot listen for captures: {exc}") from None
+            warn(f"cannot listen for captures ({exc}); recording the run as usual")
     except ProtonError as exc:
         raise click.UsageError(str(exc)) from None
+    if flush_every:
+        periodic.flush_every(flush_every)
     status = _run_profiled(target, list(args))
     sys.exit(status)
 
@@ -169,8 +199,18 @@ def _exit_status(code) -> int:
     return 1
 
 
+SUBCOMMANDS = ("capture", "ps")
+"""`proton capture ...` and `proton ps`; any other first word is the script."""
+
+
 def main() -> None:
     """Console entry point: ProtonError becomes one line on stderr and exit status 2."""
+    if sys.argv[1:2] and sys.argv[1] in SUBCOMMANDS:
+        from .service import commands
+
+        command = getattr(commands, sys.argv[1])
+        command.main(args=sys.argv[2:], prog_name=f"proton {sys.argv[1]}")
+        return
     try:
         proton.main(prog_name="proton", standalone_mode=True)
     except ProtonError as exc:

@@ -253,6 +253,27 @@ class Profiler:
                 raise ProfileWriteError("; ".join(failed))
             return written
 
+    def snapshot(self) -> list[str]:
+        """Write each live session's file as it stands and keep recording (a capture's
+        --snapshot, periodic flushing): a job killed later still leaves this file. Kernels
+        still running are left for the next one; PC samples are read only at the end."""
+        with self._lock:
+            if self.collector is not None:
+                self.collector.flush(timeout_s=2.0)
+            devices = self._device_table()
+            written = []
+            for s in list(self.sessions.values()):
+                with s.lock:
+                    nodes = {path: dict(values) for path, values in s.nodes.items()}
+                    events, spans, notes = list(s.events), list(s.spans), dict(s.notes)
+                who = s.job.fields() if s.job else None
+                if s.data == "trace":
+                    doc = writer.build_trace(events, spans, who)
+                else:
+                    doc = writer.build(nodes, devices, notes, who)
+                written.append(writer.write(doc, s.path, since=s.began))
+            return written
+
     def _write(self, session: Session, devices: dict) -> str:
         """Close `session` and write its file; return the path."""
         if (pc := self._pc(session)) is not None:

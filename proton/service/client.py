@@ -1,0 +1,232 @@
+"""The client side of captures: find listening jobs, start a capture in each at once, stop it,
+and say where each profile went (`proton capture`, `proton ps`)."""
+from __future__ import annotations
+
+import glob
+import os
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+
+from ..errors import ProtonError
+from .protocol import Lines, ProtocolError, encode, folder, socket_path
+
+
+@dataclass(slots=True)
+class Target:
+    """A listening job: its Unix socket, or a TCP address with the job's token."""
+
+    pid: int | None
+    path: str | None = None
+    tcp: tuple[str, int] | None = None
+    token: str | None = None
+
+    def __str__(self) -> str:
+        return f"pid {self.pid}" if self.tcp is None else f"{self.tcp[0]}:{self.tcp[1]}"
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one target did."""
+
+    target: Target
+    paths: list[str] = field(default_factory=list)
+    error: str | None = None
+    started: float | None = None
+    partial: bool = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _folders() -> list[str]:
+    """This user's endpoint folder; root may capture any user's job, as with ptrace."""
+    if os.getuid() == 0:
+        return sorted(glob.glob(os.path.join(os.path.dirname(folder()), "proton-*")))
+    return [folder()]
+
+
+def listening() -> list[Target]:
+    """Every listening job of this user on this host (of every user, for root)."""
+    out = []
+    for where in _folders():
+        for path in sorted(glob.glob(os.path.join(where, "*.sock"))):
+            name = os.path.basename(path)[: -len(".sock")]
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if _alive(pid):
+                out.append(Target(pid, path))
+            elif where == folder():
+                try:
+                    os.remove(path)  # the socket of a job that died without cleaning up
+                except OSError:
+                    pass
+    return out
+
+
+def find(pid: int) -> Target:
+    for where in _folders():
+        path = os.path.join(where, f"{pid}.sock")
+        if os.path.exists(path):
+            return Target(pid, path)
+    if not _alive(pid):
+        raise ProtonError(f"no process {pid} on this host")
+    raise ProtonError(f"process {pid} is not listening for captures (yours under "
+                      f"{socket_path(pid)}); start it with `proton --listen`, `proton main.py`, "
+                      "proton.listen(), or PROTON_LISTEN=1")
+
+
+def tcp_target(spec: str, token: str | None) -> Target:
+    from .endpoint import parse_tcp
+
+    if not token:
+        raise ProtonError(f"--connect {spec} needs the job's token: --token or PROTON_TOKEN")
+    return Target(None, tcp=parse_tcp(spec), token=token)
+
+
+class Connection:
+    """One request/reply conversation with a target."""
+
+    def __init__(self, target: Target, timeout: float = 10.0) -> None:
+        self.target = target
+        if target.tcp is not None:
+            self.sock = socket.create_connection(target.tcp, timeout=timeout)
+        else:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(target.path)
+        self.lines = Lines(self.sock)
+
+    def send(self, message: dict) -> None:
+        if self.target.token:
+            message = {**message, "token": self.target.token}
+        self.sock.sendall(encode(message))
+
+    def reply(self, timeout: float | None = None) -> dict | None:
+        """The next reply; None when the target closed the connection (it ended)."""
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            return self.lines.read()
+        except ProtocolError as exc:
+            return {"ok": False, "error": f"bad reply: {exc}"}
+        except ConnectionResetError:
+            return None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def ask(target: Target, message: dict, timeout: float = 10.0) -> dict:
+    """One request and its reply (status, snapshot)."""
+    conn = Connection(target, timeout)
+    try:
+        conn.send(message)
+        reply = conn.reply(timeout)
+    finally:
+        conn.close()
+    if reply is None:
+        return {"ok": False, "error": "the job closed the connection (did it end?)"}
+    return reply
+
+
+def capture(targets: list[Target], options: dict, names: list[str], *,
+            duration: float = 5.0, steps: int | None = None,
+            timeout: float = 120.0) -> list[Outcome]:
+    """Start a capture in every target at once (`names`: each one's profile name), end it
+    after `duration` seconds (or let each end after `steps` iterations), and return what each
+    wrote."""
+    outcomes = [Outcome(t) for t in targets]
+    conns: dict[int, Connection] = {}
+    for i, target in enumerate(targets):
+        try:
+            conns[i] = Connection(target)
+        except OSError as exc:
+            outcomes[i].error = f"cannot reach it: {exc.strerror or exc}"
+    request = {"verb": "start", **options, **({"steps": steps} if steps else {})}
+    for i, conn in list(conns.items()):  # all requests first, then the replies: a small skew
+        _try(outcomes[i], conns, i, lambda c=conn, n=names[i]: c.send({**request, "name": n}))
+    begun = time.monotonic()
+    paths: dict[int, str] = {}
+    for i, conn in list(conns.items()):
+        reply = _reply(outcomes[i], conns, i, 30.0)
+        if reply is not None:
+            outcomes[i].started = reply.get("started")
+            paths[i] = reply.get("path", "")
+    if steps is None:
+        time.sleep(max(0.0, duration - (time.monotonic() - begun)))
+        for i, conn in list(conns.items()):
+            _try(outcomes[i], conns, i, lambda c=conn: c.send({"verb": "stop"}), paths.get(i))
+        deadline = time.monotonic() + timeout
+    else:
+        deadline = time.monotonic() + timeout
+        _wait_readable(conns, deadline)
+        for i, conn in list(conns.items()):  # those the steps did not end in time: stop
+            ready, _, _ = select.select([conn.sock], [], [], 0)
+            if not ready and not conn.lines.buffer:
+                _try(outcomes[i], conns, i, lambda c=conn: c.send({"verb": "stop"}),
+                     paths.get(i))
+    for i, conn in list(conns.items()):
+        reply = _reply(outcomes[i], conns, i, max(1.0, deadline - time.monotonic()),
+                       ended_path=paths.get(i))
+        if reply is not None:
+            outcomes[i].paths = reply.get("paths", [])
+            outcomes[i].partial = bool(reply.get("partial"))
+            if reply.get("started") is not None:
+                outcomes[i].started = reply["started"]
+        conn.close()
+    return outcomes
+
+
+def _try(outcome: Outcome, conns: dict, i: int, action, ended_path: str | None = None) -> None:
+    try:
+        action()
+    except (BrokenPipeError, ConnectionResetError):
+        outcome.error = _ended(ended_path)
+        conns.pop(i).close()
+    except OSError as exc:
+        outcome.error = f"the connection failed: {exc.strerror or exc}"
+        conns.pop(i).close()
+
+
+def _ended(path: str | None) -> str:
+    where = f"; it writes what it has as it exits ({path})" if path else ""
+    return f"it ended during the capture{where}"
+
+
+def _reply(outcome: Outcome, conns: dict, i: int, timeout: float,
+           ended_path: str | None = None) -> dict | None:
+    """A target's reply; on failure the outcome says why and its connection is dropped."""
+    conn = conns.get(i)
+    if conn is None:
+        return None
+    try:
+        reply = conn.reply(timeout)
+    except (TimeoutError, socket.timeout):
+        reply = {"ok": False, "error": f"no reply in {timeout:.0f} s"}
+    except OSError as exc:
+        reply = {"ok": False, "error": f"the connection failed: {exc.strerror or exc}"}
+    if reply is None:
+        reply = {"ok": False, "error": _ended(ended_path)}
+    if not reply.get("ok"):
+        outcome.error = str(reply.get("error", "failed"))
+        conns.pop(i).close()
+        return None
+    return reply
+
+
+def _wait_readable(conns: dict[int, Connection], deadline: float) -> None:
+    """Until every connection has a reply waiting, or the deadline."""
+    waiting = {c.sock for c in conns.values() if not c.lines.buffer}
+    while waiting and time.monotonic() < deadline:
+        ready, _, _ = select.select(list(waiting), [], [], min(1.0, deadline - time.monotonic()))
+        waiting -= set(ready)

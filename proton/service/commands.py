@@ -1,0 +1,141 @@
+"""`proton capture` and `proton ps`: profile running jobs without restarting them."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..errors import ProtonError
+from ..options import CONTEXTS, DATA
+from . import client
+
+CAPTURE_EPILOG = """\b
+Examples:
+  proton --listen train.py &                 # a job that can be captured (records nothing yet)
+  proton ps                                  # the listening jobs: pid, rank, state, steps
+  proton capture 4242 --duration 5 -n slow   # the next 5 s of pid 4242 -> slow.hatchet
+  proton capture --all --steps 3 -n step     # 3 iterations (proton.step()) of every rank
+  proton capture --all -m pcsampling --duration 2
+  proton capture --snapshot 4242             # write a running `proton main.py` profile now
+  proton capture --connect node7:7000 --token $T --duration 5   # a TCP endpoint elsewhere
+"""
+
+
+@click.command("capture", context_settings={"help_option_names": ["-h", "--help"]},
+               epilog=CAPTURE_EPILOG)
+@click.argument("pids", nargs=-1, type=int)
+@click.option("--all", "every", is_flag=True,
+              help="Every listening job of this user on this host (e.g. all ranks of a job).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds to record (default 5 unless --steps or --snapshot).")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Record exactly N iterations, from the next proton.step() in the job.")
+@click.option("--snapshot", is_flag=True,
+              help="Write the job's live session as it stands and let it record on (a job run "
+              "under `proton main.py`).")
+@click.option("-n", "--name", default="capture", show_default=True,
+              help="Profile name, relative to this folder; NAME.rank<R>.hatchet in a job's "
+              "ranks, NAME.pid<PID>.hatchet for several jobs without ranks.")
+@click.option("-c", "--context", type=click.Choice(CONTEXTS), default="shadow",
+              show_default=True)
+@click.option("-d", "--data", type=click.Choice(DATA), default="tree", show_default=True)
+@click.option("-m", "--mode", default=None, metavar="pcsampling[:...]",
+              help="As `proton -m`.")
+@click.option("-k", "--hook", default=None, metavar="triton[:...]", help="As `proton -k`.")
+@click.option("--connect", multiple=True, metavar="HOST:PORT",
+              help="A job listening on TCP (proton --listen-tcp); needs --token.")
+@click.option("--token", envvar="PROTON_TOKEN", default=None,
+              help="The TCP endpoints' token (default: $PROTON_TOKEN).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="Seconds to wait for --steps to complete and each profile to be written.")
+def capture(pids, every, duration, steps, snapshot, name, context, data, mode, hook, connect,
+            token, timeout) -> None:
+    """Profile running jobs: start a session in each PID (or --all), wait, write each
+    profile, print where. The job keeps running."""
+    if sum(x is not None and x is not False for x in (duration, steps, snapshot or None)) > 1:
+        raise click.UsageError("give one of --duration, --steps and --snapshot")
+    try:
+        targets = _targets(pids, every, connect, token)
+    except ProtonError as exc:
+        raise click.UsageError(str(exc)) from None
+    if snapshot:
+        failed = 0
+        for target in targets:
+            reply = _ask(target, {"verb": "snapshot"})
+            if reply.get("ok"):
+                for path in reply["paths"]:
+                    click.echo(f"{target}: wrote {path}")
+            else:
+                failed += 1
+                click.echo(f"{target}: {reply.get('error')}", err=True)
+        sys.exit(1 if failed else 0)
+    options = {"context": context, "data": data, "mode": mode, "hook": hook}
+    statuses = {id(t): _ask(t, {"verb": "status"}) for t in targets} if len(targets) > 1 else {}
+    names = []
+    for target in targets:  # several jobs without ranks: a file each, by pid
+        ranked = statuses.get(id(target), {}).get("rank") is not None
+        own = name if len(targets) == 1 or ranked else f"{name}.pid{target.pid}"
+        names.append(os.path.abspath(own))
+    what = f"{steps} steps" if steps else f"{duration or 5:g} s"
+    click.echo(f"capturing {what} of {len(targets)} job{'s' * (len(targets) > 1)}...", err=True)
+    outcomes = client.capture(targets, options, names, duration=duration or 5.0, steps=steps,
+                              timeout=timeout)
+    failed = 0
+    for outcome in outcomes:
+        if outcome.error:
+            failed += 1
+            click.echo(f"{outcome.target}: {outcome.error}", err=True)
+        for path in outcome.paths:
+            note = " (stopped before its last step)" if outcome.partial else ""
+            click.echo(f"{outcome.target}: wrote {path}{note}")
+    starts = [o.started for o in outcomes if o.started is not None and not o.error]
+    if len(starts) > 1:
+        click.echo(f"started within {(max(starts) - min(starts)) * 1e3:.1f} ms of each other "
+                   f"({len(starts)} jobs)", err=True)
+    sys.exit(1 if failed else 0)
+
+
+def _targets(pids, every: bool, connect, token) -> list[client.Target]:
+    targets = [client.find(pid) for pid in pids]
+    if every:
+        found = [t for t in client.listening() if t.pid != os.getpid()]
+        if not found:
+            raise ProtonError("no job of yours is listening on this host; start one with "
+                              "`proton --listen main.py` (or PROTON_LISTEN=1)")
+        targets += [t for t in found if t.pid not in pids]
+    targets += [client.tcp_target(spec, token) for spec in connect]
+    if not targets:
+        raise ProtonError("name the jobs to capture: PID..., --all, or --connect HOST:PORT "
+                          "(`proton ps` lists them)")
+    return targets
+
+
+def _ask(target, message: dict) -> dict:
+    try:
+        return client.ask(target, message)
+    except OSError as exc:
+        return {"ok": False, "error": f"cannot reach it: {exc.strerror or exc}"}
+
+
+@click.command("ps", context_settings={"help_option_names": ["-h", "--help"]})
+def ps() -> None:
+    """List the jobs listening for captures on this host: pid, rank, state, steps, command."""
+    targets = client.listening()
+    if not targets:
+        click.echo("no job is listening for captures (start one with `proton --listen "
+                   "main.py`, `proton main.py`, proton.listen() or PROTON_LISTEN=1)")
+        return
+    rows = [("PID", "RANK", "STATE", "STEPS", "COMMAND")]
+    for target in targets:
+        s = _ask(target, {"verb": "status"})
+        if not s.get("ok"):
+            rows.append((str(target.pid), "", f"unreachable: {s.get('error')}", "", ""))
+            continue
+        rank = "" if s.get("rank") is None else f"{s['rank']}/{s.get('world_size', '?')}"
+        state = s["state"] if not s.get("sessions") else "recording " + ", ".join(
+            os.path.basename(p) for p in s["sessions"])
+        rows.append((str(s["pid"]), rank, state, str(s.get("steps", "")), s.get("command", "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])

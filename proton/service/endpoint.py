@@ -1,0 +1,372 @@
+"""A job's control endpoint: `proton capture` starts and stops sessions in it from outside.
+
+`listen()` (or `proton --listen`, or PROTON_LISTEN=1 in the environment) opens it: a thread
+waits on a Unix socket (see protocol.py) and nothing is recorded, and CUPTI not touched, until a
+capture asks. A capture runs as if the script had called start() and finalize() itself: for a
+duration (the client says when to stop), or for N iterations from the next `proton.step()`.
+Whatever a client sends, the job runs on: a bad request gets a one-line error, a client that
+goes away mid-capture gets its capture written anyway.
+"""
+from __future__ import annotations
+
+import atexit
+import hmac
+import os
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+
+from .. import api
+from ..data.job import detect
+from ..errors import ProtonError
+from ..options import parse_options
+from ..report import warn
+from ..runtime.profiler import profiler
+from .protocol import Lines, ProtocolError, check_request, encode, private_folder, socket_path
+
+LISTEN_ENV = "PROTON_LISTEN"
+"""1: listen on the Unix socket; tcp://HOST:PORT (or tcp://PORT, on loopback): also on TCP."""
+TOKEN_ENV = "PROTON_TOKEN"
+
+
+class _Capture:
+    """A capture of N iterations, armed until the next step() starts it."""
+
+    def __init__(self, options: dict, steps: int) -> None:
+        self.options = options
+        self.left = steps
+        self.sid: int | None = None
+        self.started: float | None = None
+        self.error: str | None = None
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+
+    def boundary(self) -> None:
+        """An iteration boundary, on the script's thread: the first starts the session, the
+        N+1st ends it (the file is written on the endpoint's thread)."""
+        global _armed
+        with self.lock:
+            if self.done.is_set():
+                return
+            if self.sid is None:
+                try:
+                    self.sid = api.start(**self.options)
+                except Exception as exc:  # the script must not see the capture's failure
+                    self.error = f"{type(exc).__name__}: {exc}"
+                    _armed = None
+                    self.done.set()
+                    return
+                self.started = time.time()
+                return
+            self.left -= 1
+            if self.left == 0:
+                api.deactivate(self.sid)
+                _armed = None
+                self.done.set()
+
+    def cancel(self) -> None:
+        global _armed
+        with self.lock:
+            if _armed is self:
+                _armed = None
+            if self.sid is not None and not self.done.is_set():
+                api.deactivate(self.sid)
+            self.done.set()
+
+
+_armed: _Capture | None = None
+steps_seen = 0
+"""proton.step() calls so far."""
+
+
+def step() -> None:
+    """Mark an iteration boundary (call it once per training step or served batch), so that
+    `proton capture --steps N` records exactly N iterations, from one boundary to the N-th
+    after it. Costs a counter increment when no capture waits for it.
+
+    Usage:
+        for batch in loader:
+            proton.step()
+            train_step(batch)
+    """
+    global steps_seen
+    steps_seen += 1
+    capture = _armed
+    if capture is not None:
+        capture.boundary()
+
+
+class Endpoint:
+    """The job's listening sockets and the threads that serve them."""
+
+    def __init__(self, tcp: tuple[str, int] | None = None, token: str | None = None) -> None:
+        if tcp is not None and not token:
+            raise ProtonError("a TCP endpoint needs a token: give --token or set PROTON_TOKEN "
+                              "(e.g. PROTON_TOKEN=$(openssl rand -hex 16))")
+        self.token = token
+        self.path = socket_path(os.getpid())
+        self.tcp_address: tuple[str, int] | None = None
+        self.busy = threading.Lock()
+        """Held while a capture runs: one at a time."""
+        self.state = "idle"
+        self.command = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:200]
+        self._sockets: list[socket.socket] = []
+        self._open_unix()
+        if tcp is not None:
+            self._open_tcp(tcp)
+        atexit.register(self.close)
+
+    def _open_unix(self) -> None:
+        private_folder()
+        if os.path.exists(self.path):
+            os.remove(self.path)  # our pid's: a stale socket of an earlier process
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket is made 0600, never briefly wider
+        try:
+            sock.bind(self.path)
+        finally:
+            os.umask(old)
+        sock.listen(16)
+        self._serve(sock, tcp=False)
+
+    def _open_tcp(self, address: tuple[str, int]) -> None:
+        sock = socket.create_server(address, reuse_port=False)
+        self.tcp_address = sock.getsockname()[:2]
+        self._serve(sock, tcp=True)
+        warn(f"listening for captures on tcp {self.tcp_address[0]}:{self.tcp_address[1]} "
+             "(requests need the token)")
+
+    def _serve(self, sock: socket.socket, tcp: bool) -> None:
+        self._sockets.append(sock)
+        threading.Thread(target=self._accept, args=(sock, tcp), name="proton-endpoint",
+                         daemon=True).start()
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._sockets = []
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+
+    def _accept(self, sock: socket.socket, tcp: bool) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._connection, args=(conn, tcp), daemon=True,
+                             name="proton-capture").start()
+
+    def _connection(self, conn: socket.socket, tcp: bool) -> None:
+        with conn:
+            try:
+                if not tcp and not _peer_allowed(conn):
+                    conn.sendall(encode({"ok": False, "error": "permission denied: only this "
+                                         "job's user (or root) may capture it"}))
+                    return
+                self._requests(conn, tcp)
+            except OSError:
+                pass  # the client went away; nothing of it is kept
+            except Exception as exc:  # a bug here must not reach the job
+                warn(f"capture endpoint: {type(exc).__name__}: {exc}")
+
+    def _requests(self, conn: socket.socket, tcp: bool) -> None:
+        lines = Lines(conn)
+        conn.settimeout(600)  # an idle client is dropped, not kept forever
+        while True:
+            try:
+                message = lines.read()
+                if message is None:
+                    return
+                if tcp and not hmac.compare_digest(str(message.get("token", "")), self.token):
+                    conn.sendall(encode({"ok": False, "error": "bad or missing token"}))
+                    return
+                verb = check_request(message)["verb"]
+            except ProtocolError as exc:
+                conn.sendall(encode({"ok": False, "error": str(exc)}))
+                continue
+            if verb == "status":
+                conn.sendall(encode({"ok": True, **self.status()}))
+            elif verb == "snapshot":
+                conn.sendall(encode(_snapshot()))
+            elif verb == "stop":
+                conn.sendall(encode({"ok": False, "error": "no capture was started on this "
+                                     "connection"}))
+            else:
+                self._capture(conn, lines, message)
+
+    def status(self) -> dict:
+        job = detect().fields()
+        return {"pid": os.getpid(), "command": self.command, "state": self.state,
+                "steps": steps_seen, "sessions": [s.path for s in profiler.sessions.values()],
+                **{k: job[k] for k in ("rank", "world_size", "local_rank", "host") if k in job}}
+
+    def _capture(self, conn: socket.socket, lines: Lines, request: dict) -> None:
+        options = {k: request[k] for k in ("name", "context", "data", "mode", "hook")
+                   if k in request}
+        if not self.busy.acquire(blocking=False):
+            conn.sendall(encode({"ok": False, "error": "another capture is running in this "
+                                 "job; wait for it to end"}))
+            return
+        try:
+            if profiler.sessions:
+                paths = ", ".join(s.path for s in profiler.sessions.values())
+                conn.sendall(encode({"ok": False, "error": f"a session is already recording "
+                                     f"({paths}); capture --snapshot writes it as it stands"}))
+                return
+            try:
+                parse_options(**{"name": None, **options})
+            except ProtonError as exc:
+                conn.sendall(encode({"ok": False, "error": str(exc)}))
+                return
+            if request.get("steps"):
+                self._capture_steps(conn, lines, options, request["steps"])
+            else:
+                self._capture_until_stop(conn, lines, options)
+        finally:
+            self.state = "idle"
+            self.busy.release()
+
+    def _capture_until_stop(self, conn, lines: Lines, options: dict) -> None:
+        try:
+            sid = api.start(**options)
+        except Exception as exc:
+            conn.sendall(encode({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
+            return
+        self.state = "capturing"
+        conn.sendall(encode({"ok": True, "started": time.time(),
+                             "path": profiler.sessions[sid].path}))
+        gone = _wait_for_stop(conn, lines, lambda: False)
+        self._finish(conn, sid, gone, started=None)
+
+    def _capture_steps(self, conn, lines: Lines, options: dict, steps: int) -> None:
+        global _armed
+        capture = _Capture(options, steps)
+        _armed = capture
+        self.state = f"waiting for proton.step() ({steps} steps)"
+        conn.sendall(encode({"ok": True, "armed": steps}))
+        gone = _wait_for_stop(conn, lines, capture.done.is_set)
+        if not capture.done.is_set():
+            capture.cancel()  # stopped by the client (or it went away) before the N-th step
+        if capture.error:
+            _send(conn, {"ok": False, "error": f"the capture could not start: {capture.error}"})
+        elif capture.sid is None:
+            _send(conn, {"ok": False, "error": "no proton.step() came: the script marks no "
+                         f"iteration boundary (it called proton.step() {steps_seen} times so "
+                         "far); use --duration, or call proton.step() once per iteration"})
+        else:
+            self._finish(conn, capture.sid, gone, capture.started,
+                         partial=capture.left > 0 and capture.left != steps)
+
+    def _finish(self, conn, sid: int, gone: bool, started: float | None,
+                partial: bool = False) -> None:
+        """Write the capture's file; tell the client where (or warn, when it went away)."""
+        try:
+            paths = api.write_profiles(sid)
+        except ProtonError as exc:
+            _send(conn, {"ok": False, "error": str(exc)})
+            return
+        if gone:
+            warn(f"the capture's client went away; wrote {', '.join(paths)}")
+        _send(conn, {"ok": True, "paths": paths, "started": started, "partial": partial})
+
+
+def _wait_for_stop(conn: socket.socket, lines: Lines, finished) -> bool:
+    """Until `finished()` or the client says stop (or goes away: then True)."""
+    while not finished():
+        if not lines.buffer:
+            ready, _, _ = select.select([conn], [], [], 0.05)
+            if not ready:
+                continue
+        try:
+            message = lines.read()
+        except ProtocolError as exc:
+            _send(conn, {"ok": False, "error": f"{exc}; send stop to end the capture"})
+            continue
+        except OSError:
+            return True
+        if message is None:
+            return True
+        if message.get("verb") == "stop":
+            return False
+        _send(conn, {"ok": False, "error": "a capture is running on this connection; only "
+                     "stop is accepted"})
+    return False
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    try:
+        conn.sendall(encode(message))
+    except OSError:
+        pass
+
+
+def _snapshot() -> dict:
+    if not profiler.sessions:
+        return {"ok": False, "error": "nothing is recording in this job (a --listen job records "
+                "only during a capture)"}
+    try:
+        return {"ok": True, "paths": profiler.snapshot()}
+    except ProtonError as exc:
+        return {"ok": False, "error": str(exc)}
+
+
+def _peer_allowed(conn: socket.socket) -> bool:
+    """The peer runs as this job's user, or as root."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid_allowed(uid)
+
+
+def uid_allowed(uid: int, own: int | None = None) -> bool:
+    return uid in (os.getuid() if own is None else own, 0)
+
+
+_endpoint: Endpoint | None = None
+_lock = threading.Lock()
+
+
+def listen(tcp: str | None = None, token: str | None = None) -> str:
+    """Open this process's capture endpoint (once; later calls return the same) and return its
+    socket's path. `tcp`: also listen on TCP, "PORT" (loopback) or "HOST:PORT" (port 0 picks
+    one), with `token` (default: PROTON_TOKEN) required in every request.
+
+    Usage:
+        proton.listen()          # then, from a shell: proton capture --all --duration 5
+    """
+    global _endpoint
+    with _lock:
+        if _endpoint is None:
+            address = parse_tcp(tcp) if tcp else None
+            _endpoint = Endpoint(address, token or os.environ.get(TOKEN_ENV))
+        return _endpoint.path
+
+
+def parse_tcp(spec: str) -> tuple[str, int]:
+    """"PORT" or "HOST:PORT" (tcp:// allowed) -> (host, port); loopback by default."""
+    spec = spec.removeprefix("tcp://")
+    host, _, port = spec.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ProtonError(f"tcp endpoint {spec!r} is not PORT or HOST:PORT") from None
+    return host or "127.0.0.1", number
+
+
+def listen_from_environment() -> None:
+    """PROTON_LISTEN=1 (or tcp://HOST:PORT) opens the endpoint at import (for launchers that
+    cannot change the command line)."""
+    value = os.environ.get(LISTEN_ENV, "")
+    if value and value != "0":
+        try:
+            listen(value if value.startswith("tcp") else None)
+        except (ProtonError, OSError) as exc:
+            warn(f"{LISTEN_ENV}={value}: cannot listen for captures: {exc}")

@@ -1,0 +1,323 @@
+"""The profiler service with real processes (no GPU: scopes with CPU time): jobs that listen,
+captures by duration and by steps, --all, snapshots, a SIGKILLed job's last snapshot, TCP with
+a token, bad requests, permissions."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import find, load
+
+from proton.service import protocol
+from proton.service.endpoint import uid_allowed
+
+JOB = """
+import sys, time, proton
+steps = int(sys.argv[1])
+print("ready", flush=True)
+for i in range(steps):
+    if "--no-steps" not in sys.argv:
+        proton.step()
+    with proton.scope("step", {"n": 1}):
+        time.sleep(0.01)
+print("done", flush=True)
+"""
+
+
+class Job:
+    """A script running under `proton`, its output read after it ends."""
+
+    def __init__(self, folder, *proton_args: str, steps: int = 100_000, env=None,
+                 script_args=()) -> None:
+        (folder / "job.py").write_text(JOB)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proton", *proton_args, "job.py", str(steps), *script_args],
+            cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})})
+        assert self.proc.stdout.readline() == "ready\n"
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 10
+        while not os.path.exists(protocol.socket_path(self.pid)):
+            assert time.monotonic() < deadline, "the job never listened"
+            time.sleep(0.01)
+
+    def stop(self) -> tuple[str, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=60)
+        return out, err
+
+
+@pytest.fixture
+def jobs():
+    started: list[Job] = []
+    yield started
+    for job in started:
+        if job.proc.poll() is None:
+            job.proc.kill()
+        job.proc.communicate()
+
+
+def capture(folder, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "proton", "capture", *args], cwd=folder,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def steps_in(path) -> int:
+    return find(load(path)[0], "step")["metrics"]["n"]
+
+
+def test_a_listening_job_records_nothing_until_captured_and_each_capture_is_whole(
+        tmp_path, jobs):
+    job = Job(tmp_path, "--listen")
+    jobs.append(job)
+    time.sleep(0.3)
+    assert not list(tmp_path.glob("*.hatchet"))
+    first = capture(tmp_path, str(job.pid), "--duration", "0.5", "-n", "first")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == f"pid {job.pid}: wrote {tmp_path / 'first.hatchet'}"
+    second = capture(tmp_path, str(job.pid), "--duration", "1", "-n", "second")
+    assert second.returncode == 0, second.stderr
+    a, b = steps_in(tmp_path / "first.hatchet"), steps_in(tmp_path / "second.hatchet")
+    assert 10 < a < 60 and 40 < b < 110 and b > a  # ~10 ms a step: 0.5 s and 1 s of them
+    out, err = job.stop()
+    assert out == "done\n" or out == ""  # SIGTERM ends it as Ctrl-C would
+    assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["first.hatchet",
+                                                                  "second.hatchet"]
+
+
+def test_steps_capture_exactly_n_iterations(tmp_path, jobs):
+    job = Job(tmp_path, "--listen")
+    jobs.append(job)
+    for n in (3, 7):
+        done = capture(tmp_path, str(job.pid), "--steps", str(n), "-n", f"s{n}")
+        assert done.returncode == 0, done.stderr
+        assert steps_in(tmp_path / f"s{n}.hatchet") == n
+
+
+def test_steps_in_a_script_that_never_marks_them_say_so(tmp_path, jobs):
+    job = Job(tmp_path, "--listen", script_args=["--no-steps"])
+    jobs.append(job)
+    done = capture(tmp_path, str(job.pid), "--steps", "3", "--timeout", "1")
+    assert done.returncode == 1
+    assert "no proton.step() came" in done.stderr and "--duration" in done.stderr
+    assert not list(tmp_path.glob("*.hatchet"))
+    assert capture(tmp_path, str(job.pid), "--duration", "0.3").returncode == 0  # unharmed
+
+
+def test_all_captures_every_listening_job_at_once(tmp_path, jobs):
+    for _ in range(3):
+        jobs.append(Job(tmp_path, "--listen"))
+    ps = subprocess.run([sys.executable, "-m", "proton", "ps"], capture_output=True, text=True)
+    for job in jobs:
+        assert re.search(rf"^{job.pid}\s+idle\s+\d+\s+", ps.stdout, re.M), ps.stdout
+    done = capture(tmp_path, "--all", "--duration", "0.5")
+    assert done.returncode == 0, done.stderr
+    names = sorted(p.name for p in tmp_path.glob("*.hatchet"))
+    assert names == sorted(f"capture.pid{job.pid}.hatchet" for job in jobs)
+    skew = re.search(r"started within ([\d.]+) ms of each other \(3 jobs\)", done.stderr)
+    assert skew and float(skew[1]) < 500, done.stderr
+
+
+def test_all_over_a_jobs_ranks_gives_rank_files_the_viewer_merges(tmp_path, jobs):
+    for rank in range(3):
+        jobs.append(Job(tmp_path, "--listen", env={"RANK": str(rank), "WORLD_SIZE": "3",
+                                                    "LOCAL_RANK": str(rank)}))
+    done = capture(tmp_path, "--all", "--steps", "4", "-n", "job")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == [
+        "job.rank0.hatchet", "job.rank1.hatchet", "job.rank2.hatchet"]
+    view = subprocess.run([sys.executable, "-m", "proton.viewer.cli", "-m", "n",
+                           "--output", "json", str(tmp_path)], capture_output=True, text=True)
+    rows = {" / ".join(r["path"]): r for r in json.loads(view.stdout)}
+    assert rows["ROOT / step"]["n"] == 12 and rows["ROOT / step"]["n max/mean"] == 1
+
+
+def test_a_capture_while_the_run_records_is_refused_and_a_snapshot_is_written(tmp_path, jobs):
+    job = Job(tmp_path, "-n", "run")
+    jobs.append(job)
+    time.sleep(0.3)
+    refused = capture(tmp_path, str(job.pid), "--duration", "0.2")
+    assert refused.returncode == 1 and "a session is already recording" in refused.stderr
+    snap = capture(tmp_path, "--snapshot", str(job.pid))
+    assert snap.returncode == 0, snap.stderr
+    assert snap.stdout.strip() == f"pid {job.pid}: wrote {tmp_path / 'run.hatchet'}"
+    early = steps_in(tmp_path / "run.hatchet")
+    assert early > 5
+    time.sleep(0.3)
+    job.stop()
+    assert steps_in(tmp_path / "run.hatchet") > early  # the run's own file at its end
+
+
+def test_a_sigkilled_job_leaves_its_last_periodic_snapshot(tmp_path, jobs):
+    job = Job(tmp_path, "-n", "run", "--flush-every", "1")
+    jobs.append(job)
+    time.sleep(2.5)
+    job.proc.kill()
+    job.proc.communicate()
+    assert steps_in(tmp_path / "run.hatchet") > 50  # a second's worth at least
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_client_that_goes_away_mid_capture_still_gets_its_file_written(tmp_path, jobs):
+    job = Job(tmp_path, "--listen")
+    jobs.append(job)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(protocol.socket_path(job.pid))
+    sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "gone")}))
+    assert json.loads(sock.makefile().readline())["ok"]
+    time.sleep(0.3)
+    sock.close()
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "gone.hatchet").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert steps_in(tmp_path / "gone.hatchet") > 5
+    assert capture(tmp_path, str(job.pid), "--duration", "0.2").returncode == 0
+    out, err = job.stop()
+    assert "the capture's client went away; wrote" in err
+
+
+def test_a_job_that_ends_during_the_capture_is_named_and_writes_what_it_has(tmp_path, jobs):
+    job = Job(tmp_path, "--listen", steps=50)  # ~0.5 s left
+    jobs.append(job)
+    done = capture(tmp_path, str(job.pid), "--duration", "5", "-n", "ended")
+    assert done.returncode == 1
+    assert f"pid {job.pid}: it ended during the capture" in done.stderr
+    assert str(tmp_path / "ended.hatchet") in done.stderr
+    job.proc.communicate()
+    assert steps_in(tmp_path / "ended.hatchet") > 5
+
+
+def tcp_job(folder, jobs, rank: int, token: str) -> tuple[Job, str]:
+    job = Job(folder, "--listen", "--listen-tcp", "127.0.0.1:0", "--token", token,
+              env={"RANK": str(rank), "WORLD_SIZE": "2"})
+    jobs.append(job)
+    line = ""
+    while "listening for captures on tcp" not in line:
+        line = job.proc.stderr.readline()
+    return job, re.search(r"tcp (\S+:\d+)", line)[1]
+
+
+def test_two_hosts_stand_in_tcp_endpoints_with_a_token(tmp_path, jobs):
+    """Two local processes stand in for two hosts: each rank listens on TCP; one capture
+    reaches both with the token, and the viewer merges their files."""
+    addresses = [tcp_job(tmp_path, jobs, rank, "s3cret")[1] for rank in (0, 1)]
+    bad = capture(tmp_path, "--connect", addresses[0], "--token", "wrong", "--duration", "0.2")
+    assert bad.returncode == 1 and "bad or missing token" in bad.stderr
+    missing = subprocess.run([sys.executable, "-m", "proton", "capture", "--connect",
+                              addresses[0]], capture_output=True, text=True,
+                             env={k: v for k, v in os.environ.items() if k != "PROTON_TOKEN"})
+    assert missing.returncode == 2 and "needs the job's token" in missing.stderr
+    done = capture(tmp_path, "--connect", addresses[0], "--connect", addresses[1],
+                   "--token", "s3cret", "--duration", "0.5", "-n", "multi")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["multi.rank0.hatchet",
+                                                                  "multi.rank1.hatchet"]
+
+
+def test_a_tcp_endpoint_without_a_token_is_refused(tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    done = subprocess.run([sys.executable, "-m", "proton", "--listen-tcp", "0", "job.py", "1"],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "PROTON_TOKEN"})
+    assert done.returncode == 2 and "needs a token" in done.stderr
+
+
+BAD_START = {"name": [1, [], {}, True, 1.5], "context": [1, "bogus", None], "data": ["x", 2],
+             "mode": [3, "nonsense"], "hook": [[], "tritonx"], "steps": [-3, 0, "x", True, 1.5]}
+"""Start options that are always refused: a valid start would begin a capture."""
+
+
+def random_request(rng: random.Random) -> bytes:
+    kind = rng.randrange(7)
+    if kind == 0:
+        noise = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+        return noise.replace(b"\n", b" ") + b"\n"  # one line, one reply
+    if kind == 1:
+        return b"x" * (protocol.MAX_MESSAGE + rng.randrange(1, 5000)) + b"\n"
+    if kind == 2:
+        return json.dumps(rng.choice([[], 1, "s", None, 2.5])).encode() + b"\n"
+    if kind == 3:
+        return protocol.encode({"verb": rng.choice(["go", "", None, 7, "STATUS", "kill"])})
+    if kind == 4:
+        key = rng.choice(sorted(BAD_START))
+        return protocol.encode({"verb": "start", key: rng.choice(BAD_START[key])})
+    if kind == 5:
+        return protocol.encode({"verb": "stop"})
+    return protocol.encode({"verb": "status"})
+
+
+def test_fuzzed_requests_get_errors_and_the_job_runs_on_unharmed(tmp_path, jobs):
+    job = Job(tmp_path, "--listen", steps=400)
+    jobs.append(job)
+    rng = random.Random(7)
+    answered = 0
+    path = protocol.socket_path(job.pid)
+    for connection in range(40):  # 40 connections, 2,000 requests
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(path)
+        sock.settimeout(10)
+        reader = sock.makefile("rb")
+        for _ in range(50):
+            sock.sendall(random_request(rng))
+            reply = json.loads(reader.readline())
+            assert set(reply) >= {"ok"} and (reply["ok"] or reply["error"])
+            if not reply["ok"]:
+                assert "\n" not in reply["error"] and len(reply["error"]) < 300
+            else:
+                assert reply.get("state") == "idle"  # only status succeeds
+            answered += 1
+        if connection % 2:  # half end on a truncated request
+            sock.sendall(b'{"verb": "start", "na')
+            sock.shutdown(socket.SHUT_WR)
+            assert "truncated" in json.loads(reader.readline())["error"]
+        sock.close()
+    assert answered == 2000
+    assert capture(tmp_path, str(job.pid), "--steps", "2", "-n", "after").returncode == 0
+    assert steps_in(tmp_path / "after.hatchet") == 2
+    out, err = job.proc.communicate(timeout=60)
+    assert out == "done\n" and job.proc.returncode == 0  # its output unchanged
+    assert "Traceback" not in err and "capture endpoint:" not in err
+    assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["after.hatchet"]
+
+
+def test_the_endpoint_is_private():
+    folder = protocol.private_folder()
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert uid_allowed(1000, own=1000) and uid_allowed(0, own=1000)
+    assert not uid_allowed(1001, own=1000)
+
+
+def test_a_job_socket_is_mode_0600(tmp_path, jobs):
+    job = Job(tmp_path, "--listen")
+    jobs.append(job)
+    assert stat.S_IMODE(os.stat(protocol.socket_path(job.pid)).st_mode) == 0o600
+
+
+def test_an_endpoint_folder_others_can_write_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(protocol.tempfile, "gettempdir", lambda: str(tmp_path))
+    bad = tmp_path / f"proton-{os.getuid()}"
+    bad.mkdir(mode=0o777)
+    os.chmod(bad, 0o777)
+    with pytest.raises(protocol.ProtocolError, match="not a private folder"):
+        protocol.private_folder()
+
+
+def test_capture_errors_are_one_line(tmp_path):
+    none = capture(tmp_path, "999999999", "--duration", "1")
+    assert none.returncode == 2 and "no process 999999999" in none.stderr
+    me = capture(tmp_path, str(os.getpid()), "--duration", "1")
+    assert me.returncode == 2 and "is not listening for captures" in me.stderr
+    both = capture(tmp_path, "1", "--duration", "1", "--steps", "2")
+    assert both.returncode == 2 and "one of --duration, --steps and --snapshot" in both.stderr
