@@ -3,7 +3,8 @@
     python bench/workloads.py WORKLOAD PROFILER [--hook triton] [--context shadow|python]
                               [--mode pcsampling[:serialize=1]]
 WORKLOAD: launch | gpu | model | accuracy | scale | pcsampling
-PROFILER: none | proton | triton (Triton 3.6's own Proton) | torch (torch.profiler; accuracy only)
+PROFILER: none | listen (bare, but open to `proton capture`) | proton | triton (Triton 3.6's own
+          Proton) | torch (torch.profiler; accuracy only)
 bench/run.py runs each in its own process (one CUPTI subscriber per process) and prints the table.
 """
 from __future__ import annotations
@@ -38,7 +39,12 @@ class Profiler:
                  mode: str | None = None) -> None:
         self.which, self.hook, self.context, self.mode = which, hook, context, mode
         self.mod = None
-        if which == "proton":
+        if which == "listen":  # a job open to captures, none running: bare, plus the endpoint
+            import proton
+
+            proton.listen()
+            mod = None
+        elif which == "proton":
             import proton as mod
         elif which == "triton":
             import triton.profiler as mod
@@ -284,7 +290,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workload",
                         choices=["launch", "gpu", "model", "accuracy", "scale", "pcsampling"])
-    parser.add_argument("profiler", choices=["none", "proton", "triton", "torch"])
+    parser.add_argument("profiler", choices=["none", "listen", "proton", "triton", "torch"])
     parser.add_argument("--hook", default=None)
     parser.add_argument("--context", default="shadow")
     parser.add_argument("--mode", default=None, help="e.g. pcsampling, pcsampling:serialize=1")
