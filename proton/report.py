@@ -12,11 +12,17 @@ import threading
 
 _seen: set[tuple[str, str]] = set()
 _lock = threading.Lock()
+heard: list[str] | None = None
+"""While a capture runs, every warning is also kept here, so that `proton capture` can show
+the person capturing what the job said (it goes to the job's stderr too)."""
 
 
 def warn(message: str) -> None:
     """One line on stderr."""
     print(f"proton: {message}", file=sys.stderr)
+    kept = heard
+    if kept is not None:
+        kept.append(message)
 
 
 def debugging() -> bool:

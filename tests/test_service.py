@@ -94,6 +94,10 @@ def test_a_listening_job_records_nothing_until_captured_and_each_capture_is_whol
     assert out == "done\n" or out == ""  # SIGTERM ends it as Ctrl-C would
     assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["first.hatchet",
                                                                   "second.hatchet"]
+    said = [line.removeprefix("proton: ") for line in err.splitlines()
+            if "no NVIDIA GPU found" in line]  # said as the first capture started
+    for line in said:  # what the job said during a capture, the capturer is told too
+        assert f"pid {job.pid}: the job said: {line}" in first.stderr
 
 
 def test_steps_capture_exactly_n_iterations(tmp_path, jobs):

@@ -35,6 +35,8 @@ class Outcome:
     error: str | None = None
     started: float | None = None
     partial: bool = False
+    warnings: list[str] = field(default_factory=list)
+    """What the job said while it was captured (its stderr has them too)."""
 
 
 def _alive(pid: int) -> bool:
@@ -181,6 +183,7 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
         if reply is not None:
             outcomes[i].paths = reply.get("paths", [])
             outcomes[i].partial = bool(reply.get("partial"))
+            outcomes[i].warnings = [str(w) for w in reply.get("warnings", [])]
             if reply.get("started") is not None:
                 outcomes[i].started = reply["started"]
         conn.close()
@@ -219,6 +222,7 @@ def _reply(outcome: Outcome, conns: dict, i: int, timeout: float,
         reply = {"ok": False, "error": _ended(ended_path)}
     if not reply.get("ok"):
         outcome.error = str(reply.get("error", "failed"))
+        outcome.warnings = [str(w) for w in reply.get("warnings", [])]
         conns.pop(i).close()
         return None
     return reply

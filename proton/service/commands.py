@@ -83,6 +83,8 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
                               timeout=timeout)
     failed = 0
     for outcome in outcomes:
+        for warning in outcome.warnings:
+            click.echo(f"{outcome.target}: the job said: {warning}", err=True)
         if outcome.error:
             failed += 1
             click.echo(f"{outcome.target}: {outcome.error}", err=True)

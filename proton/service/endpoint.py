@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from .. import api
+from .. import api, report
 from ..data.job import detect
 from ..errors import ProtonError
 from ..options import parse_options
@@ -227,11 +227,13 @@ class Endpoint:
             except ProtonError as exc:
                 conn.sendall(encode({"ok": False, "error": str(exc)}))
                 return
+            report.heard = []  # what the job says during the capture goes back with the reply
             if request.get("steps"):
                 self._capture_steps(conn, lines, options, request["steps"])
             else:
                 self._capture_until_stop(conn, lines, options)
         finally:
+            report.heard = None
             self.state = "idle"
             self.busy.release()
 
@@ -272,11 +274,12 @@ class Endpoint:
         try:
             paths = api.write_profiles(sid)
         except ProtonError as exc:
-            _send(conn, {"ok": False, "error": str(exc)})
+            _send(conn, {"ok": False, "error": str(exc), "warnings": list(report.heard or [])})
             return
         if gone:
             warn(f"the capture's client went away; wrote {', '.join(paths)}")
-        _send(conn, {"ok": True, "paths": paths, "started": started, "partial": partial})
+        _send(conn, {"ok": True, "paths": paths, "started": started, "partial": partial,
+                     "warnings": list(report.heard or [])})
 
 
 def _wait_for_stop(conn: socket.socket, lines: Lines, finished) -> bool:
