@@ -3,7 +3,8 @@
 # benchmarks, print a short table last. Usage (device tool, carry .whl): bash bench/gpu_run.sh
 # Env: PYTEST_ARGS, BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
 # SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
-# BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES).
+# BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
+# NATIVE_AB=1 (the launch loop and 1M launches with the C buffer walker off and on, interleaved).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -44,6 +45,18 @@ if [ -n "${BASELINE:-}" ]; then
   for which in base ours; do
     echo "== launch loop, $which"
     python3 bench/run.py --table-only --results "$OUT/launch_$which.jsonl" | grep -E "^\| (workload|launch)"
+  done | tee -a "$OUT/bench.log"
+fi
+if [ -n "${NATIVE_AB:-}" ]; then
+  for round in $(seq "${NATIVE_ROUNDS:-3}"); do
+    for n in 0 1; do
+      PROTON_NATIVE=$n python3 bench/run.py --only launch,scale --rounds 1 --modes "none;proton" \
+        --results "$OUT/native_$n.jsonl" > /dev/null 2>>"$OUT/bench.log"
+    done
+  done
+  for n in 0 1; do
+    echo "== C buffer walker PROTON_NATIVE=$n"
+    python3 bench/run.py --table-only --results "$OUT/native_$n.jsonl" | grep -E "^\| (workload|launch-bound, shadow|scale|1M)"
   done | tee -a "$OUT/bench.log"
 fi
 [ -z "${SKIP_BENCH:-}" ] && python3 bench/run.py --results "${BENCH_RESULTS:-$OUT/bench.jsonl}" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench.log"

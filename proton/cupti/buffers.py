@@ -4,7 +4,8 @@ cupti-python builds a Python object for every record of a completed buffer befor
 runs: on an H200, 1,000,000 launches took 118 s under the profiler against 11 s bare, the record
 objects costing more than the launches. Here CUPTI hands us the buffer itself; we walk it with
 cuptiActivityGetNextRecord and give the collector a view of the buffer and each record's offset,
-which it reads with numpy (see collector.field_reader). The subscription is ours too
+which it reads with numpy (see collector.field_reader); the walk runs in a small C helper when
+the machine has a C compiler (native.py). The subscription is ours too
 (subscriber.py); activity kinds and external correlation ids go through cupti-python.
 """
 from __future__ import annotations
@@ -56,7 +57,8 @@ def loaded_libcupti(maps: str = "/proc/self/maps") -> str | None:
 
 class RawBuffers:
     """Registers CUPTI's buffer callbacks; `on_records(view, offsets)` runs on CUPTI's thread
-    and must not keep `view`: the buffer is reused once it returns."""
+    and must not keep `view`: the buffer is reused once it returns. `offsets` is a sequence of
+    ints (a numpy array from the C helper)."""
 
     def __init__(self, path: str, on_records: Callable[[memoryview, list[int]], None],
                  size: int) -> None:
@@ -68,6 +70,10 @@ class RawBuffers:
         self._next.restype = ctypes.c_int
         self._lib.cuptiActivityRegisterCallbacks.argtypes = [_REQUESTED, _COMPLETED]
         self._lib.cuptiActivityRegisterCallbacks.restype = ctypes.c_int
+        from .native import Walker
+
+        self._walk = Walker(self._next)
+        """The records of a buffer: by the C helper (outside the GIL) when it builds."""
         self._on_records, self._size = on_records, size
         self._buffers: dict[int, ctypes.Array] = {}
         """Buffers lent to CUPTI, by address, alive until it gives them back."""
@@ -99,14 +105,9 @@ class RawBuffers:
 
     def _take(self, context, stream, buffer, size, valid) -> None:
         try:
-            offsets = []
             if buffer and valid:
-                record, step = ctypes.c_void_p(), self._next
-                append, rec = offsets.append, ctypes.byref(record)
-                while step(buffer, valid, rec) == _SUCCESS:
-                    append(record.value - buffer)
                 self._on_records(memoryview((ctypes.c_char * valid).from_address(buffer)),
-                                 offsets)
+                                 self._walk(buffer, valid))
         except BaseException as exc:
             callback_failed("while reading a CUPTI buffer", exc)
         finally:

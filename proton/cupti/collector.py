@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -360,7 +360,7 @@ class CuptiCollector:
         self._names[pointer] = text
         return text
 
-    def read_records(self, view: memoryview, offsets: list[int]) -> None:
+    def read_records(self, view: memoryview, offsets: Sequence[int]) -> None:
         """The buffer callback: one buffer's records (at `offsets` in `view`), joined on CUPTI's
         thread."""
         t0 = time.perf_counter()
