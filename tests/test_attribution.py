@@ -160,6 +160,11 @@ def test_records_are_read_from_the_bindings_own_struct_layout():
     assert cbid.tolist() == [7, 7] and thread.tolist() == [55, 55]
     (kind,) = field_reader(cupti.activity_api_dtype, ["kind"])(buffer, at[:1])
     assert kind.tolist() == [int(cupti.ActivityKind.DRIVER)]
+    # a record at an offset that is not 8-byte aligned is still read right (byte by byte)
+    odd = np.frombuffer(b"\0" * 3 + api.tobytes()[: api.dtype.itemsize], dtype=np.uint8)
+    corr, start = field_reader(cupti.activity_api_dtype, ["correlation_id", "start"])(
+        odd, np.array([3]))
+    assert corr.tolist() == [98] and start.tolist() == [123456789012]
 
     name = ctypes.create_string_buffer(b"matmul_kernel")
     kern = np.zeros(1, dtype=cupti.activity_kernel10_dtype)

@@ -1,0 +1,148 @@
+"""Where CUPTI's thread spends its time per launch, on this machine's CPU (no GPU needed):
+
+    python bench/buffer_costs.py [--launches 100000] [--scopes 1000] [--repeats 5]
+
+A buffer laid out as CUPTI fills it (per launch: an external-correlation record, a driver API
+record, a kernel record, with cupti-python's own record layouts) is taken through each step of
+the collector's buffer callback:
+  * walk: the records' offsets, by a ctypes call per record (Python) or the C helper in one
+    call. The stand-in for cuptiActivityGetNextRecord is a C function built here that steps by
+    each kind's record size; CUPTI's own function costs the same either way;
+  * read: the fields with numpy (collector.read_records without the join);
+  * join + route: the Attributor joins by correlation id and the KernelRouter sums per node.
+Nanoseconds per launch, best of the repeats. These run on CUPTI's thread holding the GIL (the
+C walk excepted), so the launching thread waits for them.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+from cupti import cupti
+
+from proton.cupti import native
+from proton.cupti.collector import CuptiCollector
+from proton.data.paths import ROOT, SCOPE, paths
+from proton.runtime.router import KernelRouter
+from proton.runtime.session import Session
+
+FAKE_NEXT = r"""
+#include <stddef.h>
+#include <stdint.h>
+static size_t sizes[64];
+void fake_sizes(int kind, size_t size) { sizes[kind] = size; }
+/* cuptiActivityGetNextRecord's contract over records whose size follows from their kind */
+int fake_next(uint8_t *buffer, size_t valid, void **record) {
+    uint8_t *at = *record ? (uint8_t *)*record + sizes[*(uint32_t *)*record] : buffer;
+    if (at >= buffer + valid) return 14;
+    *record = at;
+    return 0;
+}
+"""
+
+
+def fake_library() -> ctypes.CDLL:
+    work = tempfile.mkdtemp(prefix="proton-bench-")
+    src, out = os.path.join(work, "fake.c"), os.path.join(work, "fake.so")
+    with open(src, "w") as f:
+        f.write(FAKE_NEXT)
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", out, src],
+                   check=True)
+    return ctypes.CDLL(out)
+
+
+def buffer(collector: CuptiCollector, launches: int, scopes: list[int], name: bytes):
+    """The records of `launches` launches, as bytes, with their kinds' sizes."""
+    K = cupti.ActivityKind
+    ext = np.zeros(launches, dtype=cupti.activity_external_correlation_dtype)
+    api = np.zeros(launches, dtype=cupti.activity_api_dtype)
+    kern = np.zeros(launches, dtype=cupti.activity_kernel10_dtype)
+    corr = np.arange(1, launches + 1)
+    ext["kind"], ext["correlation_id"] = int(K.EXTERNAL_CORRELATION), corr
+    ext["external_kind"] = collector._custom
+    ext["external_id"] = np.array(scopes, dtype=np.uint64)[np.arange(launches) % len(scopes)]
+    launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+    api["kind"], api["cbid"], api["correlation_id"] = int(K.DRIVER), launch, corr
+    api["start"] = corr * 1000
+    kern["kind"], kern["correlation_id"], kern["name"] = int(K.CONCURRENT_KERNEL), corr, \
+        ctypes.addressof(name)
+    kern["start"], kern["end"] = corr * 1000 + 500, corr * 1000 + 900
+    rows = np.empty(launches, dtype=[("e", ext.dtype), ("a", api.dtype), ("k", kern.dtype)])
+    rows["e"], rows["a"], rows["k"] = ext, api, kern
+    sizes = {int(K.EXTERNAL_CORRELATION): ext.dtype.itemsize, int(K.DRIVER): api.dtype.itemsize,
+             int(K.CONCURRENT_KERNEL): kern.dtype.itemsize}
+    return rows.tobytes(), sizes
+
+
+def best(f, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--launches", type=int, default=100_000)
+    ap.add_argument("--scopes", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    scopes = [paths.intern(ROOT, f"s{i}", SCOPE) for i in range(args.scopes)]
+    name = ctypes.create_string_buffer(b"tiny_kernel")
+    sessions: dict = {}
+    router = KernelRouter(sessions)
+    collector = CuptiCollector(router.on_kernels)
+    data, sizes = buffer(collector, args.launches, scopes, name)
+    raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
+    ctypes.memmove(raw, data, len(data))
+    address, valid = ctypes.addressof(raw), len(data)
+    fake = fake_library()
+    for kind, size in sizes.items():
+        fake.fake_sizes(kind, size)
+    step = ctypes.PyDLL(fake._name).fake_next  # as buffers.py binds CUPTI's
+    step.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+    step.restype = ctypes.c_int
+    os.environ[native.NATIVE_ENV] = "0"
+    python_walk = native.Walker(step)
+    del os.environ[native.NATIVE_ENV]
+    c_walk = native.Walker(step)
+    assert c_walk.native and list(c_walk(address, valid)) == python_walk(address, valid)
+    offsets = c_walk(address, valid)
+    view = memoryview((ctypes.c_char * valid).from_address(address))
+
+    def read_only():
+        collector.attributor.add_columns = lambda *a: None
+        collector.read_records(view, offsets)
+        del collector.attributor.add_columns
+
+    def read_join_route():
+        sessions.clear()
+        s = Session(1, "b", "/dev/null", "shadow", "tree", None)
+        s.intervals.append([0, -1])
+        sessions[1] = s
+        collector.read_records(view, offsets)
+
+    per = 1e9 / args.launches
+    rows = [("walk, Python (a ctypes call per record)", best(lambda: python_walk(address, valid),
+                                                            args.repeats)),
+            ("walk, C helper (one call, GIL released)", best(lambda: c_walk(address, valid),
+                                                           args.repeats)),
+            ("read fields (numpy)", best(read_only, args.repeats)),
+            ("read + join + route", best(read_join_route, args.repeats))]
+    rows.append(("join + route (by difference)", rows[3][1] - rows[2][1]))
+    print(f"| step ({args.launches:,} launches, 3 records each, {args.scopes} scopes) "
+          "| ns per launch |")
+    print("|---|---|")
+    for label, seconds in rows:
+        print(f"| {label} | {seconds * per:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
