@@ -5,10 +5,16 @@ Runs on CUPTI's thread (see profiler.py, Threads).
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 from ..cupti.attribution import Kernel, KernelRecord, each
 from ..data.paths import KERNEL, OP, paths
 from ..format import TIME
 from .session import Session
+
+
+_START = itemgetter(1)
+"""A Kernel's launch start."""
 
 
 class KernelRouter:
@@ -47,14 +53,17 @@ class KernelRouter:
         session takes the sums under one lock: this runs on CUPTI's thread holding the GIL, so
         it must be short."""
         sessions = list(self._sessions.values())
-        first = min(k[1] for k in kernels)
+        first = min(map(_START, kernels))
         if not all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
                    for s in sessions):
             each(self.on_kernel)(kernels)
             return
         totals: dict[int, list] = {}
+        memo, slow = self._kernel_paths.get, self.kernel_path
         for path_id, _, _, name, device, start, end, _ in kernels:
-            kernel = self.kernel_path(path_id, name, device)
+            kernel = memo((path_id, name, device))
+            if kernel is None:
+                kernel = slow(path_id, name, device)
             total = totals.get(kernel)
             if total is None:
                 totals[kernel] = [end - start, 1, device]
