@@ -47,7 +47,7 @@ def theirs(path: str, *args: str, multi: bool = False) -> dict[tuple, list]:
 
 
 def ours(path: str, *args: str, multi: bool = False) -> dict[tuple, list]:
-    result = CliRunner().invoke(viewer, [*args, "--output", "json", path])
+    result = CliRunner().invoke(viewer, [*args, "--names", "raw", "--output", "json", path])
     assert result.exit_code == 0, result.output
     out = {}
     for row in json.loads(result.output):

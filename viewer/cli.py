@@ -6,6 +6,7 @@ import click
 
 from . import deep
 from .errors import ViewerError
+from .names import STYLES
 from .select import FORMATS
 
 DISTRIBUTION = "proton-profiler"
@@ -60,6 +61,9 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               help="Deepest level of the tree to show.")
 @click.option("-f", "--format", "name_format", type=click.Choice(FORMATS), default="full",
               show_default=True, help="How to shorten `file:line@function` frame names.")
+@click.option("--names", "name_style", type=click.Choice(STYLES), default="folded",
+              show_default=True, help="C++ kernel names: demangled with template arguments "
+              "folded (folded), demangled whole (full), or as the file has them (raw).")
 @click.option("--collapse-libraries/--no-collapse-libraries", default=True, show_default=True,
               help="In python call paths, draw each run of frames in installed packages "
               "(torch, triton, ...) or the standard library as its first frame, marked with how "
@@ -86,7 +90,7 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
 @click.argument("profiles", metavar="FILE.hatchet...", nargs=-1, required=True)
 @click.pass_context
 def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
-           collapse_libraries, print_sorted, other, output, width, rank, kernel,
+           name_style, collapse_libraries, print_sorted, other, output, width, rank, kernel,
            profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
     from stdin. Several files, or a folder, are a job's ranks: one tree over all of them,
@@ -119,8 +123,8 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
             deep.call(_show_source, kernel, width, profile)
         else:
             deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth,
-                      name_format, collapse_libraries, print_sorted, other, output, width,
-                      profile, merged)
+                      (name_format, name_style), collapse_libraries, print_sorted, other, output,
+                      width, profile, merged)
     except ViewerError as exc:
         raise _Failed(str(exc)) from None
     if errors:
@@ -209,7 +213,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         roots = set(prof.gf.graph.roots)
         if not visible - roots and any(r.children for r in roots):
             notes.append(_nothing_matches(include, exclude, threshold, columns))
-    names = display_names(prof.gf, name_format)
+    names = display_names(prof.gf, *name_format)
     folded = library_frames(prof.gf) if collapse_libraries else None
     if folded:
         names = fold_names(prof.gf, names, folded)

@@ -10,6 +10,7 @@ import re
 
 from ..format import LIBRARY_FILE, PYTHON_FRAME
 from .errors import ViewerError
+from .names import readable
 
 FORMATS = ("full", "file_function_line", "function_line", "file_function")
 
@@ -55,11 +56,12 @@ def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
     return shown
 
 
-def display_names(gf, fmt: str = "full") -> dict:
-    """Frame names shortened as Triton's -f formats do (for `file:line@function` frames)."""
+def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
+    """Frame names shortened as Triton's -f formats do (for `file:line@function` frames), C++
+    kernel names demangled as `style` says (names.STYLES)."""
     names = {}
     for node in gf.graph.traverse():
-        name = node.frame.get("name", "?")
+        name = readable(node.frame.get("name", "?"), style)
         if fmt == "file_function_line":
             name = name.split("/")[-1]
         elif fmt == "function_line":

@@ -1,0 +1,95 @@
+"""Kernel names people can read: C++ names demangled, long template arguments folded.
+
+`_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_13AUnaryFunctor...` becomes
+`at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<…>, std::array<…>>(…)`
+(folded, the default) or the whole demangled signature (`--names full`). The file keeps the raw
+name (both viewers match frames by it); `--names raw` shows it.
+
+Demangling is the C++ runtime's own (`__cxa_demangle`, through the `cxxfilt` package), else
+binutils' `c++filt`, else the name stays raw.
+"""
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+
+STYLES = ("folded", "full", "raw")
+FOLD = "…"
+
+
+def readable(name: str, style: str = "folded") -> str:
+    """`name` as `style` shows it; names that are not mangled C++ are returned as they are."""
+    if style == "raw" or not name.startswith("_Z"):
+        return name
+    text = _demangle(name)
+    return fold(text) if style == "folded" else text
+
+
+@functools.lru_cache(maxsize=65536)
+def _demangle(name: str) -> str:
+    try:
+        import cxxfilt
+
+        text = cxxfilt.demangle(name)
+    except ImportError:
+        text = _cxxfilt_binary(name)
+    except Exception:  # not a name the demangler knows: keep it
+        return name
+    return text.removeprefix("void ") if text else name
+
+
+def _cxxfilt_binary(name: str) -> str:
+    tool = shutil.which("c++filt")
+    if tool is None:
+        return name
+    try:
+        done = subprocess.run([tool, name], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return name
+    return done.stdout.strip() or name
+
+
+def fold(text: str) -> str:
+    """Template arguments below the first level and every non-empty parameter list shown as
+    `…`: f<4, a::B<float, C<int> >, D<E> >(int, X) -> f<4, a::B<…>, D<…>>(…). Operators
+    (`operator<<`) are left whole: their brackets are not brackets."""
+    if "operator" in text:
+        return text
+    out: list[str] = []
+    angle = 0  # < > nesting outside parameter lists
+    paren = 0  # ( ) nesting
+    empty = True  # the parameter list being skipped has nothing in it so far
+    for ch in text:
+        if paren:
+            if ch == "(":
+                paren += 1
+            elif ch == ")":
+                paren -= 1
+                if paren == 0:
+                    out.append(")" if empty else FOLD + ")")
+                    continue
+            if not ch.isspace():
+                empty = False
+            continue
+        if ch == "(" and angle <= 1:
+            paren, empty = 1, True
+            out.append("(")
+            continue
+        if ch == "<":
+            angle += 1
+            if angle == 1:
+                out.append("<")
+            elif angle == 2:
+                out.append("<" + FOLD)
+            continue
+        if ch == ">":
+            angle -= 1
+            if angle <= 1:
+                if out and out[-1] == " ":
+                    out.pop()  # "B<…> >" -> "B<…>>"
+                out.append(">")
+            continue
+        if angle < 2:
+            out.append(ch)
+    return "".join(out)
