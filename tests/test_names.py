@@ -36,7 +36,10 @@ def test_other_names_stay_as_they_are(name):
 @pytest.mark.parametrize("text,want", [
     ("f<4, a::B<float, C<int> >, D<E> >(int, X)", "f<4, a::B<…>, D<…>>(…)"),
     ("g()", "g()"), ("k<1>(void*)", "k<1>(…)"), ("ns::k(a, (b))", "ns::k(…)"),
-    ("h<a(b)>(c)", "h<a(…)>(…)"), ("operator<<(int)", "operator<<(int)")])
+    ("h<a(b)>(c)", "h<a(…)>(…)"), ("operator<<(int)", "operator<<(…)"),
+    ("k<4, F<(lambda)::operator()() const::{lambda(float)#1}>>(int)", "k<4, F<…>>(…)"),
+    ("a::b<c::operator->, d>(x)", "a::b<c::operator->, d>(…)"),
+    ("at::(anonymous namespace)::k<T<int>>(int)", "at::(anonymous namespace)::k<T<…>>(…)")])
 def test_folding(text, want):
     assert fold(text) == want
 

@@ -27,6 +27,7 @@ Examples:
   proton-viewer -m time/ms,comm/% ddp.rank*.hatchet  # ranks merged: sum, min/mean/max, imbalance
   proton-viewer --rank 1 ddp.rank*.hatchet       # one rank of them (or a folder of them)
   proton-viewer --output trace ddp.rank*.chrome_trace > ddp.json  # one timeline for Perfetto
+  proton-viewer --html run1.html run1.hatchet   # one page: flame graph, kernels, roofline
 """
 
 
@@ -81,6 +82,10 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               "OTHER may be - (stdin).")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Terminal width to draw for (long names fold onto more lines; never cut).")
+@click.option("--html", "html_path", default=None, metavar="REPORT.html",
+              help="Write one self-contained page (no network) instead of the tree: flame "
+              "graph (widths: the first -m metric), kernels table, roofline, source heat of "
+              "sampled kernels; several rank files are merged.")
 @click.option("--rank", type=click.IntRange(min=0), default=None,
               help="Of several rank files (or a folder of them): show rank R's alone.")
 @click.option("--source", "kernel", default=None, metavar="KERNEL",
@@ -90,8 +95,8 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
 @click.argument("profiles", metavar="FILE.hatchet...", nargs=-1, required=True)
 @click.pass_context
 def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
-           name_style, collapse_libraries, print_sorted, other, output, width, rank, kernel,
-           profiles) -> None:
+           name_style, collapse_libraries, print_sorted, other, output, width, html_path, rank,
+           kernel, profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
     from stdin. Several files, or a folder, are a job's ranks: one tree over all of them,
     frames matched by call path, each metric summed and, per frame, its min, mean and max
@@ -121,6 +126,9 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
             click.echo(f"Error: {error}", err=True)
         if kernel is not None:
             deep.call(_show_source, kernel, width, profile)
+        elif html_path is not None:
+            deep.call(_write_html, html_path, metrics, include, exclude, threshold, depth,
+                      name_style, profile, merged, list(profiles))
         else:
             deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth,
                       (name_format, name_style), collapse_libraries, print_sorted, other, output,
@@ -256,6 +264,43 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         write(f"{kernels} kernel{' has' if kernels == 1 else 's have'} {what}: {reason}\n")
     for note in notes:
         write(note + "\n")
+
+
+def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,
+                profiles) -> None:
+    import os
+
+    from .derive import available, derive
+    from .html import page
+    from .select import visible_nodes
+
+    if metrics is None:
+        have = available(prof)
+        metrics = "time/ms" if "time/ms" in have else "cpu_time/ms" if "cpu_time/ms" in have \
+            else None
+    specs = [s for s in (metrics or "").split(",") if s.strip()]
+    if merged is not None:
+        from .ranks import columns as rank_columns
+
+        columns = rank_columns(merged, specs)
+    else:
+        columns = [derive(prof, spec) for spec in specs]
+    visible = None
+    if include or exclude or threshold is not None:
+        first = columns[0].values.to_dict() if columns else {}
+        visible = visible_nodes(prof.gf, first, include=include, exclude=exclude,
+                                threshold=threshold)
+    title = ", ".join(os.path.basename(p) for p in profiles[:3]) + (
+        f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
+    text = page(prof, columns, title=f"Proton: {title}", merged=merged, visible=visible,
+                depth=depth, style=style)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise ViewerError(f"cannot write {path!r}: {exc.strerror or exc}; give a writable "
+                          "path") from None
+    click.echo(f"wrote {path} ({len(text) / 1e6:.1f} MB); open it in a browser", err=True)
 
 
 def _no_metrics_note(prof) -> str:

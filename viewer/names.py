@@ -11,6 +11,7 @@ binutils' `c++filt`, else the name stays raw.
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 
@@ -52,10 +53,15 @@ def _cxxfilt_binary(name: str) -> str:
 
 def fold(text: str) -> str:
     """Template arguments below the first level and every non-empty parameter list shown as
-    `…`: f<4, a::B<float, C<int> >, D<E> >(int, X) -> f<4, a::B<…>, D<…>>(…). Operators
-    (`operator<<`) are left whole: their brackets are not brackets."""
-    if "operator" in text:
-        return text
+    `…`: f<4, a::B<float, C<int> >, D<E> >(int, X) -> f<4, a::B<…>, D<…>>(…). The angle
+    brackets of operators (`operator<<`, `operator->`) are not brackets: kept as they are."""
+    kept: list[str] = []
+
+    def keep(match: re.Match) -> str:
+        kept.append(match[0])
+        return f"\0{len(kept) - 1}\0"
+
+    text = _OPERATOR.sub(keep, text)
     out: list[str] = []
     angle = 0  # < > nesting outside parameter lists
     paren = 0  # ( ) nesting
@@ -92,4 +98,8 @@ def fold(text: str) -> str:
             continue
         if angle < 2:
             out.append(ch)
-    return "".join(out)
+    return re.sub("\0(\\d+)\0", lambda m: kept[int(m[1])], "".join(out))
+
+
+_OPERATOR = re.compile(r"operator\s*(<=>|<<=|>>=|<<|>>|<=|>=|->\*?|<|>)|\(anonymous namespace\)")
+"""Brackets that are no brackets: operators' and the anonymous namespace's (kept whole)."""

@@ -1,0 +1,196 @@
+"""`proton-viewer --html`: the page opened by headless Chromium and checked through the DOM it
+rendered (flame graph rects and widths, zoom, search, the kernels table's sort, roofline dots,
+source heat, merged ranks) with no script error."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from proton.viewer.cli import viewer
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
+                if shutil.which(b)), None)
+needs_browser = pytest.mark.skipif(
+    BROWSER is None, reason="no headless Chromium: `apt-get install chromium` (.ci/run does)")
+
+
+def write(tmp_path, *args: str, name: str = "r.html") -> str:
+    path = str(tmp_path / name)
+    result = CliRunner().invoke(viewer, ["--html", path, *args])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def browse(path: str, fragment: str = "", screenshot: str | None = None) -> str:
+    """The DOM after the page's scripts ran; fails on any script error."""
+    shot = [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    run = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--hide-scrollbars", "--window-size=1400,900",
+                          "--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0",
+                          *shot, f"file://{path}#{fragment}"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Uncaught" not in run.stderr, run.stderr[-2000:]
+    if screenshot:
+        return ""
+    dom = run.stdout
+    assert 'data-ready="1"' in dom and "data-error" not in dom, dom[:500]
+    return dom
+
+
+def rects(dom: str) -> list[dict]:
+    return [{"id": int(m[1]), "x": float(m[2]), "w": float(m[3]), "match": bool(m[4])}
+            for m in re.finditer(r'<rect data-id="(\d+)" x="([\d.]+)" y="\d+" width="([\d.]+)"'
+                                 r'[^>]*?( class="match")?></rect>', dom)]
+
+
+def data(path: str) -> dict:
+    text = open(path).read()
+    body = text[text.index('id="data">') + len('id="data">'):]
+    return json.loads(body[: body.index("</script>")].replace("<\\/", "</"))
+
+
+def node(d: dict, name: str) -> int:
+    return next(i for i, n in enumerate(d["nodes"]) if n["n"] == name)
+
+
+@needs_browser
+def test_flame_graph_has_a_rect_per_frame_with_widths_by_time(tmp_path):
+    path = write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"))
+    d = data(path)
+    got = {r["id"]: r for r in rects(browse(path))}
+    assert set(got) == set(range(len(d["nodes"])))  # every frame is wide enough here
+    root = got[0]["w"]
+    for name in ("backward", "forward", "optimizer"):
+        i = node(d, name)
+        assert got[i]["w"] / root == pytest.approx(d["nodes"][i]["v"] / d["nodes"][0]["v"],
+                                                    rel=0.01)
+    assert d["columns"] == ["time (ms)"]
+
+
+@needs_browser
+def test_zoom_and_search(tmp_path):
+    path = write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"))
+    d = data(path)
+    forward = node(d, "forward")
+    zoomed = rects(browse(path, f"zoom={forward}"))
+    assert zoomed[0]["id"] == forward and zoomed[0]["x"] == 0
+    assert {r["id"] for r in zoomed} == {forward, *(i for i, n in enumerate(d["nodes"])
+                                                    if n["p"] == forward)}
+    found = [r["id"] for r in rects(browse(path, "search=gemm")) if r["match"]]
+    assert sorted(found) == sorted(i for i, n in enumerate(d["nodes"])
+                                   if re.search("gemm", n["n"], re.I))
+    assert found
+
+
+@needs_browser
+def test_the_kernels_table_sorts(tmp_path):
+    path = write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"))
+    for order in ("asc", "desc"):
+        dom = browse(path, f"view=kernels&sort=time (ms):{order}")
+        table = dom[dom.index('id="ktable"'):]
+        table = table[: table.index("</table>")]
+        rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
+        times = [float(row[1].replace(",", "")) for row in rows]
+        want = sum(1 for line in open(os.path.join(DATA, "example_gpu.hatchet")).read()
+                   .split('"device_id"')[1:])  # one per kernel node in the file
+        assert len(times) == want == 15 and times == sorted(times, reverse=order == "desc")
+    assert '<th data-col="2" class="">count</th>' in table
+
+
+H100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000, "memory_clock_rate": 2619000,
+        "bus_width": 5120}
+
+
+def kernels_with_flops(tmp_path) -> str:
+    def kernel(name, ns, flops, nbytes):
+        return {"frame": {"name": name, "type": "function"},
+                "metrics": {"time (ns)": ns, "count": 1, "device_id": "0", "device_type": "CUDA",
+                            "flops16": flops, "bytes": nbytes}, "children": []}
+
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0},
+            "children": [kernel("matmul", 2e6, 1.2e12, 1e8), kernel("copy", 1e6, 1e6, 3e9),
+                         kernel("softmax", 5e5, 4e8, 2e8)]}
+    path = tmp_path / "flops.hatchet"
+    path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
+    return str(path)
+
+
+@needs_browser
+def test_the_roofline_has_a_dot_per_kernel_under_the_roofs(tmp_path):
+    path = write(tmp_path, kernels_with_flops(tmp_path))
+    dom = browse(path, "view=roofline")
+    chart = dom[dom.index('<svg id="roofsvg"'):]
+    chart = chart[: chart.index("</svg>")]
+    assert len(re.findall(r'<circle class="kernel"', chart)) == 3
+    assert len(re.findall(r'<polyline class="roof"', chart)) == 1
+    points = {p["name"]: p for p in data(path)["roofline"]["points"]}
+    assert points["matmul"]["y"] == pytest.approx(1.2e12 / 2e-3)
+    assert points["copy"]["x"] == pytest.approx(1e6 / 3e9)
+    assert 0 < points["copy"]["frac"] <= 1 and 0 < points["matmul"]["frac"] <= 1
+
+
+@needs_browser
+def test_source_heat_of_a_sampled_kernel(tmp_path):
+    path = write(tmp_path, os.path.join(DATA, "pcsampling.hatchet"))
+    dom = browse(path, "view=source")
+    assert "<h3>matmul_kernel</h3>" in dom
+    assert re.search(r'<td class="s">652</td><td class="r">math_pipe_throttle 56%, wait 31%'
+                     r'</td><td class="n">18</td>', dom)
+
+
+@needs_browser
+def test_merged_ranks_show_their_spread(tmp_path):
+    files = []
+    for rank, ns in ((0, 1e6), (1, 3e6)):
+        root = {"frame": {"name": "ROOT", "type": "function", "rank": rank, "world_size": 2},
+                "metrics": {"time (ns)": 0, "count": 0},
+                "children": [{"frame": {"name": "mm", "type": "function"},
+                              "metrics": {"time (ns)": ns, "count": 1, "device_id": str(rank),
+                                          "device_type": "CUDA"}, "children": []}]}
+        files.append(tmp_path / f"j.rank{rank}.hatchet")
+        files[-1].write_text(json.dumps([root, {}]))
+    path = write(tmp_path, *map(str, files))
+    d = data(path)
+    assert "time (ms) max/mean" in d["columns"]
+    mm = d["nodes"][node(d, "mm")]
+    assert mm["m"][d["columns"].index("time (ms) max/mean")] == pytest.approx(1.5)
+    assert d["kernels"]["columns"][-1] == "max/mean over ranks"
+    assert "2 ranks merged" in d["summary"]
+    browse(path)
+
+
+@needs_browser
+def test_screenshots_of_each_view(tmp_path):
+    """For a person to look at: PNGs of every view (PROTON_SCREENSHOTS=DIR keeps them)."""
+    out = os.environ.get("PROTON_SCREENSHOTS") or str(tmp_path)
+    os.makedirs(out, exist_ok=True)
+    pages = {"example": write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"), name="e.html"),
+             "flops": write(tmp_path, kernels_with_flops(tmp_path), name="f.html"),
+             "pc": write(tmp_path, os.path.join(DATA, "pcsampling.hatchet"), name="p.html")}
+    for view, page in (("flame", "example"), ("kernels", "example"), ("roofline", "flops"),
+                       ("source", "pc")):
+        shot = os.path.join(out, f"{view}.png")
+        browse(pages[page], f"view={view}", screenshot=shot)
+        assert os.path.getsize(shot) > 5000
+
+
+def test_the_page_is_one_file_with_nothing_from_the_network(tmp_path):
+    path = write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"))
+    text = open(path).read()
+    assert not re.search(r'(src|href)="(https?:)?//', text) and "@import" not in text
+    assert "cdn" not in text.lower()
+
+
+def test_html_errors_are_one_line(tmp_path):
+    result = CliRunner().invoke(viewer, ["--html", str(tmp_path / "no" / "such" / "x.html"),
+                                         os.path.join(DATA, "example_gpu.hatchet")])
+    assert result.exit_code == 2 and "cannot write" in result.output

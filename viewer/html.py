@@ -1,0 +1,234 @@
+"""`proton-viewer --html report.html FILE...`: one self-contained page (no network) with a
+flame graph of the call tree, a sortable kernels table, a roofline of the kernels that carry
+flops and bytes, and the source heat of sampled kernels; with several rank files, the merged
+tree with each frame's spread over the ranks.
+
+Derive, then render: this module turns a profile into the page's JSON; page.py holds the page.
+"""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+
+import pandas as pd
+
+from ..format import BYTES, CUDA, DEVICE_ID, FLOPS, NUM_SAMPLES, TIME
+from .derive import Column, available, derive
+from .errors import ViewerError
+from .names import readable
+from .page import TEMPLATE
+from .reader import Profile
+from .specs import max_bytes_per_s, max_flops, peak_known
+
+KERNEL_SPECS = ("time/ms", "count", "avg_time/us")
+SOURCE_KERNELS = 12
+"""Sampled kernels whose source the page shows, most samples first."""
+
+
+def page(prof: Profile, columns: list[Column], *, title: str, merged=None,
+         visible: set | None = None, depth: int = 100, style: str = "folded") -> str:
+    """The report for `prof` (the merged total when `merged`), widths from `columns[0]`."""
+    data = {"summary": _summary(prof, columns, merged),
+            "columns": [c.header for c in columns],
+            "nodes": _nodes(prof, columns, visible, depth, style),
+            "kernels": _kernels(prof, merged, style),
+            "roofline": _roofline(prof, style),
+            "source": _source(prof, style)}
+    text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    return TEMPLATE.replace("__TITLE__", _escape(title)).replace("__DATA__", text)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _num(value) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _summary(prof: Profile, columns: list[Column], merged) -> str:
+    frames = len(prof.gf.dataframe)
+    root = prof.gf.graph.roots[0]
+    parts = [f"{frames:,} frames"]
+    if columns:
+        total = _num(columns[0].values.get(root))
+        parts.append(f"widths: {columns[0].header}" + (f", total {total:,.3f}" if total else ""))
+    if merged is not None:
+        parts.append(f"{len(merged.labels)} ranks merged")
+    return " · ".join(parts)
+
+
+def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str) -> list:
+    """Pre-order nodes: name, parent, width value, the columns' values, kernel or not."""
+    graph = prof.gf.graph
+    values = [c.values.to_dict() for c in columns]
+    kernel = _kernel_mask(prof)
+    out, index = [], {}
+    stack = [(root, -1, 0) for root in reversed(graph.roots)]
+    while stack:
+        node, parent, level = stack.pop()
+        if visible is not None and node not in visible:
+            continue
+        raw = node.frame.get("name", "?")
+        name, full = readable(raw, style), readable(raw, "full")
+        index[node] = len(out)
+        out.append({"n": name, "p": parent, "v": _num(values[0].get(node)) if values else None,
+                    "m": [_num(v.get(node)) for v in values], "k": bool(kernel.get(node)),
+                    "h": zlib.crc32(name.encode()) % 97,
+                    **({"full": full} if full != name else {})})
+        if level < depth:
+            stack.extend((child, index[node], level + 1) for child in reversed(node.children))
+    # widths: at least the children's sum (a scope without its own value still spans them)
+    for i in range(len(out) - 1, -1, -1):
+        node = out[i]
+        node["v"] = max(node["v"] or 0.0, node.pop("c", 0.0))
+        if node["p"] >= 0:
+            parent = out[node["p"]]
+            parent["c"] = parent.get("c", 0.0) + node["v"]
+    return out
+
+
+def _kernel_mask(prof: Profile) -> dict:
+    df = prof.gf.dataframe
+    if TIME not in df:
+        return {}
+    own = pd.to_numeric(df[TIME], errors="coerce").notna()
+    if DEVICE_ID in df:
+        own |= df[DEVICE_ID].notna()
+    for root in prof.gf.graph.roots:  # ROOT carries a 0 for each inclusive metric
+        own[root] = False
+    return own.to_dict()
+
+
+def _rate_specs(prof: Profile) -> list[str]:
+    have = available(prof)
+    flops = next((s for s in ("tflop/s", "tflop16/s", "tflop8/s", "tflop32/s", "tflop64/s")
+                  if s in have), None)
+    out = [flops] if flops else []
+    if "gbyte/s" in have:
+        out.append("gbyte/s")
+    if "util" in have:
+        out.append("util")
+    return out
+
+
+def _kernels(prof: Profile, merged, style: str) -> dict:
+    """Rows of kernels (kernel nodes by call path): name, time, count, avg, rates, util."""
+    specs = [*KERNEL_SPECS, *_rate_specs(prof)]
+    columns = []
+    for spec in specs:
+        try:
+            columns.append(derive(prof, spec))
+        except ViewerError:
+            continue
+    if merged is not None and "time/ms" in specs:
+        from .ranks import columns as rank_columns
+
+        spread = rank_columns(merged, ["time/ms"])
+        columns.append(Column("max/mean over ranks", spread[-1].values))
+    kernel = _kernel_mask(prof)
+    values = [c.values.to_dict() for c in columns]
+    rows = []
+    for node in prof.gf.graph.traverse():
+        if not kernel.get(node):
+            continue
+        path, up = [], node
+        while up.parents:
+            up = up.parents[0]
+            path.append(readable(up.frame.get("name", "?"), style))
+        rows.append([readable(node.frame.get("name", "?"), style)]
+                    + [_num(v.get(node)) for v in values]
+                    + [" / ".join(reversed(path))])
+    return {"columns": ["kernel"] + [c.header for c in columns], "rows": rows}
+
+
+def _roofline(prof: Profile, style: str) -> dict:
+    """Kernels with flops and bytes: (FLOP per byte, FLOP/s) against their GPU's roofs."""
+    df = prof.gf.dataframe
+    widths = [c for c in df.columns if FLOPS.fullmatch(str(c))]
+    if not widths or BYTES not in df or TIME not in df:
+        return {"points": [], "roofs": [], "note": "No roofline: no kernel carries both flops "
+                "and bytes (Triton kernels give them through launch_metadata, with -k triton)."}
+    time_s = pd.to_numeric(df[TIME], errors="coerce") * 1e-9
+    nbytes = pd.to_numeric(df[BYTES], errors="coerce")
+    gpus = prof.devices.get(CUDA, {}) if isinstance(prof.devices, dict) else {}
+    roofs, peaks = [], {}
+    for dev, gpu in sorted(gpus.items()):
+        try:
+            arch = str(gpu["arch"])
+            bw = max_bytes_per_s(gpu["bus_width"], gpu["memory_clock_rate"])
+            if not peak_known(arch):
+                continue
+            peak = max_flops(arch, 16, gpu["num_sms"], gpu["clock_rate"])
+        except (KeyError, TypeError, ViewerError):
+            continue
+        peaks[str(dev)] = (peak, bw)
+        roofs.append({"peak": peak, "bw": bw, "ridge": peak / bw,
+                      "label": f"GPU {dev} (sm{arch}): 16-bit peak {peak / 1e12:,.0f} TFLOP/s, "
+                               f"{bw / 1e9:,.0f} GB/s"})
+    points = []
+    device = df[DEVICE_ID].astype(str) if DEVICE_ID in df else None
+    for node in df.index:
+        flops = sum(_num(df.at[node, w]) or 0.0 for w in widths)
+        t, b = _num(time_s.get(node)), _num(nbytes.get(node))
+        if not flops or not t or not b:
+            continue
+        x, y = flops / b, flops / t
+        peak, bw = peaks.get(device[node] if device is not None else "", (None, None))
+        frac = y / min(peak, bw * x) if peak else None
+        points.append({"name": readable(node.frame.get("name", "?"), style), "x": x, "y": y,
+                       "t": t, "frac": frac})
+    note = (f"{len(points)} kernels with flops and bytes; dots sized by time. " +
+            ("Roofs from the file's device table." if roofs else
+             "No roof: the device table names no GPU whose peak is known."))
+    return {"points": points, "roofs": roofs, "note": note}
+
+
+def _source(prof: Profile, style: str) -> list:
+    """The most-sampled kernels' source lines with samples and their top stall reasons."""
+    if NUM_SAMPLES not in prof.gf.dataframe:
+        return []
+    from .source import _Columns, find_kernel, kernel_nodes, source_files
+
+    columns = _Columns(prof)
+    totals: dict[str, float] = {}
+    for node in kernel_nodes(prof, columns):
+        name = node.frame.get("name", "")
+        for n in [node, *node.children]:
+            s = columns.of(n)
+            if s is not None:
+                totals[name] = totals.get(name, 0.0) + s.samples
+    out = []
+    for name in sorted(totals, key=lambda k: -totals[k])[:SOURCE_KERNELS]:
+        try:
+            kernel = find_kernel(prof, name)
+        except ViewerError:
+            continue
+        total = kernel.total.samples or 1.0
+        files = []
+        for sf in source_files(kernel):
+            text = sf.text.splitlines() if sf.text else []
+            first, last = min(sf.lines), max(sf.lines)
+            lines = []
+            for number in range(first, last + 1):
+                ls = sf.lines.get(number)
+                code = text[number - 1] if 0 < number <= len(text) else ""
+                stalls = ", ".join(f"{r} {share:.0%}" for r, share in
+                                   ls.counts.top_stalls(2)) if ls else ""
+                lines.append({"line": number, "code": code,
+                              "samples": ls.counts.samples if ls else 0,
+                              "share": ls.counts.samples / total if ls else 0,
+                              "stalls": stalls})
+            files.append({"path": sf.path + ("" if sf.text else " (not on this machine)"),
+                          "lines": lines})
+        stalled = kernel.total.stalled / total
+        out.append({"name": readable(name, style), "files": files,
+                    "headline": f"{kernel.total.samples:,.0f} samples, {stalled:.0%} stalled, "
+                                f"{kernel.paths} call path{'s' * (kernel.paths != 1)}, "
+                                f"{kernel.unmapped:,.0f} not mapped to a line"})
+    return out
