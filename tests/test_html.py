@@ -58,7 +58,7 @@ def data(path: str) -> dict:
 
 
 def node(d: dict, name: str) -> int:
-    return next(i for i, n in enumerate(d["nodes"]) if n["n"] == name)
+    return d["nodes"]["name"].index(name)
 
 
 @needs_browser
@@ -66,12 +66,12 @@ def test_flame_graph_has_a_rect_per_frame_with_widths_by_time(tmp_path):
     path = write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"))
     d = data(path)
     got = {r["id"]: r for r in rects(browse(path))}
-    assert set(got) == set(range(len(d["nodes"])))  # every frame is wide enough here
+    value = d["nodes"]["value"]
+    assert set(got) == set(range(len(value)))  # every frame is wide enough here
     root = got[0]["w"]
     for name in ("backward", "forward", "optimizer"):
         i = node(d, name)
-        assert got[i]["w"] / root == pytest.approx(d["nodes"][i]["v"] / d["nodes"][0]["v"],
-                                                    rel=0.01)
+        assert got[i]["w"] / root == pytest.approx(value[i] / value[0], rel=0.01)
     assert d["columns"] == ["time (ms)"]
 
 
@@ -82,11 +82,11 @@ def test_zoom_and_search(tmp_path):
     forward = node(d, "forward")
     zoomed = rects(browse(path, f"zoom={forward}"))
     assert zoomed[0]["id"] == forward and zoomed[0]["x"] == 0
-    assert {r["id"] for r in zoomed} == {forward, *(i for i, n in enumerate(d["nodes"])
-                                                    if n["p"] == forward)}
+    names, parents = d["nodes"]["name"], d["nodes"]["parent"]
+    assert {r["id"] for r in zoomed} == {forward, *(i for i, p in enumerate(parents)
+                                                    if p == forward)}
     found = [r["id"] for r in rects(browse(path, "search=gemm")) if r["match"]]
-    assert sorted(found) == sorted(i for i, n in enumerate(d["nodes"])
-                                   if re.search("gemm", n["n"], re.I))
+    assert sorted(found) == sorted(i for i, n in enumerate(names) if re.search("gemm", n, re.I))
     assert found
 
 
@@ -98,6 +98,7 @@ def test_the_kernels_table_sorts(tmp_path):
         table = dom[dom.index('id="ktable"'):]
         table = table[: table.index("</table>")]
         rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
+        assert "15 kernels" in dom
         times = [float(row[1].replace(",", "")) for row in rows]
         want = sum(1 for line in open(os.path.join(DATA, "example_gpu.hatchet")).read()
                    .split('"device_id"')[1:])  # one per kernel node in the file
@@ -161,8 +162,8 @@ def test_merged_ranks_show_their_spread(tmp_path):
     path = write(tmp_path, *map(str, files))
     d = data(path)
     assert "time (ms) max/mean" in d["columns"]
-    mm = d["nodes"][node(d, "mm")]
-    assert mm["m"][d["columns"].index("time (ms) max/mean")] == pytest.approx(1.5)
+    metric = d["nodes"]["metrics"][d["columns"].index("time (ms) max/mean")]
+    assert metric[node(d, "mm")] == pytest.approx(1.5)
     assert d["kernels"]["columns"][-1] == "max/mean over ranks"
     assert "2 ranks merged" in d["summary"]
     browse(path)
@@ -194,3 +195,20 @@ def test_html_errors_are_one_line(tmp_path):
     result = CliRunner().invoke(viewer, ["--html", str(tmp_path / "no" / "such" / "x.html"),
                                          os.path.join(DATA, "example_gpu.hatchet")])
     assert result.exit_code == 2 and "cannot write" in result.output
+
+
+@needs_browser
+def test_a_table_of_many_kernels_shows_the_first_500_and_says_so(tmp_path):
+    kernels = [{"frame": {"name": f"k{i}", "type": "function"},
+                "metrics": {"time (ns)": 1000 + i, "count": 1, "device_id": "0",
+                            "device_type": "CUDA"}, "children": []} for i in range(1200)]
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0}, "children": kernels}
+    (tmp_path / "many.hatchet").write_text(json.dumps([root, {}]))
+    path = write(tmp_path, str(tmp_path / "many.hatchet"))
+    dom = browse(path, "view=kernels")
+    assert "the first 500 of 1,200 kernels" in dom and dom.count('title="ROOT"') == 500
+    first = re.search(r'<td class="name" title="ROOT">([^<]*)</td>', dom)[1]
+    assert first == "k1199"  # slowest first
+    found = browse(path, "view=kernels&search=^k11")  # k11, k110-k119, k1100-k1199
+    assert "111 kernels" in found and found.count('title="ROOT"') == 111

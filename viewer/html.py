@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import zlib
 
 import pandas as pd
 
@@ -29,10 +28,11 @@ SOURCE_KERNELS = 12
 def page(prof: Profile, columns: list[Column], *, title: str, merged=None,
          visible: set | None = None, depth: int = 100, style: str = "folded") -> str:
     """The report for `prof` (the merged total when `merged`), widths from `columns[0]`."""
+    nodes = _nodes(prof, columns, visible, depth, style)
     data = {"summary": _summary(prof, columns, merged),
             "columns": [c.header for c in columns],
-            "nodes": _nodes(prof, columns, visible, depth, style),
-            "kernels": _kernels(prof, merged, style),
+            "kernels": _kernels(prof, merged, nodes.pop("order")),
+            "nodes": nodes,
             "roofline": _roofline(prof, style),
             "source": _source(prof, style)}
     text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
@@ -63,34 +63,39 @@ def _summary(prof: Profile, columns: list[Column], merged) -> str:
     return " · ".join(parts)
 
 
-def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str) -> list:
-    """Pre-order nodes: name, parent, width value, the columns' values, kernel or not."""
+def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str) -> dict:
+    """The shown frames in pre-order, as columns: name, parent, width value, each metric;
+    `full` names only where folding shortened them. Columns, not objects: a 100,000-frame
+    page stays small and parses fast."""
     graph = prof.gf.graph
     values = [c.values.to_dict() for c in columns]
-    kernel = _kernel_mask(prof)
-    out, index = [], {}
+    names, parents, widths, full, order = [], [], [], {}, []
     stack = [(root, -1, 0) for root in reversed(graph.roots)]
     while stack:
         node, parent, level = stack.pop()
         if visible is not None and node not in visible:
             continue
         raw = node.frame.get("name", "?")
-        name, full = readable(raw, style), readable(raw, "full")
-        index[node] = len(out)
-        out.append({"n": name, "p": parent, "v": _num(values[0].get(node)) if values else None,
-                    "m": [_num(v.get(node)) for v in values], "k": bool(kernel.get(node)),
-                    "h": zlib.crc32(name.encode()) % 97,
-                    **({"full": full} if full != name else {})})
+        name = readable(raw, style)
+        whole = readable(raw, "full")
+        if whole != name:
+            full[len(names)] = whole
+        at = len(names)
+        names.append(name)
+        parents.append(parent)
+        widths.append(_num(values[0].get(node)) if values else None)
+        order.append(node)
         if level < depth:
-            stack.extend((child, index[node], level + 1) for child in reversed(node.children))
+            stack.extend((child, at, level + 1) for child in reversed(node.children))
     # widths: at least the children's sum (a scope without its own value still spans them)
-    for i in range(len(out) - 1, -1, -1):
-        node = out[i]
-        node["v"] = max(node["v"] or 0.0, node.pop("c", 0.0))
-        if node["p"] >= 0:
-            parent = out[node["p"]]
-            parent["c"] = parent.get("c", 0.0) + node["v"]
-    return out
+    spans = [0.0] * len(names)
+    for i in range(len(names) - 1, -1, -1):
+        widths[i] = max(widths[i] or 0.0, spans[i])
+        if parents[i] >= 0:
+            spans[parents[i]] += widths[i]
+    return {"name": names, "parent": parents, "value": widths, "full": full,
+            "metrics": [[_num(v.get(node)) for node in order] for v in values],
+            "order": order}
 
 
 def _kernel_mask(prof: Profile) -> dict:
@@ -117,8 +122,8 @@ def _rate_specs(prof: Profile) -> list[str]:
     return out
 
 
-def _kernels(prof: Profile, merged, style: str) -> dict:
-    """Rows of kernels (kernel nodes by call path): name, time, count, avg, rates, util."""
+def _kernels(prof: Profile, merged, order: list) -> dict:
+    """Kernel frames among the shown ones: [frame number, time, count, avg, rates, util]."""
     specs = [*KERNEL_SPECS, *_rate_specs(prof)]
     columns = []
     for spec in specs:
@@ -133,17 +138,8 @@ def _kernels(prof: Profile, merged, style: str) -> dict:
         columns.append(Column("max/mean over ranks", spread[-1].values))
     kernel = _kernel_mask(prof)
     values = [c.values.to_dict() for c in columns]
-    rows = []
-    for node in prof.gf.graph.traverse():
-        if not kernel.get(node):
-            continue
-        path, up = [], node
-        while up.parents:
-            up = up.parents[0]
-            path.append(readable(up.frame.get("name", "?"), style))
-        rows.append([readable(node.frame.get("name", "?"), style)]
-                    + [_num(v.get(node)) for v in values]
-                    + [" / ".join(reversed(path))])
+    rows = [[i] + [_num(v.get(node)) for v in values]
+            for i, node in enumerate(order) if kernel.get(node)]
     return {"columns": ["kernel"] + [c.header for c in columns], "rows": rows}
 
 

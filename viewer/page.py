@@ -40,7 +40,7 @@ table.grid th.asc:after{content:" \25B2"}table.grid th.desc:after{content:" \25B
 <button data-view="roofline">Roofline</button><button data-view="source">Source</button>
 <input id="search" placeholder="search frames (regex)"></nav>
 <section id="flame"><div id="crumbs"></div><svg id="flamesvg"></svg></section>
-<section id="kernels"><table class="grid" id="ktable"></table></section>
+<section id="kernels"><div class="note" id="knote"></div><table class="grid" id="ktable"></table></section>
 <section id="roofline"><div class="note" id="roofnote"></div><svg id="roofsvg" width="900" height="520"></svg></section>
 <section id="source"><div id="srcbody"></div></section>
 <div id="tip"></div>
@@ -49,15 +49,20 @@ table.grid th.asc:after{content:" \25B2"}table.grid th.desc:after{content:" \25B
 "use strict";
 window.addEventListener("error", e => { document.body.dataset.error = String(e.message); });
 const D = JSON.parse(document.getElementById("data").textContent);
-const N = D.nodes, kids = N.map(() => []);
-N.forEach((n, i) => { if (n.p >= 0) kids[n.p].push(i); });
-kids.forEach(k => k.sort((a, b) => N[b].v - N[a].v));
+const NAME = D.nodes.name, PARENT = D.nodes.parent, VALUE = D.nodes.value, FULL = D.nodes.full;
+const COUNT = NAME.length, kids = Array.from({length: COUNT}, () => []);
+for (let i = 1; i < COUNT; i++) if (PARENT[i] >= 0) kids[PARENT[i]].push(i);
+kids.forEach(k => k.sort((a, b) => VALUE[b] - VALUE[a]));
+const isKernel = new Uint8Array(COUNT);
+D.kernels.rows.forEach(r => { isKernel[r[0]] = 1; });
+const hue = s => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) % 997; return h; };
 const $ = id => document.getElementById(id);
 const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 const fmt = v => v === null || v === undefined ? "" : (Math.abs(v) >= 1e-3 || v === 0 ?
   v.toLocaleString(undefined, {maximumFractionDigits: 3}) : v.toExponential(3));
 const hash = () => Object.fromEntries(location.hash.slice(1).split("&").filter(Boolean)
   .map(kv => { const i = kv.indexOf("="); return [kv.slice(0, i), decodeURIComponent(kv.slice(i + 1))]; }));
+const pathOf = i => { const p = []; for (let j = PARENT[i]; j >= 0; j = PARENT[j]) p.unshift(NAME[j]); return p.join(" / "); };
 let zoom = 0, pattern = null;
 $("summary").textContent = D.summary;
 
@@ -71,8 +76,9 @@ document.querySelectorAll("nav button").forEach(b => b.onclick = () => show(b.da
 // -- flame graph (icicle: the root on top, width = the chosen metric) -------------------------
 const ROW = 18, MIN_PX = 0.5;
 function color(i) {
-  const n = N[i]; if (n.k) return "hsl(" + (20 + (n.h % 30)) + ",85%," + (62 + n.h % 12) + "%)";
-  return "hsl(" + (200 + n.h % 40) + ",55%," + (72 + n.h % 12) + "%)";
+  const h = hue(NAME[i]);
+  if (isKernel[i]) return "hsl(" + (20 + h % 30) + ",85%," + (62 + h % 12) + "%)";
+  return "hsl(" + (200 + h % 40) + ",55%," + (72 + h % 12) + "%)";
 }
 function flame() {
   const svg = $("flamesvg"), W = svg.clientWidth || 1200;
@@ -82,54 +88,57 @@ function flame() {
     const [i, x, w, d] = stack.pop();
     if (w < MIN_PX) continue;
     depth = Math.max(depth, d);
-    const n = N[i];
     parts.push('<rect data-id="' + i + '" x="' + x.toFixed(2) + '" y="' + d * ROW + '" width="' + w.toFixed(3) +
-      '" height="' + (ROW - 1) + '" fill="' + color(i) + '"' + (pattern && pattern.test(n.n) ? ' class="match"' : "") + "></rect>");
+      '" height="' + (ROW - 1) + '" fill="' + color(i) + '"' + (pattern && pattern.test(NAME[i]) ? ' class="match"' : "") + "></rect>");
     if (w > 40) parts.push('<text x="' + (x + 3).toFixed(1) + '" y="' + (d * ROW + 13) + '">' +
-      esc(n.n.slice(0, Math.floor(w / 6.5))) + "</text>");
+      esc(NAME[i].slice(0, Math.floor(w / 6.5))) + "</text>");
     let cx = x;
-    const total = n.v || 0;
+    const total = VALUE[i] || 0;
     for (const c of kids[i]) {
-      const cw = total > 0 ? w * Math.max(N[c].v, 0) / total : 0;
+      const cw = total > 0 ? w * Math.max(VALUE[c], 0) / total : 0;
       stack.push([c, cx, cw, d + 1]); cx += cw;
     }
   }
   svg.setAttribute("height", (depth + 1) * ROW);
   svg.innerHTML = parts.join("");
-  const path = []; for (let i = zoom; i >= 0; i = N[i].p) path.unshift(i);
-  $("crumbs").innerHTML = path.map(i => '<a data-id="' + i + '">' + esc(N[i].n) + "</a>").join(" › ");
+  const path = []; for (let i = zoom; i >= 0; i = PARENT[i]) path.unshift(i);
+  $("crumbs").innerHTML = path.map(i => '<a data-id="' + i + '">' + esc(NAME[i]) + "</a>").join(" › ");
 }
 $("crumbs").onclick = e => { if (e.target.dataset.id) { zoom = +e.target.dataset.id; flame(); } };
 $("flamesvg").onclick = e => { if (e.target.dataset.id) { zoom = +e.target.dataset.id; flame(); } };
 $("flamesvg").onmousemove = e => {
   const id = e.target.dataset.id, tip = $("tip");
   if (id === undefined) { tip.style.display = "none"; return; }
-  const n = N[+id];
-  tip.innerHTML = "<b>" + esc(n.full || n.n) + "</b><table>" + D.columns.map((c, j) =>
-    n.m[j] === null ? "" : "<tr><td>" + esc(c) + "</td><td>" + fmt(n.m[j]) + "</td></tr>").join("") + "</table>";
+  const i = +id, m = D.nodes.metrics;
+  tip.innerHTML = "<b>" + esc(FULL[i] || NAME[i]) + "</b><table>" + D.columns.map((c, j) =>
+    m[j][i] === null ? "" : "<tr><td>" + esc(c) + "</td><td>" + fmt(m[j][i]) + "</td></tr>").join("") + "</table>";
   tip.style.display = "block";
   tip.style.left = Math.min(e.clientX + 12, innerWidth - 660) + "px"; tip.style.top = e.clientY + 12 + "px";
 };
 $("flamesvg").onmouseleave = () => { $("tip").style.display = "none"; };
 $("search").oninput = e => {
   try { pattern = e.target.value ? new RegExp(e.target.value, "i") : null; } catch (err) { pattern = null; }
-  flame();
+  flame(); table();
 };
 
-// -- kernels table -----------------------------------------------------------------------------
+// -- kernels table (the first ROWS after sorting and the search; sorting sees them all) ------
+const ROWS = 500;
 let sortCol = 1, sortDir = -1;
 function table() {
-  const K = D.kernels, rows = K.rows.slice();
+  const K = D.kernels, key = r => sortCol === 0 ? NAME[r[0]] : r[sortCol];
+  let rows = pattern ? K.rows.filter(r => pattern.test(NAME[r[0]])) : K.rows.slice();
   rows.sort((a, b) => {
-    const x = a[sortCol], y = b[sortCol];
+    const x = key(a), y = key(b);
     if (x === y) return 0; if (x === null) return 1; if (y === null) return -1;
     return (x < y ? -1 : 1) * sortDir;
   });
+  const shown = rows.slice(0, ROWS);
   $("ktable").innerHTML = "<thead><tr>" + K.columns.map((c, j) => '<th data-col="' + j + '" class="' +
     (j === 0 ? "name " : "") + (j === sortCol ? (sortDir > 0 ? "asc" : "desc") : "") + '">' + esc(c) + "</th>").join("") +
-    "</tr></thead><tbody>" + rows.map(r => "<tr>" + r.map((v, j) => j === 0 ?
-      '<td class="name" title="' + esc(r[r.length - 1] || "") + '">' + esc(v) + "</td>" :
-      (j === r.length - 1 ? "" : "<td>" + fmt(v) + "</td>")).join("") + "</tr>").join("") + "</tbody>";
+    "</tr></thead><tbody>" + shown.map(r => '<tr><td class="name" title="' + esc(pathOf(r[0])) + '">' +
+      esc(NAME[r[0]]) + "</td>" + r.slice(1).map(v => "<td>" + fmt(v) + "</td>").join("") + "</tr>").join("") + "</tbody>";
+  $("knote").textContent = rows.length > ROWS ? "the first " + ROWS + " of " + rows.length.toLocaleString() +
+    " kernels; sort by a column or search to see others" : rows.length.toLocaleString() + " kernels";
 }
 $("ktable").onclick = e => {
   const j = e.target.dataset.col; if (j === undefined) return;
@@ -183,7 +192,7 @@ function source() {
 const h = hash();
 if (h.sort) { const [c, d] = h.sort.split(":"); const j = D.kernels.columns.indexOf(c);
   if (j >= 0) { sortCol = j; sortDir = d === "asc" ? 1 : -1; } }
-if (h.zoom) zoom = Math.max(0, Math.min(N.length - 1, +h.zoom || 0));
+if (h.zoom) zoom = Math.max(0, Math.min(COUNT - 1, +h.zoom || 0));
 if (h.search) { $("search").value = h.search; try { pattern = new RegExp(h.search, "i"); } catch (e) {} }
 table(); roofline(); source();
 show(h.view || "flame");
