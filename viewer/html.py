@@ -226,5 +226,6 @@ def _source(prof: Profile, style: str) -> list:
         out.append({"name": readable(name, style), "files": files,
                     "headline": f"{kernel.total.samples:,.0f} samples, {stalled:.0%} stalled, "
                                 f"{kernel.paths} call path{'s' * (kernel.paths != 1)}, "
-                                f"{kernel.unmapped:,.0f} not mapped to a line"})
+                                f"{kernel.unmapped:,.0f} not mapped to a line"
+                                + "".join(f"; {why}" for why in kernel.no_lines)})
     return out
