@@ -20,6 +20,10 @@ from ..format import (DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FR
 from .errors import ViewerError
 from .reader import Profile
 
+ISSUING = "selected"
+"""The sampling reason of a warp that issued: CUPTI lists it among the stall reasons and
+counts it in num_stalled_samples; here it is counted as issuing."""
+
 
 @dataclass(slots=True)
 class Samples:
@@ -98,6 +102,8 @@ class _Columns:
         stalled = self.values.get(NUM_STALLED, {}).get(node)
         if stalled is None or math.isnan(stalled):
             stalled = sum(stalls.values())
+        # "selected" is the warp issuing an instruction, not a stall (as Nsight Compute counts)
+        stalled -= stalls.pop(ISSUING, 0.0)
         return Samples(own, stalled, stalls)
 
 
