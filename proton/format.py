@@ -56,6 +56,15 @@ FLOPS = re.compile(r"flops(8|16|32|64)?")
 LAUNCH_METADATA = "__proton_launch_metadata"
 """Kernels that a launch_metadata function launches go under this frame (viewers hide it)."""
 
+# -- launch configuration of a kernel node (its launches' most-timed one) -----------------------
+GRID_BLOCKS = "grid_blocks"
+"""Blocks (programs) in the grid: x * y * z."""
+BLOCK_THREADS = "block_threads"
+"""Threads per block: x * y * z (Triton: num_warps * 32)."""
+REGISTERS = "registers_per_thread"
+SHARED_MEMORY = "shared_memory_bytes"
+"""Static plus dynamic shared memory per block."""
+
 # -- instruction sampling (mode="pcsampling"), with Triton's Proton's names ---------------------
 NUM_SAMPLES = "num_samples"
 NUM_STALLED = "num_stalled_samples"

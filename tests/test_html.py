@@ -178,7 +178,7 @@ def test_screenshots_of_each_view(tmp_path):
              "flops": write(tmp_path, kernels_with_flops(tmp_path), name="f.html"),
              "pc": write(tmp_path, os.path.join(DATA, "pcsampling.hatchet"), name="p.html")}
     for view, page in (("flame", "example"), ("kernels", "example"), ("roofline", "flops"),
-                       ("source", "pc")):
+                       ("source", "pc"), ("findings", "pc")):
         shot = os.path.join(out, f"{view}.png")
         browse(pages[page], f"view={view}", screenshot=shot)
         assert os.path.getsize(shot) > 5000
@@ -212,3 +212,13 @@ def test_a_table_of_many_kernels_shows_the_first_500_and_says_so(tmp_path):
     assert first == "k1199"  # slowest first
     found = browse(path, "view=kernels&search=^k11")  # k11, k110-k119, k1100-k1199
     assert "111 kernels" in found and found.count('title="ROOT"') == 111
+
+
+@needs_browser
+def test_the_findings_of_diagnose(tmp_path):
+    path = write(tmp_path, os.path.join(DATA, "pcsampling.hatchet"))
+    dom = browse(path, "view=findings")
+    body = dom[dom.index('id="findbody"'):]
+    body = body[: body.index("</section>")]
+    assert body.count('<li class="finding') == len(data(path)["findings"]["items"]) >= 1
+    assert "stalled line" in body and "math pipe is busy" in body

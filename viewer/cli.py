@@ -82,6 +82,11 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               "OTHER may be - (stdin).")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Terminal width to draw for (long names fold onto more lines; never cut).")
+@click.option("--diagnose", is_flag=True,
+              help="Instead of the tree: findings on why kernels are slow (too few programs, "
+              "tail effect, low occupancy, far from the roofline, launch-bound scopes, "
+              "stall-dominated lines), most GPU time first, each with one thing to try; "
+              "--output json for scripts.")
 @click.option("--html", "html_path", default=None, metavar="REPORT.html",
               help="Write one self-contained page (no network) instead of the tree: flame "
               "graph (widths: the first -m metric), kernels table, roofline, source heat of "
@@ -95,8 +100,8 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
 @click.argument("profiles", metavar="FILE.hatchet...", nargs=-1, required=True)
 @click.pass_context
 def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
-           name_style, collapse_libraries, print_sorted, other, output, width, html_path, rank,
-           kernel, profiles) -> None:
+           name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
+           html_path, rank, kernel, profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
     from stdin. Several files, or a folder, are a job's ranks: one tree over all of them,
     frames matched by call path, each metric summed and, per frame, its min, mean and max
@@ -126,6 +131,8 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
             click.echo(f"Error: {error}", err=True)
         if kernel is not None:
             deep.call(_show_source, kernel, width, profile)
+        elif diagnose:
+            deep.call(_show_findings, profile, name_style, output)
         elif html_path is not None:
             deep.call(_write_html, html_path, metrics, include, exclude, threshold, depth,
                       name_style, profile, merged, list(profiles))
@@ -264,6 +271,18 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         write(f"{kernels} kernel{' has' if kernels == 1 else 's have'} {what}: {reason}\n")
     for note in notes:
         write(note + "\n")
+
+
+def _show_findings(prof, style: str, output: str) -> None:
+    import json
+
+    from .diagnose import as_dicts, diagnose, render
+
+    findings, notes = diagnose(prof, style)
+    if output == "json":
+        click.echo(json.dumps({"findings": as_dicts(findings), "notes": notes}, indent=1))
+    else:
+        click.echo(render(findings, notes), nl=False)
 
 
 def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,

@@ -161,6 +161,20 @@ def derive(profile: Profile, spec: str) -> Column:
                   additive=base not in (DEVICE_ID, DEVICE_TYPE))
 
 
+def kernel_mask(profile: Profile) -> dict:
+    """Node -> whether it is a kernel: kernel time or a device of its own (ROOT, which carries
+    a 0 for each inclusive metric, is not)."""
+    df = profile.gf.dataframe
+    if TIME not in df:
+        return {}
+    own = pd.to_numeric(df[TIME], errors="coerce").notna()
+    if DEVICE_ID in df:
+        own |= df[DEVICE_ID].notna()
+    for root in profile.gf.graph.roots:
+        own[root] = False
+    return own.to_dict()
+
+
 def _comm_kernels(profile: Profile) -> pd.Series:
     """Which nodes are communication kernels: COMM_KERNEL names with kernel time of their own
     (not a device id: ranks merged on one graph may disagree on it)."""

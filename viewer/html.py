@@ -1,7 +1,7 @@
 """`proton-viewer --html report.html FILE...`: one self-contained page (no network) with a
 flame graph of the call tree, a sortable kernels table, a roofline of the kernels that carry
-flops and bytes, and the source heat of sampled kernels; with several rank files, the merged
-tree with each frame's spread over the ranks.
+flops and bytes, the source heat of sampled kernels and --diagnose's findings; with several
+rank files, the merged tree with each frame's spread over the ranks.
 
 Derive, then render: this module turns a profile into the page's JSON; page.py holds the page.
 """
@@ -13,7 +13,7 @@ import math
 import pandas as pd
 
 from ..format import BYTES, CUDA, DEVICE_ID, FLOPS, NUM_SAMPLES, TIME
-from .derive import Column, available, derive
+from .derive import Column, available, derive, kernel_mask
 from .errors import ViewerError
 from .names import readable
 from .page import TEMPLATE
@@ -34,7 +34,8 @@ def page(prof: Profile, columns: list[Column], *, title: str, merged=None,
             "kernels": _kernels(prof, merged, nodes.pop("order")),
             "nodes": nodes,
             "roofline": _roofline(prof, style),
-            "source": _source(prof, style)}
+            "source": _source(prof, style),
+            "findings": _findings(prof, style)}
     text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
     return TEMPLATE.replace("__TITLE__", _escape(title)).replace("__DATA__", text)
 
@@ -98,18 +99,6 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str
             "order": order}
 
 
-def _kernel_mask(prof: Profile) -> dict:
-    df = prof.gf.dataframe
-    if TIME not in df:
-        return {}
-    own = pd.to_numeric(df[TIME], errors="coerce").notna()
-    if DEVICE_ID in df:
-        own |= df[DEVICE_ID].notna()
-    for root in prof.gf.graph.roots:  # ROOT carries a 0 for each inclusive metric
-        own[root] = False
-    return own.to_dict()
-
-
 def _rate_specs(prof: Profile) -> list[str]:
     have = available(prof)
     flops = next((s for s in ("tflop/s", "tflop16/s", "tflop8/s", "tflop32/s", "tflop64/s")
@@ -136,7 +125,7 @@ def _kernels(prof: Profile, merged, order: list) -> dict:
 
         spread = rank_columns(merged, ["time/ms"])
         columns.append(Column("max/mean over ranks", spread[-1].values))
-    kernel = _kernel_mask(prof)
+    kernel = kernel_mask(prof)
     values = [c.values.to_dict() for c in columns]
     rows = [[i] + [_num(v.get(node)) for v in values]
             for i, node in enumerate(order) if kernel.get(node)]
@@ -229,3 +218,14 @@ def _source(prof: Profile, style: str) -> list:
                                 f"{kernel.unmapped:,.0f} not mapped to a line"
                                 + "".join(f"; {why}" for why in kernel.no_lines)})
     return out
+
+
+def _findings(prof: Profile, style: str) -> dict:
+    """--diagnose's findings, or why there are none (a profile without kernel times)."""
+    from .diagnose import as_dicts, diagnose
+
+    try:
+        found, notes = diagnose(prof, style)
+    except ViewerError as exc:
+        return {"items": [], "notes": [str(exc)]}
+    return {"items": as_dicts(found), "notes": notes}

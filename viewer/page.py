@@ -1,7 +1,7 @@
 """The report page's own HTML, CSS and JavaScript (no library, no network): html.py fills in the
 profile as JSON. Views: flame graph (icicle), kernels table, roofline, source heat.
 
-Hash options (for links and tests): #view=flame|kernels|roofline|source, #zoom=NODE,
+Hash options (for links and tests): #view=flame|kernels|roofline|source|findings, #zoom=NODE,
 #sort=COLUMN:asc|desc, #search=TEXT.
 """
 
@@ -33,16 +33,19 @@ table.grid th.asc:after{content:" \25B2"}table.grid th.desc:after{content:" \25B
 #roofline circle{fill:#2563eb;fill-opacity:.55;stroke:#1e3a8a}
 .src{font:12px/1.35 ui-monospace,Menlo,Consolas,monospace;background:#fff;border:1px solid #e5e8ec;margin-bottom:16px}
 .src td{padding:0 8px;white-space:pre}.src td.n{text-align:right;color:#8a93a0}
+li.finding{margin-bottom:10px}li.finding.info{color:#5b6472}
 .src td.s{text-align:right}.src td.r{color:#5b6472;font-family:system-ui,sans-serif}
 </style></head><body data-ready="0">
 <header><h1>__TITLE__</h1><span class="sub" id="summary"></span></header>
 <nav><button data-view="flame">Flame graph</button><button data-view="kernels">Kernels</button>
 <button data-view="roofline">Roofline</button><button data-view="source">Source</button>
+<button data-view="findings">Findings</button>
 <input id="search" placeholder="search frames (regex)"></nav>
 <section id="flame"><div id="crumbs"></div><svg id="flamesvg"></svg></section>
 <section id="kernels"><div class="note" id="knote"></div><table class="grid" id="ktable"></table></section>
 <section id="roofline"><div class="note" id="roofnote"></div><svg id="roofsvg" width="900" height="520"></svg></section>
 <section id="source"><div id="srcbody"></div></section>
+<section id="findings"><div id="findbody"></div></section>
 <div id="tip"></div>
 <script type="application/json" id="data">__DATA__</script>
 <script>
@@ -189,12 +192,22 @@ function source() {
       '</td><td class="n">' + l.line + "</td><td>" + esc(l.code) + "</td></tr>").join("") + "</table>").join("")).join("");
 }
 
+// -- findings (proton-viewer --diagnose) ---------------------------------------------------------
+function findings() {
+  const F = D.findings;
+  $("findbody").innerHTML = (F.items.length ? "<ol>" + F.items.map(f => '<li class="finding' + (f.info ? " info" : "") +
+    '"><b>' + esc(f.info ? "info" : f.rule) + "</b> " + esc(f.kernel) + ": " + fmt(f.time_ns / 1e6) + " ms, " +
+    Math.round(f.share * 100) + '% of GPU time<br><span class="note">at ' + esc(f.path) + "</span><br>" + esc(f.evidence) +
+    "<br><i>try:</i> " + esc(f.advice) + "</li>").join("") + "</ol>" : '<p class="note">No findings.</p>') +
+    F.notes.map(n => '<p class="note">' + esc(n) + "</p>").join("");
+}
+
 const h = hash();
 if (h.sort) { const [c, d] = h.sort.split(":"); const j = D.kernels.columns.indexOf(c);
   if (j >= 0) { sortCol = j; sortDir = d === "asc" ? 1 : -1; } }
 if (h.zoom) zoom = Math.max(0, Math.min(COUNT - 1, +h.zoom || 0));
 if (h.search) { $("search").value = h.search; try { pattern = new RegExp(h.search, "i"); } catch (e) {} }
-table(); roofline(); source();
+table(); roofline(); source(); findings();
 show(h.view || "flame");
 document.body.dataset.ready = "1";
 </script></body></html>

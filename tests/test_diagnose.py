@@ -1,0 +1,177 @@
+"""`proton-viewer --diagnose` rules on synthetic profiles with known answers, the occupancy
+arithmetic against the CUDA occupancy calculator, and no alarm on healthy matmuls."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from proton.viewer.cli import viewer
+from proton.viewer.diagnose import diagnose
+from proton.viewer.occupancy import occupancy
+from proton.viewer.reader import load
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+H100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000, "memory_clock_rate": 2619000,
+        "bus_width": 5120}
+PEAK16 = 132 / 114 * 1980000 / 1755e3 * 1513e12 / 2  # viewer/specs.py's sm90 16-bit peak
+BW = 2 * 5120 * 2619000 * 1e3 / 8
+
+
+# The CUDA occupancy calculator's numbers for these launches (blocks per SM, occupancy, limit)
+@pytest.mark.parametrize("arch,threads,regs,shared,blocks,fraction,limiter", [
+    ("80", 256, 32, 0, 8, 1.0, "warps"),
+    ("80", 256, 64, 0, 4, 0.5, "registers"),
+    ("80", 128, 0, 48 * 1024, 3, 0.1875, "shared memory"),
+    ("90", 128, 168, 160 * 1024, 1, 0.0625, "shared memory"),
+    ("90", 1024, 0, 0, 2, 1.0, "warps"),
+    ("86", 512, 40, 0, 3, 1.0, "warps"),
+    ("90", 32, 16, 0, 32, 0.5, "blocks"),
+])
+def test_occupancy_matches_the_cuda_occupancy_calculator(arch, threads, regs, shared, blocks,
+                                                         fraction, limiter):
+    occ = occupancy(arch, threads, regs, shared)
+    assert (occ.blocks, occ.fraction, occ.limiter) == (blocks, pytest.approx(fraction), limiter)
+
+
+def test_occupancy_of_what_cannot_run_or_is_unknown():
+    assert occupancy("90", 128, 0, 300 * 1024) is None  # more shared memory than an SM has
+    assert occupancy("42", 128, 32, 0) is None
+
+
+def kernel(name, ns, *, count=1, grid=None, threads=None, regs=None, shared=None, flops=None,
+           nbytes=None):
+    m = {"time (ns)": ns, "count": count, "device_id": "0", "device_type": "CUDA"}
+    for key, v in (("grid_blocks", grid), ("block_threads", threads),
+                   ("registers_per_thread", regs), ("shared_memory_bytes", shared),
+                   ("flops16", flops), ("bytes", nbytes)):
+        if v is not None:
+            m[key] = v
+    return {"frame": {"name": name, "type": "function"}, "metrics": m, "children": []}
+
+
+def profile(tmp_path, *children, name="p") -> str:
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0},
+            "children": list(children)}
+    path = tmp_path / f"{name}.hatchet"
+    path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
+    return str(path)
+
+
+def findings(path) -> dict:
+    got, notes = diagnose(load(path))
+    return {(f.rule, f.kernel): f for f in got}
+
+
+def test_too_few_programs(tmp_path):
+    got = findings(profile(tmp_path, kernel("small_grid", 1e6, grid=16, threads=128, regs=32)))
+    f = got[("too few programs", "small_grid")]
+    assert "16 blocks on 132 SMs: 116 SMs idle" in f.evidence and not f.info
+
+
+def test_tail_effect(tmp_path):
+    # 256 threads at 64 registers: 4 blocks per SM, 528 at once; 581 blocks = 1.10 waves
+    got = findings(profile(tmp_path, kernel("tail", 1e6, grid=581, threads=256, regs=64),
+                           kernel("whole", 1e6, grid=5280, threads=256, regs=64)))
+    f = got[("tail effect", "tail")]
+    assert "1.10 waves of 528" in f.evidence and "45% idle" in f.evidence
+    assert "multiple of 528 blocks" in f.advice
+    assert not [k for k in got if k[1] == "whole"]
+
+
+def test_low_occupancy_is_a_warning_only_far_from_the_roof(tmp_path):
+    slow = 2 * 4096 ** 3 / (0.1 * PEAK16)  # ns at 10% of the 16-bit peak
+    fast = 2 * 4096 ** 3 / (0.7 * PEAK16)
+    got = findings(profile(
+        tmp_path,
+        kernel("slow", slow * 1e9, grid=1024, threads=128, regs=168, shared=160 * 1024,
+               flops=2 * 4096 ** 3, nbytes=3 * 2 * 4096 ** 2),
+        kernel("fast", fast * 1e9, grid=1024, threads=128, regs=168, shared=160 * 1024,
+               flops=2 * 4096 ** 3, nbytes=3 * 2 * 4096 ** 2)))
+    low = got[("low occupancy", "slow")]
+    assert "theoretical occupancy 6% (1 block of 4 warps per SM), limited by 163,840 B shared" \
+           in low.evidence and not low.info
+    assert got[("low occupancy", "fast")].info
+    assert "10% of the compute roof" in got[("far from the roofline", "slow")].evidence
+    assert ("far from the roofline", "fast") not in got
+
+
+def test_memory_bound_kernel_far_from_its_roof(tmp_path):
+    nbytes = 1e9
+    ns = nbytes / (0.2 * BW) * 1e9  # moving bytes at 20% of the bandwidth
+    got = findings(profile(tmp_path, kernel("copy", ns, flops=1e8, nbytes=nbytes)))
+    f = got[("far from the roofline", "copy")]
+    assert "20% of the memory roof" in f.evidence and "move fewer bytes" in f.advice
+
+
+def test_launch_bound_scope(tmp_path):
+    def scope(name, cpu_ns, *kids):
+        node = {"frame": {"name": name, "type": "function"}, "metrics": {}, "children": list(kids)}
+        if cpu_ns:
+            node["metrics"]["cpu_time (ns)"] = cpu_ns
+        return node
+
+    path = profile(tmp_path,
+                   scope("idle_gpu", 20e6, kernel("add", 3e6, count=1000)),
+                   scope("busy_gpu", 4e6, kernel("mul", 3e6, count=1000)),
+                   scope("untimed", None, kernel("sub", 3e6, count=1000)))
+    got = findings(path)
+    f = got[("launch-bound", "scope idle_gpu")]
+    assert "busy 15% of the scope's 20.000 ms: 1,000 kernels averaging 3.0 us" in f.evidence
+    assert "CUDA graphs" in f.advice
+    assert ("launch-bound", "scope busy_gpu") not in got
+    assert "cpu_timed_scope" in got[("launch-bound", "scope untimed")].evidence
+
+
+def test_stall_dominated_lines_in_words():
+    got, notes = diagnose(load(os.path.join(DATA, "pcsampling.hatchet")))
+    lines = [f for f in got if f.rule == "stalled line" and f.kernel == "matmul_kernel"]
+    assert lines[0].evidence.startswith("line 18 of pc_kernel_source.py: 65% of the kernel's "
+                                        "samples, 60% stalled, mostly math_pipe_throttle (64%)")
+    assert "math pipe is busy" in lines[0].evidence and lines[0].path.startswith("2 call paths")
+    assert all("selected" not in f.evidence for f in got)
+
+
+def test_healthy_matmuls_get_no_warning(tmp_path):
+    """A tuned 4096^3 fp16 Triton matmul on an H100 (128x256 tiles, 8 warps, ~200 KB of shared
+    memory: 1 block per SM, at 70% of the peak) and a cuBLAS one (no flops metadata)."""
+    tuned = 2 * 4096 ** 3 / (0.7 * PEAK16) * 1e9
+    got, _ = diagnose(load(profile(
+        tmp_path,
+        kernel("matmul_kernel", tuned, grid=512, threads=256, regs=168, shared=200 * 1024,
+               flops=2 * 4096 ** 3, nbytes=3 * 2 * 4096 ** 2),
+        kernel("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64", tuned, grid=264,
+               threads=384, regs=168, shared=200 * 1024))))
+    assert got and all(f.info for f in got), [(f.rule, f.kernel, f.evidence) for f in got]
+
+
+def test_what_could_not_be_checked_is_said():
+    got, notes = diagnose(load(os.path.join(DATA, "example_gpu.hatchet")))
+    text = " | ".join(notes)
+    assert "no launch configuration" in text and "no kernel has flops and bytes" in text
+    assert "no PC samples" in text and "tensor cores" in text
+
+
+def test_the_command(tmp_path):
+    path = profile(tmp_path, kernel("small_grid", 1e6, grid=16, threads=128, regs=32))
+    result = CliRunner().invoke(viewer, ["--diagnose", path])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("1. [too few programs] small_grid: 1.000 ms, 100% of GPU")
+    assert "   try: more programs" in result.output
+    data = json.loads(CliRunner().invoke(viewer, ["--diagnose", "--output", "json", path]).stdout)
+    assert data["findings"][0]["rule"] == "too few programs" and data["notes"]
+
+
+def test_triton_viewer_opens_a_file_with_launch_configuration(tmp_path):
+    pytest.importorskip("triton.profiler.viewer")
+    path = profile(tmp_path, kernel("k", 1e6, grid=16, threads=128, regs=32, shared=1024,
+                                    flops=1e9, nbytes=1e6))
+    run = subprocess.run([sys.executable, "-m", "triton.profiler.viewer", "-m", "time/us,util",
+                          path], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "1000.000" in run.stdout

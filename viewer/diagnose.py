@@ -1,0 +1,342 @@
+"""`proton-viewer --diagnose`: why a kernel is slow, and one thing to try, from one profile.
+
+Each rule reads what the profile has and says when it could not run. Findings are ranked by
+the GPU time they concern; only kernels (and scopes) with at least MIN_SHARE of the profile's
+kernel time are judged. Thresholds:
+  * too few programs: a grid of fewer blocks than the GPU has SMs.
+  * tail effect: more than one wave (blocks / (SMs x resident blocks per SM)) whose last wave
+    leaves the GPU more than TAIL_IDLE idle on average over the waves.
+  * low occupancy: theoretical occupancy under LOW_OCCUPANCY; a warning only when the kernel
+    also reaches less than half its roof (tuned Hopper matmuls run at 1-2 blocks per SM by
+    design), else informational.
+  * far from the roofline: achieved FLOP/s under FAR_FROM_ROOF of the roof at the kernel's
+    arithmetic intensity (the 16-bit tensor peak and the memory bandwidth of its GPU).
+  * launch-bound: a scope whose own kernels number LAUNCH_COUNT or more and average under
+    SHORT_KERNEL_US; with a cpu_timed_scope, GPU busy under BUSY of the scope's time.
+  * stall-dominated lines (PC samples): a line with at least HOT_LINE of the kernel's samples,
+    STALLED or more of them stalled (`selected`, a warp issuing, is not a stall).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from ..format import (BLOCK_THREADS, BYTES, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS,
+                      NUM_SAMPLES, REGISTERS, SHARED_MEMORY, TIME)
+from .derive import kernel_mask
+from .errors import ViewerError
+from .names import readable
+from .occupancy import occupancy
+from .reader import Profile
+from .specs import max_bytes_per_s, max_flops, peak_known
+
+MIN_SHARE = 0.01
+TAIL_IDLE = 0.2
+LOW_OCCUPANCY = 0.25
+FAR_FROM_ROOF = 0.3
+LAUNCH_COUNT = 100
+SHORT_KERNEL_US = 10.0
+BUSY = 0.5
+HOT_LINE = 0.10
+STALLED = 0.5
+
+STALL_WORDS = {
+    "long_scoreboard": ("waiting on global or local memory loads",
+                        "load less or earlier: keep reused data in shared memory, prefetch "
+                        "(more num_stages), coalesce the loads"),
+    "short_scoreboard": ("waiting on shared memory or special-function results",
+                         "fewer shared-memory round trips or transcendental calls on this line"),
+    "math_pipe_throttle": ("the math pipe is busy (compute-bound here)",
+                           "use the tensor cores (tl.dot in fp16/bf16/fp8) or lower precision"),
+    "wait": ("a fixed-latency dependency between instructions",
+             "more independent work per thread (larger tiles, unrolling)"),
+    "barrier": ("waiting at a barrier for the other warps",
+                "balance the warps' work before the barrier, or fewer barriers"),
+    "mio_throttle": ("the memory I/O queue is full (shared-memory instructions)",
+                     "wider shared-memory accesses, fewer of them"),
+    "lg_throttle": ("the local/global memory queue is full",
+                    "fewer, wider memory instructions (vectorised loads and stores)"),
+    "tex_throttle": ("the texture unit is busy", "fewer texture or sampled loads"),
+    "drain": ("writes draining to memory at the kernel's end", "store less, or earlier"),
+    "no_instruction": ("waiting for instructions (instruction cache)", "smaller code: less "
+                       "unrolling or fewer specialisations"),
+    "branch_resolving": ("resolving branches", "fewer divergent branches"),
+    "dispatch_stall": ("the dispatcher stalled", "nothing to change in the kernel, usually"),
+    "membar": ("a memory barrier", "fewer memory fences"),
+    "sleeping": ("warps sleeping", "fewer sleeps or nanosleep calls"),
+    "not_selected": ("eligible, but another warp issued (enough parallelism)",
+                     "nothing: the scheduler had other work"),
+    "imc_miss": ("a constant cache miss", "fewer divergent constant-memory accesses"),
+}
+
+
+@dataclass(slots=True)
+class Finding:
+    rule: str
+    kernel: str
+    path: str
+    time_ns: float
+    share: float
+    """Of the profile's kernel time."""
+    evidence: str
+    advice: str
+    info: bool = False
+    """Worth knowing, not a problem."""
+
+
+def diagnose(prof: Profile, style: str = "folded") -> tuple[list[Finding], list[str]]:
+    """The findings, most GPU time first, and a note for each rule that could not run."""
+    df = prof.gf.dataframe
+    if TIME not in df:
+        raise ViewerError("--diagnose needs kernel times: the profile has none (profile a "
+                          "run on a GPU)")
+    own = pd.to_numeric(df[TIME], errors="coerce")
+    kernels = [n for n, yes in kernel_mask(prof).items() if yes]
+    total = float(own[kernels].sum()) if kernels else 0.0
+    ctx = _Context(prof, own, total, style)
+    findings: list[Finding] = []
+    notes: list[str] = []
+    for rule in (_launch_shape, _roofline, _launch_bound, _stalls):
+        note = rule(ctx, kernels, findings)
+        if note:
+            notes.append(note)
+    notes.append("tensor cores (HMMA/HGMMA in the SASS): not checked yet; the profile keeps no "
+                 "kernel's SASS")
+    findings.sort(key=lambda f: (f.info, -f.time_ns))
+    return findings, notes
+
+
+class _Context:
+    def __init__(self, prof: Profile, own: pd.Series, total: float, style: str) -> None:
+        self.prof, self.own, self.total, self.style = prof, own, total, style
+        self.df = prof.gf.dataframe
+        gpus = prof.devices.get(CUDA, {}) if isinstance(prof.devices, dict) else {}
+        self.gpus = gpus if isinstance(gpus, dict) else {}
+
+    def value(self, node, column: str) -> float | None:
+        if column not in self.df:
+            return None
+        try:
+            v = float(self.df.at[node, column])
+        except (TypeError, ValueError):
+            return None
+        return v if math.isfinite(v) else None
+
+    def gpu(self, node) -> dict | None:
+        if DEVICE_ID not in self.df:
+            return None
+        gpu = self.gpus.get(str(self.df.at[node, DEVICE_ID]))
+        return gpu if isinstance(gpu, dict) else None
+
+    def name(self, node) -> str:
+        return readable(node.frame.get("name", "?"), self.style)
+
+    def path(self, node) -> str:
+        names, up = [], node
+        while up.parents:
+            up = up.parents[0]
+            names.append(readable(up.frame.get("name", "?"), self.style))
+        return " / ".join(reversed(names))
+
+    def finding(self, rule: str, node, ns: float, evidence: str, advice: str,
+                info: bool = False) -> Finding:
+        return Finding(rule, self.name(node), self.path(node), ns,
+                       ns / self.total if self.total else 0.0, evidence, advice, info)
+
+    def big(self, ns: float | None) -> bool:
+        return bool(ns) and self.total > 0 and ns / self.total >= MIN_SHARE
+
+    def roof_fraction(self, node) -> float | None:
+        """Achieved FLOP/s over the roof at the kernel's intensity; None when unknown."""
+        got = _intensity(self, node)
+        if got is None:
+            return None
+        return got[2]
+
+
+def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
+    if GRID_BLOCKS not in ctx.df:
+        return ("too few programs, tail effect, occupancy: not checked; the profile has no "
+                "launch configuration (grid, block, registers, shared memory per kernel)")
+    for node in kernels:
+        ns = ctx.value(node, TIME)
+        gpu = ctx.gpu(node)
+        grid, threads = ctx.value(node, GRID_BLOCKS), ctx.value(node, BLOCK_THREADS)
+        if not ctx.big(ns) or gpu is None or not grid or not threads:
+            continue
+        sms = int(gpu.get("num_sms", 0))
+        regs = int(ctx.value(node, REGISTERS) or 0)
+        shared = int(ctx.value(node, SHARED_MEMORY) or 0)
+        occ = occupancy(str(gpu.get("arch")), int(threads), regs, shared)
+        if sms and grid < sms:
+            out.append(ctx.finding(
+                "too few programs", node, ns,
+                f"{grid:,.0f} blocks on {sms} SMs: {sms - grid:,.0f} SMs idle the whole kernel",
+                "more programs: split the work finer (smaller BLOCK sizes, split-K), or a "
+                "persistent kernel with one program per SM"))
+        elif occ is not None and sms:
+            capacity = sms * occ.blocks
+            waves = grid / capacity
+            if waves > 1:
+                busy = waves / math.ceil(waves)
+                if 1 - busy > TAIL_IDLE:
+                    out.append(ctx.finding(
+                        "tail effect", node, ns,
+                        f"{grid:,.0f} blocks = {waves:.2f} waves of {capacity:,} ({sms} SMs x "
+                        f"{occ.blocks} resident); the last wave is {waves % 1:.0%} full, the "
+                        f"GPU {1 - busy:.0%} idle on average",
+                        f"a grid that is a multiple of {capacity:,} blocks (other block "
+                        "sizes), or a persistent kernel"))
+        if occ is not None and occ.fraction < LOW_OCCUPANCY:
+            frac = ctx.roof_fraction(node)
+            limit = {"registers": f"{regs} registers per thread",
+                     "shared memory": f"{shared:,} B shared memory per block",
+                     "warps": f"{threads:.0f} threads per block",
+                     "blocks": "the blocks per SM"}[occ.limiter]
+            advice = {"registers": "fewer registers per thread: smaller tiles, fewer "
+                                   "num_stages, or maxnreg",
+                      "shared memory": "less shared memory per block: fewer num_stages or "
+                                       "smaller tiles",
+                      "warps": "more warps per block (num_warps)",
+                      "blocks": "larger blocks (more num_warps)"}[occ.limiter]
+            out.append(ctx.finding(
+                "low occupancy", node, ns,
+                f"theoretical occupancy {occ.fraction:.0%} ({occ.blocks} block"
+                f"{'s' * (occ.blocks != 1)} of "
+                f"{math.ceil(threads / 32)} warps per SM), limited by {limit}"
+                + (f"; {frac:.0%} of its roof" if frac is not None else ""),
+                advice, info=frac is None or frac >= 0.5))
+    return None
+
+
+def _intensity(ctx: _Context, node) -> tuple[float, float, float, str, float] | None:
+    """(FLOP per byte, FLOP/s, fraction of the roof, bound, ridge) of a kernel node."""
+    flops = sum(ctx.value(node, c) or 0.0 for c in ctx.df.columns if FLOPS.fullmatch(str(c)))
+    nbytes, ns, gpu = ctx.value(node, BYTES), ctx.value(node, TIME), ctx.gpu(node)
+    if not flops or not nbytes or not ns or gpu is None or not peak_known(str(gpu.get("arch"))):
+        return None
+    try:
+        peak = max_flops(str(gpu["arch"]), 16, gpu["num_sms"], gpu["clock_rate"])
+        bw = max_bytes_per_s(gpu["bus_width"], gpu["memory_clock_rate"])
+    except (KeyError, TypeError, ViewerError):
+        return None
+    x, y = flops / nbytes, flops / (ns * 1e-9)
+    roof = min(peak, bw * x)
+    return x, y, y / roof, "memory" if bw * x < peak else "compute", peak / bw
+
+
+def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
+    judged = 0
+    for node in kernels:
+        got = _intensity(ctx, node)
+        ns = ctx.value(node, TIME)
+        if got is None or not ctx.big(ns):
+            continue
+        judged += 1
+        x, y, frac, bound, ridge = got
+        if frac >= FAR_FROM_ROOF:
+            continue
+        advice = ("move fewer bytes: fuse with the neighbouring ops, reuse tiles from shared "
+                  "memory, lower precision") if bound == "memory" else (
+                  "use the tensor cores (tl.dot in fp16/bf16/fp8), larger tiles, more warps")
+        out.append(ctx.finding(
+            "far from the roofline", node, ns,
+            f"{frac:.0%} of the {bound} roof: {y / 1e12:,.2f} TFLOP/s at {x:,.2f} FLOP/byte "
+            f"(ridge {ridge:,.0f} FLOP/byte)", advice))
+    if not judged and not any(FLOPS.fullmatch(str(c)) for c in ctx.df.columns):
+        return ("far from the roofline: not checked; no kernel has flops and bytes (Triton "
+                "kernels give them through launch_metadata, with -k triton)")
+    return None
+
+
+def _launch_bound(ctx: _Context, kernels: list, out: list) -> str | None:
+    is_kernel = set(kernels)
+    for node in ctx.prof.gf.graph.traverse():
+        if node in is_kernel:
+            continue
+        mine = [c for c in node.children if c in is_kernel]
+        count = sum(ctx.value(c, "count") or 0 for c in mine)
+        ns = sum(ctx.value(c, TIME) or 0 for c in mine)
+        if count < LAUNCH_COUNT or not ctx.big(ns):
+            continue
+        avg_us = ns / count / 1e3
+        if avg_us >= SHORT_KERNEL_US:
+            continue
+        cpu = ctx.value(node, CPU_TIME)
+        advice = ("launch fewer kernels: CUDA graphs (torch.compile mode='reduce-overhead', "
+                  "torch.cuda.graphs), fuse elementwise ops (torch.compile), batch the work")
+        if cpu:
+            busy = ns / cpu
+            if busy >= BUSY:
+                continue
+            evidence = (f"the GPU is busy {busy:.0%} of the scope's {cpu / 1e6:,.3f} ms: "
+                        f"{count:,.0f} kernels averaging {avg_us:.1f} us")
+        else:
+            evidence = (f"{count:,.0f} kernels averaging {avg_us:.1f} us (time the scope with "
+                        "proton.cpu_timed_scope to see how long the GPU waits)")
+        finding = ctx.finding("launch-bound", node, ns, evidence, advice)
+        finding.kernel = f"scope {finding.kernel}"
+        out.append(finding)
+    return None
+
+
+def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
+    if NUM_SAMPLES not in ctx.df:
+        return "stall-dominated lines: not checked; no PC samples (profile with -m pcsampling)"
+    from .source import find_kernel
+
+    seen = set()
+    for node in kernels:
+        raw = node.frame.get("name", "")
+        if raw in seen:
+            continue
+        seen.add(raw)
+        try:
+            kernel = find_kernel(ctx.prof, raw)
+        except ViewerError:
+            continue
+        ns = sum(ctx.value(n, TIME) or 0 for n in kernels if n.frame.get("name") == raw)
+        if not ctx.big(ns) or not kernel.total.samples:
+            continue
+        for ls in kernel.lines[:3]:
+            share = ls.counts.samples / kernel.total.samples
+            stalled = ls.counts.stalled / ls.counts.samples if ls.counts.samples else 0
+            top = ls.counts.top_stalls(1)
+            if share < HOT_LINE or stalled < STALLED or not top:
+                continue
+            reason, part = top[0]
+            words, advice = STALL_WORDS.get(reason, (reason.replace("_", " "), "see Nsight "
+                                                     "Compute's stall reasons"))
+            finding = ctx.finding(
+                "stalled line", node, ns * share,
+                f"line {ls.line} of {ls.file.rsplit('/', 1)[-1]}: {share:.0%} of the kernel's "
+                f"samples, {stalled:.0%} stalled, mostly {reason} ({part:.0%}): {words}",
+                advice)
+            if kernel.paths > 1:  # its samples are summed over every call path
+                finding.path = f"{kernel.paths} call paths, e.g. {finding.path}"
+            out.append(finding)
+    return None
+
+
+def as_dicts(findings: list[Finding]) -> list[dict]:
+    return [asdict(f) for f in findings]
+
+
+def render(findings: list[Finding], notes: list[str]) -> str:
+    """The findings for a terminal: one numbered block each, then the rules not run."""
+    lines = []
+    if not findings:
+        lines.append("no findings: nothing here crosses a rule's threshold (see proton-viewer "
+                     "--help for the rules)")
+    for i, f in enumerate(findings, 1):
+        tag = "info" if f.info else f.rule
+        lines.append(f"{i}. [{tag}] {f.kernel}: {f.time_ns / 1e6:,.3f} ms, {f.share:.0%} of "
+                     "GPU time")
+        lines.append(f"   at {f.path}")
+        lines.append(f"   {f.evidence}")
+        lines.append(f"   try: {f.advice}")
+    for note in notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
