@@ -56,7 +56,7 @@ FLOPS = re.compile(r"flops(8|16|32|64)?")
 LAUNCH_METADATA = "__proton_launch_metadata"
 """Kernels that a launch_metadata function launches go under this frame (viewers hide it)."""
 
-# -- launch configuration of a kernel node (its launches' most-timed one) -----------------------
+# -- launch configuration of a kernel node (exclusive metrics: a node's own) --------------------
 GRID_BLOCKS = "grid_blocks"
 """Blocks (programs) in the grid: x * y * z."""
 BLOCK_THREADS = "block_threads"
@@ -64,6 +64,10 @@ BLOCK_THREADS = "block_threads"
 REGISTERS = "registers_per_thread"
 SHARED_MEMORY = "shared_memory_bytes"
 """Static plus dynamic shared memory per block."""
+LAUNCH_CONFIGS = "launch_configs"
+"""Written when a node's launches differed: how many configurations; the four above are then
+those of the one with the most GPU time."""
+LAUNCH_METRICS = (GRID_BLOCKS, BLOCK_THREADS, REGISTERS, SHARED_MEMORY)
 
 # -- instruction sampling (mode="pcsampling"), with Triton's Proton's names ---------------------
 NUM_SAMPLES = "num_samples"

@@ -229,3 +229,64 @@ def test_our_libcupti_is_the_one_of_cupti_pythons_major_version(tmp_path):
         loaded_libcupti(str(maps))
     maps.write_text("")
     assert loaded_libcupti(str(maps)) is None
+
+
+def test_each_kernel_nodes_launch_configuration_is_recorded():
+    """Kernel records with their grid, block, registers and shared memory, as CUPTI lays them
+    out, read into the session and written as the node's own metrics: the configuration with
+    the most GPU time, and how many there were when launches differed."""
+    import ctypes
+
+    import numpy as np
+    from cupti import cupti
+
+    from proton.cupti.collector import CuptiCollector
+    from proton.data import writer
+    from proton.data.paths import SCOPE, paths
+    from proton.runtime.router import KernelRouter
+    from proton.runtime.session import Session
+
+    session = Session(1, "t", "/dev/null", "shadow", "tree", None)
+    session.intervals.append([0, -1])
+    router = KernelRouter({1: session})
+    collector = CuptiCollector(router.on_kernels)
+    launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+    scope = paths.intern(ROOT, "launch_config_scope", SCOPE)
+    name = ctypes.create_string_buffer(b"conv")
+    n = 3
+    ext = np.zeros(n, dtype=cupti.activity_external_correlation_dtype)
+    ext["kind"], ext["correlation_id"] = int(cupti.ActivityKind.EXTERNAL_CORRELATION), [1, 2, 3]
+    ext["external_kind"], ext["external_id"] = int(cupti.ExternalCorrelationKind.CUSTOM2), scope
+    api = np.zeros(n, dtype=cupti.activity_api_dtype)
+    api["kind"], api["cbid"], api["correlation_id"] = int(cupti.ActivityKind.DRIVER), launch, \
+        [1, 2, 3]
+    api["start"] = [10, 20, 30]
+    kern = np.zeros(n, dtype=cupti.activity_kernel10_dtype)
+    kern["kind"], kern["correlation_id"] = int(cupti.ActivityKind.CONCURRENT_KERNEL), [1, 2, 3]
+    kern["name"], kern["start"], kern["end"] = ctypes.addressof(name), [11, 21, 31], \
+        [12, 22, 131]
+    # launches 1 and 2: a 16x8 grid of 256 threads; launch 3 (100 ns, the most): 528 x 1 x 1
+    kern["grid_x"], kern["grid_y"], kern["grid_z"] = [16, 16, 528], [8, 8, 1], 1
+    kern["block_x"], kern["block_y"], kern["block_z"] = [128, 128, 256], [2, 2, 1], 1
+    kern["registers_per_thread"] = [64, 64, 40]
+    kern["static_shared_memory"], kern["dynamic_shared_memory"] = [1024, 1024, 0], \
+        [0, 0, 49152]
+    parts = [ext.tobytes(), api.tobytes(), kern.tobytes()]
+    offsets, at = [], 0
+    for part, dtype in zip(parts, (ext.dtype, api.dtype, kern.dtype)):
+        offsets += [at + i * dtype.itemsize for i in range(n)]
+        at += len(part)
+    collector.read_records(memoryview(b"".join(parts)), offsets)
+    assert collector.callback_errors == []
+    node = router.kernel_path(scope, "conv", 0)
+    assert session.nodes[node]["count"] == 3
+    configs = collector.launch_configs
+    shapes = {configs.get(c): ns for c, ns in session.launch[node].items()}
+    assert shapes == {(128, 256, 64, 1024): 2, (528, 256, 40, 49152): 100}
+    best = max(session.launch[node], key=session.launch[node].get)
+    doc = writer.build(session.nodes, {}, launch={node: (*configs.get(best), 2)})
+    written = next(c for c in doc[0]["children"] if c["frame"]["name"] == "launch_config_scope")
+    metrics = written["children"][0]["metrics"]
+    assert (metrics["grid_blocks"], metrics["block_threads"], metrics["registers_per_thread"],
+            metrics["shared_memory_bytes"], metrics["launch_configs"]) == (528, 256, 40, 49152, 2)
+    assert "grid_blocks" not in doc[0]["metrics"]  # the node's own, not summed up the tree

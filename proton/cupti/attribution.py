@@ -41,6 +41,8 @@ class KernelRecord:
     start: int
     end: int
     stream_id: int = 0
+    config: int = 0
+    """Its launch configuration's number in LaunchConfigs (0: not recorded)."""
 
 
 @dataclass(slots=True)
@@ -56,11 +58,30 @@ GRAPH_HORIZON_NS = 60_000_000_000
 
 Kernel = tuple
 """A kernel as the sink gets it: (path id, launch start, correlation id, name, device id,
-start, end, stream id); the last six are KernelRecord's fields in order."""
+start, end, stream id, config); the last seven are KernelRecord's fields in order."""
 # sink(kernels of one buffer)
 KernelSink = Callable[[list[Kernel]], None]
 # unscoped(thread id, launch start time) -> path id for a launch made with no scope open
 Unscoped = Callable[[int, int], int]
+
+
+class LaunchConfigs:
+    """The launch configurations seen, numbered from 1 as they come: (grid blocks, threads per
+    block, registers per thread, shared memory bytes per block). Kernels carry the number."""
+
+    def __init__(self) -> None:
+        self.table: list[tuple[int, int, int, int] | None] = [None]
+        self._ids: dict[tuple[int, int, int, int], int] = {}
+
+    def number(self, config: tuple[int, int, int, int]) -> int:
+        found = self._ids.get(config)
+        if found is None:
+            found = self._ids[config] = len(self.table)
+            self.table.append(config)
+        return found
+
+    def get(self, number: int) -> tuple[int, int, int, int] | None:
+        return self.table[number] if 0 < number < len(self.table) else None
 
 
 def each(sink: Callable[[int, KernelRecord, int], None]) -> KernelSink:
@@ -128,8 +149,8 @@ class Attributor:
             ([r.correlation_id for r in external], [r.external_id for r in external]),
             ([r.correlation_id for r in api], [r.start for r in api], [r.graph for r in api],
              [r.thread_id for r in api]),
-            tuple(zip(*[(r.correlation_id, r.name, r.device_id, r.start, r.end, r.stream_id)
-                        for r in kernels])) or ([], [], [], [], [], []))
+            tuple(zip(*[(r.correlation_id, r.name, r.device_id, r.start, r.end, r.stream_id,
+                         r.config) for r in kernels])) or ([], [], [], [], [], [], []))
 
     def add_columns(self, external: tuple[list, list], api: tuple[list, list, list, list],
                     kernels: tuple[list, ...]) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..report import callback_failed, debug, debugging, warn
-from .attribution import Attributor, KernelSink, Unscoped
+from .attribution import Attributor, KernelSink, LaunchConfigs, Unscoped
 
 BUFFER_SIZE = 8 << 20
 _u32 = ctypes.c_uint32.from_address
@@ -148,7 +148,11 @@ class CuptiCollector:
                 (K.RUNTIME, self._runtime_cbids, rt, _RUNTIME_GRAPHS))}
         self._read_kind = field_reader(cupti.activity_api_dtype, ["kind"])
         self._read_kernel = field_reader(cupti.activity_kernel10_dtype, [
-            "correlation_id", "name", "device_id", "start", "end", "stream_id"])
+            "correlation_id", "name", "device_id", "start", "end", "stream_id",
+            "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+            "registers_per_thread", "static_shared_memory", "dynamic_shared_memory"])
+        self.launch_configs = LaunchConfigs()
+        """Each kernel's grid, block, registers and shared memory, numbered (the analyzer's)."""
         self._read_api = field_reader(cupti.activity_api_dtype, [
             "correlation_id", "start", "cbid", "thread_id", "return_value"])
         self._read_ext = field_reader(cupti.activity_external_correlation_dtype, [
@@ -346,6 +350,26 @@ class CuptiCollector:
                   f"{waiting} launches still waiting")
         return waiting
 
+    def _configs(self, shape: list[np.ndarray]) -> list[int]:
+        """Each kernel's launch configuration number. The four numbers are packed into one
+        integer (blocks above bit 37; threads, registers and shared memory below), so finding
+        a buffer's few distinct ones is one sort of integers."""
+        if not len(shape[0]):
+            return []
+        gx, gy, gz, bx, by, bz, regs, static, dynamic = (a.astype(np.int64) for a in shape)
+        blocks, threads, shared = gx * gy * gz, bx * by * bz, static + dynamic
+        if blocks.max() >= 1 << 26 or shared.max() >= 1 << 18 or threads.max() >= 1 << 11 \
+                or regs.max() >= 1 << 8:  # too large to pack: one row at a time
+            rows = np.stack([blocks, threads, regs, shared], axis=1)
+            number = self.launch_configs.number
+            return [number(tuple(row)) for row in rows.tolist()]
+        keys = (blocks << 37) | (threads << 26) | (regs << 18) | shared
+        distinct, where = np.unique(keys, return_inverse=True)
+        number = self.launch_configs.number
+        ids = np.array([number((k >> 37, (k >> 26) & 0x7FF, (k >> 18) & 0xFF, k & 0x3FFFF))
+                        for k in distinct.tolist()], dtype=np.int64)
+        return ids[where.reshape(-1)].tolist()
+
     def dropped_records(self) -> int:
         out = np.zeros(1, dtype=np.uint64)
         try:
@@ -401,16 +425,16 @@ class CuptiCollector:
             launch &= status == 0
             api = (corr[launch].tolist(), start[launch].tolist(), graph[launch].tolist(),
                    thread[launch].tolist())
-            corr, name, device, start, end, stream = self._read_kernel(
+            corr, name, device, start, end, stream, *shape = self._read_kernel(
                 buf, at[kinds == self._k_kernel])
             names = self._names
             texts = [names.get(p) or self._name(p) for p in name.tolist()]
             kernels = (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
-                       stream.tolist())
+                       stream.tolist(), self._configs(shape))
             with self._lock:
                 if self.recorded is not None:  # rows, as the record classes take them
                     self.recorded.append([[list(row) for row in zip(*part)]
-                                          for part in (external, api, kernels)])
+                                          for part in (external, api, kernels[:6])])
                 self.attributor.add_columns(external, api, kernels)
             self.records += len(offsets)
         except BaseException as exc:

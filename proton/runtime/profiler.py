@@ -266,11 +266,12 @@ class Profiler:
                 with s.lock:
                     nodes = {path: dict(values) for path, values in s.nodes.items()}
                     events, spans, notes = list(s.events), list(s.spans), dict(s.notes)
+                    launch = self._launch(s)
                 who = s.job.fields() if s.job else None
                 if s.data == "trace":
                     doc = writer.build_trace(events, spans, who)
                 else:
-                    doc = writer.build(nodes, devices, notes, who)
+                    doc = writer.build(nodes, devices, notes, who, launch)
                 written.append(writer.write(doc, s.path, since=s.began))
             return written
 
@@ -289,8 +290,21 @@ class Profiler:
         if session.data == "trace":
             doc = writer.build_trace(session.events, session.spans, who)
         else:
-            doc = writer.build(session.nodes, devices, session.notes, who)
+            doc = writer.build(session.nodes, devices, session.notes, who, self._launch(session))
         return writer.write(doc, session.path, since=session.began)
+
+    def _launch(self, session: Session) -> dict[int, tuple]:
+        """Kernel node -> (grid blocks, threads per block, registers, shared memory, how many
+        configurations its launches had): the configuration with the most GPU time."""
+        configs = getattr(self.collector, "launch_configs", None)
+        if configs is None:
+            return {}
+        out = {}
+        for path, seen in list(session.launch.items()):
+            shape = configs.get(max(seen, key=seen.get)) if seen else None
+            if shape is not None:
+                out[path] = (*shape, len(seen))
+        return out
 
     def _add_pc_samples(self, session: Session, pc) -> None:
         """Finish sampling and put the samples on `session`'s kernel nodes and their lines."""

@@ -60,16 +60,21 @@ class KernelRouter:
             return
         totals: dict[int, list] = {}
         memo, slow = self._kernel_paths.get, self.kernel_path
-        for path_id, _, _, name, device, start, end, _ in kernels:
+        for path_id, _, _, name, device, start, end, _, config in kernels:
             kernel = memo((path_id, name, device))
             if kernel is None:
                 kernel = slow(path_id, name, device)
             total = totals.get(kernel)
             if total is None:
-                totals[kernel] = [end - start, 1, device]
+                totals[kernel] = [end - start, 1, device, config, None]
             else:
                 total[0] += end - start
                 total[1] += 1
+                if config != total[3] or total[4] is not None:  # launches that differ
+                    configs = total[4]
+                    if configs is None:  # all so far had the first one's
+                        configs = total[4] = {total[3]: total[0] - (end - start)}
+                    configs[config] = configs.get(config, 0) + end - start
         for s in sessions:
             s.add_kernel_totals(totals)
 

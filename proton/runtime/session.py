@@ -33,6 +33,8 @@ class Session:
     """Every kernel with its path id (data="trace")."""
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)
     """Scopes timed on the host: (path id, start ns, end ns, thread id) (data="trace")."""
+    launch: dict[int, dict[int, int]] = field(default_factory=dict)
+    """Kernel node -> {launch configuration number: GPU ns} (data="tree")."""
     notes: dict[int, str] = field(default_factory=dict)
     """Path id -> why its PC samples have no source lines (the file's frame "no_lines")."""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -73,16 +75,29 @@ class Session:
             node = self._kernel_node(path_id, rec.device_id)
             node[TIME] += rec.end - rec.start
             node[COUNT] += 1
+            if rec.config:
+                configs = self.launch.setdefault(path_id, {})
+                configs[rec.config] = configs.get(rec.config, 0) + rec.end - rec.start
 
     def add_kernel_totals(self, totals: dict[int, list]) -> None:
-        """Kernels summed per path: {path id: [time ns, count, device id]} (data="tree")."""
+        """Kernels summed per path: {path id: [time ns, count, device id, launch configuration,
+        {configuration: ns} when its launches differed, else None]} (data="tree")."""
         with self.lock:
             if self.closed:
                 return
-            for path_id, (ns, count, device) in totals.items():
+            for path_id, (ns, count, device, config, configs) in totals.items():
                 node = self._kernel_node(path_id, device)
                 node[TIME] += ns
                 node[COUNT] += count
+                if configs is None:
+                    configs = {config: ns}
+                mine = self.launch.get(path_id)
+                if mine is None:
+                    self.launch[path_id] = {c: t for c, t in configs.items() if c}
+                else:
+                    for c, t in configs.items():
+                        if c:
+                            mine[c] = mine.get(c, 0) + t
 
     def _kernel_node(self, path_id: int, device_id: int) -> dict:
         node = self.nodes.get(path_id)
