@@ -1,0 +1,68 @@
+"""The analyzer on real profiles: launch configuration recorded from CUPTI, a deliberately bad
+kernel per rule, and healthy matmuls with no warning. Run with `pytest -m gpu`."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import find, load
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+
+import proton  # noqa: E402
+from kernels import add_kernel  # noqa: E402
+from proton.viewer.diagnose import diagnose  # noqa: E402
+from proton.viewer.reader import load as load_profile  # noqa: E402
+
+
+def add(x, out, grid: int, warps: int = 4):
+    return add_kernel[(grid,)](x, x, out, x.numel(), BLOCK=1024, num_warps=warps)
+
+
+def test_launch_configuration_is_the_compiled_kernels(profile_path):
+    name, read = profile_path
+    x = torch.randn(1 << 22, device="cuda")
+    out = torch.empty_like(x)
+    compiled = add(x, out, 4096)
+    torch.cuda.synchronize()
+    proton.start(name)
+    with proton.scope("s"):
+        add(x, out, 4096)
+    proton.finalize()
+    root, _ = read()
+    m = find(root, "s", "add_kernel")["metrics"]
+    assert (m["grid_blocks"], m["block_threads"]) == (4096, 128)
+    assert m["registers_per_thread"] == compiled.n_regs > 0
+    assert m["shared_memory_bytes"] == compiled.metadata.shared
+    assert "launch_configs" not in m
+
+
+def test_a_bad_kernel_per_rule_and_healthy_matmuls(tmp_path):
+    x = torch.randn(1 << 22, device="cuda")
+    out = torch.empty_like(x)
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    add(x, out, 8)
+    torch.cuda.synchronize()
+    proton.start(str(tmp_path / "d"))
+    with proton.scope("few_programs"):
+        for _ in range(50):
+            add(x, out, 8)  # 8 blocks on 100+ SMs
+    with proton.cpu_timed_scope("launch_bound"):
+        y = torch.zeros(16, device="cuda")
+        for _ in range(2000):
+            y.add_(1)  # tiny kernels, one after another
+    with proton.scope("healthy"):
+        for _ in range(5):
+            a @ a
+    torch.cuda.synchronize()
+    proton.finalize()
+    findings, notes = diagnose(load_profile(str(tmp_path / "d.hatchet")))
+    rules = {(f.rule, f.path.split(" / ")[-1] if f.rule != "launch-bound" else f.kernel)
+             for f in findings if not f.info}
+    assert ("too few programs", "few_programs") in rules, findings
+    assert ("launch-bound", "scope launch_bound") in rules, findings
+    assert not [f for f in findings if not f.info and "healthy" in f.path], findings
+    root, _ = load(tmp_path / "d.hatchet")
+    assert find(root, "healthy")
