@@ -40,6 +40,8 @@ class KernelInfo:
     """First line of the @triton.jit function in source_file."""
     cubin_path: str | None = None
     _cubin: bytes | None = None
+    ttir_path: str | None = None
+    _ttir: str | None = None
 
     def cubin(self) -> bytes | None:
         """The kernel's cubin (from memory, or Triton's cache file), None if it is gone."""
@@ -50,6 +52,16 @@ class KernelInfo:
             except OSError:
                 return None
         return self._cubin
+
+    def ttir(self) -> str | None:
+        """The kernel's Triton IR (what the source asked for, before lowering), None if gone."""
+        if self._ttir is None and self.ttir_path:
+            try:
+                with open(self.ttir_path) as f:
+                    self._ttir = f.read()
+            except OSError:
+                return None
+        return self._ttir
 
 
 class KernelTable:
@@ -114,6 +126,8 @@ def from_compiled(kernel) -> KernelInfo | None:
             info.source_line = getattr(fn, "starting_line_number", code.co_firstlineno)
     info._cubin = kernel.asm.get("cubin") if hasattr(kernel.asm, "get") else None
     info.cubin_path = _cubin_path(kernel.metadata_group)
+    info._ttir = kernel.asm.get("ttir") if hasattr(kernel.asm, "get") else None
+    info.ttir_path = _path(kernel.metadata_group, ".ttir")
     return info
 
 
@@ -131,7 +145,8 @@ def from_metadata_group(name: str, function, metadata_group: dict, hash: str) ->
             except (OSError, ValueError):
                 pass
     return KernelInfo(name=name, hash=hash, function=int(function), **_config(meta),
-                      cubin_path=_cubin_path(metadata_group))
+                      cubin_path=_cubin_path(metadata_group),
+                      ttir_path=_path(metadata_group, ".ttir"))
 
 
 def _config(md: dict) -> dict:
@@ -156,7 +171,11 @@ def _constexprs(fn, constants: dict) -> dict:
 
 
 def _cubin_path(metadata_group: dict) -> str | None:
-    return next((p for key, p in metadata_group.items() if key.endswith(".cubin")), None)
+    return _path(metadata_group, ".cubin")
+
+
+def _path(metadata_group: dict, ext: str) -> str | None:
+    return next((p for key, p in metadata_group.items() if key.endswith(ext)), None)
 
 
 def _loading_kernel(hash: str):

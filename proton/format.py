@@ -69,6 +69,17 @@ LAUNCH_CONFIGS = "launch_configs"
 those of the one with the most GPU time."""
 LAUNCH_METRICS = (GRID_BLOCKS, BLOCK_THREADS, REGISTERS, SHARED_MEMORY)
 
+# -- a Triton kernel's machine code (exclusive metrics of its kernel node) ---------------------
+TL_DOT = "tl_dot"
+"""Compiled variants of the kernel (one name, several specialisations) whose Triton IR does a
+tl.dot; the SASS counts below are summed over those variants."""
+SASS_PREFIX = "sass_"
+"""`sass_hgmma`, `sass_hmma`, `sass_imma`, `sass_ffma`: those instructions in the code."""
+DOT_NO_TENSOR_CORES = "tl_dot_no_tensor_cores"
+"""Of those variants, the ones whose code has no HMMA, HGMMA or IMMA (the dot ran on FFMA)."""
+DOT_NO_WGMMA = "tl_dot_no_wgmma"
+"""Of those variants, the ones with mma.sync (HMMA/IMMA) but no warpgroup MMA (HGMMA)."""
+
 # -- instruction sampling (mode="pcsampling"), with Triton's Proton's names ---------------------
 NUM_SAMPLES = "num_samples"
 NUM_STALLED = "num_stalled_samples"

@@ -27,7 +27,7 @@ ALLOWED = {
     "proton.cupti": BASE | {"proton.options", "proton.data", "proton.compiler"},
     "proton.context": BASE | {"proton.options", "proton.data"},
     "proton.runtime": BASE | {"proton.options", "proton.data", "proton.cupti",
-                              "proton.context"},
+                              "proton.context", "proton.compiler"},
     "proton.hooks": BASE | {"proton.options", "proton.data", "proton.compiler",
                             "proton.runtime.ops"},
     "proton.viewer": {"proton.format"},

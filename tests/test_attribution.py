@@ -284,7 +284,9 @@ def test_each_kernel_nodes_launch_configuration_is_recorded():
     shapes = {configs.get(c): ns for c, ns in session.launch[node].items()}
     assert shapes == {(128, 256, 64, 1024): 2, (528, 256, 40, 49152): 100}
     best = max(session.launch[node], key=session.launch[node].get)
-    doc = writer.build(session.nodes, {}, launch={node: (*configs.get(best), 2)})
+    own = dict(zip(("grid_blocks", "block_threads", "registers_per_thread",
+                    "shared_memory_bytes"), configs.get(best)), launch_configs=2)
+    doc = writer.build(session.nodes, {}, own={node: own})
     written = next(c for c in doc[0]["children"] if c["frame"]["name"] == "launch_config_scope")
     metrics = written["children"][0]["metrics"]
     assert (metrics["grid_blocks"], metrics["block_threads"], metrics["registers_per_thread"],

@@ -154,7 +154,25 @@ def test_what_could_not_be_checked_is_said():
     got, notes = diagnose(load(os.path.join(DATA, "example_gpu.hatchet")))
     text = " | ".join(notes)
     assert "no launch configuration" in text and "no kernel has flops and bytes" in text
-    assert "no PC samples" in text and "tensor cores" in text
+    assert "no PC samples" in text and "tensor cores: not checked" in text
+
+
+def test_tensor_cores_from_the_machine_code(tmp_path):
+    def dot(name, variants=1, none=0, sync=0, **sass):
+        k = kernel(name, 1e6)
+        k["metrics"].update({"tl_dot": variants, "tl_dot_no_tensor_cores": none,
+                             "tl_dot_no_wgmma": sync,
+                             **{f"sass_{op}": sass.get(op, 0)
+                                for op in ("hgmma", "hmma", "imma", "ffma")}})
+        return k
+
+    got = findings(profile(tmp_path, dot("fp32_ieee", 2, none=1, ffma=4096, hgmma=8),
+                           dot("small_tile", sync=1, hmma=128), dot("tuned", hgmma=8, ffma=12)))
+    evidence = got[("no tensor cores", "fp32_ieee")].evidence
+    assert evidence.startswith("1 of its 2 compiled variants: the tl.dot runs on the FMA")
+    assert "4,096 FFMA" in evidence
+    assert "uses mma.sync (HMMA)" in got[("no wgmma", "small_tile")].evidence
+    assert not [k for k in got if k[1] == "tuned"]
 
 
 def test_the_command(tmp_path):

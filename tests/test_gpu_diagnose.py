@@ -66,3 +66,37 @@ def test_a_bad_kernel_per_rule_and_healthy_matmuls(tmp_path):
     assert not [f for f in findings if not f.info and "healthy" in f.path], findings
     root, _ = load(tmp_path / "d.hatchet")
     assert find(root, "healthy")
+
+
+@triton.jit
+def dot_kernel(a, b, c, BM: triton.language.constexpr, IEEE: triton.language.constexpr):
+    tl = triton.language
+    r = tl.arange(0, BM)
+    x = tl.load(a + r[:, None] * BM + r[None, :])
+    y = tl.load(b + r[:, None] * BM + r[None, :])
+    if IEEE:
+        acc = tl.dot(x, y, input_precision="ieee")
+    else:
+        acc = tl.dot(x, y)
+    tl.store(c + r[:, None] * BM + r[None, :], acc)
+
+
+def test_the_machine_code_of_a_dot_says_whether_tensor_cores_ran(tmp_path):
+    half = torch.randn(128, 128, device="cuda", dtype=torch.float16)
+    single = half.float()
+    out = torch.empty(128, 128, device="cuda")
+    for x, ieee in ((half, False), (single, True)):
+        dot_kernel[(1,)](x, x, out, BM=128, IEEE=ieee)
+    torch.cuda.synchronize()
+    proton.start(str(tmp_path / "tc"))
+    for _ in range(200):
+        dot_kernel[(1,)](half, half, out, BM=128, IEEE=False)
+        dot_kernel[(1,)](single, single, out, BM=128, IEEE=True)
+    torch.cuda.synchronize()
+    proton.finalize()
+    root, _ = load(tmp_path / "tc.hatchet")
+    m = root["children"][0]["metrics"]
+    assert m["tl_dot"] == 2 and m["tl_dot_no_tensor_cores"] == 1  # two variants, one name
+    findings, _ = diagnose(load_profile(str(tmp_path / "tc.hatchet")))
+    assert any(f.rule == "no tensor cores" and f.kernel == "dot_kernel" for f in findings), \
+        findings

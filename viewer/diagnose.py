@@ -15,6 +15,9 @@ kernel time are judged. Thresholds:
     SHORT_KERNEL_US; with a cpu_timed_scope, GPU busy under BUSY of the scope's time.
   * stall-dominated lines (PC samples): a line with at least HOT_LINE of the kernel's samples,
     STALLED or more of them stalled (`selected`, a warp issuing, is not a stall).
+  * no tensor cores / no wgmma: a Triton kernel whose IR does a tl.dot and whose machine code
+    has no HMMA/HGMMA/IMMA at all, or on Hopper no HGMMA (counted by nvdisasm when the profile
+    was written).
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from ..format import (BLOCK_THREADS, BYTES, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS,
-                      NUM_SAMPLES, REGISTERS, SHARED_MEMORY, TIME)
+                      NUM_SAMPLES, REGISTERS, SASS_PREFIX, SHARED_MEMORY, TIME, TL_DOT,
+                      DOT_NO_TENSOR_CORES, DOT_NO_WGMMA)
 from .derive import kernel_mask
 from .errors import ViewerError
 from .names import readable
@@ -98,12 +102,10 @@ def diagnose(prof: Profile, style: str = "folded") -> tuple[list[Finding], list[
     ctx = _Context(prof, own, total, style)
     findings: list[Finding] = []
     notes: list[str] = []
-    for rule in (_launch_shape, _roofline, _launch_bound, _stalls):
+    for rule in (_launch_shape, _tensor_cores, _roofline, _launch_bound, _stalls):
         note = rule(ctx, kernels, findings)
         if note:
             notes.append(note)
-    notes.append("tensor cores (HMMA/HGMMA in the SASS): not checked yet; the profile keeps no "
-                 "kernel's SASS")
     findings.sort(key=lambda f: (f.info, -f.time_ns))
     return findings, notes
 
@@ -208,6 +210,35 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
                 f"{math.ceil(threads / 32)} warps per SM), limited by {limit}"
                 + (f"; {frac:.0%} of its roof" if frac is not None else ""),
                 advice, info=frac is None or frac >= 0.5))
+    return None
+
+
+def _tensor_cores(ctx: _Context, kernels: list, out: list) -> str | None:
+    if TL_DOT not in ctx.df:
+        return ("tensor cores: not checked; the profile has no Triton kernel with a tl.dot "
+                "whose machine code was at hand when it was written")
+    for node in kernels:
+        ns, dots = ctx.value(node, TIME), ctx.value(node, TL_DOT)
+        if not dots or not ctx.big(ns):
+            continue
+        none = int(ctx.value(node, DOT_NO_TENSOR_CORES) or 0)
+        sync = int(ctx.value(node, DOT_NO_WGMMA) or 0)
+        variants = f"{none or sync} of its {dots:.0f} compiled variant{'s' * (dots != 1)}"
+        gpu = ctx.gpu(node) or {}
+        if none:
+            ffma = int(ctx.value(node, SASS_PREFIX + "ffma") or 0)
+            out.append(ctx.finding(
+                "no tensor cores", node, ns,
+                f"{variants}: the tl.dot runs on the FMA units (no HMMA or HGMMA in the "
+                f"machine code; {ffma:,} FFMA over all variants)",
+                "fp16, bf16 or fp8 inputs to tl.dot (for fp32, input_precision='tf32')"))
+        elif sync and str(gpu.get("arch")) == "90":
+            out.append(ctx.finding(
+                "no wgmma", node, ns,
+                f"{variants}: on Hopper the tl.dot uses mma.sync (HMMA), not the warpgroup "
+                "MMA (HGMMA)",
+                "BLOCK_M of 64 or more with num_warps a multiple of 4, fp16/bf16/fp8 inputs, "
+                "and a K block of at least 16"))
     return None
 
 

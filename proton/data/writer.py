@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from ..errors import ProfileWriteError, SessionError
-from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, LAUNCH_CONFIGS,
-                      LAUNCH_METRICS, NO_LINES, OTHER_DATA, ROOT_NAME, T0_NS)
+from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, OTHER_DATA,
+                      ROOT_NAME, T0_NS)
 from ..report import warn
 from .paths import ROOT, paths
 
@@ -28,15 +28,15 @@ FORMATS = {"tree": ("", "hatchet"), "trace": ("", "chrome_trace")}
 
 def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
           notes: dict[int, str] | None = None, job: dict | None = None,
-          launch: dict[int, tuple] | None = None) -> list:
+          own: dict[int, dict[str, int]] | None = None) -> list:
     """The JSON document for aggregated `nodes` (metrics by path id). `notes`: why a kernel's
     PC samples have no source lines, written as its frame's "no_lines" (hatchet keeps extra
     frame keys; both viewers read the file as before). `job`: the writing process (job.Job's
-    fields), written in the root frame. `launch`: kernel node -> (grid blocks, threads per
-    block, registers, shared memory, configurations seen), exclusive metrics. Built without
+    fields), written in the root frame. `own`: more metrics of a node's own, written as
+    exclusive ones (a kernel's launch configuration, its SASS instruction mix). Built without
     recursion: a tree may be as deep as the program's scopes."""
     notes = notes or {}
-    launch = launch or {}
+    own = own or {}
     frames = paths.frames
     children: dict[int, set[int]] = {}
     for pid in nodes:
@@ -65,11 +65,7 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
                     inclusive.add(key)
                 value = finite_or_none(value)
             out[key] = value
-        if pid in launch:
-            *shape, seen = launch[pid]
-            out.update(zip(LAUNCH_METRICS, shape))
-            if seen > 1:
-                out[LAUNCH_CONFIGS] = seen
+        out.update(own.get(pid, ()))
         frame = {"name": frames[pid].name, "type": FRAME_TYPE}
         if pid in notes:
             frame[NO_LINES] = notes[pid]

@@ -27,6 +27,8 @@ import time
 
 from ..context import frames, make
 from ..data import job, writer
+from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
+from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions
 from ..report import debug, debugging, warn
@@ -266,12 +268,12 @@ class Profiler:
                 with s.lock:
                     nodes = {path: dict(values) for path, values in s.nodes.items()}
                     events, spans, notes = list(s.events), list(s.spans), dict(s.notes)
-                    launch = self._launch(s)
+                    own = self._own_metrics(s)
                 who = s.job.fields() if s.job else None
                 if s.data == "trace":
                     doc = writer.build_trace(events, spans, who)
                 else:
-                    doc = writer.build(nodes, devices, notes, who, launch)
+                    doc = writer.build(nodes, devices, notes, who, own)
                 written.append(writer.write(doc, s.path, since=s.began))
             return written
 
@@ -290,20 +292,30 @@ class Profiler:
         if session.data == "trace":
             doc = writer.build_trace(session.events, session.spans, who)
         else:
-            doc = writer.build(session.nodes, devices, session.notes, who, self._launch(session))
+            doc = writer.build(session.nodes, devices, session.notes, who,
+                               self._own_metrics(session))
         return writer.write(doc, session.path, since=session.began)
 
-    def _launch(self, session: Session) -> dict[int, tuple]:
-        """Kernel node -> (grid blocks, threads per block, registers, shared memory, how many
-        configurations its launches had): the configuration with the most GPU time."""
+    def _own_metrics(self, session: Session) -> dict[int, dict[str, int]]:
+        """Kernel node -> its launch configuration (the one with the most GPU time when its
+        launches differed, and how many there were) and, for a Triton kernel that does a
+        tl.dot, its SASS instruction mix."""
         configs = getattr(self.collector, "launch_configs", None)
         if configs is None:
             return {}
-        out = {}
+        out: dict[int, dict[str, int]] = {}
         for path, seen in list(session.launch.items()):
             shape = configs.get(max(seen, key=seen.get)) if seen else None
             if shape is not None:
-                out[path] = (*shape, len(seen))
+                out[path] = dict(zip(LAUNCH_METRICS, shape))
+                if len(seen) > 1:
+                    out[path][LAUNCH_CONFIGS] = len(seen)
+        names = {node: name for (_, name, _), node in list(self.router._kernel_paths.items())
+                 if node in session.nodes}
+        for node, metrics in sass.by_name(set(names.values())).items():
+            for kernel, name in names.items():
+                if name == node:
+                    out.setdefault(kernel, {}).update(metrics)
         return out
 
     def _add_pc_samples(self, session: Session, pc) -> None:
