@@ -6,6 +6,7 @@ removed here, around the runtime's sessions.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Callable
 
 from .errors import SessionError
@@ -44,6 +45,8 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
     """
     if profiler.command_line and profiler.sessions:
         return next(iter(profiler.sessions))
+    if disabled():
+        return None  # TRITON_PROTON_DISABLE: every call does nothing, as in Triton's Proton
     opts = parse_options(name, context=context, data=data, backend=backend, mode=mode,
                          hook=hook)
     sid = profiler.live(opts.name)
@@ -63,12 +66,26 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
 
 def activate(session: int | None = None) -> None:
     """Record again into `session` (every live session when None)."""
+    if disabled() and not profiler.sessions:
+        return
     profiler.activate(session)
 
 
-def deactivate(session: int | None = None) -> None:
-    """Stop recording into `session` (every live session when None) until activate()."""
-    profiler.deactivate(session)
+DISABLE_ENV = ("TRITON_PROTON_DISABLE", "PROTON_DISABLE")
+"""Set (not "0"): start() starts nothing and returns None, and every other call does nothing."""
+
+
+def disabled() -> bool:
+    return any(os.environ.get(name, "0") not in ("", "0") for name in DISABLE_ENV)
+
+
+def deactivate(session: int | None = None, flushing: bool = False) -> None:
+    """Stop recording into `session` (every live session when None) until activate();
+    `flushing`: also wait until every kernel launched so far has come in (proton.data.get
+    then sees it all)."""
+    if disabled() and not profiler.sessions:
+        return
+    profiler.deactivate(session, flushing=flushing)
 
 
 def finalize(session: int | None = None, output_format: str = "") -> None:

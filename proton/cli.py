@@ -88,6 +88,9 @@ def proton(name, backend, context, data, hook, mode, listen, listen_tcp, token, 
         raise click.BadParameter(f"no such script {target!r}; give a path to a .py file or "
                                  "'pytest'", param_hint="SCRIPT.py|pytest")
     python_context.set_runner(_run.__code__)  # nothing outside it is the user's
+    if api.disabled():
+        warn("TRITON_PROTON_DISABLE is set: running the script without profiling")
+        sys.exit(_run_plain(target, list(args)))
     from .service import endpoint, periodic
 
     try:
@@ -188,6 +191,13 @@ def _run(target: str, args: list[str]) -> int:
     sys.path.insert(0, os.path.dirname(script))
     runpy.run_path(script, run_name="__main__")
     return 0
+
+
+def _run_plain(target: str, args: list[str]) -> int:
+    try:
+        return _run(target, args)
+    except SystemExit as exc:
+        return _exit_status(exc.code)
 
 
 def _exit_status(code) -> int:

@@ -65,6 +65,9 @@ class SessionOptions:
     """The Triton launch hook, when hook="triton..."."""
     hook_spec: str | None = None
     """`hook` as given (the file records nothing of it; errors quote it)."""
+    flush: str | None = None
+    """mode="periodic_flushing[:format=F]": each finished phase goes to NAME.part_<phase>.F
+    (hatchet, hatchet_msgpack or chrome_trace)."""
 
 
 def parse_options(name: str | None, *, context: str = "shadow", data: str = "tree",
@@ -79,6 +82,9 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     _check_choice("context", context, CONTEXTS)
     _check_choice("data", data, DATA)
     _check_choice("backend", backend, BACKENDS)
+    flush = None
+    if isinstance(mode, str) and mode.split(":", 1)[0].lower() == PERIODIC_FLUSHING:
+        flush, mode = parse_flushing(mode, data), None
     pc = parse_mode(mode)
     hook_options = parse_hook(hook) if hook is not None else None
     ext = TREE_EXTENSION if data == "tree" else TRACE_EXTENSION
@@ -86,7 +92,7 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     if os.path.isdir(path):
         raise SessionError(f"the profile would be written to {path!r}, which is a folder; "
                            "give another name")
-    return SessionOptions(name, path, context, data, pc, hook_options, hook)
+    return SessionOptions(name, path, context, data, pc, hook_options, hook, flush)
 
 
 def _check_name(name) -> str:
@@ -101,6 +107,23 @@ def _check_name(name) -> str:
     return name
 
 
+PERIODIC_FLUSHING = "periodic_flushing"
+FLUSH_FORMATS = {"tree": ("hatchet", "hatchet_msgpack"), "trace": ("chrome_trace",)}
+
+
+def parse_flushing(mode: str, data: str) -> str:
+    """'periodic_flushing[:format=F]' -> F, checked against `data` (Triton's Proton's mode)."""
+    _, _, rest = mode.partition(":")
+    key, _, value = rest.partition("=")
+    formats = FLUSH_FORMATS.get(data, ())
+    if not rest:
+        return formats[0]
+    if key != "format" or value not in formats:
+        raise SessionError(f"mode={mode!r}: periodic_flushing takes format=F with F one of "
+                           f"{', '.join(formats)} for data={data!r}")
+    return value
+
+
 def parse_mode(mode: str | None) -> PCOptions | None:
     """'pcsampling[:interval=N][:serialize=1]' -> PCOptions; None or '' -> None (kernel times)."""
     if not mode:
@@ -110,8 +133,9 @@ def parse_mode(mode: str | None) -> PCOptions | None:
     kind, *options = mode.split(":")
     if kind != "pcsampling":
         raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "
-                           "':interval=N' with N in 5..31, ':serialize=1'), or none for kernel "
-                           "times")
+                           "':interval=N' with N in 5..31, ':serialize=1'), "
+                           "'periodic_flushing[:format=hatchet|hatchet_msgpack|chrome_trace]', "
+                           "or none for kernel times")
     values = {}
     for option in options:
         key, _, value = option.partition("=")

@@ -57,19 +57,22 @@ def parse(path: str) -> tuple[dict, dict, dict]:
     process (format.JOB_KEYS; {} for older files) of the profile at `path`; ViewerError with a
     one-line reason when it is not one."""
     name = "stdin" if path == STDIN else repr(path)
-    text = read_text(path)
-    if not text.strip():
-        raise ViewerError(f"{name} is empty; give the .hatchet file a profile wrote"
-                          + (", e.g. cat run.hatchet | proton-viewer -" if path == STDIN
-                             else ""))
-    try:
-        doc = deep.call(json.loads, text)
-    except json.JSONDecodeError as exc:
-        raise ViewerError(f"{name} is not a profile: not valid JSON ({exc}); the file may be "
-                          "truncated, re-run the profile") from None
-    except RecursionError:
-        raise ViewerError(f"{name} nests deeper than the {deep.MAX_LEVELS:,} levels the viewer "
-                          "reads") from None
+    if path != STDIN and path.endswith(MSGPACK_EXTENSION):
+        doc = _read_msgpack(path, name)
+    else:
+        text = read_text(path)
+        if not text.strip():
+            raise ViewerError(f"{name} is empty; give the .hatchet file a profile wrote"
+                              + (", e.g. cat run.hatchet | proton-viewer -" if path == STDIN
+                                 else ""))
+        try:
+            doc = deep.call(json.loads, text)
+        except json.JSONDecodeError as exc:
+            raise ViewerError(f"{name} is not a profile: not valid JSON ({exc}); the file may "
+                              "be truncated, re-run the profile") from None
+        except RecursionError:
+            raise ViewerError(f"{name} nests deeper than the {deep.MAX_LEVELS:,} levels the "
+                              "viewer reads") from None
     if not (isinstance(doc, list) and len(doc) >= 1 and _is_node(doc[0])):
         raise ViewerError(f"{name} is JSON but not a .hatchet profile; expected "
                           "[root node, device table] as proton writes")
@@ -79,6 +82,26 @@ def parse(path: str) -> tuple[dict, dict, dict]:
     _check_tree(root, name)
     _drop_launch_metadata(root)
     return root, devices, job
+
+
+MSGPACK_EXTENSION = ".hatchet_msgpack"
+"""A profile in MessagePack (Triton's Proton's output_format="hatchet_msgpack")."""
+
+
+def _read_msgpack(path: str, name: str):
+    from ..format_msgpack import MsgpackError, unpackb
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ViewerError(f"cannot read {name}: {exc.strerror or exc}; give the file a profile "
+                          "wrote") from None
+    try:
+        return unpackb(data)
+    except (MsgpackError, UnicodeDecodeError) as exc:
+        raise ViewerError(f"{name} is not a profile: not valid MessagePack ({exc}); the file "
+                          "may be truncated, re-run the profile") from None
 
 
 def read_text(path: str) -> str:

@@ -326,6 +326,10 @@ class CuptiCollector:
         return on_api
 
     # -- records ------------------------------------------------------------------------------
+    def deliver(self) -> None:
+        """Have CUPTI hand over the records it holds now (no waiting for the GPU)."""
+        self._cupti.activity_flush_all(1)
+
     def flush(self, timeout_s: float = 10.0) -> int:
         """Deliver every record of the launches made so far; return how many never came.
         Launches made meanwhile (the program runs on, as during a capture) are not waited

@@ -20,10 +20,11 @@ from typing import Any
 from ..errors import ProfileWriteError, SessionError
 from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, OTHER_DATA,
                       ROOT_NAME, T0_NS)
+from ..format_msgpack import packb
 from ..report import warn
 from .paths import ROOT, paths
 
-FORMATS = {"tree": ("", "hatchet"), "trace": ("", "chrome_trace")}
+FORMATS = {"tree": ("", "hatchet", "hatchet_msgpack"), "trace": ("", "chrome_trace")}
 
 
 def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
@@ -102,7 +103,8 @@ def build_trace(events: list[tuple[int, Any]],
     scopes timed on the host, as (path id, start, end, thread id), on a process "host" with a
     thread per thread. Times in us from the first event; the call path in args. OTHER_DATA
     holds `job` and T0_NS, the clock at time 0, which lines up a job's ranks when their traces
-    are merged (proton-viewer --output trace)."""
+    are merged (proton-viewer --output trace); `baseTimeNanoseconds` says the same to trace
+    tools that merge with torch.profiler's traces, as Triton's Proton writes it."""
     t0 = min([rec.start for _, rec in events] + [span[1] for span in spans], default=0)
     job = job or {}
     who = f"rank {job['rank']} " if job.get("rank") is not None else ""
@@ -129,7 +131,8 @@ def build_trace(events: list[tuple[int, Any]],
                         "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
                         "args": {"call_stack": names}})
     # the facts first: a later writer of the same name reads them from the file's head
-    return {OTHER_DATA: {**job, T0_NS: t0}, "displayTimeUnit": "us", "traceEvents": out}
+    return {OTHER_DATA: {**job, T0_NS: t0}, "displayTimeUnit": "us",
+            "baseTimeNanoseconds": t0, "traceEvents": out}
 
 
 def check_format(data: str, output_format: str) -> None:
@@ -138,7 +141,7 @@ def check_format(data: str, output_format: str) -> None:
                            f"data={data!r}; use {FORMATS[data][1]!r}")
 
 
-def write(doc: Any, path: str, since: float | None = None) -> str:
+def write(doc: Any, path: str, since: float | None = None, encoding: str = "json") -> str:
     """Write a document built above to `path` (through a temporary file moved into place, so
     no reader, and no second signal, ever sees half a file) and return the path written.
 
@@ -146,20 +149,21 @@ def write(doc: Any, path: str, since: float | None = None) -> str:
     on this host wrote, or one written after `since` (time.time() when this profile began: a
     process of the same name that ran alongside), this one goes to NAME.pid<PID>.<ext> beside
     it, with a warning. A profile from an earlier run, or from this process, is replaced.
+    `encoding`: "json", or "msgpack" (hatchet_msgpack).
 
     Raises:
         ProfileWriteError: `path` could not be written; the profile went to a file in the
             temporary folder instead, which the message names (or it says that failed too).
     """
     try:
-        return _dump(doc, path, since)
+        return _dump(doc, path, since, encoding)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         if exc.filename and exc.filename not in (path, _temp(path)):
             reason += f": {exc.filename}"  # the folder that could not be made
     fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
     try:
-        _dump(doc, fallback)
+        _dump(doc, fallback, encoding=encoding)
     except OSError as exc:
         raise ProfileWriteError(f"could not write the profile to {path} ({reason}) nor to "
                                 f"{fallback} ({exc.strerror or exc}); free space or give "
@@ -236,10 +240,14 @@ DEEP = 200
 """Deeper trees than this are encoded without recursion (json's encoder recurses per level)."""
 
 
-def _dump(doc, path: str, since: float | None = None) -> str:
+def _dump(doc, path: str, since: float | None = None, encoding: str = "json") -> str:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = _temp(path)
     try:
+        if encoding == "msgpack":
+            with open(tmp, "wb") as f:
+                f.write(packb(doc))
+            return _place(tmp, path, since)
         with open(tmp, "w") as f:
             if isinstance(doc, list) and doc and _depth(doc[0]) > DEEP:
                 _encode_tree(doc, f.write)

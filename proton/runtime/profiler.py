@@ -22,10 +22,12 @@ Threads:
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 
 from ..context import frames, make
+from .. import data
 from ..data import job, writer
 from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
 from . import sass
@@ -33,7 +35,7 @@ from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions
 from ..report import debug, debugging, warn
 from .router import KernelRouter
-from .session import Session
+from .session import Phase, Session
 from .timeline import MainTimeline
 
 
@@ -110,7 +112,8 @@ class Profiler:
             who = job.detect()  # a launcher's variables are set before the process runs
             session = Session(self._next_id, opts.name, job.ranked_path(opts.path, who),
                               opts.context, opts.data, opts.hook_spec, pc=opts.pc is not None,
-                              job=who)
+                              job=who, flush=opts.flush)
+            session.phase_starts[0] = self.now()
             self._next_id += 1
             self.sessions[session.id] = session
             self.recording = True
@@ -202,8 +205,9 @@ class Profiler:
             for s in self._targets(session):
                 self._activate(s)
 
-    def deactivate(self, session: int | None = None) -> None:
-        """Stop recording into `session` (every live session when None) until activate()."""
+    def deactivate(self, session: int | None = None, flushing: bool = False) -> None:
+        """Stop recording into `session` (every live session when None) until activate();
+        `flushing`: then wait for the kernels launched so far."""
         with self._lock:
             now = self.now()
             for s in self._targets(session):
@@ -211,6 +215,8 @@ class Profiler:
                     s.intervals[-1][1] = now
                     if (pc := self._pc(s)) is not None:
                         pc.pause()
+            if flushing and self.collector is not None:
+                self.lost_kernels += self.collector.flush()
 
     def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
         """Flush, write and close sessions (every live one when None); return the files
@@ -235,7 +241,7 @@ class Profiler:
             try:
                 for s in targets:
                     try:
-                        written.append(self._write(s, devices))
+                        written += self._write(s, devices, output_format)
                     except ProfileWriteError as exc:
                         failed.append(str(exc))
                     except Exception as exc:  # a bug here must not keep the session open
@@ -257,28 +263,82 @@ class Profiler:
 
     def snapshot(self) -> list[str]:
         """Write each live session's file as it stands and keep recording (a capture's
-        --snapshot, periodic flushing): a job killed later still leaves this file. Kernels
-        still running are left for the next one; PC samples are read only at the end."""
+        --snapshot, `proton --flush-every`): a job killed later still leaves this file.
+        Kernels still running are left for the next one; PC samples are read only at the end."""
         with self._lock:
             if self.collector is not None:
                 self.collector.flush(timeout_s=2.0)
             devices = self._device_table()
-            written = []
-            for s in list(self.sessions.values()):
-                with s.lock:
-                    nodes = {path: dict(values) for path, values in s.nodes.items()}
-                    events, spans, notes = list(s.events), list(s.spans), dict(s.notes)
-                    own = self._own_metrics(s)
-                who = s.job.fields() if s.job else None
-                if s.data == "trace":
-                    doc = writer.build_trace(events, spans, who)
-                else:
-                    doc = writer.build(nodes, devices, notes, who, own)
-                written.append(writer.write(doc, s.path, since=s.began))
-            return written
+            return [writer.write(self._document(s, s.data_of(s.phase), devices), s.path,
+                                 since=s.began) for s in list(self.sessions.values())]
 
-    def _write(self, session: Session, devices: dict) -> str:
-        """Close `session` and write its file; return the path."""
+    # -- phases (proton.data, mode="periodic_flushing") ----------------------------------------
+    def advance_phase(self, session: int) -> int:
+        """Start `session`'s next phase and return its number; with periodic flushing, the
+        finished phase's records are flushed and it is written to NAME.part_<phase>.<fmt>."""
+        with self._lock:
+            s = self._targets(session)[0]
+            phase = s.advance(self.now())
+            if s.flush:
+                self._write_parts(s, self._device_table())
+            return phase
+
+    def phase_data(self, session: int, phase: int) -> list | dict:
+        """The document of one phase of a live session, as the file would hold it (an empty
+        tree once the phase was written away or cleared)."""
+        with self._lock:
+            s = self._targets(session)[0]
+            if self.collector is not None and phase < s.phase:
+                self.collector.deliver()
+            return self._document(s, s.data_of(phase), self._device_table())
+
+    def phase_complete(self, session: int, phase: int) -> bool:
+        """A finished phase whose launches have all come in (or were written away)."""
+        with self._lock:
+            s = self._targets(session)[0]
+            if phase >= s.phase:
+                return False
+            if self.collector is None or phase not in s.earlier:
+                return True
+            self.collector.deliver()
+            return self.collector.attributor.waiting_before(s.phase_starts[phase + 1]) == 0
+
+    def clear_phase(self, session: int, phase: int, up_to: bool = False) -> None:
+        with self._lock:
+            self._targets(session)[0].clear(phase, up_to)
+
+    def _write_parts(self, s: Session, devices: dict, final: bool = False) -> list[str]:
+        """Write `s`'s finished phases (and the current one when `final`) to their part files,
+        each once its records are in, and let them go."""
+        if self.collector is not None:
+            self.collector.flush()
+        phases = sorted(s.earlier) + ([s.phase] if final else [])
+        stem, _ = os.path.splitext(s.path)
+        written = []
+        for p in phases:
+            data = s.data_of(p)
+            if data is None:
+                continue
+            path = f"{stem}.part_{p}.{s.flush}"
+            written.append(writer.write(self._document(s, data, devices), path, since=s.began,
+                                        encoding="msgpack" if s.flush.endswith("msgpack")
+                                        else "json"))
+            s.clear(p)
+        return written
+
+    def _document(self, s: Session, data, devices: dict):
+        """The file's document of one phase's data (Session.data_of) of `s`."""
+        who = s.job.fields() if s.job else None
+        if data is None:
+            data = Phase({}, [], [])
+        if s.data == "trace":
+            return writer.build_trace(data.events, data.spans, who)
+        with s.lock:
+            notes, own = dict(s.notes), self._own_metrics(s)
+        return writer.build(data.nodes, devices, notes, who, own)
+
+    def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
+        """Close `session` and write its file (or its last part files); return the paths."""
         if (pc := self._pc(session)) is not None:
             self.collector.pc = None
             try:
@@ -286,15 +346,19 @@ class Profiler:
             except Exception as exc:  # the time profile is still worth having
                 warn(f"PC sampling could not be read at the end ({exc}); the profile keeps "
                      "its kernel times")
+        if session.flush:
+            written = self._write_parts(session, devices, final=True)
+            with session.lock:
+                session.closed = True
+            return written
         with session.lock:
             session.closed = True
-        who = session.job.fields() if session.job else None
-        if session.data == "trace":
-            doc = writer.build_trace(session.events, session.spans, who)
-        else:
-            doc = writer.build(session.nodes, devices, session.notes, who,
-                               self._own_metrics(session))
-        return writer.write(doc, session.path, since=session.began)
+        doc = self._document(session, Phase(session.nodes, session.events, session.spans),
+                             devices)
+        path, encoding = session.path, "json"
+        if output_format == "hatchet_msgpack":
+            path, encoding = os.path.splitext(path)[0] + ".hatchet_msgpack", "msgpack"
+        return [writer.write(doc, path, since=session.began, encoding=encoding)]
 
     def _own_metrics(self, session: Session) -> dict[int, dict[str, int]]:
         """Kernel node -> its launch configuration (the one with the most GPU time when its
@@ -381,3 +445,4 @@ class Profiler:
 profiler = Profiler()
 """The process's profiler."""
 frames.attach(profiler)
+data.attach(profiler)

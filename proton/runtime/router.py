@@ -45,7 +45,7 @@ class KernelRouter:
         kernel = self.kernel_path(path_id, rec.name, rec.device_id)
         for s in list(self._sessions.values()):
             if s.active_at(launch_ts):
-                s.add_kernel(kernel, rec)
+                s.add_kernel(kernel, rec, launch_ts)
 
     def on_kernels(self, kernels: list[Kernel]) -> None:
         """One buffer's kernels (see attribution.Kernel). When every session is a tree that
@@ -55,7 +55,7 @@ class KernelRouter:
         sessions = list(self._sessions.values())
         first = min(map(_START, kernels))
         if not all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
-                   for s in sessions):
+                   and s.phase_starts[-1] <= first for s in sessions):
             each(self.on_kernel)(kernels)
             return
         totals: dict[int, list] = {}

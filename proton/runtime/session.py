@@ -1,6 +1,7 @@
 """One profile being recorded: its options, when it was active, and the metrics it holds."""
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from dataclasses import dataclass, field
@@ -9,6 +10,15 @@ from ..cupti.attribution import KernelRecord
 from ..data.job import Job
 from ..data.metrics import DEVICE_CUDA
 from ..format import COUNT, DEVICE_ID, DEVICE_TYPE, TIME
+
+
+@dataclass(slots=True)
+class Phase:
+    """One phase's data (see Session.nodes, events, spans)."""
+
+    nodes: dict[int, dict[str, float]]
+    events: list
+    spans: list
 
 
 @dataclass(slots=True)
@@ -44,6 +54,15 @@ class Session:
     """The writing process (rank, host, pid), recorded in the file."""
     began: float = field(default_factory=time.time)
     """Wall-clock start: a file of the same name written after it is another process's."""
+    flush: str | None = None
+    """mode="periodic_flushing": the format each finished phase is written in."""
+    phase: int = 0
+    """The phase being recorded (proton.data.advance_phase starts the next)."""
+    phase_starts: list[int] = field(default_factory=lambda: [0])
+    """When each phase began (CUPTI's clock); phase 0 from the start."""
+    earlier: dict[int, Phase] = field(default_factory=dict)
+    """Finished phases not yet written away or cleared: a kernel launched in one may still
+    come in."""
 
     @property
     def active(self) -> bool:
@@ -65,14 +84,21 @@ class Session:
             for key, value in values.items():
                 node[key] = node.get(key, 0) + value
 
-    def add_kernel(self, path_id: int, rec: KernelRecord) -> None:
+    def add_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int | None = None) -> None:
+        """One kernel, in the phase its launch was made in (the current one without a time)."""
         with self.lock:
             if self.closed:
                 return
+            nodes, events = self.nodes, self.events
+            if launch_ts is not None and launch_ts < self.phase_starts[-1]:
+                phase = self.earlier.get(self.phase_at(launch_ts))
+                if phase is None:
+                    return  # its phase was written away or cleared
+                nodes, events = phase.nodes, phase.events
             if self.data == "trace":
-                self.events.append((path_id, rec))
+                events.append((path_id, rec))
                 return
-            node = self._kernel_node(path_id, rec.device_id)
+            node = self._kernel_node(path_id, rec.device_id, nodes)
             node[TIME] += rec.end - rec.start
             node[COUNT] += 1
             if rec.config:
@@ -99,9 +125,41 @@ class Session:
                         if c:
                             mine[c] = mine.get(c, 0) + t
 
-    def _kernel_node(self, path_id: int, device_id: int) -> dict:
-        node = self.nodes.get(path_id)
+    def phase_at(self, ts: int) -> int:
+        return bisect.bisect_right(self.phase_starts, ts) - 1
+
+    def advance(self, now: int) -> int:
+        """Start the next phase at `now`; the finished one waits in `earlier`."""
+        with self.lock:
+            self.earlier[self.phase] = Phase(self.nodes, self.events, self.spans)
+            self.nodes, self.events, self.spans = {}, [], []
+            self.phase += 1
+            self.phase_starts.append(now)
+            return self.phase
+
+    def data_of(self, phase: int) -> Phase | None:
+        """A copy of a phase's data (None once written away or cleared)."""
+        with self.lock:
+            if phase == self.phase:
+                found = Phase(self.nodes, self.events, self.spans)
+            else:
+                found = self.earlier.get(phase)
+            if found is None:
+                return None
+            return Phase({p: dict(v) for p, v in found.nodes.items()}, list(found.events),
+                         list(found.spans))
+
+    def clear(self, phase: int, up_to: bool = False) -> None:
+        with self.lock:
+            for p in [p for p in self.earlier if p == phase or (up_to and p <= phase)]:
+                del self.earlier[p]
+            if phase == self.phase or (up_to and phase >= self.phase):
+                self.nodes, self.events, self.spans = {}, [], []
+
+    def _kernel_node(self, path_id: int, device_id: int, nodes: dict | None = None) -> dict:
+        nodes = self.nodes if nodes is None else nodes
+        node = nodes.get(path_id)
         if node is None or COUNT not in node:  # an op node may hold only its metadata yet
-            node = self.nodes.setdefault(path_id, {})
+            node = nodes.setdefault(path_id, {})
             node.update({TIME: 0, COUNT: 0, DEVICE_ID: device_id, DEVICE_TYPE: DEVICE_CUDA})
         return node

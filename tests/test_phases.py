@@ -1,0 +1,116 @@
+"""Triton's newer Proton API: phases (proton.data), periodic flushing to part files, hatchet
+msgpack, TRITON_PROTON_DISABLE, deactivate(flushing=True), baseTimeNanoseconds."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import proton
+import proton.data
+from proton.format_msgpack import unpackb
+from proton.viewer.cli import viewer
+
+
+def scopes(sid, count: int, every: int) -> None:
+    for i in range(count):
+        if i and i % every == 0:
+            proton.data.advance_phase(session=sid)
+        with proton.scope(f"test_{i}", metrics={"n": 1}):
+            pass
+
+
+@pytest.mark.parametrize("fmt", ["hatchet", "hatchet_msgpack"])
+def test_periodic_flushing_writes_one_part_per_phase(tmp_path, fmt):
+    sid = proton.start(str(tmp_path / "pf"), mode=f"periodic_flushing:format={fmt}")
+    scopes(sid, 500, 50)
+    proton.finalize(output_format=fmt)
+    files = sorted(os.listdir(tmp_path))
+    assert files == sorted(f"pf.part_{p}.{fmt}" for p in range(10))
+    total = 0
+    for name in files:
+        raw = (tmp_path / name).read_bytes()
+        doc = unpackb(raw) if fmt == "hatchet_msgpack" else json.loads(raw)
+        children = doc[0]["children"]
+        assert len(children) == 50 and all(c["metrics"]["n"] == 1 for c in children)
+        assert children[0]["frame"]["name"].startswith("test_")
+        total += len(children)
+    assert total == 500
+    result = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / f"pf.part_3.{fmt}")])
+    assert result.exit_code == 0 and "test_150" in result.output
+
+
+def test_the_phase_api_reads_a_live_session(tmp_path):
+    sid = proton.start(str(tmp_path / "ph"))
+    scopes(sid, 30, 10)  # phases 0, 1 and 2 (current)
+    assert [c["frame"]["name"] for c in proton.data.get(sid, 1)[0]["children"]] == \
+        [f"test_{i}" for i in range(10, 20)]
+    assert unpackb(proton.data.get_msgpack(sid, 2)) == proton.data.get(sid, 2)
+    assert proton.data.is_phase_complete(sid, 0) and proton.data.is_phase_flushed(sid, 1)
+    assert not proton.data.is_phase_complete(sid, 2)  # still being recorded
+    proton.data.clear(sid, 0)
+    assert proton.data.get(sid, 0)[0]["children"] == []
+    proton.data.clear(sid, 1, clear_up_to_phase=True)
+    assert proton.data.get(sid, 1)[0]["children"] == []
+    assert len(proton.data.get(sid, 2)[0]["children"]) == 10
+    assert proton.data.advance_phase(sid) == 3
+    proton.finalize()
+    # the file holds the current phase (as in Triton: earlier ones were read through the API)
+    assert json.load(open(tmp_path / "ph.hatchet"))[0]["children"] == []
+
+
+def test_the_phase_api_without_a_session():
+    assert proton.data.advance_phase(None) is None and proton.data.get(None) is None
+    assert proton.data.get_msgpack(None) is None and proton.data.is_phase_complete(None) is False
+    proton.data.clear(None)
+
+
+def test_hatchet_msgpack_output_format(tmp_path):
+    sid = proton.start(str(tmp_path / "m"))
+    with proton.scope("a", {"n": 2}):
+        pass
+    proton.deactivate(sid, flushing=True)
+    proton.finalize(output_format="hatchet_msgpack")
+    assert os.listdir(tmp_path) == ["m.hatchet_msgpack"]
+    doc = unpackb((tmp_path / "m.hatchet_msgpack").read_bytes())
+    assert doc[0]["children"][0]["metrics"]["n"] == 2
+    with pytest.raises(proton.SessionError, match="hatchet_msgpack"):
+        proton.start(str(tmp_path / "x"), mode="periodic_flushing:format=chrome_trace")
+
+
+def test_trace_has_base_time(tmp_path):
+    sid = proton.start(str(tmp_path / "t"), data="trace")
+    with proton.cpu_timed_scope("a"):
+        pass
+    proton.finalize(sid)
+    doc = json.load(open(tmp_path / "t.chrome_trace"))
+    assert doc["baseTimeNanoseconds"] == doc["otherData"]["t0_ns"] > 0
+
+
+SCRIPT = """
+import proton
+sid = proton.start("off")
+with proton.scope("a", {"n": 1}):
+    pass
+proton.deactivate(sid)
+proton.activate(sid)
+proton.finalize()
+print("session", sid)
+"""
+
+
+def test_triton_proton_disable_makes_every_call_do_nothing(tmp_path):
+    (tmp_path / "s.py").write_text(SCRIPT)
+    env = {**os.environ, "TRITON_PROTON_DISABLE": "1"}
+    done = subprocess.run([sys.executable, "s.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "session None" and not list(tmp_path.glob("*.hatchet"))
+    done = subprocess.run([sys.executable, "-m", "proton", "s.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "running the script without profiling" in done.stderr
+    assert not list(tmp_path.glob("*.hatchet"))
