@@ -10,6 +10,7 @@ Usage:
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -131,6 +132,8 @@ def parse_mode(mode: str | None) -> PCOptions | None:
     if not isinstance(mode, str):
         raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' or none")
     kind, *options = mode.split(":")
+    if kind == TRITON_PC_SAMPLING:  # Triton's name; its interval counts cycles
+        return _triton_pc_sampling(mode, options)
     if kind != "pcsampling":
         raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "
                            "':interval=N' with N in 5..31, ':serialize=1'), "
@@ -148,6 +151,24 @@ def parse_mode(mode: str | None) -> PCOptions | None:
         raise SessionError(f"pcsampling:interval={interval} is out of range; CUPTI samples "
                            "every 2**N cycles for N in 5..31 (default 10)")
     return PCOptions(interval, bool(values.get("serialize", 0)))
+
+
+TRITON_PC_SAMPLING = "pc_sampling"
+
+
+def _triton_pc_sampling(mode: str, options: list[str]) -> PCOptions:
+    """Triton's 'pc_sampling[:interval=CYCLES]': the power of two nearest CYCLES."""
+    cycles = None
+    for option in options:
+        key, _, value = option.partition("=")
+        if key != "interval" or not value.isdigit() or int(value) <= 0:
+            raise SessionError(f"mode={mode!r}: pc_sampling takes interval=CYCLES (a positive "
+                               "number), as in Triton's Proton")
+        cycles = int(value)
+    if cycles is None:
+        return PCOptions(DEFAULT_INTERVAL, False)
+    exponent = min(max(round(math.log2(cycles)), INTERVALS.start), INTERVALS.stop - 1)
+    return PCOptions(exponent, False)
 
 
 _HOOK_KEYS = ("config", "include", "exclude")

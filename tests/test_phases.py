@@ -114,3 +114,13 @@ def test_triton_proton_disable_makes_every_call_do_nothing(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "running the script without profiling" in done.stderr
     assert not list(tmp_path.glob("*.hatchet"))
+
+
+def test_tritons_pc_sampling_mode_name_and_cycles():
+    from proton.options import parse_mode
+
+    assert parse_mode("pc_sampling").interval == 10
+    assert parse_mode("pc_sampling:interval=1000").interval == 10  # 1024 cycles
+    assert parse_mode("pc_sampling:interval=1").interval == 5  # CUPTI's least
+    with pytest.raises(proton.SessionError, match="interval=CYCLES"):
+        parse_mode("pc_sampling:interval=x")
