@@ -21,6 +21,7 @@ _WHERE = {
     "start": "api", "activate": "api", "deactivate": "api", "finalize": "api", "profile": "api",
     "scope": "scopes", "cpu_timed_scope": "scopes", "enter_scope": "scopes", "exit_scope": "scopes",
     "state": "scopes", "enter_state": "scopes", "exit_state": "scopes",
+    "metadata_state": "scopes",
     "ProtonError": "errors", "ScopeError": "errors", "SessionError": "errors",
     "ProfilerConflictError": "errors", "ProfileWriteError": "errors",
     "step": "service.endpoint", "listen": "service.endpoint",
@@ -30,6 +31,7 @@ _WHERE = {
 __all__ = [
     "start", "activate", "deactivate", "finalize", "profile",
     "scope", "cpu_timed_scope", "enter_scope", "exit_scope", "state", "enter_state", "exit_state",
+    "metadata_state",
     "ProtonError", "ScopeError", "SessionError", "ProfilerConflictError", "ProfileWriteError",
     "step", "listen", "DEFAULT_PROFILE_NAME",
 ]

@@ -15,6 +15,7 @@ from .context.stack import depth
 from .data.metrics import check_scope_name, check_user_metrics
 from .data.paths import SCOPE, STATE
 from .errors import ScopeError
+from .format import LAUNCH_METADATA
 
 
 def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
@@ -144,6 +145,19 @@ class state(scope):
             exit_state()
         else:
             unwind(before)
+
+
+class metadata_state(state):
+    """The state Triton's Proton puts launch-metadata work in (`__proton_launch_metadata`):
+    kernels launched inside go under that frame, which both viewers hide.
+
+    Usage:
+        with proton.metadata_state():
+            flops = x.sum().item()   # launch metadata that itself launches a kernel
+    """
+
+    def __init__(self) -> None:
+        super().__init__(LAUNCH_METADATA)
 
 
 def enter_state(name: str) -> None:

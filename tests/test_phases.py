@@ -124,3 +124,17 @@ def test_tritons_pc_sampling_mode_name_and_cycles():
     assert parse_mode("pc_sampling:interval=1").interval == 5  # CUPTI's least
     with pytest.raises(proton.SessionError, match="interval=CYCLES"):
         parse_mode("pc_sampling:interval=x")
+
+
+def test_metadata_state_is_the_frame_both_viewers_hide(tmp_path):
+    sid = proton.start(str(tmp_path / "ms"))
+    with proton.scope("outer", {"n": 1}):
+        with proton.metadata_state():
+            with proton.scope("inside", {"n": 5}):
+                pass
+    proton.finalize(sid)
+    root = json.load(open(tmp_path / "ms.hatchet"))[0]
+    outer = root["children"][0]
+    assert [c["frame"]["name"] for c in outer["children"]] == ["__proton_launch_metadata"]
+    result = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "ms.hatchet")])
+    assert result.exit_code == 0 and "inside" not in result.output and "outer" in result.output
