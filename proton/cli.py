@@ -59,7 +59,11 @@ Examples:
               "under several call paths has its samples split over them in proportion to its "
               "GPU time under each. :serialize=1 starts and stops sampling around every launch "
               "for exact per-launch attribution, at a cost (each launch waits for its kernel). "
-              ":interval=N samples every 2**N cycles (5..31, default 10). Default: kernel times.")
+              ":interval=N samples every 2**N cycles (5..31, default 10); Triton's "
+              "pc_sampling:interval=CYCLES works too. "
+              "periodic_flushing[:format=hatchet|hatchet_msgpack|chrome_trace]: each phase "
+              "(proton.data.advance_phase) goes to NAME.part_<phase>.<fmt>. "
+              "Default: kernel times.")
 @click.option("--listen", is_flag=True,
               help="Record nothing until a capture asks: `proton capture PID --duration 5` or "
               "`--steps N` from another shell (`proton ps` lists the jobs). Without it the run "

@@ -140,12 +140,7 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     fit in memory); a file that cannot be read is left out with its one-line reason."""
     ranks, errors, frames = [], [], _Frames()
     with _no_gc():
-        for i, path in enumerate(paths):
-            try:
-                root, devices, job = parse(path)
-            except ViewerError as exc:
-                errors.append(str(exc))
-                continue
+        for i, path, (root, devices, job) in _parsed(paths, errors):
             inclusive = [m for m in root["metrics"] if "(inc)" not in m]
             cols, has = frames.add(root)
             ranks.append(Rank(rank_of(path, job, i), path, devices, job, inclusive, cols, has))
@@ -163,6 +158,16 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     return ranks, frames, errors
 
 
+def _parsed(paths: list[str], errors: list[str]):
+    """(place, path, parse(path)) for each file that reads; the others' one-line reasons go
+    to `errors`."""
+    for i, path in enumerate(paths):
+        try:
+            yield i, path, parse(path)
+        except ViewerError as exc:
+            errors.append(str(exc))
+
+
 def rank_of(path: str, job: dict, place: int) -> int:
     """A file's rank: the one it records, else its name's .rank<R>, else its place."""
     rank = job.get("rank")
@@ -176,12 +181,7 @@ def pick(paths: list[str], rank: int) -> tuple[str, list[str]]:
     """The file of rank `rank` among `paths` (proton-viewer --rank R), and one line per file
     that could not be read on the way."""
     labels, errors = [], []
-    for i, path in enumerate(paths):
-        try:
-            _, _, job = parse(path)
-        except ViewerError as exc:
-            errors.append(str(exc))
-            continue
+    for i, path, (_, _, job) in _parsed(paths, errors):
         labels.append(rank_of(path, job, i))
         if labels[-1] == rank:
             return path, errors
