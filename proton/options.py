@@ -87,6 +87,7 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     if isinstance(mode, str) and mode.split(":", 1)[0].lower() == PERIODIC_FLUSHING:
         flush, mode = parse_flushing(mode, data), None
     pc = parse_mode(mode)
+    hook = hook_spec(hook)
     hook_options = parse_hook(hook) if hook is not None else None
     ext = TREE_EXTENSION if data == "tree" else TRACE_EXTENSION
     path = os.path.abspath(name if name.endswith(ext) else name + ext)
@@ -169,6 +170,22 @@ def _triton_pc_sampling(mode: str, options: list[str]) -> PCOptions:
         return PCOptions(DEFAULT_INTERVAL, False)
     exponent = min(max(round(math.log2(cycles)), INTERVALS.start), INTERVALS.stop - 1)
     return PCOptions(exponent, False)
+
+
+def hook_spec(hook) -> str | None:
+    """hook= as a string: a hook object (Triton's newer `LaunchHook()`, or ours from
+    proton.hooks, configured with include/exclude) is the "triton:..." spec it stands for."""
+    if hook is None or isinstance(hook, str):
+        return hook
+    if type(hook).__name__ == "LaunchHook" and hasattr(hook, "_include_pattern"):
+        spec = "triton"
+        for key in ("include", "exclude"):
+            pattern = getattr(hook, f"_{key}_pattern", None)
+            if pattern:
+                spec += f":{key}={pattern}"
+        return spec
+    raise SessionError(f"hook={hook!r} is not supported; use 'triton[:OPTIONS]' or a "
+                       "LaunchHook() (proton.hooks.LaunchHook, or Triton's)")
 
 
 _HOOK_KEYS = ("config", "include", "exclude")

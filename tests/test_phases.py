@@ -138,3 +138,34 @@ def test_metadata_state_is_the_frame_both_viewers_hide(tmp_path):
     assert [c["frame"]["name"] for c in outer["children"]] == ["__proton_launch_metadata"]
     result = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "ms.hatchet")])
     assert result.exit_code == 0 and "inside" not in result.output and "outer" in result.output
+
+
+def test_a_launch_hook_object_stands_for_its_spec():
+    from proton.hooks import LaunchHook
+    from proton.options import parse_options
+
+    hook = LaunchHook()
+    assert LaunchHook() is hook  # one per process, as Triton's
+    hook.configure(include="matmul.*", exclude=".*_bwd")
+    opts = parse_options("x", hook=hook)
+    assert opts.hook_spec == "triton:include=matmul.*:exclude=.*_bwd"
+    assert opts.hook.include.pattern == "matmul.*" and opts.hook.exclude.pattern == ".*_bwd"
+    hook.configure()
+    assert parse_options("x", hook=LaunchHook()).hook_spec == "triton"
+    with pytest.raises(proton.SessionError, match="LaunchHook"):
+        parse_options("x", hook=object())
+
+
+def test_tritons_per_kernel_launch_metadata_frames_are_hidden(tmp_path):
+    def node(name, children=(), **metrics):
+        return {"frame": {"name": name, "type": "function"}, "metrics": metrics,
+                "children": list(children)}
+
+    root = node("ROOT", [node("step", [node("__proton_launch_metadata:matmul",
+                                            [node("sum_kernel", **{"time (ns)": 5})]),
+                                       node("matmul", **{"time (ns)": 100})])],
+                **{"time (ns)": 0})
+    (tmp_path / "t.hatchet").write_text(json.dumps([root, {}]))
+    result = CliRunner().invoke(viewer, [str(tmp_path / "t.hatchet")])
+    assert result.exit_code == 0 and "matmul" in result.output
+    assert "launch_metadata" not in result.output and "sum_kernel" not in result.output

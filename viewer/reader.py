@@ -195,6 +195,7 @@ def _drop_launch_metadata(root: dict) -> None:
     stack = [root]
     while stack:
         node = stack.pop()
+        # Triton's newer Proton names it per kernel: __proton_launch_metadata:<kernel>
         node["children"] = [c for c in node["children"]
-                            if c["frame"]["name"] != LAUNCH_METADATA]
+                            if not str(c["frame"]["name"]).startswith(LAUNCH_METADATA)]
         stack.extend(node["children"])
