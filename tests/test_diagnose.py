@@ -193,3 +193,9 @@ def test_triton_viewer_opens_a_file_with_launch_configuration(tmp_path):
                           path], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "1000.000" in run.stdout
+
+
+def test_diagnose_html_and_source_exclude_each_other(tmp_path):
+    result = CliRunner().invoke(viewer, ["--diagnose", "--html", str(tmp_path / "r.html"),
+                                         os.path.join(DATA, "example_gpu.hatchet")])
+    assert result.exit_code == 2 and "each replace the tree; give one" in result.output

@@ -28,6 +28,7 @@ Examples:
   proton-viewer --rank 1 ddp.rank*.hatchet       # one rank of them (or a folder of them)
   proton-viewer --output trace ddp.rank*.chrome_trace > ddp.json  # one timeline for Perfetto
   proton-viewer --html run1.html run1.hatchet   # one page: flame graph, kernels, roofline
+  proton-viewer --diagnose run1.hatchet          # why kernels are slow, and what to try
 """
 
 
@@ -121,6 +122,8 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
             click.echo(text)
             ctx.exit(_Failed.exit_code if errors else 0)
         # In a thread with a large stack: a profile may be nested any number of levels deep.
+        if sum(x is not None and x is not False for x in (kernel, html_path, diagnose or None)) > 1:
+            raise ViewerError("--source, --html and --diagnose each replace the tree; give one")
         if kernel is not None:
             _check_source_conflicts(list_metrics, metrics, include, exclude, threshold,
                                     print_sorted, other, output)
