@@ -49,3 +49,20 @@ def test_get_reads_a_finished_phase_with_all_its_kernels(tmp_path):
     assert sum(k["metrics"]["count"] for k in kernels(doc[0])) == 50
     assert proton.data.is_phase_complete(sid, 0)
     proton.finalize()
+
+
+def test_do_bench_measures_kernel_time():
+    from proton.bench import do_bench
+
+    a = torch.randn(2048, 2048, device="cuda")
+    ms = do_bench(lambda: a @ a, rep=50)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        a @ a
+    end.record()
+    torch.cuda.synchronize()
+    events = start.elapsed_time(end) / 20
+    assert 0.5 * events < ms <= 1.1 * events  # kernels only: never more than the events
+    low, mid = do_bench(lambda: a @ a, rep=20, quantiles=[0.2, 0.5])
+    assert low <= mid

@@ -169,3 +169,29 @@ def test_tritons_per_kernel_launch_metadata_frames_are_hidden(tmp_path):
     result = CliRunner().invoke(viewer, [str(tmp_path / "t.hatchet")])
     assert result.exit_code == 0 and "matmul" in result.output
     assert "launch_metadata" not in result.output and "sum_kernel" not in result.output
+
+
+def test_do_bench_statistics_and_its_errors():
+    from proton.bench import do_bench, scope_times, summarize
+
+    def scope(name, ns, kids=()):
+        return {"frame": {"name": name}, "metrics": {"time (ns)": ns} if ns else {},
+                "children": list(kids)}
+
+    doc = [{"frame": {"name": "ROOT"}, "metrics": {}, "children": [
+        scope("p.00000001", None, [scope("k", 2e6), scope("k2", 1e6)]),
+        scope("p.00000000", None, [scope("k", 1e6)]), scope("other", None, [scope("k", 9e9)])]}]
+    times = scope_times(doc, "p.")
+    assert times == [1.0, 3.0]  # in call order, all kernels under each call
+    assert summarize(times, None, "mean") == 2.0 and summarize(times, None, "all") == times
+    assert summarize([1, 2, 3, 4], [0.5], "mean") == 2.5
+    assert summarize([1, 2, 3, 4], [0.0, 1.0], "mean") == [1, 4]
+    with pytest.raises(proton.ProtonError, match="no kernel"):
+        summarize([], None, "mean")
+    with pytest.raises(proton.ProtonError, match="return_mode"):
+        do_bench(lambda: None, return_mode="p99")
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(proton.ProtonError, match="no CUDA GPU"):
+            do_bench(lambda: None)
