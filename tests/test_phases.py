@@ -195,3 +195,17 @@ def test_do_bench_statistics_and_its_errors():
     if not torch.cuda.is_available():
         with pytest.raises(proton.ProtonError, match="no CUDA GPU"):
             do_bench(lambda: None)
+
+
+def test_kernels_of_a_buffer_checked_before_a_phase_began_go_to_the_earlier_phase(tmp_path):
+    """The router checks a buffer's first launch against the current phase without the
+    session's lock; advance_phase may come in between: the totals then go to that phase."""
+    from proton.runtime.session import Session
+
+    s = Session(1, "x", str(tmp_path / "x.hatchet"), "shadow", "tree", None)
+    s.phase_starts = [0]
+    s.add_kernel_totals({7: [100, 1, 0, 0, None]}, first=50)
+    s.advance(now=200)  # phase 1 from 200 on
+    s.add_kernel_totals({7: [30, 1, 0, 0, None]}, first=150)  # launched in phase 0
+    s.add_kernel_totals({7: [5, 1, 0, 0, None]}, first=250)
+    assert s.data_of(0).nodes[7]["time (ns)"] == 130 and s.data_of(1).nodes[7]["time (ns)"] == 5

@@ -331,3 +331,16 @@ def test_trace_merge_names_a_file_that_is_not_a_trace(tmp_path):
     result = CliRunner().invoke(viewer, ["--output", "trace", str(tmp_path)])
     assert result.exit_code == 2 and "not a Chrome trace" in result.stderr
     assert json.loads(result.stdout)["otherData"]["ranks"] == [0]
+
+
+def test_a_live_processs_msgpack_profile_is_not_overwritten_either(tmp_path):
+    path = str(tmp_path / "run.hatchet_msgpack")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        writer.write(doc_of(other.pid), path, encoding="msgpack")
+        assert writer.other_writer(path, None) == f"process {other.pid} on " \
+                                                  f"{socket.gethostname()}, still running"
+        written = writer.write(doc_of(os.getpid()), path, encoding="msgpack")
+    finally:
+        other.kill()
+    assert written.endswith(f"run.pid{os.getpid()}.hatchet_msgpack")

@@ -213,16 +213,49 @@ def other_writer(path: str, since: float | None) -> str | None:
     except OSError:
         return None
     found = _OWNER.search(head)
-    host, pid = (json.loads(found[1]), int(found[2])) if found else (None, None)
+    host, pid = (json.loads(found[1]), int(found[2])) if found else _owner_msgpack(path)
     here = socket.gethostname()
     if host == here and pid == os.getpid():
         return None  # this process's own earlier profile
-    who = f"process {pid} on {host}" if found else "another process"
+    who = f"process {pid} on {host}" if pid is not None else "another process"
     if host == here and pid is not None and _alive(pid):
         return f"{who}, still running"
     if since is not None and mtime >= since:
         return f"{who}, written at {time.strftime('%H:%M:%S', time.localtime(mtime))} " \
                "while this one ran"
+    return None
+
+
+def _owner_msgpack(path: str) -> tuple[str | None, int | None]:
+    """The host and pid a hatchet_msgpack file's root frame records (its first bytes)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None, None
+    host, pid = _msgpack_after(head, b"\xa4host"), _msgpack_after(head, b"\xa3pid")
+    return (host if isinstance(host, str) else None), (pid if isinstance(pid, int) else None)
+
+
+def _msgpack_after(head: bytes, key: bytes):
+    """The string or unsigned integer MessagePack encodes right after `key`, if any."""
+    at = head.find(key)
+    if at < 0 or at + len(key) >= len(head):
+        return None
+    at += len(key)
+    b = head[at]
+    try:
+        if b <= 0x7F:
+            return b
+        if b in (0xCC, 0xCD, 0xCE, 0xCF):
+            n = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}[b]
+            return int.from_bytes(head[at + 1:at + 1 + n], "big")
+        if 0xA0 <= b <= 0xBF:
+            return head[at + 1:at + 1 + (b & 0x1F)].decode()
+        if b == 0xD9:
+            return head[at + 2:at + 2 + head[at + 1]].decode()
+    except (UnicodeDecodeError, IndexError):
+        return None
     return None
 
 

@@ -309,21 +309,30 @@ class Profiler:
 
     def _write_parts(self, s: Session, devices: dict, final: bool = False) -> list[str]:
         """Write `s`'s finished phases (and the current one when `final`) to their part files,
-        each once its records are in, and let them go."""
+        each once its records are in, and let them go. A part that cannot be written where
+        asked goes to the temporary folder (its error is raised after the others are written,
+        and only when `final`: a serving loop's advance_phase gets a warning)."""
         if self.collector is not None:
             self.collector.flush()
         phases = sorted(s.earlier) + ([s.phase] if final else [])
         stem, _ = os.path.splitext(s.path)
-        written = []
+        written, failed = [], []
         for p in phases:
             data = s.data_of(p)
             if data is None:
                 continue
             path = f"{stem}.part_{p}.{s.flush}"
-            written.append(writer.write(self._document(s, data, devices), path, since=s.began,
-                                        encoding="msgpack" if s.flush.endswith("msgpack")
-                                        else "json"))
+            try:
+                written.append(writer.write(self._document(s, data, devices), path,
+                                            since=s.began, encoding="msgpack"
+                                            if s.flush.endswith("msgpack") else "json"))
+            except ProfileWriteError as exc:
+                failed.append(str(exc))
             s.clear(p)
+        if failed and final:
+            raise ProfileWriteError("; ".join(failed))
+        for message in failed:
+            warn(message)
         return written
 
     def _document(self, s: Session, data, devices: dict):
@@ -334,8 +343,8 @@ class Profiler:
         if s.data == "trace":
             return writer.build_trace(data.events, data.spans, who)
         with s.lock:
-            notes, own = dict(s.notes), self._own_metrics(s)
-        return writer.build(data.nodes, devices, notes, who, own)
+            notes = dict(s.notes)
+        return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes))
 
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
         """Close `session` and write its file (or its last part files); return the paths."""
@@ -360,7 +369,7 @@ class Profiler:
             path, encoding = os.path.splitext(path)[0] + ".hatchet_msgpack", "msgpack"
         return [writer.write(doc, path, since=session.began, encoding=encoding)]
 
-    def _own_metrics(self, session: Session) -> dict[int, dict[str, int]]:
+    def _own_metrics(self, session: Session, nodes: dict) -> dict[int, dict[str, int]]:
         """Kernel node -> its launch configuration (the one with the most GPU time when its
         launches differed, and how many there were) and, for a Triton kernel that does a
         tl.dot, its SASS instruction mix."""
@@ -368,14 +377,16 @@ class Profiler:
         if configs is None:
             return {}
         out: dict[int, dict[str, int]] = {}
-        for path, seen in list(session.launch.items()):
+        with session.lock:
+            launch = {path: dict(seen) for path, seen in session.launch.items() if path in nodes}
+        for path, seen in launch.items():
             shape = configs.get(max(seen, key=seen.get)) if seen else None
             if shape is not None:
                 out[path] = dict(zip(LAUNCH_METRICS, shape))
                 if len(seen) > 1:
                     out[path][LAUNCH_CONFIGS] = len(seen)
         names = {node: name for (_, name, _), node in list(self.router._kernel_paths.items())
-                 if node in session.nodes}
+                 if node in nodes}
         for node, metrics in sass.by_name(set(names.values())).items():
             for kernel, name in names.items():
                 if name == node:

@@ -76,7 +76,7 @@ class KernelRouter:
                         configs = total[4] = {total[3]: total[0] - (end - start)}
                     configs[config] = configs.get(config, 0) + end - start
         for s in sessions:
-            s.add_kernel_totals(totals)
+            s.add_kernel_totals(totals, first)
 
     def kernel_times(self, session: Session) -> dict[str, list[tuple[int, float]]]:
         """{kernel name: [(kernel node, GPU ns in `session`)]} (for PC samples' placement)."""

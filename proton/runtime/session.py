@@ -105,14 +105,22 @@ class Session:
                 configs = self.launch.setdefault(path_id, {})
                 configs[rec.config] = configs.get(rec.config, 0) + rec.end - rec.start
 
-    def add_kernel_totals(self, totals: dict[int, list]) -> None:
+    def add_kernel_totals(self, totals: dict[int, list], first: int | None = None) -> None:
         """Kernels summed per path: {path id: [time ns, count, device id, launch configuration,
-        {configuration: ns} when its launches differed, else None]} (data="tree")."""
+        {configuration: ns} when its launches differed, else None]} (data="tree"), launched
+        from `first` on. The router checked they are all in the current phase; a phase that
+        began since (advance_phase on another thread) makes them the previous one's."""
         with self.lock:
             if self.closed:
                 return
+            nodes = self.nodes
+            if first is not None and first < self.phase_starts[-1]:
+                phase = self.earlier.get(self.phase_at(first))
+                if phase is None:
+                    return  # that phase was written away or cleared
+                nodes = phase.nodes
             for path_id, (ns, count, device, config, configs) in totals.items():
-                node = self._kernel_node(path_id, device)
+                node = self._kernel_node(path_id, device, nodes)
                 node[TIME] += ns
                 node[COUNT] += count
                 if configs is None:

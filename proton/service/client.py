@@ -157,13 +157,13 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
     request = {"verb": "start", **options, **({"steps": steps} if steps else {})}
     for i, conn in list(conns.items()):  # all requests first, then the replies: a small skew
         _try(outcomes[i], conns, i, lambda c=conn, n=names[i]: c.send({**request, "name": n}))
-    begun = time.monotonic()
     paths: dict[int, str] = {}
     for i, conn in list(conns.items()):
         reply = _reply(outcomes[i], conns, i, 30.0)
         if reply is not None:
             outcomes[i].started = reply.get("started")
             paths[i] = reply.get("path", "")
+    begun = time.monotonic()  # every target records from here (its start may take seconds)
     if steps is None:
         time.sleep(max(0.0, duration - (time.monotonic() - begun)))
         for i, conn in list(conns.items()):
@@ -177,6 +177,7 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
             if not ready and not conn.lines.buffer:
                 _try(outcomes[i], conns, i, lambda c=conn: c.send({"verb": "stop"}),
                      paths.get(i))
+        deadline = time.monotonic() + timeout  # writing the files, after the stop
     for i, conn in list(conns.items()):
         reply = _reply(outcomes[i], conns, i, max(1.0, deadline - time.monotonic()),
                        ended_path=paths.get(i))

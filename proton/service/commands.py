@@ -74,8 +74,9 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
     statuses = {id(t): _ask(t, {"verb": "status"}) for t in targets} if len(targets) > 1 else {}
     names = []
     for target in targets:  # several jobs without ranks: a file each, by pid
-        ranked = statuses.get(id(target), {}).get("rank") is not None
-        own = name if len(targets) == 1 or ranked else f"{name}.pid{target.pid}"
+        status = statuses.get(id(target), {})
+        pid = target.pid if target.pid is not None else status.get("pid", "unknown")
+        own = name if len(targets) == 1 or status.get("rank") is not None else f"{name}.pid{pid}"
         names.append(os.path.abspath(own))
     what = f"{steps} steps" if steps else f"{duration or 5:g} s"
     click.echo(f"capturing {what} of {len(targets)} job{'s' * (len(targets) > 1)}...", err=True)

@@ -63,18 +63,25 @@ class _Capture:
                 return
             self.left -= 1
             if self.left == 0:
+                self._end()
+
+    def _end(self) -> None:
+        """Stop recording and let the endpoint write the file; never raises into the script
+        (the script may have finalized every session itself)."""
+        global _armed
+        if _armed is self:
+            _armed = None
+        try:
+            if self.sid is not None:
                 api.deactivate(self.sid)
-                _armed = None
-                self.done.set()
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+        self.done.set()
 
     def cancel(self) -> None:
-        global _armed
         with self.lock:
-            if _armed is self:
-                _armed = None
-            if self.sid is not None and not self.done.is_set():
-                api.deactivate(self.sid)
-            self.done.set()
+            if not self.done.is_set():
+                self._end()
 
 
 _armed: _Capture | None = None
@@ -114,10 +121,15 @@ class Endpoint:
         self.state = "idle"
         self.command = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:200]
         self._sockets: list[socket.socket] = []
+        self._owner = os.getpid()
+        atexit.register(self.close)
         self._open_unix()
         if tcp is not None:
-            self._open_tcp(tcp)
-        atexit.register(self.close)
+            try:
+                self._open_tcp(tcp)
+            except BaseException:
+                self.close()  # not half open: no Unix socket left listening either
+                raise
 
     def _open_unix(self) -> None:
         private_folder()
@@ -145,6 +157,8 @@ class Endpoint:
                          daemon=True).start()
 
     def close(self) -> None:
+        if os.getpid() != self._owner:
+            return  # a forked child: the socket is its parent's
         for sock in self._sockets:
             try:
                 sock.close()
@@ -162,6 +176,8 @@ class Endpoint:
                 conn, _ = sock.accept()
             except OSError:
                 return  # closed
+            if tcp:  # a peer that vanished (no FIN) is noticed, not waited on for ever
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             threading.Thread(target=self._connection, args=(conn, tcp), daemon=True,
                              name="proton-capture").start()
 
@@ -186,7 +202,8 @@ class Endpoint:
                 message = lines.read()
                 if message is None:
                     return
-                if tcp and not hmac.compare_digest(str(message.get("token", "")), self.token):
+                if tcp and not hmac.compare_digest(str(message.get("token", "")).encode(),
+                                                   self.token.encode()):
                     conn.sendall(encode({"ok": False, "error": "bad or missing token"}))
                     return
                 verb = check_request(message)["verb"]
@@ -206,7 +223,8 @@ class Endpoint:
     def status(self) -> dict:
         job = detect().fields()
         return {"pid": os.getpid(), "command": self.command, "state": self.state,
-                "steps": steps_seen, "sessions": [s.path for s in profiler.sessions.values()],
+                "steps": steps_seen,
+                "sessions": [s.path for s in list(profiler.sessions.values())],
                 **{k: job[k] for k in ("rank", "world_size", "local_rank", "host") if k in job}}
 
     def _capture(self, conn: socket.socket, lines: Lines, request: dict) -> None:
@@ -218,7 +236,7 @@ class Endpoint:
             return
         try:
             if profiler.sessions:
-                paths = ", ".join(s.path for s in profiler.sessions.values())
+                paths = ", ".join(s.path for s in list(profiler.sessions.values()))
                 conn.sendall(encode({"ok": False, "error": f"a session is already recording "
                                      f"({paths}); capture --snapshot writes it as it stands"}))
                 return
@@ -243,10 +261,16 @@ class Endpoint:
         except Exception as exc:
             conn.sendall(encode({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
             return
+        if sid is None:
+            _send(conn, {"ok": False, "error": "profiling is disabled in this job "
+                         "(TRITON_PROTON_DISABLE is set)"})
+            return
         self.state = "capturing"
-        conn.sendall(encode({"ok": True, "started": time.time(),
-                             "path": profiler.sessions[sid].path}))
-        gone = _wait_for_stop(conn, lines, lambda: False)
+        session = profiler.sessions.get(sid)
+        sent = _send(conn, {"ok": True, "started": time.time(),
+                            "path": session.path if session else ""})
+        # a client gone before it heard the start still gets its file written
+        gone = not sent or _wait_for_stop(conn, lines, lambda: False)
         self._finish(conn, sid, gone, started=None)
 
     def _capture_steps(self, conn, lines: Lines, options: dict, steps: int) -> None:
@@ -254,8 +278,8 @@ class Endpoint:
         capture = _Capture(options, steps)
         _armed = capture
         self.state = f"waiting for proton.step() ({steps} steps)"
-        conn.sendall(encode({"ok": True, "armed": steps}))
-        gone = _wait_for_stop(conn, lines, capture.done.is_set)
+        sent = _send(conn, {"ok": True, "armed": steps})
+        gone = not sent or _wait_for_stop(conn, lines, capture.done.is_set)
         if not capture.done.is_set():
             capture.cancel()  # stopped by the client (or it went away) before the N-th step
         if capture.error:
@@ -265,8 +289,7 @@ class Endpoint:
                          f"iteration boundary (it called proton.step() {steps_seen} times so "
                          "far); use --duration, or call proton.step() once per iteration"})
         else:
-            self._finish(conn, capture.sid, gone, capture.started,
-                         partial=capture.left > 0 and capture.left != steps)
+            self._finish(conn, capture.sid, gone, capture.started, partial=capture.left > 0)
 
     def _finish(self, conn, sid: int, gone: bool, started: float | None,
                 partial: bool = False) -> None:
@@ -305,11 +328,13 @@ def _wait_for_stop(conn: socket.socket, lines: Lines, finished) -> bool:
     return False
 
 
-def _send(conn: socket.socket, message: dict) -> None:
+def _send(conn: socket.socket, message: dict) -> bool:
+    """Whether the message went out (the client may be gone)."""
     try:
         conn.sendall(encode(message))
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _snapshot() -> dict:
