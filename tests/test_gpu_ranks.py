@@ -63,7 +63,9 @@ def viewer_rows(*args: str) -> dict[str, dict]:
 
 
 def nccl(node: dict) -> list[dict]:
-    return [k for k in kernels(node) if k["frame"]["name"].lower().startswith("nccl")]
+    from proton.viewer.derive import COMM_KERNEL  # CUPTI's names are mangled C++
+
+    return [k for k in kernels(node) if COMM_KERNEL.match(k["frame"]["name"])]
 
 
 def job_files(tmp_path) -> list[str]:
@@ -134,10 +136,12 @@ def test_torchrun_traces_merge_into_one_timeline(tmp_path):
 
 @TWO
 def test_the_all_reduce_lines_up_across_ranks_in_the_merged_trace(tmp_path):
+    from proton.viewer.derive import COMM_KERNEL
+
     events, names = merged_trace(tmp_path)
     ends: dict[str, float] = {}
     for e in events:
-        if e.get("cat") == "kernel" and e["name"].lower().startswith("nccl"):
+        if e.get("cat") == "kernel" and COMM_KERNEL.match(e["name"]):
             ends[names[e["pid"]]] = max(ends.get(names[e["pid"]], 0), e["ts"] + e["dur"])
     assert set(ends) == {"rank 0 GPU 0", "rank 1 GPU 1"}
     # the step's all-reduce ends at about the same instant on both ranks: one clock

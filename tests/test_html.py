@@ -222,3 +222,17 @@ def test_the_findings_of_diagnose(tmp_path):
     body = body[: body.index("</section>")]
     assert body.count('<li class="finding') == len(data(path)["findings"]["items"]) >= 1
     assert "stalled line" in body and "math pipe is busy" in body
+
+
+@needs_browser
+def test_names_that_look_like_html_cannot_break_the_page(tmp_path):
+    nasty = "<!--<script>alert(1)</script>& __DATA__"
+    root = {"frame": {"name": "ROOT", "type": "function"}, "metrics": {"time (ns)": 0},
+            "children": [{"frame": {"name": nasty, "type": "function"},
+                          "metrics": {"time (ns)": 5, "count": 1, "device_id": "0",
+                                      "device_type": "CUDA"}, "children": []}]}
+    (tmp_path / "__DATA__.hatchet").write_text(json.dumps([root, {}]))
+    path = write(tmp_path, str(tmp_path / "__DATA__.hatchet"))
+    dom = browse(path, "search=50%")  # a stray % in the link too
+    assert data(path)["nodes"]["name"][1] == nasty
+    assert len(rects(dom)) == 2

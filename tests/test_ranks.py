@@ -270,7 +270,8 @@ def test_a_bad_file_is_named_and_the_others_still_merge(job):
 def test_missing_ranks_and_clashing_ranks_are_said(job):
     os.remove(job / "ddp.rank2.hatchet")
     result = CliRunner().invoke(viewer, ["-m", "time/us", str(job)])
-    assert "2 of the job's 3 ranks merged; missing rank 2" in result.stderr
+    assert "note: 2 of the job's 3 ranks merged; missing rank 2" in result.stderr
+    assert result.exit_code == 0  # every file given was read
     rank_file(job / "..", 0, 3, scope("other"), name="elsewhere")
     result = CliRunner().invoke(viewer, [str(job / "ddp.rank0.hatchet"),
                                          str(job / ".." / "elsewhere.rank0.hatchet")])
@@ -344,3 +345,25 @@ def test_a_live_processs_msgpack_profile_is_not_overwritten_either(tmp_path):
     finally:
         other.kill()
     assert written.endswith(f"run.pid{os.getpid()}.hatchet_msgpack")
+
+
+def test_mangled_nccl_kernels_are_communication(tmp_path):
+    """CUPTI names NCCL's C++ kernels mangled."""
+    name = "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"
+    rank_file(tmp_path, 0, 1, scope("step", kernel(name, 30e3), kernel("mm", 70e3)))
+    got = rows("-m", "comm/%", str(tmp_path / "ddp.rank0.hatchet"))
+    assert got["ROOT / step"]["comm/%"] == pytest.approx(30)
+
+
+def test_merged_ranks_keep_each_kernels_launch_configuration(tmp_path):
+    """Ranks on cuda:0 and cuda:1 with the same kernel: the merged tree's launch facts are not
+    added up, and its device stays one of theirs, so --diagnose still judges it."""
+    for rank in (0, 1):
+        k = kernel("small_grid", 1e6, 1, rank)
+        k["metrics"].update({"grid_blocks": 16, "block_threads": 128,
+                             "registers_per_thread": 32})
+        rank_file(tmp_path, rank, 2, k)
+    result = CliRunner().invoke(viewer, ["--diagnose", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "[too few programs] small_grid" in result.output
+    assert "16 blocks on 132 SMs" in result.output

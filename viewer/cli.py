@@ -124,6 +124,9 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
         # In a thread with a large stack: a profile may be nested any number of levels deep.
         if sum(x is not None and x is not False for x in (kernel, html_path, diagnose or None)) > 1:
             raise ViewerError("--source, --html and --diagnose each replace the tree; give one")
+        if (html_path or diagnose) and other is not None:
+            raise ViewerError("-diff shows a difference as a tree; --html and --diagnose read "
+                              "one profile (or a job's ranks): drop -diff")
         if kernel is not None:
             _check_source_conflicts(list_metrics, metrics, include, exclude, threshold,
                                     print_sorted, other, output)
@@ -174,7 +177,9 @@ def _open(profiles: list[str], rank: int | None, other, kernel):
                           f"and {len(paths)} were given; choose one with --rank R")
     found, frames, errors = ranks.read(paths)
     merged = ranks.merge(found, frames)
-    return merged.total, merged, errors + merged.notes
+    for note in merged.notes:  # what the reader should know; every file given was read
+        click.echo(f"note: {note}", err=True)
+    return merged.total, merged, errors
 
 
 class _Failed(click.ClickException):

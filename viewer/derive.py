@@ -19,8 +19,9 @@ RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
 _RATE = re.compile(r"^(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
 _TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time)/"
                    r"(?P<unit>s|ms|us|ns)$")
-COMM_KERNEL = re.compile(r"^(nccl|rccl)", re.IGNORECASE)
-"""Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...)."""
+COMM_KERNEL = re.compile(r"^(?:_Z\d+)?(?:nccl|rccl)", re.IGNORECASE)
+"""Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...), by
+their name as CUPTI gives it (mangled C++: _Z39ncclDevKernel_AllReduce_...)."""
 
 
 @dataclass(slots=True)

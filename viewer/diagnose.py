@@ -253,6 +253,8 @@ def _intensity(ctx: _Context, node) -> tuple[float, float, float, str, float] | 
         bw = max_bytes_per_s(gpu["bus_width"], gpu["memory_clock_rate"])
     except (KeyError, TypeError, ViewerError):
         return None
+    if not peak > 0 or not bw > 0:
+        return None  # the device table lacks the figures
     x, y = flops / nbytes, flops / (ns * 1e-9)
     roof = min(peak, bw * x)
     return x, y, y / roof, "memory" if bw * x < peak else "compute", peak / bw
@@ -318,18 +320,22 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
         return "stall-dominated lines: not checked; no PC samples (profile with -m pcsampling)"
     from .source import find_kernel
 
-    seen = set()
+    time_by_name: dict[str, float] = {}
     for node in kernels:
         raw = node.frame.get("name", "")
-        if raw in seen:
+        time_by_name[raw] = time_by_name.get(raw, 0.0) + (ctx.value(node, TIME) or 0)
+    first = {}
+    for node in kernels:
+        first.setdefault(node.frame.get("name", ""), node)
+    for raw, ns in time_by_name.items():
+        if not ctx.big(ns):  # before reading its samples: a profile may hold thousands
             continue
-        seen.add(raw)
+        node = first[raw]
         try:
             kernel = find_kernel(ctx.prof, raw)
         except ViewerError:
             continue
-        ns = sum(ctx.value(n, TIME) or 0 for n in kernels if n.frame.get("name") == raw)
-        if not ctx.big(ns) or not kernel.total.samples:
+        if not kernel.total.samples:
             continue
         for ls in kernel.lines[:3]:
             share = ls.counts.samples / kernel.total.samples

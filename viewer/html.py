@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pandas as pd
 
@@ -36,8 +37,11 @@ def page(prof: Profile, columns: list[Column], *, title: str, merged=None,
             "roofline": _roofline(prof, style),
             "source": _source(prof, style),
             "findings": _findings(prof, style)}
-    text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
-    return TEMPLATE.replace("__TITLE__", _escape(title)).replace("__DATA__", text)
+    # <, > and & as JSON escapes: no text in the data can close the script or open a comment
+    text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace(
+        "<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    fill = {"TITLE": _escape(title), "DATA": text}
+    return re.sub(r"__(TITLE|DATA)__", lambda m: fill[m[1]], TEMPLATE)
 
 
 def _escape(text: str) -> str:
@@ -152,6 +156,8 @@ def _roofline(prof: Profile, style: str) -> dict:
             peak = max_flops(arch, 16, gpu["num_sms"], gpu["clock_rate"])
         except (KeyError, TypeError, ViewerError):
             continue
+        if not peak > 0 or not bw > 0:
+            continue  # a device table without the figures (zeros): no roof
         peaks[str(dev)] = (peak, bw)
         roofs.append({"peak": peak, "bw": bw, "ridge": peak / bw,
                       "label": f"GPU {dev} (sm{arch}): 16-bit peak {peak / 1e12:,.0f} TFLOP/s, "

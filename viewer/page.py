@@ -64,7 +64,8 @@ const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", 
 const fmt = v => v === null || v === undefined ? "" : (Math.abs(v) >= 1e-3 || v === 0 ?
   v.toLocaleString(undefined, {maximumFractionDigits: 3}) : v.toExponential(3));
 const hash = () => Object.fromEntries(location.hash.slice(1).split("&").filter(Boolean)
-  .map(kv => { const i = kv.indexOf("="); return [kv.slice(0, i), decodeURIComponent(kv.slice(i + 1))]; }));
+  .map(kv => { const i = kv.indexOf("="), v = kv.slice(i + 1);
+    try { return [kv.slice(0, i), decodeURIComponent(v)]; } catch (e) { return [kv.slice(0, i), v]; } }));
 const pathOf = i => { const p = []; for (let j = PARENT[i]; j >= 0; j = PARENT[j]) p.unshift(NAME[j]); return p.join(" / "); };
 let zoom = 0, pattern = null;
 $("summary").textContent = D.summary;
@@ -175,7 +176,7 @@ function roofline() {
   const tmax = Math.max(...R.points.map(p => p.t));
   for (const p of R.points) out.push('<circle class="kernel" cx="' + X(p.x) + '" cy="' + Y(p.y) + '" r="' +
     (3 + 12 * Math.sqrt(p.t / tmax)).toFixed(1) + '"><title>' + esc(p.name + ": " + fmt(p.y / 1e12) + " TFLOP/s, " +
-    fmt(p.x) + " FLOP/byte, " + fmt(p.frac * 100) + "% of the roof") + "</title></circle>");
+    fmt(p.x) + " FLOP/byte" + (p.frac === null ? "" : ", " + fmt(p.frac * 100) + "% of the roof")) + "</title></circle>");
   out.push('<text x="' + (W / 2) + '" y="' + (H - 6) + '" text-anchor="middle">arithmetic intensity, FLOP per byte</text>');
   out.push('<text transform="translate(14,' + (H / 2) + ') rotate(-90)" text-anchor="middle">achieved FLOP/s</text>');
   svg.innerHTML = out.join("");

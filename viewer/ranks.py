@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TREE_EXTENSION
+from ..format import (DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, JOB_KEYS,
+                      LAUNCH_CONFIGS, LAUNCH_METRICS, RANK_FILE, SASS_PREFIX, TL_DOT,
+                      TREE_EXTENSION)
 from .derive import Column, derive
 from .errors import ViewerError
 from .reader import Profile, parse
@@ -91,7 +93,8 @@ class Merged:
     """The ranks' profiles on one graph."""
 
     total: Profile
-    """Every metric summed over the ranks (a device_id where all ranks agree)."""
+    """Every metric summed over the ranks; a kernel's launch configuration where all ranks
+    agree; the first rank's device id."""
     ranks: list[Profile]
     """Each rank's own values on the same graph and rows (NaN where it lacks the frame)."""
     labels: list[int]
@@ -317,6 +320,11 @@ def _total(graph, index, names, ranks: list[Profile], metrics, incl, sums, files
     data = {"name": names}
     for metric in metrics:
         if metric in (DEVICE_ID, DEVICE_TYPE):
+            # ranks on different GPUs of one kind (cuda:0, cuda:1): the first rank's stands for
+            # them, so the rules that need a GPU's figures still run on the merged tree
+            data[metric] = pd.Series(_first([p.gf.dataframe[metric].to_numpy()
+                                             for p in ranks]), index=index)
+        elif metric in NOT_SUMMED or metric.startswith(SASS_PREFIX):
             data[metric] = pd.Series(_common([p.gf.dataframe[metric].to_numpy()
                                               for p in ranks]), index=index)
         else:
@@ -335,6 +343,20 @@ def _total(graph, index, names, ranks: list[Profile], metrics, incl, sums, files
                 for dev, entry in table.items():
                     devices.setdefault(kind, {}).setdefault(dev, entry)
     return _profile(graph, data, incl, metrics, devices, {})
+
+
+NOT_SUMMED = {*LAUNCH_METRICS, LAUNCH_CONFIGS, TL_DOT, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA}
+"""A kernel's own facts (launch configuration, machine code): the same on every rank that
+agrees, blank where ranks differ; never added up."""
+
+
+def _first(columns: list[np.ndarray]) -> np.ndarray:
+    """Per row, the first column's value that is there."""
+    out = np.full(len(columns[0]), np.nan, dtype=object)
+    for col in columns:
+        fresh = ~pd.isna(col) & pd.isna(out)
+        out[fresh] = col[fresh]
+    return out
 
 
 def _common(columns: list[np.ndarray]) -> np.ndarray:
