@@ -325,3 +325,21 @@ def test_capture_errors_are_one_line(tmp_path):
     assert me.returncode == 2 and "is not listening for captures" in me.stderr
     both = capture(tmp_path, "1", "--duration", "1", "--steps", "2")
     assert both.returncode == 2 and "one of --duration, --steps and --snapshot" in both.stderr
+
+
+def test_a_duration_capture_whose_client_falls_silent_is_stopped_by_the_job(tmp_path, jobs,
+                                                                          monkeypatch):
+    """A client that asked for 0.2 s and never says stop nor closes (a vanished host): the
+    job ends the capture itself after the duration and its grace."""
+    job = Job(tmp_path, "--listen", env={"PROTON_CAPTURE_GRACE": "0.5"})
+    jobs.append(job)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(protocol.socket_path(job.pid))
+    sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "silent"),
+                                  "duration": 0.2}))
+    reader = sock.makefile()
+    assert json.loads(reader.readline())["ok"]
+    done = json.loads(reader.readline())  # no stop sent: the job's own limit ends it
+    assert done["ok"] and done["paths"] == [str(tmp_path / "silent.hatchet")]
+    sock.close()
+    assert steps_in(tmp_path / "silent.hatchet") > 5

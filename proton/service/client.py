@@ -154,7 +154,8 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
             conns[i] = Connection(target)
         except OSError as exc:
             outcomes[i].error = f"cannot reach it: {exc.strerror or exc}"
-    request = {"verb": "start", **options, **({"steps": steps} if steps else {})}
+    request = {"verb": "start", **options,
+               **({"steps": steps} if steps else {"duration": duration})}
     for i, conn in list(conns.items()):  # all requests first, then the replies: a small skew
         _try(outcomes[i], conns, i, lambda c=conn, n=names[i]: c.send({**request, "name": n}))
     paths: dict[int, str] = {}

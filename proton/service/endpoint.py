@@ -30,6 +30,9 @@ from .protocol import Lines, ProtocolError, check_request, encode, private_folde
 LISTEN_ENV = "PROTON_LISTEN"
 """1: listen on the Unix socket; tcp://HOST:PORT (or tcp://PORT, on loopback): also on TCP."""
 TOKEN_ENV = "PROTON_TOKEN"
+GRACE = float(os.environ.get("PROTON_CAPTURE_GRACE", 60.0))
+"""Seconds past a capture's asked-for duration after which the job stops it by itself
+(PROTON_CAPTURE_GRACE sets it)."""
 
 
 class _Capture:
@@ -249,13 +252,16 @@ class Endpoint:
             if request.get("steps"):
                 self._capture_steps(conn, lines, options, request["steps"])
             else:
-                self._capture_until_stop(conn, lines, options)
+                self._capture_until_stop(conn, lines, options, request.get("duration"))
         finally:
             report.heard = None
             self.state = "idle"
             self.busy.release()
 
-    def _capture_until_stop(self, conn, lines: Lines, options: dict) -> None:
+    def _capture_until_stop(self, conn, lines: Lines, options: dict,
+                            duration: float | None = None) -> None:
+        """Record until the client says stop; with the `duration` it asked for, at most that
+        plus GRACE seconds, so a client that vanished without a word cannot hold it open."""
         try:
             sid = api.start(**options)
         except Exception as exc:
@@ -270,7 +276,9 @@ class Endpoint:
         sent = _send(conn, {"ok": True, "started": time.time(),
                             "path": session.path if session else ""})
         # a client gone before it heard the start still gets its file written
-        gone = not sent or _wait_for_stop(conn, lines, lambda: False)
+        limit = time.monotonic() + duration + GRACE if duration else None
+        gone = not sent or _wait_for_stop(
+            conn, lines, lambda: limit is not None and time.monotonic() > limit)
         self._finish(conn, sid, gone, started=None)
 
     def _capture_steps(self, conn, lines: Lines, options: dict, steps: int) -> None:

@@ -8,7 +8,7 @@ unless an address is named, and then every request must carry the job's token.
 A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests:
     {"verb": "status"}
     {"verb": "start", "name": str, "context": str, "data": str, "mode": str|null,
-     "hook": str|null, "steps": int|null}
+     "hook": str|null, "steps": int|null, "duration": seconds|null}
     {"verb": "stop"}                  (on the connection that started the capture)
     {"verb": "snapshot"}
 each with "token" over TCP. Every reply has "ok"; a failed one has "error", one line.
@@ -24,7 +24,8 @@ import tempfile
 MAX_MESSAGE = 64 * 1024
 VERBS = ("status", "start", "stop", "snapshot")
 START_OPTIONS = {"name": str, "context": str, "data": str, "mode": (str, type(None)),
-                 "hook": (str, type(None)), "steps": (int, type(None))}
+                 "hook": (str, type(None)), "steps": (int, type(None)),
+                 "duration": (int, float, type(None))}
 
 
 class ProtocolError(Exception):
@@ -83,6 +84,10 @@ def check_request(message: dict) -> dict:
         steps = message.get("steps")
         if steps is not None and steps < 1:
             raise ProtocolError(f"start: steps={steps} must be at least 1")
+        duration = message.get("duration")
+        if duration is not None and not 0 < duration < 7 * 24 * 3600:
+            raise ProtocolError(f"start: duration={duration} must be a positive number of "
+                                "seconds")
     return message
 
 
