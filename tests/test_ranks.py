@@ -367,3 +367,12 @@ def test_merged_ranks_keep_each_kernels_launch_configuration(tmp_path):
     assert result.exit_code == 0, result.output
     assert "[too few programs] small_grid" in result.output
     assert "16 blocks on 132 SMs" in result.output
+
+
+def test_a_trace_without_its_time_zero_is_merged_and_said(tmp_path):
+    trace_file(tmp_path, 0, 1_000_000, [])
+    (tmp_path / "ddp.rank1.chrome_trace").write_text(json.dumps(
+        {"traceEvents": [{"name": "k", "ph": "X", "pid": 0, "tid": 1, "ts": 1.0, "dur": 1.0}]}))
+    result = CliRunner().invoke(viewer, ["--output", "trace", str(tmp_path)])
+    assert result.exit_code == 2 and "record no t0_ns" in result.stderr
+    assert [e["ts"] for e in json.loads(result.stdout)["traceEvents"] if e["ph"] == "X"] == [1.0]

@@ -317,7 +317,7 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
         first = columns[0].values.to_dict() if columns else {}
         visible = visible_nodes(prof.gf, first, include=include, exclude=exclude,
                                 threshold=threshold)
-    title = ", ".join(os.path.basename(p) for p in profiles[:3]) + (
+    title = ", ".join(os.path.basename(p.rstrip("/")) or p for p in profiles[:3]) + (
         f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
     text = page(prof, columns, title=f"Proton: {title}", merged=merged, visible=visible,
                 depth=depth, style=style)

@@ -28,6 +28,10 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str]]:
         raise ViewerError("no trace could be read: " + "; ".join(errors))
     starts = [facts[T0_NS] for _, facts, _, _ in traces if isinstance(facts.get(T0_NS), int)]
     t0 = min(starts, default=0)
+    unaligned = [path for _, facts, path, _ in traces if not isinstance(facts.get(T0_NS), int)]
+    if starts and unaligned:  # written by Triton's Proton or an older Proton: time 0 unknown
+        errors.append(f"{', '.join(unaligned)} record no t0_ns (written by another profiler?): "
+                      "merged as they are, not aligned with the others")
     out: list[dict] = []
     ranks = []
     for events, facts, path, place in sorted(traces, key=lambda t: rank_of(t[2], t[1], t[3])):
