@@ -116,9 +116,11 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
                                    print_sorted, other, width, rank, kernel)
             from .traces import merge_traces
 
-            text, errors = merge_traces(list(profiles))
+            text, errors, notes = merge_traces(list(profiles))
             for error in errors:
                 click.echo(f"Error: {error}", err=True)
+            for note in notes:
+                click.echo(f"note: {note}", err=True)
             click.echo(text)
             ctx.exit(_Failed.exit_code if errors else 0)
         # In a thread with a large stack: a profile may be nested any number of levels deep.

@@ -14,8 +14,8 @@ from .errors import ViewerError
 from .reader import STDIN, read_text
 
 
-def merge_traces(paths: list[str]) -> tuple[str, list[str]]:
-    """The merged trace as JSON text, and one line per file that could not be read."""
+def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
+    """The merged trace as JSON text, one line per file that could not be read, and notes."""
     from .ranks import expand, rank_of
 
     traces, errors = [], []
@@ -29,8 +29,9 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str]]:
     starts = [facts[T0_NS] for _, facts, _, _ in traces if isinstance(facts.get(T0_NS), int)]
     t0 = min(starts, default=0)
     unaligned = [path for _, facts, path, _ in traces if not isinstance(facts.get(T0_NS), int)]
+    notes = []
     if starts and unaligned:  # written by Triton's Proton or an older Proton: time 0 unknown
-        errors.append(f"{', '.join(unaligned)} record no t0_ns (written by another profiler?): "
+        notes.append(f"{', '.join(unaligned)} record no t0_ns (written by another profiler?): "
                       "merged as they are, not aligned with the others")
     out: list[dict] = []
     ranks = []
@@ -62,7 +63,7 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str]]:
                 out.append({"name": "process_name", "ph": "M", "pid": new,
                             "args": {"name": f"rank {rank} process {pid}"}})
     doc = {OTHER_DATA: {"ranks": ranks, T0_NS: t0}, "displayTimeUnit": "us", "traceEvents": out}
-    return json.dumps(doc), errors
+    return json.dumps(doc), errors, notes
 
 
 def _read_trace(path: str) -> tuple[list, dict]:
