@@ -27,6 +27,8 @@ _WHERE = {
     "step": "service.endpoint", "listen": "service.endpoint",
 }
 """Public name -> the module (of this package) that defines it."""
+_SUBMODULES = {"data", "hooks", "bench"}
+"""Modules scripts reach as attributes, as Triton's: proton.data.advance_phase(...)."""
 
 __all__ = [
     "start", "activate", "deactivate", "finalize", "profile",
@@ -38,6 +40,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)  # binds proton.<name> too
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'proton' has no attribute {name!r}")

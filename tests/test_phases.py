@@ -209,3 +209,12 @@ def test_kernels_of_a_buffer_checked_before_a_phase_began_go_to_the_earlier_phas
     s.add_kernel_totals({7: [30, 1, 0, 0, None]}, first=150)  # launched in phase 0
     s.add_kernel_totals({7: [5, 1, 0, 0, None]}, first=250)
     assert s.data_of(0).nodes[7]["time (ns)"] == 130 and s.data_of(1).nodes[7]["time (ns)"] == 5
+
+
+def test_proton_data_is_reachable_as_an_attribute_in_a_fresh_interpreter():
+    """Triton's scripts write proton.data.advance_phase(...) after a bare `import proton`."""
+    done = subprocess.run([sys.executable, "-c", "import proton; "
+                           "print(proton.data.advance_phase(None), proton.bench.RETURN_MODES[0])"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "min"]
