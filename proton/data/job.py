@@ -56,6 +56,17 @@ def detect(environ: Mapping[str, str] | None = None) -> Job:
     return Job(host, pid)
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (under any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, under another user
+        return True
+    return True
+
+
 def _int(value: str | None) -> int | None:
     try:
         number = int(value) if value is not None else None

@@ -22,6 +22,7 @@ from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LI
                       ROOT_NAME, T0_NS)
 from ..format_msgpack import packb
 from ..report import warn
+from .job import alive
 from .paths import ROOT, paths
 
 FORMATS = {"tree": ("", "hatchet", "hatchet_msgpack"), "trace": ("", "chrome_trace")}
@@ -208,17 +209,17 @@ def other_writer(path: str, since: float | None) -> str | None:
     this host or that wrote it after `since`; None when it may be replaced."""
     try:
         with open(path, "rb") as f:
-            head = f.read(4096).decode("utf-8", "replace")
+            head = f.read(4096)
         mtime = os.stat(path).st_mtime
     except OSError:
         return None
-    found = _OWNER.search(head)
-    host, pid = (json.loads(found[1]), int(found[2])) if found else _owner_msgpack(path)
+    found = _OWNER.search(head.decode("utf-8", "replace"))
+    host, pid = (json.loads(found[1]), int(found[2])) if found else _owner_msgpack(head)
     here = socket.gethostname()
     if host == here and pid == os.getpid():
         return None  # this process's own earlier profile
     who = f"process {pid} on {host}" if pid is not None else "another process"
-    if host == here and pid is not None and _alive(pid):
+    if host == here and pid is not None and alive(pid):
         return f"{who}, still running"
     if since is not None and mtime >= since:
         return f"{who}, written at {time.strftime('%H:%M:%S', time.localtime(mtime))} " \
@@ -226,13 +227,8 @@ def other_writer(path: str, since: float | None) -> str | None:
     return None
 
 
-def _owner_msgpack(path: str) -> tuple[str | None, int | None]:
+def _owner_msgpack(head: bytes) -> tuple[str | None, int | None]:
     """The host and pid a hatchet_msgpack file's root frame records (its first bytes)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return None, None
     host, pid = _msgpack_after(head, b"\xa4host"), _msgpack_after(head, b"\xa3pid")
     return (host if isinstance(host, str) else None), (pid if isinstance(pid, int) else None)
 
@@ -257,16 +253,6 @@ def _msgpack_after(head: bytes, key: bytes):
     except (UnicodeDecodeError, IndexError):
         return None
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: it exists, under another user
-        return True
-    return True
 
 
 DEEP = 200

@@ -9,6 +9,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from ..data.job import alive
 from ..errors import ProtonError
 from .protocol import Lines, ProtocolError, encode, folder, socket_path
 
@@ -39,16 +40,6 @@ class Outcome:
     """What the job said while it was captured (its stderr has them too)."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _folders() -> list[str]:
     """This user's endpoint folder; root may capture any user's job, as with ptrace."""
     if os.getuid() == 0:
@@ -65,7 +56,7 @@ def listening() -> list[Target]:
             if not name.isdigit():
                 continue
             pid = int(name)
-            if _alive(pid):
+            if alive(pid):
                 out.append(Target(pid, path))
             elif where == folder():
                 try:
@@ -80,7 +71,7 @@ def find(pid: int) -> Target:
         path = os.path.join(where, f"{pid}.sock")
         if os.path.exists(path):
             return Target(pid, path)
-    if not _alive(pid):
+    if not alive(pid):
         raise ProtonError(f"no process {pid} on this host")
     raise ProtonError(f"process {pid} is not listening for captures (yours under "
                       f"{socket_path(pid)}); start it with `proton --listen`, `proton main.py`, "
