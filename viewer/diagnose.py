@@ -34,7 +34,7 @@ from .errors import ViewerError
 from .names import readable
 from .occupancy import occupancy
 from .reader import Profile
-from .specs import max_bytes_per_s, max_flops, peak_known
+from .specs import roof
 
 MIN_SHARE = 0.01
 TAIL_IDLE = 0.2
@@ -246,18 +246,13 @@ def _intensity(ctx: _Context, node) -> tuple[float, float, float, str, float] | 
     """(FLOP per byte, FLOP/s, fraction of the roof, bound, ridge) of a kernel node."""
     flops = sum(ctx.value(node, c) or 0.0 for c in ctx.df.columns if FLOPS.fullmatch(str(c)))
     nbytes, ns, gpu = ctx.value(node, BYTES), ctx.value(node, TIME), ctx.gpu(node)
-    if not flops or not nbytes or not ns or gpu is None or not peak_known(str(gpu.get("arch"))):
+    roofs = roof(gpu) if flops and nbytes and ns and gpu is not None else None
+    if roofs is None:
         return None
-    try:
-        peak = max_flops(str(gpu["arch"]), 16, gpu["num_sms"], gpu["clock_rate"])
-        bw = max_bytes_per_s(gpu["bus_width"], gpu["memory_clock_rate"])
-    except (KeyError, TypeError, ViewerError):
-        return None
-    if not peak > 0 or not bw > 0:
-        return None  # the device table lacks the figures
+    peak, bw = roofs
     x, y = flops / nbytes, flops / (ns * 1e-9)
-    roof = min(peak, bw * x)
-    return x, y, y / roof, "memory" if bw * x < peak else "compute", peak / bw
+    here = min(peak, bw * x)  # the roof at this intensity
+    return x, y, y / here, "memory" if bw * x < peak else "compute", peak / bw
 
 
 def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:

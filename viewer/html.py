@@ -19,7 +19,7 @@ from .errors import ViewerError
 from .names import readable
 from .page import TEMPLATE
 from .reader import Profile
-from .specs import max_bytes_per_s, max_flops, peak_known
+from .specs import roof
 
 KERNEL_SPECS = ("time/ms", "count", "avg_time/us")
 SOURCE_KERNELS = 12
@@ -148,19 +148,13 @@ def _roofline(prof: Profile, style: str) -> dict:
     gpus = prof.devices.get(CUDA, {}) if isinstance(prof.devices, dict) else {}
     roofs, peaks = [], {}
     for dev, gpu in sorted(gpus.items()):
-        try:
-            arch = str(gpu["arch"])
-            bw = max_bytes_per_s(gpu["bus_width"], gpu["memory_clock_rate"])
-            if not peak_known(arch):
-                continue
-            peak = max_flops(arch, 16, gpu["num_sms"], gpu["clock_rate"])
-        except (KeyError, TypeError, ViewerError):
+        found = roof(gpu) if isinstance(gpu, dict) else None
+        if found is None:
             continue
-        if not peak > 0 or not bw > 0:
-            continue  # a device table without the figures (zeros): no roof
-        peaks[str(dev)] = (peak, bw)
+        peak, bw = peaks[str(dev)] = found
         roofs.append({"peak": peak, "bw": bw, "ridge": peak / bw,
-                      "label": f"GPU {dev} (sm{arch}): 16-bit peak {peak / 1e12:,.0f} TFLOP/s, "
+                      "label": f"GPU {dev} (sm{gpu['arch']}): 16-bit peak "
+                               f"{peak / 1e12:,.0f} TFLOP/s, "
                                f"{bw / 1e9:,.0f} GB/s"})
     points = []
     device = df[DEVICE_ID].astype(str) if DEVICE_ID in df else None

@@ -36,3 +36,17 @@ def max_flops(arch: str, width: int, num_sms: int, clock_rate_khz: float) -> flo
 def max_bytes_per_s(bus_width_bits: int, memory_clock_khz: float) -> float:
     """Peak DRAM bandwidth: double data rate over the bus."""
     return 2 * bus_width_bits * memory_clock_khz * 1e3 / 8
+
+
+def roof(gpu: dict) -> tuple[float, float] | None:
+    """A device table entry's roofs: (16-bit tensor peak FLOP/s, DRAM bytes/s); None when its
+    arch's peak is unknown or the entry lacks the figures (missing, or zeros)."""
+    try:
+        arch = str(gpu["arch"])
+        if not peak_known(arch):
+            return None
+        peak = max_flops(arch, 16, gpu["num_sms"], gpu["clock_rate"])
+        bw = max_bytes_per_s(gpu["bus_width"], gpu["memory_clock_rate"])
+    except (KeyError, TypeError, ViewerError):
+        return None
+    return (peak, bw) if peak > 0 and bw > 0 else None
