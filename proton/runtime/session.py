@@ -87,23 +87,14 @@ class Session:
     def add_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int | None = None) -> None:
         """One kernel, in the phase its launch was made in (the current one without a time)."""
         with self.lock:
-            if self.closed:
+            phase = self._phase_from(launch_ts)
+            if phase is None:
                 return
-            nodes, events = self.nodes, self.events
-            if launch_ts is not None and launch_ts < self.phase_starts[-1]:
-                phase = self.earlier.get(self.phase_at(launch_ts))
-                if phase is None:
-                    return  # its phase was written away or cleared
-                nodes, events = phase.nodes, phase.events
             if self.data == "trace":
-                events.append((path_id, rec))
+                phase.events.append((path_id, rec))
                 return
-            node = self._kernel_node(path_id, rec.device_id, nodes)
-            node[TIME] += rec.end - rec.start
-            node[COUNT] += 1
-            if rec.config:
-                configs = self.launch.setdefault(path_id, {})
-                configs[rec.config] = configs.get(rec.config, 0) + rec.end - rec.start
+            ns = rec.end - rec.start
+            self._count(phase.nodes, path_id, rec.device_id, ns, 1, {rec.config: ns})
 
     def add_kernel_totals(self, totals: dict[int, list], first: int | None = None) -> None:
         """Kernels summed per path: {path id: [time ns, count, device id, launch configuration,
@@ -111,27 +102,31 @@ class Session:
         from `first` on. The router checked they are all in the current phase; a phase that
         began since (advance_phase on another thread) makes them the previous one's."""
         with self.lock:
-            if self.closed:
+            phase = self._phase_from(first)
+            if phase is None:
                 return
-            nodes = self.nodes
-            if first is not None and first < self.phase_starts[-1]:
-                phase = self.earlier.get(self.phase_at(first))
-                if phase is None:
-                    return  # that phase was written away or cleared
-                nodes = phase.nodes
             for path_id, (ns, count, device, config, configs) in totals.items():
-                node = self._kernel_node(path_id, device, nodes)
-                node[TIME] += ns
-                node[COUNT] += count
-                if configs is None:
-                    configs = {config: ns}
-                mine = self.launch.get(path_id)
-                if mine is None:
-                    self.launch[path_id] = {c: t for c, t in configs.items() if c}
-                else:
-                    for c, t in configs.items():
-                        if c:
-                            mine[c] = mine.get(c, 0) + t
+                self._count(phase.nodes, path_id, device, ns, count, configs or {config: ns})
+
+    def _phase_from(self, ts: int | None) -> Phase | None:
+        """Where a kernel launched at `ts` goes (the current phase without a time); None when
+        the session is closed or that phase was written away or cleared. Under `lock`."""
+        if self.closed:
+            return None
+        if ts is not None and ts < self.phase_starts[-1]:
+            return self.earlier.get(self.phase_at(ts))
+        return Phase(self.nodes, self.events, self.spans)
+
+    def _count(self, nodes: dict, path_id: int, device: int, ns: int, count: int,
+               configs: dict[int, int]) -> None:
+        """Kernel time and launches on a node; GPU ns per launch configuration (0: none)."""
+        node = self._kernel_node(path_id, device, nodes)
+        node[TIME] += ns
+        node[COUNT] += count
+        mine = self.launch.setdefault(path_id, {})
+        for config, t in configs.items():
+            if config:
+                mine[config] = mine.get(config, 0) + t
 
     def phase_at(self, ts: int) -> int:
         return bisect.bisect_right(self.phase_starts, ts) - 1
