@@ -195,7 +195,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from rich.console import COLOR_SYSTEMS, Console
 
     from . import export, render
-    from .derive import available, derive
+    from .derive import available
     from .diff import diff_columns
     from .reader import load
     from .select import display_names, fold_names, library_frames, visible_nodes
@@ -212,8 +212,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
             console.print(label + (", ".join(names) or "(none)"), soft_wrap=True, markup=False)
         return
     if metrics is None and not empty:
-        metrics = "time/ms" if "time/ms" in available(prof) else (
-            "cpu_time/ms" if "cpu_time/ms" in available(prof) else None)
+        metrics = _default_metric(prof)
         if metrics is None:
             raise ViewerError("the profile holds no time metric; choose one with -m "
                               "(see proton-viewer -l FILE)")
@@ -222,12 +221,8 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         raise ViewerError("-m names no metric; e.g. -m time/ms,count")
     if other is not None:
         columns = diff_columns(prof, load(other), specs)
-    elif merged is not None:
-        from .ranks import columns as rank_columns
-
-        columns = rank_columns(merged, specs)
     else:
-        columns = [derive(prof, spec) for spec in specs]
+        columns = _metric_columns(prof, merged, specs)
     first = columns[0].values.to_dict() if columns else {}
     visible = None
     notes = [empty] if empty else []
@@ -295,25 +290,36 @@ def _show_findings(prof, style: str, output: str) -> None:
         click.echo(render(findings, notes), nl=False)
 
 
+def _default_metric(prof) -> str | None:
+    """Kernel time, or the scopes' CPU time in a profile without kernels."""
+    from .derive import available
+
+    have = available(prof)
+    return next((m for m in ("time/ms", "cpu_time/ms") if m in have), None)
+
+
+def _metric_columns(prof, merged, specs: list[str]) -> list:
+    """Each spec's column: over a job's ranks (with their spread) when merged."""
+    if merged is not None:
+        from .ranks import columns as rank_columns
+
+        return rank_columns(merged, specs)
+    from .derive import derive
+
+    return [derive(prof, spec) for spec in specs]
+
+
 def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,
                 profiles) -> None:
     import os
 
-    from .derive import available, derive
     from .html import page
     from .select import visible_nodes
 
     if metrics is None:
-        have = available(prof)
-        metrics = "time/ms" if "time/ms" in have else "cpu_time/ms" if "cpu_time/ms" in have \
-            else None
+        metrics = _default_metric(prof)
     specs = [s for s in (metrics or "").split(",") if s.strip()]
-    if merged is not None:
-        from .ranks import columns as rank_columns
-
-        columns = rank_columns(merged, specs)
-    else:
-        columns = [derive(prof, spec) for spec in specs]
+    columns = _metric_columns(prof, merged, specs)
     visible = None
     if include or exclude or threshold is not None:
         first = columns[0].values.to_dict() if columns else {}
