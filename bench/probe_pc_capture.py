@@ -31,7 +31,7 @@ def busy(x, n, BLOCK: tl.constexpr):
 variant = sys.argv[1]
 sub = None
 if variant in ("watched", "warm"):
-    import cupti
+    from cupti import cupti
 
     from proton.cupti.buffers import loaded_libcupti
     from proton.cupti.subscriber import Subscriber

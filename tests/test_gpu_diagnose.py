@@ -11,6 +11,8 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
+import triton.language as tl  # noqa: E402
+
 import proton  # noqa: E402
 from kernels import add_kernel  # noqa: E402
 from proton.viewer.diagnose import diagnose  # noqa: E402
@@ -69,8 +71,7 @@ def test_a_bad_kernel_per_rule_and_healthy_matmuls(tmp_path):
 
 
 @triton.jit
-def dot_kernel(a, b, c, BM: triton.language.constexpr, IEEE: triton.language.constexpr):
-    tl = triton.language
+def dot_kernel(a, b, c, BM: tl.constexpr, IEEE: tl.constexpr):
     r = tl.arange(0, BM)
     x = tl.load(a + r[:, None] * BM + r[None, :])
     y = tl.load(b + r[:, None] * BM + r[None, :])
