@@ -55,7 +55,7 @@ doc = json.load(open(path + ".hatchet"))
 stack, samples = [doc[0]], 0
 while stack:
     node = stack.pop()
-    if node["frame"]["name"] == "busy":
+    if node["frame"]["name"].endswith("busy"):  # the kernel and its lines (file:line@busy)
         samples += node["metrics"].get("num_samples", 0)
     stack.extend(node["children"])
 print(f"{variant}: busy kernel samples {samples}")

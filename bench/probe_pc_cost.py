@@ -2,7 +2,7 @@
 transcendental loop kernel (CUDA events) with one part of a sampling session turned on at a
 time, and reads the SM clock nvidia-smi reports while it runs. One line per run.
 
-    python bench/probe_pc_cost.py bare|activity|enabled|started|session [interval]
+    python bench/probe_pc_cost.py bare|activity|enabled|started|session [interval] [iters]
 bare:     nothing of CUPTI
 activity: CUPTI kernel activity only
 enabled:  PC sampling enabled and configured on the context, not started
@@ -35,12 +35,13 @@ def clock() -> str:
 
 variant = sys.argv[1]
 interval = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+iters = int(sys.argv[3]) if len(sys.argv) > 3 else 2048
 x = torch.rand(1 << 22, device="cuda")
 
 
 def run(n: int) -> None:
     for _ in range(n):
-        trig[(x.numel() // 1024,)](x, x.numel(), ITERS=2048, BLOCK=1024)
+        trig[(x.numel() // 1024,)](x, x.numel(), ITERS=iters, BLOCK=1024)
 
 
 run(3)
@@ -83,5 +84,5 @@ if variant == "session":
     import proton
     proton.finalize()
 times.sort()
-print(f"{variant:9s} interval {interval}: {times[2]:.3f} ms/launch (min {times[0]:.3f}, "
+print(f"{variant:9s} interval {interval} iters {iters}: {times[2]:.3f} ms/launch (min {times[0]:.3f}, "
       f"max {times[-1]:.3f}); SM clock, max clock, power while running: {clocks}{extra}")

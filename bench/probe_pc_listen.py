@@ -90,7 +90,7 @@ if variant == "pre_reenable":
     stack, samples = [doc[0]], 0
     while stack:
         node = stack.pop()
-        if node["frame"]["name"] == "busy":
+        if node["frame"]["name"].endswith("busy"):  # the kernel and its lines (file:line@busy)
             samples += node["metrics"].get("num_samples", 0)
         stack.extend(node["children"])
     print(f"pre_reenable: busy kernel samples {samples}")
