@@ -32,6 +32,16 @@ def tiny_kernel(x, BLOCK: tl.constexpr):
     tl.store(x + offs, tl.load(x + offs) + 1)
 
 
+@triton.jit
+def trig_kernel(x, y, n, ITERS: tl.constexpr, BLOCK: tl.constexpr):
+    """Compute-bound: a chain of sin/cos per element (about 0.48 ms on an H100 at 4M, 64)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x + offs, mask=offs < n)
+    for _ in range(ITERS):
+        v = tl.sin(v) * 0.9 + tl.cos(v) * 0.1
+    tl.store(y + offs, v, mask=offs < n)
+
+
 class Profiler:
     """The same calls on our Proton, Triton's, or nothing (bare)."""
 
@@ -230,14 +240,25 @@ def _line_samples(node: dict, under_kernel: bool = False) -> tuple[float, int]:
 
 
 def pcsampling(prof: Profiler, args) -> dict:
-    """ms per 4096^3 fp16 Triton matmul under PC sampling (--mode): --launches in a row (20 unless
-    given), wall clock with a synchronize before and after, --repeats times or until the timed
-    loops pass --max-seconds. The kernel is compiled and run before the profiler starts, so this
-    also checks that a kernel loaded before start() still runs (same output) and gets samples."""
-    a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
-    c = torch.empty_like(a)
+    """ms per launch under PC sampling (--mode) of --kernel: the 4096^3 fp16 Triton matmul, or
+    trig (compute-bound sin/cos); --launches in a row (20 unless given), wall clock with a
+    synchronize before and after, --repeats times or until the timed loops pass --max-seconds.
+    The kernel is compiled and run before the profiler starts, so this also checks that a
+    kernel loaded before start() still runs (same output) and gets samples."""
+    if args.kernel == "trig":
+        a = torch.rand(1 << 22, device="cuda")
+        c = torch.empty_like(a)
+
+        def kernel() -> None:
+            trig_kernel[(a.numel() // 1024,)](a, c, a.numel(), ITERS=64, BLOCK=1024)
+    else:
+        a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
+        c = torch.empty_like(a)
+
+        def kernel() -> None:
+            matmul(a, b, c)
     for _ in range(3):
-        matmul(a, b, c)
+        kernel()
     expected = c.clone()
     torch.cuda.synchronize()
     launches = args.launches or 20
@@ -247,7 +268,7 @@ def pcsampling(prof: Profiler, args) -> dict:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(launches):
-            matmul(a, b, c)
+            kernel()
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
         spent += elapsed
@@ -255,6 +276,7 @@ def pcsampling(prof: Profiler, args) -> dict:
         if spent > args.max_seconds:
             break
     out = {"value": min(times), "median": statistics.median(times), "unit": "ms/launch",
+           "kernel": args.kernel,
            "launches": launches, "repeats": len(times), "same_output": torch.equal(c, expected),
            "finalize_s": prof.finalize()}
     if prof.mod is not None:
@@ -296,6 +318,8 @@ def main() -> None:
     parser.add_argument("--mode", default=None, help="e.g. pcsampling, pcsampling:serialize=1")
     parser.add_argument("--launches", type=int, default=None,
                         help="per timed repeat (launch: 5000, pcsampling: 20)")
+    parser.add_argument("--kernel", choices=["matmul", "trig"], default="matmul",
+                        help="pcsampling: the 4096^3 matmul or a compute-bound sin/cos loop")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--scopes", type=int, default=1000)
