@@ -24,6 +24,10 @@ BACKENDS = (None, "cupti")
 DEFAULT_NAME = "proton"
 DEFAULT_INTERVAL = 10
 """Sample every 2**10 cycles: ~1.0x run time on a 4096^3 matmul (H200), millions of samples."""
+DEFAULT_EXACT_INTERVAL = 13
+"""Exact mode's default: CUPTI parses each launch's samples before the launch call returns, a
+cost that grows with the samples (H100: ~0.25 ms per 1,000), so it samples 8x less often;
+thousands of samples a launch still land on the kernel's lines."""
 INTERVALS = range(5, 32)
 """CUPTI's sampling periods: a sample every 2**N cycles for N in 5..31."""
 
@@ -147,11 +151,13 @@ def parse_mode(mode: str | None) -> PCOptions | None:
             raise SessionError(f"mode option {option!r} is not supported; use interval=N "
                                "(sample every 2**N cycles, 5..31) or serialize=0/1")
         values[key] = int(value)
-    interval = values.get("interval", DEFAULT_INTERVAL)
+    serialize = bool(values.get("serialize", 0))
+    interval = values.get("interval", DEFAULT_EXACT_INTERVAL if serialize else DEFAULT_INTERVAL)
     if interval not in INTERVALS:
         raise SessionError(f"pcsampling:interval={interval} is out of range; CUPTI samples "
-                           "every 2**N cycles for N in 5..31 (default 10)")
-    return PCOptions(interval, bool(values.get("serialize", 0)))
+                           f"every 2**N cycles for N in 5..31 (default {DEFAULT_INTERVAL}, "
+                           f"{DEFAULT_EXACT_INTERVAL} with serialize=1)")
+    return PCOptions(interval, serialize)
 
 
 TRITON_PC_SAMPLING = "pc_sampling"

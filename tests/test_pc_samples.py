@@ -95,6 +95,7 @@ def test_parse_mode():
     assert parse_mode(None) is None and parse_mode("") is None
     assert parse_mode("pcsampling") == PCOptions(10, False)
     assert parse_mode("pcsampling:interval=14:serialize=1") == PCOptions(14, True)
+    assert parse_mode("pcsampling:serialize=1") == PCOptions(13, True)  # exact: 8x sparser
     for bad, words in (("pc", "not supported"), ("pcsampling:interval=40", "5..31"),
                        ("pcsampling:rate=3", "interval=N")):
         with pytest.raises(SessionError, match=words):
