@@ -345,10 +345,10 @@ def test_a_duration_capture_whose_client_falls_silent_is_stopped_by_the_job(tmp_
     assert steps_in(tmp_path / "silent.hatchet") > 5
 
 
-def test_a_sampling_capture_says_what_it_cannot_sample(tmp_path, jobs):
+def test_a_sampling_capture_without_a_gpu_says_so_and_writes_the_scopes(tmp_path, jobs):
     job = Job(tmp_path, "--listen")
     jobs.append(job)
     done = capture(tmp_path, str(job.pid), "--duration", "0.3", "-m", "pcsampling", "-n", "pc")
     assert done.returncode == 0, done.stderr
-    assert "the job said: instruction sampling in a capture" in done.stderr
-    assert "proton -m pcsampling" in done.stderr
+    assert "the job said: no NVIDIA GPU found; recording scopes with CPU time" in done.stderr
+    assert steps_in(tmp_path / "pc.hatchet") > 0

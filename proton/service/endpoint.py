@@ -249,10 +249,6 @@ class Endpoint:
                 conn.sendall(encode({"ok": False, "error": str(exc)}))
                 return
             report.heard = []  # what the job says during the capture goes back with the reply
-            if "sampling" in str(options.get("mode") or ""):
-                warn("instruction sampling in a capture: kernels whose modules loaded before "
-                     "the capture (most of a running job's) may get times but no samples; "
-                     "to sample them, run the job under `proton -m pcsampling` from its start")
             if request.get("steps"):
                 self._capture_steps(conn, lines, options, request["steps"])
             else:
