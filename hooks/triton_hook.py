@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import sys
 import threading
-from numbers import Number
 
-from ..data.metrics import RESERVED
-from ..errors import SessionError
+from ..data.metrics import RESERVED, metric_value
+from ..errors import ScopeError, SessionError
 from ..format import LAUNCH_METADATA
 from ..options import HookOptions
 from ..runtime import ops
@@ -41,10 +40,10 @@ def _metrics(md: dict) -> dict[str, float]:
     for key, value in md.items():
         if key in _NOT_METRICS or key in RESERVED:
             continue  # a "count" or "time (ns)" of the user's would clash with the kernel's
-        if hasattr(value, "item") and not isinstance(value, Number):
-            value = value.item()  # a 0-d tensor
-        if isinstance(value, Number) and not isinstance(value, bool):
-            out[key] = value
+        try:  # a GPU tensor is copied, not read: a launch inside a graph capture stays legal
+            out[key] = metric_value(key, value)
+        except ScopeError:
+            continue  # launch_metadata may return names, shapes and other non-metrics
     return out
 
 

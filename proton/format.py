@@ -50,6 +50,9 @@ CPU_TIME = "cpu_time (ns)"
 """A cpu_timed_scope's time, exclusive (written without a "(exc)" suffix)."""
 EXCLUSIVE = "(exc)"
 """Suffix of a user metric that belongs to its node only; dropped when written."""
+PROPERTY = "(pty)"
+"""Suffix of a user metric that is a property of its node (a tile size, a dtype code): the last
+value given is kept, not summed over entries, nor into parents; dropped when written."""
 BYTES = "bytes"
 FLOPS = re.compile(r"flops(8|16|32|64)?")
 """launch_metadata's floating-point operations, by operand width in bits (none: unspecified)."""

@@ -200,6 +200,32 @@ def test_cuda_graph_kernels_are_attributed(profile_path):
     assert total(find(root, "replay"), "count") == 8
 
 
+def test_gpu_tensor_metrics_need_no_sync_even_inside_a_graph_capture(profile_path):
+    name, read = profile_path
+    x = torch.ones(4, device="cuda")
+    proton.start(name)
+    for _ in range(2):
+        with proton.scope("eager", {"v": x * 2, "s": x.sum(), "tile (pty)": x[:1] * 7}):
+            pass
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = x * 3
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # .item() here would raise: a capture may not synchronise
+        with proton.scope("captured", {"s": (x * 3).sum()}):
+            y = x * 3
+    graph.replay()
+    torch.cuda.synchronize()
+    proton.finalize()
+    root, _ = read()
+    eager = find(root, "eager")["metrics"]
+    assert eager["v"] == [4.0] * 4 and eager["s"] == 8.0 and eager["tile"] == 7.0
+    assert find(root, "captured")["metrics"]["s"] == 12.0  # the value its replay wrote
+    assert y.sum().item() == 12.0
+
+
 SCRIPT = """
 import sys, torch, proton
 x = torch.randn(1000, device="cuda")

@@ -83,3 +83,12 @@ def test_a_kernel_the_hook_skips_never_takes_the_op_of_a_launch_that_raised(tmp_
     finally:
         profiler.collector = saved
         proton.finalize()
+
+
+def test_launch_metadata_values_become_numbers_and_vectors_and_the_rest_is_skipped():
+    torch = pytest.importorskip("torch")
+    from proton.hooks.triton_hook import _metrics
+
+    got = _metrics({"name": "k", "flops16": 2e9, "bytes": torch.tensor(4096),
+                    "shape": "128x64", "lens": [1, 2], "ok": True, "count": 3})
+    assert got == {"flops16": 2e9, "bytes": 4096, "lens": [1, 2]}

@@ -56,6 +56,37 @@ def test_user_metrics_sum_and_exclusive_suffix_is_stripped(profile_path):
     assert root["metrics"] == {"tokens": 0}
 
 
+def test_properties_keep_the_last_value_and_vectors_add_elementwise(profile_path):
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    name, read = profile_path
+    proton.start(name)
+    for i in range(3):
+        with proton.scope("fwd", {"tile (pty)": 64 * (i + 1), "lens": [1, 2, 3],
+                                  "t": torch.tensor([0.5, 1.5]), "n": torch.tensor(2),
+                                  "a": np.array([1, 1])}):
+            with proton.scope("inner", {"lens": [10, 10, 10]}):
+                pass
+    proton.finalize()
+    root, _ = read()
+    fwd = find(root, "fwd")["metrics"]
+    assert fwd["tile"] == 192 and fwd["lens"] == [3, 6, 9] and fwd["t"] == [1.5, 4.5]
+    assert fwd["n"] == 6 and fwd["a"] == [3, 3]
+    assert find(root, "fwd", "inner")["metrics"]["lens"] == [30, 30, 30]
+    # vectors and properties are a node's own: only the number "n" is summed up the tree
+    assert root["metrics"] == {"n": 0}
+
+
+def test_a_vector_of_another_length_replaces_the_old_one(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    for lens in ([1, 2], [1, 2], [5, 5, 5]):
+        with proton.scope("s", {"lens": lens}):
+            pass
+    proton.finalize()
+    assert find(read()[0], "s")["metrics"]["lens"] == [5, 5, 5]
+
+
 def test_decorator_enter_exit_and_late_metrics(profile_path):
     name, read = profile_path
 
@@ -85,7 +116,9 @@ def test_exit_scope_name_mismatch_is_an_error(profile_path):
 
 @pytest.mark.parametrize("metrics,match", [
     ({"time (ns)": 1}, "reserved"), ({"count": 1}, "reserved"), ({"cpu_time": 1}, "reserved"),
-    ({"tokens": "many"}, "must be int or float"), ({"ok": True}, "must be int or float"),
+    ({"tokens": "many"}, "must be numbers"), ({"ok": True}, "must be numbers"),
+    ({"v": [1, "a"]}, "must be numbers"), ({"v": []}, "must be numbers"),
+    ({"z": 1j}, "must be numbers"), ({"count (pty)": 1}, "reserved"),
 ])
 def test_bad_user_metrics_are_refused(metrics, match):
     with pytest.raises(proton.ScopeError, match=match):

@@ -132,3 +132,18 @@ def test_diff_matches_triton_where_both_profiles_have_the_frame():
             assert same(got[path][0], values[0]), (path, got[path], values)
             compared += 1
     assert compared >= 10
+
+
+def test_vectors_and_properties_in_our_file_leave_tritons_numbers_alone(tmp_path):
+    import proton
+
+    name = str(tmp_path / "v")
+    proton.start(name)
+    for i in range(2):
+        with proton.scope("fwd", {"tokens": 10, "tile (pty)": 64 * (i + 1), "lens": [1, 2]}):
+            pass
+    proton.finalize()
+    expected = theirs(name + ".hatchet", "-m", "tokens")
+    got = ours(name + ".hatchet", "-m", "tokens")
+    assert expected == {("ROOT",): [20.0], ("ROOT", "fwd"): [20.0]}
+    assert got == expected

@@ -251,3 +251,19 @@ def test_library_frames_fold_into_their_first_and_the_file_keeps_them(tmp_path):
                            path).output)
     assert len(full) == len(folded) + 2  # _wrapped_call_impl and driver's __call__ come back
     assert "[+" not in json.dumps(full)
+
+
+def test_a_vector_metric_shows_one_column_per_element(tmp_path):
+    path = tmp_path / "v.hatchet"
+    path.write_text(json.dumps([{"frame": {"name": "ROOT"}, "metrics": {"n": 0}, "children": [
+        {"frame": {"name": "fwd"}, "metrics": {"n": 3, "lens": [3, 6, 9], "tile": 128},
+         "children": []}]}, {}]))
+    result = show("-m", "lens,tile", str(path))
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()]
+    assert rows[0] == ["lens[0]", "lens[1]", "lens[2]", "tile", "name"]
+    assert rows[2] == ["3", "6", "9", "128", "└─", "fwd"]
+    single = show("-m", "lens[1]", "--output", "csv", str(path))
+    assert single.output.splitlines()[-1] == "ROOT / fwd,1,6.0"
+    wrong = show("-m", "lenz", str(path))
+    assert wrong.exit_code != 0 and "lens[0], lens[1], lens[2]" in wrong.output

@@ -304,9 +304,9 @@ def _metric_columns(prof, merged, specs: list[str]) -> list:
         from .ranks import columns as rank_columns
 
         return rank_columns(merged, specs)
-    from .derive import derive
+    from .derive import derive, expand_vectors
 
-    return [derive(prof, spec) for spec in specs]
+    return [derive(prof, spec) for spec in expand_vectors(prof, specs)]
 
 
 def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,

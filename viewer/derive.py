@@ -61,6 +61,18 @@ def available(profile: Profile) -> list[str]:
     return out
 
 
+def expand_vectors(profile: Profile, specs: list[str]) -> list[str]:
+    """`-m lens` for a vector metric means each of its elements: lens[0], lens[1], ..."""
+    out = []
+    for spec in specs:
+        name = spec.strip().lower()
+        elements = [m for m in profile.exclusive
+                    if m.lower().startswith(name + "[") and m.endswith("]")]
+        out += elements if elements and name not in (m.lower() for m in profile.exclusive) \
+            else [spec]
+    return out
+
+
 def _has_util(profile: Profile, have: set[str]) -> bool:
     """util needs kernel time, the GPUs' figures, and bytes or flops of a known width (then
     on GPUs whose peak is known)."""

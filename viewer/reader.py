@@ -81,6 +81,7 @@ def parse(path: str) -> tuple[dict, dict, dict]:
     job = {k: v for k in JOB_KEYS if isinstance(v := root["frame"].get(k), (int, str))}
     _check_tree(root, name)
     _drop_launch_metadata(root)
+    _expand_vectors(root)
     return root, devices, job
 
 
@@ -188,6 +189,21 @@ def _check_tree(root: dict, name: str) -> None:
         for key, value in frame.items():
             if not isinstance(value, str):
                 frame[key] = "" if value is None else str(value)
+        stack.extend(node["children"])
+
+
+def _expand_vectors(root: dict) -> None:
+    """A vector metric ("lens": [3, 5]) becomes one exclusive metric per element ("lens[0]",
+    "lens[1]"), which every view can show, sort and export like any number."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        metrics = node["metrics"]
+        if any(isinstance(v, list) for v in metrics.values()):
+            node["metrics"] = {
+                k: v for key, value in metrics.items()
+                for k, v in ([(f"{key}[{i}]", e) for i, e in enumerate(value)]
+                             if isinstance(value, list) else [(key, value)])}
         stack.extend(node["children"])
 
 

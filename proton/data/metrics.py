@@ -1,10 +1,18 @@
-"""Metric values as sessions hold them, and checks on the metrics users give."""
+"""Metric values as sessions hold them, and checks on the metrics users give.
+
+A user metric's value is a number, a vector (a list of numbers, written as a JSON array), or a
+tensor: a CPU tensor becomes a number or a vector at once; a GPU tensor is copied on the GPU (no
+synchronisation, so a scope or launch_metadata inside a CUDA graph capture stays legal) and read
+when the profile is written. Values given again for the same node add up (vectors elementwise),
+except a property's (name ending in "(pty)"), where the last one is kept.
+"""
 from __future__ import annotations
 
+from numbers import Number
 from typing import Any, Mapping
 
 from ..errors import ScopeError
-from ..format import COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
+from ..format import COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, PROPERTY, TIME
 
 DEVICE_CUDA = 1
 """DEVICE_TYPE's value in memory for NVIDIA GPUs (written as format.CUDA)."""
@@ -20,8 +28,79 @@ def check_scope_name(name: Any, what: str = "scope name") -> str:
     return name
 
 
-def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
-    """Numbers by name, ready to add; raise ScopeError for a reserved name or a non-number."""
+class DeviceValue:
+    """A metric given as GPU tensors: copies on the GPU, summed when read (`value()`, at write
+    time: the one synchronisation). Immutable: `plus` returns a new one, so a snapshot that
+    shares it is not changed by later entries."""
+
+    __slots__ = ("parts",)
+    FOLD = 256
+    """Past this many copies, they are summed on the GPU into one (memory stays flat)."""
+
+    def __init__(self, parts: tuple) -> None:
+        self.parts = parts
+
+    def plus(self, other: "DeviceValue") -> "DeviceValue":
+        if other.parts[0].shape != self.parts[0].shape:
+            return other  # a vector of another length: the newer one, as for lists
+        parts = self.parts + other.parts
+        if len(parts) > self.FOLD:
+            import torch  # a GPU tensor exists: so does torch
+
+            parts = (torch.stack(parts).sum(0),)
+        return DeviceValue(parts)
+
+    def value(self) -> float | list:
+        total = None
+        for part in self.parts:
+            got = part.tolist()
+            total = got if total is None else combine(total, got)
+        return total
+
+
+def metric_value(name: str, value: Any) -> float | list | DeviceValue:
+    """A user metric's value as sessions hold it; ScopeError (naming `name`) for anything that
+    is not a number, a list of numbers or a tensor of them."""
+    if hasattr(value, "detach") and hasattr(value, "numel"):  # a torch tensor
+        if value.dtype.is_complex or value.numel() == 0:
+            raise ScopeError(f"metric {name!r} is a {value.dtype} tensor of "
+                             f"{value.numel()} values; give real numbers")
+        value = value.detach()
+        if value.is_cuda:  # no .item(): that would wait for the GPU
+            return DeviceValue(((value.reshape(-1) if value.numel() > 1
+                                 else value.reshape(())).clone(),))
+        value = value.tolist() if value.numel() > 1 else value.item()
+    elif hasattr(value, "tolist") and not isinstance(value, Number):  # numpy
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        flat = list(value)
+        if flat and all(isinstance(v, Number) and not isinstance(v, bool) for v in flat):
+            return flat
+    elif isinstance(value, Number) and not isinstance(value, (bool, complex)):
+        return value
+    raise ScopeError(f"metric {name!r} has value {value!r}; metrics must be numbers, lists of "
+                     "numbers or tensors")
+
+
+def combine(old: Any, new: Any, key: str = "") -> Any:
+    """`new` given again for a node that holds `old`: summed (vectors elementwise), or `new`
+    for a property or when the two do not add (a vector of another length, number and vector)."""
+    if key.endswith(PROPERTY):
+        return new
+    if isinstance(old, DeviceValue) and isinstance(new, DeviceValue):
+        return old.plus(new)
+    if isinstance(old, list) or isinstance(new, list):
+        if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            return [a + b for a, b in zip(old, new)]
+        return new
+    if isinstance(old, DeviceValue) or isinstance(new, DeviceValue):
+        return new
+    return old + new
+
+
+def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Values by name, ready to add (see metric_value); raise ScopeError for a reserved name or
+    a value that is not a number, vector or tensor."""
     if metrics is None:
         return {}
     if not isinstance(metrics, Mapping):
@@ -31,13 +110,16 @@ def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     for name, value in metrics.items():
         if not isinstance(name, str) or not name:
             raise ScopeError(f"metric name {name!r} must be a non-empty string")
-        base = name[: -len(EXCLUSIVE)] if name.endswith(EXCLUSIVE) else name
-        if base.strip() in RESERVED:
+        if base_name(name) in RESERVED:
             raise ScopeError(f"metric name {name!r} is reserved for the profiler; rename it "
                              f"(reserved: {', '.join(sorted(RESERVED))})")
-        if hasattr(value, "item") and not isinstance(value, (int, float)):
-            value = value.item()  # 0-d tensors and numpy scalars
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ScopeError(f"metric {name!r} has value {value!r}; metrics must be int or float")
-        out[name] = value
+        out[name] = metric_value(name, value)
     return out
+
+
+def base_name(name: str) -> str:
+    """A metric's name without its "(exc)" or "(pty)" suffix."""
+    for suffix in (EXCLUSIVE, PROPERTY):
+        if name.endswith(suffix):
+            return name[: -len(suffix)].strip()
+    return name.strip()

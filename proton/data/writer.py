@@ -1,8 +1,9 @@
 """Write a profile's data as a .hatchet file (the layout of proton/format.py) or a Chrome trace.
 
 Takes plain data (metrics by path id, kernel events), never a session. A node carries its own
-(exclusive) values; names ending in "(exc)" lose the suffix; the root carries a 0 for each
-inclusive metric, which is how hatchet and both viewers tell inclusive metrics from exclusive ones.
+(exclusive) values; names ending in "(exc)" or "(pty)" lose the suffix; the root carries a 0 for
+each inclusive metric, which is how hatchet and both viewers tell inclusive metrics from exclusive
+ones. Vectors (lists) are written as JSON arrays, always exclusive.
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from typing import Any
 
 from ..errors import ProfileWriteError, SessionError
 from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, OTHER_DATA,
-                      ROOT_NAME, T0_NS)
+                      PROPERTY, ROOT_NAME, T0_NS)
 from ..format_msgpack import packb
 from ..report import warn
 from .job import alive
+from .metrics import DeviceValue, base_name
 from .paths import ROOT, paths
 
 FORMATS = {"tree": ("", "hatchet", "hatchet_msgpack"), "trace": ("", "chrome_trace")}
@@ -61,11 +63,17 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
             elif key == DEVICE_TYPE:
                 value = CUDA
             else:
-                if key.endswith(EXCLUSIVE):
-                    key = key[: -len(EXCLUSIVE)].strip()
+                if isinstance(value, DeviceValue):
+                    value = value.value()  # GPU tensors: read now, once
+                if isinstance(value, list):  # a vector: its node's own, never summed up
+                    value = [finite_or_none(v) for v in value]
+                    key = base_name(key)
+                elif key.endswith((EXCLUSIVE, PROPERTY)):
+                    key = base_name(key)
+                    value = finite_or_none(value)
                 else:
                     inclusive.add(key)
-                value = finite_or_none(value)
+                    value = finite_or_none(value)
             out[key] = value
         out.update(own.get(pid, ()))
         frame = {"name": frames[pid].name, "type": FRAME_TYPE}

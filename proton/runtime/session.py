@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..cupti.attribution import KernelRecord
 from ..data.job import Job
-from ..data.metrics import DEVICE_CUDA
+from ..data.metrics import DEVICE_CUDA, combine
 from ..format import COUNT, DEVICE_ID, DEVICE_TYPE, TIME
 
 
@@ -82,7 +82,8 @@ class Session:
                 return
             node = self.nodes.setdefault(path_id, {})
             for key, value in values.items():
-                node[key] = node.get(key, 0) + value
+                old = node.get(key)
+                node[key] = value if old is None else combine(old, value, key)
 
     def add_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int | None = None) -> None:
         """One kernel, in the phase its launch was made in (the current one without a time)."""
