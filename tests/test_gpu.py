@@ -1,6 +1,7 @@
 """The real path on a GPU: CUPTI records, attribution, files. Run with `pytest -m gpu`."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -445,3 +446,39 @@ def test_exception_in_a_scope_leaves_attribution_intact(profile_path, xy):
     root, _ = read()
     assert find(root, "failing", "add_kernel")["metrics"]["count"] == 1
     assert find(root, "add_kernel")["metrics"]["count"] == 1
+
+
+NVTX_SCRIPT = """
+import torch, proton
+x = torch.randn(1 << 16, device="cuda")
+torch.cuda.synchronize()
+proton.start("nvtx")
+torch.cuda.nvtx.range_push("train_step")
+with proton.scope("forward"):
+    torch.cuda.nvtx.range_push("attention")
+    y = (x * 2).sin()
+    torch.cuda.nvtx.range_pop()
+torch.cuda.nvtx.range_pop()
+with torch.cuda.nvtx.range("backward"):
+    z = x.cos()
+torch.cuda.synchronize()
+proton.finalize()
+"""
+
+
+@pytest.mark.parametrize("enable", ["1", "0"])
+def test_nvtx_ranges_become_scopes_unless_turned_off(tmp_path, enable):
+    (tmp_path / "main.py").write_text(NVTX_SCRIPT)
+    env = {**os.environ, "TRITON_ENABLE_NVTX": enable}
+    env.pop("NVTX_INJECTION64_PATH", None)
+    run = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    root, _ = load(tmp_path / "nvtx.hatchet")
+    if enable == "1":
+        assert total(find(root, "train_step", "forward", "attention"), "count") == 2
+        assert total(find(root, "backward"), "count") == 1
+    else:
+        assert total(find(root, "forward"), "count") == 2
+        assert not any(c["frame"]["name"] in ("train_step", "backward")
+                       for c in root["children"])

@@ -105,12 +105,16 @@ class CuptiCollector:
 
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
                  launch_path: LaunchPath | None = None, in_callback: bool = False,
-                 pc=None) -> None:
+                 pc=None, callback_users: list | None = None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         launch_path: the context's (see LaunchPath); needed by in_callback and exact sampling.
         in_callback: attribute each launch in a CUPTI launch callback, by launch_path (the
         python context), instead of by the external correlation ids that scopes push.
-        pc: options.PCOptions to sample instructions too (mode="pcsampling")."""
+        pc: options.PCOptions to sample instructions too (mode="pcsampling").
+        callback_users: more takers of CUPTI callbacks (runtime.nvtx.NvtxScopes): each has
+        `callbacks` [(domain, cbid)] to enable, `prepare(libcupti path)` called before CUPTI
+        starts, and `wrap(on_api)` giving the callback that handles its domain and passes the
+        rest on."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -124,6 +128,7 @@ class CuptiCollector:
         self._subscriber = None
         self._raw = None
         self._pc_options = pc
+        self._users = list(callback_users or ())
         self.pc = None
         """The PCCollector while instructions are sampled."""
         self._names: dict[int, str] = {}
@@ -184,12 +189,17 @@ class CuptiCollector:
         on_api = self._launch_callback() if self.in_callback else None
         if self._pc_options is not None:
             on_api = self._start_pc(path, on_api)
+        for user in self._users:
+            user.prepare(path)
+            on_api = user.wrap(on_api)
         subscriber = Subscriber(path, on_api or _ignore)
         subscriber.subscribe()
         self._subscriber = subscriber
         try:
             if self.pc is not None:
                 subscriber.enable(self.pc.resource_domain, self.pc.module_cbid)
+            for domain, cbid in (c for user in self._users for c in user.callbacks):
+                subscriber.enable(domain, cbid)
             if self.in_callback or (self.pc is not None and self.pc.options.serialize):
                 for domain, cbids in ((cupti.CallbackDomain.DRIVER_API, self._driver_cbids),
                                       (cupti.CallbackDomain.RUNTIME_API, self._runtime_cbids)):

@@ -157,10 +157,13 @@ class Profiler:
             raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
                               "matching your CUDA 13 driver") from None
 
+        from . import nvtx
+
         context = self.context
+        users = [nvtx.NvtxScopes(nvtx.DOMAIN)] if nvtx.enabled() else []
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
-                                   in_callback=context.in_callback, pc=pc)
+                                   in_callback=context.in_callback, pc=pc, callback_users=users)
         collector.start()
         self.collector = collector
         frames.repush_open_scopes()

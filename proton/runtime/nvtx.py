@@ -1,0 +1,115 @@
+"""NVTX ranges as scopes, as Triton's Proton does (TRITON_ENABLE_NVTX, on unless set to 0).
+
+`torch.cuda.nvtx.range_push("attn")`, `torch.autograd.profiler.emit_nvtx()`, or a library's own
+`nvtxRangePushEx`/`nvtxDomainRangePushEx` open a scope of that name on the calling thread while
+a session collects; the matching pop closes it. NVTX calls reach CUPTI only when NVTX loaded it
+as its injection library: the collector points NVTX_INJECTION64_PATH at the libcupti in use before
+it starts, which takes effect if the process makes its first NVTX call after that (NVTX reads it
+once). CUPTI calls back on the calling thread with a CUpti_NvtxData, read here at fixed offsets
+(cupti_nvtx_cbid.h's ids, nvToolsExt's structs). The collector takes a NvtxScopes as one of its
+`callback_users` (it knows nothing of scopes).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+from ..context.frames import close_frame, enter_frame
+from ..context.stack import depth
+from ..report import callback_failed
+
+DOMAIN = 5
+"""CUPTI_CB_DOMAIN_NVTX"""
+PUSH_A, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP = 8, 10, 11, 33, 34
+"""CUPTI_CBID_NVTX_nvtxRangePushA, ...PushEx, ...Pop, ...DomainRangePushEx, ...DomainRangePop"""
+CBIDS = (PUSH_A, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP)
+PARAMS_AT = 8
+"""CUpti_NvtxData: {const char *functionName; const void *functionParams; ...}"""
+EX_ATTRIB_AT = {PUSH_EX: 0, DOMAIN_PUSH_EX: 8}
+"""Where each Ex call's params hold its nvtxEventAttributes_t pointer (after the domain)."""
+MESSAGE_TYPE_AT, MESSAGE_AT = 32, 40
+"""nvtxEventAttributes_t (v2): messageType, and the message union (a char* for ASCII)."""
+ASCII, UNICODE = 1, 2
+UNNAMED = "<nvtx range>"
+"""A range whose message is a registered string handle (not read back here)."""
+ENV = ("TRITON_ENABLE_NVTX", "PROTON_ENABLE_NVTX")
+
+
+def enabled() -> bool:
+    """NVTX ranges become scopes unless TRITON_ENABLE_NVTX (or PROTON_ENABLE_NVTX) says no."""
+    for name in ENV:
+        value = os.environ.get(name)
+        if value is not None:
+            return value.strip().lower() not in ("0", "false", "off", "no")
+    return True
+
+
+def _pointer(address: int) -> int:
+    return ctypes.c_void_p.from_address(address).value or 0
+
+
+def message(cbid: int, params: int) -> str:
+    """The range's name from a push call's params."""
+    if cbid == PUSH_A:
+        text = _pointer(params)
+        return ctypes.string_at(text).decode(errors="replace") if text else UNNAMED
+    attrib = _pointer(params + EX_ATTRIB_AT[cbid])
+    if not attrib:
+        return UNNAMED
+    kind = ctypes.c_int32.from_address(attrib + MESSAGE_TYPE_AT).value
+    text = _pointer(attrib + MESSAGE_AT)
+    if not text:
+        return UNNAMED
+    if kind == ASCII:
+        return ctypes.string_at(text).decode(errors="replace")
+    if kind == UNICODE:
+        return ctypes.wstring_at(text)
+    return UNNAMED
+
+
+class NvtxScopes:
+    """Wraps the subscriber's callback: NVTX calls open and close scopes, the rest go on."""
+
+    def __init__(self, nvtx_domain: int) -> None:
+        self.domain = nvtx_domain
+        self.callbacks = [(nvtx_domain, cbid) for cbid in CBIDS]
+        """(domain, cbid) for the collector to enable."""
+        self._local = threading.local()
+        """Per thread: the depths at which NVTX opened the frames still open."""
+
+    def prepare(self, libcupti: str) -> None:
+        """Before CUPTI starts: ask NVTX to load it (unless the user named another library)."""
+        os.environ.setdefault("NVTX_INJECTION64_PATH", libcupti)
+
+    def wrap(self, on_api):
+        domain, handle = self.domain, self.handle
+
+        def on_call(userdata, dom, cbid, data) -> None:
+            if dom == domain:
+                handle(cbid, data)
+            elif on_api is not None:
+                on_api(userdata, dom, cbid, data)
+
+        return on_call
+
+    def handle(self, cbid: int, data: int) -> None:
+        try:
+            opened = getattr(self._local, "opened", None)
+            if opened is None:
+                opened = self._local.opened = []
+            if cbid in (POP, DOMAIN_POP):
+                # only a frame NVTX opened, and only while it is the innermost one: a pop
+                # without its push, or a scope left open inside the range, changes nothing
+                if opened and opened[-1] == depth():
+                    opened.pop()
+                    close_frame({})
+                elif opened and opened[-1] > depth():  # closed by an unwind: forget it
+                    opened.pop()
+                return
+            params = _pointer(data + PARAMS_AT)
+            if params:
+                enter_frame(message(cbid, params), {})
+                opened.append(depth())
+        except BaseException as exc:
+            callback_failed("while opening a scope for an NVTX range", exc)
