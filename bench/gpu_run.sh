@@ -26,6 +26,9 @@ if [ -z "${SKIP_FIXTURES:-}" ]; then
   python3 tests/data/record_session.py triton && cp tests/data/triton_recorded.hatchet "$OUT/"
   for mode in python triton-python; do python3 tests/data/record_session.py $mode; done
   cp tests/data/python_recorded.hatchet tests/data/triton_python_recorded.hatchet "$OUT/"
+  # the analyzer's fixture: a bad kernel per --diagnose rule, and its report
+  python3 tests/diagnose_workload.py tests/data/diagnose_recorded && cp tests/data/diagnose_recorded.hatchet "$OUT/"
+  proton-viewer --diagnose tests/data/diagnose_recorded.hatchet > "$OUT/diagnose.txt" 2>&1
   (ex=$PWD/proton/examples/mlp.py; cd /tmp && proton -n example_gpu "$ex" --steps 3 2>&1 | tail -1; cp example_gpu.hatchet "$OUT/"; proton-viewer example_gpu.hatchet)
 fi
 if [ -n "${BASELINE:-}" ]; then

@@ -42,32 +42,12 @@ def test_launch_configuration_is_the_compiled_kernels(profile_path):
 
 
 def test_a_bad_kernel_per_rule_and_healthy_matmuls(tmp_path):
-    x = torch.randn(1 << 22, device="cuda")
-    out = torch.empty_like(x)
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    add(x, out, 8)
-    torch.cuda.synchronize()
-    proton.start(str(tmp_path / "d"))
-    with proton.scope("few_programs"):
-        for _ in range(50):
-            add(x, out, 8)  # 8 blocks on 100+ SMs
-    with proton.cpu_timed_scope("launch_bound"):
-        y = torch.zeros(16, device="cuda")
-        for _ in range(2000):
-            y.add_(1)  # tiny kernels, one after another
-    with proton.scope("healthy"):
-        for _ in range(5):
-            a @ a
-    torch.cuda.synchronize()
-    proton.finalize()
-    findings, notes = diagnose(load_profile(str(tmp_path / "d.hatchet")))
-    rules = {(f.rule, f.path.split(" / ")[-1] if f.rule != "launch-bound" else f.kernel)
-             for f in findings if not f.info}
-    assert ("too few programs", "few_programs") in rules, findings
-    assert ("launch-bound", "scope launch_bound") in rules, findings
-    assert not [f for f in findings if not f.info and "healthy" in f.path], findings
-    root, _ = load(tmp_path / "d.hatchet")
-    assert find(root, "healthy")
+    import diagnose_workload
+
+    path = diagnose_workload.record(str(tmp_path / "d"))
+    findings, notes = diagnose(load_profile(path))
+    assert diagnose_workload.problems(findings) == [], findings
+    assert notes == [], notes  # every rule could run on this profile
 
 
 @triton.jit
