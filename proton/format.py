@@ -56,6 +56,9 @@ value given is kept, not summed over entries, nor into parents; dropped when wri
 BYTES = "bytes"
 FLOPS = re.compile(r"flops(8|16|32|64)?")
 """launch_metadata's floating-point operations, by operand width in bits (none: unspecified)."""
+CAPTURED_AT = "<captured_at>"
+"""Under a CUDA graph's launch: the call path where each of its kernels was captured (Triton's
+Proton's frame name)."""
 LAUNCH_METADATA = "__proton_launch_metadata"
 """Kernels that a launch_metadata function launches go under this frame (viewers hide it)."""
 

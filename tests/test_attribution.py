@@ -292,3 +292,27 @@ def test_each_kernel_nodes_launch_configuration_is_recorded():
     assert (metrics["grid_blocks"], metrics["block_threads"], metrics["registers_per_thread"],
             metrics["shared_memory_bytes"], metrics["launch_configs"]) == (528, 256, 40, 49152, 2)
     assert "grid_blocks" not in doc[0]["metrics"]  # the node's own, not summed up the tree
+
+
+def test_graph_kernels_go_under_where_their_node_was_captured():
+    from proton.data.paths import paths
+    from proton.format import CAPTURED_AT
+    from proton.runtime.router import KernelRouter
+
+    router = KernelRouter({})
+    replay = paths.intern(ROOT, "graph_replay")
+    captured = paths.intern(paths.intern(ROOT, "model"), "captured_region")
+    got = []
+    att = Attributor(each(lambda path, rec, ts: got.append((paths.names(path), rec.name))),
+                     graft=router.graft)
+    att.captured[77] = captured
+    att.add_buffer([ExternalRecord(5, replay)], [ApiRecord(5, 1, graph=True)],
+                   [KernelRecord(5, "seen", 0, 2, 3, graph_node=77),
+                    KernelRecord(5, "unseen", 0, 3, 4, graph_node=99)])
+    # a kernel before its graph launch's record: placed the same way when the record comes
+    att.add_buffer([], [], [KernelRecord(6, "early", 0, 5, 6, graph_node=77)])
+    att.add_buffer([ExternalRecord(6, replay)], [ApiRecord(6, 4, graph=True)], [])
+    under = ["graph_replay", CAPTURED_AT, "model", "captured_region"]
+    assert got == [(under, "seen"), (["graph_replay"], "unseen"), (under, "early")]
+    grafted = router.graft(replay, captured)
+    assert router.graft(replay, captured) == grafted and paths.names(grafted) == under

@@ -201,6 +201,39 @@ def test_cuda_graph_kernels_are_attributed(profile_path):
     assert total(find(root, "replay"), "count") == 8
 
 
+def test_graph_replays_show_where_their_kernels_were_captured(profile_path):
+    from proton.examples.matmul import matmul
+
+    name, read = profile_path
+    x = torch.randn(4096, device="cuda")
+    a = torch.randn(256, 256, device="cuda", dtype=torch.float16)
+    c = torch.empty_like(a)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # compiled and warm before the capture
+        for _ in range(2):
+            y = (x * 2).sin()
+            matmul(a, a, c)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    proton.start(name, hook="triton")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        with proton.scope("captured_region"):
+            y = (x * 2).sin()
+            matmul(a, a, c)  # launch_metadata: flops16 and bytes, given once, at the capture
+    with proton.scope("graph_replay"):
+        for _ in range(4):
+            graph.replay()
+    proton.finalize()
+    root, _ = read()
+    region = find(root, "graph_replay", "<captured_at>", "captured_region")
+    assert total(region, "count") == 4 * 3
+    op = find(region, "matmul_256x256x256")
+    assert op["metrics"]["count"] == 4 and op["metrics"]["flops16"] == 4 * 2 * 256 ** 3
+    assert find(root, "captured_region", "matmul_256x256x256")["metrics"].get("count", 0) == 0
+
+
 def test_gpu_tensor_metrics_need_no_sync_even_inside_a_graph_capture(profile_path):
     name, read = profile_path
     x = torch.ones(4, device="cuda")

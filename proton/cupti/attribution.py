@@ -6,7 +6,9 @@ Each launch yields up to three records that share a CUPTI correlation id:
     (none when the launching thread had no scope open),
   * a DRIVER or RUNTIME API record for the launch call (its start time says which sessions
     were active),
-  * one KERNEL record per kernel it ran (several for a graph launch).
+  * one KERNEL record per kernel it ran (several for a graph launch, each naming its graph
+    node: a node whose capture was seen goes under the launch's path, then CAPTURED_AT, then
+    the path it was captured at, through `graft`).
 Records arrive in buffers in no fixed order across buffers, so each side waits for the other;
 matched entries are dropped at once and memory stays flat however long the run.
 """
@@ -43,6 +45,8 @@ class KernelRecord:
     stream_id: int = 0
     config: int = 0
     """Its launch configuration's number in LaunchConfigs (0: not recorded)."""
+    graph_node: int = 0
+    """CUPTI's id of the graph node that ran it (0: not launched through a graph)."""
 
 
 @dataclass(slots=True)
@@ -58,7 +62,7 @@ GRAPH_HORIZON_NS = 60_000_000_000
 
 Kernel = tuple
 """A kernel as the sink gets it: (path id, launch start, correlation id, name, device id,
-start, end, stream id, config); the last seven are KernelRecord's fields in order."""
+start, end, stream id, config); the last seven are KernelRecord's first seven fields."""
 # sink(kernels of one buffer)
 KernelSink = Callable[[list[Kernel]], None]
 # unscoped(thread id, launch start time) -> path id for a launch made with no scope open
@@ -84,6 +88,10 @@ class LaunchConfigs:
         return self.table[number] if 0 < number < len(self.table) else None
 
 
+# graft(launch path, capture path) -> the path of a graph kernel captured at `capture path`
+Graft = Callable[[int, int], int]
+
+
 def each(sink: Callable[[int, KernelRecord, int], None]) -> KernelSink:
     """A KernelSink calling sink(path id, KernelRecord, launch start) once per kernel."""
     def per_kernel(kernels: list[Kernel]) -> None:
@@ -99,9 +107,14 @@ class Attributor:
     Records come as columns (one list per field) so a buffer of thousands costs a few passes of
     dict operations on CUPTI's thread, which holds the GIL while it works."""
 
-    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None) -> None:
+    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None,
+                 graft: Graft | None = None) -> None:
         self._sink = sink
         self._unscoped = unscoped
+        self._graft = graft
+        self.captured: dict[int, int] = {}
+        """Graph node id -> the path id where it was captured (from CUPTI's graph node
+        callbacks, on the capturing thread)."""
         self.external: dict[int, int] = {}
         """Correlation id -> path id: from EXTERNAL_CORRELATION records (shadow context) or
         written by the launch callback (python context) before the launch record comes."""
@@ -150,13 +163,15 @@ class Attributor:
             ([r.correlation_id for r in api], [r.start for r in api], [r.graph for r in api],
              [r.thread_id for r in api]),
             tuple(zip(*[(r.correlation_id, r.name, r.device_id, r.start, r.end, r.stream_id,
-                         r.config) for r in kernels])) or ([], [], [], [], [], [], []))
+                         r.config, r.graph_node) for r in kernels]))
+            or ([], [], [], [], [], [], [], []))
 
     def add_columns(self, external: tuple[list, list], api: tuple[list, list, list, list],
                     kernels: tuple[list, ...]) -> None:
         """Add one CUPTI buffer's records, as columns:
         external (correlation id, path id), api (correlation id, start, graph, thread id),
-        kernels (correlation id, name, device id, start, end, stream id).
+        kernels (correlation id, name, device id, start, end, stream id, config[, graph node
+        id]).
         External ids go first: a launch's external record and API record always share a
         buffer, but their order within it is not promised."""
         self.external.update(zip(*external))
@@ -182,7 +197,7 @@ class Attributor:
             if early:  # kernels that came before their launch record
                 kernels = early.pop(corr, None)
                 if kernels:
-                    out.extend((path, start) + k for k in kernels)
+                    out.extend(self._placed((path, start), k) for k in kernels)
                     if not graph:
                         continue
             if graph:
@@ -193,6 +208,17 @@ class Attributor:
 
     def _add_kernels(self, kernels: tuple[list, ...], out: list) -> None:
         pop_launch, graphs, early = self._launches.pop, self._graphs, self._early
+        if len(kernels) > 7:  # graph node ids: kernels of graph launches may be grafted
+            placed = self._placed
+            for kernel in zip(*kernels):
+                launch = pop_launch(kernel[0], None)
+                if launch is None:
+                    launch = graphs.get(kernel[0])
+                    if launch is None:
+                        early.setdefault(kernel[0], []).append(kernel)
+                        continue
+                out.append(placed(launch, kernel) if kernel[7] else launch + kernel[:7])
+            return
         for kernel in zip(*kernels):
             launch = pop_launch(kernel[0], None)
             if launch is None:
@@ -202,12 +228,22 @@ class Attributor:
                     continue
             out.append(launch + kernel)
 
+    def _placed(self, launch: tuple[int, int], kernel: tuple) -> tuple:
+        """The sink's tuple for `kernel` of `launch`: under where its graph node was captured,
+        when that was seen."""
+        if len(kernel) > 7:
+            node, kernel = kernel[7], kernel[:7]
+            captured = self.captured.get(node) if node else None
+            if captured is not None and self._graft is not None:
+                return (self._graft(launch[0], captured), launch[1]) + kernel
+        return launch + kernel
+
     def finish(self) -> int:
         """Give kernels whose launch record never came to the root; return how many there were."""
         out = []
         for corr, kernels in self._early.items():
             path = self.external.pop(corr, ROOT)
-            out.extend((path, kernel[3]) + kernel for kernel in kernels)
+            out.extend((path, kernel[3]) + kernel[:7] for kernel in kernels)
         self._early.clear()
         self._launches.clear()
         self._graphs.clear()

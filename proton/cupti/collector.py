@@ -105,7 +105,7 @@ class CuptiCollector:
 
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
                  launch_path: LaunchPath | None = None, in_callback: bool = False,
-                 pc=None, callback_users: list | None = None) -> None:
+                 pc=None, callback_users: list | None = None, graft=None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         launch_path: the context's (see LaunchPath); needed by in_callback and exact sampling.
         in_callback: attribute each launch in a CUPTI launch callback, by launch_path (the
@@ -114,7 +114,9 @@ class CuptiCollector:
         callback_users: more takers of CUPTI callbacks (runtime.nvtx.NvtxScopes): each has
         `callbacks` [(domain, cbid)] to enable, `prepare(libcupti path)` called before CUPTI
         starts, and `wrap(on_api)` giving the callback that handles its domain and passes the
-        rest on."""
+        rest on.
+        graft: attribution.Graft, placing a CUDA graph's kernels under where they were
+        captured (graphs.GraphCaptures notes where, when launch_path is given)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -122,13 +124,17 @@ class CuptiCollector:
         self.pushes_ids = not in_callback
         """Scopes push their path ids (shadow context); read on every scope change."""
         self._launch_path = launch_path
-        self.attributor = Attributor(sink, unscoped)
+        self.attributor = Attributor(sink, unscoped, graft)
         self._unscoped = unscoped
         self._lock = threading.Lock()
         self._subscriber = None
         self._raw = None
         self._pc_options = pc
         self._users = list(callback_users or ())
+        if graft is not None and launch_path is not None:
+            from .graphs import GraphCaptures
+
+            self._users.append(GraphCaptures(cupti, self.attributor.captured, launch_path))
         self.pc = None
         """The PCCollector while instructions are sampled."""
         self._names: dict[int, str] = {}
@@ -155,7 +161,8 @@ class CuptiCollector:
         self._read_kernel = field_reader(cupti.activity_kernel10_dtype, [
             "correlation_id", "name", "device_id", "start", "end", "stream_id",
             "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-            "registers_per_thread", "static_shared_memory", "dynamic_shared_memory"])
+            "registers_per_thread", "static_shared_memory", "dynamic_shared_memory",
+            "graph_node_id"])
         self.launch_configs = LaunchConfigs()
         """Each kernel's grid, block, registers and shared memory, numbered (the analyzer's)."""
         self._read_api = field_reader(cupti.activity_api_dtype, [
@@ -439,12 +446,14 @@ class CuptiCollector:
             launch &= status == 0
             api = (corr[launch].tolist(), start[launch].tolist(), graph[launch].tolist(),
                    thread[launch].tolist())
-            corr, name, device, start, end, stream, *shape = self._read_kernel(
+            corr, name, device, start, end, stream, *shape, graph_node = self._read_kernel(
                 buf, at[kinds == self._k_kernel])
             names = self._names
             texts = [names.get(p) or self._name(p) for p in name.tolist()]
             kernels = (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
                        stream.tolist(), self._configs(shape))
+            if graph_node.any():  # kernels of graph launches: placed by where they were captured
+                kernels += (graph_node.tolist(),)
             with self._lock:
                 if self.recorded is not None:  # rows, as the record classes take them
                     self.recorded.append([[list(row) for row in zip(*part)]

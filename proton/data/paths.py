@@ -55,6 +55,19 @@ class PathTable:
                 self._ids[key] = pid
             return pid
 
+    def graft(self, parent: int, pid: int, under: str) -> int:
+        """A copy of `pid`'s path (its frames from the root's child down) below a frame named
+        `under` below `parent`; the copy's id."""
+        chain = []
+        while pid > ROOT:
+            frame = self.frames[pid]
+            chain.append(frame)
+            pid = frame.parent
+        node = self.intern(parent, under)
+        for frame in reversed(chain):
+            node = self.intern(node, frame.name, frame.kind)
+        return node
+
     def names(self, pid: int) -> list[str]:
         """Frame names from the root's child down to `pid`."""
         out = []

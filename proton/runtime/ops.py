@@ -47,6 +47,7 @@ def enter_op(name: str, metrics: dict[str, float] | None = None) -> int | None:
         st.op = collector  # frames.pop_op pops it
     if metrics:
         profiler.add_metrics(path, metrics)
+        profiler.router.op_values[path] = metrics  # counted again on each graph replay
     return path
 
 

@@ -163,7 +163,8 @@ class Profiler:
         users = [nvtx.NvtxScopes(nvtx.DOMAIN)] if nvtx.enabled() else []
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
-                                   in_callback=context.in_callback, pc=pc, callback_users=users)
+                                   in_callback=context.in_callback, pc=pc, callback_users=users,
+                                   graft=self.router.graft)
         collector.start()
         self.collector = collector
         frames.repush_open_scopes()

@@ -9,7 +9,7 @@ from operator import itemgetter
 
 from ..cupti.attribution import Kernel, KernelRecord, each
 from ..data.paths import KERNEL, OP, paths
-from ..format import TIME
+from ..format import CAPTURED_AT, TIME
 from .session import Session
 
 
@@ -25,6 +25,36 @@ class KernelRouter:
         """The profiler's own dict of live sessions (read, never changed here)."""
         self._kernel_paths: dict[tuple[int, str, int], int] = {}
         """(path id, kernel name, device) -> the node its kernels count on."""
+        self._grafts: dict[tuple[int, int], int] = {}
+        """(graph launch path, capture path) -> the path its kernels go under."""
+        self._grafted: dict[int, int] = {}
+        """A graph kernel's path -> the path it was captured at."""
+        self.op_values: dict[int, dict] = {}
+        """An op's path -> the launch metadata values it was given (the last time): a graph
+        replays the launch, not the Python that gave them, so each replayed kernel adds them
+        again, as Triton's Proton counts them."""
+
+    def graft(self, launch: int, captured: int) -> int:
+        """attribution.Graft: the path of a graph kernel launched at `launch` and captured at
+        `captured` (launch / CAPTURED_AT / the capture's frames)."""
+        key = (launch, captured)
+        path = self._grafts.get(key)
+        if path is None:
+            path = self._grafts[key] = paths.graft(launch, captured, CAPTURED_AT)
+            self._grafted[path] = captured
+        return path
+
+    def _replayed_values(self, kernels: list[Kernel]) -> None:
+        """Each replayed kernel of a captured op: that op's launch metadata values again."""
+        grafted, values = self._grafted, self.op_values
+        for path_id, launch_ts, _, name, device, *_ in kernels:
+            source = grafted.get(path_id)
+            given = values.get(source) if source is not None else None
+            if given:
+                node = self.kernel_path(path_id, name, device)
+                for s in list(self._sessions.values()):
+                    if s.active_at(launch_ts):
+                        s.add(node, given)
 
     def kernel_path(self, path_id: int, name: str, device: int) -> int:
         """The node a kernel of `name` on `device` launched at `path_id` is counted on: a child
@@ -52,6 +82,8 @@ class KernelRouter:
         has been active since before the first launch, they are summed per path first and each
         session takes the sums under one lock: this runs on CUPTI's thread holding the GIL, so
         it must be short."""
+        if self._grafted:
+            self._replayed_values(kernels)
         sessions = list(self._sessions.values())
         first = min(map(_START, kernels))
         if not all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
@@ -90,3 +122,4 @@ class KernelRouter:
     def clear(self) -> None:
         """Forget the memo (no session is live)."""
         self._kernel_paths = {}
+        self.op_values = {}
