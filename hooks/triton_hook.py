@@ -68,7 +68,7 @@ def _enter(metadata) -> None:
     if extras:
         state.busy = True
         try:
-            with ops.frame(LAUNCH_METADATA):
+            with ops.frame(LAUNCH_METADATA, data.get("name") or "triton_kernel"):
                 md = metadata.get()
         finally:
             state.busy = False

@@ -147,17 +147,29 @@ class state(scope):
             unwind(before)
 
 
-class metadata_state(state):
-    """The state Triton's Proton puts launch-metadata work in (`__proton_launch_metadata`):
-    kernels launched inside go under that frame, which both viewers hide.
+class metadata_state:
+    """The state Triton's Proton puts launch-metadata work in: kernels launched inside go under
+    `__proton_launch_metadata` (then `kernel`'s name, when given, as Triton groups them), which
+    both viewers hide.
 
     Usage:
-        with proton.metadata_state():
+        with proton.metadata_state("matmul_kernel"):
             flops = x.sum().item()   # launch metadata that itself launches a kernel
     """
 
-    def __init__(self) -> None:
-        super().__init__(LAUNCH_METADATA)
+    def __init__(self, kernel: str | None = None) -> None:
+        self.names = [LAUNCH_METADATA] + ([check_scope_name(kernel, "kernel name")]
+                                          if kernel is not None else [])
+        self._depths: list[int] = []
+
+    def __enter__(self) -> "metadata_state":
+        self._depths.append(depth())
+        for name in self.names:
+            enter_frame(name, {}, kind=STATE)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        unwind(self._depths.pop())
 
 
 def enter_state(name: str) -> None:

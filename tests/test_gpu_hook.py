@@ -122,6 +122,37 @@ def add_md_kernel(x, y, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
 
 
+def _summing_metadata(grid, metadata, args):
+    x = args["x"]
+    return {"bytes": 8 * args["n"], "nonzero": int((x != 0).sum().item())}  # launches kernels
+
+
+@triton.jit(launch_metadata=_summing_metadata)
+def add_sum_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
+
+
+def test_kernels_a_launch_metadata_launches_are_grouped_under_its_kernel(profile_path):
+    name, read = profile_path
+    n = 1 << 16
+    x = torch.ones(n, device="cuda")
+    out = torch.empty_like(x)
+    add_sum_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)
+    torch.cuda.synchronize()
+    proton.start(name, hook="triton")
+    with proton.scope("f"):
+        for _ in range(3):
+            add_sum_kernel[(n // 1024,)](x, x, out, n, BLOCK=1024)
+    proton.finalize()
+    root = read()[0]
+    op = find(root, "f", "add_sum_kernel")
+    assert op["metrics"]["count"] == 3 and op["metrics"]["nonzero"] == 3 * n
+    grouped = find(root, "f", "__proton_launch_metadata", "add_sum_kernel")
+    assert sum(k["metrics"].get("count", 0) for k in grouped["children"]) >= 3, grouped
+
+
 @pytest.mark.parametrize("spec,named", [("triton:include=md", True),
                                         ("triton:exclude=md", False)])
 def test_include_exclude_choose_the_kernels_the_hook_names(profile_path, spec, named):

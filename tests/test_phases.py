@@ -140,6 +140,24 @@ def test_metadata_state_is_the_frame_both_viewers_hide(tmp_path):
     assert result.exit_code == 0 and "inside" not in result.output and "outer" in result.output
 
 
+def test_metadata_state_of_a_kernel_groups_under_its_name(tmp_path):
+    sid = proton.start(str(tmp_path / "mk"))
+    with proton.scope("outer", {"n": 1}):
+        with proton.metadata_state("matmul_kernel"):
+            with proton.scope("inside", {"n": 5}):
+                pass
+        with proton.scope("after", {"n": 2}):
+            pass
+    proton.finalize(sid)
+    root = json.load(open(tmp_path / "mk.hatchet"))[0]
+    outer = root["children"][0]
+    meta = next(c for c in outer["children"] if c["frame"]["name"] == "__proton_launch_metadata")
+    assert [c["frame"]["name"] for c in meta["children"]] == ["matmul_kernel"]
+    assert meta["children"][0]["children"][0]["frame"]["name"] == "inside"
+    result = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "mk.hatchet")])
+    assert result.exit_code == 0 and "inside" not in result.output and "after" in result.output
+
+
 def test_a_launch_hook_object_stands_for_its_spec():
     from proton.hooks import LaunchHook
     from proton.options import parse_options

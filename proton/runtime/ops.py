@@ -57,18 +57,20 @@ exit_op = frames.pop_op
 
 
 class frame:
-    """A frame for the kernels launched inside (LAUNCH_METADATA for a hook's own launches), as
-    a context manager. A class, not a generator: its methods' frames are the profiler's, so the
-    python context leaves them out of paths."""
+    """Frames for the kernels launched inside (LAUNCH_METADATA, then the kernel's name, for a
+    hook's own launches: Triton's Proton's grouping), as a context manager. A class, not a
+    generator: its methods' frames are the profiler's, so the python context leaves them out of
+    paths."""
 
-    __slots__ = ("name", "_before")
+    __slots__ = ("names", "_before")
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, *names: str) -> None:
+        self.names = names
 
     def __enter__(self) -> None:
         self._before = depth()
-        frames.enter_frame(self.name, {})
+        for name in self.names:
+            frames.enter_frame(name, {})
 
     def __exit__(self, *exc) -> None:
         frames.unwind(self._before)
