@@ -137,3 +137,18 @@ def test_other_domains_pass_through_to_the_callback_it_wraps():
     wrapped(None, 1, 22, 0)
     assert seen == [(None, 1, 22, 0)]
     assert scopes.wrap(None)(None, 1, 22, 0) is None
+
+
+def test_the_injection_is_set_for_the_session_only_and_a_users_choice_is_kept(monkeypatch):
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    scopes = nvtx.NvtxScopes(nvtx.DOMAIN)
+    scopes.prepare("/lib/libcupti.so.13")
+    import os
+
+    assert os.environ["NVTX_INJECTION64_PATH"] == "/lib/libcupti.so.13"
+    scopes.release()
+    assert "NVTX_INJECTION64_PATH" not in os.environ
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/opt/mine.so")
+    scopes.prepare("/lib/libcupti.so.13")
+    scopes.release()
+    assert os.environ["NVTX_INJECTION64_PATH"] == "/opt/mine.so"

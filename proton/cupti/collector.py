@@ -113,8 +113,8 @@ class CuptiCollector:
         pc: options.PCOptions to sample instructions too (mode="pcsampling").
         callback_users: more takers of CUPTI callbacks (runtime.nvtx.NvtxScopes): each has
         `callbacks` [(domain, cbid)] to enable, `prepare(libcupti path)` called before CUPTI
-        starts, and `wrap(on_api)` giving the callback that handles its domain and passes the
-        rest on.
+        starts, `release()` after it stopped, and `wrap(on_api)` giving the callback that
+        handles its domain and passes the rest on.
         graft: attribution.Graft, placing a CUDA graph's kernels under where they were
         captured (graphs.GraphCaptures notes where, when launch_path is given)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
@@ -290,6 +290,8 @@ class CuptiCollector:
         if self._subscriber is not None:
             self._subscriber.unsubscribe()
             self._subscriber = None
+        for user in self._users:
+            user.release()
         if self.recorded is not None:
             with open(os.environ["PROTON_RECORD_CUPTI"], "w") as f:
                 json.dump({"frames": [list(_plain(fr)) for fr in paths.frames],

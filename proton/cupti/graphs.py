@@ -40,6 +40,9 @@ class GraphCaptures:
     def prepare(self, libcupti: str) -> None:
         pass
 
+    def release(self) -> None:
+        pass
+
     def wrap(self, on_api):
         domain, mine, handle = self.domain, (self.created, self.cloned), self.handle
 

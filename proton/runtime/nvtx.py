@@ -4,8 +4,8 @@
 `nvtxRangePushEx`/`nvtxDomainRangePushEx` open a scope of that name on the calling thread while
 a session collects; the matching pop closes it. NVTX calls reach CUPTI only when NVTX loaded it
 as its injection library: the collector points NVTX_INJECTION64_PATH at the libcupti in use before
-it starts, which takes effect if the process makes its first NVTX call after that (NVTX reads it
-once). CUPTI calls back on the calling thread with a CUpti_NvtxData, read here at fixed offsets
+it starts (and takes it back after), which takes effect if the process makes its first NVTX
+call in between (NVTX reads it once). CUPTI calls back on the calling thread with a CUpti_NvtxData, read here at fixed offsets
 (cupti_nvtx_cbid.h's ids, nvToolsExt's structs). The collector takes a NvtxScopes as one of its
 `callback_users` (it knows nothing of scopes).
 """
@@ -80,7 +80,15 @@ class NvtxScopes:
 
     def prepare(self, libcupti: str) -> None:
         """Before CUPTI starts: ask NVTX to load it (unless the user named another library)."""
-        os.environ.setdefault("NVTX_INJECTION64_PATH", libcupti)
+        self._set = "NVTX_INJECTION64_PATH" not in os.environ
+        if self._set:
+            os.environ["NVTX_INJECTION64_PATH"] = libcupti
+
+    def release(self) -> None:
+        """After CUPTI stopped: processes started from now on do not inherit the injection."""
+        if getattr(self, "_set", False):
+            os.environ.pop("NVTX_INJECTION64_PATH", None)
+            self._set = False
 
     def wrap(self, on_api):
         domain, handle = self.domain, self.handle
