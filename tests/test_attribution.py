@@ -316,3 +316,14 @@ def test_graph_kernels_go_under_where_their_node_was_captured():
     assert got == [(under, "seen"), (["graph_replay"], "unseen"), (under, "early")]
     grafted = router.graft(replay, captured)
     assert router.graft(replay, captured) == grafted and paths.names(grafted) == under
+
+
+def test_launches_inside_a_stream_capture_are_not_waited_for():
+    got, att = collect()
+    att.capturing[7] = [[100, 200], [500, -1]]  # thread 7: one capture done, one still open
+    att.add_buffer([ExternalRecord(1, 3), ExternalRecord(2, 3), ExternalRecord(3, 3)],
+                   [ApiRecord(1, 150, thread_id=7), ApiRecord(2, 300, thread_id=7),
+                    ApiRecord(3, 600, thread_id=7), ApiRecord(4, 150, thread_id=8)], [])
+    assert att.waiting_kernels == 2 and att.captured_launches == 2  # 2 (between) and 4 (thread 8)
+    assert not att.external  # their external records are dropped too
+    assert att.in_capture(7, 700) and not att.in_capture(7, 250) and not att.in_capture(8, 150)

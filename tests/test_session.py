@@ -413,3 +413,25 @@ def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profil
     finally:
         profiler.collector = saved
     proton.finalize()
+
+
+def test_gpu_copies_count_replays_and_fold_past_the_limit():
+    """data.metrics.DeviceValue on CPU tensors standing in for GPU copies: a replay re-adds
+    the same copy (counted, not kept twice); past FOLD distinct copies they are summed into one;
+    a vector of another length replaces the old one."""
+    torch = pytest.importorskip("torch")
+    from proton.data.metrics import DeviceValue, combine
+
+    def copy(v):
+        return DeviceValue(((torch.tensor(v), 1),))
+
+    captured = copy([1.0, 2.0])
+    total = copy([10.0, 20.0])
+    for _ in range(3):
+        total = combine(total, captured, fold=False)
+    assert total.value() == [13.0, 26.0] and len(total.parts) == 2
+    many = copy(0.0)
+    for _ in range(DeviceValue.FOLD + 10):
+        many = combine(many, copy(1.0))
+    assert many.value() == DeviceValue.FOLD + 10 and len(many.parts) < 20
+    assert combine(copy([1.0, 2.0]), copy([5.0])).value() == [5.0]

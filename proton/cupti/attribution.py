@@ -115,6 +115,11 @@ class Attributor:
         self.captured: dict[int, int] = {}
         """Graph node id -> the path id where it was captured (from CUPTI's graph node
         callbacks, on the capturing thread)."""
+        self.capturing: dict[int, list[list[int]]] = {}
+        """Thread id -> its CUDA stream captures, [begin, end] (end -1 while open): a launch
+        made then runs nothing (a graph replays it later), so no kernel record will come."""
+        self.captured_launches = 0
+        """Launch calls made inside a stream capture (not waited for)."""
         self.external: dict[int, int] = {}
         """Correlation id -> path id: from EXTERNAL_CORRELATION records (shadow context) or
         written by the launch callback (python context) before the launch record comes."""
@@ -137,6 +142,13 @@ class Attributor:
     def waiting_before(self, ts: int) -> int:
         """Launch calls made by `ts` whose kernel record has not come yet."""
         return sum(1 for _, start in list(self._launches.values()) if start <= ts)
+
+    def in_capture(self, thread: int, ts: int) -> bool:
+        """Thread `thread` was capturing a CUDA graph at `ts`."""
+        for begin, end in reversed(self.capturing.get(thread, ())):
+            if ts >= begin:
+                return end == -1 or ts <= end
+        return False
 
     def register_launch(self, corr: int, path: int, start: int, graph: bool) -> None:
         """The python context's launch callback, on the launching thread, at the call's enter:
@@ -190,8 +202,12 @@ class Attributor:
     def _add_api(self, corrs, starts, graph_flags, threads, out: list) -> None:
         pop_path, unscoped = self.external.pop, self._unscoped
         launches, graphs, early = self._launches, self._graphs, self._early
+        capturing = self.capturing
         for corr, start, graph, thread in zip(corrs, starts, graph_flags, threads):
             path = pop_path(corr, None)
+            if capturing and not graph and self.in_capture(thread, start):
+                self.captured_launches += 1  # recorded into a graph: no kernel to wait for
+                continue
             if path is None:
                 path = unscoped(thread, start) if unscoped else ROOT
             if early:  # kernels that came before their launch record

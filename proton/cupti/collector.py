@@ -134,7 +134,8 @@ class CuptiCollector:
         if graft is not None and launch_path is not None:
             from .graphs import GraphCaptures
 
-            self._users.append(GraphCaptures(cupti, self.attributor.captured, launch_path))
+            self._users.append(GraphCaptures(cupti, self.attributor.captured,
+                                             self.attributor.capturing, launch_path))
         self.pc = None
         """The PCCollector while instructions are sampled."""
         self._names: dict[int, str] = {}
@@ -200,7 +201,11 @@ class CuptiCollector:
             user.prepare(path)
             on_api = user.wrap(on_api)
         subscriber = Subscriber(path, on_api or _ignore)
-        subscriber.subscribe()
+        try:
+            subscriber.subscribe()
+        except BaseException:
+            self._release_users()
+            raise
         self._subscriber = subscriber
         try:
             if self.pc is not None:
@@ -232,7 +237,12 @@ class CuptiCollector:
                     pass
             subscriber.unsubscribe()
             self._subscriber = None
+            self._release_users()
             raise ProtonError(f"CUPTI could not start collecting: {exc}") from None
+
+    def _release_users(self) -> None:
+        for user in self._users:
+            user.release()
 
     def _start_pc(self, lib_path: str, on_launch):
         """Set up instruction sampling; the subscriber callback to use. When sampling cannot
@@ -290,8 +300,7 @@ class CuptiCollector:
         if self._subscriber is not None:
             self._subscriber.unsubscribe()
             self._subscriber = None
-        for user in self._users:
-            user.release()
+        self._release_users()
         if self.recorded is not None:
             with open(os.environ["PROTON_RECORD_CUPTI"], "w") as f:
                 json.dump({"frames": [list(_plain(fr)) for fr in paths.frames],
@@ -325,6 +334,7 @@ class CuptiCollector:
         if graphs & (set(self._driver_cbids) | set(self._runtime_cbids)) - graphs:
             raise ProtonError("CUPTI's graph-launch ids clash with other launch calls' ids")
         register, cancel = self.attributor.register_launch, self.attributor.cancel_launch
+        capturing, in_capture = self.attributor.capturing, self.attributor.in_capture
         now, getframe, thread = self._cupti.get_timestamp, sys._getframe, threading.get_ident
         errors, unscoped, launch_path = self.callback_errors, self._unscoped, self._launch_path
 
@@ -335,6 +345,8 @@ class CuptiCollector:
                         cancel(_u32(data + corr_at).value)
                     return
                 start = now()
+                if capturing and cbid not in graphs and in_capture(thread() & 0xFFFFFFFF, start):
+                    return  # recorded into a graph: no kernel record will come for it
                 path = launch_path(getframe().f_back)
                 if path is None:  # no Python frames, no scope: CUPTI's 32-bit thread id
                     path = unscoped(thread() & 0xFFFFFFFF, start) if unscoped else ROOT

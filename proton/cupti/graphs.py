@@ -1,15 +1,18 @@
 """Where each kernel of a CUDA graph was captured, so its replays can show it (the graph's
-launch, then CAPTURED_AT, then that path; attribution.Attributor.captured).
+launch, then CAPTURED_AT, then that path; attribution.Attributor.captured), and when each thread
+was capturing (Attributor.capturing: launches then run nothing, so none is waited for).
 
 CUPTI calls back on the capturing thread as each node is added to a graph (stream capture or
-the graph API) and again when a node is cloned (cudaGraphClone, and instantiation); a kernel
-record of a replay names its node by CUPTI's id. Nodes added while no session collected are not
+the graph API) and again when a node is cloned (cudaGraphClone, and instantiation, whose copies
+the replays' kernel records name); a node created by instantiation takes the path of the node
+it copies, not where instantiate was called. Nodes added while no session collected are not
 known: their kernels go under the launch, as before.
 """
 from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from typing import Callable
 
 from ..data.paths import ROOT
@@ -17,16 +20,28 @@ from ..report import callback_failed
 
 KERNEL_NODE = 0
 """CU_GRAPH_NODE_TYPE_KERNEL"""
+BEGIN = {"runtime": ("cudaStreamBeginCapture_v10000", "cudaStreamBeginCapture_ptsz_v10000",
+                     "cudaStreamBeginCaptureToGraph_v12030",
+                     "cudaStreamBeginCaptureToGraph_ptsz_v12030"),
+         "driver": ("cuStreamBeginCapture", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2",
+                    "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph",
+                    "cuStreamBeginCaptureToGraph_ptsz")}
+END = {"runtime": ("cudaStreamEndCapture_v10000", "cudaStreamEndCapture_ptsz_v10000"),
+       "driver": ("cuStreamEndCapture", "cuStreamEndCapture_ptsz")}
 
 
 class GraphCaptures:
     """A taker of CUPTI callbacks (see CuptiCollector's callback_users) that fills `captured`
     (graph node id -> path id) through `launch_path(frame)`, the context's."""
 
-    def __init__(self, cupti, captured: dict[int, int],
+    def __init__(self, cupti, captured: dict[int, int], capturing: dict[int, list[list[int]]],
                  launch_path: Callable[[object], int | None]) -> None:
-        self.captured = captured
+        from .subscriber import callback_fields
+
+        self.captured, self.capturing = captured, capturing
         self._launch_path = launch_path
+        self._now = cupti.get_timestamp
+        self._site_at = callback_fields(cupti)[0]
         self._node_id = cupti.get_graph_node_id
         self._descriptor_at = cupti.resource_data_dtype.fields["resource_descriptor"][1]
         fields = cupti.graph_data_dtype.fields
@@ -36,6 +51,18 @@ class GraphCaptures:
         self.domain = int(cupti.CallbackDomain.RESOURCE)
         self.created, self.cloned = int(ids.GRAPHNODE_CREATED), int(ids.GRAPHNODE_CLONED)
         self.callbacks = [(self.domain, self.created), (self.domain, self.cloned)]
+        self._calls: dict[tuple[int, int], bool] = {}
+        """(domain, cbid) of the stream capture calls -> True for a begin, False for an end."""
+        for kind, domain, enum in (
+                ("runtime", cupti.CallbackDomain.RUNTIME_API,
+                 getattr(cupti, "runtime_api_trace_cbid", None) or cupti.RuntimeApiTraceCbid),
+                ("driver", cupti.CallbackDomain.DRIVER_API,
+                 getattr(cupti, "driver_api_trace_cbid", None) or cupti.DriverApiTraceCbid)):
+            for begin, names in ((True, BEGIN[kind]), (False, END[kind])):
+                for name in names:
+                    if name in enum.__members__:
+                        self._calls[int(domain), int(enum[name])] = begin
+        self.callbacks += list(self._calls)
 
     def prepare(self, libcupti: str) -> None:
         pass
@@ -45,14 +72,33 @@ class GraphCaptures:
 
     def wrap(self, on_api):
         domain, mine, handle = self.domain, (self.created, self.cloned), self.handle
+        calls, capture = self._calls, self.capture
 
         def on_call(userdata, dom, cbid, data) -> None:
             if dom == domain and cbid in mine:
                 handle(cbid, data, sys._getframe().f_back)
+            elif (dom, cbid) in calls:
+                capture(calls[dom, cbid], data)
             elif on_api is not None:
                 on_api(userdata, dom, cbid, data)
 
         return on_call
+
+    def capture(self, begin: bool, data: int) -> None:
+        """A stream capture call's enter or exit: its thread's window opens at a begin's enter
+        and closes at an end's exit (the runtime's call and the driver's inside it both come)."""
+        try:
+            enter = ctypes.c_uint32.from_address(data + self._site_at).value == 0
+            if begin != enter:
+                return
+            windows = self.capturing.setdefault(threading.get_ident() & 0xFFFFFFFF, [])
+            is_open = bool(windows) and windows[-1][1] == -1
+            if begin and not is_open:
+                windows.append([self._now(), -1])
+            elif not begin and is_open:
+                windows[-1][1] = self._now()
+        except BaseException as exc:
+            callback_failed("while noting a CUDA graph capture", exc)
 
     def handle(self, cbid: int, data: int, frame) -> None:
         try:
@@ -66,7 +112,9 @@ class GraphCaptures:
                 if ctypes.c_int32.from_address(descriptor + self._type_at).value != KERNEL_NODE:
                     return
                 path = self._launch_path(frame)
-                self.captured[self._node_id(node)] = ROOT if path is None else path
+                # setdefault: instantiation creates and clones each node (in either order);
+                # the clone's source path wins over where instantiate was called
+                self.captured.setdefault(self._node_id(node), ROOT if path is None else path)
                 return
             original = ctypes.c_void_p.from_address(descriptor + self._original_at).value
             source = self.captured.get(self._node_id(original)) if original else None

@@ -29,31 +29,43 @@ def check_scope_name(name: Any, what: str = "scope name") -> str:
 
 
 class DeviceValue:
-    """A metric given as GPU tensors: copies on the GPU, summed when read (`value()`, at write
-    time: the one synchronisation). Immutable: `plus` returns a new one, so a snapshot that
-    shares it is not changed by later entries."""
+    """A metric given as GPU tensors: copies on the GPU, each with how many times it was given,
+    summed when read (`value()`, at write time: the one synchronisation). Immutable: `plus`
+    returns a new one, so a snapshot that shares it is not changed by later entries."""
 
     __slots__ = ("parts",)
     FOLD = 256
-    """Past this many copies, they are summed on the GPU into one (memory stays flat)."""
+    """Past this many distinct copies, they are summed on the GPU into one (memory stays flat),
+    when `plus` is allowed to launch that sum."""
 
     def __init__(self, parts: tuple) -> None:
         self.parts = parts
+        """((tensor, times), ...)"""
 
-    def plus(self, other: "DeviceValue") -> "DeviceValue":
-        if other.parts[0].shape != self.parts[0].shape:
+    def plus(self, other: "DeviceValue", fold: bool = True) -> "DeviceValue":
+        if other.parts[0][0].shape != self.parts[0][0].shape:
             return other  # a vector of another length: the newer one, as for lists
-        parts = self.parts + other.parts
-        if len(parts) > self.FOLD:
+        merged = dict((id(t), [t, n]) for t, n in self.parts)
+        for t, n in other.parts:
+            if id(t) in merged:  # the same copy again (a graph replay): counted, not kept twice
+                merged[id(t)][1] += n
+            else:
+                merged[id(t)] = [t, n]
+        parts = tuple((t, n) for t, n in merged.values())
+        if fold and len(parts) > self.FOLD:
             import torch  # a GPU tensor exists: so does torch
 
-            parts = (torch.stack(parts).sum(0),)
+            first = parts[0][0]
+            if not (first.is_cuda and torch.cuda.is_current_stream_capturing()):  # not in a graph
+                total = torch.stack([t.to(torch.float64) * n for t, n in parts]).sum(0)
+                parts = ((total, 1),)
         return DeviceValue(parts)
 
     def value(self) -> float | list:
         total = None
-        for part in self.parts:
+        for part, times in self.parts:
             got = part.tolist()
+            got = [v * times for v in got] if isinstance(got, list) else got * times
             total = got if total is None else combine(total, got)
         return total
 
@@ -67,8 +79,8 @@ def metric_value(name: str, value: Any) -> float | list | DeviceValue:
                              f"{value.numel()} values; give real numbers")
         value = value.detach()
         if value.is_cuda:  # no .item(): that would wait for the GPU
-            return DeviceValue(((value.reshape(-1) if value.numel() > 1
-                                 else value.reshape(())).clone(),))
+            return DeviceValue((((value.reshape(-1) if value.numel() > 1
+                                  else value.reshape(())).clone(), 1),))
         value = value.tolist() if value.numel() > 1 else value.item()
     elif hasattr(value, "tolist") and not isinstance(value, Number):  # numpy
         value = value.tolist()
@@ -82,13 +94,14 @@ def metric_value(name: str, value: Any) -> float | list | DeviceValue:
                      "numbers or tensors")
 
 
-def combine(old: Any, new: Any, key: str = "") -> Any:
+def combine(old: Any, new: Any, key: str = "", fold: bool = True) -> Any:
     """`new` given again for a node that holds `old`: summed (vectors elementwise), or `new`
-    for a property or when the two do not add (a vector of another length, number and vector)."""
+    for a property or when the two do not add (a vector of another length, number and vector).
+    `fold`: GPU copies may be summed on the GPU now (not on CUPTI's thread)."""
     if key.endswith(PROPERTY):
         return new
     if isinstance(old, DeviceValue) and isinstance(new, DeviceValue):
-        return old.plus(new)
+        return old.plus(new, fold)
     if isinstance(old, list) or isinstance(new, list):
         if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
             return [a + b for a, b in zip(old, new)]

@@ -1,8 +1,9 @@
 """NVTX ranges as scopes, as Triton's Proton does (TRITON_ENABLE_NVTX, on unless set to 0).
 
-`torch.cuda.nvtx.range_push("attn")`, `torch.autograd.profiler.emit_nvtx()`, or a library's own
-`nvtxRangePushEx`/`nvtxDomainRangePushEx` open a scope of that name on the calling thread while
-a session collects; the matching pop closes it. NVTX calls reach CUPTI only when NVTX loaded it
+`torch.cuda.nvtx.range_push("attn")`, `torch.cuda.nvtx.range(...)`, or a library's own
+`nvtxRangePushEx`/`nvtxDomainRangePushEx` called from a Python thread open a scope of that name
+on the calling thread while a session collects; the matching pop closes it. Ranges pushed on
+threads that run no Python (autograd's backward thread under emit_nvtx, NCCL's) are left out. NVTX calls reach CUPTI only when NVTX loaded it
 as its injection library: the collector points NVTX_INJECTION64_PATH at the libcupti in use before
 it starts (and takes it back after), which takes effect if the process makes its first NVTX
 call in between (NVTX reads it once). CUPTI calls back on the calling thread with a CUpti_NvtxData, read here at fixed offsets
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 
 from ..context.frames import close_frame, enter_frame
@@ -21,9 +23,10 @@ from ..report import callback_failed
 
 DOMAIN = 5
 """CUPTI_CB_DOMAIN_NVTX"""
-PUSH_A, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP = 8, 10, 11, 33, 34
-"""CUPTI_CBID_NVTX_nvtxRangePushA, ...PushEx, ...Pop, ...DomainRangePushEx, ...DomainRangePop"""
-CBIDS = (PUSH_A, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP)
+PUSH_A, PUSH_W, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP = 8, 9, 10, 11, 33, 34
+"""CUPTI_CBID_NVTX_nvtxRangePushA, ...PushW, ...PushEx, ...Pop, ...DomainRangePushEx,
+...DomainRangePop"""
+CBIDS = (PUSH_A, PUSH_W, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP)
 PARAMS_AT = 8
 """CUpti_NvtxData: {const char *functionName; const void *functionParams; ...}"""
 EX_ATTRIB_AT = {PUSH_EX: 0, DOMAIN_PUSH_EX: 8}
@@ -51,9 +54,12 @@ def _pointer(address: int) -> int:
 
 def message(cbid: int, params: int) -> str:
     """The range's name from a push call's params."""
-    if cbid == PUSH_A:
+    if cbid in (PUSH_A, PUSH_W):
         text = _pointer(params)
-        return ctypes.string_at(text).decode(errors="replace") if text else UNNAMED
+        if not text:
+            return UNNAMED
+        return ctypes.string_at(text).decode(errors="replace") if cbid == PUSH_A \
+            else ctypes.wstring_at(text)
     attrib = _pointer(params + EX_ATTRIB_AT[cbid])
     if not attrib:
         return UNNAMED
@@ -95,7 +101,10 @@ class NvtxScopes:
 
         def on_call(userdata, dom, cbid, data) -> None:
             if dom == domain:
-                handle(cbid, data)
+                # a thread with no Python (autograd's, NCCL's) would get a fresh thread state,
+                # and so an empty stack, at every call: its ranges are not scopes
+                if sys._getframe().f_back is not None:
+                    handle(cbid, data)
             elif on_api is not None:
                 on_api(userdata, dom, cbid, data)
 

@@ -54,7 +54,7 @@ class KernelRouter:
                 node = self.kernel_path(path_id, name, device)
                 for s in list(self._sessions.values()):
                     if s.active_at(launch_ts):
-                        s.add(node, given)
+                        s.add(node, given, fold=False)
 
     def kernel_path(self, path_id: int, name: str, device: int) -> int:
         """The node a kernel of `name` on `device` launched at `path_id` is counted on: a child

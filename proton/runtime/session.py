@@ -74,7 +74,9 @@ class Session:
                 return end == -1 or ts <= end
         return False
 
-    def add(self, path_id: int, values: dict[str, float]) -> None:
+    def add(self, path_id: int, values: dict[str, float], fold: bool = True) -> None:
+        """`fold`: False on CUPTI's thread, where no GPU work may be launched (see
+        data.metrics.DeviceValue)."""
         if self.data == "trace":
             return  # a trace holds kernels only
         with self.lock:
@@ -83,7 +85,7 @@ class Session:
             node = self.nodes.setdefault(path_id, {})
             for key, value in values.items():
                 old = node.get(key)
-                node[key] = value if old is None else combine(old, value, key)
+                node[key] = value if old is None else combine(old, value, key, fold)
 
     def add_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int | None = None) -> None:
         """One kernel, in the phase its launch was made in (the current one without a time)."""
