@@ -17,17 +17,19 @@ import triton.language as tl
 import proton
 from proton.examples.matmul import matmul
 
-SCOPES = {
-    "too_few_programs": ("too few programs", "add_kernel"),
-    "tail_effect": ("tail effect", "add_kernel"),
-    "low_occupancy": ("low occupancy", "wide_fma"),
-    "uncoalesced": ("far from the roofline", "strided_copy"),
-    "dependent_math": ("stall-dominated lines", "fma_chain"),
-    "fp32_dot": ("no tensor cores", "ieee_dot"),
-}
-"""scope -> (the rule its kernel trips, the kernel)"""
+EXPECTED = [
+    ("too_few_programs", "too few programs"),
+    ("tail_effect", "tail effect"),
+    ("low_occupancy", "low occupancy"),  # an fp32 dot: 64 KiB shared memory a block
+    ("low_occupancy", "no tensor cores"),
+    ("low_occupancy", "far from the roofline"),
+    ("mma_sync", "no wgmma"),  # an fp16 dot on 2 warps: Hopper's HMMA, not its warpgroup MMA
+    ("uncoalesced", "far from the roofline"),
+    ("uncoalesced", "stalled line"),
+    ("launch_bound", "launch-bound"),
+]
+"""(scope, a rule that must fire on the kernel in it)"""
 HEALTHY = ("cublas_matmul", "triton_matmul")
-LAUNCH_BOUND = "launch_bound"
 
 
 @triton.jit
@@ -37,19 +39,11 @@ def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
 
 
-def _fma_flops(grid, kernel, args) -> dict:
-    return {"flops32": 2 * args["ITERS"] * args["n"], "bytes": 8 * args["n"]}
-
-
-@triton.jit(launch_metadata=_fma_flops)
-def wide_fma(x, n, ITERS: tl.constexpr, BLOCK: tl.constexpr):
-    """4096 values a program on one warp: 128 a thread, about 254 registers, 8 blocks an SM
-    (12.5% occupancy); fp32 math, far below the tensor peak."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    v = tl.load(x + offs, mask=offs < n)
-    for _ in range(ITERS):
-        v = v * 0.9999 + 0.5
-    tl.store(x + offs, v, mask=offs < n)
+@triton.jit
+def square_dot(a, c, BM: tl.constexpr):
+    r = tl.arange(0, BM)
+    x = tl.load(a + r[:, None] * BM + r[None, :])
+    tl.store(c + r[:, None] * BM + r[None, :], tl.dot(x, x))
 
 
 def _copy_bytes(grid, kernel, args) -> dict:
@@ -65,16 +59,12 @@ def strided_copy(x, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + src, mask=offs < n) * 2.0, mask=offs < n)
 
 
-@triton.jit
-def fma_chain(x, n, ITERS: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    v = tl.load(x + offs, mask=offs < n)
-    for _ in range(ITERS):
-        v = v * 0.9999 + 0.5  # each multiply-add waits for the one before
-    tl.store(x + offs, v, mask=offs < n)
+def _dot_flops(grid, kernel, args) -> dict:
+    bm = args["BM"]  # each program reads an fp32 tile and writes one
+    return {"flops32": 2 * bm ** 3 * grid[0], "bytes": 8 * bm * bm * grid[0]}
 
 
-@triton.jit
+@triton.jit(launch_metadata=_dot_flops)
 def ieee_dot(a, c, BM: tl.constexpr):
     r = tl.arange(0, BM)
     x = tl.load(a + r[:, None] * BM + r[None, :])
@@ -86,8 +76,10 @@ def record(name: str) -> str:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     x = torch.randn(1 << 22, device="cuda")
     out = torch.empty_like(x)
-    half = torch.randn(128, 128, device="cuda", dtype=torch.float16)
-    single = half.float()
+    big = torch.randn(1 << 24, device="cuda")  # 64 MiB: more than the L2 cache holds
+    big_out = torch.empty_like(big)
+    single = torch.randn(128, 128, device="cuda")
+    half64 = torch.randn(64, 64, device="cuda", dtype=torch.float16)
     tile = torch.empty(128, 128, device="cuda")
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     c = torch.empty_like(a)
@@ -96,25 +88,25 @@ def record(name: str) -> str:
     work = {
         "too_few_programs": lambda: add_kernel[(8,)](x, x, out, x.numel(), BLOCK=1024),
         "tail_effect": lambda: add_kernel[(tail,)](x, x, out, x.numel(), BLOCK=1024),
-        "low_occupancy": lambda: wide_fma[(x.numel() // 4096,)](x, x.numel(), ITERS=64,
-                                                                 BLOCK=4096, num_warps=1),
-        "uncoalesced": lambda: strided_copy[(x.numel() // 1024,)](x, out, x.numel(), BLOCK=1024),
-        "dependent_math": lambda: fma_chain[(x.numel() // 1024,)](x, x.numel(), ITERS=256,
+        # 3 blocks an SM fit (shared memory): one wave
+        "low_occupancy": lambda: ieee_dot[(3 * sms,)](single, tile, BM=128),
+        "mma_sync": lambda: square_dot[(3 * sms,)](half64, tile, BM=64, num_warps=2),
+        "uncoalesced": lambda: strided_copy[(big.numel() // 1024,)](big, big_out, big.numel(),
                                                                     BLOCK=1024),
-        "fp32_dot": lambda: ieee_dot[(1,)](single, tile, BM=128),
         "cublas_matmul": lambda: a @ a,
         "triton_matmul": lambda: matmul(a, a, c),
     }
+    launches = {"too_few_programs": 400, "low_occupancy": 5, "uncoalesced": 25,
+                "cublas_matmul": 5, "triton_matmul": 5}
     for fn in work.values():  # compiled and loaded before the profile
         fn()
     torch.cuda.synchronize()
     proton.start(name, hook="triton", mode="pcsampling")
     for scope, fn in work.items():
         with proton.scope(scope):
-            for _ in range(5 if scope in HEALTHY else 400 if scope == "too_few_programs"
-                           else 100):
+            for _ in range(launches.get(scope, 100)):
                 fn()
-    with proton.cpu_timed_scope(LAUNCH_BOUND):
+    with proton.cpu_timed_scope("launch_bound"):
         y = torch.zeros(16, device="cuda")
         for _ in range(2000):
             y.add_(1)  # tiny kernels, one after another
@@ -126,11 +118,10 @@ def record(name: str) -> str:
 def problems(findings) -> list[str]:
     """What --diagnose got wrong on this workload's profile: a rule that did not fire on the
     scope made to trip it, or a warning on a healthy matmul."""
-    fired = {(f.rule, f.kernel if f.rule == "launch-bound" else f.path.split(" / ")[-1])
-             for f in findings if not f.info}
-    wanted = {(rule, scope) for scope, (rule, _) in SCOPES.items()}
-    wanted.add(("launch-bound", f"scope {LAUNCH_BOUND}"))
-    out = [f"{rule!r} did not fire on {scope!r}" for rule, scope in sorted(wanted - fired)]
+    fired = {(f.kernel.removeprefix("scope ") if f.rule == "launch-bound"
+              else f.path.split(" / ")[-1], f.rule) for f in findings if not f.info}
+    out = [f"{rule!r} did not fire on {scope!r}" for scope, rule in EXPECTED
+           if (scope, rule) not in fired]
     out += [f"a healthy matmul was warned about: {f}" for f in findings
             if not f.info and any(h in f.path.split(" / ") for h in HEALTHY)]
     return out

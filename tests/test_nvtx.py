@@ -152,3 +152,31 @@ def test_the_injection_is_set_for_the_session_only_and_a_users_choice_is_kept(mo
     scopes.prepare("/lib/libcupti.so.13")
     scopes.release()
     assert os.environ["NVTX_INJECTION64_PATH"] == "/opt/mine.so"
+
+
+def test_a_callback_sees_the_programs_frame_past_the_ones_that_pass_the_call_on():
+    """The python context's launch callback reads its caller's frame; NVTX, graph and PC
+    sampling callbacks may sit between CUPTI and it."""
+    import sys
+
+    from proton.cupti.subscriber import caller, passes_on
+
+    seen = []
+
+    def launch_callback():
+        seen.append(caller(sys._getframe().f_back))
+
+    @passes_on
+    def nvtx_wrapper():
+        launch_callback()
+
+    @passes_on
+    def graph_wrapper():
+        nvtx_wrapper()
+
+    def program():
+        graph_wrapper()
+
+    program()
+    assert seen[0].f_code is program.__code__
+    assert caller(None) is None

@@ -14,7 +14,9 @@ kernel time are judged. Thresholds:
   * launch-bound: a scope whose own kernels number LAUNCH_COUNT or more and average under
     SHORT_KERNEL_US; with a cpu_timed_scope, GPU busy under BUSY of the scope's time.
   * stall-dominated lines (PC samples): a line with at least HOT_LINE of the kernel's samples,
-    STALLED or more of them stalled (`selected`, a warp issuing, is not a stall).
+    STALLED or more of them stalled (`selected`, a warp issuing, is not a stall); informational
+    when the kernel reaches half its roof or more (a tuned matmul waits on its loads too) or
+    when its top reason is `not_selected` (another warp issued: nothing is lost).
   * no tensor cores / no wgmma: a Triton kernel whose IR does a tl.dot and whose machine code
     has no HMMA/HGMMA/IMMA at all, or on Hopper no HGMMA (counted by nvdisasm when the profile
     was written).
@@ -341,11 +343,13 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
             reason, part = top[0]
             words, advice = STALL_WORDS.get(reason, (reason.replace("_", " "), "see Nsight "
                                                      "Compute's stall reasons"))
+            frac = ctx.roof_fraction(node)
             finding = ctx.finding(
                 "stalled line", node, ns * share,
                 f"line {ls.line} of {ls.file.rsplit('/', 1)[-1]}: {share:.0%} of the kernel's "
-                f"samples, {stalled:.0%} stalled, mostly {reason} ({part:.0%}): {words}",
-                advice)
+                f"samples, {stalled:.0%} stalled, mostly {reason} ({part:.0%}): {words}"
+                + (f"; the kernel reaches {frac:.0%} of its roof" if frac is not None else ""),
+                advice, info=reason == "not_selected" or (frac is not None and frac >= 0.5))
             if kernel.paths > 1:  # its samples are summed over every call path
                 finding.path = f"{kernel.paths} call paths, e.g. {finding.path}"
             out.append(finding)

@@ -27,6 +27,7 @@ from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..report import callback_failed, debug, debugging, warn
 from .attribution import Attributor, KernelSink, LaunchConfigs, Unscoped
+from .subscriber import caller
 
 BUFFER_SIZE = 8 << 20
 _u32 = ctypes.c_uint32.from_address
@@ -347,7 +348,7 @@ class CuptiCollector:
                 start = now()
                 if capturing and cbid not in graphs and in_capture(thread() & 0xFFFFFFFF, start):
                     return  # recorded into a graph: no kernel record will come for it
-                path = launch_path(getframe().f_back)
+                path = launch_path(caller(getframe().f_back))
                 if path is None:  # no Python frames, no scope: CUPTI's 32-bit thread id
                     path = unscoped(thread() & 0xFFFFFFFF, start) if unscoped else ROOT
                 register(_u32(data + corr_at).value, path, start, cbid in graphs)

@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..data.paths import ROOT
 from ..report import callback_failed
+from .subscriber import caller, passes_on
 
 KERNEL_NODE = 0
 """CU_GRAPH_NODE_TYPE_KERNEL"""
@@ -74,9 +75,10 @@ class GraphCaptures:
         domain, mine, handle = self.domain, (self.created, self.cloned), self.handle
         calls, capture = self._calls, self.capture
 
+        @passes_on
         def on_call(userdata, dom, cbid, data) -> None:
             if dom == domain and cbid in mine:
-                handle(cbid, data, sys._getframe().f_back)
+                handle(cbid, data, caller(sys._getframe().f_back))
             elif (dom, cbid) in calls:
                 capture(calls[dom, cbid], data)
             elif on_api is not None:

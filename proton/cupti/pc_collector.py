@@ -27,6 +27,7 @@ from ..format import frame_name
 from ..options import PCOptions
 from ..report import callback_failed, debug, debugging, warn
 from .pcsampling import Library, PCSamplingError, Sampler
+from .subscriber import passes_on
 
 NO_CUBIN = ("its cubin was not seen: it was loaded before the session started and is not a "
             "Triton kernel; start profiling before its first launch")
@@ -128,6 +129,7 @@ class PCCollector:
         site_at, _, _ = cupti_fields
         local = threading.local()
 
+        @passes_on
         def on_launch_call(userdata, domain, cbid, data) -> None:
             if on_launch is not None:
                 on_launch(userdata, domain, cbid, data)
@@ -153,6 +155,7 @@ class PCCollector:
         (if any)."""
         resource, module = self.resource_domain, self.module_cbid
 
+        @passes_on
         def on_api(userdata, domain, cbid, data) -> None:
             if domain != resource:
                 if on_launch is not None:

@@ -18,6 +18,23 @@ CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
 _MULTIPLE_SUBSCRIBERS = 39
 _kept: list = []
 """Every callback ever subscribed: CUPTI may still be inside one as it unsubscribes."""
+PASSING_ON: set = set()
+"""Code of the callbacks that only hand CUPTI's call on to another (NVTX, graphs, PC sampling
+take theirs first): a callback that reads its caller's Python frame looks past them."""
+
+
+def passes_on(func):
+    """Mark `func` as a callback that hands CUPTI's calls on (see caller)."""
+    PASSING_ON.add(func.__code__)
+    return func
+
+
+def caller(frame):
+    """The innermost frame of the program that made the CUDA call, given the frame below a
+    callback (None on a thread that runs no Python)."""
+    while frame is not None and frame.f_code in PASSING_ON:
+        frame = frame.f_back
+    return frame
 
 
 def callback_fields(cupti) -> tuple[int, int, int]:

@@ -18,6 +18,7 @@ import sys
 import threading
 
 from ..context.frames import close_frame, enter_frame
+from ..cupti.subscriber import caller, passes_on
 from ..context.stack import depth
 from ..report import callback_failed
 
@@ -99,11 +100,12 @@ class NvtxScopes:
     def wrap(self, on_api):
         domain, handle = self.domain, self.handle
 
+        @passes_on
         def on_call(userdata, dom, cbid, data) -> None:
             if dom == domain:
                 # a thread with no Python (autograd's, NCCL's) would get a fresh thread state,
                 # and so an empty stack, at every call: its ranges are not scopes
-                if sys._getframe().f_back is not None:
+                if caller(sys._getframe().f_back) is not None:
                     handle(cbid, data)
             elif on_api is not None:
                 on_api(userdata, dom, cbid, data)
