@@ -199,3 +199,28 @@ def test_diagnose_html_and_source_exclude_each_other(tmp_path):
     result = CliRunner().invoke(viewer, ["--diagnose", "--html", str(tmp_path / "r.html"),
                                          os.path.join(DATA, "example_gpu.hatchet")])
     assert result.exit_code == 2 and "each replace the tree; give one" in result.output
+
+
+def test_rules_on_a_profile_recorded_on_an_h100():
+    """tests/data/diagnose_recorded.hatchet: the first version of tests/diagnose_workload.py
+    (bad kernels per scope, healthy matmuls) under -m pcsampling and the Triton launch hook on
+    an H100, 2026-11-23; every rule reads real launch configurations, machine code counts, PC
+    samples and launch metadata here."""
+    findings, notes = diagnose(load(os.path.join(DATA, "diagnose_recorded.hatchet")))
+    assert notes == []
+    warned = {(f.kernel.removeprefix("scope ") if f.rule == "launch-bound"
+               else f.path.split(" / ")[-1], f.rule) for f in findings if not f.info}
+    for expected in [("fp32_dot", "too few programs"), ("fp32_dot", "no tensor cores"),
+                     ("uncoalesced", "far from the roofline"), ("uncoalesced", "stalled line"),
+                     ("launch_bound", "launch-bound"), ("launch_bound", "too few programs")]:
+        assert expected in warned, (expected, warned)
+    # the healthy matmuls: cuBLAS's 19% occupancy and the Triton matmul's load and barrier
+    # stalls are worth knowing, not problems (it reaches 63% of its roof)
+    healthy = [f for f in findings if f.path.split(" / ")[-1] in ("cublas_matmul",
+                                                                  "triton_matmul")]
+    assert healthy and all(f.info for f in healthy)
+    assert {f.rule for f in healthy} == {"low occupancy", "stalled line"}
+    first = findings[0]
+    assert (first.rule, first.kernel, round(first.share, 2)) == ("too few programs", "ieee_dot",
+                                                                  0.73)
+    assert first.evidence == "1 block on 132 SMs: 131 SMs idle the whole kernel"

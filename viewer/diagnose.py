@@ -177,7 +177,8 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
         if sms and grid < sms:
             out.append(ctx.finding(
                 "too few programs", node, ns,
-                f"{grid:,.0f} blocks on {sms} SMs: {sms - grid:,.0f} SMs idle the whole kernel",
+                f"{grid:,.0f} block{'s' * (grid != 1)} on {sms} SMs: {sms - grid:,.0f} SMs idle "
+                "the whole kernel",
                 "more programs: split the work finer (smaller BLOCK sizes, split-K), or a "
                 "persistent kernel with one program per SM"))
         elif occ is not None and sms:
