@@ -224,17 +224,7 @@ class Attributor:
 
     def _add_kernels(self, kernels: tuple[list, ...], out: list) -> None:
         pop_launch, graphs, early = self._launches.pop, self._graphs, self._early
-        if len(kernels) > 7:  # graph node ids: kernels of graph launches may be grafted
-            placed = self._placed
-            for kernel in zip(*kernels):
-                launch = pop_launch(kernel[0], None)
-                if launch is None:
-                    launch = graphs.get(kernel[0])
-                    if launch is None:
-                        early.setdefault(kernel[0], []).append(kernel)
-                        continue
-                out.append(placed(launch, kernel) if kernel[7] else launch + kernel[:7])
-            return
+        placed = self._placed if len(kernels) > 7 else None  # graph node ids: may be grafted
         for kernel in zip(*kernels):
             launch = pop_launch(kernel[0], None)
             if launch is None:
@@ -242,7 +232,7 @@ class Attributor:
                 if launch is None:
                     early.setdefault(kernel[0], []).append(kernel)
                     continue
-            out.append(launch + kernel)
+            out.append(launch + kernel if placed is None else placed(launch, kernel))
 
     def _placed(self, launch: tuple[int, int], kernel: tuple) -> tuple:
         """The sink's tuple for `kernel` of `launch`: under where its graph node was captured,
