@@ -377,3 +377,18 @@ def test_a_trace_without_its_time_zero_is_merged_and_said(tmp_path):
     assert result.exit_code == 0 and "note: " in result.stderr
     assert "record no t0_ns" in result.stderr
     assert [e["ts"] for e in json.loads(result.stdout)["traceEvents"] if e["ph"] == "X"] == [1.0]
+
+
+def test_a_vector_metric_over_ranks_is_one_merged_column_per_element(tmp_path):
+    for rank in (0, 1):
+        (tmp_path / f"j.rank{rank}.hatchet").write_text(json.dumps([
+            {"frame": {"name": "ROOT", "rank": rank, "world_size": 2}, "metrics": {},
+             "children": [{"frame": {"name": "fwd"}, "children": [],
+                           "metrics": {"lens": [1 + rank, 2]}}]}, {}]))
+    result = CliRunner().invoke(viewer, ["-m", "lens", "--output", "json",
+                                             str(tmp_path / "j.rank0.hatchet"),
+                                             str(tmp_path / "j.rank1.hatchet")])
+    assert result.exit_code == 0, result.output
+    fwd = next(r for r in json.loads(result.stdout) if r["path"] == ["ROOT", "fwd"])
+    assert (fwd["lens[0] min"], fwd["lens[0] max"], fwd["lens[0] max rank"]) == (1, 2, 1)
+    assert fwd["lens[1] mean"] == 2

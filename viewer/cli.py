@@ -300,12 +300,12 @@ def _default_metric(prof) -> str | None:
 
 def _metric_columns(prof, merged, specs: list[str]) -> list:
     """Each spec's column: over a job's ranks (with their spread) when merged."""
+    from .derive import derive, expand_vectors
+
     if merged is not None:
         from .ranks import columns as rank_columns
 
-        return rank_columns(merged, specs)
-    from .derive import derive, expand_vectors
-
+        return rank_columns(merged, expand_vectors(merged.total, specs))
     return [derive(prof, spec) for spec in expand_vectors(prof, specs)]
 
 
