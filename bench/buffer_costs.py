@@ -9,7 +9,8 @@ the collector's buffer callback:
     call. The stand-in for cuptiActivityGetNextRecord is a C function built here that steps by
     each kind's record size; CUPTI's own function costs the same either way;
   * read: the fields with numpy (collector.read_records without the join);
-  * join + route: the Attributor joins by correlation id and the KernelRouter sums per node.
+  * join + route: the Attributor joins by correlation id and the KernelRouter sums per node;
+  * walk + read in C: the helper reads the fields as it walks (PROTON_NATIVE_READ=1).
 Nanoseconds per launch, best of the repeats. These run on CUPTI's thread holding the GIL (the
 C walk excepted), so the launching thread waits for them.
 """
@@ -122,12 +123,15 @@ def main() -> None:
         collector.read_records(view, offsets)
         del collector.attributor.add_columns
 
-    def read_join_route():
+    def read_join_route_with(read):
         sessions.clear()
         s = Session(1, "b", "/dev/null", "shadow", "tree", None)
         s.intervals.append([0, -1])
         sessions[1] = s
-        collector.read_records(view, offsets)
+        read()
+
+    def read_join_route():
+        read_join_route_with(lambda: collector.read_records(view, offsets))
 
     per = 1e9 / args.launches
     rows = [("walk, Python (a ctypes call per record)", best(lambda: python_walk(address, valid),
@@ -137,6 +141,22 @@ def main() -> None:
             ("read fields (numpy)", best(read_only, args.repeats)),
             ("read + join + route", best(read_join_route, args.repeats))]
     rows.append(("join + route (by difference)", rows[3][1] - rows[2][1]))
+    os.environ[native.NATIVE_READ_ENV] = "1"
+    holder = type("Raw", (), {"next_record": step, "on_buffer": None})()  # keeps `raw` alive
+    assert collector.use_native_reads(holder)
+    del os.environ[native.NATIVE_READ_ENV]
+
+    def c_read_only():
+        collector.attributor.add_columns = lambda *a: None
+        collector.read_buffer(address, valid)
+        del collector.attributor.add_columns
+
+    def c_read_join_route():
+        read_join_route_with(lambda: collector.read_buffer(address, valid))
+
+    rows.append(("walk + read fields in C (PROTON_NATIVE_READ=1)", best(c_read_only,
+                                                                     args.repeats)))
+    rows.append(("walk + read in C, join + route", best(c_read_join_route, args.repeats)))
     print(f"| step ({args.launches:,} launches, 3 records each, {args.scopes} scopes) "
           "| ns per launch |")
     print("|---|---|")

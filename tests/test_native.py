@@ -84,3 +84,64 @@ def test_without_a_compiler_python_walks_and_says_so_once(cache, monkeypatch, ca
     native.Walker(fake_next([16]))
     err = capfd.readouterr().err
     assert err.count("reading CUPTI buffers in Python") == 1 and "install a C compiler" in err
+
+
+def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
+    """PROTON_NATIVE_READ=1: a buffer with every record kind the collector reads (a failed
+    launch, a graph launch's kernels, a runtime launch, a kind it skips) gives the Attributor
+    the same columns as the numpy reads."""
+    from cupti import cupti
+
+    from proton.cupti.collector import CuptiCollector
+
+    K = cupti.ActivityKind
+    collector = CuptiCollector(lambda kernels: None)
+    launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+    graph = next(c for c, n in collector._driver_cbids.items() if n == "cuGraphLaunch")
+    runtime = next(iter(collector._runtime_cbids))
+    name = ctypes.create_string_buffer(b"k")
+    records = []
+    for corr in range(1, 41):
+        ext = np.zeros(1, dtype=cupti.activity_external_correlation_dtype)
+        ext["kind"], ext["correlation_id"] = int(K.EXTERNAL_CORRELATION), corr
+        ext["external_kind"], ext["external_id"] = collector._custom, 1000 + corr
+        api = np.zeros(1, dtype=cupti.activity_api_dtype)
+        api["kind"] = int(K.RUNTIME) if corr % 5 == 0 else int(K.DRIVER)
+        api["cbid"] = runtime if corr % 5 == 0 else graph if corr % 7 == 0 else launch
+        api["correlation_id"], api["start"], api["thread_id"] = corr, corr * 100, 77
+        api["return_value"] = 1 if corr % 11 == 0 else 0  # a failed launch
+        kern = np.zeros(1, dtype=cupti.activity_kernel10_dtype)
+        kern["kind"], kern["correlation_id"], kern["name"] = int(K.CONCURRENT_KERNEL), corr, \
+            ctypes.addressof(name)
+        kern["start"], kern["end"], kern["device_id"] = corr * 100 + 5, corr * 100 + 9, corr % 2
+        kern["grid_x"], kern["block_x"], kern["registers_per_thread"] = corr, 128, 32
+        kern["graph_node_id"] = 5000 + corr if corr % 7 == 0 else 0
+        other = np.zeros(1, dtype=cupti.activity_api_dtype)
+        other["kind"] = int(K.MEMCPY)  # a kind it does not read
+        records += [ext, api, kern, other]
+    data = b"".join(r.tobytes() for r in records)
+    sizes = [r.dtype.itemsize for r in records]
+    raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
+    ctypes.memmove(raw, data, len(data))
+    address, valid = ctypes.addressof(raw), len(data)
+    step = fake_next(sizes)
+    got = {}
+    for path in ("numpy", "c"):
+        seen = []
+        monkeypatch.setattr(collector.attributor, "add_columns", lambda *a: seen.append(a))
+        if path == "numpy":
+            offsets = native.Walker(step)(address, valid)
+            collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
+                                   offsets)
+        else:
+            monkeypatch.setenv("PROTON_NATIVE_READ", "1")
+            holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
+            assert collector.use_native_reads(holder) and holder.on_buffer is not None
+            holder.on_buffer(address, valid)
+        assert collector.callback_errors == []
+        got[path] = seen
+    assert got["c"] == got["numpy"] and len(got["c"]) == 1
+    external, api, kernels = got["c"][0]
+    assert len(external[0]) == 40 and len(api[0]) == 40 - 3  # 11, 22, 33 failed
+    assert sum(api[2]) == len([c for c in range(1, 41) if c % 7 == 0 and c % 5 and c % 11])
+    assert kernels[7][6] == 5007 and len(kernels) == 8  # graph node ids came along

@@ -75,6 +75,11 @@ class RawBuffers:
         self._walk = Walker(self._next)
         """The records of a buffer: by the C helper (outside the GIL) when it builds."""
         self._on_records, self._size = on_records, size
+        self.next_record = self._next
+        """cuptiActivityGetNextRecord, as the C helper's Columns takes it."""
+        self.on_buffer: Callable[[int, int], None] | None = None
+        """When set, each completed buffer goes here as (address, valid bytes) instead of
+        being walked for on_records."""
         self._buffers: dict[int, ctypes.Array] = {}
         """Buffers lent to CUPTI, by address, alive until it gives them back."""
         self._free: list[ctypes.Array] = []
@@ -106,8 +111,11 @@ class RawBuffers:
     def _take(self, context, stream, buffer, size, valid) -> None:
         try:
             if buffer and valid:
-                self._on_records(memoryview((ctypes.c_char * valid).from_address(buffer)),
-                                 self._walk(buffer, valid))
+                if self.on_buffer is not None:
+                    self.on_buffer(buffer, valid)
+                else:
+                    self._on_records(memoryview((ctypes.c_char * valid).from_address(buffer)),
+                                     self._walk(buffer, valid))
         except BaseException as exc:
             callback_failed("while reading a CUPTI buffer", exc)
         finally:

@@ -97,6 +97,15 @@ def _plain(record) -> tuple:
     return tuple(getattr(record, f) for f in record.__slots__)
 
 
+_EXT_FIELDS = ["correlation_id", "external_kind", "external_id"]
+_API_FIELDS = ["correlation_id", "start", "cbid", "thread_id", "return_value"]
+_KERNEL_FIELDS = ["correlation_id", "name", "device_id", "start", "end", "stream_id",
+                  "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                  "registers_per_thread", "static_shared_memory", "dynamic_shared_memory",
+                  "graph_node_id"]
+"""The fields read from each record kind (the join's columns, in this order)."""
+
+
 def _ids(enum, names) -> dict[int, str]:
     return {int(enum[n]): n for n in names if n in enum.__members__}
 
@@ -160,17 +169,13 @@ class CuptiCollector:
                 (K.DRIVER, self._driver_cbids, drv, _DRIVER_GRAPHS),
                 (K.RUNTIME, self._runtime_cbids, rt, _RUNTIME_GRAPHS))}
         self._read_kind = field_reader(cupti.activity_api_dtype, ["kind"])
-        self._read_kernel = field_reader(cupti.activity_kernel10_dtype, [
-            "correlation_id", "name", "device_id", "start", "end", "stream_id",
-            "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-            "registers_per_thread", "static_shared_memory", "dynamic_shared_memory",
-            "graph_node_id"])
+        self._read_kernel = field_reader(cupti.activity_kernel10_dtype, _KERNEL_FIELDS)
         self.launch_configs = LaunchConfigs()
         """Each kernel's grid, block, registers and shared memory, numbered (the analyzer's)."""
-        self._read_api = field_reader(cupti.activity_api_dtype, [
-            "correlation_id", "start", "cbid", "thread_id", "return_value"])
-        self._read_ext = field_reader(cupti.activity_external_correlation_dtype, [
-            "correlation_id", "external_kind", "external_id"])
+        self._read_api = field_reader(cupti.activity_api_dtype, _API_FIELDS)
+        self._read_ext = field_reader(cupti.activity_external_correlation_dtype, _EXT_FIELDS)
+        self._columns = None
+        """native.Columns when the C helper reads the fields (PROTON_NATIVE_READ=1)."""
         self._all_driver = [int(v) for v in drv.__members__.values()]
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         self.callback_errors: list[str] = []
@@ -419,9 +424,23 @@ class CuptiCollector:
 
         try:
             self._raw = RawBuffers(lib_path, self.read_records, BUFFER_SIZE)
+            self.use_native_reads(self._raw)
             self._raw.register()
         except (OSError, AttributeError) as exc:
             raise ProtonError(f"CUPTI's activity buffers could not be set up: {exc}") from None
+
+    def use_native_reads(self, raw) -> bool:
+        """With PROTON_NATIVE_READ=1 and the C helper built, `raw` (buffers.RawBuffers) hands
+        each buffer to read_buffer, whose fields the helper reads as it walks. Off by default
+        until measured on a GPU against numpy's reads."""
+        from . import native
+
+        if os.environ.get(native.NATIVE_READ_ENV) != "1":
+            return False
+        self._columns = native.Columns.create(raw.next_record, self._column_groups())
+        if self._columns is not None:
+            raw.on_buffer = self.read_buffer
+        return self._columns is not None
 
     def finish(self) -> int:
         """Give kernels whose launch record never came to the root; return how many."""
@@ -437,44 +456,75 @@ class CuptiCollector:
         return text
 
     def read_records(self, view: memoryview, offsets: Sequence[int]) -> None:
-        """The buffer callback: one buffer's records (at `offsets` in `view`), joined on CUPTI's
-        thread."""
+        """The buffer callback: one buffer's records (at `offsets` in `view`), read with numpy
+        and joined on CUPTI's thread."""
         t0 = time.perf_counter()
         try:
             buf = np.frombuffer(view, dtype=np.uint8)
             at = np.array(offsets, dtype=np.int64)
             (kinds,) = self._read_kind(buf, at)
-            corr, ext_kind, ext_id = self._read_ext(buf, at[kinds == self._k_ext])
-            mine = ext_kind == self._custom
-            external = (corr[mine].tolist(), ext_id[mine].tolist())
             is_api = np.isin(kinds, list(self._api_cbids))
-            api_kinds = kinds[is_api]
-            corr, start, cbid, thread, status = self._read_api(buf, at[is_api])
-            # Only launch calls that succeeded wait for a kernel: API records of other calls
-            # (made while the per-call filters were being set) and failed launches would
-            # never be matched and would hold every flush to its timeout.
-            launch, graph = np.zeros(len(cbid), dtype=bool), np.zeros(len(cbid), dtype=bool)
-            for kind, (launches, graphs) in self._api_cbids.items():
-                this = api_kinds == kind
-                launch |= this & np.isin(cbid, launches)
-                graph |= this & np.isin(cbid, graphs)
-            launch &= status == 0
-            api = (corr[launch].tolist(), start[launch].tolist(), graph[launch].tolist(),
-                   thread[launch].tolist())
-            corr, name, device, start, end, stream, *shape, graph_node = self._read_kernel(
-                buf, at[kinds == self._k_kernel])
-            names = self._names
-            texts = [names.get(p) or self._name(p) for p in name.tolist()]
-            kernels = (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
-                       stream.tolist(), self._configs(shape))
-            if graph_node.any():  # kernels of graph launches: placed by where they were captured
-                kernels += (graph_node.tolist(),)
-            with self._lock:
-                if self.recorded is not None:  # rows, as the record classes take them
-                    self.recorded.append([[list(row) for row in zip(*part)]
-                                          for part in (external, api, kernels[:6])])
-                self.attributor.add_columns(external, api, kernels)
+            self._digest(self._read_ext(buf, at[kinds == self._k_ext]),
+                         [kinds[is_api], *self._read_api(buf, at[is_api])],
+                         self._read_kernel(buf, at[kinds == self._k_kernel]))
             self.records += len(offsets)
         except BaseException as exc:
             callback_failed("while reading CUPTI records", exc, self.callback_errors)
         self.callback_seconds += time.perf_counter() - t0
+
+    def read_buffer(self, buffer: int, valid: int) -> None:
+        """The buffer callback when the C helper reads the fields as it walks
+        (PROTON_NATIVE_READ=1, see native.Columns): the same columns, then the same join."""
+        t0 = time.perf_counter()
+        try:
+            (ext, api, kernels), walked = self._columns(buffer, valid)
+            self._digest(ext, api, kernels)
+            self.records += walked
+        except BaseException as exc:
+            callback_failed("while reading CUPTI records", exc, self.callback_errors)
+        self.callback_seconds += time.perf_counter() - t0
+
+    def _column_groups(self) -> list:
+        """native.Columns' groups: the record kinds and fields read_records reads."""
+        def fields(dtype, names):
+            return [(dtype.fields[n][1], dtype.fields[n][0].itemsize,
+                     dtype.fields[n][0].kind == "i") for n in names]
+
+        c = self._cupti
+        return [([self._k_ext], fields(c.activity_external_correlation_dtype, _EXT_FIELDS),
+                 c.activity_external_correlation_dtype.itemsize),
+                (list(self._api_cbids), fields(c.activity_api_dtype, ["kind", *_API_FIELDS]),
+                 c.activity_api_dtype.itemsize),
+                ([self._k_kernel], fields(c.activity_kernel10_dtype, _KERNEL_FIELDS),
+                 c.activity_kernel10_dtype.itemsize)]
+
+    def _digest(self, ext: list, api: list, kernels: list) -> None:
+        """One buffer's columns (external: correlation id, kind, id; API: record kind and
+        _API_FIELDS; kernels: _KERNEL_FIELDS) joined by the Attributor."""
+        corr, ext_kind, ext_id = ext
+        mine = ext_kind == self._custom
+        external = (corr[mine].tolist(), ext_id[mine].tolist())
+        api_kinds, corr, start, cbid, thread, status = api
+        # Only launch calls that succeeded wait for a kernel: API records of other calls
+        # (made while the per-call filters were being set) and failed launches would
+        # never be matched and would hold every flush to its timeout.
+        launch, graph = np.zeros(len(cbid), dtype=bool), np.zeros(len(cbid), dtype=bool)
+        for kind, (launches, graphs) in self._api_cbids.items():
+            this = api_kinds == kind
+            launch |= this & np.isin(cbid, launches)
+            graph |= this & np.isin(cbid, graphs)
+        launch &= status == 0
+        api = (corr[launch].tolist(), start[launch].tolist(), graph[launch].tolist(),
+               thread[launch].tolist())
+        corr, name, device, start, end, stream, *shape, graph_node = kernels
+        names = self._names
+        texts = [names.get(p) or self._name(p) for p in name.tolist()]
+        kernels = (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
+                   stream.tolist(), self._configs(shape))
+        if graph_node.any():  # kernels of graph launches: placed by where they were captured
+            kernels += (graph_node.tolist(),)
+        with self._lock:
+            if self.recorded is not None:  # rows, as the record classes take them
+                self.recorded.append([[list(row) for row in zip(*part)]
+                                      for part in (external, api, kernels[:6])])
+            self.attributor.add_columns(external, api, kernels)
