@@ -27,7 +27,7 @@ from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..report import callback_failed, debug, debugging, warn
 from .attribution import Attributor, KernelSink, LaunchConfigs, Unscoped
-from .subscriber import caller
+from .subscriber import caller, cupti_enum
 
 BUFFER_SIZE = 8 << 20
 _u32 = ctypes.c_uint32.from_address
@@ -50,14 +50,6 @@ _RUNTIME_LAUNCHES = ("cudaLaunch_v3020", "cudaLaunch_ptsz_v7000", "cudaLaunchKer
                      "cudaLaunchKernelExC_ptsz_v11060", "cudaLaunchCooperativeKernel_v9000",
                      "cudaLaunchCooperativeKernel_ptsz_v9000")
 _RUNTIME_GRAPHS = ("cudaGraphLaunch_v10000", "cudaGraphLaunch_ptsz_v10000")
-
-
-def _enum(cupti, *names):
-    """cupti-python renamed its enums between releases (driver_api_trace_cbid -> DriverApiTraceCbid)."""
-    for name in names:
-        if hasattr(cupti, name):
-            return getattr(cupti, name)
-    raise ProtonError(f"this cupti-python has none of {names}; install cupti-python 13.0.x")
 
 
 def field_reader(dtype, names: list[str]):
@@ -157,8 +149,8 @@ class CuptiCollector:
                             cupti.ActivityKind.EXTERNAL_CORRELATION]
         K = cupti.ActivityKind
         self._k_kernel, self._k_ext = int(K.CONCURRENT_KERNEL), int(K.EXTERNAL_CORRELATION)
-        drv = _enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
-        rt = _enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")
+        drv = cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
+        rt = cupti_enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")
         self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS)
         self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS)
         # per API record kind: (its launch cbids, its graph-launch cbids), for np.isin

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..data.paths import ROOT
 from ..report import callback_failed
-from .subscriber import caller, passes_on
+from .subscriber import callback_fields, caller, cupti_enum, passes_on
 
 KERNEL_NODE = 0
 """CU_GRAPH_NODE_TYPE_KERNEL"""
@@ -37,8 +37,6 @@ class GraphCaptures:
 
     def __init__(self, cupti, captured: dict[int, int], capturing: dict[int, list[list[int]]],
                  launch_path: Callable[[object], int | None]) -> None:
-        from .subscriber import callback_fields
-
         self.captured, self.capturing = captured, capturing
         self._launch_path = launch_path
         self._now = cupti.get_timestamp
@@ -56,9 +54,9 @@ class GraphCaptures:
         """(domain, cbid) of the stream capture calls -> True for a begin, False for an end."""
         for kind, domain, enum in (
                 ("runtime", cupti.CallbackDomain.RUNTIME_API,
-                 getattr(cupti, "runtime_api_trace_cbid", None) or cupti.RuntimeApiTraceCbid),
+                 cupti_enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")),
                 ("driver", cupti.CallbackDomain.DRIVER_API,
-                 getattr(cupti, "driver_api_trace_cbid", None) or cupti.DriverApiTraceCbid)):
+                 cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid"))):
             for begin, names in ((True, BEGIN[kind]), (False, END[kind])):
                 for name in names:
                     if name in enum.__members__:

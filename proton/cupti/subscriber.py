@@ -37,6 +37,15 @@ def caller(frame):
     return frame
 
 
+def cupti_enum(cupti, *names):
+    """The first of `names` this cupti-python has: it renamed its enums between releases
+    (driver_api_trace_cbid -> DriverApiTraceCbid)."""
+    for name in names:
+        if hasattr(cupti, name):
+            return getattr(cupti, name)
+    raise ProtonError(f"this cupti-python has none of {names}; install cupti-python 13.0.x")
+
+
 def callback_fields(cupti) -> tuple[int, int, int]:
     """Offsets in CUpti_CallbackData of the callback site (0 = API enter), the correlation id
     and the pointer to the call's return value."""
