@@ -16,6 +16,7 @@ from .data.metrics import check_scope_name, check_user_metrics
 from .data.paths import SCOPE, STATE
 from .errors import ScopeError
 from .format import LAUNCH_METADATA
+from .runtime import ops
 
 
 def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
@@ -147,29 +148,21 @@ class state(scope):
             unwind(before)
 
 
-class metadata_state:
+class metadata_state(ops.frame):
     """The state Triton's Proton puts launch-metadata work in: kernels launched inside go under
     `__proton_launch_metadata` (then `kernel`'s name, when given, as Triton groups them), which
-    both viewers hide.
+    both viewers hide. The same frames as the launch hook's own.
 
     Usage:
         with proton.metadata_state("matmul_kernel"):
             flops = x.sum().item()   # launch metadata that itself launches a kernel
     """
 
+    __slots__ = ()
+
     def __init__(self, kernel: str | None = None) -> None:
-        self.names = [LAUNCH_METADATA] + ([check_scope_name(kernel, "kernel name")]
-                                          if kernel is not None else [])
-        self._depths: list[int] = []
-
-    def __enter__(self) -> "metadata_state":
-        self._depths.append(depth())
-        for name in self.names:
-            enter_frame(name, {}, kind=STATE)
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        unwind(self._depths.pop())
+        super().__init__(LAUNCH_METADATA, *([check_scope_name(kernel, "kernel name")]
+                                            if kernel is not None else []))
 
 
 def enter_state(name: str) -> None:

@@ -67,10 +67,11 @@ class frame:
     def __init__(self, *names: str) -> None:
         self.names = names
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> "frame":
         self._before = depth()
         for name in self.names:
             frames.enter_frame(name, {})
+        return self
 
     def __exit__(self, *exc) -> None:
         frames.unwind(self._before)
