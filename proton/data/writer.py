@@ -65,15 +65,12 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
             else:
                 if isinstance(value, DeviceValue):
                     value = value.value()  # GPU tensors: read now, once
-                if isinstance(value, list):  # a vector: its node's own, never summed up
-                    value = [finite_or_none(v) for v in value]
-                    key = base_name(key)
-                elif key.endswith((EXCLUSIVE, PROPERTY)):
-                    key = base_name(key)
-                    value = finite_or_none(value)
+                if isinstance(value, list) or key.endswith((EXCLUSIVE, PROPERTY)):
+                    key = base_name(key)  # a vector is its node's own too, never summed up
                 else:
                     inclusive.add(key)
-                    value = finite_or_none(value)
+                value = [finite_or_none(v) for v in value] if isinstance(value, list) \
+                    else finite_or_none(value)
             out[key] = value
         out.update(own.get(pid, ()))
         frame = {"name": frames[pid].name, "type": FRAME_TYPE}

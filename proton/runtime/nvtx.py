@@ -3,10 +3,12 @@
 `torch.cuda.nvtx.range_push("attn")`, `torch.cuda.nvtx.range(...)`, or a library's own
 `nvtxRangePushEx`/`nvtxDomainRangePushEx` called from a Python thread open a scope of that name
 on the calling thread while a session collects; the matching pop closes it. Ranges pushed on
-threads that run no Python (autograd's backward thread under emit_nvtx, NCCL's) are left out. NVTX calls reach CUPTI only when NVTX loaded it
-as its injection library: the collector points NVTX_INJECTION64_PATH at the libcupti in use before
-it starts (and takes it back after), which takes effect if the process makes its first NVTX
-call in between (NVTX reads it once). CUPTI calls back on the calling thread with a CUpti_NvtxData, read here at fixed offsets
+threads that run no Python (autograd's backward thread under emit_nvtx, NCCL's) are left out.
+
+NVTX calls reach CUPTI only when NVTX loaded it as its injection library: the collector points
+NVTX_INJECTION64_PATH at the libcupti in use before it starts (and takes it back after), which
+takes effect if the process makes its first NVTX call in between (NVTX reads it once). CUPTI
+calls back on the calling thread with a CUpti_NvtxData, read here at fixed offsets
 (cupti_nvtx_cbid.h's ids, nvToolsExt's structs). The collector takes a NvtxScopes as one of its
 `callback_users` (it knows nothing of scopes).
 """
@@ -18,8 +20,8 @@ import sys
 import threading
 
 from ..context.frames import close_frame, enter_frame
-from ..cupti.subscriber import caller, passes_on
 from ..context.stack import depth
+from ..cupti.subscriber import caller, passes_on
 from ..report import callback_failed
 
 DOMAIN = 5
