@@ -2,6 +2,10 @@
 kernel per rule, and healthy matmuls with no warning. Run with `pytest -m gpu`."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from conftest import find, load
@@ -44,7 +48,11 @@ def test_launch_configuration_is_the_compiled_kernels(profile_path):
 def test_a_bad_kernel_per_rule_and_healthy_matmuls(tmp_path):
     import diagnose_workload
 
-    path = diagnose_workload.record(str(tmp_path / "d"))
+    # a fresh process: CUPTI does not sample modules loaded after an earlier session of this
+    # one ended (the earlier tests'), and the workload's kernels would have no lines
+    subprocess.run([sys.executable, diagnose_workload.__file__, str(tmp_path / "d")],
+                   check=True, cwd=os.path.dirname(diagnose_workload.__file__))
+    path = str(tmp_path / "d.hatchet")
     findings, notes = diagnose(load_profile(path))
     assert diagnose_workload.problems(findings) == [], findings
     assert notes == [], notes  # every rule could run on this profile

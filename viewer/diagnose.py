@@ -12,7 +12,8 @@ kernel time are judged. Thresholds:
   * far from the roofline: achieved FLOP/s under FAR_FROM_ROOF of the roof at the kernel's
     arithmetic intensity (the 16-bit tensor peak and the memory bandwidth of its GPU).
   * launch-bound: a scope whose own kernels number LAUNCH_COUNT or more and average under
-    SHORT_KERNEL_US; with a cpu_timed_scope, GPU busy under BUSY of the scope's time.
+    SHORT_KERNEL_US, and with a cpu_timed_scope, GPU busy under BUSY of the scope's time;
+    informational without the scope's CPU time (short kernels alone do not show the GPU idle).
   * stall-dominated lines (PC samples): a line with at least HOT_LINE of the kernel's samples,
     STALLED or more of them stalled (`selected`, a warp issuing, is not a stall); informational
     when the kernel reaches half its roof or more (a tuned matmul waits on its loads too) or
@@ -60,8 +61,10 @@ STALL_WORDS = {
              "more independent work per thread (larger tiles, unrolling)"),
     "barrier": ("waiting at a barrier for the other warps",
                 "balance the warps' work before the barrier, or fewer barriers"),
-    "mio_throttle": ("the memory I/O queue is full (shared-memory instructions)",
-                     "wider shared-memory accesses, fewer of them"),
+    "mio_throttle": ("the memory I/O queue is full (shared-memory, special-math or "
+                     "scattered memory instructions)",
+                     "fewer, wider accesses: coalesced or vectorised loads and stores, fewer "
+                     "shared-memory round trips"),
     "lg_throttle": ("the local/global memory queue is full",
                     "fewer, wider memory instructions (vectorised loads and stores)"),
     "tex_throttle": ("the texture unit is busy", "fewer texture or sampled loads"),
@@ -307,7 +310,7 @@ def _launch_bound(ctx: _Context, kernels: list, out: list) -> str | None:
         else:
             evidence = (f"{count:,.0f} kernels averaging {avg_us:.1f} us (time the scope with "
                         "proton.cpu_timed_scope to see how long the GPU waits)")
-        finding = ctx.finding("launch-bound", node, ns, evidence, advice)
+        finding = ctx.finding("launch-bound", node, ns, evidence, advice, info=not cpu)
         finding.kernel = f"scope {finding.kernel}"
         out.append(finding)
     return None
