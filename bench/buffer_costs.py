@@ -10,9 +10,11 @@ the collector's buffer callback:
     each kind's record size; CUPTI's own function costs the same either way;
   * read: the fields with numpy (collector.read_records without the join);
   * join + route: the Attributor joins by correlation id and the KernelRouter sums per node;
-  * walk + read in C: the helper reads the fields as it walks (PROTON_NATIVE_READ=1).
+  * walk + read in C: the helper reads the fields as it walks (the python context's way);
+  * walk + read + join in C: and joins them, summed per path (the shadow context's way): the
+    router gets a buffer's sums.
 Nanoseconds per launch, best of the repeats. These run on CUPTI's thread holding the GIL (the
-C walk excepted), so the launching thread waits for them.
+C calls excepted), so the launching thread waits for them.
 """
 from __future__ import annotations
 
@@ -141,10 +143,8 @@ def main() -> None:
             ("read fields (numpy)", best(read_only, args.repeats)),
             ("read + join + route", best(read_join_route, args.repeats))]
     rows.append(("join + route (by difference)", rows[3][1] - rows[2][1]))
-    os.environ[native.NATIVE_READ_ENV] = "1"
     holder = type("Raw", (), {"next_record": step, "on_buffer": None})()  # keeps `raw` alive
     assert collector.use_native_reads(holder)
-    del os.environ[native.NATIVE_READ_ENV]
 
     def c_read_only():
         collector.attributor.add_columns = lambda *a: None
@@ -154,9 +154,21 @@ def main() -> None:
     def c_read_join_route():
         read_join_route_with(lambda: collector.read_buffer(address, valid))
 
-    rows.append(("walk + read fields in C (PROTON_NATIVE_READ=1)", best(c_read_only,
-                                                                     args.repeats)))
-    rows.append(("walk + read in C, join + route", best(c_read_join_route, args.repeats)))
+    rows.append(("walk + read fields in C", best(c_read_only, args.repeats)))
+    rows.append(("walk + read in C, join + route (python context)",
+                 best(c_read_join_route, args.repeats)))
+    joined = CuptiCollector(router.on_kernels, groups=router.on_groups)
+    assert joined.use_native_reads(holder) and joined._join is not None
+
+    def c_join():
+        joined._groups = lambda *a: None
+        joined.read_buffer(address, valid)
+        joined._groups = router.on_groups
+
+    rows.append(("walk + read + join in C", best(c_join, args.repeats)))
+    rows.append(("walk + read + join in C, route (shadow context, the default)",
+                 best(lambda: read_join_route_with(lambda: joined.read_buffer(address, valid)),
+                      args.repeats)))
     print(f"| step ({args.launches:,} launches, 3 records each, {args.scopes} scopes) "
           "| ns per launch |")
     print("|---|---|")

@@ -4,7 +4,8 @@
 # Env: PYTEST_ARGS, BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
 # SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
-# NATIVE_AB=1 (the launch loop and 1M launches with the C buffer walker off, on, and reading fields).
+# NATIVE_AB=1 (the launch loop and 1M launches with the C helper off, walking only, and walking,
+# reading and joining: PROTON_NATIVE=0, walk, 1).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -51,17 +52,16 @@ if [ -n "${BASELINE:-}" ]; then
   done | tee -a "$OUT/bench.log"
 fi
 if [ -n "${NATIVE_AB:-}" ]; then
-  # 0: Python walk; 1: C walk (the default); read: C walk and field reads (PROTON_NATIVE_READ=1)
+  # 0: Python walk; walk: C walk, numpy reads, Python join; 1: all in C (the default)
   for round in $(seq "${NATIVE_ROUNDS:-3}"); do
-    for n in 0 1 read; do
-      native=$n; [ $n = read ] && native=1
-      PROTON_NATIVE=$native PROTON_NATIVE_READ=$([ $n = read ] && echo 1 || echo 0) \
-        python3 bench/run.py --only launch,scale --rounds 1 --modes "none;proton" \
-        --results "$OUT/native_$n.jsonl" > /dev/null 2>>"$OUT/bench.log"
+    for n in 0 walk 1; do
+      PROTON_NATIVE=$n python3 bench/run.py --only ${NATIVE_ONLY:-launch,scale} --rounds 1 \
+        --modes "${NATIVE_MODES:-none;proton}" --results "$OUT/native_$n.jsonl" \
+        > /dev/null 2>>"$OUT/bench.log"
     done
   done
-  for n in 0 1 read; do
-    echo "== C buffer walker PROTON_NATIVE=$n"
+  for n in 0 walk 1; do
+    echo "== C helper PROTON_NATIVE=$n"
     python3 bench/run.py --table-only --results "$OUT/native_$n.jsonl" | grep -E "^\| (workload|launch-bound, shadow|scale|1M)"
   done | tee -a "$OUT/bench.log"
 fi

@@ -87,7 +87,7 @@ def test_without_a_compiler_python_walks_and_says_so_once(cache, monkeypatch, ca
 
 
 def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
-    """PROTON_NATIVE_READ=1: a buffer with every record kind the collector reads (a failed
+    """The helper reading fields as it walks: a buffer with every record kind the collector reads (a failed
     launch, a graph launch's kernels, a runtime launch, a kind it skips) gives the Attributor
     the same columns as the numpy reads."""
     from cupti import cupti
@@ -134,7 +134,6 @@ def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
             collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
                                    offsets)
         else:
-            monkeypatch.setenv("PROTON_NATIVE_READ", "1")
             holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
             assert collector.use_native_reads(holder) and holder.on_buffer is not None
             holder.on_buffer(address, valid)
@@ -145,3 +144,164 @@ def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
     assert len(external[0]) == 40 and len(api[0]) == 40 - 3  # 11, 22, 33 failed
     assert sum(api[2]) == len([c for c in range(1, 41) if c % 7 == 0 and c % 5 and c % 11])
     assert kernels[7][6] == 5007 and len(kernels) == 8  # graph node ids came along
+
+
+def _stream(seed: int, launches: int, collector, capture: tuple[int, int] | None):
+    """A random run as CUPTI buffers (bytes, record sizes), and the kernels a correct join gives
+    (path, launch start, correlation id, name pointer, device, start, end, stream, launch
+    configuration): scoped and unscoped launches, failed ones, graph launches with three
+    kernels, kernels in an earlier buffer than their launch record, records shuffled within a
+    buffer, and launches inside a stream capture (`capture`: thread 7's window) that run
+    nothing."""
+    from cupti import cupti
+
+    K = cupti.ActivityKind
+    rng = np.random.default_rng(seed)
+    launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+    graph = next(c for c, n in collector._driver_cbids.items() if n == "cuGraphLaunch")
+    runtime = next(c for c, n in collector._runtime_cbids.items() if "LaunchKernel" in n)
+    buffers: list[list[np.ndarray]] = [[] for _ in range(launches // 50 + 2)]
+    expected = []
+
+    def record(dtype, **fields):
+        r = np.zeros(1, dtype=dtype)
+        for name, value in fields.items():
+            r[name] = value
+        return r
+
+    for corr in range(1, launches + 1):
+        kind = rng.choice(["scoped", "unscoped", "failed", "graph"], p=[0.8, 0.1, 0.03, 0.07])
+        start, thread = corr * 1000, int(rng.choice([7, 8]))
+        at = min(corr // 50 + int(rng.integers(0, 2)), len(buffers) - 1)
+        path = int(rng.integers(1, 40))
+        if kind != "unscoped":
+            buffers[at].append(record(cupti.activity_external_correlation_dtype,
+                                      kind=int(K.EXTERNAL_CORRELATION), correlation_id=corr,
+                                      external_kind=collector._custom, external_id=path))
+        buffers[at].append(record(cupti.activity_external_correlation_dtype,  # not ours
+                                  kind=int(K.EXTERNAL_CORRELATION), correlation_id=corr,
+                                  external_kind=collector._custom + 1, external_id=99))
+        on_runtime = kind != "graph" and corr % 9 == 0
+        buffers[at].append(record(
+            cupti.activity_api_dtype, kind=int(K.RUNTIME if on_runtime else K.DRIVER),
+            correlation_id=corr, start=start, thread_id=thread,
+            cbid=runtime if on_runtime else graph if kind == "graph" else launch,
+            return_value=1 if kind == "failed" else 0))
+        captured = capture and thread == 7 and capture[0] <= start <= capture[1]
+        if kind == "failed" or (captured and kind != "graph"):
+            continue
+        where = path if kind != "unscoped" else 900 + thread
+        for node in ([1, 2, 3] if kind == "graph" else [0]):
+            k_at = max(0, at - int(rng.integers(0, 3)))  # sometimes before its launch record
+            name, device = int(rng.choice([0x1000, 0x2000])), int(rng.integers(0, 2))
+            blocks, regs = int(rng.choice([1, 132])), int(rng.choice([32, 40]))
+            kstart = start + 500 + node
+            buffers[k_at].append(record(
+                cupti.activity_kernel10_dtype, kind=int(K.CONCURRENT_KERNEL),
+                correlation_id=corr, name=name, device_id=device, start=kstart,
+                end=kstart + 100 + node, stream_id=3, grid_x=blocks, grid_y=1, grid_z=1,
+                block_x=64, block_y=2, block_z=1, registers_per_thread=regs,
+                static_shared_memory=24, dynamic_shared_memory=1000,
+                graph_node_id=5000 + corr * 4 + node if node else 0))
+            expected.append((where, start, corr, name, device, kstart, kstart + 100 + node, 3,
+                             (blocks, 128, regs, 1024)))
+    out = []
+    for records in buffers:
+        order = rng.permutation(len(records))
+        records = [records[i] for i in order]
+        out.append((b"".join(r.tobytes() for r in records), [r.dtype.itemsize for r in records]))
+    return out, expected
+
+
+@pytest.mark.parametrize("seed,capture", [(1, None), (2, None), (3, (200_000, 900_000))])
+def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, capture):
+    """The same random run's buffers through numpy and the Attributor, and through the C
+    helper's walk, read and join (Python placing what the join leaves it): every kernel on the
+    same path with the same fields, the join's per-path sums equal to its kernels, nothing
+    left waiting."""
+    from proton.cupti.collector import CuptiCollector
+
+    names = {0x1000: "a", 0x2000: "b"}
+    results = {}
+    for joined in (False, True):
+        got, sums, summed = [], {}, []
+
+        def groups(g, first, rows):
+            kernels = rows()
+            assert first == min(k[1] for k in kernels)
+            for path, name, device, config, ns, count in g:
+                key = (path, name, device, config)
+                sums[key] = [a + b for a, b in zip(sums.get(key, [0, 0]), (ns, count))]
+            got.extend(kernels)
+            summed.extend(kernels)
+
+        collector = CuptiCollector(got.extend, lambda thread, ts: 900 + thread,
+                                   groups=groups if joined else None)
+        collector._names = dict(names)
+        if capture:
+            collector.attributor.capturing[7] = [list(capture)]
+        buffers, expected = _stream(seed, 3000, collector, capture)
+        for data, sizes in buffers:
+            raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
+            ctypes.memmove(raw, data, len(data))
+            address, valid = ctypes.addressof(raw), len(data)
+            if joined:
+                step = fake_next(sizes)
+                if collector._join is None:
+                    holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
+                    assert collector.use_native_reads(holder) and collector._join is not None
+                collector._columns = native.Columns.create(step, collector._column_groups())
+                collector.read_buffer(address, valid)
+            else:
+                offsets = native.Walker(fake_next(sizes))(address, valid)
+                collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
+                                       offsets)
+        assert collector.callback_errors == []
+        assert collector.waiting_before(10**12) == 0
+        assert collector.finish() == 0
+        configs = collector.launch_configs.get
+        results[joined] = sorted(k[:8] + (configs(k[8]),) for k in got)
+        if joined:
+            mine = {}
+            for k in summed:
+                key = (k[0], k[3], k[4], k[8])
+                mine[key] = [a + b for a, b in zip(mine.get(key, [0, 0]), (k[6] - k[5], 1))]
+            assert sums == mine
+            # most joined in C; all placed in Python once a stream capture was seen
+            assert summed == [] if capture else len(summed) > 0.7 * len(got)
+            assert collector.kernels == len(expected)
+    want = sorted((p, t, c, names[n], d, s, e, st, cfg) for p, t, c, n, d, s, e, st, cfg
+                  in expected)
+    assert results[False] == want
+    assert results[True] == want
+
+
+def test_kernels_whose_launch_record_never_came_go_to_their_external_path(cache):
+    """The C join holds a kernel whose launch record has not come; at the end it goes to the
+    path of its external record, or the root."""
+    from cupti import cupti
+
+    from proton.cupti.collector import CuptiCollector
+
+    K = cupti.ActivityKind
+    got = []
+    collector = CuptiCollector(got.extend, groups=lambda g, first, rows: got.extend(rows()))
+    collector._names = {0x1000: "a"}
+    records = [np.zeros(1, dtype=cupti.activity_external_correlation_dtype)]
+    records[0]["kind"], records[0]["correlation_id"] = int(K.EXTERNAL_CORRELATION), 5
+    records[0]["external_kind"], records[0]["external_id"] = collector._custom, 17
+    for corr, start in ((5, 100), (6, 200)):
+        k = np.zeros(1, dtype=cupti.activity_kernel10_dtype)
+        k["kind"], k["correlation_id"], k["name"] = int(K.CONCURRENT_KERNEL), corr, 0x1000
+        k["start"], k["end"] = start, start + 50
+        records.append(k)
+    data = b"".join(r.tobytes() for r in records)
+    raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
+    ctypes.memmove(raw, data, len(data))
+    holder = type("Raw", (), {"next_record": fake_next([r.dtype.itemsize for r in records]),
+                              "on_buffer": None})()
+    assert collector.use_native_reads(holder) and collector._join is not None
+    holder.on_buffer(ctypes.addressof(raw), len(data))
+    assert got == [] and collector.callback_errors == []
+    assert collector.finish() == 2
+    assert sorted(k[:4] for k in got) == [(0, 200, 6, "a"), (17, 100, 5, "a")]

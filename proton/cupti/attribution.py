@@ -65,6 +65,10 @@ Kernel = tuple
 start, end, stream id, config); the last seven are KernelRecord's first seven fields."""
 # sink(kernels of one buffer)
 KernelSink = Callable[[list[Kernel]], None]
+# groups(sums, first, rows): a buffer's kernels summed, each sum (path id, kernel name, device
+# id, configuration number, GPU ns, count); `first` the earliest launch start among them;
+# rows() the same kernels one by one (Kernel tuples), for sessions that need each
+GroupSink = Callable[[list[tuple], int, Callable[[], list[Kernel]]], None]
 # unscoped(thread id, launch start time) -> path id for a launch made with no scope open
 Unscoped = Callable[[int, int], int]
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..report import callback_failed, debug, debugging, warn
-from .attribution import Attributor, KernelSink, LaunchConfigs, Unscoped
+from .attribution import Attributor, GroupSink, Kernel, KernelSink, LaunchConfigs, Unscoped
 from .subscriber import caller, cupti_enum
 
 BUFFER_SIZE = 8 << 20
@@ -107,8 +107,11 @@ class CuptiCollector:
 
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
                  launch_path: LaunchPath | None = None, in_callback: bool = False,
-                 pc=None, callback_users: list | None = None, graft=None) -> None:
+                 pc=None, callback_users: list | None = None, graft=None,
+                 groups: GroupSink | None = None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
+        groups: takes a buffer's kernels summed per path instead, when the C helper joins the
+        records (the shadow context; see attribution.GroupSink).
         launch_path: the context's (see LaunchPath); needed by in_callback and exact sampling.
         in_callback: attribute each launch in a CUPTI launch callback, by launch_path (the
         python context), instead of by the external correlation ids that scopes push.
@@ -127,6 +130,11 @@ class CuptiCollector:
         """Scopes push their path ids (shadow context); read on every scope change."""
         self._launch_path = launch_path
         self.attributor = Attributor(sink, unscoped, graft)
+        self._sink, self._groups = sink, groups
+        self._join = None
+        """native.Join when the C helper joins the records (see use_native_reads)."""
+        self._joined = [0, 0]
+        """Launch records and kernels the C join matched."""
         self._unscoped = unscoped
         self._lock = threading.Lock()
         self._subscriber = None
@@ -167,7 +175,7 @@ class CuptiCollector:
         self._read_api = field_reader(cupti.activity_api_dtype, _API_FIELDS)
         self._read_ext = field_reader(cupti.activity_external_correlation_dtype, _EXT_FIELDS)
         self._columns = None
-        """native.Columns when the C helper reads the fields (PROTON_NATIVE_READ=1)."""
+        """native.Columns when the C helper reads the fields as it walks."""
         self._all_driver = [int(v) for v in drv.__members__.values()]
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         self.callback_errors: list[str] = []
@@ -374,7 +382,7 @@ class CuptiCollector:
         while True:
             self._cupti.activity_flush_all(1)
             rounds += 1
-            waiting = self.attributor.waiting_before(until)
+            waiting = self.waiting_before(until)
             if waiting == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
@@ -383,22 +391,19 @@ class CuptiCollector:
                   f"{waiting} launches still waiting")
         return waiting
 
-    def _configs(self, shape: list[np.ndarray]) -> list[int]:
+    def _configs(self, blocks, threads, regs, shared) -> list[int]:
         """Each kernel's launch configuration number. The four numbers are packed into one
         integer (blocks above bit 37; threads, registers and shared memory below), so finding
         a buffer's few distinct ones is one sort of integers."""
-        if not len(shape[0]):
+        if not len(blocks):
             return []
-        gx, gy, gz, bx, by, bz, regs, static, dynamic = (a.astype(np.int64) for a in shape)
-        blocks, threads, shared = gx * gy * gz, bx * by * bz, static + dynamic
+        number = self.launch_configs.number
         if blocks.max() >= 1 << 26 or shared.max() >= 1 << 18 or threads.max() >= 1 << 11 \
                 or regs.max() >= 1 << 8:  # too large to pack: one row at a time
             rows = np.stack([blocks, threads, regs, shared], axis=1)
-            number = self.launch_configs.number
             return [number(tuple(row)) for row in rows.tolist()]
         keys = (blocks << 37) | (threads << 26) | (regs << 18) | shared
         distinct, where = np.unique(keys, return_inverse=True)
-        number = self.launch_configs.number
         ids = np.array([number((k >> 37, (k >> 26) & 0x7FF, (k >> 18) & 0xFF, k & 0x3FFFF))
                         for k in distinct.tolist()], dtype=np.int64)
         return ids[where.reshape(-1)].tolist()
@@ -422,22 +427,54 @@ class CuptiCollector:
             raise ProtonError(f"CUPTI's activity buffers could not be set up: {exc}") from None
 
     def use_native_reads(self, raw) -> bool:
-        """With PROTON_NATIVE_READ=1 and the C helper built, `raw` (buffers.RawBuffers) hands
-        each buffer to read_buffer, whose fields the helper reads as it walks. Off by default
-        until measured on a GPU against numpy's reads."""
+        """When the C helper is built (and PROTON_NATIVE is not 0 or walk), `raw`
+        (buffers.RawBuffers) hands each buffer to read_buffer, whose fields the helper reads
+        as it walks; in the shadow context the helper joins them too, when there is a group
+        sink and no recording."""
         from . import native
 
-        if os.environ.get(native.NATIVE_READ_ENV) != "1":
+        if native.walk_only():
             return False
         self._columns = native.Columns.create(raw.next_record, self._column_groups())
-        if self._columns is not None:
-            raw.on_buffer = self.read_buffer
-        return self._columns is not None
+        if self._columns is None:
+            return False
+        raw.on_buffer = self.read_buffer
+        if self._groups is not None and not self.in_callback and self.recorded is None:
+            self._join = native.Join.create(self._custom, {
+                kind: (launches.tolist(), graphs.tolist())
+                for kind, (launches, graphs) in self._api_cbids.items()})
+        return True
+
+    @property
+    def launches(self) -> int:
+        """Launch records joined (a graph launch counts once)."""
+        return self.attributor.launches + self._joined[0]
+
+    @property
+    def kernels(self) -> int:
+        """Kernels attributed."""
+        return self.attributor.kernels + self._joined[1]
+
+    def waiting_before(self, ts: int) -> int:
+        """Launch calls made by `ts` whose kernel record has not come yet."""
+        with self._lock:
+            joined = self._join.waiting(ts) if self._join is not None else 0
+        return joined + self.attributor.waiting_before(ts)
 
     def finish(self) -> int:
-        """Give kernels whose launch record never came to the root; return how many."""
+        """Give kernels whose launch record never came to the root (or the path of their
+        external record); return how many."""
         with self._lock:
-            return self.attributor.finish()
+            lost = 0
+            if self._join is not None:
+                paths_, kernels = self._join.finish()
+                lost = len(paths_)
+                if lost:
+                    columns = self._kernel_columns(kernels)[:7]
+                    self._sink([(ROOT if p < 0 else p, k[3]) + k
+                                for p, k in zip(paths_.tolist(), zip(*columns))])
+                    self._joined[1] += lost
+            return lost + self.attributor.finish()
 
     def _name(self, pointer: int) -> str:
         """A kernel's name: CUPTI shares one string among all records of a kernel."""
@@ -465,12 +502,23 @@ class CuptiCollector:
         self.callback_seconds += time.perf_counter() - t0
 
     def read_buffer(self, buffer: int, valid: int) -> None:
-        """The buffer callback when the C helper reads the fields as it walks
-        (PROTON_NATIVE_READ=1, see native.Columns): the same columns, then the same join."""
+        """The buffer callback when the C helper reads the fields as it walks (see
+        native.Columns): the same columns as read_records, then the same join; or, when it
+        joins too, the sums of the kernels it joined (what it leaves to Python goes to the
+        Attributor)."""
         t0 = time.perf_counter()
         try:
-            (ext, api, kernels), walked = self._columns(buffer, valid)
-            self._digest(ext, api, kernels)
+            if self._join is not None:
+                blocks, rows, walked = self._columns.read(buffer, valid)
+                with self._lock:
+                    joined = self._join.add(blocks, rows, bool(self.attributor.capturing))
+                    self._route_joined(joined, int(rows[1]))
+                    external, api, kernels = joined.python
+                    if len(api[0]) or len(kernels[0]):
+                        self._attribute(external, api, kernels)
+            else:
+                (ext, api, kernels), walked = self._columns(buffer, valid)
+                self._digest(ext, api, kernels)
             self.records += walked
         except BaseException as exc:
             callback_failed("while reading CUPTI records", exc, self.callback_errors)
@@ -495,7 +543,7 @@ class CuptiCollector:
         _API_FIELDS; kernels: _KERNEL_FIELDS) joined by the Attributor."""
         corr, ext_kind, ext_id = ext
         mine = ext_kind == self._custom
-        external = (corr[mine].tolist(), ext_id[mine].tolist())
+        external = (corr[mine], ext_id[mine])
         api_kinds, corr, start, cbid, thread, status = api
         # Only launch calls that succeeded wait for a kernel: API records of other calls
         # (made while the per-call filters were being set) and failed launches would
@@ -506,17 +554,54 @@ class CuptiCollector:
             launch |= this & np.isin(cbid, launches)
             graph |= this & np.isin(cbid, graphs)
         launch &= status == 0
-        api = (corr[launch].tolist(), start[launch].tolist(), graph[launch].tolist(),
-               thread[launch].tolist())
-        corr, name, device, start, end, stream, *shape, graph_node = kernels
+        api = (corr[launch], start[launch], graph[launch], thread[launch])
+        corr, name, device, start, end, stream, gx, gy, gz, bx, by, bz, regs, static, dynamic, \
+            graph_node = (a.astype(np.int64, copy=False) for a in kernels)
+        kernels = (corr, name, device, start, end, stream, gx * gy * gz, bx * by * bz, regs,
+                   static + dynamic, graph_node)
+        with self._lock:
+            self._attribute(external, api, kernels)
+
+    def _attribute(self, external, api, kernels) -> None:
+        """Columns (numpy) of external ids, launch calls and kernels (native.KERNEL_COLUMNS)
+        to the Attributor, as lists. Under the lock."""
+        external = (external[0].tolist(), external[1].tolist())
+        api = tuple(a.tolist() for a in api)
+        kernels = self._kernel_columns(kernels)
+        if not any(kernels[7]):  # kernels of graph launches: placed by where captured
+            kernels = kernels[:7]
+        if self.recorded is not None:  # rows, as the record classes take them
+            self.recorded.append([[list(row) for row in zip(*part)]
+                                  for part in (external, api, kernels[:6])])
+        self.attributor.add_columns(external, api, kernels)
+
+    def _kernel_columns(self, kernels) -> tuple[list, ...]:
+        """Kernels as numpy columns (native.KERNEL_COLUMNS) -> lists: correlation id, name,
+        device, start, end, stream, configuration number, graph node id."""
+        corr, name, device, start, end, stream, blocks, threads, regs, shared, node = kernels
         names = self._names
         texts = [names.get(p) or self._name(p) for p in name.tolist()]
-        kernels = (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
-                   stream.tolist(), self._configs(shape))
-        if graph_node.any():  # kernels of graph launches: placed by where they were captured
-            kernels += (graph_node.tolist(),)
-        with self._lock:
-            if self.recorded is not None:  # rows, as the record classes take them
-                self.recorded.append([[list(row) for row in zip(*part)]
-                                      for part in (external, api, kernels[:6])])
-            self.attributor.add_columns(external, api, kernels)
+        return (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
+                stream.tolist(), self._configs(blocks, threads, regs, shared), node.tolist())
+
+    def _route_joined(self, joined, calls: int) -> None:
+        """The C join's sums to the group sink (its rows, made on demand, to the kernel sink's
+        way when the sessions need each kernel)."""
+        self._joined[0] += calls - len(joined.python[1][0])
+        if joined.first is None:
+            return
+        path, name, device, blocks, threads, regs, shared, ns, count = joined.groups
+        names = self._names
+        texts = [names.get(p) or self._name(p) for p in name.tolist()]
+        groups = list(zip(path.tolist(), texts, device.tolist(),
+                          self._configs(blocks, threads, regs, shared), ns.tolist(),
+                          count.tolist()))
+        self._joined[1] += len(joined.rows[0])
+
+        def rows() -> list[Kernel]:
+            path, launch, corr, name, device, start, end, stream, *config = joined.rows
+            kernels = self._kernel_columns((corr, name, device, start, end, stream, *config,
+                                            corr))
+            return list(zip(path.tolist(), launch.tolist(), *kernels[:7]))
+
+        self._groups(groups, joined.first, rows)

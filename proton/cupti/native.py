@@ -8,11 +8,14 @@ buffer with CUPTI's own cuptiActivityGetNextRecord in one call that releases the
 back the records' offsets. It binds nothing at build time (CUPTI's function comes as a pointer
 at run time), so one build serves every libcupti; the cache is keyed by the source's hash.
 
-It can also read the records' fields as it walks (`Columns`, PROTON_NATIVE_READ=1): one call
-per buffer instead of a numpy gather per field; off by default until measured on a GPU.
+It also reads the records' fields as it walks (`Columns`: one call per buffer instead of a
+numpy gather per field) and, for the shadow context, joins them (`Join`: the Attributor's
+common case, kernels summed per call path), so that Python sees a buffer's sums, not its
+records.
 
-PROTON_NATIVE=0 keeps everything in Python; PROTON_CACHE_DIR moves the cache (default
-$XDG_CACHE_HOME/proton or ~/.cache/proton).
+PROTON_NATIVE=0 keeps everything in Python; PROTON_NATIVE=walk only walks in C (fields read
+with numpy, joined in Python: the step before, for A/B runs); PROTON_CACHE_DIR moves the cache
+(default $XDG_CACHE_HOME/proton or ~/.cache/proton).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from ..report import debug, warn
 SOURCE = r"""
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef int (*proton_next_fn)(uint8_t *buffer, size_t valid, void **record);
@@ -84,9 +88,352 @@ int64_t proton_columns(proton_next_fn next, uint8_t *buffer, size_t valid,
     }
     return n;
 }
+
+/* ---- the join: CUPTI records matched by correlation id, kernels summed per call path ------
+   The shadow context's common case runs here, outside the GIL: a launch's external
+   correlation record gives its path, its API record its start time, its kernel record its
+   time; a buffer's kernels come back summed per (path, name, device, launch configuration).
+   What needs Python goes back to it, with everything of the same launch: launches with no
+   path (no scope open: the main thread's timeline decides), graph launches and their kernels
+   (placed by where they were captured), and launches while a stream capture is known. */
+
+#define EMPTY INT64_MIN
+
+/* Maps keyed by correlation id: linear probing from the id itself (its low bits). The ids
+   count up, so the entries waiting at any time sit at their own slots like a ring, in cache,
+   and an absent id finds an empty slot at once; a mixing hash scattered them (~4 cache
+   misses a launch). Deletion shifts the entries after back (no tombstones: an id absent
+   stays one probe), looking no further than the farthest any entry sits from its slot. */
+typedef struct {
+    int64_t *slots; /* cap slots of `width` words: the key, then its values */
+    int64_t cap, live;
+    uint64_t far; /* no entry sits more than this many slots past its own */
+    int32_t width;
+} proton_map;
+
+static uint64_t proton_hash(uint64_t k) { /* for the groups' composite keys */
+    k ^= k >> 33; k *= 0xff51afd7ed558ccdULL; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ULL;
+    return k ^ (k >> 33);
+}
+
+static int map_init(proton_map *m, int32_t width, int64_t cap) {
+    m->slots = (int64_t *)malloc((size_t)(cap * width) * sizeof(int64_t));
+    if (!m->slots) return -1;
+    for (int64_t i = 0; i < cap; i++) m->slots[i * width] = EMPTY;
+    m->cap = cap; m->live = 0; m->far = 0; m->width = width;
+    return 0;
+}
+
+/* The slot of `key`, or NULL. */
+static int64_t *map_find(const proton_map *m, int64_t key) {
+    uint64_t mask = (uint64_t)m->cap - 1;
+    for (uint64_t i = (uint64_t)key & mask;; i = (i + 1) & mask) {
+        int64_t *s = m->slots + i * m->width;
+        if (s[0] == key) return s;
+        if (s[0] == EMPTY) return NULL;
+    }
+}
+
+static int map_grow(proton_map *m) {
+    proton_map bigger;
+    if (map_init(&bigger, m->width, m->cap * 2) != 0) return -1;
+    uint64_t mask = (uint64_t)bigger.cap - 1;
+    for (int64_t i = 0; i < m->cap; i++) {
+        int64_t *s = m->slots + i * m->width;
+        if (s[0] == EMPTY) continue;
+        uint64_t home = (uint64_t)s[0] & mask, j = home;
+        while (bigger.slots[j * m->width] != EMPTY) j = (j + 1) & mask;
+        if (((j - home) & mask) > bigger.far) bigger.far = (j - home) & mask;
+        memcpy(bigger.slots + j * m->width, s, (size_t)m->width * sizeof(int64_t));
+    }
+    bigger.live = m->live;
+    free(m->slots);
+    *m = bigger;
+    return 0;
+}
+
+/* The slot of `key`, added (values unset) when missing; NULL when out of memory. */
+static int64_t *map_put(proton_map *m, int64_t key) {
+    int64_t *found = map_find(m, key);
+    if (found) return found;
+    if ((m->live + 1) * 2 > m->cap && map_grow(m) != 0) return NULL;
+    uint64_t mask = (uint64_t)m->cap - 1, home = (uint64_t)key & mask;
+    for (uint64_t i = home;; i = (i + 1) & mask) {
+        int64_t *s = m->slots + i * m->width;
+        if (s[0] == EMPTY) {
+            if (((i - home) & mask) > m->far) m->far = (i - home) & mask;
+            m->live++;
+            s[0] = key;
+            return s;
+        }
+    }
+}
+
+/* Remove the entry at `slot`: each later entry of its run whose own slot is not between
+   the hole and it moves back into the hole (none further than `far` past the hole can). */
+static void map_drop(proton_map *m, int64_t *slot) {
+    uint64_t mask = (uint64_t)m->cap - 1, hole = (uint64_t)(slot - m->slots) / m->width;
+    for (uint64_t j = (hole + 1) & mask; ((j - hole) & mask) <= m->far; j = (j + 1) & mask) {
+        int64_t *s = m->slots + j * m->width;
+        if (s[0] == EMPTY) break;
+        uint64_t home = (uint64_t)s[0] & mask;
+        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+        if (stays) continue;
+        memcpy(m->slots + hole * m->width, s, (size_t)m->width * sizeof(int64_t));
+        hole = j;
+    }
+    m->slots[hole * m->width] = EMPTY;
+    m->live--;
+}
+
+enum { K_CORR, K_NAME, K_DEVICE, K_START, K_END, K_STREAM, K_BLOCKS, K_THREADS, K_REGS,
+       K_SHARED, K_GRAPH_NODE, K_FIELDS };
+enum { G_PATH, G_NAME, G_DEVICE, G_BLOCKS, G_THREADS, G_REGS, G_SHARED, G_NS, G_COUNT,
+       G_FIELDS };
+enum { R_PATH, R_LAUNCH, R_CORR, R_NAME, R_DEVICE, R_START, R_END, R_STREAM, R_BLOCKS,
+       R_THREADS, R_REGS, R_SHARED, R_FIELDS };
+enum { OUT_GROUPS, OUT_ROWS, OUT_EXT, OUT_API, OUT_KERNELS, OUT_FIRST, OUT_COUNTS };
+
+typedef struct {
+    proton_map ext;      /* correlation id -> path */
+    proton_map launches; /* correlation id -> path, start: waiting for its kernel */
+    proton_map deferred; /* correlation id: its launch went to Python, so its kernel goes too */
+    proton_map early;    /* correlation id -> a kernel (K_FIELDS) whose launch has not come */
+} proton_join;
+
+proton_join *proton_join_new(void) {
+    proton_join *j = (proton_join *)calloc(1, sizeof *j);
+    if (!j) return NULL;
+    if (map_init(&j->ext, 2, 1024) || map_init(&j->launches, 3, 1024) ||
+        map_init(&j->deferred, 1, 64) || map_init(&j->early, 1 + K_FIELDS, 64)) {
+        free(j->ext.slots); free(j->launches.slots); free(j->deferred.slots);
+        free(j->early.slots); free(j);
+        return NULL;
+    }
+    return j;
+}
+
+void proton_join_free(proton_join *j) {
+    if (!j) return;
+    free(j->ext.slots); free(j->launches.slots); free(j->deferred.slots);
+    free(j->early.slots); free(j);
+}
+
+/* Kernels held back (their launch record has not come): the caller sizes outputs with it. */
+int64_t proton_join_early(const proton_join *j) { return j->early.live; }
+
+/* Launches made at or before `ts` still waiting for their kernel. */
+int64_t proton_join_waiting(const proton_join *j, int64_t ts) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < j->launches.cap; i++) {
+        const int64_t *s = j->launches.slots + i * 3;
+        if (s[0] != EMPTY && s[2] <= ts) n++;
+    }
+    return n;
+}
+
+typedef struct {
+    int64_t *slots; /* group index + 1, 0 when free */
+    int64_t cap;
+} proton_groups;
+
+static void copy_kernel(int64_t *to, int64_t stride, int64_t row, const int64_t *k) {
+    for (int f = 0; f < K_FIELDS; f++) to[f * stride + row] = k[f];
+}
+
+/* One matched kernel: a row, and its sum in its group. */
+static void matched(proton_groups *g, int64_t *groups, int64_t *rows, int64_t stride,
+                    int64_t *counts, int64_t path, int64_t launch, const int64_t *k) {
+    int64_t r = counts[OUT_ROWS]++;
+    int64_t row[R_FIELDS] = {path, launch, k[K_CORR], k[K_NAME], k[K_DEVICE], k[K_START],
+                             k[K_END], k[K_STREAM], k[K_BLOCKS], k[K_THREADS], k[K_REGS],
+                             k[K_SHARED]};
+    for (int f = 0; f < R_FIELDS; f++) rows[f * stride + r] = row[f];
+    if (launch < counts[OUT_FIRST]) counts[OUT_FIRST] = launch;
+    int64_t key[7] = {path, k[K_NAME], k[K_DEVICE], k[K_BLOCKS], k[K_THREADS], k[K_REGS],
+                      k[K_SHARED]};
+    uint64_t h = 0;
+    for (int f = 0; f < 7; f++) h = proton_hash(h ^ (uint64_t)key[f]);
+    uint64_t mask = (uint64_t)g->cap - 1;
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+        int64_t at = g->slots[i] - 1;
+        if (at < 0) {
+            at = counts[OUT_GROUPS]++;
+            g->slots[i] = at + 1;
+            for (int f = 0; f < 7; f++) groups[f * stride + at] = key[f];
+            groups[G_NS * stride + at] = 0;
+            groups[G_COUNT * stride + at] = 0;
+        } else {
+            int same = 1;
+            for (int f = 0; f < 7 && same; f++) same = groups[f * stride + at] == key[f];
+            if (!same) continue;
+        }
+        groups[G_NS * stride + at] += k[K_END] - k[K_START];
+        groups[G_COUNT * stride + at] += 1;
+        return;
+    }
+}
+
+/* One buffer's records, as columns: external (n_ext: correlation id, path), launch API
+   records that succeeded (n_api: correlation id, start, graph, thread), kernels (n_k rows of
+   K_FIELDS columns, stride n_k). Out (each column `stride` long, stride >= n_k + early):
+   groups (G_FIELDS), rows (R_FIELDS) of the kernels matched here; for Python, ext (2 columns,
+   stride) and api (4 columns) of the launches it must place and kernels (K_FIELDS) of them.
+   counts: OUT_COUNTS numbers (groups, rows, ext, api, kernels, the first launch start).
+   `capturing`: a stream capture was seen; every launch goes to Python (a launch recorded
+   into a graph leaves its id in `deferred`: a few words per captured launch). Returns 0, or
+   -1 when out of memory (the buffer's records are then lost). */
+static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, int64_t n_api,
+                    const int64_t *api, int64_t n_k, const int64_t *kernels, int32_t capturing,
+                    int64_t stride, int64_t *groups, int64_t *rows, int64_t *ext_out,
+                    int64_t *api_out, int64_t *kernels_out, int64_t *counts) {
+    proton_groups g;
+    for (int f = 0; f < OUT_COUNTS; f++) counts[f] = 0;
+    counts[OUT_FIRST] = INT64_MAX;
+    g.cap = 16;
+    while (g.cap < 2 * stride) g.cap *= 2;
+    g.slots = (int64_t *)calloc((size_t)g.cap, sizeof(int64_t));
+    if (!g.slots) return -1;
+    for (int64_t i = 0; i < n_ext; i++) {
+        int64_t *s = map_put(&j->ext, ext[i]);
+        if (!s) goto oom;
+        s[1] = ext[n_ext + i];
+    }
+    for (int64_t i = 0; i < n_api; i++) {
+        int64_t corr = api[i], start = api[n_api + i], graph = api[2 * n_api + i];
+        int64_t *e = map_find(&j->ext, corr), path = e ? e[1] : EMPTY;
+        if (e) map_drop(&j->ext, e);
+        int64_t *early = map_find(&j->early, corr);
+        if (capturing || graph || path == EMPTY) { /* Python places it */
+            int64_t a = counts[OUT_API]++;
+            for (int f = 0; f < 4; f++) api_out[f * stride + a] = api[f * n_api + i];
+            if (path != EMPTY) {
+                int64_t x = counts[OUT_EXT]++;
+                ext_out[x] = corr;
+                ext_out[stride + x] = path;
+            }
+            if (early) {
+                copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, early + 1);
+                map_drop(&j->early, early);
+            } else if (!graph) {
+                if (!map_put(&j->deferred, corr)) goto oom;
+            }
+        } else if (early) {
+            matched(&g, groups, rows, stride, counts, path, start, early + 1);
+            map_drop(&j->early, early);
+        } else {
+            int64_t *s = map_put(&j->launches, corr);
+            if (!s) goto oom;
+            s[1] = path;
+            s[2] = start;
+        }
+    }
+    for (int64_t i = 0; i < n_k; i++) {
+        int64_t k[K_FIELDS];
+        for (int f = 0; f < K_FIELDS; f++) k[f] = kernels[f * n_k + i];
+        int64_t *s;
+        if (k[K_GRAPH_NODE]) { /* a graph's kernel: Python has its launch */
+            copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, k);
+        } else if ((s = map_find(&j->launches, k[K_CORR])) != NULL) {
+            matched(&g, groups, rows, stride, counts, s[1], s[2], k);
+            map_drop(&j->launches, s);
+        } else if ((s = map_find(&j->deferred, k[K_CORR])) != NULL) {
+            copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, k);
+            map_drop(&j->deferred, s);
+        } else {
+            if (!(s = map_put(&j->early, k[K_CORR]))) goto oom;
+            memcpy(s + 1, k, sizeof k);
+        }
+    }
+    free(g.slots);
+    return 0;
+oom:
+    free(g.slots);
+    return -1;
+}
+
+/* proton_join_add on the columns proton_columns read (group 0: external records' correlation
+   id, kind, id; 1: API records' kind, correlation id, start, cbid, thread, return value; 2:
+   kernel records' correlation id, name, device, start, end, stream, grid x y z, block x y z,
+   registers, static and dynamic shared memory, graph node; `cap` the stride of each, `rows`
+   their lengths), keeping external ids of kind `custom` and API records of launch calls that
+   succeeded: flags[k][cbid] is 1 for a launch, 2 for a graph launch, for API kind
+   kinds[k] (k = 0, 1). Same outputs and result as proton_join_add. */
+int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap, const int64_t *rows,
+                        int64_t custom, const int64_t *kinds, const uint8_t *flags0,
+                        int64_t nflags0, const uint8_t *flags1, int64_t nflags1,
+                        int32_t capturing, int64_t stride, int64_t *groups, int64_t *out_rows,
+                        int64_t *ext_out, int64_t *api_out, int64_t *kernels_out,
+                        int64_t *counts) {
+    const uint8_t *flags[2] = {flags0, flags1};
+    const int64_t nflags[2] = {nflags0, nflags1};
+    int64_t n_ext = 0, n_api = 0, n_k = rows[2];
+    int64_t *ext = (int64_t *)malloc((size_t)(2 * rows[0] + 4 * rows[1] + K_FIELDS * n_k + 1) *
+                                     sizeof(int64_t));
+    if (!ext) return -1;
+    for (int64_t i = 0; i < rows[0]; i++) {
+        if (in[0][cap[0] + i] != custom) continue;
+        ext[n_ext++] = in[0][i];
+    }
+    for (int64_t i = 0, x = 0; i < rows[0]; i++)
+        if (in[0][cap[0] + i] == custom) ext[n_ext + x++] = in[0][2 * cap[0] + i];
+    int64_t *api = ext + 2 * n_ext, m = rows[1];
+    for (int64_t i = 0; i < m; i++) { /* columns `m` long first, then packed */
+        const int64_t *a = in[1];
+        int64_t kind = a[i], cbid = a[3 * cap[1] + i];
+        int k = kind == kinds[0] ? 0 : kind == kinds[1] ? 1 : -1;
+        if (k < 0 || cbid < 0 || cbid >= nflags[k] || !flags[k][cbid] || a[5 * cap[1] + i])
+            continue;
+        api[n_api] = a[cap[1] + i];
+        api[m + n_api] = a[2 * cap[1] + i];
+        api[2 * m + n_api] = flags[k][cbid] == 2;
+        api[3 * m + n_api++] = a[4 * cap[1] + i];
+    }
+    for (int f = 1; f < 4; f++)
+        memmove(api + f * n_api, api + f * m, (size_t)n_api * sizeof(int64_t));
+    int64_t *kern = api + 4 * n_api;
+    const int64_t *k = in[2], c = cap[2];
+    for (int64_t i = 0; i < n_k; i++) {
+        kern[K_CORR * n_k + i] = k[i];
+        kern[K_NAME * n_k + i] = k[c + i];
+        kern[K_DEVICE * n_k + i] = k[2 * c + i];
+        kern[K_START * n_k + i] = k[3 * c + i];
+        kern[K_END * n_k + i] = k[4 * c + i];
+        kern[K_STREAM * n_k + i] = k[5 * c + i];
+        kern[K_BLOCKS * n_k + i] = k[6 * c + i] * k[7 * c + i] * k[8 * c + i];
+        kern[K_THREADS * n_k + i] = k[9 * c + i] * k[10 * c + i] * k[11 * c + i];
+        kern[K_REGS * n_k + i] = k[12 * c + i];
+        kern[K_SHARED * n_k + i] = k[13 * c + i] + k[14 * c + i];
+        kern[K_GRAPH_NODE * n_k + i] = k[15 * c + i];
+    }
+    int rc = proton_join_add(j, n_ext, ext, n_api, api, n_k, kern, capturing, stride, groups,
+                             out_rows, ext_out, api_out, kernels_out, counts);
+    free(ext);
+    return rc;
+}
+
+/* The end: kernels whose launch record never came, as kernels (K_FIELDS columns, stride)
+   with their path (external record, else -1) in `paths`; everything is forgotten. Returns
+   how many. */
+int64_t proton_join_finish(proton_join *j, int64_t stride, int64_t *kernels_out,
+                           int64_t *paths) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < j->early.cap && n < stride; i++) {
+        int64_t *s = j->early.slots + i * j->early.width;
+        if (s[0] == EMPTY) continue;
+        int64_t *e = map_find(&j->ext, s[0]);
+        paths[n] = e ? e[1] : -1;
+        copy_kernel(kernels_out, stride, n++, s + 1);
+    }
+    proton_map *maps[4] = {&j->ext, &j->launches, &j->deferred, &j->early};
+    for (int m = 0; m < 4; m++) {
+        for (int64_t i = 0; i < maps[m]->cap; i++) maps[m]->slots[i * maps[m]->width] = EMPTY;
+        maps[m]->live = 0;
+    }
+    return n;
+}
 """
 NATIVE_ENV = "PROTON_NATIVE"
-NATIVE_READ_ENV = "PROTON_NATIVE_READ"
 CACHE_ENV = "PROTON_CACHE_DIR"
 RECORD_ALIGN = 8
 """CUPTI's records are 8-byte aligned and at least that long: a buffer of `valid` bytes holds
@@ -106,6 +453,11 @@ def cache_dir() -> str:
 def library_path() -> str:
     key = hashlib.sha256(f"{SOURCE}{platform.machine()}".encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"walk-{key}.so")
+
+
+def walk_only() -> bool:
+    """PROTON_NATIVE=walk: the helper walks buffers; numpy reads them and Python joins."""
+    return os.environ.get(NATIVE_ENV) == "walk"
 
 
 def helper() -> ctypes.CDLL | None:
@@ -166,6 +518,21 @@ def _load(path: str) -> ctypes.CDLL:
     lib.proton_columns.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                    ctypes.c_int32, ctypes.c_int32] + [ctypes.c_void_p] * 9
     lib.proton_columns.restype = ctypes.c_int64
+    lib.proton_join_new.argtypes = []
+    lib.proton_join_new.restype = ctypes.c_void_p
+    lib.proton_join_free.argtypes = [ctypes.c_void_p]
+    lib.proton_join_free.restype = None
+    lib.proton_join_early.argtypes = [ctypes.c_void_p]
+    lib.proton_join_early.restype = ctypes.c_int64
+    lib.proton_join_waiting.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.proton_join_waiting.restype = ctypes.c_int64
+    lib.proton_join_records.argtypes = [ctypes.c_void_p] * 4 + [
+        ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+        ctypes.c_int64, ctypes.c_int32, ctypes.c_int64] + [ctypes.c_void_p] * 6
+    lib.proton_join_records.restype = ctypes.c_int
+    lib.proton_join_finish.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                       ctypes.c_void_p]
+    lib.proton_join_finish.restype = ctypes.c_int64
     return lib
 
 
@@ -236,6 +603,12 @@ class Columns:
 
     def __call__(self, buffer: int, valid: int) -> tuple[list[list[np.ndarray]], int]:
         """(each group's field columns, the records walked)."""
+        blocks, rows, walked = self.read(buffer, valid)
+        return [[block[f, :n] for f in range(block.shape[0])]
+                for block, n in zip(blocks, rows.tolist())], walked
+
+    def read(self, buffer: int, valid: int) -> tuple[list[np.ndarray], np.ndarray, int]:
+        """(each group's (fields, capacity) block, each group's rows, the records walked)."""
         caps = np.array([valid // size + 1 for size in self._record_sizes], dtype=np.int64)
         blocks = [np.empty((n, c), dtype=np.int64)
                   for n, c in zip(self._nfields.tolist(), caps.tolist())]
@@ -245,5 +618,104 @@ class Columns:
                    self._table.ctypes.data, self._nfields.ctypes.data, self._first.ctypes.data,
                    self._offsets.ctypes.data, self._sizes.ctypes.data, self._signs.ctypes.data,
                    pointers, caps.ctypes.data, rows.ctypes.data)
-        return [[block[f, :n] for f in range(block.shape[0])]
-                for block, n in zip(blocks, rows.tolist())], int(walked)
+        return blocks, rows, int(walked)
+
+
+KERNEL_COLUMNS = ("correlation id", "name", "device", "start", "end", "stream", "blocks",
+                  "threads per block", "registers", "shared memory", "graph node")
+"""The kernel columns Join takes and gives back to Python, in order (the C code's K_*)."""
+_GROUP_FIELDS, _ROW_FIELDS = 9, 12
+
+
+class Joined:
+    """What Join made of one buffer (int64 numpy columns):
+    groups: (path, name, device, blocks, threads, registers, shared memory, GPU ns, count),
+      one per (path, kernel, device, launch configuration) of the kernels matched;
+    rows: (path, launch start, correlation id, name, device, start, end, stream, blocks,
+      threads, registers, shared memory), one per kernel matched;
+    first: the earliest launch start among them (None when none matched);
+    python: (external (correlation id, path), api (correlation id, start, graph, thread),
+      kernels (KERNEL_COLUMNS)) of the launches Python places, for Attributor."""
+
+    def __init__(self, groups, rows, first, python) -> None:
+        self.groups, self.rows, self.first, self.python = groups, rows, first, python
+
+
+class Join:
+    """The join of the shadow context's records in C (attribution.Attributor's work for its
+    common case, outside the GIL): external correlation, API and kernel records matched by
+    correlation id, a buffer's kernels summed per path. Not thread-safe: one caller at a time
+    (the collector's lock)."""
+
+    def __init__(self, lib: ctypes.CDLL, custom: int,
+                 launches: dict[int, tuple[list[int], list[int]]]) -> None:
+        """custom: the external correlation kind scopes push; launches: {API record kind:
+        (cbids of launch calls, cbids of graph launches)} (one or two kinds)."""
+        if not 1 <= len(launches) <= 2:
+            raise ValueError("one or two API record kinds")
+        self._lib, self._custom = lib, custom
+        kinds, self._flags = [], []
+        for kind, (calls, graphs) in launches.items():
+            flags = np.zeros(max([*calls, *graphs, 0]) + 1, dtype=np.uint8)
+            flags[list(calls)] = 1
+            flags[list(graphs)] = 2
+            kinds.append(kind)
+            self._flags.append(flags)
+        if len(kinds) == 1:
+            kinds.append(-1)
+            self._flags.append(np.zeros(1, dtype=np.uint8))
+        self._kinds = np.array(kinds, dtype=np.int64)
+        self._state = lib.proton_join_new()
+        if not self._state:
+            raise MemoryError("the C join could not allocate its tables")
+
+    @classmethod
+    def create(cls, custom: int, launches: dict) -> "Join | None":
+        lib = helper()
+        return None if lib is None else cls(lib, custom, launches)
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None):
+            self._lib.proton_join_free(self._state)
+            self._state = None
+
+    def add(self, blocks: list[np.ndarray], rows: np.ndarray, capturing: bool) -> Joined:
+        """One buffer's records as Columns.read gives them (external, API and kernel groups,
+        the collector's field order). `capturing`: a stream capture was seen (every launch
+        goes to Python, which knows the capture windows)."""
+        n_api, n_k = int(rows[1]), int(rows[2])
+        stride = n_k + self._lib.proton_join_early(self._state) + n_api + 1
+        groups = np.empty((_GROUP_FIELDS, stride), dtype=np.int64)
+        out_rows = np.empty((_ROW_FIELDS, stride), dtype=np.int64)
+        ext_out = np.empty((2, stride), dtype=np.int64)
+        api_out = np.empty((4, stride), dtype=np.int64)
+        kern_out = np.empty((len(KERNEL_COLUMNS), stride), dtype=np.int64)
+        counts = np.zeros(6, dtype=np.int64)
+        pointers = (ctypes.c_void_p * 3)(*[b.ctypes.data for b in blocks])
+        caps = np.array([b.shape[1] for b in blocks], dtype=np.int64)
+        f0, f1 = self._flags
+        if self._lib.proton_join_records(
+                self._state, pointers, caps.ctypes.data, rows.ctypes.data, self._custom,
+                self._kinds.ctypes.data, f0.ctypes.data, len(f0), f1.ctypes.data, len(f1),
+                int(capturing), stride, groups.ctypes.data, out_rows.ctypes.data,
+                ext_out.ctypes.data, api_out.ctypes.data, kern_out.ctypes.data,
+                counts.ctypes.data) != 0:
+            raise MemoryError("the C join ran out of memory: this buffer's kernels are lost")
+        n_groups, n_rows, n_x, n_a, n_kp, first = counts.tolist()
+        return Joined(groups[:, :n_groups], out_rows[:, :n_rows], first if n_rows else None,
+                      (ext_out[:, :n_x], api_out[:, :n_a], kern_out[:, :n_kp]))
+
+    def waiting(self, ts: int) -> int:
+        """Launches made by `ts` still waiting for their kernel."""
+        return int(self._lib.proton_join_waiting(self._state, ts))
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """(paths, kernels): kernels whose launch record never came (KERNEL_COLUMNS), each with
+        its external record's path or -1; the tables are emptied."""
+        n = self._lib.proton_join_early(self._state)
+        kern = np.empty((len(KERNEL_COLUMNS), n + 1), dtype=np.int64)
+        paths = np.empty(n + 1, dtype=np.int64)
+        got = self._lib.proton_join_finish(self._state, n + 1, kern.ctypes.data,
+                                           paths.ctypes.data)
+        return paths[:got], kern[:, :got]
+

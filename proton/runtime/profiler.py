@@ -164,7 +164,7 @@ class Profiler:
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
                                    in_callback=context.in_callback, pc=pc, callback_users=users,
-                                   graft=self.router.graft)
+                                   graft=self.router.graft, groups=self.router.on_groups)
         collector.start()
         self.collector = collector
         frames.repush_open_scopes()
@@ -305,7 +305,7 @@ class Profiler:
             if self.collector is None or phase not in s.earlier:
                 return True
             self.collector.deliver()
-            return self.collector.attributor.waiting_before(s.phase_starts[phase + 1]) == 0
+            return self.collector.waiting_before(s.phase_starts[phase + 1]) == 0
 
     def clear_phase(self, session: int, phase: int, up_to: bool = False) -> None:
         with self._lock:
@@ -415,8 +415,8 @@ class Profiler:
         lost = self.lost_kernels + collector.finish()
         dropped = collector.dropped_records()
         if debugging():
-            a = collector.attributor
-            debug(f"{a.launches} launch records, {a.kernels} kernels attributed, {lost} lost, "
+            debug(f"{collector.launches} launch records, {collector.kernels} kernels "
+                  f"attributed, {lost} lost, "
                   f"{dropped} dropped; {collector.records} records read in "
                   f"{collector.callback_seconds * 1e3:.1f} ms")
         if lost or dropped:

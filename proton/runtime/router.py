@@ -86,8 +86,7 @@ class KernelRouter:
             self._replayed_values(kernels)
         sessions = list(self._sessions.values())
         first = min(map(_START, kernels))
-        if not all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
-                   and s.phase_starts[-1] <= first for s in sessions):
+        if not _summable(sessions, first):
             each(self.on_kernel)(kernels)
             return
         totals: dict[int, list] = {}
@@ -96,17 +95,20 @@ class KernelRouter:
             kernel = memo((path_id, name, device))
             if kernel is None:
                 kernel = slow(path_id, name, device)
-            total = totals.get(kernel)
-            if total is None:
-                totals[kernel] = [end - start, 1, device, config, None]
-            else:
-                total[0] += end - start
-                total[1] += 1
-                if config != total[3] or total[4] is not None:  # launches that differ
-                    configs = total[4]
-                    if configs is None:  # all so far had the first one's
-                        configs = total[4] = {total[3]: total[0] - (end - start)}
-                    configs[config] = configs.get(config, 0) + end - start
+            _add(totals, kernel, end - start, 1, device, config)
+        for s in sessions:
+            s.add_kernel_totals(totals, first)
+
+    def on_groups(self, groups: list[tuple], first: int, rows) -> None:
+        """attribution.GroupSink: a buffer's kernels summed per (path, name, device,
+        configuration) by the C join; one by one (`rows()`) when a session needs each."""
+        sessions = list(self._sessions.values())
+        if not _summable(sessions, first):
+            self.on_kernels(rows())
+            return
+        totals: dict[int, list] = {}
+        for path_id, name, device, config, ns, count in groups:
+            _add(totals, self.kernel_path(path_id, name, device), ns, count, device, config)
         for s in sessions:
             s.add_kernel_totals(totals, first)
 
@@ -123,3 +125,26 @@ class KernelRouter:
         """Forget the memo (no session is live)."""
         self._kernel_paths = {}
         self.op_values = {}
+
+
+def _summable(sessions: list[Session], first: int) -> bool:
+    """Kernels launched from `first` on may be summed per node: every session is a tree that
+    has been active, in its current phase, since before then."""
+    return all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
+               and s.phase_starts[-1] <= first for s in sessions)
+
+
+def _add(totals: dict[int, list], kernel: int, ns: int, count: int, device: int,
+         config: int) -> None:
+    """Add `count` launches taking `ns` on `kernel` to Session.add_kernel_totals' `totals`."""
+    total = totals.get(kernel)
+    if total is None:
+        totals[kernel] = [ns, count, device, config, None]
+        return
+    total[0] += ns
+    total[1] += count
+    if config != total[3] or total[4] is not None:  # launches that differ
+        configs = total[4]
+        if configs is None:  # all so far had the first one's
+            configs = total[4] = {total[3]: total[0] - ns}
+        configs[config] = configs.get(config, 0) + ns
