@@ -213,8 +213,10 @@ def _stream(seed: int, launches: int, collector, capture: tuple[int, int] | None
     return out, expected
 
 
-@pytest.mark.parametrize("seed,capture", [(1, None), (2, None), (3, (200_000, 900_000))])
-def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, capture):
+@pytest.mark.parametrize("seed,capture,launches", [
+    (1, None, 3000), (2, None, 3000), (3, (200_000, 900_000), 3000),
+    (4, None, 20_000)])  # the tables grow and wrap around several times
+def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, capture, launches):
     """The same random run's buffers through numpy and the Attributor, and through the C
     helper's walk, read and join (Python placing what the join leaves it): every kernel on the
     same path with the same fields, the join's per-path sums equal to its kernels, nothing
@@ -240,7 +242,7 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, cap
         collector._names = dict(names)
         if capture:
             collector.attributor.capturing[7] = [list(capture)]
-        buffers, expected = _stream(seed, 3000, collector, capture)
+        buffers, expected = _stream(seed, launches, collector, capture)
         for data, sizes in buffers:
             raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
             ctypes.memmove(raw, data, len(data))
