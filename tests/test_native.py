@@ -269,8 +269,10 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, cap
                 key = (k[0], k[3], k[4], k[8])
                 mine[key] = [a + b for a, b in zip(mine.get(key, [0, 0]), (k[6] - k[5], 1))]
             assert sums == mine
-            # most joined in C; all placed in Python once a stream capture was seen
-            assert summed == [] if capture else len(summed) > 0.7 * len(got)
+            # most joined in C; launches made while a stream capture ran placed in Python
+            assert len(summed) > (0.4 if capture else 0.7) * len(got)
+            if capture:
+                assert not [k for k in summed if capture[0] <= k[1] <= capture[1]]
             assert collector.kernels == len(expected)
     want = sorted((p, t, c, names[n], d, s, e, st, cfg) for p, t, c, n, d, s, e, st, cfg
                   in expected)
@@ -307,3 +309,68 @@ def test_kernels_whose_launch_record_never_came_go_to_their_external_path(cache)
     assert got == [] and collector.callback_errors == []
     assert collector.finish() == 2
     assert sorted(k[:4] for k in got) == [(0, 200, 6, "a"), (17, 100, 5, "a")]
+
+
+def test_odd_records_give_the_same_kernels_joined_in_c_or_python(cache):
+    """Two kernels of one launch before its launch record, a graph kernel and a plain one
+    whose launch records never come, a failed launch and a call that is no launch: the C join
+    and the Attributor give the same kernels, paths and counts."""
+    from cupti import cupti
+
+    from proton.cupti.collector import CuptiCollector
+
+    K = cupti.ActivityKind
+
+    def rec(dtype, **fields):
+        r = np.zeros(1, dtype=dtype)
+        for name, value in fields.items():
+            r[name] = value
+        return r
+
+    results = {}
+    for joined in (False, True):
+        got = []
+        collector = CuptiCollector(got.extend,
+                                   groups=(lambda g, f, rows: got.extend(rows())) if joined
+                                   else None)
+        collector._names = {0x1000: "a"}
+        launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+        other = next(c for c in range(1, 400) if c not in collector._driver_cbids)
+        e = cupti.activity_external_correlation_dtype
+        kernel = cupti.activity_kernel10_dtype
+
+        def kern(corr, start, node=0):
+            return rec(kernel, kind=int(K.CONCURRENT_KERNEL), correlation_id=corr, name=0x1000,
+                       start=start, end=start + 10, graph_node_id=node)
+
+        first = [rec(e, kind=int(K.EXTERNAL_CORRELATION), correlation_id=c,
+                     external_kind=collector._custom, external_id=p)
+                 for c, p in ((5, 17), (8, 21), (9, 30), (10, 31))]
+        first += [kern(5, 100), kern(5, 120), kern(8, 130, node=77), kern(6, 140)]
+        api = cupti.activity_api_dtype
+        second = [rec(api, kind=int(K.DRIVER), cbid=launch, correlation_id=5, start=50),
+                  rec(api, kind=int(K.DRIVER), cbid=launch, correlation_id=9, start=60,
+                      return_value=1),
+                  rec(api, kind=int(K.DRIVER), cbid=other, correlation_id=10, start=70)]
+        for records in (first, second):
+            data = b"".join(r.tobytes() for r in records)
+            raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
+            ctypes.memmove(raw, data, len(data))
+            step = fake_next([r.dtype.itemsize for r in records])
+            address, valid = ctypes.addressof(raw), len(data)
+            if joined:
+                if collector._join is None:
+                    holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
+                    assert collector.use_native_reads(holder)
+                collector._columns = native.Columns.create(step, collector._column_groups())
+                collector.read_buffer(address, valid)
+            else:
+                collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
+                                       native.Walker(step)(address, valid))
+        assert collector.callback_errors == []
+        lost = collector.finish()
+        results[joined] = (sorted(k[:5] for k in got), lost, collector.launches,
+                           collector.kernels)
+    assert results[True] == results[False] == (
+        [(0, 140, 6, "a", 0), (17, 50, 5, "a", 0), (17, 50, 5, "a", 0), (21, 130, 8, "a", 0)],
+        2, 1, 4)

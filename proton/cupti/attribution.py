@@ -154,6 +154,21 @@ class Attributor:
                 return end == -1 or ts <= end
         return False
 
+    def capture_span(self) -> tuple[int, int] | None:
+        """(first begin, last end) of the stream captures seen on any thread (the end of an
+        open one: the largest timestamp); None when none was."""
+        span = None
+        for windows in list(self.capturing.values()):
+            for begin, end in list(windows):
+                end = (1 << 63) - 1 if end == -1 else end
+                span = (begin, end) if span is None else (min(span[0], begin),
+                                                          max(span[1], end))
+        return span
+
+    def early_ids(self) -> list[int]:
+        """Correlation ids of kernels whose launch record has not come."""
+        return list(self._early)
+
     def register_launch(self, corr: int, path: int, start: int, graph: bool) -> None:
         """The python context's launch callback, on the launching thread, at the call's enter:
         the launch stands for its API record, with its path and start time. It comes before any

@@ -467,6 +467,12 @@ class CuptiCollector:
         with self._lock:
             lost = 0
             if self._join is not None:
+                # kernels the Attributor holds go to their external record's path, which
+                # the join kept
+                for corr in self.attributor.early_ids():
+                    path = self._join.path(corr)
+                    if path is not None:
+                        self.attributor.external.setdefault(corr, path)
                 paths_, kernels = self._join.finish()
                 lost = len(paths_)
                 if lost:
@@ -511,11 +517,13 @@ class CuptiCollector:
             if self._join is not None:
                 blocks, rows, walked = self._columns.read(buffer, valid)
                 with self._lock:
-                    joined = self._join.add(blocks, rows, bool(self.attributor.capturing))
-                    self._route_joined(joined, int(rows[1]))
-                    external, api, kernels = joined.python
-                    if len(api[0]) or len(kernels[0]):
-                        self._attribute(external, api, kernels)
+                    joined = self._join.add(blocks, rows, self.attributor.capture_span())
+                    try:
+                        self._route_joined(joined)
+                    finally:  # the join has let go of these: lose none of them
+                        external, api, kernels = joined.python
+                        if len(api[0]) or len(kernels[0]):
+                            self._attribute(external, api, kernels)
             else:
                 (ext, api, kernels), walked = self._columns(buffer, valid)
                 self._digest(ext, api, kernels)
@@ -584,10 +592,10 @@ class CuptiCollector:
         return (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
                 stream.tolist(), self._configs(blocks, threads, regs, shared), node.tolist())
 
-    def _route_joined(self, joined, calls: int) -> None:
+    def _route_joined(self, joined) -> None:
         """The C join's sums to the group sink (its rows, made on demand, to the kernel sink's
         way when the sessions need each kernel)."""
-        self._joined[0] += calls - len(joined.python[1][0])
+        self._joined[0] += joined.launches - len(joined.python[1][0])
         if joined.first is None:
             return
         path, name, device, blocks, threads, regs, shared, ns, count = joined.groups

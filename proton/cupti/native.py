@@ -192,12 +192,15 @@ enum { G_PATH, G_NAME, G_DEVICE, G_BLOCKS, G_THREADS, G_REGS, G_SHARED, G_NS, G_
        G_FIELDS };
 enum { R_PATH, R_LAUNCH, R_CORR, R_NAME, R_DEVICE, R_START, R_END, R_STREAM, R_BLOCKS,
        R_THREADS, R_REGS, R_SHARED, R_FIELDS };
-enum { OUT_GROUPS, OUT_ROWS, OUT_EXT, OUT_API, OUT_KERNELS, OUT_FIRST, OUT_COUNTS };
+enum { OUT_GROUPS, OUT_ROWS, OUT_EXT, OUT_API, OUT_KERNELS, OUT_FIRST, OUT_LAUNCHES,
+       OUT_COUNTS };
+enum { LAUNCH_IN_PYTHON = 1, KERNELS_IN_PYTHON = 2 };
 
 typedef struct {
     proton_map ext;      /* correlation id -> path */
     proton_map launches; /* correlation id -> path, start: waiting for its kernel */
-    proton_map deferred; /* correlation id: its launch went to Python, so its kernel goes too */
+    proton_map deferred; /* correlation id -> LAUNCH_IN_PYTHON: its kernel goes there too;
+                            KERNELS_IN_PYTHON: so does its launch (several came early) */
     proton_map early;    /* correlation id -> a kernel (K_FIELDS) whose launch has not come */
 } proton_join;
 
@@ -205,7 +208,7 @@ proton_join *proton_join_new(void) {
     proton_join *j = (proton_join *)calloc(1, sizeof *j);
     if (!j) return NULL;
     if (map_init(&j->ext, 2, 1024) || map_init(&j->launches, 3, 1024) ||
-        map_init(&j->deferred, 1, 64) || map_init(&j->early, 1 + K_FIELDS, 64)) {
+        map_init(&j->deferred, 2, 64) || map_init(&j->early, 1 + K_FIELDS, 64)) {
         free(j->ext.slots); free(j->launches.slots); free(j->deferred.slots);
         free(j->early.slots); free(j);
         return NULL;
@@ -217,6 +220,12 @@ void proton_join_free(proton_join *j) {
     if (!j) return;
     free(j->ext.slots); free(j->launches.slots); free(j->deferred.slots);
     free(j->early.slots); free(j);
+}
+
+/* The path of the external record of launch `corr` not yet matched, or -1. */
+int64_t proton_join_path(const proton_join *j, int64_t corr) {
+    const int64_t *e = map_find(&j->ext, corr);
+    return e ? e[1] : -1;
 }
 
 /* Kernels held back (their launch record has not come): the caller sizes outputs with it. */
@@ -279,17 +288,20 @@ static void matched(proton_groups *g, int64_t *groups, int64_t *rows, int64_t st
    K_FIELDS columns, stride n_k). Out (each column `stride` long, stride >= n_k + early):
    groups (G_FIELDS), rows (R_FIELDS) of the kernels matched here; for Python, ext (2 columns,
    stride) and api (4 columns) of the launches it must place and kernels (K_FIELDS) of them.
-   counts: OUT_COUNTS numbers (groups, rows, ext, api, kernels, the first launch start).
-   `capturing`: a stream capture was seen; every launch goes to Python (a launch recorded
-   into a graph leaves its id in `deferred`: a few words per captured launch). Returns 0, or
-   -1 when out of memory (the buffer's records are then lost). */
+   counts: OUT_COUNTS numbers (groups, rows, ext, api, kernels, the first launch start,
+   launch records). Launches started within [capture_from, capture_to] go to Python, which
+   knows each thread's stream capture windows (a launch recorded into a graph runs nothing
+   and leaves its id in `deferred`: a few words per captured launch). Returns 0, or -1 when
+   out of memory (the buffer's records are then lost). */
 static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, int64_t n_api,
-                    const int64_t *api, int64_t n_k, const int64_t *kernels, int32_t capturing,
-                    int64_t stride, int64_t *groups, int64_t *rows, int64_t *ext_out,
-                    int64_t *api_out, int64_t *kernels_out, int64_t *counts) {
+                    const int64_t *api, int64_t n_k, const int64_t *kernels,
+                    int64_t capture_from, int64_t capture_to, int64_t stride, int64_t *groups,
+                    int64_t *rows, int64_t *ext_out, int64_t *api_out, int64_t *kernels_out,
+                    int64_t *counts) {
     proton_groups g;
     for (int f = 0; f < OUT_COUNTS; f++) counts[f] = 0;
     counts[OUT_FIRST] = INT64_MAX;
+    counts[OUT_LAUNCHES] = n_api;
     g.cap = 16;
     while (g.cap < 2 * stride) g.cap *= 2;
     g.slots = (int64_t *)calloc((size_t)g.cap, sizeof(int64_t));
@@ -303,8 +315,11 @@ static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, in
         int64_t corr = api[i], start = api[n_api + i], graph = api[2 * n_api + i];
         int64_t *e = map_find(&j->ext, corr), path = e ? e[1] : EMPTY;
         if (e) map_drop(&j->ext, e);
-        int64_t *early = map_find(&j->early, corr);
-        if (capturing || graph || path == EMPTY) { /* Python places it */
+        int64_t *early = map_find(&j->early, corr), *d = map_find(&j->deferred, corr);
+        int at_python = d && d[1] == KERNELS_IN_PYTHON;
+        if (at_python) map_drop(&j->deferred, d);
+        if (graph || path == EMPTY || at_python || (capture_from <= start && start <= capture_to)) {
+            /* Python places it */
             int64_t a = counts[OUT_API]++;
             for (int f = 0; f < 4; f++) api_out[f * stride + a] = api[f * n_api + i];
             if (path != EMPTY) {
@@ -315,8 +330,9 @@ static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, in
             if (early) {
                 copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, early + 1);
                 map_drop(&j->early, early);
-            } else if (!graph) {
-                if (!map_put(&j->deferred, corr)) goto oom;
+            } else if (!graph && !at_python) {
+                if (!(d = map_put(&j->deferred, corr))) goto oom;
+                d[1] = LAUNCH_IN_PYTHON;
             }
         } else if (early) {
             matched(&g, groups, rows, stride, counts, path, start, early + 1);
@@ -339,7 +355,15 @@ static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, in
             map_drop(&j->launches, s);
         } else if ((s = map_find(&j->deferred, k[K_CORR])) != NULL) {
             copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, k);
-            map_drop(&j->deferred, s);
+            if (s[1] == LAUNCH_IN_PYTHON) map_drop(&j->deferred, s);
+        } else if ((s = map_find(&j->early, k[K_CORR])) != NULL) {
+            /* a second kernel before its launch: both, and then the launch, go to Python,
+               which keeps any number */
+            copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, s + 1);
+            map_drop(&j->early, s);
+            copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, k);
+            if (!(s = map_put(&j->deferred, k[K_CORR]))) goto oom;
+            s[1] = KERNELS_IN_PYTHON;
         } else {
             if (!(s = map_put(&j->early, k[K_CORR]))) goto oom;
             memcpy(s + 1, k, sizeof k);
@@ -358,11 +382,12 @@ oom:
    registers, static and dynamic shared memory, graph node; `cap` the stride of each, `rows`
    their lengths), keeping external ids of kind `custom` and API records of launch calls that
    succeeded: flags[k][cbid] is 1 for a launch, 2 for a graph launch, for API kind
-   kinds[k] (k = 0, 1). Same outputs and result as proton_join_add. */
+   kinds[k] (k = 0, 1). The rest as proton_join_add. */
 int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap, const int64_t *rows,
                         int64_t custom, const int64_t *kinds, const uint8_t *flags0,
                         int64_t nflags0, const uint8_t *flags1, int64_t nflags1,
-                        int32_t capturing, int64_t stride, int64_t *groups, int64_t *out_rows,
+                        int64_t capture_from, int64_t capture_to, int64_t stride,
+                        int64_t *groups, int64_t *out_rows,
                         int64_t *ext_out, int64_t *api_out, int64_t *kernels_out,
                         int64_t *counts) {
     const uint8_t *flags[2] = {flags0, flags1};
@@ -406,8 +431,8 @@ int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap, const 
         kern[K_SHARED * n_k + i] = k[13 * c + i] + k[14 * c + i];
         kern[K_GRAPH_NODE * n_k + i] = k[15 * c + i];
     }
-    int rc = proton_join_add(j, n_ext, ext, n_api, api, n_k, kern, capturing, stride, groups,
-                             out_rows, ext_out, api_out, kernels_out, counts);
+    int rc = proton_join_add(j, n_ext, ext, n_api, api, n_k, kern, capture_from, capture_to,
+                             stride, groups, out_rows, ext_out, api_out, kernels_out, counts);
     free(ext);
     return rc;
 }
@@ -528,7 +553,9 @@ def _load(path: str) -> ctypes.CDLL:
     lib.proton_join_waiting.restype = ctypes.c_int64
     lib.proton_join_records.argtypes = [ctypes.c_void_p] * 4 + [
         ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-        ctypes.c_int64, ctypes.c_int32, ctypes.c_int64] + [ctypes.c_void_p] * 6
+        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 6
+    lib.proton_join_path.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.proton_join_path.restype = ctypes.c_int64
     lib.proton_join_records.restype = ctypes.c_int
     lib.proton_join_finish.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                        ctypes.c_void_p]
@@ -634,11 +661,13 @@ class Joined:
     rows: (path, launch start, correlation id, name, device, start, end, stream, blocks,
       threads, registers, shared memory), one per kernel matched;
     first: the earliest launch start among them (None when none matched);
+    launches: the launch records (calls that succeeded) the buffer had;
     python: (external (correlation id, path), api (correlation id, start, graph, thread),
       kernels (KERNEL_COLUMNS)) of the launches Python places, for Attributor."""
 
-    def __init__(self, groups, rows, first, python) -> None:
-        self.groups, self.rows, self.first, self.python = groups, rows, first, python
+    def __init__(self, groups, rows, first, launches, python) -> None:
+        self.groups, self.rows, self.first = groups, rows, first
+        self.launches, self.python = launches, python
 
 
 class Join:
@@ -679,10 +708,11 @@ class Join:
             self._lib.proton_join_free(self._state)
             self._state = None
 
-    def add(self, blocks: list[np.ndarray], rows: np.ndarray, capturing: bool) -> Joined:
+    def add(self, blocks: list[np.ndarray], rows: np.ndarray,
+            capture: tuple[int, int] | None) -> Joined:
         """One buffer's records as Columns.read gives them (external, API and kernel groups,
-        the collector's field order). `capturing`: a stream capture was seen (every launch
-        goes to Python, which knows the capture windows)."""
+        the collector's field order). `capture`: (first, last) timestamps of the stream
+        captures seen (launches then go to Python, which knows each thread's windows)."""
         n_api, n_k = int(rows[1]), int(rows[2])
         stride = n_k + self._lib.proton_join_early(self._state) + n_api + 1
         groups = np.empty((_GROUP_FIELDS, stride), dtype=np.int64)
@@ -690,20 +720,26 @@ class Join:
         ext_out = np.empty((2, stride), dtype=np.int64)
         api_out = np.empty((4, stride), dtype=np.int64)
         kern_out = np.empty((len(KERNEL_COLUMNS), stride), dtype=np.int64)
-        counts = np.zeros(6, dtype=np.int64)
+        counts = np.zeros(7, dtype=np.int64)
+        capture_from, capture_to = capture or (1, 0)
         pointers = (ctypes.c_void_p * 3)(*[b.ctypes.data for b in blocks])
         caps = np.array([b.shape[1] for b in blocks], dtype=np.int64)
         f0, f1 = self._flags
         if self._lib.proton_join_records(
                 self._state, pointers, caps.ctypes.data, rows.ctypes.data, self._custom,
                 self._kinds.ctypes.data, f0.ctypes.data, len(f0), f1.ctypes.data, len(f1),
-                int(capturing), stride, groups.ctypes.data, out_rows.ctypes.data,
+                capture_from, capture_to, stride, groups.ctypes.data, out_rows.ctypes.data,
                 ext_out.ctypes.data, api_out.ctypes.data, kern_out.ctypes.data,
                 counts.ctypes.data) != 0:
             raise MemoryError("the C join ran out of memory: this buffer's kernels are lost")
-        n_groups, n_rows, n_x, n_a, n_kp, first = counts.tolist()
+        n_groups, n_rows, n_x, n_a, n_kp, first, launches = counts.tolist()
         return Joined(groups[:, :n_groups], out_rows[:, :n_rows], first if n_rows else None,
-                      (ext_out[:, :n_x], api_out[:, :n_a], kern_out[:, :n_kp]))
+                      launches, (ext_out[:, :n_x], api_out[:, :n_a], kern_out[:, :n_kp]))
+
+    def path(self, corr: int) -> int | None:
+        """The path of launch `corr`'s external record, while its launch record has not come."""
+        found = self._lib.proton_join_path(self._state, corr)
+        return None if found < 0 else int(found)
 
     def waiting(self, ts: int) -> int:
         """Launches made by `ts` still waiting for their kernel."""
