@@ -146,8 +146,36 @@ def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
     assert kernels[7][6] == 5007 and len(kernels) == 8  # graph node ids came along
 
 
+def _record(dtype, **fields) -> np.ndarray:
+    """One CUPTI record of cupti-python's `dtype` with `fields` set, the rest zero."""
+    r = np.zeros(1, dtype=dtype)
+    for name, value in fields.items():
+        r[name] = value
+    return r
+
+
+def _feed(collector, records: list, joined: bool) -> None:
+    """One buffer of `records` (numpy records of cupti-python's dtypes) through the collector:
+    the C helper's walk, read and join when `joined`, else the numpy reads and the
+    Attributor."""
+    data = b"".join(r.tobytes() for r in records)
+    raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
+    ctypes.memmove(raw, data, len(data))
+    step = fake_next([r.dtype.itemsize for r in records])
+    address, valid = ctypes.addressof(raw), len(data)
+    if joined:
+        if collector._join is None:
+            holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
+            assert collector.use_native_reads(holder) and collector._join is not None
+        collector._columns = native.Columns.create(step, collector._column_groups())
+        collector.read_buffer(address, valid)
+    else:
+        collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
+                               native.Walker(step)(address, valid))
+
+
 def _stream(seed: int, launches: int, collector, capture: tuple[int, int] | None):
-    """A random run as CUPTI buffers (bytes, record sizes), and the kernels a correct join gives
+    """A random run as CUPTI buffers (lists of records), and the kernels a correct join gives
     (path, launch start, correlation id, name pointer, device, start, end, stream, launch
     configuration): scoped and unscoped launches, failed ones, graph launches with three
     kernels, kernels in an earlier buffer than their launch record, records shuffled within a
@@ -163,26 +191,20 @@ def _stream(seed: int, launches: int, collector, capture: tuple[int, int] | None
     buffers: list[list[np.ndarray]] = [[] for _ in range(launches // 50 + 2)]
     expected = []
 
-    def record(dtype, **fields):
-        r = np.zeros(1, dtype=dtype)
-        for name, value in fields.items():
-            r[name] = value
-        return r
-
     for corr in range(1, launches + 1):
         kind = rng.choice(["scoped", "unscoped", "failed", "graph"], p=[0.8, 0.1, 0.03, 0.07])
         start, thread = corr * 1000, int(rng.choice([7, 8]))
         at = min(corr // 50 + int(rng.integers(0, 2)), len(buffers) - 1)
         path = int(rng.integers(1, 40))
         if kind != "unscoped":
-            buffers[at].append(record(cupti.activity_external_correlation_dtype,
+            buffers[at].append(_record(cupti.activity_external_correlation_dtype,
                                       kind=int(K.EXTERNAL_CORRELATION), correlation_id=corr,
                                       external_kind=collector._custom, external_id=path))
-        buffers[at].append(record(cupti.activity_external_correlation_dtype,  # not ours
+        buffers[at].append(_record(cupti.activity_external_correlation_dtype,  # not ours
                                   kind=int(K.EXTERNAL_CORRELATION), correlation_id=corr,
                                   external_kind=collector._custom + 1, external_id=99))
         on_runtime = kind != "graph" and corr % 9 == 0
-        buffers[at].append(record(
+        buffers[at].append(_record(
             cupti.activity_api_dtype, kind=int(K.RUNTIME if on_runtime else K.DRIVER),
             correlation_id=corr, start=start, thread_id=thread,
             cbid=runtime if on_runtime else graph if kind == "graph" else launch,
@@ -196,7 +218,7 @@ def _stream(seed: int, launches: int, collector, capture: tuple[int, int] | None
             name, device = int(rng.choice([0x1000, 0x2000])), int(rng.integers(0, 2))
             blocks, regs = int(rng.choice([1, 132])), int(rng.choice([32, 40]))
             kstart = start + 500 + node
-            buffers[k_at].append(record(
+            buffers[k_at].append(_record(
                 cupti.activity_kernel10_dtype, kind=int(K.CONCURRENT_KERNEL),
                 correlation_id=corr, name=name, device_id=device, start=kstart,
                 end=kstart + 100 + node, stream_id=3, grid_x=blocks, grid_y=1, grid_z=1,
@@ -205,12 +227,8 @@ def _stream(seed: int, launches: int, collector, capture: tuple[int, int] | None
                 graph_node_id=5000 + corr * 4 + node if node else 0))
             expected.append((where, start, corr, name, device, kstart, kstart + 100 + node, 3,
                              (blocks, 128, regs, 1024)))
-    out = []
-    for records in buffers:
-        order = rng.permutation(len(records))
-        records = [records[i] for i in order]
-        out.append((b"".join(r.tobytes() for r in records), [r.dtype.itemsize for r in records]))
-    return out, expected
+    return [[records[i] for i in rng.permutation(len(records))] for records in buffers], \
+        expected
 
 
 @pytest.mark.parametrize("seed,capture,launches", [
@@ -243,21 +261,8 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, cap
         if capture:
             collector.attributor.capturing[7] = [list(capture)]
         buffers, expected = _stream(seed, launches, collector, capture)
-        for data, sizes in buffers:
-            raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
-            ctypes.memmove(raw, data, len(data))
-            address, valid = ctypes.addressof(raw), len(data)
-            if joined:
-                step = fake_next(sizes)
-                if collector._join is None:
-                    holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
-                    assert collector.use_native_reads(holder) and collector._join is not None
-                collector._columns = native.Columns.create(step, collector._column_groups())
-                collector.read_buffer(address, valid)
-            else:
-                offsets = native.Walker(fake_next(sizes))(address, valid)
-                collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
-                                       offsets)
+        for records in buffers:
+            _feed(collector, records, joined)
         assert collector.callback_errors == []
         assert collector.waiting_before(10**12) == 0
         assert collector.finish() == 0
@@ -321,12 +326,6 @@ def test_odd_records_give_the_same_kernels_joined_in_c_or_python(cache):
 
     K = cupti.ActivityKind
 
-    def rec(dtype, **fields):
-        r = np.zeros(1, dtype=dtype)
-        for name, value in fields.items():
-            r[name] = value
-        return r
-
     results = {}
     for joined in (False, True):
         got = []
@@ -340,33 +339,20 @@ def test_odd_records_give_the_same_kernels_joined_in_c_or_python(cache):
         kernel = cupti.activity_kernel10_dtype
 
         def kern(corr, start, node=0):
-            return rec(kernel, kind=int(K.CONCURRENT_KERNEL), correlation_id=corr, name=0x1000,
-                       start=start, end=start + 10, graph_node_id=node)
+            return _record(kernel, kind=int(K.CONCURRENT_KERNEL), correlation_id=corr,
+                           name=0x1000, start=start, end=start + 10, graph_node_id=node)
 
-        first = [rec(e, kind=int(K.EXTERNAL_CORRELATION), correlation_id=c,
-                     external_kind=collector._custom, external_id=p)
+        first = [_record(e, kind=int(K.EXTERNAL_CORRELATION), correlation_id=c,
+                         external_kind=collector._custom, external_id=p)
                  for c, p in ((5, 17), (8, 21), (9, 30), (10, 31))]
         first += [kern(5, 100), kern(5, 120), kern(8, 130, node=77), kern(6, 140)]
         api = cupti.activity_api_dtype
-        second = [rec(api, kind=int(K.DRIVER), cbid=launch, correlation_id=5, start=50),
-                  rec(api, kind=int(K.DRIVER), cbid=launch, correlation_id=9, start=60,
-                      return_value=1),
-                  rec(api, kind=int(K.DRIVER), cbid=other, correlation_id=10, start=70)]
+        second = [_record(api, kind=int(K.DRIVER), cbid=launch, correlation_id=5, start=50),
+                  _record(api, kind=int(K.DRIVER), cbid=launch, correlation_id=9, start=60,
+                          return_value=1),
+                  _record(api, kind=int(K.DRIVER), cbid=other, correlation_id=10, start=70)]
         for records in (first, second):
-            data = b"".join(r.tobytes() for r in records)
-            raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
-            ctypes.memmove(raw, data, len(data))
-            step = fake_next([r.dtype.itemsize for r in records])
-            address, valid = ctypes.addressof(raw), len(data)
-            if joined:
-                if collector._join is None:
-                    holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
-                    assert collector.use_native_reads(holder)
-                collector._columns = native.Columns.create(step, collector._column_groups())
-                collector.read_buffer(address, valid)
-            else:
-                collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
-                                       native.Walker(step)(address, valid))
+            _feed(collector, records, joined)
         assert collector.callback_errors == []
         lost = collector.finish()
         results[joined] = (sorted(k[:5] for k in got), lost, collector.launches,
@@ -374,3 +360,33 @@ def test_odd_records_give_the_same_kernels_joined_in_c_or_python(cache):
     assert results[True] == results[False] == (
         [(0, 140, 6, "a", 0), (17, 50, 5, "a", 0), (17, 50, 5, "a", 0), (21, 130, 8, "a", 0)],
         2, 1, 4)
+
+
+def test_launches_waiting_for_their_kernel_are_counted_by_start(cache):
+    """flush waits for the launches made before it: the C join counts them as the Attributor
+    does."""
+    from cupti import cupti
+
+    from proton.cupti.collector import CuptiCollector
+
+    K = cupti.ActivityKind
+    for joined in (False, True):
+        collector = CuptiCollector(lambda kernels: None,
+                                   groups=(lambda *a: None) if joined else None)
+        collector._names = {0x1000: "a"}
+        launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+        calls = []
+        for corr, start in ((1, 100), (2, 200)):
+            ext = np.zeros(1, dtype=cupti.activity_external_correlation_dtype)
+            ext["kind"], ext["correlation_id"] = int(K.EXTERNAL_CORRELATION), corr
+            ext["external_kind"], ext["external_id"] = collector._custom, 5
+            api = np.zeros(1, dtype=cupti.activity_api_dtype)
+            api["kind"], api["cbid"], api["correlation_id"] = int(K.DRIVER), launch, corr
+            api["start"] = start
+            calls += [ext, api]
+        kern = np.zeros(1, dtype=cupti.activity_kernel10_dtype)
+        kern["kind"], kern["correlation_id"], kern["name"] = int(K.CONCURRENT_KERNEL), 1, 0x1000
+        kern["start"], kern["end"] = 300, 310
+        for records, waiting in ((calls, {150: 1, 250: 2}), ([kern], {150: 0, 250: 1})):
+            _feed(collector, records, joined)
+            assert {ts: collector.waiting_before(ts) for ts in waiting} == waiting, joined

@@ -202,6 +202,7 @@ typedef struct {
     proton_map deferred; /* correlation id -> LAUNCH_IN_PYTHON: its kernel goes there too;
                             KERNELS_IN_PYTHON: so does its launch (several came early) */
     proton_map early;    /* correlation id -> a kernel (K_FIELDS) whose launch has not come */
+    int64_t newest;      /* the latest start of a launch put in `launches` */
 } proton_join;
 
 proton_join *proton_join_new(void) {
@@ -231,8 +232,10 @@ int64_t proton_join_path(const proton_join *j, int64_t corr) {
 /* Kernels held back (their launch record has not come): the caller sizes outputs with it. */
 int64_t proton_join_early(const proton_join *j) { return j->early.live; }
 
-/* Launches made at or before `ts` still waiting for their kernel. */
+/* Launches made at or before `ts` still waiting for their kernel (a scan of the table only
+   when some may be later: flush asks every 10 ms). */
 int64_t proton_join_waiting(const proton_join *j, int64_t ts) {
+    if (j->newest <= ts) return j->launches.live;
     int64_t n = 0;
     for (int64_t i = 0; i < j->launches.cap; i++) {
         const int64_t *s = j->launches.slots + i * 3;
@@ -342,6 +345,7 @@ static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, in
             if (!s) goto oom;
             s[1] = path;
             s[2] = start;
+            if (start > j->newest) j->newest = start;
         }
     }
     for (int64_t i = 0; i < n_k; i++) {
