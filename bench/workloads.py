@@ -3,8 +3,9 @@
     python bench/workloads.py WORKLOAD PROFILER [--hook triton] [--context shadow|python]
                               [--mode pcsampling[:serialize=1]]
 WORKLOAD: launch | gpu | model | accuracy | scale | pcsampling
-PROFILER: none | listen (bare, but open to `proton capture`) | proton | triton (Triton 3.6's own
-          Proton) | torch (torch.profiler; accuracy only)
+PROFILER: none | listen (bare, but open to `proton capture`) | cupti (CUPTI's kernel activity
+          alone, its buffers handed back unread: the floor any CUPTI profiler pays) | proton |
+          triton (Triton 3.6's own Proton) | torch (torch.profiler; accuracy only)
 bench/run.py runs each in its own process (one CUPTI subscriber per process) and prints the table.
 """
 from __future__ import annotations
@@ -42,8 +43,29 @@ def trig_kernel(x, y, n, ITERS: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(y + offs, v, mask=offs < n)
 
 
+class KernelActivityOnly:
+    """CUPTI's CONCURRENT_KERNEL activity with buffers handed back unread (through our raw
+    buffers, as the profiler takes them): what every CUPTI profiler pays per launch."""
+
+    def __init__(self) -> None:
+        from cupti import cupti
+
+        from proton.cupti.buffers import RawBuffers, loaded_libcupti
+
+        self._cupti = cupti
+        cupti.get_timestamp()  # loads libcupti
+        self._raw = RawBuffers(loaded_libcupti(), lambda view, offsets: None, 8 << 20)
+        self._raw.on_buffer = lambda buffer, valid: None
+        self._raw.register()
+        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+
+    def stop(self) -> None:
+        self._cupti.activity_flush_all(1)
+        self._cupti.activity_disable(self._cupti.ActivityKind.CONCURRENT_KERNEL)
+
+
 class Profiler:
-    """The same calls on our Proton, Triton's, or nothing (bare)."""
+    """The same calls on our Proton, Triton's, CUPTI's floor, or nothing (bare)."""
 
     def __init__(self, which: str, hook: str | None, context: str,
                  mode: str | None = None) -> None:
@@ -62,8 +84,11 @@ class Profiler:
             mod = None
         self.mod = mod
         self.path = os.path.join(tempfile.mkdtemp(), "bench")
+        self._floor = None
 
     def start(self) -> None:
+        if self.which == "cupti":
+            self._floor = KernelActivityOnly()
         if self.mod is not None:
             self.mod.start(self.path, hook=self.hook, context=self.context, mode=self.mode)
 
@@ -72,6 +97,8 @@ class Profiler:
 
     def finalize(self) -> float:
         """Seconds finalize took; 0 when bare."""
+        if self._floor is not None:
+            self._floor.stop()
         if self.mod is None:
             return 0.0
         t0 = time.perf_counter()
@@ -312,7 +339,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workload",
                         choices=["launch", "gpu", "model", "accuracy", "scale", "pcsampling"])
-    parser.add_argument("profiler", choices=["none", "listen", "proton", "triton", "torch"])
+    parser.add_argument("profiler", choices=["none", "listen", "cupti", "proton", "triton",
+                                             "torch"])
     parser.add_argument("--hook", default=None)
     parser.add_argument("--context", default="shadow")
     parser.add_argument("--mode", default=None, help="e.g. pcsampling, pcsampling:serialize=1")
