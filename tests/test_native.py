@@ -18,13 +18,15 @@ def fake_next(sizes: list[int]):
     """cuptiActivityGetNextRecord over records of `sizes` bytes laid end to end: 0 and the next
     record, or CUPTI's MAX_LIMIT_REACHED (14) after the last."""
     starts = np.cumsum([0, *sizes[:-1]]).tolist() if sizes else []
+    following = dict(zip(starts, starts[1:] + [None]))
 
     def step(buffer, valid, record):
-        at = 0 if not record[0] else record[0] - buffer
-        i = 0 if not record[0] else starts.index(at) + 1
-        if i >= len(starts) or starts[i] >= valid:
+        if not starts:
             return 14
-        record[0] = buffer + starts[i]
+        at = following.get(record[0] - buffer) if record[0] else starts[0]
+        if at is None or at >= valid:
+            return 14
+        record[0] = buffer + at
         return 0
 
     return NEXT(step)
@@ -390,3 +392,55 @@ def test_launches_waiting_for_their_kernel_are_counted_by_start(cache):
         for records, waiting in ((calls, {150: 1, 250: 2}), ([kern], {150: 0, 250: 1})):
             _feed(collector, records, joined)
             assert {ts: collector.waiting_before(ts) for ts in waiting} == waiting, joined
+
+
+def test_a_burst_of_waiting_launches_then_their_kernels(cache):
+    """30,000 launches wait before any kernel comes (the join's tables grow), then small
+    buffers of launches and their kernels (the tables shrink back): every kernel lands on its
+    launch's path, as in the Attributor."""
+    from cupti import cupti
+
+    from proton.cupti.collector import CuptiCollector
+
+    K = cupti.ActivityKind
+    n = 30_000
+    results = {}
+    for joined in (False, True):
+        got = []
+        collector = CuptiCollector(got.extend,
+                                   groups=(lambda g, f, rows: got.extend(rows())) if joined
+                                   else None)
+        collector._names = {0x1000: "a"}
+        launch = next(c for c, name in collector._driver_cbids.items()
+                      if name == "cuLaunchKernel")
+        calls = []
+        for corr in range(1, n + 1):
+            calls.append(_record(cupti.activity_external_correlation_dtype,
+                                 kind=int(K.EXTERNAL_CORRELATION), correlation_id=corr,
+                                 external_kind=collector._custom, external_id=corr % 7 + 1))
+            calls.append(_record(cupti.activity_api_dtype, kind=int(K.DRIVER), cbid=launch,
+                                 correlation_id=corr, start=corr))
+        _feed(collector, calls, joined)
+        assert collector.waiting_before(n) == n
+        kernels = [_record(cupti.activity_kernel10_dtype, kind=int(K.CONCURRENT_KERNEL),
+                           correlation_id=corr, name=0x1000, start=n + corr, end=n + corr + 5)
+                   for corr in range(1, n + 1)]
+        for half in (kernels[: n // 2], kernels[n // 2:]):
+            _feed(collector, half, joined)
+        for corr in range(n + 1, n + 40, 10):  # small buffers after the burst
+            small = []
+            for c in range(corr, corr + 10):
+                small += [_record(cupti.activity_external_correlation_dtype,
+                                  kind=int(K.EXTERNAL_CORRELATION), correlation_id=c,
+                                  external_kind=collector._custom, external_id=9),
+                          _record(cupti.activity_api_dtype, kind=int(K.DRIVER), cbid=launch,
+                                  correlation_id=c, start=c),
+                          _record(cupti.activity_kernel10_dtype, kind=int(K.CONCURRENT_KERNEL),
+                                  correlation_id=c, name=0x1000, start=3 * n + c,
+                                  end=3 * n + c + 5)]
+            _feed(collector, small, joined)
+        assert collector.waiting_before(4 * n) == 0 and collector.finish() == 0
+        results[joined] = sorted(k[:3] for k in got)
+    assert results[True] == results[False]
+    assert len(results[True]) == n + 40 and (7 % 7 + 1, 7, 7) in results[True]
+    assert (9, n + 40, n + 40) in results[True]

@@ -106,7 +106,7 @@ int64_t proton_columns(proton_next_fn next, uint8_t *buffer, size_t valid,
    stays one probe), looking no further than the farthest any entry sits from its slot. */
 typedef struct {
     int64_t *slots; /* cap slots of `width` words: the key, then its values */
-    int64_t cap, live;
+    int64_t cap, live, peak; /* peak: the most entries since the last map_trim */
     uint64_t far; /* no entry sits more than this many slots past its own */
     int32_t width;
 } proton_map;
@@ -120,7 +120,7 @@ static int map_init(proton_map *m, int32_t width, int64_t cap) {
     m->slots = (int64_t *)malloc((size_t)(cap * width) * sizeof(int64_t));
     if (!m->slots) return -1;
     for (int64_t i = 0; i < cap; i++) m->slots[i * width] = EMPTY;
-    m->cap = cap; m->live = 0; m->far = 0; m->width = width;
+    m->cap = cap; m->live = m->peak = 0; m->far = 0; m->width = width;
     return 0;
 }
 
@@ -134,9 +134,10 @@ static int64_t *map_find(const proton_map *m, int64_t key) {
     }
 }
 
-static int map_grow(proton_map *m) {
+/* Move every entry into a table of `cap` slots (a power of two above twice the entries). */
+static int map_resize(proton_map *m, int64_t cap) {
     proton_map bigger;
-    if (map_init(&bigger, m->width, m->cap * 2) != 0) return -1;
+    if (map_init(&bigger, m->width, cap) != 0) return -1;
     uint64_t mask = (uint64_t)bigger.cap - 1;
     for (int64_t i = 0; i < m->cap; i++) {
         int64_t *s = m->slots + i * m->width;
@@ -147,22 +148,25 @@ static int map_grow(proton_map *m) {
         memcpy(bigger.slots + j * m->width, s, (size_t)m->width * sizeof(int64_t));
     }
     bigger.live = m->live;
+    bigger.peak = m->peak;
     free(m->slots);
     *m = bigger;
     return 0;
 }
 
+#define MAP_MIN 1024 /* a table is never shrunk below this many slots */
+
 /* The slot of `key`, added (values unset) when missing; NULL when out of memory. */
 static int64_t *map_put(proton_map *m, int64_t key) {
     int64_t *found = map_find(m, key);
     if (found) return found;
-    if ((m->live + 1) * 2 > m->cap && map_grow(m) != 0) return NULL;
+    if ((m->live + 1) * 2 > m->cap && map_resize(m, m->cap * 2) != 0) return NULL;
     uint64_t mask = (uint64_t)m->cap - 1, home = (uint64_t)key & mask;
     for (uint64_t i = home;; i = (i + 1) & mask) {
         int64_t *s = m->slots + i * m->width;
         if (s[0] == EMPTY) {
             if (((i - home) & mask) > m->far) m->far = (i - home) & mask;
-            m->live++;
+            if (++m->live > m->peak) m->peak = m->live;
             s[0] = key;
             return s;
         }
@@ -184,6 +188,18 @@ static void map_drop(proton_map *m, int64_t *slot) {
     }
     m->slots[hole * m->width] = EMPTY;
     m->live--;
+}
+
+/* Between buffers: a table whose entries never filled an eighth of it since the last call
+   shrinks (after a burst of waiting launches, the memory comes back; a buffer's usual rise
+   and fall keeps its size). */
+static void map_trim(proton_map *m) {
+    if (m->cap > MAP_MIN && m->peak * 8 < m->cap) {
+        int64_t cap = MAP_MIN;
+        while (cap < m->peak * 4) cap *= 2;
+        map_resize(m, cap); /* kept as it is when there is no memory */
+    }
+    m->peak = m->live;
 }
 
 enum { K_CORR, K_NAME, K_DEVICE, K_START, K_END, K_STREAM, K_BLOCKS, K_THREADS, K_REGS,
@@ -305,6 +321,7 @@ static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, in
     for (int f = 0; f < OUT_COUNTS; f++) counts[f] = 0;
     counts[OUT_FIRST] = INT64_MAX;
     counts[OUT_LAUNCHES] = n_api;
+    map_trim(&j->ext); map_trim(&j->launches); map_trim(&j->deferred); map_trim(&j->early);
     g.cap = 16;
     while (g.cap < 2 * stride) g.cap *= 2;
     g.slots = (int64_t *)calloc((size_t)g.cap, sizeof(int64_t));
