@@ -176,6 +176,20 @@ def _feed(collector, records: list, joined: bool) -> None:
                                native.Walker(step)(address, valid))
 
 
+def _collector(joined: bool):
+    """A collector putting its kernels in a list (through the C join when `joined`, else the
+    Attributor), the list, and cuLaunchKernel's cbid."""
+    from proton.cupti.collector import CuptiCollector
+
+    got: list = []
+    collector = CuptiCollector(got.extend,
+                               groups=(lambda g, f, rows: got.extend(rows())) if joined
+                               else None)
+    collector._names = {0x1000: "a"}
+    launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+    return collector, got, launch
+
+
 def _stream(seed: int, launches: int, collector, capture: tuple[int, int] | None):
     """A random run as CUPTI buffers (lists of records), and the kernels a correct join gives
     (path, launch start, correlation id, name pointer, device, start, end, stream, launch
@@ -324,18 +338,12 @@ def test_odd_records_give_the_same_kernels_joined_in_c_or_python(cache):
     and the Attributor give the same kernels, paths and counts."""
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
 
     K = cupti.ActivityKind
 
     results = {}
     for joined in (False, True):
-        got = []
-        collector = CuptiCollector(got.extend,
-                                   groups=(lambda g, f, rows: got.extend(rows())) if joined
-                                   else None)
-        collector._names = {0x1000: "a"}
-        launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+        collector, got, launch = _collector(joined)
         other = next(c for c in range(1, 400) if c not in collector._driver_cbids)
         e = cupti.activity_external_correlation_dtype
         kernel = cupti.activity_kernel10_dtype
@@ -369,14 +377,10 @@ def test_launches_waiting_for_their_kernel_are_counted_by_start(cache):
     does."""
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
 
     K = cupti.ActivityKind
     for joined in (False, True):
-        collector = CuptiCollector(lambda kernels: None,
-                                   groups=(lambda *a: None) if joined else None)
-        collector._names = {0x1000: "a"}
-        launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+        collector, _, launch = _collector(joined)
         calls = []
         for corr, start in ((1, 100), (2, 200)):
             ext = np.zeros(1, dtype=cupti.activity_external_correlation_dtype)
@@ -400,19 +404,12 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
     launch's path, as in the Attributor."""
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
 
     K = cupti.ActivityKind
     n = 30_000
     results = {}
     for joined in (False, True):
-        got = []
-        collector = CuptiCollector(got.extend,
-                                   groups=(lambda g, f, rows: got.extend(rows())) if joined
-                                   else None)
-        collector._names = {0x1000: "a"}
-        launch = next(c for c, name in collector._driver_cbids.items()
-                      if name == "cuLaunchKernel")
+        collector, got, launch = _collector(joined)
         calls = []
         for corr in range(1, n + 1):
             calls.append(_record(cupti.activity_external_correlation_dtype,
