@@ -332,3 +332,43 @@ def test_a_generator_resumed_by_one_frame_from_two_lines(python_session):
     assert b[-3:] == [frame("L-gen-b", test), frame("L-gen3", "gen_launcher"),
                       frame("L-inner", "inner")]
     assert c[-3] == frame("L-gen-b2", test)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(keep,
+                                                                              monkeypatch):
+    """The launch callback called from a C thread (as CUPTI calls it on PyTorch's autograd
+    thread): each launch goes to the unscoped path; with PROTON_KEEP_THREAD_STATES=1 the
+    thread keeps one Python thread state (a thread-local set in one call is there in the next),
+    else each call gets a fresh one (bench/probe_foreign_thread.py times both)."""
+    import importlib.util
+
+    from proton.cupti.subscriber import passes_on
+
+    spec = importlib.util.spec_from_file_location(
+        "probe_foreign_thread", os.path.join(os.path.dirname(HERE), "..", "bench",
+                                             "probe_foreign_thread.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    lib = probe.runner()
+    proton.start("/tmp/proton_foreign_thread", context="python")
+    try:
+        monkeypatch.setattr(profiler.timeline, "unscoped", lambda thread, ts: 4242)
+        on_api, cbid, data, _ret, collector = probe.launch_callback(keep)
+        local, calls = threading.local(), []
+
+        @passes_on  # as the profiler's own wrappers are: on_api sees no Python frame
+        def callback(userdata, domain, cbid, cbdata):
+            on_api(userdata, domain, cbid, cbdata)
+            local.calls = getattr(local, "calls", 0) + 1
+            calls.append(local.calls)
+
+        enter, leave = data.ctypes.data, data.ctypes.data + data.dtype.itemsize
+        kept = probe.CALLBACK(callback)
+        lib.on_new_thread(kept, enter, leave, 3, cbid)
+        assert collector.callback_errors == []
+        assert calls == ([1, 2, 3, 4, 5, 6] if keep else [1] * 6)
+        assert collector.attributor.launch_path(7) == 4242  # the enter registered it there
+    finally:
+        os.environ.pop("PROTON_KEEP_THREAD_STATES", None)
+        proton.finalize()

@@ -1,0 +1,125 @@
+"""What a CUPTI callback costs on a thread that runs no Python (PyTorch's autograd threads,
+NCCL's), on this machine's CPU (no GPU needed):
+
+    python bench/probe_foreign_thread.py [--launches 20000]
+
+A C thread (built here with the machine's compiler) calls the python context's launch
+callback as CUPTI would, enter and exit per launch, with no scope open. ctypes gives such a
+thread a fresh Python thread state for every call unless one is kept for it
+(PROTON_KEEP_THREAD_STATES=1, see CuptiCollector._launch_callback). Microseconds per launch,
+best of 3 threads; the same calls from the main thread for reference.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+import numpy as np
+from cupti import cupti
+
+import proton
+from proton.cupti import collector as collector_module
+from proton.cupti.collector import CuptiCollector
+from proton.cupti.subscriber import callback_fields
+from proton.runtime.profiler import profiler
+
+RUNNER = r"""
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+typedef void (*callback)(void *, uint32_t, uint32_t, void *);
+struct job { callback cb; void *enter, *leave; int n; uint32_t cbid; double seconds; };
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static void *run(void *arg) {
+    struct job *j = arg;
+    double t0 = now();
+    for (int i = 0; i < j->n; i++) {
+        j->cb(0, 1, j->cbid, j->enter);
+        j->cb(0, 1, j->cbid, j->leave);
+    }
+    j->seconds = now() - t0;
+    return 0;
+}
+/* n launches' enter and exit callbacks on a new thread; seconds they took */
+double on_new_thread(callback cb, void *enter, void *leave, int n, uint32_t cbid) {
+    struct job j = {cb, enter, leave, n, cbid, 0};
+    pthread_t t;
+    pthread_create(&t, 0, run, &j);
+    pthread_join(t, 0);
+    return j.seconds;
+}
+"""
+CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32,
+                            ctypes.c_void_p)
+
+
+def runner() -> ctypes.CDLL:
+    work = tempfile.mkdtemp(prefix="proton-probe-")
+    src, out = os.path.join(work, "runner.c"), os.path.join(work, "runner.so")
+    with open(src, "w") as f:
+        f.write(RUNNER)
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", out, src,
+                    "-lpthread"], check=True)
+    lib = ctypes.CDLL(out)
+    lib.on_new_thread.restype = ctypes.c_double
+    lib.on_new_thread.argtypes = [CALLBACK, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                  ctypes.c_uint32]
+    return lib
+
+
+def launch_callback(keep: bool):
+    """The python context's launch callback as the collector builds it, and CUPTI's callback
+    data for a launch's enter and exit (kept alive with it)."""
+    os.environ[collector_module.KEEP_STATES_ENV] = "1" if keep else "0"
+    context = profiler.context
+    collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
+                               launch_path=context.launch_path, in_callback=True)
+    collector._fields = callback_fields(cupti)
+    collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)  # no driver here
+    on_api = collector._launch_callback()
+    data = np.zeros(2, dtype=cupti.callback_data_dtype)
+    ret = ctypes.c_int32(0)
+    data["callback_site"] = [0, 1]
+    data["correlation_id"] = 7
+    data["function_return_value"] = ctypes.addressof(ret)
+    return on_api, next(iter(collector._driver_cbids)), data, ret, collector
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launches", type=int, default=20_000)
+    args = parser.parse_args()
+    lib, n = runner(), args.launches
+    proton.start(os.path.join(tempfile.mkdtemp(), "probe"), context="python")
+    try:
+        for label, keep in (("fresh thread state per call", False),
+                            ("thread state kept", True)):
+            on_api, cbid, data, _ret, collector = launch_callback(keep)
+            enter, leave = data.ctypes.data, data.ctypes.data + data.dtype.itemsize
+            callback = CALLBACK(on_api)
+            seconds = min(lib.on_new_thread(callback, enter, leave, n, cbid) for _ in range(3))
+            assert not collector.callback_errors, collector.callback_errors
+            print(f"no-Python thread, {label}: {seconds / n * 1e6:.2f} us a launch")
+        t0 = time.perf_counter()
+        for _ in range(n):
+            on_api(None, 1, cbid, enter)
+            on_api(None, 1, cbid, leave)
+        print(f"main thread: {(time.perf_counter() - t0) / n * 1e6:.2f} us a launch")
+    finally:
+        os.environ.pop(collector_module.KEEP_STATES_ENV, None)
+        proton.finalize()
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
