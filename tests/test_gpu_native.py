@@ -1,4 +1,6 @@
-"""The C helper on real CUPTI buffers: the same profile as the Python walk. `pytest -m gpu`."""
+"""The C helper on real CUPTI buffers: the same profile whether it walks, reads and joins the
+records (the default), only walks them (PROTON_NATIVE=walk) or Python does it all
+(PROTON_NATIVE=0). `pytest -m gpu`."""
 from __future__ import annotations
 
 import json
@@ -15,32 +17,42 @@ import json, sys, torch, proton
 from proton.runtime.profiler import profiler
 x = torch.ones(1024, device="cuda")
 proton.start(sys.argv[1])
-for i in range(20):
+for i in range(40):  # 60,000 launches: several CUPTI buffers
     with proton.scope(f"s{i % 4}"):
-        for _ in range(500):
+        for _ in range(1500):
             x.add_(1)
-native = profiler.collector._raw._walk.native
+for _ in range(1000):  # no scope open: placed by the Attributor (the main thread's timeline)
+    x.add_(1)
+c = profiler.collector
+info = {"native": c._raw._walk.native, "join": c._join is not None}
 proton.finalize()
-print(json.dumps({"native": native}))
+info["joined"] = c._joined[1]
+print(json.dumps(info))
 """
 
 
-def run(tmp_path, name: str, native: bool) -> tuple[dict, dict]:
+def run(tmp_path, name: str, native: str) -> tuple[dict, dict]:
     (tmp_path / "walk.py").write_text(SCRIPT)
-    env = {**os.environ, "PROTON_NATIVE": "1" if native else "0",
-           "PROTON_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "PROTON_NATIVE": native, "PROTON_CACHE_DIR": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-P", "walk.py", name], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     with open(tmp_path / f"{name}.hatchet") as f:
         root = json.load(f)[0]
-    counts = {s["frame"]["name"]: sum(k["metrics"]["count"] for k in s["children"])
-              for s in root["children"]}
+    counts = {s["frame"]["name"].split("(")[0][-30:]:
+              sum(k["metrics"]["count"] for k in s["children"]) if s["children"]
+              else s["metrics"]["count"] for s in root["children"]}
     return json.loads(done.stdout.splitlines()[-1]), counts
 
 
-def test_the_c_helper_and_python_walk_give_the_same_profile(tmp_path):
-    fast, native_counts = run(tmp_path, "native", True)
-    slow, python_counts = run(tmp_path, "python", False)
-    assert fast["native"] and not slow["native"]
-    assert native_counts == python_counts == {f"s{i}": 2500 for i in range(4)}
+def test_the_c_join_the_c_walk_and_python_give_the_same_profile(tmp_path):
+    joined, joined_counts = run(tmp_path, "joined", "1")
+    walked, walked_counts = run(tmp_path, "walked", "walk")
+    python, python_counts = run(tmp_path, "python", "0")
+    assert joined["join"] and not walked["join"] and not python["join"]
+    assert joined["native"] and walked["native"] and not python["native"]
+    assert joined["joined"] == 60_000  # every scoped kernel joined in C; the 1,000 unscoped not
+    scoped = {f"s{i}": 15_000 for i in range(4)}
+    assert joined_counts == walked_counts == python_counts
+    assert {k: v for k, v in joined_counts.items() if k in scoped} == scoped
+    assert sorted(joined_counts.values()) == [1000] + [15_000] * 4
