@@ -5,7 +5,10 @@
 # SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with the C helper off, walking only, and walking,
-# reading and joining: PROTON_NATIVE=0, walk, 1).
+# reading and joining: PROTON_NATIVE=0, walk, 1), ISSUE18=launch,scale,model (issue 18's goals:
+# the launch loop against CUPTI's floor and Triton's, 5 rounds, ~5 min; 1M launches, 3 rounds,
+# ~4 min; the python-context model step with and without PROTON_KEEP_THREAD_STATES, ~2 min;
+# split them over calls to stay under 10 minutes each).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -64,6 +67,28 @@ if [ -n "${NATIVE_AB:-}" ]; then
     echo "== C helper PROTON_NATIVE=$n"
     python3 bench/run.py --table-only --results "$OUT/native_$n.jsonl" | grep -E "^\| (workload|launch-bound, shadow|scale|1M)"
   done | tee -a "$OUT/bench.log"
+fi
+if [ -n "${ISSUE18:-}" ]; then
+  part() { case ",$ISSUE18," in *",$1,"*) return 0;; esac; return 1; }
+  part launch && python3 bench/run.py --only launch --rounds 5 --results "$OUT/issue18.jsonl" \
+    --modes "none;cupti;proton;triton;proton --context python;triton --context python" \
+    > /dev/null 2>>"$OUT/bench.log"
+  part scale && python3 bench/run.py --only scale --rounds 3 --results "$OUT/issue18.jsonl" \
+    > /dev/null 2>>"$OUT/bench.log"
+  if part model; then
+    for keep in 0 1; do
+      PROTON_KEEP_THREAD_STATES=$keep python3 bench/run.py --only model --rounds 2 \
+        --modes "none;proton --context python" --results "$OUT/keep_$keep.jsonl" \
+        > /dev/null 2>>"$OUT/bench.log"
+    done
+  fi
+  { [ -f "$OUT/issue18.jsonl" ] && python3 bench/run.py --table-only --results "$OUT/issue18.jsonl" \
+      | grep -E "^\| (workload|launch|scale)"
+    for keep in 0 1; do
+      [ -f "$OUT/keep_$keep.jsonl" ] || continue
+      echo "== PROTON_KEEP_THREAD_STATES=$keep"
+      python3 bench/run.py --table-only --results "$OUT/keep_$keep.jsonl" | grep -E "python context"
+    done; } | tee -a "$OUT/bench.log"
 fi
 [ -z "${SKIP_BENCH:-}" ] && python3 bench/run.py --results "${BENCH_RESULTS:-$OUT/bench.jsonl}" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench.log"
 
