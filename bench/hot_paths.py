@@ -71,8 +71,11 @@ def per_call(f, call, repeats: int) -> float:
     return min(loop(f) for _ in range(repeats)) - min(loop(noop) for _ in range(repeats))
 
 
-def python_callback(call, repeats: int) -> tuple[float, float]:
-    proton.start("/tmp/hot_paths_python", context="python")
+def launch_callback():
+    """The python context's launch callback as the collector builds it (for the session
+    started with context="python"), a launch call's cbid, and CUPTI's callback data for its
+    enter and exit (laid out by cupti-python's own dtype), with what must stay alive beside
+    them: (on_api, cbid, enter, leave, (data, return value), collector)."""
     context = profiler.context
     collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
                                launch_path=context.launch_path, in_callback=True)
@@ -86,6 +89,12 @@ def python_callback(call, repeats: int) -> tuple[float, float]:
     data["correlation_id"] = 7
     data["function_return_value"] = ctypes.addressof(ret)
     enter, leave = data.ctypes.data, data.ctypes.data + data.dtype.itemsize
+    return on_api, cbid, enter, leave, (data, ret), collector
+
+
+def python_callback(call, repeats: int) -> tuple[float, float]:
+    proton.start("/tmp/hot_paths_python", context="python")
+    on_api, cbid, enter, leave, _alive, collector = launch_callback()
 
     def launch() -> None:
         on_api(None, 1, cbid, enter)

@@ -18,16 +18,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 
-import numpy as np
-from cupti import cupti
+import hot_paths  # bench/, beside this script
 
 import proton
 from proton.cupti import collector as collector_module
-from proton.cupti.collector import CuptiCollector
-from proton.cupti.subscriber import callback_fields
-from proton.runtime.profiler import profiler
 
 RUNNER = r"""
 #include <pthread.h>
@@ -78,21 +73,9 @@ def runner() -> ctypes.CDLL:
 
 
 def launch_callback(keep: bool):
-    """The python context's launch callback as the collector builds it, and CUPTI's callback
-    data for a launch's enter and exit (kept alive with it)."""
+    """hot_paths.launch_callback, built with PROTON_KEEP_THREAD_STATES set to `keep`."""
     os.environ[collector_module.KEEP_STATES_ENV] = "1" if keep else "0"
-    context = profiler.context
-    collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
-                               launch_path=context.launch_path, in_callback=True)
-    collector._fields = callback_fields(cupti)
-    collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)  # no driver here
-    on_api = collector._launch_callback()
-    data = np.zeros(2, dtype=cupti.callback_data_dtype)
-    ret = ctypes.c_int32(0)
-    data["callback_site"] = [0, 1]
-    data["correlation_id"] = 7
-    data["function_return_value"] = ctypes.addressof(ret)
-    return on_api, next(iter(collector._driver_cbids)), data, ret, collector
+    return hot_paths.launch_callback()
 
 
 def main() -> None:
@@ -104,8 +87,7 @@ def main() -> None:
     try:
         for label, keep in (("fresh thread state per call", False),
                             ("thread state kept", True)):
-            on_api, cbid, data, _ret, collector = launch_callback(keep)
-            enter, leave = data.ctypes.data, data.ctypes.data + data.dtype.itemsize
+            on_api, cbid, enter, leave, _alive, collector = launch_callback(keep)
             callback = CALLBACK(on_api)
             seconds = min(lib.on_new_thread(callback, enter, leave, n, cbid) for _ in range(3))
             assert not collector.callback_errors, collector.callback_errors

@@ -104,9 +104,9 @@ def table(results: list[dict]) -> str:
         ok = None
         if goal and None not in got[1:] and min(len(by[workload, m]) for m in modes[1:]) >= 3:
             ok = got[1][1] - got[1][0] <= got[2][1] - got[2][0]
+        wanted = "no wider than Triton's" if goal else ""
         rows.append(f"| {title} | {measure}, lowest-highest (processes) | {text[0]} | "
-                    f"{text[1]} | {text[2]} | | | "
-                    f"{'no wider than Triton' + chr(39) + 's' if goal else ''} | {yes(ok)} |")
+                    f"{text[1]} | {text[2]} | | | {wanted} | {yes(ok)} |")
 
     def yes(ok):
         return "" if ok is None else ("yes" if ok else "no")

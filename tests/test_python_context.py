@@ -345,16 +345,17 @@ def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(ke
 
     from proton.cupti.subscriber import passes_on
 
+    bench = os.path.join(os.path.dirname(HERE), "..", "bench")
+    monkeypatch.syspath_prepend(bench)  # the probe imports hot_paths beside it
     spec = importlib.util.spec_from_file_location(
-        "probe_foreign_thread", os.path.join(os.path.dirname(HERE), "..", "bench",
-                                             "probe_foreign_thread.py"))
+        "probe_foreign_thread", os.path.join(bench, "probe_foreign_thread.py"))
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     lib = probe.runner()
     proton.start("/tmp/proton_foreign_thread", context="python")
     try:
         monkeypatch.setattr(profiler.timeline, "unscoped", lambda thread, ts: 4242)
-        on_api, cbid, data, _ret, collector = probe.launch_callback(keep)
+        on_api, cbid, enter, leave, _alive, collector = probe.launch_callback(keep)
         local, calls = threading.local(), []
 
         @passes_on  # as the profiler's own wrappers are: on_api sees no Python frame
@@ -363,7 +364,6 @@ def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(ke
             local.calls = getattr(local, "calls", 0) + 1
             calls.append(local.calls)
 
-        enter, leave = data.ctypes.data, data.ctypes.data + data.dtype.itemsize
         kept = probe.CALLBACK(callback)
         lib.on_new_thread(kept, enter, leave, 3, cbid)
         assert collector.callback_errors == []

@@ -495,6 +495,11 @@ class CuptiCollector:
                     self._joined[1] += lost
             return lost + self.attributor.finish()
 
+    def _texts(self, pointers: np.ndarray) -> list[str]:
+        """Kernel names for an array of CUPTI's name pointers."""
+        names = self._names
+        return [names.get(p) or self._name(p) for p in pointers.tolist()]
+
     def _name(self, pointer: int) -> str:
         """A kernel's name: CUPTI shares one string among all records of a kernel."""
         if len(self._names) > 65536:  # module unloads may free names: never keep too many
@@ -600,9 +605,7 @@ class CuptiCollector:
         """Kernels as numpy columns (native.KERNEL_COLUMNS) -> lists: correlation id, name,
         device, start, end, stream, configuration number, graph node id."""
         corr, name, device, start, end, stream, blocks, threads, regs, shared, node = kernels
-        names = self._names
-        texts = [names.get(p) or self._name(p) for p in name.tolist()]
-        return (corr.tolist(), texts, device.tolist(), start.tolist(), end.tolist(),
+        return (corr.tolist(), self._texts(name), device.tolist(), start.tolist(), end.tolist(),
                 stream.tolist(), self._configs(blocks, threads, regs, shared), node.tolist())
 
     def _route_joined(self, joined) -> None:
@@ -612,9 +615,7 @@ class CuptiCollector:
         if joined.first is None:
             return
         path, name, device, blocks, threads, regs, shared, ns, count = joined.groups
-        names = self._names
-        texts = [names.get(p) or self._name(p) for p in name.tolist()]
-        groups = list(zip(path.tolist(), texts, device.tolist(),
+        groups = list(zip(path.tolist(), self._texts(name), device.tolist(),
                           self._configs(blocks, threads, regs, shared), ns.tolist(),
                           count.tolist()))
         self._joined[1] += len(joined.rows[0])
@@ -622,7 +623,7 @@ class CuptiCollector:
         def rows() -> list[Kernel]:
             path, launch, corr, name, device, start, end, stream, *config = joined.rows
             kernels = self._kernel_columns((corr, name, device, start, end, stream, *config,
-                                            corr))
+                                            np.zeros_like(corr)))  # C joins no graph kernel
             return list(zip(path.tolist(), launch.tolist(), *kernels[:7]))
 
         self._groups(groups, joined.first, rows)
