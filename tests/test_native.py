@@ -441,3 +441,159 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
     assert results[True] == results[False]
     assert len(results[True]) == n + 40 and (7 % 7 + 1, 7, 7) in results[True]
     assert (9, n + 40, n + 40) in results[True]
+
+
+class _Launcher:
+    """Calls the C launch log's callback as CUPTI would at a launch call's enter and exit, on
+    the calling thread, with CUPTI's timestamp function answering `now`."""
+
+    def __init__(self, collector) -> None:
+        from cupti import cupti
+
+        from proton.cupti.subscriber import CALLBACK, callback_fields
+
+        self.now = 0
+        self._clock = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))(
+            self._tick)
+        collector._fields = callback_fields(cupti)
+        log = collector._launch_log(ctypes.cast(self._clock, ctypes.c_void_p).value)
+        assert log is not None
+        log.enable(True)
+        collector._log = log
+        self.log, self.call = log, CALLBACK(log.callback)
+        self._site, self._corr, self._ret = collector._fields
+        self._data = (ctypes.c_uint8 * cupti.callback_data_dtype.itemsize)()
+        self._status = ctypes.c_int32(0)
+
+    def _tick(self, out) -> int:
+        out[0] = self.now
+        return 0
+
+    def launch(self, domain: int, cbid: int, corr: int, start: int, status: int = 0) -> None:
+        data = ctypes.addressof(self._data)
+        ctypes.c_uint32.from_address(data + self._corr).value = corr
+        ctypes.c_void_p.from_address(data + self._ret).value = ctypes.addressof(self._status)
+        for site in (0, 1):
+            ctypes.c_uint32.from_address(data + self._site).value = site
+            self._status.value = status if site else 0
+            self.now = start
+            self.call(None, domain, cbid, data)
+
+
+def test_the_launch_log_keeps_each_launch_with_its_threads_innermost_path(cache):
+    """The C callback logs a launch call that succeeded at its exit, with the innermost path
+    its thread pushed (none outside scopes); failed calls are not logged; calls that are not
+    launches go on to Python's callback; the log reads as the external and API columns."""
+    import threading
+
+    from cupti import cupti
+
+    from proton.cupti.subscriber import CALLBACK
+
+    collector, _, launch = _collector(True)
+    launcher = _Launcher(collector)
+    log = launcher.log
+    forwarded = []
+    python = CALLBACK(lambda userdata, domain, cbid, data: forwarded.append((domain, cbid)))
+    log.configure(ctypes.cast(python, ctypes.c_void_p).value)
+    log.enable(True)
+    runtime = next(iter(collector._runtime_cbids))
+    other = next(c for c in range(1, 400) if c not in collector._driver_cbids)
+    log.push(7)
+    log.push(9)
+    launcher.launch(1, launch, corr=100, start=1000)
+    log.pop()
+    launcher.launch(2, runtime, corr=101, start=1100)
+    launcher.launch(1, launch, corr=102, start=1200, status=1)  # failed: not logged
+    launcher.launch(1, other, corr=103, start=1300)  # no launch: Python's
+    launcher.call(None, 5, 2, None)  # another domain: Python's
+    log.pop()
+    launcher.launch(1, launch, corr=104, start=1400)
+    worker = threading.Thread(target=lambda: (log.push(11), launcher.launch(1, launch, 105, 1500)))
+    worker.start()
+    worker.join()
+    log.pop()  # more pops than pushes: stays empty
+    launcher.launch(1, launch, corr=106, start=1600)
+    assert forwarded == [(1, other), (1, other), (5, 2)]
+    ext, api, n_ext, n_api = log.take()
+    K = cupti.ActivityKind
+    me = threading.get_ident() & 0xFFFFFFFF
+    assert ext[:, :n_ext].T.tolist() == [[100, collector._custom, 9], [101, collector._custom, 7],
+                                         [105, collector._custom, 11]]
+    rows = api[:, :n_api].T.tolist()
+    assert [r[:4] for r in rows] == [[int(K.DRIVER), 100, 1000, launch],
+                                     [int(K.RUNTIME), 101, 1100, runtime],
+                                     [int(K.DRIVER), 104, 1400, launch],
+                                     [int(K.DRIVER), 105, 1500, launch],
+                                     [int(K.DRIVER), 106, 1600, launch]]
+    assert [r[4] == me for r in rows] == [True, True, True, False, True]
+    assert [r[5] for r in rows] == [0] * 5
+    assert log.take()[3] == 0 and log.lost == 0
+    log.enable(False)
+    launcher.launch(1, launch, corr=107, start=1700)
+    assert log.take()[3] == 0
+
+
+@pytest.mark.parametrize("seed,capture,launches", [
+    (5, None, 3000), (6, (200_000, 900_000), 3000)])
+def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed, capture,
+                                                                    launches):
+    """The random run of the join test with its launches made through the C launch log's
+    callback (thread 7 is this thread, 8 another; scopes pushed on the log's stack) instead
+    of API and external records: every kernel where the Attributor puts it from the
+    records."""
+    import threading
+
+    from cupti import cupti
+
+    from proton.cupti.collector import CuptiCollector
+
+    K = cupti.ActivityKind
+    names = {0x1000: "a", 0x2000: "b"}
+    me = threading.get_ident() & 0xFFFFFFFF
+    results = {}
+    for logged in (False, True):
+        got = []
+        collector = CuptiCollector(
+            got.extend, lambda thread, ts: 900 + (7 if thread in (7, me) else 8),
+            groups=(lambda g, first, rows: got.extend(rows())) if logged else None)
+        collector._names = dict(names)
+        if capture:
+            collector.attributor.capturing[me if logged else 7] = [list(capture)]
+        buffers, expected = _stream(seed, launches, collector, capture)
+        launcher = _Launcher(collector) if logged else None
+        for records in buffers:
+            if logged:  # the launches of this buffer through the callback, the rest as records
+                paths = {int(r["correlation_id"][0]): int(r["external_id"][0]) for r in records
+                         if r.dtype == cupti.activity_external_correlation_dtype
+                         and r["external_kind"][0] == collector._custom}
+                calls = sorted((int(r["correlation_id"][0]), r) for r in records
+                               if r.dtype == cupti.activity_api_dtype)
+                records = [r for r in records if r.dtype == cupti.activity_kernel10_dtype]
+
+                def make(on_thread):
+                    for corr, r in calls:
+                        if int(r["thread_id"][0]) != on_thread:
+                            continue
+                        path = paths.get(corr)
+                        if path is not None:
+                            launcher.log.push(path)
+                        launcher.launch(1 if r["kind"][0] == int(K.DRIVER) else 2,
+                                        int(r["cbid"][0]), corr, int(r["start"][0]),
+                                        int(r["return_value"][0]))
+                        if path is not None:
+                            launcher.log.pop()
+
+                make(7)
+                worker = threading.Thread(target=make, args=(8,))
+                worker.start()
+                worker.join()
+            _feed(collector, records, logged)
+        assert collector.callback_errors == []
+        assert collector.waiting_before(10**12) == 0
+        assert collector.finish() == 0
+        configs = collector.launch_configs.get
+        results[logged] = sorted(k[:8] + (configs(k[8]),) for k in got)
+        assert collector.kernels == len(expected)
+    assert results[True] == results[False]
+    assert len(results[True]) == len(expected)

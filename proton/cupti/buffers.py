@@ -55,6 +55,11 @@ def loaded_libcupti(maps: str = "/proc/self/maps") -> str | None:
     return found.pop() if found else None
 
 
+def timestamp_address(path: str) -> int:
+    """The address of cuptiGetTimestamp in the libcupti at `path` (a loaded one)."""
+    return ctypes.cast(ctypes.CDLL(path).cuptiGetTimestamp, ctypes.c_void_p).value
+
+
 class RawBuffers:
     """Registers CUPTI's buffer callbacks; `on_records(view, offsets)` runs on CUPTI's thread
     and must not keep `view`: the buffer is reused once it returns. `offsets` is a sequence of

@@ -1,8 +1,11 @@
 """The CUPTI side of a session: the only module that imports cupti-python's activity API.
 
 Kernel times come from CONCURRENT_KERNEL activity. In the shadow context attribution costs no
-Python per launch: a scope pushes its path id as a CUPTI external correlation id, and CUPTI stamps
-it on the launch's API record (DRIVER/RUNTIME activity, restricted to the launch calls). In the
+Python per launch: a scope pushes its path id onto the C helper's thread-local stack, and the
+helper's launch callback logs each launch with it (native.LaunchLog); the log is read as the
+columns CUPTI's records would give. Without the helper (PROTON_NATIVE=0 or walk, or no
+compiler) the scope pushes its path id as a CUPTI external correlation id, and CUPTI stamps it on
+the launch's API record (DRIVER/RUNTIME activity, restricted to the launch calls). In the
 python context a launch callback (subscriber.py) runs anyway, so it registers each launch (path,
 start time, graph or not) itself and no API records are made. Records are joined in
 attribution.Attributor on CUPTI's buffer thread.
@@ -40,7 +43,8 @@ LaunchPath = Callable[["FrameType | None"], "int | None"]
 
 
 def _ignore(userdata, domain, cbid, data) -> None:
-    """The shadow context's subscriber callback: no callback is enabled, so never called."""
+    """The shadow context's subscriber callback when no callback user takes CUPTI's calls
+    (the launch calls go to the C launch log, or are not enabled)."""
 
 _DRIVER_LAUNCHES = ("cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchKernel",
                     "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
@@ -134,6 +138,11 @@ class CuptiCollector:
         self._sink, self._groups = sink, groups
         self._join = None
         """native.Join when the C helper joins the records (see use_native_reads)."""
+        self._joins = groups is not None and not in_callback
+        """The shadow context: the C helper joins, when it is built and nothing is recorded."""
+        self._log = None
+        """native.LaunchLog when launches are logged in C instead of CUPTI's API and external
+        records (the shadow context with the C helper; see _launch_log)."""
         self._joined = [0, 0]
         """Launch records and kernels the C join matched."""
         self._unscoped = unscoped
@@ -182,6 +191,8 @@ class CuptiCollector:
         self.callback_errors: list[str] = []
         self.records = 0
         self.recorded: list | None = [] if os.environ.get("PROTON_RECORD_CUPTI") else None
+        if self.recorded is not None:
+            self._joins = False
         """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
         self.callback_seconds = 0.0
         """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
@@ -207,7 +218,12 @@ class CuptiCollector:
         for user in self._users:
             user.prepare(path)
             on_api = user.wrap(on_api)
-        subscriber = Subscriber(path, on_api or _ignore)
+        from .buffers import timestamp_address
+
+        self._log = self._launch_log(timestamp_address(path))
+        if self._log is not None:  # launches are logged in C: no API or external records
+            self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
+        subscriber = Subscriber(path, on_api or _ignore, self._log)
         try:
             subscriber.subscribe()
         except BaseException:
@@ -219,7 +235,8 @@ class CuptiCollector:
                 subscriber.enable(self.pc.resource_domain, self.pc.module_cbid)
             for domain, cbid in (c for user in self._users for c in user.callbacks):
                 subscriber.enable(domain, cbid)
-            if self.in_callback or (self.pc is not None and self.pc.options.serialize):
+            if self.in_callback or self._log is not None or (
+                    self.pc is not None and self.pc.options.serialize):
                 for domain, cbids in ((cupti.CallbackDomain.DRIVER_API, self._driver_cbids),
                                       (cupti.CallbackDomain.RUNTIME_API, self._runtime_cbids)):
                     for cbid in cbids:
@@ -228,14 +245,18 @@ class CuptiCollector:
             for kind in self._kinds:
                 cupti.activity_enable(kind)
             # Only the launch calls make API records: everything else stays off the hot path.
-            for cbid in self._all_driver if not self.in_callback else ():
+            api_records = not self.in_callback and self._log is None
+            for cbid in self._all_driver if api_records else ():
                 self._enable_api(cupti.activity_enable_driver_api, cbid,
                                  cbid in self._driver_cbids)
-            for cbid in self._all_runtime if not self.in_callback else ():
+            for cbid in self._all_runtime if api_records else ():
                 self._enable_api(cupti.activity_enable_runtime_api, cbid,
                                  cbid in self._runtime_cbids)
             if self.pc is not None:
                 self._enable_pc()
+            if self._log is not None:
+                self.push, self.pop = self._log.push, self._log.pop
+                self._log.enable(True)
         except (cupti.cuptiError, ProtonError) as exc:
             for kind in self._kinds:
                 try:
@@ -246,6 +267,22 @@ class CuptiCollector:
             self._subscriber = None
             self._release_users()
             raise ProtonError(f"CUPTI could not start collecting: {exc}") from None
+
+    def _launch_log(self, timestamp: int):
+        """native.LaunchLog for the shadow context when the C helper joins (not with
+        PROTON_NATIVE=walk or 0, a recording, or exact PC sampling, whose launch callback
+        is Python's); None otherwise. timestamp: cuptiGetTimestamp's address."""
+        from . import native
+
+        if not self._joins or native.walk_only() or (
+                self.pc is not None and self.pc.options.serialize):
+            return None
+        cupti, K = self._cupti, self._cupti.ActivityKind
+        domains = {int(cupti.CallbackDomain.DRIVER_API): int(K.DRIVER),
+                   int(cupti.CallbackDomain.RUNTIME_API): int(K.RUNTIME)}
+        launches = {domain: (kind, *map(list, self._api_cbids[kind]))
+                    for domain, kind in domains.items()}
+        return native.LaunchLog.create(timestamp, self._fields, launches, self._custom)
 
     def _release_users(self) -> None:
         for user in self._users:
@@ -307,6 +344,8 @@ class CuptiCollector:
         if self._subscriber is not None:
             self._subscriber.unsubscribe()
             self._subscriber = None
+        if self._log is not None:
+            self._log.enable(False)
         self._release_users()
         if self.recorded is not None:
             with open(os.environ["PROTON_RECORD_CUPTI"], "w") as f:
@@ -422,12 +461,14 @@ class CuptiCollector:
         return ids[where.reshape(-1)].tolist()
 
     def dropped_records(self) -> int:
+        """Records CUPTI dropped, and launches the C launch log could not keep."""
+        lost = self._log.lost if self._log is not None else 0
         out = np.zeros(1, dtype=np.uint64)
         try:
             self._cupti.activity_get_num_dropped_records(0, 0, out.ctypes.data)
         except self._cupti.cuptiError:
-            return 0
-        return int(out[0])
+            return lost
+        return lost + int(out[0])
 
     def _register_buffers(self, lib_path: str) -> None:
         from .buffers import RawBuffers
@@ -452,7 +493,7 @@ class CuptiCollector:
         if self._columns is None:
             return False
         raw.on_buffer = self.read_buffer
-        if self._groups is not None and not self.in_callback and self.recorded is None:
+        if self._joins:
             self._join = native.Join.create(self._custom, {
                 kind: (launches.tolist(), graphs.tolist())
                 for kind, (launches, graphs) in self._api_cbids.items()})
@@ -471,6 +512,8 @@ class CuptiCollector:
     def waiting_before(self, ts: int) -> int:
         """Launch calls made by `ts` whose kernel record has not come yet."""
         with self._lock:
+            if self._log is not None:
+                self._join_logged()
             joined = self._join.waiting(ts) if self._join is not None else 0
         return joined + self.attributor.waiting_before(ts)
 
@@ -479,6 +522,8 @@ class CuptiCollector:
         external record); return how many."""
         with self._lock:
             lost = 0
+            if self._log is not None:
+                self._join_logged()
             if self._join is not None:
                 # kernels the Attributor holds go to their external record's path, which
                 # the join kept
@@ -533,15 +578,12 @@ class CuptiCollector:
         t0 = time.perf_counter()
         try:
             if self._join is not None:
-                blocks, rows, walked = self._columns.read(buffer, valid)
                 with self._lock:
-                    joined = self._join.add(blocks, rows, self.attributor.capture_span())
-                    try:
-                        self._route_joined(joined)
-                    finally:  # the join has let go of these: lose none of them
-                        external, api, kernels = joined.python
-                        if len(api[0]) or len(kernels[0]):
-                            self._attribute(external, api, kernels)
+                    logged = self._log.take() if self._log is not None else None
+                    blocks, rows, walked = self._columns.read(buffer, valid)
+                    if logged is not None:  # the launches, as their records would read
+                        blocks[0], blocks[1], rows[0], rows[1] = logged
+                    self._join_columns(blocks, rows)
             else:
                 (ext, api, kernels), walked = self._columns(buffer, valid)
                 self._digest(ext, api, kernels)
@@ -549,6 +591,25 @@ class CuptiCollector:
         except BaseException as exc:
             callback_failed("while reading CUPTI records", exc, self.callback_errors)
         self.callback_seconds += time.perf_counter() - t0
+
+    def _join_columns(self, blocks: list[np.ndarray], rows: np.ndarray) -> None:
+        """Records as Columns.read gives them through the C join, to the sinks (what it
+        leaves to Python to the Attributor). Under the lock."""
+        joined = self._join.add(blocks, rows, self.attributor.capture_span())
+        try:
+            self._route_joined(joined)
+        finally:  # the join has let go of these: lose none of them
+            external, api, kernels = joined.python
+            if len(api[0]) or len(kernels[0]):
+                self._attribute(external, api, kernels)
+
+    def _join_logged(self) -> None:
+        """The launches logged since the last buffer, through the join (before counting
+        what waits, or finishing). Under the lock."""
+        ext, api, n_ext, n_api = self._log.take()
+        if n_api:
+            kernels = np.empty((len(_KERNEL_FIELDS), 1), dtype=np.int64)
+            self._join_columns([ext, api, kernels], np.array([n_ext, n_api, 0], dtype=np.int64))
 
     def _column_groups(self) -> list:
         """native.Columns' groups: the record kinds and fields read_records reads."""

@@ -33,6 +33,7 @@ import numpy as np
 from ..report import debug, warn
 
 SOURCE = r"""
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -478,6 +479,148 @@ int64_t proton_join_finish(proton_join *j, int64_t stride, int64_t *kernels_out,
     }
     return n;
 }
+
+/* ---- the launch log: the shadow context's launch callback, in C ---------------------------
+   CUPTI calls proton_on_api at the enter and exit of every launch call on the launching
+   thread. Instead of asking CUPTI for an API record and an external-correlation record per
+   launch (and a push of the scope's id onto CUPTI's own stack), scopes push their path onto a
+   thread-local stack here (proton_push/proton_pop) and the exit of a launch that succeeded
+   appends (correlation id, path, time, domain, cbid, thread) to a log under a mutex. The
+   buffer thread takes the log whole (a swap) and reads it out as the columns those two
+   records would have given, so the join above is unchanged. Callbacks of other domains or
+   calls go on to `forward` (Python's: NVTX, graph capture, PC sampling's module loads). */
+
+typedef int (*proton_timestamp_fn)(uint64_t *timestamp);
+typedef void (*proton_callback_fn)(void *userdata, int domain, uint32_t cbid, const void *data);
+
+enum { L_CORR, L_PATH, L_TIME, L_DOMAIN, L_CBID, L_THREAD, L_FIELDS };
+#define DOMAINS 3 /* CUPTI_CB_DOMAIN_DRIVER_API = 1, _RUNTIME_API = 2 */
+
+static struct {
+    proton_timestamp_fn now;
+    proton_callback_fn forward;
+    int32_t site_at, corr_at, ret_at;
+    uint8_t *flags[DOMAINS]; /* flags[domain][cbid] != 0: a launch call this log keeps */
+    int64_t nflags[DOMAINS];
+    volatile int on;
+} cb;
+
+typedef struct { int64_t *data, n, cap; } proton_log;
+static proton_log log_now, log_taken; /* appended to; taken by the buffer thread */
+static int64_t log_lost;
+static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static __thread int64_t *tls_paths;
+static __thread int64_t tls_depth, tls_cap;
+
+/* Set up the callback: CUPTI's timestamp function, Python's callback for everything else
+   (NULL: none), the offsets in CUpti_CallbackData of the callback site, correlation id and
+   return value pointer, and the launch calls of the driver (domain 1) and runtime (2). */
+int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward, int32_t site_at,
+                         int32_t corr_at, int32_t ret_at, const uint8_t *flags1, int64_t n1,
+                         const uint8_t *flags2, int64_t n2) {
+    const uint8_t *given[DOMAINS] = {NULL, flags1, flags2};
+    const int64_t sizes[DOMAINS] = {0, n1, n2};
+    cb.on = 0;
+    for (int d = 1; d < DOMAINS; d++) {
+        /* the old table stays allocated: a callback may still be reading it */
+        uint8_t *copy = (uint8_t *)malloc((size_t)sizes[d] + 1);
+        if (!copy) return -1;
+        memcpy(copy, given[d], (size_t)sizes[d]);
+        cb.nflags[d] = 0;
+        cb.flags[d] = copy;
+        cb.nflags[d] = sizes[d];
+    }
+    cb.now = now; cb.forward = forward;
+    cb.site_at = site_at; cb.corr_at = corr_at; cb.ret_at = ret_at;
+    return 0;
+}
+
+void proton_log_enable(int on) { cb.on = on; }
+
+/* The calling thread's launches go to `path` until the matching pop. */
+void proton_push(int64_t path) {
+    if (tls_depth == tls_cap) {
+        int64_t cap = tls_cap ? 2 * tls_cap : 16;
+        int64_t *grown = (int64_t *)realloc(tls_paths, (size_t)cap * sizeof(int64_t));
+        if (!grown) { tls_depth++; return; } /* deeper than memory allows: the last kept one */
+        tls_paths = grown; tls_cap = cap;
+    }
+    tls_paths[tls_depth++] = path;
+}
+
+void proton_pop(void) {
+    if (tls_depth > 0) tls_depth--;
+}
+
+static void log_append(const int64_t *entry) {
+    pthread_mutex_lock(&log_mutex);
+    if (log_now.n == log_now.cap) {
+        int64_t cap = log_now.cap ? 2 * log_now.cap : 4096;
+        int64_t *grown = (int64_t *)realloc(log_now.data, (size_t)(cap * L_FIELDS) * sizeof(int64_t));
+        if (!grown) { log_lost++; pthread_mutex_unlock(&log_mutex); return; }
+        log_now.data = grown; log_now.cap = cap;
+    }
+    memcpy(log_now.data + log_now.n++ * L_FIELDS, entry, L_FIELDS * sizeof(int64_t));
+    pthread_mutex_unlock(&log_mutex);
+}
+
+void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) {
+    if (domain > 0 && domain < DOMAINS && cbid < cb.nflags[domain] && cb.flags[domain][cbid]) {
+        const uint8_t *d = (const uint8_t *)data;
+        uint32_t site, corr;
+        const int32_t *ret;
+        memcpy(&site, d + cb.site_at, sizeof site);
+        if (site == 0 || !cb.on) return; /* the enter: the exit says whether it launched */
+        memcpy(&ret, d + cb.ret_at, sizeof ret);
+        if (ret && *ret != 0) return; /* failed: no kernel will come */
+        memcpy(&corr, d + cb.corr_at, sizeof corr);
+        uint64_t ts = 0;
+        cb.now(&ts);
+        int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
+        int64_t entry[L_FIELDS] = {corr, depth ? tls_paths[depth - 1] : EMPTY, (int64_t)ts,
+                                   domain, cbid, (int64_t)(uint32_t)pthread_self()};
+        log_append(entry);
+        return;
+    }
+    if (cb.forward) cb.forward(userdata, domain, cbid, data);
+}
+
+/* Take what the log holds (the buffer thread; one taker at a time); returns how many. A
+   second call before proton_log_read takes nothing more. */
+int64_t proton_log_take(void) {
+    if (log_taken.n == 0) {
+        pthread_mutex_lock(&log_mutex);
+        proton_log swap = log_now;
+        log_now = log_taken;
+        log_taken = swap;
+        pthread_mutex_unlock(&log_mutex);
+    }
+    return log_taken.n;
+}
+
+/* The taken entries as the join's columns (proton_join_records' groups 0 and 1, `stride`
+   >= the count taken): external (correlation id, `custom`, path) for launches inside a scope,
+   API (record kind kinds[domain], correlation id, start, cbid, thread, return value 0) for
+   all. Returns the external rows; the API rows are the count taken. */
+int64_t proton_log_read(int64_t custom, const int64_t *kinds, int64_t stride, int64_t *ext,
+                        int64_t *api) {
+    int64_t n_ext = 0, n = log_taken.n;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *e = log_taken.data + i * L_FIELDS;
+        if (e[L_PATH] != EMPTY) {
+            ext[n_ext] = e[L_CORR]; ext[stride + n_ext] = custom;
+            ext[2 * stride + n_ext++] = e[L_PATH];
+        }
+        int64_t row[6] = {kinds[e[L_DOMAIN]], e[L_CORR], e[L_TIME], e[L_CBID], e[L_THREAD], 0};
+        for (int f = 0; f < 6; f++) api[f * stride + i] = row[f];
+    }
+    log_taken.n = 0;
+    return n_ext;
+}
+
+/* Entries lost because the log could not grow. */
+int64_t proton_log_lost(void) { return log_lost; }
 """
 NATIVE_ENV = "PROTON_NATIVE"
 CACHE_ENV = "PROTON_CACHE_DIR"
@@ -543,7 +686,8 @@ def _compile(path: str) -> None:
         with open(source, "w") as f:
             f.write(SOURCE)
         out = os.path.join(work, "walk.so")
-        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", out, source],
+        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-pthread", "-o", out,
+                               source],
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise _NoCompiler(f"{compiler} failed: {done.stderr.strip()[:200]}")
@@ -581,6 +725,18 @@ def _load(path: str) -> ctypes.CDLL:
     lib.proton_join_finish.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                        ctypes.c_void_p]
     lib.proton_join_finish.restype = ctypes.c_int64
+    lib.proton_log_configure.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int32] * 3 + [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+    lib.proton_log_configure.restype = ctypes.c_int
+    lib.proton_log_enable.argtypes = [ctypes.c_int]
+    lib.proton_log_enable.restype = None
+    lib.proton_log_take.argtypes = []
+    lib.proton_log_take.restype = ctypes.c_int64
+    lib.proton_log_read.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                                    ctypes.c_void_p, ctypes.c_void_p]
+    lib.proton_log_read.restype = ctypes.c_int64
+    lib.proton_log_lost.argtypes = []
+    lib.proton_log_lost.restype = ctypes.c_int64
     return lib
 
 
@@ -776,3 +932,67 @@ class Join:
                                            paths.ctypes.data)
         return paths[:got], kern[:, :got]
 
+
+
+class LaunchLog:
+    """The shadow context's launch callback in C (the SOURCE's launch log): scopes push their
+    path with `push`/`pop` (the calling thread's, as CUPTI's external-id stack would keep it),
+    CUPTI calls `callback` at each launch call, and the buffer thread reads what was launched
+    with `take` as the external and API columns Join takes. One per process (the C state is):
+    configure replaces the last one."""
+
+    def __init__(self, lib: ctypes.CDLL, timestamp: int, fields: tuple[int, int, int],
+                 launches: dict[int, tuple[int, list[int], list[int]]], custom: int) -> None:
+        """timestamp: cuptiGetTimestamp's address; fields: callback_site, correlation_id and
+        function_return_value offsets in CUpti_CallbackData; launches: {callback domain (1
+        driver, 2 runtime): (its API record kind, launch cbids, graph-launch cbids)};
+        custom: the external id kind the columns carry."""
+        self._lib, self._custom = lib, custom
+        self._flags = {}
+        self._kinds = np.full(3, -1, dtype=np.int64)
+        for domain, (kind, calls, graphs) in launches.items():
+            flags = np.zeros(max([*calls, *graphs, 0]) + 1, dtype=np.uint8)
+            flags[list(calls) + list(graphs)] = 1
+            self._flags[domain] = flags
+            self._kinds[domain] = kind
+        self._fields, self._timestamp = fields, timestamp
+        self.callback = ctypes.cast(lib.proton_on_api, ctypes.c_void_p).value
+        """proton_on_api's address: the subscriber's callback."""
+        python = ctypes.PyDLL(lib._name)  # keeps the GIL: a push is a few stores
+        self.push, self.pop = python.proton_push, python.proton_pop
+        self.push.argtypes, self.push.restype = [ctypes.c_int64], None
+        self.pop.argtypes, self.pop.restype = [], None
+        self.configure(None)
+
+    @classmethod
+    def create(cls, timestamp: int, fields, launches, custom: int) -> "LaunchLog | None":
+        lib = helper()
+        return None if lib is None else cls(lib, timestamp, fields, launches, custom)
+
+    def configure(self, forward: int | None) -> None:
+        """Hand the calls that are not launches to `forward` (a callback's address, or none);
+        logging stays off until `enable`."""
+        none = np.zeros(1, dtype=np.uint8)
+        f1, f2 = self._flags.get(1, none), self._flags.get(2, none)
+        if self._lib.proton_log_configure(self._timestamp, forward, *self._fields,
+                                          f1.ctypes.data, len(f1), f2.ctypes.data, len(f2)):
+            raise MemoryError("the launch log could not allocate its tables")
+
+    def enable(self, on: bool) -> None:
+        self._lib.proton_log_enable(int(on))
+
+    def take(self) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """What was launched since the last take: (external block (correlation id, kind,
+        path), API block (kind, correlation id, start, cbid, thread, return value), external
+        rows, API rows), the blocks shaped as Columns.read's."""
+        n = int(self._lib.proton_log_take())
+        ext = np.empty((3, n + 1), dtype=np.int64)
+        api = np.empty((6, n + 1), dtype=np.int64)
+        n_ext = self._lib.proton_log_read(self._custom, self._kinds.ctypes.data, n + 1,
+                                          ext.ctypes.data, api.ctypes.data)
+        return ext, api, int(n_ext), n
+
+    @property
+    def lost(self) -> int:
+        """Launches the log could not keep (no memory to grow)."""
+        return int(self._lib.proton_log_lost())

@@ -1,6 +1,7 @@
 """CUPTI's subscription and launch callbacks, through ctypes over the libcupti cupti-python loaded.
 
-The process's one CUPTI subscriber. A shadow-context session enables no callback on it; a
+The process's one CUPTI subscriber. A shadow-context session enables the launch calls for
+the C helper's launch log (native.LaunchLog; none when the helper is not built); a
 python-context session enables the launch calls only, and its callback runs on the launching
 thread at the call's enter and exit. cupti-python would build a Python object for every call's
 data; here the callback gets CUPTI's pointer and reads the two fields it needs, at the offsets of
@@ -55,9 +56,12 @@ def callback_fields(cupti) -> tuple[int, int, int]:
 
 
 class Subscriber:
-    """cuptiSubscribe with `on_api(userdata, domain, cbid, cbdata)` as the callback."""
+    """cuptiSubscribe with `on_api(userdata, domain, cbid, cbdata)` as the callback, or with
+    the C launch log's callback first (native.LaunchLog), which hands on_api the calls that
+    are not launches."""
 
-    def __init__(self, lib_path: str, on_api: Callable[[int, int, int, int], None]) -> None:
+    def __init__(self, lib_path: str, on_api: Callable[[int, int, int, int], None],
+                 log=None) -> None:
         lib = ctypes.CDLL(lib_path)  # the same handle: dlopen of a loaded library
         lib.cuptiSubscribe.argtypes = [ctypes.POINTER(ctypes.c_void_p), CALLBACK, ctypes.c_void_p]
         lib.cuptiUnsubscribe.argtypes = [ctypes.c_void_p]
@@ -65,6 +69,11 @@ class Subscriber:
                                             ctypes.c_uint32]
         self._lib = lib
         self._callback = CALLBACK(on_api)
+        self._forward = None
+        if log is not None:
+            self._forward = self._callback
+            log.configure(ctypes.cast(self._forward, ctypes.c_void_p).value)
+            self._callback = CALLBACK(log.callback)
         self._handle = ctypes.c_void_p()
 
     def subscribe(self) -> None:
@@ -76,7 +85,7 @@ class Subscriber:
                 "CUPTI in this process; stop it first: one CUPTI profiler per process")
         if rc:
             raise ProtonError(f"CUPTI could not start: cuptiSubscribe failed with CUPTI error {rc}")
-        _kept.append(self._callback)
+        _kept.extend((self._callback, self._forward))
 
     def enable(self, domain: int, cbid: int) -> None:
         rc = self._lib.cuptiEnableCallback(1, self._handle, domain, cbid)
