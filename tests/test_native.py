@@ -597,3 +597,23 @@ def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed,
         assert collector.kernels == len(expected)
     assert results[True] == results[False]
     assert len(results[True]) == len(expected)
+
+
+def test_a_launch_call_inside_another_is_not_logged(cache):
+    """CUPTI may report the driver's launch call made inside the runtime's: the kernel record
+    names the outer call, so only it is logged."""
+    collector, _, launch = _collector(True)
+    launcher = _Launcher(collector)
+    runtime = next(iter(collector._runtime_cbids))
+    data = ctypes.addressof(launcher._data)
+    site = ctypes.c_uint32.from_address(data + launcher._site)
+    corr = ctypes.c_uint32.from_address(data + launcher._corr)
+    ctypes.c_void_p.from_address(data + launcher._ret).value = \
+        ctypes.addressof(launcher._status)
+    for s, c, domain, cbid in ((0, 10, 2, runtime), (0, 11, 1, launch), (1, 11, 1, launch),
+                               (1, 10, 2, runtime)):
+        site.value, corr.value = s, c
+        launcher.call(None, domain, cbid, data)
+    launcher.launch(1, launch, corr=12, start=5)
+    ext, api, n_ext, n_api = launcher.log.take()
+    assert api[1, :n_api].tolist() == [10, 12]

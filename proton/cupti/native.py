@@ -512,6 +512,7 @@ static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 static __thread int64_t *tls_paths;
 static __thread int64_t tls_depth, tls_cap;
+static __thread int32_t tls_calls; /* launch calls entered and not yet left */
 
 /* Set up the callback: CUPTI's timestamp function, Python's callback for everything else
    (NULL: none), the offsets in CUpti_CallbackData of the callback site, correlation id and
@@ -571,7 +572,14 @@ void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) 
         uint32_t site, corr;
         const int32_t *ret;
         memcpy(&site, d + cb.site_at, sizeof site);
-        if (site == 0 || !cb.on) return; /* the enter: the exit says whether it launched */
+        if (site == 0) { /* the enter: the exit says whether it launched */
+            tls_calls++;
+            return;
+        }
+        /* a launch call made inside another (the driver's under the runtime's, if CUPTI
+           reports it) is not the one the kernel record names: only the outermost counts */
+        if (tls_calls > 0 && --tls_calls > 0) return;
+        if (!cb.on) return;
         memcpy(&ret, d + cb.ret_at, sizeof ret);
         if (ret && *ret != 0) return; /* failed: no kernel will come */
         memcpy(&corr, d + cb.corr_at, sizeof corr);
