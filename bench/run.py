@@ -40,10 +40,21 @@ PLAN = {
 TIMED = {"launch", "gpu", "model", "pcsampling", "scale"}
 
 
-def run_one(workload: str, profiler: str, extra: list[str], timeout: int = 600) -> dict | None:
+def pinned(cpus: str):
+    """A preexec_fn that runs the child on `cpus` ("4,6"), or None: a launch loop moved
+    between cores by the scheduler varied by 3 us a launch from process to process."""
+    if not cpus:
+        return None
+    chosen = {int(c) for c in cpus.split(",")}
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+def run_one(workload: str, profiler: str, extra: list[str], timeout: int = 600,
+            cpus: str = "") -> dict | None:
     cmd = [sys.executable, os.path.join(HERE, "workloads.py"), workload, profiler, *extra]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=pinned(cpus))
     except subprocess.TimeoutExpired:
         print(f"{workload} {profiler} {extra}: over {timeout} s", file=sys.stderr)
         return None
@@ -255,6 +266,9 @@ def main() -> None:
     parser.add_argument("--results", default=os.environ.get("BENCH_RESULTS", "bench.jsonl"))
     parser.add_argument("--table-only", action="store_true",
                         help="print the table of the results file, run nothing")
+    parser.add_argument("--cpus", default=os.environ.get("BENCH_CPUS", ""),
+                        help="run each measured process on these CPUs only, e.g. '4,6' "
+                             "(two cores: the launching thread and CUPTI's)")
     args = parser.parse_args()
     chosen = [] if args.table_only else [w for w in args.only.split(",") if w]
     for workload in chosen:
@@ -264,7 +278,7 @@ def main() -> None:
                 label = " ".join([profiler, *extra])
                 if args.modes and label not in args.modes.split(";"):
                     continue
-                res = run_one(workload, profiler, extra)
+                res = run_one(workload, profiler, extra, cpus=args.cpus)
                 if res:
                     with open(args.results, "a") as f:
                         f.write(json.dumps(res) + "\n")
