@@ -2,7 +2,7 @@
 
     python bench/workloads.py WORKLOAD PROFILER [--hook triton] [--context shadow|python]
                               [--mode pcsampling[:serialize=1]]
-WORKLOAD: launch | gpu | model | accuracy | scale | pcsampling
+WORKLOAD: launch | paired | gpu | model | accuracy | scale | pcsampling
 PROFILER: none | listen (bare, but open to `proton capture`) | cupti (CUPTI's kernel activity
           alone, its buffers handed back unread: the floor any CUPTI profiler pays) | proton |
           triton (Triton 3.6's own Proton) | torch (torch.profiler; accuracy only)
@@ -126,6 +126,38 @@ def launch(prof: Profiler, args) -> dict:
             times.append((time.perf_counter() - t0) / launches * 1e6)
     return {"value": min(times), "median": statistics.median(times), "unit": "us/launch",
             "finalize_s": prof.finalize()}
+
+
+def paired(prof: Profiler, args) -> dict:
+    """The launch loop bare and profiled in turn in one process (--pairs times; the profiler
+    started and finalized each time): microseconds a launch the profiler adds, per pair.
+    Processes of one configuration differed by up to 7 us a launch bare (H100 host, 11-23),
+    far above what a profiler adds; a difference taken inside one process cancels that."""
+    x = torch.zeros(128, device="cuda")
+    tiny_kernel[(1,)](x, BLOCK=128)
+    launches = args.launches or 5000
+
+    def best(scope) -> float:
+        times = []
+        for _ in range(args.repeats):
+            with scope("loop"):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(launches):
+                    tiny_kernel[(1,)](x, BLOCK=128)
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) / launches * 1e6)
+        return min(times)
+
+    bare, profiled = [], []
+    for _ in range(args.pairs):
+        bare.append(best(lambda name: contextlib.nullcontext()))
+        prof.start()
+        profiled.append(best(prof.scope))
+        prof.finalize()
+    added = [p - b for p, b in zip(profiled, bare)]
+    return {"value": statistics.median(added), "added": added, "bare": bare,
+            "profiled": profiled, "unit": "us/launch added"}
 
 
 def gpu(prof: Profiler, args) -> dict:
@@ -338,7 +370,8 @@ def scale(prof: Profiler, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workload",
-                        choices=["launch", "gpu", "model", "accuracy", "scale", "pcsampling"])
+                        choices=["launch", "paired", "gpu", "model", "accuracy", "scale",
+                                 "pcsampling"])
     parser.add_argument("profiler", choices=["none", "listen", "cupti", "proton", "triton",
                                              "torch"])
     parser.add_argument("--hook", default=None)
@@ -349,6 +382,7 @@ def main() -> None:
     parser.add_argument("--kernel", choices=["matmul", "trig"], default="matmul",
                         help="pcsampling: the 4096^3 matmul or a compute-bound sin/cos loop")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--pairs", type=int, default=4, help="paired: bare/profiled turns")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--scopes", type=int, default=1000)
     parser.add_argument("--launches-per-scope", type=int, default=1000)
