@@ -4,7 +4,8 @@
 
   * python-context launch callback: CUPTI's callback at a launch call's enter and exit, as the
     collector builds it, called with a CUpti_CallbackData laid out by cupti-python's own dtype,
-    from a loop through 3 library frames (Triton's launch machinery), bare and in a scope;
+    from a loop through 3 library frames (Triton's launch machinery), bare and in a scope; all
+    Python (no C helper), and through the C helper's callback (Python at the enter only);
   * Triton hook: the launch enter and exit hooks for a kernel without launch_metadata;
   * scope: `with proton.scope(...)` entered and left while collecting.
 A stand-in collector takes the pushes (CUPTI's own push costs the same with or without us).
@@ -22,7 +23,7 @@ from cupti import cupti
 
 import proton
 from proton.cupti.collector import CuptiCollector
-from proton.cupti.subscriber import callback_fields
+from proton.cupti.subscriber import CALLBACK, callback_fields
 from proton.hooks import triton_hook
 from proton.runtime.profiler import profiler
 
@@ -92,9 +93,30 @@ def launch_callback():
     return on_api, cbid, enter, leave, (data, ret), collector
 
 
-def python_callback(call, repeats: int) -> tuple[float, float]:
+def through_c(collector, on_api):
+    """CUPTI's callback as the python context subscribes it with the C helper built: the C
+    launch log's, which hands Python only the enter (CUPTI's timestamp stood in by libc's
+    time(), which takes the same pointer); None without the helper."""
+    from proton.cupti import native
+
+    libc = ctypes.CDLL(None)
+    collector._cupti = cupti  # its enums (launch_callback stood in its clock)
+    log = collector._launch_log(ctypes.cast(libc.time, ctypes.c_void_p).value)
+    if log is None:
+        return None
+    enter = native.ENTER(collector._launch_enter())
+    log.configure(None, enter)
+    log.enable(True)
+    callback = CALLBACK(log.callback)
+    callback.alive = (enter, log)
+    return callback
+
+
+def python_callback(call, repeats: int, native: bool = False) -> tuple[float, float]:
     proton.start("/tmp/hot_paths_python", context="python")
     on_api, cbid, enter, leave, _alive, collector = launch_callback()
+    # as CUPTI calls it: through a C function pointer (ctypes' trampoline into Python)
+    on_api = through_c(collector, on_api) if native else CALLBACK(on_api)
 
     def launch() -> None:
         on_api(None, 1, cbid, enter)
@@ -147,7 +169,9 @@ def main() -> None:
     ns: dict = {}
     exec(compile(LIBRARY, "/usr/lib/python3/site-packages/fake_triton.py", "exec"), ns)
     bare, scoped = python_callback(ns["call"], args.repeats)
-    print(f"python-context launch callback: {bare:.2f} us a launch ({scoped:.2f} in a scope); "
+    c_bare, c_scoped = python_callback(ns["call"], args.repeats, native=True)
+    print(f"python-context launch callback: {bare:.2f} us a launch ({scoped:.2f} in a scope), "
+          f"through the C helper {c_bare:.2f} ({c_scoped:.2f}); "
           f"Triton hook: {hook(ns['call'], args.repeats):.2f} us; "
           f"scope enter and exit: {scope(ns['call'], args.repeats):.2f} us")
 

@@ -458,6 +458,10 @@ class _Launcher:
         collector._fields = callback_fields(cupti)
         log = collector._launch_log(ctypes.cast(self._clock, ctypes.c_void_p).value)
         assert log is not None
+        self._enter = None
+        if collector.in_callback:  # the python context: enters go to Python
+            self._enter = native.ENTER(collector._launch_enter())
+            log.configure(None, self._enter)
         log.enable(True)
         collector._log = log
         self.log, self.call = log, CALLBACK(log.callback)
@@ -617,3 +621,42 @@ def test_a_launch_call_inside_another_is_not_logged(cache):
     launcher.launch(1, launch, corr=12, start=5)
     ext, api, n_ext, n_api = launcher.log.take()
     assert api[1, :n_api].tolist() == [10, 12]
+
+
+def test_the_python_contexts_launch_enter_comes_from_the_c_callback(cache):
+    """context="python" with the C helper: CUPTI's call reaches Python only at a launch's
+    enter, as (correlation id, time, cbid), and the launch goes where the launching Python
+    frame says; a failed call is withdrawn from C (nothing waits for it); a launch on a
+    thread whose path is unknown goes to the unscoped path."""
+    import threading
+
+    from proton.cupti.collector import CuptiCollector
+
+    def where(frame):  # the frame that made the call: past _Launcher.launch (CUDA's place)
+        assert frame.f_code.co_name == "launch"
+        return {"user_code": 55, "worker": None}.get(frame.f_back.f_code.co_name, 66)
+
+    collector = CuptiCollector(lambda kernels: None, lambda thread, ts: 900,
+                               launch_path=where, in_callback=True)
+    launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+    launcher = _Launcher(collector)
+
+    def user_code(corr, status=0):
+        launcher.launch(1, launch, corr=corr, start=1000 + corr, status=status)
+
+    user_code(1)
+    user_code(2, status=1)  # failed
+    launcher.launch(1, launch, corr=3, start=1003)  # from this test's own frame
+
+    def worker():
+        launcher.launch(1, launch, corr=4, start=1004)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert collector.callback_errors == []
+    registered = collector.attributor.launch_path
+    assert [registered(c) for c in (1, 3, 4)] == [55, 66, 900]
+    assert collector.waiting_before(1002) == 1  # the failed launch is no longer waited for
+    assert collector.waiting_before(10**9) == 3
+    assert launcher.log.take()[3] == 0  # nothing logged: the python context joins in Python

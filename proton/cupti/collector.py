@@ -30,7 +30,7 @@ from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..report import callback_failed, debug, debugging, warn
 from .attribution import Attributor, GroupSink, Kernel, KernelSink, LaunchConfigs, Unscoped
-from .subscriber import caller, cupti_enum
+from .subscriber import caller, cupti_enum, passes_on
 
 BUFFER_SIZE = 8 << 20
 KEEP_STATES_ENV = "PROTON_KEEP_THREAD_STATES"
@@ -200,7 +200,7 @@ class CuptiCollector:
     # -- lifetime -----------------------------------------------------------------------------
     def start(self) -> None:
         """Raises ProfilerConflictError when another profiler holds CUPTI."""
-        from .buffers import loaded_libcupti
+        from .buffers import loaded_libcupti, timestamp_address
         from .subscriber import Subscriber, callback_fields
 
         cupti = self._cupti
@@ -212,18 +212,18 @@ class CuptiCollector:
         if path is None:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
         self._fields = callback_fields(cupti)
-        on_api = self._launch_callback() if self.in_callback else None
+        self._log = self._launch_log(timestamp_address(path))
+        enter = None
+        if self._log is not None:  # launch calls go to C first: no API or external records
+            self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
+            enter = self._launch_enter() if self.in_callback else None
+        on_api = self._launch_callback() if self.in_callback and enter is None else None
         if self._pc_options is not None:
             on_api = self._start_pc(path, on_api)
         for user in self._users:
             user.prepare(path)
             on_api = user.wrap(on_api)
-        from .buffers import timestamp_address
-
-        self._log = self._launch_log(timestamp_address(path))
-        if self._log is not None:  # launches are logged in C: no API or external records
-            self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
-        subscriber = Subscriber(path, on_api or _ignore, self._log)
+        subscriber = Subscriber(path, on_api or _ignore, self._log, enter)
         try:
             subscriber.subscribe()
         except BaseException:
@@ -255,7 +255,8 @@ class CuptiCollector:
             if self.pc is not None:
                 self._enable_pc()
             if self._log is not None:
-                self.push, self.pop = self._log.push, self._log.pop
+                if self.pushes_ids:
+                    self.push, self.pop = self._log.push, self._log.pop
                 self._log.enable(True)
         except (cupti.cuptiError, ProtonError) as exc:
             for kind in self._kinds:
@@ -269,13 +270,15 @@ class CuptiCollector:
             raise ProtonError(f"CUPTI could not start collecting: {exc}") from None
 
     def _launch_log(self, timestamp: int):
-        """native.LaunchLog for the shadow context when the C helper joins (not with
-        PROTON_NATIVE=walk or 0, a recording, or exact PC sampling, whose launch callback
-        is Python's); None otherwise. timestamp: cuptiGetTimestamp's address."""
+        """native.LaunchLog, the launch callback in C: for the shadow context when the C
+        helper joins, for the python context when the helper is built (not with
+        PROTON_NATIVE=walk or 0, a recording, or exact PC sampling, whose launch callback is
+        all Python); None otherwise. timestamp: cuptiGetTimestamp's address."""
         from . import native
 
-        if not self._joins or native.walk_only() or (
-                self.pc is not None and self.pc.options.serialize):
+        if not (self._joins or self.in_callback) or native.walk_only() \
+                or self.recorded is not None \
+                or (self._pc_options is not None and self._pc_options.serialize):
             return None
         cupti, K = self._cupti, self._cupti.ActivityKind
         domains = {int(cupti.CallbackDomain.DRIVER_API): int(K.DRIVER),
@@ -365,40 +368,34 @@ class CuptiCollector:
         if self.pushes_ids:
             self._cupti.activity_pop_external_correlation_id(self._custom)
 
-    def _launch_callback(self):
-        """context="python": CUPTI's callback at a launch call's enter and exit, on the
-        launching thread (a closure: this runs twice per launch, so every name is local).
-
-        At the enter, the launch is registered with its call path and start time (a thread with
-        no Python frames, such as PyTorch's autograd thread, gets Attributor's unscoped path).
-        At the exit, a failed call is withdrawn: no kernel will come for it.
+    def _launch_enter(self):
+        """context="python": the launch call's enter, on the launching thread, as
+        on_enter(correlation id, CUPTI timestamp, cbid) (a closure: this runs at every launch,
+        so every name is local). The launch is registered with its call path and start time
+        (a thread with no Python frames, such as PyTorch's autograd thread, gets Attributor's
+        unscoped path). The C launch log calls it with CUPTI's fields read (its exit stays in
+        C); without the helper, _launch_callback does.
 
         A thread that runs no Python gets a fresh Python thread state for each callback unless
         one is kept for it: on a CPU, 16 us a launch (enter and exit) against 0.7 kept
         (bench/probe_foreign_thread.py). With PROTON_KEEP_THREAD_STATES=1 the first callback on
-        such a thread keeps its thread state (one PyGILState_Ensure never released); off until
-        measured on a GPU (autograd's threads may keep one already)."""
-        site, corr_at, ret_at = self._fields
+        such a thread keeps its thread state (one PyGILState_Ensure never released); off, as
+        PyTorch's autograd threads keep theirs (the model step on an H100 was no faster)."""
         # graph launch calls; their cbids are told apart from the other launch calls' by number
         # alone (checked: driver and runtime ids of launch calls do not clash with them)
         graphs = {cbid for cbid, name in self._driver_cbids.items() if name in _DRIVER_GRAPHS}
         graphs |= {cbid for cbid, name in self._runtime_cbids.items() if name in _RUNTIME_GRAPHS}
         if graphs & (set(self._driver_cbids) | set(self._runtime_cbids)) - graphs:
             raise ProtonError("CUPTI's graph-launch ids clash with other launch calls' ids")
-        register, cancel = self.attributor.register_launch, self.attributor.cancel_launch
+        register = self.attributor.register_launch
         capturing, in_capture = self.attributor.capturing, self.attributor.in_capture
-        now, getframe, thread = self._cupti.get_timestamp, sys._getframe, threading.get_ident
+        getframe, thread = sys._getframe, threading.get_ident
         errors, unscoped, launch_path = self.callback_errors, self._unscoped, self._launch_path
         kept: set[int] | None = set() if os.environ.get(KEEP_STATES_ENV) == "1" else None
         keep = ctypes.pythonapi.PyGILState_Ensure
 
-        def on_api(userdata, domain, cbid, data) -> None:
+        def on_enter(corr: int, start: int, cbid: int) -> None:
             try:
-                if _u32(data + site).value:  # the exit
-                    if _i32(_ptr(data + ret_at).value).value:
-                        cancel(_u32(data + corr_at).value)
-                    return
-                start = now()
                 if capturing and cbid not in graphs and in_capture(thread() & 0xFFFFFFFF, start):
                     return  # recorded into a graph: no kernel record will come for it
                 path = launch_path(caller(getframe().f_back))
@@ -408,11 +405,39 @@ class CuptiCollector:
                         keep()
                         kept.add(me)
                     path = unscoped(me & 0xFFFFFFFF, start) if unscoped else ROOT
-                register(_u32(data + corr_at).value, path, start, cbid in graphs)
+                register(corr, path, start, cbid in graphs)
+            except BaseException as exc:
+                callback_failed("in the launch callback", exc, errors)
+
+        return on_enter
+
+    def _launch_callback(self):
+        """context="python" without the C helper: CUPTI's callback at a launch call's enter
+        and exit. The enter goes to _launch_enter's; at the exit, a failed call is withdrawn:
+        no kernel will come for it."""
+        site, corr_at, ret_at = self._fields
+        on_enter, cancel = self._launch_enter(), self.attributor.cancel_launch
+        now, errors = self._cupti.get_timestamp, self.callback_errors
+
+        @passes_on  # on_enter reads the launching frame past this one
+        def on_api(userdata, domain, cbid, data) -> None:
+            try:
+                if _u32(data + site).value:  # the exit
+                    if _i32(_ptr(data + ret_at).value).value:
+                        cancel(_u32(data + corr_at).value)
+                    return
+                on_enter(_u32(data + corr_at).value, now(), cbid)
             except BaseException as exc:
                 callback_failed("in the launch callback", exc, errors)
 
         return on_api
+
+    def _withdraw_failed(self) -> None:
+        """The python context's launch calls that failed (the C launch log keeps them): no
+        kernel will come for them. Under the lock."""
+        if self._log is not None and self.in_callback:
+            for corr in self._log.failed():
+                self.attributor.cancel_launch(corr)
 
     # -- records ------------------------------------------------------------------------------
     def deliver(self) -> None:
@@ -512,8 +537,9 @@ class CuptiCollector:
     def waiting_before(self, ts: int) -> int:
         """Launch calls made by `ts` whose kernel record has not come yet."""
         with self._lock:
-            if self._log is not None:
+            if self._join is not None and self._log is not None:
                 self._join_logged()
+            self._withdraw_failed()
             joined = self._join.waiting(ts) if self._join is not None else 0
         return joined + self.attributor.waiting_before(ts)
 
@@ -522,8 +548,9 @@ class CuptiCollector:
         external record); return how many."""
         with self._lock:
             lost = 0
-            if self._log is not None:
+            if self._join is not None and self._log is not None:
                 self._join_logged()
+            self._withdraw_failed()
             if self._join is not None:
                 # kernels the Attributor holds go to their external record's path, which
                 # the join kept
@@ -652,6 +679,7 @@ class CuptiCollector:
     def _attribute(self, external, api, kernels) -> None:
         """Columns (numpy) of external ids, launch calls and kernels (native.KERNEL_COLUMNS)
         to the Attributor, as lists. Under the lock."""
+        self._withdraw_failed()
         external = (external[0].tolist(), external[1].tolist())
         api = tuple(a.tolist() for a in api)
         kernels = self._kernel_columns(kernels)

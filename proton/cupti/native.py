@@ -488,10 +488,14 @@ int64_t proton_join_finish(proton_join *j, int64_t stride, int64_t *kernels_out,
    appends (correlation id, path, time, domain, cbid, thread) to a log under a mutex. The
    buffer thread takes the log whole (a swap) and reads it out as the columns those two
    records would have given, so the join above is unchanged. Callbacks of other domains or
-   calls go on to `forward` (Python's: NVTX, graph capture, PC sampling's module loads). */
+   calls go on to `forward` (Python's: NVTX, graph capture, PC sampling's module loads).
+   For the python context, whose launch path is read from Python frames, `enter` (Python's)
+   gets each launch call's enter as (correlation id, time, cbid), read here from CUPTI's
+   data, and the exit stays in C: a failed call's id is kept for proton_failed_take. */
 
 typedef int (*proton_timestamp_fn)(uint64_t *timestamp);
 typedef void (*proton_callback_fn)(void *userdata, int domain, uint32_t cbid, const void *data);
+typedef void (*proton_enter_fn)(uint32_t corr, uint64_t start, uint32_t cbid);
 
 enum { L_CORR, L_PATH, L_TIME, L_DOMAIN, L_CBID, L_THREAD, L_FIELDS };
 #define DOMAINS 3 /* CUPTI_CB_DOMAIN_DRIVER_API = 1, _RUNTIME_API = 2 */
@@ -499,6 +503,7 @@ enum { L_CORR, L_PATH, L_TIME, L_DOMAIN, L_CBID, L_THREAD, L_FIELDS };
 static struct {
     proton_timestamp_fn now;
     proton_callback_fn forward;
+    proton_enter_fn enter; /* the python context's; NULL: launches are logged */
     int32_t site_at, corr_at, ret_at;
     uint8_t *flags[DOMAINS]; /* flags[domain][cbid] != 0: a launch call this log keeps */
     int64_t nflags[DOMAINS];
@@ -507,6 +512,7 @@ static struct {
 
 typedef struct { int64_t *data, n, cap; } proton_log;
 static proton_log log_now, log_taken; /* appended to; taken by the buffer thread */
+static proton_log failed; /* the python context's failed launch calls (one word each) */
 static int64_t log_lost;
 static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -515,9 +521,10 @@ static __thread int64_t tls_depth, tls_cap;
 static __thread int32_t tls_calls; /* launch calls entered and not yet left */
 
 /* Set up the callback: CUPTI's timestamp function, Python's callback for everything else
-   (NULL: none), the offsets in CUpti_CallbackData of the callback site, correlation id and
+   (NULL: none), Python's launch enter (NULL: launches are logged), the offsets in CUpti_CallbackData of the callback site, correlation id and
    return value pointer, and the launch calls of the driver (domain 1) and runtime (2). */
-int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward, int32_t site_at,
+int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward,
+                         proton_enter_fn enter, int32_t site_at,
                          int32_t corr_at, int32_t ret_at, const uint8_t *flags1, int64_t n1,
                          const uint8_t *flags2, int64_t n2) {
     const uint8_t *given[DOMAINS] = {NULL, flags1, flags2};
@@ -532,7 +539,7 @@ int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward, in
         cb.flags[d] = copy;
         cb.nflags[d] = sizes[d];
     }
-    cb.now = now; cb.forward = forward;
+    cb.now = now; cb.forward = forward; cb.enter = enter;
     cb.site_at = site_at; cb.corr_at = corr_at; cb.ret_at = ret_at;
     return 0;
 }
@@ -554,15 +561,16 @@ void proton_pop(void) {
     if (tls_depth > 0) tls_depth--;
 }
 
-static void log_append(const int64_t *entry) {
+/* `width` words onto `log`, under the mutex. */
+static void log_append(proton_log *log, const int64_t *entry, int64_t width) {
     pthread_mutex_lock(&log_mutex);
-    if (log_now.n == log_now.cap) {
-        int64_t cap = log_now.cap ? 2 * log_now.cap : 4096;
-        int64_t *grown = (int64_t *)realloc(log_now.data, (size_t)(cap * L_FIELDS) * sizeof(int64_t));
+    if (log->n == log->cap) {
+        int64_t cap = log->cap ? 2 * log->cap : 4096;
+        int64_t *grown = (int64_t *)realloc(log->data, (size_t)(cap * width) * sizeof(int64_t));
         if (!grown) { log_lost++; pthread_mutex_unlock(&log_mutex); return; }
-        log_now.data = grown; log_now.cap = cap;
+        log->data = grown; log->cap = cap;
     }
-    memcpy(log_now.data + log_now.n++ * L_FIELDS, entry, L_FIELDS * sizeof(int64_t));
+    memcpy(log->data + log->n++ * width, entry, (size_t)width * sizeof(int64_t));
     pthread_mutex_unlock(&log_mutex);
 }
 
@@ -572,6 +580,22 @@ void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) 
         uint32_t site, corr;
         const int32_t *ret;
         memcpy(&site, d + cb.site_at, sizeof site);
+        if (cb.enter) { /* the python context: Python places the launch at its enter */
+            if (!cb.on) return;
+            memcpy(&corr, d + cb.corr_at, sizeof corr);
+            if (site == 0) {
+                uint64_t ts = 0;
+                cb.now(&ts);
+                cb.enter(corr, ts, cbid);
+            } else {
+                memcpy(&ret, d + cb.ret_at, sizeof ret);
+                if (ret && *ret != 0) { /* no kernel will come: withdrawn */
+                    int64_t id = corr;
+                    log_append(&failed, &id, 1);
+                }
+            }
+            return;
+        }
         if (site == 0) { /* the enter: the exit says whether it launched */
             tls_calls++;
             return;
@@ -588,7 +612,7 @@ void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) 
         int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
         int64_t entry[L_FIELDS] = {corr, depth ? tls_paths[depth - 1] : EMPTY, (int64_t)ts,
                                    domain, cbid, (int64_t)(uint32_t)pthread_self()};
-        log_append(entry);
+        log_append(&log_now, entry, L_FIELDS);
         return;
     }
     if (cb.forward) cb.forward(userdata, domain, cbid, data);
@@ -625,6 +649,19 @@ int64_t proton_log_read(int64_t custom, const int64_t *kinds, int64_t stride, in
     }
     log_taken.n = 0;
     return n_ext;
+}
+
+/* The python context's failed launch calls since the last call, at most `cap` into `out`;
+   returns how many. */
+int64_t proton_failed_take(int64_t *out, int64_t cap) {
+    if (failed.n == 0) return 0; /* read unlocked: a word, and the next call sees the rest */
+    pthread_mutex_lock(&log_mutex);
+    int64_t n = failed.n < cap ? failed.n : cap;
+    memcpy(out, failed.data, (size_t)n * sizeof(int64_t));
+    memmove(failed.data, failed.data + n, (size_t)(failed.n - n) * sizeof(int64_t));
+    failed.n -= n;
+    pthread_mutex_unlock(&log_mutex);
+    return n;
 }
 
 /* Entries lost because the log could not grow. */
@@ -733,7 +770,7 @@ def _load(path: str) -> ctypes.CDLL:
     lib.proton_join_finish.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                        ctypes.c_void_p]
     lib.proton_join_finish.restype = ctypes.c_int64
-    lib.proton_log_configure.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int32] * 3 + [
+    lib.proton_log_configure.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int32] * 3 + [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
     lib.proton_log_configure.restype = ctypes.c_int
     lib.proton_log_enable.argtypes = [ctypes.c_int]
@@ -743,6 +780,8 @@ def _load(path: str) -> ctypes.CDLL:
     lib.proton_log_read.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                     ctypes.c_void_p, ctypes.c_void_p]
     lib.proton_log_read.restype = ctypes.c_int64
+    lib.proton_failed_take.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.proton_failed_take.restype = ctypes.c_int64
     lib.proton_log_lost.argtypes = []
     lib.proton_log_lost.restype = ctypes.c_int64
     return lib
@@ -942,12 +981,18 @@ class Join:
 
 
 
+ENTER = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32)
+"""The python context's launch enter: (correlation id, CUPTI timestamp, cbid)."""
+
+
 class LaunchLog:
-    """The shadow context's launch callback in C (the SOURCE's launch log): scopes push their
+    """The launch callback in C (the SOURCE's launch log). Shadow context: scopes push their
     path with `push`/`pop` (the calling thread's, as CUPTI's external-id stack would keep it),
     CUPTI calls `callback` at each launch call, and the buffer thread reads what was launched
-    with `take` as the external and API columns Join takes. One per process (the C state is):
-    configure replaces the last one."""
+    with `take` as the external and API columns Join takes. Python context (configure with
+    `enter`): each launch call's enter goes to Python as (correlation id, time, cbid), its
+    exit stays in C, and `failed` gives the calls that failed. One per process (the C state
+    is): configure replaces the last one."""
 
     def __init__(self, lib: ctypes.CDLL, timestamp: int, fields: tuple[int, int, int],
                  launches: dict[int, tuple[int, list[int], list[int]]], custom: int) -> None:
@@ -977,12 +1022,14 @@ class LaunchLog:
         lib = helper()
         return None if lib is None else cls(lib, timestamp, fields, launches, custom)
 
-    def configure(self, forward: int | None) -> None:
-        """Hand the calls that are not launches to `forward` (a callback's address, or none);
-        logging stays off until `enable`."""
+    def configure(self, forward: int | None, enter=None) -> None:
+        """Hand the calls that are not launches to `forward` (a callback's address, or none),
+        and each launch call's enter to `enter` (an ENTER, kept alive by the caller) instead
+        of logging it; nothing happens until `enable`."""
         none = np.zeros(1, dtype=np.uint8)
         f1, f2 = self._flags.get(1, none), self._flags.get(2, none)
-        if self._lib.proton_log_configure(self._timestamp, forward, *self._fields,
+        enter = ctypes.cast(enter, ctypes.c_void_p).value if enter is not None else None
+        if self._lib.proton_log_configure(self._timestamp, forward, enter, *self._fields,
                                           f1.ctypes.data, len(f1), f2.ctypes.data, len(f2)):
             raise MemoryError("the launch log could not allocate its tables")
 
@@ -999,6 +1046,17 @@ class LaunchLog:
         n_ext = self._lib.proton_log_read(self._custom, self._kinds.ctypes.data, n + 1,
                                           ext.ctypes.data, api.ctypes.data)
         return ext, api, int(n_ext), n
+
+    def failed(self) -> list[int]:
+        """The correlation ids of the launch calls that failed since the last call (the
+        python context's)."""
+        ids = []
+        while True:
+            out = np.empty(1024, dtype=np.int64)
+            n = int(self._lib.proton_failed_take(out.ctypes.data, len(out)))
+            ids += out[:n].tolist()
+            if n < len(out):
+                return ids
 
     @property
     def lost(self) -> int:

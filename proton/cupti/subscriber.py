@@ -61,7 +61,9 @@ class Subscriber:
     are not launches."""
 
     def __init__(self, lib_path: str, on_api: Callable[[int, int, int, int], None],
-                 log=None) -> None:
+                 log=None, enter: Callable[[int, int, int], None] | None = None) -> None:
+        """log: native.LaunchLog, whose C callback takes CUPTI's calls first; enter: with it,
+        the python context's launch enter (native.ENTER's arguments)."""
         lib = ctypes.CDLL(lib_path)  # the same handle: dlopen of a loaded library
         lib.cuptiSubscribe.argtypes = [ctypes.POINTER(ctypes.c_void_p), CALLBACK, ctypes.c_void_p]
         lib.cuptiUnsubscribe.argtypes = [ctypes.c_void_p]
@@ -69,10 +71,13 @@ class Subscriber:
                                             ctypes.c_uint32]
         self._lib = lib
         self._callback = CALLBACK(on_api)
-        self._forward = None
+        self._forward = self._enter = None
         if log is not None:
+            from .native import ENTER
+
             self._forward = self._callback
-            log.configure(ctypes.cast(self._forward, ctypes.c_void_p).value)
+            self._enter = ENTER(enter) if enter is not None else None
+            log.configure(ctypes.cast(self._forward, ctypes.c_void_p).value, self._enter)
             self._callback = CALLBACK(log.callback)
         self._handle = ctypes.c_void_p()
 
@@ -85,7 +90,7 @@ class Subscriber:
                 "CUPTI in this process; stop it first: one CUPTI profiler per process")
         if rc:
             raise ProtonError(f"CUPTI could not start: cuptiSubscribe failed with CUPTI error {rc}")
-        _kept.extend((self._callback, self._forward))
+        _kept.extend((self._callback, self._forward, self._enter))
 
     def enable(self, domain: int, cbid: int) -> None:
         rc = self._lib.cuptiEnableCallback(1, self._handle, domain, cbid)
