@@ -109,21 +109,26 @@ class Profiler:
         return self.path + ".hatchet"
 
 
-def launch(prof: Profiler, args) -> dict:
-    """Microseconds per launch of a one-block Triton kernel."""
-    x = torch.zeros(128, device="cuda")
-    tiny_kernel[(1,)](x, BLOCK=128)
-    prof.start()
-    times = []
-    launches = args.launches or 5000
+def _loop_times(x, scope, args) -> list[float]:
+    """Microseconds a launch of the one-block kernel, per repeat, each repeat in `scope`."""
+    launches, times = args.launches or 5000, []
     for _ in range(args.repeats):
-        with prof.scope("loop"):
+        with scope("loop"):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(launches):
                 tiny_kernel[(1,)](x, BLOCK=128)
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) / launches * 1e6)
+    return times
+
+
+def launch(prof: Profiler, args) -> dict:
+    """Microseconds per launch of a one-block Triton kernel."""
+    x = torch.zeros(128, device="cuda")
+    tiny_kernel[(1,)](x, BLOCK=128)
+    prof.start()
+    times = _loop_times(x, prof.scope, args)
     return {"value": min(times), "median": statistics.median(times), "unit": "us/launch",
             "finalize_s": prof.finalize()}
 
@@ -135,25 +140,11 @@ def paired(prof: Profiler, args) -> dict:
     far above what a profiler adds; a difference taken inside one process cancels that."""
     x = torch.zeros(128, device="cuda")
     tiny_kernel[(1,)](x, BLOCK=128)
-    launches = args.launches or 5000
-
-    def best(scope) -> float:
-        times = []
-        for _ in range(args.repeats):
-            with scope("loop"):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(launches):
-                    tiny_kernel[(1,)](x, BLOCK=128)
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) / launches * 1e6)
-        return min(times)
-
     bare, profiled = [], []
     for _ in range(args.pairs):
-        bare.append(best(lambda name: contextlib.nullcontext()))
+        bare.append(min(_loop_times(x, lambda name: contextlib.nullcontext(), args)))
         prof.start()
-        profiled.append(best(prof.scope))
+        profiled.append(min(_loop_times(x, prof.scope, args)))
         prof.finalize()
     added = [p - b for p, b in zip(profiled, bare)]
     return {"value": statistics.median(added), "added": added, "bare": bare,

@@ -247,6 +247,16 @@ def _stream(seed: int, launches: int, collector, capture: tuple[int, int] | None
         expected
 
 
+def _placed(collector, got: list) -> list:
+    """The kernels a run gave, sorted, once nothing waits and nothing is left over: (path,
+    launch start, correlation id, name, device, start, end, stream, launch configuration)."""
+    assert collector.callback_errors == []
+    assert collector.waiting_before(10**12) == 0
+    assert collector.finish() == 0
+    configs = collector.launch_configs.get
+    return sorted(k[:8] + (configs(k[8]),) for k in got)
+
+
 @pytest.mark.parametrize("seed,capture,launches", [
     (1, None, 3000), (2, None, 3000), (3, (200_000, 900_000), 3000),
     (4, None, 20_000)])  # the tables grow and wrap around several times
@@ -279,11 +289,7 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, cap
         buffers, expected = _stream(seed, launches, collector, capture)
         for records in buffers:
             _feed(collector, records, joined)
-        assert collector.callback_errors == []
-        assert collector.waiting_before(10**12) == 0
-        assert collector.finish() == 0
-        configs = collector.launch_configs.get
-        results[joined] = sorted(k[:8] + (configs(k[8]),) for k in got)
+        results[joined] = _placed(collector, got)
         if joined:
             mine = {}
             for k in summed:
@@ -593,11 +599,7 @@ def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed,
                 worker.start()
                 worker.join()
             _feed(collector, records, logged)
-        assert collector.callback_errors == []
-        assert collector.waiting_before(10**12) == 0
-        assert collector.finish() == 0
-        configs = collector.launch_configs.get
-        results[logged] = sorted(k[:8] + (configs(k[8]),) for k in got)
+        results[logged] = _placed(collector, got)
         assert collector.kernels == len(expected)
     assert results[True] == results[False]
     assert len(results[True]) == len(expected)
