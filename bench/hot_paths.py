@@ -116,7 +116,7 @@ def python_callback(call, repeats: int, native: bool = False) -> tuple[float, fl
     proton.start("/tmp/hot_paths_python", context="python")
     on_api, cbid, enter, leave, _alive, collector = launch_callback()
     # as CUPTI calls it: through a C function pointer (ctypes' trampoline into Python)
-    on_api = through_c(collector, on_api) if native else CALLBACK(on_api)
+    on_api = (native and through_c(collector, on_api)) or CALLBACK(on_api)
 
     def launch() -> None:
         on_api(None, 1, cbid, enter)

@@ -480,14 +480,14 @@ int64_t proton_join_finish(proton_join *j, int64_t stride, int64_t *kernels_out,
     return n;
 }
 
-/* ---- the launch log: the shadow context's launch callback, in C ---------------------------
+/* ---- the launch log: the launch callback, in C -------------------------------------------
    CUPTI calls proton_on_api at the enter and exit of every launch call on the launching
    thread. Instead of asking CUPTI for an API record and an external-correlation record per
    launch (and a push of the scope's id onto CUPTI's own stack), scopes push their path onto a
    thread-local stack here (proton_push/proton_pop) and the exit of a launch that succeeded
-   appends (correlation id, path, time, domain, cbid, thread) to a log under a mutex. The
-   buffer thread takes the log whole (a swap) and reads it out as the columns those two
-   records would have given, so the join above is unchanged. Callbacks of other domains or
+   appends (correlation id, path, its enter's time, domain, cbid, thread) to a log under a
+   mutex. The buffer thread takes the log whole (a swap) and reads it out as the columns those
+   two records would have given, so the join above is unchanged. Callbacks of other domains or
    calls go on to `forward` (Python's: NVTX, graph capture, PC sampling's module loads).
    For the python context, whose launch path is read from Python frames, `enter` (Python's)
    gets each launch call's enter as (correlation id, time, cbid), read here from CUPTI's
@@ -500,15 +500,22 @@ typedef void (*proton_enter_fn)(uint32_t corr, uint64_t start, uint32_t cbid);
 enum { L_CORR, L_PATH, L_TIME, L_DOMAIN, L_CBID, L_THREAD, L_FIELDS };
 #define DOMAINS 3 /* CUPTI_CB_DOMAIN_DRIVER_API = 1, _RUNTIME_API = 2 */
 
-static struct {
+/* One configuration, never changed once published: a callback loads the pointer once, so a
+   new session's configure cannot change it halfway (CUPTI may still be inside a callback as
+   it unsubscribes); old ones stay allocated for that reason (a few hundred bytes a session). */
+typedef struct {
     proton_timestamp_fn now;
     proton_callback_fn forward;
     proton_enter_fn enter; /* the python context's; NULL: launches are logged */
     int32_t site_at, corr_at, ret_at;
-    uint8_t *flags[DOMAINS]; /* flags[domain][cbid] != 0: a launch call this log keeps */
+    const uint8_t *flags[DOMAINS]; /* flags[domain][cbid] != 0: a launch call it handles */
     int64_t nflags[DOMAINS];
-    volatile int on;
-} cb;
+    int64_t generation; /* counts the configures */
+} proton_config;
+
+static proton_config *config;
+static int log_on;
+static int64_t generation;
 
 typedef struct { int64_t *data, n, cap; } proton_log;
 static proton_log log_now, log_taken; /* appended to; taken by the buffer thread */
@@ -518,33 +525,44 @@ static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 static __thread int64_t *tls_paths;
 static __thread int64_t tls_depth, tls_cap;
-static __thread int32_t tls_calls; /* launch calls entered and not yet left */
+static __thread int32_t tls_calls; /* launch calls entered and not yet left... */
+static __thread uint64_t tls_start; /* ... the outermost one's enter time ... */
+static __thread int64_t tls_generation; /* ... counted since this configure (a call cut off
+    by an unsubscribe never exits: its count must not outlive its session) */
 
 /* Set up the callback: CUPTI's timestamp function, Python's callback for everything else
-   (NULL: none), Python's launch enter (NULL: launches are logged), the offsets in CUpti_CallbackData of the callback site, correlation id and
-   return value pointer, and the launch calls of the driver (domain 1) and runtime (2). */
+   (NULL: none), Python's launch enter (NULL: launches are logged), the offsets in
+   CUpti_CallbackData of the callback site, correlation id and return value pointer, and the
+   launch calls of the driver (domain 1) and runtime (2). Logging is off until enabled; what
+   an earlier session left in the log is dropped. */
 int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward,
                          proton_enter_fn enter, int32_t site_at,
                          int32_t corr_at, int32_t ret_at, const uint8_t *flags1, int64_t n1,
                          const uint8_t *flags2, int64_t n2) {
     const uint8_t *given[DOMAINS] = {NULL, flags1, flags2};
     const int64_t sizes[DOMAINS] = {0, n1, n2};
-    cb.on = 0;
+    proton_config *c = (proton_config *)calloc(1, sizeof *c);
+    if (!c) return -1;
     for (int d = 1; d < DOMAINS; d++) {
-        /* the old table stays allocated: a callback may still be reading it */
         uint8_t *copy = (uint8_t *)malloc((size_t)sizes[d] + 1);
         if (!copy) return -1;
         memcpy(copy, given[d], (size_t)sizes[d]);
-        cb.nflags[d] = 0;
-        cb.flags[d] = copy;
-        cb.nflags[d] = sizes[d];
+        c->flags[d] = copy;
+        c->nflags[d] = sizes[d];
     }
-    cb.now = now; cb.forward = forward; cb.enter = enter;
-    cb.site_at = site_at; cb.corr_at = corr_at; cb.ret_at = ret_at;
+    c->now = now; c->forward = forward; c->enter = enter;
+    c->site_at = site_at; c->corr_at = corr_at; c->ret_at = ret_at;
+    __atomic_store_n(&log_on, 0, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&log_mutex);
+    log_now.n = log_taken.n = failed.n = 0;
+    log_lost = 0;
+    c->generation = ++generation;
+    __atomic_store_n(&config, c, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&log_mutex);
     return 0;
 }
 
-void proton_log_enable(int on) { cb.on = on; }
+void proton_log_enable(int on) { __atomic_store_n(&log_on, on, __ATOMIC_RELEASE); }
 
 /* The calling thread's launches go to `path` until the matching pop. */
 void proton_push(int64_t path) {
@@ -575,47 +593,56 @@ static void log_append(proton_log *log, const int64_t *entry, int64_t width) {
 }
 
 void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) {
-    if (domain > 0 && domain < DOMAINS && cbid < cb.nflags[domain] && cb.flags[domain][cbid]) {
-        const uint8_t *d = (const uint8_t *)data;
-        uint32_t site, corr;
-        const int32_t *ret;
-        memcpy(&site, d + cb.site_at, sizeof site);
-        if (cb.enter) { /* the python context: Python places the launch at its enter */
-            if (!cb.on) return;
-            memcpy(&corr, d + cb.corr_at, sizeof corr);
-            if (site == 0) {
-                uint64_t ts = 0;
-                cb.now(&ts);
-                cb.enter(corr, ts, cbid);
-            } else {
-                memcpy(&ret, d + cb.ret_at, sizeof ret);
-                if (ret && *ret != 0) { /* no kernel will come: withdrawn */
-                    int64_t id = corr;
-                    log_append(&failed, &id, 1);
-                }
-            }
-            return;
-        }
-        if (site == 0) { /* the enter: the exit says whether it launched */
-            tls_calls++;
-            return;
-        }
-        /* a launch call made inside another (the driver's under the runtime's, if CUPTI
-           reports it) is not the one the kernel record names: only the outermost counts */
-        if (tls_calls > 0 && --tls_calls > 0) return;
-        if (!cb.on) return;
-        memcpy(&ret, d + cb.ret_at, sizeof ret);
-        if (ret && *ret != 0) return; /* failed: no kernel will come */
-        memcpy(&corr, d + cb.corr_at, sizeof corr);
-        uint64_t ts = 0;
-        cb.now(&ts);
-        int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
-        int64_t entry[L_FIELDS] = {corr, depth ? tls_paths[depth - 1] : EMPTY, (int64_t)ts,
-                                   domain, cbid, (int64_t)(uint32_t)pthread_self()};
-        log_append(&log_now, entry, L_FIELDS);
+    const proton_config *c = __atomic_load_n(&config, __ATOMIC_ACQUIRE);
+    if (!c) return;
+    if (!(domain > 0 && domain < DOMAINS && cbid < c->nflags[domain] && c->flags[domain][cbid])) {
+        if (c->forward) c->forward(userdata, domain, cbid, data);
         return;
     }
-    if (cb.forward) cb.forward(userdata, domain, cbid, data);
+    const uint8_t *d = (const uint8_t *)data;
+    uint32_t site, corr;
+    const int32_t *ret;
+    memcpy(&site, d + c->site_at, sizeof site);
+    memcpy(&corr, d + c->corr_at, sizeof corr);
+    int on = __atomic_load_n(&log_on, __ATOMIC_ACQUIRE);
+    if (c->enter) { /* the python context: Python places the launch at its enter */
+        if (!on) return;
+        if (site == 0) {
+            uint64_t ts = 0;
+            c->now(&ts);
+            c->enter(corr, ts, cbid);
+        } else {
+            memcpy(&ret, d + c->ret_at, sizeof ret);
+            if (ret && *ret != 0) { /* no kernel will come: withdrawn */
+                int64_t id = corr;
+                log_append(&failed, &id, 1);
+            }
+        }
+        return;
+    }
+    if (tls_generation != c->generation) {
+        tls_generation = c->generation;
+        tls_calls = 0;
+    }
+    /* a launch call made inside another (the driver's under the runtime's, if CUPTI reports
+       it) is not the one the kernel record names: only the outermost counts */
+    if (site == 0) { /* the enter: its time; the exit says whether it launched */
+        if (tls_calls++ == 0) {
+            tls_start = 0;
+            if (on) c->now(&tls_start);
+        }
+        return;
+    }
+    if (tls_calls > 0 && --tls_calls > 0) return;
+    if (!on) return;
+    memcpy(&ret, d + c->ret_at, sizeof ret);
+    if (ret && *ret != 0) return; /* failed: no kernel will come */
+    uint64_t start = tls_start;
+    if (start == 0) c->now(&start); /* entered before this session: its exit time */
+    int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
+    int64_t entry[L_FIELDS] = {corr, depth ? tls_paths[depth - 1] : EMPTY, (int64_t)start,
+                               domain, cbid, (int64_t)(uint32_t)pthread_self()};
+    log_append(&log_now, entry, L_FIELDS);
 }
 
 /* Take what the log holds (the buffer thread; one taker at a time); returns how many. A
@@ -654,7 +681,6 @@ int64_t proton_log_read(int64_t custom, const int64_t *kinds, int64_t stride, in
 /* The python context's failed launch calls since the last call, at most `cap` into `out`;
    returns how many. */
 int64_t proton_failed_take(int64_t *out, int64_t cap) {
-    if (failed.n == 0) return 0; /* read unlocked: a word, and the next call sees the rest */
     pthread_mutex_lock(&log_mutex);
     int64_t n = failed.n < cap ? failed.n : cap;
     memcpy(out, failed.data, (size_t)n * sizeof(int64_t));
