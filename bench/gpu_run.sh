@@ -5,10 +5,11 @@
 # SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with the C helper off, walking only, and walking,
-# reading and joining: PROTON_NATIVE=0, walk, 1), ISSUE18=launch,scale,model (issue 18's goals:
-# the launch loop against CUPTI's floor and Triton's, 5 rounds, ~5 min; 1M launches, 3 rounds,
-# ~4 min; the python-context model step with and without PROTON_KEEP_THREAD_STATES, ~2 min;
-# split them over calls to stay under 10 minutes each).
+# reading and joining: PROTON_NATIVE=0, walk, 1), ISSUE18=paired,launch,scale,model (issue 18's
+# goals: the launch loop bare and profiled in turn inside each process, every mode, 5 rounds,
+# ~5 min; the launch loop between processes against CUPTI's floor and Triton's, 5 rounds,
+# ~4 min; 1M launches, 5 rounds, ~5 min; the python-context model step with and without
+# PROTON_KEEP_THREAD_STATES, ~2 min; one part a call, to stay under 10 minutes each).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -70,10 +71,12 @@ if [ -n "${NATIVE_AB:-}" ]; then
 fi
 if [ -n "${ISSUE18:-}" ]; then
   part() { case ",$ISSUE18," in *",$1,"*) return 0;; esac; return 1; }
+  part paired && python3 bench/run.py --only paired --rounds 5 --results "$OUT/issue18.jsonl" \
+    > /dev/null 2>>"$OUT/bench.log"
   part launch && python3 bench/run.py --only launch --rounds 5 --results "$OUT/issue18.jsonl" \
     --modes "none;cupti;proton;triton;proton --context python;triton --context python" \
     > /dev/null 2>>"$OUT/bench.log"
-  part scale && python3 bench/run.py --only scale --rounds 3 --results "$OUT/issue18.jsonl" \
+  part scale && python3 bench/run.py --only scale --rounds 5 --results "$OUT/issue18.jsonl" \
     > /dev/null 2>>"$OUT/bench.log"
   if part model; then
     for keep in 0 1; do
