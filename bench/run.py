@@ -293,6 +293,9 @@ def main() -> None:
                              "(two cores: the launching thread and CUPTI's)")
     args = parser.parse_args()
     chosen = [] if args.table_only else [w for w in args.only.split(",") if w]
+    unknown = [w for w in chosen if w not in PLAN]
+    if unknown:
+        parser.error(f"unknown workload {', '.join(unknown)}; choose from {', '.join(PLAN)}")
     if chosen:  # the C helper's first-use build (a second or two) is not a run's cost
         subprocess.run([sys.executable, "-c", "from proton.cupti import native; native.helper()"],
                        check=False)
