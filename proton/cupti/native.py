@@ -683,9 +683,11 @@ int64_t proton_log_read(int64_t custom, const int64_t *kinds, int64_t stride, in
 int64_t proton_failed_take(int64_t *out, int64_t cap) {
     pthread_mutex_lock(&log_mutex);
     int64_t n = failed.n < cap ? failed.n : cap;
-    memcpy(out, failed.data, (size_t)n * sizeof(int64_t));
-    memmove(failed.data, failed.data + n, (size_t)(failed.n - n) * sizeof(int64_t));
-    failed.n -= n;
+    if (n > 0) {
+        memcpy(out, failed.data, (size_t)n * sizeof(int64_t));
+        memmove(failed.data, failed.data + n, (size_t)(failed.n - n) * sizeof(int64_t));
+        failed.n -= n;
+    }
     pthread_mutex_unlock(&log_mutex);
     return n;
 }
