@@ -661,6 +661,10 @@ def test_the_python_contexts_launch_enter_comes_from_the_c_callback(cache):
     assert [registered(c) for c in (1, 3, 4)] == [55, 66, 900]
     assert collector.waiting_before(1002) == 1  # the failed launch is no longer waited for
     assert collector.waiting_before(10**9) == 3
+    for corr in range(10, 1510):  # more failed calls than one read of the list takes
+        user_code(corr)
+        user_code(corr + 5000, status=1)
+    assert collector.waiting_before(10**9) == 3 + 1500
 
 
 def test_a_new_session_starts_with_an_empty_log_and_no_launch_call_left_open(cache):
