@@ -138,8 +138,6 @@ class CuptiCollector:
         self._sink, self._groups = sink, groups
         self._join = None
         """native.Join when the C helper joins the records (see use_native_reads)."""
-        self._joins = groups is not None and not in_callback
-        """The shadow context: the C helper joins, when it is built and nothing is recorded."""
         self._log = None
         """native.LaunchLog when launches are logged in C instead of CUPTI's API and external
         records (the shadow context with the C helper; see _launch_log)."""
@@ -191,9 +189,9 @@ class CuptiCollector:
         self.callback_errors: list[str] = []
         self.records = 0
         self.recorded: list | None = [] if os.environ.get("PROTON_RECORD_CUPTI") else None
-        if self.recorded is not None:
-            self._joins = False
         """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
+        self._joins = groups is not None and not in_callback and self.recorded is None
+        """The shadow context: the C helper joins, when it is built and nothing is recorded."""
         self.callback_seconds = 0.0
         """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
 
@@ -537,9 +535,7 @@ class CuptiCollector:
     def waiting_before(self, ts: int) -> int:
         """Launch calls made by `ts` whose kernel record has not come yet."""
         with self._lock:
-            if self._join is not None and self._log is not None:
-                self._join_logged()
-            self._withdraw_failed()
+            self._take_log()
             joined = self._join.waiting(ts) if self._join is not None else 0
         return joined + self.attributor.waiting_before(ts)
 
@@ -548,9 +544,7 @@ class CuptiCollector:
         external record); return how many."""
         with self._lock:
             lost = 0
-            if self._join is not None and self._log is not None:
-                self._join_logged()
-            self._withdraw_failed()
+            self._take_log()
             if self._join is not None:
                 # kernels the Attributor holds go to their external record's path, which
                 # the join kept
@@ -630,9 +624,13 @@ class CuptiCollector:
             if len(api[0]) or len(kernels[0]):
                 self._attribute(external, api, kernels)
 
-    def _join_logged(self) -> None:
-        """The launches logged since the last buffer, through the join (before counting
-        what waits, or finishing). Under the lock."""
+    def _take_log(self) -> None:
+        """What the C launch log holds since the last buffer, before counting what waits or
+        finishing: the launches logged, through the join; the python context's failed calls,
+        withdrawn. Under the lock."""
+        self._withdraw_failed()
+        if self._log is None or self._join is None:
+            return
         ext, api, n_ext, n_api = self._log.take()
         if n_api:
             kernels = np.empty((len(_KERNEL_FIELDS), 1), dtype=np.int64)

@@ -906,6 +906,14 @@ KERNEL_COLUMNS = ("correlation id", "name", "device", "start", "end", "stream", 
 _GROUP_FIELDS, _ROW_FIELDS = 9, 12
 
 
+def _launch_flags(calls: list[int], graphs: list[int]) -> np.ndarray:
+    """A table by cbid: 1 for a launch call, 2 for a graph launch, 0 for any other call."""
+    flags = np.zeros(max([*calls, *graphs, 0]) + 1, dtype=np.uint8)
+    flags[list(calls)] = 1
+    flags[list(graphs)] = 2
+    return flags
+
+
 class Joined:
     """What Join made of one buffer (int64 numpy columns):
     groups: (path, name, device, blocks, threads, registers, shared memory, GPU ns, count),
@@ -937,11 +945,8 @@ class Join:
         self._lib, self._custom = lib, custom
         kinds, self._flags = [], []
         for kind, (calls, graphs) in launches.items():
-            flags = np.zeros(max([*calls, *graphs, 0]) + 1, dtype=np.uint8)
-            flags[list(calls)] = 1
-            flags[list(graphs)] = 2
             kinds.append(kind)
-            self._flags.append(flags)
+            self._flags.append(_launch_flags(calls, graphs))
         if len(kinds) == 1:
             kinds.append(-1)
             self._flags.append(np.zeros(1, dtype=np.uint8))
@@ -1032,9 +1037,7 @@ class LaunchLog:
         self._flags = {}
         self._kinds = np.full(3, -1, dtype=np.int64)
         for domain, (kind, calls, graphs) in launches.items():
-            flags = np.zeros(max([*calls, *graphs, 0]) + 1, dtype=np.uint8)
-            flags[list(calls) + list(graphs)] = 1
-            self._flags[domain] = flags
+            self._flags[domain] = _launch_flags(calls, graphs)
             self._kinds[domain] = kind
         self._fields, self._timestamp = fields, timestamp
         self.callback = ctypes.cast(lib.proton_on_api, ctypes.c_void_p).value
