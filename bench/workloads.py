@@ -345,6 +345,7 @@ def scale(prof: Profiler, args) -> dict:
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     prof.start()
+    start_s = time.perf_counter() - t0
     for s in range(args.scopes):
         with prof.scope(f"scope{s}"):
             for _ in range(args.launches_per_scope):
@@ -355,7 +356,7 @@ def scale(prof: Profiler, args) -> dict:
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     size = os.path.getsize(prof.file()) if prof.mod is not None else 0
     return {"value": (rss1 - rss0) / 1024, "unit": "MB peak RSS growth", "file_mb": size / 1e6,
-            "run_s": run_s, "finalize_s": fin}
+            "run_s": run_s, "start_s": start_s, "finalize_s": fin}
 
 
 def main() -> None:

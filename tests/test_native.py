@@ -685,3 +685,20 @@ def test_a_new_session_starts_with_an_empty_log_and_no_launch_call_left_open(cac
     launcher.launch(1, launch, corr=7, start=70)
     ext, api, n_ext, n_api = launcher.log.take()
     assert api[1:3, :n_api].T.tolist() == [[7, 70]]
+
+
+def test_a_buffers_working_memory_is_kept_for_the_next():
+    """Per-buffer arrays allocated anew let glibc keep the freed ones in its heap (26 MB of
+    peak RSS on 1M launches): the blocks are kept, grown only for a bigger buffer, with a
+    capacity that does not shrink, so a smaller buffer's rows land on the same pages."""
+    from proton.cupti.native import Blocks
+
+    kept = Blocks()
+    first = kept.get("out", 4, 1000)
+    assert first.shape == (4, 1000) and first.flags.c_contiguous
+    assert kept.get("out", 4, 10) is first  # smaller: the same block
+    grown = kept.get("out", 4, 1500)
+    assert grown.shape == (4, 2000)  # doubled: a run of growing buffers reallocates rarely
+    assert kept.get("out", 4, 1999) is grown
+    assert kept.get("log", 9, 10).shape == (9, 10)  # each key its own
+    assert kept.get("out", 4, 10) is grown

@@ -601,7 +601,7 @@ class CuptiCollector:
             if self._join is not None:
                 with self._lock:
                     logged = self._log.take() if self._log is not None else None
-                    blocks, rows, walked = self._columns.read(buffer, valid)
+                    blocks, rows, walked = self._columns.read(buffer, valid, keep=True)
                     if logged is not None:  # the launches, as their records would read
                         blocks[0], blocks[1], rows[0], rows[1] = logged
                     self._join_columns(blocks, rows)

@@ -220,7 +220,23 @@ typedef struct {
                             KERNELS_IN_PYTHON: so does its launch (several came early) */
     proton_map early;    /* correlation id -> a kernel (K_FIELDS) whose launch has not come */
     int64_t newest;      /* the latest start of a launch put in `launches` */
+    /* a buffer's working memory, kept for the next: allocated anew per buffer, glibc kept
+       the freed blocks in its heap (its mmap threshold rises after a free), some 26 MB of
+       peak RSS on 1M launches (H100, 2026-11-23) */
+    int64_t *scratch, scratch_cap, *group_slots, group_cap;
 } proton_join;
+
+/* `*p` holding at least `need` words (grown, never shrunk; contents kept); NULL when out of
+   memory. */
+static int64_t *reserve(int64_t **p, int64_t *cap, int64_t need) {
+    if (need > *cap) {
+        int64_t want = need > 2 * *cap ? need : 2 * *cap;
+        int64_t *grown = (int64_t *)realloc(*p, (size_t)want * sizeof(int64_t));
+        if (!grown) return NULL;
+        *p = grown; *cap = want;
+    }
+    return *p;
+}
 
 proton_join *proton_join_new(void) {
     proton_join *j = (proton_join *)calloc(1, sizeof *j);
@@ -236,6 +252,7 @@ proton_join *proton_join_new(void) {
 
 void proton_join_free(proton_join *j) {
     if (!j) return;
+    free(j->scratch); free(j->group_slots);
     free(j->ext.slots); free(j->launches.slots); free(j->deferred.slots);
     free(j->early.slots); free(j);
 }
@@ -325,8 +342,9 @@ static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, in
     map_trim(&j->ext); map_trim(&j->launches); map_trim(&j->deferred); map_trim(&j->early);
     g.cap = 16;
     while (g.cap < 2 * stride) g.cap *= 2;
-    g.slots = (int64_t *)calloc((size_t)g.cap, sizeof(int64_t));
+    g.slots = reserve(&j->group_slots, &j->group_cap, g.cap);
     if (!g.slots) return -1;
+    memset(g.slots, 0, (size_t)g.cap * sizeof(int64_t));
     for (int64_t i = 0; i < n_ext; i++) {
         int64_t *s = map_put(&j->ext, ext[i]);
         if (!s) goto oom;
@@ -391,10 +409,8 @@ static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, in
             memcpy(s + 1, k, sizeof k);
         }
     }
-    free(g.slots);
     return 0;
 oom:
-    free(g.slots);
     return -1;
 }
 
@@ -415,8 +431,8 @@ int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap, const 
     const uint8_t *flags[2] = {flags0, flags1};
     const int64_t nflags[2] = {nflags0, nflags1};
     int64_t n_ext = 0, n_api = 0, n_k = rows[2];
-    int64_t *ext = (int64_t *)malloc((size_t)(2 * rows[0] + 4 * rows[1] + K_FIELDS * n_k + 1) *
-                                     sizeof(int64_t));
+    int64_t *ext = reserve(&j->scratch, &j->scratch_cap,
+                           2 * rows[0] + 4 * rows[1] + K_FIELDS * n_k + 1);
     if (!ext) return -1;
     for (int64_t i = 0; i < rows[0]; i++) {
         if (in[0][cap[0] + i] != custom) continue;
@@ -453,10 +469,8 @@ int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap, const 
         kern[K_SHARED * n_k + i] = k[13 * c + i] + k[14 * c + i];
         kern[K_GRAPH_NODE * n_k + i] = k[15 * c + i];
     }
-    int rc = proton_join_add(j, n_ext, ext, n_api, api, n_k, kern, capture_from, capture_to,
-                             stride, groups, out_rows, ext_out, api_out, kernels_out, counts);
-    free(ext);
-    return rc;
+    return proton_join_add(j, n_ext, ext, n_api, api, n_k, kern, capture_from, capture_to,
+                           stride, groups, out_rows, ext_out, api_out, kernels_out, counts);
 }
 
 /* The end: kernels whose launch record never came, as kernels (K_FIELDS columns, stride)
@@ -874,6 +888,7 @@ class Columns:
         self._table, self._nfields, self._first = table, arr(nfields), arr(first)
         self._offsets, self._sizes, self._signs = arr(offsets), arr(sizes), arr(signs)
         self._record_sizes = record_sizes
+        self._kept = Blocks()
 
     @classmethod
     def create(cls, next_record, groups) -> "Columns | None":
@@ -886,11 +901,14 @@ class Columns:
         return [[block[f, :n] for f in range(block.shape[0])]
                 for block, n in zip(blocks, rows.tolist())], walked
 
-    def read(self, buffer: int, valid: int) -> tuple[list[np.ndarray], np.ndarray, int]:
-        """(each group's (fields, capacity) block, each group's rows, the records walked)."""
-        caps = np.array([valid // size + 1 for size in self._record_sizes], dtype=np.int64)
-        blocks = [np.empty((n, c), dtype=np.int64)
-                  for n, c in zip(self._nfields.tolist(), caps.tolist())]
+    def read(self, buffer: int, valid: int, keep: bool = False
+             ) -> tuple[list[np.ndarray], np.ndarray, int]:
+        """(each group's (fields, capacity) block, each group's rows, the records walked).
+        keep: into blocks kept for the next call, valid until then (one caller at a time)."""
+        need = [valid // size + 1 for size in self._record_sizes]
+        blocks = [self._kept.get(g, n, c) if keep else np.empty((n, c), dtype=np.int64)
+                  for g, (n, c) in enumerate(zip(self._nfields.tolist(), need))]
+        caps = np.array([b.shape[1] for b in blocks], dtype=np.int64)
         pointers = (ctypes.c_void_p * len(blocks))(*[b.ctypes.data for b in blocks])
         rows = np.zeros(len(blocks), dtype=np.int64)
         walked = self._call(self._next_address, buffer, valid, len(blocks), self.KINDS,
@@ -900,10 +918,30 @@ class Columns:
         return blocks, rows, int(walked)
 
 
+class Blocks:
+    """int64 blocks of (fields, capacity) kept from one buffer to the next, as the C join keeps
+    its working memory (see its `scratch`): each grows, never shrinks, and keeps its capacity,
+    so a field's rows land on the same pages every buffer. What `get` gives is valid until its
+    next call with the same key: one caller at a time."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[object, np.ndarray] = {}
+
+    def get(self, key: object, fields: int, rows: int) -> np.ndarray:
+        """A (fields, capacity >= rows) block, contents undefined."""
+        block = self._blocks.get(key)
+        if block is None or block.shape[0] != fields or block.shape[1] < rows:
+            grown = max(rows, 2 * block.shape[1]) if block is not None else rows
+            block = self._blocks[key] = np.empty((fields, grown), dtype=np.int64)
+        return block
+
+
 KERNEL_COLUMNS = ("correlation id", "name", "device", "start", "end", "stream", "blocks",
                   "threads per block", "registers", "shared memory", "graph node")
 """The kernel columns Join takes and gives back to Python, in order (the C code's K_*)."""
-_GROUP_FIELDS, _ROW_FIELDS = 9, 12
+_OUT_FIELDS = tuple(np.cumsum([0, 9, 12, 2, 4, len(KERNEL_COLUMNS)]).tolist())
+"""Where Join's outputs lie in its one block: groups (G_FIELDS), rows (R_FIELDS), external,
+API, kernels."""
 
 
 def _launch_flags(calls: list[int], graphs: list[int]) -> np.ndarray:
@@ -954,6 +992,7 @@ class Join:
         self._state = lib.proton_join_new()
         if not self._state:
             raise MemoryError("the C join could not allocate its tables")
+        self._kept = Blocks()
 
     @classmethod
     def create(cls, custom: int, launches: dict) -> "Join | None":
@@ -969,14 +1008,14 @@ class Join:
             capture: tuple[int, int] | None) -> Joined:
         """One buffer's records as Columns.read gives them (external, API and kernel groups,
         the collector's field order). `capture`: (first, last) timestamps of the stream
-        captures seen (launches then go to Python, which knows each thread's windows)."""
+        captures seen (launches then go to Python, which knows each thread's windows).
+        The Joined's columns are valid until the next add."""
         n_api, n_k = int(rows[1]), int(rows[2])
-        stride = n_k + self._lib.proton_join_early(self._state) + n_api + 1
-        groups = np.empty((_GROUP_FIELDS, stride), dtype=np.int64)
-        out_rows = np.empty((_ROW_FIELDS, stride), dtype=np.int64)
-        ext_out = np.empty((2, stride), dtype=np.int64)
-        api_out = np.empty((4, stride), dtype=np.int64)
-        kern_out = np.empty((len(KERNEL_COLUMNS), stride), dtype=np.int64)
+        need = n_k + self._lib.proton_join_early(self._state) + n_api + 1
+        out = self._kept.get("out", _OUT_FIELDS[-1], need)  # one block: one stride for all
+        stride = out.shape[1]
+        groups, out_rows, ext_out, api_out, kern_out = (
+            out[a:b] for a, b in zip(_OUT_FIELDS, _OUT_FIELDS[1:]))
         counts = np.zeros(7, dtype=np.int64)
         capture_from, capture_to = capture or (1, 0)
         pointers = (ctypes.c_void_p * 3)(*[b.ctypes.data for b in blocks])
@@ -1040,6 +1079,7 @@ class LaunchLog:
             self._flags[domain] = _launch_flags(calls, graphs)
             self._kinds[domain] = kind
         self._fields, self._timestamp = fields, timestamp
+        self._kept = Blocks()
         self.callback = ctypes.cast(lib.proton_on_api, ctypes.c_void_p).value
         """proton_on_api's address: the subscriber's callback."""
         python = ctypes.PyDLL(lib._name)  # keeps the GIL: a push is a few stores
@@ -1070,11 +1110,11 @@ class LaunchLog:
     def take(self) -> tuple[np.ndarray, np.ndarray, int, int]:
         """What was launched since the last take: (external block (correlation id, kind,
         path), API block (kind, correlation id, start, cbid, thread, return value), external
-        rows, API rows), the blocks shaped as Columns.read's."""
+        rows, API rows), the blocks shaped as Columns.read's; valid until the next take."""
         n = int(self._lib.proton_log_take())
-        ext = np.empty((3, n + 1), dtype=np.int64)
-        api = np.empty((6, n + 1), dtype=np.int64)
-        n_ext = self._lib.proton_log_read(self._custom, self._kinds.ctypes.data, n + 1,
+        both = self._kept.get("log", 9, n + 1)  # one block: one stride for both
+        ext, api = both[:3], both[3:]
+        n_ext = self._lib.proton_log_read(self._custom, self._kinds.ctypes.data, both.shape[1],
                                           ext.ctypes.data, api.ctypes.data)
         return ext, api, int(n_ext), n
 
