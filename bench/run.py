@@ -105,6 +105,8 @@ def table(results: list[dict]) -> str:
             "| goal | met |", "|---|---|---|---|---|---|---|---|---|"]
 
     def row(workload, measure, bare, ours, theirs, goal="", met=""):
+        if bare is None and ours is None and theirs is None:
+            return  # not measured in these results
         ratio = lambda a: _f(a / bare, 3) if a is not None and bare else ""  # noqa: E731
         rows.append(f"| {workload} | {measure} | {_f(bare)} | {_f(ours)} | {_f(theirs)} | "
                     f"{ratio(ours)} | {ratio(theirs)} | {goal} | {met} |")
@@ -113,6 +115,8 @@ def table(results: list[dict]) -> str:
         """Each mode's lowest-highest over its processes; with `goal`, ours no wider than
         Triton's (judged from 3 processes of each on)."""
         got = [spread(workload, m, field) if m else None for m in modes]
+        if not any(got):
+            return
         text = ["" if g is None else f"{_f(g[0])}-{_f(g[1])} ({len(by[workload, m])})"
                 for g, m in zip(got, modes)]
         ok = None
@@ -200,6 +204,8 @@ def table(results: list[dict]) -> str:
         return None if r is None or ref is None else abs(r[field] / ref - 1) * 100
 
     def accuracy_row(measure, o, t):
+        if o is None and t is None:
+            return
         rows.append(f"| accuracy | {measure}, error % | | {_f(o)} | {_f(t)} | | | <= 1% | "
                     f"{yes(None if o is None else o <= 1)} |")
 
