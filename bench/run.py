@@ -38,9 +38,12 @@ PLAN = {
     "model": [("none", []), ("proton", []), ("triton", []), *PYTHON],
     "accuracy": [("proton", []), ("triton", []), ("torch", [])],
     "scale": [("none", []), ("cupti", []), ("proton", []), ("triton", [])],
+    # bare, profiled and bare again inside each process: the ratio without the processes'
+    # noise; 500k launches (the ratio of 1M, in half the time: a buffer holds ~40k launches)
+    "scale_paired": [(m, ["--scopes", "500"]) for m in ("cupti", "proton", "triton")],
     "pcsampling": PCSAMPLING,
 }
-TIMED = {"launch", "paired", "gpu", "model", "pcsampling", "scale"}
+TIMED = {"launch", "paired", "gpu", "model", "pcsampling", "scale", "scale_paired"}
 
 
 def pinned(cpus: str):
@@ -237,6 +240,17 @@ def table(results: list[dict]) -> str:
             v = {m: rounds("scale", m, field) for m in ("proton", "triton")}
             rows.append(f"| {scale} | {label} (median) | | {_f(v['proton'])} | "
                         f"{_f(v['triton'])} | | | | |")
+    if any(by.get(("scale_paired", m)) for m in ("cupti", "proton", "triton")):
+        # each process's profiled run over its bare runs: the ratio goal 2 bounds
+        n = by[next(k for k in by if k[0] == "scale_paired")][0].get("launches", 10**6)
+        title = f"scale, {n / 1e6:g}M launches in {n // 1000} scopes, paired in process"
+        f, o, t = (rounds("scale_paired", m) for m in ("cupti", "proton", "triton"))
+        ok = None if o is None else o <= 1.15 and (t is None or o < t)
+        rows.append(f"| {title} | run time, x bare (median of processes) | | {_f(o, 3)} | "
+                    f"{_f(t, 3)} | | | <= 1.15x bare, below Triton's | {yes(ok)} |")
+        rows.append(f"| {title} | run time, x bare, CUPTI kernel activity only (floor) | | "
+                    f"{_f(f, 3)} | | | | | |")
+        spread_row(title, "run time, x bare", "scale_paired", (None, "proton", "triton"))
     # PC sampling: ms per launch, the launches each mode timed, the samples in its profile
     for kernel, title in (("", "matmul 4096^3"), (" kernel=trig", "sin/cos loop")):
         bare, theirs = "none" + kernel, "triton mode=pcsampling" + kernel
