@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 
 import numpy as np
 import pytest
@@ -702,3 +703,35 @@ def test_a_buffers_working_memory_is_kept_for_the_next():
     assert kept.get("out", 4, 1999) is grown
     assert kept.get("log", 9, 10).shape == (9, 10)  # each key its own
     assert kept.get("out", 4, 10) is grown
+
+
+def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
+    """Each thread that pushes a path gets a stack in the C helper; a job whose threads come
+    and go (data loaders, a thread per request) must not keep one per thread ever started."""
+    import threading
+
+    from proton.cupti import native
+
+    lib = native.helper()
+    lib.proton_paths_live.restype = ctypes.c_int64
+    collector, _, _ = _collector(True)
+    log = _Launcher(collector).log
+    log.push(1)  # this thread's stays: it is still running
+    before = lib.proton_paths_live()
+
+    def scoped():
+        for depth in range(40):  # grown past its first capacity
+            log.push(depth)
+        for _ in range(40):
+            log.pop()
+
+    workers = [threading.Thread(target=scoped) for _ in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    deadline = time.monotonic() + 5  # join returns before the OS thread has quite ended
+    while lib.proton_paths_live() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lib.proton_paths_live() == before
+    log.pop()

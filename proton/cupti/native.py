@@ -578,16 +578,38 @@ int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward,
 
 void proton_log_enable(int on) { __atomic_store_n(&log_on, on, __ATOMIC_RELEASE); }
 
+/* A thread's path stack is freed when the thread ends (a key's destructor: __thread
+   variables have none). */
+static pthread_key_t paths_key;
+static pthread_once_t paths_once = PTHREAD_ONCE_INIT;
+static int64_t paths_live; /* threads holding a path stack */
+
+static void paths_free(void *paths) {
+    free(paths);
+    tls_paths = NULL; tls_depth = tls_cap = 0; /* a launch made later in the thread's exit */
+    __atomic_sub_fetch(&paths_live, 1, __ATOMIC_RELAXED);
+}
+
+static void paths_key_make(void) { pthread_key_create(&paths_key, paths_free); }
+
 /* The calling thread's launches go to `path` until the matching pop. */
 void proton_push(int64_t path) {
     if (tls_depth == tls_cap) {
         int64_t cap = tls_cap ? 2 * tls_cap : 16;
         int64_t *grown = (int64_t *)realloc(tls_paths, (size_t)cap * sizeof(int64_t));
         if (!grown) { tls_depth++; return; } /* deeper than memory allows: the last kept one */
+        if (!tls_paths) {
+            pthread_once(&paths_once, paths_key_make);
+            __atomic_add_fetch(&paths_live, 1, __ATOMIC_RELAXED);
+        }
         tls_paths = grown; tls_cap = cap;
+        pthread_setspecific(paths_key, grown);
     }
     tls_paths[tls_depth++] = path;
 }
+
+/* Threads holding a path stack now. */
+int64_t proton_paths_live(void) { return __atomic_load_n(&paths_live, __ATOMIC_RELAXED); }
 
 void proton_pop(void) {
     if (tls_depth > 0) tls_depth--;
