@@ -702,7 +702,12 @@ def test_a_buffers_working_memory_is_kept_for_the_next():
     assert grown.shape == (4, 2000)  # doubled: a run of growing buffers reallocates rarely
     assert kept.get("out", 4, 1999) is grown
     assert kept.get("log", 9, 10).shape == (9, 10)  # each key its own
-    assert kept.get("out", 4, 10) is grown
+    for _ in range(Blocks.SHRINK_AFTER - 2):  # small buffers between big ones: kept
+        assert kept.get("out", 4, 10) is grown
+    assert kept.get("out", 4, 1200) is grown
+    for _ in range(Blocks.SHRINK_AFTER - 1):  # after a burst, many small buffers in a row...
+        assert kept.get("out", 4, 10) is grown
+    assert kept.get("out", 4, 10).shape == (4, 20)  # ...let its room go
 
 
 def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):

@@ -340,8 +340,8 @@ static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, in
     counts[OUT_FIRST] = INT64_MAX;
     counts[OUT_LAUNCHES] = n_api;
     map_trim(&j->ext); map_trim(&j->launches); map_trim(&j->deferred); map_trim(&j->early);
-    g.cap = 16;
-    while (g.cap < 2 * stride) g.cap *= 2;
+    g.cap = 16; /* at most a group per kernel of this buffer or held back */
+    while (g.cap < 2 * (n_k + j->early.live + 1)) g.cap *= 2;
     g.slots = reserve(&j->group_slots, &j->group_cap, g.cap);
     if (!g.slots) return -1;
     memset(g.slots, 0, (size_t)g.cap * sizeof(int64_t));
@@ -590,20 +590,27 @@ static void paths_free(void *paths) {
     __atomic_sub_fetch(&paths_live, 1, __ATOMIC_RELAXED);
 }
 
-static void paths_key_make(void) { pthread_key_create(&paths_key, paths_free); }
+static int paths_keyed; /* the key was made: a stack is freed at its thread's end */
+
+static void paths_key_make(void) { paths_keyed = pthread_key_create(&paths_key, paths_free) == 0; }
+
+/* Room for one more path on the calling thread's stack; 0 when out of memory. */
+static int paths_grow(void) {
+    int64_t cap = tls_cap ? 2 * tls_cap : 16;
+    int64_t *grown = (int64_t *)realloc(tls_paths, (size_t)cap * sizeof(int64_t));
+    if (!grown) return 0;
+    pthread_once(&paths_once, paths_key_make);
+    if (!tls_paths && paths_keyed) __atomic_add_fetch(&paths_live, 1, __ATOMIC_RELAXED);
+    tls_paths = grown; tls_cap = cap;
+    if (paths_keyed) pthread_setspecific(paths_key, grown);
+    return 1;
+}
 
 /* The calling thread's launches go to `path` until the matching pop. */
 void proton_push(int64_t path) {
-    if (tls_depth == tls_cap) {
-        int64_t cap = tls_cap ? 2 * tls_cap : 16;
-        int64_t *grown = (int64_t *)realloc(tls_paths, (size_t)cap * sizeof(int64_t));
-        if (!grown) { tls_depth++; return; } /* deeper than memory allows: the last kept one */
-        if (!tls_paths) {
-            pthread_once(&paths_once, paths_key_make);
-            __atomic_add_fetch(&paths_live, 1, __ATOMIC_RELAXED);
-        }
-        tls_paths = grown; tls_cap = cap;
-        pthread_setspecific(paths_key, grown);
+    if (tls_depth >= tls_cap && (tls_depth > tls_cap || !paths_grow())) {
+        tls_depth++; /* deeper than memory allowed: launches go to the last path kept */
+        return;
     }
     tls_paths[tls_depth++] = path;
 }
@@ -942,19 +949,31 @@ class Columns:
 
 class Blocks:
     """int64 blocks of (fields, capacity) kept from one buffer to the next, as the C join keeps
-    its working memory (see its `scratch`): each grows, never shrinks, and keeps its capacity,
-    so a field's rows land on the same pages every buffer. What `get` gives is valid until its
-    next call with the same key: one caller at a time."""
+    its working memory (see its `scratch`): each keeps its capacity, so a field's rows land on
+    the same pages every buffer. It grows (doubling) for a bigger buffer and shrinks only once
+    SHRINK_AFTER calls in a row used under a quarter of it (after a burst). What `get` gives is
+    valid until its next call with the same key: one caller at a time."""
+
+    SHRINK_AFTER = 64
 
     def __init__(self) -> None:
         self._blocks: dict[object, np.ndarray] = {}
+        self._small: dict[object, int] = {}
+        """key -> calls in a row that used under a quarter of its block."""
 
     def get(self, key: object, fields: int, rows: int) -> np.ndarray:
         """A (fields, capacity >= rows) block, contents undefined."""
         block = self._blocks.get(key)
-        if block is None or block.shape[0] != fields or block.shape[1] < rows:
-            grown = max(rows, 2 * block.shape[1]) if block is not None else rows
-            block = self._blocks[key] = np.empty((fields, grown), dtype=np.int64)
+        if block is not None and block.shape[0] == fields and block.shape[1] >= rows:
+            small = self._small[key] + 1 if 4 * rows < block.shape[1] else 0
+            self._small[key] = small
+            if small < self.SHRINK_AFTER:
+                return block
+            capacity = 2 * rows  # a burst's room, unused for a while: let it go
+        else:
+            capacity = max(rows, 2 * block.shape[1]) if block is not None else rows
+        self._small[key] = 0
+        block = self._blocks[key] = np.empty((fields, capacity), dtype=np.int64)
         return block
 
 
