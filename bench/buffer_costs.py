@@ -15,14 +15,22 @@ the collector's buffer callback:
     router gets a buffer's sums.
 Nanoseconds per launch, best of the repeats. These run on CUPTI's thread holding the GIL (the
 C calls excepted), so the launching thread waits for them.
+
+    python bench/buffer_costs.py --launches 40000 --buffers 60
+
+instead gives the peak RSS growth of that many buffers more through the default path, on a
+thread of their own as CUPTI's (every third a seventh as full): what a long run's buffers
+leave resident.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
 import os
+import resource
 import subprocess
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -96,6 +104,9 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=100_000)
     ap.add_argument("--scopes", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--buffers", type=int, default=0,
+                    help="instead of the timings: peak RSS growth over this many buffers "
+                         "through the default path (walk, read and join in C, route)")
     args = ap.parse_args()
     scopes = [paths.intern(ROOT, f"s{i}", SCOPE) for i in range(args.scopes)]
     name = ctypes.create_string_buffer(b"tiny_kernel")
@@ -165,6 +176,29 @@ def main() -> None:
         joined.read_buffer(address, valid)
         joined._groups = router.on_groups
 
+    if args.buffers:  # what a long run's buffers leave resident (glibc keeps freed blocks)
+        read_join_route_with(lambda: None)
+        joined.read_buffer(address, valid)  # the first buffer's own allocations aside
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+        small, _ = buffer(collector, args.launches // 7, scopes, name)
+        small_raw = (ctypes.c_uint64 * (len(small) // 8 + 1))()
+        ctypes.memmove(small_raw, small, len(small))
+
+        def buffers():  # on another thread, as CUPTI's; full and partly filled buffers
+            for i in range(args.buffers):
+                if i % 3:
+                    joined.read_buffer(address, valid)
+                else:
+                    joined.read_buffer(ctypes.addressof(small_raw), len(small))
+
+        worker = threading.Thread(target=buffers)
+        worker.start()
+        worker.join()
+        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+        print(f"peak RSS growth over {args.buffers} more buffers of {args.launches:,} launches: "
+              f"{grown:.1f} MB")
+        return
     rows.append(("walk + read + join in C", best(c_join, args.repeats)))
     rows.append(("walk + read + join in C, route (shadow context, the default)",
                  best(lambda: read_join_route_with(lambda: joined.read_buffer(address, valid)),
