@@ -407,8 +407,9 @@ def test_launches_waiting_for_their_kernel_are_counted_by_start(cache):
 
 def test_a_burst_of_waiting_launches_then_their_kernels(cache):
     """30,000 launches wait before any kernel comes (the join's tables grow), then small
-    buffers of launches and their kernels (the tables shrink back): every kernel lands on its
-    launch's path, as in the Attributor."""
+    buffers of launches and their kernels (the tables shrink back once 64 have come, not at
+    the first: full buffers between partly filled ones keep their room): every kernel lands on
+    its launch's path, as in the Attributor."""
     from cupti import cupti
 
 
@@ -431,7 +432,10 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
                    for corr in range(1, n + 1)]
         for half in (kernels[: n // 2], kernels[n // 2:]):
             _feed(collector, half, joined)
-        for corr in range(n + 1, n + 40, 10):  # small buffers after the burst
+        burst = collector._join.slots() if joined else 0
+        for corr in range(n + 1, n + 700, 10):  # small buffers after the burst
+            if joined and corr == n + 11:
+                assert collector._join.slots() == burst  # one small buffer: room kept
             small = []
             for c in range(corr, corr + 10):
                 small += [_record(cupti.activity_external_correlation_dtype,
@@ -443,11 +447,13 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
                                   correlation_id=c, name=0x1000, start=3 * n + c,
                                   end=3 * n + c + 5)]
             _feed(collector, small, joined)
+        if joined:
+            assert burst > 4 * n and collector._join.slots() < burst / 8  # room let go
         assert collector.waiting_before(4 * n) == 0 and collector.finish() == 0
         results[joined] = sorted(k[:3] for k in got)
     assert results[True] == results[False]
-    assert len(results[True]) == n + 40 and (7 % 7 + 1, 7, 7) in results[True]
-    assert (9, n + 40, n + 40) in results[True]
+    assert len(results[True]) == n + 700 and (7 % 7 + 1, 7, 7) in results[True]
+    assert (9, n + 700, n + 700) in results[True]
 
 
 class _Launcher:

@@ -108,6 +108,7 @@ int64_t proton_columns(proton_next_fn next, uint8_t *buffer, size_t valid,
 typedef struct {
     int64_t *slots; /* cap slots of `width` words: the key, then its values */
     int64_t cap, live, peak; /* peak: the most entries since the last map_trim */
+    int64_t low; /* map_trims in a row that found it under an eighth full */
     uint64_t far; /* no entry sits more than this many slots past its own */
     int32_t width;
 } proton_map;
@@ -121,7 +122,7 @@ static int map_init(proton_map *m, int32_t width, int64_t cap) {
     m->slots = (int64_t *)malloc((size_t)(cap * width) * sizeof(int64_t));
     if (!m->slots) return -1;
     for (int64_t i = 0; i < cap; i++) m->slots[i * width] = EMPTY;
-    m->cap = cap; m->live = m->peak = 0; m->far = 0; m->width = width;
+    m->cap = cap; m->live = m->peak = m->low = 0; m->far = 0; m->width = width;
     return 0;
 }
 
@@ -191,14 +192,22 @@ static void map_drop(proton_map *m, int64_t *slot) {
     m->live--;
 }
 
-/* Between buffers: a table whose entries never filled an eighth of it since the last call
-   shrinks (after a burst of waiting launches, the memory comes back; a buffer's usual rise
-   and fall keeps its size). */
+/* Between buffers: a table whose entries never filled an eighth of it over TRIM_AFTER calls
+   in a row shrinks (after a burst of waiting launches, the memory comes back). A buffer's
+   usual rise and fall, and full buffers between partly filled ones, keep its size: shrunk and
+   grown again, the freed tables stayed resident in glibc's heap (10 MB over 60 buffers,
+   bench/buffer_costs.py --buffers). */
+#define TRIM_AFTER 64
 static void map_trim(proton_map *m) {
     if (m->cap > MAP_MIN && m->peak * 8 < m->cap) {
-        int64_t cap = MAP_MIN;
-        while (cap < m->peak * 4) cap *= 2;
-        map_resize(m, cap); /* kept as it is when there is no memory */
+        if (++m->low >= TRIM_AFTER) {
+            int64_t cap = MAP_MIN;
+            while (cap < m->peak * 4) cap *= 2;
+            map_resize(m, cap); /* kept as it is when there is no memory */
+            m->low = 0;
+        }
+    } else {
+        m->low = 0;
     }
     m->peak = m->live;
 }
@@ -255,6 +264,11 @@ void proton_join_free(proton_join *j) {
     free(j->scratch); free(j->group_slots);
     free(j->ext.slots); free(j->launches.slots); free(j->deferred.slots);
     free(j->early.slots); free(j);
+}
+
+/* The slots of the join's tables (how much memory they hold). */
+int64_t proton_join_slots(const proton_join *j) {
+    return j->ext.cap + j->launches.cap + j->deferred.cap + j->early.cap;
 }
 
 /* The path of the external record of launch `corr` not yet matched, or -1. */
@@ -836,6 +850,8 @@ def _load(path: str) -> ctypes.CDLL:
         ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 6
     lib.proton_join_path.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.proton_join_slots.argtypes = [ctypes.c_void_p]
+    lib.proton_join_slots.restype = ctypes.c_int64
     lib.proton_join_path.restype = ctypes.c_int64
     lib.proton_join_records.restype = ctypes.c_int
     lib.proton_join_finish.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
@@ -1072,6 +1088,10 @@ class Join:
         n_groups, n_rows, n_x, n_a, n_kp, first, launches = counts.tolist()
         return Joined(groups[:, :n_groups], out_rows[:, :n_rows], first if n_rows else None,
                       launches, (ext_out[:, :n_x], api_out[:, :n_a], kern_out[:, :n_kp]))
+
+    def slots(self) -> int:
+        """The slots of its tables (a few words each): what it holds between buffers."""
+        return int(self._lib.proton_join_slots(self._state))
 
     def path(self, corr: int) -> int | None:
         """The path of launch `corr`'s external record, while its launch record has not come."""
