@@ -724,7 +724,6 @@ def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
     from proton.cupti import native
 
     lib = native.helper()
-    lib.proton_paths_live.restype = ctypes.c_int64
     collector, _, _ = _collector(True)
     log = _Launcher(collector).log
     log.push(1)  # this thread's stays: it is still running

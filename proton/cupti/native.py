@@ -850,9 +850,11 @@ def _load(path: str) -> ctypes.CDLL:
         ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 6
     lib.proton_join_path.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.proton_join_path.restype = ctypes.c_int64
     lib.proton_join_slots.argtypes = [ctypes.c_void_p]
     lib.proton_join_slots.restype = ctypes.c_int64
-    lib.proton_join_path.restype = ctypes.c_int64
+    lib.proton_paths_live.argtypes = []
+    lib.proton_paths_live.restype = ctypes.c_int64
     lib.proton_join_records.restype = ctypes.c_int
     lib.proton_join_finish.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                        ctypes.c_void_p]
