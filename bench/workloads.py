@@ -337,11 +337,14 @@ def pcsampling(prof: Profiler, args) -> dict:
     return out
 
 
-def _scale_run(prof: Profiler | None, x, args) -> tuple[float, float]:
+def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None) -> tuple[float, float]:
     """(run s, start s) of --scopes scopes of --launches-per-scope launches, the profiler
-    started first (bare: prof None); run s counts its start, not its finalize."""
+    started first (bare: prof None); run s counts its start, not its finalize. cpu, when
+    given, gets the CPU seconds of the launching thread ("main") and of the other threads
+    (CUPTI's among them): which side a profiler's cost lands on."""
     scope = prof.scope if prof is not None else lambda name: contextlib.nullcontext()
     torch.cuda.synchronize()
+    main0, all0 = time.thread_time(), time.process_time()
     t0 = time.perf_counter()
     if prof is not None:
         prof.start()
@@ -351,7 +354,11 @@ def _scale_run(prof: Profiler | None, x, args) -> tuple[float, float]:
             for _ in range(args.launches_per_scope):
                 tiny_kernel[(1,)](x, BLOCK=128)
     torch.cuda.synchronize()
-    return time.perf_counter() - t0, start_s
+    run_s = time.perf_counter() - t0
+    if cpu is not None:
+        main = time.thread_time() - main0
+        cpu["main"], cpu["other"] = main, time.process_time() - all0 - main
+    return run_s, start_s
 
 
 def scale(prof: Profiler, args) -> dict:
@@ -373,12 +380,13 @@ def scale_paired(prof: Profiler, args) -> dict:
     to 17% (H100 host, 2026-11-23), more than the bound it is judged by."""
     x = torch.zeros(128, device="cuda")
     tiny_kernel[(1,)](x, BLOCK=128)
-    before, _ = _scale_run(None, x, args)
-    profiled, _ = _scale_run(prof, x, args)
+    cpu: list[dict] = [{}, {}, {}]
+    before, _ = _scale_run(None, x, args, cpu[0])
+    profiled, _ = _scale_run(prof, x, args, cpu[1])
     prof.finalize()
-    after, _ = _scale_run(None, x, args)
+    after, _ = _scale_run(None, x, args, cpu[2])
     return {"value": profiled / ((before + after) / 2), "unit": "x bare", "bare_s":
-            [before, after], "run_s": profiled,
+            [before, after], "run_s": profiled, "cpu_s": cpu,
             "launches": args.scopes * args.launches_per_scope}
 
 
