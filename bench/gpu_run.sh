@@ -102,5 +102,5 @@ fi
 echo
 echo "== summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 [ -f "$OUT/gpu_tests.log" ] && grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -1
-sed -n '/^== launch loop\|^| workload/,$p' "$OUT/bench.log" | tail -40
+[ -f "$OUT/bench.log" ] && sed -n '/^== launch loop\|^| workload/,$p' "$OUT/bench.log" | tail -40
 exit $tests_rc
