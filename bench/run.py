@@ -42,8 +42,11 @@ PLAN = {
     # noise; 500k launches (the ratio of 1M, in half the time: a buffer holds ~40k launches)
     "scale_paired": [(m, ["--scopes", "500"]) for m in ("cupti", "proton", "triton")],
     "pcsampling": PCSAMPLING,
+    # the model step bare, profiled and bare again inside each process
+    "model_paired": [(m, ["--steps", "30"]) for m in ("cupti", "proton", "triton")],
 }
-TIMED = {"launch", "paired", "gpu", "model", "pcsampling", "scale", "scale_paired"}
+TIMED = {"launch", "paired", "gpu", "model", "pcsampling", "scale", "scale_paired",
+         "model_paired"}
 
 
 def pinned(cpus: str):

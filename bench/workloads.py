@@ -234,6 +234,33 @@ def model(prof: Profiler, args) -> dict:
             "finalize_s": prof.finalize()}
 
 
+def model_paired(prof: Profiler, args) -> dict:
+    """--steps model steps bare, profiled, bare again in one process (after 5 warm-up steps):
+    the median profiled step over the median of the bare steps around it, with the CPU
+    seconds of the launching thread and of the others (PyTorch's autograd thread, CUPTI's)."""
+    cpu: list[dict] = [{}, {}, {}]
+
+    def phase(p: Profiler, i: int) -> list[float]:
+        main0, all0 = time.thread_time(), time.process_time()
+        times = list(model_steps(p, args.steps))
+        main = time.thread_time() - main0
+        cpu[i]["main"], cpu[i]["other"] = main, time.process_time() - all0 - main
+        return times
+
+    bare = Profiler("none", None, "shadow")
+    list(model_steps(bare, 5))
+    before = phase(bare, 0)
+    prof.start()
+    profiled = phase(prof, 1)
+    fin = prof.finalize()
+    after = phase(bare, 2)
+    b = (statistics.median(before) + statistics.median(after)) / 2
+    ms = lambda ts: [round(t * 1e3, 3) for t in ts]  # noqa: E731
+    return {"value": statistics.median(profiled) / b, "unit": "x bare (median step)",
+            "best": min(profiled) / min(before + after), "bare_ms": [ms(before), ms(after)],
+            "run_ms": ms(profiled), "cpu_s": cpu, "finalize_s": fin}
+
+
 def accuracy(prof: Profiler, args) -> dict:
     """(1) an 8192^3 matmul's kernel time in the profile against CUDA events around each launch;
     (2) total kernel time of 10 model steps (ours/Triton's profile, or torch.profiler's)."""
@@ -394,7 +421,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workload",
                         choices=["launch", "paired", "gpu", "model", "accuracy", "scale",
-                                 "scale_paired", "pcsampling"])
+                                 "scale_paired", "model_paired", "pcsampling"])
     parser.add_argument("profiler", choices=["none", "listen", "cupti", "proton", "triton",
                                              "torch"])
     parser.add_argument("--hook", default=None)

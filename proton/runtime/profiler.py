@@ -415,7 +415,8 @@ class Profiler:
         lost = self.lost_kernels + collector.finish()
         dropped = collector.dropped_records()
         if debugging():
-            debug(f"{collector.launches} launch records, {collector.kernels} kernels "
+            debug(f"{collector.launches} launch records ({collector.attributor.launches} "
+                  f"joined in Python), {collector.kernels} kernels "
                   f"attributed, {lost} lost, "
                   f"{dropped} dropped; {collector.records} records read in "
                   f"{collector.callback_seconds * 1e3:.1f} ms")
