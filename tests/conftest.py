@@ -70,6 +70,8 @@ class IdStack:
 
     def __init__(self) -> None:
         self.ids: list[int] = []
+        self.main: list[int] = []
+        """The main thread's innermost scope each time it changed."""
 
     def push(self, path: int) -> None:
         self.ids.append(path)
@@ -79,6 +81,9 @@ class IdStack:
 
     def timestamp(self) -> int:
         return 0
+
+    def main_path(self, path: int) -> None:
+        self.main.append(path)
 
 
 def run_threads(threads: list[threading.Thread]) -> None:

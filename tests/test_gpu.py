@@ -352,7 +352,15 @@ def test_our_viewer_reads_triton_file_with_same_numbers(tmp_path):
     assert time_ms.iloc[0] == pytest.approx(find(raw, "outer", "add_kernel")["metrics"]["time (ns)"] / 1e6)
 
 
-def test_autograd_backward_kernels_land_under_the_backward_scope(profile_path):
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_autograd_backward_kernels_land_under_the_backward_scope(profile_path, monkeypatch,
+                                                                 native):
+    """With the C helper (1) the autograd thread's launches are logged under the main
+    thread's scope and joined in C, none left to Python; without it (0) Python places them
+    from the main thread's timeline: the same tree."""
+    monkeypatch.setenv("PROTON_NATIVE", native)
+    from proton.runtime.profiler import profiler
+
     name, read = profile_path
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU()).cuda()
     x = torch.randn(64, 512, device="cuda")
@@ -364,10 +372,13 @@ def test_autograd_backward_kernels_land_under_the_backward_scope(profile_path):
             loss = model(x).square().mean()
         with proton.scope("backward"):
             loss.backward()  # runs on PyTorch's autograd thread, which has no scope
+    collector = profiler.collector
     proton.finalize()
     root, _ = read()
     assert sorted(c["frame"]["name"] for c in root["children"]) == ["backward", "forward"]
     assert total(find(root, "backward"), "count") >= 2 * 3  # GEMMs for weights and input, GELU'
+    in_python = collector.attributor.launches
+    assert in_python == 0 if native == "1" else in_python == collector.launches > 0
 
 
 def _flops_metadata(grid, metadata, args):

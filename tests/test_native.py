@@ -551,6 +551,51 @@ def test_the_launch_log_keeps_each_launch_with_its_threads_innermost_path(cache)
     assert log.take()[3] == 0
 
 
+def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
+    """A launch on a thread with no path of its own (PyTorch's autograd thread) is logged
+    with the main thread's innermost scope as Python last set it, so the C join places its
+    kernel; with none set (or ROOT) it is logged without a path, for Python to place; a
+    thread's own path comes first; a new session forgets it."""
+    import threading
+
+    from proton.data.paths import ROOT
+
+    collector, _, launch = _collector(True)
+    launcher = _Launcher(collector)
+    log = launcher.log
+    collector.main_path = collector._main_path_logged  # as start() sets it with the log
+
+    def on_worker(corr: int, push: int | None = None) -> None:
+        def run():
+            if push is not None:
+                log.push(push)
+            launcher.launch(1, launch, corr, corr * 10)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+
+    on_worker(1)  # nothing set: no path
+    collector.main_path(42)
+    on_worker(2)
+    on_worker(3, push=8)  # its own scope wins
+    launcher.launch(1, launch, 4, 40)  # this thread, no scope pushed: the same rule
+    collector.main_path(43)
+    on_worker(5)
+    collector.main_path(ROOT)  # the main thread left its scopes: Python decides
+    on_worker(6)
+    ext, api, n_ext, n_api = log.take()
+    assert n_api == 6
+    assert ext[:, :n_ext].T.tolist() == [[2, collector._custom, 42], [3, collector._custom, 8],
+                                         [4, collector._custom, 42], [5, collector._custom, 43]]
+    collector.main_path(44)
+    log.configure(None)  # a new session
+    log.enable(True)
+    on_worker(7)
+    ext, api, n_ext, n_api = log.take()
+    assert (n_ext, n_api) == (0, 1)
+
+
 @pytest.mark.parametrize("seed,capture,launches", [
     (5, None, 3000), (6, (200_000, 900_000), 3000)])
 def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed, capture,

@@ -415,6 +415,30 @@ def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profil
     proton.finalize()
 
 
+def test_the_main_threads_scope_changes_reach_the_collectors_main_path(profile_path):
+    """Where launches of threads with no scope open go (autograd's backward): each scope the
+    main thread enters or leaves is told to the collector (ROOT once none is open); a scope
+    on another thread is not. The recorder stands in for the collector; tests/test_gpu.py's
+    autograd test checks the kernels on the GPU."""
+    name, _ = profile_path
+    proton.start(name)
+    ids = IdStack()
+    saved, profiler.collector = profiler.collector, ids
+    try:
+        with proton.scope("step"):
+            with proton.scope("backward"):
+                def worker():
+                    with proton.scope("w"):
+                        pass
+
+                run_threads([threading.Thread(target=worker)])
+        assert [paths.names(p) if p else "ROOT" for p in ids.main] == [
+            ["step"], ["step", "backward"], ["step"], "ROOT"]
+    finally:
+        profiler.collector = saved
+    proton.finalize()
+
+
 def test_gpu_copies_count_replays_and_fold_past_the_limit():
     """data.metrics.DeviceValue on CPU tensors standing in for GPU copies: a replay re-adds
     the same copy (counted, not kept twice); past FOLD distinct copies they are summed into one;

@@ -255,6 +255,7 @@ class CuptiCollector:
             if self._log is not None:
                 if self.pushes_ids:
                     self.push, self.pop = self._log.push, self._log.pop
+                    self.main_path = self._main_path_logged
                 self._log.enable(True)
         except (cupti.cuptiError, ProtonError) as exc:
             for kind in self._kinds:
@@ -365,6 +366,16 @@ class CuptiCollector:
     def pop(self) -> None:
         if self.pushes_ids:
             self._cupti.activity_pop_external_correlation_id(self._custom)
+
+    def main_path(self, path_id: int) -> None:
+        """The main thread's innermost scope is now `path_id`: launches on threads with no
+        scope open go there. Without the C launch log the `unscoped` callback places them
+        from the records instead; nothing to do."""
+
+    def _main_path_logged(self, path_id: int) -> None:
+        """main_path with the C launch log: it logs such launches with `path_id`, and the C
+        join places their kernels (ROOT: left to `unscoped`, as before any scope)."""
+        self._log.main_path(None if path_id == ROOT else path_id)
 
     def _launch_enter(self):
         """context="python": the launch call's enter, on the launching thread, as

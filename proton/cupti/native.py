@@ -550,6 +550,11 @@ static proton_log log_now, log_taken; /* appended to; taken by the buffer thread
 static proton_log failed; /* the python context's failed launch calls (one word each) */
 static int64_t log_lost;
 static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* The main thread's innermost scope (EMPTY: none known): where a launch on a thread with no
+   path of its own goes, such as PyTorch's autograd thread in a backward pass. Python sets it
+   whenever the main thread's scope changes; read at the launch, it is the main thread's
+   timeline at that moment, without Python. */
+static int64_t main_path = EMPTY;
 
 static __thread int64_t *tls_paths;
 static __thread int64_t tls_depth, tls_cap;
@@ -584,6 +589,7 @@ int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward,
     pthread_mutex_lock(&log_mutex);
     log_now.n = log_taken.n = failed.n = 0;
     log_lost = 0;
+    __atomic_store_n(&main_path, EMPTY, __ATOMIC_RELAXED);
     c->generation = ++generation;
     __atomic_store_n(&config, c, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&log_mutex);
@@ -591,6 +597,9 @@ int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward,
 }
 
 void proton_log_enable(int on) { __atomic_store_n(&log_on, on, __ATOMIC_RELEASE); }
+
+/* Launches on threads with no path pushed go to `path` from now on (EMPTY: to Python). */
+void proton_main_path(int64_t path) { __atomic_store_n(&main_path, path, __ATOMIC_RELAXED); }
 
 /* A thread's path stack is freed when the thread ends (a key's destructor: __thread
    variables have none). */
@@ -697,7 +706,8 @@ void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) 
     uint64_t start = tls_start;
     if (start == 0) c->now(&start); /* entered before this session: its exit time */
     int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
-    int64_t entry[L_FIELDS] = {corr, depth ? tls_paths[depth - 1] : EMPTY, (int64_t)start,
+    int64_t path = depth ? tls_paths[depth - 1] : __atomic_load_n(&main_path, __ATOMIC_RELAXED);
+    int64_t entry[L_FIELDS] = {corr, path, (int64_t)start,
                                domain, cbid, (int64_t)(uint32_t)pthread_self()};
     log_append(&log_now, entry, L_FIELDS);
 }
@@ -755,6 +765,8 @@ int64_t proton_log_lost(void) { return log_lost; }
 NATIVE_ENV = "PROTON_NATIVE"
 CACHE_ENV = "PROTON_CACHE_DIR"
 RECORD_ALIGN = 8
+EMPTY = -(1 << 63)
+"""The C side's "no path" (INT64_MIN)."""
 """CUPTI's records are 8-byte aligned and at least that long: a buffer of `valid` bytes holds
 at most valid // 8 of them."""
 
@@ -1149,6 +1161,8 @@ class LaunchLog:
         self.push, self.pop = python.proton_push, python.proton_pop
         self.push.argtypes, self.push.restype = [ctypes.c_int64], None
         self.pop.argtypes, self.pop.restype = [], None
+        self._main = python.proton_main_path
+        self._main.argtypes, self._main.restype = [ctypes.c_int64], None
         self.configure(None)
 
     @classmethod
@@ -1169,6 +1183,12 @@ class LaunchLog:
 
     def enable(self, on: bool) -> None:
         self._lib.proton_log_enable(int(on))
+
+    def main_path(self, path: int | None) -> None:
+        """Launches on threads with no path pushed are logged with `path` (the main thread's
+        innermost scope) until the next call or configure; None: with none (Python's
+        unscoped callback places them)."""
+        self._main(EMPTY if path is None else path)
 
     def take(self) -> tuple[np.ndarray, np.ndarray, int, int]:
         """What was launched since the last take: (external block (correlation id, kind,

@@ -171,7 +171,7 @@ class Profiler:
         if threading.current_thread() is not threading.main_thread():
             # started from another thread (a capture): the main thread's open scopes were
             # pushed before CUPTI listened; its launches go where it is now until it moves
-            self.timeline.note(collector.timestamp(), frames.main_innermost())
+            self._main_moved(collector, frames.main_innermost())
 
     def _targets(self, session: int | None, *, finished_ok: bool = False) -> list[Session]:
         """The live sessions `session` names (every one when None). A finalized session's id
@@ -455,7 +455,13 @@ class Profiler:
         """The main thread's innermost frame is now `path_id` (told while collecting)."""
         collector = self.collector
         if collector is not None:
-            self.timeline.note(collector.timestamp(), path_id)
+            self._main_moved(collector, path_id)
+
+    def _main_moved(self, collector, path_id: int) -> None:
+        """Launches on threads with no scope open go to `path_id` from now on: the timeline
+        places those the records bring (the Python join), the collector those it logs in C."""
+        self.timeline.note(collector.timestamp(), path_id)
+        collector.main_path(path_id)
 
 
 profiler = Profiler()
