@@ -95,7 +95,8 @@ int64_t proton_columns(proton_next_fn next, uint8_t *buffer, size_t valid,
    correlation record gives its path, its API record its start time, its kernel record its
    time; a buffer's kernels come back summed per (path, name, device, launch configuration).
    What needs Python goes back to it, with everything of the same launch: launches with no
-   path (no scope open: the main thread's timeline decides), graph launches and their kernels
+   path (no scope open on their thread nor the main thread's: the main thread's timeline
+   decides, as without the launch log), graph launches and their kernels
    (placed by where they were captured), and launches while a stream capture is known. */
 
 #define EMPTY INT64_MIN

@@ -2,7 +2,9 @@
 the main thread in scopes it opened before a capture started CUPTI from another thread).
 
 PyTorch's autograd engine runs backward on a thread of its own with no scope open: its launches
-go under the scope the main thread was in when they were made.
+go under the scope the main thread was in when they were made. With the C launch log the
+collector reads the same at each launch (Profiler._main_moved tells both); the timeline places
+the launches that come as CUPTI records instead.
 """
 from __future__ import annotations
 
