@@ -254,6 +254,13 @@ def table(results: list[dict]) -> str:
         rows.append(f"| {title} | run time, x bare, CUPTI kernel activity only (floor) | | "
                     f"{_f(f, 3)} | | | | | |")
         spread_row(title, "run time, x bare", "scale_paired", (None, "proton", "triton"))
+    if any(by.get(("model_paired", m)) for m in ("cupti", "proton", "triton")):
+        title = "model step, paired in process"
+        f, o, t = (rounds("model_paired", m) for m in ("cupti", "proton", "triton"))
+        rows.append(f"| {title} | median step, x bare (median of processes) | {_f(f, 3)} "
+                    f"(CUPTI floor) | {_f(o, 3)} | {_f(t, 3)} | | | | |")
+        spread_row(title, "median step, x bare", "model_paired", (None, "proton", "triton"),
+                   goal=True)
     # PC sampling: ms per launch, the launches each mode timed, the samples in its profile
     for kernel, title in (("", "matmul 4096^3"), (" kernel=trig", "sin/cos loop")):
         bare, theirs = "none" + kernel, "triton mode=pcsampling" + kernel
