@@ -5,12 +5,14 @@
 # SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with the C helper off, walking only, and walking,
-# reading and joining: PROTON_NATIVE=0, walk, 1), ISSUE18=paired,launch,scale,scalepaired,model
+# reading and joining: PROTON_NATIVE=0, walk, 1),
+# ISSUE18=paired,launch,scale,scalepaired,modelpaired,model
 # (issue 18's goals: the launch loop bare and profiled in turn inside each process, every mode,
 # 5 rounds, ~5 min; the launch loop between processes against CUPTI's floor and Triton's,
 # 5 rounds, ~4 min; 1M launches, bare, CUPTI's floor, ours and Triton's, 5 rounds, ~7 min;
 # 500k launches bare, profiled and bare again inside each process, floor, ours and Triton's,
-# 5 rounds, ~7 min; the python-context model step with and without PROTON_KEEP_THREAD_STATES,
+# 5 rounds, ~7 min; the model step bare, profiled and bare again inside each process, floor,
+# ours and Triton's, 5 rounds, ~3.5 min; the python-context model step with and without PROTON_KEEP_THREAD_STATES,
 # ~2 min; one part a call, to stay under 10 minutes each).
 set -u
 export PYTHONUNBUFFERED=1
@@ -82,6 +84,8 @@ if [ -n "${ISSUE18:-}" ]; then
     > /dev/null 2>>"$OUT/bench.log"
   part scalepaired && python3 bench/run.py --only scale_paired --rounds 5 \
     --results "$OUT/issue18.jsonl" > /dev/null 2>>"$OUT/bench.log"
+  part modelpaired && python3 bench/run.py --only model_paired --rounds 5 \
+    --results "$OUT/issue18.jsonl" > /dev/null 2>>"$OUT/bench.log"
   if part model; then
     for keep in 0 1; do
       PROTON_KEEP_THREAD_STATES=$keep python3 bench/run.py --only model --rounds 2 \
@@ -90,7 +94,7 @@ if [ -n "${ISSUE18:-}" ]; then
     done
   fi
   { [ -f "$OUT/issue18.jsonl" ] && python3 bench/run.py --table-only --results "$OUT/issue18.jsonl" \
-      | grep -E "^\| (workload|launch|scale)"
+      | grep -E "^\| (workload|launch|scale|model step, paired)"
     for keep in 0 1; do
       [ -f "$OUT/keep_$keep.jsonl" ] || continue
       echo "== PROTON_KEEP_THREAD_STATES=$keep"
