@@ -12,8 +12,8 @@
 # 5 rounds, ~4 min; 1M launches, bare, CUPTI's floor, ours and Triton's, 5 rounds, ~7 min;
 # 500k launches bare, profiled and bare again inside each process, floor, ours and Triton's,
 # 5 rounds, ~7 min; the model step bare, profiled and bare again inside each process, floor,
-# ours and Triton's, 5 rounds, ~3.5 min; the python-context model step with and without PROTON_KEEP_THREAD_STATES,
-# ~2 min; one part a call, to stay under 10 minutes each).
+# ours and Triton's, 5 rounds, ~3.5 min; the python-context model step with and without
+# PROTON_KEEP_THREAD_STATES, ~2 min; one part a call, to stay under 10 minutes each).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
