@@ -6,6 +6,8 @@ import pty
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -84,6 +86,19 @@ class IdStack:
 
     def main_path(self, path: int) -> None:
         self.main.append(path)
+
+
+@contextmanager
+def stand_in_collector() -> Iterator[IdStack]:
+    """The running session's collector replaced by an IdStack until the block ends."""
+    from proton.runtime.profiler import profiler
+
+    ids = IdStack()
+    saved, profiler.collector = profiler.collector, ids
+    try:
+        yield ids
+    finally:
+        profiler.collector = saved
 
 
 def run_threads(threads: list[threading.Thread]) -> None:

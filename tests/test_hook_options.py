@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from conftest import IdStack
+from conftest import stand_in_collector
 
 import proton
 from proton.cli import proton as proton_cmd
@@ -67,21 +67,19 @@ def test_a_kernel_the_hook_skips_never_takes_the_op_of_a_launch_that_raised(tmp_
         return type("Metadata", (), {"data": {"name": name, "function": None}, "extras": False})
 
     proton.start(str(tmp_path / "p"), hook="triton:exclude=skip")
-    ids = IdStack()
-    saved, profiler.collector = profiler.collector, ids
     try:
-        with proton.scope("S"):
-            (scope_id,) = ids.ids
-            triton_hook._enter(metadata("matmul_kernel"))  # the launch then raised
-            assert paths.names(ids.ids[-1]) == ["S", "matmul_kernel"]
-            triton_hook._enter(metadata("skip_kernel"))
-            assert ids.ids == [scope_id] and per_thread.stacks.op_path is None
-            triton_hook._enter(metadata("matmul_kernel"))
-            triton_hook._exit(metadata("matmul_kernel"))
-            assert ids.ids == [scope_id] and per_thread.stacks.op_path is None
-        assert ids.ids == []
+        with stand_in_collector() as ids:
+            with proton.scope("S"):
+                (scope_id,) = ids.ids
+                triton_hook._enter(metadata("matmul_kernel"))  # the launch then raised
+                assert paths.names(ids.ids[-1]) == ["S", "matmul_kernel"]
+                triton_hook._enter(metadata("skip_kernel"))
+                assert ids.ids == [scope_id] and per_thread.stacks.op_path is None
+                triton_hook._enter(metadata("matmul_kernel"))
+                triton_hook._exit(metadata("matmul_kernel"))
+                assert ids.ids == [scope_id] and per_thread.stacks.op_path is None
+            assert ids.ids == []
     finally:
-        profiler.collector = saved
         proton.finalize()
 
 

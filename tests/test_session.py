@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import IdStack, find, load, run_threads
+from conftest import find, load, run_threads, stand_in_collector
 
 import proton
 from proton.api import write_profiles
@@ -398,9 +398,7 @@ def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profil
 
     name, _ = profile_path
     proton.start(name)
-    ids = IdStack()
-    saved, profiler.collector = profiler.collector, ids
-    try:
+    with stand_in_collector() as ids:
         with proton.scope("S"):
             op = ops.enter_op("op")  # the hook's launch enter; the launch then raised
             assert ids.ids[-1] == op and paths.names(op) == ["S", "op"]
@@ -410,8 +408,6 @@ def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profil
             with proton.scope("inner"):  # a scope opened after the failed launch
                 assert op not in ids.ids
         assert ids.ids == []
-    finally:
-        profiler.collector = saved
     proton.finalize()
 
 
@@ -420,22 +416,18 @@ def test_the_main_threads_scope_changes_reach_the_collectors_main_path(profile_p
     main thread enters or leaves is told to the collector (ROOT once none is open); a scope
     on another thread is not. The recorder stands in for the collector; tests/test_gpu.py's
     autograd test checks the kernels on the GPU."""
+    def worker():
+        with proton.scope("w"):
+            pass
+
     name, _ = profile_path
     proton.start(name)
-    ids = IdStack()
-    saved, profiler.collector = profiler.collector, ids
-    try:
+    with stand_in_collector() as ids:
         with proton.scope("step"):
             with proton.scope("backward"):
-                def worker():
-                    with proton.scope("w"):
-                        pass
-
                 run_threads([threading.Thread(target=worker)])
         assert [paths.names(p) if p else "ROOT" for p in ids.main] == [
             ["step"], ["step", "backward"], ["step"], "ROOT"]
-    finally:
-        profiler.collector = saved
     proton.finalize()
 
 
