@@ -52,6 +52,9 @@ class StandIn:
     def timestamp(self) -> int:
         return time.monotonic_ns()
 
+    def main_path(self, path: int) -> None:
+        pass
+
 
 class Metadata:
     """What Triton hands the launch hooks for a kernel without launch_metadata."""

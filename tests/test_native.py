@@ -486,11 +486,15 @@ class _Launcher:
         out[0] = self.now
         return 0
 
-    def launch(self, domain: int, cbid: int, corr: int, start: int, status: int = 0) -> None:
+    def launch(self, domain: int, cbid: int, corr: int, start: int, status: int = 0,
+               during=None) -> None:
+        """One launch call; `during()` runs between its enter and its exit."""
         data = ctypes.addressof(self._data)
         ctypes.c_uint32.from_address(data + self._corr).value = corr
         ctypes.c_void_p.from_address(data + self._ret).value = ctypes.addressof(self._status)
         for site in (0, 1):  # the call takes 7 ns: its enter's time is the launch's
+            if site and during is not None:
+                during()
             ctypes.c_uint32.from_address(data + self._site).value = site
             self._status.value = status if site else 0
             self.now = start + 7 * site
@@ -553,8 +557,8 @@ def test_the_launch_log_keeps_each_launch_with_its_threads_innermost_path(cache)
 
 def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     """A launch on a thread with no path of its own (PyTorch's autograd thread) is logged
-    with the main thread's innermost scope as Python last set it, so the C join places its
-    kernel; with none set (or ROOT) it is logged without a path, for Python to place; a
+    with the main thread's innermost scope as Python last set it before the call began (the
+    time the timeline would be read at), so the C join places its kernel; with none set (or ROOT) it is logged without a path, for Python to place; a
     thread's own path comes first; a new session forgets it."""
     import threading
 
@@ -565,11 +569,11 @@ def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     log = launcher.log
     collector.main_path = collector._main_path_logged  # as start() sets it with the log
 
-    def on_worker(corr: int, push: int | None = None) -> None:
+    def on_worker(corr: int, push: int | None = None, during=None) -> None:
         def run():
             if push is not None:
                 log.push(push)
-            launcher.launch(1, launch, corr, corr * 10)
+            launcher.launch(1, launch, corr, corr * 10, during=during)
 
         worker = threading.Thread(target=run)
         worker.start()
@@ -581,7 +585,7 @@ def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     on_worker(3, push=8)  # its own scope wins
     launcher.launch(1, launch, 4, 40)  # this thread, no scope pushed: the same rule
     collector.main_path(43)
-    on_worker(5)
+    on_worker(5, during=lambda: collector.main_path(45))  # where it was at the call's enter
     collector.main_path(ROOT)  # the main thread left its scopes: Python decides
     on_worker(6)
     ext, api, n_ext, n_api = log.take()

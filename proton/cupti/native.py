@@ -560,7 +560,9 @@ static int64_t main_path = EMPTY;
 static __thread int64_t *tls_paths;
 static __thread int64_t tls_depth, tls_cap;
 static __thread int32_t tls_calls; /* launch calls entered and not yet left... */
-static __thread uint64_t tls_start; /* ... the outermost one's enter time ... */
+static __thread uint64_t tls_start; /* ... the outermost one's enter time, the main
+    thread's innermost scope then ... */
+static __thread int64_t tls_main;
 static __thread int64_t tls_generation; /* ... counted since this configure (a call cut off
     by an unsubscribe never exits: its count must not outlive its session) */
 
@@ -696,6 +698,7 @@ void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) 
     if (site == 0) { /* the enter: its time; the exit says whether it launched */
         if (tls_calls++ == 0) {
             tls_start = 0;
+            tls_main = __atomic_load_n(&main_path, __ATOMIC_RELAXED);
             if (on) c->now(&tls_start);
         }
         return;
@@ -705,9 +708,13 @@ void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) 
     memcpy(&ret, d + c->ret_at, sizeof ret);
     if (ret && *ret != 0) return; /* failed: no kernel will come */
     uint64_t start = tls_start;
-    if (start == 0) c->now(&start); /* entered before this session: its exit time */
+    int64_t main = tls_main; /* where the main thread was at the enter, as its timeline says */
+    if (start == 0) { /* entered before this session: its exit time */
+        c->now(&start);
+        main = __atomic_load_n(&main_path, __ATOMIC_RELAXED);
+    }
     int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
-    int64_t path = depth ? tls_paths[depth - 1] : __atomic_load_n(&main_path, __ATOMIC_RELAXED);
+    int64_t path = depth ? tls_paths[depth - 1] : main;
     int64_t entry[L_FIELDS] = {corr, path, (int64_t)start,
                                domain, cbid, (int64_t)(uint32_t)pthread_self()};
     log_append(&log_now, entry, L_FIELDS);
