@@ -241,11 +241,8 @@ def model_paired(prof: Profiler, args) -> dict:
     cpu: list[dict] = [{}, {}, {}]
 
     def phase(p: Profiler, i: int) -> list[float]:
-        main0, all0 = time.thread_time(), time.process_time()
-        times = list(model_steps(p, args.steps))
-        main = time.thread_time() - main0
-        cpu[i]["main"], cpu[i]["other"] = main, time.process_time() - all0 - main
-        return times
+        with cpu_seconds(cpu[i]):
+            return list(model_steps(p, args.steps))
 
     bare = Profiler("none", None, "shadow")
     list(model_steps(bare, 5))
@@ -364,6 +361,17 @@ def pcsampling(prof: Profiler, args) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def cpu_seconds(into: dict):
+    """Fills `into` with the CPU seconds the block took on this thread ("main") and on the
+    process's other threads ("other": CUPTI's, PyTorch's autograd thread): which side a
+    profiler's cost lands on."""
+    main0, all0 = time.thread_time(), time.process_time()
+    yield into
+    main = time.thread_time() - main0
+    into["main"], into["other"] = main, time.process_time() - all0 - main
+
+
 def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None) -> tuple[float, float]:
     """(run s, start s) of --scopes scopes of --launches-per-scope launches, the profiler
     started first (bare: prof None); run s counts its start, not its finalize. cpu, when
@@ -371,20 +379,17 @@ def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None) -> tuple
     (CUPTI's among them): which side a profiler's cost lands on."""
     scope = prof.scope if prof is not None else lambda name: contextlib.nullcontext()
     torch.cuda.synchronize()
-    main0, all0 = time.thread_time(), time.process_time()
-    t0 = time.perf_counter()
-    if prof is not None:
-        prof.start()
-    start_s = time.perf_counter() - t0
-    for s in range(args.scopes):
-        with scope(f"scope{s}"):
-            for _ in range(args.launches_per_scope):
-                tiny_kernel[(1,)](x, BLOCK=128)
-    torch.cuda.synchronize()
-    run_s = time.perf_counter() - t0
-    if cpu is not None:
-        main = time.thread_time() - main0
-        cpu["main"], cpu["other"] = main, time.process_time() - all0 - main
+    with cpu_seconds(cpu if cpu is not None else {}):
+        t0 = time.perf_counter()
+        if prof is not None:
+            prof.start()
+        start_s = time.perf_counter() - t0
+        for s in range(args.scopes):
+            with scope(f"scope{s}"):
+                for _ in range(args.launches_per_scope):
+                    tiny_kernel[(1,)](x, BLOCK=128)
+        torch.cuda.synchronize()
+        run_s = time.perf_counter() - t0
     return run_s, start_s
 
 

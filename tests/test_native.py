@@ -558,8 +558,9 @@ def test_the_launch_log_keeps_each_launch_with_its_threads_innermost_path(cache)
 def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     """A launch on a thread with no path of its own (PyTorch's autograd thread) is logged
     with the main thread's innermost scope as Python last set it before the call began (the
-    time the timeline would be read at), so the C join places its kernel; with none set (or ROOT) it is logged without a path, for Python to place; a
-    thread's own path comes first; a new session forgets it."""
+    time the timeline would be read at), so the C join places its kernel; with none set (or
+    ROOT) it is logged without a path, for Python to place; a thread's own path comes first;
+    a new session forgets it."""
     import threading
 
     from proton.data.paths import ROOT

@@ -560,9 +560,8 @@ static int64_t main_path = EMPTY;
 static __thread int64_t *tls_paths;
 static __thread int64_t tls_depth, tls_cap;
 static __thread int32_t tls_calls; /* launch calls entered and not yet left... */
-static __thread uint64_t tls_start; /* ... the outermost one's enter time, the main
-    thread's innermost scope then ... */
-static __thread int64_t tls_main;
+static __thread uint64_t tls_start; /* ... the outermost one's enter time ... */
+static __thread int64_t tls_main; /* ... the main thread's innermost scope then ... */
 static __thread int64_t tls_generation; /* ... counted since this configure (a call cut off
     by an unsubscribe never exits: its count must not outlive its session) */
 
@@ -773,10 +772,10 @@ int64_t proton_log_lost(void) { return log_lost; }
 NATIVE_ENV = "PROTON_NATIVE"
 CACHE_ENV = "PROTON_CACHE_DIR"
 RECORD_ALIGN = 8
-EMPTY = -(1 << 63)
-"""The C side's "no path" (INT64_MIN)."""
 """CUPTI's records are 8-byte aligned and at least that long: a buffer of `valid` bytes holds
 at most valid // 8 of them."""
+EMPTY = -(1 << 63)
+"""The C side's "no path" (INT64_MIN)."""
 
 _lock = threading.Lock()
 _built: dict[str, ctypes.CDLL | None] = {}
