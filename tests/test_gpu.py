@@ -381,6 +381,25 @@ def test_autograd_backward_kernels_land_under_the_backward_scope(profile_path, m
     assert in_python == 0 if native == "1" else in_python == collector.launches > 0
 
 
+def test_autograd_launches_go_under_the_scope_the_session_started_in(profile_path):
+    """proton.start inside an open scope: the autograd thread's launches go under that scope
+    from the start, not to the root until the main thread's scope next changes."""
+    name, read = profile_path
+    model = torch.nn.Linear(256, 256).cuda()
+    x = torch.randn(32, 256, device="cuda")
+    model(x).sum().backward()  # warm up
+    torch.cuda.synchronize()
+    loss = model(x).square().mean()
+    with proton.scope("step"):
+        proton.start(name)
+        loss.backward()  # on PyTorch's autograd thread
+        torch.cuda.synchronize()
+    proton.finalize()
+    root, _ = read()
+    assert [c["frame"]["name"] for c in root["children"]] == ["step"]
+    assert total(find(root, "step"), "count") >= 2  # the weight and bias gradients at least
+
+
 def _flops_metadata(grid, metadata, args):
     n = args["n"]
     return {"name": f"add_{n}", "flops32": n, "bytes": 12 * n, "launches": 1}

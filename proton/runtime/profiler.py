@@ -168,10 +168,10 @@ class Profiler:
         collector.start()
         self.collector = collector
         frames.repush_open_scopes()
-        if threading.current_thread() is not threading.main_thread():
-            # started from another thread (a capture): the main thread's open scopes were
-            # pushed before CUPTI listened; its launches go where it is now until it moves
-            self._main_moved(collector, frames.main_innermost())
+        # the main thread's open scopes were entered before CUPTI listened (a capture starts
+        # from another thread; proton.start may run inside a scope): threads with no scope
+        # of their own (autograd's) launch into where it is now until it moves
+        self._main_moved(collector, frames.main_innermost())
 
     def _targets(self, session: int | None, *, finished_ok: bool = False) -> list[Session]:
         """The live sessions `session` names (every one when None). A finalized session's id
