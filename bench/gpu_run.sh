@@ -6,13 +6,14 @@
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with the C helper off, walking only, and walking,
 # reading and joining: PROTON_NATIVE=0, walk, 1),
-# ISSUE18=paired,launch,scale,scalepaired,modelpaired,model
+# ISSUE18=paired,launch,scale,scalepaired,scaletrend,modelpaired,model
 # (issue 18's goals: the launch loop bare and profiled in turn inside each process, every mode,
 # 5 rounds, ~5 min; the launch loop between processes against CUPTI's floor and Triton's,
 # 5 rounds, ~4 min; 1M launches, bare, CUPTI's floor, ours and Triton's, 5 rounds, ~7 min;
 # 500k launches bare, profiled and bare again inside each process, floor, ours and Triton's,
 # 5 rounds, ~7 min; the model step bare, profiled and bare again inside each process, floor,
-# ours and Triton's, 5 rounds, ~3.5 min; the python-context model step with and without
+# ours and Triton's, 5 rounds, ~3.5 min; 1M launches bare, profiled and bare again inside
+# each process, each tenth's time (does a cost grow along the run?), 2 rounds, ~6 min; the python-context model step with and without
 # PROTON_KEEP_THREAD_STATES, ~2 min; one part a call, to stay under 10 minutes each).
 set -u
 export PYTHONUNBUFFERED=1
@@ -84,6 +85,14 @@ if [ -n "${ISSUE18:-}" ]; then
     > /dev/null 2>>"$OUT/bench.log"
   part scalepaired && python3 bench/run.py --only scale_paired --rounds 5 \
     --results "$OUT/issue18.jsonl" > /dev/null 2>>"$OUT/bench.log"
+  if part scaletrend; then  # 1M launches bare / profiled / bare in one process, per tenth
+    for round in 1 2; do
+      for m in cupti proton triton; do
+        python3 bench/workloads.py scale_paired $m 2>>"$OUT/bench.log" | tail -1 >> "$OUT/trend.jsonl"
+      done
+    done
+    python3 bench/tenths.py "$OUT/trend.jsonl"
+  fi
   part modelpaired && python3 bench/run.py --only model_paired --rounds 5 \
     --results "$OUT/issue18.jsonl" > /dev/null 2>>"$OUT/bench.log"
   if part model; then

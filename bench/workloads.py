@@ -372,22 +372,29 @@ def cpu_seconds(into: dict):
     into["main"], into["other"] = main, time.process_time() - all0 - main
 
 
-def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None) -> tuple[float, float]:
+def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None,
+               tenths: list | None = None) -> tuple[float, float]:
     """(run s, start s) of --scopes scopes of --launches-per-scope launches, the profiler
     started first (bare: prof None); run s counts its start, not its finalize. cpu, when
     given, gets the CPU seconds of the launching thread ("main") and of the other threads
-    (CUPTI's among them): which side a profiler's cost lands on."""
+    (CUPTI's among them): which side a profiler's cost lands on. tenths, when given, gets
+    the host seconds of each tenth of the scopes: whether a cost grows along the run."""
     scope = prof.scope if prof is not None else lambda name: contextlib.nullcontext()
+    tenth = max(1, args.scopes // 10)
     torch.cuda.synchronize()
     with cpu_seconds(cpu if cpu is not None else {}):
         t0 = time.perf_counter()
         if prof is not None:
             prof.start()
-        start_s = time.perf_counter() - t0
+        start_s = t = time.perf_counter() - t0
         for s in range(args.scopes):
             with scope(f"scope{s}"):
                 for _ in range(args.launches_per_scope):
                     tiny_kernel[(1,)](x, BLOCK=128)
+            if tenths is not None and (s + 1) % tenth == 0:
+                now = time.perf_counter() - t0
+                tenths.append(now - t)
+                t = now
         torch.cuda.synchronize()
         run_s = time.perf_counter() - t0
     return run_s, start_s
@@ -398,12 +405,13 @@ def scale(prof: Profiler, args) -> dict:
     x = torch.zeros(128, device="cuda")
     tiny_kernel[(1,)](x, BLOCK=128)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run_s, start_s = _scale_run(prof, x, args)
+    tenths: list = []
+    run_s, start_s = _scale_run(prof, x, args, tenths=tenths)
     fin = prof.finalize()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     size = os.path.getsize(prof.file()) if prof.mod is not None else 0
     return {"value": (rss1 - rss0) / 1024, "unit": "MB peak RSS growth", "file_mb": size / 1e6,
-            "run_s": run_s, "start_s": start_s, "finalize_s": fin}
+            "run_s": run_s, "start_s": start_s, "finalize_s": fin, "tenths_s": tenths}
 
 
 def scale_paired(prof: Profiler, args) -> dict:
@@ -413,12 +421,13 @@ def scale_paired(prof: Profiler, args) -> dict:
     x = torch.zeros(128, device="cuda")
     tiny_kernel[(1,)](x, BLOCK=128)
     cpu: list[dict] = [{}, {}, {}]
-    before, _ = _scale_run(None, x, args, cpu[0])
-    profiled, _ = _scale_run(prof, x, args, cpu[1])
+    tenths: list[list] = [[], [], []]
+    before, _ = _scale_run(None, x, args, cpu[0], tenths[0])
+    profiled, _ = _scale_run(prof, x, args, cpu[1], tenths[1])
     prof.finalize()
-    after, _ = _scale_run(None, x, args, cpu[2])
+    after, _ = _scale_run(None, x, args, cpu[2], tenths[2])
     return {"value": profiled / ((before + after) / 2), "unit": "x bare", "bare_s":
-            [before, after], "run_s": profiled, "cpu_s": cpu,
+            [before, after], "run_s": profiled, "cpu_s": cpu, "tenths_s": tenths,
             "launches": args.scopes * args.launches_per_scope}
 
 
