@@ -14,8 +14,9 @@ def main(path: str) -> None:
     rows = [json.loads(line) for line in open(path) if line.startswith("{")]
     bare = [r["tenths_s"] for r in rows if r["workload"] == "scale" and r["profiler"] == "none"]
     base = [statistics.median(t) for t in zip(*bare)] if bare else None
-    print("| workload | profiler | x bare | tenths, x bare |")
-    print("|---|---|---|---|")
+    print("| workload | profiler | x bare | tenths, x bare | launching thread: kcycles, "
+          "k instructions a launch | other threads' CPU us a launch |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         tenths = r.get("tenths_s")
         if not tenths:
@@ -30,7 +31,22 @@ def main(path: str) -> None:
         else:
             continue
         ratios = " ".join(f"{p / b:.2f}" for p, b in zip(profiled, ref))
-        print(f"| {r['workload']} | {r['profiler']} | {total:.3f} | {ratios} |")
+        print(f"| {r['workload']} | {r['profiler']} | {total:.3f} | {ratios} | "
+              f"{_work(r)} |")
+
+
+def _work(r: dict) -> str:
+    """Per launch: the launching thread's kcycles and k instructions (host counters, each
+    run of a paired process), and the other threads' CPU us in the profiled run."""
+    cpu = r.get("cpu_s")
+    if not cpu:
+        return " | "
+    runs = cpu if isinstance(cpu, list) else [cpu]
+    n = r.get("launches", 10**6)
+    counted = " / ".join(f"{c['main_cycles'] / n / 1e3:.1f}, {c['main_instructions'] / n / 1e3:.1f}"
+                         for c in runs if "main_cycles" in c) or "no counters"
+    other = (runs[1] if len(runs) == 3 else runs[0])["other"] / n * 1e6
+    return f"{counted} | {other:.2f}"
 
 
 if __name__ == "__main__":

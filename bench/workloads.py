@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+import hwcount  # bench/, on the path as the script's folder
+
 from proton.examples.matmul import event_timed, matmul  # installed (bench/ is no package)
 
 
@@ -365,11 +367,18 @@ def pcsampling(prof: Profiler, args) -> dict:
 def cpu_seconds(into: dict):
     """Fills `into` with the CPU seconds the block took on this thread ("main") and on the
     process's other threads ("other": CUPTI's, PyTorch's autograd thread): which side a
-    profiler's cost lands on."""
+    profiler's cost lands on; and where the host has perf counters, this thread's user-space
+    cycles and instructions ("main_cycles", "main_instructions")."""
+    counters = hwcount.thread_counters()
+    start = counters.read() if counters else None
     main0, all0 = time.thread_time(), time.process_time()
     yield into
     main = time.thread_time() - main0
     into["main"], into["other"] = main, time.process_time() - all0 - main
+    if counters:  # the launching thread's user-space work, whatever the host's speed
+        end = counters.read()
+        into["main_cycles"], into["main_instructions"] = (b - a for a, b in zip(start, end))
+        counters.close()
 
 
 def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None,
@@ -406,12 +415,14 @@ def scale(prof: Profiler, args) -> dict:
     tiny_kernel[(1,)](x, BLOCK=128)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tenths: list = []
-    run_s, start_s = _scale_run(prof, x, args, tenths=tenths)
+    cpu: dict = {}
+    run_s, start_s = _scale_run(prof, x, args, cpu, tenths)
     fin = prof.finalize()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     size = os.path.getsize(prof.file()) if prof.mod is not None else 0
     return {"value": (rss1 - rss0) / 1024, "unit": "MB peak RSS growth", "file_mb": size / 1e6,
-            "run_s": run_s, "start_s": start_s, "finalize_s": fin, "tenths_s": tenths}
+            "run_s": run_s, "start_s": start_s, "finalize_s": fin, "tenths_s": tenths,
+            "cpu_s": cpu, "launches": args.scopes * args.launches_per_scope}
 
 
 def scale_paired(prof: Profiler, args) -> dict:
