@@ -223,3 +223,38 @@ def test_a_triton_launch_that_raises_leaves_no_op_behind(profile_path):
     failing = [c for c in root["children"] if c["frame"]["name"] == "failing"]
     assert not failing or not kernels(failing[0])
     assert sum(k["metrics"]["count"] for k in kernels(root)) == 2
+
+
+class _TritonDouble(torch.autograd.Function):
+    """y = 2x, its backward a Triton launch: PyTorch runs it on its autograd thread."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = torch.empty_like(grad)
+        n = grad.numel()
+        add_kernel[(triton.cdiv(n, 1024),)](grad, grad, out, n, BLOCK=1024)
+        return out
+
+
+def test_a_triton_launch_on_the_autograd_thread_goes_under_the_main_threads_scope(profile_path):
+    """The hook's op for a Triton kernel launched in backward (autograd's thread, no scope of its
+    own) sits under the scope the main thread is in, with its kernel, not under the root."""
+    name, read = profile_path
+    x = torch.randn(1 << 16, device="cuda", requires_grad=True)
+    _TritonDouble.apply(x).sum().backward()  # compiles add_kernel
+    torch.cuda.synchronize()
+    proton.start(name, hook="triton")
+    with proton.scope("step"):
+        loss = _TritonDouble.apply(x).sum()
+        with proton.scope("backward"):
+            loss.backward()
+    proton.finalize()
+    root = read()[0]
+    assert [c["frame"]["name"] for c in root["children"]] == ["step"]
+    added = [k for k in kernels(find(root, "step", "backward"))
+             if k["frame"]["name"] == "add_kernel"]
+    assert len(added) == 1 and added[0]["metrics"]["count"] == 1

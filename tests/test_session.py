@@ -431,6 +431,29 @@ def test_the_main_threads_scope_changes_reach_the_collectors_main_path(profile_p
     proton.finalize()
 
 
+def test_a_hooks_op_on_a_thread_with_no_scope_goes_under_the_main_threads_scope(profile_path):
+    """hook="triton" on PyTorch's autograd thread (no scope of its own): the op's node goes
+    under the scope the main thread is in, where the thread's launches go, not under the root.
+    The recorder stands in for the collector; tests/test_gpu_hook.py runs it on the GPU."""
+    from proton.runtime import ops
+
+    got = []
+
+    def backward():
+        got.append(ops.enter_op("add_kernel"))
+        ops.exit_op()
+
+    name, _ = profile_path
+    proton.start(name)
+    with stand_in_collector():
+        with proton.scope("step"):
+            with proton.scope("backward"):
+                run_threads([threading.Thread(target=backward)])
+        run_threads([threading.Thread(target=backward)])  # the main thread at the root
+    proton.finalize()
+    assert [paths.names(p) for p in got] == [["step", "backward", "add_kernel"], ["add_kernel"]]
+
+
 def test_gpu_copies_count_replays_and_fold_past_the_limit():
     """data.metrics.DeviceValue on CPU tensors standing in for GPU copies: a replay re-adds
     the same copy (counted, not kept twice); past FOLD distinct copies they are summed into one;

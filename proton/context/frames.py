@@ -17,7 +17,7 @@ from ..data.paths import ROOT, SCOPE
 from ..format import CPU_TIME, EXCLUSIVE
 from .shadow import ShadowContext
 from . import stack
-from .stack import Open, per_thread
+from .stack import Open, main_innermost, per_thread
 
 _MAIN = threading.main_thread().ident
 
@@ -90,13 +90,6 @@ def repush_open_scopes() -> None:
     if st and collector is not None and st[-1].pushed_by is None:
         collector.push(st[-1].path)
         st[-1].pushed_by = collector
-
-
-def main_innermost() -> int:
-    """The main thread's innermost open frame (ROOT if none), read from any thread."""
-    main = stack.main_stacks
-    opened = main.open if main is not None else None
-    return opened[-1].path if opened else ROOT
 
 
 def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,

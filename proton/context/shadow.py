@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from types import FrameType
 
-from ..data.paths import ROOT, paths
-from .stack import Open, per_thread
+from ..data.paths import paths
+from .stack import Open, main_innermost, per_thread
 
 
 class ShadowContext:
     """A scope's node is its name under the thread's innermost open frame; a launch goes under
-    the innermost open frame. The collector learns it with no Python per launch: each scope
-    pushes its path id as a CUPTI external correlation id."""
+    the innermost open frame (the main thread's, on a thread with none open). The collector
+    learns it with no Python per launch: each scope pushes its path id (on the C helper's
+    stack, or as a CUPTI external correlation id without it)."""
 
     name = "shadow"
     in_callback = False
@@ -26,7 +27,9 @@ class ShadowContext:
         if path is not None:
             return path
         opened = st.open
-        return opened[-1].path if opened else ROOT
+        # a thread with no frame open (autograd's) launches where the main thread is, as
+        # the collector logs its launches: a hook's op on it goes there too
+        return opened[-1].path if opened else main_innermost()
 
     def start(self) -> None:
         pass

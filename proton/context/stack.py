@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from ..data.paths import ROOT
+
 
 @dataclass(slots=True)
 class Open:
@@ -54,8 +56,8 @@ class _PerThread(threading.local):
 
 _MAIN = threading.main_thread().ident
 main_stacks: Stacks | None = None
-"""The main thread's Stacks, once it has used them: a capture started from another thread
-reads where the main thread is."""
+"""The main thread's Stacks, once it has used them: a capture started from another thread,
+and a thread with no frame open, read where the main thread is."""
 
 
 per_thread = _PerThread()
@@ -66,3 +68,11 @@ look-up costs about 40 ns, a slot 10 (the hot paths read several fields per laun
 def depth() -> int:
     """How many frames are open on this thread."""
     return len(per_thread.stacks.open)
+
+
+def main_innermost() -> int:
+    """The main thread's innermost open frame (ROOT if none), read from any thread: where a
+    thread with no frame open of its own (PyTorch's autograd thread) launches."""
+    main = main_stacks
+    opened = main.open if main is not None else None
+    return opened[-1].path if opened else ROOT
