@@ -13,8 +13,9 @@
 # 500k launches bare, profiled and bare again inside each process, floor, ours and Triton's,
 # 5 rounds, ~7 min; the model step bare, profiled and bare again inside each process, floor,
 # ours and Triton's, 5 rounds, ~3.5 min; 1M launches bare, profiled and bare again inside
-# each process, each tenth's time (does a cost grow along the run?), 2 rounds, ~6 min; the python-context model step with and without
-# PROTON_KEEP_THREAD_STATES, ~2 min; one part a call, to stay under 10 minutes each).
+# each process, each tenth's time (does a cost grow along the run?), 2 rounds, ~6 min; the
+# python-context model step with and without PROTON_KEEP_THREAD_STATES, ~2 min; one part a
+# call, to stay under 10 minutes each).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
