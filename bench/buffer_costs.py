@@ -21,6 +21,13 @@ C calls excepted), so the launching thread waits for them.
 instead gives the peak RSS growth of that many buffers more through the default path, on a
 thread of their own as CUPTI's (every third a seventh as full): what a long run's buffers
 leave resident.
+
+    python bench/buffer_costs.py --launches 40000 --contention 6
+
+instead gives what the buffer work on CUPTI's thread costs the launching thread (the GIL they
+share): a stand-in launch loop (Python, then a C call with the GIL released, as Triton's
+launcher calls the driver) hands a buffer to a thread every --launches iterations; in turns
+of that many phases the thread works each buffer through the default path or drops it.
 """
 from __future__ import annotations
 
@@ -45,6 +52,7 @@ from proton.runtime.session import Session
 FAKE_NEXT = r"""
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 static size_t sizes[64];
 void fake_sizes(int kind, size_t size) { sizes[kind] = size; }
 /* cuptiActivityGetNextRecord's contract over records whose size follows from their kind */
@@ -53,6 +61,13 @@ int fake_next(uint8_t *buffer, size_t valid, void **record) {
     if (at >= buffer + valid) return 14;
     *record = at;
     return 0;
+}
+/* a launch call's time in the driver, the GIL released (ctypes.CDLL) */
+void spin(long ns) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < ns);
 }
 """
 
@@ -107,6 +122,13 @@ def main() -> None:
     ap.add_argument("--buffers", type=int, default=0,
                     help="instead of the timings: peak RSS growth over this many buffers "
                          "through the default path (walk, read and join in C, route)")
+    ap.add_argument("--contention", type=int, default=0,
+                    help="instead of the timings: the launching thread's cost of the buffer "
+                         "work, in this many phases with and without it in turn")
+    ap.add_argument("--python-us", type=float, default=8.0,
+                    help="--contention: the stand-in launch's Python time")
+    ap.add_argument("--driver-us", type=float, default=4.0,
+                    help="--contention: its C call's time, the GIL released")
     args = ap.parse_args()
     scopes = [paths.intern(ROOT, f"s{i}", SCOPE) for i in range(args.scopes)]
     name = ctypes.create_string_buffer(b"tiny_kernel")
@@ -199,6 +221,10 @@ def main() -> None:
         print(f"peak RSS growth over {args.buffers} more buffers of {args.launches:,} launches: "
               f"{grown:.1f} MB")
         return
+    if args.contention:
+        contention(args, fake, lambda: read_join_route_with(
+            lambda: joined.read_buffer(address, valid)))
+        return
     rows.append(("walk + read + join in C", best(c_join, args.repeats)))
     rows.append(("walk + read + join in C, route (shadow context, the default)",
                  best(lambda: read_join_route_with(lambda: joined.read_buffer(address, valid)),
@@ -208,6 +234,50 @@ def main() -> None:
     print("|---|---|")
     for label, seconds in rows:
         print(f"| {label} | {seconds * per:,.0f} |")
+
+
+def contention(args, fake: ctypes.CDLL, work) -> None:
+    """The stand-in launch loop's time per launch while another thread works each buffer
+    (`work`) or drops it, in turns; each phase is 4 buffers' worth of launches."""
+    import queue
+
+    driver = fake.spin  # CDLL: the GIL released, as around the driver's launch call
+    driver.argtypes, driver.restype = [ctypes.c_long], None
+    driver_ns = int(args.driver_us * 1000)
+    python_end = args.python_us * 1e-6
+    handed: queue.Queue = queue.Queue()
+    working = [False]
+
+    def cupti_thread():
+        while (item := handed.get()) is not None:
+            if working[0]:
+                work()
+
+    def launch():  # Python for python_us (arguments, the launcher's checks), then the driver
+        end = time.perf_counter() + python_end
+        while time.perf_counter() < end:
+            pass
+        driver(driver_ns)
+
+    thread = threading.Thread(target=cupti_thread)
+    thread.start()
+    per: dict[bool, list[float]] = {False: [], True: []}
+    for phase in range(2 * args.contention):
+        working[0] = with_work = phase % 2 == 1
+        t0 = time.perf_counter()
+        for _ in range(4):
+            for _ in range(args.launches):
+                launch()
+            handed.put(1)  # a full buffer, as CUPTI hands it over
+        per[with_work].append((time.perf_counter() - t0) / (4 * args.launches) * 1e6)
+    handed.put(None)
+    thread.join()
+    bare, worked = (sorted(per[k])[len(per[k]) // 2] for k in (False, True))
+    print(f"| launching thread, us a launch (median of {args.contention} phases) | buffers "
+          f"dropped | buffers worked (default path) | added |")
+    print("|---|---|---|---|")
+    print(f"| {args.python_us:g} us Python + {args.driver_us:g} us driver, a buffer every "
+          f"{args.launches:,} launches | {bare:.3f} | {worked:.3f} | {worked - bare:+.3f} |")
 
 
 if __name__ == "__main__":
