@@ -340,8 +340,10 @@ def main() -> None:
                        check=False)
     for workload in chosen:
         rounds = args.rounds if workload in TIMED else 1
-        for i in range(rounds):  # interleave modes so drift hits all alike
-            for profiler, extra in PLAN[workload]:
+        plan = PLAN[workload]
+        for i in range(rounds):  # interleave modes so drift hits all alike, and rotate
+            # their order each round so none always runs after the same one
+            for profiler, extra in plan[i % len(plan):] + plan[:i % len(plan)]:
                 label = " ".join([profiler, *extra])
                 if args.modes and label not in args.modes.split(";"):
                     continue
