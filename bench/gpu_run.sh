@@ -15,7 +15,7 @@
 # ours and Triton's, 5 rounds, ~3.5 min; 1M launches bare, profiled and bare again inside
 # each process, each tenth's time (does a cost grow along the run?), 2 rounds, ~6 min; the
 # python-context model step with and without PROTON_KEEP_THREAD_STATES, ~2 min; one part a
-# call, to stay under 10 minutes each).
+# call, to stay under 10 minutes each; ROUNDS=N changes the 1M-launch part's 5 rounds).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -82,8 +82,12 @@ if [ -n "${ISSUE18:-}" ]; then
   part launch && python3 bench/run.py --only launch --rounds 5 --results "$OUT/issue18.jsonl" \
     --modes "none;cupti;proton;triton;proton --context python;triton --context python" \
     > /dev/null 2>>"$OUT/bench.log"
-  part scale && python3 bench/run.py --only scale --rounds 5 --results "$OUT/issue18.jsonl" \
-    > /dev/null 2>>"$OUT/bench.log"
+  if part scale; then  # then each tenth, and the tenths the host ran fast in (bench/tenths.py)
+    python3 bench/run.py --only scale --rounds "${ROUNDS:-5}" --results "$OUT/scale.jsonl" \
+      > /dev/null 2>>"$OUT/bench.log"
+    cat "$OUT/scale.jsonl" >> "$OUT/issue18.jsonl"
+    python3 bench/tenths.py "$OUT/scale.jsonl"
+  fi
   part scalepaired && python3 bench/run.py --only scale_paired --rounds 5 \
     --results "$OUT/issue18.jsonl" > /dev/null 2>>"$OUT/bench.log"
   if part scaletrend; then  # 1M launches bare / profiled / bare in one process, per tenth

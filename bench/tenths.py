@@ -4,7 +4,10 @@ bench/workloads.py's scale and scale_paired record, profiled over bare.
     python bench/tenths.py RESULTS.jsonl
 
 scale_paired: each process's profiled tenths over the mean of its two bare runs' same tenth.
-scale (separate processes): each process's tenths over the median bare process's."""
+scale (separate processes): each process's tenths over the median bare process's.
+Then, where the runs recorded the host's speed around each tenth (workloads.host_speed), each
+profiler's us a launch over only the tenths the host ran fast at both ends, and over the rest:
+the host's own process-to-process swing (bench/bimodal.py) taken out of the comparison."""
 import json
 import statistics
 import sys
@@ -33,6 +36,43 @@ def main(path: str) -> None:
         ratios = " ".join(f"{p / b:.2f}" for p, b in zip(profiled, ref))
         print(f"| {r['workload']} | {r['profiler']} | {total:.3f} | {ratios} | "
               f"{_work(r)} |")
+    by_speed(rows)
+
+
+def by_speed(rows: list[dict], fast_within: float = 1.2) -> None:
+    """Median us a launch per profiler over the tenths whose host speed at both ends was
+    within fast_within of the fastest seen in the file ("fast"), and over the others."""
+    runs = []  # (profiler, tenths, speeds, launches a tenth)
+    for r in rows:
+        if not r.get("speeds_ns"):
+            continue
+        n = r.get("launches", 10**6) / 10
+        if r["workload"] == "scale_paired":
+            for i, (t, sp) in enumerate(zip(r["tenths_s"], r["speeds_ns"])):
+                runs.append(("none" if i != 1 else r["profiler"], t, sp, n))
+        else:
+            runs.append((r["profiler"], r["tenths_s"], r["speeds_ns"], n))
+    if not runs:
+        return
+    fastest = min(min(sp) for _, _, sp, _ in runs)
+    pools: dict = {}
+    for profiler, tenths, speeds, n in runs:
+        for i, t in enumerate(tenths):
+            fast = max(speeds[i], speeds[i + 1]) <= fastest * fast_within
+            pools.setdefault(profiler, ([], []))[0 if fast else 1].append(t / n * 1e6)
+    bare = pools.get("none", ([], []))
+    print(f"\nhost speed: fastest {fastest:.1f} ns a Python call; fast = both ends within "
+          f"{fast_within}x of it\n")
+    print("| profiler | fast tenths | us a launch, fast (x bare's) | other tenths | "
+          "us a launch, other (x bare's) |")
+    print("|---|---|---|---|---|")
+    for profiler, (fast, slow) in pools.items():
+        cells = []
+        for mine, ref in ((fast, bare[0]), (slow, bare[1])):
+            m = statistics.median(mine) if mine else None
+            x = f" ({m / statistics.median(ref):.3f})" if m and ref else ""
+            cells += [str(len(mine)), f"{m:.2f}{x}" if m else ""]
+        print(f"| {profiler} | {' | '.join(cells)} |")
 
 
 def _work(r: dict) -> str:

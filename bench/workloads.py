@@ -381,13 +381,27 @@ def cpu_seconds(into: dict):
         counters.close()
 
 
+def host_speed(calls: int = 20_000) -> float:
+    """ns a trivial Python call takes now, best of 3: the host's speed. On the H100 VM it is
+    about 26 ns in some processes and 42-50 in others (bench/bimodal.py), and the launch loop
+    follows it, which is more than any profiler costs."""
+    f, best = len, float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            f("abc")
+        best = min(best, time.perf_counter() - t0)
+    return best / calls * 1e9
+
+
 def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None,
-               tenths: list | None = None) -> tuple[float, float]:
+               tenths: list | None = None, speeds: list | None = None) -> tuple[float, float]:
     """(run s, start s) of --scopes scopes of --launches-per-scope launches, the profiler
     started first (bare: prof None); run s counts its start, not its finalize. cpu, when
     given, gets the CPU seconds of the launching thread ("main") and of the other threads
     (CUPTI's among them): which side a profiler's cost lands on. tenths, when given, gets
-    the host seconds of each tenth of the scopes: whether a cost grows along the run."""
+    the host seconds of each tenth of the scopes: whether a cost grows along the run; speeds,
+    given with tenths, gets host_speed() before the first tenth and after each (not timed)."""
     scope = prof.scope if prof is not None else lambda name: contextlib.nullcontext()
     tenth = max(1, args.scopes // 10)
     torch.cuda.synchronize()
@@ -396,6 +410,11 @@ def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None,
         if prof is not None:
             prof.start()
         start_s = t = time.perf_counter() - t0
+        untimed = 0.0
+        if speeds is not None:
+            speeds.append(host_speed())
+            untimed = time.perf_counter() - t0 - t
+            t += untimed
         for s in range(args.scopes):
             with scope(f"scope{s}"):
                 for _ in range(args.launches_per_scope):
@@ -404,8 +423,12 @@ def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None,
                 now = time.perf_counter() - t0
                 tenths.append(now - t)
                 t = now
+                if speeds is not None:
+                    speeds.append(host_speed())
+                    t = time.perf_counter() - t0
+                    untimed += t - now
         torch.cuda.synchronize()
-        run_s = time.perf_counter() - t0
+        run_s = time.perf_counter() - t0 - untimed
     return run_s, start_s
 
 
@@ -415,14 +438,15 @@ def scale(prof: Profiler, args) -> dict:
     tiny_kernel[(1,)](x, BLOCK=128)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tenths: list = []
+    speeds: list = []
     cpu: dict = {}
-    run_s, start_s = _scale_run(prof, x, args, cpu, tenths)
+    run_s, start_s = _scale_run(prof, x, args, cpu, tenths, speeds)
     fin = prof.finalize()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     size = os.path.getsize(prof.file()) if prof.mod is not None else 0
     return {"value": (rss1 - rss0) / 1024, "unit": "MB peak RSS growth", "file_mb": size / 1e6,
             "run_s": run_s, "start_s": start_s, "finalize_s": fin, "tenths_s": tenths,
-            "cpu_s": cpu, "launches": args.scopes * args.launches_per_scope}
+            "speeds_ns": speeds, "cpu_s": cpu, "launches": args.scopes * args.launches_per_scope}
 
 
 def scale_paired(prof: Profiler, args) -> dict:
@@ -433,12 +457,14 @@ def scale_paired(prof: Profiler, args) -> dict:
     tiny_kernel[(1,)](x, BLOCK=128)
     cpu: list[dict] = [{}, {}, {}]
     tenths: list[list] = [[], [], []]
-    before, _ = _scale_run(None, x, args, cpu[0], tenths[0])
-    profiled, _ = _scale_run(prof, x, args, cpu[1], tenths[1])
+    speeds: list[list] = [[], [], []]
+    before, _ = _scale_run(None, x, args, cpu[0], tenths[0], speeds[0])
+    profiled, _ = _scale_run(prof, x, args, cpu[1], tenths[1], speeds[1])
     prof.finalize()
-    after, _ = _scale_run(None, x, args, cpu[2], tenths[2])
+    after, _ = _scale_run(None, x, args, cpu[2], tenths[2], speeds[2])
     return {"value": profiled / ((before + after) / 2), "unit": "x bare", "bare_s":
             [before, after], "run_s": profiled, "cpu_s": cpu, "tenths_s": tenths,
+            "speeds_ns": speeds,
             "launches": args.scopes * args.launches_per_scope}
 
 
