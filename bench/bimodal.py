@@ -1,7 +1,7 @@
 """Why the same bare launch loop runs at 11-13 us a launch in one process and 16-19 in the next
 (RESULTS, 2026-11-23): a probe, no profiler. Each child process times pure Python calls (the
-host CPU alone), tiny Triton launches (Python, the launcher, the driver) and the same launches
-with the GPU queue kept busy, and says which CPU and NUMA node it ran on; the parent runs
+host CPU alone) and tiny Triton launches (Python, the launcher, the driver), and says which CPU
+and NUMA node it ran on; the parent runs
 children with address-space randomisation on and off (`setarch -R`), interleaved, and prints
 one row each. If the slow mode follows the host CPU it shows in the Python column too; if it
 follows the memory layout it goes away with randomisation off.
@@ -63,12 +63,8 @@ def child() -> None:
             tiny[(1,)](x, BLOCK=128)
         torch.cuda.synchronize()
 
-    def queued(n: int) -> None:  # the GPU busy for the whole loop: launch cost alone
-        torch.cuda._sleep(int(n * 40e3))
-        launches(n)
-
     row = {"python_ns": best(calls, 1_000_000) * 1e3, "launch_us": best(launches, 5000),
-           "queued_us": best(queued, 5000), "cpu": _cpu(),
+           "cpu": _cpu(),
            "x_addr": hex(x.data_ptr())[-6:], "stack": hex(id(x))[-6:]}
     row["node"] = _node(row["cpu"])
     print(json.dumps(row))
@@ -95,7 +91,7 @@ def main() -> None:
             row = json.loads(out.stdout.strip().splitlines()[-1])
             ways[way].append(row)
             print(f"{i:2d} {way:6s} python {row['python_ns']:6.1f} ns  launch "
-                  f"{row['launch_us']:6.2f} us  queued {row['queued_us']:6.2f} us  cpu "
+                  f"{row['launch_us']:6.2f} us  cpu "
                   f"{row['cpu']:3d} node {row['node']}  x ..{row['x_addr']}", flush=True)
     for way, rows in ways.items():
         if rows:
