@@ -1,23 +1,24 @@
 """Why the same bare launch loop runs at 11-13 us a launch in one process and 16-19 in the next
 (RESULTS, 2026-11-23): a probe, no profiler. Each child process times pure Python calls (the
 host CPU alone) and tiny Triton launches (Python, the launcher, the driver), and says which CPU
-and NUMA node it ran on; the parent runs
-children with address-space randomisation on and off (`setarch -R`), interleaved, and prints
-one row each. If the slow mode follows the host CPU it shows in the Python column too; if it
-follows the memory layout it goes away with randomisation off.
+and NUMA node it ran on; the parent runs children with address-space randomisation on and off
+(`setarch -R`), interleaved, and prints one row each. If the slow mode follows the host CPU it
+shows in the Python column too; if it follows the memory layout it goes away with
+randomisation off.
 
-    python bench/bimodal.py [--children 10]
+    python bench/bimodal.py [--children 10]   (with the project installed: it times the loops
+                                              of bench/workloads.py)
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 
 
 def _node(cpu: int) -> str:
@@ -33,39 +34,15 @@ def _cpu() -> int:
 
 def child() -> None:
     import torch
-    import triton
-    import triton.language as tl
 
-    @triton.jit
-    def tiny(x, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        tl.store(x + offs, tl.load(x + offs) + 1)
-
-    def best(fn, n: int, reps: int = 7) -> float:
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn(n)
-            times.append((time.perf_counter() - t0) / n * 1e6)
-        return min(times)
-
-    def calls(n: int) -> None:
-        f = len
-        for _ in range(n):
-            f("abc")
+    from workloads import _loop_times, host_speed, tiny_kernel  # bench/, beside this file
 
     x = torch.zeros(128, device="cuda")
-    tiny[(1,)](x, BLOCK=128)
-    torch.cuda.synchronize()
-
-    def launches(n: int) -> None:
-        for _ in range(n):
-            tiny[(1,)](x, BLOCK=128)
-        torch.cuda.synchronize()
-
-    row = {"python_ns": best(calls, 1_000_000) * 1e3, "launch_us": best(launches, 5000),
-           "cpu": _cpu(),
-           "x_addr": hex(x.data_ptr())[-6:], "stack": hex(id(x))[-6:]}
+    tiny_kernel[(1,)](x, BLOCK=128)
+    loop = argparse.Namespace(launches=5000, repeats=7)
+    row = {"python_ns": host_speed(1_000_000, reps=7),
+           "launch_us": min(_loop_times(x, lambda name: contextlib.nullcontext(), loop)),
+           "cpu": _cpu(), "x_addr": hex(x.data_ptr())[-6:]}
     row["node"] = _node(row["cpu"])
     print(json.dumps(row))
 
@@ -95,10 +72,9 @@ def main() -> None:
                   f"{row['cpu']:3d} node {row['node']}  x ..{row['x_addr']}", flush=True)
     for way, rows in ways.items():
         if rows:
-            print(f"{way}: launch us median {statistics.median(r['launch_us'] for r in rows):.2f}"
-                  f" range {min(r['launch_us'] for r in rows):.2f}-"
-                  f"{max(r['launch_us'] for r in rows):.2f}; python ns "
-                  f"{min(r['python_ns'] for r in rows):.1f}-{max(r['python_ns'] for r in rows):.1f}")
+            us, ns = [r["launch_us"] for r in rows], [r["python_ns"] for r in rows]
+            print(f"{way}: launch us median {statistics.median(us):.2f} range {min(us):.2f}-"
+                  f"{max(us):.2f}; python ns {min(ns):.1f}-{max(ns):.1f}")
 
 
 if __name__ == "__main__":

@@ -381,12 +381,12 @@ def cpu_seconds(into: dict):
         counters.close()
 
 
-def host_speed(calls: int = 20_000) -> float:
-    """ns a trivial Python call takes now, best of 3: the host's speed. On the H100 VM it is
+def host_speed(calls: int = 20_000, reps: int = 3) -> float:
+    """ns a trivial Python call takes now, best of `reps`: the host's speed. On the H100 VM it is
     about 26 ns in some processes and 42-50 in others (bench/bimodal.py), and the launch loop
     follows it, which is more than any profiler costs."""
     f, best = len, float("inf")
-    for _ in range(3):
+    for _ in range(reps):
         t0 = time.perf_counter()
         for _ in range(calls):
             f("abc")
@@ -406,29 +406,32 @@ def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None,
     tenth = max(1, args.scopes // 10)
     torch.cuda.synchronize()
     with cpu_seconds(cpu if cpu is not None else {}):
+        untimed = 0.0  # host_speed's seconds: out of the run's time and the tenths'
+
+        def speed() -> None:
+            nonlocal untimed
+            if speeds is not None:
+                t1 = time.perf_counter()
+                speeds.append(host_speed())
+                untimed += time.perf_counter() - t1
+
         t0 = time.perf_counter()
+        elapsed = lambda: time.perf_counter() - t0 - untimed  # noqa: E731
         if prof is not None:
             prof.start()
-        start_s = t = time.perf_counter() - t0
-        untimed = 0.0
-        if speeds is not None:
-            speeds.append(host_speed())
-            untimed = time.perf_counter() - t0 - t
-            t += untimed
+        start_s = t = elapsed()
+        speed()
         for s in range(args.scopes):
             with scope(f"scope{s}"):
                 for _ in range(args.launches_per_scope):
                     tiny_kernel[(1,)](x, BLOCK=128)
             if tenths is not None and (s + 1) % tenth == 0:
-                now = time.perf_counter() - t0
+                now = elapsed()
                 tenths.append(now - t)
                 t = now
-                if speeds is not None:
-                    speeds.append(host_speed())
-                    t = time.perf_counter() - t0
-                    untimed += t - now
+                speed()
         torch.cuda.synchronize()
-        run_s = time.perf_counter() - t0 - untimed
+        run_s = elapsed()
     return run_s, start_s
 
 
