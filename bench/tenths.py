@@ -41,7 +41,8 @@ def main(path: str) -> None:
 
 def by_speed(rows: list[dict], fast_within: float = 1.2) -> None:
     """Median us a launch per profiler over the tenths whose host speed at both ends was
-    within fast_within of the fastest seen in the file ("fast"), and over the others."""
+    within fast_within of the fastest seen in the file ("fast"), and over the others; the
+    fast tenths' 25th-75th percentiles are each profiler's spread with the host's swing out."""
     runs = []  # (profiler, tenths, speeds, launches a tenth)
     for r in rows:
         if not r.get("speeds_ns"):
@@ -64,14 +65,19 @@ def by_speed(rows: list[dict], fast_within: float = 1.2) -> None:
     print(f"\nhost speed: fastest {fastest:.1f} ns a Python call; fast = both ends within "
           f"{fast_within}x of it\n")
     print("| profiler | fast tenths | us a launch, fast (x bare's) | other tenths | "
-          "us a launch, other (x bare's) |")
-    print("|---|---|---|---|---|")
+          "us a launch, other (x bare's) | fast, 25th-75th percentile |")
+    print("|---|---|---|---|---|---|")
     for profiler, (fast, slow) in pools.items():
         cells = []
         for mine, ref in ((fast, bare[0]), (slow, bare[1])):
             m = statistics.median(mine) if mine else None
             x = f" ({m / statistics.median(ref):.3f})" if m and ref else ""
             cells += [str(len(mine)), f"{m:.2f}{x}" if m else ""]
+        if len(fast) >= 2:
+            q1, _, q3 = statistics.quantiles(fast, n=4)
+            cells.append(f"{q1:.2f}-{q3:.2f} ({q3 - q1:.2f})")
+        else:
+            cells.append("")
         print(f"| {profiler} | {' | '.join(cells)} |")
 
 
