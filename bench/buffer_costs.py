@@ -249,7 +249,7 @@ def contention(args, fake: ctypes.CDLL, work) -> None:
     working = [False]
 
     def cupti_thread():
-        while (item := handed.get()) is not None:
+        while handed.get() is not None:
             if working[0]:
                 work()
 

@@ -394,45 +394,44 @@ def host_speed(calls: int = 20_000, reps: int = 3) -> float:
     return best / calls * 1e9
 
 
-def _scale_run(prof: Profiler | None, x, args, cpu: dict | None = None,
-               tenths: list | None = None, speeds: list | None = None) -> tuple[float, float]:
-    """(run s, start s) of --scopes scopes of --launches-per-scope launches, the profiler
-    started first (bare: prof None); run s counts its start, not its finalize. cpu, when
-    given, gets the CPU seconds of the launching thread ("main") and of the other threads
-    (CUPTI's among them): which side a profiler's cost lands on. tenths, when given, gets
-    the host seconds of each tenth of the scopes: whether a cost grows along the run; speeds,
-    given with tenths, gets host_speed() before the first tenth and after each (not timed)."""
+def _scale_run(prof: Profiler | None, x, args) -> dict:
+    """--scopes scopes of --launches-per-scope launches, the profiler started first (bare: prof
+    None): "run_s" counts its start, not its finalize; "start_s"; "cpu_s", the CPU seconds of
+    the launching thread ("main") and of the other threads (CUPTI's among them): which side a
+    profiler's cost lands on; "tenths_s", the host seconds of each tenth of the scopes: whether
+    a cost grows along the run; "speeds_ns", host_speed() before the first tenth and after
+    each (not timed)."""
     scope = prof.scope if prof is not None else lambda name: contextlib.nullcontext()
     tenth = max(1, args.scopes // 10)
+    out: dict = {"cpu_s": {}, "tenths_s": [], "speeds_ns": []}
     torch.cuda.synchronize()
-    with cpu_seconds(cpu if cpu is not None else {}):
+    with cpu_seconds(out["cpu_s"]):
         untimed = 0.0  # host_speed's seconds: out of the run's time and the tenths'
 
         def speed() -> None:
             nonlocal untimed
-            if speeds is not None:
-                t1 = time.perf_counter()
-                speeds.append(host_speed())
-                untimed += time.perf_counter() - t1
+            t1 = time.perf_counter()
+            out["speeds_ns"].append(host_speed())
+            untimed += time.perf_counter() - t1
 
         t0 = time.perf_counter()
         elapsed = lambda: time.perf_counter() - t0 - untimed  # noqa: E731
         if prof is not None:
             prof.start()
-        start_s = t = elapsed()
+        out["start_s"] = t = elapsed()
         speed()
         for s in range(args.scopes):
             with scope(f"scope{s}"):
                 for _ in range(args.launches_per_scope):
                     tiny_kernel[(1,)](x, BLOCK=128)
-            if tenths is not None and (s + 1) % tenth == 0:
+            if (s + 1) % tenth == 0:
                 now = elapsed()
-                tenths.append(now - t)
+                out["tenths_s"].append(now - t)
                 t = now
                 speed()
         torch.cuda.synchronize()
-        run_s = elapsed()
-    return run_s, start_s
+        out["run_s"] = elapsed()
+    return out
 
 
 def scale(prof: Profiler, args) -> dict:
@@ -440,16 +439,12 @@ def scale(prof: Profiler, args) -> dict:
     x = torch.zeros(128, device="cuda")
     tiny_kernel[(1,)](x, BLOCK=128)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tenths: list = []
-    speeds: list = []
-    cpu: dict = {}
-    run_s, start_s = _scale_run(prof, x, args, cpu, tenths, speeds)
+    run = _scale_run(prof, x, args)
     fin = prof.finalize()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     size = os.path.getsize(prof.file()) if prof.mod is not None else 0
     return {"value": (rss1 - rss0) / 1024, "unit": "MB peak RSS growth", "file_mb": size / 1e6,
-            "run_s": run_s, "start_s": start_s, "finalize_s": fin, "tenths_s": tenths,
-            "speeds_ns": speeds, "cpu_s": cpu, "launches": args.scopes * args.launches_per_scope}
+            "finalize_s": fin, "launches": args.scopes * args.launches_per_scope, **run}
 
 
 def scale_paired(prof: Profiler, args) -> dict:
@@ -458,17 +453,15 @@ def scale_paired(prof: Profiler, args) -> dict:
     to 17% (H100 host, 2026-11-23), more than the bound it is judged by."""
     x = torch.zeros(128, device="cuda")
     tiny_kernel[(1,)](x, BLOCK=128)
-    cpu: list[dict] = [{}, {}, {}]
-    tenths: list[list] = [[], [], []]
-    speeds: list[list] = [[], [], []]
-    before, _ = _scale_run(None, x, args, cpu[0], tenths[0], speeds[0])
-    profiled, _ = _scale_run(prof, x, args, cpu[1], tenths[1], speeds[1])
+    before = _scale_run(None, x, args)
+    profiled = _scale_run(prof, x, args)
     prof.finalize()
-    after, _ = _scale_run(None, x, args, cpu[2], tenths[2], speeds[2])
-    return {"value": profiled / ((before + after) / 2), "unit": "x bare", "bare_s":
-            [before, after], "run_s": profiled, "cpu_s": cpu, "tenths_s": tenths,
-            "speeds_ns": speeds,
-            "launches": args.scopes * args.launches_per_scope}
+    after = _scale_run(None, x, args)
+    runs = (before, profiled, after)
+    return {"value": profiled["run_s"] / ((before["run_s"] + after["run_s"]) / 2),
+            "unit": "x bare", "bare_s": [before["run_s"], after["run_s"]],
+            "run_s": profiled["run_s"], "launches": args.scopes * args.launches_per_scope,
+            **{k: [r[k] for r in runs] for k in ("cpu_s", "tenths_s", "speeds_ns")}}
 
 
 def main() -> None:
