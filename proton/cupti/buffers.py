@@ -16,6 +16,7 @@ import threading
 from typing import Callable
 
 from ..report import callback_failed
+from .subscriber import CALLBACK_CODES
 
 _REQUESTED = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
                               ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
@@ -92,6 +93,7 @@ class RawBuffers:
         self._lock = threading.Lock()
         # ctypes callbacks must outlive the registration
         self._requested, self._completed = _REQUESTED(self._give), _COMPLETED(self._take)
+        CALLBACK_CODES.update((RawBuffers._give.__code__, RawBuffers._take.__code__))
 
     def register(self) -> None:
         rc = self._lib.cuptiActivityRegisterCallbacks(self._requested, self._completed)

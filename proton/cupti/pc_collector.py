@@ -26,6 +26,8 @@ from ..data.pc_samples import SampleTable
 from ..format import frame_name
 from ..options import PCOptions
 from ..report import callback_failed, debug, debugging, warn
+from . import main_thread
+from .main_thread import MainThreadBusy
 from .pcsampling import Library, PCSamplingError, Sampler
 from .subscriber import passes_on
 
@@ -83,9 +85,17 @@ class PCCollector:
             self._kernels = None
 
     def enable(self) -> None:
-        """Enable and configure sampling on the context. CUPTI refuses activity kinds enabled
-        after it (ERROR_NOT_COMPATIBLE), so this comes last. Raises PCSamplingError (one line:
-        why, and the fix) when sampling cannot run here."""
+        """Enable and configure sampling on the context, on the main thread (main_thread.py).
+        CUPTI refuses activity kinds enabled after it (ERROR_NOT_COMPATIBLE), so this comes
+        last. Raises PCSamplingError (one line: why, and the fix) when sampling cannot run
+        here."""
+        try:
+            main_thread.call(self._enable, timeout=main_thread.TIMEOUT,
+                             what="switching PC sampling on")
+        except MainThreadBusy as exc:
+            raise PCSamplingError(str(exc)) from None
+
+    def _enable(self) -> None:
         self.context, self.device, self._retained = _context()
         try:
             self.sampler = Sampler(self.lib, self.context, period=self.options.interval,
@@ -97,18 +107,33 @@ class PCCollector:
 
     # -- running ------------------------------------------------------------------------------
     def resume(self) -> None:
-        """The session became active."""
+        """The session became active: sampling starts (on the main thread)."""
         self.active = True
-        if not self.options.serialize and self.sampler is not None:
-            self.sampler.start()
+        sampler = self.sampler
+        if not self.options.serialize and sampler is not None and not self.closed:
+            try:
+                main_thread.call(sampler.start, timeout=main_thread.TIMEOUT,
+                                 what="starting PC sampling")
+            except (MainThreadBusy, PCSamplingError) as exc:
+                warn(f"PC sampling did not start: {exc}; the profile gets kernel times only")
 
     def pause(self) -> None:
-        """The session became inactive: stop and keep what was sampled."""
+        """The session became inactive: stop and keep what was sampled (on the main thread;
+        when it is busy, the stop waits for it and these samples are lost)."""
         self.active = False
         if self.sampler is not None and self.sampler.started:
-            with self._lock:  # one sampling buffer: one reader at a time
-                self.sampler.stop()
-                self.table.add(self.sampler.drain())
+            try:
+                drained = main_thread.call(self._stop, timeout=main_thread.TIMEOUT,
+                                           what="stopping PC sampling", keep=True)
+            except MainThreadBusy as exc:
+                warn(f"PC sampling lost this stretch's samples: {exc}")
+                return
+            self.table.add(drained)
+
+    def _stop(self) -> list:
+        with self._lock:  # one sampling buffer: one reader at a time
+            self.sampler.stop()
+            return self.sampler.drain()
 
     def on_module(self, cbdata: int) -> None:
         """CUPTI's MODULE_LOADED callback: keep a copy of the cubin."""
@@ -170,15 +195,30 @@ class PCCollector:
 
     # -- the end --------------------------------------------------------------------------------
     def finish(self) -> None:
-        """Stop, read the rest, release the context; report dropped samples and a full buffer."""
+        """Stop, read the rest, disable and release the context (on the main thread); report
+        dropped samples and a full buffer."""
         self.closed = True
         try:
-            self.pause()
+            drained = main_thread.call(self._finish, timeout=main_thread.TIMEOUT,
+                                       what="switching PC sampling off", keep=True)
+        except MainThreadBusy as exc:
+            warn(f"PC sampling lost its last samples: {exc}")
+            return
+        self.table.add(drained)
+        self._report()
+
+    def _finish(self) -> list:
+        try:
+            drained = self._stop() if self.sampler.started else []
             if self.options.serialize:
                 self.sampler.drain()  # kernels launched by no launch call we saw: dropped
+            return drained
         finally:
             self.sampler.disable()
             self._release()
+
+    def _report(self) -> None:
+        """Say what the sampling lost."""
         s = self.sampler
         if debugging():
             debug(f"PC sampling: {self.table.samples} samples over {len(self.table.counts)} "

@@ -147,25 +147,35 @@ class Drained:
     """(crc, function index) -> function name, for the functions in these rows."""
 
 
+CONTROL_CALLS = ("cuptiPCSamplingEnable", "cuptiPCSamplingDisable", "cuptiPCSamplingStart",
+                 "cuptiPCSamplingStop", "cuptiPCSamplingGetData",
+                 "cuptiPCSamplingSetConfigurationAttribute",
+                 "cuptiPCSamplingGetNumStallReasons", "cuptiPCSamplingGetStallReasons")
+"""The calls that take the driver's context lock (see main_thread.py)."""
+
+
 class Library:
     """The PC-sampling entry points of one libcupti (the one cupti-python loaded)."""
 
     def __init__(self, path: str) -> None:
-        lib = _c.CDLL(path)
-        for name in ("cuptiPCSamplingEnable", "cuptiPCSamplingDisable", "cuptiPCSamplingStart",
-                     "cuptiPCSamplingStop", "cuptiPCSamplingGetData",
-                     "cuptiPCSamplingSetConfigurationAttribute",
-                     "cuptiPCSamplingGetNumStallReasons", "cuptiPCSamplingGetStallReasons",
-                     "cuptiGetSassToSourceCorrelation", "cuptiGetCubinCrc"):
-            getattr(lib, name).argtypes = [_c.c_void_p]
-            getattr(lib, name).restype = _c.c_int
-        self._lib = lib
+        # The control calls keep the GIL (PyDLL): made on the main thread (main_thread.py),
+        # no other Python thread may start a kernel launch while one runs. The cubin calls
+        # wait on nothing and run long: they let go of it.
+        held, free = _c.PyDLL(path), _c.CDLL(path)
+        self._calls = {}
+        for lib, names in ((held, CONTROL_CALLS),
+                           (free, ("cuptiGetSassToSourceCorrelation", "cuptiGetCubinCrc"))):
+            for name in names:
+                function = getattr(lib, name)
+                function.argtypes = [_c.c_void_p]
+                function.restype = _c.c_int
+                self._calls[name] = function
         self._free = _c.CDLL(None).free
         self._free.argtypes = [_c.c_void_p]
 
     def call(self, name: str, params: _c.Structure, check: bool = True) -> int:
         params.size = _c.sizeof(params)
-        rc = getattr(self._lib, name)(_c.byref(params))
+        rc = self._calls[name](_c.byref(params))
         if rc and check:
             raise PCSamplingError(explain(name, rc))
         return rc

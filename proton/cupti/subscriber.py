@@ -19,6 +19,9 @@ CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
 _MULTIPLE_SUBSCRIBERS = 39
 _kept: list = []
 """Every callback ever subscribed: CUPTI may still be inside one as it unsubscribes."""
+CALLBACK_CODES: set = set()
+"""Code of every Python function CUPTI calls directly (main_thread.py makes no call while the
+main thread is inside one: it is inside the CUDA call that made it)."""
 PASSING_ON: set = set()
 """Code of the callbacks that only hand CUPTI's call on to another (NVTX, graphs, PC sampling
 take theirs first): a callback that reads its caller's Python frame looks past them."""
@@ -71,12 +74,15 @@ class Subscriber:
                                             ctypes.c_uint32]
         self._lib = lib
         self._callback = CALLBACK(on_api)
+        CALLBACK_CODES.add(on_api.__code__)
         self._forward = self._enter = None
         if log is not None:
             from .native import ENTER
 
             self._forward = self._callback
             self._enter = ENTER(enter) if enter is not None else None
+            if enter is not None:
+                CALLBACK_CODES.add(enter.__code__)
             log.configure(ctypes.cast(self._forward, ctypes.c_void_p).value, self._enter)
             self._callback = CALLBACK(log.callback)
         self._handle = ctypes.c_void_p()

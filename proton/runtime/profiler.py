@@ -253,17 +253,35 @@ class Profiler:
                     finally:
                         del self.sessions[s.id]
             finally:
-                self.recording = bool(self.sessions)
-                if not self.sessions:
-                    if self.collector is not None:
-                        t0 = time.monotonic()
-                        self._stop_collector()
-                        debug(f"stopping CUPTI took {time.monotonic() - t0:.3f} s")
-                    self.router.clear()
-                    self._choose_context("shadow")
+                self._closed()
             if failed:
                 raise ProfileWriteError("; ".join(failed))
             return written
+
+    def discard(self, session: int) -> None:
+        """Close `session` without writing its file (a capture abandoned before it began)."""
+        with self._lock:
+            for s in self._targets(session, finished_ok=True):
+                try:
+                    if (pc := self._pc(s)) is not None:
+                        self.collector.pc = None
+                        pc.finish()
+                finally:
+                    with s.lock:
+                        s.closed = True
+                    del self.sessions[s.id]
+                    self._closed()
+
+    def _closed(self) -> None:
+        """Sessions were closed: with none left, CUPTI is released. Under the lock."""
+        self.recording = bool(self.sessions)
+        if not self.sessions:
+            if self.collector is not None:
+                t0 = time.monotonic()
+                self._stop_collector()
+                debug(f"stopping CUPTI took {time.monotonic() - t0:.3f} s")
+            self.router.clear()
+            self._choose_context("shadow")
 
     def snapshot(self) -> list[str]:
         """Write each live session's file as it stands and keep recording (a capture's

@@ -33,6 +33,53 @@ TOKEN_ENV = "PROTON_TOKEN"
 GRACE = float(os.environ.get("PROTON_CAPTURE_GRACE", 60.0))
 """Seconds past a capture's asked-for duration after which the job stops it by itself
 (PROTON_CAPTURE_GRACE sets it)."""
+PHASE_TIMEOUT = float(os.environ.get("PROTON_CAPTURE_PHASE_TIMEOUT", 20.0))
+"""Seconds a capture's start or stop may take before it is abandoned (the write: three times
+that); PROTON_CAPTURE_PHASE_TIMEOUT sets it."""
+
+
+class CaptureAbandoned(ProtonError):
+    """A capture's phase outran its deadline: the capture is given up, the job runs on."""
+
+
+def run_phase(name: str, work, timeout: float, late=None):
+    """work() on a thread of its own, waited for `timeout` seconds; its result or exception.
+    Past the deadline the capture is abandoned (its endpoint thread is free again) and
+    `late(result)`, if given, tidies up should the work still finish.
+
+    Raises:
+        CaptureAbandoned: the work did not finish in time (one line, also on the job's stderr).
+    """
+    out: dict = {}
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def run() -> None:
+        try:
+            out["value"] = work()
+        except BaseException as exc:
+            out["error"] = exc
+        with lock:
+            done.set()
+            abandoned = out.get("abandoned", False)
+        if abandoned and late is not None and "error" not in out:
+            try:
+                late(out["value"])
+            except Exception as exc:
+                warn(f"tidying up after an abandoned capture: {type(exc).__name__}: {exc}")
+
+    threading.Thread(target=run, name=f"proton-capture-{name}", daemon=True).start()
+    done.wait(timeout)
+    with lock:
+        if not done.is_set():
+            out["abandoned"] = True
+            message = (f"the capture was abandoned: its {name} took over {timeout:g} s "
+                       "(PROTON_CAPTURE_PHASE_TIMEOUT); the job runs on")
+            warn(message)
+            raise CaptureAbandoned(message)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 class _Capture:
@@ -263,7 +310,12 @@ class Endpoint:
         """Record until the client says stop; with the `duration` it asked for, at most that
         plus GRACE seconds, so a client that vanished without a word cannot hold it open."""
         try:
-            sid = api.start(**options)
+            sid = run_phase("start", lambda: api.start(**options), PHASE_TIMEOUT,
+                            late=lambda late_sid: late_sid is not None
+                            and profiler.discard(late_sid))
+        except CaptureAbandoned as exc:
+            _send(conn, {"ok": False, "error": str(exc)})
+            return
         except Exception as exc:
             conn.sendall(encode({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
             return
@@ -288,8 +340,12 @@ class Endpoint:
         self.state = f"waiting for proton.step() ({steps} steps)"
         sent = _send(conn, {"ok": True, "armed": steps})
         gone = not sent or _wait_for_stop(conn, lines, capture.done.is_set)
-        if not capture.done.is_set():
-            capture.cancel()  # stopped by the client (or it went away) before the N-th step
+        if not capture.done.is_set():  # stopped by the client (or it went away) first
+            try:
+                run_phase("stop", capture.cancel, PHASE_TIMEOUT)
+            except CaptureAbandoned as exc:
+                _send(conn, {"ok": False, "error": str(exc)})
+                return
         if capture.error:
             _send(conn, {"ok": False, "error": f"the capture could not start: {capture.error}"})
         elif capture.sid is None:
@@ -303,7 +359,9 @@ class Endpoint:
                 partial: bool = False) -> None:
         """Write the capture's file; tell the client where (or warn, when it went away)."""
         try:
-            paths = api.write_profiles(sid)
+            paths = run_phase("write", lambda: api.write_profiles(sid), 3 * PHASE_TIMEOUT,
+                              late=lambda paths: warn(f"the abandoned capture wrote "
+                                                      f"{', '.join(paths)} after all"))
         except ProtonError as exc:
             _send(conn, {"ok": False, "error": str(exc), "warnings": list(report.heard or [])})
             return
