@@ -38,8 +38,8 @@ class Job:
     """A script running under `proton`, its output read after it ends."""
 
     def __init__(self, folder, *proton_args: str, steps: int = 100_000, env=None,
-                 script_args=()) -> None:
-        (folder / "job.py").write_text(JOB)
+                 script_args=(), script: str = JOB) -> None:
+        (folder / "job.py").write_text(script)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "proton", *proton_args, "job.py", str(steps), *script_args],
             cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -352,3 +352,31 @@ def test_a_sampling_capture_without_a_gpu_says_so_and_writes_the_scopes(tmp_path
     assert done.returncode == 0, done.stderr
     assert "the job said: no NVIDIA GPU found; recording scopes with CPU time" in done.stderr
     assert steps_in(tmp_path / "pc.hatchet") > 0
+
+
+NESTED = """
+import time, proton
+print("ready", flush=True)
+while True:
+    with proton.scope("step"):
+        for _ in range(10):
+            with proton.scope("work"):
+                time.sleep(0.02)
+"""
+
+
+def test_a_duration_capture_counts_the_part_of_scopes_open_at_its_edges(tmp_path, jobs):
+    """A 0.5 s window inside 200 ms steps: the steps open as it begins and ends count their
+    part inside it, so the step covers its work and both are about the window."""
+    job = Job(tmp_path, "--listen", script=NESTED)
+    jobs.append(job)
+    began = time.perf_counter()
+    done = capture(tmp_path, str(job.pid), "--duration", "0.5", "-n", "edges")
+    capture_ms = (time.perf_counter() - began) * 1e3  # the window lies inside the capture
+    assert done.returncode == 0, done.stderr
+    root = load(tmp_path / "edges.hatchet")[0]
+    step = find(root, "step")["metrics"]["cpu_time (ns)"] / 1e6
+    work = find(root, "step", "work")["metrics"]["cpu_time (ns)"] / 1e6
+    # the job records from before the client starts its 0.5 s until the stop reaches it;
+    # work is the window less the moments between sleeps (well under 10% here)
+    assert 450 <= work <= step <= capture_ms, (work, step, capture_ms)

@@ -6,7 +6,10 @@ timeline; it is also the recorder that frames (context/frames.py) report to.
 
 Threads:
   * User threads open and close frames (context/frames.py: per-thread stacks, no lock) and call
-    start/activate/deactivate/finalize, which take `Profiler._lock` (an RLock).
+    start/activate/deactivate/finalize, which take `Profiler._lock` (an RLock). A CPU-timed
+    frame's time is clipped, at its close, to each session's active stretches; finalize,
+    whichever thread calls it, also credits the frames still open on every thread (copies of
+    their stacks, context/stack.every_open), since they will close after their sessions end.
   * CUPTI's buffer thread runs the collector's `_read_records` holding the GIL: it reads the
     collector's attributor under the collector's lock, the timeline's current list (replaced,
     never cut, by the main thread), the router's memo (only it writes there, and finalize
@@ -26,7 +29,7 @@ import os
 import threading
 import time
 
-from ..context import frames, make
+from ..context import frames, make, stack
 from .. import data
 from ..data import job, writer
 from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
@@ -199,7 +202,7 @@ class Profiler:
 
     def _activate(self, session: Session) -> None:
         if not session.active:
-            session.intervals.append([self.now(), -1])
+            session.resume(self.now())
             if (pc := self._pc(session)) is not None:
                 pc.resume()
 
@@ -216,7 +219,7 @@ class Profiler:
             now = self.now()
             for s in self._targets(session):
                 if s.active:
-                    s.intervals[-1][1] = now
+                    s.pause(now)
                     if (pc := self._pc(s)) is not None:
                         pc.pause()
             if flushing and self.collector is not None:
@@ -239,6 +242,7 @@ class Profiler:
             if self.collector is not None:
                 self.lost_kernels += self.collector.flush()
             self.deactivate(session)
+            self._add_open_cpu_time(targets)
             devices = self._device_table()
             written: list[str] = []
             failed: list[str] = []
@@ -440,16 +444,23 @@ class Profiler:
             if s.active:
                 s.add(path_id, values)
 
-    def add_span(self, path_id: int, start_ns: int, end_ns: int) -> None:
-        """A timed frame closed on the calling thread: a span for each active trace session,
-        while no collector runs (its kernels' clock is CUPTI's, not the host's)."""
-        if self.collector is None:
-            thread = threading.get_ident()
-            for s in list(self.sessions.values()):
-                if s.active and s.data == "trace":
-                    with s.lock:
-                        if not s.closed:
-                            s.spans.append((path_id, start_ns, end_ns, thread))
+    def add_cpu_time(self, path_id: int, start_ns: int, end_ns: int) -> None:
+        """A CPU-timed frame closed on the calling thread: each session takes the part inside
+        its active stretches."""
+        thread, spans = threading.get_ident(), self.collector is None
+        for s in list(self.sessions.values()):
+            s.add_cpu_time(path_id, start_ns, end_ns, thread, spans)
+
+    def _add_open_cpu_time(self, targets: list[Session]) -> None:
+        """Sessions being finalized take the part of every thread's open CPU-timed frames
+        inside their active stretches (a capture ends inside the job's step): those frames
+        close after the sessions are gone."""
+        now, collector = time.time_ns(), self.collector
+        for thread, opened in stack.every_open():
+            for top in opened:
+                if frames.times_cpu(top, collector):
+                    for s in targets:
+                        s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
 
     def main_path_changed(self, path_id: int) -> None:
         """The main thread's innermost frame is now `path_id` (told while collecting)."""
