@@ -380,3 +380,53 @@ def test_a_duration_capture_counts_the_part_of_scopes_open_at_its_edges(tmp_path
     # the job records from before the client starts its 0.5 s until the stop reaches it;
     # work is the window less the moments between sleeps (well under 10% here)
     assert 450 <= work <= step <= capture_ms, (work, step, capture_ms)
+
+
+FORKING = """
+import os, sys, time, proton
+print("ready", flush=True)
+while not os.path.exists("fork"):
+    time.sleep(0.01)
+child = os.fork()
+if child == 0:  # steps in the child: the capture its parent armed is not the child's
+    for _ in range(5):
+        proton.step()
+        with proton.scope("child", {"n": 1}):
+            pass
+    sys.exit(0)
+_, status = os.waitpid(child, 0)
+print("child", child, os.waitstatus_to_exitcode(status), flush=True)
+while True:
+    proton.step()
+    with proton.scope("step", {"n": 1}):
+        time.sleep(0.01)
+"""
+
+
+def job_state(pid: int) -> str:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(protocol.socket_path(pid))
+        sock.sendall(protocol.encode({"verb": "status"}))
+        return json.loads(sock.makefile().readline())["state"]
+
+
+def test_a_child_forked_while_a_steps_capture_waits_neither_starts_nor_writes_it(tmp_path, jobs):
+    job = Job(tmp_path, "--listen", script=FORKING)
+    jobs.append(job)
+    waiting = subprocess.Popen([sys.executable, "-m", "proton", "capture", str(job.pid),
+                                "--steps", "3", "-n", "steps"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not job_state(job.pid).startswith("waiting for proton.step()"):
+        assert time.monotonic() < deadline, "the capture was never armed"
+        time.sleep(0.05)
+    (tmp_path / "fork").touch()
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    root = load(tmp_path / "steps.hatchet")[0]
+    assert [c["frame"]["name"] for c in root["children"]] == ["step"] and steps_in(
+        tmp_path / "steps.hatchet") == 3
+    out, err = job.stop()
+    assert re.search(r"^child \d+ 0$", out, re.M), out
+    assert "Traceback" not in err and "wrote" not in err, err  # the child wrote nothing
+    assert [p.name for p in tmp_path.glob("*.hatchet")] == ["steps.hatchet"]

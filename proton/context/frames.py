@@ -83,6 +83,18 @@ def launch_parent() -> int:
     return ROOT if path is None else path
 
 
+def after_fork_in_child() -> None:
+    """In a forked child only the forking thread lives on, now the main thread, and its open
+    frames' CUPTI ids were pushed in the parent's CUPTI, which the child never calls."""
+    global _MAIN
+    _MAIN = threading.get_ident()
+    stack.after_fork_in_child()
+    st = per_thread.stacks
+    st.op, st.op_path = None, None
+    for top in st.open:
+        top.pushed_by = None
+
+
 def repush_open_scopes() -> None:
     """Called when the collector starts: the calling thread's open scopes take effect now."""
     collector = _recorder.collector

@@ -93,3 +93,13 @@ def every_open() -> list[tuple[int, list[Open]]]:
     with _every_lock:
         stacks = list(_every)
     return [(st.thread, list(st.open)) for st in stacks]
+
+
+def after_fork_in_child() -> None:
+    """In a forked child: the calling thread is the only one left (and the main thread), and
+    a lock another thread held at the fork stays held in the child: make a new one."""
+    global _MAIN, main_stacks, _every, _every_lock
+    _every, _every_lock = weakref.WeakSet(), threading.Lock()
+    _MAIN = threading.get_ident()
+    main_stacks = per_thread.stacks  # made now (and registered) if this thread had none
+    _every.add(main_stacks)

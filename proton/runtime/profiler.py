@@ -21,6 +21,11 @@ Threads:
     call's exit under the PC collector's lock.
   * Every function CUPTI calls catches everything (report.callback_failed): nothing raises into
     CUPTI.
+  * A forked child keeps only the forking thread, and locks as the others left them. Hooks
+    registered with os.register_at_fork make it start afresh: `after_fork_in_child` here
+    (sessions dropped unwritten, the collector and CUDA never used), frames/stack (the thread
+    is the main one, its CUPTI ids the parent's), paths' lock, the capture endpoint (closed,
+    not serving, no armed capture) and the `proton` command's signal handlers.
 """
 from __future__ import annotations
 
@@ -62,11 +67,21 @@ class Profiler:
         self._gpu: bool | None = None
         self._lock = threading.RLock()
         self._atexit = False
+        self.forked = False
+        """This process was forked from one with Proton loaded: its files are NAME.pid<PID>."""
+        self._inherited = None
+        """A forked child's copy of its parent's collector: kept, never used nor freed."""
+        self._cuda_forked = False
+        """Forked after the parent started CUDA, which cannot serve this process."""
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
     def gpu(self) -> bool:
-        if self._gpu is None:
+        if self._gpu is None and self._cuda_forked:
+            self._gpu = False
+            warn("this process was forked after its parent started CUDA, which cannot serve "
+                 "it; recording scopes with CPU time only")
+        elif self._gpu is None:
             from ..cupti import gpu
 
             self._gpu = gpu.gpu_available()
@@ -113,7 +128,11 @@ class Profiler:
                         self._choose_context("shadow")  # nothing started: as before
                     raise
             who = job.detect()  # a launcher's variables are set before the process runs
-            session = Session(self._next_id, opts.name, job.ranked_path(opts.path, who),
+            path = job.ranked_path(opts.path, who)
+            if self.forked:  # never over the parent's file, nor a sibling worker's
+                path = job.pid_path(path, who.pid)
+                warn(f"a forked process: session {opts.name!r} writes {path}")
+            session = Session(self._next_id, opts.name, path,
                               opts.context, opts.data, opts.hook_spec, pc=opts.pc is not None,
                               job=who, flush=opts.flush)
             session.phase_starts[0] = self.now()
@@ -142,6 +161,26 @@ class Profiler:
             self.context.end()
             self.context = make(name)
             self.context.start()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child (a DataLoader worker, multiprocessing's "fork", os.fork): it
+        inherits the parent's sessions, collector and locks but none of the threads behind
+        them (CUPTI's, or one that held a lock). It drops the sessions unwritten (they are the
+        parent's to write), never calls CUPTI, and starts afresh: its own start() records
+        into NAME.pid<PID>."""
+        self._lock = threading.RLock()
+        self.sessions.clear()  # in place: the router holds this dict
+        self.recording = False
+        self.command_line = False  # the `proton` command's session is the parent's
+        self._inherited, self.collector = self.collector, None  # CUPTI's state is the parent's
+        if self._gpu:  # cuInit was done
+            self._gpu, self._cuda_forked = None, True
+        self.lost_kernels = 0
+        self.router.clear()
+        self.timeline.clear()
+        self._choose_context("shadow")
+        self.forked = True
+        frames.after_fork_in_child()
 
     def _finalize_at_exit(self) -> None:
         """A script that never calls finalize() or dies of an exception still gets its file."""
@@ -479,3 +518,4 @@ profiler = Profiler()
 """The process's profiler."""
 frames.attach(profiler)
 data.attach(profiler)
+os.register_at_fork(after_in_child=profiler.after_fork_in_child)
