@@ -90,8 +90,12 @@ class Session:
         """A frame timed on the host from `start_ns` to `end_ns` (time.time_ns()): the part
         inside this session's active stretches, as cpu_time (a tree) or spans (a trace, when
         `spans`: host spans only while no collector runs, whose kernels' clock is CUPTI's)."""
-        pieces = [(max(start_ns, a), min(end_ns, b if b != -1 else end_ns))
-                  for a, b in self.host_intervals if a <= end_ns and (b == -1 or b >= start_ns)]
+        pieces = []
+        for a, b in reversed(self.host_intervals):  # the latest first: a scope is short
+            if b != -1 and b < start_ns:
+                break
+            if a <= end_ns:
+                pieces.append((max(start_ns, a), end_ns if b == -1 else min(end_ns, b)))
         if not pieces:
             return
         if self.data == "tree":
