@@ -134,10 +134,26 @@ def _on_signal(signum, frame):
     raise _Terminated()
 
 
+_replaced: dict[int, object] = {}
+"""The handlers _on_signal replaced while the script runs."""
+
+
+def _default_signals_in_child() -> None:
+    """A forked child (a multiprocessing worker, which Pool.terminate() ends with SIGTERM)
+    ends on these signals as it would without the profiler: the profile is its parent's."""
+    for signum, handler in _replaced.items():
+        if signal.getsignal(signum) is _on_signal:
+            signal.signal(signum, handler)
+
+
+os.register_at_fork(after_in_child=_default_signals_in_child)
+
+
 def _run_profiled(target: str, args: list[str]) -> int:
     """Run the target, then write the profile whatever happened; return the exit status."""
     _Terminated.signum = None
     saved = sys.argv[:], sys.path[:], {s: signal.signal(s, _on_signal) for s in ENDING}
+    _replaced.update(saved[2])
     profiler.command_line = True
     status = 0
     try:

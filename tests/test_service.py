@@ -38,8 +38,8 @@ class Job:
     """A script running under `proton`, its output read after it ends."""
 
     def __init__(self, folder, *proton_args: str, steps: int = 100_000, env=None,
-                 script_args=()) -> None:
-        (folder / "job.py").write_text(JOB)
+                 script_args=(), script: str = JOB) -> None:
+        (folder / "job.py").write_text(script)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "proton", *proton_args, "job.py", str(steps), *script_args],
             cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -352,3 +352,81 @@ def test_a_sampling_capture_without_a_gpu_says_so_and_writes_the_scopes(tmp_path
     assert done.returncode == 0, done.stderr
     assert "the job said: no NVIDIA GPU found; recording scopes with CPU time" in done.stderr
     assert steps_in(tmp_path / "pc.hatchet") > 0
+
+
+NESTED = """
+import time, proton
+print("ready", flush=True)
+while True:
+    with proton.scope("step"):
+        for _ in range(10):
+            with proton.scope("work"):
+                time.sleep(0.02)
+"""
+
+
+def test_a_duration_capture_counts_the_part_of_scopes_open_at_its_edges(tmp_path, jobs):
+    """A 0.5 s window inside 200 ms steps: the steps open as it begins and ends count their
+    part inside it, so the step covers its work and both are about the window."""
+    job = Job(tmp_path, "--listen", script=NESTED)
+    jobs.append(job)
+    began = time.perf_counter()
+    done = capture(tmp_path, str(job.pid), "--duration", "0.5", "-n", "edges")
+    capture_ms = (time.perf_counter() - began) * 1e3  # the window lies inside the capture
+    assert done.returncode == 0, done.stderr
+    root = load(tmp_path / "edges.hatchet")[0]
+    step = find(root, "step")["metrics"]["cpu_time (ns)"] / 1e6
+    work = find(root, "step", "work")["metrics"]["cpu_time (ns)"] / 1e6
+    # the job records from before the client starts its 0.5 s until the stop reaches it;
+    # work is the window less the moments between sleeps (well under 10% here)
+    assert 450 <= work <= step <= capture_ms, (work, step, capture_ms)
+
+
+FORKING = """
+import os, sys, time, proton
+print("ready", flush=True)
+while not os.path.exists("fork"):
+    time.sleep(0.01)
+child = os.fork()
+if child == 0:  # steps in the child: the capture its parent armed is not the child's
+    for _ in range(5):
+        proton.step()
+        with proton.scope("child", {"n": 1}):
+            pass
+    sys.exit(0)
+_, status = os.waitpid(child, 0)
+print("child", child, os.waitstatus_to_exitcode(status), flush=True)
+while True:
+    proton.step()
+    with proton.scope("step", {"n": 1}):
+        time.sleep(0.01)
+"""
+
+
+def job_state(pid: int) -> str:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(protocol.socket_path(pid))
+        sock.sendall(protocol.encode({"verb": "status"}))
+        return json.loads(sock.makefile().readline())["state"]
+
+
+def test_a_child_forked_while_a_steps_capture_waits_neither_starts_nor_writes_it(tmp_path, jobs):
+    job = Job(tmp_path, "--listen", script=FORKING)
+    jobs.append(job)
+    waiting = subprocess.Popen([sys.executable, "-m", "proton", "capture", str(job.pid),
+                                "--steps", "3", "-n", "steps"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not job_state(job.pid).startswith("waiting for proton.step()"):
+        assert time.monotonic() < deadline, "the capture was never armed"
+        time.sleep(0.05)
+    (tmp_path / "fork").touch()
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    root = load(tmp_path / "steps.hatchet")[0]
+    assert [c["frame"]["name"] for c in root["children"]] == ["step"] and steps_in(
+        tmp_path / "steps.hatchet") == 3
+    out, err = job.stop()
+    assert re.search(r"^child \d+ 0$", out, re.M), out
+    assert "Traceback" not in err and "wrote" not in err, err  # the child wrote nothing
+    assert [p.name for p in tmp_path.glob("*.hatchet")] == ["steps.hatchet"]

@@ -142,6 +142,73 @@ def test_deactivated_scopes_are_not_recorded(profile_path):
     assert find(root, "kept")["metrics"]["n"] == 2
 
 
+def cpu_time_scopes():
+    """The scopes that record cpu_time here: both kinds without a GPU, cpu_timed_scope only
+    while a collector runs (plain scopes then carry their kernels' time)."""
+    return [proton.cpu_timed_scope] + ([] if profiler.gpu else [proton.scope])
+
+
+def cpu_ms(node: dict) -> float:
+    return node["metrics"]["cpu_time (ns)"] / 1e6
+
+
+@pytest.mark.parametrize("kind", ["scope", "cpu_timed_scope"])
+def test_a_scope_open_when_the_session_starts_and_ends_counts_only_its_part_inside(
+        profile_path, kind):
+    if getattr(proton, kind) not in cpu_time_scopes():
+        pytest.skip("with a GPU, plain scopes record no cpu_time")
+    name, read = profile_path
+    with getattr(proton, kind)("outer"):
+        time.sleep(0.1)  # before the session: not its time
+        began = time.perf_counter()
+        proton.start(name)
+        for _ in range(5):
+            with getattr(proton, kind)("inner"):
+                time.sleep(0.02)
+        proton.finalize()  # the outer scope is still open
+        window_ms = (time.perf_counter() - began) * 1e3
+        time.sleep(0.1)  # after it: not its time either
+    root, _ = read()
+    outer, inner = cpu_ms(find(root, "outer")), cpu_ms(find(root, "outer", "inner"))
+    assert 100 <= inner <= outer <= window_ms + 1, (inner, outer, window_ms)
+    assert outer >= 0.8 * window_ms  # the window, less start()'s and finalize()'s own time
+
+
+@pytest.mark.parametrize("kind", ["scope", "cpu_timed_scope"])
+def test_a_scope_spanning_deactivate_and_activate_counts_only_its_active_parts(
+        profile_path, kind):
+    if getattr(proton, kind) not in cpu_time_scopes():
+        pytest.skip("with a GPU, plain scopes record no cpu_time")
+    name, read = profile_path
+    sid = proton.start(name)
+    with getattr(proton, kind)("outer"):
+        time.sleep(0.05)
+        proton.deactivate(sid)
+        time.sleep(0.3)
+        proton.activate(sid)
+        time.sleep(0.05)
+    proton.finalize()
+    root, _ = read()
+    assert 100 <= cpu_ms(find(root, "outer")) < 250
+
+
+def test_a_trace_span_open_when_the_session_starts_begins_with_it(tmp_path):
+    if profiler.gpu:
+        pytest.skip("a GPU session's trace holds kernels (tests/test_gpu.py)")
+    with proton.scope("outer"):
+        time.sleep(0.2)
+        began = time.time_ns()
+        proton.start(str(tmp_path / "tr"), data="trace")
+        with proton.scope("inner"):
+            time.sleep(0.02)
+    proton.finalize()
+    doc = load(tmp_path / "tr.chrome_trace")
+    spans = {e["name"]: e for e in doc["traceEvents"] if e.get("cat") == "scope"}
+    assert set(spans) == {"outer", "inner"}
+    assert doc["otherData"]["t0_ns"] >= began  # the first span begins with the session
+    assert spans["outer"]["ts"] == 0 and spans["outer"]["dur"] < 150e3  # not the 200 ms before
+
+
 def test_same_name_resumes_and_sessions_write_their_own_files(tmp_path):
     one = proton.start(str(tmp_path / "one"))
     with proton.scope("a", {"n": 1}):

@@ -14,7 +14,6 @@ import time
 from typing import Protocol
 
 from ..data.paths import ROOT, SCOPE
-from ..format import CPU_TIME, EXCLUSIVE
 from .shadow import ShadowContext
 from . import stack
 from .stack import Open, main_innermost, per_thread
@@ -50,8 +49,9 @@ class Recorder:
     def main_path_changed(self, path: int) -> None:
         """The main thread's innermost frame is now `path` (told while collecting only)."""
 
-    def add_span(self, path: int, start_ns: int, end_ns: int) -> None:
-        """A timed frame closed on the calling thread (time.time_ns() at entry and exit)."""
+    def add_cpu_time(self, path: int, start_ns: int, end_ns: int) -> None:
+        """A CPU-timed frame closed on the calling thread (time.time_ns() at entry and exit):
+        each session counts the part inside its active stretches."""
 
 
 _recorder: Recorder = Recorder()
@@ -83,6 +83,18 @@ def launch_parent() -> int:
     return ROOT if path is None else path
 
 
+def after_fork_in_child() -> None:
+    """In a forked child only the forking thread lives on, now the main thread, and its open
+    frames' CUPTI ids were pushed in the parent's CUPTI, which the child never calls."""
+    global _MAIN
+    _MAIN = threading.get_ident()
+    stack.after_fork_in_child()
+    st = per_thread.stacks
+    st.op, st.op_path = None, None
+    for top in st.open:
+        top.pushed_by = None
+
+
 def repush_open_scopes() -> None:
     """Called when the collector starts: the calling thread's open scopes take effect now."""
     collector = _recorder.collector
@@ -102,8 +114,10 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
     opened = st.open
     recorder = _recorder
     collector = recorder.collector
-    timed = cpu_timed or (collector is None and recorder.recording)
-    top = Open(ROOT, name, kind, time.time_ns() if timed else 0, timed, None)
+    # the entry time whenever the frame may be CPU-timed: without a collector every scope is,
+    # for a session live now or started while it is open (which counts the part after it)
+    top = Open(ROOT, name, kind, time.time_ns() if cpu_timed or collector is None else 0,
+               cpu_timed, None)
     parent = opened[-1].path if opened else ROOT
     opened.append(top)
     st.version += 1
@@ -143,14 +157,17 @@ def close_frame(values: dict[str, float]) -> int:
             opened[-1].pushed_by = collector
         if threading.get_ident() == _MAIN:
             recorder.main_path_changed(opened[-1].path if opened else ROOT)
-    if top.cpu_timed and top.start_ns:
-        end = time.time_ns()
-        values[CPU_TIME + EXCLUSIVE] = end - top.start_ns
-        if recorder.recording:
-            recorder.add_span(top.path, top.start_ns, end)
+    if recorder.recording and times_cpu(top, collector):
+        recorder.add_cpu_time(top.path, top.start_ns, time.time_ns())
     if values and recorder.recording:
         recorder.add_metrics(top.path, values)
     return top.path
+
+
+def times_cpu(frame: Open, collector: IdStack | None) -> bool:
+    """Whether `frame` records cpu_time now: a cpu_timed_scope always, any scope while no
+    collector runs (with one, scopes carry their kernels' time instead)."""
+    return bool(frame.start_ns) and (frame.cpu_timed or collector is None)
 
 
 def unwind(to_depth: int) -> None:

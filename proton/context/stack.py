@@ -5,6 +5,7 @@ frames.py opens and closes them; the contexts read them to find a launch's path.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
 from ..data.paths import ROOT
@@ -18,8 +19,9 @@ class Open:
     name: str
     kind: str
     start_ns: int
-    """time.time_ns() at entry when CPU time is recorded, else 0."""
+    """time.time_ns() at entry when it may be CPU-timed (see frames.enter_frame), else 0."""
     cpu_timed: bool
+    """Opened as a cpu_timed_scope: timed even while a collector runs."""
     pushed_by: object | None
     """The collector that pushed this frame's CUPTI external correlation id, if one did; it
     pops it again even after it stopped collecting, so CUPTI's stack never drifts."""
@@ -32,9 +34,10 @@ class Open:
 class Stacks:
     """One thread's frames: `per_thread.stacks`."""
 
-    __slots__ = ("open", "version", "op", "op_path", "kept")
+    __slots__ = ("open", "version", "op", "op_path", "kept", "thread", "__weakref__")
 
     def __init__(self) -> None:
+        self.thread = threading.get_ident()
         self.open: list[Open] = []
         self.version = 0
         """Counts frame changes on this thread (the python context keeps paths until it changes)."""
@@ -52,6 +55,8 @@ class _PerThread(threading.local):
         self.stacks = Stacks()
         if threading.get_ident() == _MAIN:
             main_stacks = self.stacks
+        with _every_lock:
+            _every.add(self.stacks)
 
 
 _MAIN = threading.main_thread().ident
@@ -59,6 +64,10 @@ main_stacks: Stacks | None = None
 """The main thread's Stacks, once it has used them: a capture started from another thread,
 and a thread with no frame open, read where the main thread is."""
 
+
+_every: weakref.WeakSet[Stacks] = weakref.WeakSet()
+"""Every live thread's Stacks (a thread's goes with it)."""
+_every_lock = threading.Lock()
 
 per_thread = _PerThread()
 """`per_thread.stacks`: this thread's Stacks. One thread-local look-up, then plain slots: a
@@ -76,3 +85,21 @@ def main_innermost() -> int:
     main = main_stacks
     opened = main.open if main is not None else None
     return opened[-1].path if opened else ROOT
+
+
+def every_open() -> list[tuple[int, list[Open]]]:
+    """Each live thread's open frames, outermost first, with its thread id, read from any
+    thread (a copy: the thread may change them meanwhile)."""
+    with _every_lock:
+        stacks = list(_every)
+    return [(st.thread, list(st.open)) for st in stacks]
+
+
+def after_fork_in_child() -> None:
+    """In a forked child: the calling thread is the only one left (and the main thread), and
+    a lock another thread held at the fork stays held in the child: make a new one."""
+    global _MAIN, main_stacks, _every, _every_lock
+    _every, _every_lock = weakref.WeakSet(), threading.Lock()
+    _MAIN = threading.get_ident()
+    main_stacks = per_thread.stacks  # made now (and registered) if this thread had none
+    _every.add(main_stacks)

@@ -82,3 +82,10 @@ def ranked_path(path: str, job: Job) -> str:
         return path
     stem, ext = os.path.splitext(path)
     return f"{stem}.rank{job.rank}{ext}"
+
+
+def pid_path(path: str, pid: int) -> str:
+    """`path` as one process's among others of the same name: run1.hatchet ->
+    run1.pid4242.hatchet."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.pid{pid}{ext}"

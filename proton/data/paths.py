@@ -6,6 +6,7 @@ session aggregates metrics by path id.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -79,3 +80,12 @@ class PathTable:
 
 
 paths = PathTable()
+
+
+def _new_lock_in_child() -> None:
+    """A thread that was interning when the process forked left the lock held in the child,
+    where that thread does not exist."""
+    paths._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)

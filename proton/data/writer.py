@@ -23,7 +23,7 @@ from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LI
                       PROPERTY, ROOT_NAME, T0_NS)
 from ..format_msgpack import packb
 from ..report import warn
-from .job import alive
+from .job import alive, pid_path
 from .metrics import DeviceValue, base_name
 from .paths import ROOT, paths
 
@@ -191,8 +191,7 @@ def _place(tmp: str, path: str, since: float | None) -> str:
     except FileExistsError:
         other = other_writer(path, since)
         if other is not None:
-            stem, ext = os.path.splitext(path)
-            distinct = f"{stem}.pid{os.getpid()}{ext}"
+            distinct = pid_path(path, os.getpid())
             os.replace(tmp, distinct)
             warn(f"{path} holds the profile of {other}; wrote {distinct} instead "
                  "(give each process its own name, or run under a launcher that sets RANK)")

@@ -6,7 +6,10 @@ timeline; it is also the recorder that frames (context/frames.py) report to.
 
 Threads:
   * User threads open and close frames (context/frames.py: per-thread stacks, no lock) and call
-    start/activate/deactivate/finalize, which take `Profiler._lock` (an RLock).
+    start/activate/deactivate/finalize, which take `Profiler._lock` (an RLock). A CPU-timed
+    frame's time is clipped, at its close, to each session's active stretches; finalize,
+    whichever thread calls it, also credits the frames still open on every thread (copies of
+    their stacks, context/stack.every_open), since they will close after their sessions end.
   * CUPTI's buffer thread runs the collector's `_read_records` holding the GIL: it reads the
     collector's attributor under the collector's lock, the timeline's current list (replaced,
     never cut, by the main thread), the router's memo (only it writes there, and finalize
@@ -18,6 +21,11 @@ Threads:
     call's exit under the PC collector's lock.
   * Every function CUPTI calls catches everything (report.callback_failed): nothing raises into
     CUPTI.
+  * A forked child keeps only the forking thread, and locks as the others left them. Hooks
+    registered with os.register_at_fork make it start afresh: `after_fork_in_child` here
+    (sessions dropped unwritten, the collector and CUDA never used), frames/stack (the thread
+    is the main one, its CUPTI ids the parent's), paths' lock, the capture endpoint (closed,
+    not serving, no armed capture) and the `proton` command's signal handlers.
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ import os
 import threading
 import time
 
-from ..context import frames, make
+from ..context import frames, make, stack
 from .. import data
 from ..data import job, writer
 from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
@@ -59,11 +67,21 @@ class Profiler:
         self._gpu: bool | None = None
         self._lock = threading.RLock()
         self._atexit = False
+        self.forked = False
+        """This process was forked from one with Proton loaded: its files are NAME.pid<PID>."""
+        self._inherited = None
+        """A forked child's copy of its parent's collector: kept, never used nor freed."""
+        self._cuda_forked = False
+        """Forked after the parent started CUDA, which cannot serve this process."""
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
     def gpu(self) -> bool:
-        if self._gpu is None:
+        if self._gpu is None and self._cuda_forked:
+            self._gpu = False
+            warn("this process was forked after its parent started CUDA, which cannot serve "
+                 "it; recording scopes with CPU time only")
+        elif self._gpu is None:
             from ..cupti import gpu
 
             self._gpu = gpu.gpu_available()
@@ -110,7 +128,11 @@ class Profiler:
                         self._choose_context("shadow")  # nothing started: as before
                     raise
             who = job.detect()  # a launcher's variables are set before the process runs
-            session = Session(self._next_id, opts.name, job.ranked_path(opts.path, who),
+            path = job.ranked_path(opts.path, who)
+            if self.forked:  # never over the parent's file, nor a sibling worker's
+                path = job.pid_path(path, who.pid)
+                warn(f"a forked process: session {opts.name!r} writes {path}")
+            session = Session(self._next_id, opts.name, path,
                               opts.context, opts.data, opts.hook_spec, pc=opts.pc is not None,
                               job=who, flush=opts.flush)
             session.phase_starts[0] = self.now()
@@ -139,6 +161,26 @@ class Profiler:
             self.context.end()
             self.context = make(name)
             self.context.start()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child (a DataLoader worker, multiprocessing's "fork", os.fork): it
+        inherits the parent's sessions, collector and locks but none of the threads behind
+        them (CUPTI's, or one that held a lock). It drops the sessions unwritten (they are the
+        parent's to write), never calls CUPTI, and starts afresh: its own start() records
+        into NAME.pid<PID>."""
+        self._lock = threading.RLock()
+        self.sessions.clear()  # in place: the router holds this dict
+        self.recording = False
+        self.command_line = False  # the `proton` command's session is the parent's
+        self._inherited, self.collector = self.collector, None  # CUPTI's state is the parent's
+        if self._gpu:  # cuInit was done
+            self._gpu, self._cuda_forked = None, True
+        self.lost_kernels = 0
+        self.router.clear()
+        self.timeline.clear()
+        self._choose_context("shadow")
+        self.forked = True
+        frames.after_fork_in_child()
 
     def _finalize_at_exit(self) -> None:
         """A script that never calls finalize() or dies of an exception still gets its file."""
@@ -199,7 +241,7 @@ class Profiler:
 
     def _activate(self, session: Session) -> None:
         if not session.active:
-            session.intervals.append([self.now(), -1])
+            session.resume(self.now())
             if (pc := self._pc(session)) is not None:
                 pc.resume()
 
@@ -216,7 +258,7 @@ class Profiler:
             now = self.now()
             for s in self._targets(session):
                 if s.active:
-                    s.intervals[-1][1] = now
+                    s.pause(now)
                     if (pc := self._pc(s)) is not None:
                         pc.pause()
             if flushing and self.collector is not None:
@@ -239,6 +281,7 @@ class Profiler:
             if self.collector is not None:
                 self.lost_kernels += self.collector.flush()
             self.deactivate(session)
+            self._add_open_cpu_time(targets)
             devices = self._device_table()
             written: list[str] = []
             failed: list[str] = []
@@ -458,16 +501,23 @@ class Profiler:
             if s.active:
                 s.add(path_id, values)
 
-    def add_span(self, path_id: int, start_ns: int, end_ns: int) -> None:
-        """A timed frame closed on the calling thread: a span for each active trace session,
-        while no collector runs (its kernels' clock is CUPTI's, not the host's)."""
-        if self.collector is None:
-            thread = threading.get_ident()
-            for s in list(self.sessions.values()):
-                if s.active and s.data == "trace":
-                    with s.lock:
-                        if not s.closed:
-                            s.spans.append((path_id, start_ns, end_ns, thread))
+    def add_cpu_time(self, path_id: int, start_ns: int, end_ns: int) -> None:
+        """A CPU-timed frame closed on the calling thread: each session takes the part inside
+        its active stretches."""
+        thread, spans = threading.get_ident(), self.collector is None
+        for s in list(self.sessions.values()):
+            s.add_cpu_time(path_id, start_ns, end_ns, thread, spans)
+
+    def _add_open_cpu_time(self, targets: list[Session]) -> None:
+        """Sessions being finalized take the part of every thread's open CPU-timed frames
+        inside their active stretches (a capture ends inside the job's step): those frames
+        close after the sessions are gone."""
+        now, collector = time.time_ns(), self.collector
+        for thread, opened in stack.every_open():
+            for top in opened:
+                if frames.times_cpu(top, collector):
+                    for s in targets:
+                        s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
 
     def main_path_changed(self, path_id: int) -> None:
         """The main thread's innermost frame is now `path_id` (told while collecting)."""
@@ -486,3 +536,4 @@ profiler = Profiler()
 """The process's profiler."""
 frames.attach(profiler)
 data.attach(profiler)
+os.register_at_fork(after_in_child=profiler.after_fork_in_child)

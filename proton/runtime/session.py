@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from ..cupti.attribution import KernelRecord
 from ..data.job import Job
 from ..data.metrics import DEVICE_CUDA, combine
-from ..format import COUNT, DEVICE_ID, DEVICE_TYPE, TIME
+from ..format import COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
 
 
 @dataclass(slots=True)
@@ -37,6 +37,8 @@ class Session:
     """mode="pcsampling": kernels get instruction samples and source-line children."""
     intervals: list[list[int]] = field(default_factory=list)
     """[start, end] timestamps of each active stretch; the last end is -1 while active."""
+    host_intervals: list[list[int]] = field(default_factory=list)
+    """The same stretches on the host's clock (time.time_ns(), as scopes' cpu_time)."""
     nodes: dict[int, dict[str, float]] = field(default_factory=dict)
     """Metrics by path id; exclusive values, as written to the file (data="tree")."""
     events: list[tuple[int, KernelRecord]] = field(default_factory=list)
@@ -73,6 +75,35 @@ class Session:
             if ts >= start:
                 return end == -1 or ts <= end
         return False
+
+    def resume(self, now: int) -> None:
+        """Record from `now` (the kernels' clock) on."""
+        self.intervals.append([now, -1])
+        self.host_intervals.append([time.time_ns(), -1])
+
+    def pause(self, now: int) -> None:
+        self.intervals[-1][1] = now
+        self.host_intervals[-1][1] = time.time_ns()
+
+    def add_cpu_time(self, path_id: int, start_ns: int, end_ns: int, thread: int,
+                     spans: bool) -> None:
+        """A frame timed on the host from `start_ns` to `end_ns` (time.time_ns()): the part
+        inside this session's active stretches, as cpu_time (a tree) or spans (a trace, when
+        `spans`: host spans only while no collector runs, whose kernels' clock is CUPTI's)."""
+        pieces = []
+        for a, b in reversed(self.host_intervals):  # the latest first: a scope is short
+            if b != -1 and b < start_ns:
+                break
+            if a <= end_ns:
+                pieces.append((max(start_ns, a), end_ns if b == -1 else min(end_ns, b)))
+        if not pieces:
+            return
+        if self.data == "tree":
+            self.add(path_id, {CPU_TIME + EXCLUSIVE: sum(b - a for a, b in pieces)})
+        elif spans:
+            with self.lock:
+                if not self.closed:
+                    self.spans.extend((path_id, a, b, thread) for a, b in pieces)
 
     def add(self, path_id: int, values: dict[str, float], fold: bool = True) -> None:
         """`fold`: False on CUPTI's thread, where no GPU work may be launched (see

@@ -428,6 +428,22 @@ _endpoint: Endpoint | None = None
 _lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) inherits the endpoint but not its threads: it
+    closes its copies of the sockets (the parent's file and listening stay), forgets an armed
+    capture (its proton.step() must not start one), and serves nothing unless it listens."""
+    global _endpoint, _armed, _lock
+    if _endpoint is not None:
+        for sock in _endpoint._sockets:
+            sock.close()
+        _endpoint._sockets = []
+    _endpoint, _armed, _lock = None, None, threading.Lock()
+    report.heard = None  # a capture's, in the parent
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def listen(tcp: str | None = None, token: str | None = None) -> str:
     """Open this process's capture endpoint (once; later calls return the same) and return its
     socket's path. `tcp`: also listen on TCP, "PORT" (loopback) or "HOST:PORT" (port 0 picks
