@@ -15,13 +15,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = {"proton": "proton", "hooks": "proton.hooks", "compiler": "proton.compiler",
            "viewer": "proton.viewer"}
 """Top-level folder -> the package it is installed as (pyproject's package-dir)."""
-BASE = {"proton.format", "proton.format_msgpack", "proton.errors", "proton.report"}
+BASE = {"proton.format", "proton.format_msgpack", "proton.errors", "proton.report", "proton.files"}
 # package -> the packages (or modules) it may import, besides itself and BASE. Lowest first.
 ALLOWED = {
     "proton.format": set(),
     "proton.format_msgpack": set(),
     "proton.errors": set(),
     "proton.report": set(),
+    "proton.files": set(),
     "proton.options": BASE,
     "proton.data": BASE,
     "proton.compiler": set(),
@@ -31,7 +32,7 @@ ALLOWED = {
                               "proton.context", "proton.compiler"},
     "proton.hooks": BASE | {"proton.options", "proton.data", "proton.compiler",
                             "proton.runtime.ops"},
-    "proton.viewer": {"proton.format", "proton.format_msgpack"},
+    "proton.viewer": {"proton.format", "proton.format_msgpack", "proton.files"},
 }
 """What is not here (proton, proton.api, proton.scopes, proton.cli, proton.examples) is the
 front door: it may import anything below it."""

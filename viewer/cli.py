@@ -329,9 +329,10 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
         f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
     text = page(prof, columns, title=f"Proton: {title}", merged=merged, visible=visible,
                 depth=depth, style=style)
+    from ..files import write_whole  # a symlink planted at `path` is replaced, not followed
+
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_whole(path, text)
     except OSError as exc:
         raise ViewerError(f"cannot write {path!r}: {exc.strerror or exc}; give a writable "
                           "path") from None

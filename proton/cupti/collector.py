@@ -28,6 +28,7 @@ import numpy as np
 
 from ..data.paths import ROOT, paths
 from ..errors import ProtonError
+from ..files import write_whole
 from ..report import callback_failed, debug, debugging, warn
 from .attribution import Attributor, GroupSink, Kernel, KernelSink, LaunchConfigs, Unscoped
 from .subscriber import caller, cupti_enum, passes_on
@@ -350,9 +351,9 @@ class CuptiCollector:
             self._log.enable(False)
         self._release_users()
         if self.recorded is not None:
-            with open(os.environ["PROTON_RECORD_CUPTI"], "w") as f:
-                json.dump({"frames": [list(_plain(fr)) for fr in paths.frames],
-                           "buffers": self.recorded}, f)
+            write_whole(os.environ["PROTON_RECORD_CUPTI"],
+                        json.dumps({"frames": [list(_plain(fr)) for fr in paths.frames],
+                                    "buffers": self.recorded}))
 
     def timestamp(self) -> int:
         return self._cupti.get_timestamp()

@@ -1,14 +1,18 @@
 """Metric values as sessions hold them, and checks on the metrics users give.
 
-A user metric's value is a number, a vector (a list of numbers, written as a JSON array), or a
-tensor: a CPU tensor becomes a number or a vector at once; a GPU tensor is copied on the GPU (no
-synchronisation, so a scope or launch_metadata inside a CUDA graph capture stays legal) and read
-when the profile is written. Values given again for the same node add up (vectors elementwise),
+A user metric's value is a real number, a vector (a list of them, written as a JSON array), or a
+tensor. Numbers become plain ints and floats where they are given (numpy scalars, Decimal,
+Fraction; an int beyond 64 bits a float), so whatever the writer gets encodes. A CPU tensor
+becomes a number or a vector at once; a GPU tensor is copied on the GPU (no synchronisation, so
+a scope or launch_metadata inside a CUDA graph capture stays legal) and read when the profile
+is written. Values given again for the same node add up (vectors elementwise),
 except a property's (name ending in "(pty)"), where the last one is kept.
 """
 from __future__ import annotations
 
-from numbers import Number
+import math
+from decimal import Decimal
+from numbers import Integral, Number, Real
 from typing import Any, Mapping
 
 from ..errors import ScopeError
@@ -70,9 +74,64 @@ class DeviceValue:
         return total
 
 
+INT64 = 1 << 63
+"""Ints from -INT64 to INT64 - 1 are kept exact; larger ones become floats, as every reader of
+the file (pandas, hatchet, msgpack) would take them anyway."""
+ACCEPTED = "real numbers (int, float, numpy scalars, Decimal, Fraction), lists of them or tensors"
+
+
+def real_number(value: Any) -> int | float:
+    """`value` as a plain int (within 64 bits) or float. TypeError for what is not a real number
+    (bool, complex, text); OverflowError or ValueError for one no float holds (an int or
+    Fraction past 1.8e308, a Decimal 1e400 or signalling NaN)."""
+    kind = type(value)
+    if kind is float:  # the common cases first: launch_metadata calls this per launch
+        return value
+    if kind is int:
+        return value if -INT64 <= value < INT64 else float(value)
+    if isinstance(value, bool) or not isinstance(value, (Real, Decimal)):  # Decimal: not a Real
+        raise TypeError(f"{kind.__name__} is not a real number")
+    if isinstance(value, Integral):
+        return real_number(int(value))
+    number = float(value)
+    if math.isinf(number) and value != number:  # finite, but past what a float holds
+        raise OverflowError(f"{kind.__name__} too large to convert to float")
+    return number
+
+
+def _shown(value: Any) -> str:
+    """`value` for a one-line message: its repr on one line, cut to 60 characters; an int too
+    long to print (Python refuses past 4,300 digits) by its size."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"<int of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    try:
+        text = " ".join(repr(value).split())
+    except ValueError:  # a list holding such an int
+        return f"<{type(value).__name__} too long to show>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _real_or_error(name: str, value: Any, given: Any, at: str = "") -> int | float:
+    """real_number(value), or ScopeError naming the metric `name` (as `given`), `value`'s type
+    (`at`: which element of a vector) and what is accepted."""
+    try:
+        return real_number(value)
+    except TypeError:
+        why = f"; metrics must be {ACCEPTED}"
+    except OverflowError:
+        why = ", beyond what a float holds; give a number within ±1.8e308"
+    except ValueError as exc:  # a signalling NaN
+        why = f", which no float holds ({exc}); give a number"
+    where = f" whose {at} is {_shown(value)}" if at else ""
+    kind = type(value).__name__
+    raise ScopeError(f"metric {name!r} has value {_shown(given)}{where} ({kind}){why}") from None
+
+
 def metric_value(name: str, value: Any) -> float | list | DeviceValue:
-    """A user metric's value as sessions hold it; ScopeError (naming `name`) for anything that
-    is not a number, a list of numbers or a tensor of them."""
+    """A user metric's value as sessions hold it (plain ints and floats, see real_number);
+    ScopeError (naming `name`) for anything that is not a real number, a list of them or a
+    tensor of them."""
+    given = value
     if hasattr(value, "detach") and hasattr(value, "numel"):  # a torch tensor
         if value.dtype.is_complex or value.numel() == 0:
             raise ScopeError(f"metric {name!r} is a {value.dtype} tensor of "
@@ -82,16 +141,14 @@ def metric_value(name: str, value: Any) -> float | list | DeviceValue:
             return DeviceValue((((value.reshape(-1) if value.numel() > 1
                                   else value.reshape(())).clone(), 1),))
         value = value.tolist() if value.numel() > 1 else value.item()
-    elif hasattr(value, "tolist") and not isinstance(value, Number):  # numpy
+    elif hasattr(value, "tolist") and not isinstance(value, Number):  # a numpy array
         value = value.tolist()
-    if isinstance(value, (list, tuple)):
-        flat = list(value)
-        if flat and all(isinstance(v, Number) and not isinstance(v, bool) for v in flat):
-            return flat
-    elif isinstance(value, Number) and not isinstance(value, (bool, complex)):
-        return value
-    raise ScopeError(f"metric {name!r} has value {value!r}; metrics must be numbers, lists of "
-                     "numbers or tensors")
+    if not isinstance(value, (list, tuple)):
+        return _real_or_error(name, value, given)
+    if not value:
+        raise ScopeError(f"metric {name!r} has value {_shown(given)} ({type(given).__name__}); "
+                         f"a vector needs at least one number")
+    return [_real_or_error(name, v, given, f"element {i}") for i, v in enumerate(value)]
 
 
 def combine(old: Any, new: Any, key: str = "", fold: bool = True) -> Any:

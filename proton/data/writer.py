@@ -14,17 +14,19 @@ import math
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 from typing import Any
 
 from ..errors import ProfileWriteError, SessionError
+from ..files import create_beside
 from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, OTHER_DATA,
                       PROPERTY, ROOT_NAME, T0_NS)
 from ..format_msgpack import packb
 from ..report import warn
 from .job import alive, pid_path
-from .metrics import DeviceValue, base_name
+from .metrics import DeviceValue, base_name, real_number
 from .paths import ROOT, paths
 
 FORMATS = {"tree": ("", "hatchet", "hatchet_msgpack"), "trace": ("", "chrome_trace")}
@@ -53,6 +55,14 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
             pid = parent
     inclusive: set[str] = set()
     used_devices: set[str] = set()
+    dropped: set[str] = set()
+
+    def number(key: str, value: Any) -> int | float | None:
+        try:
+            return finite_or_none(real_number(value))
+        except (TypeError, ValueError, OverflowError):  # checked when given; a bug costs one value
+            dropped.add(key)
+            return None
 
     def node(pid: int) -> dict:
         out = {}
@@ -69,8 +79,8 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
                     key = base_name(key)  # a vector is its node's own too, never summed up
                 else:
                     inclusive.add(key)
-                value = [finite_or_none(v) for v in value] if isinstance(value, list) \
-                    else finite_or_none(value)
+                value = [number(key, v) for v in value] if isinstance(value, list) \
+                    else number(key, value)
             out[key] = value
         out.update(own.get(pid, ()))
         frame = {"name": frames[pid].name, "type": FRAME_TYPE}
@@ -89,11 +99,14 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
             todo.append((kid, child))
     for key in sorted(inclusive):  # sorted: the same profile always writes the same bytes
         root["metrics"].setdefault(key, 0)
+    if dropped:
+        warn(f"metrics {', '.join(sorted(dropped))} held values that are not real numbers; "
+             "written as null")
     table = {d: devices[d] for d in sorted(used_devices) if d in devices}
     return [root, {CUDA: table} if table else {}]
 
 
-def finite_or_none(value):
+def finite_or_none(value: int | float) -> int | float | None:
     """JSON has no NaN or infinity: such a metric is written as null (the viewer shows it
     blank); every other number as it is."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -157,29 +170,90 @@ def write(doc: Any, path: str, since: float | None = None, encoding: str = "json
     it, with a warning. A profile from an earlier run, or from this process, is replaced.
     `encoding`: "json", or "msgpack" (hatchet_msgpack).
 
+    A value the encoder refuses costs only that value (written as null, with a warning), and
+    whatever else goes wrong at `path`, the profile is written to the temporary folder. No
+    file is opened through a name another user could have placed (see proton/files.py).
+
     Raises:
         ProfileWriteError: `path` could not be written; the profile went to a file in the
             temporary folder instead, which the message names (or it says that failed too).
     """
     try:
-        return _dump(doc, path, since, encoding)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        if exc.filename and exc.filename not in (path, _temp(path)):
-            reason += f": {exc.filename}"  # the folder that could not be made
-    fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
-    try:
-        _dump(doc, fallback, encoding=encoding)
-    except OSError as exc:
+        return _dump_or_salvage(doc, path, since, encoding)
+    except Exception as exc:  # not only OSError: the profile must not be lost to a bug here
+        reason = _reason(exc, path)
+    fallback = None
+    try:  # a fresh folder only this user may enter (mkdtemp): no name in it can be pre-placed
+        fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
+        _dump_or_salvage(doc, fallback, encoding=encoding)
+    except Exception as exc:
         raise ProfileWriteError(f"could not write the profile to {path} ({reason}) nor to "
-                                f"{fallback} ({exc.strerror or exc}); free space or give "
+                                f"{fallback or 'the temporary folder'} "
+                                f"({_reason(exc, fallback or '')}); free space or give "
                                 "another name") from None
     raise ProfileWriteError(f"could not write {path} ({reason}); wrote {fallback} instead; "
                             "give a name in a writable folder")
 
 
-def _temp(path: str) -> str:
-    return f"{path}.{os.getpid()}.tmp"
+def _reason(exc: Exception, path: str) -> str:
+    """Why writing `path` failed, in a few words on one line."""
+    if not isinstance(exc, OSError):
+        return " ".join(f"{type(exc).__name__}: {exc}".split())
+    reason = exc.strerror or str(exc)
+    if exc.filename and not str(exc.filename).startswith(path):  # not the file or its temp
+        reason += f": {exc.filename}"  # the folder that could not be made
+    return reason
+
+
+def _dump_or_salvage(doc, path: str, since: float | None = None,
+                     encoding: str = "json") -> str:
+    """_dump; when the document holds a value the encoder refuses, _dump of a copy with only
+    JSON's kinds (see _plain), with a warning: the rest of the profile is still written."""
+    try:
+        return _dump(doc, path, since, encoding)
+    except OSError:
+        raise
+    except Exception as exc:
+        plain, dropped = _plain(doc)
+        warn(f"{path}: {_reason(exc, path)}; writing it with {dropped} value(s) that are not "
+             "numbers, text, lists or maps as null")
+        return _dump(plain, path, since, encoding)
+
+
+def _plain(doc: Any) -> tuple[Any, int]:
+    """A copy of `doc` holding only what JSON and MessagePack encode: numbers made plain ints
+    and floats (null when not finite), text as UTF-8 allows, keys as text, any other value
+    null; and how many values were made null. Without recursion: a tree may be any depth."""
+    dropped = 0
+
+    def leaf(value: Any) -> Any:
+        nonlocal dropped
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return value.encode("utf-8", "replace").decode("utf-8")  # lone surrogates
+        try:
+            return finite_or_none(real_number(value))
+        except (TypeError, ValueError, OverflowError):
+            dropped += 1
+            return None
+
+    out: list = [None]
+    todo: list = [(doc, out, 0)]
+    while todo:
+        value, into, at = todo.pop()
+        if isinstance(value, dict):
+            into[at] = copy = {}
+            for key, item in value.items():
+                key = leaf(key) if isinstance(key, str) else str(key)
+                copy[key] = None  # the key's place now: keys keep their order
+                todo.append((item, copy, key))
+        elif isinstance(value, (list, tuple)):
+            into[at] = copy = [None] * len(value)
+            todo.extend((item, copy, i) for i, item in enumerate(value))
+        else:
+            into[at] = leaf(value)
+    return out[0], dropped
 
 
 def _place(tmp: str, path: str, since: float | None) -> str:
@@ -211,10 +285,13 @@ _OWNER = re.compile(r'"host": ("(?:[^"\\]|\\.)*"), "pid": (\d+)')
 def other_writer(path: str, since: float | None) -> str | None:
     """Who wrote the profile at `path`, when it is another process that is still running on
     this host or that wrote it after `since`; None when it may be replaced."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-        mtime = os.stat(path).st_mtime
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:  # never through a symlink, nor waiting on a FIFO put there: such a thing is replaced
+        with open(os.open(path, flags), "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            head, mtime = f.read(4096), st.st_mtime
     except OSError:
         return None
     found = _OWNER.search(head.decode("utf-8", "replace"))
@@ -265,21 +342,20 @@ DEEP = 200
 
 def _dump(doc, path: str, since: float | None = None, encoding: str = "json") -> str:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = _temp(path)
+    f, tmp = create_beside(path, binary=encoding == "msgpack")  # a name no one placed
     try:
-        if encoding == "msgpack":
-            with open(tmp, "wb") as f:
+        with f:
+            if encoding == "msgpack":
                 f.write(packb(doc))
-            return _place(tmp, path, since)
-        with open(tmp, "w") as f:
-            if isinstance(doc, list) and doc and _depth(doc[0]) > DEEP:
+            elif isinstance(doc, list) and doc and _depth(doc[0]) > DEEP:
                 _encode_tree(doc, f.write)
             else:
                 json.dump(doc, f, allow_nan=False)
         return _place(tmp, path, since)  # a reader never sees half a file
-    finally:
+    except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
+        raise
 
 
 def _depth(root: dict) -> int:
