@@ -98,7 +98,7 @@ def main() -> None:
     total = args.warmup + args.steps if args.until_file is None else 10 ** 9
     loader = torch.utils.data.DataLoader(Tokens(min(total, 100_000) * BATCH), batch_size=BATCH,
                                          num_workers=2, multiprocessing_context="fork")
-    prof = None
+    prof = loss = None
     times: list[float] = []
     deadline = time.monotonic() + 300
     for i, batch in enumerate(loader):
@@ -106,6 +106,8 @@ def main() -> None:
                                                or time.monotonic() > deadline)):
             break
         measured = i >= args.warmup
+        if i == args.warmup:
+            print("measuring", flush=True)  # a job to capture is past its warm-up
         if args.torch_profile and i == args.warmup:
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             prof.__enter__()
@@ -131,7 +133,7 @@ def main() -> None:
             torch.cuda.synchronize()
         if measured:
             times.append((time.perf_counter() - t0) * 1e3)
-    out = {"rank": rank, "steps": len(times), "loss": loss.item(),
+    out = {"rank": rank, "steps": len(times), "loss": None if loss is None else loss.item(),
            "step_ms": statistics.median(times) if times else None}
     if prof is not None:
         prof.__exit__(None, None, None)
