@@ -258,3 +258,55 @@ def test_snapshots_of_a_recording_job_and_its_whole_profile_at_the_end(tmp_path,
     record("snapshot/job", kernels=found, expected=expected)
     assert found == pytest.approx(expected, rel=0.01)  # every measured step, nothing lost
     assert all(scopes.get(n, 0) > 0 for n in ("forward", "backward", "optimizer")), scopes
+
+
+SLEEPER = """
+import os, time, torch, proton
+x = torch.ones(1 << 20, device="cuda")
+x.add_(1); torch.cuda.synchronize()
+while not os.path.exists("stop"):
+    x.add_(1)
+    torch.cuda.synchronize()
+    proton.step()
+    print("sleeping", flush=True)
+    time.sleep(8)  # one C call: the main thread runs no Python for 8 s
+print("done", flush=True)
+"""
+
+
+def test_a_main_thread_that_runs_no_python_gets_a_capture_without_samples_then_abandons(
+        tmp_path):
+    """Sampling is switched on only on the main thread: when it sleeps in C past
+    PROTON_MAIN_THREAD_TIMEOUT the capture goes on without samples and says why; when the
+    start phase outruns PROTON_CAPTURE_PHASE_TIMEOUT the capture is abandoned with one line,
+    the job runs on, and the next capture works."""
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    job = subprocess.Popen([sys.executable, "-m", "proton", "--listen", "sleeper.py"],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={**os.environ, "PROTON_MAIN_THREAD_TIMEOUT": "5",
+                                           "PROTON_CAPTURE_PHASE_TIMEOUT": "2"})
+    try:
+        _listening(job.pid)
+        assert job.stdout.readline() == "sleeping\n"
+        t0 = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "proton", "capture", str(job.pid),
+                               "--duration", "1", "-m", "pcsampling", "-n", "abandoned"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        said = done.stdout + done.stderr
+        assert done.returncode != 0 and "abandoned" in said and "start" in said, said
+        assert took < 5, took  # the phase's 2 s deadline, not the main thread's 8 s sleep
+        time.sleep(5)  # the late start gives up on sampling, is closed unwritten
+        assert job.stdout.readline() == "sleeping\n"  # the job ran on
+        t0 = time.monotonic()
+        said = _capture(tmp_path, job.pid, "--duration", "1", "-m", "pcsampling", "-n", "late")
+        assert "PC sampling is off" in said and "main thread" in said, said
+        assert os.path.exists(tmp_path / "late.hatchet")
+        record("capture/main_thread_busy", took_s=round(time.monotonic() - t0, 1))
+        assert not glob.glob(str(tmp_path / "abandoned*"))
+    finally:
+        (tmp_path / "stop").touch()
+        out, err = job.communicate(timeout=60)
+    assert job.returncode == 0 and out.endswith("done\n"), err[-3000:]
+    assert "the capture was abandoned: its start took over 2 s" in err
+    assert "Traceback" not in err, err[-3000:]
