@@ -274,20 +274,45 @@ print("done", flush=True)
 """
 
 
-def test_a_main_thread_that_runs_no_python_gets_a_capture_without_samples_then_abandons(
-        tmp_path):
-    """Sampling is switched on only on the main thread: when it sleeps in C past
-    PROTON_MAIN_THREAD_TIMEOUT the capture goes on without samples and says why; when the
-    start phase outruns PROTON_CAPTURE_PHASE_TIMEOUT the capture is abandoned with one line,
-    the job runs on, and the next capture works."""
-    (tmp_path / "sleeper.py").write_text(SLEEPER)
+def _sleeper(folder, main_timeout: str, phase_timeout: str) -> subprocess.Popen:
+    (folder / "sleeper.py").write_text(SLEEPER)
     job = subprocess.Popen([sys.executable, "-m", "proton", "--listen", "sleeper.py"],
-                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env={**os.environ, "PROTON_MAIN_THREAD_TIMEOUT": "5",
-                                           "PROTON_CAPTURE_PHASE_TIMEOUT": "2"})
+                           cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={**os.environ, "PROTON_MAIN_THREAD_TIMEOUT": main_timeout,
+                                           "PROTON_CAPTURE_PHASE_TIMEOUT": phase_timeout})
+    _listening(job.pid)
+    assert job.stdout.readline() == "sleeping\n"
+    return job
+
+
+def _stop(folder, job: subprocess.Popen) -> str:
+    (folder / "stop").touch()
+    out, err = job.communicate(timeout=60)
+    assert job.returncode == 0 and out.endswith("done\n"), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    return err
+
+
+def test_a_main_thread_that_runs_no_python_gets_a_capture_without_samples(tmp_path):
+    """Sampling is switched on only on the main thread: asleep in C past
+    PROTON_MAIN_THREAD_TIMEOUT, it gets a capture of kernel times that says why."""
+    job = _sleeper(tmp_path, "1", "20")
     try:
-        _listening(job.pid)
-        assert job.stdout.readline() == "sleeping\n"
+        t0 = time.monotonic()
+        said = _capture(tmp_path, job.pid, "--duration", "1", "-m", "pcsampling", "-n", "busy")
+        record("capture/main_thread_busy", took_s=round(time.monotonic() - t0, 1))
+        assert "PC sampling is off" in said and "main thread" in said, said
+        assert os.path.exists(tmp_path / "busy.hatchet")
+    finally:
+        _stop(tmp_path, job)
+
+
+def test_a_capture_phase_past_its_deadline_is_abandoned_and_the_next_capture_works(tmp_path):
+    """A start that outruns PROTON_CAPTURE_PHASE_TIMEOUT (here: waiting for a main thread
+    asleep in C) is abandoned with one line to the capturer and on the job's stderr; the job
+    runs on, the late start is closed unwritten, and the next capture works."""
+    job = _sleeper(tmp_path, "5", "2")
+    try:
         t0 = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "proton", "capture", str(job.pid),
                                "--duration", "1", "-m", "pcsampling", "-n", "abandoned"],
@@ -296,17 +321,10 @@ def test_a_main_thread_that_runs_no_python_gets_a_capture_without_samples_then_a
         said = done.stdout + done.stderr
         assert done.returncode != 0 and "abandoned" in said and "start" in said, said
         assert took < 5, took  # the phase's 2 s deadline, not the main thread's 8 s sleep
-        time.sleep(5)  # the late start gives up on sampling, is closed unwritten
-        assert job.stdout.readline() == "sleeping\n"  # the job ran on
-        t0 = time.monotonic()
-        said = _capture(tmp_path, job.pid, "--duration", "1", "-m", "pcsampling", "-n", "late")
-        assert "PC sampling is off" in said and "main thread" in said, said
-        assert os.path.exists(tmp_path / "late.hatchet")
-        record("capture/main_thread_busy", took_s=round(time.monotonic() - t0, 1))
+        time.sleep(5)  # the late start gives up on sampling and is closed unwritten
+        _capture(tmp_path, job.pid, "--duration", "1", "-n", "next")
+        assert os.path.exists(tmp_path / "next.hatchet")
         assert not glob.glob(str(tmp_path / "abandoned*"))
     finally:
-        (tmp_path / "stop").touch()
-        out, err = job.communicate(timeout=60)
-    assert job.returncode == 0 and out.endswith("done\n"), err[-3000:]
+        err = _stop(tmp_path, job)
     assert "the capture was abandoned: its start took over 2 s" in err
-    assert "Traceback" not in err, err[-3000:]
