@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -44,12 +45,17 @@ class Job:
             [sys.executable, "-m", "proton", *proton_args, "job.py", str(steps), *script_args],
             cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})})
-        assert self.proc.stdout.readline() == "ready\n"
         self.pid = self.proc.pid
-        deadline = time.monotonic() + 10
-        while not os.path.exists(protocol.socket_path(self.pid)):
-            assert time.monotonic() < deadline, "the job never listened"
-            time.sleep(0.01)
+        try:
+            assert self.proc.stdout.readline() == "ready\n"
+            deadline = time.monotonic() + 10
+            while not os.path.exists(protocol.socket_path(self.pid)):
+                assert time.monotonic() < deadline, "the job never listened"
+                time.sleep(0.01)
+        except BaseException:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
 
     def stop(self) -> tuple[str, str]:
         if self.proc.poll() is None:
@@ -310,8 +316,8 @@ def test_a_job_socket_is_mode_0600(tmp_path, jobs):
 
 
 def test_an_endpoint_folder_others_can_write_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(protocol.tempfile, "gettempdir", lambda: str(tmp_path))
-    bad = tmp_path / f"proton-{os.getuid()}"
+    bad = tmp_path / "shared"
+    monkeypatch.setenv("PROTON_SOCKET_DIR", str(bad))
     bad.mkdir(mode=0o777)
     os.chmod(bad, 0o777)
     with pytest.raises(protocol.ProtocolError, match="not a private folder"):
@@ -352,3 +358,61 @@ def test_a_sampling_capture_without_a_gpu_says_so_and_writes_the_scopes(tmp_path
     assert done.returncode == 0, done.stderr
     assert "the job said: no NVIDIA GPU found; recording scopes with CPU time" in done.stderr
     assert steps_in(tmp_path / "pc.hatchet") > 0
+
+
+def users_own_socket(pid: int) -> str:
+    """Where the job would listen without PROTON_SOCKET_DIR: the user's real folder."""
+    return os.path.join(tempfile.gettempdir(), f"proton-{os.getuid()}", f"{pid}.sock")
+
+
+def test_test_jobs_listen_in_the_sessions_private_folder_not_the_users(
+        tmp_path, jobs, private_endpoint_folder, monkeypatch):
+    jobs.append(mine := Job(tmp_path, "--listen"))
+    monkeypatch.setenv("PROTON_SOCKET_DIR", str(tmp_path / "other"))
+    jobs.append(elsewhere := Job(tmp_path, "--listen"))
+    monkeypatch.setenv("PROTON_SOCKET_DIR", private_endpoint_folder)
+    assert os.path.exists(os.path.join(private_endpoint_folder, f"{mine.pid}.sock"))
+    assert not os.path.exists(users_own_socket(mine.pid))
+    assert not os.path.exists(users_own_socket(elsewhere.pid))
+    ps = subprocess.run([sys.executable, "-m", "proton", "ps"], capture_output=True, text=True)
+    listed = re.findall(r"^(\d+)\s", ps.stdout, re.M)
+    assert listed == [str(mine.pid)], ps.stdout  # even as root: one folder, this session's
+
+
+IMPORTS = """
+import os, sys, threading
+import proton.viewer, proton.data, proton
+print(threading.active_count(), flush=True)
+sys.stdin.readline()
+{entry}
+print(threading.active_count(), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("entry", ["proton.step()", "with proton.scope('train'): pass"])
+def test_proton_listen_opens_nothing_at_import_and_listens_from_the_first_step_or_scope(
+        tmp_path, entry):
+    (tmp_path / "s.py").write_text(IMPORTS.format(entry=entry))
+    with subprocess.Popen([sys.executable, "s.py"], cwd=tmp_path, text=True,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          env={**os.environ, "PROTON_LISTEN": "1"}) as job:
+        assert job.stdout.readline() == "1\n"  # no endpoint thread
+        assert not os.path.exists(protocol.socket_path(job.pid))
+        job.stdin.write("\n")
+        job.stdin.flush()
+        assert int(job.stdout.readline()) > 1
+        assert os.path.exists(protocol.socket_path(job.pid))
+        job.stdin.write("\n")
+        job.stdin.flush()
+        assert job.wait(timeout=60) == 0
+    assert not os.path.exists(protocol.socket_path(job.pid))  # removed as it exits
+
+
+def test_an_idle_listening_job_ended_by_sigterm_says_nothing_was_recorded(tmp_path, jobs):
+    job = Job(tmp_path, "--listen")
+    jobs.append(job)
+    out, err = job.stop()
+    assert job.proc.returncode == 128 + signal.SIGTERM
+    assert err == "proton: SIGTERM; nothing was recorded\n"
+    assert not list(tmp_path.glob("*.hatchet"))
