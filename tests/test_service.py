@@ -182,12 +182,11 @@ def test_a_sigkilled_job_leaves_its_last_periodic_snapshot(tmp_path, jobs):
 def test_a_client_that_goes_away_mid_capture_still_gets_its_file_written(tmp_path, jobs):
     job = Job(tmp_path, "--listen")
     jobs.append(job)
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(protocol.socket_path(job.pid))
-    sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "gone")}))
-    assert json.loads(sock.makefile().readline())["ok"]
-    time.sleep(0.3)
-    sock.close()
+    with socket.socket(socket.AF_UNIX) as sock, sock.makefile() as reader:
+        sock.connect(protocol.socket_path(job.pid))
+        sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "gone")}))
+        assert json.loads(reader.readline())["ok"]
+        time.sleep(0.3)
     deadline = time.monotonic() + 10
     while not (tmp_path / "gone.hatchet").exists():
         assert time.monotonic() < deadline
@@ -275,24 +274,22 @@ def test_fuzzed_requests_get_errors_and_the_job_runs_on_unharmed(tmp_path, jobs)
     answered = 0
     path = protocol.socket_path(job.pid)
     for connection in range(40):  # 40 connections, 2,000 requests
-        sock = socket.socket(socket.AF_UNIX)
-        sock.connect(path)
-        sock.settimeout(10)
-        reader = sock.makefile("rb")
-        for _ in range(50):
-            sock.sendall(random_request(rng))
-            reply = json.loads(reader.readline())
-            assert set(reply) >= {"ok"} and (reply["ok"] or reply["error"])
-            if not reply["ok"]:
-                assert "\n" not in reply["error"] and len(reply["error"]) < 300
-            else:
-                assert reply.get("state") == "idle"  # only status succeeds
-            answered += 1
-        if connection % 2:  # half end on a truncated request
-            sock.sendall(b'{"verb": "start", "na')
-            sock.shutdown(socket.SHUT_WR)
-            assert "truncated" in json.loads(reader.readline())["error"]
-        sock.close()
+        with socket.socket(socket.AF_UNIX) as sock, sock.makefile("rb") as reader:
+            sock.connect(path)
+            sock.settimeout(10)
+            for _ in range(50):
+                sock.sendall(random_request(rng))
+                reply = json.loads(reader.readline())
+                assert set(reply) >= {"ok"} and (reply["ok"] or reply["error"])
+                if not reply["ok"]:
+                    assert "\n" not in reply["error"] and len(reply["error"]) < 300
+                else:
+                    assert reply.get("state") == "idle"  # only status succeeds
+                answered += 1
+            if connection % 2:  # half end on a truncated request
+                sock.sendall(b'{"verb": "start", "na')
+                sock.shutdown(socket.SHUT_WR)
+                assert "truncated" in json.loads(reader.readline())["error"]
     assert answered == 2000
     assert capture(tmp_path, str(job.pid), "--steps", "2", "-n", "after").returncode == 0
     assert steps_in(tmp_path / "after.hatchet") == 2
@@ -339,15 +336,13 @@ def test_a_duration_capture_whose_client_falls_silent_is_stopped_by_the_job(tmp_
     job ends the capture itself after the duration and its grace."""
     job = Job(tmp_path, "--listen", env={"PROTON_CAPTURE_GRACE": "0.5"})
     jobs.append(job)
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(protocol.socket_path(job.pid))
-    sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "silent"),
-                                  "duration": 0.2}))
-    reader = sock.makefile()
-    assert json.loads(reader.readline())["ok"]
-    done = json.loads(reader.readline())  # no stop sent: the job's own limit ends it
+    with socket.socket(socket.AF_UNIX) as sock, sock.makefile() as reader:
+        sock.connect(protocol.socket_path(job.pid))
+        sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "silent"),
+                                      "duration": 0.2}))
+        assert json.loads(reader.readline())["ok"]
+        done = json.loads(reader.readline())  # no stop sent: the job's own limit ends it
     assert done["ok"] and done["paths"] == [str(tmp_path / "silent.hatchet")]
-    sock.close()
     assert steps_in(tmp_path / "silent.hatchet") > 5
 
 
