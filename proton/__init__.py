@@ -8,12 +8,12 @@ Usage:
     proton.finalize()                 # writes run1.hatchet; `proton-viewer -m time/ms run1.hatchet`
 
 Names load on first use (PEP 562), so `import proton.viewer` or `import proton.compiler` loads
-no runtime module and starts nothing. ARCHITECTURE.md maps the package.
+no runtime module and starts nothing (PROTON_LISTEN=1 included: the job listens from its first
+proton.step() or scope). ARCHITECTURE.md maps the package.
 """
 from __future__ import annotations
 
 import importlib
-import os
 
 DEFAULT_PROFILE_NAME = "proton"
 
@@ -52,7 +52,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-if os.environ.get("PROTON_LISTEN", "0") != "0":  # a launcher's way to make a job capturable
-    importlib.import_module(".service.endpoint", __name__).listen_from_environment()

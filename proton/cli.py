@@ -171,7 +171,9 @@ def _run_profiled(target: str, args: list[str]) -> int:
             status = 128 + ended
         if ended is not None or status == 130:
             cause = signal.Signals(ended).name if ended is not None else "interrupted"
-            warn(f"{cause}; writing the profile")
+            # a --listen job between captures has nothing to write
+            warn(f"{cause}; writing the profile" if profiler.sessions
+                 else f"{cause}; nothing was recorded")
         sys.argv[:], sys.path[:] = saved[0], saved[1]
         profiler.command_line = False
         # A second signal must not cut the write short (and the file is renamed into place).

@@ -17,6 +17,19 @@ from .data.paths import SCOPE, STATE
 from .errors import ScopeError
 from .format import LAUNCH_METADATA
 from .runtime import ops
+from .service.protocol import listen_asked
+
+_listen_pending = listen_asked()
+"""PROTON_LISTEN is set: the first scope opens the capture endpoint (a launcher's way to make a
+job capturable; importing proton opens nothing). One global read per scope otherwise."""
+
+
+def _listen_from_environment() -> None:
+    global _listen_pending
+    _listen_pending = False
+    from .service.endpoint import listen_from_environment
+
+    listen_from_environment()
 
 
 def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
@@ -31,6 +44,8 @@ def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
         ...
         proton.exit_scope("attention")
     """
+    if _listen_pending:
+        _listen_from_environment()
     return enter_frame(check_scope_name(name), check_user_metrics(metrics),
                        cpu_timed=cpu_timed)
 
@@ -84,6 +99,8 @@ class scope:
         self._depths: list[int] = []
 
     def _open(self) -> int:
+        if _listen_pending:
+            _listen_from_environment()
         before = depth()
         enter_frame(self.name, self.metrics, cpu_timed=self._cpu_timed, kind=self._kind)
         return before

@@ -60,7 +60,8 @@ def viewer_in_terminal(*args: str) -> str:
             break
         out += chunk
     os.close(main)
-    assert run.wait(timeout=120) == 0, run.stderr.read()
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
     return out.decode()
 
 
@@ -107,6 +108,17 @@ def run_threads(threads: list[threading.Thread]) -> None:
         t.start()
     for t in threads:
         t.join()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_endpoint_folder(tmp_path_factory) -> Iterator[str]:
+    """Every job the tests start (and the test process itself) listens here, not in the user's
+    /tmp/proton-<uid>, where stale sockets would stay and `proton capture --all` would reach
+    the developer's own jobs (and they the tests')."""
+    folder = str(tmp_path_factory.getbasetemp() / "endpoints")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROTON_SOCKET_DIR", folder)
+        yield folder
 
 
 @pytest.fixture

@@ -59,7 +59,9 @@ def imports(module: str, path: str, known: set[str]) -> set[str]:
     """The proton modules `module` imports, at module level or inside functions."""
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(open(path).read(), path)):
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == "proton"}
         elif isinstance(node, ast.ImportFrom):

@@ -114,7 +114,7 @@ def _parse_deep(path: str):
     size = threading.stack_size(256 << 20)
     try:
         sys.setrecursionlimit(100_000)
-        thread = threading.Thread(target=lambda: out.append(json.load(open(path))))
+        thread = threading.Thread(target=lambda: out.append(load(path)))
         thread.start()
         thread.join()
     finally:

@@ -2,12 +2,11 @@
 a finished phase is complete once its kernels came. Run with `pytest -m gpu`."""
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
-from conftest import kernels
+from conftest import kernels, load
 
 pytestmark = pytest.mark.gpu
 
@@ -31,7 +30,7 @@ def test_periodic_flushing_puts_each_phases_kernels_in_its_part(tmp_path):
     files = sorted(os.listdir(tmp_path))
     assert len(files) == 10
     for name in files:
-        root = json.load(open(tmp_path / name))[0]
+        root = load(tmp_path / name)[0]
         assert len(root["children"]) == 100
         assert sum(k["metrics"]["count"] for k in kernels(root)) == 100
         assert all(k["metrics"]["time (ns)"] > 0 for k in kernels(root))

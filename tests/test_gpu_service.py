@@ -74,8 +74,13 @@ def loop(tmp_path):
     job = subprocess.Popen([sys.executable, "-P", "-m", "proton", "--listen", "loop.py"],
                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
-    assert job.stdout.readline() == "ready\n", job.stderr.read()
-    wait_listening([job.pid])
+    try:
+        assert job.stdout.readline() == "ready\n", job.stderr.read()
+        wait_listening([job.pid])
+    except BaseException:
+        job.kill()  # reaped, not left running past a failed start
+        job.communicate()
+        raise
     yield job
     (tmp_path / "stop").touch()
     out, err = job.communicate(timeout=120)

@@ -10,6 +10,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from conftest import load
+
 import proton
 import proton.data
 from proton.format_msgpack import unpackb
@@ -60,7 +62,7 @@ def test_the_phase_api_reads_a_live_session(tmp_path):
     assert proton.data.advance_phase(sid) == 3
     proton.finalize()
     # the file holds the current phase (as in Triton: earlier ones were read through the API)
-    assert json.load(open(tmp_path / "ph.hatchet"))[0]["children"] == []
+    assert load(tmp_path / "ph.hatchet")[0]["children"] == []
 
 
 def test_the_phase_api_without_a_session():
@@ -87,7 +89,7 @@ def test_trace_has_base_time(tmp_path):
     with proton.cpu_timed_scope("a"):
         pass
     proton.finalize(sid)
-    doc = json.load(open(tmp_path / "t.chrome_trace"))
+    doc = load(tmp_path / "t.chrome_trace")
     assert doc["baseTimeNanoseconds"] == doc["otherData"]["t0_ns"] > 0
 
 
@@ -133,7 +135,7 @@ def test_metadata_state_is_the_frame_both_viewers_hide(tmp_path):
             with proton.scope("inside", {"n": 5}):
                 pass
     proton.finalize(sid)
-    root = json.load(open(tmp_path / "ms.hatchet"))[0]
+    root = load(tmp_path / "ms.hatchet")[0]
     outer = root["children"][0]
     assert [c["frame"]["name"] for c in outer["children"]] == ["__proton_launch_metadata"]
     result = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "ms.hatchet")])
@@ -149,7 +151,7 @@ def test_metadata_state_of_a_kernel_groups_under_its_name(tmp_path):
         with proton.scope("after", {"n": 2}):
             pass
     proton.finalize(sid)
-    root = json.load(open(tmp_path / "mk.hatchet"))[0]
+    root = load(tmp_path / "mk.hatchet")[0]
     outer = root["children"][0]
     meta = next(c for c in outer["children"] if c["frame"]["name"] == "__proton_launch_metadata")
     assert [c["frame"]["name"] for c in meta["children"]] == ["matmul_kernel"]

@@ -113,6 +113,7 @@ def test_another_live_processs_profile_is_not_overwritten(tmp_path, capfd):
         written = writer.write(doc_of(os.getpid()), path, since=time.time() + 3600)
     finally:
         other.kill()
+        other.wait()
     assert written == str(tmp_path / f"run.pid{os.getpid()}.hatchet")
     assert load(path)[0]["frame"]["pid"] == other.pid  # untouched
     assert load(written)[0]["frame"]["pid"] == os.getpid()
@@ -344,6 +345,7 @@ def test_a_live_processs_msgpack_profile_is_not_overwritten_either(tmp_path):
         written = writer.write(doc_of(os.getpid()), path, encoding="msgpack")
     finally:
         other.kill()
+        other.wait()
     assert written.endswith(f"run.pid{os.getpid()}.hatchet_msgpack")
 
 

@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -44,12 +45,17 @@ class Job:
             [sys.executable, "-m", "proton", *proton_args, "job.py", str(steps), *script_args],
             cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})})
-        assert self.proc.stdout.readline() == "ready\n"
         self.pid = self.proc.pid
-        deadline = time.monotonic() + 10
-        while not os.path.exists(protocol.socket_path(self.pid)):
-            assert time.monotonic() < deadline, "the job never listened"
-            time.sleep(0.01)
+        try:
+            assert self.proc.stdout.readline() == "ready\n"
+            deadline = time.monotonic() + 10
+            while not os.path.exists(protocol.socket_path(self.pid)):
+                assert time.monotonic() < deadline, "the job never listened"
+                time.sleep(0.01)
+        except BaseException:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
 
     def stop(self) -> tuple[str, str]:
         if self.proc.poll() is None:
@@ -176,12 +182,11 @@ def test_a_sigkilled_job_leaves_its_last_periodic_snapshot(tmp_path, jobs):
 def test_a_client_that_goes_away_mid_capture_still_gets_its_file_written(tmp_path, jobs):
     job = Job(tmp_path, "--listen")
     jobs.append(job)
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(protocol.socket_path(job.pid))
-    sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "gone")}))
-    assert json.loads(sock.makefile().readline())["ok"]
-    time.sleep(0.3)
-    sock.close()
+    with socket.socket(socket.AF_UNIX) as sock, sock.makefile() as reader:
+        sock.connect(protocol.socket_path(job.pid))
+        sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "gone")}))
+        assert json.loads(reader.readline())["ok"]
+        time.sleep(0.3)
     deadline = time.monotonic() + 10
     while not (tmp_path / "gone.hatchet").exists():
         assert time.monotonic() < deadline
@@ -269,24 +274,22 @@ def test_fuzzed_requests_get_errors_and_the_job_runs_on_unharmed(tmp_path, jobs)
     answered = 0
     path = protocol.socket_path(job.pid)
     for connection in range(40):  # 40 connections, 2,000 requests
-        sock = socket.socket(socket.AF_UNIX)
-        sock.connect(path)
-        sock.settimeout(10)
-        reader = sock.makefile("rb")
-        for _ in range(50):
-            sock.sendall(random_request(rng))
-            reply = json.loads(reader.readline())
-            assert set(reply) >= {"ok"} and (reply["ok"] or reply["error"])
-            if not reply["ok"]:
-                assert "\n" not in reply["error"] and len(reply["error"]) < 300
-            else:
-                assert reply.get("state") == "idle"  # only status succeeds
-            answered += 1
-        if connection % 2:  # half end on a truncated request
-            sock.sendall(b'{"verb": "start", "na')
-            sock.shutdown(socket.SHUT_WR)
-            assert "truncated" in json.loads(reader.readline())["error"]
-        sock.close()
+        with socket.socket(socket.AF_UNIX) as sock, sock.makefile("rb") as reader:
+            sock.connect(path)
+            sock.settimeout(10)
+            for _ in range(50):
+                sock.sendall(random_request(rng))
+                reply = json.loads(reader.readline())
+                assert set(reply) >= {"ok"} and (reply["ok"] or reply["error"])
+                if not reply["ok"]:
+                    assert "\n" not in reply["error"] and len(reply["error"]) < 300
+                else:
+                    assert reply.get("state") == "idle"  # only status succeeds
+                answered += 1
+            if connection % 2:  # half end on a truncated request
+                sock.sendall(b'{"verb": "start", "na')
+                sock.shutdown(socket.SHUT_WR)
+                assert "truncated" in json.loads(reader.readline())["error"]
     assert answered == 2000
     assert capture(tmp_path, str(job.pid), "--steps", "2", "-n", "after").returncode == 0
     assert steps_in(tmp_path / "after.hatchet") == 2
@@ -310,8 +313,8 @@ def test_a_job_socket_is_mode_0600(tmp_path, jobs):
 
 
 def test_an_endpoint_folder_others_can_write_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(protocol.tempfile, "gettempdir", lambda: str(tmp_path))
-    bad = tmp_path / f"proton-{os.getuid()}"
+    bad = tmp_path / "shared"
+    monkeypatch.setenv("PROTON_SOCKET_DIR", str(bad))
     bad.mkdir(mode=0o777)
     os.chmod(bad, 0o777)
     with pytest.raises(protocol.ProtocolError, match="not a private folder"):
@@ -333,15 +336,13 @@ def test_a_duration_capture_whose_client_falls_silent_is_stopped_by_the_job(tmp_
     job ends the capture itself after the duration and its grace."""
     job = Job(tmp_path, "--listen", env={"PROTON_CAPTURE_GRACE": "0.5"})
     jobs.append(job)
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(protocol.socket_path(job.pid))
-    sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "silent"),
-                                  "duration": 0.2}))
-    reader = sock.makefile()
-    assert json.loads(reader.readline())["ok"]
-    done = json.loads(reader.readline())  # no stop sent: the job's own limit ends it
+    with socket.socket(socket.AF_UNIX) as sock, sock.makefile() as reader:
+        sock.connect(protocol.socket_path(job.pid))
+        sock.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "silent"),
+                                      "duration": 0.2}))
+        assert json.loads(reader.readline())["ok"]
+        done = json.loads(reader.readline())  # no stop sent: the job's own limit ends it
     assert done["ok"] and done["paths"] == [str(tmp_path / "silent.hatchet")]
-    sock.close()
     assert steps_in(tmp_path / "silent.hatchet") > 5
 
 
@@ -430,3 +431,61 @@ def test_a_child_forked_while_a_steps_capture_waits_neither_starts_nor_writes_it
     assert re.search(r"^child \d+ 0$", out, re.M), out
     assert "Traceback" not in err and "wrote" not in err, err  # the child wrote nothing
     assert [p.name for p in tmp_path.glob("*.hatchet")] == ["steps.hatchet"]
+
+
+def users_own_socket(pid: int) -> str:
+    """Where the job would listen without PROTON_SOCKET_DIR: the user's real folder."""
+    return os.path.join(tempfile.gettempdir(), f"proton-{os.getuid()}", f"{pid}.sock")
+
+
+def test_test_jobs_listen_in_the_sessions_private_folder_not_the_users(
+        tmp_path, jobs, private_endpoint_folder, monkeypatch):
+    jobs.append(mine := Job(tmp_path, "--listen"))
+    monkeypatch.setenv("PROTON_SOCKET_DIR", str(tmp_path / "other"))
+    jobs.append(elsewhere := Job(tmp_path, "--listen"))
+    monkeypatch.setenv("PROTON_SOCKET_DIR", private_endpoint_folder)
+    assert os.path.exists(os.path.join(private_endpoint_folder, f"{mine.pid}.sock"))
+    assert not os.path.exists(users_own_socket(mine.pid))
+    assert not os.path.exists(users_own_socket(elsewhere.pid))
+    ps = subprocess.run([sys.executable, "-m", "proton", "ps"], capture_output=True, text=True)
+    listed = re.findall(r"^(\d+)\s", ps.stdout, re.M)
+    assert listed == [str(mine.pid)], ps.stdout  # even as root: one folder, this session's
+
+
+IMPORTS = """
+import os, sys, threading
+import proton.viewer, proton.data, proton
+print(threading.active_count(), flush=True)
+sys.stdin.readline()
+{entry}
+print(threading.active_count(), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("entry", ["proton.step()", "with proton.scope('train'): pass"])
+def test_proton_listen_opens_nothing_at_import_and_listens_from_the_first_step_or_scope(
+        tmp_path, entry):
+    (tmp_path / "s.py").write_text(IMPORTS.format(entry=entry))
+    with subprocess.Popen([sys.executable, "s.py"], cwd=tmp_path, text=True,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          env={**os.environ, "PROTON_LISTEN": "1"}) as job:
+        assert job.stdout.readline() == "1\n"  # no endpoint thread
+        assert not os.path.exists(protocol.socket_path(job.pid))
+        job.stdin.write("\n")
+        job.stdin.flush()
+        assert int(job.stdout.readline()) > 1
+        assert os.path.exists(protocol.socket_path(job.pid))
+        job.stdin.write("\n")
+        job.stdin.flush()
+        assert job.wait(timeout=60) == 0
+    assert not os.path.exists(protocol.socket_path(job.pid))  # removed as it exits
+
+
+def test_an_idle_listening_job_ended_by_sigterm_says_nothing_was_recorded(tmp_path, jobs):
+    job = Job(tmp_path, "--listen")
+    jobs.append(job)
+    out, err = job.stop()
+    assert job.proc.returncode == 128 + signal.SIGTERM
+    assert err == "proton: SIGTERM; nothing was recorded\n"
+    assert not list(tmp_path.glob("*.hatchet"))

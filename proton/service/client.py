@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..data.job import alive
 from ..errors import ProtonError
-from .protocol import Lines, ProtocolError, encode, folder, socket_path
+from .protocol import SOCKET_DIR_ENV, Lines, ProtocolError, encode, folder, socket_path
 
 
 @dataclass(slots=True)
@@ -41,8 +41,9 @@ class Outcome:
 
 
 def _folders() -> list[str]:
-    """This user's endpoint folder; root may capture any user's job, as with ptrace."""
-    if os.getuid() == 0:
+    """This user's endpoint folder; root may capture any user's job, as with ptrace (unless
+    PROTON_SOCKET_DIR names the one folder to look in)."""
+    if os.getuid() == 0 and not os.environ.get(SOCKET_DIR_ENV):
         return sorted(glob.glob(os.path.join(os.path.dirname(folder()), "proton-*")))
     return [folder()]
 
@@ -95,8 +96,12 @@ class Connection:
             self.sock = socket.create_connection(target.tcp, timeout=timeout)
         else:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.settimeout(timeout)
-            self.sock.connect(target.path)
+            try:
+                self.sock.settimeout(timeout)
+                self.sock.connect(target.path)
+            except BaseException:
+                self.sock.close()  # a stale socket's refusal leaves nothing open
+                raise
         self.lines = Lines(self.sock)
 
     def send(self, message: dict) -> None:

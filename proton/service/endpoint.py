@@ -25,10 +25,9 @@ from ..errors import ProtonError
 from ..options import parse_options
 from ..report import warn
 from ..runtime.profiler import profiler
-from .protocol import Lines, ProtocolError, check_request, encode, private_folder, socket_path
+from .protocol import (LISTEN_ENV, Lines, ProtocolError, check_request, encode, listen_asked,
+                       private_folder, socket_path)
 
-LISTEN_ENV = "PROTON_LISTEN"
-"""1: listen on the Unix socket; tcp://HOST:PORT (or tcp://PORT, on loopback): also on TCP."""
 TOKEN_ENV = "PROTON_TOKEN"
 GRACE = float(os.environ.get("PROTON_CAPTURE_GRACE", 60.0))
 """Seconds past a capture's asked-for duration after which the job stops it by itself
@@ -137,20 +136,26 @@ class _Capture:
 _armed: _Capture | None = None
 steps_seen = 0
 """proton.step() calls so far."""
+_listen_pending = listen_asked()
+"""PROTON_LISTEN is set: the first step() opens the endpoint (see listen_from_environment)."""
 
 
 def step() -> None:
     """Mark an iteration boundary (call it once per training step or served batch), so that
     `proton capture --steps N` records exactly N iterations, from one boundary to the N-th
-    after it. Costs a counter increment when no capture waits for it.
+    after it. Costs a counter increment when no capture waits for it. With PROTON_LISTEN=1
+    the first call opens the capture endpoint.
 
     Usage:
         for batch in loader:
             proton.step()
             train_step(batch)
     """
-    global steps_seen
+    global steps_seen, _listen_pending
     steps_seen += 1
+    if _listen_pending:
+        _listen_pending = False
+        listen_from_environment()
     capture = _armed
     if capture is not None:
         capture.boundary()
@@ -189,9 +194,12 @@ class Endpoint:
         old = os.umask(0o177)  # the socket is made 0600, never briefly wider
         try:
             sock.bind(self.path)
+            sock.listen(16)
+        except BaseException:
+            sock.close()
+            raise
         finally:
             os.umask(old)
-        sock.listen(16)
         self._serve(sock, tcp=False)
 
     def _open_tcp(self, address: tuple[str, int]) -> None:
@@ -471,11 +479,19 @@ def parse_tcp(spec: str) -> tuple[str, int]:
     return host or "127.0.0.1", number
 
 
+_from_environment_tried = False
+
+
 def listen_from_environment() -> None:
-    """PROTON_LISTEN=1 (or tcp://HOST:PORT) opens the endpoint at import (for launchers that
-    cannot change the command line)."""
-    value = os.environ.get(LISTEN_ENV, "")
-    if value and value != "0":
+    """PROTON_LISTEN=1 (or tcp://HOST:PORT) opens the endpoint (for launchers that cannot
+    change the command line); called by the first proton.step() or scope, never at import.
+    Tried once per process, so a failure is said once."""
+    global _from_environment_tried
+    if _from_environment_tried:
+        return
+    _from_environment_tried = True
+    if listen_asked():
+        value = os.environ[LISTEN_ENV]
         try:
             listen(value if value.startswith("tcp") else None)
         except (ProtonError, OSError) as exc:

@@ -1,9 +1,10 @@
 """How `proton capture` talks to a listening job: where its endpoint is, and the messages.
 
-A job listens on a Unix socket, `<tmp>/proton-<uid>/<pid>.sock`, in a folder only its owner may
-enter (mode 0700) with a socket only its owner may open (0600); the job also checks the peer's
-uid (root may reach anyone's, as with ptrace). Optionally it also listens on TCP, loopback
-unless an address is named, and then every request must carry the job's token.
+A job listens on a Unix socket, `<tmp>/proton-<uid>/<pid>.sock` (`$PROTON_SOCKET_DIR/<pid>.sock`
+when set), in a folder only its owner may enter (mode 0700) with a socket only its owner may
+open (0600); the job also checks the peer's uid (root may reach anyone's, as with ptrace).
+Optionally it also listens on TCP, loopback unless an address is named, and then every request
+must carry the job's token.
 
 A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests:
     {"verb": "status"}
@@ -21,6 +22,11 @@ import socket
 import stat
 import tempfile
 
+LISTEN_ENV = "PROTON_LISTEN"
+"""1: listen on the Unix socket; tcp://HOST:PORT (or tcp://PORT, on loopback): also on TCP.
+Read by the runtime's entry points (proton.step(), scopes), never at import."""
+SOCKET_DIR_ENV = "PROTON_SOCKET_DIR"
+"""A private folder to listen in instead of <tmp>/proton-<uid> (tests, per-job /tmp)."""
 MAX_MESSAGE = 64 * 1024
 VERBS = ("status", "start", "stop", "snapshot")
 START_OPTIONS = {"name": str, "context": str, "data": str, "mode": (str, type(None)),
@@ -32,8 +38,17 @@ class ProtocolError(Exception):
     """A message that is not one: the one-line reason goes back to the peer."""
 
 
+def listen_asked() -> bool:
+    """Whether the environment asks the job to listen (PROTON_LISTEN set, and not 0)."""
+    return os.environ.get(LISTEN_ENV, "0") not in ("", "0")
+
+
 def folder(uid: int | None = None) -> str:
-    """The folder of `uid`'s endpoints (this user's by default)."""
+    """The folder of `uid`'s endpoints (this user's by default): $PROTON_SOCKET_DIR when set
+    (the job and its capturer must agree on it), else <tmp>/proton-<uid>."""
+    chosen = os.environ.get(SOCKET_DIR_ENV)
+    if chosen and uid in (None, os.getuid()):
+        return os.path.abspath(chosen)
     return os.path.join(tempfile.gettempdir(), f"proton-{os.getuid() if uid is None else uid}")
 
 
