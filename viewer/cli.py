@@ -98,11 +98,16 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               help="Instead of the tree: the PC samples of KERNEL (exact name, else a regex "
               "search) per source line, over all its call paths, beside its source "
               "(a profile from `proton -m pcsampling`).")
+@click.option("--source-root", "source_roots", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
+              help="With --source and --html: also show source files under DIR (repeatable). "
+              "Source is read only under the profile's folder, the current folder and these, "
+              "never from /proc, /dev or /sys: a profile names its files itself.")
 @click.argument("profiles", metavar="FILE.hatchet...", nargs=-1, required=True)
 @click.pass_context
 def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
            name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-           html_path, rank, kernel, profiles) -> None:
+           html_path, rank, kernel, source_roots, profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
     from stdin. Several files, or a folder, are a job's ranks: one tree over all of them,
     frames matched by call path, each metric summed and, per frame, its min, mean and max
@@ -137,13 +142,16 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
         profile, merged, errors = deep.call(_open, list(profiles), rank, other, kernel)
         for error in errors:  # the files that could not be read; the others still show
             click.echo(f"Error: {error}", err=True)
+        from .source_roots import SourceRoots
+
+        roots = SourceRoots.default(list(profiles), list(source_roots))
         if kernel is not None:
-            deep.call(_show_source, kernel, width, profile)
+            deep.call(_show_source, kernel, width, profile, roots)
         elif diagnose:
             deep.call(_show_findings, profile, name_style, output)
         elif html_path is not None:
             deep.call(_write_html, html_path, metrics, include, exclude, threshold, depth,
-                      name_style, profile, merged, list(profiles))
+                      name_style, profile, merged, list(profiles), roots)
         else:
             deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth,
                       (name_format, name_style), collapse_libraries, print_sorted, other, output,
@@ -310,7 +318,7 @@ def _metric_columns(prof, merged, specs: list[str]) -> list:
 
 
 def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,
-                profiles) -> None:
+                profiles, roots) -> None:
     import os
 
     from .html import page
@@ -327,8 +335,8 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
                                 threshold=threshold)
     title = ", ".join(os.path.basename(p.rstrip("/")) or p for p in profiles[:3]) + (
         f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
-    text = page(prof, columns, title=f"Proton: {title}", merged=merged, visible=visible,
-                depth=depth, style=style)
+    text = page(prof, columns, title=f"Proton: {title}", roots=roots, merged=merged,
+                visible=visible, depth=depth, style=style)
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
@@ -356,7 +364,7 @@ def _nothing_matches(include, exclude, threshold, columns) -> str:
     return "no frame matches " + " ".join(g for g in given if g)
 
 
-def _show_source(kernel: str, width: int | None, prof) -> None:
+def _show_source(kernel: str, width: int | None, prof, roots) -> None:
     from rich.console import Console
 
     from .source import find_kernel
@@ -365,7 +373,7 @@ def _show_source(kernel: str, width: int | None, prof) -> None:
     console = Console(width=width)
     # As the tree: fold code at the terminal's width or --width; piped, one line per line.
     fold_at = console.width if console.is_terminal or width else None
-    console.print(source_view(find_kernel(prof, kernel), width=fold_at),
+    console.print(source_view(find_kernel(prof, kernel), roots, width=fold_at),
                   soft_wrap=fold_at is None, crop=False)
 
 

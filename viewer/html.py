@@ -19,6 +19,7 @@ from .errors import ViewerError
 from .names import readable
 from .page import TEMPLATE
 from .reader import Profile
+from .source_roots import SourceRoots
 from .specs import roof
 
 KERNEL_SPECS = ("time/ms", "count", "avg_time/us")
@@ -26,16 +27,17 @@ SOURCE_KERNELS = 12
 """Sampled kernels whose source the page shows, most samples first."""
 
 
-def page(prof: Profile, columns: list[Column], *, title: str, merged=None,
+def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots, merged=None,
          visible: set | None = None, depth: int = 100, style: str = "folded") -> str:
-    """The report for `prof` (the merged total when `merged`), widths from `columns[0]`."""
+    """The report for `prof` (the merged total when `merged`), widths from `columns[0]`; the
+    code of source files under `roots` only (the page may be shared)."""
     nodes = _nodes(prof, columns, visible, depth, style)
     data = {"summary": _summary(prof, columns, merged),
             "columns": [c.header for c in columns],
             "kernels": _kernels(prof, merged, nodes.pop("order")),
             "nodes": nodes,
             "roofline": _roofline(prof, style),
-            "source": _source(prof, style),
+            "source": _source(prof, style, roots),
             "findings": _findings(prof, style)}
     # <, > and & as JSON escapes: no text in the data can close the script or open a comment
     text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace(
@@ -174,7 +176,7 @@ def _roofline(prof: Profile, style: str) -> dict:
     return {"points": points, "roofs": roofs, "note": note}
 
 
-def _source(prof: Profile, style: str) -> list:
+def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     """The most-sampled kernels' source lines with samples and their top stall reasons."""
     if NUM_SAMPLES not in prof.gf.dataframe:
         return []
@@ -196,7 +198,7 @@ def _source(prof: Profile, style: str) -> list:
             continue
         total = kernel.total.samples or 1.0
         files = []
-        for sf in source_files(kernel):
+        for sf in source_files(kernel, roots):
             text = sf.text.splitlines() if sf.text else []
             first, last = min(sf.lines), max(sf.lines)
             lines = []
@@ -209,7 +211,7 @@ def _source(prof: Profile, style: str) -> list:
                               "samples": ls.counts.samples if ls else 0,
                               "share": ls.counts.samples / total if ls else 0,
                               "stalls": stalls})
-            files.append({"path": sf.path + ("" if sf.text else " (not on this machine)"),
+            files.append({"path": sf.path + (f" ({sf.why})" if sf.why else ""),
                           "lines": lines})
         stalled = kernel.total.stalled / total
         out.append({"name": readable(name, style), "files": files,
