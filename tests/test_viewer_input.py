@@ -450,3 +450,131 @@ def test_filter_that_matches_nothing_says_so(tmp_path, args, note):
 def test_filter_that_matches_something_adds_no_note(tmp_path):
     result = show("-i", "inner", cpu_profile(tmp_path))
     assert result.exit_code == 0 and "no frame matches" not in result.output
+
+
+# -- resource bounds: what a hostile file can make the viewer read, hold and spend ---------------
+
+BOMB_SECONDS, BOMB_MB = 60, 1500
+"""Generous bounds for a bomb: before the bounds, the one below took 143 s and 23.6 GB."""
+VIEWER_CODE = """\
+import resource, sys
+from proton.viewer.cli import main
+try:
+    main()
+finally:
+    print("maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+"""
+
+
+def bounded_viewer(*args: str, timeout: float = BOMB_SECONDS):
+    """proton-viewer ARGS in a child limited to 8 GB of address space (a bomb must fail there,
+    not take the machine): (completed process, seconds, its peak resident MB)."""
+    import resource
+    import subprocess
+    import time
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", VIEWER_CODE, *args], capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=limit)
+    seconds = time.monotonic() - start
+    peak = [line for line in done.stderr.splitlines() if line.startswith("maxrss_kb ")]
+    return done, seconds, int(peak[-1].split()[1]) / 1024 if peak else float("inf")
+
+
+def bomb_text(levels: int, elements: int) -> str:
+    """The issue's bomb: `levels` nested scopes, the first with a vector of `elements`."""
+    vector = "[" + ",".join(map(str, range(elements))) + "]"
+    parts = ['[{"frame": {"name": "ROOT", "type": "function"}, "metrics": {"time (ns)": 0}, '
+             '"children": [']
+    parts += ['{"frame": {"name": "s%d", "type": "function"}, "metrics": {"time (ns)": 1%s}, '
+              '"children": [' % (i, f', "v": {vector}' if i == 0 else "") for i in range(levels)]
+    parts.append("]}" * levels + "]}, {}]")
+    return "".join(parts)
+
+
+def test_nesting_and_vector_bomb_shows_in_seconds_with_bounded_memory(tmp_path):
+    path = tmp_path / "bomb.hatchet"
+    path.write_text(bomb_text(10_000, 100_000))
+    assert 1_000_000 < path.stat().st_size < 2_000_000  # the issue's 1.7 MB
+    done, seconds, peak_mb = bounded_viewer(str(path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert seconds < BOMB_SECONDS and peak_mb < BOMB_MB, (seconds, peak_mb)
+    assert f"note: {str(path)!r}: vector metric 'v' has 100,000 elements; the viewer shows " \
+           "the first 256" in done.stderr
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_devices_are_refused_at_once_with_one_line(device):
+    done, seconds, _ = bounded_viewer(device)
+    assert done.returncode == 2 and seconds < BOMB_SECONDS
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("maxrss_kb")]
+    assert errors == [f"Error: {device!r} is a device, not a file; give the .hatchet file a "
+                      "profile wrote"]
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    os.mkfifo(tmp_path / "p.hatchet")
+    done, _, _ = bounded_viewer(str(tmp_path / "p.hatchet"), timeout=30)
+    assert done.returncode == 2
+    assert "is a pipe (FIFO), not a file; pipe it into stdin instead: ... | proton-viewer -" \
+        in done.stderr
+
+
+def test_a_file_or_stdin_past_the_size_cap_is_refused_naming_the_cap_and_the_override(
+        tmp_path, monkeypatch):
+    path = write(tmp_path, frame("ROOT", frame("k", **{"cpu_time (ns)": 1, "pad": "x" * 3_000_000})))
+    monkeypatch.setenv(reader.MAX_MB_ENV, "2")
+    for args, source, text in (((path,), repr(path), None), (("-",), "stdin", open(path).read())):
+        result = show(*args, input=text)
+        assert result.exit_code == 2
+        assert result.output == (f"Error: {source} holds more than 2 MiB, the most the viewer "
+                                 "reads; to read it anyway set PROTON_VIEWER_MAX_MB to more MiB\n")
+    monkeypatch.setenv(reader.MAX_MB_ENV, "4")
+    assert show(path).exit_code == 0
+
+
+def test_a_bad_size_cap_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(reader.MAX_MB_ENV, "lots")
+    result = show(cpu_profile(tmp_path))
+    assert result.exit_code == 2
+    assert result.output == ("Error: PROTON_VIEWER_MAX_MB='lots' is not a number of MiB; e.g. "
+                             "PROTON_VIEWER_MAX_MB=1024\n")
+
+
+def test_a_vector_past_the_cap_is_cut_with_a_note(tmp_path):
+    path = write(tmp_path, frame("ROOT", frame("k", lens=list(range(1000)))))
+    result = show("-l", path)
+    assert result.exit_code == 0, result.output
+    assert "lens[255]" in result.stdout and "lens[256]" not in result.stdout
+    assert result.stderr == (f"note: {path!r}: vector metric 'lens' has 1,000 elements; the "
+                             f"viewer shows the first {reader.MAX_VECTOR}\n")
+
+
+def test_too_many_cells_of_frames_by_metrics_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "MAX_CELLS", 1000)  # the same rule as 100M, with a small file
+    frames = [frame(f"f{i}", **{f"m{i}": 1}) for i in range(40)]
+    result = show(write(tmp_path, frame("ROOT", *frames)))
+    assert result.exit_code == 2
+    assert result.output.endswith("has 41 frames and 40 distinct metrics, 1,640 cells; the "
+                                  "viewer holds up to 1,000 (a metric on one frame takes a cell "
+                                  "on every frame)\n")
+    assert len(result.output.splitlines()) == 1
+
+
+def test_ranks_whose_frames_by_metrics_pass_the_cap_together_are_a_one_line_error(
+        tmp_path, monkeypatch):
+    from proton.viewer import ranks
+
+    monkeypatch.setattr(reader, "MAX_CELLS", 1000)
+    monkeypatch.setattr(ranks, "MAX_CELLS", 1000)
+    files = [write(tmp_path, frame("ROOT", *[frame(f"r{r}f{i}", **{f"r{r}m{i}": 1})
+                                             for i in range(30)]), name=f"j.rank{r}.hatchet")
+             for r in (0, 1)]
+    result = show(*files)
+    assert result.exit_code == 2
+    assert result.output == ("Error: the 2 ranks have 61 frames and 60 distinct metrics "
+                             "together, 3,660 cells a rank; the viewer holds up to 1,000: merge "
+                             "fewer files, or show one with --rank R\n")

@@ -167,21 +167,21 @@ def _open(profiles: list[str], rank: int | None, other, kernel):
     one line per file that could not be read)."""
     import os
 
-    from .reader import STDIN, load
+    from .reader import STDIN
 
     if STDIN in profiles and other == STDIN:
         raise ViewerError("FILE and -diff OTHER are both '-'; stdin holds one profile, give the "
                           "other as a file")
     if len(profiles) == 1 and rank is None and not os.path.isdir(profiles[0]):
-        return load(profiles[0]), None, []
+        return _load(profiles[0]), None, []
     from . import ranks
 
     paths = ranks.expand(profiles)
     if rank is None and len(paths) == 1:
-        return load(paths[0]), None, []
+        return _load(paths[0]), None, []
     if rank is not None:
         path, errors = ranks.pick(paths, rank)
-        return load(path), None, errors
+        return _load(path), None, errors
     if other is not None or kernel is not None:
         raise ViewerError(f"{'-diff' if other is not None else '--source'} reads one profile, "
                           f"and {len(paths)} were given; choose one with --rank R")
@@ -190,6 +190,16 @@ def _open(profiles: list[str], rank: int | None, other, kernel):
     for note in merged.notes:  # what the reader should know; every file given was read
         click.echo(f"note: {note}", err=True)
     return merged.total, merged, errors
+
+
+def _load(path: str):
+    """reader.load, its notes on stderr."""
+    from .reader import load
+
+    profile = load(path)
+    for note in profile.notes:
+        click.echo(f"note: {note}", err=True)
+    return profile
 
 
 class _Failed(click.ClickException):
@@ -205,7 +215,6 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from . import export, render
     from .derive import available
     from .diff import diff_columns
-    from .reader import load
     from .select import display_names, fold_names, library_frames, visible_nodes
     from .source import no_lines_notes
 
@@ -228,7 +237,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     if metrics is not None and not specs:
         raise ViewerError("-m names no metric; e.g. -m time/ms,count")
     if other is not None:
-        columns = diff_columns(prof, load(other), specs)
+        columns = diff_columns(prof, _load(other), specs)
     else:
         columns = _metric_columns(prof, merged, specs)
     first = columns[0].values.to_dict() if columns else {}
