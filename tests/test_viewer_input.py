@@ -578,3 +578,113 @@ def test_ranks_whose_frames_by_metrics_pass_the_cap_together_are_a_one_line_erro
     assert result.output == ("Error: the 2 ranks have 61 frames and 60 distinct metrics "
                              "together, 3,660 cells a rank; the viewer holds up to 1,000: merge "
                              "fewer files, or show one with --rank R\n")
+
+
+# -- values no profile should hold: each shown sanely or refused in one line ---------------------
+
+H100 = {"CUDA": {"0": {"arch": "90", "num_sms": 132, "clock_rate": 1755000,
+                       "memory_clock_rate": 2619000, "bus_width": 5120}}}
+
+
+def kernel_profile(tmp_path, devices=None, **metrics) -> str:
+    """One kernel on GPU 0 with time, flops and bytes (each overridable) under a scope."""
+    values = {"time (ns)": 2e6, "count": 10, "device_id": "0", "device_type": "CUDA",
+              "flops16": 1e12, "bytes": 1e9, **metrics}
+    root = frame("ROOT", frame("step", frame("mm", **values)), **{"time (ns)": 0, "count": 0,
+                                                                  "flops16": 0, "bytes": 0})
+    return write(tmp_path, root, devices=H100 if devices is None else devices)
+
+
+def html_of(tmp_path, *args: str):
+    page = str(tmp_path / "r.html")
+    result = show("--html", page, *args)
+    return result, page
+
+
+@pytest.mark.parametrize("metrics", [{"time (ns)": 5e-324}, {"flops16": 5e-324},
+                                     {"flops16": 1e308, "bytes": 5e-324}])
+def test_times_and_flops_too_small_or_large_for_a_float_show_without_a_traceback(
+        tmp_path, metrics):
+    path = kernel_profile(tmp_path, **metrics)
+    for args in (["--diagnose"], ["--diagnose", "--output", "json"],
+                 ["-m", "time/ms,tflop16/s,gbyte/s,util"]):
+        result = show(*args, path)
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+    result, page = html_of(tmp_path, path)
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "NaN" not in open(page).read() and "Infinity" not in open(page).read()
+
+
+@pytest.mark.parametrize("devices", [
+    {"CUDA": "x"}, [1], {"CUDA": None}, {"CUDA": {"0": "x"}}, {"CUDA": {"0": [1]}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "num_sms": "x"}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "num_sms": None}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "num_sms": 1e308}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "memory_clock_rate": 10 ** 30}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "clock_rate": -1}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "memory_clock_rate": 5e-324}}},
+])
+def test_a_device_table_of_the_wrong_shape_or_values_is_read_as_far_as_it_makes_sense(
+        tmp_path, devices):
+    path = kernel_profile(tmp_path, devices=devices, grid_blocks=64, block_threads=128)
+    for args in (["--diagnose"], ["-m", "time/ms,tflop16/s"]):
+        result = show(*args, path)
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+    result, _ = html_of(tmp_path, path)
+    assert result.exit_code == 0 and result.exception is None, result.output
+    util = show("-m", "util", path)  # the GPU's figures are not all there: no util
+    assert util.exit_code == 2 and util.output.startswith("Error: unknown metric 'util'")
+    assert len(util.output.splitlines()) == 1
+
+
+def test_whole_numbers_past_a_float_show_blank_and_past_4300_digits_are_one_line(tmp_path):
+    path = kernel_profile(tmp_path, **{"time (ns)": 10 ** 400, "count": 2 ** 64})
+    for args in ([], ["-m", "time/ms,avg_time/us,count"], ["--diagnose"]):
+        result = show(*args, path)
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+    assert html_of(tmp_path, path)[0].exit_code == 0
+    long = tmp_path / "long.hatchet"
+    long.write_text('[{"frame": {"name": "ROOT"}, "metrics": {"n": 1%s}, "children": []}, {}]'
+                    % ("0" * 5000))
+    result = show(str(long))
+    assert result.exit_code == 2
+    assert result.output == (f"Error: {str(long)!r} is not a profile: it holds a number of "
+                             "more than 4,300 digits\n")
+
+
+def test_source_lines_a_billion_apart_or_past_any_file_are_drawn_in_a_few_rows(tmp_path):
+    lines = {"1": 10, "999999999": 20, "9" * 5000: 5}
+    root = frame("ROOT", frame("k", *[frame(f"/x/k.py:{n}@k", num_samples=v)
+                                      for n, v in lines.items()], num_samples=0),
+                 num_samples=0)
+    path = write(tmp_path, root)
+    result = show("--source", "k", path)
+    assert result.exit_code == 0, result.output
+    assert "k: 35 samples, 0.0% stalled, 1 call path, 5 samples not mapped to a line" in \
+        result.output
+    assert len(result.output.splitlines()) < 20
+    result, page = html_of(tmp_path, path)
+    assert result.exit_code == 0, result.output
+    assert os.path.getsize(page) < 100_000
+
+
+def test_a_job_claiming_billions_of_ranks_notes_the_missing_ones_at_once(tmp_path):
+    files = [write(tmp_path, {**frame("ROOT", frame("s", **{"cpu_time (ns)": 1})),
+                              "frame": {"name": "ROOT", "rank": r, "world_size": 2 ** 31 - 1}},
+                   name=f"j.rank{r}.hatchet") for r in (0, 5)]
+    result = show("-m", "cpu_time/ms", *files)
+    assert result.exit_code == 0, result.output
+    assert "note: 2 of the job's 2147483647 ranks merged; missing ranks 1-4,6-2147483646" in \
+        result.stderr
+
+
+def test_a_lone_surrogate_in_a_name_is_shown_as_its_escape(tmp_path):
+    path = tmp_path / "s.hatchet"
+    path.write_text('[{"frame": {"name": "ROOT"}, "metrics": {}, "children": [{"frame": '
+                    '{"name": "k\\ud800", "no_lines": "\\udc00"}, "metrics": {"cpu_time (ns)": 1, '
+                    '"n\\ud800": 1}, "children": []}]}, {}]')
+    for args in ([], ["-l"], ["--output", "csv"], ["--print-sorted"]):
+        result = show(*args, str(path))
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+    assert html_of(tmp_path, str(path))[0].exit_code == 0
+    assert "k\\ud800" in show(str(path)).output and "n\\ud800" in show("-l", str(path)).output

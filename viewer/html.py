@@ -165,11 +165,13 @@ def _roofline(prof: Profile, style: str) -> dict:
         t, b = _num(time_s.get(node)), _num(nbytes.get(node))
         if not flops or not t or not b:
             continue
-        x, y = flops / b, flops / t
+        x, y = _num(flops / b), _num(flops / t)
+        if not x or not y:  # an intensity or a rate too small (or large) for a float
+            continue
         peak, bw = peaks.get(device[node] if device is not None else "", (None, None))
-        frac = y / min(peak, bw * x) if peak else None
+        here = min(peak, bw * x) if peak else None
         points.append({"name": readable(node.frame.get("name", "?"), style), "x": x, "y": y,
-                       "t": t, "frac": frac})
+                       "t": t, "frac": _num(y / here) if here else None})
     note = (f"{len(points)} kernels with flops and bytes; dots sized by time. " +
             ("Roofs from the file's device table." if roofs else
              "No roof: the device table names no GPU whose peak is known."))
@@ -181,6 +183,7 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     if NUM_SAMPLES not in prof.gf.dataframe:
         return []
     from .source import _Columns, find_kernel, kernel_nodes, source_files
+    from .source_view import window
 
     columns = _Columns(prof)
     totals: dict[str, float] = {}
@@ -200,16 +203,24 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
         files = []
         for sf in source_files(kernel, roots):
             text = sf.text.splitlines() if sf.text else []
-            first, last = min(sf.lines), max(sf.lines)
+            sampled = sorted(sf.lines)
             lines = []
-            for number in range(first, last + 1):
+            # first to last sampled line, long unsampled runs elided as in --source (a profile
+            # may name lines a billion apart)
+            for number in window(sampled, sampled[-1]):
+                if number is None:
+                    lines.append({"line": "...", "code": "", "samples": 0, "share": 0,
+                                  "stalls": ""})
+                    continue
+                if number < sampled[0]:
+                    continue
                 ls = sf.lines.get(number)
                 code = text[number - 1] if 0 < number <= len(text) else ""
                 stalls = ", ".join(f"{r} {share:.0%}" for r, share in
                                    ls.counts.top_stalls(2)) if ls else ""
                 lines.append({"line": number, "code": code,
-                              "samples": ls.counts.samples if ls else 0,
-                              "share": ls.counts.samples / total if ls else 0,
+                              "samples": _num(ls.counts.samples) if ls else 0,
+                              "share": _num(ls.counts.samples / total) if ls else 0,
                               "stalls": stalls})
             files.append({"path": sf.path + (f" ({sf.why})" if sf.why else ""),
                           "lines": lines})

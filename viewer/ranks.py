@@ -388,12 +388,16 @@ def _missing(ranks: list[Rank]) -> list[str]:
     if len(sizes) != 1:
         return []
     size = sizes.pop()
-    have = {r.label for r in ranks}
-    missing = [r for r in range(size) if r not in have] if isinstance(size, int) else []
-    if not missing:
+    if not isinstance(size, int):
         return []
-    return [f"{len(ranks)} of the job's {size} ranks merged; missing rank"
-            f"{'s' * (len(missing) > 1)} {span(missing)}"]
+    # the gaps between the ranks here, not every rank of the job: a file may claim billions
+    have = sorted({r.label for r in ranks if 0 <= r.label < size})
+    gaps = [(a + 1, b - 1) for a, b in zip([-1, *have], [*have, size]) if b - a > 1]
+    if not gaps:
+        return []
+    count = sum(b - a + 1 for a, b in gaps)
+    return [f"{len(ranks)} of the job's {size} ranks merged; missing rank{'s' * (count > 1)} "
+            + ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in gaps)]
 
 
 def span(labels: list[int]) -> str:

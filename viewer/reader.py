@@ -3,7 +3,9 @@ GraphFrame; a tree of any depth (see deep.py and graph.py)."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import reprlib
 import stat
 import sys
@@ -91,21 +93,24 @@ def parse(path: str) -> Parsed:
                                  else ""))
         try:
             doc = deep.call(json.loads, text)
+            if _SURROGATE.search(text):
+                doc = _without_surrogates(doc)
         except json.JSONDecodeError as exc:
             raise ViewerError(f"{name} is not a profile: not valid JSON ({exc}); the file may "
                               "be truncated, re-run the profile") from None
         except RecursionError:
             raise ViewerError(f"{name} nests deeper than the {deep.MAX_LEVELS:,} levels the "
                               "viewer reads") from None
-        except ValueError as exc:  # Python refuses to read an int of more than 4,300 digits
-            raise ViewerError(f"{name} is not a profile: it holds a number too long to read "
-                              f"({str(exc).split(':')[0]})") from None
+        except ValueError:  # Python reads no int of more than 4,300 digits
+            digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+            raise ViewerError(f"{name} is not a profile: it holds a number of more than "
+                              f"{digits:,} digits") from None
     if not (isinstance(doc, list) and len(doc) >= 1 and _is_node(doc[0])):
         raise ViewerError(f"{name} is JSON but not a .hatchet profile; expected "
                           "[root node, device table] as proton writes")
-    devices = doc[1] if len(doc) > 1 and isinstance(doc[1], dict) else {}
+    devices = _check_devices(doc[1] if len(doc) > 1 else {})
     root = doc[0]
-    job = {k: v for k in JOB_KEYS if isinstance(v := root["frame"].get(k), (int, str))}
+    job = {k: v for k in JOB_KEYS if _job_value(v := root["frame"].get(k))}
     _check_tree(root, name)
     _drop_launch_metadata(root)
     frames, metrics, cut = _expand_vectors(root)
@@ -116,6 +121,33 @@ def parse(path: str) -> Parsed:
     notes = [f"{name}: vector metric {metric!r} has {n:,} elements; the viewer shows the first "
              f"{MAX_VECTOR}" for metric, n in cut.items()]
     return Parsed(root, devices, job, notes)
+
+
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: alone, it makes a string no terminal can print."""
+
+
+def _without_surrogates(doc):
+    """`doc` with every lone surrogate in its strings (values and keys) written as its escape
+    (`\\ud800`): such a name is drawn as text rather than failing at the first print."""
+    def text(s: str) -> str:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    root: list = [doc]
+    stack: list = [root]
+    while stack:
+        container = stack.pop()
+        if isinstance(container, dict):
+            items = list(container.items())
+            container.clear()
+            container.update((text(k), v) for k, v in items)
+        for key, value in (container.items() if isinstance(container, dict)
+                           else enumerate(container)):
+            if isinstance(value, str):
+                container[key] = text(value)
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+    return root[0]
 
 
 MSGPACK_EXTENSION = ".hatchet_msgpack"
@@ -287,6 +319,48 @@ def _check_tree(root: dict, name: str) -> None:
         stack.extend(node["children"])
 
 
+GPU_FIGURES = ("num_sms", "clock_rate", "memory_clock_rate", "bus_width")
+"""A device table GPU's numbers the viewer computes peaks and occupancy with."""
+MAX_FIGURE = 1e9
+"""More than any GPU has of each (SMs, kHz, bits): a larger figure is not a GPU's."""
+
+
+def _check_devices(table) -> dict:
+    """The device table as the viewer uses it: {type: {id: {field: value}}}, ids as text, a
+    GPU's figures (GPU_FIGURES) numbers from 1 to MAX_FIGURE; what is not is left out (the
+    rules that need it then say they could not run)."""
+    if not isinstance(table, dict):
+        return {}
+    out = {}
+    for kind, devices in table.items():
+        if not isinstance(devices, dict):
+            continue
+        out[str(kind)] = {str(dev): {str(k): v for k, v in gpu.items() if k not in GPU_FIGURES
+                                     or _number(v) and 1 <= v <= MAX_FIGURE}
+                          for dev, gpu in devices.items() if isinstance(gpu, dict)}
+    return out
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _job_value(value) -> bool:
+    """A rank, world size, pid (a whole number a process could have) or a host name."""
+    return isinstance(value, str) or type(value) is int and 0 <= value < 1 << 31
+
+
+LARGEST_INT = 1 << 63
+"""Whole numbers past int64 become floats (pandas cannot hold them as numbers)."""
+
+
+def _as_float(value: int) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # past 1.8e308
+        return math.inf if value > 0 else -math.inf
+
+
 def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
     """A vector metric ("lens": [3, 5]) becomes one exclusive metric per element ("lens[0]",
     "lens[1]"), which every view can show, sort and export like any number; its first
@@ -306,6 +380,9 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
                 k: v for key, value in metrics.items()
                 for k, v in ([(f"{key}[{i}]", e) for i, e in enumerate(value[:MAX_VECTOR])]
                              if isinstance(value, list) else [(key, value)])}
+        for key, value in metrics.items():
+            if type(value) is int and not -LARGEST_INT <= value < LARGEST_INT:
+                metrics[key] = _as_float(value)
         names.update(metrics)
         stack.extend(node["children"])
     return frames, names, cut

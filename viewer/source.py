@@ -21,6 +21,8 @@ from .errors import ViewerError
 from .reader import Profile
 from .source_roots import SourceRoots
 
+MAX_LINE_DIGITS = 9
+"""A line number of more digits is no source line (and Python reads at most 4,300)."""
 ISSUING = "selected"
 """The sampling reason of a warp that issued: CUPTI lists it among the stall reasons and
 counts it in num_stalled_samples; here it is counted as issuing."""
@@ -176,11 +178,14 @@ def _collect(columns: _Columns, nodes: list, name: str) -> KernelSamples:
             if counts is None:
                 continue
             sampled = True
+            total.add(counts)
+            if len(m["line"]) > MAX_LINE_DIGITS:  # no file has that line: not mapped
+                unmapped += counts.samples
+                continue
             key = (m["file"], int(m["line"]))
             if key not in by_line:
                 by_line[key] = LineSamples(key[0], key[1], m["function"], Samples())
             by_line[key].counts.add(counts)
-            total.add(counts)
     if not sampled:
         raise ViewerError(f"the profile has no PC samples for kernel {name!r}; profile with "
                           "`proton -m pcsampling` to sample its instructions")
