@@ -474,7 +474,9 @@ def bounded_viewer(*args: str, timeout: float = BOMB_SECONDS):
     import time
 
     def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = 8 << 30 if hard == resource.RLIM_INFINITY else min(8 << 30, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-c", VIEWER_CODE, *args], capture_output=True,
