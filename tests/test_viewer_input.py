@@ -691,3 +691,15 @@ def test_a_lone_surrogate_in_a_name_is_shown_as_its_escape(tmp_path):
         assert result.exit_code == 0 and result.exception is None, (args, result.output)
     assert html_of(tmp_path, str(path))[0].exit_code == 0
     assert "k\\ud800" in show(str(path)).output and "n\\ud800" in show("-l", str(path)).output
+
+
+def test_a_messagepack_profile_with_numbers_for_metric_names_reads_them_as_text(tmp_path):
+    from proton.format_msgpack import packb
+
+    path = tmp_path / "p.hatchet_msgpack"
+    path.write_bytes(packb([{"frame": {"name": "ROOT"}, "metrics": {1: 0},
+                             "children": [{"frame": {"name": "k"}, "metrics": {2: 3},
+                                           "children": []}]}, {}]))
+    result = show("-l", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("inclusive: 1\nexclusive: 2\n")

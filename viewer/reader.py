@@ -112,6 +112,8 @@ def parse(path: str) -> Parsed:
     root = doc[0]
     job = {k: v for k in JOB_KEYS if _job_value(v := root["frame"].get(k))}
     _check_tree(root, name)
+    if path != STDIN and path.endswith(MSGPACK_EXTENSION):
+        _text_metric_names(root)  # MessagePack keys may be numbers; JSON's are text
     _drop_launch_metadata(root)
     frames, metrics, cut = _expand_vectors(root)
     if frames * len(metrics) > MAX_CELLS:
@@ -386,6 +388,15 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
         names.update(metrics)
         stack.extend(node["children"])
     return frames, names, cut
+
+
+def _text_metric_names(root: dict) -> None:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if not all(isinstance(k, str) for k in node["metrics"]):
+            node["metrics"] = {str(k): v for k, v in node["metrics"].items()}
+        stack.extend(node["children"])
 
 
 def _drop_launch_metadata(root: dict) -> None:
