@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 NEVER = ("/proc", "/dev", "/sys")
@@ -39,7 +40,7 @@ class SourceRoots:
     folders: tuple[str, ...]
 
     @classmethod
-    def default(cls, profiles: list[str], extra: list[str] = ()) -> SourceRoots:
+    def default(cls, profiles: Sequence[str], extra: Sequence[str] = ()) -> SourceRoots:
         """The profiles' folders, the current folder and the `extra` folders the user gave."""
         folders = [p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
                    for p in profiles if p != "-"]
