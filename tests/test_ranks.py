@@ -394,3 +394,26 @@ def test_a_vector_metric_over_ranks_is_one_merged_column_per_element(tmp_path):
     fwd = next(r for r in json.loads(result.stdout) if r["path"] == ["ROOT", "fwd"])
     assert (fwd["lens[0] min"], fwd["lens[0] max"], fwd["lens[0] max rank"]) == (1, 2, 1)
     assert fwd["lens[1] mean"] == 2
+
+
+def test_a_trace_nested_past_pythons_limit_is_one_line_and_the_others_merge(tmp_path):
+    trace_file(tmp_path, 0, 1_000_000, [])
+    (tmp_path / "ddp.rank1.chrome_trace").write_text(
+        '{"traceEvents": [' + "[" * 5000 + "]" * 5000 + "]}")
+    result = CliRunner().invoke(viewer, ["--output", "trace", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (f"Error: {str(tmp_path / 'ddp.rank1.chrome_trace')!r} is not a "
+                             "trace: it nests too deep or holds a number too long to read\n")
+    assert json.loads(result.stdout)["otherData"]["ranks"] == [0]
+
+
+def test_trace_times_and_process_ids_of_the_wrong_kind_merge_without_a_traceback(tmp_path):
+    ev = {"name": "k", "ph": "X", "tid": 1, "dur": 1.0}
+    trace_file(tmp_path, 0, 1_000_000, [dict(ev, pid=[1], ts=10 ** 400),
+                                        {"name": "process_name", "ph": "M", "pid": {"a": 1},
+                                         "args": "x"}])
+    trace_file(tmp_path, 1, 10 ** 30, [dict(ev, pid=1, ts=1.0)])  # a clock past 64 bits
+    result = CliRunner().invoke(viewer, ["--output", "trace", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "ddp.rank1.chrome_trace record no t0_ns" in result.stderr
+    assert len(json.loads(result.stdout)["traceEvents"]) > 4

@@ -450,3 +450,256 @@ def test_filter_that_matches_nothing_says_so(tmp_path, args, note):
 def test_filter_that_matches_something_adds_no_note(tmp_path):
     result = show("-i", "inner", cpu_profile(tmp_path))
     assert result.exit_code == 0 and "no frame matches" not in result.output
+
+
+# -- resource bounds: what a hostile file can make the viewer read, hold and spend ---------------
+
+BOMB_SECONDS, BOMB_MB = 60, 1500
+"""Generous bounds for a bomb: before the bounds, the one below took 143 s and 23.6 GB."""
+VIEWER_CODE = """\
+import resource, sys
+from proton.viewer.cli import main
+try:
+    main()
+finally:
+    print("maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+"""
+
+
+def bounded_viewer(*args: str, timeout: float = BOMB_SECONDS):
+    """proton-viewer ARGS in a child limited to 8 GB of address space (a bomb must fail there,
+    not take the machine): (completed process, seconds, its peak resident MB)."""
+    import resource
+    import subprocess
+    import time
+
+    def limit() -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = 8 << 30 if hard == resource.RLIM_INFINITY else min(8 << 30, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", VIEWER_CODE, *args], capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=limit)
+    seconds = time.monotonic() - start
+    peak = [line for line in done.stderr.splitlines() if line.startswith("maxrss_kb ")]
+    return done, seconds, int(peak[-1].split()[1]) / 1024 if peak else float("inf")
+
+
+def bomb_text(levels: int, elements: int) -> str:
+    """The issue's bomb: `levels` nested scopes, the first with a vector of `elements`."""
+    vector = "[" + ",".join(map(str, range(elements))) + "]"
+    parts = ['[{"frame": {"name": "ROOT", "type": "function"}, "metrics": {"time (ns)": 0}, '
+             '"children": [']
+    parts += ['{"frame": {"name": "s%d", "type": "function"}, "metrics": {"time (ns)": 1%s}, '
+              '"children": [' % (i, f', "v": {vector}' if i == 0 else "") for i in range(levels)]
+    parts.append("]}" * levels + "]}, {}]")
+    return "".join(parts)
+
+
+def test_nesting_and_vector_bomb_shows_in_seconds_with_bounded_memory(tmp_path):
+    path = tmp_path / "bomb.hatchet"
+    path.write_text(bomb_text(10_000, 100_000))
+    assert 1_000_000 < path.stat().st_size < 2_000_000  # the issue's 1.7 MB
+    done, seconds, peak_mb = bounded_viewer(str(path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert seconds < BOMB_SECONDS and peak_mb < BOMB_MB, (seconds, peak_mb)
+    assert f"note: {str(path)!r}: vector metric 'v' has 100,000 elements; the viewer shows " \
+           "the first 256" in done.stderr
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_devices_are_refused_at_once_with_one_line(device):
+    done, seconds, _ = bounded_viewer(device)
+    assert done.returncode == 2 and seconds < BOMB_SECONDS
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("maxrss_kb")]
+    assert errors == [f"Error: {device!r} is a device, not a file; give the .hatchet file a "
+                      "profile wrote"]
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    os.mkfifo(tmp_path / "p.hatchet")
+    done, _, _ = bounded_viewer(str(tmp_path / "p.hatchet"), timeout=30)
+    assert done.returncode == 2
+    assert "is a pipe (FIFO), not a file; pipe it into stdin instead: ... | proton-viewer -" \
+        in done.stderr
+
+
+def test_a_file_or_stdin_past_the_size_cap_is_refused_naming_the_cap_and_the_override(
+        tmp_path, monkeypatch):
+    path = write(tmp_path, frame("ROOT", frame("k", **{"cpu_time (ns)": 1, "pad": "x" * 3_000_000})))
+    monkeypatch.setenv(reader.MAX_MB_ENV, "2")
+    for args, source, text in (((path,), repr(path), None), (("-",), "stdin", open(path).read())):
+        result = show(*args, input=text)
+        assert result.exit_code == 2
+        assert result.output == (f"Error: {source} holds more than 2 MiB, the most the viewer "
+                                 "reads; to read it anyway set PROTON_VIEWER_MAX_MB to more MiB\n")
+    monkeypatch.setenv(reader.MAX_MB_ENV, "4")
+    assert show(path).exit_code == 0
+
+
+def test_a_bad_size_cap_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(reader.MAX_MB_ENV, "lots")
+    result = show(cpu_profile(tmp_path))
+    assert result.exit_code == 2
+    assert result.output == ("Error: PROTON_VIEWER_MAX_MB='lots' is not a number of MiB; e.g. "
+                             "PROTON_VIEWER_MAX_MB=1024\n")
+
+
+def test_a_vector_past_the_cap_is_cut_with_a_note(tmp_path):
+    path = write(tmp_path, frame("ROOT", frame("k", lens=list(range(1000)))))
+    result = show("-l", path)
+    assert result.exit_code == 0, result.output
+    assert "lens[255]" in result.stdout and "lens[256]" not in result.stdout
+    assert result.stderr == (f"note: {path!r}: vector metric 'lens' has 1,000 elements; the "
+                             f"viewer shows the first {reader.MAX_VECTOR}\n")
+
+
+def test_too_many_cells_of_frames_by_metrics_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "MAX_CELLS", 1000)  # the same rule as 100M, with a small file
+    frames = [frame(f"f{i}", **{f"m{i}": 1}) for i in range(40)]
+    result = show(write(tmp_path, frame("ROOT", *frames)))
+    assert result.exit_code == 2
+    assert result.output.endswith("has 41 frames and 40 distinct metrics, 1,640 cells; the "
+                                  "viewer holds up to 1,000 (a metric on one frame takes a cell "
+                                  "on every frame)\n")
+    assert len(result.output.splitlines()) == 1
+
+
+def test_ranks_whose_frames_by_metrics_pass_the_cap_together_are_a_one_line_error(
+        tmp_path, monkeypatch):
+    from proton.viewer import ranks
+
+    monkeypatch.setattr(reader, "MAX_CELLS", 1000)
+    monkeypatch.setattr(ranks, "MAX_CELLS", 1000)
+    files = [write(tmp_path, frame("ROOT", *[frame(f"r{r}f{i}", **{f"r{r}m{i}": 1})
+                                             for i in range(30)]), name=f"j.rank{r}.hatchet")
+             for r in (0, 1)]
+    result = show(*files)
+    assert result.exit_code == 2
+    assert result.output == ("Error: the 2 ranks have 61 frames and 60 distinct metrics "
+                             "together, 3,660 cells a rank; the viewer holds up to 1,000: merge "
+                             "fewer files, or show one with --rank R\n")
+
+
+# -- values no profile should hold: each shown sanely or refused in one line ---------------------
+
+H100 = {"CUDA": {"0": {"arch": "90", "num_sms": 132, "clock_rate": 1755000,
+                       "memory_clock_rate": 2619000, "bus_width": 5120}}}
+
+
+def kernel_profile(tmp_path, devices=None, **metrics) -> str:
+    """One kernel on GPU 0 with time, flops and bytes (each overridable) under a scope."""
+    values = {"time (ns)": 2e6, "count": 10, "device_id": "0", "device_type": "CUDA",
+              "flops16": 1e12, "bytes": 1e9, **metrics}
+    root = frame("ROOT", frame("step", frame("mm", **values)), **{"time (ns)": 0, "count": 0,
+                                                                  "flops16": 0, "bytes": 0})
+    return write(tmp_path, root, devices=H100 if devices is None else devices)
+
+
+def html_of(tmp_path, *args: str):
+    page = str(tmp_path / "r.html")
+    result = show("--html", page, *args)
+    return result, page
+
+
+@pytest.mark.parametrize("metrics", [{"time (ns)": 5e-324}, {"flops16": 5e-324},
+                                     {"flops16": 1e308, "bytes": 5e-324}])
+def test_times_and_flops_too_small_or_large_for_a_float_show_without_a_traceback(
+        tmp_path, metrics):
+    path = kernel_profile(tmp_path, **metrics)
+    for args in (["--diagnose"], ["--diagnose", "--output", "json"],
+                 ["-m", "time/ms,tflop16/s,gbyte/s,util"]):
+        result = show(*args, path)
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+    result, page = html_of(tmp_path, path)
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "NaN" not in open(page).read() and "Infinity" not in open(page).read()
+
+
+@pytest.mark.parametrize("devices", [
+    {"CUDA": "x"}, [1], {"CUDA": None}, {"CUDA": {"0": "x"}}, {"CUDA": {"0": [1]}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "num_sms": "x"}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "num_sms": None}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "num_sms": 1e308}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "memory_clock_rate": 10 ** 30}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "clock_rate": -1}}},
+    {"CUDA": {"0": {**H100["CUDA"]["0"], "memory_clock_rate": 5e-324}}},
+])
+def test_a_device_table_of_the_wrong_shape_or_values_is_read_as_far_as_it_makes_sense(
+        tmp_path, devices):
+    path = kernel_profile(tmp_path, devices=devices, grid_blocks=64, block_threads=128)
+    for args in (["--diagnose"], ["-m", "time/ms,tflop16/s"]):
+        result = show(*args, path)
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+    result, _ = html_of(tmp_path, path)
+    assert result.exit_code == 0 and result.exception is None, result.output
+    util = show("-m", "util", path)  # the GPU's figures are not all there: no util
+    assert util.exit_code == 2 and util.output.startswith("Error: unknown metric 'util'")
+    assert len(util.output.splitlines()) == 1
+
+
+def test_whole_numbers_past_a_float_show_blank_and_past_4300_digits_are_one_line(tmp_path):
+    path = kernel_profile(tmp_path, **{"time (ns)": 10 ** 400, "count": 2 ** 64})
+    for args in ([], ["-m", "time/ms,avg_time/us,count"], ["--diagnose"]):
+        result = show(*args, path)
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+    assert html_of(tmp_path, path)[0].exit_code == 0
+    long = tmp_path / "long.hatchet"
+    long.write_text('[{"frame": {"name": "ROOT"}, "metrics": {"n": 1%s}, "children": []}, {}]'
+                    % ("0" * 5000))
+    result = show(str(long))
+    assert result.exit_code == 2
+    assert result.output == (f"Error: {str(long)!r} is not a profile: it holds a number of "
+                             "more than 4,300 digits\n")
+
+
+def test_source_lines_a_billion_apart_or_past_any_file_are_drawn_in_a_few_rows(tmp_path):
+    lines = {"1": 10, "999999999": 20, "9" * 5000: 5}
+    root = frame("ROOT", frame("k", *[frame(f"/x/k.py:{n}@k", num_samples=v)
+                                      for n, v in lines.items()], num_samples=0),
+                 num_samples=0)
+    path = write(tmp_path, root)
+    result = show("--source", "k", path)
+    assert result.exit_code == 0, result.output
+    assert "k: 35 samples, 0.0% stalled, 1 call path, 5 samples not mapped to a line" in \
+        result.output
+    assert len(result.output.splitlines()) < 20
+    page = str(tmp_path / "r.html")  # in a child: a row per line between would take 100s of GB
+    done, seconds, _ = bounded_viewer("--html", page, path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert os.path.getsize(page) < 100_000 and seconds < BOMB_SECONDS
+
+
+def test_a_job_claiming_billions_of_ranks_notes_the_missing_ones_at_once(tmp_path):
+    files = [write(tmp_path, {**frame("ROOT", frame("s", **{"cpu_time (ns)": 1})),
+                              "frame": {"name": "ROOT", "rank": r, "world_size": 2 ** 31 - 1}},
+                   name=f"j.rank{r}.hatchet") for r in (0, 5)]
+    done, seconds, _ = bounded_viewer("-m", "cpu_time/ms", *files)  # a list of them: 80 GB
+    assert done.returncode == 0 and seconds < BOMB_SECONDS, done.stderr[-2000:]
+    assert "note: 2 of the job's 2147483647 ranks merged; missing ranks 1-4,6-2147483646" in \
+        done.stderr
+
+
+def test_a_lone_surrogate_in_a_name_is_shown_as_its_escape(tmp_path):
+    path = tmp_path / "s.hatchet"
+    path.write_text('[{"frame": {"name": "ROOT"}, "metrics": {}, "children": [{"frame": '
+                    '{"name": "k\\ud800", "no_lines": "\\udc00"}, "metrics": {"cpu_time (ns)": 1, '
+                    '"n\\ud800": 1}, "children": []}]}, {}]')
+    for args in ([], ["-l"], ["--output", "csv"], ["--print-sorted"]):
+        result = show(*args, str(path))
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+    assert html_of(tmp_path, str(path))[0].exit_code == 0
+    assert "k\\ud800" in show(str(path)).output and "n\\ud800" in show("-l", str(path)).output
+
+
+def test_a_messagepack_profile_with_numbers_for_metric_names_reads_them_as_text(tmp_path):
+    from proton.format_msgpack import packb
+
+    path = tmp_path / "p.hatchet_msgpack"
+    path.write_bytes(packb([{"frame": {"name": "ROOT"}, "metrics": {1: 0},
+                             "children": [{"frame": {"name": "k"}, "metrics": {2: 3},
+                                           "children": []}]}, {}]))
+    result = show("-l", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("inclusive: 1\nexclusive: 2\n")

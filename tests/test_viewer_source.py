@@ -17,6 +17,7 @@ from conftest import viewer_in_terminal
 from proton.viewer.cli import viewer
 from proton.viewer.reader import load
 from proton.viewer.source import KernelSamples, LineSamples, Samples, find_kernel, source_files
+from proton.viewer.source_roots import SourceRoots
 from proton.viewer.source_view import window
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -33,6 +34,13 @@ def _generator():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(autouse=True)
+def in_checkout(monkeypatch):
+    """As a user in their checkout: the kernels' source is under the current folder (the
+    viewer shows source only there, beside the profile, or under a --source-root)."""
+    monkeypatch.chdir(os.path.dirname(DATA))
 
 
 @pytest.fixture
@@ -122,11 +130,12 @@ def test_kernel_file_comes_before_hotter_helper_files(tmp_path):
     lines = [LineSamples(str(helper), 2, "add_kernel", Samples(90.0)),
              LineSamples(str(kernel_file), 2, "add_kernel", Samples(10.0))]
     kernel = KernelSamples("add_kernel", 1, Samples(100.0), 0.0, lines, [])
-    assert [sf.path for sf in source_files(kernel)] == [str(kernel_file), str(helper)]
+    roots = SourceRoots((str(tmp_path),))
+    assert [sf.path for sf in source_files(kernel, roots)] == [str(kernel_file), str(helper)]
 
 
 def test_missing_source_file_prints_its_lines_without_code(profile):
-    result = show("--source", "softmax_kernel", "--width", "100", profile)
+    result = show("--source", "softmax_kernel", "--width", "100", "--source-root", "/", profile)
     assert result.exit_code == 0, result.output
     assert result.output == (
         "softmax_kernel: 80 samples, 68.8% stalled (long_scoreboard 73%, wait 27%), 1 call path, "
@@ -137,7 +146,7 @@ def test_missing_source_file_prints_its_lines_without_code(profile):
         "  samples      %  top stalls                     line\n"
         "▶      60  75.0%  long_scoreboard 80%, wait 20%     7\n"
         "▶      20  25.0%  wait 100%                         9\n")
-    matmul = show("--source", "matmul_kernel", profile).output
+    matmul = show("--source", "matmul_kernel", "--source-root", "/", profile).output
     assert matmul.index(SOURCE + ":") < matmul.index("/gone/helpers.py: 20 samples (2.0% of")
 
 
@@ -281,3 +290,91 @@ def test_unknown_kernel_error_cuts_long_kernel_names():
     assert "_ZN2at6native29vectorized_elementwise_kernelILi8EZZZNS0_49_GLOBAL__N__d2ba64f..., " \
            in result.output and "matmul_kernel, nvjet_sm90_" in result.output
     assert len(result.output) < 400 and len(result.output.strip().splitlines()) == 1
+
+
+# -- which files a profile may make the viewer read --------------------------------------------
+
+def sampled_profile(tmp_path, *files: str) -> str:
+    """A profile whose kernel `k` has 10 samples on line 1 of each of `files`."""
+    lines = [{"frame": {"name": f"{file}:1@k"}, "children": [],
+              "metrics": {"num_samples": 10, "num_stalled_samples": 10, "stalled_wait": 10}}
+             for file in files]
+    path = tmp_path / "p.hatchet"
+    path.write_text(json.dumps([{"frame": {"name": "ROOT"}, "metrics": {"num_samples": 0},
+                                 "children": [{"frame": {"name": "k"}, "children": lines,
+                                               "metrics": {"num_samples": 0}}]}, {}]))
+    return str(path)
+
+
+def html_source(tmp_path, *args: str) -> dict:
+    """The source heat of `--html`'s page: {shown path: its lines' code}."""
+    page = str(tmp_path / "r.html")
+    result = show("--html", page, *args)
+    assert result.exit_code == 0, result.output
+    with open(page) as f:
+        text = f.read()
+    body = text[text.index('id="data">') + len('id="data">'):]
+    data = json.loads(body[:body.index("</script>")])
+    return {f["path"]: "".join(line["code"] for line in f["lines"])
+            for k in data["source"] for f in k["files"]}
+
+
+def test_proc_dev_and_sys_are_never_read_even_through_a_symlink_or_a_root(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setenv("PROTON_TEST_TOKEN", "tok-8f3a")
+    link = tmp_path / "env.py"
+    link.symlink_to("/proc/self/environ")
+    path = sampled_profile(tmp_path, "/proc/self/environ", str(link), "/dev/zero",
+                           "/proc/self/cwd/tests/data/pc_kernel_source.py")
+    result = show("--source", "k", "--source-root", "/", path)
+    assert result.exit_code == 0, result.output
+    assert "tok-8f3a" not in result.output and "@triton.jit" not in result.output
+    assert result.output.count("not shown: files under /proc, /dev and /sys are never read; "
+                               "the sampled lines only") == 4
+    pages = html_source(tmp_path, "--source-root", "/", path)
+    assert set(pages.values()) == {""}
+    assert all(p.endswith(" (not shown: files under /proc, /dev and /sys are never read)")
+               for p in pages)
+
+
+def test_file_outside_the_profiles_folder_and_the_current_one_is_shown_only_when_allowed(
+        tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.py").write_text("TOKEN = 'tok-8f3a'\n")
+    (tmp_path / "run").mkdir()
+    path = sampled_profile(tmp_path / "run", str(elsewhere / "secret.py"))
+    result = show("--source", "k", path)
+    assert result.exit_code == 0, result.output
+    assert "tok-8f3a" not in result.output
+    assert (f"not shown: not under the profile's folder, the current folder or a --source-root; "
+            f"add --source-root {elsewhere} to show it; the sampled lines only") in result.output
+    assert "tok-8f3a" not in "".join(html_source(tmp_path, path).values())
+    allowed = show("--source", "k", "--source-root", str(elsewhere), path)
+    assert "TOKEN = 'tok-8f3a'" in allowed.output
+    assert "TOKEN = 'tok-8f3a'" in html_source(tmp_path, "--source-root", str(elsewhere), path)[
+        str(elsewhere / "secret.py")]
+
+
+def test_source_beside_the_profile_is_shown_but_hidden_folders_and_other_files_are_not(
+        tmp_path):
+    (tmp_path / "kernel.py").write_text("def k(): pass  # beside the profile\n")
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id.py").write_text("KEY = 'key-1'\n")
+    (tmp_path / "id_rsa").write_text("KEY = 'key-2'\n")
+    path = sampled_profile(tmp_path, str(tmp_path / "kernel.py"), str(tmp_path / ".ssh/id.py"),
+                           str(tmp_path / "id_rsa"))
+    out = show("--source", "k", path).output
+    assert "# beside the profile" in out and "key-" not in out
+    assert (f"not shown: in a hidden folder or file; add --source-root {tmp_path / '.ssh'} to "
+            "show it") in out
+    assert "not shown: not a source file (the viewer shows .py, .cu," in out
+    assert "KEY = 'key-1'" in show("--source", "k", "--source-root", str(tmp_path / ".ssh"),
+                                   path).output
+
+
+def test_a_fifo_named_as_source_is_not_opened(tmp_path):
+    os.mkfifo(tmp_path / "k.py")  # opening it to read would wait for a writer for ever
+    result = show("--source", "k", sampled_profile(tmp_path, str(tmp_path / "k.py")))
+    assert result.exit_code == 0, result.output
+    assert "not shown: not a regular file; the sampled lines only" in result.output

@@ -98,11 +98,16 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               help="Instead of the tree: the PC samples of KERNEL (exact name, else a regex "
               "search) per source line, over all its call paths, beside its source "
               "(a profile from `proton -m pcsampling`).")
+@click.option("--source-root", "source_roots", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
+              help="With --source and --html: also show source files under DIR (repeatable). "
+              "Source is read only under the profile's folder, the current folder and these, "
+              "never from /proc, /dev or /sys: a profile names its files itself.")
 @click.argument("profiles", metavar="FILE.hatchet...", nargs=-1, required=True)
 @click.pass_context
 def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
            name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-           html_path, rank, kernel, profiles) -> None:
+           html_path, rank, kernel, source_roots, profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
     from stdin. Several files, or a folder, are a job's ranks: one tree over all of them,
     frames matched by call path, each metric summed and, per frame, its min, mean and max
@@ -137,13 +142,16 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
         profile, merged, errors = deep.call(_open, list(profiles), rank, other, kernel)
         for error in errors:  # the files that could not be read; the others still show
             click.echo(f"Error: {error}", err=True)
+        from .source_roots import SourceRoots
+
+        roots = SourceRoots.default(list(profiles), list(source_roots))
         if kernel is not None:
-            deep.call(_show_source, kernel, width, profile)
+            deep.call(_show_source, kernel, width, profile, roots)
         elif diagnose:
             deep.call(_show_findings, profile, name_style, output)
         elif html_path is not None:
             deep.call(_write_html, html_path, metrics, include, exclude, threshold, depth,
-                      name_style, profile, merged, list(profiles))
+                      name_style, profile, merged, list(profiles), roots)
         else:
             deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth,
                       (name_format, name_style), collapse_libraries, print_sorted, other, output,
@@ -159,21 +167,21 @@ def _open(profiles: list[str], rank: int | None, other, kernel):
     one line per file that could not be read)."""
     import os
 
-    from .reader import STDIN, load
+    from .reader import STDIN
 
     if STDIN in profiles and other == STDIN:
         raise ViewerError("FILE and -diff OTHER are both '-'; stdin holds one profile, give the "
                           "other as a file")
     if len(profiles) == 1 and rank is None and not os.path.isdir(profiles[0]):
-        return load(profiles[0]), None, []
+        return _load(profiles[0]), None, []
     from . import ranks
 
     paths = ranks.expand(profiles)
     if rank is None and len(paths) == 1:
-        return load(paths[0]), None, []
+        return _load(paths[0]), None, []
     if rank is not None:
         path, errors = ranks.pick(paths, rank)
-        return load(path), None, errors
+        return _load(path), None, errors
     if other is not None or kernel is not None:
         raise ViewerError(f"{'-diff' if other is not None else '--source'} reads one profile, "
                           f"and {len(paths)} were given; choose one with --rank R")
@@ -182,6 +190,16 @@ def _open(profiles: list[str], rank: int | None, other, kernel):
     for note in merged.notes:  # what the reader should know; every file given was read
         click.echo(f"note: {note}", err=True)
     return merged.total, merged, errors
+
+
+def _load(path: str):
+    """reader.load, its notes on stderr."""
+    from .reader import load
+
+    profile = load(path)
+    for note in profile.notes:
+        click.echo(f"note: {note}", err=True)
+    return profile
 
 
 class _Failed(click.ClickException):
@@ -197,7 +215,6 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from . import export, render
     from .derive import available
     from .diff import diff_columns
-    from .reader import load
     from .select import display_names, fold_names, library_frames, visible_nodes
     from .source import no_lines_notes
 
@@ -220,7 +237,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     if metrics is not None and not specs:
         raise ViewerError("-m names no metric; e.g. -m time/ms,count")
     if other is not None:
-        columns = diff_columns(prof, load(other), specs)
+        columns = diff_columns(prof, _load(other), specs)
     else:
         columns = _metric_columns(prof, merged, specs)
     first = columns[0].values.to_dict() if columns else {}
@@ -310,7 +327,7 @@ def _metric_columns(prof, merged, specs: list[str]) -> list:
 
 
 def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,
-                profiles) -> None:
+                profiles, roots) -> None:
     import os
 
     from .html import page
@@ -327,8 +344,8 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
                                 threshold=threshold)
     title = ", ".join(os.path.basename(p.rstrip("/")) or p for p in profiles[:3]) + (
         f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
-    text = page(prof, columns, title=f"Proton: {title}", merged=merged, visible=visible,
-                depth=depth, style=style)
+    text = page(prof, columns, title=f"Proton: {title}", roots=roots, merged=merged,
+                visible=visible, depth=depth, style=style)
     from ..files import write_whole  # a symlink planted at `path` is replaced, not followed
 
     try:
@@ -357,7 +374,7 @@ def _nothing_matches(include, exclude, threshold, columns) -> str:
     return "no frame matches " + " ".join(g for g in given if g)
 
 
-def _show_source(kernel: str, width: int | None, prof) -> None:
+def _show_source(kernel: str, width: int | None, prof, roots) -> None:
     from rich.console import Console
 
     from .source import find_kernel
@@ -366,7 +383,7 @@ def _show_source(kernel: str, width: int | None, prof) -> None:
     console = Console(width=width)
     # As the tree: fold code at the terminal's width or --width; piped, one line per line.
     fold_at = console.width if console.is_terminal or width else None
-    console.print(source_view(find_kernel(prof, kernel), width=fold_at),
+    console.print(source_view(find_kernel(prof, kernel), roots, width=fold_at),
                   soft_wrap=fold_at is None, crop=False)
 
 

@@ -256,8 +256,12 @@ def _intensity(ctx: _Context, node) -> tuple[float, float, float, str, float] | 
     if roofs is None:
         return None
     peak, bw = roofs
-    x, y = flops / nbytes, flops / (ns * 1e-9)
+    seconds = ns * 1e-9
+    x = flops / nbytes
     here = min(peak, bw * x)  # the roof at this intensity
+    if not seconds or not here or not math.isfinite(flops / seconds / here):
+        return None  # a time or an intensity too small (or large) for a float
+    y = flops / seconds
     return x, y, y / here, "memory" if bw * x < peak else "compute", peak / bw
 
 

@@ -19,6 +19,7 @@ from .errors import ViewerError
 from .names import readable
 from .page import TEMPLATE
 from .reader import Profile
+from .source_roots import SourceRoots
 from .specs import roof
 
 KERNEL_SPECS = ("time/ms", "count", "avg_time/us")
@@ -26,16 +27,17 @@ SOURCE_KERNELS = 12
 """Sampled kernels whose source the page shows, most samples first."""
 
 
-def page(prof: Profile, columns: list[Column], *, title: str, merged=None,
+def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots, merged=None,
          visible: set | None = None, depth: int = 100, style: str = "folded") -> str:
-    """The report for `prof` (the merged total when `merged`), widths from `columns[0]`."""
+    """The report for `prof` (the merged total when `merged`), widths from `columns[0]`; the
+    code of source files under `roots` only (the page may be shared)."""
     nodes = _nodes(prof, columns, visible, depth, style)
     data = {"summary": _summary(prof, columns, merged),
             "columns": [c.header for c in columns],
             "kernels": _kernels(prof, merged, nodes.pop("order")),
             "nodes": nodes,
             "roofline": _roofline(prof, style),
-            "source": _source(prof, style),
+            "source": _source(prof, style, roots),
             "findings": _findings(prof, style)}
     # <, > and & as JSON escapes: no text in the data can close the script or open a comment
     text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace(
@@ -163,22 +165,25 @@ def _roofline(prof: Profile, style: str) -> dict:
         t, b = _num(time_s.get(node)), _num(nbytes.get(node))
         if not flops or not t or not b:
             continue
-        x, y = flops / b, flops / t
+        x, y = _num(flops / b), _num(flops / t)
+        if not x or not y:  # an intensity or a rate too small (or large) for a float
+            continue
         peak, bw = peaks.get(device[node] if device is not None else "", (None, None))
-        frac = y / min(peak, bw * x) if peak else None
+        here = min(peak, bw * x) if peak else None
         points.append({"name": readable(node.frame.get("name", "?"), style), "x": x, "y": y,
-                       "t": t, "frac": frac})
+                       "t": t, "frac": _num(y / here) if here else None})
     note = (f"{len(points)} kernels with flops and bytes; dots sized by time. " +
             ("Roofs from the file's device table." if roofs else
              "No roof: the device table names no GPU whose peak is known."))
     return {"points": points, "roofs": roofs, "note": note}
 
 
-def _source(prof: Profile, style: str) -> list:
+def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     """The most-sampled kernels' source lines with samples and their top stall reasons."""
     if NUM_SAMPLES not in prof.gf.dataframe:
         return []
     from .source import _Columns, find_kernel, kernel_nodes, source_files
+    from .source_view import window
 
     columns = _Columns(prof)
     totals: dict[str, float] = {}
@@ -196,20 +201,28 @@ def _source(prof: Profile, style: str) -> list:
             continue
         total = kernel.total.samples or 1.0
         files = []
-        for sf in source_files(kernel):
+        for sf in source_files(kernel, roots):
             text = sf.text.splitlines() if sf.text else []
-            first, last = min(sf.lines), max(sf.lines)
+            sampled = sorted(sf.lines)
             lines = []
-            for number in range(first, last + 1):
+            # first to last sampled line, long unsampled runs elided as in --source (a profile
+            # may name lines a billion apart)
+            for number in window(sampled, sampled[-1]):
+                if number is None:
+                    lines.append({"line": "...", "code": "", "samples": 0, "share": 0,
+                                  "stalls": ""})
+                    continue
+                if number < sampled[0]:
+                    continue
                 ls = sf.lines.get(number)
                 code = text[number - 1] if 0 < number <= len(text) else ""
                 stalls = ", ".join(f"{r} {share:.0%}" for r, share in
                                    ls.counts.top_stalls(2)) if ls else ""
                 lines.append({"line": number, "code": code,
-                              "samples": ls.counts.samples if ls else 0,
-                              "share": ls.counts.samples / total if ls else 0,
+                              "samples": _num(ls.counts.samples) if ls else 0,
+                              "share": _num(ls.counts.samples / total) if ls else 0,
                               "stalls": stalls})
-            files.append({"path": sf.path + ("" if sf.text else " (not on this machine)"),
+            files.append({"path": sf.path + (f" ({sf.why})" if sf.why else ""),
                           "lines": lines})
         stalled = kernel.total.stalled / total
         out.append({"name": readable(name, style), "files": files,

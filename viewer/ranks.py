@@ -23,7 +23,7 @@ from ..format import (DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA,
                       TREE_EXTENSION)
 from .derive import Column, derive
 from .errors import ViewerError
-from .reader import Profile, parse
+from .reader import MAX_CELLS, Profile, parse
 
 STATS = ("min", "mean", "max", "max rank", "max/mean")
 """The columns each metric gets besides its total over the ranks."""
@@ -44,6 +44,8 @@ class Rank:
     """Metric -> (merged frame numbers, values) of the frames that have it."""
     has: list[int]
     """The merged frame numbers it has."""
+    notes: list[str]
+    """Its file's notes (reader.Parsed.notes)."""
 
 
 class _Frames:
@@ -143,10 +145,12 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     fit in memory); a file that cannot be read is left out with its one-line reason."""
     ranks, errors, frames = [], [], _Frames()
     with _no_gc():
-        for i, path, (root, devices, job) in _parsed(paths, errors):
+        for i, path, parsed in _parsed(paths, errors):
+            root, job = parsed.root, parsed.job
             inclusive = [m for m in root["metrics"] if "(inc)" not in m]
             cols, has = frames.add(root)
-            ranks.append(Rank(rank_of(path, job, i), path, devices, job, inclusive, cols, has))
+            ranks.append(Rank(rank_of(path, job, i), path, parsed.devices, job, inclusive, cols,
+                              has, parsed.notes))
     if not ranks:
         raise ViewerError(f"none of the {len(paths)} files could be read: " + "; ".join(errors))
     labels = [r.label for r in ranks]
@@ -184,8 +188,8 @@ def pick(paths: list[str], rank: int) -> tuple[str, list[str]]:
     """The file of rank `rank` among `paths` (proton-viewer --rank R), and one line per file
     that could not be read on the way."""
     labels, errors = [], []
-    for i, path, (_, _, job) in _parsed(paths, errors):
-        labels.append(rank_of(path, job, i))
+    for i, path, parsed in _parsed(paths, errors):
+        labels.append(rank_of(path, parsed.job, i))
         if labels[-1] == rank:
             return path, errors
     raise ViewerError(f"no file of rank {rank} among the {len(paths)} given; they hold ranks "
@@ -213,6 +217,11 @@ def _merge(ranks: list[Rank], union: _Frames) -> Merged:
     index = pd.Index(nodes, name="node")
     names = pd.Series([n.frame.get("name", "") for n in nodes], index=index)
     metrics = list(dict.fromkeys(m for rank in ranks for m in rank.cols))
+    if len(nodes) * len(metrics) > MAX_CELLS:  # each rank's table: every frame by every metric
+        raise ViewerError(f"the {len(ranks)} ranks have {len(nodes):,} frames and "
+                          f"{len(metrics):,} distinct metrics together, "
+                          f"{len(nodes) * len(metrics):,} cells a rank; the viewer holds up to "
+                          f"{MAX_CELLS:,}: merge fewer files, or show one with --rank R")
     inclusive = dict.fromkeys(m for rank in ranks for m in rank.inclusive)
     incl = [m for m in inclusive if m in metrics]
     depth = np.array([n._depth for n in nodes])
@@ -242,8 +251,9 @@ def _merge(ranks: list[Rank], union: _Frames) -> Merged:
         ranks_out.append(_profile(graph, data, incl, metrics, rank.devices, rank.job))
     total = _total(graph, index, names, ranks_out, metrics, incl, sums, ranks)
     labels = [r.label for r in ranks]
+    notes = [note for rank in ranks for note in rank.notes] + _missing(ranks)
     return Merged(total, ranks_out, labels,
-                  pd.DataFrame(present, index=index, columns=labels), _missing(ranks))
+                  pd.DataFrame(present, index=index, columns=labels), notes)
 
 
 def _preorder(parents: list[int]) -> list[int]:
@@ -378,12 +388,16 @@ def _missing(ranks: list[Rank]) -> list[str]:
     if len(sizes) != 1:
         return []
     size = sizes.pop()
-    have = {r.label for r in ranks}
-    missing = [r for r in range(size) if r not in have] if isinstance(size, int) else []
-    if not missing:
+    if not isinstance(size, int):
         return []
-    return [f"{len(ranks)} of the job's {size} ranks merged; missing rank"
-            f"{'s' * (len(missing) > 1)} {span(missing)}"]
+    # the gaps between the ranks here, not every rank of the job: a file may claim billions
+    have = sorted({r.label for r in ranks if 0 <= r.label < size})
+    gaps = [(a + 1, b - 1) for a, b in zip([-1, *have], [*have, size]) if b - a > 1]
+    if not gaps:
+        return []
+    count = sum(b - a + 1 for a, b in gaps)
+    return [f"{len(ranks)} of the job's {size} ranks merged; missing rank{'s' * (count > 1)} "
+            + ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in gaps)]
 
 
 def span(labels: list[int]) -> str:

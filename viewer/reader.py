@@ -3,7 +3,11 @@ GraphFrame; a tree of any depth (see deep.py and graph.py)."""
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 import reprlib
+import stat
 import sys
 from dataclasses import dataclass, field
 
@@ -26,6 +30,8 @@ class Profile:
     """The file's device table: {"CUDA": {"0": {"arch", "num_sms", ...}}}."""
     job: dict = field(default_factory=dict)
     """The writing process: rank, world_size, local_rank, host, pid (format.JOB_KEYS)."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader should know about what is not shown (Parsed.notes)."""
 
 
 STDIN = "-"
@@ -40,7 +46,8 @@ def load(path: str) -> Profile:
         prof = load("run.hatchet")
         prof.gf.dataframe["time (ns) (inc)"]
     """
-    root, devices, job = parse(path)
+    parsed = parse(path)
+    root = parsed.root
     from .graph import from_tree  # hatchet is heavy (pandas, matplotlib): only for a good file
 
     deep.keep_limit()
@@ -49,13 +56,32 @@ def load(path: str) -> Profile:
     _add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
     exclusive = [c for c in gf.dataframe.columns
                  if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
-    return Profile(gf, inclusive, exclusive, devices, job)
+    return Profile(gf, inclusive, exclusive, parsed.devices, parsed.job, parsed.notes)
 
 
-def parse(path: str) -> tuple[dict, dict, dict]:
-    """The checked tree (root node, launch metadata frames dropped), device table and writing
-    process (format.JOB_KEYS; {} for older files) of the profile at `path`; ViewerError with a
-    one-line reason when it is not one."""
+@dataclass(slots=True)
+class Parsed:
+    """A profile file read and checked, before hatchet sees it."""
+
+    root: dict
+    """The root node, launch metadata frames dropped, vector metrics expanded."""
+    devices: dict
+    job: dict
+    """The writing process (format.JOB_KEYS; {} for older files)."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader should know about what is not shown (vectors cut)."""
+
+
+MAX_VECTOR = 256
+"""Elements of a vector metric expanded into metrics of their own (lens[0], lens[1], ...)."""
+MAX_CELLS = 100_000_000
+"""Frames x distinct metrics the viewer holds: its table has a cell for each pair (~20 bytes
+while it is built), so a metric on one frame costs a cell on every frame."""
+
+
+def parse(path: str) -> Parsed:
+    """The checked tree, device table and writing process of the profile at `path`;
+    ViewerError with a one-line reason when it is not one, or too large to hold."""
     name = "stdin" if path == STDIN else repr(path)
     if path != STDIN and path.endswith(MSGPACK_EXTENSION):
         doc = _read_msgpack(path, name)
@@ -67,22 +93,63 @@ def parse(path: str) -> tuple[dict, dict, dict]:
                                  else ""))
         try:
             doc = deep.call(json.loads, text)
+            if _SURROGATE.search(text):
+                doc = _without_surrogates(doc)
         except json.JSONDecodeError as exc:
             raise ViewerError(f"{name} is not a profile: not valid JSON ({exc}); the file may "
                               "be truncated, re-run the profile") from None
         except RecursionError:
             raise ViewerError(f"{name} nests deeper than the {deep.MAX_LEVELS:,} levels the "
                               "viewer reads") from None
+        except ValueError:  # Python reads no int of more than 4,300 digits
+            digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+            raise ViewerError(f"{name} is not a profile: it holds a number of more than "
+                              f"{digits:,} digits") from None
     if not (isinstance(doc, list) and len(doc) >= 1 and _is_node(doc[0])):
         raise ViewerError(f"{name} is JSON but not a .hatchet profile; expected "
                           "[root node, device table] as proton writes")
-    devices = doc[1] if len(doc) > 1 and isinstance(doc[1], dict) else {}
+    devices = _check_devices(doc[1] if len(doc) > 1 else {})
     root = doc[0]
-    job = {k: v for k in JOB_KEYS if isinstance(v := root["frame"].get(k), (int, str))}
+    job = {k: v for k in JOB_KEYS if _job_value(v := root["frame"].get(k))}
     _check_tree(root, name)
+    if path != STDIN and path.endswith(MSGPACK_EXTENSION):
+        _text_metric_names(root)  # MessagePack keys may be numbers; JSON's are text
     _drop_launch_metadata(root)
-    _expand_vectors(root)
-    return root, devices, job
+    frames, metrics, cut = _expand_vectors(root)
+    if frames * len(metrics) > MAX_CELLS:
+        raise ViewerError(f"{name} has {frames:,} frames and {len(metrics):,} distinct metrics, "
+                          f"{frames * len(metrics):,} cells; the viewer holds up to "
+                          f"{MAX_CELLS:,} (a metric on one frame takes a cell on every frame)")
+    notes = [f"{name}: vector metric {metric!r} has {n:,} elements; the viewer shows the first "
+             f"{MAX_VECTOR}" for metric, n in cut.items()]
+    return Parsed(root, devices, job, notes)
+
+
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: alone, it makes a string no terminal can print."""
+
+
+def _without_surrogates(doc):
+    """`doc` with every lone surrogate in its strings (values and keys) written as its escape
+    (`\\ud800`): such a name is drawn as text rather than failing at the first print."""
+    def text(s: str) -> str:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    root: list = [doc]
+    stack: list = [root]
+    while stack:
+        container = stack.pop()
+        if isinstance(container, dict):
+            items = list(container.items())
+            container.clear()
+            container.update((text(k), v) for k, v in items)
+        for key, value in (container.items() if isinstance(container, dict)
+                           else enumerate(container)):
+            if isinstance(value, str):
+                container[key] = text(value)
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+    return root[0]
 
 
 MSGPACK_EXTENSION = ".hatchet_msgpack"
@@ -92,12 +159,7 @@ MSGPACK_EXTENSION = ".hatchet_msgpack"
 def _read_msgpack(path: str, name: str):
     from ..format_msgpack import MsgpackError, unpackb
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise ViewerError(f"cannot read {name}: {exc.strerror or exc}; give the file a profile "
-                          "wrote") from None
+    data = read_bytes(path)
     try:
         return unpackb(data)
     except (MsgpackError, UnicodeDecodeError) as exc:
@@ -105,21 +167,75 @@ def _read_msgpack(path: str, name: str):
                           "may be truncated, re-run the profile") from None
 
 
-def read_text(path: str) -> str:
-    """The text of `path`, or of standard input for `-`."""
+MAX_MB_ENV = "PROTON_VIEWER_MAX_MB"
+MAX_MB = 256
+"""The largest file the viewer reads, in MiB, unless MAX_MB_ENV says otherwise: a profile takes
+~25x its size in memory (~1.5 million frames)."""
+
+
+def max_bytes() -> int:
+    """The most bytes the viewer reads of one file: MAX_MB, or MAX_MB_ENV's number of MiB."""
+    given = os.environ.get(MAX_MB_ENV)
+    if given is None:
+        return MAX_MB << 20
+    try:
+        mb = int(given)
+    except ValueError:
+        mb = 0
+    if mb <= 0:
+        raise ViewerError(f"{MAX_MB_ENV}={given!r} is not a number of MiB; e.g. "
+                          f"{MAX_MB_ENV}={MAX_MB * 4}")
+    return mb << 20
+
+
+def _too_big(name: str, limit: int) -> ViewerError:
+    return ViewerError(f"{name} holds more than {limit >> 20:,} MiB, the most the viewer reads; "
+                       f"to read it anyway set {MAX_MB_ENV} to more MiB")
+
+
+def _not_waiting(path: str, flags: int) -> int:
+    """open()'s opener: a FIFO opens without waiting for a writer (then fstat refuses it)."""
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
+def _kind(mode: int) -> str | None:
+    """What a file that is not a regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of the regular file `path`, or of standard input for `-`: at most
+    max_bytes() (ViewerError past it, or for a device, pipe or folder: /dev/zero never ends)."""
+    limit = max_bytes()
     if path == STDIN:
         if sys.stdin is None or sys.stdin.isatty():
             raise ViewerError("FILE is '-' but nothing is piped into stdin; e.g. "
                               "cat run.hatchet | proton-viewer -")
-        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
-        try:
-            return data.decode("utf-8") if isinstance(data, bytes) else data
-        except UnicodeDecodeError as exc:
-            raise ViewerError(f"stdin is not a profile: not UTF-8 text ({exc}); pipe a "
-                              ".hatchet file") from None
+        stream = getattr(sys.stdin, "buffer", sys.stdin)
+        data = stream.read(limit + 1)
+        data = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+        if len(data) > limit:
+            raise _too_big("stdin", limit)
+        return data
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        with open(path, "rb", opener=_not_waiting) as f:
+            info = os.fstat(f.fileno())
+            kind = _kind(info.st_mode)
+            if kind is not None:
+                fix = ("pipe it into stdin instead: ... | proton-viewer -" if "pipe" in kind
+                       else "give the .hatchet file a profile wrote")
+                raise ViewerError(f"{path!r} is {kind}, not a file; {fix}")
+            if info.st_size > limit:
+                raise _too_big(repr(path), limit)
+            data = f.read(limit + 1)
     except FileNotFoundError:
         raise ViewerError(f"no such file {path!r}; give the .hatchet file a profile wrote") from None
     except IsADirectoryError:
@@ -127,12 +243,25 @@ def read_text(path: str) -> str:
     except PermissionError:
         raise ViewerError(f"cannot read {path!r}: permission denied; make it readable "
                           f"(chmod u+r {path}) or run as a user who may read it") from None
-    except UnicodeDecodeError as exc:
-        raise ViewerError(f"{path!r} is not a profile: not valid JSON ({exc}); the file may be "
-                          "truncated, re-run the profile") from None
     except OSError as exc:
         raise ViewerError(f"cannot read {path!r}: {exc.strerror or exc}; check the file and "
                           "its disk") from None
+    if len(data) > limit:  # it grew after fstat
+        raise _too_big(repr(path), limit)
+    return data
+
+
+def read_text(path: str) -> str:
+    """The text of `path`, or of standard input for `-` (read_bytes, as UTF-8)."""
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if path == STDIN:
+            raise ViewerError(f"stdin is not a profile: not UTF-8 text ({exc}); pipe a "
+                              ".hatchet file") from None
+        raise ViewerError(f"{path!r} is not a profile: not valid JSON ({exc}); the file may be "
+                          "truncated, re-run the profile") from None
 
 
 def _add_inclusive_columns(gf, metrics: list[str]) -> None:
@@ -192,18 +321,81 @@ def _check_tree(root: dict, name: str) -> None:
         stack.extend(node["children"])
 
 
-def _expand_vectors(root: dict) -> None:
+GPU_FIGURES = ("num_sms", "clock_rate", "memory_clock_rate", "bus_width")
+"""A device table GPU's numbers the viewer computes peaks and occupancy with."""
+MAX_FIGURE = 1e9
+"""More than any GPU has of each (SMs, kHz, bits): a larger figure is not a GPU's."""
+
+
+def _check_devices(table) -> dict:
+    """The device table as the viewer uses it: {type: {id: {field: value}}}, ids as text, a
+    GPU's figures (GPU_FIGURES) numbers from 1 to MAX_FIGURE; what is not is left out (the
+    rules that need it then say they could not run)."""
+    if not isinstance(table, dict):
+        return {}
+    out = {}
+    for kind, devices in table.items():
+        if not isinstance(devices, dict):
+            continue
+        out[str(kind)] = {str(dev): {str(k): v for k, v in gpu.items() if k not in GPU_FIGURES
+                                     or _number(v) and 1 <= v <= MAX_FIGURE}
+                          for dev, gpu in devices.items() if isinstance(gpu, dict)}
+    return out
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _job_value(value) -> bool:
+    """A rank, world size, pid (a whole number a process could have) or a host name."""
+    return isinstance(value, str) or type(value) is int and 0 <= value < 1 << 31
+
+
+LARGEST_INT = 1 << 63
+"""Whole numbers past int64 become floats (pandas cannot hold them as numbers)."""
+
+
+def _as_float(value: int) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # past 1.8e308
+        return math.inf if value > 0 else -math.inf
+
+
+def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
     """A vector metric ("lens": [3, 5]) becomes one exclusive metric per element ("lens[0]",
-    "lens[1]"), which every view can show, sort and export like any number."""
+    "lens[1]"), which every view can show, sort and export like any number; its first
+    MAX_VECTOR elements only. (frames, distinct metric names, the longest length of each
+    vector cut.)"""
+    frames, names, cut = 0, set(), {}
     stack = [root]
     while stack:
         node = stack.pop()
+        frames += 1
         metrics = node["metrics"]
         if any(isinstance(v, list) for v in metrics.values()):
-            node["metrics"] = {
+            for key, value in metrics.items():
+                if isinstance(value, list) and len(value) > MAX_VECTOR:
+                    cut[key] = max(cut.get(key, 0), len(value))
+            node["metrics"] = metrics = {
                 k: v for key, value in metrics.items()
-                for k, v in ([(f"{key}[{i}]", e) for i, e in enumerate(value)]
+                for k, v in ([(f"{key}[{i}]", e) for i, e in enumerate(value[:MAX_VECTOR])]
                              if isinstance(value, list) else [(key, value)])}
+        for key, value in metrics.items():
+            if type(value) is int and not -LARGEST_INT <= value < LARGEST_INT:
+                metrics[key] = _as_float(value)
+        names.update(metrics)
+        stack.extend(node["children"])
+    return frames, names, cut
+
+
+def _text_metric_names(root: dict) -> None:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if not all(isinstance(k, str) for k in node["metrics"]):
+            node["metrics"] = {str(k): v for k, v in node["metrics"].items()}
         stack.extend(node["children"])
 
 

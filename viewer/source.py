@@ -19,7 +19,10 @@ from ..format import (DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FR
                       STALLED_PREFIX)
 from .errors import ViewerError
 from .reader import Profile
+from .source_roots import SourceRoots
 
+MAX_LINE_DIGITS = 9
+"""A line number of more digits is no source line (and Python reads at most 4,300)."""
 ISSUING = "selected"
 """The sampling reason of a warp that issued: CUPTI lists it among the stall reasons and
 counts it in num_stalled_samples; here it is counted as issuing."""
@@ -175,11 +178,14 @@ def _collect(columns: _Columns, nodes: list, name: str) -> KernelSamples:
             if counts is None:
                 continue
             sampled = True
+            total.add(counts)
+            if len(m["line"]) > MAX_LINE_DIGITS:  # no file has that line: not mapped
+                unmapped += counts.samples
+                continue
             key = (m["file"], int(m["line"]))
             if key not in by_line:
                 by_line[key] = LineSamples(key[0], key[1], m["function"], Samples())
             by_line[key].counts.add(counts)
-            total.add(counts)
     if not sampled:
         raise ViewerError(f"the profile has no PC samples for kernel {name!r}; profile with "
                           "`proton -m pcsampling` to sample its instructions")
@@ -195,11 +201,14 @@ class SourceFile:
     samples: float
     lines: dict[int, LineSamples]
     text: str | None
-    """None when the file cannot be read here (profiled elsewhere, moved, deleted)."""
+    """None when the file is not shown (see `why`)."""
+    why: str | None = None
+    """Why the text is not shown, in one line (not on this machine; outside the source roots)."""
 
 
-def source_files(kernel: KernelSamples) -> list[SourceFile]:
-    """The kernel's files: the one that defines the kernel's function first, then by samples.
+def source_files(kernel: KernelSamples, roots: SourceRoots) -> list[SourceFile]:
+    """The kernel's files, their text read only under `roots`: the one that defines the
+    kernel's function first, then by samples.
 
     (With inlined helpers from other files, the hottest file need not be the kernel's own.)"""
     by_file: dict[str, SourceFile] = {}
@@ -209,19 +218,11 @@ def source_files(kernel: KernelSamples) -> list[SourceFile]:
         sf.lines[ls.line] = ls
     functions = {ls.function for ls in kernel.lines}
     for sf in by_file.values():
-        sf.text = _read(sf.path)
+        sf.text, sf.why = roots.read(sf.path)
     defines = {sf.path for sf in by_file.values() if sf.text is not None and any(
         re.search(rf"^\s*(async\s+)?def\s+{re.escape(f)}\s*\(", sf.text, re.M)
         for f in functions)}
     return sorted(by_file.values(), key=lambda sf: (sf.path not in defines, -sf.samples, sf.path))
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def no_lines_notes(prof: Profile) -> list[tuple[str, bool, int]]:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from .render import band, fold
 from .source import KernelSamples, LineSamples, Samples, SourceFile, source_files
+from .source_roots import SourceRoots
 
 CONTEXT = 3
 """Unsampled lines shown before the first and after the last sampled line of a file."""
@@ -28,13 +29,16 @@ CODE_ROOM = 40
 HEADERS = ("samples", "%", "top stalls", "line")
 
 
-def source_view(kernel: KernelSamples, *, width: int | None = None) -> Group:
-    """The kernel's summary line, then each file's window of lines beside their samples.
+def source_view(kernel: KernelSamples, roots: SourceRoots, *,
+                width: int | None = None) -> Group:
+    """The kernel's summary line, then each file's window of lines beside their samples (the
+    code of files under `roots` only).
 
     width: fold code lines to fit it (None: one output line per source line, for grep).
 
     Usage:
-        console.print(source_view(find_kernel(load("run.hatchet"), "matmul"), width=100))
+        roots = SourceRoots.default(["run.hatchet"])
+        console.print(source_view(find_kernel(load("run.hatchet"), "matmul"), roots, width=100))
     """
     out = [summary(kernel)]
     if kernel.lines and kernel.no_lines:
@@ -42,7 +46,7 @@ def source_view(kernel: KernelSamples, *, width: int | None = None) -> Group:
     if not kernel.lines:
         return Group(*out, *_no_lines(kernel))
     hot = hot_lines(kernel)
-    for sf in source_files(kernel):
+    for sf in source_files(kernel, roots):
         out.append(Text())
         out += _file(sf, kernel.total.samples, hot, width)
     return Group(*out)
@@ -93,8 +97,7 @@ def _file(sf: SourceFile, total: float, hot: set, width: int | None) -> list[Tex
                 style="bold")]
     code = _highlight(sf.path, sf.text) if sf.text is not None else None
     if code is None:
-        out.append(Text("source file not found on this machine; the sampled lines only",
-                        style="yellow"))
+        out.append(Text(f"{sf.why}; the sampled lines only", style="yellow"))
         numbers: list[int | None] = sorted(sf.lines)
     else:
         numbers = window(sorted(sf.lines), len(code))

@@ -43,6 +43,7 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
         named = set()
         for event in events:
             pid = event.get("pid", 0)
+            pid = pid if isinstance(pid, (int, float, str)) else str(pid)  # a key of pids
             new = pids.get(pid)
             if new is None:
                 new = pids[pid] = len(pids) + 1 + 1000 * len(ranks)
@@ -50,13 +51,17 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
                             "args": {"sort_index": new}})
             event = dict(event, pid=new)
             if event.get("ph") == "M" and event.get("name") == "process_name":
-                label = str(event.get("args", {}).get("name", pid))
+                args = event.get("args")
+                label = str(args.get("name", pid) if isinstance(args, dict) else pid)
                 if not label.startswith("rank "):
                     label = f"rank {rank} {label}"
                 event["args"] = {"name": label}
                 named.add(new)
             elif "ts" in event and isinstance(event["ts"], (int, float)):
-                event["ts"] = event["ts"] + shift
+                try:
+                    event["ts"] = event["ts"] + shift
+                except OverflowError:  # a time past any float: kept as the file has it
+                    pass
             out.append(event)
         for pid, new in pids.items():
             if new not in named:
@@ -73,9 +78,20 @@ def _read_trace(path: str) -> tuple[list, dict]:
     except json.JSONDecodeError as exc:
         raise ViewerError(f"{name} is not a trace: not valid JSON ({exc}); the file may be "
                           "truncated, re-run the profile") from None
+    except (RecursionError, ValueError):  # nested past Python's limit; an int of 4,300+ digits
+        raise ViewerError(f"{name} is not a trace: it nests too deep or holds a number too long "
+                          "to read") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
         raise ViewerError(f"{name} is not a Chrome trace (no traceEvents list); --output trace "
                           "merges the .chrome_trace files of proton -d trace")
     facts = doc.get(OTHER_DATA)
-    return events, facts if isinstance(facts, dict) else {}
+    facts = facts if isinstance(facts, dict) else {}
+    if not _clock(facts.get(T0_NS)):
+        facts.pop(T0_NS, None)  # merged as it is, as a trace without one
+    return events, facts
+
+
+def _clock(value) -> bool:
+    """A host clock in ns: a whole number a 64-bit clock can hold."""
+    return type(value) is int and 0 <= value < 1 << 63

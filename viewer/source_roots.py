@@ -1,0 +1,101 @@
+"""Which source files a profile may make the viewer show: only those the user chose.
+
+A profile names its source lines by absolute path (`/abs/file.py:LINE@kernel`), and a profile
+may come from anyone: shown as it is, a frame `/proc/self/environ:1@k` would print the viewer's
+environment, and `--html` would put it into a page meant for sharing. So a file is read only
+when all of these hold:
+  * its real path (symlinks resolved) lies under a source root: the profile's folder, the
+    current folder, or a folder given with `--source-root`; and below that root no folder or
+    file is hidden (`.ssh`, `.venv`: name such a folder itself as a root to show it);
+  * neither the path nor its real path is under /proc, /dev or /sys, whatever the roots;
+  * it is a regular file with a source file's suffix (.py, .cu, .h, ...), of at most
+    MAX_SOURCE_BYTES.
+Otherwise the viewer shows the sampled lines without code and says why in one line.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+NEVER = ("/proc", "/dev", "/sys")
+"""Never read, even under a root: kernel interfaces (the process's environment, memory)."""
+SUFFIXES = (".py", ".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx",
+            ".inl")
+"""Source files a kernel's lines come from: Triton (Python) and CUDA C++."""
+MAX_SOURCE_BYTES = 4 << 20
+HOW = "add --source-root"
+
+
+@dataclass(slots=True, frozen=True)
+class SourceRoots:
+    """The folders whose files the viewer may show as source (real paths).
+
+    Usage:
+        roots = SourceRoots.default(["run1.hatchet"], extra=["~/kernels"])
+        text, why = roots.read("/home/u/kernels/matmul.py")
+    """
+
+    folders: tuple[str, ...]
+
+    @classmethod
+    def default(cls, profiles: Sequence[str], extra: Sequence[str] = ()) -> SourceRoots:
+        """The profiles' folders, the current folder and the `extra` folders the user gave."""
+        folders = [p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
+                   for p in profiles if p != "-"]
+        folders += [os.getcwd(), *(os.path.expanduser(e) for e in extra)]
+        return cls(tuple(dict.fromkeys(os.path.realpath(f) for f in folders)))
+
+    def read(self, path: str) -> tuple[str | None, str | None]:
+        """(the file's text, None), or (None, one line saying why it is not shown and how to
+        show it when the user can)."""
+        real = os.path.realpath(path)
+        if any(_under(p, never) for p in (os.path.abspath(path), real) for never in NEVER):
+            return None, "not shown: files under /proc, /dev and /sys are never read"
+        containing = [root for root in self.folders if _under(real, root)]
+        if not containing:
+            return None, ("not shown: not under the profile's folder, the current folder or a "
+                          f"--source-root; {HOW} {os.path.dirname(real)} to show it")
+        if all(_hidden_below(real, root) for root in containing):
+            hidden = _hidden_below(real, containing[0])
+            return None, f"not shown: in a hidden folder or file; {HOW} {hidden} to show it"
+        if not real.lower().endswith(SUFFIXES):
+            return None, ("not shown: not a source file (the viewer shows "
+                          f"{', '.join(SUFFIXES)})")
+        return _read_regular(real)
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _hidden_below(path: str, root: str) -> str | None:
+    """The first hidden folder (or file) on the way from `root` down to `path`, if any."""
+    at = root
+    for part in os.path.relpath(path, root).split(os.sep):
+        at = os.path.join(at, part)
+        if part.startswith(".") and part not in (".", ".."):
+            return at
+    return None
+
+
+def _read_regular(path: str) -> tuple[str | None, str | None]:
+    try:
+        # O_NONBLOCK: a FIFO put there after realpath must not block the open
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None, "source file not found on this machine"
+    except OSError as exc:
+        return None, f"source file cannot be read: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return None, "not shown: not a regular file"
+        data = f.read(MAX_SOURCE_BYTES + 1)  # the size stat gave may have grown since
+    if len(data) > MAX_SOURCE_BYTES:
+        return None, f"not shown: larger than {MAX_SOURCE_BYTES >> 20} MiB"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, "not shown: not UTF-8 text"
