@@ -529,7 +529,7 @@ def test_a_file_or_stdin_past_the_size_cap_is_refused_naming_the_cap_and_the_ove
         tmp_path, monkeypatch):
     path = write(tmp_path, frame("ROOT", frame("k", **{"cpu_time (ns)": 1, "pad": "x" * 3_000_000})))
     monkeypatch.setenv(reader.MAX_MB_ENV, "2")
-    for args, source, text in (((path,), repr(path), None), (("-",), "stdin", open(path).read())):
+    for args, source, text in (((path,), repr(path), None), (("-",), "stdin", _text(path))):
         result = show(*args, input=text)
         assert result.exit_code == 2
         assert result.output == (f"Error: {source} holds more than 2 MiB, the most the viewer "
@@ -614,7 +614,8 @@ def test_times_and_flops_too_small_or_large_for_a_float_show_without_a_traceback
         assert result.exit_code == 0 and result.exception is None, (args, result.output)
     result, page = html_of(tmp_path, path)
     assert result.exit_code == 0 and result.exception is None, result.output
-    assert "NaN" not in open(page).read() and "Infinity" not in open(page).read()
+    html = _text(page)
+    assert "NaN" not in html and "Infinity" not in html
 
 
 @pytest.mark.parametrize("devices", [
@@ -703,3 +704,9 @@ def test_a_messagepack_profile_with_numbers_for_metric_names_reads_them_as_text(
     result = show("-l", str(path))
     assert result.exit_code == 0, result.output
     assert result.output.startswith("inclusive: 1\nexclusive: 2\n")
+
+
+def _text(path) -> str:
+    with open(path) as f:
+        return f.read()
+
