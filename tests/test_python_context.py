@@ -153,6 +153,35 @@ def test_each_thread_gets_its_own_path_and_scopes(python_session):
         assert got[tag][0].endswith("@_bootstrap")  # the thread's own stack, from threading
 
 
+def on_foreign_thread(fn) -> None:
+    """fn() on a thread Python did not start, as autograd's engine thread calls into Python."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    body = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda _: fn() and None)
+    tid = ctypes.c_ulong()
+    assert libc.pthread_create(ctypes.byref(tid), None, body, None) == 0
+    assert libc.pthread_join(tid, None) == 0
+
+
+def test_a_foreign_thread_with_no_scope_launches_below_the_main_threads_scope(
+        python_session):
+    """As autograd's thread replaying a graphed backward from Python: its frames go below
+    where the main thread is, as its launches with no Python frames do; a thread the program
+    started keeps its own path (test_each_thread_gets_its_own_path_and_scopes)."""
+    got = {}
+    with proton.scope("backward"):  # L-main-backward
+        main = names(launch_parent())
+        on_foreign_thread(lambda: got.setdefault("path", names(inner())))  # L-foreign
+        run_threads([threading.Thread(target=lambda: got.setdefault("own", names(inner())))])
+    here = frame("L-main-backward", "test_a_foreign_thread_with_no_scope_launches_below_the_"
+                                    "main_threads_scope")
+    assert main[-2:] == [here, "backward"]
+    assert got["path"][:len(main)] == main  # below the main thread's scope, then its own
+    assert got["path"][-2:] == [frame("L-foreign", "<lambda>"), frame("L-inner", "inner")]
+    assert got["own"][0].endswith("@_bootstrap") and "backward" not in got["own"]
+
+
 def open_and_return():
     proton.enter_scope("left-open")  # its opener returns at once
 

@@ -28,7 +28,7 @@ from types import CodeType, FrameType
 
 from ..data.paths import PYTHON, ROOT, paths
 from ..format import LIBRARY_FILE, frame_name
-from .stack import Open, per_thread
+from .stack import Open, main_innermost, per_thread
 
 _GENERATOR = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 _USER_CODE = {"examples", "__pycache__"}
@@ -304,6 +304,30 @@ def _build(state: tuple[int, int], frames: list[FrameType], pending: list,
     return pid, outers, max(keep, 1)
 
 
+_below_main: dict[tuple[int, int], int] = {}
+"""(main thread's frame, a thread's own path) -> that path below the main thread's frame."""
+
+
+def thread_launch_path(frame: FrameType | None) -> int | None:
+    """launch_path, with the Python frames of a thread Python did not start and that has no
+    scope of its own (autograd's thread running a custom Function's backward, which replays a
+    CUDA graph from Python) placed below the main thread's innermost frame, where this
+    context's frameless launches from that thread go. A thread the program started keeps its
+    own call path."""
+    pid = launch_path(frame)
+    st = per_thread.stacks
+    if pid is None or not st.foreign or st.open or st.op_path is not None:
+        return pid
+    main = main_innermost()
+    if main == ROOT:
+        return pid
+    key = (main, pid)
+    path = _below_main.get(key)
+    if path is None:
+        path = _below_main[key] = paths.below(main, pid)
+    return path
+
+
 class PythonContext:
     """context="python": a launch goes under the Python call path that made it, and a scope
     after the frame that opened it. The collector attributes each launch in a CUPTI launch
@@ -325,6 +349,7 @@ class PythonContext:
         _walks.clear()
         _codes.clear()
         _nodes.clear()
+        _below_main.clear()
 
     def scope_path(self, parent: int, top: Open) -> int:
         """The node of a scope just opened (pushed as `top`): after the user's frame that
@@ -332,5 +357,5 @@ class PythonContext:
         top.opener, top.opened_at = opener(sys._getframe(1))
         return launch_path(top.opener)
 
-    launch_path = staticmethod(launch_path)
+    launch_path = staticmethod(thread_launch_path)
     """Called by the launch callback at every launch: a plain function, no bound method."""

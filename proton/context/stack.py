@@ -34,10 +34,12 @@ class Open:
 class Stacks:
     """One thread's frames: `per_thread.stacks`."""
 
-    __slots__ = ("open", "version", "op", "op_path", "kept", "thread", "__weakref__")
+    __slots__ = ("open", "version", "op", "op_path", "kept", "thread", "foreign", "__weakref__")
 
     def __init__(self) -> None:
         self.thread = threading.get_ident()
+        self.foreign = isinstance(threading.current_thread(), threading._DummyThread)
+        """A thread Python did not start (autograd's engine thread calling back into Python)."""
         self.open: list[Open] = []
         self.version = 0
         """Counts frame changes on this thread (the python context keeps paths until it changes)."""

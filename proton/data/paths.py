@@ -59,12 +59,16 @@ class PathTable:
     def graft(self, parent: int, pid: int, under: str) -> int:
         """A copy of `pid`'s path (its frames from the root's child down) below a frame named
         `under` below `parent`; the copy's id."""
+        return self.below(self.intern(parent, under), pid)
+
+    def below(self, parent: int, pid: int) -> int:
+        """A copy of `pid`'s path (its frames from the root's child down) below `parent`."""
         chain = []
         while pid > ROOT:
             frame = self.frames[pid]
             chain.append(frame)
             pid = frame.parent
-        node = self.intern(parent, under)
+        node = parent
         for frame in reversed(chain):
             node = self.intern(node, frame.name, frame.kind)
         return node
