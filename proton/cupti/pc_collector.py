@@ -122,13 +122,18 @@ class PCCollector:
         when it is busy, the stop waits for it and these samples are lost)."""
         self.active = False
         if self.sampler is not None and self.sampler.started:
-            try:
-                drained = main_thread.call(self._stop, timeout=main_thread.TIMEOUT,
-                                           what="stopping PC sampling", keep=True)
-            except MainThreadBusy as exc:
-                warn(f"PC sampling lost this stretch's samples: {exc}")
-                return
-            self.table.add(drained)
+            self._read_on_main(self._stop, "stopping PC sampling", "this stretch's samples")
+
+    def _read_on_main(self, read, what: str, lost: str) -> bool:
+        """read() on the main thread (kept for it when it is busy), its samples into the
+        table; whether it ran in time (if not, says what was `lost`)."""
+        try:
+            drained = main_thread.call(read, timeout=main_thread.TIMEOUT, what=what, keep=True)
+        except MainThreadBusy as exc:
+            warn(f"PC sampling lost {lost}: {exc}")
+            return False
+        self.table.add(drained)
+        return True
 
     def _stop(self) -> list:
         with self._lock:  # one sampling buffer: one reader at a time
@@ -198,14 +203,8 @@ class PCCollector:
         """Stop, read the rest, disable and release the context (on the main thread); report
         dropped samples and a full buffer."""
         self.closed = True
-        try:
-            drained = main_thread.call(self._finish, timeout=main_thread.TIMEOUT,
-                                       what="switching PC sampling off", keep=True)
-        except MainThreadBusy as exc:
-            warn(f"PC sampling lost its last samples: {exc}")
-            return
-        self.table.add(drained)
-        self._report()
+        if self._read_on_main(self._finish, "switching PC sampling off", "its last samples"):
+            self._report()
 
     def _finish(self) -> list:
         try:
