@@ -116,6 +116,7 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
 
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
+        _check_report_conflicts(diagnose, html_path, output)
         if output == "trace":
             _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold,
                                    print_sorted, other, width, rank, kernel)
@@ -300,11 +301,11 @@ def _show_findings(prof, style: str, output: str) -> None:
 
     from .diagnose import as_dicts, diagnose, render
 
-    findings, notes = diagnose(prof, style)
+    diagnosis = diagnose(prof, style)
     if output == "json":
-        click.echo(json.dumps({"findings": as_dicts(findings), "notes": notes}, indent=1))
+        click.echo(json.dumps(as_dicts(diagnosis), indent=1))
     else:
-        click.echo(render(findings, notes), nl=False)
+        click.echo(render(diagnosis), nl=False)
 
 
 def _default_metric(prof) -> str | None:
@@ -395,6 +396,16 @@ def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width) 
     if output != "tree" and (print_sorted or width):
         raise ViewerError(f"--output {output} writes the rows for scripts; --print-sorted and "
                           "--width only apply to the tree view")
+
+
+def _check_report_conflicts(diagnose: bool, html_path: str | None, output: str) -> None:
+    """--diagnose writes text or JSON, --html a page: no other --output."""
+    if diagnose and output not in ("tree", "json"):
+        raise ViewerError(f"--diagnose writes its findings as text, or as JSON with --output "
+                          f"json; --output {output} does not apply to it")
+    if html_path is not None and output != "tree":
+        raise ViewerError(f"--html writes a page; --output {output} does not apply to it: "
+                          "drop one")
 
 
 def _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold, print_sorted,

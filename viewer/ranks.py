@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..format import (DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, JOB_KEYS,
-                      LAUNCH_CONFIGS, LAUNCH_METRICS, RANK_FILE, SASS_PREFIX, TL_DOT,
-                      TREE_EXTENSION)
-from .derive import Column, derive
+from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TREE_EXTENSION
+from .derive import Column, derive, is_fact
 from .errors import ViewerError
 from .reader import MAX_CELLS, Profile, parse
 
@@ -334,7 +332,7 @@ def _total(graph, index, names, ranks: list[Profile], metrics, incl, sums, files
             # them, so the rules that need a GPU's figures still run on the merged tree
             data[metric] = pd.Series(_first([p.gf.dataframe[metric].to_numpy()
                                              for p in ranks]), index=index)
-        elif metric in NOT_SUMMED or metric.startswith(SASS_PREFIX):
+        elif is_fact(metric):  # a kernel's own: the same on every rank that agrees
             data[metric] = pd.Series(_common([p.gf.dataframe[metric].to_numpy()
                                               for p in ranks]), index=index)
         else:
@@ -353,11 +351,6 @@ def _total(graph, index, names, ranks: list[Profile], metrics, incl, sums, files
                 for dev, entry in table.items():
                     devices.setdefault(kind, {}).setdefault(dev, entry)
     return _profile(graph, data, incl, metrics, devices, {})
-
-
-NOT_SUMMED = {*LAUNCH_METRICS, LAUNCH_CONFIGS, TL_DOT, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA}
-"""A kernel's own facts (launch configuration, machine code): the same on every rank that
-agrees, blank where ranks differ; never added up."""
 
 
 def _first(columns: list[np.ndarray]) -> np.ndarray:
