@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..format import (DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FRAME,
                       STALLED_PREFIX)
-from .errors import ViewerError
+from .errors import ViewerError, listing
 from .reader import Profile
 from .source_roots import SourceRoots
 
@@ -150,10 +150,10 @@ def find_kernel(prof: Profile, pattern: str) -> KernelSamples:
         matched = [n for n in names if regex.search(n)]
         if not matched:
             raise ViewerError(f"no kernel named or matching {pattern!r}; kernels in this "
-                              f"profile: {_listing(names)}")
+                              f"profile: {listing(names)}")
         if len(matched) > 1:
             raise ViewerError(f"--source {pattern!r} matches {len(matched)} kernels: "
-                              f"{_listing(matched)}; give one exact name or a narrower regex")
+                              f"{listing(matched)}; give one exact name or a narrower regex")
         name = matched[0]
     return _collect(columns, [n for n in kernels if n.frame.get("name", "") == name], name)
 
@@ -242,12 +242,3 @@ def no_lines_notes(prof: Profile) -> list[tuple[str, bool, int]]:
                 node.frame.get("name", ""))
     return [(reason, partial, len(names)) for (reason, partial), names in kernels.items()]
 
-
-def _listing(names: list[str], most: int = 8, longest: int = 80) -> str:
-    """Names for a one-line error: at most `most`, each cut at `longest` (C++ kernel names
-    run to hundreds of characters; a regex needs only a piece)."""
-    if not names:
-        return "none"
-    shown = [n if len(n) <= longest else n[:longest - 3] + "..." for n in names[:most]]
-    more = f" and {len(names) - most} more" if len(names) > most else ""
-    return ", ".join(shown) + more
