@@ -95,9 +95,9 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--rank", type=click.IntRange(min=0), default=None,
               help="Of several rank files (or a folder of them): show rank R's alone.")
 @click.option("--source", "kernel", default=None, metavar="KERNEL",
-              help="Instead of the tree: the PC samples of KERNEL (exact name, else a regex "
-              "search) per source line, over all its call paths, beside its source "
-              "(a profile from `proton -m pcsampling`).")
+              help="Instead of the tree: the PC samples of KERNEL (its name as the file has "
+              "it or demangled, else a regex searched in both) per source line, over all its "
+              "call paths, beside its source (a profile from `proton -m pcsampling`).")
 @click.option("--source-root", "source_roots", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False),
               help="With --source and --html: also show source files under DIR (repeatable). "
@@ -147,7 +147,7 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
 
         roots = SourceRoots.default(list(profiles), list(source_roots))
         if kernel is not None:
-            deep.call(_show_source, kernel, width, profile, roots)
+            deep.call(_show_source, kernel, width, name_style, profile, roots)
         elif diagnose:
             deep.call(_show_findings, profile, name_style, output)
         elif html_path is not None:
@@ -375,7 +375,7 @@ def _nothing_matches(include, exclude, threshold, columns) -> str:
     return "no frame matches " + " ".join(g for g in given if g)
 
 
-def _show_source(kernel: str, width: int | None, prof, roots) -> None:
+def _show_source(kernel: str, width: int | None, style: str, prof, roots) -> None:
     from rich.console import Console
 
     from .source import find_kernel
@@ -384,7 +384,8 @@ def _show_source(kernel: str, width: int | None, prof, roots) -> None:
     console = Console(width=width)
     # As the tree: fold code at the terminal's width or --width; piped, one line per line.
     fold_at = console.width if console.is_terminal or width else None
-    console.print(source_view(find_kernel(prof, kernel), roots, width=fold_at),
+    console.print(source_view(find_kernel(prof, kernel, style), roots, width=fold_at,
+                              style=style),
                   soft_wrap=fold_at is None, crop=False)
 
 
