@@ -319,3 +319,13 @@ def test_list_offers_no_share_of_a_kernels_launch_configuration_or_machine_code(
     refused = CliRunner().invoke(viewer, ["-m", "grid_blocks/%",
                                           os.path.join(DATA, "diagnose_recorded.hatchet")])
     assert refused.exit_code == 2 and "unknown metric 'grid_blocks/%'" in refused.output
+
+
+def test_a_kernel_whose_flops_name_no_precision_is_left_unjudged_and_said(tmp_path):
+    flops = 2 * 1024 ** 3
+    got = diagnose(load(profile(tmp_path, kernel("k", flops / 1e12 * 1e9, flops=flops,
+                                                 nbytes=flops / 1024, width=""))))
+    assert not [f for f in got.findings if f.rule == "far from the roofline"]
+    assert ("far from the roofline: 1 kernel with flops and bytes not judged; their flops name "
+            "no precision (launch_metadata gives flops8, flops16, flops32 or flops64)") \
+        in got.notes

@@ -33,7 +33,7 @@ from .errors import ViewerError
 from .names import readable
 from .occupancy import occupancy
 from .reader import Profile
-from .specs import peak_known
+from .specs import bandwidth, peak, peak_known
 
 MIN_SHARE = 0.01
 TAIL_IDLE = 0.2
@@ -314,11 +314,12 @@ def _far(kernel: KernelRoof, frac: float) -> tuple[str, str]:
 
 def _unjudged(ctx: _Context, kernels: list[KernelRoof]) -> str:
     """Why kernels with flops and bytes were not put under a roof."""
-    archs = {str(ctx.gpus[k.device].get("arch")) for k in kernels}
-    unknown = sorted(f"sm{a}" for a in archs if not peak_known(a))
+    gpus = [ctx.gpus[k.device] for k in kernels]
+    unknown = sorted({f"sm{gpu.get('arch')}" for gpu in gpus
+                      if not peak_known(str(gpu.get("arch")))})
     if unknown:
         why = f"no peaks known for {', '.join(unknown)} (sm80, sm89, sm90 and sm100 are)"
-    elif any(k.precisions for k in kernels) or any(not k.bandwidth for k in kernels):
+    elif any(peak(gpu, "fp32") is None or bandwidth(gpu) is None for gpu in gpus):
         why = "the device table lacks their GPU's figures"
     else:
         why = ("their flops name no precision (launch_metadata gives flops8, flops16, "
@@ -434,7 +435,8 @@ RULES = [
         "no tensor cores": "a tl.dot with no HMMA, HGMMA or IMMA in its machine code",
         "no wgmma": "a tl.dot on Hopper with no HGMMA"}),
     (_roofline, {
-        "far from the roofline": f"under {FAR_FROM_ROOF:.0%} of the roof at its intensity"}),
+        "far from the roofline": f"under {FAR_FROM_ROOF:.0%} of the roof of its precision at "
+                                 "its intensity"}),
     (_launch_bound, {
         "launch-bound": f"a scope of {LAUNCH_COUNT}+ kernels averaging under "
                         f"{SHORT_KERNEL_US:g} us, the GPU busy under {BUSY:.0%} of its time"}),
