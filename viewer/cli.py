@@ -109,10 +109,10 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
            name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
            html_path, rank, kernel, source_roots, profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
-    from stdin. Several files, or a folder, are a job's ranks: one tree over all of them,
-    frames matched by call path, each metric summed and, per frame, its min, mean and max
-    over the ranks, the rank of the max and max/mean (the imbalance); a frame only some
-    ranks have is marked.
+    from stdin. Several files, or a folder, must be one job's ranks (NAME.rank<R>.hatchet of
+    one run): one tree over all of them, frames matched by call path, each metric summed
+    and, per frame, its min, mean and max over the ranks, the rank of the max and max/mean
+    (the imbalance); a frame only some ranks have is marked.
 
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
