@@ -1,6 +1,7 @@
 """The `proton` command: run a script or pytest under the profiler and write its profile."""
 from __future__ import annotations
 
+import difflib
 import os
 import runpy
 import signal
@@ -88,6 +89,8 @@ def proton(name, backend, context, data, hook, mode, listen, listen_tcp, token, 
     session. The profile is written when the script ends, raises, calls sys.exit or is
     interrupted, and proton exits with the script's status.
     """
+    if target.startswith("-") and not os.path.isfile(target):
+        _no_such_option(target)
     if target != "pytest" and not os.path.isfile(target):
         raise click.BadParameter(f"no such script {target!r}; give a path to a .py file or "
                                  "'pytest'", param_hint="SCRIPT.py|pytest")
@@ -115,6 +118,16 @@ def proton(name, backend, context, data, hook, mode, listen, listen_tcp, token, 
         periodic.flush_every(flush_every)
     status = _run_profiled(target, list(args))
     sys.exit(status)
+
+
+def _no_such_option(given: str) -> None:
+    """An unknown option before the script: click passes it on as the script (unknown options
+    after the script are the script's own), so say what click would."""
+    ctx = click.get_current_context()
+    known = [opt for param in ctx.command.params for opt in param.opts + param.secondary_opts
+             if opt.startswith("-")]
+    name = given.split("=", 1)[0]
+    raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
 
 
 ENDING = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)

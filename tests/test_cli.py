@@ -90,6 +90,18 @@ def test_missing_script_is_a_usage_error():
     assert "no such script 'nope.py'" in result.output
 
 
+@pytest.mark.parametrize("option,said", [
+    ("--bogus", "No such option '--bogus'."),
+    ("--nmae", "No such option '--nmae'. (Did you mean one of: '--mode', '--name'?)"),
+])
+def test_an_unknown_option_before_the_script_is_named_as_an_option(tmp_path, script, option,
+                                                                    said):
+    result = CliRunner().invoke(proton_cmd, [option, script])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == f"Error: {said}"
+    assert "no such script" not in result.output
+
+
 def test_bad_choice_lists_the_choices():
     result = CliRunner().invoke(proton_cmd, ["-c", "stack", "x.py"])
     assert result.exit_code == 2

@@ -44,11 +44,11 @@ def test_occupancy_of_what_cannot_run_or_is_unknown():
 
 
 def kernel(name, ns, *, count=1, grid=None, threads=None, regs=None, shared=None, flops=None,
-           nbytes=None):
+           nbytes=None, width=16):
     m = {"time (ns)": ns, "count": count, "device_id": "0", "device_type": "CUDA"}
     for key, v in (("grid_blocks", grid), ("block_threads", threads),
                    ("registers_per_thread", regs), ("shared_memory_bytes", shared),
-                   ("flops16", flops), ("bytes", nbytes)):
+                   (f"flops{width}", flops), ("bytes", nbytes)):
         if v is not None:
             m[key] = v
     return {"frame": {"name": name, "type": "function"}, "metrics": m, "children": []}
@@ -56,7 +56,8 @@ def kernel(name, ns, *, count=1, grid=None, threads=None, regs=None, shared=None
 
 def profile(tmp_path, *children, name="p") -> str:
     root = {"frame": {"name": "ROOT", "type": "function"},
-            "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0},
+            "metrics": {"time (ns)": 0, "count": 0, "bytes": 0,
+                        **{f"flops{w}": 0 for w in (8, 16, 32, 64)}},
             "children": list(children)}
     path = tmp_path / f"{name}.hatchet"
     path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
@@ -64,8 +65,7 @@ def profile(tmp_path, *children, name="p") -> str:
 
 
 def findings(path) -> dict:
-    got, notes = diagnose(load(path))
-    return {(f.rule, f.kernel): f for f in got}
+    return {(f.rule, f.kernel): f for f in diagnose(load(path)).findings}
 
 
 def test_too_few_programs(tmp_path):
@@ -131,7 +131,7 @@ def test_launch_bound_scope(tmp_path):
 
 
 def test_stall_dominated_lines_in_words():
-    got, notes = diagnose(load(os.path.join(DATA, "pcsampling.hatchet")))
+    got = diagnose(load(os.path.join(DATA, "pcsampling.hatchet"))).findings
     lines = [f for f in got if f.rule == "stalled line" and f.kernel == "matmul_kernel"]
     assert lines[0].evidence.startswith("line 18 of pc_kernel_source.py: 65% of the kernel's "
                                         "samples, 60% stalled, mostly math_pipe_throttle (64%)")
@@ -143,18 +143,17 @@ def test_healthy_matmuls_get_no_warning(tmp_path):
     """A tuned 4096^3 fp16 Triton matmul on an H100 (128x256 tiles, 8 warps, ~200 KB of shared
     memory: 1 block per SM, at 70% of the peak) and a cuBLAS one (no flops metadata)."""
     tuned = 2 * 4096 ** 3 / (0.7 * PEAK16) * 1e9
-    got, _ = diagnose(load(profile(
+    got = diagnose(load(profile(
         tmp_path,
         kernel("matmul_kernel", tuned, grid=512, threads=256, regs=168, shared=200 * 1024,
                flops=2 * 4096 ** 3, nbytes=3 * 2 * 4096 ** 2),
         kernel("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64", tuned, grid=264,
-               threads=384, regs=168, shared=200 * 1024))))
+               threads=384, regs=168, shared=200 * 1024)))).findings
     assert got and all(f.info for f in got), [(f.rule, f.kernel, f.evidence) for f in got]
 
 
 def test_what_could_not_be_checked_is_said():
-    got, notes = diagnose(load(os.path.join(DATA, "example_gpu.hatchet")))
-    text = " | ".join(notes)
+    text = " | ".join(diagnose(load(os.path.join(DATA, "example_gpu.hatchet"))).notes)
     assert "no launch configuration" in text and "no kernel has flops and bytes" in text
     assert "no PC samples" in text and "tensor cores: not checked" in text
 
@@ -210,8 +209,9 @@ def test_rules_on_a_profile_recorded_on_an_h100():
     metadata here."""
     import diagnose_workload
 
-    findings, notes = diagnose(load(os.path.join(DATA, "diagnose_recorded.hatchet")))
-    assert notes == []
+    got = diagnose(load(os.path.join(DATA, "diagnose_recorded.hatchet")))
+    findings = got.findings
+    assert got.notes == []
     assert diagnose_workload.problems(findings) == []  # each rule fires on its scope
     # the healthy matmuls: cuBLAS's 19% occupancy and the Triton matmul's load and barrier
     # stalls are worth knowing, not problems (it reaches 64% of its roof)
@@ -229,3 +229,103 @@ def test_rules_on_a_profile_recorded_on_an_h100():
     untimed = [f for f in findings if f.rule == "launch-bound" and f.info]
     assert {f.kernel for f in untimed} == {"scope mma_sync", "scope too_few_programs",
                                            "scope tail_effect"}
+
+
+# H100 SXM peaks as NVIDIA's datasheet states them (dense), which specs.py's scaled H100 PCIe
+# figures must come within 1% of
+SXM_PEAKS = {8: 1979e12, 16: 989.4e12, 32: 67e12, 64: 34e12}
+
+
+@pytest.mark.parametrize("width,precision", [(8, "8-bit tensor"), (16, "16-bit tensor"),
+                                             (32, "fp32"), (64, "fp64")])
+def test_each_kernel_is_judged_against_the_roof_of_its_precision(tmp_path, width, precision):
+    """At 1024 FLOP/byte, past the ridge of every roof (the 8-bit one's is 590 FLOP/byte on an
+    H100), running at 10% of its own precision's peak."""
+    flops, peak = 2 * 1024 ** 3, SXM_PEAKS[width]
+    ns = flops / (0.1 * peak) * 1e9
+    got = findings(profile(tmp_path, kernel("k", ns, flops=flops, nbytes=flops / 1024,
+                                            width=width)))
+    evidence = got[("far from the roofline", "k")].evidence
+    frac, rest = evidence.split(" of the ", 1)
+    assert int(frac.rstrip("%")) == pytest.approx(10, abs=1)
+    assert rest.startswith("compute roof") and f"({precision} peak " in rest
+    shown = float(rest.split(" peak ")[1].split(" TFLOP/s")[0].replace(",", ""))
+    assert shown * 1e12 == pytest.approx(peak, rel=0.01)
+
+
+def test_an_fp32_dot_on_the_tensor_cores_is_judged_against_the_tf32_roof(tmp_path):
+    """flops32 is TF32 when the kernel's machine code has HMMA/HGMMA, or when it runs faster
+    than the FMA units can (here 2x the fp32 peak, with no machine code at hand)."""
+    flops = 2 * 4096 ** 3
+    dot = kernel("tf32_dot", flops / 100e12 * 1e9, flops=flops, nbytes=flops / 256, width=32)
+    dot["metrics"].update({"sass_hgmma": 8, "sass_hmma": 0})
+    fast = kernel("fast", flops / 134e12 * 1e9, flops=flops, nbytes=flops / 256, width=32)
+    got = findings(profile(tmp_path, dot, fast))
+    assert "(tf32 tensor peak 493.8 TFLOP/s" in got[("far from the roofline", "tf32_dot")].evidence
+    assert "(tf32 tensor peak" in got[("far from the roofline", "fast")].evidence
+
+
+def test_the_recorded_fp32_dot_is_compute_bound_under_the_fp32_roof():
+    """ieee_dot does fp32 FMAs at 32 FLOP/byte: past the fp32 ridge (20 FLOP/byte on this
+    H100), so the advice is the tensor cores, not moving fewer bytes."""
+    got = diagnose(load(os.path.join(DATA, "diagnose_recorded.hatchet"))).findings
+    far = next(f for f in got if f.rule == "far from the roofline" and f.kernel == "ieee_dot")
+    assert far.evidence == ("2% of the compute roof: 1.01 TFLOP/s at 32.00 FLOP/byte (fp32 "
+                            "peak 66.6 TFLOP/s, ridge 20 FLOP/byte)")
+    assert far.advice.startswith("use the tensor cores") and "fewer bytes" not in far.advice
+
+
+def test_a_short_kernel_of_a_launch_bound_scope_is_not_also_too_few_programs(tmp_path):
+    """The GPU waits on the host there: a 1 us kernel's single block is not what costs time."""
+    loop = {"frame": {"name": "loop", "type": "function"}, "metrics": {"cpu_time (ns)": 30e6},
+            "children": [kernel("tiny", 3e6, count=3000, grid=1, threads=128, regs=16)]}
+    got = findings(profile(tmp_path, loop, kernel("small_grid", 3e6, grid=16, threads=128)))
+    assert ("launch-bound", "scope loop") in got
+    assert ("too few programs", "tiny") not in got
+    assert ("too few programs", "small_grid") in got  # outside it, the rule still fires
+
+
+def test_no_findings_names_the_rules_that_ran_and_their_thresholds():
+    result = CliRunner().invoke(viewer, ["--diagnose", os.path.join(DATA, "example_gpu.hatchet")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[:2] == [
+        "no findings: nothing crosses a threshold of the 1 rule that ran (on kernels and "
+        "scopes with 1%+ of the GPU time):",
+        "  launch-bound: a scope of 100+ kernels averaging under 10 us, the GPU busy under 50% "
+        "of its time"]
+    assert "--help" not in result.output
+    assert len([line for line in lines if "not checked" in line]) == 4
+    data = json.loads(CliRunner().invoke(viewer, ["--diagnose", "--output", "json",
+                                                  os.path.join(DATA, "example_gpu.hatchet")]).stdout)
+    assert data["rules_run"] == ["launch-bound"]
+
+
+@pytest.mark.parametrize("output", ["csv", "trace"])
+def test_diagnose_refuses_outputs_it_does_not_write(output):
+    result = CliRunner().invoke(viewer, ["--diagnose", "--output", output,
+                                         os.path.join(DATA, "example_gpu.hatchet")])
+    assert result.exit_code == 2
+    assert result.output == (f"Error: --diagnose writes its findings as text, or as JSON with "
+                             f"--output json; --output {output} does not apply to it\n")
+
+
+def test_list_offers_no_share_of_a_kernels_launch_configuration_or_machine_code():
+    result = CliRunner().invoke(viewer, ["-l", os.path.join(DATA, "diagnose_recorded.hatchet")])
+    derived = result.output.split("derived:")[1]
+    for fact in ("registers_per_thread/%", "grid_blocks/%", "sass_ffma/%", "tl_dot/%"):
+        assert fact not in derived
+    assert "time/%" in derived and "cpu_time/%" in derived
+    refused = CliRunner().invoke(viewer, ["-m", "grid_blocks/%",
+                                          os.path.join(DATA, "diagnose_recorded.hatchet")])
+    assert refused.exit_code == 2 and "unknown metric 'grid_blocks/%'" in refused.output
+
+
+def test_a_kernel_whose_flops_name_no_precision_is_left_unjudged_and_said(tmp_path):
+    flops = 2 * 1024 ** 3
+    got = diagnose(load(profile(tmp_path, kernel("k", flops / 1e12 * 1e9, flops=flops,
+                                                 nbytes=flops / 1024, width=""))))
+    assert not [f for f in got.findings if f.rule == "far from the roofline"]
+    assert ("far from the roofline: 1 kernel with flops and bytes not judged; their flops name "
+            "no precision (launch_metadata gives flops8, flops16, flops32 or flops64)") \
+        in got.notes

@@ -53,9 +53,9 @@ def test_a_bad_kernel_per_rule_and_healthy_matmuls(tmp_path):
     subprocess.run([sys.executable, diagnose_workload.__file__, str(tmp_path / "d")],
                    check=True, cwd=os.path.dirname(diagnose_workload.__file__))
     path = str(tmp_path / "d.hatchet")
-    findings, notes = diagnose(load_profile(path))
-    assert diagnose_workload.problems(findings) == [], findings
-    assert notes == [], notes  # every rule could run on this profile
+    got = diagnose(load_profile(path))
+    assert diagnose_workload.problems(got.findings) == [], got.findings
+    assert got.notes == [], got.notes  # every rule could run on this profile
 
 
 @triton.jit
@@ -86,6 +86,6 @@ def test_the_machine_code_of_a_dot_says_whether_tensor_cores_ran(tmp_path):
     root, _ = load(tmp_path / "tc.hatchet")
     m = root["children"][0]["metrics"]
     assert m["tl_dot"] == 2 and m["tl_dot_no_tensor_cores"] == 1  # two variants, one name
-    findings, _ = diagnose(load_profile(str(tmp_path / "tc.hatchet")))
+    findings = diagnose(load_profile(str(tmp_path / "tc.hatchet"))).findings
     assert any(f.rule == "no tensor cores" and f.kernel == "dot_kernel" for f in findings), \
         findings

@@ -238,3 +238,48 @@ def test_names_that_look_like_html_cannot_break_the_page(tmp_path):
     dom = browse(path, "search=50%")  # a stray % in the link too
     assert data(path)["nodes"]["name"][1] == nasty
     assert len(rects(dom)) == 2
+
+
+def test_the_roofline_draws_a_roof_per_precision_and_the_table_every_flop_width(tmp_path):
+    """An fp16 matmul and an fp32 kernel on one H100: each dot under its own precision's roof,
+    and the kernels table with both widths' rates (the fp32 kernel's is not blank)."""
+    def kernel(name, ns, width, flops, nbytes):
+        return {"frame": {"name": name, "type": "function"},
+                "metrics": {"time (ns)": ns, "count": 1, "device_id": "0", "device_type": "CUDA",
+                            f"flops{width}": flops, "bytes": nbytes}, "children": []}
+
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "flops32": 0, "bytes": 0},
+            "children": [kernel("matmul", 2e6, 16, 1.2e12, 1e8),
+                         kernel("ieee_dot", 1e6, 32, 33.3e9, 1e9)]}
+    (tmp_path / "widths.hatchet").write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
+    d = data(write(tmp_path, str(tmp_path / "widths.hatchet")))
+    labels = sorted(r["label"] for r in d["roofline"]["roofs"])
+    assert labels == ["GPU 0 (sm90): 16-bit tensor peak 988.2 TFLOP/s, 3,352 GB/s",
+                      "GPU 0 (sm90): fp32 peak 66.6 TFLOP/s, 3,352 GB/s"]
+    dot = next(p for p in d["roofline"]["points"] if p["name"] == "ieee_dot")
+    assert dot["roof"] == "fp32" and dot["frac"] == pytest.approx(33.3e12 / 66.6e12, rel=0.01)
+    columns = d["kernels"]["columns"]
+    assert {"tflop16/s", "tflop32/s"} <= set(columns)
+    row = next(r for r in d["kernels"]["rows"] if d["nodes"]["name"][r[0]] == "ieee_dot")
+    assert row[columns.index("tflop32/s")] == pytest.approx(33.3)
+    assert row[columns.index("util")] == pytest.approx(0.5, rel=0.01)  # of the fp32 peak
+
+
+def test_cpu_only_rank_files_make_a_page(tmp_path):
+    """`RANK=R WORLD_SIZE=2 proton -n ddp main.py` on a machine without a GPU: scopes with CPU
+    time, no kernels; the kernels table has no per-rank time column to ask for."""
+    files = []
+    for rank in (0, 1):
+        root = {"frame": {"name": "ROOT", "type": "function", "rank": rank, "world_size": 2},
+                "metrics": {}, "children": [{"frame": {"name": "step", "type": "function"},
+                                             "metrics": {"cpu_time (ns)": 1e6 * (rank + 1)},
+                                             "children": []}]}
+        files.append(str(tmp_path / f"ddp.rank{rank}.hatchet"))
+        with open(files[-1], "w") as f:
+            json.dump([root, {}], f)
+    d = data(write(tmp_path, "-m", "cpu_time/ms", *files))
+    assert d["columns"][0] == "cpu_time (ms)" and "2 ranks merged" in d["summary"]
+    step = d["nodes"]["name"].index("step")
+    assert d["nodes"]["metrics"][0][step] == pytest.approx(3.0)
+    assert d["kernels"]["rows"] == []

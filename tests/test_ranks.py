@@ -273,10 +273,48 @@ def test_missing_ranks_and_clashing_ranks_are_said(job):
     result = CliRunner().invoke(viewer, ["-m", "time/us", str(job)])
     assert "note: 2 of the job's 3 ranks merged; missing rank 2" in result.stderr
     assert result.exit_code == 0  # every file given was read
-    rank_file(job / "..", 0, 3, scope("other"), name="elsewhere")
+    os.mkdir(job / "again")
+    rank_file(job / "again", 0, 3, scope("other"))  # ddp.rank0.hatchet of another run
     result = CliRunner().invoke(viewer, [str(job / "ddp.rank0.hatchet"),
-                                         str(job / ".." / "elsewhere.rank0.hatchet")])
-    assert result.exit_code == 2 and "several files say they are rank 0" in result.stderr
+                                         str(job / "again" / "ddp.rank0.hatchet")])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        "Error: the 2 files are not one job's ranks: several files say they are rank 0 "
+        f"({job / 'ddp.rank0.hatchet'}, {job / 'again' / 'ddp.rank0.hatchet'}); give one "
+        "file, or the NAME.rank<R>.hatchet files of one run\n")
+
+
+@pytest.mark.parametrize("make,why", [
+    (lambda d: [rank_file(d, 0, 2, scope("a")), rank_file(d, 1, 2, scope("a"), name="other")],
+     "their NAME differs (ddp: ddp.rank0.hatchet; other: other.rank1.hatchet)"),
+    (lambda d: [rank_file(d, 0, 2, scope("a")), rank_file(d, 1, 4, scope("a"))],
+     "their world size differs (2: ddp.rank0.hatchet; 4: ddp.rank1.hatchet)"),
+])
+def test_files_of_different_runs_are_refused_not_merged(tmp_path, make, why):
+    result = CliRunner().invoke(viewer, make(tmp_path))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (f"Error: the 2 files are not one job's ranks: {why}; give one "
+                             "file, or the NAME.rank<R>.hatchet files of one run\n")
+
+
+def test_a_folder_of_unrelated_profiles_is_refused_in_one_line():
+    data = os.path.join(os.path.dirname(__file__), "data")
+    result = CliRunner().invoke(viewer, [data])
+    assert result.exit_code == 2 and "merged" not in result.output
+    assert result.stderr.startswith("Error: the 9 files are not one job's ranks: "
+                                    "diagnose_recorded.hatchet, example_gpu.hatchet, ")
+    assert result.stderr.endswith(" and 5 more record no rank; give one file, or the "
+                                  "NAME.rank<R>.hatchet files of one run\n")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_traces_of_different_runs_are_refused(tmp_path):
+    trace_file(tmp_path, 0, 0, [])
+    os.rename(trace_file(tmp_path, 1, 0, []), tmp_path / "other.rank1.chrome_trace")
+    result = CliRunner().invoke(viewer, ["--output", "trace", str(tmp_path)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "Error: the 2 traces are not one job's ranks: their NAME differs (ddp: " \
+           "ddp.rank0.chrome_trace; other: other.rank1.chrome_trace)" in result.stderr
 
 
 def test_options_that_read_one_profile_ask_for_a_rank(job):

@@ -267,3 +267,32 @@ def test_a_vector_metric_shows_one_column_per_element(tmp_path):
     assert single.output.splitlines()[-1] == "ROOT / fwd,1,6.0"
     wrong = show("-m", "lenz", str(path))
     assert wrong.exit_code != 0 and "lens[0], lens[1], lens[2]" in wrong.output
+
+
+def test_a_python_script_given_as_the_profile_says_to_profile_it(tmp_path):
+    script = tmp_path / "main.py"
+    script.write_text("import proton\nprint('hi')\n")
+    result = show(str(script))
+    assert result.exit_code == 2 and "truncated" not in result.output
+    assert result.output == (f"Error: {str(script)!r} is a Python script, not a profile; "
+                             f"profile it with `proton {script}`, then read the .hatchet file "
+                             "it writes (proton-viewer proton.hatchet)\n")
+
+
+def test_a_chrome_trace_given_to_the_tree_points_at_output_trace(tmp_path):
+    trace = tmp_path / "run.chrome_trace"
+    trace.write_text('{"traceEvents": [], "otherData": {"t0_ns": 1}}')
+    for args in ([], ["--diagnose"]):
+        result = show(*args, str(trace))
+        assert result.exit_code == 2
+        assert result.output == (f"Error: {str(trace)!r} is a Chrome trace (proton -d trace), "
+                                 "not a tree; merge it for Perfetto with: proton-viewer --output "
+                                 f"trace {trace} > trace.json\n")
+
+
+def test_text_that_is_no_json_is_not_called_truncated(tmp_path):
+    path = tmp_path / "notes.hatchet"
+    path.write_text("hello\n")
+    result = show(str(path))
+    assert result.exit_code == 2 and "truncated" not in result.output
+    assert result.output.endswith("give the .hatchet file a profile wrote\n")

@@ -176,8 +176,9 @@ def test_kernel_with_samples_but_no_line_children_and_no_reason(tmp_path):
     ("kernel", "--source 'kernel' matches 5 kernels: matmul_kernel, memcpy_kernel, "
                "softmax_kernel, void at::native::elementwise_kernel<128, 2>"),
     ("nope", "no kernel named or matching 'nope'; kernels in this profile: matmul_kernel, "),
-    ("memcpy_kernel", "the profile has no PC samples for kernel 'memcpy_kernel'; profile with "
-                      "`proton -m pcsampling`"),
+    ("memcpy_kernel", "kernel 'memcpy_kernel' has no PC samples, though 4 other kernels here "
+                      "have them: its 10 launches ran 0.020 ms in all, less than any sampled "
+                      "kernel here (the least, 0.030 ms): too little for the sampler"),
     ("(", "neither a kernel's name nor a valid regular expression"),
 ])
 def test_unknown_ambiguous_or_unsampled_kernel_is_one_line_and_status_2(profile, kernel,
@@ -284,10 +285,10 @@ def test_recorded_profile_marks_its_hottest_lines_summed_over_both_scopes(tmp_pa
         cublas.output
 
 
-def test_unknown_kernel_error_cuts_long_kernel_names():
+def test_unknown_kernel_error_cuts_long_kernel_names_shown_demangled():
     result = show("--source", "relu", RECORDED)
     assert result.exit_code == 2
-    assert "_ZN2at6native29vectorized_elementwise_kernelILi8EZZZNS0_49_GLOBAL__N__d2ba64f..., " \
+    assert "at::native::vectorized_elementwise_kernel<8, at::native::(anonymous namespace..., " \
            in result.output and "matmul_kernel, nvjet_sm90_" in result.output
     assert len(result.output) < 400 and len(result.output.strip().splitlines()) == 1
 
@@ -378,3 +379,47 @@ def test_a_fifo_named_as_source_is_not_opened(tmp_path):
     result = show("--source", "k", sampled_profile(tmp_path, str(tmp_path / "k.py")))
     assert result.exit_code == 0, result.output
     assert "not shown: not a regular file; the sampled lines only" in result.output
+
+
+FILL = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+ADD = ("at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, "
+       "std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, "
+       "std::array<char*, 2ul>)")
+
+
+@pytest.mark.parametrize("name", [
+    ADD,  # as --names full prints it
+    "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<…>, "
+    "std::array<…>>(…)",  # as the tree prints it (folded)
+    r"CUDAFunctorOnSelf_add<float>",  # a regex over the demangled name
+    r"CUDAFunctorOnSelf_addIfE",  # a regex over the raw one
+])
+def test_source_finds_a_kernel_by_its_demangled_name_or_a_regex_over_either(name):
+    result = show("--source", name, os.path.join(DATA, "diagnose_recorded.hatchet"))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(
+        "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<…>, "
+        "std::array<…>>(…): 2,504 samples")  # the header shows it as the tree does
+    full = show("--source", name, "--names", "full",
+                os.path.join(DATA, "diagnose_recorded.hatchet"))
+    assert full.output.startswith(ADD + ": 2,504 samples")
+
+
+def test_a_kernel_too_short_to_be_sampled_is_said_so_in_a_sampled_profile():
+    result = show("--source", "FillFunctor", os.path.join(DATA, "diagnose_recorded.hatchet"))
+    assert result.exit_code == 2 and "pcsampling`" not in result.output
+    assert result.output == (
+        "Error: kernel 'at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, "
+        "std::array<…>>(…)' has no PC samples, though 7 other kernels here have them: its 1 "
+        "launch ran 0.001 ms in all, less than any sampled kernel here (the least, 0.830 ms): "
+        "too little for the sampler, which samples each SM once every 2**N cycles; sample more "
+        "often (-m pcsampling:interval=N, N under the default 10) or run it longer\n")
+    assert show("--source", FILL, os.path.join(DATA, "diagnose_recorded.hatchet")).output == \
+        result.output  # the raw name, as before
+
+
+def test_a_profile_without_samples_says_to_sample(tmp_path):
+    result = show("--source", "sgemm_128x64", os.path.join(DATA, "example_gpu.hatchet"))
+    assert result.exit_code == 2
+    assert "the profile has no PC samples (kernel " in result.output
+    assert "profile with `proton -m pcsampling`" in result.output

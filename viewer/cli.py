@@ -95,9 +95,9 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--rank", type=click.IntRange(min=0), default=None,
               help="Of several rank files (or a folder of them): show rank R's alone.")
 @click.option("--source", "kernel", default=None, metavar="KERNEL",
-              help="Instead of the tree: the PC samples of KERNEL (exact name, else a regex "
-              "search) per source line, over all its call paths, beside its source "
-              "(a profile from `proton -m pcsampling`).")
+              help="Instead of the tree: the PC samples of KERNEL (its name as the file has "
+              "it or demangled, else a regex searched in both) per source line, over all its "
+              "call paths, beside its source (a profile from `proton -m pcsampling`).")
 @click.option("--source-root", "source_roots", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False),
               help="With --source and --html: also show source files under DIR (repeatable). "
@@ -109,13 +109,14 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
            name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
            html_path, rank, kernel, source_roots, profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
-    from stdin. Several files, or a folder, are a job's ranks: one tree over all of them,
-    frames matched by call path, each metric summed and, per frame, its min, mean and max
-    over the ranks, the rank of the max and max/mean (the imbalance); a frame only some
-    ranks have is marked.
+    from stdin. Several files, or a folder, must be one job's ranks (NAME.rank<R>.hatchet of
+    one run): one tree over all of them, frames matched by call path, each metric summed
+    and, per frame, its min, mean and max over the ranks, the rank of the max and max/mean
+    (the imbalance); a frame only some ranks have is marked.
 
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
+        _check_report_conflicts(diagnose, html_path, output)
         if output == "trace":
             _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold,
                                    print_sorted, other, width, rank, kernel)
@@ -146,7 +147,7 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
 
         roots = SourceRoots.default(list(profiles), list(source_roots))
         if kernel is not None:
-            deep.call(_show_source, kernel, width, profile, roots)
+            deep.call(_show_source, kernel, width, name_style, profile, roots)
         elif diagnose:
             deep.call(_show_findings, profile, name_style, output)
         elif html_path is not None:
@@ -300,11 +301,11 @@ def _show_findings(prof, style: str, output: str) -> None:
 
     from .diagnose import as_dicts, diagnose, render
 
-    findings, notes = diagnose(prof, style)
+    diagnosis = diagnose(prof, style)
     if output == "json":
-        click.echo(json.dumps({"findings": as_dicts(findings), "notes": notes}, indent=1))
+        click.echo(json.dumps(as_dicts(diagnosis), indent=1))
     else:
-        click.echo(render(findings, notes), nl=False)
+        click.echo(render(diagnosis), nl=False)
 
 
 def _default_metric(prof) -> str | None:
@@ -374,7 +375,7 @@ def _nothing_matches(include, exclude, threshold, columns) -> str:
     return "no frame matches " + " ".join(g for g in given if g)
 
 
-def _show_source(kernel: str, width: int | None, prof, roots) -> None:
+def _show_source(kernel: str, width: int | None, style: str, prof, roots) -> None:
     from rich.console import Console
 
     from .source import find_kernel
@@ -383,7 +384,8 @@ def _show_source(kernel: str, width: int | None, prof, roots) -> None:
     console = Console(width=width)
     # As the tree: fold code at the terminal's width or --width; piped, one line per line.
     fold_at = console.width if console.is_terminal or width else None
-    console.print(source_view(find_kernel(prof, kernel), roots, width=fold_at),
+    console.print(source_view(find_kernel(prof, kernel, style), roots, width=fold_at,
+                              style=style),
                   soft_wrap=fold_at is None, crop=False)
 
 
@@ -395,6 +397,16 @@ def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width) 
     if output != "tree" and (print_sorted or width):
         raise ViewerError(f"--output {output} writes the rows for scripts; --print-sorted and "
                           "--width only apply to the tree view")
+
+
+def _check_report_conflicts(diagnose: bool, html_path: str | None, output: str) -> None:
+    """--diagnose writes text or JSON, --html a page: no other --output."""
+    if diagnose and output not in ("tree", "json"):
+        raise ViewerError(f"--diagnose writes its findings as text, or as JSON with --output "
+                          f"json; --output {output} does not apply to it")
+    if html_path is not None and output != "tree":
+        raise ViewerError(f"--html writes a page; --output {output} does not apply to it: "
+                          "drop one")
 
 
 def _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold, print_sorted,

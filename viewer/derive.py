@@ -4,15 +4,18 @@ Derive, then render: everything here returns data (pandas Series keyed by hatche
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 import pandas as pd
 
-from ..format import BYTES, COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, FLOPS, TIME
+from ..format import (BYTES, COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
+                      DOT_NO_WGMMA, FLOPS, LAUNCH_CONFIGS, LAUNCH_METRICS, SASS_PREFIX, TIME,
+                      TL_DOT)
 from .errors import ViewerError
 from .reader import Profile, subtree_sums
-from .specs import max_bytes_per_s, max_flops, peak_known
+from .specs import bandwidth, compute_roof, peak_known, unknown_arch
 
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
@@ -97,18 +100,29 @@ def _gpus(profile: Profile, have: set[str]) -> dict | None:
 
 
 def _check_peaks(profile: Profile) -> None:
-    """Raise max_flops's error (the archs util knows) when an unknown GPU is what keeps util
+    """Raise the error naming the archs util knows when an unknown GPU is what keeps util
     from a profile."""
     have = {m.lower() for m in profile.inclusive + profile.exclusive}
     for gpu in (_gpus(profile, have) or {}).values():
         if not peak_known(str(gpu["arch"])):
-            max_flops(str(gpu["arch"]), 16, gpu["num_sms"], gpu["clock_rate"])
+            raise unknown_arch(str(gpu["arch"]))
+
+
+FACTS = {DEVICE_ID, DEVICE_TYPE, *LAUNCH_METRICS, LAUNCH_CONFIGS, TL_DOT, DOT_NO_TENSOR_CORES,
+         DOT_NO_WGMMA}
+"""A kernel's own facts (where it ran, its launch configuration, its machine code), not
+quantities: never added up over frames or ranks, and no share of a whole."""
+
+
+def is_fact(metric: str) -> bool:
+    """Whether `metric` is one of FACTS or a machine code count (`sass_ffma`)."""
+    return metric in FACTS or metric.startswith(SASS_PREFIX)
 
 
 def _shares(profile: Profile) -> list[str]:
     """The metrics `NAME/%` applies to: inclusive ones, and exclusive numbers (cpu_time, user
-    metrics) but not the kernel's device id or type."""
-    return profile.inclusive + [m for m in profile.exclusive if m not in (DEVICE_ID, DEVICE_TYPE)]
+    metrics) but not a kernel's facts (a share of all registers per thread means nothing)."""
+    return profile.inclusive + [m for m in profile.exclusive if not is_fact(m)]
 
 
 def _short(metric: str) -> str:
@@ -170,8 +184,7 @@ def derive(profile: Profile, spec: str) -> Column:
         values = values / whole * 100 if whole else values * 0
         return Column(f"{_short(base)}/%", values)
     base = _match(profile, spec, spec)
-    return Column(base, _column(profile, base, spec),
-                  additive=base not in (DEVICE_ID, DEVICE_TYPE))
+    return Column(base, _column(profile, base, spec), additive=not is_fact(base))
 
 
 def kernel_mask(profile: Profile) -> dict:
@@ -236,27 +249,86 @@ def _with_root_total(profile: Profile, values: pd.Series) -> pd.Series:
     return values
 
 
-def _util(profile: Profile, spec: str) -> pd.Series:
-    """Achieved over peak: the larger of (flops at each width / peak) and (bytes / peak
-    bandwidth), over the kernel's time; blank for frames that are not kernels."""
+@dataclass(slots=True)
+class KernelRoof:
+    """A kernel node against its GPU's roofs."""
+
+    flops: float
+    """Its operations: over its flops<width> metrics, else its plain `flops`."""
+    nbytes: float
+    seconds: float
+    peak: float | None
+    """Its compute roof, FLOP/s (specs.compute_roof); None for an unknown GPU or flops of no
+    width."""
+    bandwidth: float | None
+    precisions: list[str]
+    """The PRECISIONS names of its roofs (one per flops width it has)."""
+    device: str
+
+    @property
+    def intensity(self) -> float | None:
+        """FLOP per byte."""
+        return self.flops / self.nbytes if self.nbytes else None
+
+    def fraction(self) -> float | None:
+        """Achieved FLOP/s over the roof at its intensity; None where either is unknown."""
+        x = self.intensity
+        if not self.peak or not self.bandwidth or not x:
+            return None
+        return self.flops / self.seconds / min(self.peak, self.bandwidth * x)
+
+    def util(self) -> float:
+        """Achieved over peak: the larger of flops over the compute roof and bytes over the
+        bandwidth, each as a share of its time."""
+        busy = max(self.flops / self.peak if self.peak else 0.0,
+                   self.nbytes / self.bandwidth if self.bandwidth else 0.0)
+        return busy / self.seconds
+
+
+def kernel_roofs(profile: Profile) -> dict:
+    """Node -> KernelRoof, for kernel nodes with time on a GPU of the device table."""
     df = profile.gf.dataframe
-    seconds = _column(profile, TIME, spec) * 1e-9
-    device = df[DEVICE_ID].astype(str) if DEVICE_ID in df else pd.Series("", index=df.index)
-    flops_time = pd.Series(0.0, index=df.index)
-    bytes_time = pd.Series(0.0, index=df.index)
-    for index, dev in profile.devices.get(CUDA, {}).items():
-        rows = device == str(index)
-        for width in (8, 16, 32, 64):
-            if f"flops{width}" in df:
-                peak = max_flops(str(dev["arch"]), width, dev["num_sms"], dev["clock_rate"])
-                flops_time[rows] += pd.to_numeric(df.loc[rows, f"flops{width}"],
-                                                  errors="coerce").fillna(0) / peak
-        if BYTES in df:
-            peak = max_bytes_per_s(dev["bus_width"], dev["memory_clock_rate"])
-            bytes_time[rows] += pd.to_numeric(df.loc[rows, BYTES], errors="coerce") / peak
-    util = flops_time.combine(bytes_time, max) / seconds
-    util[~device.isin([str(i) for i in profile.devices.get(CUDA, {})])] = float("nan")
-    return util
+    gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
+    if TIME not in df or DEVICE_ID not in df or not isinstance(gpus, dict):
+        return {}
+
+    def own(column: str) -> dict:
+        if column not in df:
+            return {}
+        return pd.to_numeric(df[column], errors="coerce").astype(float).to_dict()
+
+    time, nbytes, plain = own(TIME), own(BYTES), own("flops")
+    widths = {int(m[1]): own(str(c)) for c in df.columns if (m := FLOPS.fullmatch(str(c)))
+              and m[1]}
+    tensor = [own(SASS_PREFIX + op) for op in ("hmma", "hgmma")]
+    out = {}
+    for node, dev in df[DEVICE_ID].items():
+        gpu, seconds = gpus.get(str(dev)), _number(time.get(node)) * 1e-9
+        if not isinstance(gpu, dict) or seconds <= 0:  # also a time too small for a float
+            continue
+        flops = {w: _number(values.get(node)) for w, values in widths.items()}
+        roof = None
+        if any(flops.values()):
+            roof = compute_roof(gpu, flops, seconds,
+                                any(_number(t.get(node)) for t in tensor))
+            done = sum(flops.values())
+        else:
+            done = _number(plain.get(node))  # of no width: under no roof
+        out[node] = KernelRoof(done, _number(nbytes.get(node)), seconds,
+                               roof[0] if roof else None, bandwidth(gpu),
+                               roof[1] if roof else [], str(dev))
+    return out
+
+
+def _number(value) -> float:
+    """A metric's value, 0 where missing or not finite."""
+    return value if isinstance(value, float) and math.isfinite(value) else 0.0
+
+
+def _util(profile: Profile, spec: str) -> pd.Series:
+    """Achieved over peak (KernelRoof.util); blank for frames that are not kernels."""
+    util = {node: kernel.util() for node, kernel in kernel_roofs(profile).items()}
+    return pd.Series(util, dtype=float).reindex(profile.gf.dataframe.index)
 
 
 def _match(profile: Profile, name: str, spec: str) -> str:

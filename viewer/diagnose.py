@@ -2,25 +2,21 @@
 
 Each rule reads what the profile has and says when it could not run. Findings are ranked by
 the GPU time they concern; only kernels (and scopes) with at least MIN_SHARE of the profile's
-kernel time are judged. Thresholds:
-  * too few programs: a grid of fewer blocks than the GPU has SMs.
-  * tail effect: more than one wave (blocks / (SMs x resident blocks per SM)) whose last wave
-    leaves the GPU more than TAIL_IDLE idle on average over the waves.
-  * low occupancy: theoretical occupancy under LOW_OCCUPANCY; a warning only when the kernel
-    also reaches less than half its roof (tuned Hopper matmuls run at 1-2 blocks per SM by
-    design), else informational.
-  * far from the roofline: achieved FLOP/s under FAR_FROM_ROOF of the roof at the kernel's
-    arithmetic intensity (the 16-bit tensor peak and the memory bandwidth of its GPU).
-  * launch-bound: a scope whose own kernels number LAUNCH_COUNT or more and average under
-    SHORT_KERNEL_US, and with a cpu_timed_scope, GPU busy under BUSY of the scope's time;
-    informational without the scope's CPU time (short kernels alone do not show the GPU idle).
-  * stall-dominated lines (PC samples): a line with at least HOT_LINE of the kernel's samples,
-    STALLED or more of them stalled (`selected`, a warp issuing, is not a stall); informational
-    when the kernel reaches half its roof or more (a tuned matmul waits on its loads too) or
-    when its top reason is `not_selected` (another warp issued: nothing is lost).
-  * no tensor cores / no wgmma: a Triton kernel whose IR does a tl.dot and whose machine code
-    has no HMMA/HGMMA/IMMA at all, or on Hopper no HGMMA (counted by nvdisasm when the profile
-    was written).
+kernel time are judged. RULES names each rule with its threshold in words (the command
+prints those of the rules that ran when nothing crosses them); in short:
+  * too few programs, tail effect: the grid against the SMs and the blocks resident per SM;
+    not judged for the kernels of a launch-bound scope (there the host, not the grid, costs
+    the time).
+  * low occupancy: a warning only when the kernel also reaches less than half its roof (tuned
+    Hopper matmuls run at 1-2 blocks per SM by design), else informational.
+  * far from the roofline: each kernel against the roof of its flops' precision on its GPU
+    (specs.py) and the GPU's memory bandwidth.
+  * launch-bound: informational without the scope's CPU time (short kernels alone do not
+    show the GPU idle).
+  * stall-dominated lines: `selected`, a warp issuing, is not a stall; informational when the
+    kernel reaches half its roof or more (a tuned matmul waits on its loads too) or when its
+    top reason is `not_selected` (another warp issued: nothing is lost).
+  * no tensor cores / no wgmma: counted by nvdisasm when the profile was written.
 """
 from __future__ import annotations
 
@@ -29,15 +25,15 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from ..format import (BLOCK_THREADS, BYTES, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS,
+from ..format import (BLOCK_THREADS, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS,
                       NUM_SAMPLES, REGISTERS, SASS_PREFIX, SHARED_MEMORY, TIME, TL_DOT,
                       DOT_NO_TENSOR_CORES, DOT_NO_WGMMA)
-from .derive import kernel_mask
+from .derive import KernelRoof, kernel_mask, kernel_roofs
 from .errors import ViewerError
 from .names import readable
 from .occupancy import occupancy
 from .reader import Profile
-from .specs import roof
+from .specs import bandwidth, peak, peak_known
 
 MIN_SHARE = 0.01
 TAIL_IDLE = 0.2
@@ -95,8 +91,24 @@ class Finding:
     """Worth knowing, not a problem."""
 
 
-def diagnose(prof: Profile, style: str = "folded") -> tuple[list[Finding], list[str]]:
-    """The findings, most GPU time first, and a note for each rule that could not run."""
+@dataclass(slots=True)
+class Diagnosis:
+    findings: list[Finding]
+    """Most GPU time first."""
+    notes: list[str]
+    """Why each rule that could not run did not, and what was left unjudged."""
+    ran: dict[str, str]
+    """The rules that ran: name -> threshold in words (RULES)."""
+
+
+def diagnose(prof: Profile, style: str = "folded") -> Diagnosis:
+    """The findings, most GPU time first, a note for each rule that could not run, and the
+    rules that ran.
+
+    Usage:
+        got = diagnose(load("run.hatchet"))
+        print(render(got))
+    """
     df = prof.gf.dataframe
     if TIME not in df:
         raise ViewerError("--diagnose needs kernel times: the profile has none (profile a "
@@ -105,14 +117,17 @@ def diagnose(prof: Profile, style: str = "folded") -> tuple[list[Finding], list[
     kernels = [n for n, yes in kernel_mask(prof).items() if yes]
     total = float(own[kernels].sum()) if kernels else 0.0
     ctx = _Context(prof, own, total, style)
-    findings: list[Finding] = []
-    notes: list[str] = []
-    for rule in (_launch_shape, _tensor_cores, _roofline, _launch_bound, _stalls):
-        note = rule(ctx, kernels, findings)
-        if note:
-            notes.append(note)
-    findings.sort(key=lambda f: (f.info, -f.time_ns))
-    return findings, notes
+    ctx.scopes = _launch_scopes(ctx, kernels)
+    found = Diagnosis([], [], {})
+    for rule, thresholds in RULES:
+        why_not = rule(ctx, kernels, found.findings)
+        if why_not:
+            found.notes.append(why_not)
+        else:
+            found.ran.update(thresholds)
+    found.notes += ctx.notes
+    found.findings.sort(key=lambda f: (f.info, -f.time_ns))
+    return found
 
 
 class _Context:
@@ -121,6 +136,10 @@ class _Context:
         self.df = prof.gf.dataframe
         gpus = prof.devices.get(CUDA, {}) if isinstance(prof.devices, dict) else {}
         self.gpus = gpus if isinstance(gpus, dict) else {}
+        self.roofs: dict = kernel_roofs(prof)
+        self.scopes: list[_Scope] = []
+        self.notes: list[str] = []
+        """What a rule that ran left unjudged."""
 
     def value(self, node, column: str) -> float | None:
         if column not in self.df:
@@ -157,10 +176,14 @@ class _Context:
 
     def roof_fraction(self, node) -> float | None:
         """Achieved FLOP/s over the roof at the kernel's intensity; None when unknown."""
-        got = _intensity(self, node)
-        if got is None:
-            return None
-        return got[2]
+        kernel = self.roofs.get(node)
+        frac = kernel.fraction() if kernel is not None else None
+        return frac if frac is not None and math.isfinite(frac) else None
+
+    def host_bound(self, node) -> bool:
+        """Whether the kernel is one of a launch-bound scope's, where the GPU waits on the
+        host: its own shape is not what costs the time there."""
+        return any(s.waiting and node in s.kernels for s in self.scopes)
 
 
 def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
@@ -171,7 +194,7 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
         ns = ctx.value(node, TIME)
         gpu = ctx.gpu(node)
         grid, threads = ctx.value(node, GRID_BLOCKS), ctx.value(node, BLOCK_THREADS)
-        if not ctx.big(ns) or gpu is None or not grid or not threads:
+        if not ctx.big(ns) or gpu is None or not grid or not threads or ctx.host_bound(node):
             continue
         sms = int(gpu.get("num_sms", 0))
         regs = int(ctx.value(node, REGISTERS) or 0)
@@ -248,73 +271,111 @@ def _tensor_cores(ctx: _Context, kernels: list, out: list) -> str | None:
     return None
 
 
-def _intensity(ctx: _Context, node) -> tuple[float, float, float, str, float] | None:
-    """(FLOP per byte, FLOP/s, fraction of the roof, bound, ridge) of a kernel node."""
-    flops = sum(ctx.value(node, c) or 0.0 for c in ctx.df.columns if FLOPS.fullmatch(str(c)))
-    nbytes, ns, gpu = ctx.value(node, BYTES), ctx.value(node, TIME), ctx.gpu(node)
-    roofs = roof(gpu) if flops and nbytes and ns and gpu is not None else None
-    if roofs is None:
-        return None
-    peak, bw = roofs
-    seconds = ns * 1e-9
-    x = flops / nbytes
-    here = min(peak, bw * x)  # the roof at this intensity
-    if not seconds or not here or not math.isfinite(flops / seconds / here):
-        return None  # a time or an intensity too small (or large) for a float
-    y = flops / seconds
-    return x, y, y / here, "memory" if bw * x < peak else "compute", peak / bw
-
-
 def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
-    judged = 0
+    judged, unjudged = 0, []
     for node in kernels:
-        got = _intensity(ctx, node)
-        ns = ctx.value(node, TIME)
-        if got is None or not ctx.big(ns):
+        kernel, ns = ctx.roofs.get(node), ctx.value(node, TIME)
+        if kernel is None or not kernel.flops or not kernel.nbytes or not ctx.big(ns):
+            continue
+        frac = ctx.roof_fraction(node)
+        if frac is None:
+            unjudged.append(kernel)
             continue
         judged += 1
-        x, y, frac, bound, ridge = got
-        if frac >= FAR_FROM_ROOF:
-            continue
-        advice = ("move fewer bytes: fuse with the neighbouring ops, reuse tiles from shared "
-                  "memory, lower precision") if bound == "memory" else (
-                  "use the tensor cores (tl.dot in fp16/bf16/fp8), larger tiles, more warps")
-        out.append(ctx.finding(
-            "far from the roofline", node, ns,
-            f"{frac:.0%} of the {bound} roof: {y / 1e12:,.2f} TFLOP/s at {x:,.2f} FLOP/byte "
-            f"(ridge {ridge:,.0f} FLOP/byte)", advice))
-    if not judged and not any(FLOPS.fullmatch(str(c)) for c in ctx.df.columns):
+        if frac < FAR_FROM_ROOF:
+            out.append(ctx.finding("far from the roofline", node, ns, *_far(kernel, frac)))
+    if unjudged:
+        ctx.notes.append(_unjudged(ctx, unjudged))
+    if not judged and not unjudged and not any(FLOPS.fullmatch(str(c)) for c in ctx.df.columns):
         return ("far from the roofline: not checked; no kernel has flops and bytes (Triton "
                 "kernels give them through launch_metadata, with -k triton)")
     return None
 
 
-def _launch_bound(ctx: _Context, kernels: list, out: list) -> str | None:
-    is_kernel = set(kernels)
+def _far(kernel: KernelRoof, frac: float) -> tuple[str, str]:
+    """(evidence, advice) of a kernel under FAR_FROM_ROOF of its roof."""
+    x, peak, bw = kernel.intensity, kernel.peak, kernel.bandwidth
+    memory = bw * x < peak
+    if memory:
+        advice = ("move fewer bytes: fuse with the neighbouring ops, reuse tiles from shared "
+                  "memory, lower precision")
+    elif all(p.endswith("tensor") for p in kernel.precisions):
+        advice = ("keep the tensor cores fed: larger tiles, more warps, more num_stages to "
+                  "hide the loads")
+    else:  # fp32 or fp64 on the FMA units
+        advice = ("use the tensor cores: tl.dot in fp16/bf16/fp8, or for fp32 "
+                  "input_precision='tf32'")
+    evidence = (f"{frac:.0%} of the {'memory' if memory else 'compute'} roof: "
+                f"{kernel.flops / kernel.seconds / 1e12:,.2f} TFLOP/s at {x:,.2f} FLOP/byte "
+                f"({' + '.join(dict.fromkeys(kernel.precisions))} peak "
+                f"{peak / 1e12:,.1f} TFLOP/s, ridge {peak / bw:,.0f} FLOP/byte)")
+    return evidence, advice
+
+
+def _unjudged(ctx: _Context, kernels: list[KernelRoof]) -> str:
+    """Why kernels with flops and bytes were not put under a roof."""
+    gpus = [ctx.gpus[k.device] for k in kernels]
+    unknown = sorted({f"sm{gpu.get('arch')}" for gpu in gpus
+                      if not peak_known(str(gpu.get("arch")))})
+    if unknown:
+        why = f"no peaks known for {', '.join(unknown)} (sm80, sm89, sm90 and sm100 are)"
+    elif any(peak(gpu, "fp32") is None or bandwidth(gpu) is None for gpu in gpus):
+        why = "the device table lacks their GPU's figures"
+    else:
+        why = ("their flops name no precision (launch_metadata gives flops8, flops16, "
+               "flops32 or flops64)")
+    return (f"far from the roofline: {len(kernels)} kernel{'s' * (len(kernels) != 1)} with "
+            f"flops and bytes not judged; {why}")
+
+
+@dataclass(slots=True)
+class _Scope:
+    """A scope whose own kernels are many and short."""
+
+    node: object
+    kernels: set
+    count: float
+    ns: float
+    cpu: float | None
+    """The scope's CPU time (cpu_timed_scope), when it has one."""
+
+    @property
+    def waiting(self) -> bool:
+        """Launch-bound for certain: the GPU is busy under BUSY of the scope's time."""
+        return bool(self.cpu) and self.ns / self.cpu < BUSY
+
+
+def _launch_scopes(ctx: _Context, kernels: list) -> list[_Scope]:
+    """Scopes with at least MIN_SHARE of the kernel time in LAUNCH_COUNT or more own kernels
+    that average under SHORT_KERNEL_US."""
+    is_kernel, out = set(kernels), []
     for node in ctx.prof.gf.graph.traverse():
         if node in is_kernel:
             continue
         mine = [c for c in node.children if c in is_kernel]
         count = sum(ctx.value(c, "count") or 0 for c in mine)
         ns = sum(ctx.value(c, TIME) or 0 for c in mine)
-        if count < LAUNCH_COUNT or not ctx.big(ns):
+        if count >= LAUNCH_COUNT and ctx.big(ns) and ns / count / 1e3 < SHORT_KERNEL_US:
+            out.append(_Scope(node, set(mine), count, ns, ctx.value(node, CPU_TIME)))
+    return out
+
+
+def _launch_bound(ctx: _Context, kernels: list, out: list) -> str | None:
+    advice = ("launch fewer kernels: CUDA graphs (torch.compile mode='reduce-overhead', "
+              "torch.cuda.graphs), fuse elementwise ops (torch.compile), batch the work")
+    for scope in ctx.scopes:
+        avg_us = scope.ns / scope.count / 1e3
+        if scope.cpu and not scope.waiting:
             continue
-        avg_us = ns / count / 1e3
-        if avg_us >= SHORT_KERNEL_US:
-            continue
-        cpu = ctx.value(node, CPU_TIME)
-        advice = ("launch fewer kernels: CUDA graphs (torch.compile mode='reduce-overhead', "
-                  "torch.cuda.graphs), fuse elementwise ops (torch.compile), batch the work")
-        if cpu:
-            busy = ns / cpu
-            if busy >= BUSY:
-                continue
-            evidence = (f"the GPU is busy {busy:.0%} of the scope's {cpu / 1e6:,.3f} ms: "
-                        f"{count:,.0f} kernels averaging {avg_us:.1f} us")
+        if scope.cpu:
+            evidence = (f"the GPU is busy {scope.ns / scope.cpu:.0%} of the scope's "
+                        f"{scope.cpu / 1e6:,.3f} ms: {scope.count:,.0f} kernels averaging "
+                        f"{avg_us:.1f} us")
         else:
-            evidence = (f"{count:,.0f} kernels averaging {avg_us:.1f} us (time the scope with "
-                        "proton.cpu_timed_scope to see how long the GPU waits)")
-        finding = ctx.finding("launch-bound", node, ns, evidence, advice, info=not cpu)
+            evidence = (f"{scope.count:,.0f} kernels averaging {avg_us:.1f} us (time the scope "
+                        "with proton.cpu_timed_scope to see how long the GPU waits)")
+        finding = ctx.finding("launch-bound", scope.node, scope.ns, evidence, advice,
+                              info=not scope.cpu)
         finding.kernel = f"scope {finding.kernel}"
         out.append(finding)
     return None
@@ -364,23 +425,51 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
     return None
 
 
-def as_dicts(findings: list[Finding]) -> list[dict]:
-    return [asdict(f) for f in findings]
+RULES = [
+    (_launch_shape, {
+        "too few programs": "a grid of fewer blocks than the GPU has SMs",
+        "tail effect": f"over one wave of blocks, the last leaving the GPU over {TAIL_IDLE:.0%} "
+                       "idle on average",
+        "low occupancy": f"theoretical occupancy under {LOW_OCCUPANCY:.0%}"}),
+    (_tensor_cores, {
+        "no tensor cores": "a tl.dot with no HMMA, HGMMA or IMMA in its machine code",
+        "no wgmma": "a tl.dot on Hopper with no HGMMA"}),
+    (_roofline, {
+        "far from the roofline": f"under {FAR_FROM_ROOF:.0%} of the roof of its precision at "
+                                 "its intensity"}),
+    (_launch_bound, {
+        "launch-bound": f"a scope of {LAUNCH_COUNT}+ kernels averaging under "
+                        f"{SHORT_KERNEL_US:g} us, the GPU busy under {BUSY:.0%} of its time"}),
+    (_stalls, {
+        "stalled line": f"a line with {HOT_LINE:.0%}+ of a kernel's samples, {STALLED:.0%}+ "
+                        "of them stalled"}),
+]
+"""Each rule, and the findings it can make with their thresholds in words. Only kernels and
+scopes with MIN_SHARE or more of the profile's kernel time are judged."""
 
 
-def render(findings: list[Finding], notes: list[str]) -> str:
+def as_dicts(diagnosis: Diagnosis) -> dict:
+    """The diagnosis for scripts (--output json) and the report page."""
+    return {"findings": [asdict(f) for f in diagnosis.findings], "notes": diagnosis.notes,
+            "rules_run": list(diagnosis.ran)}
+
+
+def render(diagnosis: Diagnosis) -> str:
     """The findings for a terminal: one numbered block each, then the rules not run."""
     lines = []
-    if not findings:
-        lines.append("no findings: nothing here crosses a rule's threshold (see proton-viewer "
-                     "--help for the rules)")
-    for i, f in enumerate(findings, 1):
+    if not diagnosis.findings:
+        lines.append(f"no findings: nothing crosses a threshold of the {len(diagnosis.ran)} "
+                     f"rule{'s' * (len(diagnosis.ran) != 1)} that ran (on kernels and scopes "
+                     f"with {MIN_SHARE:.0%}+ of the GPU time)"
+                     + (":" if diagnosis.ran else ""))
+        lines += [f"  {rule}: {threshold}" for rule, threshold in diagnosis.ran.items()]
+    for i, f in enumerate(diagnosis.findings, 1):
         tag = "info" if f.info else f.rule
         lines.append(f"{i}. [{tag}] {f.kernel}: {f.time_ns / 1e6:,.3f} ms, {f.share:.0%} of "
                      "GPU time")
         lines.append(f"   at {f.path}")
         lines.append(f"   {f.evidence}")
         lines.append(f"   try: {f.advice}")
-    for note in notes:
+    for note in diagnosis.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"

@@ -5,3 +5,13 @@ class ViewerError(Exception):
     """Bad input to proton-viewer; the command prints it and exits with status 2."""
 
     exit_code = 2
+
+
+def listing(names: list[str], most: int = 8, longest: int = 80) -> str:
+    """Names for a one-line error: at most `most`, each cut at `longest` (C++ kernel names
+    run to hundreds of characters; a regex needs only a piece)."""
+    if not names:
+        return "none"
+    shown = [n if len(n) <= longest else n[:longest - 3] + "..." for n in names[:most]]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(shown) + more

@@ -11,16 +11,14 @@ import json
 import math
 import re
 
-import pandas as pd
-
-from ..format import BYTES, CUDA, DEVICE_ID, FLOPS, NUM_SAMPLES, TIME
-from .derive import Column, available, derive, kernel_mask
+from ..format import CUDA, NUM_SAMPLES
+from .derive import Column, available, derive, kernel_mask, kernel_roofs
 from .errors import ViewerError
 from .names import readable
 from .page import TEMPLATE
 from .reader import Profile
 from .source_roots import SourceRoots
-from .specs import roof
+from .specs import peak
 
 KERNEL_SPECS = ("time/ms", "count", "avg_time/us")
 SOURCE_KERNELS = 12
@@ -106,27 +104,22 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str
 
 
 def _rate_specs(prof: Profile) -> list[str]:
+    """The kernels table's rates: every flop width the profile has, bytes/s, util."""
     have = available(prof)
-    flops = next((s for s in ("tflop/s", "tflop16/s", "tflop8/s", "tflop32/s", "tflop64/s")
-                  if s in have), None)
-    out = [flops] if flops else []
-    if "gbyte/s" in have:
-        out.append("gbyte/s")
-    if "util" in have:
-        out.append("util")
-    return out
+    return [s for s in ("tflop/s", "tflop8/s", "tflop16/s", "tflop32/s", "tflop64/s", "gbyte/s",
+                        "util") if s in have]
 
 
 def _kernels(prof: Profile, merged, order: list) -> dict:
-    """Kernel frames among the shown ones: [frame number, time, count, avg, rates, util]."""
-    specs = [*KERNEL_SPECS, *_rate_specs(prof)]
+    """Kernel frames among the shown ones: [frame number, time, count, avg, rates, util], and
+    with several ranks the spread of their time."""
     columns = []
-    for spec in specs:
+    for spec in [*KERNEL_SPECS, *_rate_specs(prof)]:
         try:
             columns.append(derive(prof, spec))
         except ViewerError:
             continue
-    if merged is not None and "time/ms" in specs:
+    if merged is not None and "time/ms" in available(prof):  # CPU-only ranks have no kernels
         from .ranks import columns as rank_columns
 
         spread = rank_columns(merged, ["time/ms"])
@@ -139,43 +132,34 @@ def _kernels(prof: Profile, merged, order: list) -> dict:
 
 
 def _roofline(prof: Profile, style: str) -> dict:
-    """Kernels with flops and bytes: (FLOP per byte, FLOP/s) against their GPU's roofs."""
-    df = prof.gf.dataframe
-    widths = [c for c in df.columns if FLOPS.fullmatch(str(c))]
-    if not widths or BYTES not in df or TIME not in df:
+    """Kernels with flops and bytes: (FLOP per byte, FLOP/s), each against the roof of its
+    precision on its GPU; a roof per (GPU, precision) the kernels need."""
+    kernels = {n: k for n, k in kernel_roofs(prof).items() if k.flops and k.nbytes}
+    if not kernels:
         return {"points": [], "roofs": [], "note": "No roofline: no kernel carries both flops "
                 "and bytes (Triton kernels give them through launch_metadata, with -k triton)."}
-    time_s = pd.to_numeric(df[TIME], errors="coerce") * 1e-9
-    nbytes = pd.to_numeric(df[BYTES], errors="coerce")
-    gpus = prof.devices.get(CUDA, {}) if isinstance(prof.devices, dict) else {}
-    roofs, peaks = [], {}
-    for dev, gpu in sorted(gpus.items()):
-        found = roof(gpu) if isinstance(gpu, dict) else None
-        if found is None:
-            continue
-        peak, bw = peaks[str(dev)] = found
-        roofs.append({"peak": peak, "bw": bw, "ridge": peak / bw,
-                      "label": f"GPU {dev} (sm{gpu['arch']}): 16-bit peak "
-                               f"{peak / 1e12:,.0f} TFLOP/s, "
-                               f"{bw / 1e9:,.0f} GB/s"})
-    points = []
-    device = df[DEVICE_ID].astype(str) if DEVICE_ID in df else None
-    for node in df.index:
-        flops = sum(_num(df.at[node, w]) or 0.0 for w in widths)
-        t, b = _num(time_s.get(node)), _num(nbytes.get(node))
-        if not flops or not t or not b:
-            continue
-        x, y = _num(flops / b), _num(flops / t)
+    gpus = prof.devices.get(CUDA, {})
+    roofs, points = {}, []
+    for node, kernel in kernels.items():
+        x, y = _num(kernel.intensity), _num(kernel.flops / kernel.seconds)
         if not x or not y:  # an intensity or a rate too small (or large) for a float
             continue
-        peak, bw = peaks.get(device[node] if device is not None else "", (None, None))
-        here = min(peak, bw * x) if peak else None
         points.append({"name": readable(node.frame.get("name", "?"), style), "x": x, "y": y,
-                       "t": t, "frac": _num(y / here) if here else None})
-    note = (f"{len(points)} kernels with flops and bytes; dots sized by time. " +
+                       "t": kernel.seconds, "frac": _num(kernel.fraction()),
+                       "roof": ", ".join(dict.fromkeys(kernel.precisions))})
+        gpu = gpus[kernel.device]
+        for name in kernel.precisions if kernel.bandwidth else ():
+            top = peak(gpu, name)
+            roofs.setdefault((kernel.device, name), {
+                "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
+                "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
+                         f"{top / 1e12:,.1f} TFLOP/s, {kernel.bandwidth / 1e9:,.0f} GB/s"})
+    note = (f"{len(points)} kernels with flops and bytes; dots sized by time, each judged "
+            "against the roof of its flops' precision. " +
             ("Roofs from the file's device table." if roofs else
-             "No roof: the device table names no GPU whose peak is known."))
-    return {"points": points, "roofs": roofs, "note": note}
+             "No roof: the device table names no GPU whose peaks are known, or the flops name "
+             "no precision (flops8/16/32/64)."))
+    return {"points": points, "roofs": [roofs[k] for k in sorted(roofs)], "note": note}
 
 
 def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
@@ -238,7 +222,7 @@ def _findings(prof: Profile, style: str) -> dict:
     from .diagnose import as_dicts, diagnose
 
     try:
-        found, notes = diagnose(prof, style)
+        found = as_dicts(diagnose(prof, style))
     except ViewerError as exc:
-        return {"items": [], "notes": [str(exc)]}
-    return {"items": as_dicts(found), "notes": notes}
+        return {"items": [], "notes": [str(exc)], "rules_run": []}
+    return {"items": found["findings"], "notes": found["notes"], "rules_run": found["rules_run"]}

@@ -176,7 +176,7 @@ function roofline() {
   const tmax = Math.max(...R.points.map(p => p.t));
   for (const p of R.points) out.push('<circle class="kernel" cx="' + X(p.x) + '" cy="' + Y(p.y) + '" r="' +
     (3 + 12 * Math.sqrt(p.t / tmax)).toFixed(1) + '"><title>' + esc(p.name + ": " + fmt(p.y / 1e12) + " TFLOP/s, " +
-    fmt(p.x) + " FLOP/byte" + (p.frac === null ? "" : ", " + fmt(p.frac * 100) + "% of the roof")) + "</title></circle>");
+    fmt(p.x) + " FLOP/byte" + (p.frac === null ? "" : ", " + fmt(p.frac * 100) + "% of the " + p.roof + " roof")) + "</title></circle>");
   out.push('<text x="' + (W / 2) + '" y="' + (H - 6) + '" text-anchor="middle">arithmetic intensity, FLOP per byte</text>');
   out.push('<text transform="translate(14,' + (H / 2) + ') rotate(-90)" text-anchor="middle">achieved FLOP/s</text>');
   svg.innerHTML = out.join("");
@@ -199,7 +199,8 @@ function findings() {
   $("findbody").innerHTML = (F.items.length ? "<ol>" + F.items.map(f => '<li class="finding' + (f.info ? " info" : "") +
     '"><b>' + esc(f.info ? "info" : f.rule) + "</b> " + esc(f.kernel) + ": " + fmt(f.time_ns / 1e6) + " ms, " +
     Math.round(f.share * 100) + '% of GPU time<br><span class="note">at ' + esc(f.path) + "</span><br>" + esc(f.evidence) +
-    "<br><i>try:</i> " + esc(f.advice) + "</li>").join("") + "</ol>" : '<p class="note">No findings.</p>') +
+    "<br><i>try:</i> " + esc(f.advice) + "</li>").join("") + "</ol>" : '<p class="note">No findings from the rules that ran: ' +
+    esc(F.rules_run.join(", ") || "none") + ".</p>") +
     F.notes.map(n => '<p class="note">' + esc(n) + "</p>").join("");
 }
 

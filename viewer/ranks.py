@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..format import (DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, JOB_KEYS,
-                      LAUNCH_CONFIGS, LAUNCH_METRICS, RANK_FILE, SASS_PREFIX, TL_DOT,
-                      TREE_EXTENSION)
-from .derive import Column, derive
-from .errors import ViewerError
+from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TREE_EXTENSION
+from .derive import Column, derive, is_fact
+from .errors import ViewerError, listing
 from .reader import MAX_CELLS, Profile, parse
 
 STATS = ("min", "mean", "max", "max rank", "max/mean")
@@ -33,8 +31,8 @@ STATS = ("min", "mean", "max", "max rank", "max/mean")
 class Rank:
     """One rank's file, read onto the merged frames (its tree is not kept)."""
 
-    label: int
-    """Its rank (from the file, else its name's .rank<R>, else its place in the list)."""
+    label: int | None
+    """Its rank (from the file, else its name's .rank<R>); None when neither says."""
     path: str
     devices: dict
     job: dict
@@ -149,20 +147,49 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
             root, job = parsed.root, parsed.job
             inclusive = [m for m in root["metrics"] if "(inc)" not in m]
             cols, has = frames.add(root)
-            ranks.append(Rank(rank_of(path, job, i), path, parsed.devices, job, inclusive, cols,
+            ranks.append(Rank(rank_of(path, job), path, parsed.devices, job, inclusive, cols,
                               has, parsed.notes))
     if not ranks:
         raise ViewerError(f"none of the {len(paths)} files could be read: " + "; ".join(errors))
-    labels = [r.label for r in ranks]
-    if len(set(labels)) < len(labels):
-        dup = next(x for x in labels if labels.count(x) > 1)
-        errors.append("several files say they are rank "
-                      f"{dup} ({', '.join(r.path for r in ranks if r.label == dup)}): files of "
-                      "different runs? ranks are numbered by their place in the list instead")
-        for i, r in enumerate(ranks):
-            r.label = i
+    why = not_one_job([(r.path, r.job) for r in ranks])
+    if why:
+        raise ViewerError(f"the {len(ranks)} files are not one job's ranks: {why}; give one "
+                          "file, or the NAME.rank<R>.hatchet files of one run")
     ranks.sort(key=lambda r: r.label)
     return ranks, frames, errors
+
+
+def not_one_job(files: list[tuple[str, dict]]) -> str | None:
+    """Why the files, each a (path, job facts it records), are not one job's ranks; None when
+    they are: each names its rank (in the file, or as NAME.rank<R>), none differ in NAME or in
+    the world size or launcher they record, and no two name the same rank."""
+    names = [os.path.basename(path) for path, _ in files]
+    labels = [rank_of(path, job) for path, job in files]
+    unranked = [name for name, label in zip(names, labels) if label is None]
+    if unranked:
+        return f"{listing(unranked, 4)} record{'s' * (len(unranked) == 1)} no rank"
+    runs = {"NAME": [_run_name(name) for name in names],
+            "world size": [job.get("world_size") for _, job in files],
+            "launcher": [job.get("launcher") for _, job in files]}
+    for what, values in runs.items():
+        known: dict = {}
+        for name, value in zip(names, values):
+            if value is not None:
+                known.setdefault(value, []).append(name)
+        if len(known) > 1:
+            return f"their {what} differs (" + "; ".join(
+                f"{value}: {listing(files_of, 3)}" for value, files_of in known.items()) + ")"
+    dup = next((x for x in labels if labels.count(x) > 1), None)
+    if dup is not None:
+        return (f"several files say they are rank {dup} "
+                f"({listing([p for (p, _), x in zip(files, labels) if x == dup], 4, 200)})")
+    return None
+
+
+def _run_name(filename: str) -> str | None:
+    """NAME of NAME.rank<R>.hatchet; None for a file not named so."""
+    found = RANK_FILE.search(filename)
+    return filename[:found.start()] if found else None
 
 
 def _parsed(paths: list[str], errors: list[str]):
@@ -175,13 +202,13 @@ def _parsed(paths: list[str], errors: list[str]):
             errors.append(str(exc))
 
 
-def rank_of(path: str, job: dict, place: int) -> int:
-    """A file's rank: the one it records, else its name's .rank<R>, else its place."""
+def rank_of(path: str, job: dict) -> int | None:
+    """A file's rank: the one it records, else its name's .rank<R>; None when neither."""
     rank = job.get("rank")
     if isinstance(rank, int):
         return rank
     found = RANK_FILE.search(os.path.basename(path))
-    return int(found[1]) if found else place
+    return int(found[1]) if found else None
 
 
 def pick(paths: list[str], rank: int) -> tuple[str, list[str]]:
@@ -189,7 +216,8 @@ def pick(paths: list[str], rank: int) -> tuple[str, list[str]]:
     that could not be read on the way."""
     labels, errors = [], []
     for i, path, parsed in _parsed(paths, errors):
-        labels.append(rank_of(path, parsed.job, i))
+        label = rank_of(path, parsed.job)
+        labels.append(i if label is None else label)  # unranked files: by their place
         if labels[-1] == rank:
             return path, errors
     raise ViewerError(f"no file of rank {rank} among the {len(paths)} given; they hold ranks "
@@ -334,7 +362,7 @@ def _total(graph, index, names, ranks: list[Profile], metrics, incl, sums, files
             # them, so the rules that need a GPU's figures still run on the merged tree
             data[metric] = pd.Series(_first([p.gf.dataframe[metric].to_numpy()
                                              for p in ranks]), index=index)
-        elif metric in NOT_SUMMED or metric.startswith(SASS_PREFIX):
+        elif is_fact(metric):  # a kernel's own: the same on every rank that agrees
             data[metric] = pd.Series(_common([p.gf.dataframe[metric].to_numpy()
                                               for p in ranks]), index=index)
         else:
@@ -353,11 +381,6 @@ def _total(graph, index, names, ranks: list[Profile], metrics, incl, sums, files
                 for dev, entry in table.items():
                     devices.setdefault(kind, {}).setdefault(dev, entry)
     return _profile(graph, data, incl, metrics, devices, {})
-
-
-NOT_SUMMED = {*LAUNCH_METRICS, LAUNCH_CONFIGS, TL_DOT, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA}
-"""A kernel's own facts (launch configuration, machine code): the same on every rank that
-agrees, blank where ranks differ; never added up."""
 
 
 def _first(columns: list[np.ndarray]) -> np.ndarray:

@@ -96,8 +96,7 @@ def parse(path: str) -> Parsed:
             if _SURROGATE.search(text):
                 doc = _without_surrogates(doc)
         except json.JSONDecodeError as exc:
-            raise ViewerError(f"{name} is not a profile: not valid JSON ({exc}); the file may "
-                              "be truncated, re-run the profile") from None
+            raise _not_json(path, name, text, exc) from None
         except RecursionError:
             raise ViewerError(f"{name} nests deeper than the {deep.MAX_LEVELS:,} levels the "
                               "viewer reads") from None
@@ -105,6 +104,10 @@ def parse(path: str) -> Parsed:
             digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
             raise ViewerError(f"{name} is not a profile: it holds a number of more than "
                               f"{digits:,} digits") from None
+    if isinstance(doc, dict) and "traceEvents" in doc:
+        raise ViewerError(f"{name} is a Chrome trace (proton -d trace), not a tree; merge it "
+                          f"for Perfetto with: proton-viewer --output trace "
+                          f"{'FILE' if path == STDIN else path} > trace.json")
     if not (isinstance(doc, list) and len(doc) >= 1 and _is_node(doc[0])):
         raise ViewerError(f"{name} is JSON but not a .hatchet profile; expected "
                           "[root node, device table] as proton writes")
@@ -123,6 +126,20 @@ def parse(path: str) -> Parsed:
     notes = [f"{name}: vector metric {metric!r} has {n:,} elements; the viewer shows the first "
              f"{MAX_VECTOR}" for metric, n in cut.items()]
     return Parsed(root, devices, job, notes)
+
+
+def _not_json(path: str, name: str, text: str, exc: json.JSONDecodeError) -> ViewerError:
+    """Why text that is not JSON is no profile: a script given by mistake, a file cut short
+    (the error at its end), or something else."""
+    if path.endswith(".py"):
+        return ViewerError(f"{name} is a Python script, not a profile; profile it with "
+                           f"`proton {path}`, then read the .hatchet file it writes "
+                           "(proton-viewer proton.hatchet)")
+    if exc.pos >= len(text.rstrip()):
+        return ViewerError(f"{name} is not a profile: not valid JSON ({exc}); the file may be "
+                           "truncated, re-run the profile")
+    return ViewerError(f"{name} is not a profile: not valid JSON ({exc}); give the .hatchet "
+                       "file a profile wrote")
 
 
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -260,8 +277,8 @@ def read_text(path: str) -> str:
         if path == STDIN:
             raise ViewerError(f"stdin is not a profile: not UTF-8 text ({exc}); pipe a "
                               ".hatchet file") from None
-        raise ViewerError(f"{path!r} is not a profile: not valid JSON ({exc}); the file may be "
-                          "truncated, re-run the profile") from None
+        raise ViewerError(f"{path!r} is not a profile: not UTF-8 text ({exc}); give the "
+                          ".hatchet file a profile wrote") from None
 
 
 def _add_inclusive_columns(gf, metrics: list[str]) -> None:

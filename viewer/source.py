@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..format import (DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FRAME,
-                      STALLED_PREFIX)
-from .errors import ViewerError
+from ..format import (COUNT, DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FRAME,
+                      STALLED_PREFIX, TIME)
+from .errors import ViewerError, listing
+from .names import readable
 from .reader import Profile
 from .source_roots import SourceRoots
 
@@ -125,11 +126,13 @@ def kernel_nodes(prof: Profile, columns: _Columns | None = None) -> list:
     return out
 
 
-def find_kernel(prof: Profile, pattern: str) -> KernelSamples:
-    """The samples of the kernel named `pattern` (exact name first, else a regex search).
+def find_kernel(prof: Profile, pattern: str, style: str = "folded") -> KernelSamples:
+    """The samples of the kernel `pattern` names: exactly (as the file has it, demangled, or
+    as `--names folded` shows it), else as a regex searched in its raw and demangled names.
+    Errors list kernel names as `style` shows them.
 
     Raises ViewerError when no kernel or several distinct kernels match, or the kernel has no
-    PC samples.
+    PC samples (saying why).
 
     Usage:
         prof = load("run.hatchet")
@@ -138,27 +141,68 @@ def find_kernel(prof: Profile, pattern: str) -> KernelSamples:
     """
     columns = _Columns(prof)
     kernels = kernel_nodes(prof, columns)
-    names = sorted({n.frame.get("name", "") for n in kernels})
-    if pattern in names:
-        name = pattern
-    else:
+    raw = sorted({n.frame.get("name", "") for n in kernels})
+    matched = [pattern] if pattern in raw else [
+        n for n in raw if pattern in (readable(n, "full"), readable(n, "folded"))]
+    if not matched:
         try:
             regex = re.compile(pattern)
         except re.error as exc:
             raise ViewerError(f"--source {pattern!r} is neither a kernel's name nor a valid "
                               f"regular expression: {exc}") from None
-        matched = [n for n in names if regex.search(n)]
-        if not matched:
-            raise ViewerError(f"no kernel named or matching {pattern!r}; kernels in this "
-                              f"profile: {_listing(names)}")
-        if len(matched) > 1:
-            raise ViewerError(f"--source {pattern!r} matches {len(matched)} kernels: "
-                              f"{_listing(matched)}; give one exact name or a narrower regex")
-        name = matched[0]
-    return _collect(columns, [n for n in kernels if n.frame.get("name", "") == name], name)
+        matched = [n for n in raw if regex.search(n) or regex.search(readable(n, "full"))]
+    shown = [readable(n, style) for n in matched or raw]
+    if not matched:
+        raise ViewerError(f"no kernel named or matching {pattern!r}; kernels in this "
+                          f"profile: {listing(shown)}")
+    if len(matched) > 1:
+        raise ViewerError(f"--source {pattern!r} matches {len(matched)} kernels: "
+                          f"{listing(shown)}; give one exact name or a narrower regex")
+    name = matched[0]
+    nodes = [n for n in kernels if n.frame.get("name", "") == name]
+    found = _collect(columns, nodes, name)
+    if found is None:
+        raise ViewerError(_why_unsampled(prof, columns, kernels, nodes, readable(name, style)))
+    return found
 
 
-def _collect(columns: _Columns, nodes: list, name: str) -> KernelSamples:
+CUPTI_GAVE_NONE = ("so CUPTI gave none for it (a module loaded after an earlier profiling "
+                   "session of the process ended gets none: start one session before its "
+                   "first launch)")
+
+
+def _why_unsampled(prof: Profile, columns: _Columns, kernels: list, nodes: list,
+                   name: str) -> str:
+    """One line: why a kernel has no PC samples. The profile has none at all, or the kernel
+    ran too briefly for the sampler, or CUPTI gave none for it."""
+    if not columns.values:
+        return (f"the profile has no PC samples (kernel {name!r} included); profile with "
+                "`proton -m pcsampling` to sample its instructions")
+    sampled = {n.frame.get("name", "") for n in kernels if _collect(columns, [n], "")}
+    head = f"kernel {name!r} has no PC samples"
+    if not sampled:
+        return f"{head}, nor has any kernel of this sampled profile, {CUPTI_GAVE_NONE}"
+    head += f", though {len(sampled)} other kernel{'s' * (len(sampled) != 1)} here have them"
+    df = prof.gf.dataframe
+    if TIME not in df:
+        return head
+    time = pd.to_numeric(df[TIME], errors="coerce").fillna(0)
+    ns = float(sum(time[n] for n in nodes))
+    least = min(sum(time[n] for n in kernels if n.frame.get("name", "") == k) for k in sampled)
+    launches = int(pd.to_numeric(df[COUNT], errors="coerce").fillna(0)[nodes].sum()) \
+        if COUNT in df else None
+    ran = (f"its {launches:,} launch{'es' * (launches != 1)} ran" if launches is not None
+           else "it ran") + f" {ns / 1e6:,.3f} ms in all"
+    if ns < least:
+        return (f"{head}: {ran}, less than any sampled kernel here (the least, "
+                f"{least / 1e6:,.3f} ms): too little for the sampler, which samples each SM "
+                "once every 2**N cycles; sample more often (-m pcsampling:interval=N, N under "
+                "the default 10) or run it longer")
+    return f"{head}: {ran}, no less than a sampled kernel here, {CUPTI_GAVE_NONE}"
+
+
+def _collect(columns: _Columns, nodes: list, name: str) -> KernelSamples | None:
+    """The samples of `nodes`, the call paths of kernel `name`; None when none has any."""
     total, unmapped = Samples(), 0.0
     by_line: dict[tuple[str, int], LineSamples] = {}
     reasons: list[str] = []
@@ -187,8 +231,7 @@ def _collect(columns: _Columns, nodes: list, name: str) -> KernelSamples:
                 by_line[key] = LineSamples(key[0], key[1], m["function"], Samples())
             by_line[key].counts.add(counts)
     if not sampled:
-        raise ViewerError(f"the profile has no PC samples for kernel {name!r}; profile with "
-                          "`proton -m pcsampling` to sample its instructions")
+        return None
     lines = sorted(by_line.values(), key=lambda ls: (-ls.counts.samples, ls.file, ls.line))
     return KernelSamples(name, len(nodes), total, unmapped, lines, reasons)
 
@@ -242,12 +285,3 @@ def no_lines_notes(prof: Profile) -> list[tuple[str, bool, int]]:
                 node.frame.get("name", ""))
     return [(reason, partial, len(names)) for (reason, partial), names in kernels.items()]
 
-
-def _listing(names: list[str], most: int = 8, longest: int = 80) -> str:
-    """Names for a one-line error: at most `most`, each cut at `longest` (C++ kernel names
-    run to hundreds of characters; a regex needs only a piece)."""
-    if not names:
-        return "none"
-    shown = [n if len(n) <= longest else n[:longest - 3] + "..." for n in names[:most]]
-    more = f" and {len(names) - most} more" if len(names) > most else ""
-    return ", ".join(shown) + more

@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
 
+from .names import readable
 from .render import band, fold
 from .source import KernelSamples, LineSamples, Samples, SourceFile, source_files
 from .source_roots import SourceRoots
@@ -29,18 +30,19 @@ CODE_ROOM = 40
 HEADERS = ("samples", "%", "top stalls", "line")
 
 
-def source_view(kernel: KernelSamples, roots: SourceRoots, *,
-                width: int | None = None) -> Group:
+def source_view(kernel: KernelSamples, roots: SourceRoots, *, width: int | None = None,
+                style: str = "folded") -> Group:
     """The kernel's summary line, then each file's window of lines beside their samples (the
     code of files under `roots` only).
 
     width: fold code lines to fit it (None: one output line per source line, for grep).
+    style: how the kernel's name is shown (names.STYLES).
 
     Usage:
         roots = SourceRoots.default(["run.hatchet"])
         console.print(source_view(find_kernel(load("run.hatchet"), "matmul"), roots, width=100))
     """
-    out = [summary(kernel)]
+    out = [summary(kernel, style)]
     if kernel.lines and kernel.no_lines:
         out.append(Text(f"not mapped to a line: {'; '.join(kernel.no_lines)}", style="yellow"))
     if not kernel.lines:
@@ -52,12 +54,13 @@ def source_view(kernel: KernelSamples, roots: SourceRoots, *,
     return Group(*out)
 
 
-def summary(kernel: KernelSamples) -> Text:
-    """One line: name, samples, stalled share and top reasons, call paths, unmapped samples."""
+def summary(kernel: KernelSamples, style: str = "folded") -> Text:
+    """One line: name (as `style` shows it), samples, stalled share and top reasons, call
+    paths, unmapped samples."""
     total = kernel.total
     stalled = total.stalled / total.samples if total.samples else 0.0
     paths = f"{kernel.paths} call path{'s' * (kernel.paths != 1)}"
-    text = Text().append(kernel.name, style="bold")
+    text = Text().append(readable(kernel.name, style), style="bold")
     text.append(f": {total.samples:,.0f} samples, {stalled:.1%} stalled")
     if total.stalled:
         text.append(f" ({stalls(total, 3)})")

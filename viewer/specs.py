@@ -1,52 +1,128 @@
-"""Peak throughput of the GPUs we can name, from the file's device table (for `util`).
+"""Peak throughput of the GPUs we can name, from the file's device table: the roofs that `util`,
+the roofline and `--diagnose` judge kernels against.
 
-Peaks are dense tensor-core rates at the 8-bit width, halved for each doubling of width, and
-the memory bandwidth from the bus width and memory clock; the same figures Triton's viewer uses,
-so `util` agrees between the two.
+Each kernel is judged against the roof of the precision its flops metric names: `flops8` and
+`flops16` the 8- and 16-bit tensor-core peaks, `flops32` fp32 on the FMA units (or TF32 on the
+tensor cores, when its machine code has HMMA/HGMMA or it ran faster than the FMA units can),
+`flops64` fp64 (or fp64 on the tensor cores, when it ran faster than the FMA units can).
+
+Peaks are the vendor's published dense figures for one part of each architecture, scaled by the
+device table's SM count and clock against that part's own. Why not per-SM-per-clock rates times
+the table's clock: `clock_rate` is the highest boost clock, and NVIDIA quotes its peaks at a
+lower one (an H100 SXM reports 1980 MHz; its 989 dense fp16 TFLOP/s are 4096 FLOP per SM per
+clock at 1830 MHz), so that product overstates every roof by ~8%. Anchored to a published
+figure, the roof of the part itself is what NVIDIA states, and a sibling (H100 PCIe vs SXM,
+A30 vs A100, L4 vs L40S) scales with its SMs and clock. The sm80 and sm90 tensor peaks are the
+ones Triton's viewer uses, so `util` of 8- and 16-bit kernels agrees between the two there.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .errors import ViewerError
 
+PRECISIONS = {8: ("8-bit tensor",), 16: ("16-bit tensor",), 32: ("fp32", "tf32 tensor"),
+              64: ("fp64", "fp64 tensor")}
+"""The roofs a flops<width> metric may run under, slowest first."""
+TF32 = "tf32 tensor"
 
-PEAK_ARCHS = ("80", "89", "90", "100")
-"""CUDA compute capabilities whose peak FLOP/s `max_flops` knows."""
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """The part of an architecture whose published peaks anchor its roofs."""
+
+    name: str
+    sms: int
+    clock_khz: int
+    """Its clock as the device table records it (CUDA's clock rate, the highest boost)."""
+    tflops: dict[str, float]
+    """Dense (no sparsity) peak TFLOP/s (TOPS for INT8) per PRECISIONS name."""
+
+
+PARTS = {
+    # NVIDIA A100 Tensor Core GPU datasheet (SXM4): INT8 624 TOPS, FP16/BF16 312, TF32 156,
+    # FP32 19.5, FP64 9.7, FP64 Tensor Core 19.5. sm80 has no fp8: 8-bit is INT8.
+    "80": Part("A100 SXM4", 108, 1_410_000,
+               {"8-bit tensor": 624, "16-bit tensor": 312, "tf32 tensor": 156, "fp32": 19.5,
+                "fp64": 9.7, "fp64 tensor": 19.5}),
+    # NVIDIA L40S datasheet (sparse figures halved): FP8 733, FP16/BF16 362.05, TF32 183,
+    # FP32 91.6; FP64 is 1/64 of FP32 on Ada (Ada Lovelace architecture whitepaper). GeForce
+    # Ada cards (RTX 4090: 128 SMs) run fp16 and fp8 with FP32 accumulation at half these rates:
+    # the device table cannot tell them apart, so their tensor roofs read 2x high.
+    "89": Part("L40S", 142, 2_520_000,
+               {"8-bit tensor": 733, "16-bit tensor": 362.05, "tf32 tensor": 183,
+                "fp32": 91.6, "fp64": 91.6 / 64, "fp64 tensor": 91.6 / 64}),
+    # NVIDIA H100 Tensor Core GPU datasheet, PCIe column (sparse figures halved): FP8 3026/2,
+    # FP16/BF16 1513/2, TF32 756/2, FP32 51, FP64 26, FP64 Tensor Core 51. An H100 SXM (132
+    # SMs, 1980 MHz) scales to 1976 FP8, 988 FP16 and 66.6 FP32, against its datasheet's 1979,
+    # 989 and 67.
+    "90": Part("H100 PCIe", 114, 1_755_000,
+               {"8-bit tensor": 3026 / 2, "16-bit tensor": 1513 / 2, "tf32 tensor": 756 / 2,
+                "fp32": 51, "fp64": 26, "fp64 tensor": 51}),
+    # NVIDIA HGX B200 datasheet, per GPU (eight; sparse figures halved): FP8 72000/8/2,
+    # FP16/BF16 36000/8/2, TF32 18000/8/2, FP32 600/8, FP64 and FP64 Tensor Core 296/8; 148 SMs
+    # at a 1980 MHz boost clock.
+    "100": Part("B200", 148, 1_980_000,
+                {"8-bit tensor": 4500, "16-bit tensor": 2250, "tf32 tensor": 1125, "fp32": 75,
+                 "fp64": 37, "fp64 tensor": 37}),
+}
 
 
 def peak_known(arch: str) -> bool:
-    """Whether `max_flops` knows the peak of CUDA arch `arch`."""
-    return arch in PEAK_ARCHS
+    """Whether the peaks of CUDA arch `arch` ("90" = sm90) are known."""
+    return arch in PARTS
 
 
-def max_flops(arch: str, width: int, num_sms: int, clock_rate_khz: float) -> float:
-    """Peak FLOP/s at `width` bits for CUDA compute capability `arch` ("80", "89", "90", "100")."""
-    per_byte = width / 8
-    if arch == "80":  # A100: 624 dense 8-bit TOPS
-        return 624e12 / per_byte
-    if arch == "89":  # L40S / RTX 6000 Ada class: 330.3 dense 8-bit TFLOP/s
-        return 330.3e12 / per_byte
-    if arch == "90":  # H100 PCIe: 1513 dense FP8 TFLOP/s at 114 SMs and 1755 MHz; scale to ours
-        return num_sms / 114 * clock_rate_khz / 1755e3 * 1513e12 / per_byte
-    if arch == "100":  # B200: 16384 dense FP8 FLOP per SM per clock
-        return num_sms * 16384 * clock_rate_khz * 1e3 / per_byte
-    raise ViewerError(f"no peak FLOP/s known for CUDA arch sm{arch}; util needs sm80, sm89, "
-                      "sm90 or sm100 (use tflop/s instead)")
+def unknown_arch(arch: str) -> ViewerError:
+    return ViewerError(f"no peak FLOP/s known for CUDA arch sm{arch}; util needs "
+                       f"{', '.join('sm' + a for a in list(PARTS)[:-1])} or "
+                       f"sm{list(PARTS)[-1]} (use tflop/s instead)")
 
 
-def max_bytes_per_s(bus_width_bits: int, memory_clock_khz: float) -> float:
-    """Peak DRAM bandwidth: double data rate over the bus."""
-    return 2 * bus_width_bits * memory_clock_khz * 1e3 / 8
-
-
-def roof(gpu: dict) -> tuple[float, float] | None:
-    """A device table entry's roofs: (16-bit tensor peak FLOP/s, DRAM bytes/s); None when its
-    arch's peak is unknown or the entry lacks the figures (missing, or zeros)."""
+def peak(gpu: dict, precision: str) -> float | None:
+    """Peak FLOP/s of the device table entry `gpu` at `precision` (a PRECISIONS name); None
+    when its arch is unknown or it lacks the figures."""
+    part = PARTS.get(str(gpu.get("arch")))
     try:
-        arch = str(gpu["arch"])
-        if not peak_known(arch):
-            return None
-        peak = max_flops(arch, 16, gpu["num_sms"], gpu["clock_rate"])
-        bw = max_bytes_per_s(gpu["bus_width"], gpu["memory_clock_rate"])
-    except (KeyError, TypeError, ViewerError):
+        scale = gpu["num_sms"] / part.sms * gpu["clock_rate"] / part.clock_khz
+    except (AttributeError, KeyError, TypeError):
         return None
-    return (peak, bw) if peak > 0 and bw > 0 else None
+    value = part.tflops[precision] * 1e12 * scale
+    return value if value > 0 else None
+
+
+def bandwidth(gpu: dict) -> float | None:
+    """Peak DRAM bytes/s of the device table entry `gpu` (double data rate over the bus)."""
+    try:
+        value = 2 * gpu["bus_width"] * gpu["memory_clock_rate"] * 1e3 / 8
+    except (KeyError, TypeError):
+        return None
+    return value if value > 0 else None
+
+
+def precision(gpu: dict, width: int, rate: float, tensor_code: bool) -> str:
+    """The roof a flops<width> kernel runs under: the slowest of PRECISIONS[width] that its
+    achieved `rate` (FLOP/s) does not exceed, TF32 when `tensor_code` (its machine code has
+    HMMA/HGMMA: fp32 tl.dot runs as TF32 there)."""
+    names = PRECISIONS[width]
+    if tensor_code and TF32 in names:
+        return TF32
+    return next((n for n in names if rate <= (peak(gpu, n) or 0)), names[-1])
+
+
+def compute_roof(gpu: dict, flops: dict[int, float], seconds: float,
+                 tensor_code: bool = False) -> tuple[float, list[str]] | None:
+    """(peak FLOP/s, precisions) of a kernel that did flops[width] operations at each width in
+    `seconds` on `gpu`: each width at its own roof, their time added (a kernel of one width
+    gets that width's peak). None when the GPU's peaks are unknown or nothing was done."""
+    names, least = [], 0.0  # the least time the work takes at the peaks
+    for width, count in flops.items():
+        if not count:
+            continue
+        name = precision(gpu, width, count / seconds if seconds else 0.0, tensor_code)
+        top = peak(gpu, name)
+        if top is None:
+            return None
+        names.append(name)
+        least += count / top
+    return (sum(flops.values()) / least, names) if least else None

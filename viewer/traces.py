@@ -16,7 +16,7 @@ from .reader import STDIN, read_text
 
 def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
     """The merged trace as JSON text, one line per file that could not be read, and notes."""
-    from .ranks import expand, rank_of
+    from .ranks import expand, not_one_job, rank_of
 
     traces, errors = [], []
     for place, path in enumerate(expand(paths, TRACE_EXTENSION)):
@@ -26,6 +26,11 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
             errors.append(str(exc))
     if not traces:
         raise ViewerError("no trace could be read: " + "; ".join(errors))
+    why = not_one_job([(path, facts) for _, facts, path, _ in traces]) if len(traces) > 1 \
+        else None
+    if why:
+        raise ViewerError(f"the {len(traces)} traces are not one job's ranks: {why}; give "
+                          "the NAME.rank<R>.chrome_trace files of one run")
     starts = [facts[T0_NS] for _, facts, _, _ in traces if isinstance(facts.get(T0_NS), int)]
     t0 = min(starts, default=0)
     unaligned = [path for _, facts, path, _ in traces if not isinstance(facts.get(T0_NS), int)]
@@ -35,8 +40,9 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
                       "merged as they are, not aligned with the others")
     out: list[dict] = []
     ranks = []
-    for events, facts, path, place in sorted(traces, key=lambda t: rank_of(t[2], t[1], t[3])):
-        rank = rank_of(path, facts, place)
+    for events, facts, path, place in sorted(traces, key=lambda t: rank_of(t[2], t[1]) or 0):
+        rank = rank_of(path, facts)
+        rank = place if rank is None else rank  # a lone trace need not be a rank's
         ranks.append(rank)
         shift = (facts[T0_NS] - t0) / 1e3 if isinstance(facts.get(T0_NS), int) else 0.0
         pids: dict = {}  # this file's process id -> the merged one
