@@ -7,7 +7,7 @@ A usual folder that is not private to the user (another user made it first) is n
 job listens in `$XDG_RUNTIME_DIR/proton` (when that is private) or `<tmp>/proton-<uid>-XXXX`
 instead, and clients search those too (search_folders).
 Optionally it also listens on TCP, loopback unless an address is named, and then every request
-must carry the job's token.
+must carry the job's token (the first within seconds of connecting).
 
 A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests:
     {"verb": "status"}
@@ -15,7 +15,11 @@ A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests
      "hook": str|null, "steps": int|null, "duration": seconds|null}
     {"verb": "stop"}                  (on the connection that started the capture)
     {"verb": "snapshot"}
-each with "token" over TCP. Every reply has "ok"; a failed one has "error", one line.
+each with "token" over TCP. A start's name is, on the Unix socket, an absolute path the client
+resolved in its own folder; over TCP a file name in the job's PROTON_CAPTURE_DIR. Every reply
+has "ok"; a failed one has "error", one line. A start is answered when it starts ("started",
+"path") or is armed for steps ("armed", "path": where it will write), then with "paths" written
+and "warnings", what the job said meanwhile.
 """
 from __future__ import annotations
 
