@@ -108,7 +108,7 @@ def proton(name, backend, context, data, hook, mode, listen, listen_tcp, token, 
             api.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
         try:
             endpoint.listen(listen_tcp, token)
-        except OSError as exc:
+        except (ProtonError, OSError) as exc:
             if listen or listen_tcp:
                 raise ProtonError(f"cannot listen for captures: {exc}") from None
             warn(f"cannot listen for captures ({exc}); recording the run as usual")

@@ -13,16 +13,30 @@ import threading
 _seen: set[tuple[str, str]] = set()
 _lock = threading.Lock()
 heard: list[str] | None = None
-"""While a capture runs, every warning is also kept here, so that `proton capture` can show
-the person capturing what the job said (it goes to the job's stderr too)."""
+"""While a capture runs, the job's warnings are also kept in its list, so that `proton capture`
+can show the person capturing what the job said (it goes to the job's stderr too)."""
+_thread_heard = threading.local()
+"""A list (or None) per endpoint thread: what a capture's own threads say goes to that capture
+alone, and what other connections' threads say to no capture (see hear_on_this_thread)."""
 
 
 def warn(message: str) -> None:
     """One line on stderr."""
     print(f"proton: {message}", file=sys.stderr)
-    kept = heard
+    kept = getattr(_thread_heard, "kept", heard)
     if kept is not None:
         kept.append(message)
+
+
+def hear_on_this_thread(kept: list[str] | None) -> None:
+    """Warnings made on this thread from now on go to `kept` (None: to no capture) instead of
+    the running capture's `heard`: for the capture endpoint's threads."""
+    _thread_heard.kept = kept
+
+
+def heard_on_this_thread() -> list[str] | None:
+    """Where this thread's warnings go (see hear_on_this_thread)."""
+    return getattr(_thread_heard, "kept", heard)
 
 
 def debugging() -> bool:

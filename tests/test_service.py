@@ -19,6 +19,7 @@ import pytest
 
 from conftest import find, load
 
+from proton.errors import ProtonError
 from proton.service import protocol
 from proton.service.endpoint import uid_allowed
 
@@ -35,6 +36,14 @@ print("done", flush=True)
 """
 
 
+def listening_socket(pid: int) -> str | None:
+    """The job's socket, in whichever of this user's endpoint folders it listens."""
+    for where in protocol.search_folders():
+        if os.path.exists(path := os.path.join(where, f"{pid}.sock")):
+            return path
+    return None
+
+
 class Job:
     """A script running under `proton`, its output read after it ends."""
 
@@ -49,9 +58,10 @@ class Job:
         try:
             assert self.proc.stdout.readline() == "ready\n"
             deadline = time.monotonic() + 10
-            while not os.path.exists(protocol.socket_path(self.pid)):
+            while not (path := listening_socket(self.pid)):
                 assert time.monotonic() < deadline, "the job never listened"
                 time.sleep(0.01)
+            self.socket = path
         except BaseException:
             self.proc.kill()
             self.proc.communicate()
@@ -208,9 +218,9 @@ def test_a_job_that_ends_during_the_capture_is_named_and_writes_what_it_has(tmp_
     assert steps_in(tmp_path / "ended.hatchet") > 5
 
 
-def tcp_job(folder, jobs, rank: int, token: str) -> tuple[Job, str]:
+def tcp_job(folder, jobs, rank: int, token: str, env=None) -> tuple[Job, str]:
     job = Job(folder, "--listen", "--listen-tcp", "127.0.0.1:0", "--token", token,
-              env={"RANK": str(rank), "WORLD_SIZE": "2"})
+              env={"RANK": str(rank), "WORLD_SIZE": "2", **(env or {})})
     jobs.append(job)
     line = ""
     while "listening for captures on tcp" not in line:
@@ -300,8 +310,8 @@ def test_fuzzed_requests_get_errors_and_the_job_runs_on_unharmed(tmp_path, jobs)
 
 
 def test_the_endpoint_is_private():
-    folder = protocol.private_folder()
-    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    folder, moved = protocol.private_folder()
+    assert moved is None and stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     assert uid_allowed(1000, own=1000) and uid_allowed(0, own=1000)
     assert not uid_allowed(1001, own=1000)
 
@@ -317,7 +327,7 @@ def test_an_endpoint_folder_others_can_write_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("PROTON_SOCKET_DIR", str(bad))
     bad.mkdir(mode=0o777)
     os.chmod(bad, 0o777)
-    with pytest.raises(protocol.ProtocolError, match="not a private folder"):
+    with pytest.raises(ProtonError, match="not a private folder"):
         protocol.private_folder()
 
 

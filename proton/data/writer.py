@@ -8,6 +8,7 @@ ones. Vectors (lists) are written as JSON arrays, always exclusive.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import math
@@ -160,15 +161,17 @@ def check_format(data: str, output_format: str) -> None:
                            f"data={data!r}; use {FORMATS[data][1]!r}")
 
 
-def write(doc: Any, path: str, since: float | None = None, encoding: str = "json") -> str:
+def write(doc: Any, path: str, since: float | None = None, encoding: str = "json",
+          keep: bool = False) -> str:
     """Write a document built above to `path` (through a temporary file moved into place, so
     no reader, and no second signal, ever sees half a file) and return the path written.
 
     Another process's profile is never overwritten: when `path` holds one that a live process
     on this host wrote, or one written after `since` (time.time() when this profile began: a
     process of the same name that ran alongside), this one goes to NAME.pid<PID>.<ext> beside
-    it, with a warning. A profile from an earlier run, or from this process, is replaced.
-    `encoding`: "json", or "msgpack" (hatchet_msgpack).
+    it, with a warning. A profile from an earlier run, or from this process, is replaced;
+    with `keep` (a capture's) only a file this process wrote is replaced, anything else stays
+    and the profile goes beside it. `encoding`: "json", or "msgpack" (hatchet_msgpack).
 
     A value the encoder refuses costs only that value (written as null, with a warning), and
     whatever else goes wrong at `path`, the profile is written to the temporary folder. No
@@ -179,7 +182,7 @@ def write(doc: Any, path: str, since: float | None = None, encoding: str = "json
             temporary folder instead, which the message names (or it says that failed too).
     """
     try:
-        return _dump_or_salvage(doc, path, since, encoding)
+        return _dump_or_salvage(doc, path, since, encoding, keep)
     except Exception as exc:  # not only OSError: the profile must not be lost to a bug here
         reason = _reason(exc, path)
     fallback = None
@@ -206,18 +209,18 @@ def _reason(exc: Exception, path: str) -> str:
 
 
 def _dump_or_salvage(doc, path: str, since: float | None = None,
-                     encoding: str = "json") -> str:
+                     encoding: str = "json", keep: bool = False) -> str:
     """_dump; when the document holds a value the encoder refuses, _dump of a copy with only
     JSON's kinds (see _plain), with a warning: the rest of the profile is still written."""
     try:
-        return _dump(doc, path, since, encoding)
+        return _dump(doc, path, since, encoding, keep)
     except OSError:
         raise
     except Exception as exc:
         plain, dropped = _plain(doc)
         warn(f"{path}: {_reason(exc, path)}; writing it with {dropped} value(s) that are not "
              "numbers, text, lists or maps as null")
-        return _dump(plain, path, since, encoding)
+        return _dump(plain, path, since, encoding, keep)
 
 
 def _plain(doc: Any) -> tuple[Any, int]:
@@ -256,14 +259,26 @@ def _plain(doc: Any) -> tuple[Any, int]:
     return out[0], dropped
 
 
-def _place(tmp: str, path: str, since: float | None) -> str:
+_placed: set[tuple[int, int, int]] = set()
+"""(device, inode, mtime) of every file this process put in place: the files it wrote (the
+mtime tells a later file that got a freed inode's number apart)."""
+
+
+def _place(tmp: str, path: str, since: float | None, keep: bool = False) -> str:
     """Move the finished `tmp` to `path`, or beside it when another process's profile is
-    there. os.link creates `path` only if it does not exist, so of two processes finishing
-    at once, the second sees the first's file."""
+    there (with `keep`: anything this process did not write). os.link creates `path` only if
+    it does not exist, so of two processes finishing at once, the second sees the first's
+    file."""
+    info = os.stat(tmp)
+    _placed.add((info.st_dev, info.st_ino, info.st_mtime_ns))  # kept under any name
     try:
         os.link(tmp, path)
     except FileExistsError:
-        other = other_writer(path, since)
+        if keep and not wrote(path):
+            beside = _link_beside(tmp, path)
+            warn(f"{path} exists and this job did not write it; wrote {beside} instead")
+            return beside
+        other = None if keep else other_writer(path, since)
         if other is not None:
             distinct = pid_path(path, os.getpid())
             os.replace(tmp, distinct)
@@ -271,12 +286,38 @@ def _place(tmp: str, path: str, since: float | None) -> str:
                  "(give each process its own name, or run under a launcher that sets RANK)")
             return distinct
     except OSError:  # a file system without hard links: replace as before
-        pass
+        if keep and os.path.lexists(path) and not wrote(path):
+            raise FileExistsError(errno.EEXIST, "it exists and this job did not write it",
+                                  path) from None
     else:
         os.remove(tmp)
         return path
     os.replace(tmp, path)
     return path
+
+
+def wrote(path: str) -> bool:
+    """The file at `path` (not a link's target) is one this process put in place."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino, info.st_mtime_ns) in _placed
+
+
+def _link_beside(tmp: str, path: str) -> str:
+    """`tmp` linked at the first free name of NAME.pid<PID>[.N].ext; a link replaces nothing."""
+    first = pid_path(path, os.getpid())
+    stem, ext = os.path.splitext(first)
+    for n in range(100):
+        name = first if n == 0 else f"{stem}.{n}{ext}"
+        try:
+            os.link(tmp, name)
+        except FileExistsError:
+            continue
+        os.remove(tmp)
+        return name
+    raise FileExistsError(errno.EEXIST, "no free name beside it", path)
 
 
 _OWNER = re.compile(r'"host": ("(?:[^"\\]|\\.)*"), "pid": (\d+)')
@@ -340,7 +381,8 @@ DEEP = 200
 """Deeper trees than this are encoded without recursion (json's encoder recurses per level)."""
 
 
-def _dump(doc, path: str, since: float | None = None, encoding: str = "json") -> str:
+def _dump(doc, path: str, since: float | None = None, encoding: str = "json",
+          keep: bool = False) -> str:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     f, tmp = create_beside(path, binary=encoding == "msgpack")  # a name no one placed
     try:
@@ -351,7 +393,7 @@ def _dump(doc, path: str, since: float | None = None, encoding: str = "json") ->
                 _encode_tree(doc, f.write)
             else:
                 json.dump(doc, f, allow_nan=False)
-        return _place(tmp, path, since)  # a reader never sees half a file
+        return _place(tmp, path, since, keep)  # a reader never sees half a file
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)

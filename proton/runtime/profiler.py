@@ -335,7 +335,8 @@ class Profiler:
                 self.collector.flush(timeout_s=2.0)
             devices = self._device_table()
             return [writer.write(self._document(s, s.data_of(s.phase), devices), s.path,
-                                 since=s.began) for s in list(self.sessions.values())]
+                                 since=s.began, keep=s.keep_others)
+                    for s in list(self.sessions.values())]
 
     # -- phases (proton.data, mode="periodic_flushing") ----------------------------------------
     def advance_phase(self, session: int) -> int:
@@ -390,7 +391,8 @@ class Profiler:
             try:
                 written.append(writer.write(self._document(s, data, devices), path,
                                             since=s.began, encoding="msgpack"
-                                            if s.flush.endswith("msgpack") else "json"))
+                                            if s.flush.endswith("msgpack") else "json",
+                                            keep=s.keep_others))
             except ProfileWriteError as exc:
                 failed.append(str(exc))
             s.clear(p)
@@ -432,7 +434,8 @@ class Profiler:
         path, encoding = session.path, "json"
         if output_format == "hatchet_msgpack":
             path, encoding = os.path.splitext(path)[0] + ".hatchet_msgpack", "msgpack"
-        return [writer.write(doc, path, since=session.began, encoding=encoding)]
+        return [writer.write(doc, path, since=session.began, encoding=encoding,
+                             keep=session.keep_others)]
 
     def _own_metrics(self, session: Session, nodes: dict) -> dict[int, dict[str, int]]:
         """Kernel node -> its launch configuration (the one with the most GPU time when its

@@ -58,6 +58,9 @@ class Session:
     """Wall-clock start: a file of the same name written after it is another process's."""
     flush: str | None = None
     """mode="periodic_flushing": the format each finished phase is written in."""
+    keep_others: bool = False
+    """A capture's: a file at its path that this process did not write stays (the profile
+    goes beside it)."""
     phase: int = 0
     """The phase being recorded (proton.data.advance_phase starts the next)."""
     phase_starts: list[int] = field(default_factory=lambda: [0])

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from ..data.job import alive
 from ..errors import ProtonError
-from .protocol import SOCKET_DIR_ENV, Lines, ProtocolError, encode, folder, socket_path
+from .protocol import (SOCKET_DIR_ENV, Lines, ProtocolError, encode, every_users_folders,
+                       search_folders, socket_path)
 
 
 @dataclass(slots=True)
@@ -41,25 +42,26 @@ class Outcome:
 
 
 def _folders() -> list[str]:
-    """This user's endpoint folder; root may capture any user's job, as with ptrace (unless
-    PROTON_SOCKET_DIR names the one folder to look in)."""
+    """This user's endpoint folders; root may capture any user's job, as with ptrace, so it
+    searches every user's (unless PROTON_SOCKET_DIR names the one folder to look in)."""
     if os.getuid() == 0 and not os.environ.get(SOCKET_DIR_ENV):
-        return sorted(glob.glob(os.path.join(os.path.dirname(folder()), "proton-*")))
-    return [folder()]
+        return every_users_folders()
+    return search_folders()
 
 
 def listening() -> list[Target]:
     """Every listening job of this user on this host (of every user, for root)."""
     out = []
+    mine = search_folders()
     for where in _folders():
-        for path in sorted(glob.glob(os.path.join(where, "*.sock"))):
+        for path in sorted(glob.glob(os.path.join(glob.escape(where), "*.sock"))):
             name = os.path.basename(path)[: -len(".sock")]
             if not name.isdigit():
                 continue
             pid = int(name)
             if alive(pid):
                 out.append(Target(pid, path))
-            elif where == folder():
+            elif where in mine:
                 try:
                     os.remove(path)  # the socket of a job that died without cleaning up
                 except OSError:

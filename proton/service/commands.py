@@ -35,8 +35,9 @@ Examples:
               help="Write the job's live session as it stands and let it record on (a job run "
               "under `proton main.py`).")
 @click.option("-n", "--name", default="capture", show_default=True,
-              help="Profile name, relative to this folder; NAME.rank<R>.hatchet in a job's "
-              "ranks, NAME.pid<PID>.hatchet for several jobs without ranks.")
+              help="Profile name, in this folder (or below it); NAME.rank<R>.hatchet in a "
+              "job's ranks, NAME.pid<PID>.hatchet for several jobs without ranks. A --connect "
+              "job writes NAME in its own PROTON_CAPTURE_DIR (default: its folder).")
 @click.option("-c", "--context", type=click.Choice(CONTEXTS), default="shadow",
               show_default=True)
 @click.option("-d", "--data", type=click.Choice(DATA), default="tree", show_default=True)
@@ -57,6 +58,7 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
         raise click.UsageError("give one of --duration, --steps and --snapshot")
     try:
         targets = _targets(pids, every, connect, token)
+        here = _inside_this_folder(name) if any(t.tcp is None for t in targets) else name
     except ProtonError as exc:
         raise click.UsageError(str(exc)) from None
     if snapshot:
@@ -76,8 +78,8 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
     for target in targets:  # several jobs without ranks: a file each, by pid
         status = statuses.get(id(target), {})
         pid = target.pid if target.pid is not None else status.get("pid", "unknown")
-        own = name if len(targets) == 1 or status.get("rank") is not None else f"{name}.pid{pid}"
-        names.append(os.path.abspath(own))
+        suffix = "" if len(targets) == 1 or status.get("rank") is not None else f".pid{pid}"
+        names.append((name if target.tcp else here) + suffix)  # TCP: a name in the job's folder
     what = f"{steps} steps" if steps else f"{duration or 5:g} s"
     click.echo(f"capturing {what} of {len(targets)} job{'s' * (len(targets) > 1)}...", err=True)
     outcomes = client.capture(targets, options, names, duration=duration or 5.0, steps=steps,
@@ -97,6 +99,20 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
         click.echo(f"started within {(max(starts) - min(starts)) * 1e3:.1f} ms of each other "
                    f"({len(starts)} jobs)", err=True)
     sys.exit(1 if failed else 0)
+
+
+def _inside_this_folder(name: str) -> str:
+    """-n NAME as an absolute path in this folder or below, links resolved here: a capture
+    writes only where its capturer could.
+
+    Raises:
+        ProtonError: NAME leads out of this folder.
+    """
+    here, path = os.path.realpath("."), os.path.realpath(name)
+    if os.path.commonpath([here, path]) != here or path == here:
+        raise ProtonError(f"-n {name}: {path} is outside this folder ({here}); a capture writes "
+                          "here or below: cd to where the profile should go")
+    return path
 
 
 def _targets(pids, every: bool, connect, token) -> list[client.Target]:

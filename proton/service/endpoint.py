@@ -5,11 +5,15 @@ waits on a Unix socket (see protocol.py) and nothing is recorded, and CUPTI not 
 capture asks. A capture runs as if the script had called start() and finalize() itself: for a
 duration (the client says when to stop), or for N iterations from the next `proton.step()`.
 Whatever a client sends, the job runs on: a bad request gets a one-line error, a client that
-goes away mid-capture gets its capture written anyway.
+goes away mid-capture gets its capture written anyway. A capture writes only where its
+capturer could: a Unix-socket client names a path it resolved in its own folder, a TCP client
+a file name inside the folder the job's owner chose (PROTON_CAPTURE_DIR, else the job's
+folder); and it never replaces a file this job did not write.
 """
 from __future__ import annotations
 
 import atexit
+import errno
 import hmac
 import os
 import select
@@ -20,15 +24,25 @@ import threading
 import time
 
 from .. import api, report
-from ..data.job import detect
+from ..data import writer
+from ..data.job import detect, ranked_path
 from ..errors import ProtonError
 from ..options import parse_options
 from ..report import warn
 from ..runtime.profiler import profiler
-from .protocol import (LISTEN_ENV, Lines, ProtocolError, check_request, encode, listen_asked,
-                       private_folder, socket_path)
+from .protocol import (LISTEN_ENV, MAX_MESSAGE, Lines, ProtocolError, check_request, encode,
+                       listen_asked, private_folder)
 
 TOKEN_ENV = "PROTON_TOKEN"
+CAPTURE_DIR_ENV = "PROTON_CAPTURE_DIR"
+"""The folder TCP captures write in (file names only, confined to it); default: the job's
+current folder when it starts listening."""
+MAX_CONNECTIONS = 16
+"""Connections served at once per listening socket; more are refused at once."""
+TOKEN_TIMEOUT = 5.0
+"""Seconds a TCP client has to send its first request (with the token)."""
+IDLE_TIMEOUT = 600.0
+"""Seconds a client may stay silent between requests."""
 GRACE = float(os.environ.get("PROTON_CAPTURE_GRACE", 60.0))
 """Seconds past a capture's asked-for duration after which the job stops it by itself
 (PROTON_CAPTURE_GRACE sets it)."""
@@ -52,8 +66,10 @@ def run_phase(name: str, work, timeout: float, late=None):
     out: dict = {}
     done = threading.Event()
     lock = threading.Lock()
+    heard = report.heard_on_this_thread()
 
     def run() -> None:
+        report.hear_on_this_thread(heard)  # what the phase says is its capture's alone
         try:
             out["value"] = work()
         except BaseException as exc:
@@ -103,6 +119,8 @@ class _Capture:
             if self.sid is None:
                 try:
                     self.sid = api.start(**self.options)
+                    if (session := profiler.sessions.get(self.sid)) is not None:
+                        session.keep_others = True
                 except Exception as exc:  # the script must not see the capture's failure
                     self.error = f"{type(exc).__name__}: {exc}"
                     _armed = None
@@ -169,7 +187,13 @@ class Endpoint:
             raise ProtonError("a TCP endpoint needs a token: give --token or set PROTON_TOKEN "
                               "(e.g. PROTON_TOKEN=$(openssl rand -hex 16))")
         self.token = token
-        self.path = socket_path(os.getpid())
+        folder, why = private_folder()
+        if why:
+            warn(f"{why}: listening in {folder} instead (`proton ps` and `proton capture` "
+                 "look there too)")
+        self.path = os.path.join(folder, f"{os.getpid()}.sock")
+        self.capture_dir = os.path.realpath(os.environ.get(CAPTURE_DIR_ENV) or os.getcwd())
+        """Where TCP captures write."""
         self.tcp_address: tuple[str, int] | None = None
         self.busy = threading.Lock()
         """Held while a capture runs: one at a time."""
@@ -187,7 +211,6 @@ class Endpoint:
                 raise
 
     def _open_unix(self) -> None:
-        private_folder()
         if os.path.exists(self.path):
             os.remove(self.path)  # our pid's: a stale socket of an earlier process
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -229,17 +252,40 @@ class Endpoint:
             pass
 
     def _accept(self, sock: socket.socket, tcp: bool) -> None:
+        report.hear_on_this_thread(None)  # nothing said here is any capture's
+        slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        pause, said = 0.01, set()
         while True:
             try:
                 conn, _ = sock.accept()
-            except OSError:
-                return  # closed
+            except OSError as exc:
+                if sock.fileno() < 0 or exc.errno in (errno.EBADF, errno.EINVAL):
+                    return  # closed
+                # out of descriptors or memory (EMFILE, ENFILE, ENOBUFS), or a handshake
+                # aborted: the endpoint waits and tries again, it never ends for it
+                if exc.errno not in said:
+                    said.add(exc.errno)
+                    warn(f"capture endpoint: cannot accept a connection ({exc.strerror or exc}); "
+                         "retrying")
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
+                continue
+            pause = 0.01
+            if not slots.acquire(blocking=False):
+                _refuse(conn, f"too many connections to this job's endpoint ({MAX_CONNECTIONS} "
+                        "at once); try again later")
+                continue
             if tcp:  # a peer that vanished (no FIN) is noticed, not waited on for ever
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            threading.Thread(target=self._connection, args=(conn, tcp), daemon=True,
-                             name="proton-capture").start()
+            try:
+                threading.Thread(target=self._connection, args=(conn, tcp, slots), daemon=True,
+                                 name="proton-capture").start()
+            except RuntimeError:  # no thread to be had now
+                slots.release()
+                _refuse(conn, "the job cannot serve a connection now; try again later")
 
-    def _connection(self, conn: socket.socket, tcp: bool) -> None:
+    def _connection(self, conn: socket.socket, tcp: bool, slots: threading.Semaphore) -> None:
+        report.hear_on_this_thread(None)  # a bad request here is told to its sender alone
         with conn:
             try:
                 if not tcp and not _peer_allowed(conn):
@@ -251,23 +297,34 @@ class Endpoint:
                 pass  # the client went away; nothing of it is kept
             except Exception as exc:  # a bug here must not reach the job
                 warn(f"capture endpoint: {type(exc).__name__}: {exc}")
+                _send(conn, {"ok": False, "error": "the job could not serve this request "
+                             f"({type(exc).__name__}); see its stderr"})
+            finally:
+                slots.release()
 
     def _requests(self, conn: socket.socket, tcp: bool) -> None:
         lines = Lines(conn)
-        conn.settimeout(600)  # an idle client is dropped, not kept forever
+        conn.settimeout(IDLE_TIMEOUT)  # an idle client is dropped, not kept forever
+        # a TCP client proves itself (the token) within seconds, however slowly it sends
+        deadline = time.monotonic() + TOKEN_TIMEOUT if tcp else None
         while True:
             try:
-                message = lines.read()
+                message = lines.read(deadline)
                 if message is None:
                     return
-                if tcp and not hmac.compare_digest(str(message.get("token", "")).encode(),
-                                                   self.token.encode()):
+                if tcp and not self._token_ok(message.get("token")):
                     conn.sendall(encode({"ok": False, "error": "bad or missing token"}))
                     return
+                deadline = None
+                conn.settimeout(IDLE_TIMEOUT)
                 verb = check_request(message)["verb"]
             except ProtocolError as exc:
                 conn.sendall(encode({"ok": False, "error": str(exc)}))
                 continue
+            except TimeoutError:
+                _send(conn, {"ok": False, "error": f"no request with the token within "
+                             f"{TOKEN_TIMEOUT:g} s" if deadline else "idle too long"})
+                return
             if verb == "status":
                 conn.sendall(encode({"ok": True, **self.status()}))
             elif verb == "snapshot":
@@ -276,7 +333,13 @@ class Endpoint:
                 conn.sendall(encode({"ok": False, "error": "no capture was started on this "
                                      "connection"}))
             else:
-                self._capture(conn, lines, message)
+                self._capture(conn, lines, message, tcp)
+
+    def _token_ok(self, token) -> bool:
+        # bytes, not str: compare_digest refuses non-ASCII text, and JSON may carry a lone
+        # surrogate, which plain encode() refuses
+        return isinstance(token, str) and hmac.compare_digest(
+            token.encode("utf-8", "surrogatepass"), self.token.encode("utf-8", "surrogatepass"))
 
     def status(self) -> dict:
         job = detect().fields()
@@ -285,98 +348,128 @@ class Endpoint:
                 "sessions": [s.path for s in list(profiler.sessions.values())],
                 **{k: job[k] for k in ("rank", "world_size", "local_rank", "host") if k in job}}
 
-    def _capture(self, conn: socket.socket, lines: Lines, request: dict) -> None:
-        options = {k: request[k] for k in ("name", "context", "data", "mode", "hook")
-                   if k in request}
+    def _capture(self, conn: socket.socket, lines: Lines, request: dict, tcp: bool) -> None:
         if not self.busy.acquire(blocking=False):
             conn.sendall(encode({"ok": False, "error": "another capture is running in this "
                                  "job; wait for it to end"}))
             return
+        heard: list[str] = []  # what the job says during this capture goes back with the reply
         try:
-            if profiler.sessions:
-                paths = ", ".join(s.path for s in list(profiler.sessions.values()))
-                conn.sendall(encode({"ok": False, "error": f"a session is already recording "
-                                     f"({paths}); capture --snapshot writes it as it stands"}))
-                return
             try:
-                parse_options(**{"name": None, **options})
+                options = self._capture_options(request, tcp)
             except ProtonError as exc:
-                conn.sendall(encode({"ok": False, "error": str(exc)}))
-                return
-            report.heard = []  # what the job says during the capture goes back with the reply
-            if request.get("steps"):
-                self._capture_steps(conn, lines, options, request["steps"])
+                reply = {"ok": False, "error": str(exc)}
             else:
-                self._capture_until_stop(conn, lines, options, request.get("duration"))
+                report.heard = heard
+                report.hear_on_this_thread(heard)
+                if request.get("steps"):
+                    reply = self._capture_steps(conn, lines, options, request["steps"])
+                else:
+                    reply = self._capture_until_stop(conn, lines, options,
+                                                     request.get("duration"))
         finally:
             report.heard = None
+            report.hear_on_this_thread(None)
             self.state = "idle"
-            self.busy.release()
+            self.busy.release()  # before the reply: a capture right after this one may start
+        _send(conn, {**reply, "warnings": heard})
+
+    def _capture_options(self, request: dict, tcp: bool) -> dict:
+        """start()'s options for the capture `request` asks, its file's path checked.
+
+        Raises:
+            ProtonError: one line, for the capturer.
+        """
+        if profiler.sessions:
+            paths = ", ".join(s.path for s in list(profiler.sessions.values()))
+            raise ProtonError(f"a session is already recording ({paths}); capture --snapshot "
+                              "writes it as it stands")
+        options = {k: request[k] for k in ("context", "data", "mode", "hook") if k in request}
+        options["name"] = self._capture_name(request.get("name"), tcp)
+        target = ranked_path(parse_options(**options).path, detect())
+        if os.path.lexists(target) and not writer.wrote(target):
+            raise ProtonError(f"{target} exists and this job did not write it; give another "
+                              "name or remove it")
+        return options
+
+    def _capture_name(self, name, tcp: bool) -> str:
+        """The capture's profile name as a path: over TCP a file name inside capture_dir;
+        over the Unix socket the absolute path the capturer resolved in its own folder."""
+        if tcp:
+            name = "capture" if name is None else name
+            if not name or "/" in name or "\0" in name or name in (".", ".."):
+                raise ProtonError(f"name {name!r:.80}: over TCP a capture names a file, which the "
+                                  f"job writes in {self.capture_dir} ({CAPTURE_DIR_ENV})")
+            return os.path.join(self.capture_dir, name)
+        if not isinstance(name, str) or not os.path.isabs(name) or "\0" in name \
+                or ".." in name.split(os.sep):
+            raise ProtonError(f"name {name!r:.80}: a capture names an absolute path without '..' "
+                              "(proton capture resolves -n in its own folder)")
+        return name
 
     def _capture_until_stop(self, conn, lines: Lines, options: dict,
-                            duration: float | None = None) -> None:
+                            duration: float | None = None) -> dict:
         """Record until the client says stop; with the `duration` it asked for, at most that
-        plus GRACE seconds, so a client that vanished without a word cannot hold it open."""
+        plus GRACE seconds, so a client that vanished without a word cannot hold it open.
+        Returns the final reply."""
         try:
             sid = run_phase("start", lambda: api.start(**options), PHASE_TIMEOUT,
                             late=lambda late_sid: late_sid is not None
                             and profiler.discard(late_sid))
         except CaptureAbandoned as exc:
-            _send(conn, {"ok": False, "error": str(exc)})
-            return
+            return {"ok": False, "error": str(exc)}
         except Exception as exc:
-            conn.sendall(encode({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
-            return
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         if sid is None:
-            _send(conn, {"ok": False, "error": "profiling is disabled in this job "
-                         "(TRITON_PROTON_DISABLE is set)"})
-            return
+            return {"ok": False, "error": "profiling is disabled in this job "
+                    "(TRITON_PROTON_DISABLE is set)"}
         self.state = "capturing"
         session = profiler.sessions.get(sid)
+        if session is not None:
+            session.keep_others = True
         sent = _send(conn, {"ok": True, "started": time.time(),
                             "path": session.path if session else ""})
         # a client gone before it heard the start still gets its file written
         limit = time.monotonic() + duration + GRACE if duration else None
         gone = not sent or _wait_for_stop(
             conn, lines, lambda: limit is not None and time.monotonic() > limit)
-        self._finish(conn, sid, gone, started=None)
+        return self._finish(sid, gone, started=None)
 
-    def _capture_steps(self, conn, lines: Lines, options: dict, steps: int) -> None:
+    def _capture_steps(self, conn, lines: Lines, options: dict, steps: int) -> dict:
         global _armed
         capture = _Capture(options, steps)
         _armed = capture
         self.state = f"waiting for proton.step() ({steps} steps)"
-        sent = _send(conn, {"ok": True, "armed": steps})
+        # where it will write, so that a client whose job ends before the last step can say
+        sent = _send(conn, {"ok": True, "armed": steps,
+                            "path": ranked_path(parse_options(**options).path, detect())})
         gone = not sent or _wait_for_stop(conn, lines, capture.done.is_set)
         if not capture.done.is_set():  # stopped by the client (or it went away) first
             try:
                 run_phase("stop", capture.cancel, PHASE_TIMEOUT)
             except CaptureAbandoned as exc:
-                _send(conn, {"ok": False, "error": str(exc)})
-                return
+                return {"ok": False, "error": str(exc)}
         if capture.error:
-            _send(conn, {"ok": False, "error": f"the capture could not start: {capture.error}"})
-        elif capture.sid is None:
-            _send(conn, {"ok": False, "error": "no proton.step() came: the script marks no "
-                         f"iteration boundary (it called proton.step() {steps_seen} times so "
-                         "far); use --duration, or call proton.step() once per iteration"})
-        else:
-            self._finish(conn, capture.sid, gone, capture.started, partial=capture.left > 0)
+            return {"ok": False, "error": f"the capture could not start: {capture.error}"}
+        if capture.sid is None:
+            return {"ok": False, "error": "no proton.step() came: the script marks no "
+                    f"iteration boundary (it called proton.step() {steps_seen} times so "
+                    "far); use --duration, or call proton.step() once per iteration"}
+        return self._finish(capture.sid, gone, capture.started, partial=capture.left > 0)
 
-    def _finish(self, conn, sid: int, gone: bool, started: float | None,
-                partial: bool = False) -> None:
-        """Write the capture's file; tell the client where (or warn, when it went away)."""
+    def _finish(self, sid: int, gone: bool, started: float | None,
+                partial: bool = False) -> dict:
+        """Write the capture's file; the reply that says where (or warn, when the client
+        went away)."""
         try:
             paths = run_phase("write", lambda: api.write_profiles(sid), 3 * PHASE_TIMEOUT,
                               late=lambda paths: warn(f"the abandoned capture wrote "
                                                       f"{', '.join(paths)} after all"))
         except ProtonError as exc:
-            _send(conn, {"ok": False, "error": str(exc), "warnings": list(report.heard or [])})
-            return
+            return {"ok": False, "error": str(exc)}
         if gone:
             warn(f"the capture's client went away; wrote {', '.join(paths)}")
-        _send(conn, {"ok": True, "paths": paths, "started": started, "partial": partial,
-                     "warnings": list(report.heard or [])})
+        return {"ok": True, "paths": paths, "started": started, "partial": partial}
 
 
 def _wait_for_stop(conn: socket.socket, lines: Lines, finished) -> bool:
@@ -400,6 +493,17 @@ def _wait_for_stop(conn: socket.socket, lines: Lines, finished) -> bool:
         _send(conn, {"ok": False, "error": "a capture is running on this connection; only "
                      "stop is accepted"})
     return False
+
+
+def _refuse(conn: socket.socket, error: str) -> None:
+    """One line to a connection not served, then close it; never blocks the accept loop."""
+    with conn:
+        try:
+            conn.setblocking(False)
+            conn.send(encode({"ok": False, "error": error}))
+            conn.recv(MAX_MESSAGE)  # unread input would make close() reset the line away
+        except OSError:
+            pass
 
 
 def _send(conn: socket.socket, message: dict) -> bool:

@@ -3,8 +3,11 @@
 A job listens on a Unix socket, `<tmp>/proton-<uid>/<pid>.sock` (`$PROTON_SOCKET_DIR/<pid>.sock`
 when set), in a folder only its owner may enter (mode 0700) with a socket only its owner may
 open (0600); the job also checks the peer's uid (root may reach anyone's, as with ptrace).
+A usual folder that is not private to the user (another user made it first) is never used: the
+job listens in `$XDG_RUNTIME_DIR/proton` (when that is private) or `<tmp>/proton-<uid>-XXXX`
+instead, and clients search those too (search_folders).
 Optionally it also listens on TCP, loopback unless an address is named, and then every request
-must carry the job's token.
+must carry the job's token (the first within seconds of connecting).
 
 A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests:
     {"verb": "status"}
@@ -12,15 +15,24 @@ A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests
      "hook": str|null, "steps": int|null, "duration": seconds|null}
     {"verb": "stop"}                  (on the connection that started the capture)
     {"verb": "snapshot"}
-each with "token" over TCP. Every reply has "ok"; a failed one has "error", one line.
+each with "token" over TCP. A start's name is, on the Unix socket, an absolute path the client
+resolved in its own folder; over TCP a file name in the job's PROTON_CAPTURE_DIR. Every reply
+has "ok"; a failed one has "error", one line. A start is answered when it starts ("started",
+"path") or is armed for steps ("armed", "path": where it will write), then with "paths" written
+and "warnings", what the job said meanwhile.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import socket
 import stat
 import tempfile
+import time
+
+from ..errors import ProtonError
 
 LISTEN_ENV = "PROTON_LISTEN"
 """1: listen on the Unix socket; tcp://HOST:PORT (or tcp://PORT, on loopback): also on TCP.
@@ -44,8 +56,8 @@ def listen_asked() -> bool:
 
 
 def folder(uid: int | None = None) -> str:
-    """The folder of `uid`'s endpoints (this user's by default): $PROTON_SOCKET_DIR when set
-    (the job and its capturer must agree on it), else <tmp>/proton-<uid>."""
+    """The usual folder of `uid`'s endpoints (this user's by default): $PROTON_SOCKET_DIR when
+    set (the job and its capturer must agree on it), else <tmp>/proton-<uid>."""
     chosen = os.environ.get(SOCKET_DIR_ENV)
     if chosen and uid in (None, os.getuid()):
         return os.path.abspath(chosen)
@@ -56,16 +68,99 @@ def socket_path(pid: int, uid: int | None = None) -> str:
     return os.path.join(folder(uid), f"{pid}.sock")
 
 
-def private_folder() -> str:
-    """This user's endpoint folder, made 0700; refuse one that others could write into."""
-    path = folder()
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() \
-            or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ProtocolError(f"{path} is not a private folder of this user (owner uid "
-                            f"{info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}); remove it")
-    return path
+def private(path: str, uid: int | None = None) -> bool:
+    """`path` is a real folder (not a link) of `uid` (this user) that no one else may enter."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == (os.getuid() if uid is None else uid)
+            and not info.st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+
+
+def _describe(path: str) -> str:
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return f"{path} cannot be used ({exc.strerror or exc})"
+    what = "" if stat.S_ISDIR(info.st_mode) else "not a folder: "
+    return (f"{path} is not a private folder of this user ({what}owner uid {info.st_uid}, "
+            f"mode {stat.S_IMODE(info.st_mode):o})")
+
+
+def _runtime_folder() -> str | None:
+    """$XDG_RUNTIME_DIR/proton, when $XDG_RUNTIME_DIR is this user's private folder."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return os.path.join(runtime, "proton") if runtime and private(runtime) else None
+
+
+def _fresh_folders(uid: int | None = None) -> list[str]:
+    """The private <tmp>/proton-<uid>-XXXX folders of `uid` (made when the usual one was not)."""
+    return [p for p in sorted(glob.glob(glob.escape(folder(uid)) + "-*")) if private(p, uid)]
+
+
+def search_folders(uid: int | None = None) -> list[str]:
+    """Where `uid`'s jobs (this user's) may listen: its private folders only, so a folder
+    another user made at the usual name is not searched. $PROTON_SOCKET_DIR alone when set."""
+    if os.environ.get(SOCKET_DIR_ENV) and uid in (None, os.getuid()):
+        return [folder()]
+    runtime = _runtime_folder() if uid in (None, os.getuid()) else None
+    found = [p for p in (folder(uid), runtime) if p and private(p, uid)]
+    return found + _fresh_folders(uid)
+
+
+RUNTIME_ROOT = "/run/user"
+"""Where login sessions' $XDG_RUNTIME_DIR folders are (/run/user/<uid>)."""
+
+
+def every_users_folders() -> list[str]:
+    """Every user's endpoint folders, each private to the user it belongs to (for root)."""
+    out = search_folders()
+    for path in sorted(glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "proton-*"))):
+        named = re.fullmatch(r"proton-(\d+)(-.+)?", os.path.basename(path))
+        if named and private(path, int(named[1])):
+            out.append(path)
+    for path in sorted(glob.glob(os.path.join(RUNTIME_ROOT, "*", "proton"))):
+        uid = os.path.basename(os.path.dirname(path))
+        if uid.isdigit() and private(path, int(uid)):
+            out.append(path)
+    return list(dict.fromkeys(out))
+
+
+def private_folder() -> tuple[str, str | None]:
+    """The folder this job listens in, made 0700, and why it is not the usual one (None when
+    it is). $PROTON_SOCKET_DIR is used as given or not at all.
+
+    Raises:
+        ProtonError: no private folder could be had (the reason, one line).
+    """
+    usual = folder()
+    try:
+        os.makedirs(usual, mode=0o700, exist_ok=True)
+    except OSError:
+        pass  # said below, with what is there
+    if private(usual):
+        return usual, None
+    why = _describe(usual)
+    if os.environ.get(SOCKET_DIR_ENV):
+        raise ProtonError(f"{SOCKET_DIR_ENV}: {why}; make it 0700 or name another")
+    runtime = _runtime_folder()
+    if runtime is not None:
+        try:
+            os.mkdir(runtime, 0o700)
+        except OSError:
+            pass
+        if private(runtime):
+            return runtime, why
+    existing = _fresh_folders()
+    if existing:  # one an earlier job of this user made
+        return existing[0], why
+    parent, base = os.path.split(usual)
+    try:  # a new name: no one can have placed anything at it
+        return tempfile.mkdtemp(prefix=f"{base}-", dir=parent), why
+    except OSError as exc:
+        raise ProtonError(f"{why}, and no private folder could be made in "
+                          f"{os.path.dirname(usual)} ({exc.strerror or exc})") from None
 
 
 def encode(message: dict) -> bytes:
@@ -80,6 +175,8 @@ def decode(line: bytes) -> dict:
         message = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"not a JSON line ({exc})") from None
+    except RecursionError:  # json's parser recurses per level
+        raise ProtocolError("not a JSON line (nested too deeply)") from None
     if not isinstance(message, dict):
         raise ProtocolError("a message is a JSON object")
     return message
@@ -113,13 +210,19 @@ class Lines:
         self.sock = sock
         self.buffer = b""
 
-    def read(self) -> dict | None:
+    def read(self, deadline: float | None = None) -> dict | None:
         """The next message; None at end of stream. ProtocolError for a bad one (the rest of
-        an oversized line is dropped)."""
+        an oversized line is dropped); TimeoutError when it is not whole by `deadline`
+        (time.monotonic()), however it trickles in."""
         while b"\n" not in self.buffer:
             if len(self.buffer) > MAX_MESSAGE:
                 self.buffer = b""
                 raise ProtocolError(f"message over {MAX_MESSAGE} bytes")
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("no whole message in time")
+                self.sock.settimeout(left)
             chunk = self.sock.recv(65536)
             if not chunk:
                 if self.buffer:
