@@ -18,7 +18,7 @@ import uuid
 from typing import Callable, Sequence
 
 from .errors import ProtonError
-from .format import TIME
+from .format import CHILDREN_KEY, FRAME_KEY, METRICS_KEY, NAME_KEY, TIME
 from .options import parse_options
 from .runtime.profiler import profiler
 
@@ -79,13 +79,13 @@ def do_bench(fn: Callable[[], object], warmup: float = 25, rep: float = 100,
 def scope_times(doc: list, prefix: str) -> list[float]:
     """Kernel ms under each top-level scope named `prefix...`, in call order."""
     out = []
-    for child in sorted(doc[0]["children"], key=lambda c: c["frame"]["name"]):
-        if child["frame"]["name"].startswith(prefix):
+    for child in sorted(doc[0][CHILDREN_KEY], key=lambda c: c[FRAME_KEY][NAME_KEY]):
+        if child[FRAME_KEY][NAME_KEY].startswith(prefix):
             ns, stack = 0.0, [child]
             while stack:
                 node = stack.pop()
-                ns += node["metrics"].get(TIME, 0) or 0
-                stack.extend(node["children"])
+                ns += node[METRICS_KEY].get(TIME, 0) or 0
+                stack.extend(node[CHILDREN_KEY])
             out.append(ns / 1e6)
     return out
 

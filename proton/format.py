@@ -19,6 +19,16 @@ from __future__ import annotations
 import re
 
 # -- the tree ------------------------------------------------------------------------------------
+FRAME_KEY = "frame"
+"""A node's frame: {NAME_KEY: ..., TYPE_KEY: FRAME_TYPE, ...}."""
+METRICS_KEY = "metrics"
+"""A node's own metrics: {name: number, ...}."""
+CHILDREN_KEY = "children"
+"""A node's child nodes."""
+NAME_KEY = "name"
+"""A frame's name."""
+TYPE_KEY = "type"
+"""A frame's type (FRAME_TYPE)."""
 ROOT_NAME = "ROOT"
 FRAME_TYPE = "function"
 """Every frame's "type" (hatchet's default)."""

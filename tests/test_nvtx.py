@@ -11,6 +11,7 @@ from conftest import find
 import proton
 from proton.api import write_profiles
 from proton.context.frames import unwind
+from proton.cupti import nvtx as cupti_nvtx
 from proton.runtime import nvtx
 
 
@@ -27,7 +28,7 @@ class NvtxData(ctypes.Structure):  # CUpti_NvtxData
                 ("functionReturnValue", ctypes.c_void_p)]
 
 
-assert ctypes.sizeof(Attributes) == 48 and Attributes.message.offset == nvtx.MESSAGE_AT
+assert ctypes.sizeof(Attributes) == 48 and Attributes.message.offset == cupti_nvtx.MESSAGE_AT
 
 _keep: list = []
 
@@ -42,20 +43,20 @@ def call(scopes: nvtx.NvtxScopes, cbid: int, params=None) -> None:
 def push_a(scopes, name: str) -> None:
     text = ctypes.create_string_buffer(name.encode())
     _keep.append(text)
-    call(scopes, nvtx.PUSH_A, ctypes.c_void_p(ctypes.addressof(text)))
+    call(scopes, cupti_nvtx.PUSH_A, ctypes.c_void_p(ctypes.addressof(text)))
 
 
 def push_ex(scopes, name: str, domain: bool = False, wide: bool = False) -> None:
     text = ctypes.create_unicode_buffer(name) if wide else ctypes.create_string_buffer(
         name.encode())
-    attrib = Attributes(version=2, size=48, messageType=nvtx.UNICODE if wide else nvtx.ASCII,
+    attrib = Attributes(version=2, size=48, messageType=cupti_nvtx.UNICODE if wide else cupti_nvtx.ASCII,
                         message=ctypes.addressof(text))
     _keep.extend([text, attrib])
     pointer = ctypes.addressof(attrib)
     if domain:
-        call(scopes, nvtx.DOMAIN_PUSH_EX, (ctypes.c_void_p * 2)(0x1234, pointer))
+        call(scopes, cupti_nvtx.DOMAIN_PUSH_EX, (ctypes.c_void_p * 2)(0x1234, pointer))
     else:
-        call(scopes, nvtx.PUSH_EX, ctypes.c_void_p(pointer))
+        call(scopes, cupti_nvtx.PUSH_EX, ctypes.c_void_p(pointer))
 
 
 @pytest.fixture(autouse=True)
@@ -67,18 +68,18 @@ def no_live_sessions():
 
 def test_nvtx_ranges_nest_as_scopes_around_proton_scopes(profile_path):
     name, read = profile_path
-    scopes = nvtx.NvtxScopes(nvtx.DOMAIN)
+    scopes = nvtx.NvtxScopes(cupti_nvtx.DOMAIN)
     proton.start(name)
     push_a(scopes, "train_step")
     with proton.scope("forward"):
         push_ex(scopes, "attention")
-        call(scopes, nvtx.POP)
+        call(scopes, cupti_nvtx.POP)
         push_ex(scopes, "nccl:all_reduce", domain=True)
-        call(scopes, nvtx.DOMAIN_POP)
+        call(scopes, cupti_nvtx.DOMAIN_POP)
         push_ex(scopes, "ünïcode", wide=True)
-        call(scopes, nvtx.POP)
-    call(scopes, nvtx.POP)
-    call(scopes, nvtx.POP)  # a pop without its push: nothing to close
+        call(scopes, cupti_nvtx.POP)
+    call(scopes, cupti_nvtx.POP)
+    call(scopes, cupti_nvtx.POP)  # a pop without its push: nothing to close
     with proton.scope("after"):
         pass
     proton.finalize()
@@ -91,11 +92,11 @@ def test_nvtx_ranges_nest_as_scopes_around_proton_scopes(profile_path):
 
 def test_a_pop_leaves_a_scope_opened_inside_the_range_alone(profile_path):
     name, read = profile_path
-    scopes = nvtx.NvtxScopes(nvtx.DOMAIN)
+    scopes = nvtx.NvtxScopes(cupti_nvtx.DOMAIN)
     proton.start(name)
     push_a(scopes, "range")
     proton.enter_scope("mine")
-    call(scopes, nvtx.POP)  # "mine" is innermost: the range cannot close under it
+    call(scopes, cupti_nvtx.POP)  # "mine" is innermost: the range cannot close under it
     proton.exit_scope("mine")
     with proton.scope("later"):
         pass
@@ -106,12 +107,12 @@ def test_a_pop_leaves_a_scope_opened_inside_the_range_alone(profile_path):
 
 def test_a_range_without_a_readable_name_still_pairs_with_its_pop(profile_path):
     name, read = profile_path
-    scopes = nvtx.NvtxScopes(nvtx.DOMAIN)
+    scopes = nvtx.NvtxScopes(cupti_nvtx.DOMAIN)
     proton.start(name)
     attrib = Attributes(version=2, size=48, messageType=3, message=7)  # a registered handle
     _keep.append(attrib)
-    call(scopes, nvtx.PUSH_EX, ctypes.c_void_p(ctypes.addressof(attrib)))
-    call(scopes, nvtx.POP)
+    call(scopes, cupti_nvtx.PUSH_EX, ctypes.c_void_p(ctypes.addressof(attrib)))
+    call(scopes, cupti_nvtx.POP)
     with proton.scope("after"):
         pass
     proton.finalize()
@@ -132,7 +133,7 @@ def test_triton_enable_nvtx_turns_it_off(monkeypatch, value, on):
 
 def test_other_domains_pass_through_to_the_callback_it_wraps():
     seen = []
-    scopes = nvtx.NvtxScopes(nvtx.DOMAIN)
+    scopes = nvtx.NvtxScopes(cupti_nvtx.DOMAIN)
     wrapped = scopes.wrap(lambda *args: seen.append(args))
     wrapped(None, 1, 22, 0)
     assert seen == [(None, 1, 22, 0)]
@@ -141,7 +142,7 @@ def test_other_domains_pass_through_to_the_callback_it_wraps():
 
 def test_the_injection_is_set_for_the_session_only_and_a_users_choice_is_kept(monkeypatch):
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
-    scopes = nvtx.NvtxScopes(nvtx.DOMAIN)
+    scopes = nvtx.NvtxScopes(cupti_nvtx.DOMAIN)
     scopes.prepare("/lib/libcupti.so.13")
     import os
 

@@ -10,10 +10,10 @@ import os
 import threading
 from dataclasses import dataclass
 
-from ..format import ROOT_NAME
+from ..format import FRAME_TYPE, ROOT_NAME
 
 ROOT = 0
-SCOPE = "function"  # frame type written to the file for scopes (hatchet's default)
+SCOPE = FRAME_TYPE  # the frame type written to the file for scopes (hatchet's default)
 KERNEL = "kernel"
 STATE = "state"
 OP = "op"

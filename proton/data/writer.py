@@ -22,8 +22,9 @@ from typing import Any
 
 from ..errors import ProfileWriteError, SessionError
 from ..files import create_beside
-from ..format import (CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_TYPE, NO_LINES, OTHER_DATA,
-                      PROPERTY, ROOT_NAME, T0_NS)
+from ..format import (CHILDREN_KEY, CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
+                      FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES, OTHER_DATA, PROPERTY,
+                      ROOT_NAME, T0_NS, TYPE_KEY)
 from ..format_msgpack import packb
 from ..report import warn
 from .job import alive, pid_path
@@ -84,22 +85,22 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
                     else number(key, value)
             out[key] = value
         out.update(own.get(pid, ()))
-        frame = {"name": frames[pid].name, "type": FRAME_TYPE}
+        frame = {NAME_KEY: frames[pid].name, TYPE_KEY: FRAME_TYPE}
         if pid in notes:
             frame[NO_LINES] = notes[pid]
-        return {"frame": frame, "metrics": out, "children": []}
+        return {FRAME_KEY: frame, METRICS_KEY: out, CHILDREN_KEY: []}
 
     root = node(ROOT)
-    root["frame"].update(job or {})
+    root[FRAME_KEY].update(job or {})
     todo = [(ROOT, root)]
     while todo:
         pid, out = todo.pop()
         for kid in sorted(children.get(pid, ()), key=lambda k: (frames[k].name, frames[k].kind)):
             child = node(kid)
-            out["children"].append(child)
+            out[CHILDREN_KEY].append(child)
             todo.append((kid, child))
     for key in sorted(inclusive):  # sorted: the same profile always writes the same bytes
-        root["metrics"].setdefault(key, 0)
+        root[METRICS_KEY].setdefault(key, 0)
     if dropped:
         warn(f"metrics {', '.join(sorted(dropped))} held values that are not real numbers; "
              "written as null")
@@ -405,7 +406,7 @@ def _depth(root: dict) -> int:
     while todo:
         node, level = todo.pop()
         deepest = max(deepest, level)
-        todo.extend((child, level + 1) for child in node["children"])
+        todo.extend((child, level + 1) for child in node[CHILDREN_KEY])
     return deepest
 
 
@@ -414,12 +415,12 @@ def _encode_tree(doc: list, write) -> None:
     dumps = functools.partial(json.dumps, allow_nan=False)
 
     def open_node(node: dict) -> None:
-        write(f'{{"frame": {dumps(node["frame"])}, "metrics": {dumps(node["metrics"])}, '
-              '"children": [')
+        write(f'{{"{FRAME_KEY}": {dumps(node[FRAME_KEY])}, '
+              f'"{METRICS_KEY}": {dumps(node[METRICS_KEY])}, "{CHILDREN_KEY}": [')
 
     write("[")
     open_node(doc[0])
-    stack = [[iter(doc[0]["children"]), True]]  # (children left, none written yet)
+    stack = [[iter(doc[0][CHILDREN_KEY]), True]]  # (children left, none written yet)
     while stack:
         top = stack[-1]
         child = next(top[0], None)
@@ -431,7 +432,7 @@ def _encode_tree(doc: list, write) -> None:
             write(", ")
         top[1] = False
         open_node(child)
-        stack.append([iter(child["children"]), True])
+        stack.append([iter(child[CHILDREN_KEY]), True])
     for rest in doc[1:]:
         write(f", {dumps(rest)}")
     write("]")

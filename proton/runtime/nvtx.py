@@ -8,37 +8,21 @@ threads that run no Python (autograd's backward thread under emit_nvtx, NCCL's) 
 NVTX calls reach CUPTI only when NVTX loaded it as its injection library: the collector points
 NVTX_INJECTION64_PATH at the libcupti in use before it starts (and takes it back after), which
 takes effect if the process makes its first NVTX call in between (NVTX reads it once). CUPTI
-calls back on the calling thread with a CUpti_NvtxData, read here at fixed offsets
-(cupti_nvtx_cbid.h's ids, nvToolsExt's structs). The collector takes a NvtxScopes as one of its
-`callback_users` (it knows nothing of scopes).
+calls back on the calling thread; cupti/nvtx.py decodes its CUpti_NvtxData. The collector takes
+a NvtxScopes as one of its `callback_users` (it knows nothing of scopes).
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 import threading
 
 from ..context.frames import close_frame, enter_frame
 from ..context.stack import depth
+from ..cupti.nvtx import CBIDS, POPS, pushed_name
 from ..cupti.subscriber import caller, passes_on
 from ..report import callback_failed
 
-DOMAIN = 5
-"""CUPTI_CB_DOMAIN_NVTX"""
-PUSH_A, PUSH_W, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP = 8, 9, 10, 11, 33, 34
-"""CUPTI_CBID_NVTX_nvtxRangePushA, ...PushW, ...PushEx, ...Pop, ...DomainRangePushEx,
-...DomainRangePop"""
-CBIDS = (PUSH_A, PUSH_W, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP)
-PARAMS_AT = 8
-"""CUpti_NvtxData: {const char *functionName; const void *functionParams; ...}"""
-EX_ATTRIB_AT = {PUSH_EX: 0, DOMAIN_PUSH_EX: 8}
-"""Where each Ex call's params hold its nvtxEventAttributes_t pointer (after the domain)."""
-MESSAGE_TYPE_AT, MESSAGE_AT = 32, 40
-"""nvtxEventAttributes_t (v2): messageType, and the message union (a char* for ASCII)."""
-ASCII, UNICODE = 1, 2
-UNNAMED = "<nvtx range>"
-"""A range whose message is a registered string handle (not read back here)."""
 ENV = ("TRITON_ENABLE_NVTX", "PROTON_ENABLE_NVTX")
 
 
@@ -49,32 +33,6 @@ def enabled() -> bool:
         if value is not None:
             return value.strip().lower() not in ("0", "false", "off", "no")
     return True
-
-
-def _pointer(address: int) -> int:
-    return ctypes.c_void_p.from_address(address).value or 0
-
-
-def message(cbid: int, params: int) -> str:
-    """The range's name from a push call's params."""
-    if cbid in (PUSH_A, PUSH_W):
-        text = _pointer(params)
-        if not text:
-            return UNNAMED
-        return ctypes.string_at(text).decode(errors="replace") if cbid == PUSH_A \
-            else ctypes.wstring_at(text)
-    attrib = _pointer(params + EX_ATTRIB_AT[cbid])
-    if not attrib:
-        return UNNAMED
-    kind = ctypes.c_int32.from_address(attrib + MESSAGE_TYPE_AT).value
-    text = _pointer(attrib + MESSAGE_AT)
-    if not text:
-        return UNNAMED
-    if kind == ASCII:
-        return ctypes.string_at(text).decode(errors="replace")
-    if kind == UNICODE:
-        return ctypes.wstring_at(text)
-    return UNNAMED
 
 
 class NvtxScopes:
@@ -119,7 +77,7 @@ class NvtxScopes:
             opened = getattr(self._local, "opened", None)
             if opened is None:
                 opened = self._local.opened = []
-            if cbid in (POP, DOMAIN_POP):
+            if cbid in POPS:
                 # only a frame NVTX opened, and only while it is the innermost one: a pop
                 # without its push, or a scope left open inside the range, changes nothing
                 if opened and opened[-1] == depth():
@@ -128,9 +86,9 @@ class NvtxScopes:
                 elif opened and opened[-1] > depth():  # closed by an unwind: forget it
                     opened.pop()
                 return
-            params = _pointer(data + PARAMS_AT)
-            if params:
-                enter_frame(message(cbid, params), {})
+            name = pushed_name(cbid, data)
+            if name is not None:
+                enter_frame(name, {})
                 opened.append(depth())
         except BaseException as exc:
             callback_failed("while opening a scope for an NVTX range", exc)

@@ -199,10 +199,11 @@ class Profiler:
             raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
                               "matching your CUDA 13 driver") from None
 
+        from ..cupti.nvtx import DOMAIN
         from . import nvtx
 
         context = self.context
-        users = [nvtx.NvtxScopes(nvtx.DOMAIN)] if nvtx.enabled() else []
+        users = [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
                                    in_callback=context.in_callback, pc=pc, callback_users=users,
