@@ -6,16 +6,23 @@
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with the C helper off, walking only, and walking,
 # reading and joining: PROTON_NATIVE=0, walk, 1),
-# ISSUE18=paired,launch,scale,scalepaired,scaletrend,modelpaired,model
-# (issue 18's goals: the launch loop bare and profiled in turn inside each process, every mode,
-# 5 rounds, ~5 min; the launch loop between processes against CUPTI's floor and Triton's,
-# 5 rounds, ~4 min; 1M launches, bare, CUPTI's floor, ours and Triton's, 5 rounds, ~7 min;
-# 500k launches bare, profiled and bare again inside each process, floor, ours and Triton's,
-# 5 rounds, ~7 min; the model step bare, profiled and bare again inside each process, floor,
-# ours and Triton's, 5 rounds, ~3.5 min; 1M launches bare, profiled and bare again inside
-# each process, each tenth's time (does a cost grow along the run?), 2 rounds, ~6 min; the
-# python-context model step with and without PROTON_KEEP_THREAD_STATES, ~2 min; one part a
-# call, to stay under 10 minutes each; ROUNDS=N changes the 1M-launch part's 5 rounds).
+# OVERHEAD=paired,launch,scale,scalepaired,scaletrend,modelpaired,threadstates (what the
+# profiler costs; ISSUE18=... is the old name of this variable), one part a call to stay under
+# 10 minutes each:
+#   paired       the launch loop bare and profiled in turn inside each process, every mode,
+#                5 rounds, ~5 min
+#   launch       the launch loop between processes against CUPTI's floor and Triton's, 5 rounds,
+#                ~4 min
+#   scale        1M launches, bare, CUPTI's floor, ours and Triton's, ROUNDS (5) rounds, ~7 min;
+#                then each tenth, over the tenths the host ran fast in (bench/tenths.py)
+#   scalepaired  500k launches bare, profiled and bare again inside each process, floor, ours
+#                and Triton's, 5 rounds, ~7 min
+#   modelpaired  the model step bare, profiled and bare again inside each process, floor, ours
+#                and Triton's, 5 rounds, ~3.5 min
+#   scaletrend   1M launches bare, profiled and bare again inside each process, each tenth's
+#                time (does a cost grow along the run?), 2 rounds, ~6 min
+#   threadstates the python-context model step with and without PROTON_KEEP_THREAD_STATES
+#                (`model` is its old name), ~2 min
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -77,21 +84,22 @@ if [ -n "${NATIVE_AB:-}" ]; then
     python3 bench/run.py --table-only --results "$OUT/native_$n.jsonl" | grep -E "^\| (workload|launch-bound, shadow|scale|1M)"
   done | tee -a "$OUT/bench.log"
 fi
-if [ -n "${ISSUE18:-}" ]; then
-  part() { case ",$ISSUE18," in *",$1,"*) return 0;; esac; return 1; }
-  part paired && python3 bench/run.py --only paired --rounds 5 --results "$OUT/issue18.jsonl" \
+OVERHEAD=${OVERHEAD:-${ISSUE18:-}}
+if [ -n "$OVERHEAD" ]; then
+  part() { case ",$OVERHEAD," in *",$1,"*) return 0;; esac; return 1; }
+  part paired && python3 bench/run.py --only paired --rounds 5 --results "$OUT/overhead.jsonl" \
     > /dev/null 2>>"$OUT/bench.log"
-  part launch && python3 bench/run.py --only launch --rounds 5 --results "$OUT/issue18.jsonl" \
+  part launch && python3 bench/run.py --only launch --rounds 5 --results "$OUT/overhead.jsonl" \
     --modes "none;cupti;proton;triton;proton --context python;triton --context python" \
     > /dev/null 2>>"$OUT/bench.log"
   if part scale; then  # then each tenth, and the tenths the host ran fast in (bench/tenths.py)
     python3 bench/run.py --only scale --rounds "${ROUNDS:-5}" --results "$OUT/scale.jsonl" \
       > /dev/null 2>>"$OUT/bench.log"
-    cat "$OUT/scale.jsonl" >> "$OUT/issue18.jsonl"
+    cat "$OUT/scale.jsonl" >> "$OUT/overhead.jsonl"
     python3 bench/tenths.py "$OUT/scale.jsonl"
   fi
   part scalepaired && python3 bench/run.py --only scale_paired --rounds 5 \
-    --results "$OUT/issue18.jsonl" > /dev/null 2>>"$OUT/bench.log"
+    --results "$OUT/overhead.jsonl" > /dev/null 2>>"$OUT/bench.log"
   if part scaletrend; then  # 1M launches bare / profiled / bare in one process, per tenth
     for round in 1 2; do
       for m in cupti proton triton; do
@@ -101,15 +109,15 @@ if [ -n "${ISSUE18:-}" ]; then
     python3 bench/tenths.py "$OUT/trend.jsonl"
   fi
   part modelpaired && python3 bench/run.py --only model_paired --rounds 5 \
-    --results "$OUT/issue18.jsonl" > /dev/null 2>>"$OUT/bench.log"
-  if part model; then
+    --results "$OUT/overhead.jsonl" > /dev/null 2>>"$OUT/bench.log"
+  if part threadstates || part model; then
     for keep in 0 1; do
       PROTON_KEEP_THREAD_STATES=$keep python3 bench/run.py --only model --rounds 2 \
         --modes "none;proton --context python" --results "$OUT/keep_$keep.jsonl" \
         > /dev/null 2>>"$OUT/bench.log"
     done
   fi
-  { [ -f "$OUT/issue18.jsonl" ] && python3 bench/run.py --table-only --results "$OUT/issue18.jsonl" \
+  { [ -f "$OUT/overhead.jsonl" ] && python3 bench/run.py --table-only --results "$OUT/overhead.jsonl" \
       | grep -E "^\| (workload|launch|scale|model step, paired)"
     for keep in 0 1; do
       [ -f "$OUT/keep_$keep.jsonl" ] || continue

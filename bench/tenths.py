@@ -7,7 +7,7 @@ scale_paired: each process's profiled tenths over the mean of its two bare runs'
 scale (separate processes): each process's tenths over the median bare process's.
 Then, where the runs recorded the host's speed around each tenth (workloads.host_speed), each
 profiler's us a launch over only the tenths the host ran fast at both ends, and over the rest:
-the host's own process-to-process swing (bench/bimodal.py) taken out of the comparison."""
+the host's own process-to-process swing (bench/probes/bimodal.py) taken out of the comparison."""
 import json
 import statistics
 import sys

@@ -383,7 +383,7 @@ def cpu_seconds(into: dict):
 
 def host_speed(calls: int = 20_000, reps: int = 3) -> float:
     """ns a trivial Python call takes now, best of `reps`: the host's speed. On the H100 VM it is
-    about 26 ns in some processes and 42-50 in others (bench/bimodal.py), and the launch loop
+    about 26 ns in some processes and 42-50 in others (bench/probes/bimodal.py), and the launch loop
     follows it, which is more than any profiler costs."""
     f, best = len, float("inf")
     for _ in range(reps):
