@@ -31,7 +31,7 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         data: "tree" (aggregated call tree) or "trace".
         backend: None or "cupti".
         mode: None for kernel times; "pcsampling[:interval=N][:serialize=1]" to also sample
-            instructions per kernel source line (see `proton --help`).
+            instructions per kernel source line (see `proton run --help`).
         hook: None or "triton" (Triton launch hook: op names and launch metadata), with options:
             "triton:config" appends grid, warps, stages, shared memory to op names,
             "triton:config=BLOCK_M,BLOCK_N" also these constexprs ("=*": all),
