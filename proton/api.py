@@ -15,8 +15,9 @@ from .runtime.profiler import profiler
 
 
 def start(name: str | None = None, *, context: str = "shadow", data: str = "tree",
-          backend: str | None = None, mode: str | None = None, hook: str | None = None) -> int:
-    """Start (or resume) a profiling session and return its id.
+          backend: str | None = None, mode: str | None = None,
+          hook: str | None = None) -> int | None:
+    """Start (or resume) a profiling session and return its id (None when disabled).
 
     Usage:
         sid = proton.start("run1", hook="triton")

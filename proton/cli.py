@@ -7,6 +7,7 @@ import runpy
 import signal
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -149,7 +150,7 @@ def _on_signal(signum, frame):
     raise _Terminated()
 
 
-_replaced: dict[int, object] = {}
+_replaced: dict[signal.Signals, Any] = {}
 """The handlers _on_signal replaced while the script runs."""
 
 
