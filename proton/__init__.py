@@ -14,6 +14,16 @@ proton.step() or scope). ARCHITECTURE.md maps the package.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what editors and mypy see; at run time __getattr__ loads each name on use
+    from . import bench, data, hooks
+    from .api import activate, deactivate, finalize, profile, start
+    from .errors import (ProfilerConflictError, ProfileWriteError, ProtonError, ScopeError,
+                         SessionError)
+    from .scopes import (cpu_timed_scope, enter_scope, enter_state, exit_scope, exit_state,
+                         metadata_state, scope, state)
+    from .service.endpoint import listen, step
 
 DEFAULT_PROFILE_NAME = "proton"
 
@@ -39,7 +49,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)  # binds proton.<name> too
     module = _WHERE.get(name)

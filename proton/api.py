@@ -15,8 +15,9 @@ from .runtime.profiler import profiler
 
 
 def start(name: str | None = None, *, context: str = "shadow", data: str = "tree",
-          backend: str | None = None, mode: str | None = None, hook: str | None = None) -> int:
-    """Start (or resume) a profiling session and return its id.
+          backend: str | None = None, mode: str | None = None,
+          hook: str | None = None) -> int | None:
+    """Start (or resume) a profiling session and return its id (None when disabled).
 
     Usage:
         sid = proton.start("run1", hook="triton")
@@ -31,7 +32,7 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         data: "tree" (aggregated call tree) or "trace".
         backend: None or "cupti".
         mode: None for kernel times; "pcsampling[:interval=N][:serialize=1]" to also sample
-            instructions per kernel source line (see `proton --help`).
+            instructions per kernel source line (see `proton run --help`).
         hook: None or "triton" (Triton launch hook: op names and launch metadata), with options:
             "triton:config" appends grid, warps, stages, shared memory to op names,
             "triton:config=BLOCK_M,BLOCK_N" also these constexprs ("=*": all),

@@ -7,6 +7,7 @@ import runpy
 import signal
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -16,10 +17,13 @@ from .errors import ProtonError
 from .options import CONTEXTS, DATA, parse_options
 from .report import warn
 from .runtime.profiler import profiler
+from .service import commands
 
 EPILOG = """\b
 Examples:
   proton main.py --lr 3e-4                     # writes proton.hatchet
+  proton run ps --lr 3e-4                      # the same for a script named like a command
+  proton -- ps                                 # ... the same
   proton -n run1 -k triton main.py             # Triton op names, writes run1.hatchet
   proton -k triton:config=BLOCK_M main.py      # ... with grid/warps/stages/BLOCK_M in names
   proton -c python main.py                     # kernels under python call paths
@@ -34,7 +38,7 @@ Examples:
 """
 
 
-@click.command(context_settings={"ignore_unknown_options": True,
+@click.command("run", context_settings={"ignore_unknown_options": True,
                                  "allow_interspersed_args": False,
                                  "help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.option("-n", "--name", default=None, help="Profile name; the file is NAME.hatchet "
@@ -77,17 +81,16 @@ Examples:
 @click.option("--flush-every", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
               help="Rewrite the profile every SECONDS while recording, so a job killed with "
               "SIGKILL (or by the OOM killer) leaves its last one.")
-@click.version_option(package_name="proton-profiler", prog_name="proton",
-                      message="%(prog)s %(version)s")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def proton(name, backend, context, data, hook, mode, listen, listen_tcp, token, flush_every,
-           target, args) -> None:
+def run(name, backend, context, data, hook, mode, listen, listen_tcp, token, flush_every,
+        target, args) -> None:
     """Run SCRIPT.py (or pytest) with its ARGS under the profiler.
 
     The script runs as __main__ with its own argv; its proton.start() calls join this
     session. The profile is written when the script ends, raises, calls sys.exit or is
-    interrupted, and proton exits with the script's status.
+    interrupted, and proton exits with the script's status. `proton SCRIPT.py ...` is
+    short for `proton run SCRIPT.py ...`.
     """
     if target.startswith("-") and not os.path.isfile(target):
         _no_such_option(target)
@@ -147,7 +150,7 @@ def _on_signal(signum, frame):
     raise _Terminated()
 
 
-_replaced: dict[int, object] = {}
+_replaced: dict[signal.Signals, Any] = {}
 """The handlers _on_signal replaced while the script runs."""
 
 
@@ -244,18 +247,35 @@ def _exit_status(code) -> int:
     return 1
 
 
-SUBCOMMANDS = ("capture", "ps")
-"""`proton capture ...` and `proton ps`; any other first word is the script."""
+class _Group(click.Group):
+    """A group whose default command is `run`: a first word that names no subcommand (a
+    script, `pytest`, a run option or `--`) is given to `run`, so `proton main.py` works."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in {*self.commands, *ctx.help_option_names, "--version"}:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EPILOG)
+@click.version_option(package_name="proton-profiler", prog_name="proton",
+                      message="%(prog)s %(version)s")
+def proton() -> None:
+    """Profile a script, a test run or a running job (`proton run -h`: the profiling options).
+
+    `proton SCRIPT.py ARGS...` is `proton run SCRIPT.py ARGS...`; a script named like a
+    command (`ps`, `capture`, `run`) runs with `proton run ps` or `proton -- ps`.
+    """
+
+
+proton.add_command(run)
+proton.add_command(commands.capture)
+proton.add_command(commands.ps)
 
 
 def main() -> None:
     """Console entry point: ProtonError becomes one line on stderr and exit status 2."""
-    if sys.argv[1:2] and sys.argv[1] in SUBCOMMANDS:
-        from .service import commands
-
-        command = getattr(commands, sys.argv[1])
-        command.main(args=sys.argv[2:], prog_name=f"proton {sys.argv[1]}")
-        return
     try:
         proton.main(prog_name="proton", standalone_mode=True)
     except ProtonError as exc:

@@ -114,6 +114,31 @@ def test_help_has_examples():
     assert "proton main.py --lr 3e-4" in result.output and "pytest" in result.output
 
 
+@pytest.mark.parametrize("how", [["run"], ["--"], ["run", "--"]])
+@pytest.mark.parametrize("command", ["ps", "capture"])
+def test_a_script_named_like_a_subcommand_is_profiled_with_run_or_double_dash(tmp_path, how,
+                                                                                command):
+    (tmp_path / command).write_text(SCRIPT)
+    run = run_proton(tmp_path, *how, command, "0")
+    assert run.returncode == 0, run.stderr
+    assert "argv ['0'] __main__" in run.stdout
+    assert find(load(tmp_path / "proton.hatchet")[0], "work")["metrics"]["n"] == 1
+
+
+def test_help_lists_the_subcommands_with_examples():
+    result = CliRunner().invoke(proton_cmd, ["--help"])
+    assert result.exit_code == 0
+    commands = result.output.split("Commands:\n")[1].split("\n\n")[0]
+    assert [line.split()[0] for line in commands.splitlines()] == ["capture", "ps", "run"]
+    assert "proton run ps" in result.output and "proton -- ps" in result.output
+
+
+def test_a_subcommand_word_still_runs_the_subcommand():
+    result = CliRunner().invoke(proton_cmd, ["ps", "--help"])
+    assert result.exit_code == 0
+    assert result.output.startswith("Usage: proton ps ")
+
+
 def test_sigterm_stops_a_pytest_run_with_status_143(tmp_path):
     (tmp_path / "test_slow.py").write_text(
         "import time, proton\n"

@@ -1,0 +1,56 @@
+"""What editors and type checkers see: the public names are the documented ones (and Triton's),
+each with its signature (py.typed, TYPE_CHECKING re-exports), and mypy passes on the package."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+
+import proton
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme_section(title: str) -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_public_names_are_the_ones_the_readme_documents():
+    api = readme_section("The API")
+    listed = api.split("Public names (`proton.__all__`):", 1)[1].split("; the modules", 1)[0]
+    assert sorted(re.findall(r"`(\w+)`", listed)) == sorted(proton.__all__)
+    assert all(getattr(proton, name) is not None for name in proton.__all__)
+
+
+def test_every_triton_name_marked_yes_is_exported():
+    table = readme_section("Compatibility with `triton.profiler`")
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
+    yes = [row[0] for row in rows if row[1].strip() == "yes"]
+    names = {n for first in yes if not first.startswith("| `data.")
+             for n in re.findall(r"`(\w+)`", first) if not n.startswith("TRITON_")}
+    assert names and names <= set(proton.__all__)
+    data = [re.findall(r"`(?:data\.)?(\w+)", first) for first in yes if first.startswith("| `data.")]
+    assert all(hasattr(proton.data, n) for n in data[0])
+
+
+def test_the_package_ships_py_typed():
+    assert resources.files("proton").joinpath("py.typed").is_file()
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        assert 'proton = ["py.typed"]' in f.read()
+
+
+def test_mypy_passes_and_an_editor_sees_start_signature(tmp_path):
+    pytest.importorskip("mypy")
+    user = tmp_path / "user.py"
+    user.write_text("import proton\nreveal_type(proton.start)\nreveal_type(proton.scope)\n")
+    run = subprocess.run([sys.executable, "-m", "mypy", "proton", str(user)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert 'Revealed type is "def (name: str | None =, *, context: str =' in run.stdout
+    assert 'Revealed type is "def (name: str, metrics:' in run.stdout
