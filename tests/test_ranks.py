@@ -462,3 +462,13 @@ def test_one_readable_rank_of_a_job_is_one_rank_not_one_ranks(tmp_path):
     (tmp_path / "ddp.rank1.hatchet").write_text('[{"frame": {"name": "ROOT"}, "metr')
     result = CliRunner().invoke(viewer, ["-m", "time/us", str(tmp_path)])
     assert "1 rank (0) merged" in result.stdout, result.output
+
+
+def test_the_page_of_one_readable_rank_says_1_rank(tmp_path):
+    rank_file(tmp_path, 0, 2, scope("step", kernel("matmul", 1000, 1, 0)))
+    (tmp_path / "ddp.rank1.hatchet").write_text('[{"frame": {"name": "ROOT"}, "metr')
+    page = tmp_path / "r.html"
+    CliRunner().invoke(viewer, ["--html", str(page), str(tmp_path)])
+    with open(page) as f:
+        text = f.read()
+    assert "1 rank merged" in text and "1 ranks" not in text
