@@ -455,3 +455,20 @@ def test_trace_times_and_process_ids_of_the_wrong_kind_merge_without_a_traceback
     assert result.exit_code == 0, result.output
     assert "ddp.rank1.chrome_trace record no t0_ns" in result.stderr
     assert len(json.loads(result.stdout)["traceEvents"]) > 4
+
+
+def test_one_readable_rank_of_a_job_is_one_rank_not_one_ranks(tmp_path):
+    rank_file(tmp_path, 0, 2, scope("step", kernel("matmul", 1000, 1, 0)))
+    (tmp_path / "ddp.rank1.hatchet").write_text('[{"frame": {"name": "ROOT"}, "metr')
+    result = CliRunner().invoke(viewer, ["-m", "time/us", str(tmp_path)])
+    assert "1 rank (0) merged" in result.stdout, result.output
+
+
+def test_the_page_of_one_readable_rank_says_1_rank(tmp_path):
+    rank_file(tmp_path, 0, 2, scope("step", kernel("matmul", 1000, 1, 0)))
+    (tmp_path / "ddp.rank1.hatchet").write_text('[{"frame": {"name": "ROOT"}, "metr')
+    page = tmp_path / "r.html"
+    CliRunner().invoke(viewer, ["--html", str(page), str(tmp_path)])
+    with open(page) as f:
+        text = f.read()
+    assert "1 rank merged" in text and "1 ranks" not in text

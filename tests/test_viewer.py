@@ -296,3 +296,86 @@ def test_text_that_is_no_json_is_not_called_truncated(tmp_path):
     result = show(str(path))
     assert result.exit_code == 2 and "truncated" not in result.output
     assert result.output.endswith("give the .hatchet file a profile wrote\n")
+
+
+def _one_kernel(tmp_path, ns: float) -> str:
+    path = tmp_path / "one.hatchet"
+    path.write_text(json.dumps([{"frame": {"name": "ROOT", "type": "function"},
+                                 "metrics": {"time (ns)": 0, "count": 0}, "children": [
+        {"frame": {"name": "k", "type": "function"}, "children": [],
+         "metrics": {"time (ns)": ns, "count": 1, "device_id": "0", "device_type": "CUDA"}}]},
+        {}]))
+    return str(path)
+
+
+def test_csv_and_json_numbers_carry_no_float_noise_and_json_ends_with_a_newline(tmp_path):
+    path = _one_kernel(tmp_path, 3300)  # 3300 * 1e-3 is 3.3000000000000003 in floats
+    csv_out = show("-m", "time/us,time/ms", "--output", "csv", path).output
+    assert csv_out == ("path,depth,time (us),time (ms)\n"
+                       "ROOT,0,3.3,0.0033\n"
+                       "ROOT / k,1,3.3,0.0033\n")
+    json_out = show("-m", "time/us", "--output", "json", path).output
+    assert json_out.endswith("]\n") and json.loads(json_out)[1]["time (us)"] == 3.3
+
+
+def test_html_says_its_size_in_human_units(tmp_path):
+    from proton.viewer.render import size
+
+    result = show("--html", str(tmp_path / "r.html"), _one_kernel(tmp_path, 3300))
+    written = os.path.getsize(tmp_path / "r.html")
+    assert result.exit_code == 0 and f"({size(written)}); open it" in result.output
+    assert [size(n) for n in (512, 9_500, 31_000, 999_600, 4_200_000)] == \
+        ["512 B", "9.5 KB", "31 KB", "1.0 MB", "4.2 MB"]
+
+
+def test_diff_lists_the_largest_change_first_faster_or_slower(tmp_path):
+    def profile(**ns):
+        return [{"frame": {"name": "ROOT"}, "metrics": {"time (ns)": 0, "count": 0},
+                 "children": [{"frame": {"name": k}, "metrics": {"time (ns)": v, "count": 1},
+                               "children": []} for k, v in ns.items()]}, {}]
+
+    before, after = tmp_path / "before.hatchet", tmp_path / "after.hatchet"
+    before.write_text(json.dumps(profile(a=1000, b=5000, c=2000)))
+    after.write_text(json.dumps(profile(a=2000, b=1000, c=2500)))
+    tree = show("-m", "time/us", "-diff", str(before), "--print-sorted", str(after))
+    assert tree.output == """\
+time (us) Δ  time (us) Δ%  name
+     -2.500       -31.250  ROOT
+     -4.000       -80.000  ├─ b
+      1.000       100.000  ├─ a
+      0.500        25.000  └─ c
+
+Frames sorted by time (us) Δ:
+time (us) Δ  time (us) Δ%  name
+     -4.000       -80.000  b
+      1.000       100.000  a
+      0.500        25.000  c
+"""
+    rows = json.loads(show("-m", "time/us", "-diff", str(before), "--output", "json",
+                           str(after)).output)
+    assert [r["path"][-1] for r in rows] == ["ROOT", "b", "a", "c"]
+
+
+def test_time_on_a_run_without_a_gpu_shows_cpu_time_and_says_so(tmp_path):
+    path = tmp_path / "cpu.hatchet"  # what proton/examples/mlp.py writes on a CPU machine
+    path.write_text(json.dumps([{"frame": {"name": "ROOT", "type": "function"}, "metrics": {},
+                                 "children": [{"frame": {"name": "load", "type": "function"},
+                                               "metrics": {"cpu_time (ns)": 2500000},
+                                               "children": []},
+                                              {"frame": {"name": "save", "type": "function"},
+                                               "metrics": {"cpu_time (ns)": 1500000},
+                                               "children": []}]}, {}]))
+    result = show("-m", "time/ms,time/%", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == """\
+cpu_time (ms)  cpu_time/%  name
+        4.000     100.000  ROOT
+        2.500      62.500  ├─ load
+        1.500      37.500  └─ save
+"""
+    assert result.stderr == ("note: no kernel ran in this profile (a run without a GPU): "
+                             "time/ms, time/% show the scopes' cpu_time/ms, cpu_time/%\n")
+    count = show("-m", "count", str(path))
+    assert count.exit_code == 2 and count.stderr.startswith(
+        "Error: unknown metric 'count' for this profile; no kernel ran in it (a run without a "
+        "GPU); its metrics: cpu_time/s, ")

@@ -213,13 +213,15 @@ def test_terminal_output_is_highlighted_and_hot_lines_coloured(profile):
     assert "\x1b" not in show("--source", "matmul", profile).output  # piped: plain
 
 
-def test_tree_notes_kernels_with_samples_but_no_lines(profile):
+def test_tree_notes_name_the_kernels_with_samples_but_no_lines(profile):
     result = show(profile)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-2:] == [
-        "1 kernel has samples not mapped to a source line: some of its PCs have no line in the "
-        "cubin's line info",  # matmul_kernel under backward: lines, and 8 samples without
-        f"2 kernels have samples but no source lines: {NO_LINE_INFO}"]
+        "1 kernel (matmul_kernel) has samples not mapped to a source line: some of its PCs "
+        "have no line in the cubin's line info",  # under backward: lines, and 8 without
+        "2 kernels (void at::native::elementwise_kernel<128, 2>(int, at::native::Op), "
+        "void at::native::reduce_kernel<512, 1>(at::native::ReduceOp)) have samples but no "
+        f"source lines: {NO_LINE_INFO}"]
     assert "no source lines" not in show(os.path.join(DATA, "recorded.hatchet")).output
 
 
@@ -423,3 +425,23 @@ def test_a_profile_without_samples_says_to_sample(tmp_path):
     assert result.exit_code == 2
     assert "the profile has no PC samples (kernel " in result.output
     assert "profile with `proton -m pcsampling`" in result.output
+
+
+def test_tree_shows_samples_by_default_and_orders_lines_by_number():
+    result = show("-e", "backward", FIXTURE)
+    assert result.exit_code == 0, result.output
+    tree = result.output.split("\n1 kernel")[0]
+    assert tree == """\
+time (ms)  num_samples  name
+    1.800        1,155  ROOT
+    1.000          780  └─ forward
+    0.900          700     ├─ matmul_kernel
+                     8     │  ├─ /SOURCE_DIR/pc_kernel_source.py:9@matmul_kernel
+                   120     │  ├─ /SOURCE_DIR/pc_kernel_source.py:16@matmul_kernel
+                   110     │  ├─ /SOURCE_DIR/pc_kernel_source.py:17@matmul_kernel
+                   400     │  ├─ /SOURCE_DIR/pc_kernel_source.py:18@matmul_kernel
+                    30     │  ├─ /SOURCE_DIR/pc_kernel_source.py:20@matmul_kernel
+                    20     │  └─ /gone/helpers.py:40@matmul_kernel
+    0.100           80     └─ softmax_kernel
+                    60        ├─ /gone/softmax.py:7@softmax_kernel
+                    20        └─ /gone/softmax.py:9@softmax_kernel"""

@@ -51,7 +51,8 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
 @click.option("-l", "--list", "list_metrics", is_flag=True, help="List the metrics and exit.")
 @click.option("-m", "--metrics", default=None,
               help="Comma-separated metrics, e.g. time/ms,avg_time/us,count,tflop16/s,util,time/% "
-              "(default: time/ms, or cpu_time/ms for a profile without kernels).")
+              "(default: time/ms, or cpu_time/ms for a profile without kernels; then num_samples "
+              "for a PC-sampled one).")
 @click.option("-i", "--include", default=None, metavar="REGEX",
               help="Show only frames whose name matches (from its start, as in Triton's viewer), "
               "with their callers and callees.")
@@ -79,7 +80,8 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               "aligned in time.")
 @click.option("-diff", "--diff-profile", "other", default=None, metavar="OTHER.hatchet",
               help="Show FILE minus OTHER per frame (matched by path; a frame missing on one "
-              "side counts 0 there) and the change in % of OTHER; filters and -t use the change. "
+              "side counts 0 there) and the change in % of OTHER, largest change (slower or "
+              "faster) first; filters and -t use the change. "
               "OTHER may be - (stdin).")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Terminal width to draw for (long names fold onto more lines; never cut).")
@@ -217,6 +219,8 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from .derive import available
     from .diff import diff_columns
     from .select import display_names, fold_names, library_frames, visible_nodes
+    from .errors import listing
+    from .names import readable
     from .source import no_lines_notes
 
     console = Console(width=width)
@@ -238,7 +242,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     if metrics is not None and not specs:
         raise ViewerError("-m names no metric; e.g. -m time/ms,count")
     if other is not None:
-        columns = diff_columns(prof, _load(other), specs)
+        columns = diff_columns(prof, _load(other), _cpu_fallback(prof, specs))
     else:
         columns = _metric_columns(prof, merged, specs)
     first = columns[0].values.to_dict() if columns else {}
@@ -262,8 +266,9 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
             names[node] += marker(has, merged.labels)
     if output != "tree":
         table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names,
-                            folded=folded)
-        click.echo(export.to_json(table) if output == "json" else export.to_csv(table), nl=False)
+                            folded=folded, diff=other is not None)
+        click.echo(export.to_json(table) + "\n" if output == "json" else export.to_csv(table),
+                   nl=False)
         for note in notes:  # the rows stay machine-readable
             click.echo(note, err=True)
         return
@@ -277,9 +282,9 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     if merged is not None:
         from .ranks import span
 
-        write(f"{len(merged.labels)} ranks ({span(merged.labels)}) merged: each metric over "
-              "all ranks, then per frame its min, mean and max over them, the rank of the max "
-              "and max/mean\n")
+        write(f"{render.plural(len(merged.labels), 'rank')} ({span(merged.labels)}) merged: "
+              "each metric over all ranks, then per frame its min, mean and max over them, the "
+              "rank of the max and max/mean\n")
     render.draw(render.tree_rows(prof.gf, columns, depth=depth, visible=visible, names=names,
                                  diff=diff, folded=folded), headers, write, width=fold_at,
                 color=color)
@@ -291,7 +296,9 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
                     headers, write, width=fold_at, color=color)
     for reason, partial, kernels in no_lines_notes(prof):
         what = "samples not mapped to a source line" if partial else "samples but no source lines"
-        write(f"{kernels} kernel{' has' if kernels == 1 else 's have'} {what}: {reason}\n")
+        shown = listing([render.printable(readable(k, name_format[1])) for k in kernels], most=4)
+        write(f"{render.plural(len(kernels), 'kernel')} ({shown}) "
+              f"{'has' if len(kernels) == 1 else 'have'} {what}: {reason}\n")
     for note in notes:
         write(note + "\n")
 
@@ -309,11 +316,16 @@ def _show_findings(prof, style: str, output: str) -> None:
 
 
 def _default_metric(prof) -> str | None:
-    """Kernel time, or the scopes' CPU time in a profile without kernels."""
+    """Kernel time, or the scopes' CPU time in a profile without kernels; and the PC samples
+    of a sampled profile."""
+    from ..format import NUM_SAMPLES
     from .derive import available
 
     have = available(prof)
-    return next((m for m in ("time/ms", "cpu_time/ms") if m in have), None)
+    time = next((m for m in ("time/ms", "cpu_time/ms") if m in have), None)
+    if time is not None and NUM_SAMPLES in prof.inclusive:
+        return f"{time},{NUM_SAMPLES}"  # source-line frames have samples but no time
+    return time
 
 
 def _metric_columns(prof, merged, specs: list[str]) -> list:
@@ -323,8 +335,19 @@ def _metric_columns(prof, merged, specs: list[str]) -> list:
     if merged is not None:
         from .ranks import columns as rank_columns
 
+        specs = _cpu_fallback(merged.total, specs)
         return rank_columns(merged, expand_vectors(merged.total, specs))
-    return [derive(prof, spec) for spec in expand_vectors(prof, specs)]
+    return [derive(prof, spec) for spec in expand_vectors(prof, _cpu_fallback(prof, specs))]
+
+
+def _cpu_fallback(prof, specs: list[str]) -> list[str]:
+    """derive.cpu_fallback, its notes on stderr."""
+    from .derive import cpu_fallback
+
+    specs, notes = cpu_fallback(prof, specs)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    return specs
 
 
 def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,
@@ -354,7 +377,9 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
     except OSError as exc:
         raise ViewerError(f"cannot write {path!r}: {exc.strerror or exc}; give a writable "
                           "path") from None
-    click.echo(f"wrote {path} ({len(text) / 1e6:.1f} MB); open it in a browser", err=True)
+    from .render import size
+
+    click.echo(f"wrote {path} ({size(len(text.encode()))}); open it in a browser", err=True)
 
 
 def _no_metrics_note(prof) -> str:

@@ -64,6 +64,33 @@ def available(profile: Profile) -> list[str]:
     return out
 
 
+def cpu_fallback(profile: Profile, specs: list[str]) -> tuple[list[str], list[str]]:
+    """In a profile without kernel time but with CPU time (a run without a GPU), `time/<unit>`,
+    `avg_time/<unit>` and `time/%` mean the scopes' `cpu_time/<unit>`, `avg_cpu_time/<unit>` and
+    `cpu_time/%`, so the README's examples work on a CPU run. (the specs; a note saying what
+    changed, or none)."""
+    have = {m.lower() for m in profile.inclusive + profile.exclusive}
+    if TIME in have or CPU_TIME not in have:
+        return specs, []
+    out, was, now = [], [], []
+    for spec in specs:
+        m = _TIME.match(spec.strip().lower())
+        cpu = None
+        if spec.strip().lower() == "time/%":
+            cpu = "cpu_time/%"
+        elif m and (m.group("what") == "time" or m.group("what") == "avg_time" and COUNT in have):
+            cpu = f"{'avg_' if m.group('what') == 'avg_time' else ''}cpu_time/{m.group('unit')}"
+        if cpu:
+            was.append(spec.strip())
+            now.append(cpu)
+            spec = cpu
+        out.append(spec)
+    if not was:
+        return out, []
+    return out, [f"no kernel ran in this profile (a run without a GPU): {', '.join(was)} "
+                 f"{'shows' if len(was) == 1 else 'show'} the scopes' {', '.join(now)}"]
+
+
 def expand_vectors(profile: Profile, specs: list[str]) -> list[str]:
     """`-m lens` for a vector metric means each of its elements: lens[0], lens[1], ..."""
     out = []
@@ -349,5 +376,8 @@ def _column(profile: Profile, metric: str, spec: str) -> pd.Series:
 
 def _unknown(profile: Profile, spec: str) -> ViewerError:
     choices = ", ".join(available(profile) + profile.inclusive + profile.exclusive) or "none"
-    return ViewerError(f"unknown metric {spec!r} for this profile; available: {choices} "
+    have = {m.lower() for m in profile.inclusive + profile.exclusive}
+    why = "no kernel ran in it (a run without a GPU); its metrics" if CPU_TIME in have and \
+        TIME not in have else "available"
+    return ViewerError(f"unknown metric {spec!r} for this profile; {why}: {choices} "
                        "(see proton-viewer -l FILE)")

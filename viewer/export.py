@@ -7,25 +7,33 @@ import json
 import math
 
 from .derive import Column
-from .render import walk
+from .render import sort_values, walk
 
 
 def rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
-         names: dict | None = None, folded: set | None = None) -> list[dict]:
-    """One dict per shown frame: its path from the root, depth and each metric (None if blank)."""
+         names: dict | None = None, folded: set | None = None,
+         diff: bool = False) -> list[dict]:
+    """One dict per shown frame: its path from the root, depth and each metric (None if blank),
+    in the tree's order (diff: children by the size of their change)."""
     values = [c.values.to_dict() for c in columns]
     out, path = [], []
-    for node, level, _ in walk(gf, values[0] if values else {}, depth=depth, visible=visible,
-                               folded=folded):
+    order = sort_values(values[0] if values else {}, diff)
+    for node, level, _ in walk(gf, order, depth=depth, visible=visible, folded=folded):
         del path[level:]
         path.append(names[node] if names else node.frame.get("name", "?"))
         row = {"path": list(path), "depth": level}
         for column, vals in zip(columns, values):
             v = vals.get(node)
             row[column.header] = None if v is None or (isinstance(v, float) and math.isnan(v)) \
-                else float(v)
+                else _tidy(float(v))
         out.append(row)
     return out
+
+
+def _tidy(value: float) -> float:
+    """`value` to 15 significant digits, what a double holds exactly: arithmetic's last-bit
+    noise goes (10.799999999999999 -> 10.8), every measured digit stays."""
+    return float(f"{value:.15g}") if math.isfinite(value) else value
 
 
 def to_json(table: list[dict]) -> str:

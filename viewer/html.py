@@ -17,6 +17,7 @@ from .errors import ViewerError
 from .names import readable
 from .page import TEMPLATE
 from .reader import Profile
+from .render import plural
 from .source_roots import SourceRoots
 from .specs import peak
 
@@ -59,12 +60,12 @@ def _num(value) -> float | None:
 def _summary(prof: Profile, columns: list[Column], merged) -> str:
     frames = len(prof.gf.dataframe)
     root = prof.gf.graph.roots[0]
-    parts = [f"{frames:,} frames"]
+    parts = [plural(frames, "frame")]
     if columns:
         total = _num(columns[0].values.get(root))
         parts.append(f"widths: {columns[0].header}" + (f", total {total:,.3f}" if total else ""))
     if merged is not None:
-        parts.append(f"{len(merged.labels)} ranks merged")
+        parts.append(f"{plural(len(merged.labels), 'rank')} merged")
     return " · ".join(parts)
 
 

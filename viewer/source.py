@@ -268,20 +268,21 @@ def source_files(kernel: KernelSamples, roots: SourceRoots) -> list[SourceFile]:
     return sorted(by_file.values(), key=lambda sf: (sf.path not in defines, -sf.samples, sf.path))
 
 
-def no_lines_notes(prof: Profile) -> list[tuple[str, bool, int]]:
-    """(reason, some lines mapped, number of distinct kernels) for kernels with samples that
-    have no source line, in the order the tree first meets them. `some lines mapped`: the
-    kernel also has line children (only part of its samples lack a line)."""
+def no_lines_notes(prof: Profile) -> list[tuple[str, bool, list[str]]]:
+    """(reason, some lines mapped, the distinct kernels' names as the file has them) for
+    kernels with samples that have no source line, in the order the tree first meets them.
+    `some lines mapped`: the kernel also has line children (only part of its samples lack a
+    line)."""
     marked = [n for n in prof.gf.graph.traverse() if n.frame.get(NO_LINES)]
     if not marked:  # most profiles: no sample columns to read
         return []
     columns = _Columns(prof)
-    kernels: dict[tuple[str, bool], set[str]] = {}
+    kernels: dict[tuple[str, bool], dict[str, None]] = {}
     for node in marked:
         counts = columns.of(node)
         if counts is not None and counts.samples > 0:
             partial = any(PYTHON_FRAME.match(c.frame.get("name", "")) for c in node.children)
-            kernels.setdefault((node.frame.get(NO_LINES), partial), set()).add(
-                node.frame.get("name", ""))
-    return [(reason, partial, len(names)) for (reason, partial), names in kernels.items()]
+            kernels.setdefault((node.frame.get(NO_LINES), partial), {})[
+                node.frame.get("name", "")] = None
+    return [(reason, partial, list(names)) for (reason, partial), names in kernels.items()]
 
