@@ -93,7 +93,6 @@ class RawBuffers:
         self._lock = threading.Lock()
         # ctypes callbacks must outlive the registration
         self._requested, self._completed = _REQUESTED(self._give), _COMPLETED(self._take)
-        CALLBACK_CODES.update((RawBuffers._give.__code__, RawBuffers._take.__code__))
 
     def register(self) -> None:
         rc = self._lib.cuptiActivityRegisterCallbacks(self._requested, self._completed)
@@ -130,3 +129,6 @@ class RawBuffers:
                 raw = self._buffers.pop(buffer, None)
                 if raw is not None and len(self._free) < 4:
                     self._free.append(raw)
+
+
+CALLBACK_CODES.update((RawBuffers._give.__code__, RawBuffers._take.__code__))  # CUPTI calls them

@@ -39,10 +39,10 @@ class MainThreadBusy(ProtonError):
 
 
 class _Request:
-    __slots__ = ("fn", "keep", "state", "value", "error", "done")
+    __slots__ = ("fn", "state", "value", "error", "done")
 
-    def __init__(self, fn: Callable[[], object], keep: bool) -> None:
-        self.fn, self.keep = fn, keep
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
         self.state = "waiting"
         """waiting -> running -> done; or waiting -> dropped (timed out, not kept)."""
         self.value: object = None
@@ -110,7 +110,7 @@ def call(fn: Callable[[], T], *, timeout: float, what: str, keep: bool = False) 
     main = threading.main_thread()
     if threading.current_thread() is main or not main.is_alive():
         return fn()
-    request = _Request(fn, keep)
+    request = _Request(fn)
     with _lock:
         _queue.append(request)
     deadline = time.monotonic() + timeout
