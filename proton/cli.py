@@ -168,7 +168,9 @@ os.register_at_fork(after_in_child=_default_signals_in_child)
 def _run_profiled(target: str, args: list[str]) -> int:
     """Run the target, then write the profile whatever happened; return the exit status."""
     _Terminated.signum = None
-    saved = sys.argv[:], sys.path[:], {s: signal.signal(s, _on_signal) for s in ENDING}
+    # A signal the job was started ignoring (`nohup proton ...`, SIGHUP) stays ignored.
+    saved = sys.argv[:], sys.path[:], {s: signal.signal(s, _on_signal) for s in ENDING
+                                       if signal.getsignal(s) is not signal.SIG_IGN}
     _replaced.update(saved[2])
     profiler.command_line = True
     status = 0
@@ -197,8 +199,8 @@ def _run_profiled(target: str, args: list[str]) -> int:
         try:
             status = _write(status)
         finally:
-            for s in ENDING:
-                signal.signal(s, saved[2][s])
+            for s, handler in saved[2].items():
+                signal.signal(s, handler)
             signal.signal(signal.SIGINT, held[signal.SIGINT])
     return status
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +27,15 @@ def find(tree: dict, *names: str) -> dict:
                         f"{[c['frame']['name'] for c in node['children']]}"
         node = matches[0]
     return node
+
+
+def default_signals() -> None:
+    """A `preexec_fn`: the child starts with Ctrl-C, hang-up, quit and terminate at their
+    defaults, as a job started from a terminal does. A test run started in the background
+    (`pytest &` from a script) ignores SIGINT, and under nohup SIGHUP; children inherit that,
+    and a job that was started ignoring a signal keeps ignoring it."""
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def kernels(node: dict) -> list[dict]:

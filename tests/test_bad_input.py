@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import find, load
+from conftest import default_signals, find, load
 
 import proton
 from proton.api import write_profiles
@@ -213,7 +213,8 @@ def test_a_hang_up_or_quit_writes_the_profile_and_exits_128_plus_the_signal(tmp_
         "import time, proton\nwith proton.scope('before', {'n': 1}): pass\n"
         "with proton.scope('waiting'):\n    print('ready', flush=True)\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-m", "proton", "-n", "sig", "s.py"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     assert "ready" in proc.stdout.readline()
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
@@ -221,6 +222,27 @@ def test_a_hang_up_or_quit_writes_the_profile_and_exits_128_plus_the_signal(tmp_
     assert f"{signal.Signals(signum).name}; writing the profile" in err
     root, _ = load(tmp_path / "sig.hatchet")
     assert [c["frame"]["name"] for c in root["children"]] == ["before", "waiting"]
+
+
+def _ignore_hang_up() -> None:
+    default_signals()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def test_a_job_started_ignoring_hang_ups_keeps_running_through_one(tmp_path):
+    """`nohup proton train.py &`: closing the terminal must not end (or write) the job."""
+    (tmp_path / "s.py").write_text(
+        "import sys, proton\nwith proton.scope('waiting'):\n    print('ready', flush=True)\n"
+        "    sys.stdin.readline()\nwith proton.scope('after', {'n': 1}): pass\n")
+    proc = subprocess.Popen([sys.executable, "-m", "proton", "-n", "sig", "s.py"], cwd=tmp_path,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_hang_up)
+    assert "ready" in proc.stdout.readline()
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate("go\n", timeout=60)
+    assert proc.returncode == 0, err
+    assert "SIGHUP" not in err
+    assert find(load(tmp_path / "sig.hatchet")[0], "after")["metrics"]["n"] == 1
 
 
 def test_a_profile_that_cannot_be_written_at_exit_is_reported_once(tmp_path):

@@ -9,7 +9,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from conftest import find, load
+from conftest import default_signals, find, load
 
 from proton.cli import proton as proton_cmd
 
@@ -53,7 +53,8 @@ def test_script_status_is_protons_and_profile_is_written(tmp_path, script, arg, 
 
 def test_ctrl_c_still_writes_the_profile(tmp_path, script):
     proc = subprocess.Popen([sys.executable, "-m", "proton", script, "sleep"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     assert "ready" in proc.stdout.readline() + proc.stdout.readline()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -65,7 +66,8 @@ def test_ctrl_c_still_writes_the_profile(tmp_path, script):
 
 def test_sigterm_still_writes_the_profile(tmp_path, script):
     proc = subprocess.Popen([sys.executable, "-m", "proton", "-n", "term", script, "sleep"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     assert "ready" in proc.stdout.readline() + proc.stdout.readline()
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
