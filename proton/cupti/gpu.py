@@ -2,8 +2,31 @@
 from __future__ import annotations
 
 import functools
+import sys
 
 from ..data.devices import DeviceInfo
+
+CUPTI_REQUIREMENT = "cupti-python>=13.0.1,<13.1"
+"""What pyproject asks for on Linux (the binding's minor version matches CUDA 13.0's libcupti)."""
+
+
+def missing_bindings(platform: str = sys.platform) -> str | None:
+    """Why kernels cannot be profiled in this Python, with the fix, in one line; None when
+    cupti-python and cuda-bindings (installed with it, Linux only) import."""
+    try:
+        import cupti  # noqa: F401  (the package only: its binding loads when a session starts)
+        from cuda import bindings  # noqa: F401
+    except ImportError as exc:
+        what = "cuda-bindings" if "cuda" in str(exc.name) else "cupti-python"
+    else:
+        return None
+    if platform.startswith("linux"):
+        return (f"{what} is not installed, so GPU kernels are not profiled; recording scopes "
+                f"with CPU time only (on a machine with an NVIDIA GPU: pip install "
+                f"'{CUPTI_REQUIREMENT}')")
+    return (f"GPU kernels are profiled on Linux only ({what} is not installed here); recording "
+            "scopes with CPU time only (profile on a Linux GPU machine, read the file here with "
+            "proton-viewer)")
 
 
 @functools.cache

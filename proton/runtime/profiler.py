@@ -84,8 +84,11 @@ class Profiler:
         elif self._gpu is None:
             from ..cupti import gpu
 
-            self._gpu = gpu.gpu_available()
-            if not self._gpu:
+            missing = gpu.missing_bindings()
+            self._gpu = missing is None and gpu.gpu_available()
+            if missing is not None:
+                warn(missing)
+            elif not self._gpu:
                 warn("no NVIDIA GPU found; recording scopes with CPU time only")
         return self._gpu
 
