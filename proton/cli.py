@@ -133,7 +133,8 @@ def _no_such_option(given: str) -> None:
     raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
 
 
-ENDING = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+ENDING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT")
+               if hasattr(signal, name))  # Windows has SIGTERM alone
 """Signals that end the run as Ctrl-C does: the profile is written, then proton exits 128+N
 (SIGHUP: a closed terminal or a dropped ssh session)."""
 
@@ -162,7 +163,8 @@ def _default_signals_in_child() -> None:
             signal.signal(signum, handler)
 
 
-os.register_at_fork(after_in_child=_default_signals_in_child)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_default_signals_in_child)
 
 
 def _run_profiled(target: str, args: list[str]) -> int:

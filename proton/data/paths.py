@@ -92,4 +92,5 @@ def _new_lock_in_child() -> None:
     paths._lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_new_lock_in_child)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_new_lock_in_child)

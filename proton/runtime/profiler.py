@@ -543,4 +543,5 @@ profiler = Profiler()
 """The process's profiler."""
 frames.attach(profiler)
 data.attach(profiler)
-os.register_at_fork(after_in_child=profiler.after_fork_in_child)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=profiler.after_fork_in_child)

@@ -553,7 +553,8 @@ def _after_fork_in_child() -> None:
     report.heard = None  # a capture's, in the parent
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def listen(tcp: str | None = None, token: str | None = None) -> str:

@@ -1,0 +1,207 @@
+"""The viewer and `proton ps` installed where the GPU runtime cannot be (macOS, Windows).
+
+A real install: a fresh venv (no system packages, so no cupti-python from this machine) gets
+the dependencies pyproject declares for a platform other than Linux, and this checkout is
+built and installed into it with pip; then its own `proton-viewer` and `proton` commands run on
+the recorded fixtures. The venv of dependencies is cached between runs (keyed by the list and
+the Python); the checkout is built anew every run. It needs the package index: without one it
+skips, saying so (or deselect it: `-m 'not gpu and not network'`, or PROTON_TEST_OFFLINE=1).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import find, load
+
+pytestmark = pytest.mark.network
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+SOURCES = ("pyproject.toml", "README.md", "proton", "viewer", "compiler", "hooks")
+OFF_LINUX = ({"sys_platform": "darwin", "platform_system": "Darwin", "os_name": "posix"},
+             {"sys_platform": "win32", "platform_system": "Windows", "os_name": "nt"})
+LINUX = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"}
+GPU_ONLY = {"cupti-python", "cuda-bindings"}
+OFFLINE = re.compile(r"NewConnectionError|Failed to establish a new connection|Temporary failure "
+                     r"in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|"
+                     r"No route to host|ProxyError")
+BUILD = ("setuptools>=64", "wheel")
+"""What building the checkout needs (setuptools before 70.1 builds wheels with `wheel`)."""
+CACHE = Path(os.environ.get("PROTON_TEST_CACHE", Path.home() / ".cache" / "proton-tests"))
+
+
+@dataclass(slots=True)
+class Installed:
+    python: Path
+    """The venv's interpreter."""
+    site: Path
+    """Where the checkout was installed (--target): its package and console scripts."""
+    env: dict[str, str]
+    """What the commands run with: the venv's packages and ours, nothing of this machine's."""
+
+    def run(self, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([*args], cwd=cwd, env=self.env, capture_output=True, text=True,
+                              timeout=300)
+
+
+def _requirements(markers: dict[str, str]) -> list[str]:
+    """pyproject's dependencies that apply on a platform with these marker values."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        declared = tomllib.load(f)["project"]["dependencies"]
+    return sorted(r for r in declared if _applies(Requirement(r), markers))
+
+
+def _applies(req, markers: dict[str, str]) -> bool:
+    return req.marker is None or req.marker.evaluate({**markers, "extra": ""})
+
+
+def _pip(python: Path, *args: str) -> None:
+    done = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args],
+                          capture_output=True, text=True, timeout=900)
+    if done.returncode == 0:
+        return
+    said = done.stdout + done.stderr
+    if OFFLINE.search(said):
+        pytest.skip(f"the package index cannot be reached (pip: {said.strip().splitlines()[-1]})")
+    raise AssertionError(f"pip {' '.join(args)} failed:\n{said}")
+
+
+def _dependency_venv(requirements: list[str]) -> Path:
+    """A venv holding `requirements` (and BUILD, to build the checkout), made once per
+    list and Python, in a temporary folder renamed into place (runs in parallel share it)."""
+    key = hashlib.sha256(json.dumps([requirements, BUILD, sys.version,
+                                     os.path.realpath(sys.executable)]).encode()).hexdigest()
+    home = CACHE / f"venv-{key[:16]}"
+    python = home / "bin" / "python"
+    if python.exists():
+        return home
+    CACHE.mkdir(parents=True, exist_ok=True)
+    building = CACHE / f"building-{key[:16]}-{os.getpid()}"
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        venv.create(building, with_pip=True, system_site_packages=False)
+        _pip(building / "bin" / "python", "install", "-q", *BUILD, *requirements)
+        try:
+            building.rename(home)
+        except OSError:  # another run put it in place first
+            pass
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return home
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    if os.environ.get("PROTON_TEST_OFFLINE"):
+        pytest.skip("PROTON_TEST_OFFLINE is set: this test installs packages from the index")
+    if sys.version_info < (3, 11) or sys.platform != "linux":
+        pytest.skip("reads pyproject with tomllib (3.11+) and makes a Linux venv")
+    requirements = _requirements(OFF_LINUX[0])
+    home = _dependency_venv(requirements)
+    work = tmp_path_factory.mktemp("install")
+    source = work / "checkout"
+    source.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    site = work / "site"
+    # --no-build-isolation: setuptools is in the venv already, so building needs no index
+    _pip(home / "bin" / "python", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--no-index", "--target", str(site), str(source))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PROTON_"))}
+    env.update(PATH=f"{site / 'bin'}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(site),
+               PYTHONNOUSERSITE="1", PROTON_SOCKET_DIR=str(work / "sockets"), NO_COLOR="1",
+               PROTON_CACHE_DIR=str(work / "cache"))
+    (work / "sockets").mkdir(mode=0o700)
+    return Installed(home / "bin" / "python", site, env)
+
+
+def test_the_gpu_runtimes_dependencies_install_on_linux_only(installed):
+    metadata = next(installed.site.glob("proton_profiler-*.dist-info")) / "METADATA"
+    from packaging.requirements import Requirement
+
+    declared = [Requirement(line.split(":", 1)[1].strip())
+                for line in metadata.read_text().splitlines() if line.startswith("Requires-Dist:")]
+    on_linux = {r.name for r in declared if _applies(r, LINUX)}
+    assert GPU_ONLY <= on_linux
+    for markers in OFF_LINUX:
+        names = {r.name for r in declared if _applies(r, markers)}
+        assert names == on_linux - GPU_ONLY, markers["sys_platform"]
+
+
+def test_the_venv_has_neither_cupti_nor_cuda_bindings_and_uses_the_installed_checkout(installed,
+                                                                                     tmp_path):
+    run = installed.run(str(installed.python), "-c",
+                        "import importlib.util as u, proton\n"
+                        "print(proton.__file__)\n"
+                        "print(u.find_spec('cupti'), u.find_spec('cuda'))", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    where, missing = run.stdout.splitlines()
+    assert Path(where).is_relative_to(installed.site)
+    assert missing == "None None"
+
+
+def test_proton_viewer_draws_the_tree_of_a_recorded_profile(installed, tmp_path):
+    run = installed.run("proton-viewer", "--width", "200", str(DATA / "example_gpu.hatchet"),
+                        cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[:2] == ["time (ms)  name", "    1.114  ROOT"]
+    assert "    0.520  ├─ backward" in lines and "    0.498  ├─ forward" in lines
+    assert "    0.288  │  ├─ cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nt_align1>(…)" \
+        in lines  # demangled: cxxfilt works in this install
+
+
+def test_proton_viewer_html_writes_a_self_contained_report(installed, tmp_path):
+    run = installed.run("proton-viewer", "--html", "report.html",
+                        str(DATA / "example_gpu.hatchet"), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "wrote report.html" in run.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert page.lstrip().lower().startswith("<!doctype html>")
+    assert "backward" in page and "optimizer" in page
+
+
+def test_proton_viewer_diagnose_gives_its_findings(installed, tmp_path):
+    run = installed.run("proton-viewer", "--diagnose", str(DATA / "diagnose_recorded.hatchet"),
+                        cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("1. [low occupancy] ieee_dot: 8.219 ms, 37% of GPU time\n")
+    assert "[stalled line] ieee_dot" in run.stdout
+
+
+def test_proton_ps_says_no_job_is_listening(installed, tmp_path):
+    run = installed.run("proton", "ps", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("no job is listening for captures")
+
+
+def test_proton_runs_a_script_with_cpu_time_and_one_line_on_what_is_missing(installed, tmp_path):
+    (tmp_path / "main.py").write_text(
+        "import proton\nwith proton.scope('work', {'n': 1}):\n    sum(range(100000))\n")
+    run = installed.run("proton", "-n", "laptop", "main.py", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.splitlines()[0].startswith(
+        "proton: cupti-python is not installed, so GPU kernels are not profiled; recording "
+        "scopes with CPU time only")
+    assert sum("cupti" in line for line in run.stderr.splitlines()) == 1
+    work = find(load(tmp_path / "laptop.hatchet")[0], "work")
+    assert work["metrics"]["n"] == 1 and work["metrics"]["cpu_time (ns)"] > 0
