@@ -149,7 +149,8 @@ def test_sigterm_stops_a_pytest_run_with_status_143(tmp_path):
         "def test_b():\n    open('b_ran', 'w').close()\n")
     proc = subprocess.Popen([sys.executable, "-m", "proton", "-n", "pt", "pytest", "-s", "-q",
                              "-p", "no:cacheprovider", str(tmp_path / "test_slow.py")],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     for _ in range(20):
         if "ready" in proc.stdout.readline():
             break

@@ -35,7 +35,9 @@ LINUX = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"
 GPU_ONLY = {"cupti-python", "cuda-bindings"}
 OFFLINE = re.compile(r"NewConnectionError|Failed to establish a new connection|Temporary failure "
                      r"in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|"
-                     r"No route to host|ProxyError")
+                     r"No route to host|ProxyError|"
+                     # nothing at all for a package every index has: no index answered
+                     r"requirement (setuptools|wheel)\S* \(from versions: none\)")
 BUILD = ("setuptools>=64", "wheel")
 """What building the checkout needs (setuptools before 70.1 builds wheels with `wheel`)."""
 CACHE = Path(os.environ.get("PROTON_TEST_CACHE", Path.home() / ".cache" / "proton-tests"))
@@ -81,17 +83,21 @@ def _pip(python: Path, *args: str) -> None:
     raise AssertionError(f"pip {' '.join(args)} failed:\n{said}")
 
 
-def _dependency_venv(requirements: list[str]) -> Path:
+def _dependency_venv(requirements: list[str], fallback: Path) -> Path:
     """A venv holding `requirements` (and BUILD, to build the checkout), made once per
     list and Python, in a temporary folder renamed into place (runs in parallel share it)."""
     key = hashlib.sha256(json.dumps([requirements, BUILD, sys.version,
                                      os.path.realpath(sys.executable)]).encode()).hexdigest()
-    home = CACHE / f"venv-{key[:16]}"
+    cache = CACHE
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: pytest's temporary folder, not kept
+        cache = fallback
+    home = cache / f"venv-{key[:16]}"
     python = home / "bin" / "python"
     if python.exists():
         return home
-    CACHE.mkdir(parents=True, exist_ok=True)
-    building = CACHE / f"building-{key[:16]}-{os.getpid()}"
+    building = cache / f"building-{key[:16]}-{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
     try:
         venv.create(building, with_pip=True, system_site_packages=False)
@@ -112,7 +118,7 @@ def installed(tmp_path_factory) -> Installed:
     if sys.version_info < (3, 11) or sys.platform != "linux":
         pytest.skip("reads pyproject with tomllib (3.11+) and makes a Linux venv")
     requirements = _requirements(OFF_LINUX[0])
-    home = _dependency_venv(requirements)
+    home = _dependency_venv(requirements, tmp_path_factory.mktemp("venv"))
     work = tmp_path_factory.mktemp("install")
     source = work / "checkout"
     source.mkdir()
