@@ -77,4 +77,5 @@ def _stream(path: str) -> bool:
         return False
     if stat.S_ISREG(target.st_mode) or stat.S_ISDIR(target.st_mode):
         return False
-    return not stat.S_ISLNK(entry.st_mode) or entry.st_uid in (0, getattr(os, "geteuid", lambda: 0)())
+    own = os.geteuid() if hasattr(os, "geteuid") else 0  # Windows has no user ids
+    return not stat.S_ISLNK(entry.st_mode) or entry.st_uid in (0, own)
