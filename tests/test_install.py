@@ -1,4 +1,4 @@
-"""The viewer and `proton ps` installed where the GPU runtime cannot be (macOS, Windows).
+"""The viewer and `proton ps`/`capture` installed where the GPU runtime cannot be (macOS, Windows).
 
 A real install: a fresh venv (no system packages, so no cupti-python from this machine) gets
 the dependencies pyproject declares for a platform other than Linux, and this checkout is
@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,3 +212,38 @@ def test_proton_runs_a_script_with_cpu_time_and_one_line_on_what_is_missing(inst
     assert sum("cupti" in line for line in run.stderr.splitlines()) == 1
     work = find(load(tmp_path / "laptop.hatchet")[0], "work")
     assert work["metrics"]["n"] == 1 and work["metrics"]["cpu_time (ns)"] > 0
+
+
+JOB = """
+import os, time, proton
+print("ready", flush=True)
+while not os.path.exists("stop"):
+    with proton.scope("step", {"n": 1}):
+        time.sleep(0.005)
+    proton.step()
+"""
+
+
+def test_proton_ps_and_capture_reach_a_listening_job_that_records_cpu_time(installed, tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    job = subprocess.Popen(["proton", "--listen", "job.py"], cwd=tmp_path, env=installed.env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 60
+        while str(job.pid) not in (ps := installed.run("proton", "ps", cwd=tmp_path)).stdout:
+            assert time.monotonic() < deadline, ps.stdout + ps.stderr
+            time.sleep(0.1)
+        capture = installed.run("proton", "capture", str(job.pid), "--steps", "3", "-n", "cap",
+                                cwd=tmp_path)
+        assert capture.returncode == 0, capture.stderr
+        assert f"pid {job.pid}: the job said: cupti-python is not installed" in capture.stderr
+        assert find(load(tmp_path / "cap.hatchet")[0], "step")["metrics"]["n"] == 3
+    finally:
+        (tmp_path / "stop").touch()
+        try:
+            job.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.communicate()
+            raise
