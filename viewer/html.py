@@ -15,7 +15,7 @@ from ..format import CUDA, NUM_SAMPLES
 from .derive import Column, available, derive, kernel_mask, kernel_roofs
 from .errors import ViewerError
 from .names import readable
-from .page import TEMPLATE
+from .page import template
 from .reader import Profile
 from .render import plural
 from .source_roots import SourceRoots
@@ -31,18 +31,21 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
     """The report for `prof` (the merged total when `merged`), widths from `columns[0]`; the
     code of source files under `roots` only (the page may be shared)."""
     nodes = _nodes(prof, columns, visible, depth, style)
+    order = nodes.pop("order")
+    kernels, row_of = _kernels(prof, merged, order)
+    source = _source(prof, style, roots)
     data = {"summary": _summary(prof, columns, merged),
             "columns": [c.header for c in columns],
-            "kernels": _kernels(prof, merged, nodes.pop("order")),
+            "kernels": kernels,
             "nodes": nodes,
-            "roofline": _roofline(prof, style),
-            "source": _source(prof, style, roots),
-            "findings": _findings(prof, style)}
+            "roofline": _roofline(prof, style, row_of),
+            "source": source,
+            "findings": _findings(prof, style, nodes, kernels, source)}
     # <, > and & as JSON escapes: no text in the data can close the script or open a comment
     text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace(
         "<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     fill = {"TITLE": _escape(title), "DATA": text}
-    return re.sub(r"__(TITLE|DATA)__", lambda m: fill[m[1]], TEMPLATE)
+    return re.sub(r"__(TITLE|DATA)__", lambda m: fill[m[1]], template())
 
 
 def _escape(text: str) -> str:
@@ -111,15 +114,19 @@ def _rate_specs(prof: Profile) -> list[str]:
                         "util") if s in have]
 
 
-def _kernels(prof: Profile, merged, order: list) -> dict:
-    """Kernel frames among the shown ones: [frame number, time, count, avg, rates, util], and
-    with several ranks the spread of their time."""
+def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
+    """One row per kernel (its frames under every call path folded together): [its frame
+    numbers, each frame's time in ms (None for one frame), time, count, avg, rates, util], and
+    with several ranks the spread of their time; and node -> row number."""
     columns = []
     for spec in [*KERNEL_SPECS, *_rate_specs(prof)]:
         try:
-            columns.append(derive(prof, spec))
+            column = derive(prof, spec)
         except ViewerError:
             continue
+        if spec == "util":
+            column = Column("util", _util(prof))
+        columns.append(column)
     if merged is not None and "time/ms" in available(prof):  # CPU-only ranks have no kernels
         from .ranks import columns as rank_columns
 
@@ -127,12 +134,54 @@ def _kernels(prof: Profile, merged, order: list) -> dict:
         columns.append(Column("max/mean over ranks", spread[-1].values))
     kernel = kernel_mask(prof)
     values = [c.values.to_dict() for c in columns]
-    rows = [[i] + [_num(v.get(node)) for v in values]
-            for i, node in enumerate(order) if kernel.get(node)]
-    return {"columns": ["kernel"] + [c.header for c in columns], "rows": rows}
+    headers = [c.header for c in columns]
+    time = values[0] if headers and headers[0] == "time (ms)" else {}
+    groups: dict[str, list[int]] = {}
+    for i, node in enumerate(order):
+        if kernel.get(node):
+            groups.setdefault(node.frame.get("name", "?"), []).append(i)
+    count = values[headers.index("count")] if "count" in headers else {}
+    rows, row_of = [], {}
+    for frames in groups.values():
+        frames.sort(key=lambda i: -(_num(time.get(order[i])) or 0.0))
+        nodes = [order[i] for i in frames]
+        weights = [_num(time.get(n)) or 0.0 for n in nodes]
+        sums = (sum(weights), sum(_num(count.get(n)) or 0.0 for n in nodes))
+        cells = [_fold(h, [_num(v.get(n)) for n in nodes], weights, sums)
+                 for h, v in zip(headers, values)]
+        for n in nodes:
+            row_of[n] = len(rows)
+        rows.append([frames, weights if len(frames) > 1 else None, *cells])
+    return {"columns": ["kernel", "call paths", *headers], "rows": rows}, row_of
 
 
-def _roofline(prof: Profile, style: str) -> dict:
+def _fold(header: str, cells: list, weights: list[float], sums: tuple[float, float]):
+    """One kernel's value over its frames: times and counts summed, the average time of the
+    sums (`sums`: time in ms, count), rates and ratios weighted by each frame's time."""
+    if len(cells) == 1:
+        return cells[0]
+    known = [(c, w) for c, w in zip(cells, weights) if c is not None]
+    if not known:
+        return None
+    if header == "count" or header.startswith("time ("):
+        return sum(c for c, _ in known)
+    if header == "avg_time (us)":
+        return sums[0] * 1e3 / sums[1] if sums[1] else None
+    weight = sum(w for _, w in known)
+    return sum(c * w for c, w in known) / weight if weight else None
+
+
+def _util(prof: Profile):
+    """Achieved over peak, blank where it means nothing: a kernel with neither flops under a
+    known roof nor bytes (a 0 there would read as an idle GPU)."""
+    import pandas as pd
+
+    util = {node: k.util() for node, k in kernel_roofs(prof).items()
+            if (k.peak and k.flops) or (k.bandwidth and k.nbytes)}
+    return pd.Series(util, dtype=float).reindex(prof.gf.dataframe.index)
+
+
+def _roofline(prof: Profile, style: str, row_of: dict) -> dict:
     """Kernels with flops and bytes: (FLOP per byte, FLOP/s), each against the roof of its
     precision on its GPU; a roof per (GPU, precision) the kernels need."""
     kernels = {n: k for n, k in kernel_roofs(prof).items() if k.flops and k.nbytes}
@@ -147,7 +196,8 @@ def _roofline(prof: Profile, style: str) -> dict:
             continue
         points.append({"name": readable(node.frame.get("name", "?"), style), "x": x, "y": y,
                        "t": kernel.seconds, "frac": _num(kernel.fraction()),
-                       "roof": ", ".join(dict.fromkeys(kernel.precisions))})
+                       "roof": ", ".join(dict.fromkeys(kernel.precisions)),
+                       "row": row_of.get(node, -1)})
         gpu = gpus[kernel.device]
         for name in kernel.precisions if kernel.bandwidth else ():
             top = peak(gpu, name)
@@ -187,27 +237,31 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
         total = kernel.total.samples or 1.0
         files = []
         for sf in source_files(kernel, roots):
-            text = sf.text.splitlines() if sf.text else []
+            text = sf.text.splitlines() if sf.text is not None else None
             sampled = sorted(sf.lines)
+            # the code's window: first to last sampled line, long unsampled runs elided as in
+            # --source (a profile may name lines a billion apart); without the code, the
+            # sampled lines only
+            numbers = [n for n in window(sampled, sampled[-1]) if n is None or n >= sampled[0]] \
+                if text is not None else sampled
             lines = []
-            # first to last sampled line, long unsampled runs elided as in --source (a profile
-            # may name lines a billion apart)
-            for number in window(sampled, sampled[-1]):
+            for number in numbers:
                 if number is None:
-                    lines.append({"line": "...", "code": "", "samples": 0, "share": 0,
-                                  "stalls": ""})
-                    continue
-                if number < sampled[0]:
+                    lines.append({"line": None})
                     continue
                 ls = sf.lines.get(number)
-                code = text[number - 1] if 0 < number <= len(text) else ""
-                stalls = ", ".join(f"{r} {share:.0%}" for r, share in
-                                   ls.counts.top_stalls(2)) if ls else ""
-                lines.append({"line": number, "code": code,
-                              "samples": _num(ls.counts.samples) if ls else 0,
-                              "share": _num(ls.counts.samples / total) if ls else 0,
-                              "stalls": stalls})
-            files.append({"path": sf.path + (f" ({sf.why})" if sf.why else ""),
+                line = {"line": number}
+                if text is not None:
+                    line["code"] = text[number - 1] if 0 < number <= len(text) else ""
+                if ls:
+                    line.update(samples=_num(ls.counts.samples),
+                                share=_num(ls.counts.samples / total),
+                                stalls=", ".join(f"{r} {share:.0%}" for r, share in
+                                                 ls.counts.top_stalls(2)))
+                lines.append(line)
+            files.append({"path": sf.path, "samples": _num(sf.samples / total),
+                          "missing": None if text is not None else
+                          f"{sf.why[:1].upper()}{sf.why[1:]}; the sampled lines only",
                           "lines": lines})
         stalled = kernel.total.stalled / total
         out.append({"name": readable(name, style), "files": files,
@@ -218,12 +272,33 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     return out
 
 
-def _findings(prof: Profile, style: str) -> dict:
-    """--diagnose's findings, or why there are none (a profile without kernel times)."""
+def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: list) -> dict:
+    """--diagnose's findings, or why there are none (a profile without kernel times); each
+    finding with the frame to zoom the flame graph to (`node`: the kernel's frame at the
+    finding's call path, else its hottest) and whether the source view has the kernel."""
     from .diagnose import as_dicts, diagnose
 
     try:
         found = as_dicts(diagnose(prof, style))
     except ViewerError as exc:
         return {"items": [], "notes": [str(exc)], "rules_run": []}
+    names, parents = nodes["name"], nodes["parent"]
+    frames = {}  # kernel name -> its frames, hottest first
+    for row in kernels["rows"]:
+        frames.setdefault(names[row[0][0]], []).extend(row[0])
+    sampled = {k["name"] for k in source}
+    for item in found["findings"]:
+        candidates = frames.get(item["kernel"], [])
+        at = item["path"].rsplit(", e.g. ", 1)[-1]  # "2 call paths, e.g. ROOT / backward"
+        item["node"] = next((i for i in candidates if _path(names, parents, i) == at),
+                            candidates[0] if candidates else None)
+        item["source"] = item["kernel"] in sampled
     return {"items": found["findings"], "notes": found["notes"], "rules_run": found["rules_run"]}
+
+
+def _path(names: list, parents: list, i: int) -> str:
+    """`ROOT / forward`: the call path above frame `i`, as --diagnose writes it."""
+    out = []
+    while (i := parents[i]) >= 0:
+        out.append(names[i])
+    return " / ".join(reversed(out))

@@ -1,0 +1,354 @@
+"use strict";
+// The report's views. Each view is one function that draws its section from D (the profile)
+// and S (what the user chose); VIEWS maps a tab's name to it. A new tab: a <nav> button, a
+// <section> of the same id, and VIEWS.name = function.
+window.addEventListener("error", e => { document.body.dataset.error = String(e.message); });
+const $ = id => document.getElementById(id);
+const D = JSON.parse($("data").textContent);
+const NAME = D.nodes.name, PARENT = D.nodes.parent, VALUE = D.nodes.value, FULL = D.nodes.full;
+const COUNT = NAME.length, kids = Array.from({length: COUNT}, () => []);
+for (let i = 1; i < COUNT; i++) if (PARENT[i] >= 0) kids[PARENT[i]].push(i);
+kids.forEach(k => k.sort((a, b) => VALUE[b] - VALUE[a]));
+const K = D.kernels, ROWS = K.rows;
+const rowOf = new Int32Array(COUNT).fill(-1);  // kernel frame -> its row in the kernels table
+ROWS.forEach((r, j) => r[0].forEach(i => { rowOf[i] = j; }));
+const pointsOf = ROWS.map(() => []);  // row -> its roofline points
+D.roofline.points.forEach((p, k) => { if (p.row >= 0) pointsOf[p.row].push(k); });
+const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
+
+const S = {view: "flame", zoom: 0, pattern: null, search: "", sortCol: 2, sortDir: -1,
+           kernel: -1, focus: null};
+const VIEWS = {flame, kernels, roofline, source, findings};
+
+const esc = s => String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+  '"': "&quot;", "'": "&#39;"}[c]));
+const fmt = v => v === null || v === undefined ? "" : (Math.abs(v) >= 1e-3 || v === 0 ?
+  v.toLocaleString("en-US", {maximumFractionDigits: 3}) : v.toExponential(3));
+const hue = s => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) % 997; return h; };
+const pathTo = i => { const p = []; for (let j = PARENT[i]; j >= 0; j = PARENT[j]) p.unshift(NAME[j]); return p; };
+const link = (params, text, title) => '<a class="go" href="#' + Object.entries(params).map(([k, v]) =>
+  k + "=" + encodeURIComponent(v)).join("&") + '"' + (title ? ' title="' + esc(title) + '"' : "") + ">" + esc(text) + "</a>";
+// break opportunities in long kernel names, after separators only (never inside a word)
+const wrappable = s => esc(s).replace(/(_|::|,|\/|\.)/g, "$1<wbr>").replace(/(&lt;|\()/g, "<wbr>$1");
+
+$("summary").textContent = D.summary;
+
+// -- the state in the address (#view=...&zoom=...): links between views, shareable ---------
+function readHash() {
+  const h = Object.fromEntries(location.hash.slice(1).split("&").filter(Boolean).map(kv => {
+    const i = kv.indexOf("="), v = kv.slice(i + 1);
+    try { return [kv.slice(0, i), decodeURIComponent(v)]; } catch (e) { return [kv.slice(0, i), v]; }
+  }));
+  if (h.sort) { const c = h.sort.lastIndexOf(":"), j = K.columns.indexOf(h.sort.slice(0, c));
+    if (j >= 0) { S.sortCol = j; S.sortDir = h.sort.slice(c + 1) === "asc" ? 1 : -1; } }
+  if (h.zoom !== undefined) S.zoom = Math.max(0, Math.min(COUNT - 1, +h.zoom || 0));
+  if (h.search !== undefined) { $("search").value = h.search; setPattern(h.search); }
+  if (h.kernel !== undefined) {
+    S.kernel = ROWS.findIndex(r => NAME[r[0][0]] === h.kernel);
+    S.focus = h.kernel;
+  }
+  show(VIEWS[h.view] ? h.view : S.view);
+}
+function writeHash() {
+  const h = {view: S.view};
+  if (S.zoom) h.zoom = S.zoom;
+  if (S.search) h.search = S.search;
+  if (S.kernel >= 0) h.kernel = NAME[ROWS[S.kernel][0][0]];
+  history.replaceState(null, "", "#" + Object.entries(h).map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&"));
+}
+function setPattern(text) {
+  S.search = text;
+  try { S.pattern = text ? new RegExp(text, "i") : null; } catch (err) { S.pattern = null; }
+}
+function show(view) {
+  S.view = view;
+  document.querySelectorAll("#tabs button").forEach(b => b.classList.toggle("on", b.dataset.view === view));
+  document.querySelectorAll("body > section").forEach(s => s.classList.toggle("on", s.id === view));
+  $("tip").style.display = "none";
+  VIEWS[view]();
+}
+document.querySelectorAll("#tabs button").forEach(b => b.onclick = () => { show(b.dataset.view); writeHash(); });
+$("search").oninput = e => { setPattern(e.target.value); show(S.view); writeHash(); };
+window.addEventListener("hashchange", readHash);
+let resizing = 0;
+window.addEventListener("resize", () => { cancelAnimationFrame(resizing); resizing = requestAnimationFrame(() => {
+  if (S.view === "flame" || S.view === "roofline") show(S.view); }); });
+
+function tipAt(e, html) {
+  const tip = $("tip");
+  tip.innerHTML = html; tip.style.display = "block";
+  tip.style.left = Math.max(0, Math.min(e.clientX + 12, innerWidth - tip.offsetWidth - 8)) + "px";
+  tip.style.top = (e.clientY + 16 + tip.offsetHeight > innerHeight ? e.clientY - tip.offsetHeight - 8 : e.clientY + 16) + "px";
+}
+const hideTip = () => { $("tip").style.display = "none"; };
+function metricsTable(i) {
+  const m = D.nodes.metrics;
+  return "<table>" + D.columns.map((c, j) => m[j][i] === null ? "" : "<tr><td>" + esc(c) + "</td><td>" +
+    fmt(m[j][i]) + "</td></tr>").join("") + (VALUE[0] > 0 ? "<tr><td>share of the whole</td><td>" +
+    fmt(100 * VALUE[i] / VALUE[0]) + "%</td></tr>" : "") + "</table>";
+}
+
+// -- flame graph (icicle: the root on top, width = the chosen metric) -------------------------
+// Zoomed, the frame's ancestors stay on top at full width (as speedscope does); frames too
+// narrow to see are drawn as one grey block per parent; labels are cut to fit with an ellipsis.
+const MIN_PX = 1, PAD = 3;
+const FONT = '11px system-ui,-apple-system,"Segoe UI",sans-serif';
+let measure = null;
+function fit(text, room) {
+  if (room < 12) return "";
+  if (!measure) { measure = document.createElement("canvas").getContext("2d"); measure.font = FONT; }
+  if (measure.measureText(text).width <= room) return text;
+  let lo = 0, hi = text.length - 1;  // the longest prefix that fits with its ellipsis
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (measure.measureText(text.slice(0, mid) + "\u2026").width <= room) lo = mid; else hi = mid - 1;
+  }
+  return lo ? text.slice(0, lo) + "\u2026" : "";
+}
+function color(i) {
+  const h = hue(NAME[i]);
+  if (rowOf[i] >= 0) return "hsl(" + (20 + h % 30) + ",85%," + (62 + h % 12) + "%)";
+  return "hsl(" + (200 + h % 40) + ",55%," + (72 + h % 12) + "%)";
+}
+function flame() {
+  const box = $("flamebox"), svg = $("flamesvg");
+  box.style.height = Math.max(160, innerHeight - box.getBoundingClientRect().top - $("flameinfo").offsetHeight - 4) + "px";
+  const W = svg.clientWidth || box.clientWidth || 1200, ROW = 20;
+  const parts = [], labels = [], pat = S.pattern;
+  let depth = 0, matches = 0;
+  const rect = (i, x, w, d, cls) => {
+    const hit = pat && pat.test(NAME[i]);
+    matches += hit ? 1 : 0;
+    parts.push('<rect data-id="' + i + '" x="' + x.toFixed(2) + '" y="' + d * ROW + '" width="' + w.toFixed(3) +
+      '" height="' + (ROW - 1) + '" fill="' + color(i) + '"' + (hit ? ' class="match"' : cls ? ' class="' + cls + '"' : "") + "></rect>");
+    const label = fit(NAME[i], w - 2 * PAD);
+    if (label) labels.push('<text x="' + (x + PAD).toFixed(1) + '" y="' + (d * ROW + 14) + '">' + esc(label) + "</text>");
+  };
+  const above = pathTo(S.zoom).length;
+  for (let i = PARENT[S.zoom], d = above - 1; i >= 0; i = PARENT[i], d--) rect(i, 0, W, d, "anc");
+  const stack = [[S.zoom, 0, W, above]];
+  while (stack.length) {
+    const [i, x, w, d] = stack.pop();
+    depth = Math.max(depth, d);
+    rect(i, x, w, d, "");
+    const total = VALUE[i] || 0;
+    let cx = x, small = 0, smallW = 0;
+    for (const c of kids[i]) {
+      const cw = total > 0 ? w * Math.max(VALUE[c], 0) / total : 0;
+      if (cw >= MIN_PX) stack.push([c, cx, cw, d + 1]); else { small++; smallW += cw; }
+      cx += cw;
+    }
+    if (small && smallW >= MIN_PX) {  // the narrow children, last (children go widest first)
+      depth = Math.max(depth, d + 1);
+      parts.push('<rect class="more" data-more="' + i + '" data-n="' + small + '" x="' + (cx - smallW).toFixed(2) +
+        '" y="' + (d + 1) * ROW + '" width="' + smallW.toFixed(3) + '" height="' + (ROW - 1) + '"></rect>');
+    }
+  }
+  svg.setAttribute("height", (depth + 1) * ROW);
+  svg.innerHTML = parts.join("") + labels.join("");
+  const path = [];
+  for (let i = S.zoom; i >= 0; i = PARENT[i]) path.unshift(i);
+  $("crumbs").innerHTML = path.map(i => '<a data-id="' + i + '">' + esc(NAME[i]) + "</a>").join(" \u203a ") +
+    (pat ? '<span class="matches">' + matches.toLocaleString("en-US") + " drawn frame" + (matches === 1 ? "" : "s") + " match</span>" : "");
+  info(S.zoom);
+}
+function info(i) {
+  const row = rowOf[i], links = [];
+  if (row >= 0) {
+    links.push(link({view: "kernels", kernel: NAME[i]}, "kernels table"));
+    if (pointsOf[row].length) links.push(link({view: "roofline", kernel: NAME[i]}, "roofline"));
+    if (sourceOf.has(NAME[i])) links.push(link({view: "source", kernel: NAME[i]}, "source"));
+  }
+  $("flameinfo").innerHTML = "<b>" + esc(FULL[i] || NAME[i]) + "</b>" + (links.length ? " " + links.join(" ") : "") +
+    '<div class="note">' + esc(pathTo(i).concat(NAME[i]).join(" / ")) + "</div>" + metricsTable(i);
+}
+const zoomTo = i => { S.zoom = i; flame(); writeHash(); };
+$("crumbs").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
+$("flamesvg").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
+$("flamesvg").onmousemove = e => {
+  const t = e.target.dataset;
+  if (t.id !== undefined) tipAt(e, "<b>" + esc(FULL[+t.id] || NAME[+t.id]) + "</b>" + metricsTable(+t.id));
+  else if (t.more !== undefined) tipAt(e, (+t.n).toLocaleString("en-US") + " frames under <b>" + esc(NAME[+t.more]) +
+    "</b>, each too narrow to draw: zoom in to see them");
+  else hideTip();
+};
+$("flamesvg").onmouseleave = hideTip;
+
+// -- kernels table: one row per kernel, its call paths folded in ------------------------------
+const SHOWN = 500;
+const decimals = ROWS.length ? K.columns.map((c, j) => {
+  if (j < 2) return 0;
+  let max = 0, whole = true;
+  for (const r of ROWS) { const v = r[j]; if (v !== null) { max = Math.max(max, Math.abs(v)); whole = whole && Number.isInteger(v); } }
+  return whole || max === 0 ? 0 : Math.max(0, Math.min(3, 3 - Math.floor(Math.log10(max))));
+}) : [];
+function num(v, d) {  // one format per column: its decimals fixed, thousands separated
+  if (v === null || v === undefined) return "";
+  const s = v.toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});
+  return v !== 0 && /^-?[0.,]+$/.test(s) ? "<" + (10 ** -d).toFixed(d) : s;
+}
+function pathsText(r) {  // "forward 60% · backward 40%": where the kernel's time went
+  const at = i => pathTo(i).slice(1).join(" / ") || "(top level)";
+  if (r[0].length === 1) return esc(at(r[0][0]));
+  const total = r[1].reduce((a, b) => a + b, 0) || 1;
+  const shown = r[0].slice(0, 3).map((i, k) => esc(at(i)) + " " + Math.round(100 * r[1][k] / total) + "%");
+  return shown.join(" \u00b7 ") + (r[0].length > 3 ? " \u00b7 +" + (r[0].length - 3) + " more" : "");
+}
+function kernels() {
+  const key = j => r => j === 0 ? NAME[r[0][0]] : j === 1 ? pathTo(r[0][0]).join("/") : r[j];
+  const k = key(S.sortCol), pat = S.pattern;
+  let rows = ROWS.map((r, j) => j);
+  if (pat) rows = rows.filter(j => pat.test(NAME[ROWS[j][0][0]]));
+  rows.sort((a, b) => {
+    const x = k(ROWS[a]), y = k(ROWS[b]);
+    if (x === y) return 0; if (x === null) return 1; if (y === null) return -1;
+    return (x < y ? -1 : 1) * S.sortDir;
+  });
+  const calls = rows.reduce((n, j) => n + ROWS[j][0].length, 0);
+  $("ktable").innerHTML = "<thead><tr>" + K.columns.map((c, j) => '<th data-col="' + j + '" class="' +
+    (j === 0 ? "name " : j === 1 ? "paths " : "") + (j === S.sortCol ? (S.sortDir > 0 ? "asc" : "desc") : "") + '">' + esc(c) + "</th>").join("") +
+    "</tr></thead><tbody>" + rows.slice(0, SHOWN).map(j => {
+      const r = ROWS[j], i = r[0][0];
+      const go = [link({view: "flame", zoom: i}, "flame", "zoom the flame graph to its hottest call path")];
+      if (pointsOf[j].length) go.push(link({view: "roofline", kernel: NAME[i]}, "roofline"));
+      if (sourceOf.has(NAME[i])) go.push(link({view: "source", kernel: NAME[i]}, "source"));
+      return '<tr data-row="' + j + '"' + (j === S.kernel ? ' class="sel"' : "") + '><td class="name" title="' +
+        esc(FULL[i] || NAME[i]) + '">' + wrappable(NAME[i]) + " " + go.join("") + '</td><td class="paths" title="' +
+        esc(r[0].map(f => pathTo(f).join(" / ")).join("\n")) + '">' + pathsText(r) + "</td>" +
+        r.slice(2).map((v, c) => "<td>" + num(v, decimals[c + 2]) + "</td>").join("") + "</tr>";
+    }).join("") + "</tbody>";
+  const what = rows.length.toLocaleString("en-US") + " kernel" + (rows.length === 1 ? "" : "s") +
+    (calls > rows.length ? " (" + calls.toLocaleString("en-US") + " call paths)" : "");
+  $("knote").textContent = rows.length > SHOWN ? "the first " + SHOWN + " of " + what +
+    "; sort by a column or search to see others" : what + "; click a row to find it in the roofline";
+}
+$("ktable").onclick = e => {
+  const th = e.target.closest("th"), tr = e.target.closest("tbody tr");
+  if (th) {
+    const j = +th.dataset.col;
+    if (j === S.sortCol) S.sortDir = -S.sortDir; else { S.sortCol = j; S.sortDir = j < 2 ? 1 : -1; }
+  } else if (tr && !e.target.closest("a")) {
+    const j = +tr.dataset.row;
+    S.kernel = S.kernel === j ? -1 : j;
+  } else return;
+  kernels(); writeHash();
+};
+
+// -- roofline (log-log: achieved FLOP/s against FLOP per byte) --------------------------------
+const SI = ["f", "p", "n", "\u00b5", "m", "", "k", "M", "G", "T", "P", "E"];
+const si = e => (10 ** (((e % 3) + 3) % 3)) + (e >= -15 && e < 21 ? (SI[Math.floor(e / 3) + 5] ? " " + SI[Math.floor(e / 3) + 5] : "") : "e" + e);
+function roofline() {
+  const R = D.roofline, svg = $("roofsvg");
+  $("roofnote").textContent = R.note + (R.points.length ? " Hover a dot for its kernel; click a row of the kernels table to mark it here." : "");
+  if (!R.points.length) { svg.style.display = "none"; return; }
+  const W = Math.max(640, Math.min(1100, $("roofline").clientWidth - 34)), H = Math.round(W * 0.58);
+  const L = 64, B = 44, T = 14, RR = 16;
+  svg.setAttribute("width", W); svg.setAttribute("height", H);
+  let xlo = Infinity, xhi = -Infinity, ylo = Infinity, yhi = -Infinity, tmax = 0;
+  for (const p of R.points) { xlo = Math.min(xlo, p.x); xhi = Math.max(xhi, p.x); ylo = Math.min(ylo, p.y); yhi = Math.max(yhi, p.y); tmax = Math.max(tmax, p.t); }
+  for (const r of R.roofs) { xlo = Math.min(xlo, r.ridge); xhi = Math.max(xhi, r.ridge); yhi = Math.max(yhi, r.peak); }
+  const x0 = Math.floor(Math.log10(xlo)) - 0.3, x1 = Math.ceil(Math.log10(xhi)) + 0.3;
+  const y0 = Math.floor(Math.log10(ylo)) - 0.3, y1 = Math.log10(yhi) + 0.45;
+  const X = v => L + (Math.log10(v) - x0) / (x1 - x0) * (W - L - RR);
+  const Y = v => H - B - (Math.log10(v) - y0) / (y1 - y0) * (H - B - T);
+  const out = [];
+  for (let e = Math.ceil(x0); e <= x1; e++) out.push('<line x1="' + X(10 ** e) + '" x2="' + X(10 ** e) + '" y1="' + T + '" y2="' + (H - B) +
+    '" stroke="#eef0f3"/><text class="tick x" x="' + X(10 ** e) + '" y="' + (H - B + 16) + '" text-anchor="middle">' + si(e) + "</text>");
+  for (let e = Math.ceil(y0); e <= y1; e++) out.push('<line x1="' + L + '" x2="' + (W - RR) + '" y1="' + Y(10 ** e) + '" y2="' + Y(10 ** e) +
+    '" stroke="#eef0f3"/><text class="tick y" x="' + (L - 6) + '" y="' + (Y(10 ** e) + 4) + '" text-anchor="end">' + si(e) + "</text>");
+  for (const r of R.roofs) {
+    const a = 10 ** x0, b = 10 ** x1;
+    out.push('<polyline class="roof" fill="none" stroke="#d14343" stroke-width="2" points="' +
+      [[a, Math.min(r.peak, r.bw * a)], [r.ridge, r.peak], [b, r.peak]].map(([x, y]) => X(x).toFixed(1) + "," + Y(y).toFixed(1)).join(" ") + '"/>');
+  }
+  const order = R.points.map((p, k) => k).sort((a, b) => R.points[b].t - R.points[a].t);  // small dots on top
+  for (const k of order) {
+    const p = R.points[k];
+    out.push('<circle data-k="' + k + '" cx="' + X(p.x).toFixed(1) + '" cy="' + Y(p.y).toFixed(1) + '" r="' +
+      (2.5 + 12 * Math.sqrt(p.t / tmax)).toFixed(1) + '"' + (p.row === S.kernel && p.row >= 0 ? ' class="sel"' : "") + "/>");
+  }
+  // drawn last, so no dot covers them: the roofs' labels (a white halo), the marked kernel's
+  const labels = [], taken = [];
+  for (const r of R.roofs) {
+    let y = Y(r.peak) - 7;
+    while (taken.some(t => Math.abs(t - y) < 14)) y -= 14;
+    taken.push(y);
+    labels.push('<text class="rooflabel" x="' + (W - RR - 4) + '" y="' + y.toFixed(1) + '" text-anchor="end" paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round">' + esc(r.label) + "</text>");
+  }
+  if (S.kernel >= 0) for (const k of pointsOf[S.kernel]) {
+    const p = R.points[k], right = X(p.x) < W * 0.6;
+    labels.push('<text class="pointlabel" x="' + (X(p.x) + (right ? 16 : -16)).toFixed(1) + '" y="' + (Y(p.y) + 4).toFixed(1) +
+      '" text-anchor="' + (right ? "start" : "end") + '" paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round">' + esc(p.name) + "</text>");
+  }
+  out.push('<text class="axis" x="' + (L + (W - L - RR) / 2) + '" y="' + (H - 8) + '" text-anchor="middle">arithmetic intensity, FLOP per byte</text>');
+  out.push('<text class="axis" transform="translate(14,' + ((H - B + T) / 2) + ') rotate(-90)" text-anchor="middle">achieved FLOP/s</text>');
+  svg.style.display = "block";
+  svg.innerHTML = out.join("") + labels.join("");
+}
+$("roofsvg").onmousemove = e => {
+  const k = e.target.dataset ? e.target.dataset.k : undefined;
+  if (k === undefined) { hideTip(); return; }
+  const p = D.roofline.points[+k];
+  tipAt(e, "<b>" + esc(p.name) + "</b><table><tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity</td><td>" +
+    fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (p.frac === null ? "" :
+    "<tr><td>of the " + esc(p.roof) + " roof</td><td>" + fmt(p.frac * 100) + "%</td></tr>") + "</table>");
+};
+$("roofsvg").onmouseleave = hideTip;
+$("roofsvg").onclick = e => {
+  const k = e.target.dataset ? e.target.dataset.k : undefined;
+  if (k === undefined) return;
+  S.kernel = D.roofline.points[+k].row; roofline(); writeHash();
+};
+
+// -- source heat: the hottest line saturated; text white or dark, whichever reads ------------
+function heat(level) {  // level 0..1 of the kernel's hottest line -> [background, text]
+  const l = 0.97 - 0.57 * level, s = 0.8, a = s * Math.min(l, 1 - l);
+  const rgb = [0, 8, 4].map(n => { const k = (n + 4 / 30) % 12; return l - a * Math.max(-1, Math.min(k - 3, 9 - k, 1)); });
+  const lum = rgb.map(c => c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
+  const y = 0.2126 * lum[0] + 0.7152 * lum[1] + 0.0722 * lum[2];
+  const bg = "rgb(" + rgb.map(c => Math.round(c * 255)).join(",") + ")";
+  return [bg, 1.05 / (y + 0.05) > (y + 0.05) / 0.0566 ? "#fff" : "#111"];
+}
+function source() {
+  if (!D.source.length) { $("srcbody").innerHTML = '<p class="note">No PC samples in this profile: profile with <code>proton -m pcsampling</code> to see each kernel\u2019s source lines by samples and stall reasons.</p>'; return; }
+  $("srcbody").innerHTML = D.source.map((k, j) => {
+    const top = Math.max(...k.files.flatMap(f => f.lines.map(l => l.share || 0)), 1e-9);
+    return '<div class="srckernel' + (S.focus === k.name ? " focus" : "") + '" id="src-' + j + '"><h3>' + esc(k.name) + "</h3>" +
+      '<p class="note">' + esc(k.headline) + " " + (kernelFrame(k.name) >= 0 ? link({view: "flame", zoom: kernelFrame(k.name)}, "flame graph") : "") + "</p>" +
+      k.files.map(f => '<p class="srcfile">' + esc(f.path) + ' <span class="note">' + fmt(100 * f.samples) + "% of the kernel\u2019s samples</span></p>" +
+        (f.missing ? '<div class="missing">' + esc(f.missing) + "</div>" : "") +
+        '<table class="src"><thead><tr><th class="s">samples</th><th class="p">%</th><th class="r">top stalls</th><th class="n">line</th>' +
+        (f.missing ? "" : '<th class="code">source</th>') + "</tr></thead><tbody>" + f.lines.map(l => {
+          if (l.line === null) return '<tr class="gap"><td colspan="' + (f.missing ? 4 : 5) + '">\u22ef</td></tr>';
+          const code = f.missing ? "" : "<td>" + esc(l.code) + "</td>";
+          if (!l.samples) return '<tr class="cold"><td class="s"></td><td class="p"></td><td class="r"></td><td class="n">' + l.line + "</td>" + code + "</tr>";
+          const [bg, ink] = heat(l.share / top), style = ' style="background:' + bg + ";color:" + ink + '"';
+          return "<tr" + (l.share === top ? ' class="hot"' : "") + '><td class="s"' + style + ">" + l.samples.toLocaleString("en-US") +
+            '</td><td class="p"' + style + ">" + (100 * l.share).toFixed(1) + '%</td><td class="r"' + style + ">" + esc(l.stalls) +
+            '</td><td class="n"' + style + ">" + l.line + "</td>" + code + "</tr>";
+        }).join("") + "</tbody></table>").join("") + "</div>";
+  }).join("");
+  const at = D.source.findIndex(k => k.name === S.focus);
+  if (at >= 0) $("src-" + at).scrollIntoView({block: "start"});
+}
+function kernelFrame(name) {  // the hottest frame of the kernel of that name
+  const j = ROWS.findIndex(r => NAME[r[0][0]] === name);
+  return j >= 0 ? ROWS[j][0][0] : -1;
+}
+
+// -- findings (proton-viewer --diagnose), each linked to its kernel -------------------------
+function findings() {
+  const F = D.findings;
+  $("findbody").innerHTML = (F.items.length ? "<ol>" + F.items.map(f => '<li class="finding' + (f.info ? " info" : "") +
+    '"><b>' + esc(f.info ? "info" : f.rule) + "</b> " + esc(f.kernel) + ": " + fmt(f.time_ns / 1e6) + " ms, " +
+    Math.round(f.share * 100) + "% of GPU time" + (f.node !== null ? link({view: "flame", zoom: f.node}, "flame graph") : "") +
+    (f.source ? link({view: "source", kernel: f.kernel}, "source") : "") +
+    '<br><span class="note">at ' + esc(f.path) + "</span><br>" + esc(f.evidence) +
+    "<br><i>try:</i> " + esc(f.advice) + "</li>").join("") + "</ol>" : '<p class="note">No findings from the rules that ran: ' +
+    esc(F.rules_run.join(", ") || "none") + ".</p>") +
+    F.notes.map(n => '<p class="note">' + esc(n) + "</p>").join("");
+}
+
+readHash();
+document.body.dataset.readyMs = Math.round(performance.now());
+document.body.dataset.ready = "1";
