@@ -111,10 +111,16 @@ function color(i) {
   return "hsl(" + (200 + h % 40) + ",55%," + (72 + h % 12) + "%)";
 }
 function flame() {
-  const box = $("flamebox"), svg = $("flamesvg");
-  box.style.height = Math.max(160, innerHeight - box.getBoundingClientRect().top - $("flameinfo").offsetHeight - 4) + "px";
+  const box = $("flamebox"), svg = $("flamesvg"), pat = S.pattern;
+  const path = [];
+  for (let i = S.zoom; i >= 0; i = PARENT[i]) path.unshift(i);
+  $("crumbs").innerHTML = path.map(i => '<a data-id="' + i + '">' + esc(NAME[i]) + "</a>").join(" \u203a ") +
+    '<span class="matches"></span>';
+  info(S.zoom);
+  // the box takes the window's height left below it; the graph scrolls inside, not the page
+  box.style.height = Math.max(160, innerHeight - box.getBoundingClientRect().top - $("flameinfo").offsetHeight - 2) + "px";
   const W = svg.clientWidth || box.clientWidth || 1200, ROW = 20;
-  const parts = [], labels = [], pat = S.pattern;
+  const parts = [], labels = [];
   let depth = 0, matches = 0;
   const rect = (i, x, w, d, cls) => {
     const hit = pat && pat.test(NAME[i]);
@@ -124,8 +130,10 @@ function flame() {
     const label = fit(NAME[i], w - 2 * PAD);
     if (label) labels.push('<text x="' + (x + PAD).toFixed(1) + '" y="' + (d * ROW + 14) + '">' + esc(label) + "</text>");
   };
-  const above = pathTo(S.zoom).length;
-  for (let i = PARENT[S.zoom], d = above - 1; i >= 0; i = PARENT[i], d--) rect(i, 0, W, d, "anc");
+  const ancestors = [];
+  for (let i = PARENT[S.zoom]; i >= 0; i = PARENT[i]) ancestors.unshift(i);
+  ancestors.forEach((i, d) => rect(i, 0, W, d, "anc"));
+  const above = ancestors.length;
   const stack = [[S.zoom, 0, W, above]];
   while (stack.length) {
     const [i, x, w, d] = stack.pop();
@@ -146,11 +154,8 @@ function flame() {
   }
   svg.setAttribute("height", (depth + 1) * ROW);
   svg.innerHTML = parts.join("") + labels.join("");
-  const path = [];
-  for (let i = S.zoom; i >= 0; i = PARENT[i]) path.unshift(i);
-  $("crumbs").innerHTML = path.map(i => '<a data-id="' + i + '">' + esc(NAME[i]) + "</a>").join(" \u203a ") +
-    (pat ? '<span class="matches">' + matches.toLocaleString("en-US") + " drawn frame" + (matches === 1 ? "" : "s") + " match</span>" : "");
-  info(S.zoom);
+  if (pat) $("crumbs").lastChild.textContent = matches.toLocaleString("en-US") + " drawn frame" +
+    (matches === 1 ? "" : "s") + " match";
 }
 function info(i) {
   const row = rowOf[i], links = [];
@@ -235,8 +240,9 @@ $("ktable").onclick = e => {
 };
 
 // -- roofline (log-log: achieved FLOP/s against FLOP per byte) --------------------------------
-const SI = ["f", "p", "n", "\u00b5", "m", "", "k", "M", "G", "T", "P", "E"];
-const si = e => (10 ** (((e % 3) + 3) % 3)) + (e >= -15 && e < 21 ? (SI[Math.floor(e / 3) + 5] ? " " + SI[Math.floor(e / 3) + 5] : "") : "e" + e);
+const SI = ["k", "M", "G", "T", "P", "E"];
+const si = e => e < 0 ? (10 ** e).toFixed(-e) : e >= 21 ? "1e" + e :  // 0.01, 1, 10 k, 100 T
+  10 ** (e % 3) + (e >= 3 ? " " + SI[Math.floor(e / 3) - 1] : "");
 function roofline() {
   const R = D.roofline, svg = $("roofsvg");
   $("roofnote").textContent = R.note + (R.points.length ? " Hover a dot for its kernel; click a row of the kernels table to mark it here." : "");
