@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from test_html import BROWSER, DATA, H100, data, kernels_with_flops, needs_browser, node, write
+from test_html import (BROWSER, DATA, H100, data, kernels_with_flops, needs_browser, node,
+                       points, write)
 
 pytestmark = needs_browser
 
@@ -290,21 +291,33 @@ def test_kernel_names_wrap_only_between_words(tmp_path):
 
 def test_a_roofline_dot_is_labelled_on_hover(tmp_path):
     path = write(tmp_path, kernels_with_flops(tmp_path))
-    d = data(path)
-    k = next(i for i, p in enumerate(d["roofline"]["points"]) if p["name"] == "copy")
-    tip = drive(tmp_path, path, "view=roofline", f"""
-      const c = doc.querySelector('#roofsvg circle[data-k="{k}"]'), b = c.getBoundingClientRect();
-      c.dispatchEvent(new MouseEvent("mousemove", {{bubbles: true, clientX: b.x + 2, clientY: b.y + 2}}));
-      const tip = doc.getElementById("tip");
-      return {{shown: getComputedStyle(tip).display, text: tip.textContent}};""")
-    assert tip["shown"] == "block" and tip["text"].startswith("copy")
-    assert "FLOP/byte" in tip["text"] and "TFLOP/s" in tip["text"]
+    got = drive(tmp_path, path, "view=roofline", """
+      const svg = doc.getElementById("roofsvg"), tip = doc.getElementById("tip");
+      const hover = (x, y) => { svg.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: x, clientY: y}));
+        return getComputedStyle(tip).display === "block" ? tip.textContent : ""; };
+      const out = {}, b = svg.getBoundingClientRect();
+      for (const name of ["copy", "softmax", "matmul"]) {  // mark each to learn where it is
+        win.location.hash = "view=roofline&kernel=" + name; await sleep(30);
+        const c = doc.querySelector("#roofsvg circle.sel").getBoundingClientRect();
+        const px = doc.getElementById("roofdots").getContext("2d").getImageData(
+          (c.left + c.right) / 2 - b.left, (c.top + c.bottom) / 2 - b.top, 1, 1).data;
+        win.location.hash = "view=roofline"; await sleep(30);
+        out[name] = {tip: hover((c.left + c.right) / 2, (c.top + c.bottom) / 2), pixel: [...px]};
+      }
+      out.nothing = hover(b.left + 3, b.top + 3);
+      return out;""")
+    for name in ("copy", "softmax", "matmul"):
+        assert got[name]["tip"].startswith(name), got[name]
+        assert "FLOP/byte" in got[name]["tip"] and "TFLOP/s" in got[name]["tip"]
+        r, g, b, alpha = got[name]["pixel"]
+        assert alpha > 0 and b > r  # a blue dot drawn there
+    assert got["nothing"] == ""
 
 
 def test_a_kernel_clicked_in_the_table_is_marked_in_the_roofline(tmp_path):
     path = write(tmp_path, kernels_with_flops(tmp_path))
     d = data(path)
-    k = next(i for i, p in enumerate(d["roofline"]["points"]) if p["name"] == "softmax")
+    k = list(points(d)).index("softmax")
     got = drive(tmp_path, path, "view=kernels", """
       const row = [...doc.querySelectorAll("#ktable tbody tr")].find(tr => tr.cells[0].textContent.startsWith("softmax"));
       row.cells[2].click();
@@ -338,11 +351,10 @@ def test_the_roof_label_is_never_behind_a_dot(tmp_path):
                          kernel("small", 1e3, 1e6, 1e5)]}
     (tmp_path / "roof.hatchet").write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
     path = write(tmp_path, str(tmp_path / "roof.hatchet"))
-    got = drive(tmp_path, path, "view=roofline", """
+    got = drive(tmp_path, path, "view=roofline&kernel=at_the_roof", """
       const label = [...doc.querySelectorAll("#roofsvg text")].find(t => t.textContent.includes("peak"));
       const b = label.getBoundingClientRect(), hits = [];
-      const dot = [...doc.querySelectorAll("#roofsvg circle")].map(c => c.getBoundingClientRect())
-        .sort((p, q) => q.width - p.width)[0];
+      const dot = doc.querySelector("#roofsvg circle").getBoundingClientRect();  // marked
       for (let x = Math.max(b.left, dot.left) + 1; x < Math.min(b.right, dot.right) - 1; x += 2) {
         const e = doc.elementFromPoint(x, b.top + b.height / 2);
         hits.push(e === label ? "label" : e ? e.tagName : "none");

@@ -38,7 +38,7 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
             "columns": [c.header for c in columns],
             "kernels": kernels,
             "nodes": nodes,
-            "roofline": _roofline(prof, style, row_of),
+            "roofline": _roofline(prof, style, row_of, {n: i for i, n in enumerate(order)}),
             "source": source,
             "findings": _findings(prof, style, nodes, kernels, source)}
     # <, > and & as JSON escapes: no text in the data can close the script or open a comment
@@ -58,6 +58,10 @@ def _num(value) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+def _short(value: float) -> float:
+    return float(f"{value:.6g}")
 
 
 def _summary(prof: Profile, columns: list[Column], merged) -> str:
@@ -181,9 +185,11 @@ def _util(prof: Profile):
     return pd.Series(util, dtype=float).reindex(prof.gf.dataframe.index)
 
 
-def _roofline(prof: Profile, style: str, row_of: dict) -> dict:
+def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
     """Kernels with flops and bytes: (FLOP per byte, FLOP/s), each against the roof of its
-    precision on its GPU; a roof per (GPU, precision) the kernels need."""
+    precision on its GPU; a roof per (GPU, precision) the kernels need. A point names its
+    frame (`i`) and kernels-table row, or carries its name where the page shows no frame;
+    numbers to 6 digits (90,000 points stay a few MB)."""
     kernels = {n: k for n, k in kernel_roofs(prof).items() if k.flops and k.nbytes}
     if not kernels:
         return {"points": [], "roofs": [], "note": "No roofline: no kernel carries both flops "
@@ -194,10 +200,14 @@ def _roofline(prof: Profile, style: str, row_of: dict) -> dict:
         x, y = _num(kernel.intensity), _num(kernel.flops / kernel.seconds)
         if not x or not y:  # an intensity or a rate too small (or large) for a float
             continue
-        points.append({"name": readable(node.frame.get("name", "?"), style), "x": x, "y": y,
-                       "t": kernel.seconds, "frac": _num(kernel.fraction()),
-                       "roof": ", ".join(dict.fromkeys(kernel.precisions)),
-                       "row": row_of.get(node, -1)})
+        frac = _num(kernel.fraction())
+        point = {"i": frame_of.get(node, -1), "row": row_of.get(node, -1), "x": _short(x),
+                 "y": _short(y), "t": _short(kernel.seconds),
+                 "frac": None if frac is None else _short(frac),
+                 "roof": ", ".join(dict.fromkeys(kernel.precisions))}
+        if point["i"] < 0:
+            point["name"] = readable(node.frame.get("name", "?"), style)
+        points.append(point)
         gpu = gpus[kernel.device]
         for name in kernel.precisions if kernel.bandwidth else ():
             top = peak(gpu, name)

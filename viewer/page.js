@@ -243,12 +243,16 @@ $("ktable").onclick = e => {
 const SI = ["k", "M", "G", "T", "P", "E"];
 const si = e => e < 0 ? (10 ** e).toFixed(-e) : e >= 21 ? "1e" + e :  // 0.01, 1, 10 k, 100 T
   10 ** (e % 3) + (e >= 3 ? " " + SI[Math.floor(e / 3) - 1] : "");
+// The dots go on a canvas (90,000 draw in well under a second; as SVG they took seconds);
+// the axes, roofs, labels and the marked kernel on an SVG above it, so nothing covers a label.
+const DOT = {x: null, y: null, r: null, grid: null, cell: 32, cols: 0};
 function roofline() {
-  const R = D.roofline, svg = $("roofsvg");
+  const R = D.roofline, svg = $("roofsvg"), canvas = $("roofdots");
   $("roofnote").textContent = R.note + (R.points.length ? " Hover a dot for its kernel; click a row of the kernels table to mark it here." : "");
-  if (!R.points.length) { svg.style.display = "none"; return; }
+  $("roofplot").style.display = R.points.length ? "inline-block" : "none";
+  if (!R.points.length) return;
   const W = Math.max(640, Math.min(1100, $("roofline").clientWidth - 34)), H = Math.round(W * 0.58);
-  const L = 64, B = 44, T = 14, RR = 16;
+  const L = 64, B = 44, T = 14, RR = 16, n = R.points.length;
   svg.setAttribute("width", W); svg.setAttribute("height", H);
   let xlo = Infinity, xhi = -Infinity, ylo = Infinity, yhi = -Infinity, tmax = 0;
   for (const p of R.points) { xlo = Math.min(xlo, p.x); xhi = Math.max(xhi, p.x); ylo = Math.min(ylo, p.y); yhi = Math.max(yhi, p.y); tmax = Math.max(tmax, p.t); }
@@ -262,48 +266,72 @@ function roofline() {
     '" stroke="#eef0f3"/><text class="tick x" x="' + X(10 ** e) + '" y="' + (H - B + 16) + '" text-anchor="middle">' + si(e) + "</text>");
   for (let e = Math.ceil(y0); e <= y1; e++) out.push('<line x1="' + L + '" x2="' + (W - RR) + '" y1="' + Y(10 ** e) + '" y2="' + Y(10 ** e) +
     '" stroke="#eef0f3"/><text class="tick y" x="' + (L - 6) + '" y="' + (Y(10 ** e) + 4) + '" text-anchor="end">' + si(e) + "</text>");
+  // the dots: biggest first, so small ones stay visible on top; a grid of them for hovering
+  DOT.x = new Float32Array(n); DOT.y = new Float32Array(n); DOT.r = new Float32Array(n);
+  DOT.cols = Math.ceil(W / DOT.cell); DOT.grid = new Map();
+  const order = new Int32Array(n).map((_, k) => k).sort((a, b) => R.points[b].t - R.points[a].t);
+  const ratio = window.devicePixelRatio || 1, ctx = canvas.getContext("2d");
+  canvas.width = W * ratio; canvas.height = H * ratio; canvas.style.width = W + "px"; canvas.style.height = H + "px";
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.fillStyle = "rgba(37,99,235,.5)"; ctx.strokeStyle = "#1e3a8a"; ctx.lineWidth = 0.8;
+  for (const k of order) {
+    const p = R.points[k], x = X(p.x), y = Y(p.y), r = 2.5 + 12 * Math.sqrt(p.t / tmax);
+    DOT.x[k] = x; DOT.y[k] = y; DOT.r[k] = r;
+    ctx.beginPath(); ctx.arc(x, y, r, 0, 2 * Math.PI); ctx.fill(); ctx.stroke();
+    const c = Math.floor(y / DOT.cell) * DOT.cols + Math.floor(x / DOT.cell);
+    (DOT.grid.get(c) || DOT.grid.set(c, []).get(c)).push(k);
+  }
+  canvas.dataset.dots = n;
   for (const r of R.roofs) {
     const a = 10 ** x0, b = 10 ** x1;
     out.push('<polyline class="roof" fill="none" stroke="#d14343" stroke-width="2" points="' +
       [[a, Math.min(r.peak, r.bw * a)], [r.ridge, r.peak], [b, r.peak]].map(([x, y]) => X(x).toFixed(1) + "," + Y(y).toFixed(1)).join(" ") + '"/>');
   }
-  const order = R.points.map((p, k) => k).sort((a, b) => R.points[b].t - R.points[a].t);  // small dots on top
-  for (const k of order) {
-    const p = R.points[k];
-    out.push('<circle data-k="' + k + '" cx="' + X(p.x).toFixed(1) + '" cy="' + Y(p.y).toFixed(1) + '" r="' +
-      (2.5 + 12 * Math.sqrt(p.t / tmax)).toFixed(1) + '"' + (p.row === S.kernel && p.row >= 0 ? ' class="sel"' : "") + "/>");
-  }
-  // drawn last, so no dot covers them: the roofs' labels (a white halo), the marked kernel's
-  const labels = [], taken = [];
+  // the marked kernel's dots, then every label (a white halo), above the dots
+  const marked = S.kernel >= 0 ? pointsOf[S.kernel] : [], labels = [], taken = [];
+  for (const k of marked) out.push('<circle class="sel" data-k="' + k + '" cx="' + DOT.x[k].toFixed(1) + '" cy="' +
+    DOT.y[k].toFixed(1) + '" r="' + Math.max(5, DOT.r[k]).toFixed(1) + '"/>');
   for (const r of R.roofs) {
     let y = Y(r.peak) - 7;
     while (taken.some(t => Math.abs(t - y) < 14)) y -= 14;
     taken.push(y);
     labels.push('<text class="rooflabel" x="' + (W - RR - 4) + '" y="' + y.toFixed(1) + '" text-anchor="end" paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round">' + esc(r.label) + "</text>");
   }
-  if (S.kernel >= 0) for (const k of pointsOf[S.kernel]) {
-    const p = R.points[k], right = X(p.x) < W * 0.6;
-    labels.push('<text class="pointlabel" x="' + (X(p.x) + (right ? 16 : -16)).toFixed(1) + '" y="' + (Y(p.y) + 4).toFixed(1) +
-      '" text-anchor="' + (right ? "start" : "end") + '" paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round">' + esc(p.name) + "</text>");
+  for (const k of marked) {
+    const right = DOT.x[k] < W * 0.6;
+    labels.push('<text class="pointlabel" x="' + (DOT.x[k] + (right ? 1 : -1) * (DOT.r[k] + 6)).toFixed(1) + '" y="' + (DOT.y[k] + 4).toFixed(1) +
+      '" text-anchor="' + (right ? "start" : "end") + '" paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round">' + esc(pointName(k)) + "</text>");
   }
   out.push('<text class="axis" x="' + (L + (W - L - RR) / 2) + '" y="' + (H - 8) + '" text-anchor="middle">arithmetic intensity, FLOP per byte</text>');
   out.push('<text class="axis" transform="translate(14,' + ((H - B + T) / 2) + ') rotate(-90)" text-anchor="middle">achieved FLOP/s</text>');
-  svg.style.display = "block";
   svg.innerHTML = out.join("") + labels.join("");
 }
+const pointName = k => { const p = D.roofline.points[k]; return p.i >= 0 ? NAME[p.i] : p.name; };
+function dotAt(e) {  // the smallest dot under the mouse (small dots are drawn on top)
+  if (!DOT.grid) return -1;
+  const b = $("roofsvg").getBoundingClientRect(), x = e.clientX - b.left, y = e.clientY - b.top;
+  const cx = Math.floor(x / DOT.cell), cy = Math.floor(y / DOT.cell);
+  let best = -1;
+  for (let j = cy - 1; j <= cy + 1; j++) for (let i = cx - 1; i <= cx + 1; i++) {
+    if (i < 0 || i >= DOT.cols) continue;
+    for (const k of DOT.grid.get(j * DOT.cols + i) || [])
+      if ((DOT.x[k] - x) ** 2 + (DOT.y[k] - y) ** 2 <= (DOT.r[k] + 1) ** 2 && (best < 0 || DOT.r[k] < DOT.r[best])) best = k;
+  }
+  return best;
+}
 $("roofsvg").onmousemove = e => {
-  const k = e.target.dataset ? e.target.dataset.k : undefined;
-  if (k === undefined) { hideTip(); return; }
-  const p = D.roofline.points[+k];
-  tipAt(e, "<b>" + esc(p.name) + "</b><table><tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity</td><td>" +
+  const k = dotAt(e);
+  $("roofsvg").style.cursor = k < 0 ? "" : "pointer";
+  if (k < 0) { hideTip(); return; }
+  const p = D.roofline.points[k];
+  tipAt(e, "<b>" + esc(pointName(k)) + "</b><table><tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity</td><td>" +
     fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (p.frac === null ? "" :
     "<tr><td>of the " + esc(p.roof) + " roof</td><td>" + fmt(p.frac * 100) + "%</td></tr>") + "</table>");
 };
 $("roofsvg").onmouseleave = hideTip;
-$("roofsvg").onclick = e => {
-  const k = e.target.dataset ? e.target.dataset.k : undefined;
-  if (k === undefined) return;
-  S.kernel = D.roofline.points[+k].row; roofline(); writeHash();
+$("roofsvg").onclick = e => {  // a dot marks its kernel (also in the table); elsewhere unmarks
+  const k = dotAt(e);
+  S.kernel = k < 0 ? -1 : D.roofline.points[k].row; roofline(); writeHash();
 };
 
 // -- source heat: the hottest line saturated; text white or dark, whichever reads ------------
