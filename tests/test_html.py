@@ -65,8 +65,10 @@ def node(d: dict, name: str) -> int:
 
 def points(d: dict) -> dict:
     """The roofline's points by their kernel's name."""
-    return {d["nodes"]["name"][p["i"]] if p["i"] >= 0 else p["name"]: p
-            for p in d["roofline"]["points"]}
+    p = d["roofline"]["points"]
+    return {d["nodes"]["name"][p["i"][k]] if p["i"][k] >= 0 else p["name"][str(k)]:
+            {"x": p["x"][k], "y": p["y"][k], "frac": p["frac"][k],
+             "roof": p["kinds"][p["roof"][k]]} for k in range(len(p["x"]))}
 
 
 @needs_browser

@@ -187,27 +187,31 @@ def _util(prof: Profile):
 
 def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
     """Kernels with flops and bytes: (FLOP per byte, FLOP/s), each against the roof of its
-    precision on its GPU; a roof per (GPU, precision) the kernels need. A point names its
-    frame (`i`) and kernels-table row, or carries its name where the page shows no frame;
-    numbers to 6 digits (90,000 points stay a few MB)."""
+    precision on its GPU; a roof per (GPU, precision) the kernels need. Points as columns
+    (90,000 of them stay a few MB): each names its frame (`i`), or has its name under `name`
+    where the page shows no frame; `roof` indexes `kinds`; numbers to 6 digits."""
     kernels = {n: k for n, k in kernel_roofs(prof).items() if k.flops and k.nbytes}
     if not kernels:
-        return {"points": [], "roofs": [], "note": "No roofline: no kernel carries both flops "
+        return {"points": {"x": []}, "roofs": [], "note": "No roofline: no kernel carries both flops "
                 "and bytes (Triton kernels give them through launch_metadata, with -k triton)."}
     gpus = prof.devices.get(CUDA, {})
-    roofs, points = {}, []
+    roofs: dict = {}
+    points: dict = {"i": [], "x": [], "y": [], "t": [], "frac": [], "roof": [], "kinds": [],
+                    "name": {}}
     for node, kernel in kernels.items():
         x, y = _num(kernel.intensity), _num(kernel.flops / kernel.seconds)
         if not x or not y:  # an intensity or a rate too small (or large) for a float
             continue
-        frac = _num(kernel.fraction())
-        point = {"i": frame_of.get(node, -1), "row": row_of.get(node, -1), "x": _short(x),
-                 "y": _short(y), "t": _short(kernel.seconds),
-                 "frac": None if frac is None else _short(frac),
-                 "roof": ", ".join(dict.fromkeys(kernel.precisions))}
-        if point["i"] < 0:
-            point["name"] = readable(node.frame.get("name", "?"), style)
-        points.append(point)
+        frac, kind = _num(kernel.fraction()), ", ".join(dict.fromkeys(kernel.precisions))
+        if kind not in points["kinds"]:
+            points["kinds"].append(kind)
+        if frame_of.get(node, -1) < 0:
+            points["name"][len(points["x"])] = readable(node.frame.get("name", "?"), style)
+        for key, value in (("i", frame_of.get(node, -1)), ("x", _short(x)), ("y", _short(y)),
+                           ("t", _short(kernel.seconds)),
+                           ("frac", None if frac is None else _short(frac)),
+                           ("roof", points["kinds"].index(kind))):
+            points[key].append(value)
         gpu = gpus[kernel.device]
         for name in kernel.precisions if kernel.bandwidth else ():
             top = peak(gpu, name)
@@ -215,7 +219,7 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
                 "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
                 "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
                          f"{top / 1e12:,.1f} TFLOP/s, {kernel.bandwidth / 1e9:,.0f} GB/s"})
-    note = (f"{len(points)} kernels with flops and bytes; dots sized by time, each judged "
+    note = (f"{len(points['x']):,} kernels with flops and bytes; dots sized by time, each judged "
             "against the roof of its flops' precision. " +
             ("Roofs from the file's device table." if roofs else
              "No roof: the device table names no GPU whose peaks are known, or the flops name "

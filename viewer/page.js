@@ -12,6 +12,9 @@ kids.forEach(k => k.sort((a, b) => VALUE[b] - VALUE[a]));
 const K = D.kernels, ROWS = K.rows;
 const rowOf = new Int32Array(COUNT).fill(-1);  // kernel frame -> its row in the kernels table
 ROWS.forEach((r, j) => r[0].forEach(i => { rowOf[i] = j; }));
+const P = D.roofline.points;  // columns in the file, objects here
+D.roofline.points = P.x.map((x, k) => ({i: P.i[k], row: P.i[k] >= 0 ? rowOf[P.i[k]] : -1, x, y: P.y[k],
+  t: P.t[k], frac: P.frac[k], roof: P.kinds[P.roof[k]], name: P.name[k]}));
 const pointsOf = ROWS.map(() => []);  // row -> its roofline points
 D.roofline.points.forEach((p, k) => { if (p.row >= 0) pointsOf[p.row].push(k); });
 const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
