@@ -191,6 +191,15 @@ def test_merged_ranks_show_their_spread(tmp_path):
     browse(path)
 
 
+def source_here(tmp_path) -> str:
+    """pcsampling.hatchet with its SOURCE_DIR lines pointing at tests/data (the code is here)."""
+    with open(os.path.join(DATA, "pcsampling.hatchet")) as f:
+        text = f.read().replace("/SOURCE_DIR", DATA)
+    path = tmp_path / "pc.hatchet"
+    path.write_text(text)
+    return str(path)
+
+
 @needs_browser
 def test_screenshots_of_each_view(tmp_path):
     """For a person to look at: PNGs of every view (PROTON_SCREENSHOTS=DIR keeps them)."""
@@ -198,11 +207,12 @@ def test_screenshots_of_each_view(tmp_path):
     os.makedirs(out, exist_ok=True)
     pages = {"example": write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"), name="e.html"),
              "flops": write(tmp_path, kernels_with_flops(tmp_path), name="f.html"),
-             "pc": write(tmp_path, os.path.join(DATA, "pcsampling.hatchet"), name="p.html")}
-    for view, page in (("flame", "example"), ("kernels", "example"), ("roofline", "flops"),
-                       ("source", "pc"), ("findings", "pc")):
+             "pc": write(tmp_path, "--source-root", DATA, source_here(tmp_path), name="p.html")}
+    for view, page, more in (("flame", "example", ""), ("kernels", "example", ""),
+                             ("roofline", "flops", "&kernel=softmax"), ("source", "pc", ""),
+                             ("findings", "pc", "")):
         shot = os.path.join(out, f"{view}.png")
-        browse(pages[page], f"view={view}", screenshot=shot)
+        browse(pages[page], f"view={view}{more}", screenshot=shot)
         assert os.path.getsize(shot) > 5000
 
 

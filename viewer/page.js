@@ -264,7 +264,7 @@ function roofline() {
   const y0 = Math.floor(Math.log10(ylo)) - 0.3, y1 = Math.log10(yhi) + 0.45;
   const X = v => L + (Math.log10(v) - x0) / (x1 - x0) * (W - L - RR);
   const Y = v => H - B - (Math.log10(v) - y0) / (y1 - y0) * (H - B - T);
-  const out = [];
+  const out = ['<clipPath id="plotarea"><rect x="' + L + '" y="' + T + '" width="' + (W - L - RR) + '" height="' + (H - B - T) + '"/></clipPath>'];
   for (let e = Math.ceil(x0); e <= x1; e++) out.push('<line x1="' + X(10 ** e) + '" x2="' + X(10 ** e) + '" y1="' + T + '" y2="' + (H - B) +
     '" stroke="#eef0f3"/><text class="tick x" x="' + X(10 ** e) + '" y="' + (H - B + 16) + '" text-anchor="middle">' + si(e) + "</text>");
   for (let e = Math.ceil(y0); e <= y1; e++) out.push('<line x1="' + L + '" x2="' + (W - RR) + '" y1="' + Y(10 ** e) + '" y2="' + Y(10 ** e) +
@@ -287,7 +287,7 @@ function roofline() {
   canvas.dataset.dots = n;
   for (const r of R.roofs) {
     const a = 10 ** x0, b = 10 ** x1;
-    out.push('<polyline class="roof" fill="none" stroke="#d14343" stroke-width="2" points="' +
+    out.push('<polyline class="roof" clip-path="url(#plotarea)" fill="none" stroke="#d14343" stroke-width="2" points="' +
       [[a, Math.min(r.peak, r.bw * a)], [r.ridge, r.peak], [b, r.peak]].map(([x, y]) => X(x).toFixed(1) + "," + Y(y).toFixed(1)).join(" ") + '"/>');
   }
   // the marked kernel's dots, then every label (a white halo), above the dots
