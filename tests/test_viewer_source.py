@@ -318,7 +318,8 @@ def html_source(tmp_path, *args: str) -> dict:
         text = f.read()
     body = text[text.index('id="data">') + len('id="data">'):]
     data = json.loads(body[:body.index("</script>")])
-    return {f["path"]: "".join(line["code"] for line in f["lines"])
+    return {f["path"] + (f" ({f['missing']})" if f["missing"] else ""):
+            "".join(line.get("code", "") for line in f["lines"])
             for k in data["source"] for f in k["files"]}
 
 
@@ -336,8 +337,8 @@ def test_proc_dev_and_sys_are_never_read_even_through_a_symlink_or_a_root(tmp_pa
                                "the sampled lines only") == 4
     pages = html_source(tmp_path, "--source-root", "/", path)
     assert set(pages.values()) == {""}
-    assert all(p.endswith(" (not shown: files under /proc, /dev and /sys are never read)")
-               for p in pages)
+    assert all(p.endswith(" (Not shown: files under /proc, /dev and /sys are never read; the "
+                          "sampled lines only)") for p in pages)
 
 
 def test_file_outside_the_profiles_folder_and_the_current_one_is_shown_only_when_allowed(

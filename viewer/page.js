@@ -257,7 +257,7 @@ function roofline() {
   const W = Math.max(640, Math.min(1100, $("roofline").clientWidth - 34)), H = Math.round(W * 0.58);
   const L = 64, B = 44, T = 14, RR = 16, n = R.points.length;
   svg.setAttribute("width", W); svg.setAttribute("height", H);
-  let xlo = Infinity, xhi = -Infinity, ylo = Infinity, yhi = -Infinity, tmax = 0;
+  let xlo = Number.MAX_VALUE, xhi = 0, ylo = Number.MAX_VALUE, yhi = 0, tmax = 0;  // all positive
   for (const p of R.points) { xlo = Math.min(xlo, p.x); xhi = Math.max(xhi, p.x); ylo = Math.min(ylo, p.y); yhi = Math.max(yhi, p.y); tmax = Math.max(tmax, p.t); }
   for (const r of R.roofs) { xlo = Math.min(xlo, r.ridge); xhi = Math.max(xhi, r.ridge); yhi = Math.max(yhi, r.peak); }
   const x0 = Math.floor(Math.log10(xlo)) - 0.3, x1 = Math.ceil(Math.log10(xhi)) + 0.3;
