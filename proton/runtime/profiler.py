@@ -37,6 +37,7 @@ import time
 from ..context import frames, make, stack
 from .. import data
 from ..data import job, writer
+from . import instrumentation
 from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
@@ -114,6 +115,8 @@ class Profiler:
                 return sid
             if opts.pc is not None:
                 self._check_pc()
+            if opts.instrument is not None:
+                instrumentation.check_start(self.sessions.values())
             live = {s.context for s in self.sessions.values()}
             if live and opts.context not in live:
                 raise SessionError(f"a session with context={live.pop()!r} is live; finalize "
@@ -135,6 +138,9 @@ class Profiler:
             session = Session(self._next_id, opts.name, path,
                               opts.context, opts.data, opts.hook_spec, pc=opts.pc is not None,
                               job=who, flush=opts.flush)
+            if opts.instrument is not None:
+                session.instrument = instrumentation.start(opts.instrument, opts.data,
+                                                        self._clocks())
             session.phase_starts[0] = self.now()
             self._next_id += 1
             self.sessions[session.id] = session
@@ -409,13 +415,21 @@ class Profiler:
         if data is None:
             data = Phase({}, [], [])
         if s.data == "trace":
-            return writer.build_trace(data.events, data.spans, who)
+            return writer.build_trace(data.events, data.spans, who, s.intra)
         with s.lock:
             notes = dict(s.notes)
         return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes))
 
+    def _clocks(self) -> dict[int, int]:
+        """Device -> SM clock in kHz (for kernel scopes on the trace's clock)."""
+        table = self._device_table().get("CUDA", {})
+        return {int(d): int(v.get("clock_rate", 0)) for d, v in table.items()
+                if v.get("clock_rate")}
+
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
         """Close `session` and write its file (or its last part files); return the paths."""
+        if session.instrument is not None:
+            instrumentation.finish(session)
         if (pc := self._pc(session)) is not None:
             self.collector.pc = None
             try:
