@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import os
 import subprocess
 import sys
+import tempfile
 
 CHILD = r"""
 import json, sys, time, torch, triton, triton.language as tl
@@ -57,16 +59,28 @@ def main() -> None:
     ap.add_argument("--out")
     a = ap.parse_args()
     rows = []
-    for _ in range(a.rounds):
-        for who in ("bare", "triton", "ours"):
-            proc = subprocess.run([sys.executable, "-c", CHILD, who, str(a.launches)],
-                                  capture_output=True, text=True, timeout=600)
-            if proc.returncode:
-                print(f"{who} failed: {proc.stderr[-1500:]}", file=sys.stderr)
-                continue
-            row = json.loads(proc.stdout.strip().splitlines()[-1])
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:  # @triton.jit needs its source in a file
+        child = os.path.join(tmp, "instrumented_loop.py")
+        with open(child, "w") as f:
+            f.write(CHILD)
+        for _ in range(a.rounds):
+            for who in ("bare", "triton", "ours"):
+                rows += run_child(child, who, a.launches)
+    report(rows, a)
+
+
+def run_child(child: str, who: str, launches: int) -> list[dict]:
+    proc = subprocess.run([sys.executable, "-P", child, who, str(launches)],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        print(f"{who} failed: {proc.stderr[-1500:]}", file=sys.stderr)
+        return []
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(json.dumps(row), flush=True)
+    return [row]
+
+
+def report(rows: list[dict], a) -> None:
     med = {w: statistics.median(r["us_per_launch"] for r in rows if r["who"] == w)
            for w in ("bare", "triton", "ours") if any(r["who"] == w for r in rows)}
     print(f"{'':8}{'us/launch':>10}{'added':>8}  (median of {a.rounds}, {a.launches} launches)")

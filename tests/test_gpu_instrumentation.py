@@ -21,7 +21,7 @@ from conftest import find, load
 
 pytestmark = pytest.mark.gpu
 WORKLOAD = os.path.join(os.path.dirname(__file__), "intra_workload.py")
-OUT = os.environ.get("PROTON_INTRA_OUT")  # also keep the files here (the GPU script's $OUT)
+OUT = os.environ.get("PROTON_INTRA_OUT")  # a folder for each run's stderr (the GPU script's)
 TOLERANCE = (0.25, 200)
 
 
@@ -33,9 +33,8 @@ def run(tmp_path, profiler: str, data: str, *extra: str) -> tuple[str, dict, str
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     path = prefix + (".hatchet" if data == "tree" else ".chrome_trace")
     if OUT:
-        os.makedirs(OUT, exist_ok=True)
-        with open(path) as src, open(os.path.join(OUT, os.path.basename(path)), "w") as dst:
-            dst.write(src.read())
+        with open(os.path.join(OUT, "intra_runs.log"), "a") as log:
+            log.write(f"== {profiler} {data} {extra}\n{proc.stderr[-4000:]}\n")
     return path, result, proc.stderr
 
 
@@ -113,7 +112,7 @@ def test_tree_matches_triton_and_both_viewers_read_it(tmp_path):
         for key in ("cycles", "normalized_cycles"):
             assert abs(mine[key] - theirs[key]) <= TOLERANCE[0] * theirs[key] + 32 * TOLERANCE[1]
     for cli in (["-m", "triton.profiler.viewer"], ["-m", "proton.viewer.cli"]):
-        shown = subprocess.run([sys.executable, *cli, "-m", "normalized_cycles", ours_path],
+        shown = subprocess.run([sys.executable, "-P", *cli, "-m", "normalized_cycles", ours_path],
                                capture_output=True, text=True, timeout=300)
         assert shown.returncode == 0 and "compute" in shown.stdout, shown.stderr[-2000:]
 
@@ -146,6 +145,6 @@ k3 = w.scoped[(w.GRID,)](x, y, x.numel(), ITERS=w.ITERS, BLOCK=w.BLOCK, num_warp
 assert k3 is k and k3.metadata.profile_scratch_size == 0
 torch.cuda.synchronize(); print("untouched")
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and "untouched" in proc.stdout, proc.stderr[-3000:]

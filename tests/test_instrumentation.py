@@ -238,8 +238,8 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
                         block(1, 3, {1: [(0, 0, 0), (1, 0, 30)]})], SCRATCH, 2, SEG)
     host = np.frombuffer(one + two, np.uint8)
     kernel = paths.intern(0, "k", "kernel0")
-    inst._read_kernel(info, host, [(1, 0, SCRATCH, kernel, 0), (1, SCRATCH, 2 * SCRATCH,
-                                                                  kernel, 0)])
+    inst._read_kernel(info, host, [(1, 0, SCRATCH, kernel, 0, 0),
+                                   (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1)])
     outer = paths.intern(kernel, "outer")
     inner = paths.intern(outer, "inner")
     o, i = inst.stats[kernel, outer].metrics(0), inst.stats[kernel, inner].metrics(0)
@@ -248,9 +248,21 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
     assert o["normalized_cycles"] == pytest.approx(150 / 2 + 40 / 4)
     assert (o["warp_cycles_min"], o["warp_cycles_median"], o["warp_cycles_max"]) == (10, 40, 100)
     assert i["cycles"] == 20 and i["device_id"] == "0"
-    # spans: on the CTA's clock from its init time, a cycle per ns at 1 GHz
-    first = sorted(s for s in inst.spans if s[2] == 1 and s[4] == 0)
+    # spans: from the CTA's init time, a cycle per ns at 1 GHz; without kernel records
+    # the clocks are left as they are
+    spans = inst.trace_spans([])
+    first = sorted(s for s in spans if s[2] == 1 and s[4] == 0)
     assert first[0][5:8] == (5000.0, 5100.0, 100) and first[1][5:8] == (5010.0, 5030.0, 20)
+    # each launch starts with its own CUPTI record (the n-th launch of a node, the n-th record)
+    from proton.cupti.attribution import KernelRecord
+
+    recs = [(kernel, KernelRecord(1, "k", 0, 9_000_000, 9_000_500)),
+            (kernel, KernelRecord(2, "k", 0, 7_000_000, 7_000_500))]
+    inst.clock_khz = {0: 2_000_000}  # 2 GHz: two cycles a ns
+    spans = inst.trace_spans(recs)
+    by_sm = {sm: sorted(s[5] for s in spans if s[2] == sm) for sm in (1, 2, 3)}
+    assert by_sm[1][0] == 7_000_000  # launch 0 <- the earlier record
+    assert by_sm[2] == [9_000_000] == by_sm[3]  # both CTAs of launch 1 (same init time)
 
 
 def test_the_trace_has_a_process_per_sm_and_cta_and_a_thread_per_warp():

@@ -121,12 +121,14 @@ class Instrumentation:
         self.arena = None  # torch uint8 tensor, made at the first launch
         self.used = 0
         self.pending: list[tuple] = []
-        """(function, offset, bytes, node, device) of launches not read yet."""
+        """(function, offset, bytes, kernel node, device, ordinal) of launches not read yet;
+        ordinal: the launch's number among its kernel node's (matched to CUPTI's records)."""
+        self.launches: dict[int, int] = {}
         self.next_slice: tuple[int, int] | None = None
         self.stats: dict[tuple[int, int], ScopeStats] = {}
         """(kernel node, scope node) -> stats."""
-        self.spans: list[tuple] = []
-        """Trace sessions: (scope node, device, sm, cta, warp, start ns, end ns, cycles)."""
+        self.spans: list[dict] = []
+        """Trace sessions: batches of warp events as arrays (see _add_spans)."""
         self.keep_spans = False
         self.recording = True
         self.dropped = 0
@@ -233,7 +235,9 @@ class Instrumentation:
         if node is None:
             node = paths.intern(launch_parent(), self.kernels[function].name,
                                 f"kernel{device}")
-        self.pending.append((function, taken[0], taken[1], node, device))
+        ordinal = self.launches.get(node, 0)
+        self.launches[node] = ordinal + 1
+        self.pending.append((function, taken[0], taken[1], node, device, ordinal))
 
     def on_exit(self, metadata) -> None:
         pass
@@ -257,8 +261,8 @@ class Instrumentation:
             self._read_kernel(self.kernels[function], host, launches)
 
     def _read_kernel(self, info: KernelInfo, host: np.ndarray, launches: list) -> None:
-        blocks = [host[off:off + size] for _, off, size, _, _ in launches]
-        counts = np.array([size // info.scratch for _, _, size, _, _ in launches])
+        blocks = [host[off:off + size] for _, off, size, *_ in launches]
+        counts = np.array([size // info.scratch for _, _, size, *_ in launches])
         label = np.repeat(np.arange(len(launches)), counts)
         dec = intra.decode(np.concatenate(blocks), info.scratch, info.num_warps,
                            label=label)
@@ -288,19 +292,46 @@ class Instrumentation:
             stats = self.stats.setdefault((kernel, scope_node), ScopeStats())
             stats.add(cycles[sel], float(norm[i]))
             if self.keep_spans:
-                self._add_spans(scope_node, dec, sel, devices)
+                ordinals = np.array([launch[5] for launch in launches])
+                self.spans.append({
+                    "scope": np.full(int(sel.sum()), scope_node), "kernel": node_of[sel],
+                    "ordinal": ordinals[dec.launch[sel]], "device": devices[dec.launch[sel]],
+                    "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
+                    "init": dec.init_ns[sel], "since": dec.start[sel] - dec.block_min_clock[sel],
+                    "cycles": cycles[sel]})
 
-    def _add_spans(self, scope_node: int, dec: intra.Decoded, sel: np.ndarray,
-                   devices: np.ndarray) -> None:
-        dev = devices[dec.launch[sel]]
-        khz = np.array([self.clock_khz.get(int(d), 1_000_000) for d in dev], dtype=np.float64)
-        per_ns = khz / 1e6  # cycles per ns
-        start_ns = dec.init_ns[sel] + (dec.start[sel] - dec.block_min_clock[sel]) / per_ns
-        dur_ns = dec.cycles[sel] / per_ns
-        for row in zip(dev.tolist(), dec.sm[sel].tolist(), dec.block[sel].tolist(),
-                       dec.warp[sel].tolist(), start_ns.tolist(), (start_ns + dur_ns).tolist(),
-                       dec.cycles[sel].tolist()):
-            self.spans.append((scope_node, *row))
+    def trace_spans(self, kernels: list[tuple[int, object]]) -> list[tuple]:
+        """The warp events as (scope node, device, SM, CTA, warp, start ns, end ns, cycles) on
+        the kernel records' clock: each launch's first CTA starts with its CUPTI kernel record
+        (`kernels`: (kernel node, record), matched per node in launch order); cycles become ns
+        at the device's clock rate. %globaltimer and CUPTI's timestamps differ by an offset
+        (3.5 ms on an H100), so a launch without its record takes the others' median offset."""
+        if not self.spans:
+            return []
+        cols = {k: np.concatenate([b[k] for b in self.spans]) for k in self.spans[0]}
+        records: dict[int, list] = {}
+        for node, rec in kernels:
+            records.setdefault(node, []).append(rec)
+        first: dict[tuple[int, int], int] = {}
+        for k, o, t in zip(cols["kernel"].tolist(), cols["ordinal"].tolist(),
+                           cols["init"].tolist()):
+            first[k, o] = min(first.get((k, o), t), t)
+        offsets = {}
+        for (k, o), t in first.items():
+            recs = sorted(records.get(k, []), key=lambda r: r.start)
+            if o < len(recs):
+                offsets[k, o] = recs[o].start - t
+        fallback = int(np.median(list(offsets.values()))) if offsets else 0
+        shift = np.array([offsets.get((k, o), fallback) for k, o in
+                          zip(cols["kernel"].tolist(), cols["ordinal"].tolist())])
+        khz = np.array([self.clock_khz.get(int(d)) or 1_000_000 for d in cols["device"]],
+                       dtype=np.float64)
+        per_ns = khz / 1e6
+        start = cols["init"] + shift + cols["since"] / per_ns
+        end = start + cols["cycles"] / per_ns
+        return list(zip(cols["scope"].tolist(), cols["device"].tolist(), cols["sm"].tolist(),
+                        cols["cta"].tolist(), cols["warp"].tolist(), start.tolist(),
+                        end.tolist(), cols["cycles"].tolist()))
 
     def _scope_node(self, kernel: int, info: KernelInfo, sid: int) -> int:
         chain = []
@@ -432,26 +463,30 @@ def check_start(live) -> None:
                            "another (kernels compile with one mode at a time)")
 
 
-def start(mode: InstrumentationMode, data: str, clock_khz: dict[int, int]) -> Instrumentation:
+def start(mode: InstrumentationMode, data: str) -> Instrumentation:
     global _installed
-    inst = Instrumentation(mode, clock_khz)
+    inst = Instrumentation(mode, {})
     inst.keep_spans = data == "trace"
     inst.install()
     _installed = inst
     return inst
 
 
-def finish(session) -> None:
+def finish(session, devices: dict) -> None:
     """Read what is left, put it on `session` (tree nodes or trace spans), say what was lost,
-    and put Triton back as it was."""
+    and put Triton back as it was. `devices`: the file's device table (clock rates)."""
     global _installed
     inst = session.instrument
     session.instrument = None
     try:
         with inst.lock:
             inst.read()
+        inst.clock_khz = {int(d): int(v.get("clock_rate") or 0)
+                          for d, v in devices.get("CUDA", {}).items()}
         if session.data == "trace":
-            session.intra = inst.spans
+            with session.lock:
+                kernels = list(session.events)
+            session.intra = inst.trace_spans(kernels)
         else:
             for (kernel, node), stats in inst.stats.items():
                 device = int(paths.frames[kernel].kind.removeprefix("kernel") or 0) \

@@ -139,8 +139,7 @@ class Profiler:
                               opts.context, opts.data, opts.hook_spec, pc=opts.pc is not None,
                               job=who, flush=opts.flush)
             if opts.instrument is not None:
-                session.instrument = instrumentation.start(opts.instrument, opts.data,
-                                                        self._clocks())
+                session.instrument = instrumentation.start(opts.instrument, opts.data)
             session.phase_starts[0] = self.now()
             self._next_id += 1
             self.sessions[session.id] = session
@@ -420,16 +419,10 @@ class Profiler:
             notes = dict(s.notes)
         return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes))
 
-    def _clocks(self) -> dict[int, int]:
-        """Device -> SM clock in kHz (for kernel scopes on the trace's clock)."""
-        table = self._device_table().get("CUDA", {})
-        return {int(d): int(v.get("clock_rate", 0)) for d, v in table.items()
-                if v.get("clock_rate")}
-
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
         """Close `session` and write its file (or its last part files); return the paths."""
         if session.instrument is not None:
-            instrumentation.finish(session)
+            instrumentation.finish(session, devices)
         if (pc := self._pc(session)) is not None:
             self.collector.pc = None
             try:
