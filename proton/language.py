@@ -35,11 +35,6 @@ _ALL_SEMANTICS = {"triton": TritonSemantic, "gluon": GluonSemantic}
 _enabled = {"gluon"}
 
 
-class State:
-    on = False
-    """Set by a session with backend="instrumentation" while kernels compile instrumented."""
-
-
 def enable_semantic(semantic_name: str) -> None:
     """Allow scopes in kernels of this DSL ("triton" or "gluon")."""
     _enabled.add(_check_name(semantic_name))
@@ -56,7 +51,9 @@ def _check_name(name: str) -> str:
 
 
 def _on() -> bool:
-    if State.on:
+    from .runtime import instrumentation  # at compile time only
+
+    if instrumentation.compiling:
         return True
     try:  # a session of Triton's own Proton turns Triton's flag on
         from triton.profiler.flags import flags

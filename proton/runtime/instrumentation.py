@@ -21,6 +21,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,8 @@ ALIGN = 128
 """Triton 3.6 asks its profile allocator for this alignment."""
 MAX_SCRATCH_BYTES = 1 << 31
 MEDIAN_SAMPLE = 1 << 20
+compiling = False
+"""True while a session compiles kernels instrumented (proton.language's records are on)."""
 """Warp events kept per scope for the median (min and max are exact)."""
 
 
@@ -118,7 +121,7 @@ class Instrumentation:
         self.clock_khz = clock_khz
         """Device -> SM clock (kHz), to put cycles on the trace's clock."""
         self.kernels: dict[int, KernelInfo] = {}
-        self.arena = None  # torch uint8 tensor, made at the first launch
+        self.arena: Any = None  # torch uint8 tensor, made at the first launch
         self.used = 0
         self.pending: list[tuple] = []
         """(function, offset, bytes, kernel node, device, ordinal) of launches not read yet;
@@ -146,15 +149,14 @@ class Instrumentation:
         from triton.backends import backends
         from triton.runtime._allocation import _profile_allocator, set_profile_allocator
 
-        from .. import language
-
+        global compiling
         backend = backends["nvidia"].compiler
         self._saved = (backend.instrumentation, triton.knobs.compilation.instrumentation_mode,
                        _profile_allocator.get(), _triton_flag())
         backend.instrumentation = _Passes(self.mode)
         triton.knobs.compilation.instrumentation_mode = str(self.mode)
         set_profile_allocator(self.allocate)
-        language.State.on = True
+        compiling = True
         _set_triton_flag(True)
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.add(self.on_load)
@@ -166,8 +168,7 @@ class Instrumentation:
         from triton.backends import backends
         from triton.runtime._allocation import set_profile_allocator
 
-        from .. import language
-
+        global compiling
         if self._saved is None:
             return
         instr, mode, allocator, flag = self._saved
@@ -175,7 +176,7 @@ class Instrumentation:
         backends["nvidia"].compiler.instrumentation = instr
         triton.knobs.compilation.instrumentation_mode = mode
         set_profile_allocator(allocator)
-        language.State.on = False
+        compiling = False
         _set_triton_flag(flag)
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.remove(self.on_load)
