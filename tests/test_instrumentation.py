@@ -281,3 +281,51 @@ def test_the_trace_has_a_process_per_sm_and_cta_and_a_thread_per_warp():
     assert [(s["ts"], s["dur"], s["args"]["cycles"]) for s in spans] == [
         (0.0, 0.5, 700), (0.1, 0.8, 1120), (0.2, 0.1, 140)]
     assert spans[0]["args"]["call_stack"] == ["ROOT", "k", "load"]
+
+
+# -- the viewers on a profile recorded on an H100 ---------------------------------------------
+PROFILE = os.path.join(os.path.dirname(__file__), "data", "intra_recorded.hatchet")
+
+
+def test_the_viewer_summarises_scopes_across_warps():
+    from click.testing import CliRunner
+
+    from proton.viewer.cli import viewer
+
+    out = CliRunner().invoke(viewer, ["--warps", PROFILE])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].split() == ["scope", "warp", "events", "min", "median", "max", "per",
+                                "warp", "imbalance"]
+    rows = {line.split("  ")[0].strip(): line.split() for line in lines[2:6]}
+    assert set(rows) == {"scoped > kernel", "scoped > kernel > compute",
+                         "scoped > kernel > load", "scoped > kernel > store"}
+    compute = rows["scoped > kernel > compute"]
+    assert compute[-6:] == ["32", "12,096", "12,153", "12,185", "12,149", "1.00x"]
+
+
+def test_warps_on_a_profile_without_kernel_scopes_says_how_to_get_them():
+    from click.testing import CliRunner
+
+    from proton.viewer.cli import viewer
+
+    other = os.path.join(os.path.dirname(__file__), "data", "recorded.hatchet")
+    out = CliRunner().invoke(viewer, ["--warps", other])
+    assert out.exit_code == 2 and "backend='instrumentation'" in out.output
+
+
+def test_both_viewers_read_the_kernel_scopes():
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from proton.viewer.cli import viewer
+
+    ours = CliRunner().invoke(viewer, ["-m", "normalized_cycles", PROFILE])
+    assert ours.exit_code == 0 and "12,149.062" in ours.output and "compute" in ours.output
+    theirs = subprocess.run([sys.executable, "-m", "triton.profiler.viewer", "-m",
+                             "normalized_cycles", PROFILE], capture_output=True, text=True,
+                            timeout=300)
+    assert theirs.returncode == 0, theirs.stderr
+    assert "12149.062 compute" in theirs.stdout and "26.000 load" in theirs.stdout
