@@ -80,7 +80,7 @@ def test_another_layout_fails_with_one_line():
         intra.decode(buf, SCRATCH, 3)
 
 
-RECORDED = os.path.join(os.path.dirname(__file__), "data", "intra_buffer.npz")
+RECORDED = os.path.join(os.path.dirname(__file__), "data", "intra", "buffer.npz")
 
 
 @pytest.mark.skipif(not os.path.exists(RECORDED), reason="recorded on the GPU machine")
@@ -284,7 +284,7 @@ def test_the_trace_has_a_process_per_sm_and_cta_and_a_thread_per_warp():
 
 
 # -- the viewers on a profile recorded on an H100 ---------------------------------------------
-PROFILE = os.path.join(os.path.dirname(__file__), "data", "intra_recorded.hatchet")
+PROFILE = os.path.join(os.path.dirname(__file__), "data", "intra", "recorded.hatchet")
 
 
 def test_the_viewer_summarises_scopes_across_warps():
