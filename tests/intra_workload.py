@@ -2,11 +2,12 @@
 each: Triton's Proton and ours cannot share one).
 
 Usage: python tests/intra_workload.py PROFILER DATA PREFIX [--lang MODULE] [--loop N]
-           [--buffer-size B] [--fixture PATH]
+           [--mode MODE] [--fixture PATH]
   PROFILER  triton (triton.profiler) or ours (proton)
   DATA      tree or trace
   --lang    the kernel's scope module: proton.language (default) or triton.profiler.language
   --loop    also launch a kernel with a scope inside an N-step loop (2N records per warp)
+  --mode    the instrumentation mode ("default:buffer_type=global:buffer_size=131072")
   --fixture save the raw buffer of one launch (ours only) as an .npz for the CPU tests
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ args.add_argument("data", choices=("tree", "trace"))
 args.add_argument("prefix")
 args.add_argument("--lang", default="proton.language")
 args.add_argument("--loop", type=int, default=0)
-args.add_argument("--buffer-size", type=int, default=0)
+args.add_argument("--mode", default=None, help="the instrumentation mode string")
 args.add_argument("--fixture")
 opts = args.parse_args()
 
@@ -64,7 +65,7 @@ def looped(x_ptr, n, STEPS: tl.constexpr, BLOCK: tl.constexpr):
 def main() -> None:
     x = torch.randn(GRID * BLOCK, device="cuda")
     y = torch.empty_like(x)
-    mode = f"default:buffer_size={opts.buffer_size}" if opts.buffer_size else None
+    mode = opts.mode
     if opts.profiler == "triton":
         import triton.profiler as prof
     else:

@@ -120,10 +120,10 @@ def test_tree_matches_triton_and_both_viewers_read_it(tmp_path):
 def test_full_buffers_are_counted_and_named(tmp_path):
     path, result, stderr = run(tmp_path, "ours", "tree", "--loop", "2000")
     assert result["correct"]
-    assert "scope records were lost" in stderr and "buffer_size=" in stderr, stderr[-2000:]
-    need = int(re.search(r"buffer_size=(\d+)", stderr)[1])
-    path, result, stderr = run(tmp_path, "ours", "tree", "--loop", "2000",
-                               "--buffer-size", str(need))
+    assert "scope records were lost" in stderr, stderr[-2000:]
+    advised = re.search(r"mode='([^']+)' would hold them all", stderr)[1]
+    assert advised == "default:buffer_type=global:buffer_size=131072"  # 2000 x 2 x 8 B x 4
+    path, result, stderr = run(tmp_path, "ours", "tree", "--loop", "2000", "--mode", advised)
     assert "lost" not in stderr, stderr[-2000:]
     step = find(load(path)[0], "looped", "step")["metrics"]
     assert step["warp_events"] == 2 * 4 * 2000  # 2 CTAs x 4 warps x 2000 steps, none lost

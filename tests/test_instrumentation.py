@@ -265,6 +265,13 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
     assert by_sm[2] == [9_000_000] == by_sm[3]  # both CTAs of launch 1 (same init time)
 
 
+def test_the_clock_rate_comes_from_either_form_of_the_device_table():
+    from proton.runtime.instrumentation import clock_table
+
+    entry = {"arch": "90", "num_sms": 132, "clock_rate": 1980000}
+    assert clock_table({"0": entry}) == {0: 1980000} == clock_table({"CUDA": {"0": entry}})
+
+
 def test_the_trace_has_a_process_per_sm_and_cta_and_a_thread_per_warp():
     kernel = paths.intern(0, "k", "kernel0")
     scope = paths.intern(kernel, "load")

@@ -96,9 +96,10 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
                           f"{scratch_size} bytes")
     words = raw[:num_blocks * scratch_size].view("<u4").reshape(num_blocks, scratch_size // 4)
     good = words[:, 0] == PREAMBLE
-    label = np.zeros(num_blocks, np.int64) if label is None else np.asarray(label)[good]
     bad_blocks = int(num_blocks - good.sum())
-    words = words[good]
+    label = np.zeros(num_blocks, np.int64) if label is None else np.asarray(label)
+    if bad_blocks:  # else no copy of the whole buffer
+        words, label = words[good], label[good]
     seg_bytes = words[:, 3]
     if words.size and (np.any(seg_bytes != seg_bytes[0]) or seg_bytes[0] % (8 * num_warps)):
         raise LayoutError(f"segment sizes {sorted(set(seg_bytes.tolist()))[:4]} do not split "
@@ -119,19 +120,20 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
     dropped = int((written - kept).sum())
     needed = int(counts.max(initial=0)) * 4 * num_warps
     start_at = np.where(written > cap, written % max(cap, 1), 0)
-    k = np.arange(cap)
-    idx = (start_at[..., None] + k) % max(cap, 1)  # (blocks, warps, cap) record index
-    valid = k < kept[..., None]
-    recs = segs.reshape(segs.shape[0], num_warps, cap, 2)
-    b_i, w_i, k_i = np.nonzero(valid)
-    r = recs[b_i, w_i, idx[b_i, w_i, k_i]]
+    # only as many slots as the fullest warp kept: most warps write a few records
+    k = np.arange(int(kept.max(initial=0)))
+    b_i, w_i, k_i = np.nonzero(k < kept[..., None])
+    slot = (start_at[b_i, w_i] + k_i) % max(cap, 1)
+    r = segs.reshape(segs.shape[0], num_warps, cap, 2)[b_i, w_i, slot]
     tag, low = r[:, 0].astype(np.uint64), r[:, 1].astype(np.uint64)
     is_end = (tag >> np.uint64(31)) & np.uint64(1)
     scope = ((tag >> np.uint64(23)) & np.uint64(0xFF)).astype(np.int64)
     clock = ((tag & np.uint64(0x7FF)) << np.uint64(32)) | low
 
     # pair records per (block, warp, scope) in time order: start then end, else unbalanced
-    order = np.lexsort((k_i, scope, w_i, b_i))
+    # records come in (block, warp, slot) order; a stable sort on (block, warp, scope) keeps
+    # each group's records in time order
+    order = np.argsort((b_i * num_warps + w_i) * 256 + scope, kind="stable")
     b_s, w_s, s_s, e_s, c_s = b_i[order], w_i[order], scope[order], is_end[order], clock[order]
     same_next = np.zeros(b_s.size, bool)
     if b_s.size > 1:

@@ -39,6 +39,9 @@ ARENA_BYTES = int(os.environ.get("PROTON_INSTRUMENTATION_ARENA", 64 << 20))
 ALIGN = 128
 """Triton 3.6 asks its profile allocator for this alignment."""
 MAX_SCRATCH_BYTES = 1 << 31
+SHARED_MAX_BYTES = 8192
+"""Triton 3.6 sizes a shared record buffer at most this per CTA (larger buffer_size asks are
+cut to it; checked by compiling for sm_90); a global one takes any size."""
 MEDIAN_SAMPLE = 1 << 20
 compiling = False
 """True while a session compiles kernels instrumented (proton.language's records are on)."""
@@ -122,6 +125,7 @@ class Instrumentation:
         """Device -> SM clock (kHz), to put cycles on the trace's clock."""
         self.kernels: dict[int, KernelInfo] = {}
         self.arena: Any = None  # torch uint8 tensor, made at the first launch
+        self.host: Any = None  # its pinned host copy
         self.used = 0
         self.pending: list[tuple] = []
         """(function, offset, bytes, kernel node, device, ordinal) of launches not read yet;
@@ -253,7 +257,10 @@ class Instrumentation:
         import torch
 
         torch.cuda.synchronize()
-        host = self.arena[:used].cpu().numpy()
+        if self.host is None or self.host.numel() < used:
+            self.host = torch.empty(self.arena.numel(), dtype=torch.uint8, pin_memory=True)
+        self.host[:used].copy_(self.arena[:used])  # pinned: one fast copy, kept for the next
+        host = self.host[:used].numpy()
         self.reads += 1
         by_kernel: dict[int, list] = {}
         for launch in pending:
@@ -262,11 +269,15 @@ class Instrumentation:
             self._read_kernel(self.kernels[function], host, launches)
 
     def _read_kernel(self, info: KernelInfo, host: np.ndarray, launches: list) -> None:
-        blocks = [host[off:off + size] for _, off, size, *_ in launches]
-        counts = np.array([size // info.scratch for _, _, size, *_ in launches])
+        offsets = np.array([launch[1] for launch in launches])
+        sizes = np.array([launch[2] for launch in launches])
+        counts = sizes // info.scratch
         label = np.repeat(np.arange(len(launches)), counts)
-        dec = intra.decode(np.concatenate(blocks), info.scratch, info.num_warps,
-                           label=label)
+        if np.all(offsets[1:] == offsets[:-1] + sizes[:-1]):  # side by side: no copy
+            blocks = host[offsets[0]:offsets[-1] + sizes[-1]]
+        else:
+            blocks = np.concatenate([host[o:o + n] for o, n in zip(offsets, sizes)])
+        dec = intra.decode(blocks, info.scratch, info.num_warps, label=label)
         self.dropped += dec.dropped
         self.needed = max(self.needed, dec.needed_bytes)
         self.bad_blocks += dec.bad_blocks
@@ -352,9 +363,11 @@ class Instrumentation:
         """Say what could not be read (once, at the session's end)."""
         if self.dropped:
             need = 1 << max(self.needed - 1, 1).bit_length()
+            # Triton 3.6 keeps a shared buffer at 8 KiB per CTA whatever buffer_size asks
+            where = "buffer_type=global:" if need > SHARED_MAX_BYTES else ""
             warn(f"instrumentation: {self.dropped} scope records were lost to full per-warp "
-                 f"buffers (the oldest of each warp); mode='default:buffer_size={need}' "
-                 "would hold them all")
+                 f"buffers (the oldest of each warp); mode='{self.mode.name}:{where}"
+                 f"buffer_size={need}' would hold them all")
         if self.unbalanced:
             shown = ", ".join(f"{k} ({n})" for k, n in sorted(self.unbalanced.items())[:5])
             warn(f"instrumentation: scope records with no partner were left out: {shown}; "
@@ -473,6 +486,14 @@ def start(mode: InstrumentationMode, data: str) -> Instrumentation:
     return inst
 
 
+def clock_table(devices: dict) -> dict[int, int]:
+    """Device -> SM clock (kHz) from the profiler's device table ({"0": {...}}) or a file's
+    ({"CUDA": {"0": {...}}})."""
+    table = devices.get("CUDA", devices)
+    return {int(d): int(v.get("clock_rate") or 0) for d, v in table.items()
+            if str(d).isdigit() and isinstance(v, dict)}
+
+
 def finish(session, devices: dict) -> None:
     """Read what is left, put it on `session` (tree nodes or trace spans), say what was lost,
     and put Triton back as it was. `devices`: the file's device table (clock rates)."""
@@ -482,8 +503,7 @@ def finish(session, devices: dict) -> None:
     try:
         with inst.lock:
             inst.read()
-        inst.clock_khz = {int(d): int(v.get("clock_rate") or 0)
-                          for d, v in devices.get("CUDA", {}).items()}
+        inst.clock_khz = clock_table(devices)
         if session.data == "trace":
             with session.lock:
                 kernels = list(session.events)
