@@ -37,7 +37,6 @@ import time
 from ..context import frames, make, stack
 from .. import data
 from ..data import job, writer
-from . import instrumentation
 from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
@@ -116,6 +115,8 @@ class Profiler:
             if opts.pc is not None:
                 self._check_pc()
             if opts.instrument is not None:
+                from . import instrumentation  # numpy and Triton: only for such sessions
+
                 instrumentation.check_start(self.sessions.values())
             live = {s.context for s in self.sessions.values()}
             if live and opts.context not in live:
@@ -422,6 +423,8 @@ class Profiler:
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
         """Close `session` and write its file (or its last part files); return the paths."""
         if session.instrument is not None:
+            from . import instrumentation
+
             instrumentation.finish(session, devices)
         if (pc := self._pc(session)) is not None:
             self.collector.pc = None
