@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable
+from typing import Any, Callable
 
 from .errors import SessionError
 from .options import parse_options
@@ -15,7 +15,7 @@ from .runtime.profiler import profiler
 
 
 def start(name: str | None = None, *, context: str = "shadow", data: str = "tree",
-          backend: str | None = None, mode: str | None = None,
+          backend: str | None = None, mode: Any = None,
           hook: str | None = None) -> int | None:
     """Start (or resume) a profiling session and return its id (None when disabled).
 
@@ -30,9 +30,12 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         context: "shadow" (scopes) or "python" (each kernel under the Python call path that
             launched it, with the open scopes at the frames that opened them).
         data: "tree" (aggregated call tree) or "trace".
-        backend: None or "cupti".
+        backend: None or "cupti"; "instrumentation": kernels compiled from now on record
+            their proton.language scopes (Triton 3.6.0).
         mode: None for kernel times; "pcsampling[:interval=N][:serialize=1]" to also sample
-            instructions per kernel source line (see `proton run --help`).
+            instructions per kernel source line (see `proton run --help`). With
+            backend="instrumentation": "default[:buffer_size=BYTES]", "mma", or a
+            proton.mode object.
         hook: None or "triton" (Triton launch hook: op names and launch metadata), with options:
             "triton:config" appends grid, warps, stages, shared memory to op names,
             "triton:config=BLOCK_M,BLOCK_N" also these constexprs ("=*": all),

@@ -114,3 +114,18 @@ LIBRARY_FILE = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen |
 def frame_name(file: str, line: int, function: str) -> str:
     """The name of a python frame or a source line: `file:line@function`."""
     return f"{file}:{line}@{function}"
+
+# -- intra-kernel scopes (backend="instrumentation", proton.language), Triton's names -----------
+CYCLES = "cycles"
+"""A kernel scope's clock cycles, summed over every warp, CTA and launch that ran it."""
+NORMALIZED_CYCLES = "normalized_cycles"
+"""CYCLES divided, per launch, by the warps times the CTAs of that launch (Triton's
+normalisation: the cycles one warp would have spent on average)."""
+WARP_CYCLES = ("warp_cycles_min", "warp_cycles_median", "warp_cycles_max")
+"""A kernel scope's cycles per warp event (one warp's one pass through it), across warps and
+CTAs: the spread proton-viewer --warps shows (properties: never summed into parents)."""
+WARP_EVENTS = "warp_events"
+"""How many warp events the scope's cycles sum over."""
+INTRA_TRACE_CATEGORY = "intra_kernel"
+"""The "cat" of a kernel scope's span in a Chrome trace (a process per SM and CTA, a thread per
+warp)."""

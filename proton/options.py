@@ -20,7 +20,7 @@ from .format import TRACE_EXTENSION, TREE_EXTENSION
 
 CONTEXTS = ("shadow", "python")
 DATA = ("tree", "trace")
-BACKENDS = (None, "cupti")
+BACKENDS = (None, "cupti", "instrumentation")
 DEFAULT_NAME = "proton"
 DEFAULT_INTERVAL = 10
 """Sample every 2**10 cycles: ~1.0x run time on a 4096^3 matmul (H200), millions of samples."""
@@ -70,6 +70,8 @@ class SessionOptions:
     """The Triton launch hook, when hook="triton..."."""
     hook_spec: str | None = None
     """`hook` as given (the file records nothing of it; errors quote it)."""
+    instrument: object | None = None
+    """backend="instrumentation": the proton.mode.InstrumentationMode kernels compile with."""
     flush: str | None = None
     """mode="periodic_flushing[:format=F]": each finished phase goes to NAME.part_<phase>.F
     (hatchet, hatchet_msgpack or chrome_trace)."""
@@ -88,6 +90,12 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     _check_choice("data", data, DATA)
     _check_choice("backend", backend, BACKENDS)
     flush = None
+    instrument = None
+    if backend == "instrumentation":
+        from .mode import instrumentation_mode
+
+        instrument, mode = instrumentation_mode(mode), None
+    mode = _mode_text(mode)
     if isinstance(mode, str) and mode.split(":", 1)[0].lower() == PERIODIC_FLUSHING:
         flush, mode = parse_flushing(mode, data), None
     pc = parse_mode(mode)
@@ -98,7 +106,19 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     if os.path.isdir(path):
         raise SessionError(f"the profile would be written to {path!r}, which is a folder; "
                            "give another name")
-    return SessionOptions(name, path, context, data, pc, hook_options, hook, flush)
+    return SessionOptions(name, path, context, data, pc, hook_options, hook, instrument, flush)
+
+
+def _mode_text(mode):
+    """A mode object (proton.mode's or triton.profiler.mode's) as its mode string."""
+    if mode is None or isinstance(mode, str):
+        return mode
+    if type(mode).__name__ == "PCSampling" and isinstance(getattr(mode, "interval", None), int):
+        return f"{TRITON_PC_SAMPLING}:interval={mode.interval}"  # cycles, as Triton counts
+    if getattr(mode, "name", None) in ("default", "mma"):
+        raise SessionError(f"mode={mode} is an instrumentation mode; pass "
+                           "backend='instrumentation' with it")
+    return mode
 
 
 def _check_name(name) -> str:

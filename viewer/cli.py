@@ -94,6 +94,9 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               help="Write one self-contained page (no network) instead of the tree: flame "
               "graph (widths: the first -m metric), kernels table, roofline, source heat of "
               "sampled kernels; several rank files are merged.")
+@click.option("--warps", is_flag=True,
+              help="Instead of the tree: each kernel scope (backend='instrumentation') across "
+              "warps: events, min/median/max cycles, cycles per warp, imbalance (max/median).")
 @click.option("--rank", type=click.IntRange(min=0), default=None,
               help="Of several rank files (or a folder of them): show rank R's alone.")
 @click.option("--source", "kernel", default=None, metavar="KERNEL",
@@ -109,7 +112,7 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
 @click.pass_context
 def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
            name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-           html_path, rank, kernel, source_roots, profiles) -> None:
+           html_path, warps, rank, kernel, source_roots, profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
     from stdin. Several files, or a folder, must be one job's ranks (NAME.rank<R>.hatchet of
     one run): one tree over all of them, frames matched by call path, each metric summed
@@ -131,6 +134,15 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
                 click.echo(f"note: {note}", err=True)
             click.echo(text)
             ctx.exit(_Failed.exit_code if errors else 0)
+        if warps:
+            from . import warps as warp_view
+            from .reader import parse
+
+            for path in profiles:
+                found = warp_view.rows(deep.call(parse, path).root)
+                click.echo((f"{path}:\n" if len(profiles) > 1 else "")
+                           + warp_view.render(found), nl=False)
+            return
         # In a thread with a large stack: a profile may be nested any number of levels deep.
         if sum(x is not None and x is not False for x in (kernel, html_path, diagnose or None)) > 1:
             raise ViewerError("--source, --html and --diagnose each replace the tree; give one")

@@ -22,9 +22,9 @@ from typing import Any
 
 from ..errors import ProfileWriteError, SessionError
 from ..files import create_beside
-from ..format import (CHILDREN_KEY, CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
-                      FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES, OTHER_DATA, PROPERTY,
-                      ROOT_NAME, T0_NS, TYPE_KEY)
+from ..format import (CHILDREN_KEY, CUDA, CYCLES, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
+                      FRAME_TYPE, INTRA_TRACE_CATEGORY, METRICS_KEY, NAME_KEY, NO_LINES,
+                      OTHER_DATA, PROPERTY, ROOT_NAME, T0_NS, TYPE_KEY)
 from ..format_msgpack import packb
 from ..report import warn
 from .job import alive, pid_path
@@ -117,7 +117,8 @@ def finite_or_none(value: int | float) -> int | float | None:
 
 
 def build_trace(events: list[tuple[int, Any]],
-                spans: list[tuple[int, int, int, int]] = (), job: dict | None = None) -> dict:
+                spans: list[tuple[int, int, int, int]] = (), job: dict | None = None,
+                intra: list[tuple] = ()) -> dict:
     """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
     any record with name, device_id, stream_id, start and end (ns): one event per kernel, a
     process per device ("GPU 0", or "rank 1 GPU 0" in a job) and a thread per stream. `spans`:
@@ -125,8 +126,11 @@ def build_trace(events: list[tuple[int, Any]],
     thread per thread. Times in us from the first event; the call path in args. OTHER_DATA
     holds `job` and T0_NS, the clock at time 0, which lines up a job's ranks when their traces
     are merged (proton-viewer --output trace); `baseTimeNanoseconds` says the same to trace
-    tools that merge with torch.profiler's traces, as Triton's Proton writes it."""
-    t0 = min([rec.start for _, rec in events] + [span[1] for span in spans], default=0)
+    tools that merge with torch.profiler's traces, as Triton's Proton writes it. `intra`:
+    kernel scopes (backend="instrumentation") as (path id, device, SM, CTA, warp, start ns,
+    end ns, cycles), on a process per SM and CTA with a thread per warp."""
+    t0 = min([rec.start for _, rec in events] + [span[1] for span in spans]
+             + [int(span[5]) for span in intra], default=0)
     job = job or {}
     who = f"rank {job['rank']} " if job.get("rank") is not None else ""
     stacks: dict[int, list[str]] = {}
@@ -151,9 +155,40 @@ def build_trace(events: list[tuple[int, Any]],
             out.append({"name": names[-1], "cat": "scope", "ph": "X", "pid": host,
                         "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
                         "args": {"call_stack": names}})
+    if intra:
+        out += _intra_events(intra, t0, who, stack)
     # the facts first: a later writer of the same name reads them from the file's head
     return {OTHER_DATA: {**job, T0_NS: t0}, "displayTimeUnit": "us",
             "baseTimeNanoseconds": t0, "traceEvents": out}
+
+
+INTRA_PID = 1 << 20
+"""Processes of kernel scopes are numbered from here (the GPUs' are their device numbers)."""
+
+
+def _intra_events(intra, t0: int, who: str, stack) -> list[dict]:
+    """Kernel scopes: a process per (device, SM, CTA), sorted, a thread per warp."""
+    out: list[dict] = []
+    pids: dict[tuple[int, int, int], int] = {}
+    for key in sorted({(s[1], s[2], s[3]) for s in intra}):
+        pid = pids[key] = INTRA_PID + len(pids)
+        device, sm, cta = key
+        out.append({"name": "process_name", "ph": "M", "pid": pid,
+                    "args": {"name": f"{who}GPU {device} SM {sm} CTA {cta}"}})
+        out.append({"name": "process_sort_index", "ph": "M", "pid": pid,
+                    "args": {"sort_index": pid}})
+    threads = set()
+    for path, device, sm, cta, warp, start, end, cycles in sorted(intra, key=lambda s: s[5]):
+        pid = pids[device, sm, cta]
+        if (pid, warp) not in threads:
+            threads.add((pid, warp))
+            out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": warp,
+                        "args": {"name": f"warp {warp}"}})
+        names = stack(path)
+        out.append({"name": names[-1], "cat": INTRA_TRACE_CATEGORY, "ph": "X", "pid": pid,
+                    "tid": warp, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
+                    "args": {"call_stack": names, CYCLES: int(cycles), "sm": sm, "cta": cta}})
+    return out
 
 
 def check_format(data: str, output_format: str) -> None:

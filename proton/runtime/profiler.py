@@ -117,6 +117,10 @@ class Profiler:
                 return sid
             if opts.pc is not None:
                 self._check_pc()
+            if opts.instrument is not None:
+                from . import instrumentation  # numpy and Triton: only for such sessions
+
+                instrumentation.check_start(self.sessions.values())
             live = {s.context for s in self.sessions.values()}
             if live and opts.context not in live:
                 raise SessionError(f"a session with context={live.pop()!r} is live; finalize "
@@ -138,6 +142,8 @@ class Profiler:
             session = Session(self._next_id, opts.name, path,
                               opts.context, opts.data, opts.hook_spec, pc=opts.pc is not None,
                               job=who, flush=opts.flush)
+            if opts.instrument is not None:
+                session.instrument = instrumentation.start(opts.instrument, opts.data)
             session.phase_starts[0] = self.now()
             self._next_id += 1
             self.sessions[session.id] = session
@@ -412,13 +418,17 @@ class Profiler:
         if data is None:
             data = Phase({}, [], [])
         if s.data == "trace":
-            return writer.build_trace(data.events, data.spans, who)
+            return writer.build_trace(data.events, data.spans, who, s.intra)
         with s.lock:
             notes = dict(s.notes)
         return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes))
 
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
         """Close `session` and write its file (or its last part files); return the paths."""
+        if session.instrument is not None:
+            from . import instrumentation
+
+            instrumentation.finish(session, devices)
         if (pc := self._pc(session)) is not None:
             self.collector.pc = None
             try:

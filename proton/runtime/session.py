@@ -58,6 +58,10 @@ class Session:
     """Wall-clock start: a file of the same name written after it is another process's."""
     flush: str | None = None
     """mode="periodic_flushing": the format each finished phase is written in."""
+    instrument: object | None = None
+    """backend="instrumentation": the runtime/instrumentation.Instrumentation it reads."""
+    intra: list = field(default_factory=list)
+    """Kernel scopes' spans per warp (data="trace"), added when the session is written."""
     keep_others: bool = False
     """A capture's: a file at its path that this process did not write stays (the profile
     goes beside it)."""
@@ -81,10 +85,14 @@ class Session:
 
     def resume(self, now: int) -> None:
         """Record from `now` (the kernels' clock) on."""
+        if self.instrument is not None:
+            self.instrument.recording = True
         self.intervals.append([now, -1])
         self.host_intervals.append([time.time_ns(), -1])
 
     def pause(self, now: int) -> None:
+        if self.instrument is not None:
+            self.instrument.recording = False
         self.intervals[-1][1] = now
         self.host_intervals[-1][1] = time.time_ns()
 

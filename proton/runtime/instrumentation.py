@@ -1,0 +1,519 @@
+"""backend="instrumentation": kernels compiled while the session lives record their
+proton.language scopes; their buffers are read in batches, never with a sync per launch.
+
+While installed:
+- Triton's nvidia backend runs the proton passes at `make_llir` (its `instrumentation` hook)
+  and `knobs.compilation.instrumentation_mode` is set, which is part of Triton's cache key:
+  kernels compile anew, instrumented, and a kernel compiled outside the session is neither
+  changed nor reused (uninstall puts both back).
+- Triton's launcher asks the profile allocator for `grid * profile_scratch_size` bytes before
+  each launch. The Arena hands out consecutive slices of one device buffer; the launch hooks
+  note (kernel, slice, call-path node). When a launch does not fit, and at the end, the arena
+  is read at once: one device sync and one copy for all the launches it holds (Triton's Proton
+  syncs and copies after every launch), then decoded a kernel at a time (data/intra.py).
+
+Pinned to Triton 3.6.0 (the buffer layout and the passes' arguments); another version fails at
+start() with one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..context.frames import launch_parent
+from ..context.stack import per_thread
+from ..data import intra
+from ..data.paths import SCOPE, paths
+from ..errors import SessionError
+from ..format import CYCLES, DEVICE_ID, NORMALIZED_CYCLES, WARP_CYCLES, WARP_EVENTS
+from ..mode import InstrumentationMode
+from ..report import warn
+
+ARENA_BYTES = int(os.environ.get("PROTON_INSTRUMENTATION_ARENA", 64 << 20))
+"""Device bytes the launches' buffers are cut from before a read (one sync per fill)."""
+ALIGN = 128
+"""Triton 3.6 asks its profile allocator for this alignment."""
+MAX_SCRATCH_BYTES = 1 << 31
+SHARED_MAX_BYTES = 8192
+"""Triton 3.6 sizes a shared record buffer at most this per CTA (larger buffer_size asks are
+cut to it; checked by compiling for sm_90); a global one takes any size."""
+MEDIAN_SAMPLE = 1 << 20
+compiling = False
+"""True while a session compiles kernels instrumented (proton.language's records are on)."""
+"""Warp events kept per scope for the median (min and max are exact)."""
+
+
+def check_triton() -> None:
+    """Raises SessionError unless the installed Triton is one whose buffers we read."""
+    try:
+        import triton
+    except ImportError:
+        raise SessionError("backend='instrumentation' needs Triton (pip install triton==3.6.0)"
+                           ) from None
+    if triton.__version__ not in intra.SUPPORTED_TRITON:
+        raise SessionError(f"backend='instrumentation' reads Triton "
+                           f"{', '.join(intra.SUPPORTED_TRITON)}'s buffer layout; this is "
+                           f"Triton {triton.__version__}: install triton==3.6.0 or use "
+                           "triton.profiler for this version")
+
+
+@dataclass(slots=True)
+class KernelInfo:
+    """What one loaded instrumented kernel needs to be read."""
+
+    name: str
+    scratch: int
+    """profile_scratch_size: bytes per CTA."""
+    num_warps: int
+    scope_names: dict[int, str]
+    scope_parents: dict[int, int]
+
+
+@dataclass(slots=True)
+class ScopeStats:
+    """A scope under one kernel node, summed over its launches."""
+
+    cycles: int = 0
+    normalized: float = 0.0
+    events: int = 0
+    lo: int = -1
+    hi: int = 0
+    sample: list = field(default_factory=list)
+    kept: int = 0
+
+    def add(self, cycles: np.ndarray, normalized: float) -> None:
+        self.cycles += int(cycles.sum())
+        self.normalized += normalized
+        self.events += cycles.size
+        lo, hi = int(cycles.min()), int(cycles.max())
+        self.lo = lo if self.lo < 0 else min(self.lo, lo)
+        self.hi = max(self.hi, hi)
+        if self.kept < MEDIAN_SAMPLE:
+            self.sample.append(cycles[:MEDIAN_SAMPLE - self.kept])
+            self.kept += self.sample[-1].size
+
+    def metrics(self, device: int) -> dict:
+        med = float(np.median(np.concatenate(self.sample))) if self.sample else 0.0
+        return {CYCLES: self.cycles, NORMALIZED_CYCLES: self.normalized,
+                DEVICE_ID: str(device), WARP_EVENTS: self.events,
+                WARP_CYCLES[0]: self.lo, WARP_CYCLES[1]: med, WARP_CYCLES[2]: self.hi}
+
+
+class _Slice:
+    """What the launcher takes from an allocator: something with data_ptr()."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+class Instrumentation:
+    """One process-wide installation, shared by the instrumentation sessions."""
+
+    def __init__(self, mode: InstrumentationMode, clock_khz: dict[int, int]) -> None:
+        self.mode = mode
+        self.clock_khz = clock_khz
+        """Device -> SM clock (kHz), to put cycles on the trace's clock."""
+        self.kernels: dict[int, KernelInfo] = {}
+        self.arena: Any = None  # torch uint8 tensor, made at the first launch
+        self.host: Any = None  # its pinned host copy
+        self.used = 0
+        self.pending: list[tuple] = []
+        """(function, offset, bytes, kernel node, device, ordinal) of launches not read yet;
+        ordinal: the launch's number among its kernel node's (matched to CUPTI's records)."""
+        self.launches: dict[int, int] = {}
+        self.next_slice: tuple[int, int] | None = None
+        self.stats: dict[tuple[int, int], ScopeStats] = {}
+        """(kernel node, scope node) -> stats."""
+        self.spans: list[dict] = []
+        """Trace sessions: batches of warp events as arrays (see _add_spans)."""
+        self.keep_spans = False
+        self.recording = True
+        self.dropped = 0
+        self.needed = 0
+        self.unbalanced: dict[str, int] = {}
+        self.reordered: dict[str, int] = {}
+        self.bad_blocks = 0
+        self.reads = 0
+        self.lock = threading.Lock()
+        self._saved: tuple | None = None
+
+    # -- install / uninstall --------------------------------------------------------------------
+    def install(self) -> None:
+        import triton
+        from triton.backends import backends
+        from triton.runtime._allocation import _profile_allocator, set_profile_allocator
+
+        global compiling
+        backend = backends["nvidia"].compiler
+        self._saved = (backend.instrumentation, triton.knobs.compilation.instrumentation_mode,
+                       _profile_allocator.get(), _triton_flag())
+        backend.instrumentation = _Passes(self.mode)
+        triton.knobs.compilation.instrumentation_mode = str(self.mode)
+        set_profile_allocator(self.allocate)
+        compiling = True
+        _set_triton_flag(True)
+        knobs = triton.knobs.runtime
+        knobs.kernel_load_end_hook.add(self.on_load)
+        knobs.launch_enter_hook.add(self.on_enter)
+        knobs.launch_exit_hook.add(self.on_exit)
+
+    def uninstall(self) -> None:
+        import triton
+        from triton.backends import backends
+        from triton.runtime._allocation import set_profile_allocator
+
+        global compiling
+        if self._saved is None:
+            return
+        instr, mode, allocator, flag = self._saved
+        self._saved = None
+        backends["nvidia"].compiler.instrumentation = instr
+        triton.knobs.compilation.instrumentation_mode = mode
+        set_profile_allocator(allocator)
+        compiling = False
+        _set_triton_flag(flag)
+        knobs = triton.knobs.runtime
+        knobs.kernel_load_end_hook.remove(self.on_load)
+        knobs.launch_enter_hook.remove(self.on_enter)
+        knobs.launch_exit_hook.remove(self.on_exit)
+
+    # -- Triton's hooks (per kernel load, per launch) ------------------------------------------
+    def on_load(self, module, function, name, metadata_group, hash) -> None:
+        if not function:
+            return
+        meta_path = next((p for k, p in metadata_group.items() if k.endswith("json")), None)
+        ttgir = next((p for k, p in metadata_group.items() if k.endswith("ttgir")), None)
+        if meta_path is None or ttgir is None:
+            return
+        with open(meta_path) as f:
+            meta = json.load(f)
+        if not meta.get("profile_scratch_size"):
+            return  # not instrumented (compiled before the session, or no scopes)
+        names, parents = scope_table(ttgir)
+        self.kernels[function] = KernelInfo(name, meta["profile_scratch_size"],
+                                            meta["num_warps"], names, parents)
+
+    def allocate(self, size: int, alignment: int, stream) -> _Slice:
+        """Triton's profile allocator: a slice of the arena (read first if it is full)."""
+        import torch
+
+        if size > MAX_SCRATCH_BYTES:
+            raise SessionError(f"an instrumented launch asks {size} bytes of profile buffer; "
+                               "launch fewer CTAs or give a smaller buffer_size")
+        if self.arena is None or size > self.arena.numel():
+            with self.lock:
+                self.read()
+                self.arena = torch.empty(max(ARENA_BYTES, _aligned(size)), dtype=torch.uint8,
+                                         device="cuda")
+        offset = _aligned(self.used)
+        if offset + size > self.arena.numel():
+            with self.lock:
+                self.read()
+            offset = 0
+        self.used = offset + size
+        self.next_slice = (offset, size)
+        return _Slice(self.arena.data_ptr() + offset)
+
+    def on_enter(self, metadata) -> None:
+        taken, self.next_slice = self.next_slice, None
+        if taken is None or not self.recording:
+            return
+        data = metadata.data
+        function = data.get("function")
+        if function not in self.kernels:
+            return
+        st = per_thread.stacks
+        from triton.runtime import driver
+
+        device = driver.active.get_current_device()
+        node = st.op_path  # the Triton hook named this launch's op: its kernel is counted there
+        if node is None:
+            node = paths.intern(launch_parent(), self.kernels[function].name,
+                                f"kernel{device}")
+        ordinal = self.launches.get(node, 0)
+        self.launches[node] = ordinal + 1
+        self.pending.append((function, taken[0], taken[1], node, device, ordinal))
+
+    def on_exit(self, metadata) -> None:
+        pass
+
+    # -- reading --------------------------------------------------------------------------------
+    def read(self) -> None:
+        """Read every launch the arena holds (one sync, one copy) and clear it."""
+        pending, self.pending = self.pending, []
+        used, self.used = self.used, 0
+        if not pending or self.arena is None:
+            return
+        import torch
+
+        torch.cuda.synchronize()
+        if self.host is None or self.host.numel() < used:
+            self.host = torch.empty(self.arena.numel(), dtype=torch.uint8, pin_memory=True)
+        self.host[:used].copy_(self.arena[:used])  # pinned: one fast copy, kept for the next
+        host = self.host[:used].numpy()
+        self.reads += 1
+        by_kernel: dict[int, list] = {}
+        for launch in pending:
+            by_kernel.setdefault(launch[0], []).append(launch)
+        for function, launches in by_kernel.items():
+            self._read_kernel(self.kernels[function], host, launches)
+
+    def _read_kernel(self, info: KernelInfo, host: np.ndarray, launches: list) -> None:
+        offsets = np.array([launch[1] for launch in launches])
+        sizes = np.array([launch[2] for launch in launches])
+        counts = sizes // info.scratch
+        label = np.repeat(np.arange(len(launches)), counts)
+        if np.all(offsets[1:] == offsets[:-1] + sizes[:-1]):  # side by side: no copy
+            blocks = host[offsets[0]:offsets[-1] + sizes[-1]]
+        else:
+            blocks = np.concatenate([host[o:o + n] for o, n in zip(offsets, sizes)])
+        dec = intra.decode(blocks, info.scratch, info.num_warps, label=label)
+        self.dropped += dec.dropped
+        self.needed = max(self.needed, dec.needed_bytes)
+        self.bad_blocks += dec.bad_blocks
+        for sid, n in dec.unbalanced.items():
+            key = f"{info.name}/{info.scope_names.get(sid, sid)}"
+            self.unbalanced[key] = self.unbalanced.get(key, 0) + n
+        for sid, n in dec.reordered.items():
+            key = f"{info.name}/{info.scope_names.get(sid, sid)}"
+            self.reordered[key] = self.reordered.get(key, 0) + n
+        if not dec.scope.size:
+            return
+        cycles = dec.cycles
+        launch_nodes = np.array([launch[3] for launch in launches])
+        devices = np.array([launch[4] for launch in launches])
+        per_warp = counts[dec.launch] * info.num_warps  # Triton's normalisation, per launch
+        node_of = launch_nodes[dec.launch]
+        key = node_of * 256 + dec.scope
+        uniq, inv = np.unique(key, return_inverse=True)
+        norm = np.bincount(inv, weights=cycles / per_warp)
+        for i, k in enumerate(uniq.tolist()):
+            kernel, sid = divmod(k, 256)
+            scope_node = self._scope_node(kernel, info, sid)
+            sel = inv == i
+            stats = self.stats.setdefault((kernel, scope_node), ScopeStats())
+            stats.add(cycles[sel], float(norm[i]))
+            if self.keep_spans:
+                ordinals = np.array([launch[5] for launch in launches])
+                self.spans.append({
+                    "scope": np.full(int(sel.sum()), scope_node), "kernel": node_of[sel],
+                    "ordinal": ordinals[dec.launch[sel]], "device": devices[dec.launch[sel]],
+                    "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
+                    "init": dec.init_ns[sel], "since": dec.start[sel] - dec.block_min_clock[sel],
+                    "cycles": cycles[sel]})
+
+    def trace_spans(self, kernels: list[tuple[int, object]]) -> list[tuple]:
+        """The warp events as (scope node, device, SM, CTA, warp, start ns, end ns, cycles) on
+        the kernel records' clock: each launch's first CTA starts with its CUPTI kernel record
+        (`kernels`: (kernel node, record), matched per node in launch order); cycles become ns
+        at the device's clock rate. %globaltimer and CUPTI's timestamps differ by an offset
+        (3.5 ms on an H100), so a launch without its record takes the others' median offset."""
+        if not self.spans:
+            return []
+        cols = {k: np.concatenate([b[k] for b in self.spans]) for k in self.spans[0]}
+        records: dict[int, list] = {}
+        for node, rec in kernels:
+            records.setdefault(node, []).append(rec)
+        first: dict[tuple[int, int], int] = {}
+        for k, o, t in zip(cols["kernel"].tolist(), cols["ordinal"].tolist(),
+                           cols["init"].tolist()):
+            first[k, o] = min(first.get((k, o), t), t)
+        offsets = {}
+        for (k, o), t in first.items():
+            recs = sorted(records.get(k, []), key=lambda r: r.start)
+            if o < len(recs):
+                offsets[k, o] = recs[o].start - t
+        fallback = int(np.median(list(offsets.values()))) if offsets else 0
+        shift = np.array([offsets.get((k, o), fallback) for k, o in
+                          zip(cols["kernel"].tolist(), cols["ordinal"].tolist())])
+        khz = np.array([self.clock_khz.get(int(d)) or 1_000_000 for d in cols["device"]],
+                       dtype=np.float64)
+        per_ns = khz / 1e6
+        start = cols["init"] + shift + cols["since"] / per_ns
+        end = start + cols["cycles"] / per_ns
+        return list(zip(cols["scope"].tolist(), cols["device"].tolist(), cols["sm"].tolist(),
+                        cols["cta"].tolist(), cols["warp"].tolist(), start.tolist(),
+                        end.tolist(), cols["cycles"].tolist()))
+
+    def _scope_node(self, kernel: int, info: KernelInfo, sid: int) -> int:
+        chain = []
+        seen = set()
+        while sid in info.scope_names and sid not in seen:
+            seen.add(sid)
+            chain.append(info.scope_names[sid])
+            sid = info.scope_parents.get(sid, -1)
+        if not chain:
+            chain = [f"scope_{sid}"]
+        node = kernel
+        for name in reversed(chain):
+            node = paths.intern(node, name, SCOPE)
+        return node
+
+    def report(self) -> None:
+        """Say what could not be read (once, at the session's end)."""
+        if self.dropped:
+            need = 1 << max(self.needed - 1, 1).bit_length()
+            # Triton 3.6 keeps a shared buffer at 8 KiB per CTA whatever buffer_size asks
+            where = "buffer_type=global:" if need > SHARED_MAX_BYTES else ""
+            warn(f"instrumentation: {self.dropped} scope records were lost to full per-warp "
+                 f"buffers (the oldest of each warp); mode='{self.mode.name}:{where}"
+                 f"buffer_size={need}' would hold them all")
+        if self.unbalanced:
+            shown = ", ".join(f"{k} ({n})" for k, n in sorted(self.unbalanced.items())[:5])
+            warn(f"instrumentation: scope records with no partner were left out: {shown}; "
+                 "enter and exit each scope on every path through the kernel")
+        if self.reordered:
+            shown = ", ".join(f"{k} ({n})" for k, n in sorted(self.reordered.items())[:5])
+            warn(f"instrumentation: scopes whose end came before their start (the compiler "
+                 f"moved a record) were left out: {shown}")
+        if self.bad_blocks:
+            warn(f"instrumentation: {self.bad_blocks} CTA buffers had no header (not Triton "
+                 "3.6's layout, or a CTA that exited early) and were skipped")
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _triton_flag() -> bool:
+    try:
+        from triton.profiler.flags import flags
+    except ImportError:
+        return False
+    return flags.instrumentation_on
+
+
+def _set_triton_flag(on: bool) -> None:
+    """Kernels written with triton.profiler.language check Triton's flag."""
+    try:
+        from triton.profiler.flags import flags
+    except ImportError:
+        return
+    flags.instrumentation_on = on
+
+
+def scope_table(ttgir_path: str) -> tuple[dict[int, str], dict[int, int]]:
+    """Scope id -> name and scope id -> parent id, from a kernel's TTGIR (the compiler's)."""
+    from triton._C.libtriton import ir, nvidia
+    from triton._C.libtriton import proton as tp
+
+    context = ir.context()
+    ir.load_dialects(context)
+    nvidia.load_dialects(context)
+    tp.load_dialects(context)
+    module = ir.parse_mlir_module(ttgir_path, context)
+    module.context = context
+    names = dict(tp.get_scope_id_names(module))
+    parents = dict(tp.get_scope_id_parents(module))
+    return names, parents
+
+
+class _Passes:
+    """Triton's nvidia backend calls this at make_llir (its `instrumentation` attribute)."""
+
+    def __init__(self, mode: InstrumentationMode) -> None:
+        self.mode = mode
+
+    def load_dialects(self, ctx) -> None:
+        from triton._C.libtriton import proton as tp
+
+        tp.load_dialects(ctx)
+
+    def patch(self, stage: str, pm, ctx) -> None:
+        from triton._C.libtriton import passes
+        from triton._C.libtriton import proton as tp
+
+        self.load_dialects(ctx)
+        m = self.mode
+        if stage == "ttgpuir_to_llvmir":
+            tp.add_convert_proton_to_protongpu(
+                pm, tp.METRIC_TYPE.CYCLE, _enum(tp.SAMPLING_STRATEGY, m.sampling_strategy),
+                m.sampling_options, _enum(tp.GRANULARITY, m.granularity),
+                _enum(tp.BUFFER_STRATEGY, m.buffer_strategy), _enum(tp.BUFFER_TYPE, m.buffer_type),
+                m.buffer_size, _max_shared(), 1, ALIGN, "clock32" not in m.optimizations)
+            passes.common.add_cse(pm)
+            if "sched_stores" in m.optimizations:
+                tp.add_schedule_buffer_store(pm)
+            tp.add_allocate_proton_shared_memory(pm)
+        elif stage == "llvmir_to_llvm":
+            tp.add_allocate_proton_global_scratch_buffer(pm)
+            tp.add_convert_proton_nvidia_gpu_to_llvm(pm)
+
+
+def _enum(enum, text: str):
+    return getattr(enum, text.upper())
+
+
+def _max_shared() -> int:
+    """The device's shared memory per block (the passes size the record buffer within it)."""
+    try:
+        from triton.runtime import driver
+
+        device = driver.active.get_current_device()
+        return driver.active.utils.get_device_properties(device)["max_shared_mem"]
+    except Exception:  # no GPU (compiling for tests): an H100's
+        return 232448
+
+
+# -- the sessions' side (runtime/profiler.py) -------------------------------------------------
+_installed: Instrumentation | None = None
+
+
+def check_start(live) -> None:
+    """Raises SessionError when an instrumentation session cannot start now."""
+    check_triton()
+    if any(s.instrument is not None for s in live):
+        raise SessionError("an instrumentation session is live; finalize it before starting "
+                           "another (kernels compile with one mode at a time)")
+
+
+def start(mode: InstrumentationMode, data: str) -> Instrumentation:
+    global _installed
+    inst = Instrumentation(mode, {})
+    inst.keep_spans = data == "trace"
+    inst.install()
+    _installed = inst
+    return inst
+
+
+def clock_table(devices: dict) -> dict[int, int]:
+    """Device -> SM clock (kHz) from the profiler's device table ({"0": {...}}) or a file's
+    ({"CUDA": {"0": {...}}})."""
+    table = devices.get("CUDA", devices)
+    return {int(d): int(v.get("clock_rate") or 0) for d, v in table.items()
+            if str(d).isdigit() and isinstance(v, dict)}
+
+
+def finish(session, devices: dict) -> None:
+    """Read what is left, put it on `session` (tree nodes or trace spans), say what was lost,
+    and put Triton back as it was. `devices`: the file's device table (clock rates)."""
+    global _installed
+    inst = session.instrument
+    session.instrument = None
+    try:
+        with inst.lock:
+            inst.read()
+        inst.clock_khz = clock_table(devices)
+        if session.data == "trace":
+            with session.lock:
+                kernels = list(session.events)
+            session.intra = inst.trace_spans(kernels)
+        else:
+            for (kernel, node), stats in inst.stats.items():
+                device = int(paths.frames[kernel].kind.removeprefix("kernel") or 0) \
+                    if paths.frames[kernel].kind.startswith("kernel") else 0
+                session.add(node, stats.metrics(device))
+        inst.report()
+    finally:
+        inst.uninstall()
+        _installed = None

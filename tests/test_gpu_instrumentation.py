@@ -1,0 +1,150 @@
+"""backend="instrumentation" on a GPU: the same kernel's scopes under Triton's Proton and ours.
+
+Each profiler runs tests/intra_workload.py in its own process (one CUPTI / one Proton per
+process). Conformance: the same events per warp (names, counts, order by start) and each scope's
+median cycles per warp within 25% + 200 cycles of Triton's (two runs of one kernel, not one
+run read twice: clocks differ run to run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from conftest import find, load
+
+pytestmark = pytest.mark.gpu
+WORKLOAD = os.path.join(os.path.dirname(__file__), "intra_workload.py")
+OUT = os.environ.get("PROTON_INTRA_OUT")  # a folder for each run's stderr (the GPU script's)
+TOLERANCE = (0.25, 200)
+
+
+def run(tmp_path, profiler: str, data: str, *extra: str) -> tuple[str, dict, str]:
+    prefix = str(tmp_path / f"{profiler}_{data}")
+    proc = subprocess.run([sys.executable, WORKLOAD, profiler, data, prefix, *extra],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    path = prefix + (".hatchet" if data == "tree" else ".chrome_trace")
+    if OUT:
+        with open(os.path.join(OUT, "intra_runs.log"), "a") as log:
+            log.write(f"== {profiler} {data} {extra}\n{proc.stderr[-4000:]}\n")
+    return path, result, proc.stderr
+
+
+def triton_warps(doc: dict) -> dict[tuple[int, int], list[tuple[str, float, float]]]:
+    """Triton's trace: pid '<kernel> Core<sm> CTA<cta>', tid 'warp N (line L)', 1 GHz."""
+    out = defaultdict(list)
+    for e in doc["traceEvents"]:
+        m = re.search(r"CTA(\d+)$", str(e.get("pid", "")))
+        w = re.match(r"warp (\d+)", str(e.get("tid", "")))
+        if e.get("ph") == "X" and m and w:
+            out[int(m[1]), int(w[1])].append((e["name"], e["ts"], e["dur"] * 1000))
+    return {k: sorted(v, key=lambda x: x[1]) for k, v in out.items()}
+
+
+def our_warps(doc: dict) -> dict[tuple[int, int], list[tuple[str, float, float]]]:
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e.get("ph") == "M" and e["name"] == "process_name"}
+    out = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "intra_kernel":
+            cta = int(re.search(r"CTA (\d+)$", names[e["pid"]])[1])
+            out[cta, e["tid"]].append((e["name"], e["ts"], e["args"]["cycles"]))
+    return {k: sorted(v, key=lambda x: x[1]) for k, v in out.items()}
+
+
+def medians(warps) -> dict[str, float]:
+    by = defaultdict(list)
+    for events in warps.values():
+        for name, _, cycles in events:
+            by[name].append(cycles)
+    return {name: statistics.median(v) for name, v in by.items()}
+
+
+def test_trace_matches_triton(tmp_path):
+    theirs_path, theirs_result, _ = run(tmp_path, "triton", "trace", "--lang",
+                                        "triton.profiler.language")
+    ours_path, ours_result, _ = run(tmp_path, "ours", "trace")
+    assert theirs_result["correct"] and ours_result["correct"]
+    theirs, ours = triton_warps(load(theirs_path)), our_warps(load(ours_path))
+    assert len(ours) == 8 * 4  # every CTA's every warp
+    assert set(ours) == set(theirs)
+    for key in theirs:
+        assert [e[0] for e in ours[key]] == [e[0] for e in theirs[key]], key
+    mine, their = medians(ours), medians(theirs)
+    for name, cycles in their.items():
+        assert abs(mine[name] - cycles) <= TOLERANCE[0] * cycles + TOLERANCE[1], (name, mine,
+                                                                                 their)
+
+
+def test_trace_lines_up_with_the_kernel(tmp_path):
+    """Each CTA's scopes lie inside its kernel's span on the kernel trace's clock."""
+    path, _, _ = run(tmp_path, "ours", "trace")
+    doc = load(path)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"
+               and e["name"] == "scoped"]
+    spans = [e for e in doc["traceEvents"] if e.get("cat") == "intra_kernel"]
+    assert kernels and spans
+    k = kernels[0]
+    slack = 2.0  # us: CUPTI's kernel timestamps and %globaltimer are read apart
+    assert all(k["ts"] - slack <= s["ts"] and s["ts"] + s["dur"] <= k["ts"] + k["dur"] + slack
+               for s in spans), (k, min(s["ts"] for s in spans),
+                                 max(s["ts"] + s["dur"] for s in spans))
+
+
+def test_tree_matches_triton_and_both_viewers_read_it(tmp_path):
+    theirs_path, _, _ = run(tmp_path, "triton", "tree", "--lang", "triton.profiler.language")
+    ours_path, _, _ = run(tmp_path, "ours", "tree", "--lang", "triton.profiler.language")
+    theirs_root, ours_root = load(theirs_path)[0], load(ours_path)[0]
+    their_kernel = find(theirs_root, "scoped")
+    our_kernel = find(ours_root, "scoped")
+    assert our_kernel["metrics"]["count"] == 1  # CUPTI's kernel time is there too
+    for names in (("kernel",), ("kernel", "load"), ("kernel", "compute"), ("kernel", "store")):
+        mine, theirs = find(our_kernel, *names)["metrics"], find(their_kernel, *names)["metrics"]
+        assert mine["warp_events"] == 32
+        for key in ("cycles", "normalized_cycles"):
+            assert abs(mine[key] - theirs[key]) <= TOLERANCE[0] * theirs[key] + 32 * TOLERANCE[1]
+    for cli in (["-m", "triton.profiler.viewer"], ["-m", "proton.viewer.cli"]):
+        shown = subprocess.run([sys.executable, "-P", *cli, "-m", "normalized_cycles", ours_path],
+                               capture_output=True, text=True, timeout=300)
+        assert shown.returncode == 0 and "compute" in shown.stdout, shown.stderr[-2000:]
+
+
+def test_full_buffers_are_counted_and_named(tmp_path):
+    path, result, stderr = run(tmp_path, "ours", "tree", "--loop", "2000")
+    assert result["correct"]
+    assert "scope records were lost" in stderr, stderr[-2000:]
+    advised = re.search(r"mode='([^']+)' would hold them all", stderr)[1]
+    assert advised == "default:buffer_type=global:buffer_size=131072"  # 2000 x 2 x 8 B x 4
+    path, result, stderr = run(tmp_path, "ours", "tree", "--loop", "2000", "--mode", advised)
+    assert "lost" not in stderr, stderr[-2000:]
+    step = find(load(path)[0], "looped", "step")["metrics"]
+    assert step["warp_events"] == 2 * 4 * 2000  # 2 CTAs x 4 warps x 2000 steps, none lost
+
+
+def test_kernels_outside_the_session_are_untouched(tmp_path):
+    code = f"""
+import sys, torch, triton; sys.argv = ["w", "ours", "tree", {str(tmp_path / "u")!r}]
+sys.path.insert(0, {os.path.dirname(WORKLOAD)!r})
+import intra_workload as w, proton
+x = torch.randn(w.GRID * w.BLOCK, device="cuda"); y = torch.empty_like(x)
+k = w.scoped[(w.GRID,)](x, y, x.numel(), ITERS=w.ITERS, BLOCK=w.BLOCK, num_warps=w.WARPS)
+assert k.metadata.profile_scratch_size == 0
+proton.start({str(tmp_path / "u")!r}, backend="instrumentation")
+k2 = w.scoped[(w.GRID,)](x, y, x.numel(), ITERS=w.ITERS, BLOCK=w.BLOCK, num_warps=w.WARPS)
+assert k2.metadata.profile_scratch_size > 0
+proton.finalize()
+k3 = w.scoped[(w.GRID,)](x, y, x.numel(), ITERS=w.ITERS, BLOCK=w.BLOCK, num_warps=w.WARPS)
+assert k3 is k and k3.metadata.profile_scratch_size == 0
+torch.cuda.synchronize(); print("untouched")
+"""
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "untouched" in proc.stdout, proc.stderr[-3000:]

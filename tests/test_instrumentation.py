@@ -1,0 +1,338 @@
+"""backend="instrumentation" without a GPU: the buffer decoder on buffers built by hand (and on
+one recorded on an H100, when present), the modes, the compiler hook (Triton compiles for
+sm_90 here), and the tree and trace made from decoded launches."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+from proton.data import intra
+from proton.data.paths import paths
+from proton.data.writer import build_trace
+from proton.errors import SessionError
+from proton.options import parse_options
+
+triton = pytest.importorskip("triton")
+SEG = 1024  # bytes of per-warp segments per CTA
+SCRATCH = 2048
+
+
+def block(pid, sm, warps, init_ns=0):
+    return {"pid": pid, "sm": sm, "init_ns": init_ns, "warps": warps}
+
+
+def test_nested_scopes_pair_per_warp_and_cta():
+    buf = intra.encode([block(0, 3, {0: [(0, 0, 100), (0, 1, 110), (1, 1, 150), (1, 0, 200)],
+                                     1: [(0, 0, 105), (1, 0, 300)]}),
+                        block(1, 7, {0: [(0, 0, 10), (1, 0, 25)]})], SCRATCH, 2, SEG)
+    d = intra.decode(buf, SCRATCH, 2)
+    got = sorted(zip(d.block.tolist(), d.sm.tolist(), d.warp.tolist(), d.scope.tolist(),
+                     d.cycles.tolist()))
+    assert got == [(0, 3, 0, 0, 100), (0, 3, 0, 1, 40), (0, 3, 1, 0, 195), (1, 7, 0, 0, 15)]
+    assert d.dropped == 0 and not d.unbalanced and not d.reordered and d.bad_blocks == 0
+
+
+def test_unbalanced_records_are_left_out_and_counted():
+    buf = intra.encode([block(0, 0, {0: [(0, 2, 1), (0, 2, 5), (1, 2, 9), (1, 3, 4)]})],
+                       SCRATCH, 2, SEG)
+    d = intra.decode(buf, SCRATCH, 2)
+    assert d.cycles.tolist() == [4]  # the second start with the end: the first has no end
+    assert d.unbalanced == {2: 1, 3: 1}
+
+
+def test_an_end_before_its_start_is_reported_not_paired():
+    buf = intra.encode([block(0, 0, {0: [(0, 1, 500), (1, 1, 400)]})], SCRATCH, 2, SEG)
+    d = intra.decode(buf, SCRATCH, 2)
+    assert d.scope.size == 0 and d.reordered == {1: 1}
+
+
+def test_the_43_bit_clock_wrapping_inside_a_scope():
+    top = (1 << 43) - 10
+    buf = intra.encode([block(0, 0, {0: [(0, 0, top), (1, 0, 30)]})], SCRATCH, 2, SEG)
+    assert intra.decode(buf, SCRATCH, 2).cycles.tolist() == [40]
+
+
+def test_a_full_segment_keeps_the_newest_records_and_says_what_would_fit():
+    per_warp = SEG // 2 // 8  # records a warp's segment holds
+    recs = [(k % 2, 0, 10 * k) for k in range(per_warp + 6)]  # 3 more pairs than fit
+    d = intra.decode(intra.encode([block(0, 0, {0: recs})], SCRATCH, 2, SEG), SCRATCH, 2)
+    assert d.dropped == 6
+    assert d.scope.size == per_warp // 2 and not d.unbalanced
+    assert d.start.min() == 60  # the three oldest pairs are the ones lost
+    assert d.needed_bytes == len(recs) * 8 * 2  # per warp, times the warps
+
+
+def test_blocks_without_the_preamble_are_skipped_and_counted():
+    buf = bytearray(intra.encode([block(0, 0, {0: [(0, 0, 1), (1, 0, 2)]}),
+                                  block(1, 0, {0: [(0, 0, 1), (1, 0, 2)]})], SCRATCH, 2, SEG))
+    buf[SCRATCH:SCRATCH + 4] = b"\0\0\0\0"
+    d = intra.decode(bytes(buf), SCRATCH, 2)
+    assert d.bad_blocks == 1 and d.block.tolist() == [0]
+
+
+def test_another_layout_fails_with_one_line():
+    buf = intra.encode([block(0, 0, {0: []})], SCRATCH, 2, SEG)
+    with pytest.raises(intra.LayoutError, match="do not split into 3 warps"):
+        intra.decode(buf, SCRATCH, 3)
+
+
+RECORDED = os.path.join(os.path.dirname(__file__), "data", "intra", "buffer.npz")
+
+
+@pytest.mark.skipif(not os.path.exists(RECORDED), reason="recorded on the GPU machine")
+def test_a_buffer_recorded_on_an_h100():
+    """tests/intra_workload.py's kernel: 8 CTAs x 4 warps, each through kernel > load,
+    compute, store once."""
+    with np.load(RECORDED) as f:
+        d = intra.decode(f["buffer"], int(f["scratch"]), int(f["num_warps"]))
+        names = {int(k): v for k, v in json.loads(str(f["names"])).items()}
+    assert d.dropped == 0 and not d.unbalanced and not d.reordered and d.bad_blocks == 0
+    assert sorted(set(d.block.tolist())) == list(range(8))
+    per = {names[s]: int((d.scope == s).sum()) for s in set(d.scope.tolist())}
+    assert per == {"kernel": 32, "load": 32, "compute": 32, "store": 32}
+    assert (d.cycles > 0).all()
+    compute = d.cycles[d.scope == next(s for s, n in names.items() if n == "compute")]
+    kernel = d.cycles[d.scope == next(s for s, n in names.items() if n == "kernel")]
+    assert np.median(compute) < np.median(kernel)
+
+
+# -- modes and options ------------------------------------------------------------------------
+def test_modes_parse_as_triton_spells_them():
+    from proton import mode
+
+    m = parse_options("x", backend="instrumentation", mode="default:buffer_size=4096").instrument
+    assert (m.name, m.buffer_size, m.granularity) == ("default", 4096, "warp")
+    assert parse_options("x", backend="instrumentation").instrument == mode.Default()
+    assert parse_options("x", backend="instrumentation", mode=mode.MMA()).instrument.name == "mma"
+    import triton.profiler.mode as tmode
+
+    theirs = parse_options("x", backend="instrumentation",
+                           mode=tmode.Default(buffer_size=8192)).instrument
+    assert theirs == mode.Default(buffer_size=8192)
+    assert str(mode.Default(buffer_size=64)).startswith("default:metric_type=cycle:")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"backend": "instrumentation", "mode": "fast"}, "use 'default' or 'mma'"),
+    ({"backend": "instrumentation", "mode": "default:buffer_size=big"}, "give a number"),
+    ({"backend": "instrumentation", "mode": "default:granularity=cta"}, "granularity='cta'"),
+    ({"mode": "default"}, "not supported"),
+])
+def test_bad_modes_say_what_is_accepted(kwargs, message):
+    with pytest.raises(SessionError, match=message):
+        parse_options("x", **kwargs)
+
+
+def test_an_instrumentation_mode_object_needs_the_backend():
+    from proton import mode
+
+    with pytest.raises(SessionError, match="backend='instrumentation'"):
+        parse_options("x", mode=mode.Default())
+
+
+def test_triton_pc_sampling_object_keeps_its_cycles():
+    from proton import mode
+
+    assert parse_options("x", mode=mode.PCSampling(interval=1024)).pc.interval == 10
+
+
+def test_another_triton_version_fails_at_start(monkeypatch):
+    import proton
+
+    monkeypatch.setattr(triton, "__version__", "3.7.0")
+    with pytest.raises(SessionError, match="reads Triton 3.6.0's buffer layout; this is "
+                                           "Triton 3.7.0"):
+        proton.start(os.path.join(tempfile.gettempdir(), "never"), backend="instrumentation")
+
+
+# -- the compiler hook ------------------------------------------------------------------------
+def _kernel():
+    import triton.language as tl
+
+    import proton.language as pl
+
+    @triton.jit
+    def scoped(x_ptr, n, BLOCK: tl.constexpr):
+        pl.enter_scope("kernel")
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        with pl.scope("load"):
+            x = tl.load(x_ptr + offs, mask=offs < n)
+        pl.exit_scope("kernel")
+        tl.store(x_ptr + offs, x + 1, mask=offs < n)
+
+    return scoped
+
+
+def _compile(fn):
+    from triton.backends.compiler import GPUTarget
+
+    src = triton.compiler.ASTSource(fn, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                                    {"BLOCK": 256})
+    mode = triton.knobs.compilation.instrumentation_mode
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"instrumentation_mode": mode})
+
+
+@pytest.fixture
+def triton_semantic():
+    import proton.language as pl
+
+    pl.enable_semantic("triton")
+    yield
+    pl.disable_semantic("triton")
+
+
+def test_only_kernels_compiled_in_the_session_are_instrumented(tmp_path, triton_semantic):
+    import proton
+    from triton.backends import backends
+
+    from proton.runtime.instrumentation import scope_table
+
+    fn = _kernel()
+    before = _compile(fn)
+    proton.start(str(tmp_path / "run"), backend="instrumentation", mode="default:buffer_size=2048")
+    try:
+        inside = _compile(fn)
+    finally:
+        proton.finalize()
+    after = _compile(fn)
+    assert before.metadata.profile_scratch_size == 0 == after.metadata.profile_scratch_size
+    assert "proton" not in after.asm["ttgir"] and after.asm["cubin"] == before.asm["cubin"]
+    # the scopes' records, the buffer (2048 bytes of segments after a 128-byte header)
+    assert inside.metadata.profile_scratch_size == 2048 + 128
+    ttgir = tmp_path / "k.ttgir"
+    ttgir.write_text(inside.asm["ttgir"])
+    assert scope_table(str(ttgir)) == ({0: "kernel", 1: "load"}, {1: 0})
+    assert backends["nvidia"].compiler.instrumentation is None
+    assert triton.knobs.compilation.instrumentation_mode == ""
+
+
+def test_triton_kernels_need_the_semantic_enabled(tmp_path):
+    import proton
+
+    fn = _kernel()
+    proton.start(str(tmp_path / "run"), backend="instrumentation")
+    try:
+        with pytest.raises(Exception, match=r"enable_semantic\('triton'\)"):
+            _compile(fn)
+    finally:
+        proton.finalize()
+
+
+# -- decoded launches into the tree and the trace ---------------------------------------------
+def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
+    from proton.runtime.instrumentation import Instrumentation, KernelInfo
+    from proton import mode
+
+    inst = Instrumentation(mode.Default(), {0: 1_000_000})  # 1 GHz: a cycle is a ns
+    inst.keep_spans = True
+    info = KernelInfo("k", SCRATCH, 2, {0: "outer", 1: "inner"}, {1: 0})
+    one = intra.encode([block(0, 1, {0: [(0, 0, 0), (0, 1, 10), (1, 1, 30), (1, 0, 100)],
+                                     1: [(0, 0, 0), (1, 0, 50)]}, init_ns=5000)],
+                       SCRATCH, 2, SEG)
+    two = intra.encode([block(0, 2, {0: [(0, 0, 7), (1, 0, 17)]}),
+                        block(1, 3, {1: [(0, 0, 0), (1, 0, 30)]})], SCRATCH, 2, SEG)
+    host = np.frombuffer(one + two, np.uint8)
+    kernel = paths.intern(0, "k", "kernel0")
+    inst._read_kernel(info, host, [(1, 0, SCRATCH, kernel, 0, 0),
+                                   (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1)])
+    outer = paths.intern(kernel, "outer")
+    inner = paths.intern(outer, "inner")
+    o, i = inst.stats[kernel, outer].metrics(0), inst.stats[kernel, inner].metrics(0)
+    assert o["cycles"] == 100 + 50 + 10 + 30 and o["warp_events"] == 4
+    # launch 1: 1 CTA x 2 warps; launch 2: 2 CTAs x 2 warps
+    assert o["normalized_cycles"] == pytest.approx(150 / 2 + 40 / 4)
+    assert (o["warp_cycles_min"], o["warp_cycles_median"], o["warp_cycles_max"]) == (10, 40, 100)
+    assert i["cycles"] == 20 and i["device_id"] == "0"
+    # spans: from the CTA's init time, a cycle per ns at 1 GHz; without kernel records
+    # the clocks are left as they are
+    spans = inst.trace_spans([])
+    first = sorted(s for s in spans if s[2] == 1 and s[4] == 0)
+    assert first[0][5:8] == (5000.0, 5100.0, 100) and first[1][5:8] == (5010.0, 5030.0, 20)
+    # each launch starts with its own CUPTI record (the n-th launch of a node, the n-th record)
+    from proton.cupti.attribution import KernelRecord
+
+    recs = [(kernel, KernelRecord(1, "k", 0, 9_000_000, 9_000_500)),
+            (kernel, KernelRecord(2, "k", 0, 7_000_000, 7_000_500))]
+    inst.clock_khz = {0: 2_000_000}  # 2 GHz: two cycles a ns
+    spans = inst.trace_spans(recs)
+    by_sm = {sm: sorted(s[5] for s in spans if s[2] == sm) for sm in (1, 2, 3)}
+    assert by_sm[1][0] == 7_000_000  # launch 0 <- the earlier record
+    assert by_sm[2] == [9_000_000] == by_sm[3]  # both CTAs of launch 1 (same init time)
+
+
+def test_the_clock_rate_comes_from_either_form_of_the_device_table():
+    from proton.runtime.instrumentation import clock_table
+
+    entry = {"arch": "90", "num_sms": 132, "clock_rate": 1980000}
+    assert clock_table({"0": entry}) == {0: 1980000} == clock_table({"CUDA": {"0": entry}})
+
+
+def test_the_trace_has_a_process_per_sm_and_cta_and_a_thread_per_warp():
+    kernel = paths.intern(0, "k", "kernel0")
+    scope = paths.intern(kernel, "load")
+    doc = build_trace([], [], None, [(scope, 0, 5, 2, 1, 1000, 1500, 700),
+                                     (scope, 0, 5, 2, 3, 1200, 1300, 140),
+                                     (scope, 0, 9, 0, 1, 1100, 1900, 1120)])
+    ev = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
+    assert sorted(procs.values()) == ["GPU 0 SM 5 CTA 2", "GPU 0 SM 9 CTA 0"]
+    threads = {(procs[e["pid"]], e["args"]["name"]) for e in ev if e["name"] == "thread_name"}
+    assert threads == {("GPU 0 SM 5 CTA 2", "warp 1"), ("GPU 0 SM 5 CTA 2", "warp 3"),
+                       ("GPU 0 SM 9 CTA 0", "warp 1")}
+    spans = [e for e in ev if e.get("cat") == "intra_kernel"]
+    assert [(s["ts"], s["dur"], s["args"]["cycles"]) for s in spans] == [
+        (0.0, 0.5, 700), (0.1, 0.8, 1120), (0.2, 0.1, 140)]
+    assert spans[0]["args"]["call_stack"] == ["ROOT", "k", "load"]
+
+
+# -- the viewers on a profile recorded on an H100 ---------------------------------------------
+PROFILE = os.path.join(os.path.dirname(__file__), "data", "intra", "recorded.hatchet")
+
+
+def test_the_viewer_summarises_scopes_across_warps():
+    from click.testing import CliRunner
+
+    from proton.viewer.cli import viewer
+
+    out = CliRunner().invoke(viewer, ["--warps", PROFILE])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].split() == ["scope", "warp", "events", "min", "median", "max", "per",
+                                "warp", "imbalance"]
+    rows = {line.split("  ")[0].strip(): line.split() for line in lines[2:6]}
+    assert set(rows) == {"scoped > kernel", "scoped > kernel > compute",
+                         "scoped > kernel > load", "scoped > kernel > store"}
+    compute = rows["scoped > kernel > compute"]
+    assert compute[-6:] == ["32", "12,096", "12,153", "12,185", "12,149", "1.00x"]
+
+
+def test_warps_on_a_profile_without_kernel_scopes_says_how_to_get_them():
+    from click.testing import CliRunner
+
+    from proton.viewer.cli import viewer
+
+    other = os.path.join(os.path.dirname(__file__), "data", "recorded.hatchet")
+    out = CliRunner().invoke(viewer, ["--warps", other])
+    assert out.exit_code == 2 and "backend='instrumentation'" in out.output
+
+
+def test_both_viewers_read_the_kernel_scopes():
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from proton.viewer.cli import viewer
+
+    ours = CliRunner().invoke(viewer, ["-m", "normalized_cycles", PROFILE])
+    assert ours.exit_code == 0 and "12,149.062" in ours.output and "compute" in ours.output
+    theirs = subprocess.run([sys.executable, "-m", "triton.profiler.viewer", "-m",
+                             "normalized_cycles", PROFILE], capture_output=True, text=True,
+                            timeout=300)
+    assert theirs.returncode == 0, theirs.stderr
+    assert "12149.062 compute" in theirs.stdout and "26.000 load" in theirs.stdout
