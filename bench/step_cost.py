@@ -4,13 +4,14 @@ A 4-layer GPT (dim 512, seq 256, batch 16, vocab 8192) under torch.autocast(bf16
 a DataLoader with 2 workers, 4 scopes a step (step, forward, backward, optimizer): PyTorch
 issues ~280 kernels in ~9 ms, so every microsecond added to a launch or a CUDA call shows.
 
-Each worker process runs bare, P1, bare, P2, ..., bare (--steps steps a phase after --warmup
-warm-up steps; the order of the profilers turns from process to process) and compares each
-profiled phase with the faster of the bare phases beside it: the host runs whole processes
-at different speeds, so only ratios inside a process are compared. Per phase: the median step
-time, the main thread's CPU seconds per step (time.thread_time) and every thread's CPU
-(/proc/self/task/*/schedstat): main, autograd's, the rest (CUPTI's buffer thread among them).
-Triton's Proton runs in processes of its own (bare, triton, bare).
+Each worker process runs bare, P1, bare, P2, ..., bare, --rounds times (--steps steps a phase
+after --warmup warm-up steps; the order of the profilers turns from process to process, cb-all
+comes once, last) and compares each profiled phase with the faster of the bare phases beside
+it, and with the floor's phase of the same round: the host runs whole processes at different
+speeds, and drifts within one, so only phases close in time are compared. Per phase: the
+median step time, the main thread's CPU seconds per step (time.thread_time) and every thread's
+CPU (/proc/self/task/*/schedstat): main, autograd's (the backward pass), the rest (CUPTI's
+buffer thread among them). Triton's Proton runs in processes of its own (bare, triton, bare).
 
 Profilers: floor (CUPTI kernel activity, buffers handed back unread: what any CUPTI profiler
 pays), subscribed (floor + a CUPTI subscriber with no callback enabled), cb-runtime /
@@ -19,7 +20,7 @@ domains' launch calls), cb-all (floor + the counting callback on every runtime a
 call: the cost of a callback per API call, and the census of calls per step by API), shadow,
 hook (hook="triton"), python (context="python"), triton (Triton's Proton, shadow).
 
-    python bench/step_cost.py [--processes 8] [--steps 40] [--results F.jsonl]
+    python bench/step_cost.py [--processes 8] [--rounds 2] [--steps 40] [--results F.jsonl]
     python bench/step_cost.py --table F.jsonl        the table of earlier results
     python bench/step_cost.py --worker floor,shadow  one process; one JSON line
     python bench/step_cost.py --worker none --device cpu --steps 3   a dry run of the step
@@ -45,7 +46,10 @@ VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 8192, 512, 8, 4, 256, 16
 OURS = ("floor", "subscribed", "cb-runtime", "cb-driver", "cb-launch", "cb-all", "shadow",
         "hook", "python")
 ALL = (*OURS, "triton")
-DEFAULT = ("floor", "cb-launch", "cb-all", "shadow", "hook", "python")
+DEFAULT = ("floor", "cb-driver", "shadow", "hook", "python", "cb-all")
+LAST = ("cb-all",)
+"""Run once, after every round: enabling every API callback left the process's later bare
+steps slower, also after it unsubscribed (H100, CUDA 13)."""
 DOMAINS = {1: "driver", 2: "runtime"}
 """CUPTI's callback domains of the API calls (CUPTI_CB_DOMAIN_DRIVER_API, _RUNTIME_API)."""
 
@@ -390,8 +394,9 @@ def phase(run, n: int, scope, main: int) -> dict:
             "threads_ms": {k: v / n * 1e3 for k, v in threads.items()}}
 
 
-def worker(profilers: list[str], n: int, warmup: int, device: str) -> dict:
-    """bare, P1, bare, P2, ..., bare in this process: each phase's figures."""
+def worker(profilers: list[str], n: int, warmup: int, device: str, rounds: int = 1) -> dict:
+    """bare, P1, bare, P2, ..., bare in this process, `rounds` times (those in LAST once, at
+    the end): each phase's figures."""
     if device == "cuda":
         need_gpu()
     model, opt, batches = build(device)
@@ -403,14 +408,17 @@ def worker(profilers: list[str], n: int, warmup: int, device: str) -> dict:
 
     run(warmup, bare)
     phases = [{"profiler": "none", **phase(run, n, bare, main)}]
-    for which in profilers:
+    turns = [(r, p) for r in range(rounds) for p in profilers if p not in LAST]
+    turns += [(rounds - 1, p) for p in profilers if p in LAST]
+    for turn, which in turns:
         prof = make(which)
         prof.start()
         run(2, prof.scope)  # the first launches after a profiler attaches
         prof.begin()
         figures = phase(run, n, prof.scope, main)
         extra = prof.stop()
-        phases.append({"profiler": which, **figures, **extra, "steps_counted": n})
+        phases.append({"profiler": which, "round": turn, **figures, **extra,
+                       "steps_counted": n})
         phases.append({"profiler": "none", **phase(run, n, bare, main)})
     return {"device": device, "steps": n, "phases": phases}
 
@@ -423,8 +431,10 @@ def paired(result: dict) -> list[dict]:
     for i in range(1, len(ph) - 1, 2):
         before, prof, after = ph[i - 1], ph[i], ph[i + 1]
         base = min((before, after), key=lambda p: p["step_ms"])
+        both = lambda p: p["threads_ms"]["main"] + p["threads_ms"]["autograd"]  # noqa: E731
         out.append({"profiler": prof["profiler"], "x": prof["step_ms"] / base["step_ms"],
-                    "cpu_x": prof["cpu_ms"] / base["cpu_ms"],
+                    "cpu_x": prof["cpu_ms"] / base["cpu_ms"], "round": prof.get("round", 0),
+                    "threads_x": both(prof) / both(base),
                     "bare_ms": base["step_ms"], "step_ms": prof["step_ms"],
                     "added_cpu_ms": prof["cpu_ms"] - base["cpu_ms"],
                     "added_threads_ms": {k: v - base["threads_ms"][k]
@@ -434,19 +444,21 @@ def paired(result: dict) -> list[dict]:
     return out
 
 
-def run_processes(profilers: list[str], processes: int, n: int, warmup: int,
+def run_processes(profilers: list[str], processes: int, n: int, warmup: int, rounds: int,
                   results: str) -> None:
-    ours = [p for p in profilers if p != "triton"]
+    ours = [p for p in profilers if p not in ("triton", *LAST)]
+    last = [p for p in profilers if p in LAST]
     for i in range(processes):
         plan = []
-        if ours:  # each process starts the turn at another profiler: no order favoured
-            k = i % len(ours)
-            plan.append(ours[k:] + ours[:k])
+        if ours or last:  # each process starts the turn at another profiler: no order favoured
+            k = i % max(len(ours), 1)
+            plan.append(ours[k:] + ours[:k] + last)
         if "triton" in profilers:
             plan.append(["triton"])
         for which in plan:
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", ",".join(which),
-                   "--steps", str(n), "--warmup", str(warmup)]
+                   "--steps", str(n), "--warmup", str(warmup),
+                   "--rounds", str(1 if which == ["triton"] else rounds)]
             t0 = time.monotonic()
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=580)
             if done.returncode:
@@ -459,35 +471,46 @@ def run_processes(profilers: list[str], processes: int, n: int, warmup: int,
 
 
 def table(results: str) -> str:
-    """The median over processes of each profiler's step time and main-thread CPU per step
-    over the faster bare phase; what it adds per step by thread; the census of calls."""
+    """Per profiler, the median over its phases (a few a process, many processes) of the step
+    time, the main thread's CPU a step and the main and autograd threads' CPU a step, each over
+    the faster bare phase beside it; the same over the floor's phase of the same round and
+    process; what it adds a step by thread; the cost of a scope; the census of calls."""
     rows: dict[str, list[dict]] = {}
+    over: dict[str, list[tuple[float, float, float]]] = {}
+    processes: dict[str, int] = {}
     with open(results) as f:
         for line in f:
-            if line.strip():
-                for p in paired(json.loads(line)):
-                    rows.setdefault(p["profiler"], []).append(p)
+            if not line.strip():
+                continue
+            pairs = paired(json.loads(line))
+            floors = {p["round"]: p for p in pairs if p["profiler"] == "floor"}
+            for p in pairs:
+                rows.setdefault(p["profiler"], []).append(p)
+                fl = floors.get(p["round"])
+                if fl is not None and p["profiler"] != "floor":
+                    over.setdefault(p["profiler"], []).append(
+                        (p["x"] / fl["x"], p["cpu_x"] / fl["cpu_x"],
+                         p["threads_x"] / fl["threads_x"]))
+            for name in {p["profiler"] for p in pairs}:
+                processes[name] = processes.get(name, 0) + 1
     med = statistics.median
-    lines = ["| profiler | processes | step x bare (median) | each process | main CPU x bare "
-             "| added ms/step: main CPU, autograd, other threads | bare ms/step |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| profiler | phases (processes) | step x bare | main CPU x bare | main+autograd "
+             "CPU x bare | over the floor: step, main CPU, main+autograd | added ms a step: "
+             "main, autograd, other threads | bare ms a step |",
+             "|---|---|---|---|---|---|---|---|"]
     order = [p for p in ALL if p in rows]
     for name in order:
         r = rows[name]
-        each = " ".join(f"{p['x']:.2f}" for p in r)
         th = [med([p["added_threads_ms"][k] for p in r]) for k in ("main", "autograd", "other")]
-        lines.append(f"| {name} | {len(r)} | {med([p['x'] for p in r]):.3f} | {each} | "
-                     f"{med([p['cpu_x'] for p in r]):.3f} | "
-                     f"{th[0]:+.3f}, {th[1]:+.3f}, {th[2]:+.3f} | "
-                     f"{med([p['bare_ms'] for p in r]):.2f} |")
-    if "floor" in rows:
-        floor = med([p["x"] for p in rows["floor"]])
-        floor_cpu = med([p["cpu_x"] for p in rows["floor"]])
-        lines.append("")
-        lines.append("Over the floor (median step x / floor's, median main CPU x / floor's): " +
-                     ", ".join(f"{n} {med([p['x'] for p in rows[n]]) / floor:.3f} / "
-                               f"{med([p['cpu_x'] for p in rows[n]]) / floor_cpu:.3f}"
-                               for n in order if n != "floor"))
+        o = over.get(name)
+        floor = "-" if not o else ", ".join(f"{med([t[i] for t in o]):.3f}" for i in range(3))
+        lines.append(f"| {name} | {len(r)} ({processes[name]}) | {_spread([p['x'] for p in r])} "
+                     f"| {_spread([p['cpu_x'] for p in r])} "
+                     f"| {_spread([p['threads_x'] for p in r])} | {floor} "
+                     f"| {th[0]:+.3f}, {th[1]:+.3f}, {th[2]:+.3f} "
+                     f"| {med([p['bare_ms'] for p in r]):.2f} |")
+    lines.append("(x: median [quartiles]; over the floor: median of the ratio to the floor's "
+                 "phase of the same round)")
     scopes = {n: med([p["scope_us"] for p in rows[n]]) for n in order
               if all("scope_us" in p for p in rows[n])}
     if scopes:
@@ -495,6 +518,14 @@ def table(results: str) -> str:
                      ", ".join(f"{n} {us:.2f}" for n, us in scopes.items()))
     lines += census(rows)
     return "\n".join(lines)
+
+
+def _spread(values: list[float]) -> str:
+    """Median and quartiles."""
+    if len(values) < 4:
+        return f"{statistics.median(values):.3f}"
+    q1, q2, q3 = statistics.quantiles(values, n=4)
+    return f"{q2:.3f} [{q1:.2f}-{q3:.2f}]"
 
 
 def census(rows: dict[str, list[dict]]) -> list[str]:
@@ -547,6 +578,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--steps", type=int, default=40, help="steps a phase")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="each profiler's phases a process (cb-all: once)")
     parser.add_argument("--profilers", default=",".join((*DEFAULT, "triton")),
                         help=f"of {','.join(ALL)}")
     parser.add_argument("--results", default="step_cost.jsonl")
@@ -565,14 +598,15 @@ def main() -> None:
                 raise BenchError(f"unknown profilers {sorted(unknown)}; choose from {ALL}")
             if args.device == "cpu" and which:
                 raise BenchError("--device cpu runs the step bare only (--worker none)")
-            print(json.dumps(worker(which, args.steps, args.warmup, args.device)))
+            print(json.dumps(worker(which, args.steps, args.warmup, args.device, args.rounds)))
             return
         need_gpu()
         profilers = args.profilers.split(",")
         unknown = set(profilers) - set(ALL)
         if unknown:
             raise BenchError(f"unknown profilers {sorted(unknown)}; choose from {ALL}")
-        run_processes(profilers, args.processes, args.steps, args.warmup, args.results)
+        run_processes(profilers, args.processes, args.steps, args.warmup, args.rounds,
+                      args.results)
         print(table(args.results))
     except BenchError as exc:
         print(f"Error: {exc}", file=sys.stderr)
