@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import shutil
@@ -104,8 +105,9 @@ def need_gpu() -> None:
                          "--worker none --device cpu for a dry run of the step")
 
 
+@functools.lru_cache(maxsize=None)
 def _counter_lib() -> ctypes.CDLL:
-    """The counting callback, compiled with the machine's C compiler."""
+    """The counting callback, compiled with the machine's C compiler (once a process)."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise BenchError("no C compiler (cc or gcc on PATH, or CC): the counting CUPTI "
@@ -119,6 +121,7 @@ def _counter_lib() -> ctypes.CDLL:
     if done.returncode:
         raise BenchError(f"{cc} could not build the counting callback: {done.stderr[:200]}")
     lib = ctypes.CDLL(out)
+    shutil.rmtree(work)  # loaded: the mapping outlives the file
     for name in ("count_calls", "count_nested", "count_same"):
         getattr(lib, name).restype = ctypes.POINTER(ctypes.c_uint64)
     lib.count_setup.argtypes = [ctypes.c_int32, ctypes.c_int32]
@@ -229,8 +232,8 @@ def cpu_by_thread(before: dict, after: dict, main: int) -> dict[str, float]:
 class Counting:
     """CUPTI kernel activity (the floor), and with `enable` a subscriber whose C callback
     counts the calls of: None (subscribed, none enabled), "runtime" / "driver" / "launch"
-    (the launch calls of one or both domains, as proton enables them), "all" (every runtime
-    and driver call)."""
+    (the launch calls of one or both domains; proton enables the driver's), "all" (every
+    runtime and driver call)."""
 
     def __init__(self, enable: str | None, subscribe: bool) -> None:
         from cupti import cupti
@@ -318,7 +321,7 @@ class Counting:
 
 
 def launch_cbids(cupti, col) -> tuple[list[int], list[int]]:
-    """The driver's and the runtime's launch (and graph launch) cbids, as proton enables
+    """The driver's and the runtime's launch (and graph launch) cbids, as proton names
     them."""
     from proton.cupti.subscriber import cupti_enum
 
@@ -542,10 +545,11 @@ def census(rows: dict[str, list[dict]]) -> list[str]:
            f"of {len(per_step)} kinds; " +
            ", ".join(f"{names.get(k, k)} {v:.0f}" for k, v in top[:25])]
     nested = sorted(calls.get("nested", {}).items(), key=lambda kv: -kv[1])
+    same = calls.get("same_corr", {})
     if nested:
         out.append("driver calls inside runtime calls a step (with the runtime call's "
                    "correlation id): " +
-                   ", ".join(f"{names.get(k, k)} {v / n:.0f} ({calls['same_corr'].get(k, 0) / n:.0f})"
+                   ", ".join(f"{names.get(k, k)} {v / n:.0f} ({same.get(k, 0) / n:.0f})"
                              for k, v in nested[:8]))
     for mode in ("shadow", "hook", "python"):
         enabled = next((p["enabled"] for p in rows.get(mode, []) if p.get("enabled")), None)
