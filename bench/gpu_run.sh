@@ -6,7 +6,7 @@
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with the C helper off, walking only, and walking,
 # reading and joining: PROTON_NATIVE=0, walk, 1),
-# OVERHEAD=paired,launch,scale,scalepaired,scaletrend,modelpaired,threadstates (what the
+# OVERHEAD=paired,launch,scale,scalepaired,scaletrend,modelpaired,threadstates,bf16step (what the
 # profiler costs; ISSUE18=... is the old name of this variable), one part a call to stay under
 # 10 minutes each:
 #   paired       the launch loop bare and profiled in turn inside each process, every mode,
@@ -23,6 +23,10 @@
 #                time (does a cost grow along the run?), 2 rounds, ~6 min
 #   threadstates the python-context model step with and without PROTON_KEEP_THREAD_STATES
 #                (`model` is its old name), ~2 min
+#   bf16step     a host-bound bf16 GPT training step (bench/step_cost.py, issue 37): bare and
+#                profiled in turn inside each process, CUPTI's floor, callback ablations, ours
+#                (shadow, hook=triton, python) and Triton's, main-thread CPU per step, CUDA
+#                calls per step by API; STEP_PROCESSES (8), STEP_PROFILERS; ~5 min
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -116,6 +120,11 @@ if [ -n "$OVERHEAD" ]; then
         --modes "none;proton --context python" --results "$OUT/keep_$keep.jsonl" \
         > /dev/null 2>>"$OUT/bench.log"
     done
+  fi
+  if part bf16step; then
+    python3 bench/step_cost.py --processes "${STEP_PROCESSES:-8}" --results "$OUT/step_cost.jsonl" \
+      ${STEP_PROFILERS:+--profilers "$STEP_PROFILERS"} > "$OUT/step_cost.txt" 2>>"$OUT/bench.log"
+    cat "$OUT/step_cost.txt" | tee -a "$OUT/bench.log"
   fi
   { [ -f "$OUT/overhead.jsonl" ] && python3 bench/run.py --table-only --results "$OUT/overhead.jsonl" \
       | grep -E "^\| (workload|launch|scale|model step, paired)"

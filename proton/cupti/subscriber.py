@@ -86,6 +86,8 @@ class Subscriber:
             log.configure(ctypes.cast(self._forward, ctypes.c_void_p).value, self._enter)
             self._callback = CALLBACK(log.callback)
         self._handle = ctypes.c_void_p()
+        self.enabled: list[tuple[int, int]] = []
+        """(domain, cbid) of every callback enabled: CUPTI calls back for these alone."""
 
     def subscribe(self) -> None:
         """Raises ProfilerConflictError when another profiler holds CUPTI."""
@@ -102,6 +104,7 @@ class Subscriber:
         rc = self._lib.cuptiEnableCallback(1, self._handle, domain, cbid)
         if rc:
             raise ProtonError(f"CUPTI refused the launch callback {domain}/{cbid} (error {rc})")
+        self.enabled.append((domain, cbid))
 
     def unsubscribe(self) -> None:
         if self._handle.value:
