@@ -820,11 +820,23 @@ def helper() -> ctypes.CDLL | None:
         return lib
 
 
-class _NoCompiler(Exception):
+class NoCompiler(Exception):
     pass
 
 
+_NoCompiler = NoCompiler
+
+
 def _compile(path: str) -> None:
+    compile_source(path, SOURCE)
+
+
+def compile_source(path: str, code: str) -> None:
+    """Builds C `code` into the shared library `path` (atomically: concurrent builds are safe).
+
+    Raises:
+        NoCompiler: no C compiler, or it failed.
+    """
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") \
         or shutil.which("clang")
     if not compiler:
@@ -833,7 +845,7 @@ def _compile(path: str) -> None:
     with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as work:
         source = os.path.join(work, "walk.c")
         with open(source, "w") as f:
-            f.write(SOURCE)
+            f.write(code)
         out = os.path.join(work, "walk.so")
         done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-pthread", "-o", out,
                                source],

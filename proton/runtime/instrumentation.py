@@ -33,6 +33,7 @@ from ..errors import SessionError
 from ..format import CYCLES, DEVICE_ID, NORMALIZED_CYCLES, WARP_CYCLES, WARP_EVENTS
 from ..mode import InstrumentationMode
 from ..report import warn
+from . import intra_native
 
 ARENA_BYTES = int(os.environ.get("PROTON_INSTRUMENTATION_ARENA", 64 << 20))
 """Device bytes the launches' buffers are cut from before a read (one sync per fill)."""
@@ -269,15 +270,12 @@ class Instrumentation:
             self._read_kernel(self.kernels[function], host, launches)
 
     def _read_kernel(self, info: KernelInfo, host: np.ndarray, launches: list) -> None:
-        offsets = np.array([launch[1] for launch in launches])
-        sizes = np.array([launch[2] for launch in launches])
+        """All of one kernel's launches in `host` at once: decoded in one C call (numpy
+        without a compiler), then summed per (kernel node, scope) with a bincount."""
+        offsets = np.array([launch[1] for launch in launches], np.int64)
+        sizes = np.array([launch[2] for launch in launches], np.int64)
         counts = sizes // info.scratch
-        label = np.repeat(np.arange(len(launches)), counts)
-        if np.all(offsets[1:] == offsets[:-1] + sizes[:-1]):  # side by side: no copy
-            blocks = host[offsets[0]:offsets[-1] + sizes[-1]]
-        else:
-            blocks = np.concatenate([host[o:o + n] for o, n in zip(offsets, sizes)])
-        dec = intra.decode(blocks, info.scratch, info.num_warps, label=label)
+        dec = intra_native.decode_launches(host, offsets, sizes, info.scratch, info.num_warps)
         self.dropped += dec.dropped
         self.needed = max(self.needed, dec.needed_bytes)
         self.bad_blocks += dec.bad_blocks
@@ -290,24 +288,34 @@ class Instrumentation:
         if not dec.scope.size:
             return
         cycles = dec.cycles
-        launch_nodes = np.array([launch[3] for launch in launches])
-        devices = np.array([launch[4] for launch in launches])
+        # launches' nodes are few: number them, then one key per (node, scope) in 0..n*256
+        nodes, node_idx = np.unique(np.array([launch[3] for launch in launches]),
+                                    return_inverse=True)
         per_warp = counts[dec.launch] * info.num_warps  # Triton's normalisation, per launch
-        node_of = launch_nodes[dec.launch]
-        key = node_of * 256 + dec.scope
-        uniq, inv = np.unique(key, return_inverse=True)
-        norm = np.bincount(inv, weights=cycles / per_warp)
-        for i, k in enumerate(uniq.tolist()):
-            kernel, sid = divmod(k, 256)
+        key = node_idx[dec.launch] * 256 + dec.scope
+        norm = np.bincount(key, weights=cycles / per_warp)
+        present = np.nonzero(np.bincount(key))[0]
+        order = np.argsort(key, kind="stable") if present.size > 1 else None
+        bounds = np.searchsorted(key[order] if order is not None else key, present) \
+            if order is not None else None
+        for j, k in enumerate(present.tolist()):
+            kernel, sid = int(nodes[k // 256]), k % 256
             scope_node = self._scope_node(kernel, info, sid)
-            sel = inv == i
+            if order is None:
+                sel = slice(None)
+            else:
+                hi = bounds[j + 1] if j + 1 < present.size else key.size
+                sel = order[bounds[j]:hi]
             stats = self.stats.setdefault((kernel, scope_node), ScopeStats())
-            stats.add(cycles[sel], float(norm[i]))
+            stats.add(cycles[sel], float(norm[k]))
             if self.keep_spans:
                 ordinals = np.array([launch[5] for launch in launches])
+                devices = np.array([launch[4] for launch in launches])
+                picked = dec.launch[sel]
                 self.spans.append({
-                    "scope": np.full(int(sel.sum()), scope_node), "kernel": node_of[sel],
-                    "ordinal": ordinals[dec.launch[sel]], "device": devices[dec.launch[sel]],
+                    "scope": np.full(picked.size, scope_node), "kernel": np.full(picked.size,
+                                                                                  kernel),
+                    "ordinal": ordinals[picked], "device": devices[picked],
                     "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
                     "init": dec.init_ns[sel], "since": dec.start[sel] - dec.block_min_clock[sel],
                     "cycles": cycles[sel]})

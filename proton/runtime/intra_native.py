@@ -1,0 +1,221 @@
+"""Kernel scope buffers (data/intra.py's layout) decoded in C: many launches of one kernel in
+one call that releases the GIL, built at first use with the machine's C compiler (as
+cupti/native.py builds its helper, same cache); data/intra.decode does it in numpy when there
+is no compiler or PROTON_NATIVE=0.
+
+Why: numpy's decode makes ~20 passes and fancy-indexed gathers over the records (~0.2 us a
+record, ~50 us a launch of 8 CTAs x 4 warps x 4 scopes on the build machine); this walks each
+warp's records once, pairing them per scope with a pending start per scope id (~5 ns a record).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import subprocess
+import threading
+
+import numpy as np
+
+from ..cupti import native
+from ..data import intra
+from ..report import warn
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+
+#define PREAMBLE 0xDEADBEEFu
+#define HEADER 10
+#define CLOCK_BITS 43
+
+/* Bound on the events of `nlaunch` launches (offsets in bytes into `buf`, `nblocks` CTAs of
+   `scratch` bytes each): the pairs the kept records of every warp could make. -1: a block
+   whose segments do not fit. */
+int64_t proton_intra_bound(const uint8_t *buf, const int64_t *offsets, const int64_t *nblocks,
+                           int64_t nlaunch, int64_t scratch, int32_t warps) {
+    int64_t total = 0, words = scratch / 4;
+    for (int64_t l = 0; l < nlaunch; l++)
+        for (int64_t b = 0; b < nblocks[l]; b++) {
+            const uint32_t *w = (const uint32_t *)(buf + offsets[l] + b * scratch);
+            if (w[0] != PREAMBLE) continue;
+            int64_t seg = (int64_t)w[3] / 4 / warps, cap = seg / 2;
+            if (w[3] % (8u * (uint32_t)warps) || HEADER + warps + seg * warps > words) return -1;
+            for (int32_t k = 0; k < warps; k++) {
+                int64_t kept = (int64_t)(w[HEADER + k] / 2);
+                total += (kept < cap ? kept : cap) / 2;
+            }
+        }
+    return total;
+}
+
+/* Decode as data/intra.decode does (see its comments): out[0..8] are the columns launch,
+   block (program id), sm, warp, scope, start, end, init_ns, block_min_clock, each `cap`
+   long; stats: [events, dropped, needed_bytes, bad_blocks, layout error (0 ok, 1 sizes
+   differ, 2 do not fit)]; unbalanced and reordered: 256 counts by scope id. */
+void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64_t *nblocks,
+                         int64_t nlaunch, int64_t scratch, int32_t warps, int64_t **out,
+                         int64_t cap, int64_t *stats, int64_t *unbalanced,
+                         int64_t *reordered) {
+    int64_t n = 0, dropped = 0, needed = 0, bad = 0, words = scratch / 4;
+    int64_t seg_bytes = -1;
+    uint64_t pending[256];
+    uint8_t has[256] = {0}, seen[256] = {0}, touched[256];
+    stats[4] = 0;
+    for (int64_t l = 0; l < nlaunch; l++)
+        for (int64_t b = 0; b < nblocks[l]; b++) {
+            const uint32_t *w = (const uint32_t *)(buf + offsets[l] + b * scratch);
+            if (w[0] != PREAMBLE) { bad++; continue; }
+            if (seg_bytes < 0) seg_bytes = w[3];
+            if ((int64_t)w[3] != seg_bytes || w[3] % (8u * (uint32_t)warps)) {
+                stats[4] = 1; return;
+            }
+            int64_t seg = (int64_t)w[3] / 4 / warps, slots = seg / 2;
+            if (HEADER + warps + seg * warps > words) { stats[4] = 2; return; }
+            uint64_t init = (uint64_t)w[4] | ((uint64_t)w[5] << 32);
+            int64_t first_event = n;
+            uint64_t lo = UINT64_MAX;
+            for (int32_t k = 0; k < warps; k++) {
+                int64_t count = w[HEADER + k], written = count / 2;
+                int64_t kept = written < slots ? written : slots;
+                int over = written > slots;
+                if (count * 4 * warps > needed) needed = count * 4 * warps;
+                dropped += written - kept;
+                int64_t at = over ? written % (slots ? slots : 1) : 0;
+                const uint32_t *s = w + HEADER + warps + (int64_t)k * seg;
+                int ntouched = 0;
+                for (int64_t i = 0, slot = at; i < kept; i++, slot = slot + 1 < slots ? slot + 1 : 0) {
+                    const uint32_t *r = s + 2 * slot;
+                    uint32_t tag = r[0];
+                    int end = tag >> 31, id = (tag >> 23) & 0xFF;
+                    uint64_t clock = ((uint64_t)(tag & 0x7FF) << 32) | r[1];
+                    if (!end) {
+                        if (has[id] && !over) unbalanced[id]++;
+                        if (!seen[id]) { seen[id] = 1; touched[ntouched++] = (uint8_t)id; }
+                        pending[id] = clock; has[id] = 1;
+                        continue;
+                    }
+                    if (!has[id]) { if (!over) unbalanced[id]++; continue; }
+                    has[id] = 0;
+                    uint64_t start = pending[id], stop = clock;
+                    if (stop < start) {
+                        if (start - stop > (1ull << (CLOCK_BITS - 1))) stop += 1ull << CLOCK_BITS;
+                        else { reordered[id]++; continue; }
+                    }
+                    if (n >= cap) continue; /* never: the bound holds every pair */
+                    out[0][n] = l; out[1][n] = w[1]; out[2][n] = w[2]; out[3][n] = k;
+                    out[4][n] = id; out[5][n] = (int64_t)start; out[6][n] = (int64_t)stop;
+                    out[7][n] = (int64_t)init;
+                    if (start < lo) lo = start;
+                    n++;
+                }
+                for (int t = 0; t < ntouched; t++) { /* starts never ended */
+                    if (has[touched[t]] && !over) unbalanced[touched[t]]++;
+                    has[touched[t]] = seen[touched[t]] = 0;
+                }
+            }
+            for (int64_t e = first_event; e < n; e++) out[8][e] = (int64_t)lo;
+        }
+    stats[0] = n; stats[1] = dropped; stats[2] = needed; stats[3] = bad;
+}
+"""
+COLUMNS = ("launch", "block", "sm", "warp", "scope", "start", "end", "init_ns",
+           "block_min_clock")
+
+_lock = threading.Lock()
+_lib: dict[str, ctypes.CDLL | None] = {}
+
+
+def library_path() -> str:
+    key = hashlib.sha256(f"{SOURCE}{platform.machine()}".encode()).hexdigest()[:16]
+    return os.path.join(native.cache_dir(), f"intra-{key}.so")
+
+
+def helper() -> ctypes.CDLL | None:
+    """The compiled decoder; None (said once) without a compiler or with PROTON_NATIVE=0."""
+    if os.environ.get(native.NATIVE_ENV, "1") == "0":
+        return None
+    path = library_path()
+    with _lock:
+        if path in _lib:
+            return _lib[path]
+        lib = None
+        try:
+            if not os.path.exists(path):
+                native.compile_source(path, SOURCE)
+            lib = ctypes.CDLL(path)  # CDLL: the GIL is released during each call
+            lib.proton_intra_bound.argtypes = [ctypes.c_void_p] * 3 + [
+                ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
+            lib.proton_intra_bound.restype = ctypes.c_int64
+            lib.proton_intra_decode.argtypes = [ctypes.c_void_p] * 3 + [
+                ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p,
+                ctypes.c_int64] + [ctypes.c_void_p] * 3
+            lib.proton_intra_decode.restype = None
+        except (OSError, subprocess.SubprocessError, native.NoCompiler) as exc:
+            warn(f"instrumentation: decoding kernel scope buffers in numpy, which costs more "
+                 f"per launch: the C helper could not be built ({exc}); install a C compiler "
+                 f"(cc) or set {native.NATIVE_ENV}=0 to silence this")
+        _lib[path] = lib
+        return lib
+
+
+def decode_launches(host: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, scratch: int,
+                    num_warps: int) -> intra.Decoded:
+    """Every launch of one kernel in `host` (launch i: `sizes[i]` bytes at `offsets[i]`) at
+    once, Decoded.launch numbering them; in C when built, else data/intra.decode.
+
+    Raises:
+        intra.LayoutError: the buffers do not hold Triton 3.6's layout.
+    """
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    counts = np.ascontiguousarray(np.asarray(sizes, np.int64) // scratch)
+    if scratch <= 0 or scratch % 4:
+        raise intra.LayoutError(f"profile_scratch_size {scratch} is not a positive multiple "
+                                "of 4")
+    if offsets.size and int((offsets + counts * scratch).max()) > host.size:
+        raise intra.LayoutError(f"launches reach past the {host.size}-byte buffer")
+    lib = helper()
+    if lib is None:
+        return _numpy(host, offsets, counts, scratch, num_warps)
+    host = np.ascontiguousarray(host).view(np.uint8)
+    base, off, nb = host.ctypes.data, offsets.ctypes.data, counts.ctypes.data
+    bound = lib.proton_intra_bound(base, off, nb, offsets.size, scratch, num_warps)
+    if bound < 0:
+        raise intra.LayoutError(f"the per-warp segments of {num_warps} warps do not fit a "
+                                f"{scratch}-byte block: not Triton 3.6's layout")
+    cols = np.empty((len(COLUMNS), max(bound, 1)), np.int64)
+    ptrs = (ctypes.c_void_p * len(COLUMNS))(*[cols[i].ctypes.data for i in range(len(COLUMNS))])
+    stats = np.zeros(5, np.int64)
+    unbalanced, reordered = np.zeros(256, np.int64), np.zeros(256, np.int64)
+    lib.proton_intra_decode(base, off, nb, offsets.size, scratch, num_warps, ptrs, cols.shape[1],
+                            stats.ctypes.data, unbalanced.ctypes.data, reordered.ctypes.data)
+    if stats[4]:
+        raise intra.LayoutError(f"segment sizes differ or do not split into {num_warps} warps "
+                                "of 8-byte records")
+    n = int(stats[0])
+    c = dict(zip(COLUMNS, cols[:, :n]))
+    return intra.Decoded(block=c["block"], sm=c["sm"], warp=c["warp"], scope=c["scope"],
+                         start=c["start"], end=c["end"], launch=c["launch"],
+                         init_ns=c["init_ns"], block_min_clock=c["block_min_clock"],
+                         num_blocks=int(counts.sum()), num_warps=num_warps,
+                         dropped=int(stats[1]), needed_bytes=int(stats[2]),
+                         unbalanced=_nonzero(unbalanced), reordered=_nonzero(reordered),
+                         bad_blocks=int(stats[3]))
+
+
+def _nonzero(counts: np.ndarray) -> dict[int, int]:
+    ids = np.nonzero(counts)[0]
+    return dict(zip(ids.tolist(), counts[ids].tolist()))
+
+
+def _numpy(host: np.ndarray, offsets: np.ndarray, counts: np.ndarray, scratch: int,
+           num_warps: int) -> intra.Decoded:
+    label = np.repeat(np.arange(offsets.size), counts)
+    sizes = counts * scratch
+    if offsets.size and np.all(offsets[1:] == offsets[:-1] + sizes[:-1]):  # side by side
+        blocks = host[offsets[0]:offsets[-1] + sizes[-1]]
+    else:
+        blocks = np.concatenate([host[o:o + n] for o, n in zip(offsets, sizes)] or
+                                [np.zeros(0, np.uint8)])
+    return intra.decode(blocks, scratch, num_warps, label=label)

@@ -1,0 +1,137 @@
+"""Kernel scope buffers decoded in C (runtime/intra_native.py): the same events, losses and
+counts as data/intra.decode in numpy, on the buffer recorded on an H100 replayed as many
+launches and on hand-built buffers with every edge (nesting, wrap-around, overflow, unbalanced,
+reordered, bad blocks); numpy when there is no compiler."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from proton.data import intra
+from proton.runtime import intra_native
+
+RECORDED = os.path.join(os.path.dirname(__file__), "data", "intra", "buffer.npz")
+SEG, SCRATCH = 1024, 2048
+
+
+@pytest.fixture
+def compiled(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PROTON_NATIVE", raising=False)
+    intra_native._lib.clear()
+    assert intra_native.helper() is not None, "no C compiler here"
+    yield tmp_path
+    intra_native._lib.clear()
+
+
+def table(d: intra.Decoded) -> list[tuple]:
+    """The events as sorted rows (C emits them in time order per warp, numpy per scope)."""
+    cols = (d.launch, d.block, d.sm, d.warp, d.scope, d.start, d.end, d.init_ns,
+            d.block_min_clock)
+    return sorted(zip(*(c.tolist() for c in cols)))
+
+
+def both(host, offsets, sizes, scratch, warps, monkeypatch):
+    fast = intra_native.decode_launches(host, offsets, sizes, scratch, warps)
+    monkeypatch.setenv("PROTON_NATIVE", "0")
+    slow = intra_native.decode_launches(host, offsets, sizes, scratch, warps)
+    monkeypatch.delenv("PROTON_NATIVE")
+    return fast, slow
+
+
+def same(fast: intra.Decoded, slow: intra.Decoded) -> None:
+    assert table(fast) == table(slow)
+    assert (fast.dropped, fast.needed_bytes, fast.unbalanced, fast.reordered, fast.bad_blocks,
+            fast.num_blocks) == (slow.dropped, slow.needed_bytes, slow.unbalanced,
+                                 slow.reordered, slow.bad_blocks, slow.num_blocks)
+
+
+def test_the_recorded_buffer_replayed_as_500_launches_decodes_as_numpy_does(
+        compiled, monkeypatch):
+    with np.load(RECORDED) as f:
+        buf, scratch, warps = f["buffer"], int(f["scratch"]), int(f["num_warps"])
+    n = 500
+    host = np.tile(buf, n)
+    offsets, sizes = np.arange(n) * buf.size, np.full(n, buf.size)
+    fast, slow = both(host, offsets, sizes, scratch, warps, monkeypatch)
+    same(fast, slow)
+    assert fast.scope.size == n * 8 * 4 * 4  # 8 CTAs x 4 warps x 4 scopes, every launch
+    assert sorted(set(fast.launch.tolist())) == list(range(n))
+    # and launch by launch, as the first decoder read the fixture
+    one = intra.decode(buf, scratch, warps)
+    first = fast.launch == 0
+    assert sorted(zip(fast.block[first].tolist(), fast.warp[first].tolist(),
+                      fast.scope[first].tolist(), fast.cycles[first].tolist())) == \
+        sorted(zip(one.block.tolist(), one.warp.tolist(), one.scope.tolist(),
+                   one.cycles.tolist()))
+
+
+def block(pid, sm, warps, init_ns=0):
+    return {"pid": pid, "sm": sm, "init_ns": init_ns, "warps": warps}
+
+
+PER_WARP = SEG // 2 // 8
+EDGES = [
+    # nested scopes over two CTAs
+    [block(0, 3, {0: [(0, 0, 100), (0, 1, 110), (1, 1, 150), (1, 0, 200)],
+                  1: [(0, 0, 105), (1, 0, 300)]}, init_ns=77),
+     block(1, 7, {0: [(0, 0, 10), (1, 0, 25)]})],
+    # unbalanced: a start restarted, an end never started, a start never ended
+    [block(0, 0, {0: [(0, 2, 1), (0, 2, 5), (1, 2, 9), (1, 3, 4), (0, 4, 12)]})],
+    # an end before its start
+    [block(0, 0, {0: [(0, 1, 500), (1, 1, 400)]})],
+    # the 43-bit clock wrapping
+    [block(0, 0, {1: [(0, 0, (1 << 43) - 10), (1, 0, 30)]})],
+    # a full segment: the oldest records lost, an end whose start was overwritten
+    [block(0, 0, {0: [(k % 2, 0, 10 * k) for k in range(PER_WARP + 7)]})],
+    # the same scope again and again, and many scope ids
+    [block(0, 1, {0: [(e, s, 10 * k + e) for k in range(5) for s in (0, 9, 200)
+                      for e in (0, 1)]})],
+]
+
+
+@pytest.mark.parametrize("blocks", EDGES)
+def test_every_edge_decodes_as_numpy_does(compiled, monkeypatch, blocks):
+    buf = np.frombuffer(intra.encode(blocks, SCRATCH, 2, SEG), np.uint8)
+    two = np.concatenate([buf, np.zeros(256, np.uint8), buf])  # launches apart in the arena
+    offsets = np.array([0, buf.size + 256])
+    sizes = np.array([buf.size, buf.size])
+    fast, slow = both(two, offsets, sizes, SCRATCH, 2, monkeypatch)
+    same(fast, slow)
+
+
+def test_a_block_without_its_preamble_is_skipped_in_c_too(compiled, monkeypatch):
+    buf = bytearray(intra.encode([block(0, 0, {0: [(0, 0, 1), (1, 0, 2)]}),
+                                  block(1, 0, {0: [(0, 0, 1), (1, 0, 3)]})], SCRATCH, 2, SEG))
+    buf[:4] = b"\0\0\0\0"
+    host = np.frombuffer(bytes(buf), np.uint8)
+    fast, slow = both(host, np.array([0]), np.array([host.size]), SCRATCH, 2, monkeypatch)
+    same(fast, slow)
+    assert fast.bad_blocks == 1 and fast.block.tolist() == [1] and fast.cycles.tolist() == [2]
+
+
+def test_another_layout_fails_with_one_line_in_c(compiled):
+    host = np.frombuffer(intra.encode([block(0, 0, {0: []})], SCRATCH, 2, SEG), np.uint8)
+    with pytest.raises(intra.LayoutError, match="3 warps"):
+        intra_native.decode_launches(host, np.array([0]), np.array([SCRATCH]), SCRATCH, 3)
+    with pytest.raises(intra.LayoutError, match="past the"):
+        intra_native.decode_launches(host, np.array([SCRATCH]), np.array([SCRATCH]), SCRATCH, 2)
+
+
+def test_without_a_compiler_numpy_decodes_and_says_so_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PROTON_NATIVE", raising=False)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    intra_native._lib.clear()
+    try:
+        host = np.frombuffer(intra.encode(EDGES[0], SCRATCH, 2, SEG), np.uint8)
+        d = intra_native.decode_launches(host, np.array([0]), np.array([host.size]), SCRATCH, 2)
+        intra_native.decode_launches(host, np.array([0]), np.array([host.size]), SCRATCH, 2)
+    finally:
+        intra_native._lib.clear()
+    assert sorted(d.cycles.tolist()) == [15, 40, 100, 195]
+    err = capsys.readouterr().err
+    assert err.count("decoding kernel scope buffers in numpy") == 1 and "C compiler" in err
