@@ -126,6 +126,13 @@ WARP_CYCLES = ("warp_cycles_min", "warp_cycles_median", "warp_cycles_max")
 CTAs: the spread proton-viewer --warps shows (properties: never summed into parents)."""
 WARP_EVENTS = "warp_events"
 """How many warp events the scope's cycles sum over."""
+WARP_TIMELINE = "warp_timeline"
+"""A kernel frame's key (tree files): its latest launch's kernel scopes per warp, as JSON text
+(a frame key: hatchet keeps it and Triton's viewer ignores it; ours reads it for --html):
+{"device", "clock_khz", "warps", "scopes": [name, ...], and per warp event the columns "sm",
+"cta", "warp", "scope" (index into scopes), "start_ns" (from the launch's first CTA), "cycles"}."""
+TIMELINE_COLUMNS = ("sm", "cta", "warp", "scope", "start_ns", "cycles")
+"""A warp timeline's per-event columns."""
 INTRA_TRACE_CATEGORY = "intra_kernel"
 """The "cat" of a kernel scope's span in a Chrome trace (a process per SM and CTA, a thread per
 warp)."""

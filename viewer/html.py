@@ -1,6 +1,7 @@
 """`proton-viewer --html report.html FILE...`: one self-contained page (no network) with a
 flame graph of the call tree, a sortable kernels table, a roofline of the kernels that carry
-flops and bytes, the source heat of sampled kernels and --diagnose's findings; with several
+flops and bytes, the source heat of sampled kernels, --diagnose's findings and, for kernels
+with proton.language scopes, a warp timeline; with several
 rank files, the merged tree with each frame's spread over the ranks.
 
 Derive, then render: this module turns a profile into the page's JSON; page.py holds the page.
@@ -40,12 +41,24 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
             "nodes": nodes,
             "roofline": _roofline(prof, style, row_of, {n: i for i, n in enumerate(order)}),
             "source": source,
-            "findings": _findings(prof, style, nodes, kernels, source)}
+            "findings": _findings(prof, style, nodes, kernels, source),
+            "warps": _warps(prof, style)}
     # <, > and & as JSON escapes: no text in the data can close the script or open a comment
     text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace(
         "<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     fill = {"TITLE": _escape(title), "DATA": text}
     return re.sub(r"__(TITLE|DATA)__", lambda m: fill[m[1]], template())
+
+
+def _warps(prof: Profile, style: str) -> list[dict]:
+    """The kernels' warp timelines (backend="instrumentation": each kernel's latest launch),
+    the kernel named readably, its call path above it; the page's Warps tab draws them."""
+    out = []
+    for t in prof.timelines:
+        *above, name = t["path"]
+        out.append({**{k: v for k, v in t.items() if k != "path"},
+                    "kernel": readable(name, style), "path": " > ".join(above)})
+    return out
 
 
 def _escape(text: str) -> str:

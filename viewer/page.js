@@ -22,6 +22,8 @@ const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
 const S = {view: "flame", zoom: 0, pattern: null, search: "", sortCol: 2, sortDir: -1,
            kernel: -1, focus: null};
 const VIEWS = {flame, kernels, roofline, source, findings};
+if (D.warps.length) VIEWS.warps = warps;  // the tab only for kernels with scopes
+else document.querySelector('#tabs button[data-view="warps"]').remove();
 
 const esc = s => String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
   '"': "&quot;", "'": "&#39;"}[c]));
@@ -75,7 +77,7 @@ $("search").oninput = e => { setPattern(e.target.value); show(S.view); writeHash
 window.addEventListener("hashchange", readHash);
 let resizing = 0;
 window.addEventListener("resize", () => { cancelAnimationFrame(resizing); resizing = requestAnimationFrame(() => {
-  if (S.view === "flame" || S.view === "roofline") show(S.view); }); });
+  if (S.view === "flame" || S.view === "roofline" || S.view === "warps") show(S.view); }); });
 
 function tipAt(e, html) {
   const tip = $("tip");
@@ -385,6 +387,87 @@ function findings() {
     esc(F.rules_run.join(", ") || "none") + ".</p>") +
     F.notes.map(n => '<p class="note">' + esc(n) + "</p>").join("");
 }
+
+// -- warps: one kernel launch inside, a row per CTA (sorted by SM), a lane per warp ----------
+// Each warp's pass through a scope is a span, coloured by scope; nested scopes sit in bands
+// below their parents within the lane. x: ns from the launch's first CTA (%globaltimer plus
+// cycles at the device's clock). Hover a span for its cycles.
+const WARP = {k: 0, lanes: null};
+const scopeColor = (t, j) => "hsl(" + Math.round(j * 360 / Math.max(1, t.scopes.length) + 200) % 360 + ",62%,52%)";
+function warps() {
+  const T = D.warps[WARP.k], n = T.cycles.length;
+  $("warpnote").textContent = "Inside the kernel (proton.language scopes): each kernel's latest launch, a row per CTA " +
+    "(on its SM), a lane per warp, each warp's pass through a scope as a span coloured by scope. Hover a span for its cycles.";
+  const pick = D.warps.length > 1 ? '<select id="warpkernel">' + D.warps.map((w, j) => '<option value="' + j + '"' +
+    (j === WARP.k ? " selected" : "") + ">" + esc(w.kernel) + (w.path ? " (" + esc(w.path) + ")" : "") + "</option>").join("") +
+    "</select>" : "<b>" + esc(T.kernel) + "</b>" + (T.path ? ' <span class="note">' + esc(T.path) + "</span>" : "");
+  $("warpbar").innerHTML = pick + T.scopes.map((s, j) => '<span class="key"><i style="background:' + scopeColor(T, j) +
+    '"></i>' + esc(s) + "</span>").join("");
+  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; warps(); };
+  const depth = T.scopes.map(s => s.split(" > ").length - 1), bands = Math.max(...depth) + 1;
+  const ctas = [...new Set(T.cta)].map(c => ({c, sm: T.sm[T.cta.indexOf(c)]})).sort((a, b) => a.sm - b.sm || a.c - b.c);
+  const rowOfCta = new Map(ctas.map((c, r) => [c.c, r]));
+  const BAND = 7, LANE = bands * BAND + 2, ROWGAP = 8, ROWH = T.warps * LANE + ROWGAP, L = 110, RR = 16, TOP = 24;
+  const W = Math.max(640, Math.min(1400, $("warps").clientWidth - 34)), H = TOP + ctas.length * ROWH + 4;
+  let t1 = 0;
+  for (let i = 0; i < n; i++) t1 = Math.max(t1, T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
+  const X = v => L + v / (t1 || 1) * (W - L - RR);
+  const canvas = $("warpspans"), svg = $("warpsvg"), ratio = window.devicePixelRatio || 1, ctx = canvas.getContext("2d");
+  svg.setAttribute("width", W); svg.setAttribute("height", H);
+  canvas.width = W * ratio; canvas.height = H * ratio; canvas.style.width = W + "px"; canvas.style.height = H + "px";
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  WARP.lanes = new Map(); WARP.geo = {L, TOP, ROWH, LANE, BAND, X};
+  for (let i = 0; i < n; i++) {
+    const r = rowOfCta.get(T.cta[i]), y = TOP + r * ROWH + T.warp[i] * LANE + depth[T.scope[i]] * BAND;
+    const x0 = X(T.start_ns[i]), x1 = X(T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
+    ctx.fillStyle = scopeColor(T, T.scope[i]);
+    ctx.fillRect(x0, y + 1, Math.max(1, x1 - x0), BAND - 1);
+    const key = r * T.warps + T.warp[i];
+    (WARP.lanes.get(key) || WARP.lanes.set(key, []).get(key)).push(i);
+  }
+  canvas.dataset.spans = n;
+  const out = [];
+  const step = niceStep(t1 / 8);
+  for (let v = 0; v <= t1; v += step) out.push('<line x1="' + X(v) + '" x2="' + X(v) + '" y1="' + (TOP - 4) + '" y2="' + H +
+    '" stroke="#eef0f3"/><text class="tick" x="' + X(v) + '" y="' + (TOP - 8) + '" text-anchor="middle">' + nsText(v) + "</text>");
+  ctas.forEach((c, r) => {
+    const y = TOP + r * ROWH;
+    out.push('<text class="cta" x="6" y="' + (y + 10) + '">CTA ' + c.c + '</text><text x="6" y="' + (y + 22) + '">SM ' + c.sm + "</text>");
+    if (r) out.push('<line x1="0" x2="' + W + '" y1="' + (y - ROWGAP / 2) + '" y2="' + (y - ROWGAP / 2) + '" stroke="#e5e8ec"/>');
+    for (let w = 0; w < T.warps; w++) out.push('<text x="' + (L - 6) + '" y="' + (y + w * LANE + LANE - 2) +
+      '" text-anchor="end" font-size="9">w' + w + "</text>");
+  });
+  svg.innerHTML = out.join("");
+}
+function niceStep(raw) {
+  const e = 10 ** Math.floor(Math.log10(raw || 1)), f = raw / e;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e;
+}
+const nsText = v => v >= 1e6 ? fmt(v / 1e6) + " ms" : v >= 1e3 ? fmt(v / 1e3) + " \u00b5s" : fmt(v) + " ns";
+function spanAt(e) {  // the innermost span under the mouse
+  const T = D.warps[WARP.k], g = WARP.geo;
+  if (!g) return -1;
+  const b = $("warpsvg").getBoundingClientRect(), x = e.clientX - b.left, y = e.clientY - b.top - g.TOP;
+  if (y < 0 || x < g.L) return -1;
+  const r = Math.floor(y / g.ROWH), w = Math.floor((y - r * g.ROWH) / g.LANE);
+  if (w >= T.warps) return -1;
+  const band = Math.floor((y - r * g.ROWH - w * g.LANE) / g.BAND);
+  let best = -1;
+  for (const i of WARP.lanes.get(r * T.warps + w) || []) {
+    const x0 = g.X(T.start_ns[i]), x1 = Math.max(x0 + 1, g.X(T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz));
+    if (x0 - 1 <= x && x <= x1 + 1 && T.scopes[T.scope[i]].split(" > ").length - 1 === band) best = i;
+  }
+  return best;
+}
+$("warpsvg").onmousemove = e => {
+  const i = spanAt(e), T = D.warps[WARP.k];
+  if (i < 0) { hideTip(); return; }
+  tipAt(e, "<b>" + esc(T.scopes[T.scope[i]]) + "</b><table><tr><td>cycles</td><td>" + fmt(T.cycles[i]) +
+    "</td></tr><tr><td>time</td><td>" + nsText(T.cycles[i] * 1e6 / T.clock_khz) + "</td></tr><tr><td>starts at</td><td>" +
+    nsText(T.start_ns[i]) + "</td></tr><tr><td>CTA · SM · warp</td><td>" + T.cta[i] + " · " + T.sm[i] + " · " + T.warp[i] +
+    "</td></tr></table>");
+};
+$("warpsvg").onmouseleave = hideTip;
 
 readHash();
 document.body.dataset.readyMs = Math.round(performance.now());

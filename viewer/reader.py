@@ -11,7 +11,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 
-from ..format import JOB_KEYS, LAUNCH_METADATA
+from ..format import JOB_KEYS, LAUNCH_METADATA, TIMELINE_COLUMNS, WARP_TIMELINE
 from . import deep
 from .errors import ViewerError
 
@@ -32,6 +32,8 @@ class Profile:
     """The writing process: rank, world_size, local_rank, host, pid (format.JOB_KEYS)."""
     notes: list[str] = field(default_factory=list)
     """What the reader should know about what is not shown (Parsed.notes)."""
+    timelines: list[dict] = field(default_factory=list)
+    """The kernels' warp timelines (Parsed.timelines)."""
 
 
 STDIN = "-"
@@ -56,7 +58,8 @@ def load(path: str) -> Profile:
     _add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
     exclusive = [c for c in gf.dataframe.columns
                  if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
-    return Profile(gf, inclusive, exclusive, parsed.devices, parsed.job, parsed.notes)
+    return Profile(gf, inclusive, exclusive, parsed.devices, parsed.job, parsed.notes,
+                   parsed.timelines)
 
 
 @dataclass(slots=True)
@@ -70,6 +73,8 @@ class Parsed:
     """The writing process (format.JOB_KEYS; {} for older files)."""
     notes: list[str] = field(default_factory=list)
     """What the reader should know about what is not shown (vectors cut)."""
+    timelines: list[dict] = field(default_factory=list)
+    """The kernels' warp timelines (format.WARP_TIMELINE, parsed, with their "path")."""
 
 
 MAX_VECTOR = 256
@@ -114,7 +119,7 @@ def parse(path: str) -> Parsed:
     devices = _check_devices(doc[1] if len(doc) > 1 else {})
     root = doc[0]
     job = {k: v for k in JOB_KEYS if _job_value(v := root["frame"].get(k))}
-    _check_tree(root, name)
+    timelines = _check_tree(root, name)
     if path != STDIN and path.endswith(MSGPACK_EXTENSION):
         _text_metric_names(root)  # MessagePack keys may be numbers; JSON's are text
     _drop_launch_metadata(root)
@@ -125,7 +130,7 @@ def parse(path: str) -> Parsed:
                           f"{MAX_CELLS:,} (a metric on one frame takes a cell on every frame)")
     notes = [f"{name}: vector metric {metric!r} has {n:,} elements; the viewer shows the first "
              f"{MAX_VECTOR}" for metric, n in cut.items()]
-    return Parsed(root, devices, job, notes)
+    return Parsed(root, devices, job, notes, timelines)
 
 
 def _not_json(path: str, name: str, text: str, exc: json.JSONDecodeError) -> ViewerError:
@@ -316,9 +321,11 @@ def _is_node(obj) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("frame"), dict) and "name" in obj["frame"]
 
 
-def _check_tree(root: dict, name: str) -> None:
+def _check_tree(root: dict, name: str) -> list[dict]:
     """Every node has frame.name, metrics and children; names and frame keys become text (a
-    name may be any text; hatchet sorts frames, so mixed types could not be compared)."""
+    name may be any text; hatchet sorts frames, so mixed types could not be compared).
+    Returns the kernels' warp timelines, taken out of their frames (_timelines)."""
+    found = False
     stack = [root]
     while stack:
         node = stack.pop()
@@ -332,10 +339,36 @@ def _check_tree(root: dict, name: str) -> None:
             raise ViewerError(f"{name} has a malformed node {_SHORT.repr(node)[:80]}; each node "
                               "needs frame.name, metrics and children")
         frame = node["frame"]
+        found = found or WARP_TIMELINE in frame
         for key, value in frame.items():
             if not isinstance(value, str):
                 frame[key] = "" if value is None else str(value)
         stack.extend(node["children"])
+    return _timelines(root) if found else []
+
+
+def _timelines(root: dict) -> list[dict]:
+    """Each WARP_TIMELINE frame key, removed from its frame (hatchet need not carry it) and
+    parsed: the timeline's dict with "path", its kernel's call path from the root's child.
+    A timeline that does not parse, or whose columns differ in length, is left out."""
+    out = []
+    stack = [(child, ()) for child in reversed(root["children"])]
+    while stack:
+        node, above = stack.pop()
+        frame = node["frame"]
+        here = (*above, frame["name"])
+        text = frame.pop(WARP_TIMELINE, None)
+        if text is not None:
+            try:
+                t = json.loads(text)
+                columns = [t[k] for k in TIMELINE_COLUMNS]
+                ok = isinstance(t["scopes"], list) and len({len(c) for c in columns}) == 1
+            except (ValueError, TypeError, KeyError):
+                ok = False
+            if ok:
+                out.append({**t, "path": list(here)})
+        stack.extend((child, here) for child in reversed(node["children"]))
+    return out
 
 
 GPU_FIGURES = ("num_sms", "clock_rate", "memory_clock_rate", "bus_width")

@@ -24,7 +24,7 @@ from ..errors import ProfileWriteError, SessionError
 from ..files import create_beside
 from ..format import (CHILDREN_KEY, CUDA, CYCLES, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
                       FRAME_TYPE, INTRA_TRACE_CATEGORY, METRICS_KEY, NAME_KEY, NO_LINES,
-                      OTHER_DATA, PROPERTY, ROOT_NAME, T0_NS, TYPE_KEY)
+                      OTHER_DATA, PROPERTY, ROOT_NAME, T0_NS, TYPE_KEY, WARP_TIMELINE)
 from ..format_msgpack import packb
 from ..report import warn
 from .job import alive, pid_path
@@ -36,12 +36,14 @@ FORMATS = {"tree": ("", "hatchet", "hatchet_msgpack"), "trace": ("", "chrome_tra
 
 def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
           notes: dict[int, str] | None = None, job: dict | None = None,
-          own: dict[int, dict[str, int]] | None = None) -> list:
+          own: dict[int, dict[str, int]] | None = None,
+          timelines: dict[int, str] | None = None) -> list:
     """The JSON document for aggregated `nodes` (metrics by path id). `notes`: why a kernel's
     PC samples have no source lines, written as its frame's "no_lines" (hatchet keeps extra
     frame keys; both viewers read the file as before). `job`: the writing process (job.Job's
     fields), written in the root frame. `own`: more metrics of a node's own, written as
-    exclusive ones (a kernel's launch configuration, its SASS instruction mix). Built without
+    exclusive ones (a kernel's launch configuration, its SASS instruction mix). `timelines`:
+    a kernel's warp timeline (JSON text), its frame's WARP_TIMELINE. Built without
     recursion: a tree may be as deep as the program's scopes."""
     notes = notes or {}
     own = own or {}
@@ -88,6 +90,8 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
         frame = {NAME_KEY: frames[pid].name, TYPE_KEY: FRAME_TYPE}
         if pid in notes:
             frame[NO_LINES] = notes[pid]
+        if timelines and pid in timelines:
+            frame[WARP_TIMELINE] = timelines[pid]
         return {FRAME_KEY: frame, METRICS_KEY: out, CHILDREN_KEY: []}
 
     root = node(ROOT)

@@ -44,9 +44,12 @@ SHARED_MAX_BYTES = 8192
 """Triton 3.6 sizes a shared record buffer at most this per CTA (larger buffer_size asks are
 cut to it; checked by compiling for sm_90); a global one takes any size."""
 MEDIAN_SAMPLE = 1 << 20
+"""Warp events kept per scope for the median (min and max are exact)."""
+TIMELINE_EVENTS = 32768
+"""Warp events of one launch a tree profile keeps per kernel for the warp timeline (its
+first CTAs' when the launch has more)."""
 compiling = False
 """True while a session compiles kernels instrumented (proton.language's records are on)."""
-"""Warp events kept per scope for the median (min and max are exact)."""
 
 
 def check_triton() -> None:
@@ -135,6 +138,9 @@ class Instrumentation:
         self.next_slice: tuple[int, int] | None = None
         self.stats: dict[tuple[int, int], ScopeStats] = {}
         """(kernel node, scope node) -> stats."""
+        self.latest: dict[int, tuple] = {}
+        """Kernel node -> (KernelInfo, device, its latest launch's events as columns): the
+        one launch per kernel a tree profile keeps for the warp timeline."""
         self.spans: list[dict] = []
         """Trace sessions: batches of warp events as arrays (see _add_spans)."""
         self.keep_spans = False
@@ -294,6 +300,7 @@ class Instrumentation:
         per_warp = counts[dec.launch] * info.num_warps  # Triton's normalisation, per launch
         key = node_idx[dec.launch] * 256 + dec.scope
         norm = np.bincount(key, weights=cycles / per_warp)
+        self._keep_latest(info, launches, node_idx, nodes, dec)
         present = np.nonzero(np.bincount(key))[0]
         order = np.argsort(key, kind="stable") if present.size > 1 else None
         bounds = np.searchsorted(key[order] if order is not None else key, present) \
@@ -319,6 +326,38 @@ class Instrumentation:
                     "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
                     "init": dec.init_ns[sel], "since": dec.start[sel] - dec.block_min_clock[sel],
                     "cycles": cycles[sel]})
+
+    def _keep_latest(self, info: KernelInfo, launches: list, node_idx: np.ndarray,
+                     nodes: np.ndarray, dec: intra.Decoded) -> None:
+        last = np.full(nodes.size, -1)
+        np.maximum.at(last, node_idx, np.arange(node_idx.size))
+        for k, i in enumerate(last.tolist()):
+            sel = np.nonzero(dec.launch == i)[0][:TIMELINE_EVENTS]
+            if sel.size:
+                self.latest[int(nodes[k])] = (info, launches[i][4], {
+                    "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
+                    "scope": dec.scope[sel], "init": dec.init_ns[sel],
+                    "since": dec.start[sel] - dec.block_min_clock[sel],
+                    "cycles": dec.cycles[sel]})
+
+    def timelines(self) -> dict[int, str]:
+        """Kernel node -> its latest launch's warp timeline (format.WARP_TIMELINE, JSON text):
+        each warp's pass through each scope, its start in ns from the launch's first CTA
+        (the CTA's %globaltimer start plus cycles at the device's clock)."""
+        out = {}
+        for node, (info, device, c) in self.latest.items():
+            khz = self.clock_khz.get(int(device)) or 1_000_000
+            start = (c["init"] - c["init"].min()) + c["since"] / (khz / 1e6)
+            ids = sorted(set(c["scope"].tolist()))
+            index = {sid: j for j, sid in enumerate(ids)}
+            out[node] = json.dumps({
+                "device": int(device), "clock_khz": int(khz), "warps": info.num_warps,
+                "scopes": [" > ".join(self._scope_chain(info, sid)) for sid in ids],
+                "sm": c["sm"].tolist(), "cta": c["cta"].tolist(), "warp": c["warp"].tolist(),
+                "scope": [index[s] for s in c["scope"].tolist()],
+                "start_ns": np.round(start, 1).tolist(), "cycles": c["cycles"].tolist()},
+                separators=(",", ":"))
+        return out
 
     def trace_spans(self, kernels: list[tuple[int, object]]) -> list[tuple]:
         """The warp events as (scope node, device, SM, CTA, warp, start ns, end ns, cycles) on
@@ -353,17 +392,20 @@ class Instrumentation:
                         cols["cta"].tolist(), cols["warp"].tolist(), start.tolist(),
                         end.tolist(), cols["cycles"].tolist()))
 
-    def _scope_node(self, kernel: int, info: KernelInfo, sid: int) -> int:
+    @staticmethod
+    def _scope_chain(info: KernelInfo, sid: int) -> list[str]:
+        """The scope's name and its enclosing scopes', outermost first."""
         chain = []
         seen = set()
         while sid in info.scope_names and sid not in seen:
             seen.add(sid)
             chain.append(info.scope_names[sid])
             sid = info.scope_parents.get(sid, -1)
-        if not chain:
-            chain = [f"scope_{sid}"]
+        return list(reversed(chain)) or [f"scope_{sid}"]
+
+    def _scope_node(self, kernel: int, info: KernelInfo, sid: int) -> int:
         node = kernel
-        for name in reversed(chain):
+        for name in self._scope_chain(info, sid):
             node = paths.intern(node, name, SCOPE)
         return node
 
@@ -517,6 +559,7 @@ def finish(session, devices: dict) -> None:
                 kernels = list(session.events)
             session.intra = inst.trace_spans(kernels)
         else:
+            session.timelines = inst.timelines()
             for (kernel, node), stats in inst.stats.items():
                 device = int(paths.frames[kernel].kind.removeprefix("kernel") or 0) \
                     if paths.frames[kernel].kind.startswith("kernel") else 0

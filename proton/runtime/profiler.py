@@ -421,7 +421,8 @@ class Profiler:
             return writer.build_trace(data.events, data.spans, who, s.intra)
         with s.lock:
             notes = dict(s.notes)
-        return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes))
+        return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),
+                            timelines=s.timelines)
 
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
         """Close `session` and write its file (or its last part files); return the paths."""

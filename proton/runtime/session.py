@@ -62,6 +62,8 @@ class Session:
     """backend="instrumentation": the runtime/instrumentation.Instrumentation it reads."""
     intra: list = field(default_factory=list)
     """Kernel scopes' spans per warp (data="trace"), added when the session is written."""
+    timelines: dict = field(default_factory=dict)
+    """Kernel node -> its latest launch's warp timeline (data="tree", format.WARP_TIMELINE)."""
     keep_others: bool = False
     """A capture's: a file at its path that this process did not write stays (the profile
     goes beside it)."""
