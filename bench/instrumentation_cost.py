@@ -86,6 +86,11 @@ def report(rows: list[dict], a) -> None:
     print(f"{'':8}{'us/launch':>10}{'added':>8}  (median of {a.rounds}, {a.launches} launches)")
     for w, v in med.items():
         print(f"{w:8}{v:10.2f}{v - med.get('bare', v):8.2f}")
+    if {"bare", "triton", "ours"} <= med.keys():
+        theirs, ours = med["triton"] - med["bare"], med["ours"] - med["bare"]
+        ratio = ours / theirs if theirs > 0 else float("nan")
+        print(f"ours adds {ratio:.2f}x of Triton's added cost: goal (under 0.5x) "
+              f"{'met' if ratio < 0.5 else 'NOT met'}")
     if a.out:
         with open(a.out, "a") as f:
             f.write(json.dumps({"bench": "instrumentation_cost", "rows": rows, "median": med})

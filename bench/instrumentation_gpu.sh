@@ -12,5 +12,7 @@ fi
 timeout ${TEST_TIMEOUT:-150} python3 -P -m pytest -m gpu tests/test_gpu_instrumentation.py -q \
   -p no:cacheprovider -rf > "$OUT/runs/gpu_tests.log" 2>&1
 tail -6 "$OUT/runs/gpu_tests.log"
-timeout ${BENCH_TIMEOUT:-120} python3 bench/instrumentation_cost.py --launches ${LAUNCHES:-2000} \
-  --rounds ${ROUNDS:-2} --out "$OUT/runs/bench.jsonl" 2>&1 | tail -8
+python3 bench/intra_decode.py --launches 2000 --repeat 3 2>&1 | tail -3  # the CPU side alone
+ROUNDS=${ROUNDS:-3}  # each round: bare, Triton's Proton, ours, each its own process (~30 s)
+timeout ${BENCH_TIMEOUT:-$((ROUNDS * 100))} python3 bench/instrumentation_cost.py \
+  --launches ${LAUNCHES:-2000} --rounds $ROUNDS --out "$OUT/runs/bench.jsonl" 2>&1 | tail -9

@@ -135,6 +135,6 @@ def test_screenshot_of_the_warps_tab(tmp_path):
     from test_html import browse
 
     page = write(tmp_path, scoped_profile(tmp_path))
-    out = os.path.join(os.path.dirname(__file__), "..", "bench", "screenshots", "html_warps.png")
+    out = os.path.join(os.path.dirname(__file__), "..", "bench", "screenshots", "warps.png")
     browse(page, "view=warps", screenshot=os.path.abspath(out))
     assert os.path.getsize(out) > 10_000
