@@ -304,22 +304,17 @@ class Instrumentation:
         norm = np.bincount(key, weights=cycles / per_warp)
         self._keep_latest(info, launches, node_idx, nodes, dec)
         present = np.nonzero(np.bincount(key))[0]
-        order = np.argsort(key, kind="stable") if present.size > 1 else None
-        bounds = np.searchsorted(key[order] if order is not None else key, present) \
-            if order is not None else None
+        order = np.argsort(key, kind="stable")  # each (node, scope)'s events side by side
+        bounds = np.searchsorted(key[order], present).tolist() + [key.size]
+        ordinals = np.array([launch[5] for launch in launches])
+        devices = np.array([launch[4] for launch in launches])
         for j, k in enumerate(present.tolist()):
             kernel, sid = int(nodes[k // 256]), k % 256
             scope_node = self._scope_node(kernel, info, sid)
-            if order is None:
-                sel = slice(None)
-            else:
-                hi = bounds[j + 1] if j + 1 < present.size else key.size
-                sel = order[bounds[j]:hi]
+            sel = order[bounds[j]:bounds[j + 1]]
             stats = self.stats.setdefault((kernel, scope_node), ScopeStats())
             stats.add(cycles[sel], float(norm[k]))
             if self.keep_spans:
-                ordinals = np.array([launch[5] for launch in launches])
-                devices = np.array([launch[4] for launch in launches])
                 picked = dec.launch[sel]
                 self.spans.append({
                     "scope": np.full(picked.size, scope_node), "kernel": np.full(picked.size,

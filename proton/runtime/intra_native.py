@@ -145,12 +145,11 @@ def helper() -> ctypes.CDLL | None:
             if not os.path.exists(path):
                 native.compile_source(path, SOURCE)
             lib = ctypes.CDLL(path)  # CDLL: the GIL is released during each call
-            lib.proton_intra_bound.argtypes = [ctypes.c_void_p] * 3 + [
-                ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
+            ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+            lib.proton_intra_bound.argtypes = (ptr, ptr, ptr, i64, i64, i32)
             lib.proton_intra_bound.restype = ctypes.c_int64
-            lib.proton_intra_decode.argtypes = [ctypes.c_void_p] * 3 + [
-                ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p,
-                ctypes.c_int64] + [ctypes.c_void_p] * 3
+            lib.proton_intra_decode.argtypes = (ptr, ptr, ptr, i64, i64, i32, ptr, i64, ptr,
+                                                ptr, ptr)
             lib.proton_intra_decode.restype = None
         except (OSError, subprocess.SubprocessError, native.NoCompiler) as exc:
             warn(f"instrumentation: decoding kernel scope buffers in numpy, which costs more "
