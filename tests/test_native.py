@@ -1,5 +1,6 @@
-"""The C helper for CUPTI buffers: built at first use and cached, the same offsets as the Python
-walk, and the Python walk when there is no compiler."""
+"""The C helper for CUPTI buffers (native.c): built at first use and cached, and the two
+attribution pipelines (pipeline.py), the C helper's and Python's, giving the same kernels on the
+same recorded buffers."""
 from __future__ import annotations
 
 import ctypes
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from proton.cupti import native
+from proton.cupti.pipeline import NativePipeline, PythonPipeline, walk
 
 NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
                         ctypes.POINTER(ctypes.c_void_p))
@@ -42,21 +44,25 @@ def cache(tmp_path, monkeypatch):
     native._built.clear()
 
 
+class _Raw:
+    """buffers.RawBuffers as a pipeline sees it: cuptiActivityGetNextRecord, and the buffer
+    callback it sets."""
+
+    def __init__(self, next_record) -> None:
+        self.next_record = next_record
+        self.on_buffer = None
+
+
 @pytest.mark.parametrize("sizes", [[], [24], [24, 40, 16, 232, 24] * 200])
 def test_the_helper_walks_a_buffer_as_python_does(cache, sizes):
+    """Columns walks every record Python's walk finds (kinds it does not read included)."""
     buffer = (ctypes.c_uint64 * (sum(sizes) // 8 + 1))()
     address, valid = ctypes.addressof(buffer), sum(sizes)
-    walk = native.Walker(fake_next(sizes))
-    assert walk.native
-    got = walk(address, valid)
-    os.environ["PROTON_NATIVE"] = "0"
-    try:
-        python = native.Walker(fake_next(sizes))
-        assert not python.native
-        assert list(got) == python(address, valid) == np.cumsum([0, *sizes[:-1]]).tolist()[
-            :len(sizes)]
-    finally:
-        del os.environ["PROTON_NATIVE"]
+    columns = native.Columns(native.helper(), fake_next(sizes), [([0], [(0, 4, False)], 8)])
+    ((kinds,),), walked = columns(address, valid)
+    assert walked == len(sizes) == len(kinds)  # every record here is of kind 0
+    assert walk(fake_next(sizes), address, valid) == np.cumsum([0, *sizes[:-1]]).tolist()[
+        :len(sizes)]
 
 
 def test_the_helper_is_built_once_and_cached(cache):
@@ -73,20 +79,31 @@ def test_a_damaged_cache_entry_is_built_again(cache):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(b"not a library")
-    assert native.helper() is not None
-    assert native.Walker(fake_next([8, 8]))(ctypes.addressof((ctypes.c_uint64 * 2)()), 16) \
-        .tolist() == [0, 8]
+    lib = native.helper()
+    assert lib is not None and lib.proton_join_early(lib.proton_join_new()) == 0
 
 
-def test_without_a_compiler_python_walks_and_says_so_once(cache, monkeypatch, capfd):
+def test_without_a_compiler_python_reads_and_says_so_once(cache, monkeypatch, capfd):
+    from proton.cupti.collector import CuptiCollector
+
     monkeypatch.setenv("CC", "/nonexistent/cc")
     monkeypatch.setenv("PATH", str(cache))  # no cc, gcc or clang
-    walk = native.Walker(fake_next([16, 16]))
-    assert not walk.native
-    assert walk(ctypes.addressof((ctypes.c_uint64 * 4)()), 32) == [0, 16]
-    native.Walker(fake_next([16]))
+    assert isinstance(CuptiCollector(lambda kernels: None).pipeline, PythonPipeline)
+    assert isinstance(CuptiCollector(lambda kernels: None).pipeline, PythonPipeline)
     err = capfd.readouterr().err
     assert err.count("reading CUPTI buffers in Python") == 1 and "install a C compiler" in err
+
+
+def test_proton_native_0_chooses_the_python_pipeline_silently(cache, monkeypatch, capfd):
+    from proton.cupti.collector import CuptiCollector
+
+    monkeypatch.setenv("PROTON_NATIVE", "0")
+    collector = CuptiCollector(lambda kernels: None, groups=lambda *a: None)
+    assert isinstance(collector.pipeline, PythonPipeline) and not collector.pipeline.native
+    assert capfd.readouterr().err == ""
+    monkeypatch.delenv("PROTON_NATIVE")
+    collector = CuptiCollector(lambda kernels: None, groups=lambda *a: None)
+    assert isinstance(collector.pipeline, NativePipeline) and collector.pipeline.logs_launches
 
 
 def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
@@ -98,7 +115,9 @@ def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
     from proton.cupti.collector import CuptiCollector
 
     K = cupti.ActivityKind
-    collector = CuptiCollector(lambda kernels: None)
+    collectors = {"numpy": CuptiCollector(lambda kernels: None, native=False),
+                  "c": CuptiCollector(lambda kernels: None, native=True)}
+    collector = collectors["c"]
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     graph = next(c for c, n in collector._driver_cbids.items() if n == "cuGraphLaunch")
     runtime = next(iter(collector._runtime_cbids))
@@ -129,18 +148,14 @@ def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
     address, valid = ctypes.addressof(raw), len(data)
     step = fake_next(sizes)
     got = {}
-    for path in ("numpy", "c"):
+    for path, collector in collectors.items():
         seen = []
         monkeypatch.setattr(collector.attributor, "add_columns", lambda *a: seen.append(a))
-        if path == "numpy":
-            offsets = native.Walker(step)(address, valid)
-            collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
-                                   offsets)
-        else:
-            holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
-            assert collector.use_native_reads(holder) and holder.on_buffer is not None
-            holder.on_buffer(address, valid)
-        assert collector.callback_errors == []
+        holder = _Raw(step)
+        collector.pipeline.attach(holder)
+        assert holder.on_buffer == collector.pipeline.read
+        holder.on_buffer(address, valid)
+        assert collector.callback_errors == [] and collector.records == len(records)
         got[path] = seen
     assert got["c"] == got["numpy"] and len(got["c"]) == 1
     external, api, kernels = got["c"][0]
@@ -157,24 +172,21 @@ def _record(dtype, **fields) -> np.ndarray:
     return r
 
 
-def _feed(collector, records: list, joined: bool) -> None:
-    """One buffer of `records` (numpy records of cupti-python's dtypes) through the collector:
-    the C helper's walk, read and join when `joined`, else the numpy reads and the
-    Attributor."""
+def _feed(collector, records: list, joined: bool = True) -> None:
+    """One buffer of `records` (numpy records of cupti-python's dtypes) through the
+    collector's pipeline: the C helper's walk, read and join, or Python's walk, numpy reads
+    and the Attributor."""
     data = b"".join(r.tobytes() for r in records)
     raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
     ctypes.memmove(raw, data, len(data))
     step = fake_next([r.dtype.itemsize for r in records])
     address, valid = ctypes.addressof(raw), len(data)
-    if joined:
-        if collector._join is None:
-            holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
-            assert collector.use_native_reads(holder) and collector._join is not None
-        collector._columns = native.Columns.create(step, collector._column_groups())
-        collector.read_buffer(address, valid)
+    pipeline = collector.pipeline
+    if pipeline.native and pipeline.columns is not None:  # this buffer's walk; the join kept
+        pipeline.columns = native.Columns(native.helper(), step, pipeline.column_groups())
     else:
-        collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
-                               native.Walker(step)(address, valid))
+        pipeline.attach(_Raw(step))
+    pipeline.read(address, valid)
 
 
 def _collector(joined: bool):
@@ -185,7 +197,7 @@ def _collector(joined: bool):
     got: list = []
     collector = CuptiCollector(got.extend,
                                groups=(lambda g, f, rows: got.extend(rows())) if joined
-                               else None)
+                               else None, native=joined)
     collector._names = {0x1000: "a"}
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     return collector, got, launch
@@ -283,7 +295,7 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, cap
             summed.extend(kernels)
 
         collector = CuptiCollector(got.extend, lambda thread, ts: 900 + thread,
-                                   groups=groups if joined else None)
+                                   groups=groups if joined else None, native=joined)
         collector._names = dict(names)
         if capture:
             collector.attributor.capturing[7] = [list(capture)]
@@ -330,9 +342,9 @@ def test_kernels_whose_launch_record_never_came_go_to_their_external_path(cache)
     data = b"".join(r.tobytes() for r in records)
     raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
     ctypes.memmove(raw, data, len(data))
-    holder = type("Raw", (), {"next_record": fake_next([r.dtype.itemsize for r in records]),
-                              "on_buffer": None})()
-    assert collector.use_native_reads(holder) and collector._join is not None
+    holder = _Raw(fake_next([r.dtype.itemsize for r in records]))
+    collector.pipeline.attach(holder)
+    assert collector.pipeline.join is not None
     holder.on_buffer(ctypes.addressof(raw), len(data))
     assert got == [] and collector.callback_errors == []
     assert collector.finish() == 2
@@ -432,10 +444,10 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
                    for corr in range(1, n + 1)]
         for half in (kernels[: n // 2], kernels[n // 2:]):
             _feed(collector, half, joined)
-        burst = collector._join.slots() if joined else 0
+        burst = collector.pipeline.join.slots() if joined else 0
         for corr in range(n + 1, n + 700, 10):  # small buffers after the burst
             if joined and corr == n + 11:
-                assert collector._join.slots() == burst  # one small buffer: room kept
+                assert collector.pipeline.join.slots() == burst  # one small buffer: room kept
             small = []
             for c in range(corr, corr + 10):
                 small += [_record(cupti.activity_external_correlation_dtype,
@@ -448,7 +460,7 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
                                   end=3 * n + c + 5)]
             _feed(collector, small, joined)
         if joined:
-            assert burst > 4 * n and collector._join.slots() < burst / 8  # room let go
+            assert burst > 4 * n and collector.pipeline.join.slots() < burst / 8  # room let go
         assert collector.waiting_before(4 * n) == 0 and collector.finish() == 0
         results[joined] = sorted(k[:3] for k in got)
     assert results[True] == results[False]
@@ -469,14 +481,14 @@ class _Launcher:
         self._clock = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))(
             self._tick)
         collector._fields = callback_fields(cupti)
-        log = collector._launch_log(ctypes.cast(self._clock, ctypes.c_void_p).value)
-        assert log is not None
+        log, enter, on_api = collector.pipeline.start(
+            ctypes.cast(self._clock, ctypes.c_void_p).value)
+        assert log is not None and on_api is None
         self._enter = None
         if collector.in_callback:  # the python context: enters go to Python
-            self._enter = native.ENTER(collector._launch_enter())
+            self._enter = native.ENTER(enter)
             log.configure(None, self._enter)
-        log.enable(True)
-        collector._log = log
+        collector.pipeline.enable(True)
         self.log, self.call = log, CALLBACK(log.callback)
         self._site, self._corr, self._ret = collector._fields
         self._data = (ctypes.c_uint8 * cupti.callback_data_dtype.itemsize)()
@@ -568,7 +580,6 @@ def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     collector, _, launch = _collector(True)
     launcher = _Launcher(collector)
     log = launcher.log
-    collector.main_path = collector._main_path_logged  # as start() sets it with the log
 
     def on_worker(corr: int, push: int | None = None, during=None) -> None:
         def run():
@@ -623,7 +634,8 @@ def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed,
         got = []
         collector = CuptiCollector(
             got.extend, lambda thread, ts: 900 + (7 if thread in (7, me) else 8),
-            groups=(lambda g, first, rows: got.extend(rows())) if logged else None)
+            groups=(lambda g, first, rows: got.extend(rows())) if logged else None,
+            native=logged)
         collector._names = dict(names)
         if capture:
             collector.attributor.capturing[me if logged else 7] = [list(capture)]
@@ -770,8 +782,6 @@ def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
     """Each thread that pushes a path gets a stack in the C helper; a job whose threads come
     and go (data loaders, a thread per request) must not keep one per thread ever started."""
     import threading
-
-    from proton.cupti import native
 
     lib = native.helper()
     collector, _, _ = _collector(True)
