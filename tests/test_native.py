@@ -35,10 +35,19 @@ def fake_next(sizes: list[int]):
     return NEXT(step)
 
 
+SANITIZE_ENV = "PROTON_TEST_SANITIZE"
+"""Set (by test_the_c_join_is_clean_under_the_sanitizers): the helper is built with
+AddressSanitizer and UndefinedBehaviorSanitizer, which abort on any error they find."""
+SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+            "-g")
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PROTON_NATIVE", raising=False)
+    if os.environ.get(SANITIZE_ENV):
+        monkeypatch.setattr(native, "FLAGS", native.FLAGS + SANITIZE)
     native._built.clear()
     yield tmp_path
     native._built.clear()
@@ -805,3 +814,158 @@ def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
         time.sleep(0.01)
     assert lib.proton_paths_live() == before
     log.pop()
+
+
+def _strict_flags() -> tuple[str, ...]:
+    return native.FLAGS + ("-Wall", "-Wextra", "-Werror")
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+def test_the_helper_compiles_with_every_warning_as_an_error(tmp_path):
+    """CI's check of native.c: -Wall -Wextra -Werror with the machine's compiler."""
+    out = tmp_path / "strict.so"
+    native.compile_to(str(out), _strict_flags())
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+def test_the_c_enums_are_the_records_columns(tmp_path):
+    """The header native.c is built with gives every column the index records.py gives it:
+    a small program compiled with it prints them back."""
+    import subprocess
+
+    from proton.cupti import records
+
+    names = records.c_names()
+    (tmp_path / "proton_records.h").write_text(records.c_header())
+    lines = "".join(f'    printf("{n} %d\\n", (int){n});\n' for n in names)
+    (tmp_path / "enums.c").write_text(
+        f'#include <stdio.h>\n#include "proton_records.h"\nint main(void) {{\n{lines}'
+        "    printf(\"column %d\\n\", (int)sizeof(proton_column));\n    return 0;\n}\n")
+    subprocess.run([native.compiler(), "-Wall", "-Werror", "-o", str(tmp_path / "enums"),
+                    str(tmp_path / "enums.c")], check=True, timeout=60)
+    out = subprocess.run([str(tmp_path / "enums")], capture_output=True, text=True, check=True)
+    printed = dict(line.split() for line in out.stdout.splitlines())
+    assert {n: int(v) for n, v in printed.items()} == {**names, "column": 8}
+    assert np.dtype(records.DTYPE).itemsize == 8
+    # what the Python side derives from them
+    assert records.OUTPUT_AT[-1] == sum(len(t) for t in records.OUTPUT)
+    assert [m.name for m in records.CONFIG] == ["blocks", "threads", "registers", "shared"]
+
+
+def test_every_exported_function_has_its_signature_from_native_c(cache):
+    """The ctypes signatures are read from native.c's PROTON_API definitions: each is set on
+    the built library, and matches the C parameter types."""
+    sigs = native.signatures()
+    lib = native.helper()
+    assert len(sigs) == 20
+    for name, (restype, argtypes) in sigs.items():
+        assert getattr(lib, name).argtypes == argtypes and getattr(lib, name).restype == restype
+    assert sigs["proton_join_path"] == (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64])
+    assert sigs["proton_on_api"] == (None, [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
+                                            ctypes.c_void_p])
+    assert sigs["proton_columns"][1][:5] == [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                             ctypes.c_int32, ctypes.c_int32]
+
+
+def test_the_cache_key_follows_the_source_header_and_flags(cache, monkeypatch):
+    from proton.cupti import records
+
+    default = native.library_path()
+    assert native.library_path(native.FLAGS + ("-O3",)) != default
+    monkeypatch.setattr(records, "c_header", lambda: "/* another layout */")
+    assert native.library_path() != default
+
+
+def test_the_cache_is_a_private_folder(cache):
+    """The helper is a library the process loads: its folder is made 0700, a folder of ours
+    others may write is made private first, and a file in it that is not ours to trust (a
+    symlink) is built again, not loaded."""
+    import stat
+
+    folder = cache / "native"
+    lib = native.helper()
+    assert lib is not None
+    assert stat.S_IMODE(folder.stat().st_mode) & 0o077 == 0
+    folder.chmod(0o777)
+    path = native.library_path()
+    os.remove(path)
+    planted = cache / "planted.so"
+    planted.write_bytes(b"not ours")
+    os.symlink(planted, path)
+    native._built.clear()
+    assert native.helper() is not None
+    assert stat.S_IMODE(folder.stat().st_mode) & 0o022 == 0
+    assert not os.path.islink(path) and planted.read_bytes() == b"not ours"
+
+
+def test_a_cache_folder_of_another_user_is_refused(cache, monkeypatch, capfd):
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # as if the folder were not ours
+    os.makedirs(cache / "native", exist_ok=True)
+    assert native.helper() is None
+    err = capfd.readouterr().err
+    assert "is not a folder of this user's" in err and "PROTON_CACHE_DIR" in err
+
+
+def test_the_wheel_and_the_sdist_carry_native_c(tmp_path):
+    """native.c is package data: an installed proton can build its helper. The sdist is built
+    as `pip` builds one; the wheel's files are what setuptools' build_py collects for it (the
+    wheel package, which bdist_wheel needs on this setuptools, may be missing)."""
+    import subprocess
+    import sys
+    import tarfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout.split()
+    tree = tmp_path / "tree"
+    for name in files:
+        if os.path.isfile(os.path.join(root, name)):
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            with open(os.path.join(root, name), "rb") as f:
+                (tree / name).write_bytes(f.read())
+    out, lib = tmp_path / "dist", tmp_path / "lib"
+    for code in (f"from setuptools import build_meta as b; b.build_sdist({str(out)!r})",
+                 "from setuptools import setup; setup()"):
+        args = ["build_py", "--build-lib", str(lib)] if "setup()" in code else []
+        done = subprocess.run([sys.executable, "-c", code, *args], cwd=tree,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    (sdist,) = out.glob("*.tar.gz")
+    with tarfile.open(sdist) as t:
+        assert any(n.endswith("/proton/cupti/native.c") for n in t.getnames())
+    assert (lib / "proton" / "cupti" / "native.c").read_text() == native.source()
+
+
+SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_each_kernel",
+             "test_kernels_whose_launch_record_never_came", "test_odd_records_give_the_same",
+             "test_launches_waiting_for_their_kernel", "test_a_burst_of_waiting_launches",
+             "test_the_launch_log_keeps", "test_a_thread_with_no_scope",
+             "test_launches_logged_in_c_give", "test_a_launch_call_inside_another",
+             "test_the_python_contexts_launch_enter", "test_a_new_session_starts_with",
+             "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer"]
+"""The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers."""
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
+    """The equivalence tests in a python whose helper is built with -fsanitize=address,
+    undefined: an out-of-bounds access, use after free or undefined behaviour in native.c
+    fails them. libasan must be loaded first (LD_PRELOAD); leaks are not checked (Python's
+    own allocations would drown them)."""
+    import subprocess
+    import sys
+
+    cc = native.compiler()
+    asan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True,
+                          text=True).stdout.strip()
+    if not os.path.isabs(asan) or not os.path.exists(asan):
+        pytest.skip(f"{cc} has no AddressSanitizer runtime (libasan.so)")
+    env = {**os.environ, SANITIZE_ENV: "1", "LD_PRELOAD": asan,
+           "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+           "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-x", os.path.abspath(__file__), "-k", " or ".join(SANITIZED)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout

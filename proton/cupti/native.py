@@ -70,9 +70,10 @@ def cache_dir() -> str:
     return os.path.join(base, "native")
 
 
-def library_path(flags: tuple[str, ...] = FLAGS) -> str:
-    """The cached library for this source, generated header, compiler flags and machine."""
-    key = hashlib.sha256("\0".join([source(), records.c_header(), *flags,
+def library_path(flags: tuple[str, ...] | None = None) -> str:
+    """The cached library for this source, generated header, compiler flags (FLAGS unless
+    given) and machine."""
+    key = hashlib.sha256("\0".join([source(), records.c_header(), *(flags or FLAGS),
                                      platform.machine()]).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"helper-{key}.so")
 
@@ -112,10 +113,10 @@ def compiler() -> str | None:
         or shutil.which("clang")
 
 
-def compile_to(out: str, flags: tuple[str, ...] = FLAGS, work: str | None = None) -> None:
-    """Compile native.c with the generated records header into `out` (written in place:
-    callers give a path in a folder of their own). work: a private folder for the sources
-    (default: `out`'s)."""
+def compile_to(out: str, flags: tuple[str, ...] | None = None, work: str | None = None) -> None:
+    """Compile native.c with the generated records header into `out` with `flags` (FLAGS
+    unless given; written in place: callers give a path in a folder of their own). work: a
+    private folder for the sources (default: `out`'s)."""
     cc = compiler()
     if not cc:
         raise BuildError("no C compiler: cc, gcc or clang on PATH, or CC")
@@ -123,7 +124,7 @@ def compile_to(out: str, flags: tuple[str, ...] = FLAGS, work: str | None = None
     for name, text in ((SOURCE, source()), ("proton_records.h", records.c_header())):
         with open(os.path.join(work, name), "x", encoding="utf-8") as f:
             f.write(text)
-    done = subprocess.run([cc, *flags, "-o", out, os.path.join(work, SOURCE)],
+    done = subprocess.run([cc, *(flags or FLAGS), "-o", out, os.path.join(work, SOURCE)],
                           capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise BuildError(f"{cc} failed: {done.stderr.strip()[:2000]}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -30,8 +30,9 @@ from ..report import callback_failed
 from . import native, records
 from .records import ApiFields, ExternalFields, KernelFields
 
-if TYPE_CHECKING:
-    from .collector import CuptiCollector
+CuptiCollector = Any
+"""collector.CuptiCollector, whose shared parts (the Attributor, the lock, the column reads
+into it) a pipeline uses: not imported, it imports this module."""
 
 
 class Pipeline(Protocol):
