@@ -5,16 +5,18 @@ Runs on CUPTI's thread (see profiler.py, Threads).
 """
 from __future__ import annotations
 
-from operator import itemgetter
-
 from ..cupti.attribution import Kernel, KernelRecord, each
+from ..cupti.records import Sunk, getter
 from ..data.paths import KERNEL, OP, paths
 from ..format import CAPTURED_AT, TIME
 from .session import Session
 
 
-_START = itemgetter(1)
+_START = getter(Sunk, "launch")
 """A Kernel's launch start."""
+_SUMMED = getter(Sunk, "path name device start end config")
+"""What a Kernel adds to its node's sums."""
+_REPLAYED = getter(Sunk, "path launch name device")
 
 
 class KernelRouter:
@@ -47,7 +49,7 @@ class KernelRouter:
     def _replayed_values(self, kernels: list[Kernel]) -> None:
         """Each replayed kernel of a captured op: that op's launch metadata values again."""
         grafted, values = self._grafted, self.op_values
-        for path_id, launch_ts, _, name, device, *_ in kernels:
+        for path_id, launch_ts, name, device in map(_REPLAYED, kernels):
             source = grafted.get(path_id)
             given = values.get(source) if source is not None else None
             if given:
@@ -91,7 +93,7 @@ class KernelRouter:
             return
         totals: dict[int, list] = {}
         memo, slow = self._kernel_paths.get, self.kernel_path
-        for path_id, _, _, name, device, start, end, _, config in kernels:
+        for path_id, name, device, start, end, config in map(_SUMMED, kernels):
             kernel = memo((path_id, name, device))
             if kernel is None:
                 kernel = slow(path_id, name, device)
