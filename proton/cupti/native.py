@@ -4,17 +4,18 @@ no compiler.
 
 Walking a completed activity buffer costs a ctypes call per record from Python (three records a
 launch) while holding the GIL, so the thread that launches waits. The helper walks the whole
-buffer with CUPTI's own cuptiActivityGetNextRecord in one call that releases the GIL, and hands
-back the records' offsets. It binds nothing at build time (CUPTI's function comes as a pointer
-at run time), so one build serves every libcupti; the cache is keyed by the source, the
-records header generated from records.py (every column index the C uses) and the compiler
-flags. The C is native.c beside this module; each function's ctypes signature is read from
-its definition there.
+buffer with CUPTI's own cuptiActivityGetNextRecord in one call that releases the GIL, reading
+the records' fields as it walks (`Columns`: one call per buffer instead of a numpy gather per
+field) and, for the shadow context, joins them (`Join`: the Attributor's common case, kernels
+summed per call path), so that Python sees a buffer's sums, not its records. Its launch
+callback (`LaunchLog`) stands for CUPTI's API and external records. pipeline.NativePipeline
+puts these together.
 
-It also reads the records' fields as it walks (`Columns`: one call per buffer instead of a
-numpy gather per field) and, for the shadow context, joins them (`Join`: the Attributor's
-common case, kernels summed per call path), so that Python sees a buffer's sums, not its
-records.
+The C is native.c beside this module (package data); each PROTON_API function's ctypes
+signature is read from its definition there (`signatures`), and every column index it uses
+comes from records.py as a generated header (proton_records.h). It binds nothing at build time
+(CUPTI's function comes as a pointer at run time), so one build serves every libcupti; the
+cache is keyed by the source, that header, the compiler flags and the machine.
 
 PROTON_NATIVE=0 keeps everything in Python (pipeline.PythonPipeline, as without a compiler);
 PROTON_CACHE_DIR moves the cache (default $XDG_CACHE_HOME/proton or ~/.cache/proton), which
