@@ -116,9 +116,9 @@ def test_proton_native_0_chooses_the_python_pipeline_silently(cache, monkeypatch
 
 
 def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
-    """The helper reading fields as it walks: a buffer with every record kind the collector reads (a failed
-    launch, a graph launch's kernels, a runtime launch, a kind it skips) gives the Attributor
-    the same columns as the numpy reads."""
+    """The helper reading fields as it walks: a buffer with every record kind the collector
+    reads (a failed launch, a graph launch's kernels, a runtime launch, a kind it skips) gives
+    the Attributor the same columns as the numpy reads (each pipeline reads the buffer)."""
     from cupti import cupti
 
     from proton.cupti.collector import CuptiCollector

@@ -295,7 +295,8 @@ static void matched(proton_groups *g, int64_t *groups, int64_t *rows, int64_t st
    records that succeeded (n_api rows of L_COLUMNS), kernels (n_k rows of K_COLUMNS).
    Out (each column `stride` long, stride >= n_k + early): groups (G_COLUMNS), rows
    (R_COLUMNS) of the kernels matched here; for Python, ext (X_COLUMNS) and api (L_COLUMNS)
-   of the launches it must place and kernels (K_COLUMNS) of them. counts: OUT_COLUMNS. Launches started within [capture_from, capture_to] go to Python, which
+   of the launches it must place and kernels (K_COLUMNS) of them. counts: OUT_COLUMNS.
+   Launches started within [capture_from, capture_to] go to Python, which
    knows each thread's stream capture windows (a launch recorded into a graph runs nothing
    and leaves its id in `deferred`: a few words per captured launch). Returns 0, or -1 when
    out of memory (the buffer's records are then lost). */
@@ -391,13 +392,14 @@ oom:
    their lengths), keeping external ids of kind `custom` and API records of launch calls that
    succeeded: flags[k][cbid] is 1 for a launch, 2 for a graph launch, for API kind
    kinds[k] (k = 0, 1). The rest as proton_join_add. */
-PROTON_API int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap, const int64_t *rows,
-                        int64_t custom, const int64_t *kinds, const uint8_t *flags0,
-                        int64_t nflags0, const uint8_t *flags1, int64_t nflags1,
-                        int64_t capture_from, int64_t capture_to, int64_t stride,
-                        int64_t *groups, int64_t *out_rows,
-                        int64_t *ext_out, int64_t *api_out, int64_t *kernels_out,
-                        int64_t *counts) {
+PROTON_API int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap,
+                                   const int64_t *rows, int64_t custom, const int64_t *kinds,
+                                   const uint8_t *flags0, int64_t nflags0,
+                                   const uint8_t *flags1, int64_t nflags1,
+                                   int64_t capture_from, int64_t capture_to, int64_t stride,
+                                   int64_t *groups, int64_t *out_rows,
+                                   int64_t *ext_out, int64_t *api_out, int64_t *kernels_out,
+                                   int64_t *counts) {
     const uint8_t *flags[2] = {flags0, flags1};
     const int64_t nflags[2] = {nflags0, nflags1};
     int64_t n_ext = 0, n_api = 0, n_k = rows[2];
@@ -561,7 +563,9 @@ PROTON_API int proton_log_configure(proton_timestamp_fn now, proton_callback_fn 
 PROTON_API void proton_log_enable(int on) { __atomic_store_n(&log_on, on, __ATOMIC_RELEASE); }
 
 /* Launches on threads with no path pushed go to `path` from now on (EMPTY: to Python). */
-PROTON_API void proton_main_path(int64_t path) { __atomic_store_n(&main_path, path, __ATOMIC_RELAXED); }
+PROTON_API void proton_main_path(int64_t path) {
+    __atomic_store_n(&main_path, path, __ATOMIC_RELAXED);
+}
 
 /* A thread's path stack is freed when the thread ends (a key's destructor: __thread
    variables have none). */
@@ -601,7 +605,9 @@ PROTON_API void proton_push(int64_t path) {
 }
 
 /* Threads holding a path stack now. */
-PROTON_API int64_t proton_paths_live(void) { return __atomic_load_n(&paths_live, __ATOMIC_RELAXED); }
+PROTON_API int64_t proton_paths_live(void) {
+    return __atomic_load_n(&paths_live, __ATOMIC_RELAXED);
+}
 
 PROTON_API void proton_pop(void) {
     if (tls_depth > 0) tls_depth--;
@@ -696,8 +702,8 @@ PROTON_API int64_t proton_log_take(void) {
    >= the count taken): external (correlation id, `custom`, path) for launches inside a scope,
    API (record kind kinds[domain], correlation id, start, cbid, thread, return value 0) for
    all. Returns the external rows; the API rows are the count taken. */
-PROTON_API int64_t proton_log_read(int64_t custom, const int64_t *kinds, int64_t stride, int64_t *ext,
-                        int64_t *api) {
+PROTON_API int64_t proton_log_read(int64_t custom, const int64_t *kinds, int64_t stride,
+                                   int64_t *ext, int64_t *api) {
     int64_t n_ext = 0, n = log_taken.n;
     for (int64_t i = 0; i < n; i++) {
         const int64_t *e = log_taken.data + i * LOG_FIELDS;
