@@ -311,6 +311,8 @@ class NativePipeline:
                     self._join_columns(blocks, rows)
             else:
                 (ext, api, kernels), walked = self.columns(buffer, valid)
+                with c._lock:
+                    self._withdraw()
                 c._digest(ext, api, kernels)
             c.records += walked
         except BaseException as exc:
@@ -345,10 +347,8 @@ class NativePipeline:
 
         def rows() -> list[tuple]:
             r = joined.rows
-            kernels = np.zeros((len(K), r.shape[1]), dtype=records.DTYPE)
-            for k in K:  # C joins no graph kernel: graph_node stays 0
-                if k.name in R.__members__:
-                    kernels[k] = r[R[k.name]]
+            none = np.zeros(r.shape[1], dtype=records.DTYPE)  # C joins no graph kernel
+            kernels = [r[R[k.name]] if k.name in R.__members__ else none for k in K]
             placed = c._kernel_columns(kernels)[:records.Placed.graph_node]
             return list(zip(r[R.path].tolist(), r[R.launch].tolist(), *placed))
 
@@ -358,19 +358,21 @@ class NativePipeline:
         """What the C launch log holds since the last buffer, before counting what waits or
         finishing: the launches logged, through the join; the python context's failed calls,
         withdrawn."""
-        c = self._c
-        if self.log is None:
-            return
-        if c.in_callback:
-            for corr in self.log.failed():
-                c.attributor.cancel_launch(corr)
-        if self.join is None:
+        self._withdraw()
+        if self.log is None or self.join is None:
             return
         ext, api, n_ext, n_api = self.log.take()
         if n_api:
             kernels = np.empty((len(KernelFields), 1), dtype=records.DTYPE)
             self._join_columns([ext, api, kernels],
                                np.array([n_ext, n_api, 0], dtype=records.DTYPE))
+
+    def _withdraw(self) -> None:
+        """The python context's launch calls that failed (the C launch log keeps them): no
+        kernel will come for them. Under the lock."""
+        if self.log is not None and self._c.in_callback:
+            for corr in self.log.failed():
+                self._c.attributor.cancel_launch(corr)
 
     def waiting(self, ts: int) -> int:
         return self.join.waiting(ts) if self.join is not None else 0
