@@ -969,3 +969,18 @@ def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+def test_starting_a_session_imports_no_numpy_until_cupti_collects():
+    """records.py is imported by the router and the Attributor, which every session loads:
+    it must not make `import proton` (and `proton capture`, racing a job's end) pay for
+    numpy."""
+    import subprocess
+    import sys
+
+    code = ("import sys, proton.api, proton.cli, proton.runtime.router, proton.cupti.records; "
+            "print(sorted(m for m in ('numpy', 'cupti', 'proton.cupti.native') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"

@@ -15,11 +15,12 @@ the others are what the C join and the Attributor take and give.
 from __future__ import annotations
 
 from enum import IntEnum
+from itertools import accumulate
 from operator import itemgetter
 
-import numpy as np
-
-DTYPE = np.int64
+DTYPE = "int64"
+"""Every column's numpy dtype (a name: this module imports no numpy, the router and the
+Attributor import it, and `import proton` stays cheap)."""
 C_TYPE = "int64_t"
 
 
@@ -175,7 +176,7 @@ class Count(Table):
 
 OUTPUT = (Group, Row, External, Launch, Kernel)
 """The C join's outputs, in the order they lie in its one block (one stride for all)."""
-OUTPUT_AT = tuple(np.cumsum([0, *map(len, OUTPUT)]).tolist())
+OUTPUT_AT = tuple(accumulate(map(len, OUTPUT), initial=0))
 """Where each of OUTPUT begins in that block's rows, and its end."""
 INPUT = (ExternalFields, ApiFields, KernelFields)
 """The record fields native.Columns reads, group by group, as the C join takes them."""
