@@ -984,3 +984,15 @@ def test_starting_a_session_imports_no_numpy_until_cupti_collects():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_code_that_unpacks_a_table_fails_at_import_when_the_declaration_changes():
+    """Hot loops unpack rows positionally (the router, the Attributor) and say so with
+    records.unpacks: a column added or moved in records.py stops the import, not the
+    numbers."""
+    from proton.cupti import records
+
+    records.unpacks(records.Sunk, "path launch correlation_id name device start end stream "
+                                  "config")
+    with pytest.raises(RuntimeError, match="records.Launch is .* update that code"):
+        records.unpacks(records.Launch, "correlation_id graph start thread")

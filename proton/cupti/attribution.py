@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..data.paths import ROOT
-from .records import Placed, Sunk
+from .records import External, Launch, Placed, Sunk, unpacks
 
 
 @dataclass(slots=True)
@@ -65,7 +65,11 @@ Kernel = tuple
 """A kernel as the sink gets it (records.Sunk): (path id, launch start, correlation id, name,
 device id, start, end, stream id, config); the last seven are KernelRecord's first seven
 fields (records.Placed up to config)."""
-_CORR, _START, _END, _NODE = Placed.correlation_id, Placed.start, Placed.end, Placed.graph_node
+_CORR, _START, _END, _NODE = map(int, (Placed.correlation_id, Placed.start, Placed.end,
+                                       Placed.graph_node))  # plain ints: indexed per kernel
+_PATH, _LAUNCH, _RECORD = map(int, (Sunk.path, Sunk.launch, Sunk.correlation_id))
+unpacks(External, "correlation_id path")  # add_columns zips and unpacks these per launch
+unpacks(Launch, "correlation_id start graph thread")
 # sink(kernels of one buffer)
 KernelSink = Callable[[list[Kernel]], None]
 # groups(sums, first, rows): a buffer's kernels summed, each sum (path id, kernel name, device
@@ -103,7 +107,7 @@ def each(sink: Callable[[int, KernelRecord, int], None]) -> KernelSink:
     """A KernelSink calling sink(path id, KernelRecord, launch start) once per kernel."""
     def per_kernel(kernels: list[Kernel]) -> None:
         for k in kernels:
-            sink(k[Sunk.path], KernelRecord(*k[Sunk.correlation_id:]), k[Sunk.launch])
+            sink(k[_PATH], KernelRecord(*k[_RECORD:]), k[_LAUNCH])
 
     return per_kernel
 

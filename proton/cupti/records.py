@@ -193,6 +193,19 @@ def getter(table: type[Table], names: str) -> itemgetter:
     return itemgetter(*_cols(table, names))
 
 
+def unpacks(table: type[Table], names: str) -> None:
+    """Say that code unpacks rows of `table` as `names` (space-separated, every column in
+    order): where picking columns by index costs too much per row (a loop over every kernel),
+    the unpacking is checked against the declaration when its module is imported.
+
+    Raises:
+        RuntimeError: the table's columns are not `names`.
+    """
+    if names.split() != [m.name for m in table]:
+        raise RuntimeError(f"records.{table.__name__} is ({', '.join(m.name for m in table)}) "
+                           f"but code unpacks it as ({names}); update that code")
+
+
 def c_header() -> str:
     """The tables as C enums (native.c includes it as proton_records.h)."""
     lines = ["/* Generated from proton/cupti/records.py at build time: do not edit. */",
