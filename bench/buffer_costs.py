@@ -146,7 +146,7 @@ def main() -> None:
     step = ctypes.PyDLL(fake._name).fake_next  # as buffers.py binds CUPTI's
     step.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
     step.restype = ctypes.c_int
-    offsets = walk(step, address, valid)
+    offsets = np.array(walk(step, address, valid), dtype=np.int64)  # as the C walk gave them
     c_walk = native.Columns(native.helper(), step, [])  # walks, reads no kind: the walk alone
     assert c_walk(address, valid)[1] == len(offsets)
     view = np.frombuffer((ctypes.c_char * valid).from_address(address), dtype=np.uint8)
