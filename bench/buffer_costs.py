@@ -45,6 +45,7 @@ from cupti import cupti
 
 from proton.cupti import native
 from proton.cupti.collector import CuptiCollector
+from proton.cupti.pipeline import walk
 from proton.data.paths import ROOT, SCOPE, paths
 from proton.runtime.router import KernelRouter
 from proton.runtime.session import Session
@@ -134,7 +135,7 @@ def main() -> None:
     name = ctypes.create_string_buffer(b"tiny_kernel")
     sessions: dict = {}
     router = KernelRouter(sessions)
-    collector = CuptiCollector(router.on_kernels)
+    collector = CuptiCollector(router.on_kernels, native=False)  # Python's pipeline
     data, sizes = buffer(collector, args.launches, scopes, name)
     raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
     ctypes.memmove(raw, data, len(data))
@@ -145,17 +146,15 @@ def main() -> None:
     step = ctypes.PyDLL(fake._name).fake_next  # as buffers.py binds CUPTI's
     step.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
     step.restype = ctypes.c_int
-    os.environ[native.NATIVE_ENV] = "0"
-    python_walk = native.Walker(step)
-    del os.environ[native.NATIVE_ENV]
-    c_walk = native.Walker(step)
-    assert c_walk.native and list(c_walk(address, valid)) == python_walk(address, valid)
-    offsets = c_walk(address, valid)
-    view = memoryview((ctypes.c_char * valid).from_address(address))
+    offsets = np.array(walk(step, address, valid), dtype=np.int64)  # as the C walk gave them
+    c_walk = native.Columns(native.helper(), step, [])  # walks, reads no kind: the walk alone
+    assert c_walk(address, valid)[1] == len(offsets)
+    view = np.frombuffer((ctypes.c_char * valid).from_address(address), dtype=np.uint8)
+    holder = type("Raw", (), {"next_record": step, "on_buffer": None})()  # keeps `raw` alive
 
     def read_only():
         collector.attributor.add_columns = lambda *a: None
-        collector.read_records(view, offsets)
+        collector.pipeline.read_records(view, offsets)
         del collector.attributor.add_columns
 
     def read_join_route_with(read):
@@ -166,41 +165,42 @@ def main() -> None:
         read()
 
     def read_join_route():
-        read_join_route_with(lambda: collector.read_records(view, offsets))
+        read_join_route_with(lambda: collector.pipeline.read_records(view, offsets))
 
     per = 1e9 / args.launches
-    rows = [("walk, Python (a ctypes call per record)", best(lambda: python_walk(address, valid),
+    rows = [("walk, Python (a ctypes call per record)", best(lambda: walk(step, address, valid),
                                                             args.repeats)),
             ("walk, C helper (one call, GIL released)", best(lambda: c_walk(address, valid),
                                                            args.repeats)),
             ("read fields (numpy)", best(read_only, args.repeats)),
             ("read + join + route", best(read_join_route, args.repeats))]
     rows.append(("join + route (by difference)", rows[3][1] - rows[2][1]))
-    holder = type("Raw", (), {"next_record": step, "on_buffer": None})()  # keeps `raw` alive
-    assert collector.use_native_reads(holder)
+    read_in_c = CuptiCollector(router.on_kernels, native=True)  # C reads, the Attributor joins
+    read_in_c.pipeline.attach(holder)
 
     def c_read_only():
-        collector.attributor.add_columns = lambda *a: None
-        collector.read_buffer(address, valid)
-        del collector.attributor.add_columns
+        read_in_c.attributor.add_columns = lambda *a: None
+        read_in_c.pipeline.read(address, valid)
+        del read_in_c.attributor.add_columns
 
     def c_read_join_route():
-        read_join_route_with(lambda: collector.read_buffer(address, valid))
+        read_join_route_with(lambda: read_in_c.pipeline.read(address, valid))
 
     rows.append(("walk + read fields in C", best(c_read_only, args.repeats)))
     rows.append(("walk + read in C, join + route (python context)",
                  best(c_read_join_route, args.repeats)))
-    joined = CuptiCollector(router.on_kernels, groups=router.on_groups)
-    assert joined.use_native_reads(holder) and joined._join is not None
+    joined = CuptiCollector(router.on_kernels, groups=router.on_groups, native=True)
+    joined.pipeline.attach(holder)
+    assert joined.pipeline.join is not None
 
     def c_join():
         joined._groups = lambda *a: None
-        joined.read_buffer(address, valid)
+        joined.pipeline.read(address, valid)
         joined._groups = router.on_groups
 
     if args.buffers:  # what a long run's buffers leave resident (glibc keeps freed blocks)
         read_join_route_with(lambda: None)
-        joined.read_buffer(address, valid)  # the first buffer's own allocations aside
+        joined.pipeline.read(address, valid)  # the first buffer's own allocations aside
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
         small, _ = buffer(collector, args.launches // 7, scopes, name)
@@ -210,9 +210,9 @@ def main() -> None:
         def buffers():  # on another thread, as CUPTI's; full and partly filled buffers
             for i in range(args.buffers):
                 if i % 3:
-                    joined.read_buffer(address, valid)
+                    joined.pipeline.read(address, valid)
                 else:
-                    joined.read_buffer(ctypes.addressof(small_raw), len(small))
+                    joined.pipeline.read(ctypes.addressof(small_raw), len(small))
 
         worker = threading.Thread(target=buffers)
         worker.start()
@@ -223,11 +223,11 @@ def main() -> None:
         return
     if args.contention:
         contention(args, fake, lambda: read_join_route_with(
-            lambda: joined.read_buffer(address, valid)))
+            lambda: joined.pipeline.read(address, valid)))
         return
     rows.append(("walk + read + join in C", best(c_join, args.repeats)))
     rows.append(("walk + read + join in C, route (shadow context, the default)",
-                 best(lambda: read_join_route_with(lambda: joined.read_buffer(address, valid)),
+                 best(lambda: read_join_route_with(lambda: joined.pipeline.read(address, valid)),
                       args.repeats)))
     print(f"| step ({args.launches:,} launches, 3 records each, {args.scopes} scopes) "
           "| ns per launch |")

@@ -4,8 +4,8 @@
 # Env: PYTEST_ARGS, BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
 # SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
-# NATIVE_AB=1 (the launch loop and 1M launches with the C helper off, walking only, and walking,
-# reading and joining: PROTON_NATIVE=0, walk, 1),
+# NATIVE_AB=1 (the launch loop and 1M launches with Python's pipeline and the C helper's:
+# PROTON_NATIVE=0, 1),
 # OVERHEAD=paired,launch,scale,scalepaired,scaletrend,modelpaired,threadstates,bf16step (what the
 # profiler costs; ISSUE18=... is the old name of this variable), one part a call to stay under
 # 10 minutes each:
@@ -75,15 +75,15 @@ if [ -n "${BASELINE:-}" ]; then
   done | tee -a "$OUT/bench.log"
 fi
 if [ -n "${NATIVE_AB:-}" ]; then
-  # 0: Python walk; walk: C walk, numpy reads, Python join; 1: all in C (the default)
+  # 0: Python's pipeline (walk, numpy reads, Python join); 1: the C helper's (the default)
   for round in $(seq "${NATIVE_ROUNDS:-3}"); do
-    for n in 0 walk 1; do
+    for n in 0 1; do
       PROTON_NATIVE=$n python3 bench/run.py --only ${NATIVE_ONLY:-launch,scale} --rounds 1 \
         --modes "${NATIVE_MODES:-none;proton}" --results "$OUT/native_$n.jsonl" \
         > /dev/null 2>>"$OUT/bench.log"
     done
   done
-  for n in 0 walk 1; do
+  for n in 0 1; do
     echo "== C helper PROTON_NATIVE=$n"
     python3 bench/run.py --table-only --results "$OUT/native_$n.jsonl" | grep -E "^\| (workload|launch-bound, shadow|scale|1M)"
   done | tee -a "$OUT/bench.log"

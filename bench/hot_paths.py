@@ -104,12 +104,12 @@ def through_c(collector, on_api):
 
     libc = ctypes.CDLL(None)
     collector._cupti = cupti  # its enums (launch_callback stood in its clock)
-    log = collector._launch_log(ctypes.cast(libc.time, ctypes.c_void_p).value)
-    if log is None:
+    if not collector.pipeline.native:
         return None
-    enter = native.ENTER(collector._launch_enter())
+    log, enter, _ = collector.pipeline.start(ctypes.cast(libc.time, ctypes.c_void_p).value)
+    enter = native.ENTER(enter)
     log.configure(None, enter)
-    log.enable(True)
+    collector.pipeline.enable(True)
     callback = CALLBACK(log.callback)
     callback.alive = (enter, log)
     return callback

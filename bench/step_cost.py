@@ -249,7 +249,7 @@ class Counting:
         cupti = self.cupti
         cupti.get_timestamp()  # loads libcupti
         path = loaded_libcupti()
-        self._raw = RawBuffers(path, lambda view, offsets: None, 8 << 20)
+        self._raw = RawBuffers(path, 8 << 20)
         self._raw.on_buffer = lambda buffer, valid: None
         self._raw.register()
         cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)

@@ -56,7 +56,7 @@ class KernelActivityOnly:
 
         self._cupti = cupti
         cupti.get_timestamp()  # loads libcupti
-        self._raw = RawBuffers(loaded_libcupti(), lambda view, offsets: None, 8 << 20)
+        self._raw = RawBuffers(loaded_libcupti(), 8 << 20)
         self._raw.on_buffer = lambda buffer, valid: None
         self._raw.register()
         cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)

@@ -146,7 +146,7 @@ def test_records_are_read_from_the_bindings_own_struct_layout():
     import numpy as np
     from cupti import cupti
 
-    from proton.cupti.collector import field_reader
+    from proton.cupti.pipeline import field_reader
 
     api = np.zeros(2, dtype=cupti.activity_api_dtype)
     api["kind"], api["cbid"], api["start"] = int(cupti.ActivityKind.DRIVER), 7, 123456789012
@@ -189,7 +189,8 @@ def test_only_successful_launch_calls_wait_for_a_kernel():
     from proton.cupti.collector import CuptiCollector
 
     got = []
-    collector = CuptiCollector(each(lambda path, rec, ts: got.append((path, rec.name))))
+    collector = CuptiCollector(each(lambda path, rec, ts: got.append((path, rec.name))),
+                               native=False)
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     other = max(collector._all_driver) - 1  # not a launch call
     api = np.zeros(3, dtype=cupti.activity_api_dtype)
@@ -206,7 +207,7 @@ def test_only_successful_launch_calls_wait_for_a_kernel():
     parts = [ext.tobytes(), api.tobytes(), kern.tobytes()]
     offsets = [0] + [len(parts[0]) + i * api.dtype.itemsize for i in range(3)] + \
         [len(parts[0]) + len(parts[1])]
-    collector.read_records(memoryview(b"".join(parts)), offsets)
+    collector.pipeline.read_records(np.frombuffer(b"".join(parts), dtype=np.uint8), offsets)
     assert collector.callback_errors == []
     assert got == [(7, "k")]
     assert collector.attributor.launches == 1 and collector.attributor.waiting_kernels == 0
@@ -249,7 +250,7 @@ def test_each_kernel_nodes_launch_configuration_is_recorded():
     session = Session(1, "t", "/dev/null", "shadow", "tree", None)
     session.intervals.append([0, -1])
     router = KernelRouter({1: session})
-    collector = CuptiCollector(router.on_kernels)
+    collector = CuptiCollector(router.on_kernels, native=False)
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     scope = paths.intern(ROOT, "launch_config_scope", SCOPE)
     name = ctypes.create_string_buffer(b"conv")
@@ -276,7 +277,7 @@ def test_each_kernel_nodes_launch_configuration_is_recorded():
     for part, dtype in zip(parts, (ext.dtype, api.dtype, kern.dtype)):
         offsets += [at + i * dtype.itemsize for i in range(n)]
         at += len(part)
-    collector.read_records(memoryview(b"".join(parts)), offsets)
+    collector.pipeline.read_records(np.frombuffer(b"".join(parts), dtype=np.uint8), offsets)
     assert collector.callback_errors == []
     node = router.kernel_path(scope, "conv", 0)
     assert session.nodes[node]["count"] == 3

@@ -1,5 +1,6 @@
-"""The C helper for CUPTI buffers: built at first use and cached, the same offsets as the Python
-walk, and the Python walk when there is no compiler."""
+"""The C helper for CUPTI buffers (native.c): built at first use and cached, and the two
+attribution pipelines (pipeline.py), the C helper's and Python's, giving the same kernels on the
+same recorded buffers."""
 from __future__ import annotations
 
 import ctypes
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from proton.cupti import native
+from proton.cupti.pipeline import NativePipeline, PythonPipeline, walk
 
 NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
                         ctypes.POINTER(ctypes.c_void_p))
@@ -33,30 +35,43 @@ def fake_next(sizes: list[int]):
     return NEXT(step)
 
 
+SANITIZE_ENV = "PROTON_TEST_SANITIZE"
+"""Set (by test_the_c_join_is_clean_under_the_sanitizers): the helper is built with
+AddressSanitizer and UndefinedBehaviorSanitizer, which abort on any error they find."""
+SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+            "-g")
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PROTON_NATIVE", raising=False)
+    if os.environ.get(SANITIZE_ENV):
+        monkeypatch.setattr(native, "FLAGS", native.FLAGS + SANITIZE)
     native._built.clear()
     yield tmp_path
     native._built.clear()
 
 
+class _Raw:
+    """buffers.RawBuffers as a pipeline sees it: cuptiActivityGetNextRecord, and the buffer
+    callback it sets."""
+
+    def __init__(self, next_record) -> None:
+        self.next_record = next_record
+        self.on_buffer = None
+
+
 @pytest.mark.parametrize("sizes", [[], [24], [24, 40, 16, 232, 24] * 200])
 def test_the_helper_walks_a_buffer_as_python_does(cache, sizes):
+    """Columns walks every record Python's walk finds (kinds it does not read included)."""
     buffer = (ctypes.c_uint64 * (sum(sizes) // 8 + 1))()
     address, valid = ctypes.addressof(buffer), sum(sizes)
-    walk = native.Walker(fake_next(sizes))
-    assert walk.native
-    got = walk(address, valid)
-    os.environ["PROTON_NATIVE"] = "0"
-    try:
-        python = native.Walker(fake_next(sizes))
-        assert not python.native
-        assert list(got) == python(address, valid) == np.cumsum([0, *sizes[:-1]]).tolist()[
-            :len(sizes)]
-    finally:
-        del os.environ["PROTON_NATIVE"]
+    columns = native.Columns(native.helper(), fake_next(sizes), [([0], [(0, 4, False)], 8)])
+    ((kinds,),), walked = columns(address, valid)
+    assert walked == len(sizes) == len(kinds)  # every record here is of kind 0
+    assert walk(fake_next(sizes), address, valid) == np.cumsum([0, *sizes[:-1]]).tolist()[
+        :len(sizes)]
 
 
 def test_the_helper_is_built_once_and_cached(cache):
@@ -73,32 +88,45 @@ def test_a_damaged_cache_entry_is_built_again(cache):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(b"not a library")
-    assert native.helper() is not None
-    assert native.Walker(fake_next([8, 8]))(ctypes.addressof((ctypes.c_uint64 * 2)()), 16) \
-        .tolist() == [0, 8]
+    lib = native.helper()
+    assert lib is not None and lib.proton_join_early(lib.proton_join_new()) == 0
 
 
-def test_without_a_compiler_python_walks_and_says_so_once(cache, monkeypatch, capfd):
+def test_without_a_compiler_python_reads_and_says_so_once(cache, monkeypatch, capfd):
+    from proton.cupti.collector import CuptiCollector
+
     monkeypatch.setenv("CC", "/nonexistent/cc")
     monkeypatch.setenv("PATH", str(cache))  # no cc, gcc or clang
-    walk = native.Walker(fake_next([16, 16]))
-    assert not walk.native
-    assert walk(ctypes.addressof((ctypes.c_uint64 * 4)()), 32) == [0, 16]
-    native.Walker(fake_next([16]))
+    assert isinstance(CuptiCollector(lambda kernels: None).pipeline, PythonPipeline)
+    assert isinstance(CuptiCollector(lambda kernels: None).pipeline, PythonPipeline)
     err = capfd.readouterr().err
     assert err.count("reading CUPTI buffers in Python") == 1 and "install a C compiler" in err
 
 
+def test_proton_native_0_chooses_the_python_pipeline_silently(cache, monkeypatch, capfd):
+    from proton.cupti.collector import CuptiCollector
+
+    monkeypatch.setenv("PROTON_NATIVE", "0")
+    collector = CuptiCollector(lambda kernels: None, groups=lambda *a: None)
+    assert isinstance(collector.pipeline, PythonPipeline) and not collector.pipeline.native
+    assert capfd.readouterr().err == ""
+    monkeypatch.delenv("PROTON_NATIVE")
+    collector = CuptiCollector(lambda kernels: None, groups=lambda *a: None)
+    assert isinstance(collector.pipeline, NativePipeline) and collector.pipeline.logs_launches
+
+
 def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
-    """The helper reading fields as it walks: a buffer with every record kind the collector reads (a failed
-    launch, a graph launch's kernels, a runtime launch, a kind it skips) gives the Attributor
-    the same columns as the numpy reads."""
+    """The helper reading fields as it walks: a buffer with every record kind the collector
+    reads (a failed launch, a graph launch's kernels, a runtime launch, a kind it skips) gives
+    the Attributor the same columns as the numpy reads (each pipeline reads the buffer)."""
     from cupti import cupti
 
     from proton.cupti.collector import CuptiCollector
 
     K = cupti.ActivityKind
-    collector = CuptiCollector(lambda kernels: None)
+    collectors = {"numpy": CuptiCollector(lambda kernels: None, native=False),
+                  "c": CuptiCollector(lambda kernels: None, native=True)}
+    collector = collectors["c"]
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     graph = next(c for c, n in collector._driver_cbids.items() if n == "cuGraphLaunch")
     runtime = next(iter(collector._runtime_cbids))
@@ -129,18 +157,14 @@ def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
     address, valid = ctypes.addressof(raw), len(data)
     step = fake_next(sizes)
     got = {}
-    for path in ("numpy", "c"):
+    for path, collector in collectors.items():
         seen = []
         monkeypatch.setattr(collector.attributor, "add_columns", lambda *a: seen.append(a))
-        if path == "numpy":
-            offsets = native.Walker(step)(address, valid)
-            collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
-                                   offsets)
-        else:
-            holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
-            assert collector.use_native_reads(holder) and holder.on_buffer is not None
-            holder.on_buffer(address, valid)
-        assert collector.callback_errors == []
+        holder = _Raw(step)
+        collector.pipeline.attach(holder)
+        assert holder.on_buffer == collector.pipeline.read
+        holder.on_buffer(address, valid)
+        assert collector.callback_errors == [] and collector.records == len(records)
         got[path] = seen
     assert got["c"] == got["numpy"] and len(got["c"]) == 1
     external, api, kernels = got["c"][0]
@@ -157,24 +181,21 @@ def _record(dtype, **fields) -> np.ndarray:
     return r
 
 
-def _feed(collector, records: list, joined: bool) -> None:
-    """One buffer of `records` (numpy records of cupti-python's dtypes) through the collector:
-    the C helper's walk, read and join when `joined`, else the numpy reads and the
-    Attributor."""
+def _feed(collector, records: list, joined: bool = True) -> None:
+    """One buffer of `records` (numpy records of cupti-python's dtypes) through the
+    collector's pipeline: the C helper's walk, read and join, or Python's walk, numpy reads
+    and the Attributor."""
     data = b"".join(r.tobytes() for r in records)
     raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
     ctypes.memmove(raw, data, len(data))
     step = fake_next([r.dtype.itemsize for r in records])
     address, valid = ctypes.addressof(raw), len(data)
-    if joined:
-        if collector._join is None:
-            holder = type("Raw", (), {"next_record": step, "on_buffer": None})()
-            assert collector.use_native_reads(holder) and collector._join is not None
-        collector._columns = native.Columns.create(step, collector._column_groups())
-        collector.read_buffer(address, valid)
+    pipeline = collector.pipeline
+    if pipeline.native and pipeline.columns is not None:  # this buffer's walk; the join kept
+        pipeline.columns = native.Columns(native.helper(), step, pipeline.column_groups())
     else:
-        collector.read_records(memoryview((ctypes.c_char * valid).from_address(address)),
-                               native.Walker(step)(address, valid))
+        pipeline.attach(_Raw(step))
+    pipeline.read(address, valid)
 
 
 def _collector(joined: bool):
@@ -185,7 +206,7 @@ def _collector(joined: bool):
     got: list = []
     collector = CuptiCollector(got.extend,
                                groups=(lambda g, f, rows: got.extend(rows())) if joined
-                               else None)
+                               else None, native=joined)
     collector._names = {0x1000: "a"}
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     return collector, got, launch
@@ -283,7 +304,7 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, cap
             summed.extend(kernels)
 
         collector = CuptiCollector(got.extend, lambda thread, ts: 900 + thread,
-                                   groups=groups if joined else None)
+                                   groups=groups if joined else None, native=joined)
         collector._names = dict(names)
         if capture:
             collector.attributor.capturing[7] = [list(capture)]
@@ -330,9 +351,9 @@ def test_kernels_whose_launch_record_never_came_go_to_their_external_path(cache)
     data = b"".join(r.tobytes() for r in records)
     raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
     ctypes.memmove(raw, data, len(data))
-    holder = type("Raw", (), {"next_record": fake_next([r.dtype.itemsize for r in records]),
-                              "on_buffer": None})()
-    assert collector.use_native_reads(holder) and collector._join is not None
+    holder = _Raw(fake_next([r.dtype.itemsize for r in records]))
+    collector.pipeline.attach(holder)
+    assert collector.pipeline.join is not None
     holder.on_buffer(ctypes.addressof(raw), len(data))
     assert got == [] and collector.callback_errors == []
     assert collector.finish() == 2
@@ -432,10 +453,10 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
                    for corr in range(1, n + 1)]
         for half in (kernels[: n // 2], kernels[n // 2:]):
             _feed(collector, half, joined)
-        burst = collector._join.slots() if joined else 0
+        burst = collector.pipeline.join.slots() if joined else 0
         for corr in range(n + 1, n + 700, 10):  # small buffers after the burst
             if joined and corr == n + 11:
-                assert collector._join.slots() == burst  # one small buffer: room kept
+                assert collector.pipeline.join.slots() == burst  # one small buffer: room kept
             small = []
             for c in range(corr, corr + 10):
                 small += [_record(cupti.activity_external_correlation_dtype,
@@ -448,7 +469,7 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
                                   end=3 * n + c + 5)]
             _feed(collector, small, joined)
         if joined:
-            assert burst > 4 * n and collector._join.slots() < burst / 8  # room let go
+            assert burst > 4 * n and collector.pipeline.join.slots() < burst / 8  # room let go
         assert collector.waiting_before(4 * n) == 0 and collector.finish() == 0
         results[joined] = sorted(k[:3] for k in got)
     assert results[True] == results[False]
@@ -469,14 +490,14 @@ class _Launcher:
         self._clock = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))(
             self._tick)
         collector._fields = callback_fields(cupti)
-        log = collector._launch_log(ctypes.cast(self._clock, ctypes.c_void_p).value)
-        assert log is not None
+        log, enter, on_api = collector.pipeline.start(
+            ctypes.cast(self._clock, ctypes.c_void_p).value)
+        assert log is not None and on_api is None
         self._enter = None
         if collector.in_callback:  # the python context: enters go to Python
-            self._enter = native.ENTER(collector._launch_enter())
+            self._enter = native.ENTER(enter)
             log.configure(None, self._enter)
-        log.enable(True)
-        collector._log = log
+        collector.pipeline.enable(True)
         self.log, self.call = log, CALLBACK(log.callback)
         self._site, self._corr, self._ret = collector._fields
         self._data = (ctypes.c_uint8 * cupti.callback_data_dtype.itemsize)()
@@ -568,7 +589,6 @@ def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     collector, _, launch = _collector(True)
     launcher = _Launcher(collector)
     log = launcher.log
-    collector.main_path = collector._main_path_logged  # as start() sets it with the log
 
     def on_worker(corr: int, push: int | None = None, during=None) -> None:
         def run():
@@ -623,7 +643,8 @@ def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed,
         got = []
         collector = CuptiCollector(
             got.extend, lambda thread, ts: 900 + (7 if thread in (7, me) else 8),
-            groups=(lambda g, first, rows: got.extend(rows())) if logged else None)
+            groups=(lambda g, first, rows: got.extend(rows())) if logged else None,
+            native=logged)
         collector._names = dict(names)
         if capture:
             collector.attributor.capturing[me if logged else 7] = [list(capture)]
@@ -771,8 +792,6 @@ def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
     and go (data loaders, a thread per request) must not keep one per thread ever started."""
     import threading
 
-    from proton.cupti import native
-
     lib = native.helper()
     collector, _, _ = _collector(True)
     log = _Launcher(collector).log
@@ -795,3 +814,185 @@ def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
         time.sleep(0.01)
     assert lib.proton_paths_live() == before
     log.pop()
+
+
+def _strict_flags() -> tuple[str, ...]:
+    return native.FLAGS + ("-Wall", "-Wextra", "-Werror")
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+def test_the_helper_compiles_with_every_warning_as_an_error(tmp_path):
+    """CI's check of native.c: -Wall -Wextra -Werror with the machine's compiler."""
+    out = tmp_path / "strict.so"
+    native.compile_to(str(out), _strict_flags())
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+def test_the_c_enums_are_the_records_columns(tmp_path):
+    """The header native.c is built with gives every column the index records.py gives it:
+    a small program compiled with it prints them back."""
+    import subprocess
+
+    from proton.cupti import records
+
+    names = records.c_names()
+    (tmp_path / "proton_records.h").write_text(records.c_header())
+    lines = "".join(f'    printf("{n} %d\\n", (int){n});\n' for n in names)
+    (tmp_path / "enums.c").write_text(
+        f'#include <stdio.h>\n#include "proton_records.h"\nint main(void) {{\n{lines}'
+        "    printf(\"column %d\\n\", (int)sizeof(proton_column));\n    return 0;\n}\n")
+    subprocess.run([native.compiler(), "-Wall", "-Werror", "-o", str(tmp_path / "enums"),
+                    str(tmp_path / "enums.c")], check=True, timeout=60)
+    out = subprocess.run([str(tmp_path / "enums")], capture_output=True, text=True, check=True)
+    printed = dict(line.split() for line in out.stdout.splitlines())
+    assert {n: int(v) for n, v in printed.items()} == {**names, "column": 8}
+    assert np.dtype(records.DTYPE).itemsize == 8
+    # what the Python side derives from them
+    assert records.OUTPUT_AT[-1] == sum(len(t) for t in records.OUTPUT)
+    assert [m.name for m in records.CONFIG] == ["blocks", "threads", "registers", "shared"]
+
+
+def test_every_exported_function_has_its_signature_from_native_c(cache):
+    """The ctypes signatures are read from native.c's PROTON_API definitions: each is set on
+    the built library, and matches the C parameter types."""
+    sigs = native.signatures()
+    lib = native.helper()
+    assert len(sigs) == 20
+    for name, (restype, argtypes) in sigs.items():
+        assert getattr(lib, name).argtypes == argtypes and getattr(lib, name).restype == restype
+    assert sigs["proton_join_path"] == (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64])
+    assert sigs["proton_on_api"] == (None, [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
+                                            ctypes.c_void_p])
+    assert sigs["proton_columns"][1][:5] == [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                             ctypes.c_int32, ctypes.c_int32]
+
+
+def test_the_cache_key_follows_the_source_header_and_flags(cache, monkeypatch):
+    from proton.cupti import records
+
+    default = native.library_path()
+    assert native.library_path(native.FLAGS + ("-O3",)) != default
+    monkeypatch.setattr(records, "c_header", lambda: "/* another layout */")
+    assert native.library_path() != default
+
+
+def test_the_cache_is_a_private_folder(cache):
+    """The helper is a library the process loads: its folder is made 0700, a folder of ours
+    others may write is made private first, and a file in it that is not ours to trust (a
+    symlink) is built again, not loaded."""
+    import stat
+
+    folder = cache / "native"
+    lib = native.helper()
+    assert lib is not None
+    assert stat.S_IMODE(folder.stat().st_mode) & 0o077 == 0
+    folder.chmod(0o777)
+    path = native.library_path()
+    os.remove(path)
+    planted = cache / "planted.so"
+    planted.write_bytes(b"not ours")
+    os.symlink(planted, path)
+    native._built.clear()
+    assert native.helper() is not None
+    assert stat.S_IMODE(folder.stat().st_mode) & 0o022 == 0
+    assert not os.path.islink(path) and planted.read_bytes() == b"not ours"
+
+
+def test_a_cache_folder_of_another_user_is_refused(cache, monkeypatch, capfd):
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # as if the folder were not ours
+    os.makedirs(cache / "native", exist_ok=True)
+    assert native.helper() is None
+    err = capfd.readouterr().err
+    assert "is not a folder of this user's" in err and "PROTON_CACHE_DIR" in err
+
+
+def test_the_wheel_and_the_sdist_carry_native_c(tmp_path):
+    """native.c is package data: an installed proton can build its helper. The sdist is built
+    as `pip` builds one; the wheel's files are what setuptools' build_py collects for it (the
+    wheel package, which bdist_wheel needs on this setuptools, may be missing)."""
+    import subprocess
+    import sys
+    import tarfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout.split()
+    tree = tmp_path / "tree"
+    for name in files:
+        if os.path.isfile(os.path.join(root, name)):
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            with open(os.path.join(root, name), "rb") as f:
+                (tree / name).write_bytes(f.read())
+    out, lib = tmp_path / "dist", tmp_path / "lib"
+    for code in (f"from setuptools import build_meta as b; b.build_sdist({str(out)!r})",
+                 "from setuptools import setup; setup()"):
+        args = ["build_py", "--build-lib", str(lib)] if "setup()" in code else []
+        done = subprocess.run([sys.executable, "-c", code, *args], cwd=tree,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    (sdist,) = out.glob("*.tar.gz")
+    with tarfile.open(sdist) as t:
+        assert any(n.endswith("/proton/cupti/native.c") for n in t.getnames())
+    assert (lib / "proton" / "cupti" / "native.c").read_text() == native.source()
+
+
+SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_each_kernel",
+             "test_kernels_whose_launch_record_never_came", "test_odd_records_give_the_same",
+             "test_launches_waiting_for_their_kernel", "test_a_burst_of_waiting_launches",
+             "test_the_launch_log_keeps", "test_a_thread_with_no_scope",
+             "test_launches_logged_in_c_give", "test_a_launch_call_inside_another",
+             "test_the_python_contexts_launch_enter", "test_a_new_session_starts_with",
+             "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer"]
+"""The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers."""
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
+    """The equivalence tests in a python whose helper is built with -fsanitize=address,
+    undefined: an out-of-bounds access, use after free or undefined behaviour in native.c
+    fails them. libasan must be loaded first (LD_PRELOAD); leaks are not checked (Python's
+    own allocations would drown them)."""
+    import subprocess
+    import sys
+
+    cc = native.compiler()
+    asan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True,
+                          text=True).stdout.strip()
+    if not os.path.isabs(asan) or not os.path.exists(asan):
+        pytest.skip(f"{cc} has no AddressSanitizer runtime (libasan.so)")
+    env = {**os.environ, SANITIZE_ENV: "1", "LD_PRELOAD": asan,
+           "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+           "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-x", os.path.abspath(__file__), "-k", " or ".join(SANITIZED)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+def test_starting_a_session_imports_no_numpy_until_cupti_collects():
+    """records.py is imported by the router and the Attributor, which every session loads:
+    it must not make `import proton` (and `proton capture`, racing a job's end) pay for
+    numpy."""
+    import subprocess
+    import sys
+
+    code = ("import sys, proton.api, proton.cli, proton.runtime.router, proton.cupti.records; "
+            "print(sorted(m for m in ('numpy', 'cupti', 'proton.cupti.native') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_code_that_unpacks_a_table_fails_at_import_when_the_declaration_changes():
+    """Hot loops unpack rows positionally (the router, the Attributor) and say so with
+    records.unpacks: a column added or moved in records.py stops the import, not the
+    numbers."""
+    from proton.cupti import records
+
+    records.unpacks(records.Sunk, "path launch correlation_id name device start end stream "
+                                  "config")
+    with pytest.raises(RuntimeError, match="records.Launch is .* update that code"):
+        records.unpacks(records.Launch, "correlation_id graph start thread")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..data.paths import ROOT
+from .records import External, Launch, Placed, Sunk, unpacks
 
 
 @dataclass(slots=True)
@@ -61,8 +62,14 @@ GRAPH_HORIZON_NS = 60_000_000_000
 """A graph launch is forgotten once kernels a minute younger than it have come."""
 
 Kernel = tuple
-"""A kernel as the sink gets it: (path id, launch start, correlation id, name, device id,
-start, end, stream id, config); the last seven are KernelRecord's first seven fields."""
+"""A kernel as the sink gets it (records.Sunk): (path id, launch start, correlation id, name,
+device id, start, end, stream id, config); the last seven are KernelRecord's first seven
+fields (records.Placed up to config)."""
+_CORR, _START, _END, _NODE = map(int, (Placed.correlation_id, Placed.start, Placed.end,
+                                       Placed.graph_node))  # plain ints: indexed per kernel
+_PATH, _LAUNCH, _RECORD = map(int, (Sunk.path, Sunk.launch, Sunk.correlation_id))
+unpacks(External, "correlation_id path")  # add_columns zips and unpacks these per launch
+unpacks(Launch, "correlation_id start graph thread")
 # sink(kernels of one buffer)
 KernelSink = Callable[[list[Kernel]], None]
 # groups(sums, first, rows): a buffer's kernels summed, each sum (path id, kernel name, device
@@ -100,7 +107,7 @@ def each(sink: Callable[[int, KernelRecord, int], None]) -> KernelSink:
     """A KernelSink calling sink(path id, KernelRecord, launch start) once per kernel."""
     def per_kernel(kernels: list[Kernel]) -> None:
         for k in kernels:
-            sink(k[0], KernelRecord(*k[2:]), k[1])
+            sink(k[_PATH], KernelRecord(*k[_RECORD:]), k[_LAUNCH])
 
     return per_kernel
 
@@ -200,17 +207,16 @@ class Attributor:
     def add_columns(self, external: tuple[list, list], api: tuple[list, list, list, list],
                     kernels: tuple[list, ...]) -> None:
         """Add one CUPTI buffer's records, as columns:
-        external (correlation id, path id), api (correlation id, start, graph, thread id),
-        kernels (correlation id, name, device id, start, end, stream id, config[, graph node
-        id]).
+        external (records.External), api (records.Launch), kernels (records.Placed; its
+        graph node column only when some kernel of the buffer ran in a graph).
         External ids go first: a launch's external record and API record always share a
         buffer, but their order within it is not promised."""
         self.external.update(zip(*external))
         out: list[tuple] = []
         self._add_api(*api, out)
         self._add_kernels(kernels, out)
-        if self._graphs and kernels[0]:
-            horizon = max(kernels[4]) - GRAPH_HORIZON_NS
+        if self._graphs and kernels[_CORR]:
+            horizon = max(kernels[_END]) - GRAPH_HORIZON_NS
             # a copy first: the python context's launch callback adds to it from other threads
             for corr in [c for c, g in list(self._graphs.items()) if g[1] < horizon]:
                 self._graphs.pop(corr, None)
@@ -243,21 +249,21 @@ class Attributor:
 
     def _add_kernels(self, kernels: tuple[list, ...], out: list) -> None:
         pop_launch, graphs, early = self._launches.pop, self._graphs, self._early
-        placed = self._placed if len(kernels) > 7 else None  # graph node ids: may be grafted
+        placed = self._placed if len(kernels) > _NODE else None  # graph nodes: may be grafted
         for kernel in zip(*kernels):
-            launch = pop_launch(kernel[0], None)
+            launch = pop_launch(kernel[_CORR], None)
             if launch is None:
-                launch = graphs.get(kernel[0])
+                launch = graphs.get(kernel[_CORR])
                 if launch is None:
-                    early.setdefault(kernel[0], []).append(kernel)
+                    early.setdefault(kernel[_CORR], []).append(kernel)
                     continue
             out.append(launch + kernel if placed is None else placed(launch, kernel))
 
     def _placed(self, launch: tuple[int, int], kernel: tuple) -> tuple:
         """The sink's tuple for `kernel` of `launch`: under where its graph node was captured,
         when that was seen."""
-        if len(kernel) > 7:
-            node, kernel = kernel[7], kernel[:7]
+        if len(kernel) > _NODE:
+            node, kernel = kernel[_NODE], kernel[:_NODE]
             captured = self.captured.get(node) if node else None
             if captured is not None and self._graft is not None:
                 return (self._graft(launch[0], captured), launch[1]) + kernel
@@ -268,7 +274,7 @@ class Attributor:
         out = []
         for corr, kernels in self._early.items():
             path = self.external.pop(corr, ROOT)
-            out.extend((path, kernel[3]) + kernel[:7] for kernel in kernels)
+            out.extend((path, kernel[_START]) + kernel[:_NODE] for kernel in kernels)
         self._early.clear()
         self._launches.clear()
         self._graphs.clear()

@@ -2,10 +2,9 @@
 
 cupti-python builds a Python object for every record of a completed buffer before its callback
 runs: on an H200, 1,000,000 launches took 118 s under the profiler against 11 s bare, the record
-objects costing more than the launches. Here CUPTI hands us the buffer itself; we walk it with
-cuptiActivityGetNextRecord and give the collector a view of the buffer and each record's offset,
-which it reads with numpy (see collector.field_reader); the walk runs in a small C helper when
-the machine has a C compiler (native.py). The subscription is ours too
+objects costing more than the launches. Here CUPTI hands us the buffer itself, and the
+collector's pipeline (pipeline.py) walks it with cuptiActivityGetNextRecord: in the C helper
+(native.c), or in Python with the fields read by numpy. The subscription is ours too
 (subscriber.py); activity kinds and external correlation ids go through cupti-python.
 """
 from __future__ import annotations
@@ -62,12 +61,11 @@ def timestamp_address(path: str) -> int:
 
 
 class RawBuffers:
-    """Registers CUPTI's buffer callbacks; `on_records(view, offsets)` runs on CUPTI's thread
-    and must not keep `view`: the buffer is reused once it returns. `offsets` is a sequence of
-    ints (a numpy array from the C helper)."""
+    """Registers CUPTI's buffer callbacks; `on_buffer(address, valid bytes)` runs on CUPTI's
+    thread for each completed buffer and must not keep it: the buffer is reused once it
+    returns."""
 
-    def __init__(self, path: str, on_records: Callable[[memoryview, list[int]], None],
-                 size: int) -> None:
+    def __init__(self, path: str, size: int) -> None:
         """path: the libcupti cupti-python loaded (loaded_libcupti())."""
         self._lib = ctypes.CDLL(path)  # the same handle: dlopen of a loaded library
         # PyDLL keeps the GIL across the call: walking a buffer is a few thousand short calls
@@ -76,16 +74,11 @@ class RawBuffers:
         self._next.restype = ctypes.c_int
         self._lib.cuptiActivityRegisterCallbacks.argtypes = [_REQUESTED, _COMPLETED]
         self._lib.cuptiActivityRegisterCallbacks.restype = ctypes.c_int
-        from .native import Walker
-
-        self._walk = Walker(self._next)
-        """The records of a buffer: by the C helper (outside the GIL) when it builds."""
-        self._on_records, self._size = on_records, size
+        self._size = size
         self.next_record = self._next
-        """cuptiActivityGetNextRecord, as the C helper's Columns takes it."""
-        self.on_buffer: Callable[[int, int], None] | None = None
-        """When set, each completed buffer goes here as (address, valid bytes) instead of
-        being walked for on_records."""
+        """cuptiActivityGetNextRecord, for the pipeline's walk (ctypes, or the C helper)."""
+        self.on_buffer: Callable[[int, int], None] = lambda buffer, valid: None
+        """Takes each completed buffer (pipeline.Pipeline.attach sets it)."""
         self._buffers: dict[int, ctypes.Array] = {}
         """Buffers lent to CUPTI, by address, alive until it gives them back."""
         self._free: list[ctypes.Array] = []
@@ -117,11 +110,7 @@ class RawBuffers:
     def _take(self, context, stream, buffer, size, valid) -> None:
         try:
             if buffer and valid:
-                if self.on_buffer is not None:
-                    self.on_buffer(buffer, valid)
-                else:
-                    self._on_records(memoryview((ctypes.c_char * valid).from_address(buffer)),
-                                     self._walk(buffer, valid))
+                self.on_buffer(buffer, valid)
         except BaseException as exc:
             callback_failed("while reading a CUPTI buffer", exc)
         finally:

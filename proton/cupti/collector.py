@@ -1,14 +1,15 @@
 """The CUPTI side of a session: the only module that imports cupti-python's activity API.
 
-Kernel times come from CONCURRENT_KERNEL activity. In the shadow context attribution costs no
-Python per launch: a scope pushes its path id onto the C helper's thread-local stack, and the
-helper's launch callback logs each launch with it (native.LaunchLog); the log is read as the
-columns CUPTI's records would give. Without the helper (PROTON_NATIVE=0 or walk, or no
-compiler) the scope pushes its path id as a CUPTI external correlation id, and CUPTI stamps it on
-the launch's API record (DRIVER/RUNTIME activity, restricted to the launch calls). In the
-python context a launch callback (subscriber.py) runs anyway, so it registers each launch (path,
-start time, graph or not) itself and no API records are made. Records are joined in
-attribution.Attributor on CUPTI's buffer thread.
+Kernel times come from CONCURRENT_KERNEL activity. How launches are attributed and buffers read
+is the collector's pipeline (pipeline.py), chosen once when it is made: the C helper's
+(NativePipeline: in the shadow context a scope pushes its path id onto the helper's
+thread-local stack and its launch callback logs each launch with it, so attribution costs no
+Python per launch), or Python's (PythonPipeline, with no compiler or PROTON_NATIVE=0: the scope
+pushes its path id as a CUPTI external correlation id, and CUPTI stamps it on the launch's API
+record, DRIVER/RUNTIME activity restricted to the launch calls). In the python context a launch
+callback (subscriber.py) runs anyway, so it registers each launch (path, start time, graph or
+not) itself and no API records are made. Records are joined in attribution.Attributor on
+CUPTI's buffer thread, the shadow context's common case in C first.
 
 The collector knows no context or scope: the session hands it `launch_path`, which says where a
 launch made on the calling thread goes, and pushes ids through `push`/`pop`.
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -30,7 +31,10 @@ from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..files import write_whole
 from ..report import callback_failed, debug, debugging, warn
-from .attribution import Attributor, GroupSink, Kernel, KernelSink, LaunchConfigs, Unscoped
+from . import records
+from .attribution import Attributor, GroupSink, KernelSink, LaunchConfigs, Unscoped
+from .pipeline import Pipeline, choose
+from .records import ApiFields, KernelFields
 from .subscriber import caller, cupti_enum, passes_on
 
 BUFFER_SIZE = 8 << 20
@@ -58,50 +62,8 @@ _RUNTIME_LAUNCHES = ("cudaLaunch_v3020", "cudaLaunch_ptsz_v7000", "cudaLaunchKer
 _RUNTIME_GRAPHS = ("cudaGraphLaunch_v10000", "cudaGraphLaunch_ptsz_v10000")
 
 
-def field_reader(dtype, names: list[str]):
-    """reader(buffer, offsets) -> one numpy array per name: that field of the record at each
-    offset of a buffer of bytes (np.uint8). One vectorised gather per field, so a buffer of
-    thousands of records costs a few numpy calls, not Python per record.
-
-    The layout comes from cupti-python's own numpy dtype for the record, so it follows the
-    binding's version. CUPTI's records start 8-byte aligned, so a field at an offset that is a
-    multiple of its size is read as one element of the buffer viewed as that type (one index
-    per record); any other field byte by byte."""
-    specs = [(dtype.fields[n][1], dtype.fields[n][0].newbyteorder("<")) for n in names]
-    steps = {dt.itemsize: np.arange(dt.itemsize) for _, dt in specs}
-
-    def read(buf: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
-        out, views = [], {}
-        aligned = not (offsets % RECORD_ALIGN).any()  # as CUPTI lays records out
-        for at, dt in specs:
-            size = dt.itemsize
-            if aligned and at % size == 0 and RECORD_ALIGN % size == 0:
-                words = views.get(dt.str)
-                if words is None:
-                    words = views[dt.str] = buf[: len(buf) // size * size].view(dt)
-                out.append(words[(offsets + at) // size])
-            else:
-                out.append(buf[(offsets + at)[:, None] + steps[size]].view(dt).ravel())
-        return out
-
-    return read
-
-
-RECORD_ALIGN = 8
-"""CUPTI's activity records start at 8-byte boundaries of the buffer."""
-
-
 def _plain(record) -> tuple:
     return tuple(getattr(record, f) for f in record.__slots__)
-
-
-_EXT_FIELDS = ["correlation_id", "external_kind", "external_id"]
-_API_FIELDS = ["correlation_id", "start", "cbid", "thread_id", "return_value"]
-_KERNEL_FIELDS = ["correlation_id", "name", "device_id", "start", "end", "stream_id",
-                  "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                  "registers_per_thread", "static_shared_memory", "dynamic_shared_memory",
-                  "graph_node_id"]
-"""The fields read from each record kind (the join's columns, in this order)."""
 
 
 def _ids(enum, names) -> dict[int, str]:
@@ -114,7 +76,7 @@ class CuptiCollector:
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
                  launch_path: LaunchPath | None = None, in_callback: bool = False,
                  pc=None, callback_users: list | None = None, graft=None,
-                 groups: GroupSink | None = None) -> None:
+                 groups: GroupSink | None = None, native: bool | None = None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         groups: takes a buffer's kernels summed per path instead, when the C helper joins the
         records (the shadow context; see attribution.GroupSink).
@@ -127,7 +89,9 @@ class CuptiCollector:
         starts, `release()` after it stopped, and `wrap(on_api)` giving the callback that
         handles its domain and passes the rest on.
         graft: attribution.Graft, placing a CUDA graph's kernels under where they were
-        captured (graphs.GraphCaptures notes where, when launch_path is given)."""
+        captured (graphs.GraphCaptures notes where, when launch_path is given).
+        native: the pipeline (pipeline.choose): None, the C helper's unless it cannot be
+        built or PROTON_NATIVE=0; False, Python's; True, the C helper's or an error."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -137,13 +101,6 @@ class CuptiCollector:
         self._launch_path = launch_path
         self.attributor = Attributor(sink, unscoped, graft)
         self._sink, self._groups = sink, groups
-        self._join = None
-        """native.Join when the C helper joins the records (see use_native_reads)."""
-        self._log = None
-        """native.LaunchLog when launches are logged in C instead of CUPTI's API and external
-        records (the shadow context with the C helper; see _launch_log)."""
-        self._joined = [0, 0]
-        """Launch records and kernels the C join matched."""
         self._unscoped = unscoped
         self._lock = threading.Lock()
         self._subscriber = None
@@ -177,24 +134,28 @@ class CuptiCollector:
             for kind, launches, enum, graphs in (
                 (K.DRIVER, self._driver_cbids, drv, _DRIVER_GRAPHS),
                 (K.RUNTIME, self._runtime_cbids, rt, _RUNTIME_GRAPHS))}
-        self._read_kind = field_reader(cupti.activity_api_dtype, ["kind"])
-        self._read_kernel = field_reader(cupti.activity_kernel10_dtype, _KERNEL_FIELDS)
         self.launch_configs = LaunchConfigs()
         """Each kernel's grid, block, registers and shared memory, numbered (the analyzer's)."""
-        self._read_api = field_reader(cupti.activity_api_dtype, _API_FIELDS)
-        self._read_ext = field_reader(cupti.activity_external_correlation_dtype, _EXT_FIELDS)
-        self._columns = None
-        """native.Columns when the C helper reads the fields as it walks."""
         self._all_driver = [int(v) for v in drv.__members__.values()]
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         self.callback_errors: list[str] = []
         self.records = 0
         self.recorded: list | None = [] if os.environ.get("PROTON_RECORD_CUPTI") else None
         """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
-        self._joins = groups is not None and not in_callback and self.recorded is None
-        """The shadow context: the C helper joins, when it is built and nothing is recorded."""
         self.callback_seconds = 0.0
         """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
+        self.pipeline: Pipeline = choose(self, native)
+        """How launches are attributed and buffers read (pipeline.py), chosen once."""
+        if self.pipeline.logs_launches:  # launch calls go to C first: no API or external records
+            self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
+        # Scopes call these at every enter and exit: the pipeline's own, bound once.
+        self.push: Callable[[int], None] = self.pipeline.push
+        """Launches on this thread carry `path_id` until the matching pop (shadow context)."""
+        self.pop: Callable[[], None] = self.pipeline.pop
+        self.main_path: Callable[[int], None] = self.pipeline.main_path
+        """The main thread's innermost scope is now `path_id`: launches on threads with no
+        scope open go there (with the C launch log; otherwise the `unscoped` callback places
+        them from the records and this does nothing)."""
 
     # -- lifetime -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -211,18 +172,13 @@ class CuptiCollector:
         if path is None:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
         self._fields = callback_fields(cupti)
-        self._log = self._launch_log(timestamp_address(path))
-        enter = None
-        if self._log is not None:  # launch calls go to C first: no API or external records
-            self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
-            enter = self._launch_enter() if self.in_callback else None
-        on_api = self._launch_callback() if self.in_callback and enter is None else None
+        log, enter, on_api = self.pipeline.start(timestamp_address(path))
         if self._pc_options is not None:
             on_api = self._start_pc(path, on_api)
         for user in self._users:
             user.prepare(path)
             on_api = user.wrap(on_api)
-        subscriber = Subscriber(path, on_api or _ignore, self._log, enter)
+        subscriber = Subscriber(path, on_api or _ignore, log, enter)
         try:
             subscriber.subscribe()
         except BaseException:
@@ -234,7 +190,7 @@ class CuptiCollector:
                 subscriber.enable(self.pc.resource_domain, self.pc.module_cbid)
             for domain, cbid in (c for user in self._users for c in user.callbacks):
                 subscriber.enable(domain, cbid)
-            if self.in_callback or self._log is not None or (
+            if self.in_callback or self.pipeline.logs_launches or (
                     self.pc is not None and self.pc.options.serialize):
                 for domain, cbid in self.launch_callbacks():
                     subscriber.enable(domain, cbid)
@@ -242,7 +198,7 @@ class CuptiCollector:
             for kind in self._kinds:
                 cupti.activity_enable(kind)
             # Only the launch calls make API records: everything else stays off the hot path.
-            api_records = not self.in_callback and self._log is None
+            api_records = not self.in_callback and not self.pipeline.logs_launches
             for cbid in self._all_driver if api_records else ():
                 self._enable_api(cupti.activity_enable_driver_api, cbid,
                                  cbid in self._driver_cbids)
@@ -251,11 +207,7 @@ class CuptiCollector:
                                  cbid in self._runtime_cbids)
             if self.pc is not None:
                 self._enable_pc()
-            if self._log is not None:
-                if self.pushes_ids:
-                    self.push, self.pop = self._log.push, self._log.pop
-                    self.main_path = self._main_path_logged
-                self._log.enable(True)
+            self.pipeline.enable(True)
         except (cupti.cuptiError, ProtonError) as exc:
             for kind in self._kinds:
                 try:
@@ -275,24 +227,6 @@ class CuptiCollector:
         python context's Python too), and every callback costs (~0.45 us, measured there)."""
         domain = int(self._cupti.CallbackDomain.DRIVER_API)
         return [(domain, cbid) for cbid in self._driver_cbids]
-
-    def _launch_log(self, timestamp: int):
-        """native.LaunchLog, the launch callback in C: for the shadow context when the C
-        helper joins, for the python context when the helper is built (not with
-        PROTON_NATIVE=walk or 0, a recording, or exact PC sampling, whose launch callback is
-        all Python); None otherwise. timestamp: cuptiGetTimestamp's address."""
-        from . import native
-
-        if not (self._joins or self.in_callback) or native.walk_only() \
-                or self.recorded is not None \
-                or (self._pc_options is not None and self._pc_options.serialize):
-            return None
-        cupti, K = self._cupti, self._cupti.ActivityKind
-        domains = {int(cupti.CallbackDomain.DRIVER_API): int(K.DRIVER),
-                   int(cupti.CallbackDomain.RUNTIME_API): int(K.RUNTIME)}
-        launches = {domain: (kind, *map(list, self._api_cbids[kind]))
-                    for domain, kind in domains.items()}
-        return native.LaunchLog.create(timestamp, self._fields, launches, self._custom)
 
     def _release_users(self) -> None:
         for user in self._users:
@@ -354,8 +288,7 @@ class CuptiCollector:
         if self._subscriber is not None:
             self._subscriber.unsubscribe()
             self._subscriber = None
-        if self._log is not None:
-            self._log.enable(False)
+        self.pipeline.enable(False)
         self._release_users()
         if self.recorded is not None:
             write_whole(os.environ["PROTON_RECORD_CUPTI"],
@@ -365,26 +298,7 @@ class CuptiCollector:
     def timestamp(self) -> int:
         return self._cupti.get_timestamp()
 
-    # -- scopes (called on the user's threads) ------------------------------------------------
-    def push(self, path_id: int) -> None:
-        """Launches on this thread carry `path_id` until the matching pop (shadow context)."""
-        if self.pushes_ids:
-            self._cupti.activity_push_external_correlation_id(self._custom, path_id)
-
-    def pop(self) -> None:
-        if self.pushes_ids:
-            self._cupti.activity_pop_external_correlation_id(self._custom)
-
-    def main_path(self, path_id: int) -> None:
-        """The main thread's innermost scope is now `path_id`: launches on threads with no
-        scope open go there. Without the C launch log the `unscoped` callback places them
-        from the records instead; nothing to do."""
-
-    def _main_path_logged(self, path_id: int) -> None:
-        """main_path with the C launch log: it logs such launches with `path_id`, and the C
-        join places their kernels (ROOT: left to `unscoped`, as before any scope)."""
-        self._log.main_path(None if path_id == ROOT else path_id)
-
+    # -- launches (called on the user's threads) ---------------------------------------------
     def _launch_enter(self):
         """context="python": the launch call's enter, on the launching thread, as
         on_enter(correlation id, CUPTI timestamp, cbid) (a closure: this runs at every launch,
@@ -449,13 +363,6 @@ class CuptiCollector:
 
         return on_api
 
-    def _withdraw_failed(self) -> None:
-        """The python context's launch calls that failed (the C launch log keeps them): no
-        kernel will come for them. Under the lock."""
-        if self._log is not None and self.in_callback:
-            for corr in self._log.failed():
-                self.attributor.cancel_launch(corr)
-
     # -- records ------------------------------------------------------------------------------
     def deliver(self) -> None:
         """Have CUPTI hand over the records it holds now (no waiting for the GPU)."""
@@ -504,7 +411,7 @@ class CuptiCollector:
 
     def dropped_records(self) -> int:
         """Records CUPTI dropped, and launches the C launch log could not keep."""
-        lost = self._log.lost if self._log is not None else 0
+        lost = self.pipeline.lost
         out = np.zeros(1, dtype=np.uint64)
         try:
             self._cupti.activity_get_num_dropped_records(0, 0, out.ctypes.data)
@@ -516,68 +423,35 @@ class CuptiCollector:
         from .buffers import RawBuffers
 
         try:
-            self._raw = RawBuffers(lib_path, self.read_records, BUFFER_SIZE)
-            self.use_native_reads(self._raw)
+            self._raw = RawBuffers(lib_path, BUFFER_SIZE)
+            self.pipeline.attach(self._raw)
             self._raw.register()
         except (OSError, AttributeError) as exc:
             raise ProtonError(f"CUPTI's activity buffers could not be set up: {exc}") from None
 
-    def use_native_reads(self, raw) -> bool:
-        """When the C helper is built (and PROTON_NATIVE is not 0 or walk), `raw`
-        (buffers.RawBuffers) hands each buffer to read_buffer, whose fields the helper reads
-        as it walks; in the shadow context the helper joins them too, when there is a group
-        sink and no recording."""
-        from . import native
-
-        if native.walk_only():
-            return False
-        self._columns = native.Columns.create(raw.next_record, self._column_groups())
-        if self._columns is None:
-            return False
-        raw.on_buffer = self.read_buffer
-        if self._joins:
-            self._join = native.Join.create(self._custom, {
-                kind: (launches.tolist(), graphs.tolist())
-                for kind, (launches, graphs) in self._api_cbids.items()})
-        return True
-
     @property
     def launches(self) -> int:
         """Launch records joined (a graph launch counts once)."""
-        return self.attributor.launches + self._joined[0]
+        return self.attributor.launches + self.pipeline.launches
 
     @property
     def kernels(self) -> int:
         """Kernels attributed."""
-        return self.attributor.kernels + self._joined[1]
+        return self.attributor.kernels + self.pipeline.kernels
 
     def waiting_before(self, ts: int) -> int:
         """Launch calls made by `ts` whose kernel record has not come yet."""
         with self._lock:
-            self._take_log()
-            joined = self._join.waiting(ts) if self._join is not None else 0
+            self.pipeline.settle()
+            joined = self.pipeline.waiting(ts)
         return joined + self.attributor.waiting_before(ts)
 
     def finish(self) -> int:
         """Give kernels whose launch record never came to the root (or the path of their
         external record); return how many."""
         with self._lock:
-            lost = 0
-            self._take_log()
-            if self._join is not None:
-                # kernels the Attributor holds go to their external record's path, which
-                # the join kept
-                for corr in self.attributor.early_ids():
-                    path = self._join.path(corr)
-                    if path is not None:
-                        self.attributor.external.setdefault(corr, path)
-                paths_, kernels = self._join.finish()
-                lost = len(paths_)
-                if lost:
-                    columns = self._kernel_columns(kernels)[:7]
-                    self._sink([(ROOT if p < 0 else p, k[3]) + k
-                                for p, k in zip(paths_.tolist(), zip(*columns))])
-                    self._joined[1] += lost
+            self.pipeline.settle()
+            lost = self.pipeline.finish()
             return lost + self.attributor.finish()
 
     def _texts(self, pointers: np.ndarray) -> list[str]:
@@ -593,89 +467,13 @@ class CuptiCollector:
         self._names[pointer] = text
         return text
 
-    def read_records(self, view: memoryview, offsets: Sequence[int]) -> None:
-        """The buffer callback: one buffer's records (at `offsets` in `view`), read with numpy
-        and joined on CUPTI's thread."""
-        t0 = time.perf_counter()
-        try:
-            buf = np.frombuffer(view, dtype=np.uint8)
-            at = np.array(offsets, dtype=np.int64)
-            (kinds,) = self._read_kind(buf, at)
-            is_api = np.isin(kinds, list(self._api_cbids))
-            self._digest(self._read_ext(buf, at[kinds == self._k_ext]),
-                         [kinds[is_api], *self._read_api(buf, at[is_api])],
-                         self._read_kernel(buf, at[kinds == self._k_kernel]))
-            self.records += len(offsets)
-        except BaseException as exc:
-            callback_failed("while reading CUPTI records", exc, self.callback_errors)
-        self.callback_seconds += time.perf_counter() - t0
-
-    def read_buffer(self, buffer: int, valid: int) -> None:
-        """The buffer callback when the C helper reads the fields as it walks (see
-        native.Columns): the same columns as read_records, then the same join; or, when it
-        joins too, the sums of the kernels it joined (what it leaves to Python goes to the
-        Attributor)."""
-        t0 = time.perf_counter()
-        try:
-            if self._join is not None:
-                with self._lock:
-                    logged = self._log.take() if self._log is not None else None
-                    blocks, rows, walked = self._columns.read(buffer, valid, keep=True)
-                    if logged is not None:  # the launches, as their records would read
-                        blocks[0], blocks[1], rows[0], rows[1] = logged
-                    self._join_columns(blocks, rows)
-            else:
-                (ext, api, kernels), walked = self._columns(buffer, valid)
-                self._digest(ext, api, kernels)
-            self.records += walked
-        except BaseException as exc:
-            callback_failed("while reading CUPTI records", exc, self.callback_errors)
-        self.callback_seconds += time.perf_counter() - t0
-
-    def _join_columns(self, blocks: list[np.ndarray], rows: np.ndarray) -> None:
-        """Records as Columns.read gives them through the C join, to the sinks (what it
-        leaves to Python to the Attributor). Under the lock."""
-        joined = self._join.add(blocks, rows, self.attributor.capture_span())
-        try:
-            self._route_joined(joined)
-        finally:  # the join has let go of these: lose none of them
-            external, api, kernels = joined.python
-            if len(api[0]) or len(kernels[0]):
-                self._attribute(external, api, kernels)
-
-    def _take_log(self) -> None:
-        """What the C launch log holds since the last buffer, before counting what waits or
-        finishing: the launches logged, through the join; the python context's failed calls,
-        withdrawn. Under the lock."""
-        self._withdraw_failed()
-        if self._log is None or self._join is None:
-            return
-        ext, api, n_ext, n_api = self._log.take()
-        if n_api:
-            kernels = np.empty((len(_KERNEL_FIELDS), 1), dtype=np.int64)
-            self._join_columns([ext, api, kernels], np.array([n_ext, n_api, 0], dtype=np.int64))
-
-    def _column_groups(self) -> list:
-        """native.Columns' groups: the record kinds and fields read_records reads."""
-        def fields(dtype, names):
-            return [(dtype.fields[n][1], dtype.fields[n][0].itemsize,
-                     dtype.fields[n][0].kind == "i") for n in names]
-
-        c = self._cupti
-        return [([self._k_ext], fields(c.activity_external_correlation_dtype, _EXT_FIELDS),
-                 c.activity_external_correlation_dtype.itemsize),
-                (list(self._api_cbids), fields(c.activity_api_dtype, ["kind", *_API_FIELDS]),
-                 c.activity_api_dtype.itemsize),
-                ([self._k_kernel], fields(c.activity_kernel10_dtype, _KERNEL_FIELDS),
-                 c.activity_kernel10_dtype.itemsize)]
-
     def _digest(self, ext: list, api: list, kernels: list) -> None:
-        """One buffer's columns (external: correlation id, kind, id; API: record kind and
-        _API_FIELDS; kernels: _KERNEL_FIELDS) joined by the Attributor."""
-        corr, ext_kind, ext_id = ext
-        mine = ext_kind == self._custom
-        external = (corr[mine], ext_id[mine])
-        api_kinds, corr, start, cbid, thread, status = api
+        """One buffer's columns as the pipelines read them (records.ExternalFields, ApiFields,
+        KernelFields) joined by the Attributor."""
+        X, A, KF = records.ExternalFields, ApiFields, KernelFields
+        mine = ext[X.external_kind] == self._custom
+        external = (ext[X.correlation_id][mine], ext[X.external_id][mine])
+        api_kinds, cbid = api[A.kind], api[A.cbid]
         # Only launch calls that succeeded wait for a kernel: API records of other calls
         # (made while the per-call filters were being set) and failed launches would
         # never be matched and would hold every flush to its timeout.
@@ -684,52 +482,37 @@ class CuptiCollector:
             this = api_kinds == kind
             launch |= this & np.isin(cbid, launches)
             graph |= this & np.isin(cbid, graphs)
-        launch &= status == 0
-        api = (corr[launch], start[launch], graph[launch], thread[launch])
-        corr, name, device, start, end, stream, gx, gy, gz, bx, by, bz, regs, static, dynamic, \
-            graph_node = (a.astype(np.int64, copy=False) for a in kernels)
-        kernels = (corr, name, device, start, end, stream, gx * gy * gz, bx * by * bz, regs,
-                   static + dynamic, graph_node)
+        launch &= api[A.return_value] == 0
+        api = (api[A.correlation_id][launch], api[A.start][launch], graph[launch],
+               api[A.thread_id][launch])  # records.Launch
+        k = [a.astype(np.int64, copy=False) for a in kernels]
+        kernels = (k[KF.correlation_id], k[KF.name], k[KF.device_id], k[KF.start], k[KF.end],
+                   k[KF.stream_id], k[KF.grid_x] * k[KF.grid_y] * k[KF.grid_z],
+                   k[KF.block_x] * k[KF.block_y] * k[KF.block_z], k[KF.registers_per_thread],
+                   k[KF.static_shared_memory] + k[KF.dynamic_shared_memory],
+                   k[KF.graph_node_id])  # records.Kernel
         with self._lock:
             self._attribute(external, api, kernels)
 
     def _attribute(self, external, api, kernels) -> None:
-        """Columns (numpy) of external ids, launch calls and kernels (native.KERNEL_COLUMNS)
-        to the Attributor, as lists. Under the lock."""
-        self._withdraw_failed()
-        external = (external[0].tolist(), external[1].tolist())
+        """Columns (numpy) of external ids, launch calls and kernels (records.External, Launch,
+        Kernel) to the Attributor, as lists. Under the lock."""
+        external = tuple(a.tolist() for a in external)
         api = tuple(a.tolist() for a in api)
         kernels = self._kernel_columns(kernels)
-        if not any(kernels[7]):  # kernels of graph launches: placed by where captured
-            kernels = kernels[:7]
+        node = records.Placed.graph_node
+        if not any(kernels[node]):  # kernels of graph launches: placed by where captured
+            kernels = kernels[:node]
         if self.recorded is not None:  # rows, as the record classes take them
             self.recorded.append([[list(row) for row in zip(*part)]
-                                  for part in (external, api, kernels[:6])])
+                                  for part in (external, api,
+                                               kernels[:records.Placed.config])])
         self.attributor.add_columns(external, api, kernels)
 
     def _kernel_columns(self, kernels) -> tuple[list, ...]:
-        """Kernels as numpy columns (native.KERNEL_COLUMNS) -> lists: correlation id, name,
-        device, start, end, stream, configuration number, graph node id."""
-        corr, name, device, start, end, stream, blocks, threads, regs, shared, node = kernels
-        return (corr.tolist(), self._texts(name), device.tolist(), start.tolist(), end.tolist(),
-                stream.tolist(), self._configs(blocks, threads, regs, shared), node.tolist())
-
-    def _route_joined(self, joined) -> None:
-        """The C join's sums to the group sink (its rows, made on demand, to the kernel sink's
-        way when the sessions need each kernel)."""
-        self._joined[0] += joined.launches - len(joined.python[1][0])
-        if joined.first is None:
-            return
-        path, name, device, blocks, threads, regs, shared, ns, count = joined.groups
-        groups = list(zip(path.tolist(), self._texts(name), device.tolist(),
-                          self._configs(blocks, threads, regs, shared), ns.tolist(),
-                          count.tolist()))
-        self._joined[1] += len(joined.rows[0])
-
-        def rows() -> list[Kernel]:
-            path, launch, corr, name, device, start, end, stream, *config = joined.rows
-            kernels = self._kernel_columns((corr, name, device, start, end, stream, *config,
-                                            np.zeros_like(corr)))  # C joins no graph kernel
-            return list(zip(path.tolist(), launch.tolist(), *kernels[:7]))
-
-        self._groups(groups, joined.first, rows)
+        """Kernels as numpy columns (records.Kernel) -> lists (records.Placed)."""
+        K = records.Kernel
+        return (kernels[K.correlation_id].tolist(), self._texts(kernels[K.name]),
+                kernels[K.device].tolist(), kernels[K.start].tolist(), kernels[K.end].tolist(),
+                kernels[K.stream].tolist(), self._configs(*(kernels[c] for c in records.CONFIG)),
+                kernels[K.graph_node].tolist())

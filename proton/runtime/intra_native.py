@@ -151,7 +151,7 @@ def helper() -> ctypes.CDLL | None:
             lib.proton_intra_decode.argtypes = (ptr, ptr, ptr, i64, i64, i32, ptr, i64, ptr,
                                                 ptr, ptr)
             lib.proton_intra_decode.restype = None
-        except (OSError, subprocess.SubprocessError, native.NoCompiler) as exc:
+        except (OSError, subprocess.SubprocessError, native.BuildError) as exc:
             warn(f"instrumentation: decoding kernel scope buffers in numpy, which costs more "
                  f"per launch: the C helper could not be built ({exc}); install a C compiler "
                  f"(cc) or set {native.NATIVE_ENV}=0 to silence this")

@@ -10,7 +10,7 @@ Threads:
     frame's time is clipped, at its close, to each session's active stretches; finalize,
     whichever thread calls it, also credits the frames still open on every thread (copies of
     their stacks, context/stack.every_open), since they will close after their sessions end.
-  * CUPTI's buffer thread runs the collector's `_read_records` holding the GIL: it reads the
+  * CUPTI's buffer thread runs the collector pipeline's `read` holding the GIL: it reads the
     collector's attributor under the collector's lock, the timeline's current list (replaced,
     never cut, by the main thread), the router's memo (only it writes there, and finalize
     after flushing), and writes each session's metrics under that session's lock. A session

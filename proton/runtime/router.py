@@ -8,13 +8,17 @@ from __future__ import annotations
 from operator import itemgetter
 
 from ..cupti.attribution import Kernel, KernelRecord, each
+from ..cupti.records import Sunk, unpacks
 from ..data.paths import KERNEL, OP, paths
 from ..format import CAPTURED_AT, TIME
 from .session import Session
 
 
-_START = itemgetter(1)
+_START = itemgetter(int(Sunk.launch))
 """A Kernel's launch start."""
+unpacks(Sunk, "path launch correlation_id name device start end stream config")
+# the loops below unpack attribution.Kernel (records.Sunk) in this order: unpacking a tuple
+# costs 40 ns a kernel, picking its columns with an itemgetter 110
 
 
 class KernelRouter:

@@ -1,0 +1,741 @@
+/* Proton's C helper for CUPTI's activity buffers and launch callback (see native.py, which
+   builds it at first use with the machine's C compiler, and derives each PROTON_API function's
+   ctypes signature from its definition here: keep every parameter's type one of int,
+   int32_t, int64_t, uint32_t, size_t, a pointer, or a proton_*_fn typedef). */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proton_records.h" /* generated from records.py: the tables' column indices */
+
+/* What Python calls (the library is built with -fvisibility=hidden: nothing else is seen). */
+#define PROTON_API __attribute__((visibility("default")))
+
+typedef int (*proton_next_fn)(uint8_t *buffer, size_t valid, void **record);
+
+/* Walk a completed CUPTI activity buffer with CUPTI's cuptiActivityGetNextRecord (`next`)
+   and copy the fields of the records of chosen kinds into columns of
+   int64: a record whose kind (the uint32 it starts with) has group[kind] = g >= 0 adds a row to
+   group g, its field f (the little-endian integer of sizes[i] bytes at offsets[i], i =
+   first[g] + f, sign-extended when signs[i]) going to out[g][f * cap[g] + row]. A group has at
+   most cap[g] rows (the caller sizes it for the buffer); rows[g] says how many it got. Returns
+   the records walked. */
+PROTON_API int64_t proton_columns(proton_next_fn next, uint8_t *buffer, size_t valid,
+                       int32_t ngroups, int32_t nkinds, const int32_t *group,
+                       const int32_t *nfields, const int32_t *first, const int32_t *offsets,
+                       const int32_t *sizes, const int32_t *signs, int64_t **out,
+                       const int64_t *cap, int64_t *rows) {
+    void *record = NULL;
+    int64_t n = 0;
+    for (int32_t g = 0; g < ngroups; g++)
+        rows[g] = 0;
+    while (next(buffer, valid, &record) == 0) {
+        const uint8_t *r = (const uint8_t *)record;
+        uint32_t kind;
+        n++;
+        memcpy(&kind, r, sizeof kind);
+        if (kind >= (uint32_t)nkinds || group[kind] < 0)
+            continue;
+        int32_t g = group[kind];
+        if (rows[g] >= cap[g])
+            continue;
+        int64_t row = rows[g]++;
+        for (int32_t f = 0; f < nfields[g]; f++) {
+            int32_t i = first[g] + f, size = sizes[i];
+            uint64_t v = 0;
+            memcpy(&v, r + offsets[i], (size_t)size);
+            if (signs[i] && size < 8 && ((v >> (8 * size - 1)) & 1))
+                v |= ~(uint64_t)0 << (8 * size);
+            out[g][f * cap[g] + row] = (int64_t)v;
+        }
+    }
+    return n;
+}
+
+/* ---- the join: CUPTI records matched by correlation id, kernels summed per call path ------
+   The shadow context's common case runs here, outside the GIL: a launch's external
+   correlation record gives its path, its API record its start time, its kernel record its
+   time; a buffer's kernels come back summed per (path, name, device, launch configuration).
+   What needs Python goes back to it, with everything of the same launch: launches with no
+   path (no scope open on their thread nor the main thread's: the main thread's timeline
+   decides, as without the launch log), graph launches and their kernels
+   (placed by where they were captured), and launches while a stream capture is known. */
+
+#define EMPTY INT64_MIN
+
+/* Maps keyed by correlation id: linear probing from the id itself (its low bits). The ids
+   count up, so the entries waiting at any time sit at their own slots like a ring, in cache,
+   and an absent id finds an empty slot at once; a mixing hash scattered them (~4 cache
+   misses a launch). Deletion shifts the entries after back (no tombstones: an id absent
+   stays one probe), looking no further than the farthest any entry sits from its slot. */
+typedef struct {
+    int64_t *slots; /* cap slots of `width` words: the key, then its values */
+    int64_t cap, live, peak; /* peak: the most entries since the last map_trim */
+    int64_t low; /* map_trims in a row that found it under an eighth full */
+    uint64_t far; /* no entry sits more than this many slots past its own */
+    int32_t width;
+} proton_map;
+
+static uint64_t proton_hash(uint64_t k) { /* for the groups' composite keys */
+    k ^= k >> 33; k *= 0xff51afd7ed558ccdULL; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ULL;
+    return k ^ (k >> 33);
+}
+
+static int map_init(proton_map *m, int32_t width, int64_t cap) {
+    m->slots = (int64_t *)malloc((size_t)(cap * width) * sizeof(int64_t));
+    if (!m->slots) return -1;
+    for (int64_t i = 0; i < cap; i++) m->slots[i * width] = EMPTY;
+    m->cap = cap; m->live = m->peak = m->low = 0; m->far = 0; m->width = width;
+    return 0;
+}
+
+/* The slot of `key`, or NULL. */
+static int64_t *map_find(const proton_map *m, int64_t key) {
+    uint64_t mask = (uint64_t)m->cap - 1;
+    for (uint64_t i = (uint64_t)key & mask;; i = (i + 1) & mask) {
+        int64_t *s = m->slots + i * m->width;
+        if (s[0] == key) return s;
+        if (s[0] == EMPTY) return NULL;
+    }
+}
+
+/* Move every entry into a table of `cap` slots (a power of two above twice the entries). */
+static int map_resize(proton_map *m, int64_t cap) {
+    proton_map bigger;
+    if (map_init(&bigger, m->width, cap) != 0) return -1;
+    uint64_t mask = (uint64_t)bigger.cap - 1;
+    for (int64_t i = 0; i < m->cap; i++) {
+        int64_t *s = m->slots + i * m->width;
+        if (s[0] == EMPTY) continue;
+        uint64_t home = (uint64_t)s[0] & mask, j = home;
+        while (bigger.slots[j * m->width] != EMPTY) j = (j + 1) & mask;
+        if (((j - home) & mask) > bigger.far) bigger.far = (j - home) & mask;
+        memcpy(bigger.slots + j * m->width, s, (size_t)m->width * sizeof(int64_t));
+    }
+    bigger.live = m->live;
+    bigger.peak = m->peak;
+    free(m->slots);
+    *m = bigger;
+    return 0;
+}
+
+#define MAP_MIN 1024 /* a table is never shrunk below this many slots */
+
+/* The slot of `key`, added (values unset) when missing; NULL when out of memory. */
+static int64_t *map_put(proton_map *m, int64_t key) {
+    int64_t *found = map_find(m, key);
+    if (found) return found;
+    if ((m->live + 1) * 2 > m->cap && map_resize(m, m->cap * 2) != 0) return NULL;
+    uint64_t mask = (uint64_t)m->cap - 1, home = (uint64_t)key & mask;
+    for (uint64_t i = home;; i = (i + 1) & mask) {
+        int64_t *s = m->slots + i * m->width;
+        if (s[0] == EMPTY) {
+            if (((i - home) & mask) > m->far) m->far = (i - home) & mask;
+            if (++m->live > m->peak) m->peak = m->live;
+            s[0] = key;
+            return s;
+        }
+    }
+}
+
+/* Remove the entry at `slot`: each later entry of its run whose own slot is not between
+   the hole and it moves back into the hole (none further than `far` past the hole can). */
+static void map_drop(proton_map *m, int64_t *slot) {
+    uint64_t mask = (uint64_t)m->cap - 1, hole = (uint64_t)(slot - m->slots) / m->width;
+    for (uint64_t j = (hole + 1) & mask; ((j - hole) & mask) <= m->far; j = (j + 1) & mask) {
+        int64_t *s = m->slots + j * m->width;
+        if (s[0] == EMPTY) break;
+        uint64_t home = (uint64_t)s[0] & mask;
+        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+        if (stays) continue;
+        memcpy(m->slots + hole * m->width, s, (size_t)m->width * sizeof(int64_t));
+        hole = j;
+    }
+    m->slots[hole * m->width] = EMPTY;
+    m->live--;
+}
+
+/* Between buffers: a table whose entries never filled an eighth of it over TRIM_AFTER calls
+   in a row shrinks (after a burst of waiting launches, the memory comes back). A buffer's
+   usual rise and fall, and full buffers between partly filled ones, keep its size: shrunk and
+   grown again, the freed tables stayed resident in glibc's heap (10 MB over 60 buffers,
+   bench/buffer_costs.py --buffers). */
+#define TRIM_AFTER 64
+static void map_trim(proton_map *m) {
+    if (m->cap > MAP_MIN && m->peak * 8 < m->cap) {
+        if (++m->low >= TRIM_AFTER) {
+            int64_t cap = MAP_MIN;
+            while (cap < m->peak * 4) cap *= 2;
+            map_resize(m, cap); /* kept as it is when there is no memory */
+            m->low = 0;
+        }
+    } else {
+        m->low = 0;
+    }
+    m->peak = m->live;
+}
+
+enum { LAUNCH_IN_PYTHON = 1, KERNELS_IN_PYTHON = 2 };
+
+typedef struct {
+    proton_map ext;      /* correlation id -> path */
+    proton_map launches; /* correlation id -> path, start: waiting for its kernel */
+    proton_map deferred; /* correlation id -> LAUNCH_IN_PYTHON: its kernel goes there too;
+                            KERNELS_IN_PYTHON: so does its launch (several came early) */
+    proton_map early;    /* correlation id -> a kernel (K_COLUMNS) whose launch has not come */
+    int64_t newest;      /* the latest start of a launch put in `launches` */
+    /* a buffer's working memory, kept for the next: allocated anew per buffer, glibc kept
+       the freed blocks in its heap (its mmap threshold rises after a free), some 26 MB of
+       peak RSS on 1M launches (H100, 2026-11-23) */
+    int64_t *scratch, scratch_cap, *group_slots, group_cap;
+} proton_join;
+
+/* `*p` holding at least `need` words (grown, never shrunk; contents kept); NULL when out of
+   memory. */
+static int64_t *reserve(int64_t **p, int64_t *cap, int64_t need) {
+    if (need > *cap) {
+        int64_t want = need > 2 * *cap ? need : 2 * *cap;
+        int64_t *grown = (int64_t *)realloc(*p, (size_t)want * sizeof(int64_t));
+        if (!grown) return NULL;
+        *p = grown; *cap = want;
+    }
+    return *p;
+}
+
+PROTON_API proton_join *proton_join_new(void) {
+    proton_join *j = (proton_join *)calloc(1, sizeof *j);
+    if (!j) return NULL;
+    if (map_init(&j->ext, 2, 1024) || map_init(&j->launches, 3, 1024) ||
+        map_init(&j->deferred, 2, 64) || map_init(&j->early, 1 + K_COLUMNS, 64)) {
+        free(j->ext.slots); free(j->launches.slots); free(j->deferred.slots);
+        free(j->early.slots); free(j);
+        return NULL;
+    }
+    return j;
+}
+
+PROTON_API void proton_join_free(proton_join *j) {
+    if (!j) return;
+    free(j->scratch); free(j->group_slots);
+    free(j->ext.slots); free(j->launches.slots); free(j->deferred.slots);
+    free(j->early.slots); free(j);
+}
+
+/* The slots of the join's tables (how much memory they hold). */
+PROTON_API int64_t proton_join_slots(const proton_join *j) {
+    return j->ext.cap + j->launches.cap + j->deferred.cap + j->early.cap;
+}
+
+/* The path of the external record of launch `corr` not yet matched, or -1. */
+PROTON_API int64_t proton_join_path(const proton_join *j, int64_t corr) {
+    const int64_t *e = map_find(&j->ext, corr);
+    return e ? e[1] : -1;
+}
+
+/* Kernels held back (their launch record has not come): the caller sizes outputs with it. */
+PROTON_API int64_t proton_join_early(const proton_join *j) { return j->early.live; }
+
+/* Launches made at or before `ts` still waiting for their kernel (a scan of the table only
+   when some may be later: flush asks every 10 ms). */
+PROTON_API int64_t proton_join_waiting(const proton_join *j, int64_t ts) {
+    if (j->newest <= ts) return j->launches.live;
+    int64_t n = 0;
+    for (int64_t i = 0; i < j->launches.cap; i++) {
+        const int64_t *s = j->launches.slots + i * 3;
+        if (s[0] != EMPTY && s[2] <= ts) n++;
+    }
+    return n;
+}
+
+typedef struct {
+    int64_t *slots; /* group index + 1, 0 when free */
+    int64_t cap;
+} proton_groups;
+
+static void copy_kernel(int64_t *to, int64_t stride, int64_t row, const int64_t *k) {
+    for (int f = 0; f < K_COLUMNS; f++) to[f * stride + row] = k[f];
+}
+
+/* One matched kernel: a row, and its sum in its group. */
+static void matched(proton_groups *g, int64_t *groups, int64_t *rows, int64_t stride,
+                    int64_t *counts, int64_t path, int64_t launch, const int64_t *k) {
+    int64_t r = counts[OUT_ROWS]++;
+    int64_t row[R_COLUMNS] = {path, launch, k[K_CORRELATION_ID], k[K_NAME], k[K_DEVICE], k[K_START],
+                             k[K_END], k[K_STREAM], k[K_BLOCKS], k[K_THREADS], k[K_REGISTERS],
+                             k[K_SHARED]};
+    for (int f = 0; f < R_COLUMNS; f++) rows[f * stride + r] = row[f];
+    if (launch < counts[OUT_FIRST]) counts[OUT_FIRST] = launch;
+    int64_t key[G_NS] = {path, k[K_NAME], k[K_DEVICE], k[K_BLOCKS], k[K_THREADS], k[K_REGISTERS],
+                         k[K_SHARED]}; /* the group's columns before its sums */
+    uint64_t h = 0;
+    for (int f = 0; f < G_NS; f++) h = proton_hash(h ^ (uint64_t)key[f]);
+    uint64_t mask = (uint64_t)g->cap - 1;
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+        int64_t at = g->slots[i] - 1;
+        if (at < 0) {
+            at = counts[OUT_GROUPS]++;
+            g->slots[i] = at + 1;
+            for (int f = 0; f < G_NS; f++) groups[f * stride + at] = key[f];
+            groups[G_NS * stride + at] = 0;
+            groups[G_COUNT * stride + at] = 0;
+        } else {
+            int same = 1;
+            for (int f = 0; f < G_NS && same; f++) same = groups[f * stride + at] == key[f];
+            if (!same) continue;
+        }
+        groups[G_NS * stride + at] += k[K_END] - k[K_START];
+        groups[G_COUNT * stride + at] += 1;
+        return;
+    }
+}
+
+/* One buffer's records, as columns: external (n_ext rows of X_COLUMNS), launch API
+   records that succeeded (n_api rows of L_COLUMNS), kernels (n_k rows of K_COLUMNS).
+   Out (each column `stride` long, stride >= n_k + early): groups (G_COLUMNS), rows
+   (R_COLUMNS) of the kernels matched here; for Python, ext (X_COLUMNS) and api (L_COLUMNS)
+   of the launches it must place and kernels (K_COLUMNS) of them. counts: OUT_COLUMNS.
+   Launches started within [capture_from, capture_to] go to Python, which
+   knows each thread's stream capture windows (a launch recorded into a graph runs nothing
+   and leaves its id in `deferred`: a few words per captured launch). Returns 0, or -1 when
+   out of memory (the buffer's records are then lost). */
+static int proton_join_add(proton_join *j, int64_t n_ext, const int64_t *ext, int64_t n_api,
+                    const int64_t *api, int64_t n_k, const int64_t *kernels,
+                    int64_t capture_from, int64_t capture_to, int64_t stride, int64_t *groups,
+                    int64_t *rows, int64_t *ext_out, int64_t *api_out, int64_t *kernels_out,
+                    int64_t *counts) {
+    proton_groups g;
+    for (int f = 0; f < OUT_COLUMNS; f++) counts[f] = 0;
+    counts[OUT_FIRST] = INT64_MAX;
+    counts[OUT_LAUNCHES] = n_api;
+    map_trim(&j->ext); map_trim(&j->launches); map_trim(&j->deferred); map_trim(&j->early);
+    g.cap = 16; /* at most a group per kernel of this buffer or held back */
+    while (g.cap < 2 * (n_k + j->early.live + 1)) g.cap *= 2;
+    g.slots = reserve(&j->group_slots, &j->group_cap, g.cap);
+    if (!g.slots) return -1;
+    memset(g.slots, 0, (size_t)g.cap * sizeof(int64_t));
+    for (int64_t i = 0; i < n_ext; i++) {
+        int64_t *s = map_put(&j->ext, ext[X_CORRELATION_ID * n_ext + i]);
+        if (!s) goto oom;
+        s[1] = ext[X_PATH * n_ext + i];
+    }
+    for (int64_t i = 0; i < n_api; i++) {
+        int64_t corr = api[L_CORRELATION_ID * n_api + i], start = api[L_START * n_api + i];
+        int64_t graph = api[L_GRAPH * n_api + i];
+        int64_t *e = map_find(&j->ext, corr), path = e ? e[1] : EMPTY;
+        if (e) map_drop(&j->ext, e);
+        int64_t *early = map_find(&j->early, corr), *d = map_find(&j->deferred, corr);
+        int at_python = d && d[1] == KERNELS_IN_PYTHON;
+        if (at_python) map_drop(&j->deferred, d);
+        if (graph || path == EMPTY || at_python || (capture_from <= start && start <= capture_to)) {
+            /* Python places it */
+            int64_t a = counts[OUT_LAUNCHES_LEFT]++;
+            for (int f = 0; f < L_COLUMNS; f++) api_out[f * stride + a] = api[f * n_api + i];
+            if (path != EMPTY) {
+                int64_t x = counts[OUT_EXTERNAL]++;
+                ext_out[X_CORRELATION_ID * stride + x] = corr;
+                ext_out[X_PATH * stride + x] = path;
+            }
+            if (early) {
+                copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, early + 1);
+                map_drop(&j->early, early);
+            } else if (!graph && !at_python) {
+                if (!(d = map_put(&j->deferred, corr))) goto oom;
+                d[1] = LAUNCH_IN_PYTHON;
+            }
+        } else if (early) {
+            matched(&g, groups, rows, stride, counts, path, start, early + 1);
+            map_drop(&j->early, early);
+        } else {
+            int64_t *s = map_put(&j->launches, corr);
+            if (!s) goto oom;
+            s[1] = path;
+            s[2] = start;
+            if (start > j->newest) j->newest = start;
+        }
+    }
+    for (int64_t i = 0; i < n_k; i++) {
+        int64_t k[K_COLUMNS];
+        for (int f = 0; f < K_COLUMNS; f++) k[f] = kernels[f * n_k + i];
+        int64_t *s;
+        if (k[K_GRAPH_NODE]) { /* a graph's kernel: Python has its launch */
+            copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, k);
+        } else if ((s = map_find(&j->launches, k[K_CORRELATION_ID])) != NULL) {
+            matched(&g, groups, rows, stride, counts, s[1], s[2], k);
+            map_drop(&j->launches, s);
+        } else if ((s = map_find(&j->deferred, k[K_CORRELATION_ID])) != NULL) {
+            copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, k);
+            if (s[1] == LAUNCH_IN_PYTHON) map_drop(&j->deferred, s);
+        } else if ((s = map_find(&j->early, k[K_CORRELATION_ID])) != NULL) {
+            /* a second kernel before its launch: both, and then the launch, go to Python,
+               which keeps any number */
+            copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, s + 1);
+            map_drop(&j->early, s);
+            copy_kernel(kernels_out, stride, counts[OUT_KERNELS]++, k);
+            if (!(s = map_put(&j->deferred, k[K_CORRELATION_ID]))) goto oom;
+            s[1] = KERNELS_IN_PYTHON;
+        } else {
+            if (!(s = map_put(&j->early, k[K_CORRELATION_ID]))) goto oom;
+            memcpy(s + 1, k, sizeof k);
+        }
+    }
+    return 0;
+oom:
+    return -1;
+}
+
+/* proton_join_add on the columns proton_columns read (group 0: external records' correlation
+   id, kind, id; 1: API records' kind, correlation id, start, cbid, thread, return value; 2:
+   kernel records' correlation id, name, device, start, end, stream, grid x y z, block x y z,
+   registers, static and dynamic shared memory, graph node; `cap` the stride of each, `rows`
+   their lengths), keeping external ids of kind `custom` and API records of launch calls that
+   succeeded: flags[k][cbid] is 1 for a launch, 2 for a graph launch, for API kind
+   kinds[k] (k = 0, 1). The rest as proton_join_add. */
+PROTON_API int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap,
+                                   const int64_t *rows, int64_t custom, const int64_t *kinds,
+                                   const uint8_t *flags0, int64_t nflags0,
+                                   const uint8_t *flags1, int64_t nflags1,
+                                   int64_t capture_from, int64_t capture_to, int64_t stride,
+                                   int64_t *groups, int64_t *out_rows,
+                                   int64_t *ext_out, int64_t *api_out, int64_t *kernels_out,
+                                   int64_t *counts) {
+    const uint8_t *flags[2] = {flags0, flags1};
+    const int64_t nflags[2] = {nflags0, nflags1};
+    int64_t n_ext = 0, n_api = 0, n_k = rows[2];
+    int64_t *ext = reserve(&j->scratch, &j->scratch_cap,
+                           X_COLUMNS * rows[0] + L_COLUMNS * rows[1] + K_COLUMNS * n_k + 1);
+    if (!ext) return -1;
+    const int64_t *x = in[0], xc = cap[0];
+    for (int64_t i = 0; i < rows[0]; i++)
+        n_ext += x[XF_EXTERNAL_KIND * xc + i] == custom;
+    for (int64_t i = 0, e = 0; i < rows[0]; i++) {
+        if (x[XF_EXTERNAL_KIND * xc + i] != custom) continue;
+        ext[X_CORRELATION_ID * n_ext + e] = x[XF_CORRELATION_ID * xc + i];
+        ext[X_PATH * n_ext + e++] = x[XF_EXTERNAL_ID * xc + i];
+    }
+    int64_t *api = ext + X_COLUMNS * n_ext, m = rows[1];
+    const int64_t *a = in[1], ac = cap[1];
+    for (int64_t i = 0; i < m; i++) { /* columns `m` long first, then packed */
+        int64_t kind = a[AF_KIND * ac + i], cbid = a[AF_CBID * ac + i];
+        int k = kind == kinds[0] ? 0 : kind == kinds[1] ? 1 : -1;
+        if (k < 0 || cbid < 0 || cbid >= nflags[k] || !flags[k][cbid] ||
+            a[AF_RETURN_VALUE * ac + i])
+            continue;
+        api[L_CORRELATION_ID * m + n_api] = a[AF_CORRELATION_ID * ac + i];
+        api[L_START * m + n_api] = a[AF_START * ac + i];
+        api[L_GRAPH * m + n_api] = flags[k][cbid] == 2;
+        api[L_THREAD * m + n_api++] = a[AF_THREAD_ID * ac + i];
+    }
+    for (int f = 1; f < L_COLUMNS; f++)
+        memmove(api + f * n_api, api + f * m, (size_t)n_api * sizeof(int64_t));
+    int64_t *kern = api + L_COLUMNS * n_api;
+    const int64_t *k = in[2], c = cap[2];
+#define KF(field) k[KF_##field * c + i]
+    for (int64_t i = 0; i < n_k; i++) {
+        kern[K_CORRELATION_ID * n_k + i] = KF(CORRELATION_ID);
+        kern[K_NAME * n_k + i] = KF(NAME);
+        kern[K_DEVICE * n_k + i] = KF(DEVICE_ID);
+        kern[K_START * n_k + i] = KF(START);
+        kern[K_END * n_k + i] = KF(END);
+        kern[K_STREAM * n_k + i] = KF(STREAM_ID);
+        kern[K_BLOCKS * n_k + i] = KF(GRID_X) * KF(GRID_Y) * KF(GRID_Z);
+        kern[K_THREADS * n_k + i] = KF(BLOCK_X) * KF(BLOCK_Y) * KF(BLOCK_Z);
+        kern[K_REGISTERS * n_k + i] = KF(REGISTERS_PER_THREAD);
+        kern[K_SHARED * n_k + i] = KF(STATIC_SHARED_MEMORY) + KF(DYNAMIC_SHARED_MEMORY);
+        kern[K_GRAPH_NODE * n_k + i] = KF(GRAPH_NODE_ID);
+    }
+#undef KF
+    return proton_join_add(j, n_ext, ext, n_api, api, n_k, kern, capture_from, capture_to,
+                           stride, groups, out_rows, ext_out, api_out, kernels_out, counts);
+}
+
+/* The end: kernels whose launch record never came, as kernels (K_COLUMNS columns, stride)
+   with their path (external record, else -1) in `paths`; everything is forgotten. Returns
+   how many. */
+PROTON_API int64_t proton_join_finish(proton_join *j, int64_t stride, int64_t *kernels_out,
+                           int64_t *paths) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < j->early.cap && n < stride; i++) {
+        int64_t *s = j->early.slots + i * j->early.width;
+        if (s[0] == EMPTY) continue;
+        int64_t *e = map_find(&j->ext, s[0]);
+        paths[n] = e ? e[1] : -1;
+        copy_kernel(kernels_out, stride, n++, s + 1);
+    }
+    proton_map *maps[4] = {&j->ext, &j->launches, &j->deferred, &j->early};
+    for (int m = 0; m < 4; m++) {
+        for (int64_t i = 0; i < maps[m]->cap; i++) maps[m]->slots[i * maps[m]->width] = EMPTY;
+        maps[m]->live = 0;
+    }
+    return n;
+}
+
+/* ---- the launch log: the launch callback, in C -------------------------------------------
+   CUPTI calls proton_on_api at the enter and exit of every launch call on the launching
+   thread. Instead of asking CUPTI for an API record and an external-correlation record per
+   launch (and a push of the scope's id onto CUPTI's own stack), scopes push their path onto a
+   thread-local stack here (proton_push/proton_pop) and the exit of a launch that succeeded
+   appends (correlation id, path, its enter's time, domain, cbid, thread) to a log under a
+   mutex. The buffer thread takes the log whole (a swap) and reads it out as the columns those
+   two records would have given, so the join above is unchanged. Callbacks of other domains or
+   calls go on to `forward` (Python's: NVTX, graph capture, PC sampling's module loads).
+   For the python context, whose launch path is read from Python frames, `enter` (Python's)
+   gets each launch call's enter as (correlation id, time, cbid), read here from CUPTI's
+   data, and the exit stays in C: a failed call's id is kept for proton_failed_take. */
+
+typedef int (*proton_timestamp_fn)(uint64_t *timestamp);
+typedef void (*proton_callback_fn)(void *userdata, int domain, uint32_t cbid, const void *data);
+typedef void (*proton_enter_fn)(uint32_t corr, uint64_t start, uint32_t cbid);
+
+enum { LOG_CORR, LOG_PATH, LOG_TIME, LOG_DOMAIN, LOG_CBID, LOG_THREAD, LOG_FIELDS };
+#define DOMAINS 3 /* CUPTI_CB_DOMAIN_DRIVER_API = 1, _RUNTIME_API = 2 */
+
+/* One configuration, never changed once published: a callback loads the pointer once, so a
+   new session's configure cannot change it halfway (CUPTI may still be inside a callback as
+   it unsubscribes); old ones stay allocated for that reason (a few hundred bytes a session). */
+typedef struct {
+    proton_timestamp_fn now;
+    proton_callback_fn forward;
+    proton_enter_fn enter; /* the python context's; NULL: launches are logged */
+    int32_t site_at, corr_at, ret_at;
+    const uint8_t *flags[DOMAINS]; /* flags[domain][cbid] != 0: a launch call it handles */
+    int64_t nflags[DOMAINS];
+    int64_t generation; /* counts the configures */
+} proton_config;
+
+static proton_config *config;
+static int log_on;
+static int64_t generation;
+
+typedef struct { int64_t *data, n, cap; } proton_log;
+static proton_log log_now, log_taken; /* appended to; taken by the buffer thread */
+static proton_log failed; /* the python context's failed launch calls (one word each) */
+static int64_t log_lost;
+static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* The main thread's innermost scope (EMPTY: none known): where a launch on a thread with no
+   path of its own goes, such as PyTorch's autograd thread in a backward pass. Python sets it
+   whenever the main thread's scope changes; read at the launch, it is the main thread's
+   timeline at that moment, without Python. */
+static int64_t main_path = EMPTY;
+
+static __thread int64_t *tls_paths;
+static __thread int64_t tls_depth, tls_cap;
+static __thread int32_t tls_calls; /* launch calls entered and not yet left... */
+static __thread uint64_t tls_start; /* ... the outermost one's enter time ... */
+static __thread int64_t tls_main; /* ... the main thread's innermost scope then ... */
+static __thread int64_t tls_generation; /* ... counted since this configure (a call cut off
+    by an unsubscribe never exits: its count must not outlive its session) */
+
+/* Set up the callback: CUPTI's timestamp function, Python's callback for everything else
+   (NULL: none), Python's launch enter (NULL: launches are logged), the offsets in
+   CUpti_CallbackData of the callback site, correlation id and return value pointer, and the
+   launch calls of the driver (domain 1) and runtime (2). Logging is off until enabled; what
+   an earlier session left in the log is dropped. */
+PROTON_API int proton_log_configure(proton_timestamp_fn now, proton_callback_fn forward,
+                         proton_enter_fn enter, int32_t site_at,
+                         int32_t corr_at, int32_t ret_at, const uint8_t *flags1, int64_t n1,
+                         const uint8_t *flags2, int64_t n2) {
+    const uint8_t *given[DOMAINS] = {NULL, flags1, flags2};
+    const int64_t sizes[DOMAINS] = {0, n1, n2};
+    proton_config *c = (proton_config *)calloc(1, sizeof *c);
+    if (!c) return -1;
+    for (int d = 1; d < DOMAINS; d++) {
+        uint8_t *copy = (uint8_t *)malloc((size_t)sizes[d] + 1);
+        if (!copy) return -1;
+        memcpy(copy, given[d], (size_t)sizes[d]);
+        c->flags[d] = copy;
+        c->nflags[d] = sizes[d];
+    }
+    c->now = now; c->forward = forward; c->enter = enter;
+    c->site_at = site_at; c->corr_at = corr_at; c->ret_at = ret_at;
+    __atomic_store_n(&log_on, 0, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&log_mutex);
+    log_now.n = log_taken.n = failed.n = 0;
+    log_lost = 0;
+    __atomic_store_n(&main_path, EMPTY, __ATOMIC_RELAXED);
+    c->generation = ++generation;
+    __atomic_store_n(&config, c, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&log_mutex);
+    return 0;
+}
+
+PROTON_API void proton_log_enable(int on) { __atomic_store_n(&log_on, on, __ATOMIC_RELEASE); }
+
+/* Launches on threads with no path pushed go to `path` from now on (EMPTY: to Python). */
+PROTON_API void proton_main_path(int64_t path) {
+    __atomic_store_n(&main_path, path, __ATOMIC_RELAXED);
+}
+
+/* A thread's path stack is freed when the thread ends (a key's destructor: __thread
+   variables have none). */
+static pthread_key_t paths_key;
+static pthread_once_t paths_once = PTHREAD_ONCE_INIT;
+static int64_t paths_live; /* threads holding a path stack */
+
+static void paths_free(void *paths) {
+    free(paths);
+    tls_paths = NULL; tls_depth = tls_cap = 0; /* a launch made later in the thread's exit */
+    __atomic_sub_fetch(&paths_live, 1, __ATOMIC_RELAXED);
+}
+
+static int paths_keyed; /* the key was made: a stack is freed at its thread's end */
+
+static void paths_key_make(void) { paths_keyed = pthread_key_create(&paths_key, paths_free) == 0; }
+
+/* Room for one more path on the calling thread's stack; 0 when out of memory. */
+static int paths_grow(void) {
+    int64_t cap = tls_cap ? 2 * tls_cap : 16;
+    int64_t *grown = (int64_t *)realloc(tls_paths, (size_t)cap * sizeof(int64_t));
+    if (!grown) return 0;
+    pthread_once(&paths_once, paths_key_make);
+    if (!tls_paths && paths_keyed) __atomic_add_fetch(&paths_live, 1, __ATOMIC_RELAXED);
+    tls_paths = grown; tls_cap = cap;
+    if (paths_keyed) pthread_setspecific(paths_key, grown);
+    return 1;
+}
+
+/* The calling thread's launches go to `path` until the matching pop. */
+PROTON_API void proton_push(int64_t path) {
+    if (tls_depth >= tls_cap && (tls_depth > tls_cap || !paths_grow())) {
+        tls_depth++; /* deeper than memory allowed: launches go to the last path kept */
+        return;
+    }
+    tls_paths[tls_depth++] = path;
+}
+
+/* Threads holding a path stack now. */
+PROTON_API int64_t proton_paths_live(void) {
+    return __atomic_load_n(&paths_live, __ATOMIC_RELAXED);
+}
+
+PROTON_API void proton_pop(void) {
+    if (tls_depth > 0) tls_depth--;
+}
+
+/* `width` words onto `log`, under the mutex. */
+static void log_append(proton_log *log, const int64_t *entry, int64_t width) {
+    pthread_mutex_lock(&log_mutex);
+    if (log->n == log->cap) {
+        int64_t cap = log->cap ? 2 * log->cap : 4096;
+        int64_t *grown = (int64_t *)realloc(log->data, (size_t)(cap * width) * sizeof(int64_t));
+        if (!grown) { log_lost++; pthread_mutex_unlock(&log_mutex); return; }
+        log->data = grown; log->cap = cap;
+    }
+    memcpy(log->data + log->n++ * width, entry, (size_t)width * sizeof(int64_t));
+    pthread_mutex_unlock(&log_mutex);
+}
+
+PROTON_API void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) {
+    const proton_config *c = __atomic_load_n(&config, __ATOMIC_ACQUIRE);
+    if (!c) return;
+    if (!(domain > 0 && domain < DOMAINS && cbid < c->nflags[domain] && c->flags[domain][cbid])) {
+        if (c->forward) c->forward(userdata, domain, cbid, data);
+        return;
+    }
+    const uint8_t *d = (const uint8_t *)data;
+    uint32_t site, corr;
+    const int32_t *ret;
+    memcpy(&site, d + c->site_at, sizeof site);
+    memcpy(&corr, d + c->corr_at, sizeof corr);
+    int on = __atomic_load_n(&log_on, __ATOMIC_ACQUIRE);
+    if (c->enter) { /* the python context: Python places the launch at its enter */
+        if (!on) return;
+        if (site == 0) {
+            uint64_t ts = 0;
+            c->now(&ts);
+            c->enter(corr, ts, cbid);
+        } else {
+            memcpy(&ret, d + c->ret_at, sizeof ret);
+            if (ret && *ret != 0) { /* no kernel will come: withdrawn */
+                int64_t id = corr;
+                log_append(&failed, &id, 1);
+            }
+        }
+        return;
+    }
+    if (tls_generation != c->generation) {
+        tls_generation = c->generation;
+        tls_calls = 0;
+    }
+    /* a launch call made inside another (the driver's under the runtime's, if CUPTI reports
+       it) is not the one the kernel record names: only the outermost counts */
+    if (site == 0) { /* the enter: its time; the exit says whether it launched */
+        if (tls_calls++ == 0) {
+            tls_start = 0;
+            tls_main = __atomic_load_n(&main_path, __ATOMIC_RELAXED);
+            if (on) c->now(&tls_start);
+        }
+        return;
+    }
+    if (tls_calls > 0 && --tls_calls > 0) return;
+    if (!on) return;
+    memcpy(&ret, d + c->ret_at, sizeof ret);
+    if (ret && *ret != 0) return; /* failed: no kernel will come */
+    uint64_t start = tls_start;
+    int64_t main = tls_main; /* where the main thread was at the enter, as its timeline says */
+    if (start == 0) { /* entered before this session: its exit time */
+        c->now(&start);
+        main = __atomic_load_n(&main_path, __ATOMIC_RELAXED);
+    }
+    int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
+    int64_t path = depth ? tls_paths[depth - 1] : main;
+    int64_t entry[LOG_FIELDS] = {corr, path, (int64_t)start,
+                               domain, cbid, (int64_t)(uint32_t)pthread_self()};
+    log_append(&log_now, entry, LOG_FIELDS);
+}
+
+/* Take what the log holds (the buffer thread; one taker at a time); returns how many. A
+   second call before proton_log_read takes nothing more. */
+PROTON_API int64_t proton_log_take(void) {
+    if (log_taken.n == 0) {
+        pthread_mutex_lock(&log_mutex);
+        proton_log swap = log_now;
+        log_now = log_taken;
+        log_taken = swap;
+        pthread_mutex_unlock(&log_mutex);
+    }
+    return log_taken.n;
+}
+
+/* The taken entries as the join's columns (proton_join_records' groups 0 and 1, `stride`
+   >= the count taken): external (correlation id, `custom`, path) for launches inside a scope,
+   API (record kind kinds[domain], correlation id, start, cbid, thread, return value 0) for
+   all. Returns the external rows; the API rows are the count taken. */
+PROTON_API int64_t proton_log_read(int64_t custom, const int64_t *kinds, int64_t stride,
+                                   int64_t *ext, int64_t *api) {
+    int64_t n_ext = 0, n = log_taken.n;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *e = log_taken.data + i * LOG_FIELDS;
+        if (e[LOG_PATH] != EMPTY) {
+            ext[XF_CORRELATION_ID * stride + n_ext] = e[LOG_CORR];
+            ext[XF_EXTERNAL_KIND * stride + n_ext] = custom;
+            ext[XF_EXTERNAL_ID * stride + n_ext++] = e[LOG_PATH];
+        }
+        api[AF_KIND * stride + i] = kinds[e[LOG_DOMAIN]];
+        api[AF_CORRELATION_ID * stride + i] = e[LOG_CORR];
+        api[AF_START * stride + i] = e[LOG_TIME];
+        api[AF_CBID * stride + i] = e[LOG_CBID];
+        api[AF_THREAD_ID * stride + i] = e[LOG_THREAD];
+        api[AF_RETURN_VALUE * stride + i] = 0;
+    }
+    log_taken.n = 0;
+    return n_ext;
+}
+
+/* The python context's failed launch calls since the last call, at most `cap` into `out`;
+   returns how many. */
+PROTON_API int64_t proton_failed_take(int64_t *out, int64_t cap) {
+    pthread_mutex_lock(&log_mutex);
+    int64_t n = failed.n < cap ? failed.n : cap;
+    if (n > 0) {
+        memcpy(out, failed.data, (size_t)n * sizeof(int64_t));
+        memmove(failed.data, failed.data + n, (size_t)(failed.n - n) * sizeof(int64_t));
+        failed.n -= n;
+    }
+    pthread_mutex_unlock(&log_mutex);
+    return n;
+}
+
+/* Entries lost because the log could not grow. */
+PROTON_API int64_t proton_log_lost(void) { return log_lost; }

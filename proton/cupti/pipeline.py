@@ -1,0 +1,397 @@
+"""How a collector attributes launches and reads CUPTI's activity buffers: one interface
+(`Pipeline`), two implementations, chosen once when the collector is made (`choose`).
+
+  * NativePipeline, the default: the C helper (native.c, built at first use) walks each
+    buffer and reads its records' fields in one call outside the GIL. In the shadow context
+    its launch callback logs each launch with the path its thread pushed (no API or external
+    records are asked of CUPTI) and it joins the records by correlation id, summing kernels
+    per path; what it cannot place (graph launches, launches with no scope, launches during a
+    stream capture) goes on to attribution.Attributor. In the python context its callback
+    hands Python each launch's enter only.
+  * PythonPipeline, where no C compiler is found or the user sets PROTON_NATIVE=0: buffers
+    walked by a ctypes call per record, fields read with numpy, records joined by the
+    Attributor; scopes push their path as CUPTI's external correlation id, and the python
+    context's launch callback is Python's.
+Both hand the Attributor the same columns (records.External, records.Launch, records.Placed),
+so what a profile holds does not depend on the pipeline (tests/test_native.py replays the same
+recorded buffers through both).
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from functools import partial
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from ..data.paths import ROOT
+from ..report import callback_failed
+from . import native, records
+from .records import ApiFields, ExternalFields, KernelFields
+
+CuptiCollector = Any
+"""collector.CuptiCollector, whose shared parts (the Attributor, the lock, the column reads
+into it) a pipeline uses: not imported, it imports this module."""
+
+
+class Pipeline(Protocol):
+    """What the collector asks of a pipeline. push, pop and main_path are plain attributes,
+    fixed when it is made (scopes call them at every enter and exit)."""
+
+    native: bool
+    """The C helper does the work."""
+    logs_launches: bool
+    """Launch calls go to the C launch log: no API or external records are asked of CUPTI."""
+    push: Callable[[int], None]
+    """Launches on this thread carry the path id until the matching pop (shadow context)."""
+    pop: Callable[[], None]
+    main_path: Callable[[int], None]
+    """The main thread's innermost scope is now this path id."""
+
+    def start(self, timestamp: int) -> tuple[object, object, object]:
+        """Before CUPTI is subscribed (timestamp: cuptiGetTimestamp's address): the
+        subscriber's (C launch log, Python launch enter, Python launch callback), each None
+        when not used."""
+
+    def enable(self, on: bool) -> None:
+        """Start (after the kinds are enabled) or stop taking launches."""
+
+    def attach(self, raw) -> None:
+        """Take `raw`'s (buffers.RawBuffers) completed buffers."""
+
+    def settle(self) -> None:
+        """Hand the Attributor what the launch callback holds (under the collector's lock)."""
+
+    def waiting(self, ts: int) -> int:
+        """Launches made by `ts` it holds that wait for their kernel (beyond the Attributor's)."""
+
+    def finish(self) -> int:
+        """Give the kernels it holds whose launch never came to the sink; how many."""
+
+    launches: int
+    """Launch records it joined itself."""
+    kernels: int
+    """Kernels it joined itself."""
+    lost: int
+    """Launches its launch log could not keep."""
+
+
+def choose(collector: CuptiCollector, use_native: bool | None = None) -> Pipeline:
+    """NativePipeline when the helper is built (use_native None: unless PROTON_NATIVE=0),
+    else PythonPipeline."""
+    lib = native.helper() if use_native is not False else None
+    if lib is None and use_native:
+        raise RuntimeError("the C helper is not built here")
+    return NativePipeline(collector, lib) if lib is not None else PythonPipeline(collector)
+
+
+def _nothing(*args) -> None:
+    """push, pop and main_path where the pipeline needs none."""
+
+
+def _external_ids(c: CuptiCollector) -> tuple[Callable, Callable]:
+    """push and pop as CUPTI's external correlation ids (their kind: the collector's
+    CUSTOM2), in the shadow context; nothing in the python context."""
+    if not c.pushes_ids:
+        return _nothing, _nothing
+    cupti = c._cupti
+    return (partial(cupti.activity_push_external_correlation_id, c._custom),
+            partial(cupti.activity_pop_external_correlation_id, c._custom))
+
+
+class PythonPipeline:
+    """Everything in Python: see the module's docstring."""
+
+    native = False
+    logs_launches = False
+    launches = kernels = lost = 0
+
+    def __init__(self, collector: CuptiCollector) -> None:
+        c, cupti = collector, collector._cupti
+        self._c = c
+        self.push, self.pop = _external_ids(c)
+        self.main_path = _nothing  # the records' thread ids and the timeline place them
+        self._read_kind = field_reader(cupti.activity_api_dtype, ["kind"])
+        self._read_ext = field_reader(cupti.activity_external_correlation_dtype,
+                                      _names(ExternalFields))
+        self._read_api = field_reader(cupti.activity_api_dtype, _names(ApiFields)[1:])
+        self._read_kernel = field_reader(cupti.activity_kernel10_dtype, _names(KernelFields))
+        self._next = None
+
+    def start(self, timestamp: int):
+        c = self._c
+        return None, None, c._launch_callback() if c.in_callback else None
+
+    def enable(self, on: bool) -> None:
+        pass
+
+    def attach(self, raw) -> None:
+        self._next = raw.next_record
+        raw.on_buffer = self.read
+
+    def read(self, buffer: int, valid: int) -> None:
+        """The buffer callback: walked through ctypes, read with numpy, joined by the
+        Attributor on CUPTI's thread."""
+        t0 = time.perf_counter()
+        c = self._c
+        try:
+            offsets = walk(self._next, buffer, valid)
+            self.read_records(np.frombuffer((ctypes.c_char * valid).from_address(buffer),
+                                            dtype=np.uint8), offsets)
+        except BaseException as exc:
+            callback_failed("while reading CUPTI records", exc, c.callback_errors)
+        c.callback_seconds += time.perf_counter() - t0
+
+    def read_records(self, buf: np.ndarray, offsets) -> None:
+        """The records at `offsets` (bytes from its start) of buffer `buf` (np.uint8)."""
+        c = self._c
+        at = np.asarray(offsets, dtype=np.int64)
+        (kinds,) = self._read_kind(buf, at)
+        is_api = np.isin(kinds, list(c._api_cbids))
+        c._digest(self._read_ext(buf, at[kinds == c._k_ext]),
+                  [kinds[is_api], *self._read_api(buf, at[is_api])],
+                  self._read_kernel(buf, at[kinds == c._k_kernel]))
+        c.records += len(at)
+
+    def settle(self) -> None:
+        pass
+
+    def waiting(self, ts: int) -> int:
+        return 0
+
+    def finish(self) -> int:
+        return 0
+
+
+def walk(next_record, buffer: int, valid: int) -> list[int]:
+    """The offsets of a completed buffer's records, by a ctypes call to
+    cuptiActivityGetNextRecord (`next_record`, argtypes set) per record."""
+    offsets: list[int] = []
+    record = ctypes.c_void_p()
+    append, rec = offsets.append, ctypes.byref(record)
+    while next_record(buffer, valid, rec) == 0:
+        append(record.value - buffer)
+    return offsets
+
+
+def _names(table: type[records.Table]) -> list[str]:
+    return [m.name for m in table]
+
+
+def field_reader(dtype, names: list[str]):
+    """reader(buffer, offsets) -> one numpy array per name: that field of the record at each
+    offset of a buffer of bytes (np.uint8). One vectorised gather per field, so a buffer of
+    thousands of records costs a few numpy calls, not Python per record.
+
+    The layout comes from cupti-python's own numpy dtype for the record, so it follows the
+    binding's version. CUPTI's records start 8-byte aligned, so a field at an offset that is a
+    multiple of its size is read as one element of the buffer viewed as that type (one index
+    per record); any other field byte by byte."""
+    specs = [(dtype.fields[n][1], dtype.fields[n][0].newbyteorder("<")) for n in names]
+    steps = {dt.itemsize: np.arange(dt.itemsize) for _, dt in specs}
+    align = native.RECORD_ALIGN
+
+    def read(buf: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+        out, views = [], {}
+        aligned = not (offsets % align).any()  # as CUPTI lays records out
+        for at, dt in specs:
+            size = dt.itemsize
+            if aligned and at % size == 0 and align % size == 0:
+                words = views.get(dt.str)
+                if words is None:
+                    words = views[dt.str] = buf[: len(buf) // size * size].view(dt)
+                out.append(words[(offsets + at) // size])
+            else:
+                out.append(buf[(offsets + at)[:, None] + steps[size]].view(dt).ravel())
+        return out
+
+    return read
+
+
+class NativePipeline:
+    """The C helper: see the module's docstring. Its launch log is used in both contexts
+    unless the launch callback must be Python's for every call (exact PC sampling) or the
+    API records are wanted (PROTON_RECORD_CUPTI); it joins in the shadow context when the
+    collector has a group sink and nothing is recorded."""
+
+    native = True
+
+    def __init__(self, collector: CuptiCollector, lib: ctypes.CDLL) -> None:
+        c = self._c = collector
+        self._lib = lib
+        recording = c.recorded is not None
+        serial = c._pc_options is not None and c._pc_options.serialize
+        self.joins = c._groups is not None and not c.in_callback and not recording
+        self.logs_launches = (self.joins or c.in_callback) and not recording and not serial
+        self.log: native.LaunchLog | None = None
+        """Made at start (it needs CUPTI's timestamp function)."""
+        self.join: native.Join | None = None
+        self.columns: native.Columns | None = None
+        self._joined = [0, 0]
+        """Launch records and kernels the C join matched."""
+        if self.logs_launches and c.pushes_ids:
+            self.push, self.pop, self._main = native.scope_calls(lib)
+            self.main_path = self._main_path
+        else:
+            self.push, self.pop = _external_ids(c)
+            self.main_path = _nothing
+
+    def _main_path(self, path_id: int) -> None:
+        """With the C launch log: launches on threads with no scope are logged with
+        `path_id`, and the C join places their kernels (ROOT: left to `unscoped`, as before
+        any scope)."""
+        self._main(native.EMPTY if path_id == ROOT else path_id)
+
+    @property
+    def launches(self) -> int:
+        return self._joined[0]
+
+    @property
+    def kernels(self) -> int:
+        return self._joined[1]
+
+    @property
+    def lost(self) -> int:
+        return self.log.lost if self.log is not None else 0
+
+    def start(self, timestamp: int):
+        c = self._c
+        if not self.logs_launches:
+            return None, None, c._launch_callback() if c.in_callback else None
+        cupti, K = c._cupti, c._cupti.ActivityKind
+        domains = {int(cupti.CallbackDomain.DRIVER_API): int(K.DRIVER),
+                   int(cupti.CallbackDomain.RUNTIME_API): int(K.RUNTIME)}
+        launches = {domain: (kind, *map(list, c._api_cbids[kind]))
+                    for domain, kind in domains.items()}
+        self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom)
+        return self.log, c._launch_enter() if c.in_callback else None, None
+
+    def enable(self, on: bool) -> None:
+        if self.log is not None:
+            self.log.enable(on)
+
+    def attach(self, raw) -> None:
+        c = self._c
+        self.columns = native.Columns(self._lib, raw.next_record, self.column_groups())
+        if self.joins:
+            self.join = native.Join(self._lib, c._custom, {
+                kind: (launches.tolist(), graphs.tolist())
+                for kind, (launches, graphs) in c._api_cbids.items()})
+        raw.on_buffer = self.read
+
+    def column_groups(self) -> list:
+        """native.Columns' groups: the record kinds and the fields of records.INPUT."""
+        c, cupti = self._c, self._c._cupti
+
+        def fields(dtype, table):
+            return [(dtype.fields[m.name][1], dtype.fields[m.name][0].itemsize,
+                     dtype.fields[m.name][0].kind == "i") for m in table]
+
+        return [([c._k_ext], fields(cupti.activity_external_correlation_dtype, ExternalFields),
+                 cupti.activity_external_correlation_dtype.itemsize),
+                (list(c._api_cbids), fields(cupti.activity_api_dtype, ApiFields),
+                 cupti.activity_api_dtype.itemsize),
+                ([c._k_kernel], fields(cupti.activity_kernel10_dtype, KernelFields),
+                 cupti.activity_kernel10_dtype.itemsize)]
+
+    def read(self, buffer: int, valid: int) -> None:
+        """The buffer callback: the fields read in C as it walks, then the same join as
+        PythonPipeline's; or, when it joins too, the sums of the kernels it joined (what it
+        leaves to Python goes to the Attributor)."""
+        t0 = time.perf_counter()
+        c = self._c
+        try:
+            if self.join is not None:
+                with c._lock:
+                    logged = self.log.take() if self.log is not None else None
+                    blocks, rows, walked = self.columns.read(buffer, valid, keep=True)
+                    if logged is not None:  # the launches, as their records would read
+                        blocks[0], blocks[1], rows[0], rows[1] = logged
+                    self._join_columns(blocks, rows)
+            else:
+                (ext, api, kernels), walked = self.columns(buffer, valid)
+                with c._lock:
+                    self._withdraw()
+                c._digest(ext, api, kernels)
+            c.records += walked
+        except BaseException as exc:
+            callback_failed("while reading CUPTI records", exc, c.callback_errors)
+        c.callback_seconds += time.perf_counter() - t0
+
+    def _join_columns(self, blocks: list[np.ndarray], rows: np.ndarray) -> None:
+        """Records as Columns.read gives them through the C join, to the sinks (what it
+        leaves to Python to the Attributor). Under the lock."""
+        c = self._c
+        joined = self.join.add(blocks, rows, c.attributor.capture_span())
+        try:
+            self._route(joined)
+        finally:  # the join has let go of these: lose none of them
+            external, api, kernels = joined.python
+            if len(api[0]) or len(kernels[0]):
+                c._attribute(external, api, kernels)
+
+    def _route(self, joined: native.Joined) -> None:
+        """The C join's sums to the group sink (its rows, made on demand, to the kernel sink's
+        way when the sessions need each kernel)."""
+        c = self._c
+        self._joined[0] += joined.launches - len(joined.python[1][0])
+        if joined.first is None:
+            return
+        G, R, K = records.Group, records.Row, records.Kernel
+        g = joined.groups
+        groups = list(zip(g[G.path].tolist(), c._texts(g[G.name]), g[G.device].tolist(),
+                          c._configs(*(g[G[m.name]] for m in records.CONFIG)),
+                          g[G.ns].tolist(), g[G.count].tolist()))
+        self._joined[1] += joined.rows.shape[1]
+
+        def rows() -> list[tuple]:
+            r = joined.rows
+            none = np.zeros(r.shape[1], dtype=records.DTYPE)  # C joins no graph kernel
+            kernels = [r[R[k.name]] if k.name in R.__members__ else none for k in K]
+            placed = c._kernel_columns(kernels)[:records.Placed.graph_node]
+            return list(zip(r[R.path].tolist(), r[R.launch].tolist(), *placed))
+
+        c._groups(groups, joined.first, rows)
+
+    def settle(self) -> None:
+        """What the C launch log holds since the last buffer, before counting what waits or
+        finishing: the launches logged, through the join; the python context's failed calls,
+        withdrawn."""
+        self._withdraw()
+        if self.log is None or self.join is None:
+            return
+        ext, api, n_ext, n_api = self.log.take()
+        if n_api:
+            kernels = np.empty((len(KernelFields), 1), dtype=records.DTYPE)
+            self._join_columns([ext, api, kernels],
+                               np.array([n_ext, n_api, 0], dtype=records.DTYPE))
+
+    def _withdraw(self) -> None:
+        """The python context's launch calls that failed (the C launch log keeps them): no
+        kernel will come for them. Under the lock."""
+        if self.log is not None and self._c.in_callback:
+            for corr in self.log.failed():
+                self._c.attributor.cancel_launch(corr)
+
+    def waiting(self, ts: int) -> int:
+        return self.join.waiting(ts) if self.join is not None else 0
+
+    def finish(self) -> int:
+        c = self._c
+        if self.join is None:
+            return 0
+        # kernels the Attributor holds go to their external record's path, which the join kept
+        for corr in c.attributor.early_ids():
+            path = self.join.path(corr)
+            if path is not None:
+                c.attributor.external.setdefault(corr, path)
+        paths_, kernels = self.join.finish()
+        lost = len(paths_)
+        if lost:
+            placed = c._kernel_columns(kernels)[:records.Placed.graph_node]
+            start = records.Placed.start  # its launch never came: its own start stands in
+            c._sink([(ROOT if p < 0 else p, k[start]) + k
+                     for p, k in zip(paths_.tolist(), zip(*placed))])
+            self._joined[1] += lost
+        return lost
