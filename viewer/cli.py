@@ -134,6 +134,10 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
                 click.echo(f"note: {note}", err=True)
             click.echo(text)
             ctx.exit(_Failed.exit_code if errors else 0)
+        if sum(x is not None and x is not False
+               for x in (kernel, html_path, diagnose or None, warps or None)) > 1:
+            raise ViewerError("--source, --html, --diagnose and --warps each replace the tree; "
+                              "give one")
         if warps:
             from . import warps as warp_view
             from .reader import parse
@@ -144,8 +148,6 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
                            + warp_view.render(found), nl=False)
             return
         # In a thread with a large stack: a profile may be nested any number of levels deep.
-        if sum(x is not None and x is not False for x in (kernel, html_path, diagnose or None)) > 1:
-            raise ViewerError("--source, --html and --diagnose each replace the tree; give one")
         if (html_path or diagnose) and other is not None:
             raise ViewerError("-diff shows a difference as a tree; --html and --diagnose read "
                               "one profile (or a job's ranks): drop -diff")

@@ -11,9 +11,10 @@ import stat
 import sys
 from dataclasses import dataclass, field
 
-from ..format import JOB_KEYS, LAUNCH_METADATA, TIMELINE_COLUMNS, WARP_TIMELINE
+from ..format import JOB_KEYS, LAUNCH_METADATA, WARP_TIMELINE
 from . import deep
 from .errors import ViewerError
+from .timelines import check as check_timeline
 
 
 @dataclass(slots=True)
@@ -119,7 +120,7 @@ def parse(path: str) -> Parsed:
     devices = _check_devices(doc[1] if len(doc) > 1 else {})
     root = doc[0]
     job = {k: v for k in JOB_KEYS if _job_value(v := root["frame"].get(k))}
-    timelines = _check_tree(root, name)
+    timelines, left_out = _check_tree(root, name)
     if path != STDIN and path.endswith(MSGPACK_EXTENSION):
         _text_metric_names(root)  # MessagePack keys may be numbers; JSON's are text
     _drop_launch_metadata(root)
@@ -129,7 +130,7 @@ def parse(path: str) -> Parsed:
                           f"{frames * len(metrics):,} cells; the viewer holds up to "
                           f"{MAX_CELLS:,} (a metric on one frame takes a cell on every frame)")
     notes = [f"{name}: vector metric {metric!r} has {n:,} elements; the viewer shows the first "
-             f"{MAX_VECTOR}" for metric, n in cut.items()]
+             f"{MAX_VECTOR}" for metric, n in cut.items()] + left_out
     return Parsed(root, devices, job, notes, timelines)
 
 
@@ -321,10 +322,10 @@ def _is_node(obj) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("frame"), dict) and "name" in obj["frame"]
 
 
-def _check_tree(root: dict, name: str) -> list[dict]:
+def _check_tree(root: dict, name: str) -> tuple[list[dict], list[str]]:
     """Every node has frame.name, metrics and children; names and frame keys become text (a
     name may be any text; hatchet sorts frames, so mixed types could not be compared).
-    Returns the kernels' warp timelines, taken out of their frames (_timelines)."""
+    Returns the kernels' warp timelines, taken out of their frames, and notes (_timelines)."""
     found = False
     stack = [root]
     while stack:
@@ -344,14 +345,14 @@ def _check_tree(root: dict, name: str) -> list[dict]:
             if not isinstance(value, str):
                 frame[key] = "" if value is None else str(value)
         stack.extend(node["children"])
-    return _timelines(root) if found else []
+    return _timelines(root, name) if found else ([], [])
 
 
-def _timelines(root: dict) -> list[dict]:
+def _timelines(root: dict, name: str) -> tuple[list[dict], list[str]]:
     """Each WARP_TIMELINE frame key, removed from its frame (hatchet need not carry it) and
-    parsed: the timeline's dict with "path", its kernel's call path from the root's child.
-    A timeline that does not parse, or whose columns differ in length, is left out."""
-    out = []
+    checked (timelines.check): the timeline's dict with "path", its kernel's call path from
+    the root's child; and a note for each timeline left out, saying why."""
+    out, notes = [], []
     stack = [(child, ()) for child in reversed(root["children"])]
     while stack:
         node, above = stack.pop()
@@ -359,16 +360,14 @@ def _timelines(root: dict) -> list[dict]:
         here = (*above, frame["name"])
         text = frame.pop(WARP_TIMELINE, None)
         if text is not None:
-            try:
-                t = json.loads(text)
-                columns = [t[k] for k in TIMELINE_COLUMNS]
-                ok = isinstance(t["scopes"], list) and len({len(c) for c in columns}) == 1
-            except (ValueError, TypeError, KeyError):
-                ok = False
-            if ok:
+            t = check_timeline(text)
+            if isinstance(t, dict):
                 out.append({**t, "path": list(here)})
+            else:
+                notes.append(f"{name}: the warp timeline of {_SHORT.repr(frame['name'])} is "
+                             f"left out: {t}")
         stack.extend((child, here) for child in reversed(node["children"]))
-    return out
+    return out, notes
 
 
 GPU_FIGURES = ("num_sms", "clock_rate", "memory_clock_rate", "bus_width")

@@ -7,6 +7,7 @@ the typical one (load imbalance, or a warp-specialised role doing more).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..format import (CHILDREN_KEY, CYCLES, FRAME_KEY, METRICS_KEY, NAME_KEY, NORMALIZED_CYCLES,
@@ -42,12 +43,22 @@ def rows(root: dict) -> list[ScopeRow]:
         is_scope = bool(m.get(WARP_EVENTS)) and all(k in m for k in WARP_CYCLES)
         kept = (*names, name) if (is_scope or below_kernel) else (name,)
         if is_scope:
+            _check_numbers(name, m)
             out.append(ScopeRow(" > ".join(kept), int(m[WARP_EVENTS]),
                                 *(float(m[k]) for k in WARP_CYCLES), float(m.get(CYCLES, 0)),
                                 float(m.get(NORMALIZED_CYCLES, 0))))
         for child in reversed(node.get(CHILDREN_KEY, [])):
             stack.append((child, kept, is_scope or below_kernel))
     return out
+
+
+def _check_numbers(name: str, m: dict) -> None:
+    """A scope's warp statistics are finite numbers (a file from elsewhere may say anything)."""
+    for key in (WARP_EVENTS, *WARP_CYCLES, CYCLES, NORMALIZED_CYCLES):
+        v = m.get(key, 0)
+        if type(v) not in (int, float) or not math.isfinite(v):
+            raise ViewerError(f"scope {name!r} has {key} = {str(v)[:40]!r}, not a finite "
+                              "number; the profile is damaged (record it again)")
 
 
 def render(found: list[ScopeRow]) -> str:
