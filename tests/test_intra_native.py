@@ -135,3 +135,27 @@ def test_without_a_compiler_numpy_decodes_and_says_so_once(tmp_path, monkeypatch
     assert sorted(d.cycles.tolist()) == [15, 40, 100, 195]
     err = capsys.readouterr().err
     assert err.count("decoding kernel scope buffers in numpy") == 1 and "C compiler" in err
+
+
+def test_a_planted_library_in_the_cache_is_built_again_not_loaded(tmp_path, monkeypatch):
+    """The decoder is a library the process loads, kept in cupti/native's private cache: a
+    symlink placed at its name (by another user, where the folder was once shared) is replaced
+    by a fresh build, and the folder is made private first."""
+    import stat
+
+    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PROTON_NATIVE", raising=False)
+    folder = tmp_path / "native"
+    folder.mkdir()
+    folder.chmod(0o777)
+    planted = tmp_path / "planted.so"
+    planted.write_bytes(b"not ours")
+    os.symlink(planted, intra_native.library_path())
+    intra_native._lib.clear()
+    try:
+        assert intra_native.helper() is not None
+    finally:
+        intra_native._lib.clear()
+    assert not os.path.islink(intra_native.library_path())
+    assert planted.read_bytes() == b"not ours"
+    assert stat.S_IMODE(folder.stat().st_mode) & 0o022 == 0

@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 import threading
 from importlib import resources
+from typing import Callable
 
 import numpy as np
 
@@ -165,26 +166,33 @@ def _compile(path: str, files: dict[str, str] | None = None,
 
 def _load(path: str) -> ctypes.CDLL:
     """The helper at `path`, built first when missing or damaged, its functions typed."""
-    _private_dir(os.path.dirname(path))
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        _compile(path)
-    else:  # only a file this user built: not a link, nor one others could have written
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            os.remove(path)
-            _compile(path)
-    try:
-        lib = ctypes.CDLL(path)  # CDLL: the GIL is released during each call
-    except OSError:  # a damaged cache entry: build it again, once
-        os.remove(path)
-        _compile(path)
-        lib = ctypes.CDLL(path)
+    lib = load_cached(path, _compile)
     for name, (restype, argtypes) in signatures().items():
         function = getattr(lib, name)
         function.restype, function.argtypes = restype, argtypes
     return lib
+
+
+def load_cached(path: str, build: Callable[[str], None]) -> ctypes.CDLL:
+    """The library at `path` in the private cache folder, built by `build(path)` first when
+    missing, damaged, or not a file this user built (a link, or writable by others: never
+    loaded, it could run another user's code). Raises OSError for a folder others may write."""
+    _private_dir(os.path.dirname(path))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        build(path)
+    else:  # only a file this user built: not a link, nor one others could have written
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
+                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            os.remove(path)
+            build(path)
+    try:
+        return ctypes.CDLL(path)  # CDLL: the GIL is released during each call
+    except OSError:  # a damaged cache entry: build it again, once
+        os.remove(path)
+        build(path)
+        return ctypes.CDLL(path)
 
 
 _C_TYPES = {"void": None, "int": ctypes.c_int, "int32_t": ctypes.c_int32,

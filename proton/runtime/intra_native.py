@@ -142,9 +142,8 @@ def helper() -> ctypes.CDLL | None:
             return _lib[path]
         lib = None
         try:
-            if not os.path.exists(path):
-                native.compile_source(path, SOURCE)
-            lib = ctypes.CDLL(path)  # CDLL: the GIL is released during each call
+            # as cupti/native's helper: a private folder, no file another user could place
+            lib = native.load_cached(path, lambda p: native.compile_source(p, SOURCE))
             ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
             lib.proton_intra_bound.argtypes = (ptr, ptr, ptr, i64, i64, i32)
             lib.proton_intra_bound.restype = ctypes.c_int64
