@@ -131,16 +131,19 @@ H100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000, "memory_clock_rate"
         "bus_width": 5120}
 
 
-def kernels_with_flops(tmp_path) -> str:
-    def kernel(name, ns, flops, nbytes):
-        return {"frame": {"name": name, "type": "function"},
-                "metrics": {"time (ns)": ns, "count": 1, "device_id": "0", "device_type": "CUDA",
-                            "flops16": flops, "bytes": nbytes}, "children": []}
+def kernel(name: str, ns: float, count: int = 1, **metrics) -> dict:
+    """A kernel frame on GPU 0: `ns` of time over `count` launches, and `metrics`."""
+    return {"frame": {"name": name, "type": "function"},
+            "metrics": {"time (ns)": ns, "count": count, "device_id": "0", "device_type": "CUDA",
+                        **metrics}, "children": []}
 
+
+def kernels_with_flops(tmp_path) -> str:
     root = {"frame": {"name": "ROOT", "type": "function"},
             "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0},
-            "children": [kernel("matmul", 2e6, 1.2e12, 1e8), kernel("copy", 1e6, 1e6, 3e9),
-                         kernel("softmax", 5e5, 4e8, 2e8)]}
+            "children": [kernel("matmul", 2e6, flops16=1.2e12, bytes=1e8),
+                         kernel("copy", 1e6, flops16=1e6, bytes=3e9),
+                         kernel("softmax", 5e5, flops16=4e8, bytes=2e8)]}
     path = tmp_path / "flops.hatchet"
     path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
     return str(path)
@@ -273,15 +276,10 @@ def test_names_that_look_like_html_cannot_break_the_page(tmp_path):
 def test_the_roofline_draws_a_roof_per_precision_and_the_table_every_flop_width(tmp_path):
     """An fp16 matmul and an fp32 kernel on one H100: each dot under its own precision's roof,
     and the kernels table with both widths' rates (the fp32 kernel's is not blank)."""
-    def kernel(name, ns, width, flops, nbytes):
-        return {"frame": {"name": name, "type": "function"},
-                "metrics": {"time (ns)": ns, "count": 1, "device_id": "0", "device_type": "CUDA",
-                            f"flops{width}": flops, "bytes": nbytes}, "children": []}
-
     root = {"frame": {"name": "ROOT", "type": "function"},
             "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "flops32": 0, "bytes": 0},
-            "children": [kernel("matmul", 2e6, 16, 1.2e12, 1e8),
-                         kernel("ieee_dot", 1e6, 32, 33.3e9, 1e9)]}
+            "children": [kernel("matmul", 2e6, flops16=1.2e12, bytes=1e8),
+                         kernel("ieee_dot", 1e6, flops32=33.3e9, bytes=1e9)]}
     (tmp_path / "widths.hatchet").write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
     d = data(write(tmp_path, str(tmp_path / "widths.hatchet")))
     labels = sorted(r["label"] for r in d["roofline"]["roofs"])

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from test_html import (BROWSER, DATA, H100, data, kernels_with_flops, needs_browser, node,
-                       points, write)
+from test_html import (BROWSER, DATA, H100, data, kernel, kernels_with_flops, needs_browser,
+                       node, points, write)
 
 pytestmark = needs_browser
 
@@ -239,11 +239,6 @@ def test_one_row_per_kernel_with_its_call_paths(tmp_path):
 
 
 def test_util_is_blank_where_it_means_nothing_and_numbers_share_a_format(tmp_path):
-    def kernel(name, ns, count, **metrics):
-        return {"frame": {"name": name, "type": "function"},
-                "metrics": {"time (ns)": ns, "count": count, "device_id": "0",
-                            "device_type": "CUDA", **metrics}, "children": []}
-
     root = {"frame": {"name": "ROOT", "type": "function"},
             "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0},
             "children": [kernel("matmul", 2_000_000, 3, flops16=1.2e12, bytes=1e8),
@@ -340,15 +335,10 @@ def test_roofline_ticks_read_as_numbers_with_prefixes(tmp_path):
 
 def test_the_roof_label_is_never_behind_a_dot(tmp_path):
     """A big kernel right at the roof, under the label's right end."""
-    def kernel(name, ns, flops, nbytes):
-        return {"frame": {"name": name, "type": "function"},
-                "metrics": {"time (ns)": ns, "count": 1, "device_id": "0", "device_type": "CUDA",
-                            "flops16": flops, "bytes": nbytes}, "children": []}
-
     root = {"frame": {"name": "ROOT", "type": "function"},
             "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0},
-            "children": [kernel("at_the_roof", 1e7, 0.97 * 988e12 * 1e-2, 1e9),
-                         kernel("small", 1e3, 1e6, 1e5)]}
+            "children": [kernel("at_the_roof", 1e7, flops16=0.97 * 988e12 * 1e-2, bytes=1e9),
+                         kernel("small", 1e3, flops16=1e6, bytes=1e5)]}
     (tmp_path / "roof.hatchet").write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
     path = write(tmp_path, str(tmp_path / "roof.hatchet"))
     got = drive(tmp_path, path, "view=roofline&kernel=at_the_roof", """

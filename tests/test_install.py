@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import venv
 from dataclasses import dataclass
@@ -89,17 +90,12 @@ def _dependency_venv(requirements: list[str], fallback: Path) -> Path:
     list and Python, in a temporary folder renamed into place (runs in parallel share it)."""
     key = hashlib.sha256(json.dumps([requirements, BUILD, sys.version,
                                      os.path.realpath(sys.executable)]).encode()).hexdigest()
-    cache = CACHE
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a read-only home: pytest's temporary folder, not kept
-        cache = fallback
+    cache = _private_cache(fallback)
     home = cache / f"venv-{key[:16]}"
     python = home / "bin" / "python"
     if python.exists():
         return home
-    building = cache / f"building-{key[:16]}-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
+    building = Path(tempfile.mkdtemp(prefix=f"building-{key[:16]}-", dir=cache))
     try:
         venv.create(building, with_pip=True, system_site_packages=False)
         _pip(building / "bin" / "python", "install", "-q", *BUILD, *requirements)
@@ -110,6 +106,20 @@ def _dependency_venv(requirements: list[str], fallback: Path) -> Path:
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return home
+
+
+def _private_cache(fallback: Path) -> Path:
+    """CACHE, made a folder only this user may write (the tests run the venvs' Python: in a
+    folder others could write, a venv put there first would run their code); `fallback`
+    (pytest's temporary folder, not kept) where it cannot be: a read-only home, or a folder
+    of another user's."""
+    from proton.cupti.native import private_dir
+
+    try:
+        private_dir(str(CACHE))
+    except OSError:
+        return fallback
+    return CACHE
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +257,20 @@ def test_proton_ps_and_capture_reach_a_listening_job_that_records_cpu_time(insta
             job.kill()
             job.communicate()
             raise
+
+
+def test_the_venv_cache_is_private_and_another_users_is_not_used(tmp_path, monkeypatch):
+    """The cached venvs' Python runs in these tests: their folder is made one only we may write (a folder of
+    ours others could write would let them put a venv there first), and a folder of another
+    user's is passed over for pytest's temporary folder."""
+    import stat
+
+    shared = tmp_path / "cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    fallback = tmp_path / "fallback"
+    monkeypatch.setattr(sys.modules[__name__], "CACHE", shared)
+    assert _private_cache(fallback) == shared
+    assert stat.S_IMODE(shared.stat().st_mode) & 0o022 == 0
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # as if it were not ours
+    assert _private_cache(fallback) == fallback

@@ -135,7 +135,7 @@ def compile_to(out: str, flags: tuple[str, ...] | None = None, work: str | None 
         raise BuildError(f"{cc} failed: {done.stderr.strip()[:2000]}")
 
 
-def _private_dir(path: str) -> None:
+def private_dir(path: str) -> None:
     """Make `path` (and its parents) if missing, and refuse it unless it is a real folder of
     this user's that no one else may write: a library loaded from a folder another local
     user can write would run their code."""
@@ -156,7 +156,7 @@ def _compile(path: str, files: dict[str, str] | None = None,
     """Build the helper (or `files`, as compile_to) into the cache at `path`: whole or not at
     all (renamed into place), also when processes build at once."""
     folder = os.path.dirname(path)
-    _private_dir(folder)
+    private_dir(folder)
     with tempfile.TemporaryDirectory(dir=folder) as work:  # mkdtemp: 0700, a random name
         out = os.path.join(work, "helper.so")
         compile_to(out, flags, work=work, files=files)
@@ -177,7 +177,7 @@ def load_cached(path: str, build: Callable[[str], None]) -> ctypes.CDLL:
     """The library at `path` in the private cache folder, built by `build(path)` first when
     missing, damaged, or not a file this user built (a link, or writable by others: never
     loaded, it could run another user's code). Raises OSError for a folder others may write."""
-    _private_dir(os.path.dirname(path))
+    private_dir(os.path.dirname(path))
     try:
         st = os.lstat(path)
     except FileNotFoundError:
