@@ -132,34 +132,9 @@ def _counter_lib() -> ctypes.CDLL:
 def build(device: str):
     """The model, its fused AdamW and an endless iterator over a 2-worker DataLoader."""
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.norm1, self.norm2 = nn.LayerNorm(DIM), nn.LayerNorm(DIM)
-            self.qkv, self.proj = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
-            self.mlp = nn.Sequential(nn.Linear(DIM, 4 * DIM), nn.GELU(),
-                                     nn.Linear(4 * DIM, DIM))
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, DIM // HEADS).unbind(2)
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                               v.transpose(1, 2), is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, DIM))
-            return x + self.mlp(self.norm2(x))
-
-    class GPT(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = nn.Embedding(VOCAB, DIM)
-            self.blocks = nn.Sequential(*[Block() for _ in range(LAYERS)])
-            self.head = nn.Linear(DIM, VOCAB)
-
-        def forward(self, tokens):
-            return self.head(self.blocks(self.embed(tokens)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from gpt_workload import GPT  # the matrix's model, at this benchmark's sizes
 
     class Tokens(torch.utils.data.IterableDataset):
         def __iter__(self):
@@ -168,7 +143,7 @@ def build(device: str):
                 yield torch.randint(0, VOCAB, (SEQ + 1,), generator=g)
 
     torch.manual_seed(0)
-    model = GPT().to(device)
+    model = GPT(VOCAB, DIM, HEADS, LAYERS).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
     loader = torch.utils.data.DataLoader(Tokens(), batch_size=BATCH, num_workers=2,
                                          multiprocessing_context="fork")

@@ -30,27 +30,31 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: a smoke run of t
 
 
 class Block(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, dim: int = DIM, heads: int = HEADS) -> None:
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(DIM), nn.LayerNorm(DIM)
-        self.qkv, self.proj = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
-        self.mlp = nn.Sequential(nn.Linear(DIM, 4 * DIM), nn.GELU(), nn.Linear(4 * DIM, DIM))
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, DIM // HEADS).unbind(2)
+        b, t, dim = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, dim // self.heads).unbind(2)
         y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                            v.transpose(1, 2), is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, DIM))
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, dim))
         return x + self.mlp(self.norm2(x))
 
 
 class GPT(nn.Module):
-    def __init__(self) -> None:
+    """This job's model; bench/step_cost.py builds a larger one of the same code."""
+
+    def __init__(self, vocab: int = VOCAB, dim: int = DIM, heads: int = HEADS,
+                 layers: int = LAYERS) -> None:
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, DIM)
-        self.blocks = nn.Sequential(*[Block() for _ in range(LAYERS)])
-        self.head = nn.Linear(DIM, VOCAB)
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(layers)])
+        self.head = nn.Linear(dim, vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.head(self.blocks(self.embed(tokens)))
