@@ -172,7 +172,6 @@ class Instrumentation:
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.add(self.on_load)
         knobs.launch_enter_hook.add(self.on_enter)
-        knobs.launch_exit_hook.add(self.on_exit)
 
     def uninstall(self) -> None:
         import triton
@@ -192,7 +191,6 @@ class Instrumentation:
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.remove(self.on_load)
         knobs.launch_enter_hook.remove(self.on_enter)
-        knobs.launch_exit_hook.remove(self.on_exit)
 
     # -- Triton's hooks (per kernel load, per launch) ------------------------------------------
     def on_load(self, module, function, name, metadata_group, hash) -> None:
@@ -252,9 +250,6 @@ class Instrumentation:
         ordinal = self.launches.get(node, 0)
         self.launches[node] = ordinal + 1
         self.pending.append((function, taken[0], taken[1], node, device, ordinal))
-
-    def on_exit(self, metadata) -> None:
-        pass
 
     # -- reading --------------------------------------------------------------------------------
     def read(self) -> None:
