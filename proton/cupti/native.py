@@ -72,12 +72,16 @@ def cache_dir() -> str:
     return os.path.join(base, "native")
 
 
+def cached_path(prefix: str, texts: tuple[str, ...], flags: tuple[str, ...]) -> str:
+    """The cache's library for these sources, compiler flags and machine."""
+    key = hashlib.sha256("\0".join([*texts, *flags, platform.machine()]).encode()).hexdigest()
+    return os.path.join(cache_dir(), f"{prefix}-{key[:16]}.so")
+
+
 def library_path(flags: tuple[str, ...] | None = None) -> str:
     """The cached library for this source, generated header, compiler flags (FLAGS unless
     given) and machine."""
-    key = hashlib.sha256("\0".join([source(), records.c_header(), *(flags or FLAGS),
-                                     platform.machine()]).encode()).hexdigest()[:16]
-    return os.path.join(cache_dir(), f"helper-{key}.so")
+    return cached_path("helper", (source(), records.c_header()), flags or FLAGS)
 
 
 def enabled() -> bool:
@@ -511,7 +515,12 @@ class LaunchLog:
         return int(self._lib.proton_log_lost())
 
 
+OTHER_FLAGS = tuple(f for f in FLAGS if f != "-fvisibility=hidden")
+"""Another helper's flags: its functions carry no PROTON_API mark, so all stay visible."""
+
+
 def compile_source(path: str, code: str) -> None:
-    """Another helper's C `code` built into the cache at `path` as this one is (a private
-    folder, renamed into place). Raises BuildError without a compiler or when it fails."""
-    _compile(path, {"helper.c": code}, tuple(f for f in FLAGS if f != "-fvisibility=hidden"))
+    """Another helper's C `code` built into the cache at `path` (cached_path(..., OTHER_FLAGS))
+    as this one is (a private folder, renamed into place). Raises BuildError without a
+    compiler or when it fails."""
+    _compile(path, {"helper.c": code}, OTHER_FLAGS)

@@ -10,9 +10,6 @@ warp's records once, pairing them per scope with a pending start per scope id (~
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
 import subprocess
 import threading
 
@@ -128,13 +125,12 @@ _lib: dict[str, ctypes.CDLL | None] = {}
 
 
 def library_path() -> str:
-    key = hashlib.sha256(f"{SOURCE}{platform.machine()}".encode()).hexdigest()[:16]
-    return os.path.join(native.cache_dir(), f"intra-{key}.so")
+    return native.cached_path("intra", (SOURCE,), native.OTHER_FLAGS)
 
 
 def helper() -> ctypes.CDLL | None:
     """The compiled decoder; None (said once) without a compiler or with PROTON_NATIVE=0."""
-    if os.environ.get(native.NATIVE_ENV, "1") == "0":
+    if not native.enabled():
         return None
     path = library_path()
     with _lock:
