@@ -216,12 +216,22 @@ def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: 
     kept = last.frames
     if at < 0 or keep > 1:
         frames = frames or _frames(start, n)[::-1]
-    if at < 0 or (keep > 1 and kept[at:at + keep] != frames[:keep]):  # frames compare by id
-        start_at = max(at, 0)
-        last.frames = kept = kept[:start_at] + frames[:keep]
-        last.outer = last.outer[:start_at] + outers[:keep]
-        last.lastis = last.lastis[:start_at] + [f.f_lasti for f in frames[:keep]]
+    if at < 0:
+        last.frames = kept = frames[:keep]
+        last.outer = outers[:keep]
+        last.lastis = [f.f_lasti for f in kept]
         last.index = {f: i for i, f in enumerate(kept)}
+    elif keep > 1 and kept[at:at + keep] != frames[:keep]:  # frames compare by identity
+        # the frames outside the one found stay, with their places: only those inside change
+        index = last.index
+        for f in kept[at + 1:]:
+            del index[f]
+        new = frames[1:keep]
+        for i, f in enumerate(new, at + 1):
+            index[f] = i
+        kept[at + 1:] = new
+        last.outer[at + 1:] = outers[1:keep]
+        last.lastis[at + 1:] = [f.f_lasti for f in new]
     elif len(kept) > at + keep:  # frames of calls since returned: let them go
         for f in kept[at + keep:]:
             del last.index[f]
