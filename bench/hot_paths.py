@@ -10,7 +10,7 @@
     call machinery (3 library frames a module) around user forwards nested 4 deep, launches
     from several lines of each (a new walk at most launches, as in a real step);
   * a launch on a thread that runs no Python (PyTorch's autograd thread): the C helper's
-    callback called from a C thread, enter and exit;
+    callback called from a C thread, enter and exit, with no thread state and with one kept;
   * Triton hook: the launch enter and exit hooks for a kernel without launch_metadata;
   * scope: `with proton.scope(...)` entered and left while collecting.
 A stand-in collector takes the pushes (CUPTI's own push costs the same with or without us).
@@ -231,9 +231,10 @@ def timed(call, f) -> float:
     return time.perf_counter() - t0
 
 
-def frameless(repeats: int, n: int = 20_000) -> float:
+def frameless(repeats: int, n: int = 20_000, kept: bool = False) -> float:
     """us per launch of the python context's callback through the C helper on a thread that
-    runs no Python (a C thread), enter and exit, with no scope open."""
+    runs no Python (a C thread), enter and exit, with no scope open; `kept`: the thread ran
+    Python once before and kept its thread state (as PyTorch's autograd thread may)."""
     import probe_foreign_thread  # bench/, beside this script
 
     lib = probe_foreign_thread.runner()
@@ -241,8 +242,11 @@ def frameless(repeats: int, n: int = 20_000) -> float:
     on_api, cbid, enter, leave, _alive, collector = launch_callback()
     callback = through_c(collector, on_api) or CALLBACK(on_api)
     as_runner = probe_foreign_thread.CALLBACK(ctypes.cast(callback, ctypes.c_void_p).value)
+    # Python's own: the count it leaves inside ctypes' callback keeps the thread state
+    keep = probe_foreign_thread.BEFORE(lambda: ctypes.pythonapi.PyGILState_Ensure() and None)
     try:
-        seconds = min(lib.on_new_thread(as_runner, enter, leave, n, cbid)
+        seconds = min(lib.on_new_thread_after(as_runner, enter, leave, n, cbid, keep)
+                      if kept else lib.on_new_thread(as_runner, enter, leave, n, cbid)
                       for _ in range(repeats))
         assert not collector.callback_errors, collector.callback_errors
         return seconds / n * 1e6
@@ -293,7 +297,8 @@ def main() -> None:
     print(f"python-context launch callback: {bare:.2f} us a launch ({scoped:.2f} in a scope), "
           f"through the C helper {c_bare:.2f} ({c_scoped:.2f}); "
           f"in a model's forward (deep stack): {deep_stack(model(), ns['call'], args.repeats):.2f} us; "
-          f"on a thread without Python: {frameless(args.repeats):.2f} us; "
+          f"on a thread without Python: {frameless(args.repeats):.2f} us "
+          f"({frameless(args.repeats, kept=True):.2f} with a thread state kept); "
           f"Triton hook: {hook(ns['call'], args.repeats):.2f} us; "
           f"scope enter and exit: {scope(ns['call'], args.repeats):.2f} us")
 
