@@ -294,9 +294,10 @@ def main() -> None:
     exec(compile(LIBRARY, "/usr/lib/python3/site-packages/fake_triton.py", "exec"), ns)
     bare, scoped = python_callback(ns["call"], args.repeats)
     c_bare, c_scoped = python_callback(ns["call"], args.repeats, native=True)
+    deep = deep_stack(model(), ns["call"], args.repeats)
     print(f"python-context launch callback: {bare:.2f} us a launch ({scoped:.2f} in a scope), "
           f"through the C helper {c_bare:.2f} ({c_scoped:.2f}); "
-          f"in a model's forward (deep stack): {deep_stack(model(), ns['call'], args.repeats):.2f} us; "
+          f"in a model's forward (deep stack): {deep:.2f} us; "
           f"on a thread without Python: {frameless(args.repeats):.2f} us "
           f"({frameless(args.repeats, kept=True):.2f} with a thread state kept); "
           f"Triton hook: {hook(ns['call'], args.repeats):.2f} us; "
