@@ -6,6 +6,11 @@
     collector builds it, called with a CUpti_CallbackData laid out by cupti-python's own dtype,
     from a loop through 3 library frames (Triton's launch machinery), bare and in a scope; all
     Python (no C helper), and through the C helper's callback (Python at the enter only);
+  * the same callback through the C helper in a PyTorch-like model's forward: nn.Module's
+    call machinery (3 library frames a module) around user forwards nested 4 deep, launches
+    from several lines of each (a new walk at most launches, as in a real step);
+  * a launch on a thread that runs no Python (PyTorch's autograd thread): the C helper's
+    callback called from a C thread, enter and exit, with no thread state and with one kept;
   * Triton hook: the launch enter and exit hooks for a kernel without launch_metadata;
   * scope: `with proton.scope(...)` entered and left while collecting.
 A stand-in collector takes the pushes (CUPTI's own push costs the same with or without us).
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import time
 import types
 
@@ -36,6 +42,64 @@ def launcher(f):
 def inner(f):
     return f()
 """
+
+# PyTorch's nn.Module call machinery (a library file) and a user model of nested modules
+TORCH = """
+class Module:
+    def __call__(self, *args):
+        return self._wrapped_call_impl(*args)
+    def _wrapped_call_impl(self, *args):
+        return self._call_impl(*args)
+    def _call_impl(self, *args):
+        return self.forward(*args)
+def linear(launch):
+    return launch()
+"""
+MODEL = """
+class Linear(Module):
+    def forward(self, launch):
+        return linear(launch)
+class Attention(Module):
+    def __init__(self):
+        self.qkv, self.out = Linear(), Linear()
+    def forward(self, launch):
+        self.qkv(launch)
+        launch()
+        launch()
+        return self.out(launch)
+class MLP(Module):
+    def __init__(self):
+        self.up, self.down = Linear(), Linear()
+    def forward(self, launch):
+        self.up(launch)
+        launch()
+        return self.down(launch)
+class Block(Module):
+    def __init__(self):
+        self.attn, self.mlp = Attention(), MLP()
+    def forward(self, launch):
+        launch()
+        self.attn(launch)
+        launch()
+        return self.mlp(launch)
+class GPT(Module):
+    def __init__(self):
+        self.blocks = [Block() for _ in range(4)]
+    def forward(self, launch):
+        launch()
+        for block in self.blocks:
+            block(launch)
+        return launch()
+"""
+LAUNCHES_PER_FORWARD = 2 + 4 * (2 + 5 + 3)
+
+
+def model():
+    """A GPT-like model of nested modules: model(launch) calls launch() from 48 places."""
+    ns: dict = {}
+    exec(compile(TORCH, "/usr/lib/python3/site-packages/fake_torch/nn.py", "exec"), ns)
+    exec(compile(MODEL, "/home/user/model.py", "exec"), ns)
+    return ns["GPT"]()
 
 
 class StandIn:
@@ -133,6 +197,63 @@ def python_callback(call, repeats: int, native: bool = False) -> tuple[float, fl
     return bare, scoped
 
 
+def deep_stack(gpt, call, repeats: int) -> float:
+    """us per launch of the python context's callback (its enter) through the C helper, in
+    the model's forward (the forward's own cost taken off)."""
+    proton.start("/tmp/hot_paths_deep", context="python")
+    on_api, cbid, enter, leave, _alive, collector = launch_callback()
+    on_api = through_c(collector, on_api) or CALLBACK(on_api)
+
+    # a C call, as torch's ops are: the callback's caller is the frame calling launch(); the
+    # launch call's exit stays in C (a failed call's id is all it notes)
+    launch = functools.partial(on_api, None, 1, cbid, enter)
+
+    def forward(f):
+        def run():
+            for _ in range(N // LAUNCHES_PER_FORWARD // 10):
+                gpt(f)
+        return run
+
+    try:
+        n = N // LAUNCHES_PER_FORWARD // 10 * LAUNCHES_PER_FORWARD
+        with proton.scope("step"):
+            t = min(timed(call, forward(launch)) for _ in range(repeats))
+            t0 = min(timed(call, forward(lambda: None)) for _ in range(repeats))
+        assert not collector.callback_errors, collector.callback_errors
+        return (t - t0) / n * 1e6
+    finally:
+        proton.finalize()
+
+
+def timed(call, f) -> float:
+    t0 = time.perf_counter()
+    call(f)
+    return time.perf_counter() - t0
+
+
+def frameless(repeats: int, n: int = 20_000, kept: bool = False) -> float:
+    """us per launch of the python context's callback through the C helper on a thread that
+    runs no Python (a C thread), enter and exit, with no scope open; `kept`: the thread ran
+    Python once before and kept its thread state (as PyTorch's autograd thread may)."""
+    import probe_foreign_thread  # bench/, beside this script
+
+    lib = probe_foreign_thread.runner()
+    proton.start("/tmp/hot_paths_frameless", context="python")
+    on_api, cbid, enter, leave, _alive, collector = launch_callback()
+    callback = through_c(collector, on_api) or CALLBACK(on_api)
+    as_runner = probe_foreign_thread.CALLBACK(ctypes.cast(callback, ctypes.c_void_p).value)
+    # Python's own: the count it leaves inside ctypes' callback keeps the thread state
+    keep = probe_foreign_thread.BEFORE(lambda: ctypes.pythonapi.PyGILState_Ensure() and None)
+    try:
+        seconds = min(lib.on_new_thread_after(as_runner, enter, leave, n, cbid, keep)
+                      if kept else lib.on_new_thread(as_runner, enter, leave, n, cbid)
+                      for _ in range(repeats))
+        assert not collector.callback_errors, collector.callback_errors
+        return seconds / n * 1e6
+    finally:
+        proton.finalize()
+
+
 def hook(call, repeats: int) -> float:
     proton.start("/tmp/hot_paths_hook", hook="triton")
     saved, profiler.collector = profiler.collector, StandIn()
@@ -173,8 +294,12 @@ def main() -> None:
     exec(compile(LIBRARY, "/usr/lib/python3/site-packages/fake_triton.py", "exec"), ns)
     bare, scoped = python_callback(ns["call"], args.repeats)
     c_bare, c_scoped = python_callback(ns["call"], args.repeats, native=True)
+    deep = deep_stack(model(), ns["call"], args.repeats)
     print(f"python-context launch callback: {bare:.2f} us a launch ({scoped:.2f} in a scope), "
           f"through the C helper {c_bare:.2f} ({c_scoped:.2f}); "
+          f"in a model's forward (deep stack): {deep:.2f} us; "
+          f"on a thread without Python: {frameless(args.repeats):.2f} us "
+          f"({frameless(args.repeats, kept=True):.2f} with a thread state kept); "
           f"Triton hook: {hook(ns['call'], args.repeats):.2f} us; "
           f"scope enter and exit: {scope(ns['call'], args.repeats):.2f} us")
 

@@ -29,7 +29,9 @@ RUNNER = r"""
 #include <stdint.h>
 #include <time.h>
 typedef void (*callback)(void *, uint32_t, uint32_t, void *);
-struct job { callback cb; void *enter, *leave; int n; uint32_t cbid; double seconds; };
+typedef void (*python)(void);
+struct job { callback cb; void *enter, *leave; int n; uint32_t cbid; double seconds;
+             python before; };
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -37,6 +39,7 @@ static double now(void) {
 }
 static void *run(void *arg) {
     struct job *j = arg;
+    if (j->before) j->before(); /* Python once first: the thread may keep a thread state */
     double t0 = now();
     for (int i = 0; i < j->n; i++) {
         j->cb(0, 1, j->cbid, j->enter);
@@ -47,13 +50,23 @@ static void *run(void *arg) {
 }
 /* n launches' enter and exit callbacks on a new thread; seconds they took */
 double on_new_thread(callback cb, void *enter, void *leave, int n, uint32_t cbid) {
-    struct job j = {cb, enter, leave, n, cbid, 0};
+    struct job j = {cb, enter, leave, n, cbid, 0, 0};
+    pthread_t t;
+    pthread_create(&t, 0, run, &j);
+    pthread_join(t, 0);
+    return j.seconds;
+}
+/* the same after `before` ran on the new thread */
+double on_new_thread_after(callback cb, void *enter, void *leave, int n, uint32_t cbid,
+                           python before) {
+    struct job j = {cb, enter, leave, n, cbid, 0, before};
     pthread_t t;
     pthread_create(&t, 0, run, &j);
     pthread_join(t, 0);
     return j.seconds;
 }
 """
+BEFORE = ctypes.CFUNCTYPE(None)
 CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32,
                             ctypes.c_void_p)
 
@@ -69,6 +82,9 @@ def runner() -> ctypes.CDLL:
     lib.on_new_thread.restype = ctypes.c_double
     lib.on_new_thread.argtypes = [CALLBACK, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                   ctypes.c_uint32]
+    lib.on_new_thread_after.restype = ctypes.c_double
+    lib.on_new_thread_after.argtypes = [CALLBACK, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                        ctypes.c_uint32, BEFORE]
     return lib
 
 

@@ -401,3 +401,96 @@ def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(ke
     finally:
         os.environ.pop("PROTON_KEEP_THREAD_STATES", None)
         proton.finalize()
+
+
+# nn.Module's call machinery, as a library file (frames in paths, never kept), around nested
+# user forwards: the walk meets new frames at every module call and stops at a kept one
+TORCH_LIKE = """
+class Module:
+    def __call__(self, *args):
+        return self._wrapped_call_impl(*args)
+    def _wrapped_call_impl(self, *args):
+        return self._call_impl(*args)
+    def _call_impl(self, *args):
+        return self.forward(*args)
+def linear(launch):
+    return launch()
+"""
+
+
+def deep_model(launch):
+    """A GPT-like nest (model > blocks > attention, mlp > linear) calling launch() from
+    user lines and from the library's linear."""
+    ns: dict = {}
+    exec(compile(TORCH_LIKE, "/usr/lib/python3/site-packages/fake_torch_nn.py", "exec"), ns)
+    Module, linear = ns["Module"], ns["linear"]
+
+    class Linear(Module):
+        def forward(self):
+            return linear(launch)
+
+    class Attention(Module):
+        def __init__(self):
+            self.qkv, self.out = Linear(), Linear()
+
+        def forward(self):
+            self.qkv()
+            launch()
+            launch()
+            return self.out()
+
+    class Block(Module):
+        def __init__(self):
+            self.attn, self.mlp = Attention(), Linear()
+
+        def forward(self, depth):
+            launch()
+            self.attn()
+            if depth:
+                self(depth - 1)  # a block inside a block: deeper still
+            return self.mlp()
+
+    class Model(Module):
+        def __init__(self):
+            self.blocks = [Block() for _ in range(3)]
+
+        def forward(self):
+            for i, block in enumerate(self.blocks):
+                block(i)
+                launch()
+
+    return Model()
+
+
+def reference_path(frame) -> list[str]:
+    """The python context's path of a launch made at `frame`, by its definition: every
+    frame's file:line@function from the outermost, the profiler's own left out."""
+    from proton.context import python
+    from proton.format import frame_name
+
+    out = []
+    while frame is not None:
+        if frame.f_code.co_filename not in python.SKIPPED:
+            out.append(frame_name(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return out[::-1]
+
+
+def test_deep_module_stacks_give_the_same_paths_as_a_full_walk(python_session):
+    """Forward passes through nested modules, three times (the kept frames, the walks seen and
+    the fast path all serve later passes), and with a scope entered and left between passes:
+    every launch's path is the one a full walk of its stack gives."""
+    got, want = [], []
+
+    def launch():  # both on one line: the same frame at the same line
+        got.append(names(launch_parent())), want.append(reference_path(sys._getframe()))
+
+    model = deep_model(launch)
+    for step in range(3):
+        model()
+        with proton.scope("between"):
+            pass
+    assert len(got) == 3 * (6 + 12 + 18 + 3)  # blocks nested 0, 1 and 2 deep, the model's
+    assert got == want
+    # deep: the innermost launches sit 21 frames below the model's own (4 a module call)
+    assert max(map(len, want)) - min(map(len, want)) == 21

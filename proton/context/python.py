@@ -17,6 +17,13 @@ the first frame it finds again. A frame found again is the same object, still ru
 frames outside it are unchanged; a generator frame is found again only if its callers are the
 frames and lines they were, since a resumed generator may have another caller. The kept frames
 (and so their locals) live until the thread's next launch, the session's end or the thread's end.
+A walk seen before that stops at a kept frame and keeps only it (nn.Module forwards launching
+line after line) is answered in launch_path itself; a new walk changes only the kept frames
+inside the one found.
+
+With the C helper, a launch on a thread running no Python with no scope open (PyTorch's
+autograd thread) never reaches this module: the C launch log places it under the main thread's
+scope, as thread_launch_path's caller would (cupti/native.c, frameless).
 """
 from __future__ import annotations
 
@@ -171,6 +178,21 @@ def launch_path(frame: FrameType | None) -> int | None:
                 del last.index[f]
             del kept[at + 1:], last.outer[at + 1:], last.lastis[at + 1:]
         return last.pid
+    if at >= 0 and valid:
+        # a walk seen before that keeps only the frame it stopped at, with no scope after
+        # that frame (nn.Module forwards launching from line after line): _slow_path's result
+        # without its bookkeeping
+        state = last.outer[at]
+        if state[1] >= len(st.open):
+            found = _walks.get((*key, *state))
+            if found is not None and found[2] == 1:
+                kept = last.frames
+                if len(kept) > at + 1:
+                    for f in kept[at + 1:]:
+                        del last.index[f]
+                    del kept[at + 1:], last.outer[at + 1:], last.lastis[at + 1:]
+                last.key, last.at, last.pid, last.fast = key, at, found[0], True
+                return found[0]
     return _slow_path(last, start, key, at, st.open, version)
 
 
@@ -193,7 +215,9 @@ def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: 
     n = len(key) // 2  # frames walked
     pending = scopes[state[1]:]
     frames = None
-    if pending and at >= 0 and all(s.opener is last.frames[at] for s in pending):
+    if not pending:
+        places = []
+    elif at >= 0 and all(s.opener is last.frames[at] for s in pending):
         places = [0] * len(pending)  # all opened by the frame the walk stopped at
     else:
         frames = _frames(start, n)[::-1]  # outermost first
@@ -216,12 +240,22 @@ def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: 
     kept = last.frames
     if at < 0 or keep > 1:
         frames = frames or _frames(start, n)[::-1]
-    if at < 0 or (keep > 1 and kept[at:at + keep] != frames[:keep]):  # frames compare by id
-        start_at = max(at, 0)
-        last.frames = kept = kept[:start_at] + frames[:keep]
-        last.outer = last.outer[:start_at] + outers[:keep]
-        last.lastis = last.lastis[:start_at] + [f.f_lasti for f in frames[:keep]]
+    if at < 0:
+        last.frames = kept = frames[:keep]
+        last.outer = outers[:keep]
+        last.lastis = [f.f_lasti for f in kept]
         last.index = {f: i for i, f in enumerate(kept)}
+    elif keep > 1 and kept[at:at + keep] != frames[:keep]:  # frames compare by identity
+        # the frames outside the one found stay, with their places: only those inside change
+        index = last.index
+        for f in kept[at + 1:]:
+            del index[f]
+        new = frames[1:keep]
+        for i, f in enumerate(new, at + 1):
+            index[f] = i
+        kept[at + 1:] = new
+        last.outer[at + 1:] = outers[1:keep]
+        last.lastis[at + 1:] = [f.f_lasti for f in new]
     elif len(kept) > at + keep:  # frames of calls since returned: let them go
         for f in kept[at + keep:]:
             del last.index[f]

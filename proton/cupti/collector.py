@@ -312,12 +312,7 @@ class CuptiCollector:
         (bench/probe_foreign_thread.py). With PROTON_KEEP_THREAD_STATES=1 the first callback on
         such a thread keeps its thread state (one PyGILState_Ensure never released); off, as
         PyTorch's autograd threads keep theirs (the model step on an H100 was no faster)."""
-        # graph launch calls; their cbids are told apart from the other launch calls' by number
-        # alone (checked: driver and runtime ids of launch calls do not clash with them)
-        graphs = {cbid for cbid, name in self._driver_cbids.items() if name in _DRIVER_GRAPHS}
-        graphs |= {cbid for cbid, name in self._runtime_cbids.items() if name in _RUNTIME_GRAPHS}
-        if graphs & (set(self._driver_cbids) | set(self._runtime_cbids)) - graphs:
-            raise ProtonError("CUPTI's graph-launch ids clash with other launch calls' ids")
+        graphs = self._graph_cbids()
         register = self.attributor.register_launch
         capturing, in_capture = self.attributor.capturing, self.attributor.in_capture
         getframe, thread = sys._getframe, threading.get_ident
@@ -341,6 +336,36 @@ class CuptiCollector:
                 callback_failed("in the launch callback", exc, errors)
 
         return on_enter
+
+    def _graph_cbids(self) -> set[int]:
+        """The graph launch calls' cbids; they are told apart from the other launch calls' by
+        number alone (checked: driver and runtime ids of launch calls do not clash with them)."""
+        graphs = {cbid for cbid, name in self._driver_cbids.items() if name in _DRIVER_GRAPHS}
+        graphs |= {cbid for cbid, name in self._runtime_cbids.items() if name in _RUNTIME_GRAPHS}
+        if graphs & (set(self._driver_cbids) | set(self._runtime_cbids)) - graphs:
+            raise ProtonError("CUPTI's graph-launch ids clash with other launch calls' ids")
+        return graphs
+
+    def logged_enters(self):
+        """context="python" with the C launch log: the launches it logged instead of calling
+        _launch_enter's on_enter (made on a thread running no Python, with no scope open),
+        registered as on_enter would have, as register(correlation ids, paths (-1: none),
+        starts, cbids, threads), on the buffer thread before that buffer's kernels are read.
+        The C log read the main thread's innermost scope at the enter (-1 when it had none:
+        the timeline says, as for on_enter)."""
+        graphs, attributor, unscoped = self._graph_cbids(), self.attributor, self._unscoped
+        capturing, in_capture = attributor.capturing, attributor.in_capture
+        add = attributor.register_launch
+
+        def register(corrs, paths_, starts, cbids, threads) -> None:
+            for corr, path, start, cbid, thread in zip(corrs, paths_, starts, cbids, threads):
+                if capturing and cbid not in graphs and in_capture(thread, start):
+                    continue  # recorded into a graph: no kernel record will come for it
+                if path < 0:
+                    path = unscoped(thread, start) if unscoped else ROOT
+                add(corr, path, start, cbid in graphs)
+
+        return register
 
     def _launch_callback(self):
         """context="python" without the C helper: CUPTI's callback at a launch call's enter

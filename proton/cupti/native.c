@@ -482,7 +482,11 @@ PROTON_API int64_t proton_join_finish(proton_join *j, int64_t stride, int64_t *k
    calls go on to `forward` (Python's: NVTX, graph capture, PC sampling's module loads).
    For the python context, whose launch path is read from Python frames, `enter` (Python's)
    gets each launch call's enter as (correlation id, time, cbid), read here from CUPTI's
-   data, and the exit stays in C: a failed call's id is kept for proton_failed_take. */
+   data, and the exit stays in C: a failed call's id is kept for proton_failed_take. A launch
+   made on a thread that runs no Python code at the time and has no scope open (PyTorch's
+   autograd thread in a backward pass) has no call path to read: it is logged here as in the
+   shadow context (under the main thread's innermost scope) and never reaches Python
+   (proton_python_api says how to tell; see frameless). */
 
 typedef int (*proton_timestamp_fn)(uint64_t *timestamp);
 typedef void (*proton_callback_fn)(void *userdata, int domain, uint32_t cbid, const void *data);
@@ -526,6 +530,55 @@ static __thread uint64_t tls_start; /* ... the outermost one's enter time ... */
 static __thread int64_t tls_main; /* ... the main thread's innermost scope then ... */
 static __thread int64_t tls_generation; /* ... counted since this configure (a call cut off
     by an unsubscribe never exits: its count must not outlive its session) */
+
+/* Python's C API, from the process's own interpreter (proton_python_api): whether this
+   thread holds the GIL, its thread state (NULL: it never ran Python), the GIL taken and
+   given back, a thread state's running frame (a new reference, NULL when none) and a
+   reference dropped. All NULL: every launch enter goes to Python. */
+typedef int (*proton_check_fn)(void);
+typedef void *(*proton_state_fn)(void);
+typedef int (*proton_ensure_fn)(void);
+typedef void (*proton_release_fn)(int);
+typedef void *(*proton_frame_fn)(void *);
+typedef void (*proton_decref_fn)(void *);
+static proton_check_fn py_holds_gil;
+static proton_state_fn py_this_state;
+static proton_ensure_fn py_ensure;
+static proton_release_fn py_release;
+static proton_frame_fn py_frame;
+static proton_decref_fn py_decref;
+
+PROTON_API void proton_python_api(proton_check_fn holds_gil, proton_state_fn this_state,
+                                  proton_ensure_fn ensure, proton_release_fn release,
+                                  proton_frame_fn frame, proton_decref_fn decref) {
+    py_holds_gil = holds_gil; py_this_state = this_state; py_ensure = ensure;
+    py_release = release; py_frame = frame; py_decref = decref;
+}
+
+/* Whether the calling thread launches with no Python frame and no scope of its own (the
+   python context would place it under the main thread's scope, as the shadow context does).
+   A thread holding the GIL is running Python (its frames go to Python, even in the rare case
+   that it has none); a thread that never had a thread state has no frames; one that has a
+   thread state but not the GIL is asked for its running frame under the GIL (a thread's frames
+   change only on that thread, so the answer holds for this launch call). When it has frames
+   the GIL stays taken for Python's enter (*gil: give it back after; -1: not taken), which
+   then takes it again at no cost (a Triton launch releases the GIL around the call). */
+static int frameless(int *gil) {
+    *gil = -1;
+    if (!py_frame || tls_depth > 0) return 0;
+    if (py_holds_gil()) return 0;
+    void *state = py_this_state();
+    if (!state) return 1;
+    int taken = py_ensure();
+    void *frame = py_frame(state);
+    if (!frame) {
+        py_release(taken);
+        return 1;
+    }
+    py_decref(frame);
+    *gil = taken;
+    return 0;
+}
 
 /* Set up the callback: CUPTI's timestamp function, Python's callback for everything else
    (NULL: none), Python's launch enter (NULL: launches are logged), the offsets in
@@ -644,7 +697,16 @@ PROTON_API void proton_on_api(void *userdata, int domain, uint32_t cbid, const v
         if (site == 0) {
             uint64_t ts = 0;
             c->now(&ts);
+            int gil;
+            if (frameless(&gil)) { /* as Python would register it, with no Python */
+                int64_t entry[LOG_FIELDS] = {corr, __atomic_load_n(&main_path, __ATOMIC_RELAXED),
+                                           (int64_t)ts, domain, cbid,
+                                           (int64_t)(uint32_t)pthread_self()};
+                log_append(&log_now, entry, LOG_FIELDS);
+                return;
+            }
             c->enter(corr, ts, cbid);
+            if (gil >= 0) py_release(gil);
         } else {
             memcpy(&ret, d + c->ret_at, sizeof ret);
             if (ret && *ret != 0) { /* no kernel will come: withdrawn */

@@ -438,13 +438,23 @@ ENTER = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32
 """The python context's launch enter: (correlation id, CUPTI timestamp, cbid)."""
 
 
+def python_api() -> list[int]:
+    """The addresses proton_python_api takes, from this process's interpreter."""
+    api = ctypes.pythonapi
+    return [ctypes.cast(getattr(api, name), ctypes.c_void_p).value
+            for name in ("PyGILState_Check", "PyGILState_GetThisThreadState", "PyGILState_Ensure",
+                         "PyGILState_Release", "PyThreadState_GetFrame", "Py_DecRef")]
+
+
 class LaunchLog:
     """The launch callback in C (the SOURCE's launch log). Shadow context: scopes push their
     path with `push`/`pop` (the calling thread's, as CUPTI's external-id stack would keep it),
     CUPTI calls `callback` at each launch call, and the buffer thread reads what was launched
     with `take` as the external and API columns Join takes. Python context (configure with
     `enter`): each launch call's enter goes to Python as (correlation id, time, cbid), its
-    exit stays in C, and `failed` gives the calls that failed. One per process (the C state
+    exit stays in C, and `failed` gives the calls that failed; a thread with no Python frame
+    and no path pushed (scopes push in both contexts) has its launches logged, as the shadow
+    context's are, and `take` gives them. One per process (the C state
     is): configure replaces the last one."""
 
     def __init__(self, lib: ctypes.CDLL, timestamp: int, fields: tuple[int, int, int],
@@ -466,13 +476,17 @@ class LaunchLog:
         self.push, self.pop, self._main = scope_calls(lib)
         self.configure(None)
 
-    def configure(self, forward: int | None, enter=None) -> None:
+    def configure(self, forward: int | None, enter=None, frameless: bool = True) -> None:
         """Hand the calls that are not launches to `forward` (a callback's address, or none),
         and each launch call's enter to `enter` (an ENTER, kept alive by the caller) instead
-        of logging it; nothing happens until `enable`."""
+        of logging it, except (when `frameless`) those of a thread running no Python with no
+        path pushed, which are logged as in the shadow context; nothing happens until
+        `enable`."""
         none = np.zeros(1, dtype=np.uint8)
         f1, f2 = self._flags.get(1, none), self._flags.get(2, none)
         enter = ctypes.cast(enter, ctypes.c_void_p).value if enter is not None else None
+        self._lib.proton_python_api(*(python_api() if enter is not None and frameless
+                                      else [None] * 6))
         if self._lib.proton_log_configure(self._timestamp, forward, enter, *self._fields,
                                           f1.ctypes.data, len(f1), f2.ctypes.data, len(f2)):
             raise MemoryError("the launch log could not allocate its tables")

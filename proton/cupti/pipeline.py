@@ -7,7 +7,11 @@
     records are asked of CUPTI) and it joins the records by correlation id, summing kernels
     per path; what it cannot place (graph launches, launches with no scope, launches during a
     stream capture) goes on to attribution.Attributor. In the python context its callback
-    hands Python each launch's enter only.
+    hands Python each launch's enter only, but for launches on a thread running no Python
+    with no scope pushed (PyTorch's autograd thread): those it logs, and the buffer thread
+    registers them with the Attributor where the Python enter would have (no Python at the
+    launch; scopes push their path to C in this context too, so a thread's open scope sends
+    its launches to Python).
   * PythonPipeline, where no C compiler is found or the user sets PROTON_NATIVE=0: buffers
     walked by a ctypes call per record, fields read with numpy, records joined by the
     Attributor; scopes push their path as CUPTI's external correlation id, and the python
@@ -230,7 +234,10 @@ class NativePipeline:
         self.columns: native.Columns | None = None
         self._joined = [0, 0]
         """Launch records and kernels the C join matched."""
-        if self.logs_launches and c.pushes_ids:
+        self._register_logged = None
+        """The python context's launches the C log took instead of Python (no frames)."""
+        if self.logs_launches:
+            # the python context pushes too: a thread with a scope open is never frameless
             self.push, self.pop, self._main = native.scope_calls(lib)
             self.main_path = self._main_path
         else:
@@ -265,6 +272,8 @@ class NativePipeline:
         launches = {domain: (kind, *map(list, c._api_cbids[kind]))
                     for domain, kind in domains.items()}
         self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom)
+        if c.in_callback:
+            self._register_logged = c.logged_enters()
         return self.log, c._launch_enter() if c.in_callback else None, None
 
     def enable(self, on: bool) -> None:
@@ -312,7 +321,7 @@ class NativePipeline:
             else:
                 (ext, api, kernels), walked = self.columns(buffer, valid)
                 with c._lock:
-                    self._withdraw()
+                    self._withdraw()  # the logged launches first: their kernels may be here
                 c._digest(ext, api, kernels)
             c.records += walked
         except BaseException as exc:
@@ -368,11 +377,25 @@ class NativePipeline:
                                np.array([n_ext, n_api, 0], dtype=records.DTYPE))
 
     def _withdraw(self) -> None:
-        """The python context's launch calls that failed (the C launch log keeps them): no
-        kernel will come for them. Under the lock."""
-        if self.log is not None and self._c.in_callback:
-            for corr in self.log.failed():
-                self._c.attributor.cancel_launch(corr)
+        """The python context's launches the C log took (made with no Python frame), to the
+        Attributor as its launch callback registers them, then the launch calls that failed
+        (the C launch log keeps them): no kernel will come for them. Under the lock. The
+        failed calls are taken first: a call's enter is logged before its failure, so both
+        are in hand when the failure is."""
+        if self.log is None or not self._c.in_callback:
+            return
+        failed = self.log.failed()
+        ext, api, n_ext, n_api = self.log.take()
+        if n_api:
+            X, A = records.ExternalFields, records.ApiFields
+            known = dict(zip(ext[X.correlation_id, :n_ext].tolist(),
+                             ext[X.external_id, :n_ext].tolist()))
+            corrs = api[A.correlation_id, :n_api].tolist()
+            self._register_logged(corrs, [known.get(corr, -1) for corr in corrs],
+                                  api[A.start, :n_api].tolist(), api[A.cbid, :n_api].tolist(),
+                                  api[A.thread_id, :n_api].tolist())
+        for corr in failed:
+            self._c.attributor.cancel_launch(corr)
 
     def waiting(self, ts: int) -> int:
         return self.join.waiting(ts) if self.join is not None else 0
