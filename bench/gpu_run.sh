@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: install the carried wheels and the project, run the gpu tests and the
 # benchmarks, print a short table last. Usage (device tool, carry .whl): bash bench/gpu_run.sh
-# Env: PYTEST_ARGS, BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
+# Env: PYTEST_ARGS, PYTEST_K (a -k expression, spaces allowed), BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
 # SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with Python's pipeline and the C helper's:
@@ -41,7 +41,7 @@ tests_rc=0
 export PROTON_MATRIX_OUT=$OUT/matrix.jsonl  # the real-workload matrix's cells (test_gpu_matrix.py)
 rm -f "$PROTON_MATRIX_OUT"
 if [ -z "${SKIP_TESTS:-}" ]; then
-  python3 -P -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
+  python3 -P -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
   tests_rc=${PIPESTATUS[0]}
 fi
 if [ -z "${SKIP_FIXTURES:-}" ]; then
