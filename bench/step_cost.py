@@ -459,12 +459,11 @@ def worker(profilers: list[str], n: int, warmup: int, device: str, rounds: int =
             failed.add(mode)
             item = {"mode": mode, "round": rnd, "error": f"{type(exc).__name__}: {exc}"}
             kind = "errors"
-            if mode == "none":  # the step itself fails: nothing else can run
-                out[kind].append(item)
-                raise
         out[kind].append(item)
         if emit is not None:
             emit(json.dumps({kind[:-1]: item}))
+        if "none" in failed:  # the step itself fails bare: nothing else can run
+            raise BenchError(f"the bare step failed: {item['error']}")
     return out
 
 
@@ -519,9 +518,9 @@ def run_worker(which: list[str], args: list[str], timeout: float) -> dict:
     runs out of time), its exit status, its seconds."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", ",".join(which), *args]
     t0 = time.monotonic()
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
-                                start_new_session=True)  # its DataLoader workers go with it
+    with tempfile.TemporaryFile("w+") as err, \
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                             start_new_session=True) as proc:  # its DataLoader workers go too
         try:
             out, _ = proc.communicate(timeout=timeout)
             status = proc.returncode
@@ -531,24 +530,34 @@ def run_worker(which: list[str], args: list[str], timeout: float) -> dict:
             status = "timeout"
         err.seek(0)
         stderr = err.read()
-    result = {"profilers": which, "phases": [], "errors": []}
+    result = collect(out, status, stderr)
+    result["profilers"] = which
+    result["exit"], result["seconds"] = status, time.monotonic() - t0
+    return result
+
+
+def collect(out: str, status: int | str, stderr: str) -> dict:
+    """A worker's result from the lines it printed: every phase and failure that came before
+    it ended, and, if it did not end well, why (exit status or time, its last stderr line)."""
+    result: dict = {"phases": [], "errors": []}
     for line in out.splitlines():
         try:
             item = json.loads(line) if line.startswith("{") else None
         except ValueError:
             item = None
-        if isinstance(item, dict) and "phase" in item:
+        if not isinstance(item, dict):
+            continue
+        if isinstance(item.get("phase"), dict):
             result["phases"].append(item["phase"])
-        elif isinstance(item, dict) and "error" in item and isinstance(item["error"], dict):
+        elif isinstance(item.get("error"), dict):
             result["errors"].append(item["error"])
-        elif isinstance(item, dict) and "device" in item:
-            result.update({k: item[k] for k in ("device", "steps", "rounds", "modes")})
+        elif "device" in item:  # the whole result, last: its header only (phases came one by one)
+            result.update({k: item[k] for k in ("device", "steps", "rounds", "modes") if k in item})
     if status != 0:
         why = "ran out of time" if status == "timeout" else f"exited with status {status}"
         last = stderr.strip().splitlines()[-1:] or [""]
         result["errors"].append({"mode": "process", "error": f"{why} after "
                                  f"{len(result['phases'])} phases: {last[0][:300]}"})
-    result["exit"], result["seconds"] = status, time.monotonic() - t0
     return result
 
 
@@ -568,7 +577,9 @@ def run_processes(profilers: list[str], processes: int, n: int, warmup: int, rou
             continue
         args = ["--steps", str(n), "--warmup", str(warmup), "--rounds", str(rounds),
                 "--offset", str(i), "--device", device]
-        result = run_worker(which, args, timeout=max(left, 0.0) + 60)
+        # a hung worker (a CUPTI deadlock) must not take the whole call
+        cap = 4 * max(longest.values()) if longest else 180.0
+        result = run_worker(which, args, timeout=max(60.0, min(left + 30, cap)))
         result.update(process=i, kind=kind)
         longest[kind] = max(longest.get(kind, 0.0), result["seconds"])
         with open(results, "a") as f:
