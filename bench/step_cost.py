@@ -475,9 +475,9 @@ def one_phase(mode: str, run, n: int, settle: int, main: int, bare, *, details: 
     prof = None if mode == "none" else make(mode)
     scope = bare if prof is None else prof.scope
     extra: dict = {}
-    if prof is not None:
-        prof.start()
     try:
+        if prof is not None:
+            prof.start()
         run(settle, scope)  # the first launches after a profiler attaches
         if prof is not None:
             prof.begin()
@@ -575,8 +575,12 @@ def run_processes(profilers: list[str], processes: int, n: int, warmup: int, rou
             print(f"process {i + 1}/{len(plan)} {kind} not started: {left:.0f} s left before "
                   f"--deadline, one takes {longest[kind]:.0f} s", file=sys.stderr, flush=True)
             continue
+        # ours turn their order by their index; Triton's all start at bare, triton, floor:
+        # triton loads its CUPTI (libcupti.so.12) before the floor loads cupti-python's, so if
+        # the two cannot share a process it is the floor that fails there (judged through bare)
+        offset = sum(k == "ours" for k, _ in plan[:i]) if kind == "ours" else 0
         args = ["--steps", str(n), "--warmup", str(warmup), "--rounds", str(rounds),
-                "--offset", str(i), "--device", device]
+                "--offset", str(offset), "--device", device]
         # a hung worker (a CUPTI deadlock) must not take the whole call
         cap = 4 * max(longest.values()) if longest else 180.0
         result = run_worker(which, args, timeout=max(60.0, min(left + 30, cap)))
