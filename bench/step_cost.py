@@ -490,8 +490,8 @@ def one_phase(mode: str, run, n: int, settle: int, main: int, bare, *, details: 
             with contextlib.suppress(Exception):
                 prof.stop(False)
     figures["speed_ns"] = [speed0, host_speed()]
-    if mode in ("cb-all", *(m for m in OURS if m.startswith("cb-") or m == "subscribed")):
-        figures["steps_counted"] = n
+    if mode.startswith("cb-") or mode == "subscribed":
+        figures["steps_counted"] = n  # the calls counted are these steps' (the census)
     return {**figures, **extra}
 
 
@@ -596,6 +596,9 @@ def run_processes(profilers: list[str], processes: int, n: int, warmup: int, rou
 
 def table(results: str, reps: int = 1000) -> str:
     """The verdict table and the rest (bench/step_stats.py) of a results file."""
+    if not os.path.exists(results):
+        raise BenchError(f"no results file {results!r}: give the file a run wrote (its "
+                         "--results), or, after a run, see above why no worker process ran")
     return step_stats.table(step_stats.load(results), reps=reps)
 
 
