@@ -294,17 +294,16 @@ def detail_table(procs: list[Process]) -> list[str]:
         cells = [f"{med(level[m]):.2f}" if level[m] else "-" for m in METRICS]
         paired = "-"
         if mode not in (FLOOR, BARE):
-            rs = [[x for p in mine for x in paired_ratios(p, mode, FLOOR, m)]
-                  for m in ("step", "cpu")]
-            if rs[0]:
-                paired = ", ".join(_spread(r) for r in rs if r)
+            both = [_paired(mine, mode, m) for m in ("step", "cpu")]
+            if both[0]:
+                paired = ", ".join(c for c in both if c)
         added = _added(procs, mode)
         lines.append(f"| {mode} | {len(mine)} ({phases}, {steps}) | "
                      f"{'-' if xbare is None else f'{xbare:.3f}'} | {' | '.join(cells)} | "
                      f"{paired} | {added} |")
     lines.append("(step x bare: median over processes of pooled steps; ms and host calls: median "
-                 "over processes of each one's pooled median; paired: every round's ratio, "
-                 "median [quartiles])")
+                 "over processes of each one's pooled median; paired: the median over processes "
+                 "of each one's median round ratio [quartiles of every round's])")
     return lines
 
 
@@ -328,12 +327,18 @@ def _added(procs: list[Process], mode: str) -> str:
     return ", ".join(f"{statistics.median(v):+.3f}" for v in diffs.values())
 
 
-def _spread(values: list[float]) -> str:
-    """Median and quartiles."""
-    if len(values) < 4:
-        return f"{statistics.median(values):.3f}"
-    q1, q2, q3 = statistics.quantiles(values, n=4)
-    return f"{q2:.3f} [{q1:.2f}-{q3:.2f}]"
+def _paired(procs: list[Process], mode: str, metric: str) -> str:
+    """The median over processes of each one's median round ratio over the floor, and the
+    quartiles of every round's ratio."""
+    each = [r for p in procs if (r := paired_ratios(p, mode, FLOOR, metric))]
+    if not each:
+        return ""
+    mid = statistics.median(statistics.median(r) for r in each)
+    every = [x for r in each for x in r]
+    if len(every) < 4:
+        return f"{mid:.3f}"
+    q1, _, q3 = statistics.quantiles(every, n=4)
+    return f"{mid:.3f} [{q1:.2f}-{q3:.2f}]"
 
 
 def host_line(procs: list[Process]) -> list[str]:

@@ -78,6 +78,11 @@ def test_drift_inside_a_process_hits_every_mode_alike(stats):
     assert stats.pooled_ratio(procs[0], "shadow", "floor", "step") == pytest.approx(1.04)
     assert stats.pooled_ratio(procs[0], "floor", "none", "step") == pytest.approx(1.05)
     assert stats.paired_ratios(procs[0], "hook", "floor", "cpu") == pytest.approx([1.10] * 12)
+    detail = stats.detail_table(procs)
+    hook = next(line for line in detail if line.startswith("| hook |"))
+    assert hook.startswith("| hook | 1 (12, 60) | 1.155 |")  # 1.10 x the floor's 1.05 over bare
+    # paired over the floor; added main-thread ms: 0.63 x the mean drift, 1.165
+    assert "| 1.100 [1.10-1.10], 1.100 [1.10-1.10] | +0.734, +0.000, +0.000 |" in hook
 
 
 def test_the_host_calls_measure_takes_out_a_host_twice_as_slow(stats):
@@ -225,6 +230,13 @@ def test_without_a_gpu_it_says_so_in_one_line():
     assert done.stderr.strip().startswith("Error: step_cost.py measures CUDA launches: it "
                                           "needs an NVIDIA GPU")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_missing_results_file_is_one_line_with_exit_status_2(tmp_path):
+    done = subprocess.run([sys.executable, BENCH, "--table", str(tmp_path / "none.jsonl")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: no results file ") and done.stderr.count("\n") == 1
 
 
 def test_dry_run_on_cpu_measures_bare_phases_and_reports_a_profiler_that_cannot_start():
