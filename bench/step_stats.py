@@ -58,7 +58,9 @@ class Process:
     """{mode, round, error} for each profiler that failed; its later phases were skipped."""
 
     def rounds(self) -> list[int]:
-        return sorted({r for by_mode in self.values.get("step", {}).values() for r in by_mode})
+        """The rounds that hold a judged mode's phase (not the census's round of its own)."""
+        return sorted({r for mode, by_round in self.values.get("step", {}).items()
+                       if mode not in NOT_JUDGED for r in by_round})
 
     def has(self, mode: str, metric: str = "step") -> bool:
         return bool(self.values.get(metric, {}).get(mode))
@@ -127,7 +129,7 @@ def pooled_ratio(proc: Process, mode: str, ref: str, metric: str,
     table = proc.values.get(metric, {})
     if mode not in table or ref not in table:
         return None
-    rounds = proc.rounds() if rounds is None else rounds
+    rounds = sorted(set(table[mode]) | set(table[ref])) if rounds is None else rounds
     a, b = _pooled(table[mode], rounds), _pooled(table[ref], rounds)
     return a / b if a is not None and b else None
 
