@@ -571,9 +571,10 @@ def run_processes(profilers: list[str], processes: int, n: int, warmup: int, rou
     plan = plan_processes(profilers, processes, triton_processes)
     for i, (kind, which) in enumerate(plan):
         left = deadline - (time.monotonic() - t0)
-        if longest.get(kind, 0.0) > left:
-            print(f"process {i + 1}/{len(plan)} {kind} not started: {left:.0f} s left before "
-                  f"--deadline, one takes {longest[kind]:.0f} s", file=sys.stderr, flush=True)
+        if longest.get(kind, 0.0) >= left:
+            print(f"process {i + 1}/{len(plan)} ({kind}) not started: {max(left, 0):.0f} s left "
+                  f"before --deadline, one took {longest.get(kind, 0.0):.0f} s",
+                  file=sys.stderr, flush=True)
             continue
         # ours turn their order by their index; Triton's all start at bare, triton, floor:
         # triton loads its CUPTI (libcupti.so.12) before the floor loads cupti-python's, so if

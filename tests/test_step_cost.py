@@ -239,6 +239,18 @@ def test_a_missing_results_file_is_one_line_with_exit_status_2(tmp_path):
     assert done.stderr.startswith("Error: no results file ") and done.stderr.count("\n") == 1
 
 
+def test_no_process_starts_after_the_deadline_and_the_run_says_so(tmp_path):
+    results = tmp_path / "r.jsonl"
+    done = subprocess.run([sys.executable, BENCH, "--device", "cpu", "--deadline", "0",
+                           "--processes", "1", "--triton-processes", "1", "--results",
+                           str(results)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not results.exists()
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "process 1/2 (ours) not started: 0 s left before --deadline, one took 0 s"
+    assert lines[1].startswith("process 2/2 (triton) not started")
+    assert lines[2].startswith("Error: no results file ")
+
+
 def test_dry_run_on_cpu_measures_bare_phases_and_reports_a_profiler_that_cannot_start():
     pytest.importorskip("torch")
     import torch
