@@ -23,10 +23,15 @@
 #                time (does a cost grow along the run?), 2 rounds, ~6 min
 #   threadstates the python-context model step with and without PROTON_KEEP_THREAD_STATES
 #                (`model` is its old name), ~2 min
-#   bf16step     a host-bound bf16 GPT training step (bench/step_cost.py, issue 37): bare and
-#                profiled in turn inside each process, CUPTI's floor, callback ablations, ours
-#                (shadow, hook=triton, python) and Triton's, main-thread CPU per step, CUDA
-#                calls per step by API; STEP_PROCESSES (8), STEP_PROFILERS; ~5 min
+#   bf16step     a host-bound bf16 GPT training step (bench/step_cost.py, issue 37): rounds of
+#                short phases inside each process (bare, CUPTI's floor, ours: shadow, hook=triton,
+#                python; the order turning each round), the host's speed around each phase;
+#                Triton's Proton in processes of its own with bare and the floor; the census of
+#                CUDA calls a step by API (cb-all, once); a verdict table against issue 37's
+#                targets. Defaults: --processes 6 --triton-processes 4 --rounds 12 --steps 15
+#                --deadline 420 (6 x ~38 s + 4 x ~28 s, ~6 min; no process starts that would end
+#                after 420 s); STEP_PROCESSES, STEP_TRITON_PROCESSES, STEP_ROUNDS, STEP_STEPS,
+#                STEP_DEADLINE, STEP_PROFILERS
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -122,8 +127,11 @@ if [ -n "$OVERHEAD" ]; then
     done
   fi
   if part bf16step; then
-    python3 bench/step_cost.py --processes "${STEP_PROCESSES:-8}" --results "$OUT/step_cost.jsonl" \
-      ${STEP_PROFILERS:+--profilers "$STEP_PROFILERS"} > "$OUT/step_cost.txt" 2>>"$OUT/bench.log"
+    python3 bench/step_cost.py --processes "${STEP_PROCESSES:-6}" \
+      --triton-processes "${STEP_TRITON_PROCESSES:-4}" --rounds "${STEP_ROUNDS:-12}" \
+      --steps "${STEP_STEPS:-15}" --deadline "${STEP_DEADLINE:-420}" \
+      --results "$OUT/step_cost.jsonl" ${STEP_PROFILERS:+--profilers "$STEP_PROFILERS"} \
+      > "$OUT/step_cost.txt" 2>>"$OUT/bench.log"
     cat "$OUT/step_cost.txt" | tee -a "$OUT/bench.log"
   fi
   { [ -f "$OUT/overhead.jsonl" ] && python3 bench/run.py --table-only --results "$OUT/overhead.jsonl" \

@@ -4,14 +4,22 @@ A 4-layer GPT (dim 512, seq 256, batch 16, vocab 8192) under torch.autocast(bf16
 a DataLoader with 2 workers, 4 scopes a step (step, forward, backward, optimizer): PyTorch
 issues ~280 kernels in ~9 ms, so every microsecond added to a launch or a CUDA call shows.
 
-Each worker process runs bare, P1, bare, P2, ..., bare, --rounds times (--steps steps a phase
-after --warmup warm-up steps; the order of the profilers turns from process to process, cb-all
-comes once, last) and compares each profiled phase with the faster of the bare phases beside
-it, and with the floor's phase of the same round: the host runs whole processes at different
-speeds, and drifts within one, so only phases close in time are compared. Per phase: the
-median step time, the main thread's CPU seconds per step (time.thread_time) and every thread's
-CPU (/proc/self/task/*/schedstat): main, autograd's (the backward pass), the rest (CUPTI's
-buffer thread among them). Triton's Proton runs in processes of its own (bare, triton, bare).
+Each worker process runs --rounds rounds of short phases (--steps steps each after 2 settling
+steps, --warmup warm-up steps first): bare and every profiler once a round, in an order that
+turns from round to round and from process to process (and runs backwards every other round),
+so the host's slow drift hits every mode alike. Per phase: each step's time and the main
+thread's CPU seconds (time.thread_time), every thread's CPU (/proc/self/task/*/schedstat):
+main, autograd's (the backward pass), the rest (CUPTI's buffer thread among them); and the
+host's speed (ns a trivial Python call) just before and after it, outside any session.
+Triton's Proton runs in processes of its own, with bare and the floor (one CUPTI subscriber
+a process); the census (cb-all) once, last, in the first process. A profiler that fails is
+reported and left out of its process's later rounds; the other modes' phases stand, and the
+parent keeps every phase a worker printed even if the worker dies.
+
+bench/step_stats.py turns the phases into the verdict table: each mode over the floor (the
+floor over bare) in step time, main-thread CPU a step, and that CPU in host Python calls; the
+median over processes of each process's pooled steps, a bootstrap interval, and met / missed /
+not resolved against issue 37's targets (shadow 1.03, hook 1.05, python 1.15).
 
 Profilers: floor (CUPTI kernel activity, buffers handed back unread: what any CUPTI profiler
 pays), subscribed (floor + a CUPTI subscriber with no callback enabled), cb-runtime /
@@ -20,10 +28,18 @@ domains' launch calls), cb-all (floor + the counting callback on every runtime a
 call: the cost of a callback per API call, and the census of calls per step by API), shadow,
 hook (hook="triton"), python (context="python"), triton (Triton's Proton, shadow).
 
-    python bench/step_cost.py [--processes 8] [--rounds 2] [--steps 40] [--results F.jsonl]
-    python bench/step_cost.py --table F.jsonl        the table of earlier results
-    python bench/step_cost.py --worker floor,shadow  one process; one JSON line
+    python bench/step_cost.py [--processes 6] [--triton-processes 4] [--rounds 12] [--steps 15]
+                              [--deadline 420] [--results F.jsonl]
+        ~6 minutes on the H100 (a step ~13 ms, a process start ~15 s): 6 processes of 12
+        rounds of bare, floor, shadow, hook, python (~38 s each) and 4 of bare, floor, triton
+        (~28 s each); no process starts that would end after --deadline seconds
+    python bench/step_cost.py --table F.jsonl        the tables of earlier results (also the
+                                                     older layout: session 7's files)
+    python bench/step_cost.py --worker floor,shadow  one process; a JSON line a phase as it
+                                                     ends, the whole result last
     python bench/step_cost.py --worker none --device cpu --steps 3   a dry run of the step
+        (--device cpu with profilers: each fails to start without a GPU, is reported, and
+        the bare phases go on)
 
 Needs an NVIDIA GPU, torch, cupti-python and a C compiler (cc) for the counting callback.
 """
@@ -36,18 +52,20 @@ import functools
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import step_stats  # noqa: E402 - beside this file
+
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 8192, 512, 8, 4, 256, 16
 OURS = ("floor", "subscribed", "cb-runtime", "cb-driver", "cb-launch", "cb-all", "shadow",
         "hook", "python")
 ALL = (*OURS, "triton")
-DEFAULT = ("floor", "cb-driver", "shadow", "hook", "python", "cb-all")
+DEFAULT = ("floor", "shadow", "hook", "python", "cb-all")
 LAST = ("cb-all",)
 """Run once, after every round: enabling every API callback left the process's later bare
 steps slower, also after it unsubscribed (H100, CUDA 13)."""
@@ -218,15 +236,14 @@ class Counting:
         self.handle = ctypes.c_void_p()
 
     def start(self) -> None:
-        from proton.cupti.buffers import RawBuffers, loaded_libcupti
+        from proton.cupti.buffers import loaded_libcupti
         from proton.cupti.subscriber import CALLBACK, callback_fields
 
         cupti = self.cupti
         cupti.get_timestamp()  # loads libcupti
         path = loaded_libcupti()
-        self._raw = RawBuffers(path, 8 << 20)
-        self._raw.on_buffer = lambda buffer, valid: None
-        self._raw.register()
+        self._raw = _floor_buffers(path)
+        self._raw.register()  # again: a proton session in between registered its own
         cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
         if not self.subscribe:
             return
@@ -268,7 +285,7 @@ class Counting:
         if self.lib is not None:
             self.lib.count_clear()
 
-    def stop(self) -> dict:
+    def stop(self, details: bool = True) -> dict:
         cupti = self.cupti
         out = {}
         if self.subscribe:
@@ -293,6 +310,17 @@ class Counting:
                 out["nested"][f"1/{cbid}"] = nested[cbid]
                 out["same_corr"][f"1/{cbid}"] = same[cbid]
         return out
+
+
+@functools.lru_cache(maxsize=None)
+def _floor_buffers(path: str):
+    """The floor's buffer callbacks, one set a process (CUPTI may call late, so registered
+    buffers are never freed: a new set a phase would grow the process every round)."""
+    from proton.cupti.buffers import RawBuffers
+
+    raw = RawBuffers(path, 8 << 20)
+    raw.on_buffer = lambda buffer, valid: None
+    return raw
 
 
 def launch_cbids(cupti, col) -> tuple[list[int], list[int]]:
@@ -329,16 +357,20 @@ class Proton:
     def begin(self) -> None:
         pass
 
-    def stop(self) -> dict:
-        out = {"scope_us": self.scope_cost()}
-        if self.which != "triton":
-            out["enabled"] = enabled_callbacks()
+    def stop(self, details: bool = True) -> dict:
+        """Finalize; with details (the mode's first phase in the process) first the cost of a
+        scope and the callbacks enabled."""
+        out = {}
+        if details:
+            out["scope_us"] = self.scope_cost()
+            if self.which != "triton":
+                out["enabled"] = enabled_callbacks()
         t0 = time.perf_counter()
         self.mod.finalize()
         out["finalize_s"] = time.perf_counter() - t0
         return out
 
-    def scope_cost(self, n: int = 2000) -> float:
+    def scope_cost(self, n: int = 1000) -> float:
         """Microseconds a scope's enter and exit take, the session live (no launch inside)."""
         scope = self.mod.scope
         t0 = time.perf_counter()
@@ -364,17 +396,41 @@ def make(which: str):
 
 
 # -- one worker process -------------------------------------------------------------------
+def host_speed(calls: int = 20_000, reps: int = 3) -> float:
+    """ns a trivial Python call takes now, best of `reps`: the host's speed (the idea of
+    bench/workloads.host_speed, which imports Triton; on the H100 host 26 ns in some processes
+    and 42-50 in others)."""
+    f, best = len, float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            f("abc")
+        best = min(best, time.perf_counter() - t0)
+    return best / calls * 1e9
+
+
 def phase(run, n: int, scope, main: int) -> dict:
+    """`n` steps: each one's ms and main-thread CPU ms; every thread's CPU ms a step."""
     before = thread_cpu()
     wall, cpu = run(n, scope)
     threads = cpu_by_thread(before, thread_cpu(), main)
-    return {"step_ms": statistics.median(wall) * 1e3, "cpu_ms": statistics.median(cpu) * 1e3,
+    return {"step_ms": [w * 1e3 for w in wall], "cpu_ms": [c * 1e3 for c in cpu],
             "threads_ms": {k: v / n * 1e3 for k, v in threads.items()}}
 
 
-def worker(profilers: list[str], n: int, warmup: int, device: str, rounds: int = 1) -> dict:
-    """bare, P1, bare, P2, ..., bare in this process, `rounds` times (those in LAST once, at
-    the end): each phase's figures."""
+def order(modes: list[str], rnd: int, offset: int = 0) -> list[str]:
+    """Round `rnd`'s order: turned by rnd + offset, backwards every other round (each mode
+    comes at every place, and after every other mode, about as often)."""
+    k = (rnd + offset) % len(modes)
+    turned = modes[k:] + modes[:k]
+    return turned[::-1] if rnd % 2 else turned
+
+
+def worker(profilers: list[str], n: int, warmup: int, device: str, rounds: int = 1, *,
+           offset: int = 0, settle: int = 2, emit=None) -> dict:
+    """Bare and each profiler once a round, `rounds` rounds (those in LAST once, at the end):
+    every phase's figures, and each profiler that failed (left out of later rounds).
+    `emit(line)` gets a JSON line for each phase or failure as it ends."""
     if device == "cuda":
         need_gpu()
     model, opt, batches = build(device)
@@ -385,211 +441,218 @@ def worker(profilers: list[str], n: int, warmup: int, device: str, rounds: int =
         return steps(model, opt, batches, k, scope, device)
 
     run(warmup, bare)
-    phases = [{"profiler": "none", **phase(run, n, bare, main)}]
-    turns = [(r, p) for r in range(rounds) for p in profilers if p not in LAST]
-    turns += [(rounds - 1, p) for p in profilers if p in LAST]
-    for turn, which in turns:
-        prof = make(which)
-        prof.start()
-        run(2, prof.scope)  # the first launches after a profiler attaches
-        prof.begin()
-        figures = phase(run, n, prof.scope, main)
-        extra = prof.stop()
-        phases.append({"profiler": which, "round": turn, **figures, **extra,
-                       "steps_counted": n})
-        phases.append({"profiler": "none", **phase(run, n, bare, main)})
-    return {"device": device, "steps": n, "phases": phases}
-
-
-# -- many processes, and the table --------------------------------------------------------
-def paired(result: dict) -> list[dict]:
-    """Each profiled phase against the faster of the bare phases beside it."""
-    ph = result["phases"]
-    out = []
-    for i in range(1, len(ph) - 1, 2):
-        before, prof, after = ph[i - 1], ph[i], ph[i + 1]
-        base = min((before, after), key=lambda p: p["step_ms"])
-        both = lambda p: p["threads_ms"]["main"] + p["threads_ms"]["autograd"]  # noqa: E731
-        out.append({"profiler": prof["profiler"], "x": prof["step_ms"] / base["step_ms"],
-                    "cpu_x": prof["cpu_ms"] / base["cpu_ms"], "round": prof.get("round", 0),
-                    "threads_x": both(prof) / both(base),
-                    "bare_ms": base["step_ms"], "step_ms": prof["step_ms"],
-                    "added_cpu_ms": prof["cpu_ms"] - base["cpu_ms"],
-                    "added_threads_ms": {k: v - base["threads_ms"][k]
-                                         for k, v in prof["threads_ms"].items()},
-                    **{k: prof[k] for k in ("scope_us", "calls", "enabled", "steps_counted")
-                       if k in prof}})
+    modes = ["none", *(p for p in profilers if p not in LAST)]
+    plan = [(r, m) for r in range(rounds) for m in order(modes, r, offset)]
+    plan += [(rounds, m) for m in profilers if m in LAST]
+    out = {"device": device, "steps": n, "rounds": rounds, "modes": modes, "phases": [],
+           "errors": []}
+    failed: set[str] = set()
+    for rnd, mode in plan:
+        if mode in failed:
+            continue
+        first = not any(p["mode"] == mode for p in out["phases"])
+        try:
+            item = {"mode": mode, "round": rnd,
+                    **one_phase(mode, run, n, settle, main, bare, details=first)}
+            kind = "phases"
+        except Exception as exc:  # noqa: BLE001 - one profiler's failure ends only its phases
+            failed.add(mode)
+            item = {"mode": mode, "round": rnd, "error": f"{type(exc).__name__}: {exc}"}
+            kind = "errors"
+        out[kind].append(item)
+        if emit is not None:
+            emit(json.dumps({kind[:-1]: item}))
+        if "none" in failed:  # the step itself fails bare: nothing else can run
+            raise BenchError(f"the bare step failed: {item['error']}")
     return out
+
+
+def one_phase(mode: str, run, n: int, settle: int, main: int, bare, *, details: bool) -> dict:
+    """One phase of `mode`: the host's speed, the profiler started, `settle` steps, `n`
+    measured steps, the profiler stopped (in finally: a failure leaves no session live), the
+    host's speed again (outside the session: the python context must not slow its loop)."""
+    speed0 = host_speed()
+    prof = None if mode == "none" else make(mode)
+    scope = bare if prof is None else prof.scope
+    extra: dict = {}
+    try:
+        if prof is not None:
+            prof.start()
+        run(settle, scope)  # the first launches after a profiler attaches
+        if prof is not None:
+            prof.begin()
+        figures = phase(run, n, scope, main)
+        if prof is not None:
+            extra = prof.stop(details)
+            prof = None
+    finally:
+        if prof is not None:
+            with contextlib.suppress(Exception):
+                prof.stop(False)
+    figures["speed_ns"] = [speed0, host_speed()]
+    if mode.startswith("cb-") or mode == "subscribed":
+        figures["steps_counted"] = n  # the calls counted are these steps' (the census)
+    return {**figures, **extra}
+
+
+# -- many processes -----------------------------------------------------------------------
+def plan_processes(profilers: list[str], processes: int, triton_processes: int
+                   ) -> list[tuple[str, list[str]]]:
+    """(kind, profilers) for each worker process, ours and Triton's interleaved so that a run
+    cut by its deadline keeps both: ours run every one of ours (the census, cb-all, in the first
+    only); Triton's run triton and the floor (when asked for)."""
+    ours = [p for p in profilers if p not in ("triton", *LAST)]
+    last = [p for p in profilers if p in LAST]
+    mine = [("ours", ours + (last if i == 0 else [])) for i in range(processes)
+            if ours or (last and i == 0)]
+    theirs = [("triton", ["triton"] + (["floor"] if "floor" in profilers else []))
+              for _ in range(triton_processes if "triton" in profilers else 0)]
+    out = []
+    for i in range(max(len(mine), len(theirs))):
+        out += mine[i:i + 1] + theirs[i:i + 1]
+    return out
+
+
+def run_worker(which: list[str], args: list[str], timeout: float) -> dict:
+    """One worker process: its phases and failures as it printed them (kept if it dies or
+    runs out of time), its exit status, its seconds."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", ",".join(which), *args]
+    t0 = time.monotonic()
+    with tempfile.TemporaryFile("w+") as err, \
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                             start_new_session=True) as proc:  # its DataLoader workers go too
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            status = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, _ = proc.communicate()
+            status = "timeout"
+        err.seek(0)
+        stderr = err.read()
+    result = collect(out, status, stderr)
+    result["profilers"] = which
+    result["exit"], result["seconds"] = status, time.monotonic() - t0
+    return result
+
+
+def collect(out: str, status: int | str, stderr: str) -> dict:
+    """A worker's result from the lines it printed: every phase and failure that came before
+    it ended, and, if it did not end well, why (exit status or time, its last stderr line)."""
+    result: dict = {"phases": [], "errors": []}
+    for line in out.splitlines():
+        try:
+            item = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            item = None
+        if not isinstance(item, dict):
+            continue
+        if isinstance(item.get("phase"), dict):
+            result["phases"].append(item["phase"])
+        elif isinstance(item.get("error"), dict):
+            result["errors"].append(item["error"])
+        elif "device" in item:  # the whole result, last: its header only (phases came one by one)
+            result.update({k: item[k] for k in ("device", "steps", "rounds", "modes") if k in item})
+    if status != 0:
+        why = "ran out of time" if status == "timeout" else f"exited with status {status}"
+        last = stderr.strip().splitlines()[-1:] or [""]
+        result["errors"].append({"mode": "process", "error": f"{why} after "
+                                 f"{len(result['phases'])} phases: {last[0][:300]}"})
+    return result
 
 
 def run_processes(profilers: list[str], processes: int, n: int, warmup: int, rounds: int,
-                  results: str) -> None:
-    ours = [p for p in profilers if p not in ("triton", *LAST)]
-    last = [p for p in profilers if p in LAST]
-    for i in range(processes):
-        plan = []
-        if ours or last:  # each process starts the turn at another profiler: no order favoured
-            k = i % max(len(ours), 1)
-            plan.append(ours[k:] + ours[:k] + last)
-        if "triton" in profilers:
-            plan.append(["triton"])
-        for which in plan:
-            cmd = [sys.executable, os.path.abspath(__file__), "--worker", ",".join(which),
-                   "--steps", str(n), "--warmup", str(warmup),
-                   "--rounds", str(1 if which == ["triton"] else rounds)]
-            t0 = time.monotonic()
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=580)
-            if done.returncode:
-                print(f"worker {which} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
-                continue
-            with open(results, "a") as f:
-                f.write(done.stdout.strip().splitlines()[-1] + "\n")
-            print(f"process {i + 1}/{processes} {','.join(which)}: "
-                  f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+                  results: str, *, triton_processes: int = 4, deadline: float = 420.0,
+                  device: str = "cuda") -> None:
+    """Each planned worker in turn, each one's result a line of `results`; none starts that
+    would end after `deadline` seconds (by the longest of its kind so far)."""
+    t0 = time.monotonic()
+    longest: dict[str, float] = {}
+    plan = plan_processes(profilers, processes, triton_processes)
+    for i, (kind, which) in enumerate(plan):
+        left = deadline - (time.monotonic() - t0)
+        if longest.get(kind, 0.0) >= left:
+            print(f"process {i + 1}/{len(plan)} ({kind}) not started: {max(left, 0):.0f} s left "
+                  f"before --deadline, one took {longest.get(kind, 0.0):.0f} s",
+                  file=sys.stderr, flush=True)
+            continue
+        # ours turn their order by their index; Triton's all start at bare, triton, floor:
+        # triton loads its CUPTI (libcupti.so.12) before the floor loads cupti-python's, so if
+        # the two cannot share a process it is the floor that fails there (judged through bare)
+        offset = sum(k == "ours" for k, _ in plan[:i]) if kind == "ours" else 0
+        args = ["--steps", str(n), "--warmup", str(warmup), "--rounds", str(rounds),
+                "--offset", str(offset), "--device", device]
+        # a hung worker (a CUPTI deadlock) must not take the whole call
+        cap = 4 * max(longest.values()) if longest else 180.0
+        result = run_worker(which, args, timeout=max(60.0, min(left + 30, cap)))
+        result.update(process=i, kind=kind)
+        longest[kind] = max(longest.get(kind, 0.0), result["seconds"])
+        with open(results, "a") as f:
+            f.write(json.dumps(result) + "\n")
+        errors = "; ".join(f"{e['mode']}: {e['error'][:120]}" for e in result["errors"])
+        print(f"process {i + 1}/{len(plan)} {','.join(which)}: {result['seconds']:.0f} s, "
+              f"{len(result['phases'])} phases" + (f"; failed: {errors}" if errors else ""),
+              file=sys.stderr, flush=True)
 
 
-def table(results: str) -> str:
-    """Per profiler, the median over its phases (a few a process, many processes) of the step
-    time, the main thread's CPU a step and the main and autograd threads' CPU a step, each over
-    the faster bare phase beside it; the same over the floor's phase of the same round and
-    process; what it adds a step by thread; the cost of a scope; the census of calls."""
-    rows: dict[str, list[dict]] = {}
-    over: dict[str, list[tuple[float, float, float]]] = {}
-    processes: dict[str, int] = {}
-    with open(results) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            pairs = paired(json.loads(line))
-            floors = {p["round"]: p for p in pairs if p["profiler"] == "floor"}
-            for p in pairs:
-                rows.setdefault(p["profiler"], []).append(p)
-                fl = floors.get(p["round"])
-                if fl is not None and p["profiler"] != "floor":
-                    over.setdefault(p["profiler"], []).append(
-                        (p["x"] / fl["x"], p["cpu_x"] / fl["cpu_x"],
-                         p["threads_x"] / fl["threads_x"]))
-            for name in {p["profiler"] for p in pairs}:
-                processes[name] = processes.get(name, 0) + 1
-    med = statistics.median
-    lines = ["| profiler | phases (processes) | step x bare | main CPU x bare | main+autograd "
-             "CPU x bare | over the floor: step, main CPU, main+autograd | added ms a step: "
-             "main, autograd, other threads | bare ms a step |",
-             "|---|---|---|---|---|---|---|---|"]
-    order = [p for p in ALL if p in rows]
-    for name in order:
-        r = rows[name]
-        th = [med([p["added_threads_ms"][k] for p in r]) for k in ("main", "autograd", "other")]
-        o = over.get(name)
-        floor = "-" if not o else ", ".join(f"{med([t[i] for t in o]):.3f}" for i in range(3))
-        lines.append(f"| {name} | {len(r)} ({processes[name]}) | {_spread([p['x'] for p in r])} "
-                     f"| {_spread([p['cpu_x'] for p in r])} "
-                     f"| {_spread([p['threads_x'] for p in r])} | {floor} "
-                     f"| {th[0]:+.3f}, {th[1]:+.3f}, {th[2]:+.3f} "
-                     f"| {med([p['bare_ms'] for p in r]):.2f} |")
-    lines.append("(x: median [quartiles]; over the floor: median of the ratio to the floor's "
-                 "phase of the same round)")
-    scopes = {n: med([p["scope_us"] for p in rows[n]]) for n in order
-              if all("scope_us" in p for p in rows[n])}
-    if scopes:
-        lines.append("Scope enter+exit, us (x4 a step): " +
-                     ", ".join(f"{n} {us:.2f}" for n, us in scopes.items()))
-    lines += census(rows)
-    return "\n".join(lines)
-
-
-def _spread(values: list[float]) -> str:
-    """Median and quartiles."""
-    if len(values) < 4:
-        return f"{statistics.median(values):.3f}"
-    q1, q2, q3 = statistics.quantiles(values, n=4)
-    return f"{q2:.3f} [{q1:.2f}-{q3:.2f}]"
-
-
-def census(rows: dict[str, list[dict]]) -> list[str]:
-    """Calls per step by API (cb-all's counts, one process), and those that reach the
-    callbacks each of our modes enables."""
-    counted = next((p for p in rows.get("cb-all", []) if "calls" in p), None)
-    if counted is None:
-        return []
-    names, n = cbid_names(), counted["steps_counted"]
-    calls = counted["calls"]
-    per_step = {k: v / n for k, v in calls["calls"].items()}
-    top = sorted(per_step.items(), key=lambda kv: -kv[1])
-    out = ["", f"CUDA API calls a step (cb-all, one process): {sum(per_step.values()):.0f} "
-           f"of {len(per_step)} kinds; " +
-           ", ".join(f"{names.get(k, k)} {v:.0f}" for k, v in top[:25])]
-    nested = sorted(calls.get("nested", {}).items(), key=lambda kv: -kv[1])
-    same = calls.get("same_corr", {})
-    if nested:
-        out.append("driver calls inside runtime calls a step (with the runtime call's "
-                   "correlation id): " +
-                   ", ".join(f"{names.get(k, k)} {v / n:.0f} ({same.get(k, 0) / n:.0f})"
-                             for k, v in nested[:8]))
-    for mode in ("shadow", "hook", "python"):
-        enabled = next((p["enabled"] for p in rows.get(mode, []) if p.get("enabled")), None)
-        if enabled is not None:
-            hit = {k: per_step.get(k, 0) for k in enabled}
-            out.append(f"{mode}: {len(enabled)} callbacks enabled, called "
-                       f"{sum(hit.values()):.0f} times a step: " +
-                       ", ".join(f"{names.get(k, k)} {v:.0f}" for k, v in
-                                 sorted(hit.items(), key=lambda kv: -kv[1]) if v))
-    return out
-
-
-def cbid_names() -> dict[str, str]:
-    try:
-        from cupti import cupti
-
-        from proton.cupti.subscriber import cupti_enum
-    except ImportError:
-        return {}
-    out = {}
-    for domain, names in ((1, ("driver_api_trace_cbid", "DriverApiTraceCbid")),
-                          (2, ("runtime_api_trace_cbid", "RuntimeApiTraceCbid"))):
-        for name, member in cupti_enum(cupti, *names).__members__.items():
-            out.setdefault(f"{domain}/{int(member)}", name)
-    return out
+def table(results: str, reps: int = 1000) -> str:
+    """The verdict table and the rest (bench/step_stats.py) of a results file."""
+    if not os.path.exists(results):
+        raise BenchError(f"no results file {results!r}: give the file a run wrote (its "
+                         "--results), or, after a run, see above why no worker process ran")
+    return step_stats.table(step_stats.load(results), reps=reps)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--processes", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=40, help="steps a phase")
+    parser.add_argument("--processes", type=int, default=6, help="processes of ours")
+    parser.add_argument("--triton-processes", type=int, default=4,
+                        help="processes of Triton's Proton (with bare and the floor)")
+    parser.add_argument("--steps", type=int, default=15, help="measured steps a phase")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="each profiler's phases a process (cb-all: once)")
+    parser.add_argument("--rounds", type=int, default=12,
+                        help="rounds a process, each mode once a round (cb-all: once)")
+    parser.add_argument("--deadline", type=float, default=420.0,
+                        help="seconds: start no process that would end later")
     parser.add_argument("--profilers", default=",".join((*DEFAULT, "triton")),
                         help=f"of {','.join(ALL)}")
     parser.add_argument("--results", default="step_cost.jsonl")
-    parser.add_argument("--table", metavar="RESULTS", help="print the table of RESULTS only")
+    parser.add_argument("--table", metavar="RESULTS", help="print the tables of RESULTS only")
+    parser.add_argument("--reps", type=int, default=1000, help="bootstrap replicates")
     parser.add_argument("--worker", metavar="PROFILERS", help=argparse.SUPPRESS)
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                        help="cpu: a dry run (profilers fail to start and are reported)")
     args = parser.parse_args()
     try:
         if args.table:
-            print(table(args.table))
+            print(table(args.table, args.reps))
             return
         if args.worker is not None:
             which = [p for p in args.worker.split(",") if p and p != "none"]
-            unknown = set(which) - set(ALL)
-            if unknown:
-                raise BenchError(f"unknown profilers {sorted(unknown)}; choose from {ALL}")
-            if args.device == "cpu" and which:
-                raise BenchError("--device cpu runs the step bare only (--worker none)")
-            print(json.dumps(worker(which, args.steps, args.warmup, args.device, args.rounds)))
+            check(which)
+            emit = functools.partial(print, flush=True)
+            result = worker(which, args.steps, args.warmup, args.device, args.rounds,
+                            offset=args.offset, emit=emit)
+            print(json.dumps(result), flush=True)
             return
-        need_gpu()
+        if args.device == "cuda":
+            need_gpu()
         profilers = args.profilers.split(",")
-        unknown = set(profilers) - set(ALL)
-        if unknown:
-            raise BenchError(f"unknown profilers {sorted(unknown)}; choose from {ALL}")
+        check(profilers)
         run_processes(profilers, args.processes, args.steps, args.warmup, args.rounds,
-                      args.results)
-        print(table(args.results))
+                      args.results, triton_processes=args.triton_processes,
+                      deadline=args.deadline, device=args.device)
+        print(table(args.results, args.reps))
     except BenchError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def check(profilers: list[str]) -> None:
+    unknown = set(profilers) - set(ALL) - {"none"}
+    if unknown:
+        raise BenchError(f"unknown profilers {sorted(unknown)}; choose from {','.join(ALL)}")
 
 
 if __name__ == "__main__":
