@@ -9,15 +9,18 @@ import ctypes
 
 DOMAIN = 5
 """CUPTI_CB_DOMAIN_NVTX"""
-PUSH_A, PUSH_W, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP = 8, 9, 10, 11, 33, 34
-"""CUPTI_CBID_NVTX_nvtxRangePushA, ...PushW, ...PushEx, ...Pop, ...DomainRangePushEx,
-...DomainRangePop"""
-CBIDS = (PUSH_A, PUSH_W, PUSH_EX, POP, DOMAIN_PUSH_EX, DOMAIN_POP)
-POPS = (POP, DOMAIN_POP)
+PUSH_A, PUSH_W, PUSH_EX, POP = 8, 9, 10, 11
+"""CUPTI_CBID_NVTX_nvtxRangePushA, ...PushW, ...PushEx, ...Pop: the default domain's ranges,
+the ones torch.cuda.nvtx and users push. A library's own domain (nvtxDomainRangePushEx, 33:
+NCCL's around every collective and its communicator set-up) is not taken: on two H100s NCCL's
+ranges left one open on the main thread and the job's scopes nested under it (Triton's Proton
+takes nvtxRangePushA and nvtxRangePop only)."""
+CBIDS = (PUSH_A, PUSH_W, PUSH_EX, POP)
+POPS = (POP,)
 PARAMS_AT = 8
 """CUpti_NvtxData: {const char *functionName; const void *functionParams; ...}"""
-EX_ATTRIB_AT = {PUSH_EX: 0, DOMAIN_PUSH_EX: 8}
-"""Where each Ex call's params hold its nvtxEventAttributes_t pointer (after the domain)."""
+EX_ATTRIB_AT = {PUSH_EX: 0}
+"""Where an Ex call's params hold its nvtxEventAttributes_t pointer."""
 MESSAGE_TYPE_AT, MESSAGE_AT = 32, 40
 """nvtxEventAttributes_t (v2): messageType, and the message union (a char* for ASCII)."""
 ASCII, UNICODE = 1, 2

@@ -1,8 +1,9 @@
 """NVTX ranges as scopes, as Triton's Proton does (TRITON_ENABLE_NVTX, on unless set to 0).
 
-`torch.cuda.nvtx.range_push("attn")`, `torch.cuda.nvtx.range(...)`, or a library's own
-`nvtxRangePushEx`/`nvtxDomainRangePushEx` called from a Python thread open a scope of that name
-on the calling thread while a session collects; the matching pop closes it. Ranges pushed on
+`torch.cuda.nvtx.range_push("attn")`, `torch.cuda.nvtx.range(...)`, or a library's
+`nvtxRangePushA/W/Ex` in NVTX's default domain called from a Python thread open a scope of that
+name on the calling thread while a session collects; the matching pop closes it. Ranges in a
+library's own domain (nvtxDomainRangePushEx: NCCL's) are not scopes (cupti/nvtx.py says why). Ranges pushed on
 threads that run no Python (autograd's backward thread under emit_nvtx, NCCL's) are left out.
 
 NVTX calls reach CUPTI only when NVTX loaded it as its injection library: the collector points
