@@ -1,5 +1,5 @@
 """bench/step_cost.py's workers on the GPU, a few steps each: every mode runs its rounds with
-no failure and Triton's Proton keeps its phases beside the floor. What step_cost.py's full run
+no failure and Triton's Proton keeps its phase beside the floor's. What step_cost.py's full run
 (~6 minutes, `OVERHEAD=bf16step bash bench/gpu_run.sh`) needs to work. `pytest -m gpu`."""
 from __future__ import annotations
 
@@ -39,7 +39,9 @@ def test_ours_run_every_round_with_the_floor_and_report_their_callbacks():
 def test_tritons_proton_keeps_its_phases_beside_the_floor():
     result = worker("triton,floor")
     triton = [p for p in result["phases"] if p["mode"] == "triton"]
-    assert len(triton) == 2, result["errors"]  # if the floor cannot share, it is the floor
-    # that fails (triton loads its CUPTI first); the table then judges Triton's through bare
+    # once a process (it cannot subscribe again after its finalize); if the floor cannot
+    # share, it is the floor that fails (triton loads its CUPTI first), judged through bare
+    assert len(triton) == 1 and "triton" not in [e["mode"] for e in result["errors"]], \
+        result["errors"]
     floor = [p for p in result["phases"] if p["mode"] == "floor"]
     assert len(floor) == 2 or [e["mode"] for e in result["errors"]] == ["floor"]
