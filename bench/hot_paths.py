@@ -119,6 +119,12 @@ class StandIn:
     def main_path(self, path: int) -> None:
         pass
 
+    def push_main(self, path: int) -> None:
+        pass
+
+    def pop_main(self, path: int) -> None:
+        pass
+
 
 class Metadata:
     """What Triton hands the launch hooks for a kernel without launch_metadata."""

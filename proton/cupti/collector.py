@@ -326,13 +326,14 @@ class CuptiCollector:
         self._note_main(path_id)
 
     # -- launches (called on the user's threads) ---------------------------------------------
-    def _launch_enter(self):
+    def _launch_enter(self, unscoped_now: Unscoped | None = None):
         """context="python": the launch call's enter, on the launching thread, as
         on_enter(correlation id, CUPTI timestamp, cbid) (a closure: this runs at every launch,
         so every name is local). The launch is registered with its call path and start time
         (a thread with no Python frames, such as PyTorch's autograd thread, gets Attributor's
-        unscoped path). The C launch log calls it with CUPTI's fields read (its exit stays in
-        C); without the helper, _launch_callback does.
+        unscoped path, or `unscoped_now`'s: the C launch log's, which notes no timeline).
+        The C launch log calls it with CUPTI's fields read (its exit stays in C); without the
+        helper, _launch_callback does.
 
         A thread that runs no Python gets a fresh Python thread state for each callback unless
         one is kept for it: on a CPU, 16 us a launch (enter and exit) against 0.7 kept
@@ -344,8 +345,7 @@ class CuptiCollector:
         capturing, in_capture = self.attributor.capturing, self.attributor.in_capture
         getframe, thread = sys._getframe, threading.get_ident
         errors, unscoped, launch_path = self.callback_errors, self._unscoped, self._launch_path
-        if self.pipeline.logs_launches:  # the timeline is not noted: the log's main path is read
-            unscoped = self.pipeline.unscoped_now
+        unscoped = unscoped_now or unscoped
         kept: set[int] | None = set() if os.environ.get(KEEP_STATES_ENV) == "1" else None
         keep = ctypes.pythonapi.PyGILState_Ensure
 

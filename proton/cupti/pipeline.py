@@ -286,7 +286,7 @@ class NativePipeline:
         self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom)
         if c.in_callback:
             self._register_logged = c.logged_enters()
-        return self.log, c._launch_enter() if c.in_callback else None, None
+        return self.log, c._launch_enter(self.unscoped_now) if c.in_callback else None, None
 
     def enable(self, on: bool) -> None:
         if self.log is not None:
