@@ -621,6 +621,42 @@ def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     assert (n_ext, n_api) == (0, 1)
 
 
+def test_a_main_thread_scope_pushes_and_moves_the_main_path_in_one_call(cache):
+    """push_main and pop_main (a scope's enter and exit on the main thread, one C call each)
+    do what push, pop and main_path do: this thread's launches go to its innermost scope, a
+    thread with none of its own to the main thread's; leaving the last one (ROOT) leaves
+    such launches without a path, for Python to place."""
+    import threading
+
+    from proton.data.paths import ROOT
+
+    collector, _, launch = _collector(True)
+    launcher = _Launcher(collector)
+    log = launcher.log
+
+    def on_worker(corr: int) -> None:
+        worker = threading.Thread(target=lambda: launcher.launch(1, launch, corr, corr * 10))
+        worker.start()
+        worker.join()
+
+    collector.push_main(31)
+    launcher.launch(1, launch, 1, 10)
+    on_worker(2)
+    collector.push_main(32)
+    on_worker(3)
+    collector.pop_main(31)
+    launcher.launch(1, launch, 4, 40)
+    on_worker(5)
+    collector.pop_main(ROOT)
+    launcher.launch(1, launch, 6, 60)
+    on_worker(7)
+    ext, api, n_ext, n_api = log.take()
+    assert n_api == 7
+    custom = collector._custom
+    assert ext[:, :n_ext].T.tolist() == [[1, custom, 31], [2, custom, 31], [3, custom, 32],
+                                         [4, custom, 31], [5, custom, 31]]
+
+
 @pytest.mark.parametrize("seed,capture,launches", [
     (5, None, 3000), (6, (200_000, 900_000), 3000)])
 def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed, capture,
@@ -946,7 +982,8 @@ SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_e
              "test_the_launch_log_keeps", "test_a_thread_with_no_scope",
              "test_launches_logged_in_c_give", "test_a_launch_call_inside_another",
              "test_the_python_contexts_launch_enter", "test_a_new_session_starts_with",
-             "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer"]
+             "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer",
+             "test_a_main_thread_scope_pushes"]
 """The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers."""
 
 
