@@ -12,7 +12,6 @@ from typing import Any, Callable, Mapping
 
 from .context.frames import (close_frame, enter_frame, innermost, open_frame, recording,
                              unwind)
-from .context.stack import per_thread
 from .data.metrics import check_scope_name, check_user_metrics
 from .data.paths import SCOPE, STATE
 from .errors import ScopeError
@@ -106,15 +105,12 @@ class scope:
     def _open(self) -> int:
         if _listen_pending:
             _listen_from_environment()
-        before = len(per_thread.stacks.open)
-        open_frame(self.name, self.metrics, self._cpu_timed, self._kind)
-        return before
+        return open_frame(self.name, self.metrics, self._cpu_timed, self._kind)
 
     def __enter__(self) -> "scope":
         if _listen_pending:
             _listen_from_environment()
-        before = len(per_thread.stacks.open)
-        open_frame(self.name, self.metrics, self._cpu_timed, self._kind)  # _open, inlined
+        before = open_frame(self.name, self.metrics, self._cpu_timed, self._kind)  # _open's
         if self._depths is None:
             self._depths = [before]
         else:
@@ -126,10 +122,7 @@ class scope:
         if exc_type is not None:
             unwind(before)
             return
-        opened = per_thread.stacks.open
-        if opened and opened[-1].name == self.name:
-            close_frame()
-        else:
+        if close_frame(None, self.name) == -1:  # not the innermost frame, or none open
             exit_scope(self.name)  # its one-line error (or nothing with no session live)
 
     def __call__(self, func: Callable) -> Callable:

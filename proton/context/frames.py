@@ -113,11 +113,13 @@ def enter_frame(name: str, values: dict[str, float] | None, *, cpu_timed: bool =
                 kind: str = SCOPE) -> int:
     """Open a frame (a scope, a state, or the frame launch_metadata runs in) with checked
     metrics; return its path id."""
-    return open_frame(name, values, cpu_timed, kind).path
+    opened = per_thread.stacks.open
+    return opened[open_frame(name, values, cpu_timed, kind)].path
 
 
-def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind: str) -> Open:
-    """enter_frame, positional and returning the frame opened (proton.scope's enter)."""
+def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind: str) -> int:
+    """enter_frame, positional, returning how many frames were open before (the new one's
+    index on the stack): proton.scope's enter."""
     st = per_thread.stacks
     if st.op_path is not None:  # set whenever an op is pushed
         pop_op()
@@ -139,7 +141,7 @@ def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind
         top.pushed_by = collector  # only once pushed: its exit pops exactly what it pushed
     if values and recorder.recording:
         recorder.add_metrics(path, values)
-    return top
+    return len(opened) - 1
 
 
 def innermost() -> Open | None:
@@ -148,13 +150,16 @@ def innermost() -> Open | None:
     return opened[-1] if opened else None
 
 
-def close_frame(values: dict[str, float] | None = None) -> int:
+def close_frame(values: dict[str, float] | None = None, named: str | None = None) -> int:
     """Close this thread's innermost frame (there must be one): its CUPTI id, its CPU time and
-    its metrics (`values`, added after it closes)."""
+    its metrics (`values`, added after it closes); return its path id. With `named` (a
+    scope's exit), only if the innermost frame is called so: else return -1, closing none."""
     st = per_thread.stacks
+    opened = st.open
+    if named is not None and (not opened or opened[-1].name != named):
+        return -1
     if st.op_path is not None:
         pop_op()
-    opened = st.open
     top = opened.pop()
     st.version += 1
     by = top.pushed_by
