@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import inspect
 import time
 import types
 
@@ -303,14 +304,16 @@ def scope_live(repeats: int, context: str = "shadow", hook: str | None = None,
     timestamp stood in by time.monotonic_ns."""
     proton.start(f"/tmp/hot_paths_scope_{context}", context=context, hook=hook)
     ctx = profiler.context
-    collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
-                               launch_path=ctx.launch_path, in_callback=ctx.in_callback,
-                               graft=profiler.router.graft, groups=profiler.router.on_groups,
-                               moved=profiler.timeline.note)
+    made = dict(launch_path=ctx.launch_path, in_callback=ctx.in_callback,
+                graft=profiler.router.graft, groups=profiler.router.on_groups)
+    if "moved" in inspect.signature(CuptiCollector).parameters:  # an earlier tree has none
+        made["moved"] = profiler.timeline.note
+    collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped, **made)
     collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)
     if not collector.pipeline.native:  # cupti-python's push needs the driver
         collector.push = collector.pop = lambda *a: None
-        collector.push_main, collector.pop_main = collector._push_main, collector._pop_main
+        if hasattr(collector, "_push_main"):
+            collector.push_main, collector.pop_main = collector._push_main, collector._pop_main
     saved, profiler.collector = profiler.collector, collector
     scope = proton.scope
 

@@ -98,7 +98,7 @@ class scope:
     def __init__(self, name: str, metrics: Mapping[str, Any] | None = None) -> None:
         self.name = name if name.__class__ is str and name else check_scope_name(name)
         self.metrics = None if metrics is None else check_user_metrics(metrics)
-        self._depths: list[int] | None = None
+        self._depths: list[int] = []
         """How many frames were open at each enter not yet exited (a scope object may be
         entered again before it exits): an exception unwinds to it."""
 
@@ -110,11 +110,8 @@ class scope:
     def __enter__(self) -> "scope":
         if _listen_pending:
             _listen_from_environment()
-        before = open_frame(self.name, self.metrics, self._cpu_timed, self._kind)  # _open's
-        if self._depths is None:
-            self._depths = [before]
-        else:
-            self._depths.append(before)
+        self._depths.append(open_frame(self.name, self.metrics, self._cpu_timed,
+                                       self._kind))  # _open's work, inlined
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -21,6 +21,12 @@ A walk seen before that stops at a kept frame and keeps only it (nn.Module forwa
 line after line) is answered in launch_path itself; a new walk changes only the kept frames
 inside the one found.
 
+A scope's own path (at its enter) is the launch path at its opener with the new scope after
+it, found without a walk in the common cases: opened by the frame that opened the innermost
+open scope (the parent's path), by a callee of that frame (the frames in between only), or
+with no scope open from the place the thread's last such scope was opened (its Anchor: the
+training loop's `step`); otherwise by launch_path.
+
 With the C helper, a launch on a thread running no Python with no scope open (PyTorch's
 autograd thread) never reaches this module: the C launch log places it under the main thread's
 scope, as thread_launch_path's caller would (cupti/native.c, frameless).
