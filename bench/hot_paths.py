@@ -295,8 +295,14 @@ def scope(call, repeats: int) -> float:
         proton.finalize()
 
 
+def below(depth: int, f, *args):
+    """f(*args) called `depth` frames further down the stack (a script run under pytest or the
+    `proton` command has dozens of frames above its loop)."""
+    return f(*args) if depth == 0 else below(depth - 1, f, *args)
+
+
 def scope_live(repeats: int, context: str = "shadow", hook: str | None = None,
-               n: int = 20_000) -> float:
+               n: int = 20_000, depth: int = 0) -> float:
     """us per `with proton.scope("step"): pass` in a loop (as bench/step_cost.py times it on
     the GPU machine) with the session live: the collector CUPTI would run, made but not
     started (no driver here), so a scope pays the C helper's push and pop (or, without it,
@@ -331,7 +337,7 @@ def scope_live(repeats: int, context: str = "shadow", hook: str | None = None,
     try:
         # the loop's caller a plain frame (a generator's would keep the python context's
         # scope from reusing its path: a generator may be resumed from elsewhere)
-        t = min([loop(n, True) for _ in range(repeats)])
+        t = min([below(depth, loop, n, True) for _ in range(repeats)])
         return (t - min([loop(n, False) for _ in range(repeats)])) / n * 1e6
     finally:
         profiler.collector = saved
@@ -379,6 +385,7 @@ def main() -> None:
           f"scope enter and exit: {scope(ns['call'], args.repeats):.2f} us")
     live = [(context + (f" hook={hook}" if hook else ""), scope_live(args.repeats, context, hook))
             for context, hook in (("shadow", None), ("shadow", "triton"), ("python", None))]
+    live.append(("python 20 frames deeper", scope_live(args.repeats, "python", depth=20)))
     triton = triton_scope(args.repeats)
     print("scope enter and exit, session live: "
           + ", ".join(f"{name} {us:.2f}" for name, us in live)
