@@ -657,6 +657,35 @@ def test_a_main_thread_scope_pushes_and_moves_the_main_path_in_one_call(cache):
                                          [4, custom, 31], [5, custom, 31]]
 
 
+def test_the_timeline_is_noted_only_where_no_c_log_reads_the_main_thread(cache):
+    """The main thread's scope changes: with the C launch log (which reads the main thread's
+    scope at each launch) none goes to the Python timeline, so a scope costs no CUPTI
+    timestamp; with Python's pipeline (PROTON_NATIVE=0, no compiler) each one is noted with
+    its time, as the records' launches are placed from it."""
+    import types
+
+    from proton.cupti.collector import CuptiCollector
+    from proton.data.paths import ROOT
+
+    for use_native in (True, False):
+        noted: list = []
+        collector = CuptiCollector(lambda kernels: None, native=use_native,
+                                   groups=lambda g, first, rows: None,
+                                   moved=lambda ts, path: noted.append((ts, path)))
+        assert collector.pipeline.logs_launches is use_native
+        collector._cupti = types.SimpleNamespace(get_timestamp=lambda: 77)  # no driver here
+        if not use_native:  # cupti-python's external-id push needs the driver
+            collector.push = collector.pop = lambda *args: None
+        collector.push_main(5)
+        collector.push_main(6)
+        collector.pop_main(5)
+        collector.pop_main(ROOT)
+        collector.main_path(8)
+        collector.main_path(ROOT)
+        assert noted == ([] if use_native else
+                         [(77, 5), (77, 6), (77, 5), (77, ROOT), (77, 8), (77, ROOT)])
+
+
 @pytest.mark.parametrize("seed,capture,launches", [
     (5, None, 3000), (6, (200_000, 900_000), 3000)])
 def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed, capture,
