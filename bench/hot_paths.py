@@ -12,7 +12,9 @@
   * a launch on a thread that runs no Python (PyTorch's autograd thread): the C helper's
     callback called from a C thread, enter and exit, with no thread state and with one kept;
   * Triton hook: the launch enter and exit hooks for a kernel without launch_metadata;
-  * scope: `with proton.scope(...)` entered and left while collecting.
+  * scope: `with proton.scope(...)` entered and left while collecting (a stand-in collector),
+    and in a loop with the session live, per context: the collector made as a session makes it
+    (the C helper's push and pop), CUPTI not started; Triton's scope beside it.
 A stand-in collector takes the pushes (CUPTI's own push costs the same with or without us).
 Microseconds per launch (or scope), best of the repeats, the loop's own cost taken off.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import inspect
 import time
 import types
 
@@ -117,6 +120,12 @@ class StandIn:
         return time.monotonic_ns()
 
     def main_path(self, path: int) -> None:
+        pass
+
+    def push_main(self, path: int) -> None:
+        pass
+
+    def pop_main(self, path: int) -> None:
         pass
 
 
@@ -286,6 +295,78 @@ def scope(call, repeats: int) -> float:
         proton.finalize()
 
 
+def below(depth: int, f, *args):
+    """f(*args) called `depth` frames further down the stack (a script run under pytest or the
+    `proton` command has dozens of frames above its loop)."""
+    return f(*args) if depth == 0 else below(depth - 1, f, *args)
+
+
+def scope_live(repeats: int, context: str = "shadow", hook: str | None = None,
+               n: int = 20_000, depth: int = 0) -> float:
+    """us per `with proton.scope("step"): pass` in a loop (as bench/step_cost.py times it on
+    the GPU machine) with the session live: the collector CUPTI would run, made but not
+    started (no driver here), so a scope pays the C helper's push and pop (or, without it,
+    cupti-python's external-id calls stood in by no-ops) and the context's own work; CUPTI's
+    timestamp stood in by time.monotonic_ns."""
+    proton.start(f"/tmp/hot_paths_scope_{context}", context=context, hook=hook)
+    ctx = profiler.context
+    made = dict(launch_path=ctx.launch_path, in_callback=ctx.in_callback,
+                graft=profiler.router.graft, groups=profiler.router.on_groups)
+    if "moved" in inspect.signature(CuptiCollector).parameters:  # an earlier tree has none
+        made["moved"] = profiler.timeline.note
+    collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped, **made)
+    collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)
+    if not collector.pipeline.native:  # cupti-python's push needs the driver
+        collector.push = collector.pop = lambda *a: None
+        if hasattr(collector, "_push_main"):
+            collector.push_main, collector.pop_main = collector._push_main, collector._pop_main
+    saved, profiler.collector = profiler.collector, collector
+    scope = proton.scope
+
+    def loop(k: int, enter: bool) -> float:
+        t0 = time.perf_counter()
+        if enter:
+            for _ in range(k):
+                with scope("step"):
+                    pass
+        else:
+            for _ in range(k):
+                pass
+        return time.perf_counter() - t0
+
+    try:
+        # the loop's caller a plain frame (a generator's would keep the python context's
+        # scope from reusing its path: a generator may be resumed from elsewhere)
+        t = min([below(depth, loop, n, True) for _ in range(repeats)])
+        return (t - min([loop(n, False) for _ in range(repeats)])) / n * 1e6
+    finally:
+        profiler.collector = saved
+        proton.finalize()
+
+
+def triton_scope(repeats: int, n: int = 20_000) -> float | None:
+    """Triton's Proton's `with scope("step"): pass`, for reference: its libproton calls with
+    profiling on but no session (CUPTI cannot start here), a lower bound of its cost."""
+    try:
+        import triton.profiler as tp
+        from triton.profiler import flags
+    except ImportError:
+        return None
+    flags.profiling_on, scope = True, tp.scope
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            with scope("step"):
+                pass
+        return time.perf_counter() - t0
+
+    try:
+        return min([loop() for _ in range(repeats)]) / n * 1e6
+    finally:
+        flags.profiling_on = False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=7)
@@ -302,6 +383,13 @@ def main() -> None:
           f"({frameless(args.repeats, kept=True):.2f} with a thread state kept); "
           f"Triton hook: {hook(ns['call'], args.repeats):.2f} us; "
           f"scope enter and exit: {scope(ns['call'], args.repeats):.2f} us")
+    live = [(context + (f" hook={hook}" if hook else ""), scope_live(args.repeats, context, hook))
+            for context, hook in (("shadow", None), ("shadow", "triton"), ("python", None))]
+    live.append(("python 20 frames deeper", scope_live(args.repeats, "python", depth=20)))
+    triton = triton_scope(args.repeats)
+    print("scope enter and exit, session live: "
+          + ", ".join(f"{name} {us:.2f}" for name, us in live)
+          + (f"; Triton's (no session) {triton:.2f}" if triton is not None else "") + " us")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Mapping
 
-from .context.frames import close_frame, enter_frame, innermost, recording, unwind
-from .context.stack import depth
+from .context.frames import (close_frame, enter_frame, innermost, open_frame, recording,
+                             unwind)
 from .data.metrics import check_scope_name, check_user_metrics
 from .data.paths import SCOPE, STATE
 from .errors import ScopeError
@@ -89,32 +89,38 @@ class scope:
             exclusive (not summed into parents).
     """
 
+    __slots__ = ("name", "metrics", "_depths")
+
     _cpu_timed = False
 
     _kind = SCOPE
 
     def __init__(self, name: str, metrics: Mapping[str, Any] | None = None) -> None:
-        self.name = check_scope_name(name)
-        self.metrics = check_user_metrics(metrics)
+        self.name = name if name.__class__ is str and name else check_scope_name(name)
+        self.metrics = None if metrics is None else check_user_metrics(metrics)
         self._depths: list[int] = []
+        """How many frames were open at each enter not yet exited (a scope object may be
+        entered again before it exits): an exception unwinds to it."""
 
     def _open(self) -> int:
         if _listen_pending:
             _listen_from_environment()
-        before = depth()
-        enter_frame(self.name, self.metrics, cpu_timed=self._cpu_timed, kind=self._kind)
-        return before
+        return open_frame(self.name, self.metrics, self._cpu_timed, self._kind)
 
     def __enter__(self) -> "scope":
-        self._depths.append(self._open())
+        if _listen_pending:
+            _listen_from_environment()
+        self._depths.append(open_frame(self.name, self.metrics, self._cpu_timed,
+                                       self._kind))  # _open's work, inlined
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         before = self._depths.pop()
-        if exc_type is None:
-            exit_scope(self.name)
-        else:
+        if exc_type is not None:
             unwind(before)
+            return
+        if close_frame(None, self.name) == -1:  # not the innermost frame, or none open
+            exit_scope(self.name)  # its one-line error (or nothing with no session live)
 
     def __call__(self, func: Callable) -> Callable:
         @functools.wraps(func)
@@ -141,6 +147,8 @@ class cpu_timed_scope(scope):
             batch = next(loader)
     """
 
+    __slots__ = ()
+
     _cpu_timed = True
 
 
@@ -151,6 +159,8 @@ class state(scope):
         with proton.state("warmup"):
             kernel[grid](x)
     """
+
+    __slots__ = ()
 
     _kind = STATE
 

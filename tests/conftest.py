@@ -98,6 +98,14 @@ class IdStack:
     def main_path(self, path: int) -> None:
         self.main.append(path)
 
+    def push_main(self, path: int) -> None:
+        self.push(path)
+        self.main_path(path)
+
+    def pop_main(self, path: int) -> None:
+        self.pop()
+        self.main_path(path)
+
 
 @contextmanager
 def stand_in_collector() -> Iterator[IdStack]:

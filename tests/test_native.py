@@ -621,6 +621,71 @@ def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     assert (n_ext, n_api) == (0, 1)
 
 
+def test_a_main_thread_scope_pushes_and_moves_the_main_path_in_one_call(cache):
+    """push_main and pop_main (a scope's enter and exit on the main thread, one C call each)
+    do what push, pop and main_path do: this thread's launches go to its innermost scope, a
+    thread with none of its own to the main thread's; leaving the last one (ROOT) leaves
+    such launches without a path, for Python to place."""
+    import threading
+
+    from proton.data.paths import ROOT
+
+    collector, _, launch = _collector(True)
+    launcher = _Launcher(collector)
+    log = launcher.log
+
+    def on_worker(corr: int) -> None:
+        worker = threading.Thread(target=lambda: launcher.launch(1, launch, corr, corr * 10))
+        worker.start()
+        worker.join()
+
+    collector.push_main(31)
+    launcher.launch(1, launch, 1, 10)
+    on_worker(2)
+    collector.push_main(32)
+    on_worker(3)
+    collector.pop_main(31)
+    launcher.launch(1, launch, 4, 40)
+    on_worker(5)
+    collector.pop_main(ROOT)
+    launcher.launch(1, launch, 6, 60)
+    on_worker(7)
+    ext, api, n_ext, n_api = log.take()
+    assert n_api == 7
+    custom = collector._custom
+    assert ext[:, :n_ext].T.tolist() == [[1, custom, 31], [2, custom, 31], [3, custom, 32],
+                                         [4, custom, 31], [5, custom, 31]]
+
+
+def test_the_timeline_is_noted_only_where_no_c_log_reads_the_main_thread(cache):
+    """The main thread's scope changes: with the C launch log (which reads the main thread's
+    scope at each launch) none goes to the Python timeline, so a scope costs no CUPTI
+    timestamp; with Python's pipeline (PROTON_NATIVE=0, no compiler) each one is noted with
+    its time, as the records' launches are placed from it."""
+    import types
+
+    from proton.cupti.collector import CuptiCollector
+    from proton.data.paths import ROOT
+
+    for use_native in (True, False):
+        noted: list = []
+        collector = CuptiCollector(lambda kernels: None, native=use_native,
+                                   groups=lambda g, first, rows: None,
+                                   moved=lambda ts, path: noted.append((ts, path)))
+        assert collector.pipeline.logs_launches is use_native
+        collector._cupti = types.SimpleNamespace(get_timestamp=lambda: 77)  # no driver here
+        if not use_native:  # cupti-python's external-id push needs the driver
+            collector.push = collector.pop = lambda *args: None
+        collector.push_main(5)
+        collector.push_main(6)
+        collector.pop_main(5)
+        collector.pop_main(ROOT)
+        collector.main_path(8)
+        collector.main_path(ROOT)
+        assert noted == ([] if use_native else
+                         [(77, 5), (77, 6), (77, 5), (77, ROOT), (77, 8), (77, ROOT)])
+
+
 @pytest.mark.parametrize("seed,capture,launches", [
     (5, None, 3000), (6, (200_000, 900_000), 3000)])
 def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed, capture,
@@ -707,7 +772,8 @@ def test_the_python_contexts_launch_enter_comes_from_the_c_callback(cache):
     """context="python" with the C helper: CUPTI's call reaches Python only at a launch's
     enter, as (correlation id, time, cbid), and the launch goes where the launching Python
     frame says; a failed call is withdrawn from C (nothing waits for it); a launch on a
-    thread whose path is unknown goes to the unscoped path."""
+    thread whose path is unknown goes to the main thread's scope as the C log holds it (the
+    timeline's `unscoped`, 901 here, is not noted with the log and not asked)."""
     import threading
 
     from proton.cupti.collector import CuptiCollector
@@ -716,10 +782,11 @@ def test_the_python_contexts_launch_enter_comes_from_the_c_callback(cache):
         assert frame.f_code.co_name == "launch"
         return {"user_code": 55, "worker": None}.get(frame.f_back.f_code.co_name, 66)
 
-    collector = CuptiCollector(lambda kernels: None, lambda thread, ts: 900,
+    collector = CuptiCollector(lambda kernels: None, lambda thread, ts: 901,
                                launch_path=where, in_callback=True)
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     launcher = _Launcher(collector)
+    collector.main_path(900)  # the main thread entered a scope
 
     def user_code(corr, status=0):
         launcher.launch(1, launch, corr=corr, start=1000 + corr, status=status)
@@ -858,7 +925,7 @@ def test_every_exported_function_has_its_signature_from_native_c(cache):
     the built library, and matches the C parameter types."""
     sigs = native.signatures()
     lib = native.helper()
-    assert len(sigs) == 21
+    assert len(sigs) == 24
     for name, (restype, argtypes) in sigs.items():
         assert getattr(lib, name).argtypes == argtypes and getattr(lib, name).restype == restype
     assert sigs["proton_join_path"] == (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64])
@@ -944,7 +1011,8 @@ SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_e
              "test_the_launch_log_keeps", "test_a_thread_with_no_scope",
              "test_launches_logged_in_c_give", "test_a_launch_call_inside_another",
              "test_the_python_contexts_launch_enter", "test_a_new_session_starts_with",
-             "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer"]
+             "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer",
+             "test_a_main_thread_scope_pushes"]
 """The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers."""
 
 

@@ -494,3 +494,89 @@ def test_deep_module_stacks_give_the_same_paths_as_a_full_walk(python_session):
     assert got == want
     # deep: the innermost launches sit 21 frames below the model's own (4 a module call)
     assert max(map(len, want)) - min(map(len, want)) == 21
+
+
+def opened(found: list) -> None:
+    """Called right inside a scope the caller entered: its path beside the one a full walk
+    gives (launch_path at its opener with no kept frames: how a scope's path was found before
+    scopes took it from their parent's, or from the thread's anchor)."""
+    from proton.context import python
+    from proton.context.stack import per_thread
+
+    st = per_thread.stacks
+    top = st.open[-1]
+    st.kept = None
+    found.append((top.name, top.path, python.launch_path(top.opener)))
+
+
+def scoped_function(found: list) -> None:
+    with proton.scope("fn"):  # L-fn: a function's outermost scope, called from a loop
+        opened(found)
+        with proton.scope("fn-inner"):
+            opened(found)
+            scoped_helper(found)
+
+
+def scoped_helper(found: list) -> None:
+    with proton.scope("helper"):  # below a scope its caller's caller opened
+        opened(found)
+
+
+@proton.scope("decorated-helper")
+def decorated_helper(found: list) -> None:
+    opened(found)  # through the profiler's own frames
+
+
+def scoped_generator(found: list):
+    with proton.scope("gen"):
+        opened(found)
+        yield
+        with proton.scope("gen-inner"):  # resumed from another caller
+            opened(found)
+        yield
+
+
+def resume(gen) -> None:
+    next(gen, None)
+
+
+def test_scope_paths_found_without_a_walk_are_a_full_walks(python_session):
+    """A training loop's scopes, three passes: the loop's own (the anchor from the second
+    pass), nested ones in one function (the parent's path), callees' below them (the frames in
+    between walked), a function's outermost scope called from two lines of the loop (the
+    anchor must tell them apart), a generator's, one opened after a scope left open by a
+    returned function, and a worker thread's: each scope's path is the full walk's."""
+    found: list = []
+
+    def loop() -> None:
+        for _ in range(3):
+            with proton.scope("step"):
+                opened(found)
+                with proton.scope("forward"):
+                    opened(found)
+                    scoped_helper(found)
+                    decorated_helper(found)
+                with proton.scope("backward"):
+                    opened(found)
+            scoped_function(found)  # L-site-a
+            scoped_function(found)  # L-site-b
+            gen = scoped_generator(found)
+            resume(gen)
+            resume(gen)
+            resume(gen)
+            with proton.scope("outer"):
+                open_and_return()
+                with proton.scope("after-left-open"):
+                    opened(found)
+                proton.exit_scope("left-open")
+
+    loop()
+    worker = threading.Thread(target=loop)
+    run_threads([worker])
+    assert len(found) == 2 * 3 * 14
+    assert [(name, got) for name, got, _ in found] == [(name, want) for name, _, want in found]
+    fn = [names(got) for name, got, _ in found if name == "fn"]  # two call sites, each reused
+    assert {tuple(p[-3:]) for p in fn[0::2]} == {(frame("L-site-a", "loop"),
+                                                  frame("L-fn", "scoped_function"), "fn")}
+    assert {tuple(p[-3:]) for p in fn[1::2]} == {(frame("L-site-b", "loop"),
+                                                  frame("L-fn", "scoped_function"), "fn")}

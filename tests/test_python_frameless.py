@@ -61,16 +61,19 @@ def runner(tmp_path, monkeypatch):
 def callback(tmp_path, monkeypatch):
     """(CUPTI's callback through the C helper, the collector, its launch cbid and callback
     data for an enter and an exit of correlation id 7), in a python-context session whose
-    timeline places unscoped launches at 4242."""
+    main thread is in scope 4242 (the collector told, as a scope's enter tells it: with the C
+    launch log that is where launches with no path of their own go, and the timeline, which
+    it leaves unnoted, says 1 here to show it is not asked)."""
     monkeypatch.syspath_prepend(BENCH)
     import hot_paths
 
     proton.start(str(tmp_path / "frameless"), context="python")
     try:
-        monkeypatch.setattr(profiler.timeline, "unscoped", lambda thread, ts: 4242)
+        monkeypatch.setattr(profiler.timeline, "unscoped", lambda thread, ts: 1)
         on_api, cbid, enter, leave, alive, collector = hot_paths.launch_callback()
         through = hot_paths.through_c(collector, on_api)
         assert through is not None, "the C helper was not built"
+        collector.main_path(4242)
         yield through, collector, cbid, enter, leave, alive
     finally:
         proton.finalize()
@@ -91,7 +94,7 @@ def launch(runner, callback, before=None) -> int | None:
 
 def test_a_launch_on_a_thread_that_never_ran_python_is_placed_in_c(runner, callback):
     """No Python at the launch (nothing registered until the buffer thread reads the log),
-    and the path the Python callback gives it: the timeline's unscoped path."""
+    and the path the Python callback gives it: the main thread's scope."""
     assert launch(runner, callback) == (None, 4242)
 
 
@@ -119,6 +122,7 @@ def test_without_the_c_path_python_places_it_the_same(runner, callback):
     through, collector = callback[:2]
     collector.pipeline.log.configure(None, through.alive[0], frameless=False)
     collector.pipeline.enable(True)
+    collector.main_path(4242)  # a configure forgets it
     assert launch(runner, callback) == (4242, 4242)  # registered by Python, at the enter
 
 

@@ -4,8 +4,9 @@ A context is chosen once per session (`make`); both kinds offer the same interfa
     name           "shadow" or "python"
     in_callback    True: the collector attributes each launch in a CUPTI launch callback
                    (calling launch_path); False: by the path ids scopes push
-    scope_path(parent, top) -> path id of a frame just opened (`top`, a stack.Open) under
-                   `parent`, the path of the frame it opened inside
+    scope_path(parent, top) -> path id of a frame being opened (`top`, a stack.Open, not
+                   yet on the thread's stack) under `parent`, the path of the frame it
+                   opens inside
     launch_path(frame) -> path id of a launch made at `frame` on this thread (None: a thread
                    with no Python frames and no scope open); a plain function, it runs per launch
     start(), end() when the first session with it starts and the last one ends

@@ -2,23 +2,23 @@
 
 Frames are tracked even while no session is live, so a session started inside open scopes still
 places kernels under them. The runtime registers a `Recorder` with `attach`: it names the context
-(which finds each frame's path), the collector (which pushes path ids as CUPTI external
-correlation ids), and takes the frames' metrics and the main thread's path changes. Nothing here
-imports the runtime.
+(which finds each frame's path), the collector (which pushes path ids, and takes the main
+thread's path changes), and takes the frames' metrics. Nothing here imports the runtime.
+
+A scope's enter and exit run here once each (proton.scope in a training step's inner loop):
+while collecting on the main thread, each costs one call into the collector (push_main or
+pop_main, one C call with the helper) and no clock read unless the frame is CPU-timed.
 """
 from __future__ import annotations
 
 import sys
-import threading
-import time
+from time import time_ns
 from typing import Protocol
 
 from ..data.paths import ROOT, SCOPE
 from .shadow import ShadowContext
 from . import stack
 from .stack import Open, main_innermost, per_thread
-
-_MAIN = threading.main_thread().ident
 
 
 class IdStack(Protocol):
@@ -30,6 +30,16 @@ class IdStack(Protocol):
     def push(self, path_id: int) -> None: ...
 
     def pop(self) -> None: ...
+
+    def main_path(self, path_id: int) -> None:
+        """The main thread's innermost frame is now `path_id` (ROOT: none): where launches of
+        threads with no frame open go."""
+
+    def push_main(self, path_id: int) -> None:
+        """push and main_path in one (a frame opened on the main thread)."""
+
+    def pop_main(self, path_id: int) -> None:
+        """pop, and main_path of `path_id` (a frame closed on the main thread)."""
 
 
 class Recorder:
@@ -45,9 +55,6 @@ class Recorder:
 
     def add_metrics(self, path: int, values: dict[str, float]) -> None:
         """A frame's metrics, for the active sessions."""
-
-    def main_path_changed(self, path: int) -> None:
-        """The main thread's innermost frame is now `path` (told while collecting only)."""
 
     def add_cpu_time(self, path: int, start_ns: int, end_ns: int) -> None:
         """A CPU-timed frame closed on the calling thread (time.time_ns() at entry and exit):
@@ -86,8 +93,6 @@ def launch_parent() -> int:
 def after_fork_in_child() -> None:
     """In a forked child only the forking thread lives on, now the main thread, and its open
     frames' CUPTI ids were pushed in the parent's CUPTI, which the child never calls."""
-    global _MAIN
-    _MAIN = threading.get_ident()
     stack.after_fork_in_child()
     st = per_thread.stacks
     st.op, st.op_path = None, None
@@ -104,10 +109,17 @@ def repush_open_scopes() -> None:
         st[-1].pushed_by = collector
 
 
-def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
+def enter_frame(name: str, values: dict[str, float] | None, *, cpu_timed: bool = False,
                 kind: str = SCOPE) -> int:
     """Open a frame (a scope, a state, or the frame launch_metadata runs in) with checked
     metrics; return its path id."""
+    opened = per_thread.stacks.open
+    return opened[open_frame(name, values, cpu_timed, kind)].path
+
+
+def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind: str) -> int:
+    """enter_frame, positional, returning how many frames were open before (the new one's
+    index on the stack): proton.scope's enter."""
     st = per_thread.stacks
     if st.op_path is not None:  # set whenever an op is pushed
         pop_op()
@@ -116,20 +128,20 @@ def enter_frame(name: str, values: dict[str, float], *, cpu_timed: bool = False,
     collector = recorder.collector
     # the entry time whenever the frame may be CPU-timed: without a collector every scope is,
     # for a session live now or started while it is open (which counts the part after it)
-    top = Open(ROOT, name, kind, time.time_ns() if cpu_timed or collector is None else 0,
+    top = Open(ROOT, name, kind, time_ns() if cpu_timed or collector is None else 0,
                cpu_timed, None)
-    parent = opened[-1].path if opened else ROOT
+    top.path = path = recorder.context.scope_path(opened[-1].path if opened else ROOT, top)
     opened.append(top)
     st.version += 1
-    top.path = path = recorder.context.scope_path(parent, top)
     if collector is not None:
-        collector.push(path)
+        if st.main:
+            collector.push_main(path)
+        else:
+            collector.push(path)
         top.pushed_by = collector  # only once pushed: its exit pops exactly what it pushed
-        if threading.get_ident() == _MAIN:
-            recorder.main_path_changed(path)
     if values and recorder.recording:
         recorder.add_metrics(path, values)
-    return path
+    return len(opened) - 1
 
 
 def innermost() -> Open | None:
@@ -138,27 +150,35 @@ def innermost() -> Open | None:
     return opened[-1] if opened else None
 
 
-def close_frame(values: dict[str, float]) -> int:
+def close_frame(values: dict[str, float] | None = None, named: str | None = None) -> int:
     """Close this thread's innermost frame (there must be one): its CUPTI id, its CPU time and
-    its metrics (`values`, added after it closes)."""
+    its metrics (`values`, added after it closes); return its path id. With `named` (a
+    scope's exit), only if the innermost frame is called so: else return -1, closing none."""
     st = per_thread.stacks
+    opened = st.open
+    if named is not None and (not opened or opened[-1].name != named):
+        return -1
     if st.op_path is not None:
         pop_op()
-    opened = st.open
     top = opened.pop()
     st.version += 1
-    if top.pushed_by is not None:
-        top.pushed_by.pop()
+    by = top.pushed_by
     recorder = _recorder
     collector = recorder.collector
-    if collector is not None:
-        if opened and opened[-1].pushed_by is None:  # opened before collecting: applies now
-            collector.push(opened[-1].path)
-            opened[-1].pushed_by = collector
-        if threading.get_ident() == _MAIN:
-            recorder.main_path_changed(opened[-1].path if opened else ROOT)
-    if recorder.recording and times_cpu(top, collector):
-        recorder.add_cpu_time(top.path, top.start_ns, time.time_ns())
+    if collector is not None and by is collector and st.main and (
+            not opened or opened[-1].pushed_by is not None):
+        collector.pop_main(opened[-1].path if opened else ROOT)  # the common case: one call
+    else:
+        if by is not None:
+            by.pop()
+        if collector is not None:
+            if opened and opened[-1].pushed_by is None:  # opened before collecting: now
+                collector.push(opened[-1].path)
+                opened[-1].pushed_by = collector
+            if st.main:
+                collector.main_path(opened[-1].path if opened else ROOT)
+    if top.start_ns and (top.cpu_timed or collector is None) and recorder.recording:
+        recorder.add_cpu_time(top.path, top.start_ns, time_ns())  # as times_cpu says
     if values and recorder.recording:
         recorder.add_metrics(top.path, values)
     return top.path

@@ -21,6 +21,12 @@ A walk seen before that stops at a kept frame and keeps only it (nn.Module forwa
 line after line) is answered in launch_path itself; a new walk changes only the kept frames
 inside the one found.
 
+A scope's own path (at its enter) is the launch path at its opener with the new scope after
+it, found without a walk in the common cases: opened by the frame that opened the innermost
+open scope (the parent's path), by a callee of that frame (the frames in between only), or
+with no scope open from the place the thread's last such scope was opened (its Anchor: the
+training loop's `step`); otherwise by launch_path.
+
 With the C helper, a launch on a thread running no Python with no scope open (PyTorch's
 autograd thread) never reaches this module: the C launch log places it under the main thread's
 scope, as thread_launch_path's caller would (cupti/native.c, frameless).
@@ -362,6 +368,83 @@ def thread_launch_path(frame: FrameType | None) -> int | None:
     return path
 
 
+class Anchor:
+    """Where a thread's last scope opened with no scope open was opened (context="python"):
+    the opener's code and instruction offset, its caller frame and the caller's offset, and
+    the path there. A scope opened again at the same place from the same running caller has
+    the same path outside it, with no walk: the training loop's `step` scope, and a
+    `train_step()` function's, called from the loop. Hangs off the thread's stacks
+    (stack.per_thread.stacks.anchor); it keeps that caller frame (the loop's, running anyway)
+    until the thread's next such scope or the session's end."""
+
+    __slots__ = ("code", "lasti", "caller", "caller_lasti", "pid", "generation")
+
+    def __init__(self, frame: FrameType, pid: int) -> None:
+        caller = frame.f_back
+        self.code, self.lasti, self.caller = frame.f_code, frame.f_lasti, caller
+        self.caller_lasti = caller.f_lasti if caller is not None else -1
+        self.pid, self.generation = pid, _generation
+
+    def holds(self, frame: FrameType) -> bool:
+        """Whether a scope opened now by `frame` has this path outside it."""
+        caller = frame.f_back
+        return (frame.f_code is self.code and frame.f_lasti == self.lasti
+                and caller is self.caller and self.generation == _generation
+                and (caller is None or caller.f_lasti == self.caller_lasti))
+
+
+def _before_scope(frame: FrameType | None) -> int:
+    """The path a scope opened by `frame` goes under: launch_path(frame) with the thread's
+    open scopes, found without a walk where the innermost open scope was opened by the same
+    frame (its path: the frames and scopes outside are those it had), or where no scope is
+    open and the thread's Anchor holds. Where that scope's opener is a caller further out,
+    only the frames in between are walked."""
+    st = per_thread.stacks
+    opened = st.open
+    if frame is None:
+        pid = launch_path(frame)
+        return ROOT if pid is None else pid
+    if opened:
+        parent = opened[-1]
+        outer = parent.opener
+        # a generator may have moved since (resumed by another caller): walk
+        if outer is not None and not outer.f_code.co_flags & _GENERATOR:
+            if outer is frame:  # nested in one function: the node stays at the first line
+                return parent.path
+            found = _below_opener(frame, outer, parent.path)
+            if found is not None:
+                return found
+        pid = launch_path(frame)
+        return ROOT if pid is None else pid
+    anchor = st.anchor
+    if anchor is not None and anchor.holds(frame):
+        return anchor.pid
+    pid = launch_path(frame)
+    pid = ROOT if pid is None else pid
+    caller = frame.f_back
+    if caller is None or not caller.f_code.co_flags & _GENERATOR:
+        st.anchor = Anchor(frame, pid)
+    return pid
+
+
+def _below_opener(frame: FrameType, outer: FrameType, pid: int) -> int | None:
+    """The path at `frame` (its node included) when `outer`, the opener of the innermost
+    open scope (whose path is `pid`), is one of its callers: the frames in between get their
+    nodes below it, at their current lines (none of them opened a scope still open). None
+    when `outer` is not on the way out (it returned) or the `proton` command's runner is."""
+    inner = []
+    while frame is not outer:
+        if frame is None or frame.f_code is _runner:
+            return None
+        inner.append(frame)
+        frame = frame.f_back
+    skipped = SKIPPED
+    for f in reversed(inner):
+        if f.f_code.co_filename not in skipped:
+            pid = _node(pid, f, None)
+    return pid
+
+
 class PythonContext:
     """context="python": a launch goes under the Python call path that made it, and a scope
     after the frame that opened it. The collector attributes each launch in a CUPTI launch
@@ -380,16 +463,20 @@ class PythonContext:
         global _generation
         _generation += 1
         per_thread.stacks.kept = None
+        per_thread.stacks.anchor = None
         _walks.clear()
         _codes.clear()
         _nodes.clear()
         _below_main.clear()
 
-    def scope_path(self, parent: int, top: Open) -> int:
-        """The node of a scope just opened (pushed as `top`): after the user's frame that
-        opened it (the first frame outside the profiler), which `top` remembers."""
+    @staticmethod
+    def scope_path(parent: int, top: Open) -> int:
+        """The node of a scope being opened (`top`, not yet on the thread's stack): after the
+        user's frame that opens it (the first frame outside the profiler), which `top`
+        remembers."""
         top.opener, top.opened_at = opener(sys._getframe(1))
-        return launch_path(top.opener)
+        frame = top.opener
+        return paths.intern(_before_scope(frame), top.name, top.kind)
 
     launch_path = staticmethod(thread_launch_path)
     """Called by the launch callback at every launch: a plain function, no bound method."""

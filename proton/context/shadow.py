@@ -17,8 +17,11 @@ class ShadowContext:
     in_callback = False
     """Launches are attributed by the ids scopes push, not in a CUPTI launch callback."""
 
-    def scope_path(self, parent: int, top: Open) -> int:
-        return paths.intern(parent, top.name, top.kind)
+    @staticmethod
+    def scope_path(parent: int, top: Open) -> int:
+        # the intern table's dict read first: a scope entered again costs no call beyond this
+        found = paths.interned((parent, top.name, top.kind))
+        return paths.intern(parent, top.name, top.kind) if found is None else found
 
     @staticmethod
     def launch_path(frame: FrameType | None) -> int:

@@ -34,10 +34,14 @@ class Open:
 class Stacks:
     """One thread's frames: `per_thread.stacks`."""
 
-    __slots__ = ("open", "version", "op", "op_path", "kept", "thread", "foreign", "__weakref__")
+    __slots__ = ("open", "version", "op", "op_path", "kept", "anchor", "thread", "foreign",
+                 "main", "__weakref__")
 
     def __init__(self) -> None:
         self.thread = threading.get_ident()
+        self.main = self.thread == _MAIN
+        """The main thread's (its scope changes tell the collector where other threads'
+        launches go)."""
         self.foreign = isinstance(threading.current_thread(), threading._DummyThread)
         """A thread Python did not start (autograd's engine thread calling back into Python)."""
         self.open: list[Open] = []
@@ -48,7 +52,9 @@ class Stacks:
         self.op_path: int | None = None
         """The op path of the launch in progress (the hook named it), for the launch callbacks."""
         self.kept = None
-        """context="python": this thread's python.Kept frames."""
+        """context="python": this thread's python.Kept frames..."""
+        self.anchor = None
+        """... and its python.Anchor (where its last outermost scope was opened)."""
 
 
 class _PerThread(threading.local):
@@ -104,4 +110,5 @@ def after_fork_in_child() -> None:
     _every, _every_lock = weakref.WeakSet(), threading.Lock()
     _MAIN = threading.get_ident()
     main_stacks = per_thread.stacks  # made now (and registered) if this thread had none
+    main_stacks.main = True
     _every.add(main_stacks)

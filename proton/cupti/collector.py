@@ -76,7 +76,8 @@ class CuptiCollector:
     def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
                  launch_path: LaunchPath | None = None, in_callback: bool = False,
                  pc=None, callback_users: list | None = None, graft=None,
-                 groups: GroupSink | None = None, native: bool | None = None) -> None:
+                 groups: GroupSink | None = None, native: bool | None = None,
+                 moved: Callable[[int, int], None] | None = None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         groups: takes a buffer's kernels summed per path instead, when the C helper joins the
         records (the shadow context; see attribution.GroupSink).
@@ -91,7 +92,10 @@ class CuptiCollector:
         graft: attribution.Graft, placing a CUDA graph's kernels under where they were
         captured (graphs.GraphCaptures notes where, when launch_path is given).
         native: the pipeline (pipeline.choose): None, the C helper's unless it cannot be
-        built or PROTON_NATIVE=0; False, Python's; True, the C helper's or an error."""
+        built or PROTON_NATIVE=0; False, Python's; True, the C helper's or an error.
+        moved: told (CUPTI timestamp, path id) each time the main thread's innermost scope
+        changes, where launches are placed from their records (`unscoped` reads it); not
+        called when the C launch log reads the main thread's scope at each launch."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -152,10 +156,21 @@ class CuptiCollector:
         self.push: Callable[[int], None] = self.pipeline.push
         """Launches on this thread carry `path_id` until the matching pop (shadow context)."""
         self.pop: Callable[[], None] = self.pipeline.pop
-        self.main_path: Callable[[int], None] = self.pipeline.main_path
+        self._moved = moved
+        self.main_path: Callable[[int], None]
         """The main thread's innermost scope is now `path_id`: launches on threads with no
-        scope open go there (with the C launch log; otherwise the `unscoped` callback places
-        them from the records and this does nothing)."""
+        scope open go there (read by the C launch log at each launch; otherwise noted with
+        its time for the `unscoped` callback, which places them from their records)."""
+        self.push_main: Callable[[int], None]
+        """push and main_path of a scope the main thread entered (one C call with the log)."""
+        self.pop_main: Callable[[int], None]
+        """pop, and main_path of the main thread's innermost scope after it (ROOT: none)."""
+        if self.pipeline.logs_launches:
+            self.main_path = self.pipeline.main_path
+            self.push_main, self.pop_main = self.pipeline.push_main, self.pipeline.pop_main
+        else:
+            self.main_path = self._note_main
+            self.push_main, self.pop_main = self._push_main, self._pop_main
 
     # -- lifetime -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -298,14 +313,27 @@ class CuptiCollector:
     def timestamp(self) -> int:
         return self._cupti.get_timestamp()
 
+    def _note_main(self, path_id: int) -> None:
+        if self._moved is not None:
+            self._moved(self.timestamp(), path_id)
+
+    def _push_main(self, path_id: int) -> None:
+        self.push(path_id)
+        self._note_main(path_id)
+
+    def _pop_main(self, path_id: int) -> None:
+        self.pop()
+        self._note_main(path_id)
+
     # -- launches (called on the user's threads) ---------------------------------------------
-    def _launch_enter(self):
+    def _launch_enter(self, unscoped_now: Unscoped | None = None):
         """context="python": the launch call's enter, on the launching thread, as
         on_enter(correlation id, CUPTI timestamp, cbid) (a closure: this runs at every launch,
         so every name is local). The launch is registered with its call path and start time
         (a thread with no Python frames, such as PyTorch's autograd thread, gets Attributor's
-        unscoped path). The C launch log calls it with CUPTI's fields read (its exit stays in
-        C); without the helper, _launch_callback does.
+        unscoped path, or `unscoped_now`'s: the C launch log's, which notes no timeline).
+        The C launch log calls it with CUPTI's fields read (its exit stays in C); without the
+        helper, _launch_callback does.
 
         A thread that runs no Python gets a fresh Python thread state for each callback unless
         one is kept for it: on a CPU, 16 us a launch (enter and exit) against 0.7 kept
@@ -317,6 +345,7 @@ class CuptiCollector:
         capturing, in_capture = self.attributor.capturing, self.attributor.in_capture
         getframe, thread = sys._getframe, threading.get_ident
         errors, unscoped, launch_path = self.callback_errors, self._unscoped, self._launch_path
+        unscoped = unscoped_now or unscoped
         kept: set[int] | None = set() if os.environ.get(KEEP_STATES_ENV) == "1" else None
         keep = ctypes.pythonapi.PyGILState_Ensure
 

@@ -666,6 +666,24 @@ PROTON_API void proton_pop(void) {
     if (tls_depth > 0) tls_depth--;
 }
 
+/* A scope entered or left on the main thread: the push or pop and proton_main_path in one
+   call (one ctypes call each way). `path` is the main thread's innermost scope after it (0,
+   the tree's root, when none is open: EMPTY). */
+PROTON_API void proton_push_main(int64_t path) {
+    proton_push(path);
+    __atomic_store_n(&main_path, path, __ATOMIC_RELAXED);
+}
+
+PROTON_API void proton_pop_main(int64_t path) {
+    proton_pop();
+    __atomic_store_n(&main_path, path == 0 ? EMPTY : path, __ATOMIC_RELAXED);
+}
+
+/* The main thread's innermost scope now (EMPTY: none). */
+PROTON_API int64_t proton_main_path_now(void) {
+    return __atomic_load_n(&main_path, __ATOMIC_RELAXED);
+}
+
 /* `width` words onto `log`, under the mutex. */
 static void log_append(proton_log *log, const int64_t *entry, int64_t width) {
     pthread_mutex_lock(&log_mutex);

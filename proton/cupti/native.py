@@ -423,11 +423,13 @@ class Join:
 
 
 def scope_calls(lib: ctypes.CDLL):
-    """(push, pop, main path): the launch log's path stack calls, through PyDLL, which keeps
-    the GIL (a push is a few stores: releasing and taking the GIL would cost more)."""
+    """(push, pop, main path, push and main path, pop and main path): the launch log's path
+    stack calls, through PyDLL, which keeps the GIL (a push is a few stores: releasing and
+    taking the GIL would cost more)."""
     python = ctypes.PyDLL(lib._name)
     calls = []
-    for name in ("proton_push", "proton_pop", "proton_main_path"):
+    for name in ("proton_push", "proton_pop", "proton_main_path", "proton_push_main",
+                 "proton_pop_main"):
         function = getattr(python, name)
         function.restype, function.argtypes = signatures()[name]
         calls.append(function)
@@ -473,7 +475,7 @@ class LaunchLog:
         self._kept = Blocks()
         self.callback = ctypes.cast(lib.proton_on_api, ctypes.c_void_p).value
         """proton_on_api's address: the subscriber's callback."""
-        self.push, self.pop, self._main = scope_calls(lib)
+        self.push, self.pop, self._main = scope_calls(lib)[:3]
         self.configure(None)
 
     def configure(self, forward: int | None, enter=None, frameless: bool = True) -> None:

@@ -51,7 +51,11 @@ class Pipeline(Protocol):
     """Launches on this thread carry the path id until the matching pop (shadow context)."""
     pop: Callable[[], None]
     main_path: Callable[[int], None]
-    """The main thread's innermost scope is now this path id."""
+    """The main thread's innermost scope is now this path id (with the launch log)."""
+    push_main: Callable[[int], None]
+    """With the launch log: push and main_path in one call (a scope the main thread entered)."""
+    pop_main: Callable[[int], None]
+    """With the launch log: pop, and main_path of the path given (ROOT: none) in one call."""
 
     def start(self, timestamp: int) -> tuple[object, object, object]:
         """Before CUPTI is subscribed (timestamp: cuptiGetTimestamp's address): the
@@ -238,11 +242,19 @@ class NativePipeline:
         """The python context's launches the C log took instead of Python (no frames)."""
         if self.logs_launches:
             # the python context pushes too: a thread with a scope open is never frameless
-            self.push, self.pop, self._main = native.scope_calls(lib)
+            (self.push, self.pop, self._main, self.push_main,
+             self.pop_main) = native.scope_calls(lib)
             self.main_path = self._main_path
         else:
             self.push, self.pop = _external_ids(c)
             self.main_path = _nothing
+
+    def unscoped_now(self, thread: int, ts: int) -> int:
+        """With the launch log, the `unscoped` of a launch Python places at the launch call
+        itself (the python context's enter with no frame and no scope): the main thread's
+        innermost scope now, as the log would read it (the timeline is not noted)."""
+        path = self._lib.proton_main_path_now()
+        return ROOT if path == native.EMPTY else path
 
     def _main_path(self, path_id: int) -> None:
         """With the C launch log: launches on threads with no scope are logged with
@@ -274,7 +286,7 @@ class NativePipeline:
         self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom)
         if c.in_callback:
             self._register_logged = c.logged_enters()
-        return self.log, c._launch_enter() if c.in_callback else None, None
+        return self.log, c._launch_enter(self.unscoped_now) if c.in_callback else None, None
 
     def enable(self, on: bool) -> None:
         if self.log is not None:

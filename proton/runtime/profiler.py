@@ -216,14 +216,15 @@ class Profiler:
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
                                    in_callback=context.in_callback, pc=pc, callback_users=users,
-                                   graft=self.router.graft, groups=self.router.on_groups)
+                                   graft=self.router.graft, groups=self.router.on_groups,
+                                   moved=self.timeline.note)
         collector.start()
         self.collector = collector
         frames.repush_open_scopes()
         # the main thread's open scopes were entered before CUPTI listened (a capture starts
         # from another thread; proton.start may run inside a scope): threads with no scope
         # of their own (autograd's) launch into where it is now until it moves
-        self._main_moved(collector, frames.main_innermost())
+        collector.main_path(frames.main_innermost())
 
     def _targets(self, session: int | None, *, finished_ok: bool = False) -> list[Session]:
         """The live sessions `session` names (every one when None). A finalized session's id
@@ -536,18 +537,6 @@ class Profiler:
                 if frames.times_cpu(top, collector):
                     for s in targets:
                         s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
-
-    def main_path_changed(self, path_id: int) -> None:
-        """The main thread's innermost frame is now `path_id` (told while collecting)."""
-        collector = self.collector
-        if collector is not None:
-            self._main_moved(collector, path_id)
-
-    def _main_moved(self, collector, path_id: int) -> None:
-        """Launches on threads with no scope open go to `path_id` from now on: the timeline
-        places those the records bring (the Python join), the collector those it logs in C."""
-        self.timeline.note(collector.timestamp(), path_id)
-        collector.main_path(path_id)
 
 
 profiler = Profiler()

@@ -3,8 +3,10 @@ the main thread in scopes it opened before a capture started CUPTI from another 
 
 PyTorch's autograd engine runs backward on a thread of its own with no scope open: its launches
 go under the scope the main thread was in when they were made. With the C launch log the
-collector reads the same at each launch (Profiler._main_moved tells both); the timeline places
-the launches that come as CUPTI records instead.
+collector reads the main thread's scope at each launch and this timeline stays empty (no
+timestamp per scope change); without it (PROTON_NATIVE=0, no compiler, exact PC sampling,
+PROTON_RECORD_CUPTI) the collector notes each change here (its `moved`) and the timeline places
+the launches that come as CUPTI records.
 """
 from __future__ import annotations
 
