@@ -23,11 +23,20 @@ inside the one found.
 
 With the C helper, a launch on a thread running no Python with no scope open (PyTorch's
 autograd thread) never reaches this module: the C launch log places it under the main thread's
-scope, as thread_launch_path's caller would (cupti/native.c, frameless).
+scope, as thread_launch_path's caller would (cupti/native.c, frameless). Nor does a launch whose
+stack the helper has seen: it walks the frames in C (code object and instruction offset of
+each, and for each open scope its `token` and the place of the frame that opened it, read as
+`Walk` says) and finds the path Python gave that walk before (cupti/native.c, the walk). A
+path is a function of exactly that: a frame's node of its code and offset (its line), which
+frames are left out of its code (the profiler's file, the runner), and a scope's place of
+where its opener is, while that frame runs. Launches the walk cannot key that way come here:
+a Triton hook's op, a thread Python did not start with no scope, a scope whose opener
+returned or that was opened before the session.
 """
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import runpy
 import sys
@@ -100,6 +109,10 @@ _walks: dict[tuple, tuple[int, list, int]] = {}
 the scopes not placed yet) -> (path id, path state outside each walked frame, how many to keep)."""
 _codes: set[CodeType] = set()
 """Every code object in a _walks key, kept alive so that its id is never another's."""
+_tokens: dict[tuple, int] = {}
+"""(name, kind, opened_at) of a scope -> its token (Open.token)."""
+_next_token = itertools.count()
+"""Tokens are never given twice, across sessions: a scope left open keeps its own."""
 _nodes: dict[tuple[int, int, int], tuple[CodeType, int]] = {}
 """(parent path id, id(code), instruction offset) -> (code, path id): a frame's node without
 formatting its name again; the code object is kept so its id cannot be reused."""
@@ -362,6 +375,16 @@ def thread_launch_path(frame: FrameType | None) -> int | None:
     return path
 
 
+class Walk:
+    """What the C helper's walk reads of a thread (cupti/native.c, in its WO_ order): the
+    thread-local whose `stacks` (stack.Stacks) it reads, and the attribute names: of Stacks
+    (op_path, version, foreign, open, kept: let go at a launch found, as the next launch here
+    would) and of Open (opener, token)."""
+
+    threads = per_thread
+    names = ("stacks", "op_path", "version", "foreign", "open", "opener", "token", "kept")
+
+
 class PythonContext:
     """context="python": a launch goes under the Python call path that made it, and a scope
     after the frame that opened it. The collector attributes each launch in a CUPTI launch
@@ -369,6 +392,7 @@ class PythonContext:
 
     name = "python"
     in_callback = True
+    walk = Walk()
 
     def start(self) -> None:
         global SKIPPED
@@ -383,12 +407,18 @@ class PythonContext:
         _walks.clear()
         _codes.clear()
         _nodes.clear()
+        _tokens.clear()
         _below_main.clear()
 
     def scope_path(self, parent: int, top: Open) -> int:
         """The node of a scope just opened (pushed as `top`): after the user's frame that
         opened it (the first frame outside the profiler), which `top` remembers."""
-        top.opener, top.opened_at = opener(sys._getframe(1))
+        top.opener, top.opened_at = at = opener(sys._getframe(1))
+        what = (top.name, top.kind, at[1])
+        token = _tokens.get(what)
+        if token is None:
+            token = _tokens[what] = next(_next_token)
+        top.token = token
         return launch_path(top.opener)
 
     launch_path = staticmethod(thread_launch_path)

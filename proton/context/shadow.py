@@ -16,6 +16,8 @@ class ShadowContext:
     name = "shadow"
     in_callback = False
     """Launches are attributed by the ids scopes push, not in a CUPTI launch callback."""
+    walk = None
+    """No launch callback: nothing for the C helper to walk (python.Walk)."""
 
     def scope_path(self, parent: int, top: Open) -> int:
         return paths.intern(parent, top.name, top.kind)

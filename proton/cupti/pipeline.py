@@ -271,7 +271,8 @@ class NativePipeline:
                    int(cupti.CallbackDomain.RUNTIME_API): int(K.RUNTIME)}
         launches = {domain: (kind, *map(list, c._api_cbids[kind]))
                     for domain, kind in domains.items()}
-        self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom)
+        self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom,
+                                    walk=c._walk)
         if c.in_callback:
             self._register_logged = c.logged_enters()
         return self.log, c._launch_enter() if c.in_callback else None, None

@@ -216,7 +216,8 @@ class Profiler:
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
                                    in_callback=context.in_callback, pc=pc, callback_users=users,
-                                   graft=self.router.graft, groups=self.router.on_groups)
+                                   graft=self.router.graft, groups=self.router.on_groups,
+                                   walk=context.walk)
         collector.start()
         self.collector = collector
         frames.repush_open_scopes()
