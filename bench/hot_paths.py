@@ -139,16 +139,17 @@ def per_call(f, call, repeats: int) -> float:
     return min(loop(f) for _ in range(repeats)) - min(loop(noop) for _ in range(repeats))
 
 
-def launch_callback(walk: bool = True):
+def launch_callback(walk: bool = True, native: bool | None = None):
     """The python context's launch callback as the collector builds it (for the session
     started with context="python"), a launch call's cbid, and CUPTI's callback data for its
     enter and exit (laid out by cupti-python's own dtype), with what must stay alive beside
     them: (on_api, cbid, enter, leave, (data, return value), collector). walk: the C helper
-    walks the stack (off: every launch with Python frames goes to Python, as before it could)."""
+    walks the stack (off: every launch with Python frames goes to Python, as before it could);
+    native: the collector's pipeline (None: the C helper's when built; False: Python's)."""
     context = profiler.context
     collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
                                launch_path=context.launch_path, in_callback=True,
-                               walk=context.walk if walk else None)
+                               walk=context.walk if walk else None, native=native)
     collector._fields = callback_fields(cupti)
     collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)  # no driver here
     on_api = collector._launch_callback()
