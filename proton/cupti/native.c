@@ -486,7 +486,8 @@ PROTON_API int64_t proton_join_finish(proton_join *j, int64_t stride, int64_t *k
    made on a thread that runs no Python code at the time and has no scope open (PyTorch's
    autograd thread in a backward pass) has no call path to read: it is logged here as in the
    shadow context (under the main thread's innermost scope) and never reaches Python
-   (proton_python_api says how to tell; see frameless). */
+   (proton_python_api says how to tell; see frameless). Nor does a launch whose Python stack
+   the walk has seen before (see walk_find): it is logged with that stack's path. */
 
 typedef int (*proton_timestamp_fn)(uint64_t *timestamp);
 typedef void (*proton_callback_fn)(void *userdata, int domain, uint32_t cbid, const void *data);
