@@ -690,6 +690,7 @@ static walk_entry *walk_lookup(void) {
    -1 not found, -2 not walked. Holding the GIL; `state`: the thread's state. */
 static int64_t walk_find(void *state) {
     if (!walk_on || w_busy) return -2;
+    w_generation = walk_generation; /* Python code the calls below may run can clear it */
     void *stacks = W_GETATTR(walk_objs[WO_THREADS], WO_STACKS);
     if (!stacks) { WCALL(proton_clear_fn, WF_CLEAR)(); return -2; }
     int64_t found = -2;
@@ -730,7 +731,7 @@ static int64_t walk_find(void *state) {
     }
     w_len = 2 + 2 * n + 2 * w_nscopes;
     w_hash = walk_hash(w_key, w_len);
-    w_generation = walk_generation;
+    if (w_generation != walk_generation) goto out; /* a session ended meanwhile */
     walk_entry *e = walk_lookup();
     found = e ? e->path : -1;
     if (e) { /* Python's kept frames would outlive their calls: let them go now */
