@@ -8,7 +8,10 @@
     Python (no C helper), and through the C helper's callback (Python at the enter only);
   * the same callback through the C helper in a PyTorch-like model's forward: nn.Module's
     call machinery (3 library frames a module) around user forwards nested 4 deep, launches
-    from several lines of each (a new walk at most launches, as in a real step);
+    from several lines of each, with the GIL released (Triton's launcher) or kept (PyTorch),
+    the C walk off (Python places every launch) and on (a stack seen before is found in C);
+  * a real torch GPT forward on the CPU with the callback called at each torch function
+    (a TorchFunctionMode), walk off and on;
   * a launch on a thread that runs no Python (PyTorch's autograd thread): the C helper's
     callback called from a C thread, enter and exit, with no thread state and with one kept;
   * Triton hook: the launch enter and exit hooks for a kernel without launch_metadata;
@@ -148,14 +151,17 @@ def per_call(f, call, repeats: int) -> float:
     return min(loop(f) for _ in range(repeats)) - min(loop(noop) for _ in range(repeats))
 
 
-def launch_callback():
+def launch_callback(walk: bool = True, native: bool | None = None):
     """The python context's launch callback as the collector builds it (for the session
     started with context="python"), a launch call's cbid, and CUPTI's callback data for its
     enter and exit (laid out by cupti-python's own dtype), with what must stay alive beside
-    them: (on_api, cbid, enter, leave, (data, return value), collector)."""
+    them: (on_api, cbid, enter, leave, (data, return value), collector). walk: the C helper
+    walks the stack (off: every launch with Python frames goes to Python, as before it could);
+    native: the collector's pipeline (None: the C helper's when built; False: Python's)."""
     context = profiler.context
     collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
-                               launch_path=context.launch_path, in_callback=True)
+                               launch_path=context.launch_path, in_callback=True,
+                               walk=context.walk if walk else None, native=native)
     collector._fields = callback_fields(cupti)
     collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)  # no driver here
     on_api = collector._launch_callback()
@@ -206,16 +212,31 @@ def python_callback(call, repeats: int, native: bool = False) -> tuple[float, fl
     return bare, scoped
 
 
-def deep_stack(gpt, call, repeats: int) -> float:
-    """us per launch of the python context's callback (its enter) through the C helper, in
-    the model's forward (the forward's own cost taken off)."""
-    proton.start("/tmp/hot_paths_deep", context="python")
-    on_api, cbid, enter, leave, _alive, collector = launch_callback()
-    on_api = through_c(collector, on_api) or CALLBACK(on_api)
+HELD = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
+"""CUPTI's callback called keeping the GIL, as from inside a PyTorch op (Triton's launcher
+releases it: CALLBACK)."""
 
-    # a C call, as torch's ops are: the callback's caller is the frame calling launch(); the
-    # launch call's exit stays in C (a failed call's id is all it notes)
-    launch = functools.partial(on_api, None, 1, cbid, enter)
+
+def c_enter(walk: bool, held: bool):
+    """(launch, collector, alive): one launch call's enter through the C helper's callback,
+    as a C call (the callback's caller is the frame calling launch(); the launch call's exit
+    stays in C: a failed call's id is all it notes)."""
+    on_api, cbid, enter, leave, alive, collector = launch_callback(walk)
+    through = through_c(collector, on_api)
+    if through is None:
+        through = CALLBACK(on_api)
+    elif held:
+        through = HELD(collector.pipeline.log.callback), through
+    callback = through[0] if isinstance(through, tuple) else through
+    return functools.partial(callback, None, 1, cbid, enter), collector, (through, alive)
+
+
+def deep_stack(gpt, call, repeats: int, walk: bool = True, held: bool = False) -> float:
+    """us per launch of the python context's callback (its enter) through the C helper, in
+    the model's forward (the forward's own cost taken off); walk: the C walk on; held: the
+    callback keeps the GIL (a PyTorch launch) instead of releasing it (a Triton launch)."""
+    proton.start("/tmp/hot_paths_deep", context="python")
+    launch, collector, _alive = c_enter(walk, held)
 
     def forward(f):
         def run():
@@ -231,6 +252,59 @@ def deep_stack(gpt, call, repeats: int) -> float:
         assert not collector.callback_errors, collector.callback_errors
         return (t - t0) / n * 1e6
     finally:
+        collector.pipeline.enable(False)
+        proton.finalize()
+
+
+def torch_forward(repeats: int, walk: bool = True, forwards: int = 50) -> tuple[float, int]:
+    """(us per launch, launches per forward) of the python context's callback (its enter,
+    keeping the GIL) called at every torch function of a real GPT forward on the CPU
+    (tests/gpt_workload.py's model, small), from inside the op as a kernel launch is; the
+    forward with a no-op call there taken off. None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+    from gpt_workload import GPT
+
+    class Launches(torch.overrides.TorchFunctionMode):
+        def __init__(self, launch) -> None:
+            super().__init__()
+            self.launch = launch
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.launch()
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # the ops' own threads would add their noise
+    model = GPT(64, 16, 2, 4)  # tiny: the ops' own time is small beside the launches'
+    tokens = torch.randint(0, 64, (1, 8))
+    count = [0]
+    with torch.no_grad(), Launches(lambda: count.__setitem__(0, count[0] + 1)):
+        model(tokens)
+    proton.start("/tmp/hot_paths_torch", context="python")
+    launch, collector, _alive = c_enter(walk, held=True)
+
+    def run(f) -> float:  # the thread's CPU time: the machine's other load moves it less
+        with torch.no_grad(), Launches(f):
+            t0 = time.thread_time()
+            for _ in range(forwards):
+                model(tokens)
+            return time.thread_time() - t0
+
+    try:
+        with proton.scope("step"):
+            times = [(run(launch), run(lambda: None)) for _ in range(repeats)]  # in turn
+        assert not collector.callback_errors, collector.callback_errors
+        t, t0 = (min(column) for column in zip(*times))
+        return (t - t0) / (forwards * count[0]) * 1e6, count[0]
+    finally:
+        collector.pipeline.enable(False)
         proton.finalize()
 
 
@@ -375,10 +449,15 @@ def main() -> None:
     exec(compile(LIBRARY, "/usr/lib/python3/site-packages/fake_triton.py", "exec"), ns)
     bare, scoped = python_callback(ns["call"], args.repeats)
     c_bare, c_scoped = python_callback(ns["call"], args.repeats, native=True)
-    deep = deep_stack(model(), ns["call"], args.repeats)
+    gpt = model()
+    deep = {(walk, held): deep_stack(gpt, ns["call"], args.repeats, walk, held)
+            for walk in (False, True) for held in (False, True)}
+    torch_us = {walk: torch_forward(args.repeats, walk) for walk in (False, True)}
     print(f"python-context launch callback: {bare:.2f} us a launch ({scoped:.2f} in a scope), "
           f"through the C helper {c_bare:.2f} ({c_scoped:.2f}); "
-          f"in a model's forward (deep stack): {deep:.2f} us; "
+          f"in a model's forward (deep stack), GIL released (Triton) / kept (PyTorch): "
+          f"Python {deep[False, False]:.2f} / {deep[False, True]:.2f} us, "
+          f"C walk {deep[True, False]:.2f} / {deep[True, True]:.2f} us; "
           f"on a thread without Python: {frameless(args.repeats):.2f} us "
           f"({frameless(args.repeats, kept=True):.2f} with a thread state kept); "
           f"Triton hook: {hook(ns['call'], args.repeats):.2f} us; "
@@ -390,6 +469,10 @@ def main() -> None:
     print("scope enter and exit, session live: "
           + ", ".join(f"{name} {us:.2f}" for name, us in live)
           + (f"; Triton's (no session) {triton:.2f}" if triton is not None else "") + " us")
+    if torch_us[True] is not None:
+        print(f"a real torch GPT forward on the CPU ({torch_us[True][1]} launches, one at each "
+              f"torch function, GIL kept): Python {torch_us[False][0]:.2f} us a launch, "
+              f"C walk {torch_us[True][0]:.2f} us")
 
 
 if __name__ == "__main__":

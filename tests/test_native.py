@@ -925,11 +925,12 @@ def test_every_exported_function_has_its_signature_from_native_c(cache):
     the built library, and matches the C parameter types."""
     sigs = native.signatures()
     lib = native.helper()
-    assert len(sigs) == 24
+    assert len(sigs) == 27
     for name, (restype, argtypes) in sigs.items():
         assert getattr(lib, name).argtypes == argtypes and getattr(lib, name).restype == restype
     assert sigs["proton_join_path"] == (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64])
     assert sigs["proton_python_api"] == (None, [ctypes.c_void_p] * 6)
+    assert sigs["proton_walk_set"] == (None, [ctypes.c_void_p, ctypes.c_int64] * 2)
     assert sigs["proton_on_api"] == (None, [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
                                             ctypes.c_void_p])
     assert sigs["proton_columns"][1][:5] == [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,

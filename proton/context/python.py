@@ -29,11 +29,20 @@ training loop's `step`); otherwise by launch_path.
 
 With the C helper, a launch on a thread running no Python with no scope open (PyTorch's
 autograd thread) never reaches this module: the C launch log places it under the main thread's
-scope, as thread_launch_path's caller would (cupti/native.c, frameless).
+scope, as thread_launch_path's caller would (cupti/native.c, frameless). Nor does a launch whose
+stack the helper has seen: it walks the frames in C (code object and instruction offset of
+each, and for each open scope its `token` and the place of the frame that opened it, read as
+`Walk` says) and finds the path Python gave that walk before (cupti/native.c, the walk). A
+path is a function of exactly that: a frame's node of its code and offset (its line), which
+frames are left out of its code (the profiler's file, the runner), and a scope's place of
+where its opener is, while that frame runs. Launches the walk cannot key that way come here:
+a Triton hook's op, a thread Python did not start with no scope, a scope whose opener
+returned or that was opened before the session.
 """
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import runpy
 import sys
@@ -106,6 +115,10 @@ _walks: dict[tuple, tuple[int, list, int]] = {}
 the scopes not placed yet) -> (path id, path state outside each walked frame, how many to keep)."""
 _codes: set[CodeType] = set()
 """Every code object in a _walks key, kept alive so that its id is never another's."""
+_tokens: dict[tuple, int] = {}
+"""(name, kind, opened_at) of a scope -> its token (Open.token)."""
+_next_token = itertools.count()
+"""Tokens are never given twice, across sessions: a scope left open keeps its own."""
 _nodes: dict[tuple[int, int, int], tuple[CodeType, int]] = {}
 """(parent path id, id(code), instruction offset) -> (code, path id): a frame's node without
 formatting its name again; the code object is kept so its id cannot be reused."""
@@ -445,6 +458,16 @@ def _below_opener(frame: FrameType, outer: FrameType, pid: int) -> int | None:
     return pid
 
 
+class Walk:
+    """What the C helper's walk reads of a thread (cupti/native.c, in its WO_ order): the
+    thread-local whose `stacks` (stack.Stacks) it reads, and the attribute names: of Stacks
+    (op_path, version, foreign, open, kept: let go at a launch found, as the next launch here
+    would) and of Open (opener, token)."""
+
+    threads = per_thread
+    names = ("stacks", "op_path", "version", "foreign", "open", "opener", "token", "kept")
+
+
 class PythonContext:
     """context="python": a launch goes under the Python call path that made it, and a scope
     after the frame that opened it. The collector attributes each launch in a CUPTI launch
@@ -452,6 +475,7 @@ class PythonContext:
 
     name = "python"
     in_callback = True
+    walk = Walk()
 
     def start(self) -> None:
         global SKIPPED
@@ -467,16 +491,21 @@ class PythonContext:
         _walks.clear()
         _codes.clear()
         _nodes.clear()
+        _tokens.clear()
         _below_main.clear()
 
     @staticmethod
     def scope_path(parent: int, top: Open) -> int:
         """The node of a scope being opened (`top`, not yet on the thread's stack): after the
         user's frame that opens it (the first frame outside the profiler), which `top`
-        remembers."""
-        top.opener, top.opened_at = opener(sys._getframe(1))
-        frame = top.opener
-        return paths.intern(_before_scope(frame), top.name, top.kind)
+        remembers; and its `token` (name, kind and opener's place) for the C helper's walk."""
+        top.opener, top.opened_at = at = opener(sys._getframe(1))
+        what = (top.name, top.kind, at[1] if at is not None else None)
+        token = _tokens.get(what)
+        if token is None:
+            token = _tokens[what] = next(_next_token)
+        top.token = token
+        return paths.intern(_before_scope(top.opener), top.name, top.kind)
 
     launch_path = staticmethod(thread_launch_path)
     """Called by the launch callback at every launch: a plain function, no bound method."""

@@ -16,6 +16,8 @@ class ShadowContext:
     name = "shadow"
     in_callback = False
     """Launches are attributed by the ids scopes push, not in a CUPTI launch callback."""
+    walk = None
+    """No launch callback: nothing for the C helper to walk (python.Walk)."""
 
     @staticmethod
     def scope_path(parent: int, top: Open) -> int:

@@ -28,7 +28,10 @@ class Open:
     opener: object | None = None
     """The user's Python frame that opened it (recorded for context="python" only)..."""
     opened_at: tuple[int, int] | None = None
-    """... and where: (instruction offset, line)."""
+    """... and where: (instruction offset, line)..."""
+    token: int = -1
+    """... and a number naming (name, kind, opened_at), never another's (the C helper's walk
+    keys a launch's stack with it)."""
 
 
 class Stacks:

@@ -77,7 +77,7 @@ class CuptiCollector:
                  launch_path: LaunchPath | None = None, in_callback: bool = False,
                  pc=None, callback_users: list | None = None, graft=None,
                  groups: GroupSink | None = None, native: bool | None = None,
-                 moved: Callable[[int, int], None] | None = None) -> None:
+                 moved: Callable[[int, int], None] | None = None, walk=None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         groups: takes a buffer's kernels summed per path instead, when the C helper joins the
         records (the shadow context; see attribution.GroupSink).
@@ -95,7 +95,9 @@ class CuptiCollector:
         built or PROTON_NATIVE=0; False, Python's; True, the C helper's or an error.
         moved: told (CUPTI timestamp, path id) each time the main thread's innermost scope
         changes, where launches are placed from their records (`unscoped` reads it); not
-        called when the C launch log reads the main thread's scope at each launch."""
+        called when the C launch log reads the main thread's scope at each launch.
+        walk: with in_callback, the context's python.Walk: the C helper answers a launch
+        whose stack it has seen before (native.c's walk) with no Python."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -103,6 +105,7 @@ class CuptiCollector:
         self.pushes_ids = not in_callback
         """Scopes push their path ids (shadow context); read on every scope change."""
         self._launch_path = launch_path
+        self._walk = walk if in_callback else None
         self.attributor = Attributor(sink, unscoped, graft)
         self._sink, self._groups = sink, groups
         self._unscoped = unscoped
@@ -339,7 +342,10 @@ class CuptiCollector:
         one is kept for it: on a CPU, 16 us a launch (enter and exit) against 0.7 kept
         (bench/probe_foreign_thread.py). With PROTON_KEEP_THREAD_STATES=1 the first callback on
         such a thread keeps its thread state (one PyGILState_Ensure never released); off, as
-        PyTorch's autograd threads keep theirs (the model step on an H100 was no faster)."""
+        PyTorch's autograd threads keep theirs (the model step on an H100 was no faster).
+
+        It returns the path launch_path gave (-1: none, or not placed), which the C helper's
+        walk remembers for the launching stack."""
         graphs = self._graph_cbids()
         register = self.attributor.register_launch
         capturing, in_capture = self.attributor.capturing, self.attributor.in_capture
@@ -349,20 +355,22 @@ class CuptiCollector:
         kept: set[int] | None = set() if os.environ.get(KEEP_STATES_ENV) == "1" else None
         keep = ctypes.pythonapi.PyGILState_Ensure
 
-        def on_enter(corr: int, start: int, cbid: int) -> None:
+        def on_enter(corr: int, start: int, cbid: int) -> int:
             try:
                 if capturing and cbid not in graphs and in_capture(thread() & 0xFFFFFFFF, start):
-                    return  # recorded into a graph: no kernel record will come for it
-                path = launch_path(caller(getframe().f_back))
+                    return -1  # recorded into a graph: no kernel record will come for it
+                path = found = launch_path(caller(getframe().f_back))
                 if path is None:  # no Python frames, no scope: CUPTI's 32-bit thread id
                     me = thread()
                     if kept is not None and me not in kept:
                         keep()
                         kept.add(me)
-                    path = unscoped(me & 0xFFFFFFFF, start) if unscoped else ROOT
+                    path, found = unscoped(me & 0xFFFFFFFF, start) if unscoped else ROOT, -1
                 register(corr, path, start, cbid in graphs)
+                return found
             except BaseException as exc:
                 callback_failed("in the launch callback", exc, errors)
+                return -1
 
         return on_enter
 

@@ -486,11 +486,14 @@ PROTON_API int64_t proton_join_finish(proton_join *j, int64_t stride, int64_t *k
    made on a thread that runs no Python code at the time and has no scope open (PyTorch's
    autograd thread in a backward pass) has no call path to read: it is logged here as in the
    shadow context (under the main thread's innermost scope) and never reaches Python
-   (proton_python_api says how to tell; see frameless). */
+   (proton_python_api says how to tell; see frameless). Nor does a launch whose Python stack
+   the walk has seen before (see walk_find): it is logged with that stack's path. */
 
 typedef int (*proton_timestamp_fn)(uint64_t *timestamp);
 typedef void (*proton_callback_fn)(void *userdata, int domain, uint32_t cbid, const void *data);
-typedef void (*proton_enter_fn)(uint32_t corr, uint64_t start, uint32_t cbid);
+/* The python context's enter: places the launch; returns its path when it comes from the
+   thread's stack alone (the walk may remember it for that stack), else -1. */
+typedef int64_t (*proton_enter_fn)(uint32_t corr, uint64_t start, uint32_t cbid);
 
 enum { LOG_CORR, LOG_PATH, LOG_TIME, LOG_DOMAIN, LOG_CBID, LOG_THREAD, LOG_FIELDS };
 #define DOMAINS 3 /* CUPTI_CB_DOMAIN_DRIVER_API = 1, _RUNTIME_API = 2 */
@@ -555,6 +558,270 @@ PROTON_API void proton_python_api(proton_check_fn holds_gil, proton_state_fn thi
     py_release = release; py_frame = frame; py_decref = decref;
 }
 
+/* ---- the python context's walk: a launch answered from a stack seen before -----------------
+   On a thread running Python, the launch callback walks the thread's frames here through
+   Python's C API (functions and objects handed over by proton_walk_set, all public API of
+   3.11+) and looks the walk up in a table of walks seen before: a walk is the code object
+   and instruction offset of every frame, innermost first, then each open scope's token
+   (context/python.py: its name, kind and where it was opened) and the place of the frame
+   that opened it. The path of a launch is a function of exactly that (the module docstring
+   of context/python.py says how), so a walk found is logged with its path as a frameless
+   launch is, with no Python; a walk not found goes to Python's enter, whose answer is
+   remembered. Not walked (Python answers as before): a launch the Triton hook named (the
+   thread's op_path), a thread Python did not start with no scope open (its path depends on
+   the main thread's), a scope whose opening frame is no longer running or was opened
+   outside the python context, and stacks deeper than WALK_DEPTH. The table keeps a
+   reference to every code object in it, so an address in it is never another code's; it
+   is only touched holding the GIL, in stretches that run no Python code (a GIL switch
+   could let another thread clear it), and emptied with each session's end. */
+
+typedef void *(*proton_new_fn)(void *);            /* PyFrame_GetBack, PyFrame_GetCode */
+typedef int (*proton_lasti_fn)(void *);            /* PyFrame_GetLasti */
+typedef void *(*proton_getattr_fn)(void *, void *); /* PyObject_GetAttr */
+typedef int (*proton_setattr_fn)(void *, void *, void *); /* PyObject_SetAttr */
+typedef long long (*proton_long_fn)(void *);       /* PyLong_AsLongLong */
+typedef ptrdiff_t (*proton_size_fn)(void *);       /* PyList_Size */
+typedef void *(*proton_item_fn)(void *, ptrdiff_t); /* PyList_GetItem (borrowed) */
+typedef void *(*proton_occurred_fn)(void);         /* PyErr_Occurred */
+typedef void (*proton_clear_fn)(void);             /* PyErr_Clear */
+typedef void (*proton_incref_fn)(void *);          /* Py_IncRef */
+typedef int (*proton_true_fn)(void *);             /* PyObject_IsTrue */
+
+/* proton_walk_set's functions and objects, in this order */
+enum { WF_BACK, WF_CODE, WF_LASTI, WF_GETATTR, WF_SETATTR, WF_LONG, WF_SIZE, WF_ITEM,
+       WF_OCCURRED, WF_CLEAR, WF_INCREF, WF_TRUE, WF_COUNT };
+enum { WO_THREADS, WO_NONE, WO_STACKS, WO_OP_PATH, WO_VERSION, WO_FOREIGN, WO_OPEN, WO_OPENER,
+       WO_TOKEN, WO_KEPT, WO_COUNT };
+
+static void *walk_fns[WF_COUNT];
+static void *walk_objs[WO_COUNT];
+static int walk_on;
+
+#define WALK_DEPTH 512 /* frames; a deeper stack goes to Python */
+#define WALK_SCOPES 64 /* open scopes; more go to Python */
+#define WALK_WORDS (1 << 22) /* the table's keys, in words: past this nothing is added */
+
+typedef struct { uint64_t hash; int64_t at, len, path; } walk_entry;
+typedef struct {
+    walk_entry *entries;
+    int64_t n, cap;
+    int64_t *index, index_cap; /* entry + 1 by hash, 0: free */
+    int64_t *words, nwords, words_cap;
+} walk_table;
+
+static walk_table table;
+static int64_t walk_generation; /* counts the clears: a walk begun before one adds nothing */
+static int64_t walk_hits, walk_added, walk_passed; /* found, remembered, not walked */
+
+static __thread int64_t w_key[2 + 2 * WALK_DEPTH + 2 * WALK_SCOPES];
+static __thread void *w_frames[WALK_DEPTH];
+static __thread int64_t w_len, w_generation;
+static __thread uint64_t w_hash;
+static __thread int w_busy; /* a launch inside the enter (none expected): not walked */
+/* this thread's open scopes as last read: which Stacks, at which version (every scope
+   change bumps it), whether they can be walked, each one's opening frame (alive while the
+   version holds: its Open keeps it) and token */
+static __thread void *w_stacks;
+static __thread int64_t w_version = -1, w_nscopes;
+static __thread int w_walkable;
+static __thread void *w_openers[WALK_SCOPES];
+static __thread int64_t w_tokens[WALK_SCOPES];
+
+#define WCALL(type, f) ((type)walk_fns[f])
+#define W_GETATTR(o, name) WCALL(proton_getattr_fn, WF_GETATTR)(o, walk_objs[name])
+
+static void walk_decref(void *o) { py_decref(o); }
+
+/* A Python long attribute of `o`, or -1 (any error cleared). */
+static int64_t walk_long(void *o, int name) {
+    void *v = W_GETATTR(o, name);
+    if (!v) { WCALL(proton_clear_fn, WF_CLEAR)(); return -1; }
+    long long x = WCALL(proton_long_fn, WF_LONG)(v);
+    walk_decref(v);
+    if (x == -1 && WCALL(proton_occurred_fn, WF_OCCURRED)()) WCALL(proton_clear_fn, WF_CLEAR)();
+    return (int64_t)x;
+}
+
+/* Read the thread's open scopes (`stacks.open`) into w_openers and w_tokens; whether its
+   launches can be walked. */
+static int walk_scopes(void *stacks) {
+    void *open = W_GETATTR(stacks, WO_OPEN), *foreign = W_GETATTR(stacks, WO_FOREIGN);
+    int ok = open && foreign;
+    ptrdiff_t n = ok ? WCALL(proton_size_fn, WF_SIZE)(open) : -1;
+    ok = ok && n >= 0 && n <= WALK_SCOPES;
+    if (ok && n == 0) ok = WCALL(proton_true_fn, WF_TRUE)(foreign) == 0; /* foreign: Python */
+    for (ptrdiff_t i = 0; ok && i < n; i++) {
+        void *item = WCALL(proton_item_fn, WF_ITEM)(open, i);
+        void *opener = item ? W_GETATTR(item, WO_OPENER) : NULL;
+        ok = opener && opener != walk_objs[WO_NONE];
+        if (opener) walk_decref(opener); /* the Open keeps it while the version holds */
+        w_openers[i] = opener;
+        w_tokens[i] = ok ? walk_long(item, WO_TOKEN) : -1;
+        ok = ok && w_tokens[i] >= 0;
+    }
+    if (open) walk_decref(open);
+    if (foreign) walk_decref(foreign);
+    if (WCALL(proton_occurred_fn, WF_OCCURRED)()) { WCALL(proton_clear_fn, WF_CLEAR)(); ok = 0; }
+    w_nscopes = ok ? n : 0;
+    return ok;
+}
+
+static uint64_t walk_hash(const int64_t *w, int64_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (int64_t i = 0; i < n; i++) h = (h ^ (uint64_t)w[i]) * 0x100000001b3ULL;
+    return proton_hash(h);
+}
+
+/* The table's entry for the walk in w_key (w_len words, w_hash), or NULL. */
+static walk_entry *walk_lookup(void) {
+    if (!table.index_cap) return NULL;
+    uint64_t mask = (uint64_t)table.index_cap - 1;
+    for (uint64_t i = w_hash & mask;; i = (i + 1) & mask) {
+        int64_t at = table.index[i] - 1;
+        if (at < 0) return NULL;
+        walk_entry *e = table.entries + at;
+        if (e->hash == w_hash && e->len == w_len &&
+            memcmp(table.words + e->at, w_key, (size_t)w_len * sizeof(int64_t)) == 0)
+            return e;
+    }
+}
+
+/* The path of this thread's launch from its walk (w_key ready for walk_add): >= 0 found,
+   -1 not found, -2 not walked. Holding the GIL; `state`: the thread's state. */
+static int64_t walk_find(void *state) {
+    if (!walk_on || w_busy) return -2;
+    w_generation = walk_generation; /* Python code the calls below may run can clear it */
+    void *stacks = W_GETATTR(walk_objs[WO_THREADS], WO_STACKS);
+    if (!stacks) { WCALL(proton_clear_fn, WF_CLEAR)(); return -2; }
+    int64_t found = -2;
+    void *op = W_GETATTR(stacks, WO_OP_PATH);
+    if (!op) { WCALL(proton_clear_fn, WF_CLEAR)(); goto out; }
+    walk_decref(op);
+    if (op != walk_objs[WO_NONE]) goto out; /* the Triton hook named this launch */
+    int64_t version = walk_long(stacks, WO_VERSION);
+    if (version < 0) goto out;
+    if (stacks != w_stacks || version != w_version) {
+        w_walkable = walk_scopes(stacks);
+        w_stacks = stacks; w_version = version;
+    }
+    if (!w_walkable) goto out;
+    int64_t n = 0, *key = w_key + 1;
+    void *frame = py_frame(state);
+    while (frame) {
+        if (n == WALK_DEPTH) { walk_decref(frame); goto out; }
+        void *code = WCALL(proton_new_fn, WF_CODE)(frame);
+        walk_decref(code); /* its frame, running, keeps it */
+        key[2 * n] = (int64_t)(intptr_t)code;
+        key[2 * n + 1] = WCALL(proton_lasti_fn, WF_LASTI)(frame);
+        w_frames[n++] = frame;
+        void *back = WCALL(proton_new_fn, WF_BACK)(frame);
+        walk_decref(frame); /* a running frame's object is kept by its frame */
+        frame = back;
+    }
+    if (WCALL(proton_occurred_fn, WF_OCCURRED)()) { WCALL(proton_clear_fn, WF_CLEAR)(); goto out; }
+    w_key[0] = n;
+    int64_t *scopes = key + 2 * n;
+    scopes[0] = w_nscopes;
+    for (int64_t k = 0; k < w_nscopes; k++) { /* each opener's place, from the outermost */
+        int64_t j = 0;
+        while (j < n && w_frames[j] != w_openers[k]) j++;
+        if (j == n) goto out; /* it returned: where the scope goes depends on more */
+        scopes[1 + 2 * k] = w_tokens[k];
+        scopes[2 + 2 * k] = n - 1 - j;
+    }
+    w_len = 2 + 2 * n + 2 * w_nscopes;
+    w_hash = walk_hash(w_key, w_len);
+    if (w_generation != walk_generation) goto out; /* a session ended meanwhile */
+    walk_entry *e = walk_lookup();
+    found = e ? e->path : -1;
+    if (e) { /* Python's kept frames would outlive their calls: let them go now */
+        void *kept = W_GETATTR(stacks, WO_KEPT);
+        if (!kept) WCALL(proton_clear_fn, WF_CLEAR)();
+        else if (kept != walk_objs[WO_NONE]) {
+            walk_decref(kept);
+            if (WCALL(proton_setattr_fn, WF_SETATTR)(stacks, walk_objs[WO_KEPT],
+                                                     walk_objs[WO_NONE]) != 0)
+                WCALL(proton_clear_fn, WF_CLEAR)();
+        } else walk_decref(kept);
+    }
+out:
+    walk_decref(stacks);
+    if (found == -2) walk_passed++;
+    return found;
+}
+
+/* Remember `path` for the walk in w_key (found missing by walk_find on this thread, with no
+   clear since). Holding the GIL. */
+static void walk_add(int64_t path) {
+    if (path <= 0 || w_generation != walk_generation || table.nwords + w_len > WALK_WORDS)
+        return;
+    if (table.n == table.cap) {
+        int64_t cap = table.cap ? 2 * table.cap : 256;
+        walk_entry *grown = (walk_entry *)realloc(table.entries, (size_t)cap * sizeof *grown);
+        if (!grown) return;
+        table.entries = grown; table.cap = cap;
+    }
+    if (!reserve(&table.words, &table.words_cap, table.nwords + w_len)) return;
+    if ((table.n + 1) * 2 > table.index_cap) {
+        int64_t cap = table.index_cap ? 2 * table.index_cap : 512;
+        int64_t *index = (int64_t *)calloc((size_t)cap, sizeof(int64_t));
+        if (!index) return;
+        for (int64_t i = 0; i < table.n; i++) {
+            uint64_t j = table.entries[i].hash & (uint64_t)(cap - 1);
+            while (index[j]) j = (j + 1) & (uint64_t)(cap - 1);
+            index[j] = i + 1;
+        }
+        free(table.index);
+        table.index = index; table.index_cap = cap;
+    }
+    if (walk_lookup()) return;
+    for (int64_t i = 0; i < w_key[0]; i++) /* its code objects live as long as it does */
+        WCALL(proton_incref_fn, WF_INCREF)((void *)(intptr_t)w_key[1 + 2 * i]);
+    walk_entry *e = table.entries + table.n;
+    e->hash = w_hash; e->at = table.nwords; e->len = w_len; e->path = path;
+    memcpy(table.words + table.nwords, w_key, (size_t)w_len * sizeof(int64_t));
+    table.nwords += w_len;
+    uint64_t mask = (uint64_t)table.index_cap - 1, j = w_hash & mask;
+    while (table.index[j]) j = (j + 1) & mask;
+    table.index[j] = ++table.n;
+    walk_added++;
+}
+
+/* Forget every walk (holding the GIL): the table is taken away first, then its code objects
+   let go (which may run Python code, and so another thread's walk, on an empty table). */
+PROTON_API void proton_walk_clear(void) {
+    walk_table old = table;
+    memset(&table, 0, sizeof table);
+    walk_generation++;
+    walk_hits = walk_added = walk_passed = 0;
+    for (int64_t i = 0; i < old.n; i++) {
+        const int64_t *w = old.words + old.entries[i].at;
+        for (int64_t f = 0; f < w[0]; f++) walk_decref((void *)(intptr_t)w[1 + 2 * f]);
+    }
+    free(old.entries); free(old.index); free(old.words);
+}
+
+/* Hand over Python's functions and objects for the walk (the WF_ and WO_ orders; holding the
+   GIL), or turn it off (fns NULL). Every walk seen is forgotten. */
+PROTON_API void proton_walk_set(void *const *fns, int64_t nfns, void *const *objs, int64_t nobjs) {
+    walk_on = 0;
+    if (py_decref) proton_walk_clear();
+    if (!fns || nfns != WF_COUNT || nobjs != WO_COUNT || !py_decref) return;
+    for (int i = 0; i < WF_COUNT; i++) walk_fns[i] = fns[i];
+    for (int i = 0; i < WO_COUNT; i++) {
+        WCALL(proton_incref_fn, WF_INCREF)(objs[i]); /* never let go: a few strings */
+        walk_objs[i] = objs[i];
+    }
+    w_version = -1;
+    walk_on = 1;
+}
+
+/* (launches found, walks remembered, launches not walked, walks held, words held). */
+PROTON_API void proton_walk_counts(int64_t *out) {
+    out[0] = walk_hits; out[1] = walk_added; out[2] = walk_passed;
+    out[3] = table.n; out[4] = table.nwords;
+}
+
 /* Whether the calling thread launches with no Python frame and no scope of its own (the
    python context would place it under the main thread's scope, as the shadow context does).
    A thread holding the GIL is running Python (its frames go to Python, even in the rare case
@@ -562,21 +829,28 @@ PROTON_API void proton_python_api(proton_check_fn holds_gil, proton_state_fn thi
    thread state but not the GIL is asked for its running frame under the GIL (a thread's frames
    change only on that thread, so the answer holds for this launch call). When it has frames
    the GIL stays taken for Python's enter (*gil: give it back after; -1: not taken), which
-   then takes it again at no cost (a Triton launch releases the GIL around the call). */
-static int frameless(int *gil) {
+   then takes it again at no cost (a Triton launch releases the GIL around the call), and
+   *state is the thread's state (NULL when the GIL is not held: no walk). A thread with a
+   scope pushed is never frameless. */
+static int frameless(int *gil, void **state) {
     *gil = -1;
-    if (!py_frame || tls_depth > 0) return 0;
-    if (py_holds_gil()) return 0;
-    void *state = py_this_state();
-    if (!state) return 1;
+    *state = NULL;
+    if (!py_frame) return 0;
+    if (py_holds_gil()) {
+        *state = py_this_state();
+        return 0;
+    }
+    void *mine = py_this_state();
+    if (!mine) return tls_depth == 0; /* a scope pushed: Python (which makes a state) */
     int taken = py_ensure();
-    void *frame = py_frame(state);
-    if (!frame) {
+    void *frame = py_frame(mine);
+    if (!frame && tls_depth == 0) {
         py_release(taken);
         return 1;
     }
-    py_decref(frame);
+    if (frame) py_decref(frame);
     *gil = taken;
+    *state = mine;
     return 0;
 }
 
@@ -716,14 +990,26 @@ PROTON_API void proton_on_api(void *userdata, int domain, uint32_t cbid, const v
             uint64_t ts = 0;
             c->now(&ts);
             int gil;
-            if (frameless(&gil)) { /* as Python would register it, with no Python */
+            void *state;
+            if (frameless(&gil, &state)) { /* as Python would register it, with no Python */
                 int64_t entry[LOG_FIELDS] = {corr, __atomic_load_n(&main_path, __ATOMIC_RELAXED),
                                            (int64_t)ts, domain, cbid,
                                            (int64_t)(uint32_t)pthread_self()};
                 log_append(&log_now, entry, LOG_FIELDS);
                 return;
             }
-            c->enter(corr, ts, cbid);
+            int64_t path = state ? walk_find(state) : -2;
+            if (path >= 0) { /* a walk seen before: logged with its path, no Python */
+                walk_hits++;
+                int64_t entry[LOG_FIELDS] = {corr, path, (int64_t)ts, domain, cbid,
+                                           (int64_t)(uint32_t)pthread_self()};
+                log_append(&log_now, entry, LOG_FIELDS);
+            } else {
+                w_busy = 1;
+                int64_t answer = c->enter(corr, ts, cbid);
+                w_busy = 0;
+                if (path == -1) walk_add(answer);
+            }
             if (gil >= 0) py_release(gil);
         } else {
             memcpy(&ret, d + c->ret_at, sizeof ret);

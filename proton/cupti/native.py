@@ -436,8 +436,10 @@ def scope_calls(lib: ctypes.CDLL):
     return tuple(calls)
 
 
-ENTER = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32)
-"""The python context's launch enter: (correlation id, CUPTI timestamp, cbid)."""
+ENTER = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32)
+"""The python context's launch enter: (correlation id, CUPTI timestamp, cbid) -> the path
+it gave the launch when that comes from the thread's stack alone (the walk remembers it for
+that stack), else -1."""
 
 
 def python_api() -> list[int]:
@@ -446,6 +448,23 @@ def python_api() -> list[int]:
     return [ctypes.cast(getattr(api, name), ctypes.c_void_p).value
             for name in ("PyGILState_Check", "PyGILState_GetThisThreadState", "PyGILState_Ensure",
                          "PyGILState_Release", "PyThreadState_GetFrame", "Py_DecRef")]
+
+
+WALK_FUNCTIONS = ("PyFrame_GetBack", "PyFrame_GetCode", "PyFrame_GetLasti", "PyObject_GetAttr",
+                  "PyObject_SetAttr", "PyLong_AsLongLong", "PyList_Size", "PyList_GetItem",
+                  "PyErr_Occurred", "PyErr_Clear", "Py_IncRef", "PyObject_IsTrue")
+"""What native.c's walk calls, in its WF_ order (public C API of Python 3.11+)."""
+
+
+def walk_api(walk) -> tuple[list[int], list[int]] | None:
+    """proton_walk_set's (functions, objects) for `walk` (the python context's Walk: the
+    thread-local holding each thread's stacks and the attribute names it reads, in native.c's
+    WO_ order after None); None where this Python lacks a function (before 3.11)."""
+    api = ctypes.pythonapi
+    if not all(hasattr(api, name) for name in WALK_FUNCTIONS):
+        return None
+    functions = [ctypes.cast(getattr(api, name), ctypes.c_void_p).value for name in WALK_FUNCTIONS]
+    return functions, [id(walk.threads), id(None), *map(id, walk.names)]
 
 
 class LaunchLog:
@@ -457,15 +476,23 @@ class LaunchLog:
     exit stays in C, and `failed` gives the calls that failed; a thread with no Python frame
     and no path pushed (scopes push in both contexts) has its launches logged, as the shadow
     context's are, and `take` gives them. One per process (the C state
-    is): configure replaces the last one."""
+    is): configure replaces the last one. With `walk` (the python context's), a launch on a
+    thread running Python whose stack was seen before is logged with its path in C too
+    (native.c's walk), and `walks` counts."""
 
     def __init__(self, lib: ctypes.CDLL, timestamp: int, fields: tuple[int, int, int],
-                 launches: dict[int, tuple[int, list[int], list[int]]], custom: int) -> None:
+                 launches: dict[int, tuple[int, list[int], list[int]]], custom: int,
+                 walk=None) -> None:
         """timestamp: cuptiGetTimestamp's address; fields: callback_site, correlation_id and
         function_return_value offsets in CUpti_CallbackData; launches: {callback domain (1
         driver, 2 runtime): (its API record kind, launch cbids, graph-launch cbids)};
-        custom: the external id kind the columns carry."""
+        custom: the external id kind the columns carry; walk: python.Walk, or None."""
         self._lib, self._custom = lib, custom
+        self._walk = walk
+        held = ctypes.PyDLL(lib._name)  # these keep the GIL: they touch Python objects
+        self._walk_set, self._walk_clear = held.proton_walk_set, held.proton_walk_clear
+        self._walk_set.restype, self._walk_set.argtypes = signatures()["proton_walk_set"]
+        self._walk_clear.restype, self._walk_clear.argtypes = signatures()["proton_walk_clear"]
         self._flags = {}
         self._kinds = np.full(3, -1, dtype=np.int64)
         for domain, (kind, calls, graphs) in launches.items():
@@ -487,14 +514,31 @@ class LaunchLog:
         none = np.zeros(1, dtype=np.uint8)
         f1, f2 = self._flags.get(1, none), self._flags.get(2, none)
         enter = ctypes.cast(enter, ctypes.c_void_p).value if enter is not None else None
+        self._walk_set(None, 0, None, 0)  # off, and what it held let go, before the API changes
         self._lib.proton_python_api(*(python_api() if enter is not None and frameless
                                       else [None] * 6))
+        api = walk_api(self._walk) if enter is not None and frameless and self._walk else None
+        if api is not None:
+            functions, objects = ((ctypes.c_void_p * len(v))(*v) for v in api)
+            self._walk_set(functions, len(functions), objects, len(objects))
         if self._lib.proton_log_configure(self._timestamp, forward, enter, *self._fields,
                                           f1.ctypes.data, len(f1), f2.ctypes.data, len(f2)):
             raise MemoryError("the launch log could not allocate its tables")
 
     def enable(self, on: bool) -> None:
+        """Take launches (on) or not; off, every walk seen is forgotten (the code objects it
+        kept let go)."""
         self._lib.proton_log_enable(int(on))
+        if not on:
+            self._walk_clear()
+
+    @property
+    def walks(self) -> dict[str, int]:
+        """The walk's counts since the last configure or enable(False): launches found (no
+        Python), walks remembered, launches not walked, walks held and their words."""
+        out = np.zeros(5, dtype=np.int64)
+        self._lib.proton_walk_counts(out.ctypes.data)
+        return dict(zip(("found", "remembered", "passed", "held", "words"), out.tolist()))
 
     def main_path(self, path: int | None) -> None:
         """Launches on threads with no path pushed are logged with `path` (the main thread's

@@ -7,11 +7,12 @@
     records are asked of CUPTI) and it joins the records by correlation id, summing kernels
     per path; what it cannot place (graph launches, launches with no scope, launches during a
     stream capture) goes on to attribution.Attributor. In the python context its callback
-    hands Python each launch's enter only, but for launches on a thread running no Python
-    with no scope pushed (PyTorch's autograd thread): those it logs, and the buffer thread
-    registers them with the Attributor where the Python enter would have (no Python at the
-    launch; scopes push their path to C in this context too, so a thread's open scope sends
-    its launches to Python).
+    logs two kinds of launches with no Python: those on a thread running no Python with no
+    scope pushed (PyTorch's autograd thread), and those whose stack it walked in C and has
+    seen before (native.c's walk; the path is the one Python gave that stack); the buffer
+    thread registers them with the Attributor where the Python enter would have. Any other
+    launch's enter goes to Python (scopes push their path to C in this context too, so a
+    thread's open scope is never frameless).
   * PythonPipeline, where no C compiler is found or the user sets PROTON_NATIVE=0: buffers
     walked by a ctypes call per record, fields read with numpy, records joined by the
     Attributor; scopes push their path as CUPTI's external correlation id, and the python
@@ -283,7 +284,8 @@ class NativePipeline:
                    int(cupti.CallbackDomain.RUNTIME_API): int(K.RUNTIME)}
         launches = {domain: (kind, *map(list, c._api_cbids[kind]))
                     for domain, kind in domains.items()}
-        self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom)
+        self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom,
+                                    walk=c._walk)
         if c.in_callback:
             self._register_logged = c.logged_enters()
         return self.log, c._launch_enter(self.unscoped_now) if c.in_callback else None, None

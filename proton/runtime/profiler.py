@@ -217,7 +217,7 @@ class Profiler:
                                    launch_path=context.launch_path,
                                    in_callback=context.in_callback, pc=pc, callback_users=users,
                                    graft=self.router.graft, groups=self.router.on_groups,
-                                   moved=self.timeline.note)
+                                   moved=self.timeline.note, walk=context.walk)
         collector.start()
         self.collector = collector
         frames.repush_open_scopes()

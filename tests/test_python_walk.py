@@ -1,0 +1,324 @@
+"""context="python" through CUPTI's launch callback, as a launch made from Python calls it (no
+GPU needed): with the C helper's walk, a launch whose stack was seen before is placed in C with
+no Python. Every launch here is placed as Python's own launch_path places it at the same line,
+in each way the callback can run: the walk with the GIL held (a PyTorch launch) or released (a
+Triton launch), the C helper without the walk, and the Python pipeline (PROTON_NATIVE=0)."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import itertools
+import os
+import sys
+import weakref
+
+import pytest
+
+import proton
+from proton.context.frames import launch_parent, unwind
+from proton.data.paths import paths
+from proton.runtime import ops
+from proton.runtime.profiler import profiler
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "bench")
+HELD = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
+"""CUPTI's callback called keeping the GIL, as inside a PyTorch op."""
+WAYS = ["walk, GIL held", "walk, GIL released", "C without the walk", "Python"]
+
+
+class Launcher:
+    """CUPTI's launch callback of a python-context session, built as the collector builds it
+    for `way`. `launch()` is one launch call (enter and exit) made by its own frame, whose
+    caller is the code under test; `check()` compares where each went with the path Python's
+    launch_path gives at the same line."""
+
+    def __init__(self, way: str, hot_paths) -> None:
+        native = way != "Python"
+        on_api, self.cbid, self.enter, self.leave, self._alive, self.collector = \
+            hot_paths.launch_callback(walk=way.startswith("walk"), native=native)
+        self.log = None
+        if native:
+            through = hot_paths.through_c(self.collector, on_api)
+            assert through is not None, "the C helper was not built"
+            self.log = self.collector.pipeline.log
+            self.call = HELD(self.log.callback) if way == "walk, GIL held" else through
+            self._alive += (through,)
+        else:
+            self.call = hot_paths.CALLBACK(on_api)
+        self.data = self._alive[0]
+        self.ids = itertools.count(100)
+        self.launched: list[tuple[int, int]] = []
+        self.compare = True
+        """Ask launch_parent at each launch (off: only the callback runs Python's code)."""
+
+    def launch(self) -> None:
+        corr = next(self.ids)
+        self.data["correlation_id"] = corr
+        if not self.compare:
+            self.call(None, 1, self.cbid, self.enter)
+            self.call(None, 1, self.cbid, self.leave)
+            return
+        self.call(None, 1, self.cbid, self.enter); want = launch_parent()  # noqa: E702
+        self.call(None, 1, self.cbid, self.leave)
+        self.launched.append((corr, want))
+
+    def check(self) -> list[list[str]]:
+        """Every launch's path as names, after checking it is Python's (the buffer thread
+        registers what C logged)."""
+        self.collector.pipeline.settle()
+        assert not self.collector.callback_errors, self.collector.callback_errors
+        got = [self.collector.attributor.launch_path(corr) for corr, _ in self.launched]
+        assert [paths.names(p) for p in got] == [paths.names(w) for _, w in self.launched]
+        return [paths.names(p) for p in got]
+
+    @property
+    def found(self) -> int:
+        """Launches the walk placed with no Python."""
+        return self.log.walks["found"] if self.log is not None else 0
+
+    def close(self) -> None:
+        self.collector.pipeline.enable(False)  # the walk lets its code objects go
+
+
+@pytest.fixture(params=WAYS)
+def launcher(request, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(BENCH)
+    import hot_paths
+
+    proton.start(str(tmp_path / "walk"), context="python")
+    made = None
+    try:
+        made = Launcher(request.param, hot_paths)
+        made.way, made.hot_paths = request.param, hot_paths
+        yield made
+    finally:
+        if made is not None:
+            made.close()
+        unwind(0)
+        proton.finalize()
+
+
+def walks(launcher) -> bool:
+    return launcher.way.startswith("walk")
+
+
+def two_lines(launcher):
+    launcher.launch()
+    launcher.launch()
+
+
+def test_a_loop_launching_from_two_lines_is_found_after_its_first_pass(launcher):
+    for _ in range(5):
+        two_lines(launcher)
+    names = launcher.check()
+    assert names[0] != names[1] and names[2:4] == names[:2]
+    assert names[0][-2].endswith("@two_lines")
+    assert launcher.found == (8 if walks(launcher) else 0)
+
+
+def shared(launcher):
+    launcher.launch()
+
+
+def caller_a(launcher):
+    shared(launcher)
+
+
+def caller_b(launcher):
+    shared(launcher)
+
+
+def test_the_same_line_reached_from_two_callers_keeps_each_callers_path(launcher):
+    for _ in range(3):
+        caller_a(launcher)
+        caller_b(launcher)
+    names = launcher.check()
+    assert names[0][-3].endswith("@caller_a") and names[1][-3].endswith("@caller_b")
+    assert names[2:] == names[:2] * 2
+    assert launcher.found == (4 if walks(launcher) else 0)
+
+
+def generator(launcher):
+    while True:
+        launcher.launch()
+        yield
+
+
+def resume_first(gen):
+    next(gen)
+
+
+def resume_second(gen):
+    next(gen)
+
+
+def test_a_generator_resumed_from_another_caller_gets_that_callers_path(launcher):
+    gen = generator(launcher)
+    for _ in range(3):
+        resume_first(gen)
+        resume_second(gen)
+    names = launcher.check()
+    assert names[0][-3].endswith("@resume_first") and names[1][-3].endswith("@resume_second")
+    assert names[2:] == names[:2] * 2
+
+
+def scoped_step(launcher, i):
+    launcher.launch()
+    with proton.scope("inside"):
+        launcher.launch()
+        with proton.scope(f"nested{i % 2}"):
+            launcher.launch()
+    launcher.launch()
+
+
+def test_scopes_opened_between_launches_sit_after_the_frame_that_opened_them(launcher):
+    for i in range(4):
+        scoped_step(launcher, i)
+    names = launcher.check()
+    assert "inside" not in names[0] and "inside" not in names[3]
+    assert names[1][-3:-1] == [names[1][-3], "inside"] and names[1][-3].endswith("@scoped_step")
+    assert names[2][-4:-1] == [names[2][-4], "inside", "nested0"]
+    assert names[6][-4:-1] == [names[6][-4], "inside", "nested1"]
+    assert names[8:] == names[:8]
+    # each launch is new once: four lines, and the second nested scope's line
+    assert launcher.found == (16 - 5 if walks(launcher) else 0)
+
+
+def open_and_return():
+    proton.enter_scope("left open")
+
+
+def test_a_scope_whose_opener_returned_is_placed_by_python(launcher):
+    for _ in range(2):
+        open_and_return()
+        two_lines(launcher)
+        proton.exit_scope()
+    names = launcher.check()
+    assert "left open" in names[0]
+    assert launcher.found == 0  # where it goes depends on more than the stack: never walked
+
+
+def test_an_op_the_triton_hook_opened_is_the_launchs_path(launcher):
+    saved, profiler.collector = profiler.collector, launcher.hot_paths.StandIn()  # collecting
+    try:
+        for _ in range(3):
+            ops.enter_op("kernel_op")
+            launcher.launch()
+            ops.exit_op()
+            launcher.launch()
+    finally:
+        profiler.collector = saved
+    names = launcher.check()
+    assert [n[-1] for n in names[::2]] == ["kernel_op"] * 3
+    assert "kernel_op" not in names[1] and names[3] == names[1]
+    assert launcher.found == (2 if walks(launcher) else 0)
+
+
+def test_a_freed_code_object_never_lends_its_path_to_the_next(launcher, tmp_path):
+    """New functions, each freed before the next is made (same size: the allocator would
+    give the next one the freed one's address): each launch names its own file. The walk
+    keeps every code object it remembers alive until the session's end, and no longer."""
+    kept = []
+    for i in range(40):
+        ns = {}
+        exec(compile("def f(launch):\n    launch()\n", str(tmp_path / f"m{i}.py"), "exec"), ns)
+        ns["f"](launcher.launch)
+        kept.append(weakref.ref(ns["f"].__code__))
+        ns.clear()  # f, its globals and (unless kept) its code freed here
+    names = launcher.check()
+    assert [n[-2] for n in names] == [f"{tmp_path / f'm{i}.py'}:2@f" for i in range(40)]
+    alive = sum(r() is not None for r in kept)
+    assert alive == (40 if walks(launcher) else alive)
+    launcher.close()
+    proton.finalize()  # and the python context's own tables let go of them
+    gc.collect()
+    assert all(r() is None for r in kept)
+
+
+class Big:
+    pass
+
+
+def launch_with_a_local(launcher, refs):
+    big = Big()  # a stand-in for a large tensor
+    refs.append(weakref.ref(big))
+    launcher.launch()
+
+
+def step(launcher, refs=None):
+    if refs is not None:
+        launch_with_a_local(launcher, refs)
+    two_lines(launcher)
+
+
+def test_frames_of_returned_calls_and_their_locals_are_let_go(launcher):
+    """Python keeps the frames of a launch it placed for the next one; a launch the walk
+    finds lets them go, as Python's next launch would."""
+    launcher.compare = False  # only the callback's own Python runs
+    refs = []
+    for i in range(3):  # two_lines' launches seen; last, a new launch, then those two
+        step(launcher, refs if i == 2 else None)
+    gc.collect()
+    assert [r() for r in refs] == [None]
+    assert launcher.found == (2 + 2 if walks(launcher) else 0)
+    launcher.check()
+
+
+def torch_model(torch):
+    """Blocks of attention and MLP, nested in Sequentials (nn.Module's call frames around
+    each forward)."""
+
+    class Attention(torch.nn.Module):
+        def __init__(self, dim: int) -> None:
+            super().__init__()
+            self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out(y)
+
+    class Block(torch.nn.Module):
+        def __init__(self, dim: int) -> None:
+            super().__init__()
+            self.norm, self.attn = torch.nn.LayerNorm(dim), Attention(dim)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
+                                           torch.nn.Linear(4 * dim, dim))
+
+        def forward(self, x):
+            x = x + self.attn(self.norm(x))
+            return x + self.mlp(x)
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(Block(16), torch.nn.Sequential(Block(16), Block(16)))
+
+
+def launches_in(torch, launcher):
+    """A launch at every torch function the model calls, from inside it (as a kernel launch
+    is made from inside the op)."""
+
+    class Launches(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            launcher.launch()
+            return func(*args, **(kwargs or {}))
+
+    return Launches()
+
+
+def test_deep_torch_module_stacks_get_pythons_paths_and_are_found_after_a_pass(launcher):
+    torch = pytest.importorskip("torch")
+    model = torch_model(torch)
+    x = torch.randn(2, 8, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            with launches_in(torch, launcher):
+                model(x)
+    names = launcher.check()
+    per_pass = len(names) // 3
+    assert per_pass > 20 and names[per_pass:2 * per_pass] == names[:per_pass]
+    # Sequential > Block > Sequential > Block > Attention: each forward behind nn.Module's calls
+    assert max(sum(f.endswith("@forward") for f in n) for n in names) == 5
+    assert any(f.endswith("@_call_impl") for f in names[0])
+    # every launch of the later passes, and those of the third block in the first (the second
+    # block's stack again), are found with no Python
+    assert launcher.found >= (2 * per_pass + 1 if walks(launcher) else 0)
