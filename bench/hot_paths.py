@@ -27,6 +27,8 @@ import argparse
 import ctypes
 import functools
 import inspect
+import os
+import sys
 import time
 import types
 
@@ -39,6 +41,9 @@ from proton.cupti.subscriber import CALLBACK, callback_fields
 from proton.hooks import triton_hook
 from proton.runtime.profiler import profiler
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from torch_like import TORCH_LIKE  # noqa: E402 - the tests' stand-in of nn.Module's frames
+
 N = 100_000
 LIBRARY = """
 def call(f):
@@ -49,18 +54,8 @@ def inner(f):
     return f()
 """
 
-# PyTorch's nn.Module call machinery (a library file) and a user model of nested modules
-TORCH = """
-class Module:
-    def __call__(self, *args):
-        return self._wrapped_call_impl(*args)
-    def _wrapped_call_impl(self, *args):
-        return self._call_impl(*args)
-    def _call_impl(self, *args):
-        return self.forward(*args)
-def linear(launch):
-    return launch()
-"""
+# PyTorch's nn.Module call machinery (tests/torch_like.py, a library file) and a user model of
+# nested modules
 MODEL = """
 class Linear(Module):
     def forward(self, launch):
@@ -103,7 +98,7 @@ LAUNCHES_PER_FORWARD = 2 + 4 * (2 + 5 + 3)
 def model():
     """A GPT-like model of nested modules: model(launch) calls launch() from 48 places."""
     ns: dict = {}
-    exec(compile(TORCH, "/usr/lib/python3/site-packages/fake_torch/nn.py", "exec"), ns)
+    exec(compile(TORCH_LIKE, "/usr/lib/python3/site-packages/fake_torch/nn.py", "exec"), ns)
     exec(compile(MODEL, "/home/user/model.py", "exec"), ns)
     return ns["GPT"]()
 
@@ -265,11 +260,7 @@ def torch_forward(repeats: int, walk: bool = True, forwards: int = 50) -> tuple[
         import torch
     except ImportError:
         return None
-    import os
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-    from gpt_workload import GPT
+    from gpt_workload import GPT  # tests/, on the path (above)
 
     class Launches(torch.overrides.TorchFunctionMode):
         def __init__(self, launch) -> None:

@@ -60,6 +60,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_stats  # noqa: E402 - beside this file
+from hostspeed import host_speed  # noqa: E402 - beside this file (workloads' imports Triton)
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 8192, 512, 8, 4, 256, 16
 OURS = ("floor", "subscribed", "cb-runtime", "cb-driver", "cb-launch", "cb-all", "shadow",
@@ -400,17 +401,6 @@ def make(which: str):
 
 
 # -- one worker process -------------------------------------------------------------------
-def host_speed(calls: int = 20_000, reps: int = 3) -> float:
-    """ns a trivial Python call takes now, best of `reps`: the host's speed (the idea of
-    bench/workloads.host_speed, which imports Triton; on the H100 host 26 ns in some processes
-    and 42-50 in others)."""
-    f, best = len, float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            f("abc")
-        best = min(best, time.perf_counter() - t0)
-    return best / calls * 1e9
 
 
 def phase(run, n: int, scope, main: int) -> dict:

@@ -5,7 +5,7 @@ bench/workloads.py's scale and scale_paired record, profiled over bare.
 
 scale_paired: each process's profiled tenths over the mean of its two bare runs' same tenth.
 scale (separate processes): each process's tenths over the median bare process's.
-Then, where the runs recorded the host's speed around each tenth (workloads.host_speed), each
+Then, where the runs recorded the host's speed around each tenth (hostspeed.host_speed), each
 profiler's us a launch over only the tenths the host ran fast at both ends, and over the rest:
 the host's own process-to-process swing (bench/probes/bimodal.py) taken out of the comparison;
 and over every tenth, a launch's time in units of the host's Python call around it (the

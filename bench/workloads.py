@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 import hwcount  # bench/, on the path as the script's folder
+from hostspeed import host_speed
 
 from proton.examples.matmul import event_timed, matmul  # installed (bench/ is no package)
 
@@ -379,19 +380,6 @@ def cpu_seconds(into: dict):
         end = counters.read()
         into["main_cycles"], into["main_instructions"] = (b - a for a, b in zip(start, end))
         counters.close()
-
-
-def host_speed(calls: int = 20_000, reps: int = 3) -> float:
-    """ns a trivial Python call takes now, best of `reps`: the host's speed. On the H100 VM it is
-    about 26 ns in some processes and 42-50 in others (bench/probes/bimodal.py), and the launch loop
-    follows it, which is more than any profiler costs."""
-    f, best = len, float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            f("abc")
-        best = min(best, time.perf_counter() - t0)
-    return best / calls * 1e9
 
 
 def _scale_run(prof: Profiler | None, x, args) -> dict:

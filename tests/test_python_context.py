@@ -13,6 +13,7 @@ import weakref
 import pytest
 
 from conftest import find, run_threads
+from torch_like import TORCH_LIKE
 
 import proton
 from proton.api import write_profiles
@@ -403,19 +404,6 @@ def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(ke
         proton.finalize()
 
 
-# nn.Module's call machinery, as a library file (frames in paths, never kept), around nested
-# user forwards: the walk meets new frames at every module call and stops at a kept one
-TORCH_LIKE = """
-class Module:
-    def __call__(self, *args):
-        return self._wrapped_call_impl(*args)
-    def _wrapped_call_impl(self, *args):
-        return self._call_impl(*args)
-    def _call_impl(self, *args):
-        return self.forward(*args)
-def linear(launch):
-    return launch()
-"""
 
 
 def deep_model(launch):
