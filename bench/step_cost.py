@@ -317,14 +317,13 @@ class Counting:
         return out
 
 
-@functools.lru_cache(maxsize=None)
 def _floor_buffers(path: str):
-    """The floor's buffer callbacks, one set a process (CUPTI may call late, so registered
-    buffers are never freed: a new set a phase would grow the process every round)."""
+    """The floor's buffer callbacks: the process's one set (RawBuffers.shared), buffers handed
+    back unread."""
     from proton.cupti.buffers import RawBuffers
 
-    raw = RawBuffers(path, 8 << 20)
-    raw.on_buffer = lambda buffer, valid: None
+    raw = RawBuffers.shared(path, 8 << 20)
+    raw.detach()  # unread
     return raw
 
 

@@ -57,8 +57,8 @@ class KernelActivityOnly:
 
         self._cupti = cupti
         cupti.get_timestamp()  # loads libcupti
-        self._raw = RawBuffers(loaded_libcupti(), 8 << 20)
-        self._raw.on_buffer = lambda buffer, valid: None
+        self._raw = RawBuffers.shared(loaded_libcupti(), 8 << 20)
+        self._raw.detach()  # buffers handed back unread
         self._raw.register()
         cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
 

@@ -22,8 +22,11 @@ _REQUESTED = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
 _COMPLETED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
                               ctypes.c_size_t, ctypes.c_size_t)
 _SUCCESS = 0
-_registered: list = []
-"""Every RawBuffers ever registered: CUPTI may call a callback late, so they are never freed."""
+_IGNORE: Callable[[int, int], None] = lambda buffer, valid: None  # noqa: E731
+_shared: dict[tuple[str, int], "RawBuffers"] = {}
+"""The process's RawBuffers by (libcupti path, buffer size): CUPTI may call a callback late,
+so one is never freed, and sessions reuse it (one per session kept each session's free buffers
+and pipeline for the life of the process)."""
 
 
 def loaded_libcupti(maps: str = "/proc/self/maps") -> str | None:
@@ -63,7 +66,16 @@ def timestamp_address(path: str) -> int:
 class RawBuffers:
     """Registers CUPTI's buffer callbacks; `on_buffer(address, valid bytes)` runs on CUPTI's
     thread for each completed buffer and must not keep it: the buffer is reused once it
-    returns."""
+    returns. A session takes the process's one through `shared` and lets go with `detach`."""
+
+    @classmethod
+    def shared(cls, path: str, size: int) -> "RawBuffers":
+        """The process's RawBuffers for the libcupti at `path` and this buffer size."""
+        key = (path, size)
+        raw = _shared.get(key)
+        if raw is None:
+            raw = _shared[key] = cls(path, size)
+        return raw
 
     def __init__(self, path: str, size: int) -> None:
         """path: the libcupti cupti-python loaded (loaded_libcupti())."""
@@ -77,7 +89,7 @@ class RawBuffers:
         self._size = size
         self.next_record = self._next
         """cuptiActivityGetNextRecord, for the pipeline's walk (ctypes, or the C helper)."""
-        self.on_buffer: Callable[[int, int], None] = lambda buffer, valid: None
+        self.on_buffer: Callable[[int, int], None] = _IGNORE
         """Takes each completed buffer (pipeline.Pipeline.attach sets it)."""
         self._buffers: dict[int, ctypes.Array] = {}
         """Buffers lent to CUPTI, by address, alive until it gives them back."""
@@ -91,7 +103,11 @@ class RawBuffers:
         rc = self._lib.cuptiActivityRegisterCallbacks(self._requested, self._completed)
         if rc != _SUCCESS:
             raise OSError(f"cuptiActivityRegisterCallbacks failed with CUPTI error {rc}")
-        _registered.append(self)
+
+    def detach(self) -> None:
+        """The session is over (its buffers flushed): a late buffer is dropped, and the
+        session's pipeline is no longer reachable from here."""
+        self.on_buffer = _IGNORE
 
     def _give(self, buffer, size, max_records) -> None:
         try:

@@ -307,6 +307,8 @@ class CuptiCollector:
             self._subscriber.unsubscribe()
             self._subscriber = None
         self.pipeline.enable(False)
+        if self._raw is not None:
+            self._raw.detach()
         self._release_users()
         if self.recorded is not None:
             write_whole(os.environ["PROTON_RECORD_CUPTI"],
@@ -485,7 +487,7 @@ class CuptiCollector:
         from .buffers import RawBuffers
 
         try:
-            self._raw = RawBuffers(lib_path, BUFFER_SIZE)
+            self._raw = RawBuffers.shared(lib_path, BUFFER_SIZE)
             self.pipeline.attach(self._raw)
             self._raw.register()
         except (OSError, AttributeError) as exc:
