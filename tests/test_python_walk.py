@@ -322,3 +322,47 @@ def test_deep_torch_module_stacks_get_pythons_paths_and_are_found_after_a_pass(l
     # every launch of the later passes, and those of the third block in the first (the second
     # block's stack again), are found with no Python
     assert launcher.found >= (2 * per_pass + 1 if walks(launcher) else 0)
+
+
+RECONFIGURED = r"""
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import hot_paths, proton
+from proton.cupti import native
+proton.start(sys.argv[2], context="python")
+on_api, cbid, enter, leave, alive, collector = hot_paths.launch_callback()
+through = hot_paths.through_c(collector, on_api)
+log, python_enter = collector.pipeline.log, through.alive[0]
+
+def enter_(corr, ts, cbid_):
+    # meanwhile, on another thread, the next session makes its launch log (configure(None))
+    other = threading.Thread(target=log.configure, args=(None,))
+    other.start()
+    other.join()
+    return python_enter(corr, ts, cbid_)
+
+kept = native.ENTER(enter_)
+log.configure(None, kept)
+collector.pipeline.enable(True)
+through(None, 1, cbid, enter)  # the GIL released, as around a Triton launch: C takes it
+through(None, 1, cbid, leave)
+print("launched")
+"""
+
+
+def test_a_launch_whose_enter_outlives_its_session_returns_safely(tmp_path):
+    """A launch call's Python enter is still running (on its thread, the GIL taken by C)
+    when the next session makes its launch log: the call returns through C, which gives the
+    GIL back as it found it, and the process goes on (it used to call a function pointer the
+    new log had cleared: a segfault)."""
+    import subprocess
+
+    from proton.cupti import native
+
+    if native.compiler() is None:
+        pytest.skip("no C compiler: the C helper is not built")
+    done = subprocess.run([sys.executable, "-c", RECONFIGURED, BENCH, str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PROTON_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("launched")
