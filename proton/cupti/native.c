@@ -537,7 +537,9 @@ static __thread int64_t tls_generation; /* ... counted since this configure (a c
 /* Python's C API, from the process's own interpreter (proton_python_api): whether this
    thread holds the GIL, its thread state (NULL: it never ran Python), the GIL taken and
    given back, a thread state's running frame (a new reference, NULL when none) and a
-   reference dropped. All NULL: every launch enter goes to Python. */
+   reference dropped. py_on 0: every launch enter goes to Python. Once given, the functions
+   are never cleared: a launch call on another thread may be between two of them (without
+   the GIL, or inside Python's enter) while a new session configures. */
 typedef int (*proton_check_fn)(void);
 typedef void *(*proton_state_fn)(void);
 typedef int (*proton_ensure_fn)(void);
@@ -550,12 +552,18 @@ static proton_ensure_fn py_ensure;
 static proton_release_fn py_release;
 static proton_frame_fn py_frame;
 static proton_decref_fn py_decref;
+static int py_on;
 
 PROTON_API void proton_python_api(proton_check_fn holds_gil, proton_state_fn this_state,
                                   proton_ensure_fn ensure, proton_release_fn release,
                                   proton_frame_fn frame, proton_decref_fn decref) {
-    py_holds_gil = holds_gil; py_this_state = this_state; py_ensure = ensure;
-    py_release = release; py_frame = frame; py_decref = decref;
+    int on = holds_gil && this_state && ensure && release && frame && decref;
+    if (on && !py_frame) { /* the same interpreter's functions every time after */
+        py_holds_gil = holds_gil; py_this_state = this_state; py_ensure = ensure;
+        py_release = release; py_decref = decref;
+        __atomic_store_n(&py_frame, frame, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&py_on, on, __ATOMIC_RELEASE);
 }
 
 /* ---- the python context's walk: a launch answered from a stack seen before -----------------
@@ -835,7 +843,7 @@ PROTON_API void proton_walk_counts(int64_t *out) {
 static int frameless(int *gil, void **state) {
     *gil = -1;
     *state = NULL;
-    if (!py_frame) return 0;
+    if (!__atomic_load_n(&py_on, __ATOMIC_ACQUIRE)) return 0;
     if (py_holds_gil()) {
         *state = py_this_state();
         return 0;
