@@ -366,3 +366,68 @@ def test_a_launch_whose_enter_outlives_its_session_returns_safely(tmp_path):
                           env={**os.environ, "PROTON_CACHE_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("launched")
+
+
+ONE_THREAD = r"""
+#include <pthread.h>
+typedef void (*python)(int);
+struct job { python f; int n; };
+static void *run(void *arg) {
+    struct job *j = arg;
+    for (int i = 0; i < j->n; i++) j->f(i);
+    return 0;
+}
+/* f(0) .. f(n - 1), one after the other, on one new thread */
+void calls_on_one_thread(python f, int n) {
+    struct job j = {f, n};
+    pthread_t t;
+    pthread_create(&t, 0, run, &j);
+    pthread_join(t, 0);
+}
+"""
+
+
+def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(tmp_path,
+                                                                          monkeypatch):
+    """A thread Python did not start that calls into Python again and again (a C++ thread
+    pool's callbacks), each call with a fresh thread state and so fresh thread-local Stacks,
+    usually at the freed one's address: each call's launch goes under the scope that call
+    opened (the walk once read the last call's scopes as this one's: 'b' launches under
+    'a')."""
+    from proton.cupti import native
+
+    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(BENCH)
+    try:
+        native.compile_source(str(tmp_path / "one.so"), ONE_THREAD)
+    except native.BuildError:
+        pytest.skip("no C compiler: the C helper is not built")
+    import hot_paths
+
+    runner = ctypes.CDLL(str(tmp_path / "one.so"))
+    proton.start(str(tmp_path / "fresh"), context="python")
+    try:
+        on_api, cbid, enter, leave, alive, collector = hot_paths.launch_callback()
+        through = hot_paths.through_c(collector, on_api)
+        assert through is not None, "the C helper was not built"
+        data, opened = alive[0], []
+
+        def call(i):  # ctypes gives each call its own thread state on this thread
+            name = "a" if i < 6 else "b"
+            with proton.scope(name):
+                data["correlation_id"] = 100 + i
+                through(None, 1, cbid, enter)
+                through(None, 1, cbid, leave)
+            opened.append(name)
+
+        keep = ctypes.CFUNCTYPE(None, ctypes.c_int)(call)
+        runner.calls_on_one_thread(keep, 12)
+        collector.pipeline.settle()
+        assert not collector.callback_errors, collector.callback_errors
+        got = [paths.names(collector.attributor.launch_path(100 + i))[-1] for i in range(12)]
+        assert opened == ["a"] * 6 + ["b"] * 6
+        assert got == opened
+        assert collector.pipeline.log.walks["found"] > 0  # the walk ran: it found the repeats
+        collector.pipeline.enable(False)
+    finally:
+        proton.finalize()
