@@ -594,10 +594,11 @@ typedef void *(*proton_occurred_fn)(void);         /* PyErr_Occurred */
 typedef void (*proton_clear_fn)(void);             /* PyErr_Clear */
 typedef void (*proton_incref_fn)(void *);          /* Py_IncRef */
 typedef int (*proton_true_fn)(void *);             /* PyObject_IsTrue */
+typedef uint64_t (*proton_id_fn)(void *);          /* PyThreadState_GetID */
 
 /* proton_walk_set's functions and objects, in this order */
 enum { WF_BACK, WF_CODE, WF_LASTI, WF_GETATTR, WF_SETATTR, WF_LONG, WF_SIZE, WF_ITEM,
-       WF_OCCURRED, WF_CLEAR, WF_INCREF, WF_TRUE, WF_COUNT };
+       WF_OCCURRED, WF_CLEAR, WF_INCREF, WF_TRUE, WF_STATE_ID, WF_COUNT };
 enum { WO_THREADS, WO_NONE, WO_STACKS, WO_OP_PATH, WO_VERSION, WO_FOREIGN, WO_OPEN, WO_OPENER,
        WO_TOKEN, WO_KEPT, WO_COUNT };
 
@@ -626,10 +627,13 @@ static __thread void *w_frames[WALK_DEPTH];
 static __thread int64_t w_len, w_generation;
 static __thread uint64_t w_hash;
 static __thread int w_busy; /* a launch inside the enter (none expected): not walked */
-/* this thread's open scopes as last read: which Stacks, at which version (every scope
-   change bumps it), whether they can be walked, each one's opening frame (alive while the
-   version holds: its Open keeps it) and token */
+/* this thread's open scopes as last read: which Stacks of which thread state (a thread that
+   runs Python in calls from C gets a new state, and new Stacks, for each: often at the freed
+   one's address, so the address alone does not say), at which version (every scope change
+   bumps it), whether they can be walked, each one's opening frame (alive while the version
+   holds: its Open keeps it) and token */
 static __thread void *w_stacks;
+static __thread uint64_t w_state_id;
 static __thread int64_t w_version = -1, w_nscopes;
 static __thread int w_walkable;
 static __thread void *w_openers[WALK_SCOPES];
@@ -708,9 +712,10 @@ static int64_t walk_find(void *state) {
     if (op != walk_objs[WO_NONE]) goto out; /* the Triton hook named this launch */
     int64_t version = walk_long(stacks, WO_VERSION);
     if (version < 0) goto out;
-    if (stacks != w_stacks || version != w_version) {
+    uint64_t state_id = WCALL(proton_id_fn, WF_STATE_ID)(state); /* never given twice */
+    if (stacks != w_stacks || version != w_version || state_id != w_state_id) {
         w_walkable = walk_scopes(stacks);
-        w_stacks = stacks; w_version = version;
+        w_stacks = stacks; w_version = version; w_state_id = state_id;
     }
     if (!w_walkable) goto out;
     int64_t n = 0, *key = w_key + 1;
