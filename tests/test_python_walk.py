@@ -431,3 +431,38 @@ def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(tmp_pa
         collector.pipeline.enable(False)
     finally:
         proton.finalize()
+
+
+def frames_out(frame) -> int:
+    """How many frames from `frame` out to the thread's first."""
+    n = 0
+    while frame is not None:
+        n, frame = n + 1, frame.f_back
+    return n
+
+
+def down(launcher, k: int, scopes: int) -> None:
+    """k calls deeper, then `scopes` scopes opened here and two launches inside them."""
+    if k:
+        return down(launcher, k - 1, scopes)
+    for i in range(scopes):
+        proton.enter_scope(f"s{i}")
+    launcher.launch()
+    launcher.launch()
+    for _ in range(scopes):
+        proton.exit_scope()
+
+
+@pytest.mark.parametrize("deep", [512, 513])
+def test_a_stack_at_the_walks_limits_gets_pythons_paths(launcher, deep):
+    """A launch `deep` frames down (the launch's own frame included) inside 64 open scopes,
+    the most the walk keys: at 512 frames it is walked (its key fills the walk's arrays to
+    their last word) and found at the repeat; one frame deeper it goes to Python."""
+    k = deep - 2 - frames_out(sys._getframe())  # down(k) .. down(0) and the launch's frame
+    assert k > 0
+    for _ in range(2):
+        down(launcher, k, 64)
+    names = launcher.check()
+    assert names[0][-65:-1] == [f"s{i}" for i in range(64)]  # then the launch's frame
+    assert names[2:] == names[:2]
+    assert launcher.found == (2 if walks(launcher) and deep == 512 else 0)
