@@ -13,6 +13,24 @@ from typing import Iterator
 import pytest
 
 
+SANITIZE_ENV = "PROTON_TEST_SANITIZE"
+"""Set (by test_native's test_the_c_join_is_clean_under_the_sanitizers): every C helper the
+tests build is built with AddressSanitizer and UndefinedBehaviorSanitizer, which abort on
+any error they find."""
+SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+            "-g")
+
+
+@pytest.fixture(autouse=True)
+def sanitized_helper(monkeypatch):
+    """Under the sanitizer run, the C helper is built (and cached apart) with SANITIZE."""
+    if os.environ.get(SANITIZE_ENV):
+        from proton.cupti import native
+
+        if SANITIZE[0] not in native.FLAGS:
+            monkeypatch.setattr(native, "FLAGS", native.FLAGS + SANITIZE)
+
+
 def load(path) -> list:
     with open(path) as f:
         return json.load(f)

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import SANITIZE_ENV
 from proton.cupti import native
 from proton.cupti.pipeline import NativePipeline, PythonPipeline, walk
 
@@ -35,20 +36,11 @@ def fake_next(sizes: list[int]):
     return NEXT(step)
 
 
-SANITIZE_ENV = "PROTON_TEST_SANITIZE"
-"""Set (by test_the_c_join_is_clean_under_the_sanitizers): the helper is built with
-AddressSanitizer and UndefinedBehaviorSanitizer, which abort on any error they find."""
-SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-            "-g")
-
-
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PROTON_NATIVE", raising=False)
-    if os.environ.get(SANITIZE_ENV):
-        monkeypatch.setattr(native, "FLAGS", native.FLAGS + SANITIZE)
-    native._built.clear()
+    native._built.clear()  # built again: with SANITIZE under the sanitizer run (conftest)
     yield tmp_path
     native._built.clear()
 
@@ -1014,7 +1006,9 @@ SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_e
              "test_the_python_contexts_launch_enter", "test_a_new_session_starts_with",
              "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer",
              "test_a_main_thread_scope_pushes"]
-"""The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers."""
+"""The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers..."""
+SANITIZED_FILES = ["test_python_walk.py", "test_python_frameless.py"]
+"""... and these files whole: the python context's walk and frameless launches in C."""
 
 
 @pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
@@ -1034,8 +1028,11 @@ def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
     env = {**os.environ, SANITIZE_ENV: "1", "LD_PRELOAD": asan,
            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [os.path.join(here, name) for name in (os.path.basename(__file__), *SANITIZED_FILES)]
+    chosen = " or ".join(SANITIZED + [name[:-3] for name in SANITIZED_FILES])  # module names
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-x", os.path.abspath(__file__), "-k", " or ".join(SANITIZED)],
+                           "-x", *files, "-k", chosen],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert " passed" in done.stdout and " failed" not in done.stdout

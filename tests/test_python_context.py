@@ -568,3 +568,43 @@ def test_scope_paths_found_without_a_walk_are_a_full_walks(python_session):
                                                   frame("L-fn", "scoped_function"), "fn")}
     assert {tuple(p[-3:]) for p in fn[1::2]} == {(frame("L-site-b", "loop"),
                                                   frame("L-fn", "scoped_function"), "fn")}
+
+
+class Held:
+    pass
+
+
+def scoped_step():
+    with proton.scope("step"):
+        launch_parent()
+
+
+def loop_with_a_local(refs):
+    big = Held()  # a stand-in for a model's tensors
+    refs.append(weakref.ref(big))
+    scoped_step()
+
+
+def test_a_session_end_lets_go_of_an_idle_threads_returned_frames(profile_path):
+    """A thread that ran a loop (a scope and a launch in it) and now waits: at the session's
+    end the python context lets go of the frames it kept of that thread (the loop's, and so
+    its locals), as it does the ending thread's, not only at that thread's next scope."""
+    name, _ = profile_path
+    refs, ran, stop = [], threading.Event(), threading.Event()
+
+    def worker():
+        loop_with_a_local(refs)
+        ran.set()
+        stop.wait(60)
+
+    proton.start(name, context="python")
+    thread = threading.Thread(target=worker)
+    try:
+        thread.start()
+        assert ran.wait(60)
+        write_profiles()
+        gc.collect()
+        assert thread.is_alive() and refs[0]() is None
+    finally:
+        stop.set()
+        thread.join()

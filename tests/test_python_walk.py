@@ -322,3 +322,147 @@ def test_deep_torch_module_stacks_get_pythons_paths_and_are_found_after_a_pass(l
     # every launch of the later passes, and those of the third block in the first (the second
     # block's stack again), are found with no Python
     assert launcher.found >= (2 * per_pass + 1 if walks(launcher) else 0)
+
+
+RECONFIGURED = r"""
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import hot_paths, proton
+from proton.cupti import native
+proton.start(sys.argv[2], context="python")
+on_api, cbid, enter, leave, alive, collector = hot_paths.launch_callback()
+through = hot_paths.through_c(collector, on_api)
+log, python_enter = collector.pipeline.log, through.alive[0]
+
+def enter_(corr, ts, cbid_):
+    # meanwhile, on another thread, the next session makes its launch log (configure(None))
+    other = threading.Thread(target=log.configure, args=(None,))
+    other.start()
+    other.join()
+    return python_enter(corr, ts, cbid_)
+
+kept = native.ENTER(enter_)
+log.configure(None, kept)
+collector.pipeline.enable(True)
+through(None, 1, cbid, enter)  # the GIL released, as around a Triton launch: C takes it
+through(None, 1, cbid, leave)
+print("launched")
+"""
+
+
+def test_a_launch_whose_enter_outlives_its_session_returns_safely(tmp_path):
+    """A launch call's Python enter is still running (on its thread, the GIL taken by C)
+    when the next session makes its launch log: the call returns through C, which gives the
+    GIL back as it found it, and the process goes on (it used to call a function pointer the
+    new log had cleared: a segfault)."""
+    import subprocess
+
+    from proton.cupti import native
+
+    if native.compiler() is None:
+        pytest.skip("no C compiler: the C helper is not built")
+    done = subprocess.run([sys.executable, "-c", RECONFIGURED, BENCH, str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PROTON_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("launched")
+
+
+ONE_THREAD = r"""
+#include <pthread.h>
+typedef void (*python)(int);
+struct job { python f; int n; };
+static void *run(void *arg) {
+    struct job *j = arg;
+    for (int i = 0; i < j->n; i++) j->f(i);
+    return 0;
+}
+/* f(0) .. f(n - 1), one after the other, on one new thread */
+void calls_on_one_thread(python f, int n) {
+    struct job j = {f, n};
+    pthread_t t;
+    pthread_create(&t, 0, run, &j);
+    pthread_join(t, 0);
+}
+"""
+
+
+def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(tmp_path,
+                                                                          monkeypatch):
+    """A thread Python did not start that calls into Python again and again (a C++ thread
+    pool's callbacks), each call with a fresh thread state and so fresh thread-local Stacks,
+    usually at the freed one's address: each call's launch goes under the scope that call
+    opened (the walk once read the last call's scopes as this one's: 'b' launches under
+    'a')."""
+    from proton.cupti import native
+
+    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(BENCH)
+    try:
+        native.compile_source(str(tmp_path / "one.so"), ONE_THREAD)
+    except native.BuildError:
+        pytest.skip("no C compiler: the C helper is not built")
+    import hot_paths
+
+    runner = ctypes.CDLL(str(tmp_path / "one.so"))
+    proton.start(str(tmp_path / "fresh"), context="python")
+    try:
+        on_api, cbid, enter, leave, alive, collector = hot_paths.launch_callback()
+        through = hot_paths.through_c(collector, on_api)
+        assert through is not None, "the C helper was not built"
+        data, opened = alive[0], []
+
+        def call(i):  # ctypes gives each call its own thread state on this thread
+            name = "a" if i < 6 else "b"
+            with proton.scope(name):
+                data["correlation_id"] = 100 + i
+                through(None, 1, cbid, enter)
+                through(None, 1, cbid, leave)
+            opened.append(name)
+
+        keep = ctypes.CFUNCTYPE(None, ctypes.c_int)(call)
+        runner.calls_on_one_thread(keep, 12)
+        collector.pipeline.settle()
+        assert not collector.callback_errors, collector.callback_errors
+        got = [paths.names(collector.attributor.launch_path(100 + i))[-1] for i in range(12)]
+        assert opened == ["a"] * 6 + ["b"] * 6
+        assert got == opened
+        assert collector.pipeline.log.walks["found"] > 0  # the walk ran: it found the repeats
+        collector.pipeline.enable(False)
+    finally:
+        proton.finalize()
+
+
+def frames_out(frame) -> int:
+    """How many frames from `frame` out to the thread's first."""
+    n = 0
+    while frame is not None:
+        n, frame = n + 1, frame.f_back
+    return n
+
+
+def down(launcher, k: int, scopes: int) -> None:
+    """k calls deeper, then `scopes` scopes opened here and two launches inside them."""
+    if k:
+        return down(launcher, k - 1, scopes)
+    for i in range(scopes):
+        proton.enter_scope(f"s{i}")
+    launcher.launch()
+    launcher.launch()
+    for _ in range(scopes):
+        proton.exit_scope()
+
+
+@pytest.mark.parametrize("deep", [512, 513])
+def test_a_stack_at_the_walks_limits_gets_pythons_paths(launcher, deep):
+    """A launch `deep` frames down (the launch's own frame included) inside 64 open scopes,
+    the most the walk keys: at 512 frames it is walked (its key fills the walk's arrays to
+    their last word) and found at the repeat; one frame deeper it goes to Python."""
+    k = deep - 2 - frames_out(sys._getframe())  # down(k) .. down(0) and the launch's frame
+    assert k > 0
+    for _ in range(2):
+        down(launcher, k, 64)
+    names = launcher.check()
+    assert names[0][-65:-1] == [f"s{i}" for i in range(64)]  # then the launch's frame
+    assert names[2:] == names[:2]
+    assert launcher.found == (2 if walks(launcher) and deep == 512 else 0)

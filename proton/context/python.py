@@ -50,7 +50,7 @@ from types import CodeType, FrameType
 
 from ..data.paths import PYTHON, ROOT, paths
 from ..format import LIBRARY_FILE, frame_name
-from .stack import Open, main_innermost, per_thread
+from .stack import Open, every_stacks, main_innermost, per_thread
 
 _GENERATOR = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 _USER_CODE = {"examples", "__pycache__"}
@@ -482,12 +482,13 @@ class PythonContext:
         SKIPPED = own_files()
 
     def end(self) -> None:
-        """Forget the calling thread's kept frames now (they hold the frames' locals), every
-        other thread's at its next launch or its end, and every walk seen."""
+        """Forget every live thread's kept frames and anchor now (they hold frames and so
+        their locals: a thread now idle would keep them until its next launch or scope), and
+        every walk seen."""
         global _generation
         _generation += 1
-        per_thread.stacks.kept = None
-        per_thread.stacks.anchor = None
+        for st in every_stacks():
+            st.kept = st.anchor = None  # a launch in progress there holds its own reference
         _walks.clear()
         _codes.clear()
         _nodes.clear()

@@ -98,6 +98,13 @@ def main_innermost() -> int:
     return opened[-1].path if opened else ROOT
 
 
+def every_stacks() -> list[Stacks]:
+    """Every live thread's Stacks, the calling thread's included (made now if it had none)."""
+    mine = per_thread.stacks
+    with _every_lock:
+        return [mine, *(st for st in _every if st is not mine)]
+
+
 def every_open() -> list[tuple[int, list[Open]]]:
     """Each live thread's open frames, outermost first, with its thread id, read from any
     thread (a copy: the thread may change them meanwhile)."""

@@ -537,7 +537,9 @@ static __thread int64_t tls_generation; /* ... counted since this configure (a c
 /* Python's C API, from the process's own interpreter (proton_python_api): whether this
    thread holds the GIL, its thread state (NULL: it never ran Python), the GIL taken and
    given back, a thread state's running frame (a new reference, NULL when none) and a
-   reference dropped. All NULL: every launch enter goes to Python. */
+   reference dropped. py_on 0: every launch enter goes to Python. Once given, the functions
+   are never cleared: a launch call on another thread may be between two of them (without
+   the GIL, or inside Python's enter) while a new session configures. */
 typedef int (*proton_check_fn)(void);
 typedef void *(*proton_state_fn)(void);
 typedef int (*proton_ensure_fn)(void);
@@ -550,12 +552,18 @@ static proton_ensure_fn py_ensure;
 static proton_release_fn py_release;
 static proton_frame_fn py_frame;
 static proton_decref_fn py_decref;
+static int py_on;
 
 PROTON_API void proton_python_api(proton_check_fn holds_gil, proton_state_fn this_state,
                                   proton_ensure_fn ensure, proton_release_fn release,
                                   proton_frame_fn frame, proton_decref_fn decref) {
-    py_holds_gil = holds_gil; py_this_state = this_state; py_ensure = ensure;
-    py_release = release; py_frame = frame; py_decref = decref;
+    int on = holds_gil && this_state && ensure && release && frame && decref;
+    if (on && !py_frame) { /* the same interpreter's functions every time after */
+        py_holds_gil = holds_gil; py_this_state = this_state; py_ensure = ensure;
+        py_release = release; py_decref = decref;
+        __atomic_store_n(&py_frame, frame, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&py_on, on, __ATOMIC_RELEASE);
 }
 
 /* ---- the python context's walk: a launch answered from a stack seen before -----------------
@@ -586,10 +594,11 @@ typedef void *(*proton_occurred_fn)(void);         /* PyErr_Occurred */
 typedef void (*proton_clear_fn)(void);             /* PyErr_Clear */
 typedef void (*proton_incref_fn)(void *);          /* Py_IncRef */
 typedef int (*proton_true_fn)(void *);             /* PyObject_IsTrue */
+typedef uint64_t (*proton_id_fn)(void *);          /* PyThreadState_GetID */
 
 /* proton_walk_set's functions and objects, in this order */
 enum { WF_BACK, WF_CODE, WF_LASTI, WF_GETATTR, WF_SETATTR, WF_LONG, WF_SIZE, WF_ITEM,
-       WF_OCCURRED, WF_CLEAR, WF_INCREF, WF_TRUE, WF_COUNT };
+       WF_OCCURRED, WF_CLEAR, WF_INCREF, WF_TRUE, WF_STATE_ID, WF_COUNT };
 enum { WO_THREADS, WO_NONE, WO_STACKS, WO_OP_PATH, WO_VERSION, WO_FOREIGN, WO_OPEN, WO_OPENER,
        WO_TOKEN, WO_KEPT, WO_COUNT };
 
@@ -618,10 +627,13 @@ static __thread void *w_frames[WALK_DEPTH];
 static __thread int64_t w_len, w_generation;
 static __thread uint64_t w_hash;
 static __thread int w_busy; /* a launch inside the enter (none expected): not walked */
-/* this thread's open scopes as last read: which Stacks, at which version (every scope
-   change bumps it), whether they can be walked, each one's opening frame (alive while the
-   version holds: its Open keeps it) and token */
+/* this thread's open scopes as last read: which Stacks of which thread state (a thread that
+   runs Python in calls from C gets a new state, and new Stacks, for each: often at the freed
+   one's address, so the address alone does not say), at which version (every scope change
+   bumps it), whether they can be walked, each one's opening frame (alive while the version
+   holds: its Open keeps it) and token */
 static __thread void *w_stacks;
+static __thread uint64_t w_state_id;
 static __thread int64_t w_version = -1, w_nscopes;
 static __thread int w_walkable;
 static __thread void *w_openers[WALK_SCOPES];
@@ -700,9 +712,10 @@ static int64_t walk_find(void *state) {
     if (op != walk_objs[WO_NONE]) goto out; /* the Triton hook named this launch */
     int64_t version = walk_long(stacks, WO_VERSION);
     if (version < 0) goto out;
-    if (stacks != w_stacks || version != w_version) {
+    uint64_t state_id = WCALL(proton_id_fn, WF_STATE_ID)(state); /* never given twice */
+    if (stacks != w_stacks || version != w_version || state_id != w_state_id) {
         w_walkable = walk_scopes(stacks);
-        w_stacks = stacks; w_version = version;
+        w_stacks = stacks; w_version = version; w_state_id = state_id;
     }
     if (!w_walkable) goto out;
     int64_t n = 0, *key = w_key + 1;
@@ -835,7 +848,7 @@ PROTON_API void proton_walk_counts(int64_t *out) {
 static int frameless(int *gil, void **state) {
     *gil = -1;
     *state = NULL;
-    if (!py_frame) return 0;
+    if (!__atomic_load_n(&py_on, __ATOMIC_ACQUIRE)) return 0;
     if (py_holds_gil()) {
         *state = py_this_state();
         return 0;

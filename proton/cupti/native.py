@@ -452,7 +452,8 @@ def python_api() -> list[int]:
 
 WALK_FUNCTIONS = ("PyFrame_GetBack", "PyFrame_GetCode", "PyFrame_GetLasti", "PyObject_GetAttr",
                   "PyObject_SetAttr", "PyLong_AsLongLong", "PyList_Size", "PyList_GetItem",
-                  "PyErr_Occurred", "PyErr_Clear", "Py_IncRef", "PyObject_IsTrue")
+                  "PyErr_Occurred", "PyErr_Clear", "Py_IncRef", "PyObject_IsTrue",
+                  "PyThreadState_GetID")
 """What native.c's walk calls, in its WF_ order (public C API of Python 3.11+)."""
 
 
