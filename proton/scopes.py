@@ -108,10 +108,7 @@ class scope:
         return open_frame(self.name, self.metrics, self._cpu_timed, self._kind)
 
     def __enter__(self) -> "scope":
-        if _listen_pending:
-            _listen_from_environment()
-        self._depths.append(open_frame(self.name, self.metrics, self._cpu_timed,
-                                       self._kind))  # _open's work, inlined
+        self._depths.append(self._open())
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

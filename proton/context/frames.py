@@ -177,8 +177,8 @@ def close_frame(values: dict[str, float] | None = None, named: str | None = None
                 opened[-1].pushed_by = collector
             if st.main:
                 collector.main_path(opened[-1].path if opened else ROOT)
-    if top.start_ns and (top.cpu_timed or collector is None) and recorder.recording:
-        recorder.add_cpu_time(top.path, top.start_ns, time_ns())  # as times_cpu says
+    if recorder.recording and times_cpu(top, collector):
+        recorder.add_cpu_time(top.path, top.start_ns, time_ns())
     if values and recorder.recording:
         recorder.add_metrics(top.path, values)
     return top.path

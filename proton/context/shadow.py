@@ -21,9 +21,7 @@ class ShadowContext:
 
     @staticmethod
     def scope_path(parent: int, top: Open) -> int:
-        # the intern table's dict read first: a scope entered again costs no call beyond this
-        found = paths.interned((parent, top.name, top.kind))
-        return paths.intern(parent, top.name, top.kind) if found is None else found
+        return paths.intern(parent, top.name, top.kind)
 
     @staticmethod
     def launch_path(frame: FrameType | None) -> int:

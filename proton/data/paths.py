@@ -41,9 +41,6 @@ class PathTable:
     def __init__(self) -> None:
         self.frames: list[Frame] = [Frame(-1, ROOT_NAME, SCOPE)]
         self._ids: dict[tuple[int, str, str], int] = {}
-        self.interned = self._ids.get
-        """interned((parent, name, kind)) -> the path id, or None if never interned: a dict
-        read, for the hot paths (a scope's enter) to try before calling intern."""
         self._lock = threading.Lock()
 
     def intern(self, parent: int, name: str, kind: str = SCOPE) -> int:
