@@ -105,6 +105,15 @@ class Kept:
         opened by a frame other than the one it stopped at)."""
         self.generation = _generation
 
+    def let_go(self, n: int) -> None:
+        """Keep only the first `n` frames: those past them are of calls since returned, and
+        holding them would hold their locals."""
+        kept = self.frames
+        if len(kept) > n:
+            for f in kept[n:]:
+                del self.index[f]
+            del kept[n:], self.outer[n:], self.lastis[n:]
+
 
 _generation = 0
 """Bumped at each session's end: every thread's Kept is dropped at its next launch."""
@@ -191,11 +200,7 @@ def launch_path(frame: FrameType | None) -> int | None:
             break
         frame = frame.f_back
     if at >= 0 and last.fast and at == last.at and valid and key == last.key:
-        kept = last.frames
-        if len(kept) > at + 1:  # frames of calls since returned: let them and their locals go
-            for f in kept[at + 1:]:
-                del last.index[f]
-            del kept[at + 1:], last.outer[at + 1:], last.lastis[at + 1:]
+        last.let_go(at + 1)
         return last.pid
     if at >= 0 and valid:
         # a walk seen before that keeps only the frame it stopped at, with no scope after
@@ -205,11 +210,7 @@ def launch_path(frame: FrameType | None) -> int | None:
         if state[1] >= len(st.open):
             found = _walks.get((*key, *state))
             if found is not None and found[2] == 1:
-                kept = last.frames
-                if len(kept) > at + 1:
-                    for f in kept[at + 1:]:
-                        del last.index[f]
-                    del kept[at + 1:], last.outer[at + 1:], last.lastis[at + 1:]
+                last.let_go(at + 1)
                 last.key, last.at, last.pid, last.fast = key, at, found[0], True
                 return found[0]
     return _slow_path(last, start, key, at, st.open, version)
@@ -266,19 +267,14 @@ def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: 
         last.index = {f: i for i, f in enumerate(kept)}
     elif keep > 1 and kept[at:at + keep] != frames[:keep]:  # frames compare by identity
         # the frames outside the one found stay, with their places: only those inside change
-        index = last.index
-        for f in kept[at + 1:]:
-            del index[f]
+        last.let_go(at + 1)
         new = frames[1:keep]
-        for i, f in enumerate(new, at + 1):
-            index[f] = i
-        kept[at + 1:] = new
-        last.outer[at + 1:] = outers[1:keep]
-        last.lastis[at + 1:] = [f.f_lasti for f in new]
-    elif len(kept) > at + keep:  # frames of calls since returned: let them go
-        for f in kept[at + keep:]:
-            del last.index[f]
-        del kept[at + keep:], last.outer[at + keep:], last.lastis[at + keep:]
+        last.index.update((f, i) for i, f in enumerate(new, at + 1))
+        kept += new
+        last.outer += outers[1:keep]
+        last.lastis += [f.f_lasti for f in new]
+    else:
+        last.let_go(at + keep)
     last.version, last.key, last.at, last.pid = version, key, at, pid
     # the same walk again gives the same path unless a scope here was placed by the identity of
     # a frame that will be new next time (only the frame it stopped at stays the same)
