@@ -442,12 +442,16 @@ it gave the launch when that comes from the thread's stack alone (the walk remem
 that stack), else -1."""
 
 
+def _addresses(names) -> list[int]:
+    """The addresses of these functions of this process's interpreter."""
+    return [ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+            for name in names]
+
+
 def python_api() -> list[int]:
-    """The addresses proton_python_api takes, from this process's interpreter."""
-    api = ctypes.pythonapi
-    return [ctypes.cast(getattr(api, name), ctypes.c_void_p).value
-            for name in ("PyGILState_Check", "PyGILState_GetThisThreadState", "PyGILState_Ensure",
-                         "PyGILState_Release", "PyThreadState_GetFrame", "Py_DecRef")]
+    """The addresses proton_python_api takes."""
+    return _addresses(("PyGILState_Check", "PyGILState_GetThisThreadState", "PyGILState_Ensure",
+                       "PyGILState_Release", "PyThreadState_GetFrame", "Py_DecRef"))
 
 
 WALK_FUNCTIONS = ("PyFrame_GetBack", "PyFrame_GetCode", "PyFrame_GetLasti", "PyObject_GetAttr",
@@ -461,11 +465,9 @@ def walk_api(walk) -> tuple[list[int], list[int]] | None:
     """proton_walk_set's (functions, objects) for `walk` (the python context's Walk: the
     thread-local holding each thread's stacks and the attribute names it reads, in native.c's
     WO_ order after None); None where this Python lacks a function (before 3.11)."""
-    api = ctypes.pythonapi
-    if not all(hasattr(api, name) for name in WALK_FUNCTIONS):
+    if not all(hasattr(ctypes.pythonapi, name) for name in WALK_FUNCTIONS):
         return None
-    functions = [ctypes.cast(getattr(api, name), ctypes.c_void_p).value for name in WALK_FUNCTIONS]
-    return functions, [id(walk.threads), id(None), *map(id, walk.names)]
+    return _addresses(WALK_FUNCTIONS), [id(walk.threads), id(None), *map(id, walk.names)]
 
 
 class LaunchLog:
