@@ -49,6 +49,18 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   python3 -P -m pytest -m gpu tests -q -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
   tests_rc=${PIPESTATUS[0]}
 fi
+if [ -n "${PEER:-}" ]; then
+  # Triton's own Proton tests against Triton's and ours, side by side (issue 44): the suite is a
+  # copy of ../shared/peer-tests/triton-proton carried in .peer/ (carry .peer); the machine's
+  # python (torch, triton), with ours on PYTHONPATH
+  suite=${PEER_SUITE:-$PWD/.peer/triton-proton}
+  PEER_WORK=/tmp/peer VENV=$(python3 -c 'import sys; print(sys.prefix)') PROJECT=$PWD IMPLS="triton project_l2" TIMEOUT=${PEER_TIMEOUT:-400} \
+    MODULES=${PEER_MODULES:-"test_api test_profile test_cmd test_instrumentation test_viewer test_lib test_override"} \
+    bash "$suite/run_gpu.sh" ${PEER_ARGS:-} > "$OUT/peer.log" 2>&1
+  cp /tmp/peer/results_gpu/compare.txt "$OUT/peer_compare.txt" 2>/dev/null
+  (cd /tmp/peer/results_gpu && tar czf "$OUT/peer_logs.tgz" *.txt)
+  python3 bench/peer_table.py /tmp/peer/results_gpu/compare.txt | tee "$OUT/peer_table.txt"
+fi
 if [ -z "${SKIP_FIXTURES:-}" ]; then
   # fixtures for the CPU tests: a real session's CUPTI records and profile, the example's profile
   PROTON_RECORD_CUPTI=$OUT/cupti_records.json python3 tests/data/record_session.py && cp tests/data/recorded.hatchet "$OUT/"
@@ -147,6 +159,7 @@ fi
 echo
 echo "== summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 [ -f "$OUT/gpu_tests.log" ] && grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -1
+[ -f "$OUT/peer_table.txt" ] && head -3 "$OUT/peer_table.txt"
 [ -f "$PROTON_MATRIX_OUT" ] && python3 bench/matrix_table.py "$PROTON_MATRIX_OUT"
 [ -f "$OUT/bench.log" ] && sed -n '/^== launch loop\|^| workload/,$p' "$OUT/bench.log" | tail -40
 exit $tests_rc
