@@ -150,7 +150,7 @@ def test_a_scope_inside_a_call_sits_at_its_place_in_the_path(profile_path):
     root, _ = read()
     test = here("L-iteration", "test_a_scope_inside_a_call_sits_at_its_place_in_the_path")
     # a frame that opened a scope stays at the `with` line, so the scope's own metrics (here
-    # its CPU time) and its kernels share one node
+    # its CPU time) sit on its node; its kernels go under the lines that launched them
     names, step = only_kernel_parent(root, "step")
     assert names[-4:] == [test, "iteration", here("L-step", "scoped_step"), "step"]
     iteration = find(root, *names[:-2])
@@ -159,6 +159,26 @@ def test_a_scope_inside_a_call_sits_at_its_place_in_the_path(profile_path):
     assert total(softmax, "count") == 3
     assert total(step, "count") - total(softmax, "count") >= 3  # the GEMM
     assert total(root, "count") == total(step, "count")
+
+
+def test_a_torch_op_right_inside_a_scope_sits_under_its_launch_line(profile_path):
+    """torch.ones(...) straight from the `with` block's own code: the kernel's parent is the
+    `file:line@function` of that line, inside the scope (as Triton's files have it)."""
+    name, read = profile_path
+    proton.start(name, context="python")
+    with proton.scope("test"):  # L-ones-scope
+        torch.ones((2, 2), device="cuda")  # L-ones
+    proton.finalize()
+    root, _ = read()
+    test = "test_a_torch_op_right_inside_a_scope_sits_under_its_launch_line"
+    kernels = [(p, n) for p, n in paths_to(root, "test") if total(n, "count")]
+    assert len(kernels) == 1
+    (path, scope), = kernels
+    assert path[-2:] == [here("L-ones-scope", test), "test"]
+    line, = scope["children"]
+    assert line["frame"]["name"] == here("L-ones", test)
+    kernel, = line["children"]
+    assert "elementwise_kernel" in kernel["frame"]["name"] and kernel["metrics"]["count"] == 1
 
 
 def only_kernel_parent(root, frame_name):

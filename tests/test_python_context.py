@@ -85,6 +85,16 @@ def test_a_scope_sits_after_the_frame_that_opened_it(python_session):
     assert got[-3:] == [frame("L-scoped-open", "scoped_call"), "S", frame("L-inner", "inner")]
 
 
+def test_a_launch_straight_from_a_scopes_opener_sits_under_the_line_that_launched_it(
+        python_session):
+    """As in Triton's files, a kernel's parent is always a `file:line@function` frame: the
+    opener's line inside the scope (torch.ones(...) right inside a `with`)."""
+    with proton.scope("S"):  # L-straight-open
+        got = names(launch_parent())  # L-launch-straight
+    here = "test_a_launch_straight_from_a_scopes_opener_sits_under_the_line_that_launched_it"
+    assert got[-3:] == [frame("L-straight-open", here), "S", frame("L-launch-straight", here)]
+
+
 @proton.scope("decorated")
 def decorated():
     return inner()  # L-decorated
@@ -172,13 +182,15 @@ def test_a_foreign_thread_with_no_scope_launches_below_the_main_threads_scope(
     started keeps its own path (test_each_thread_gets_its_own_path_and_scopes)."""
     got = {}
     with proton.scope("backward"):  # L-main-backward
-        main = names(launch_parent())
+        main = names(launch_parent())  # L-main-launch
         on_foreign_thread(lambda: got.setdefault("path", names(inner())))  # L-foreign
         run_threads([threading.Thread(target=lambda: got.setdefault("own", names(inner())))])
     here = frame("L-main-backward", "test_a_foreign_thread_with_no_scope_launches_below_the_"
                                     "main_threads_scope")
-    assert main[-2:] == [here, "backward"]
-    assert got["path"][:len(main)] == main  # below the main thread's scope, then its own
+    # a launch straight from the scope's opener sits under its own line inside the scope
+    assert main[-3:] == [here, "backward", frame("L-main-launch", "test_a_foreign_thread_with_"
+                                                 "no_scope_launches_below_the_main_threads_scope")]
+    assert got["path"][:len(main) - 1] == main[:-1]  # below the main thread's scope, then its own
     assert got["path"][-2:] == [frame("L-foreign", "<lambda>"), frame("L-inner", "inner")]
     assert got["own"][0].endswith("@_bootstrap") and "backward" not in got["own"]
 
@@ -284,7 +296,8 @@ def test_a_library_function_that_opened_a_scope_then_returned_is_not_reused(pyth
     first = names(ns["step"](True))  # L-lib
     second = names(ns["step"](False))  # L-lib2
     proton.exit_scope("phase")
-    assert first[-2:] == ["/usr/lib/python3/site-packages/libx.py:7@step", "phase"]
+    assert first[-3:] == ["/usr/lib/python3/site-packages/libx.py:7@step", "phase",
+                          "/usr/lib/python3/site-packages/libx.py:8@step"]
     assert second[-3:] == [frame("L-lib2", "test_a_library_function_that_opened_a_scope_then_"
                                            "returned_is_not_reused"),
                            "phase", "/usr/lib/python3/site-packages/libx.py:8@step"]

@@ -424,7 +424,8 @@ def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(tmp_pa
         runner.calls_on_one_thread(keep, 12)
         collector.pipeline.settle()
         assert not collector.callback_errors, collector.callback_errors
-        got = [paths.names(collector.attributor.launch_path(100 + i))[-1] for i in range(12)]
+        # each launch: the call's scope, then the call's line that launched it
+        got = [paths.names(collector.attributor.launch_path(100 + i))[-2] for i in range(12)]
         assert opened == ["a"] * 6 + ["b"] * 6
         assert got == opened
         assert collector.pipeline.log.walks["found"] > 0  # the walk ran: it found the repeats

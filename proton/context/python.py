@@ -8,8 +8,9 @@ them, so both viewers read the files.
 What the path leaves out: the profiler's own frames, everything above the `proton` command's
 runner (click, the CLI) and runpy's frames. A `proton.scope` appears right after the frame that
 opened it (once that frame has returned, after its nearest caller still running); while it is
-open, that frame's node stays at the line of the `with`, so the scope's metrics and kernels
-share a node.
+open, that frame's node stays at the line of the `with`, so the scope's metrics share its
+node. A launch straight from that frame goes under its current line inside the scope: a
+kernel's parent is always the line that launched it (thread_launch_path), as in Triton's files.
 
 Cost: the frames of one launch are kept per thread. The next launch walks only the frames that
 are new since (usually the launch machinery under the user's loop) and reuses the path outside
@@ -48,7 +49,7 @@ import runpy
 import sys
 from types import CodeType, FrameType
 
-from ..data.paths import PYTHON, ROOT, paths
+from ..data.paths import PYTHON, ROOT, SCOPE, paths
 from ..format import LIBRARY_FILE, frame_name
 from .stack import Open, every_stacks, main_innermost, per_thread
 
@@ -342,7 +343,7 @@ def _build(state: tuple[int, int], frames: list[FrameType], pending: list,
         code = codes[i]
         if i >= first and code.co_filename not in SKIPPED:
             # a frame that opened a scope stays at the scope's line while it is open, so the
-            # scope's own metrics and its kernels share one node
+            # scope's own metrics share its node
             opened = k < len(pending) and pending[k].opener is frame
             pid = _node(pid, frame, pending[k].opened_at if opened else None)
             if not LIBRARY_FILE.search(code.co_filename):
@@ -365,6 +366,8 @@ def thread_launch_path(frame: FrameType | None) -> int | None:
     own call path."""
     pid = launch_path(frame)
     st = per_thread.stacks
+    if st.open and st.op_path is None and paths.frames[pid].kind == SCOPE:
+        return _launch_line(pid, frame)  # pid: a scope (so no foreign thread's path)
     if pid is None or not st.foreign or st.open or st.op_path is not None:
         return pid
     main = main_innermost()
@@ -375,6 +378,18 @@ def thread_launch_path(frame: FrameType | None) -> int | None:
     if path is None:
         path = _below_main[key] = paths.below(main, pid)
     return path
+
+
+def _launch_line(pid: int, frame: FrameType | None) -> int:
+    """A launch straight from the frame a scope sits after (its opener) goes under that frame's
+    line inside the scope, so a kernel's parent is always the line that launched it (as in
+    Triton's files). `pid`: the scope's path; `frame`: the launching frame."""
+    skipped = SKIPPED
+    while frame is not None and frame.f_code.co_filename in skipped:
+        if frame.f_code is _runner:  # launched by the `proton` command itself
+            return pid
+        frame = frame.f_back
+    return pid if frame is None else _node(pid, frame, None)
 
 
 class Anchor:
