@@ -2,7 +2,9 @@
 # On the GPU machine: install the carried wheels and the project, run the gpu tests and the
 # benchmarks, print a short table last. Usage (device tool, carry .whl): bash bench/gpu_run.sh
 # Env: PYTEST_ARGS, PYTEST_K (a -k expression, spaces allowed), BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
-# SKIP_FIXTURES=1, SKIP_BENCH=1, BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
+# SKIP_FIXTURES=1, SKIP_BENCH=1, PEER=1 (Triton's own Proton tests against Triton's and ours: carry
+# .peer, a copy of ../shared/peer-tests/triton-proton; PEER_MODULES, PEER_TIMEOUT, PEER_ARGS),
+# TUTORIALS=1 (Triton's tutorials under both, their trees compared: carry .peer), BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with Python's pipeline and the C helper's:
 # PROTON_NATIVE=0, 1),
@@ -60,6 +62,10 @@ if [ -n "${PEER:-}" ]; then
   cp /tmp/peer/results_gpu/compare.txt "$OUT/peer_compare.txt" 2>/dev/null
   (cd /tmp/peer/results_gpu && tar czf "$OUT/peer_logs.tgz" *.txt)
   python3 bench/peer_table.py /tmp/peer/results_gpu/compare.txt | tee "$OUT/peer_table.txt"
+fi
+if [ -n "${TUTORIALS:-}" ]; then  # Triton's tutorials under Triton's and ours (carry .peer)
+  bash bench/peer_tutorials.sh "${PEER_SUITE:-$PWD/.peer/triton-proton}" 2>&1 | tee "$OUT/tutorials.txt"
+  (cd /tmp/tut && tar czf "$OUT/tutorials_logs.tgz" $(find . -name '*.log' -o -name log))
 fi
 if [ -z "${SKIP_FIXTURES:-}" ]; then
   # fixtures for the CPU tests: a real session's CUPTI records and profile, the example's profile
@@ -160,6 +166,7 @@ echo
 echo "== summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 [ -f "$OUT/gpu_tests.log" ] && grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -1
 [ -f "$OUT/peer_table.txt" ] && head -3 "$OUT/peer_table.txt"
+[ -f "$OUT/tutorials.txt" ] && sed -n '/^== tutorials/,$p' "$OUT/tutorials.txt"
 [ -f "$PROTON_MATRIX_OUT" ] && python3 bench/matrix_table.py "$PROTON_MATRIX_OUT"
 [ -f "$OUT/bench.log" ] && sed -n '/^== launch loop\|^| workload/,$p' "$OUT/bench.log" | tail -40
 exit $tests_rc
