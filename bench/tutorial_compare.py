@@ -4,7 +4,9 @@ Usage: python bench/tutorial_compare.py TRITON_DIR OURS_DIR NAME [NAME...]
 
 Each NAME is a file both runs wrote (NAME.hatchet: the call tree; NAME.chrome_trace: the
 events). A tree is compared as its set of call paths (frame names from ROOT down, with the
-run's own folders, the parent of each DIR, taken out of python frames) and each path's kernel count; a trace as its
+run's own folders, the parent of each DIR, taken out of python frames) and each path's kernel count (a launch configuration in a name, the autotuner's pick, left
+out), and where paths differ, whether each kernel sits under the same parent (a
+python-context tree's launch line); a trace as its
 events' (name, category) counts. One line per file: `same`, or what differs.
 Counts of launches that depend on timing (do_bench's repetitions) or chance (the dynamic net's
 random depth) can differ between two runs of one implementation too, so they are shown, not
@@ -15,7 +17,13 @@ from __future__ import annotations
 import collections
 import json
 import pathlib
+import re
 import sys
+
+
+CONFIG = re.compile(r"<(\w+):[^>]*>")
+"""A launch configuration in a kernel's name (matmul_<grid:64x1x1>_<warps:4>...): what the
+autotuner picked, which differs from run to run."""
 
 
 def tree_paths(data: list, folder: str) -> dict[tuple[str, ...], float]:
@@ -25,11 +33,17 @@ def tree_paths(data: list, folder: str) -> dict[tuple[str, ...], float]:
     while stack:
         trail, node = stack.pop()
         for child in node.get("children", []):
-            name = child["frame"]["name"].replace(folder, "<run>")
+            name = CONFIG.sub(r"<\1:*>", child["frame"]["name"].replace(folder, "<run>"))
             path = trail + (name,)
             out[path] = out.get(path, 0) + child.get("metrics", {}).get("count", 0)
             stack.append((path, child))
     return out
+
+
+def kernel_sites(paths: dict[tuple[str, ...], float]) -> set[tuple[str, str]]:
+    """(parent frame, kernel) of every node with kernels: the line that launched each kernel,
+    in a python-context tree."""
+    return {(p[-2] if len(p) > 1 else "ROOT", p[-1]) for p, count in paths.items() if count}
 
 
 def trace_events(data: dict | list) -> collections.Counter:
@@ -50,6 +64,8 @@ def compare(triton_dir: pathlib.Path, ours_dir: pathlib.Path, name: str) -> str:
         head = f"{name}: {len(pa)} paths under Triton's, {len(pb)} under ours; kernels {counts[0]:g} vs {counts[1]:g}"
         if not only_a and not only_b:
             return head + ": same paths"
+        if kernel_sites(pa) == kernel_sites(pb):
+            head += ": every kernel under the same launch line, paths differ"
         lines = [head + f": {len(only_a)} paths only Triton's, {len(only_b)} only ours"]
         lines += ["    triton only: " + " > ".join(p) for p in only_a[:8]]
         lines += ["    ours only:   " + " > ".join(p) for p in only_b[:8]]
