@@ -93,11 +93,15 @@ def match_available_metrics(metrics: str | list[str], inclusive_metrics: list[st
                 found.append(raw + (" (inc)" if raw in inclusive_metrics else ""))
                 break
     if not found:
-        names = ", ".join(m.split("(")[0].strip().lower()
-                          for m in inclusive_metrics + exclusive_metrics if m != "name")
-        raise ViewerError(f"unknown metric {metrics!r}; the profile has {names or 'none'} "
-                          "(see proton-viewer -l FILE)")
+        raise _unknown(str(metrics), None, inclusive_metrics + exclusive_metrics)
     return found
+
+
+def _unknown(metric: str, needs: str | None, names: list[str]) -> ViewerError:
+    have = ", ".join(m.split("(")[0].strip().lower() for m in names if m != "name") or "none"
+    what = f"{metric!r} needs {needs!r}, which" if needs else f"metric {metric!r}"
+    return ViewerError(f"{what} is not in this profile; it has {have} "
+                       "(see proton-viewer -l FILE)")
 
 
 def derive_metrics(gf, metrics: list[str], inclusive_metrics: list[str],
@@ -123,7 +127,11 @@ def _derive(df: pd.DataFrame, metric: str, inclusive: list[str], exclusive: list
             devices: dict) -> str:
     """One metric's column added to df; its name."""
     def column(name: str) -> str:
-        return match_available_metrics(name, inclusive, exclusive)[0]
+        try:
+            return match_available_metrics(name, inclusive, exclusive)[0]
+        except ViewerError:
+            raise _unknown(metric, name if name != metric else None,
+                           inclusive + exclusive) from None
 
     def seconds(name: str) -> pd.Series:
         col = column(name)
@@ -278,8 +286,8 @@ def _names(gf) -> dict:
 
 def _keep(gf, keep: set, what: str):
     """hatchet's squash (as Triton's filters call it) of the frames `keep`, which hold the
-    callers of each: the kept nodes copied, their ids kept (renumbered, with depths, only when
-    they are no longer 0..n-1, as hatchet does), inclusive columns summed again."""
+    callers of each: the kept nodes copied, numbered and given depths again, inclusive columns
+    summed again."""
     if not keep:
         raise ViewerError(f"no frame matches {what}: the filter leaves nothing to show")
     from .graph import Graph

@@ -42,8 +42,7 @@ def _palette(color: bool):
 
 def tree(gf, metrics: list[str], *, depth: int = 100, color: bool = False) -> str:
     """hatchet's tree text of gf: per frame `<m1> <m2>... <name>` with 3 decimals, under
-    guides, children by hatchet id, down to `depth` (a frame deeper than depth - 1 is left
-    out, as is anything hatchet left without a depth: -1 passes any limit)."""
+    guides, children by hatchet id, frames of depth below `depth` (ROOT's is 0)."""
     df = gf.dataframe
     for metric in metrics:
         if metric not in df.columns:
