@@ -20,6 +20,7 @@ Examples:
   proton-viewer -i '.*attn' -t 0.05 run1.hatchet # frames named *attn*, >= 0.05 ms
   proton-viewer --print-sorted -m time/us run1.hatchet
   proton-viewer -m time/ms --output csv run1.hatchet > run1.csv
+  proton-viewer --output triton -m time/ms run1.hatchet  # Triton's viewer's text
   proton-viewer -m time/ms -diff before.hatchet after.hatchet  # after minus before
   cat run1.hatchet | proton-viewer -m time/ms -  # FILE - reads stdin
   proton-viewer -m num_samples,num_stalled_samples run1.hatchet  # PC samples per frame
