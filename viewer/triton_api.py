@@ -142,14 +142,7 @@ def _derive(df: pd.DataFrame, metric: str, inclusive: list[str], exclusive: list
         return df[col] * SECONDS[unit]
 
     if metric == "util":
-        flops = get_min_time_flops(df, devices)["min_time"].to_numpy()
-        nbytes = get_min_time_bytes(df, devices)["min_time"].to_numpy()
-        # Python's max(flops, bytes) as Triton takes it: the first unless the second is larger
-        busy = pd.Series(np.where(nbytes > flops, nbytes, flops), index=df.index)
-        util = busy / seconds("time")
-        if "device_id" in df:
-            util[df["device_id"].isna()] = np.nan  # scopes are not kernels
-        df["util"] = util
+        df["util"] = _util(df, devices, seconds("time"))
         return "util"
     rate = RATE.fullmatch(metric)
     if rate:
@@ -180,6 +173,18 @@ def _derive(df: pd.DataFrame, metric: str, inclusive: list[str], exclusive: list
     name = metric + (" (inc)" if inclusive_col else "")
     df[name] = df[col] / total * 100.0
     return name
+
+
+def _util(df: pd.DataFrame, devices: dict, seconds: pd.Series) -> pd.Series:
+    """Triton's util: the longer of the flops' and the bytes' least time at its peaks, over
+    the kernel's time; NaN for frames that are not kernels (no device)."""
+    flops = get_min_time_flops(df, devices)["min_time"].to_numpy()
+    nbytes = get_min_time_bytes(df, devices)["min_time"].to_numpy()
+    # Python's max(flops, bytes) as Triton takes it: the first unless the second is larger
+    util = pd.Series(np.where(nbytes > flops, nbytes, flops), index=df.index) / seconds
+    if "device_id" in df:
+        util[df["device_id"].isna()] = np.nan
+    return util
 
 
 def _on_device(df: pd.DataFrame, index: str) -> pd.Series:
