@@ -1,4 +1,5 @@
-"""Render a synthetic 100,000-node profile with two derived metrics: our viewer and Triton's.
+"""Render a synthetic 100,000-node profile with two derived metrics: our viewer (its own view,
+and --output triton's text) and Triton's.
 
     python bench/viewer_scale.py [--nodes 100000] [--timeout 600]
 Each viewer runs in its own process with output to a file; prints one table.
@@ -69,7 +70,9 @@ def main() -> None:
     with open(path, "w") as f:
         json.dump(synthetic(args.nodes), f)
     print(f"{args.nodes} nodes, -m {args.metrics}, {os.path.getsize(path) / 1e6:.1f} MB")
-    rows = [("ours", [sys.executable, "-m", "proton.viewer.cli", "-m", args.metrics, path])]
+    rows = [("ours", [sys.executable, "-m", "proton.viewer.cli", "-m", args.metrics, path]),
+            ("ours triton", [sys.executable, "-m", "proton.viewer.cli", "--output", "triton",
+                             "-m", args.metrics, path])]
     try:
         import triton.profiler.viewer  # noqa: F401
 

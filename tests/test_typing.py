@@ -11,6 +11,7 @@ from importlib import resources
 import pytest
 
 import proton
+import proton.viewer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,11 +33,14 @@ def test_every_triton_name_marked_yes_is_exported():
     table = readme_section("Compatibility with `triton.profiler`")
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
     yes = [row[0] for row in rows if row[1].strip() == "yes"]
-    names = {n for first in yes if not first.startswith("| `data.")
+    names = {n for first in yes if not first.startswith(("| `data.", "| `viewer."))
              for n in re.findall(r"`(\w+)`", first) if not n.startswith("TRITON_")}
     assert names and names <= set(proton.__all__)
     data = [re.findall(r"`(?:data\.)?(\w+)", first) for first in yes if first.startswith("| `data.")]
     assert all(hasattr(proton.data, n) for n in data[0])
+    viewer = [re.findall(r"`(?:viewer\.)?(\w+)", first) for first in yes
+              if first.startswith("| `viewer.")]
+    assert viewer and set(viewer[0]) == set(proton.viewer.__all__)
 
 
 def test_the_package_ships_py_typed():

@@ -301,10 +301,12 @@ def test_stdin_cannot_be_both_sides_of_a_diff():
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_version_names_the_command_and_the_distributions_version():
+def test_version_names_the_command_and_the_distribution_that_runs_it():
+    # Triton's wheel installs a proton-viewer too: the line says which one this is
     result = show("--version")
     assert result.exit_code == 0
-    assert result.output == f"proton-viewer {importlib.metadata.version('proton-profiler')}\n"
+    assert result.output == \
+        f"proton-viewer (proton-profiler {importlib.metadata.version('proton-profiler')})\n"
 
 
 # -- a first CPU-only run --------------------------------------------------------------------------

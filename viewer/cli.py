@@ -20,6 +20,7 @@ Examples:
   proton-viewer -i '.*attn' -t 0.05 run1.hatchet # frames named *attn*, >= 0.05 ms
   proton-viewer --print-sorted -m time/us run1.hatchet
   proton-viewer -m time/ms --output csv run1.hatchet > run1.csv
+  proton-viewer --output triton -m time/ms run1.hatchet  # Triton's viewer's text
   proton-viewer -m time/ms -diff before.hatchet after.hatchet  # after minus before
   cat run1.hatchet | proton-viewer -m time/ms -  # FILE - reads stdin
   proton-viewer -m num_samples,num_stalled_samples run1.hatchet  # PC samples per frame
@@ -41,11 +42,37 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
         number = version(DISTRIBUTION)
     except PackageNotFoundError:
         number = f"unknown ({DISTRIBUTION} is not installed)"
-    click.echo(f"proton-viewer {number}")
+    click.echo(f"proton-viewer ({DISTRIBUTION} {number})")  # which of the two proton-viewers
     ctx.exit()
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+class _Command(click.Command):
+    """Long options may be cut to any unique start (--met for --metrics), as Triton's viewer
+    (argparse) takes them."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        longs = [o for p in self.get_params(ctx) for o in (*p.opts, *p.secondary_opts)
+                 if o.startswith("--")]
+        return super().parse_args(ctx, expand_prefixes(args, longs))
+
+
+def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
+    """`args` with each `--start[=value]` before `--` that begins exactly one of `longs`
+    written whole."""
+    out = list(args)
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        start, eq, value = arg.partition("=")
+        if start.startswith("--") and start not in longs:
+            found = [o for o in longs if o.startswith(start)]
+            if len(found) == 1:
+                out[i] = found[0] + eq + value
+    return out
+
+
+@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]},
+               epilog=EPILOG)
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
               help="Print the version and exit.")
 @click.option("-l", "--list", "list_metrics", is_flag=True, help="List the metrics and exit.")
@@ -73,11 +100,14 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
               "many it stands for; the file keeps them all.")
 @click.option("--print-sorted", is_flag=True,
               help="After the tree, a flat table of the frames, hottest first.")
-@click.option("--output", type=click.Choice(["tree", "json", "csv", "trace"]), default="tree",
-              show_default=True, help="json/csv: the shown rows for scripts, no tree drawing. "
+@click.option("--output", type=click.Choice(["tree", "json", "csv", "trace", "triton"]),
+              default="tree", show_default=True,
+              help="json/csv: the shown rows for scripts, no tree drawing. "
               "trace: merge .chrome_trace files (proton -d trace; a job's ranks) into one "
               "Chrome trace on stdout, each rank's GPUs and host on their own process tracks, "
-              "aligned in time.")
+              "aligned in time. triton: what Triton 3.6's proton-viewer prints, byte for byte, "
+              "with its options (-l, -m, -i, -e, -t, -d, -f, --print-sorted, -diff) and numbers "
+              "(nothing without -m, as there), for scripts that parse it.")
 @click.option("-diff", "--diff-profile", "other", default=None, metavar="OTHER.hatchet",
               help="Show FILE minus OTHER per frame (matched by path; a frame missing on one "
               "side counts 0 there) and the change in % of OTHER, largest change (slower or "
@@ -122,6 +152,11 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
     Filters only choose what is shown: every number is the frame's own measurement."""
     try:
         _check_report_conflicts(diagnose, html_path, output)
+        if output == "triton":
+            _check_triton_conflicts(ctx, profiles)
+            deep.call(_show_triton, list_metrics, metrics, include, exclude, threshold, depth,
+                      name_format, print_sorted, profiles[0], other)
+            return
         if output == "trace":
             _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold,
                                    print_sorted, other, width, rank, kernel)
@@ -315,6 +350,53 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
               f"{'has' if len(kernels) == 1 else 'have'} {what}: {reason}\n")
     for note in notes:
         write(note + "\n")
+
+
+def _show_triton(list_metrics, metrics, include, exclude, threshold, depth, name_format,
+                 print_sorted, path, other) -> None:
+    """What Triton 3.6's proton-viewer prints for these options (its main), through our
+    triton_api; what our reader notes goes to stderr."""
+    import warnings
+
+    from . import triton_api as api
+
+    if include and exclude:
+        raise ViewerError("Triton's viewer takes -i or -e, not both; give one (our own view, "
+                          "without --output triton, takes both)")
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always")
+        if list_metrics:
+            api.show_metrics(path)
+        elif metrics:
+            specs = metrics.split(",")
+            gf, derived = api.parse(specs, path, include, exclude, threshold)
+            if other is not None:
+                gf = api.apply_diff_profile(gf, derived, other, specs, include, exclude,
+                                            threshold)
+            api.print_tree(gf, derived, depth, name_format, print_sorted)
+        else:
+            click.echo("note: Triton's viewer prints nothing without -m; e.g. -m time/ms",
+                       err=True)
+    for note in notes:
+        click.echo(f"note: {note.message}", err=True)
+
+
+TRITON_OPTIONS = {"list_metrics", "metrics", "include", "exclude", "threshold", "depth",
+                  "name_format", "print_sorted", "other", "output", "profiles"}
+"""What --output triton takes: Triton's viewer's options."""
+
+
+def _check_triton_conflicts(ctx: click.Context, profiles) -> None:
+    from click.core import ParameterSource
+
+    given = [p for p in ctx.command.params if p.name not in TRITON_OPTIONS
+             and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+    if given:
+        raise ViewerError(f"--output triton prints what Triton's viewer prints and takes its "
+                          f"options only; drop {'/'.join(p.opts[0] for p in given)}")
+    if len(profiles) > 1:
+        raise ViewerError("--output triton reads one profile, as Triton's viewer does; give one "
+                          "(or drop --output triton to merge ranks)")
 
 
 def _show_findings(prof, style: str, output: str) -> None:

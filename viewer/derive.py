@@ -19,7 +19,7 @@ from .specs import bandwidth, compute_roof, peak_known, unknown_arch
 
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
-_RATE = re.compile(r"^(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
+RATE = re.compile(r"^(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
 _TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time)/"
                    r"(?P<unit>s|ms|us|ns)$")
 COMM_KERNEL = re.compile(r"^(?:_Z\d+)?(?:nccl|rccl)", re.IGNORECASE)
@@ -193,7 +193,7 @@ def derive(profile: Profile, spec: str) -> Column:
                 values = _with_root_total(profile, values)
             values = values * TIME_UNITS[unit]
         return Column(f"{what} ({unit})", values, additive=not what.startswith("avg"))
-    m = _RATE.match(s)
+    m = RATE.match(s)
     if m:
         metric = BYTES if m.group("what") == "byte" else f"flops{m.group('width') or ''}"
         seconds = _column(profile, TIME, spec) * 1e-9

@@ -41,22 +41,27 @@ STDIN = "-"
 """The FILE that means standard input (`cat run.hatchet | proton-viewer -`)."""
 
 
-def load(path: str) -> Profile:
+def load(path: str, *, prune_empty: bool = False) -> Profile:
     """Parse and check `path` (`-`: standard input); raise ViewerError with a one-line reason
-    when it is not a profile. Reads trees of any depth (see deep.py, graph.py).
+    when it is not a profile. Reads trees of any depth (see deep.py, graph.py). prune_empty:
+    drop frames as Triton's viewer does (see parse).
 
     Usage:
         prof = load("run.hatchet")
         prof.gf.dataframe["time (ns) (inc)"]
     """
-    parsed = parse(path)
+    return profile(parse(path, prune_empty=prune_empty))
+
+
+def profile(parsed: Parsed) -> Profile:
+    """The GraphFrame of a parsed profile, with its inclusive columns."""
     root = parsed.root
     from .graph import from_tree  # hatchet is heavy (pandas, matplotlib): only for a good file
 
     deep.keep_limit()
     gf = from_tree(root)
     inclusive = sorted(m for m in root.get("metrics", {}) if "(inc)" not in m)
-    _add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
+    gf.inc_metrics = add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
     exclusive = [c for c in gf.dataframe.columns
                  if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
     return Profile(gf, inclusive, exclusive, parsed.devices, parsed.job, parsed.notes,
@@ -85,31 +90,55 @@ MAX_CELLS = 100_000_000
 while it is built), so a metric on one frame costs a cell on every frame."""
 
 
-def parse(path: str) -> Parsed:
+def parse(path: str, *, prune_empty: bool = False) -> Parsed:
     """The checked tree, device table and writing process of the profile at `path`;
-    ViewerError with a one-line reason when it is not one, or too large to hold."""
+    ViewerError with a one-line reason when it is not one, or too large to hold.
+    prune_empty: besides launch metadata frames, drop frames with no metrics and nothing under
+    them, and a frame all of whose children were dropped, as Triton 3.6's viewer reads (its
+    Python API and --output triton)."""
     name = "stdin" if path == STDIN else repr(path)
-    if path != STDIN and path.endswith(MSGPACK_EXTENSION):
-        doc = _read_msgpack(path, name)
-    else:
-        text = read_text(path)
-        if not text.strip():
-            raise ViewerError(f"{name} is empty; give the .hatchet file a profile wrote"
-                              + (", e.g. cat run.hatchet | proton-viewer -" if path == STDIN
-                                 else ""))
+    msgpack = path != STDIN and path.endswith(MSGPACK_EXTENSION)
+    doc = _unpack(read_bytes(path), name) if msgpack else _decode(read_text(path), path, name)
+    return _checked(doc, name, path, msgpack=msgpack, prune_empty=prune_empty)
+
+
+def parse_data(data: str | bytes, name: str, *, prune_empty: bool = False) -> Parsed:
+    """parse() of a profile already read (an open file's content): JSON text, or bytes of
+    JSON or MessagePack; `name` says where it came from in errors."""
+    msgpack = False
+    if isinstance(data, bytes):
         try:
-            doc = deep.call(json.loads, text)
-            if _SURROGATE.search(text):
-                doc = _without_surrogates(doc)
-        except json.JSONDecodeError as exc:
-            raise _not_json(path, name, text, exc) from None
-        except RecursionError:
-            raise ViewerError(f"{name} nests deeper than the {deep.MAX_LEVELS:,} levels the "
-                              "viewer reads") from None
-        except ValueError:  # Python reads no int of more than 4,300 digits
-            digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
-            raise ViewerError(f"{name} is not a profile: it holds a number of more than "
-                              f"{digits:,} digits") from None
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            msgpack = True
+    doc = _unpack(data, name) if isinstance(data, bytes) else _decode(data, name, name)
+    return _checked(doc, name, name, msgpack=msgpack, prune_empty=prune_empty)
+
+
+def _decode(text: str, path: str, name: str):
+    """The JSON document in `text`."""
+    if not text.strip():
+        raise ViewerError(f"{name} is empty; give the .hatchet file a profile wrote"
+                          + (", e.g. cat run.hatchet | proton-viewer -" if path == STDIN
+                             else ""))
+    try:
+        doc = deep.call(json.loads, text)
+        if _SURROGATE.search(text):
+            doc = _without_surrogates(doc)
+    except json.JSONDecodeError as exc:
+        raise _not_json(path, name, text, exc) from None
+    except RecursionError:
+        raise ViewerError(f"{name} nests deeper than the {deep.MAX_LEVELS:,} levels the "
+                          "viewer reads") from None
+    except ValueError:  # Python reads no int of more than 4,300 digits
+        digits = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        raise ViewerError(f"{name} is not a profile: it holds a number of more than "
+                          f"{digits:,} digits") from None
+    return doc
+
+
+def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool) -> Parsed:
+    """A decoded document checked as a profile (parse)."""
     if isinstance(doc, dict) and "traceEvents" in doc:
         raise ViewerError(f"{name} is a Chrome trace (proton -d trace), not a tree; merge it "
                           f"for Perfetto with: proton-viewer --output trace "
@@ -121,9 +150,12 @@ def parse(path: str) -> Parsed:
     root = doc[0]
     job = {k: v for k in JOB_KEYS if _job_value(v := root["frame"].get(k))}
     timelines, left_out = _check_tree(root, name)
-    if path != STDIN and path.endswith(MSGPACK_EXTENSION):
+    if msgpack:
         _text_metric_names(root)  # MessagePack keys may be numbers; JSON's are text
-    _drop_launch_metadata(root)
+    if prune_empty:
+        _prune_empty(root)
+    else:
+        _drop_launch_metadata(root)
     frames, metrics, cut = _expand_vectors(root)
     if frames * len(metrics) > MAX_CELLS:
         raise ViewerError(f"{name} has {frames:,} frames and {len(metrics):,} distinct metrics, "
@@ -179,10 +211,9 @@ MSGPACK_EXTENSION = ".hatchet_msgpack"
 """A profile in MessagePack (Triton's Proton's output_format="hatchet_msgpack")."""
 
 
-def _read_msgpack(path: str, name: str):
+def _unpack(data: bytes, name: str):
     from ..format_msgpack import MsgpackError, unpackb
 
-    data = read_bytes(path)
     try:
         return unpackb(data)
     except (MsgpackError, UnicodeDecodeError) as exc:
@@ -287,17 +318,19 @@ def read_text(path: str) -> str:
                           ".hatchet file a profile wrote") from None
 
 
-def _add_inclusive_columns(gf, metrics: list[str]) -> None:
+def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None) -> list[str]:
     """hatchet's update_inclusive_columns in one pass per metric (hatchet does pandas work per
-    node: 26 s on 100k nodes). Same rule as subtree_sums."""
+    node: 26 s on 100k nodes): column names[i] (default `<metric> (inc)`) is metrics[i] summed
+    over each subtree (subtree_sums). Returns the names; gf.inc_metrics is the caller's."""
     import pandas as pd
 
     order = list(gf.graph.traverse(order="post"))
     df = gf.dataframe
-    for metric in metrics:
+    names = [f"{metric} (inc)" for metric in metrics] if names is None else names
+    for metric, name in zip(metrics, names):
         own = pd.to_numeric(df[metric], errors="coerce").to_dict()
-        df[f"{metric} (inc)"] = pd.Series(subtree_sums(order, own))
-    gf.inc_metrics = [f"{metric} (inc)" for metric in metrics]
+        df[name] = pd.Series(subtree_sums(order, own))
+    return names
 
 
 def subtree_sums(post_order: list, own: dict) -> dict:
@@ -456,3 +489,21 @@ def _drop_launch_metadata(root: dict) -> None:
         node["children"] = [c for c in node["children"]
                             if not str(c["frame"]["name"]).startswith(LAUNCH_METADATA)]
         stack.extend(node["children"])
+
+
+def _prune_empty(root: dict) -> None:
+    """Triton 3.6's viewer's frame removal, without recursion: launch metadata frames, frames
+    with no metrics and no children, and frames whose children were all removed (even with
+    metrics of their own) go; ROOT stays, if only as itself."""
+    order, stack = [], [root]
+    while stack:  # parents before children; reversed, children before parents
+        node = stack.pop()
+        order.append(node)
+        stack.extend(node["children"])
+    gone: set[int] = set()
+    for node in reversed(order):
+        kids = node["children"]
+        node["children"] = [c for c in kids if id(c) not in gone]
+        if str(node["frame"]["name"]).startswith(LAUNCH_METADATA) \
+                or (not node["metrics"] and not kids) or (kids and not node["children"]):
+            gone.add(id(node))

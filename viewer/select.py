@@ -25,12 +25,15 @@ def _regex(pattern: str | None, option: str):
 
 
 def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
-                  exclude: str | None = None, threshold: float | None = None) -> set:
+                  exclude: str | None = None, threshold: float | None = None,
+                  names: dict | None = None, anchor: bool = True) -> set:
     """The nodes to draw. Names match at their start, as in Triton's viewer (`.*attn` searches).
 
     include: frames whose name matches, with their ancestors and descendants.
     exclude: drops frames whose name matches, with their descendants.
     threshold: drops frames whose first metric is below it, unless a descendant is kept.
+    names: node -> the name to match (default: the frame's name).
+    anchor: keep the roots whatever the filters say.
     """
     inc, exc = _regex(include, "--include"), _regex(exclude, "--exclude")
     shown = set()
@@ -40,7 +43,7 @@ def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
         stack = [(root, False, False)]
         while stack:
             node, ancestor_included, done = stack.pop()
-            name = node.frame.get("name", "")
+            name = node.frame.get("name", "") if names is None else str(names.get(node, ""))
             included = ancestor_included or inc is None or bool(inc.match(name))
             if not done:
                 if exc is None or not exc.match(name):
@@ -52,24 +55,27 @@ def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
                                            and value >= threshold)
             if (included and passes) or any(c in shown for c in node.children):
                 shown.add(node)
-        shown.add(root)  # the root always anchors the tree
+        if anchor:
+            shown.add(root)  # the root always anchors the tree
     return shown
+
+
+def shorten(name: str, fmt: str) -> str:
+    """A `file:line@function` frame name shortened as Triton's -f formats do (FORMATS)."""
+    if fmt == "file_function_line":
+        return name.split("/")[-1]
+    if fmt == "function_line":
+        return name.split(":")[-1]
+    if fmt == "file_function":
+        return f"{name.split('/')[-1].split(':')[0]}@{name.split('@')[-1].split(':')[0]}"
+    return name
 
 
 def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
     """Frame names shortened as Triton's -f formats do (for `file:line@function` frames), C++
     kernel names demangled as `style` says (names.STYLES)."""
-    names = {}
-    for node in gf.graph.traverse():
-        name = readable(node.frame.get("name", "?"), style)
-        if fmt == "file_function_line":
-            name = name.split("/")[-1]
-        elif fmt == "function_line":
-            name = name.split(":")[-1]
-        elif fmt == "file_function":
-            name = f"{name.split('/')[-1].split(':')[0]}@{name.split('@')[-1].split(':')[0]}"
-        names[node] = name
-    return names
+    return {node: shorten(readable(node.frame.get("name", "?"), style), fmt)
+            for node in gf.graph.traverse()}
 
 
 def library_frames(gf) -> set:

@@ -126,3 +126,48 @@ def compute_roof(gpu: dict, flops: dict[int, float], seconds: float,
         names.append(name)
         least += count / top
     return (sum(flops.values()) / least, names) if least else None
+
+
+# Triton 3.6's viewer's peaks, for its Python API (proton.viewer.derive_metrics' util,
+# get_min_time_flops, get_min_time_bytes) and --output triton: a script written against
+# Triton's functions gets Triton's numbers. Triton takes one 8-bit peak per GPU and divides it
+# by width/8 for every flops<width>; our own util uses the roof of each precision (PARTS).
+TRITON_FIXED_8BIT = {"80": 624e12, "89": 330.3e12}
+"""sm80 and sm89: one figure whatever the SMs and clock."""
+TRITON_HIP_8BIT_PER_CU_CLOCK = {"gfx90a": 1024, "gfx942": 4096, "gfx950": 8192}
+"""AMD: 8-bit FLOP per CU per clock (gfx90a: INT8, it has no FP8)."""
+TRITON_HIP_BANDWIDTH = {"gfx90a": 3.2e12, "gfx942": 5.3e12, "gfx950": 8.0e12}
+"""AMD: bytes/s, a figure per arch."""
+
+
+def triton_peak_flops(device_type: str, arch: str, width: int, num_sms: int,
+                      clock_rate: float) -> float:
+    """FLOP/s Triton's viewer divides flops<width> by on this GPU (clock_rate in kHz, as the
+    device table has it); ViewerError for a GPU it has no figure for."""
+    if device_type == "HIP" and arch in TRITON_HIP_8BIT_PER_CU_CLOCK:
+        eight_bit = TRITON_HIP_8BIT_PER_CU_CLOCK[arch] * num_sms * clock_rate * 1e3
+    elif device_type == "CUDA" and arch in TRITON_FIXED_8BIT:
+        eight_bit = TRITON_FIXED_8BIT[arch]
+    elif device_type == "CUDA" and arch == "90":  # H100 PCIe's 1513 TFLOP/s, scaled
+        eight_bit = num_sms / 114 * clock_rate / 1755e3 * 1513 * 1e12
+    elif device_type == "CUDA" and arch == "100":  # 16,384 FLOP per SM per clock
+        eight_bit = num_sms * 16384 * (clock_rate / 1e3) * 1e6
+    else:
+        raise ViewerError(f"Triton's viewer has no peak FLOP/s for {device_type} arch {arch}; "
+                          "its util needs CUDA sm80, sm89, sm90, sm100 or HIP gfx90a, gfx942, "
+                          "gfx950 (use proton-viewer -m util for ours)")
+    return eight_bit / (width / 8)
+
+
+def triton_peak_bandwidth(device_type: str, arch: str, bus_width: int,
+                          memory_clock_rate: float) -> float:
+    """Bytes/s Triton's viewer divides bytes by: CUDA's from the bus, AMD's per arch."""
+    if device_type == "CUDA":
+        peak = bandwidth({"bus_width": bus_width, "memory_clock_rate": memory_clock_rate})
+        if peak:
+            return peak
+    elif device_type == "HIP" and arch in TRITON_HIP_BANDWIDTH:
+        return TRITON_HIP_BANDWIDTH[arch]
+    raise ViewerError(f"Triton's viewer has no peak bandwidth for {device_type} arch {arch}; "
+                      "its util needs a CUDA GPU with bus_width and memory_clock_rate, or HIP "
+                      "gfx90a, gfx942, gfx950")
