@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what editors and mypy see; at run time __getattr__ loads each name on use
-    from . import bench, data, hooks, language, mode
+    from . import bench, context, data, hooks, language, mode
     from .api import activate, deactivate, finalize, profile, start
     from .errors import (ProfilerConflictError, ProfileWriteError, ProtonError, ScopeError,
                          SessionError)
@@ -37,9 +37,9 @@ _WHERE = {
     "step": "service.endpoint", "listen": "service.endpoint",
 }
 """Public name -> the module (of this package) that defines it."""
-_SUBMODULES = {"data", "hooks", "bench", "mode", "language"}
+_SUBMODULES = {"data", "hooks", "bench", "mode", "language", "context"}
 """Modules scripts reach as attributes, as Triton's: proton.data.advance_phase(...),
-proton.mode.Default(), proton.language (which imports Triton)."""
+proton.mode.Default(), proton.language (which imports Triton), proton.context.depth(sid)."""
 
 __all__ = [
     "start", "activate", "deactivate", "finalize", "profile",

@@ -243,8 +243,14 @@ class Profiler:
             raise SessionError(f"session {session} was finalized; start a new one with "
                                "proton.start()")
         live = ", ".join(str(s) for s in self.sessions) or "none"
-        raise SessionError(f"no live session {session!r} (live sessions: {live}); "
-                           "use the id that proton.start() returned")
+        # Triton's words first: scripts and Triton's own tests match on them
+        raise SessionError(f"Session has not been initialized: {session!r} (live sessions: "
+                           f"{live}); use the id proton.start() returned")
+
+    def check_session(self, session: int | None) -> None:
+        """Raise SessionError unless `session` names a live session (None: any)."""
+        with self._lock:
+            self._targets(session)
 
     def _pc(self, session: Session):
         """The PCCollector sampling for `session`, if any."""
@@ -514,11 +520,15 @@ class Profiler:
         return table_json(gpu.device_table())
 
     # -- the recorder frames report to (context/frames.py) ----------------------------------
-    def add_metrics(self, path_id: int, values: dict[str, float]) -> None:
-        """Metrics of a frame, for every active session."""
-        for s in list(self.sessions.values()):
-            if s.active:
-                s.add(path_id, values)
+    def add_metrics(self, path_id: int, values: dict[str, float], typed: bool = True) -> None:
+        """Metrics of a frame, for every active session. `typed` (user metrics): a value that
+        changes a metric's type on the node raises ScopeError, and no session takes any."""
+        active = [s for s in list(self.sessions.values()) if s.active]
+        if typed and len(active) > 1:
+            for s in active:
+                s.check_types(path_id, values)
+        for s in active:
+            s.add(path_id, values, typed=typed)
 
     def add_cpu_time(self, path_id: int, start_ns: int, end_ns: int) -> None:
         """A CPU-timed frame closed on the calling thread: each session takes the part inside

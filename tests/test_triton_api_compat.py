@@ -1,0 +1,203 @@
+"""What a script written for `triton.profiler` sees of ours: states, context depth, text and
+typed metrics, session errors, the hook registry, the `proton.profile` module. Checked in the
+files written and the values returned, on the CPU."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import find, load, stand_in_collector
+
+import proton
+from proton.api import write_profiles
+from proton.context.frames import unwind
+from proton.data.paths import paths
+
+
+@pytest.fixture(autouse=True)
+def no_live_sessions():
+    yield
+    unwind(0)
+    write_profiles()
+
+
+def names(node: dict) -> list[str]:
+    return [c["frame"]["name"] for c in node["children"]]
+
+
+# -- states ------------------------------------------------------------------------------------
+def test_a_scope_entered_while_a_state_is_set_goes_above_the_state(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    with stand_in_collector() as ids:  # what launches would be attributed to
+        proton.enter_scope("test0")
+        proton.enter_state("warmup")
+        assert paths.names(ids.ids[-1]) == ["test0", "warmup"]
+        proton.enter_scope("test1", metrics={"a": 1.0})
+        assert paths.names(ids.ids[-1]) == ["test0", "test1", "warmup"]
+        proton.exit_scope(metrics={"b": 2})  # exit_scope() closes the scope, not the state
+        assert paths.names(ids.ids[-1]) == ["test0", "warmup"]
+        proton.exit_state()
+        assert paths.names(ids.ids[-1]) == ["test0"]
+        proton.exit_scope("test0")
+        assert ids.ids == []
+    proton.finalize()
+    root, _ = read()
+    assert names(root) == ["test0"] and names(find(root, "test0")) == ["test1"]
+    state = find(root, "test0", "test1", "warmup")
+    assert state["metrics"] == {"a": 1.0, "b": 2} and state["children"] == []
+
+
+def test_a_state_set_inside_a_scope_stays_set_after_it_and_across_an_exception(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    with pytest.raises(KeyError):
+        with proton.scope("outer"):
+            with proton.state("s"):
+                with proton.scope("inner", {"n": 1}):
+                    raise KeyError("k")
+    proton.enter_state("kept")
+    with pytest.raises(ValueError):
+        with proton.scope("raises", {"n": 2}):
+            raise ValueError("v")
+    with proton.scope("after", {"n": 3}):
+        pass
+    proton.exit_state()  # still set: the scopes' exits left it
+    proton.finalize()
+    root, _ = read()
+    assert find(root, "outer", "inner", "s")["metrics"]["n"] == 1
+    assert find(root, "raises", "kept")["metrics"]["n"] == 2
+    assert find(root, "after", "kept")["metrics"]["n"] == 3
+
+
+def test_states_nest_and_the_decorator_form_sees_them(profile_path):
+    name, read = profile_path
+    proton.start(name)
+
+    @proton.scope("fn", {"calls": 1})
+    def fn():
+        pass
+
+    with proton.state("a"), proton.state("b"):
+        fn()
+    proton.finalize()
+    root, _ = read()
+    assert find(root, "fn", "a", "b")["metrics"]["calls"] == 1
+
+
+def test_a_state_is_not_cpu_timed_and_a_scope_keeps_its_own_cpu_time(profile_path):
+    name, read = profile_path
+    proton.start(name)  # no GPU: scopes carry their CPU time
+    with proton.scope("s"):
+        with proton.state("st"):
+            with proton.scope("inner", {"n": 1}):
+                pass
+    proton.finalize()
+    root, _ = read()
+    assert "cpu_time (ns)" in find(root, "s", "inner")["metrics"]
+    assert find(root, "s", "inner", "st")["metrics"] == {"n": 1}
+    assert names(find(root, "s")) == ["inner"]  # no empty s/st node
+
+
+def test_exit_scope_with_only_a_state_set_is_an_error():
+    proton.start("never_written_state")
+    try:
+        proton.enter_state("s")
+        with pytest.raises(proton.ScopeError, match="no open scope"):
+            proton.exit_scope()
+        proton.exit_state()
+    finally:
+        from proton.runtime.profiler import profiler
+
+        profiler.discard(next(iter(profiler.sessions)))
+
+
+# -- proton.context.depth ----------------------------------------------------------------------
+def test_context_depth_counts_open_scopes_and_is_none_without_a_session(profile_path):
+    name, _ = profile_path
+    assert proton.context.depth() is None
+    sid = proton.start(name)
+    assert proton.context.depth(sid) == 0
+    with proton.scope("a"):
+        with proton.state("s"):
+            proton.enter_scope("b")
+            assert proton.context.depth(sid) == 2
+            proton.exit_scope()
+        assert proton.context.depth(sid) == 1
+    assert proton.context.depth(sid) == 0
+    with pytest.raises(proton.SessionError, match=f"Session has not been initialized: {sid + 1}"):
+        proton.context.depth(sid + 1)
+    proton.finalize()
+    assert proton.context.depth(sid) is None
+
+
+# -- metrics -----------------------------------------------------------------------------------
+def test_properties_and_exclusive_metrics_may_be_text_and_are_never_summed(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    for tile in ("64x64", "128x64"):
+        with proton.scope("gemm", {"tile (pty)": tile, "n": 1}):
+            with proton.scope("inner", {"backend (exc)": "cutlass", "k (pty)": 2.0}):
+                pass
+    proton.finalize()
+    root, _ = read()
+    gemm = find(root, "gemm")
+    assert gemm["metrics"]["tile"] == "128x64" and gemm["metrics"]["n"] == 2
+    inner = find(root, "gemm", "inner")["metrics"]
+    assert inner["backend"] == "cutlass" and inner["k"] == 2.0
+    assert "tile" not in root["metrics"] and "backend" not in root["metrics"]
+    assert root["metrics"].get("n") == 0  # inclusive metrics alone, for hatchet
+
+
+def test_text_in_a_summed_metric_is_refused_naming_the_suffixes():
+    with pytest.raises(proton.ScopeError, match=r"'a' has value '1' .*\(pty\)' or ' \(exc\)'"):
+        proton.scope("s", {"a": "1"})
+
+
+@pytest.mark.parametrize("first, then, was, now", [
+    (1.0, 1, "double", "uint64_t"),
+    (1, 2.5, "uint64_t", "double"),
+    (-1, "x", "int64_t", "std::string"),
+    ([1, 2], 3, "std::vector", "uint64_t"),
+])
+def test_a_metric_that_changes_type_on_a_scope_is_refused_with_tritons_words(
+        profile_path, first, then, was, now):
+    name, read = profile_path
+    sid = proton.start(name)
+    key = "a (pty)" if isinstance(then, str) else "a"
+    with proton.scope("s", {key: first}):
+        pass
+    with pytest.raises(proton.ScopeError) as err:
+        with proton.scope("s", {key: then}):
+            pass
+    assert str(err.value).startswith(
+        f"Metric value type mismatch for valueId 0 (a): current={was}, new={now}; ")
+    assert proton.context.depth(sid) == 0  # the refused scope did not open
+    with proton.scope("s", {key: first}):  # the same type again is fine
+        pass
+    with proton.scope("other", {key: then}):  # another node may hold another type
+        pass
+    proton.finalize()
+    root, _ = read()
+    assert find(root, "other")["metrics"]["a"] == then
+
+
+def test_ints_of_either_sign_add_up(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    for n in (5, -2):
+        with proton.scope("s", {"delta": n}):
+            pass
+    proton.finalize()
+    assert find(read()[0], "s")["metrics"]["delta"] == 3
+
+
+# -- session ids -------------------------------------------------------------------------------
+def test_a_session_id_never_started_is_named_with_tritons_words_and_the_live_ones(tmp_path):
+    sid = proton.start(str(tmp_path / "p"))
+    for call in (proton.activate, proton.deactivate):
+        with pytest.raises(proton.SessionError) as err:
+            call(sid + 1)
+        assert str(err.value) == (f"Session has not been initialized: {sid + 1} (live "
+                                  f"sessions: {sid}); use the id proton.start() returned")
+    proton.finalize()
+    assert (tmp_path / "p.hatchet").exists()
