@@ -201,3 +201,110 @@ def test_a_session_id_never_started_is_named_with_tritons_words_and_the_live_one
                                   f"sessions: {sid}); use the id proton.start() returned")
     proton.finalize()
     assert (tmp_path / "p.hatchet").exists()
+
+
+# -- one mode for the live sessions; pcsampling sessions share the sampler ----------------------
+def test_a_session_of_another_mode_beside_a_live_one_is_refused_with_tritons_words(tmp_path):
+    sid = proton.start(str(tmp_path / "pc"), mode="pcsampling")
+    proton.deactivate(sid)  # deactivated still counts: its sampler is set up
+    with pytest.raises(proton.SessionError) as err:
+        proton.start(str(tmp_path / "plain"))
+    assert str(err.value) == (
+        "Cannot add a session with the same profiler but a different mode than existing "
+        f"sessions: session {sid} runs with mode='pcsampling:interval=10', this one asks for "
+        "mode=None; finalize the live sessions first")
+    with pytest.raises(proton.SessionError, match="different mode.*pcsampling:interval=12"):
+        proton.start(str(tmp_path / "pc12"), mode="pcsampling:interval=12")
+    proton.finalize()
+    proton.start(str(tmp_path / "plain"))
+    with pytest.raises(proton.SessionError, match="Cannot add a session"):
+        proton.start(str(tmp_path / "pc"), mode="pcsampling")
+    proton.finalize()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pc.hatchet", "plain.hatchet"]
+
+
+class FakeSampler:
+    """Stands in for cupti/pc_collector.PCCollector: counts samples the test adds."""
+
+    def __init__(self) -> None:
+        from proton.data.pc_samples import SampleTable
+
+        self.table = SampleTable({0: "smsp__pcsamp_warps_issue_stalled_long_scoreboard"})
+        self.table.functions[(7, 0)] = "kern"
+        self.active, self.finished, self.device, self.calls = False, False, 0, []
+
+    def sample(self, n: int) -> None:
+        key = (None, 7, 0, 0x10, 0)
+        self.table.counts[key] = self.table.counts.get(key, 0) + n
+
+    def counted(self) -> dict:
+        return dict(self.table.counts)
+
+    def resume(self) -> None:
+        self.active = True
+        self.calls.append("resume")
+
+    def pause(self) -> None:
+        self.active = False
+        self.calls.append("pause")
+
+    def read(self) -> None:
+        self.calls.append("read")
+
+    def finish(self) -> None:
+        self.finished = True
+        self.calls.append("finish")
+
+    def line_finder(self):
+        return lambda crc, function, offset: "no line info"
+
+
+class FakeCollector:
+    pushes_ids = False
+
+    def __init__(self) -> None:
+        self.pc = FakeSampler()
+
+    def timestamp(self) -> int:
+        return 0
+
+    def flush(self, timeout_s: float = 0) -> int:
+        return 0
+
+    def stop(self) -> None:
+        pass
+
+    def finish(self) -> int:
+        return 0
+
+    def dropped_records(self) -> int:
+        return 0
+
+    def main_path(self, path: int) -> None:
+        pass
+
+
+def test_a_second_pcsampling_session_shares_the_sampler_and_takes_the_samples_after_its_start(
+        tmp_path):
+    from proton.runtime.profiler import profiler
+
+    collector = FakeCollector()
+    pc = collector.pc
+    profiler.collector = collector  # as if the first session had started it on a GPU
+    try:
+        first = proton.start(str(tmp_path / "first"), mode="pcsampling")
+        pc.sample(5)
+        second = proton.start(str(tmp_path / "second"), mode="pcsampling")
+        pc.sample(3)
+        proton.deactivate(first)  # the second still samples
+        assert pc.calls == ["resume"] and pc.active
+        proton.finalize(first)  # reads, and sampling goes on
+        assert pc.calls == ["resume", "read"] and not pc.finished
+        pc.sample(2)
+        proton.finalize(second)
+        assert pc.calls == ["resume", "read", "pause", "finish"]
+    finally:
+        profiler.collector = None
+    samples = {p: find(load(tmp_path / f"{p}.hatchet")[0], "kern")["metrics"]["num_samples"]
+               for p in ("first", "second")}
+    assert samples == {"first": 8, "second": 5}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..cupti.attribution import KernelRecord
 from ..data.job import Job
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
+from ..options import PCOptions
 from ..format import COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
 
 
@@ -33,8 +34,11 @@ class Session:
     data: str
     hook: str | None
     """hook= as given to start() (None: no launch hook)."""
-    pc: bool = False
+    pc: PCOptions | None = None
     """mode="pcsampling": kernels get instruction samples and source-line children."""
+    pc_base: dict | None = None
+    """The sampler's counts when this session started (PCCollector.counted): what came
+    before is another session's."""
     intervals: list[list[int]] = field(default_factory=list)
     """[start, end] timestamps of each active stretch; the last end is -1 while active."""
     host_intervals: list[list[int]] = field(default_factory=list)
