@@ -308,3 +308,76 @@ def test_a_second_pcsampling_session_shares_the_sampler_and_takes_the_samples_af
     samples = {p: find(load(tmp_path / f"{p}.hatchet")[0], "kern")["metrics"]["num_samples"]
                for p in ("first", "second")}
     assert samples == {"first": 8, "second": 5}
+
+
+# -- the hook registry -------------------------------------------------------------------------
+def test_a_triton_hook_session_registers_its_hook_and_the_chain_holds_it_only_while_active(
+        tmp_path):
+    knobs = pytest.importorskip("triton").knobs
+    from proton.hooks import HookManager, LaunchHook, triton_hook
+
+    chain = knobs.runtime.launch_enter_hook.calls
+    user = lambda metadata: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(user)
+    try:
+        sid = proton.start(str(tmp_path / "h"), hook="triton")
+        proton.activate(sid)
+        assert HookManager.active_hooks == [LaunchHook()]
+        assert HookManager.session_hooks[sid] == {LaunchHook(): True}
+        assert triton_hook._enter in chain  # the hook's own function: no dispatch per launch
+        proton.deactivate(sid)
+        proton.deactivate(sid)
+        assert HookManager.active_hooks == [] and HookManager.session_hooks[sid] == {
+            LaunchHook(): False}
+        assert chain == [user]  # launches pay nothing while the session is paused
+        proton.start(str(tmp_path / "h"), hook="triton")  # resumes it
+        assert triton_hook._enter in chain
+        proton.finalize(sid)
+        assert HookManager.session_hooks == {} and chain == [user]
+    finally:
+        knobs.runtime.launch_enter_hook.remove(user)
+    assert (tmp_path / "h.hatchet").exists()
+
+
+def test_hooks_of_several_kinds_run_in_priority_order_through_the_manager():
+    knobs = pytest.importorskip("triton").knobs
+    from proton.hooks import Hook, HookManager, InstrumentationHook, LaunchHook
+
+    seen = []
+
+    class Recording(Hook):
+        def __init__(self, name: str, priority: int) -> None:
+            self.name, self.priority = name, priority
+
+        def enter(self, metadata) -> None:
+            seen.append(("enter", self.name))
+
+        def exit(self, metadata) -> None:
+            seen.append(("exit", self.name))
+
+    low, high = Recording("low", 0), Recording("high", 50)
+    HookManager.register(low, 7)
+    assert knobs.runtime.launch_enter_hook.calls[-1] == low.enter
+    HookManager.register(high, 7)
+    HookManager.register(InstrumentationHook(""), 8)
+    HookManager.register(LaunchHook(), 8)
+    try:
+        assert [type(h).__name__ for h in HookManager.active_hooks] == [
+            "LaunchHook", "Recording", "Recording", "InstrumentationHook"]
+        assert HookManager.enter in knobs.runtime.launch_enter_hook.calls
+        HookManager.unregister(8)
+        knobs.runtime.launch_enter_hook.calls[-1]("metadata")
+        knobs.runtime.launch_exit_hook.calls[-1]("metadata")
+        assert seen == [("enter", "high"), ("enter", "low"), ("exit", "low"), ("exit", "high")]
+    finally:
+        HookManager.unregister()
+    assert HookManager.active_hooks == [] and HookManager.enter not in \
+        knobs.runtime.launch_enter_hook.calls
+
+
+def test_launch_hook_is_one_object_under_both_names():
+    from proton.hooks import LaunchHook
+    from proton.hooks.launch import COMPUTE_METADATA_SCOPE_NAME, LaunchHook as Launch
+
+    assert LaunchHook is Launch and LaunchHook() is Launch() and Launch.priority == 100
+    assert COMPUTE_METADATA_SCOPE_NAME == "__proton_launch_metadata"
