@@ -381,3 +381,62 @@ def test_launch_hook_is_one_object_under_both_names():
 
     assert LaunchHook is Launch and LaunchHook() is Launch() and Launch.priority == 100
     assert COMPUTE_METADATA_SCOPE_NAME == "__proton_launch_metadata"
+
+
+# -- proton.profile: Triton's module, and the decorator ---------------------------------------
+ORDERS = [
+    "import proton; proton.profile",
+    "import proton.profile",
+    "from proton.profile import _select_backend",
+    "from proton import profile",
+    "from proton.api import profile; import proton.profile",
+]
+
+
+@pytest.mark.parametrize("first", ORDERS)
+def test_proton_profile_is_the_decorator_and_tritons_module_whichever_is_imported_first(
+        tmp_path, first):
+    import subprocess
+    import sys
+
+    code = f"""{first}
+import proton, proton.profile as module
+@proton.profile
+def bare(x):
+    return x + 1
+@proton.profile(name="named")
+def named(x):
+    return x * 2
+assert bare(1) == 2 and named(2) == 4 and bare.__name__ == "bare"
+from proton import profile
+assert profile is module is proton.profile and module.profile is proton.api.profile
+assert module.start is proton.start and module.DEFAULT_PROFILE_NAME == "proton"
+proton.finalize()
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["named.hatchet", "proton.hatchet"]
+
+
+def test_select_backend_follows_tritons_active_driver(monkeypatch):
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+
+    from proton.profile import _select_backend
+
+    class Driver:
+        backend = "cuda"
+
+        def get_current_target(self):
+            return GPUTarget(self.backend, 90, 32)
+
+    driver = Driver()
+    monkeypatch.setattr(triton.runtime.driver, "_active", driver)
+    assert _select_backend() == "cupti"
+    driver.backend = "hip"
+    assert _select_backend() == "roctracer"
+    driver.backend = "cpu"
+    with pytest.raises(proton.SessionError, match="no profiling backend for Triton's target "
+                                                  "'cpu'; Proton profiles NVIDIA"):
+        _select_backend()
