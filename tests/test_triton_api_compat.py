@@ -440,3 +440,65 @@ def test_select_backend_follows_tritons_active_driver(monkeypatch):
     with pytest.raises(proton.SessionError, match="no profiling backend for Triton's target "
                                                   "'cpu'; Proton profiles NVIDIA"):
         _select_backend()
+
+
+# -- the `proton` command ----------------------------------------------------------------------
+def tritons_options(monkeypatch) -> dict[tuple[str, ...], list | None]:
+    """Triton's `proton` options, read from its own argparse parser: option strings ->
+    choices."""
+    import argparse
+
+    proton_cli = pytest.importorskip("triton.profiler.proton")
+    seen = []
+
+    def keep(parser, *args, **kwargs):
+        seen.append(parser)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", keep)
+    with pytest.raises(SystemExit):
+        proton_cli.parse_arguments()
+    return {tuple(a.option_strings): a.choices for a in seen[0]._actions if a.option_strings}
+
+
+def test_the_command_takes_every_option_and_choice_tritons_takes(monkeypatch):
+    import click
+
+    from proton.cli import run
+
+    ours = {opt: param for param in run.params for opt in param.opts}
+    triton = tritons_options(monkeypatch)
+    assert len(triton) >= 7  # -h, -n, -b, -c, -m, -d, -k
+    for options, choices in triton.items():
+        params = {ours.get(o) for o in options} - {None}
+        assert len(params) == 1 or options == ("-h", "--help"), options
+        if choices and params:
+            param = params.pop()
+            taken = param.type.choices if isinstance(param.type, click.Choice) else None
+            assert taken is None or {c for c in choices if c} <= set(taken), options
+
+
+def test_version_says_which_proton_runs():
+    from click.testing import CliRunner
+    from importlib.metadata import version
+
+    from proton.cli import proton as command
+
+    result = CliRunner().invoke(command, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == (f"proton {version('proton-profiler')} (proton-profiler, not "
+                             "Triton's own Proton: that one runs as python -m "
+                             "triton.profiler.proton)\n")
+
+
+def test_tritons_amd_backend_is_taken_and_refused_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from proton.cli import proton as command
+
+    script = tmp_path / "s.py"
+    script.write_text("print('ran')\n")
+    result = CliRunner().invoke(command, ["-b", "roctracer", str(script)])
+    assert result.exit_code == 2 and "ran" not in result.output
+    assert "Error: backend='roctracer' (AMD GPUs) is not supported: Proton profiles NVIDIA " \
+           "GPUs; use backend='cupti' or none" in result.output
