@@ -101,9 +101,6 @@ class scope:
 
     _kind = SCOPE
 
-    _below_states = True
-    """Opened while a state is set, it goes below the state (see `state`)."""
-
     def __init__(self, name: str, metrics: Mapping[str, Any] | None = None) -> None:
         self.name = name if name.__class__ is str and name else check_scope_name(name)
         self.metrics = None if metrics is None else check_user_metrics(metrics)
@@ -114,8 +111,7 @@ class scope:
     def _open(self) -> int:
         if _listen_pending:
             _listen_from_environment()
-        return open_frame(self.name, self.metrics, self._cpu_timed, self._kind,
-                          self._below_states)
+        return open_frame(self.name, self.metrics, self._cpu_timed, self._kind)
 
     def __enter__(self) -> "scope":
         self._depths.append(self._open())
@@ -174,8 +170,6 @@ class state(scope):
     __slots__ = ()
 
     _kind = STATE
-
-    _below_states = False
 
     def __init__(self, name: str) -> None:
         super().__init__(check_scope_name(name, "state name"))

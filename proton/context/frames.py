@@ -121,16 +121,17 @@ def enter_frame(name: str, values: dict[str, float] | None, *, cpu_timed: bool =
 
 
 def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind: str,
-               below_states: bool = False) -> int:
+               below_states: bool = True) -> int:
     """enter_frame, positional, returning how many frames were open before (the new one's
-    index on the stack): proton.scope's enter. `below_states` (a scope's): opened while
-    states are set, the frame goes below them (see _open_below_states). Metrics are added
-    before the frame opens, so a refused value (ScopeError) leaves none open."""
+    index on the stack): proton.scope's enter. `below_states` (a scope's: the default, so
+    the scope's enter passes nothing more): a frame other than a state opened while states
+    are set goes below them (see _open_below_states). Metrics are added before the frame
+    opens, so a refused value (ScopeError) leaves none open."""
     st = per_thread.stacks
     if st.op_path is not None:  # set whenever an op is pushed
         pop_op()
     opened = st.open
-    if below_states and opened and opened[-1].kind == STATE:
+    if below_states and opened and opened[-1].kind == STATE and kind != STATE:
         return _open_below_states(name, values, cpu_timed, kind)
     recorder = _recorder
     collector = recorder.collector
@@ -171,7 +172,7 @@ def _open_below_states(name: str, values: dict[str, float] | None, cpu_timed: bo
     first = _states_on_top(-1)
     states = [top.name for top in opened[first:]]
     unwind(first)
-    at = open_frame(name, None, cpu_timed, kind)
+    at = open_frame(name, None, cpu_timed, kind, False)
     for state in states:
         open_frame(state, None, False, STATE)
     if values and _recorder.recording:
