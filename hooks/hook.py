@@ -10,6 +10,7 @@ hooks on the chains (the user's, another tool's) stay where they are.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Callable
 
@@ -166,3 +167,14 @@ class HookManager:
             if new is not None:
                 chain.add(new)
         HookManager._chained = wanted
+
+
+def _after_fork_in_child() -> None:
+    """A forked child drops its parent's sessions (runtime/profiler.py): their hooks leave
+    Triton's chains there, and a lock another thread held at the fork is made anew."""
+    HookManager._lock = threading.RLock()
+    HookManager.unregister()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -14,6 +14,7 @@ active); `configure` sets the options first. Talks to the runtime through runtim
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -176,3 +177,7 @@ def reset() -> None:
     global _configured
     _configured = False
     _names.clear()
+
+
+if hasattr(os, "register_at_fork"):  # a forked child's own session may configure it afresh
+    os.register_at_fork(after_in_child=reset)

@@ -502,3 +502,33 @@ def test_tritons_amd_backend_is_taken_and_refused_in_one_line(tmp_path):
     assert result.exit_code == 2 and "ran" not in result.output
     assert "Error: backend='roctracer' (AMD GPUs) is not supported: Proton profiles NVIDIA " \
            "GPUs; use backend='cupti' or none" in result.output
+
+
+def test_a_forked_child_drops_its_parents_hook_from_tritons_chain(tmp_path):
+    pytest.importorskip("triton")
+    import subprocess
+    import sys
+
+    code = """
+import os, proton
+from triton import knobs
+from proton.hooks import triton_hook
+proton.start("parent", hook="triton")
+pid = os.fork()
+if pid == 0:
+    ok = triton_hook._enter not in knobs.runtime.launch_enter_hook.calls
+    proton.start("child", hook="triton:config")  # its own options
+    ok = ok and triton_hook._enter in knobs.runtime.launch_enter_hook.calls
+    proton.finalize()
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+assert triton_hook._enter in knobs.runtime.launch_enter_hook.calls
+proton.finalize()
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert len(written) == 2 and written[0].startswith("child.pid") and \
+        written[1] == "parent.hatchet"
