@@ -163,21 +163,32 @@ def _states_on_top(above: int) -> int:
     return first
 
 
+def _take_states(above: int) -> list[str]:
+    """Close the states open on top of this thread's stack, above index `above`; return
+    their names, outermost first, for _put_states."""
+    opened = per_thread.stacks.open
+    first = _states_on_top(above)
+    names = [top.name for top in opened[first:]]
+    unwind(first)
+    return names
+
+
+def _put_states(names: list[str]) -> None:
+    for name in names:
+        open_frame(name, None, False, STATE)
+
+
 def _open_below_states(name: str, values: dict[str, float] | None, cpu_timed: bool,
                        kind: str) -> int:
     """A scope opened while states are set, as in Triton's Proton (a state is the last frame
     of every path while it is set): the scope goes under the innermost scope and the states
-    move below it, so its metrics and its kernels land on SCOPE/STATE."""
-    opened = per_thread.stacks.open
-    first = _states_on_top(-1)
-    states = [top.name for top in opened[first:]]
-    unwind(first)
+    move below it, so its metrics and its kernels land on scope/state."""
+    states = _take_states(-1)
     at = open_frame(name, None, cpu_timed, kind, False)
-    for state in states:
-        open_frame(state, None, False, STATE)
+    _put_states(states)
     if values and _recorder.recording:
         try:
-            _recorder.add_metrics(opened[-1].path, values)
+            _recorder.add_metrics(per_thread.stacks.open[-1].path, values)
         except BaseException:
             close_below_states(at)  # a refused value opens nothing
             raise
@@ -192,18 +203,15 @@ def close_below_states(at: int, values: dict[str, float] | None = None) -> int:
     opened = per_thread.stacks.open
     if at >= len(opened):  # closed already (by the user, inside it)
         return -1
-    first = _states_on_top(at)
-    states = [top.name for top in opened[first:]]
-    if states and values and _recorder.recording:
+    if values and _recorder.recording and opened[-1].kind == STATE and len(opened) > at + 1:
         _recorder.add_metrics(opened[-1].path, values)
         values = None
-    unwind(first)
+    states = _take_states(at)
     path = opened[at].path
     while len(opened) > at + 1:  # scopes left open inside it
         close_frame({})
     close_frame(values)
-    for state in states:
-        open_frame(state, None, False, STATE)
+    _put_states(states)
     return path
 
 
