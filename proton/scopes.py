@@ -117,10 +117,17 @@ class scope:
         self._depths.append(self._open())
         return self
 
+    def _close(self) -> None:
+        exit_scope(self.name)
+
+    def _unwind(self, before: int) -> None:
+        """An exception left it (and maybe frames inside it) open."""
+        close_below_states(before)  # a state set inside stays set, as on a normal exit
+
     def __exit__(self, exc_type, exc, tb) -> None:
         before = self._depths.pop()
         if exc_type is not None:
-            close_below_states(before)  # a state set inside stays set, as on a normal exit
+            self._unwind(before)
             return
         if close_frame(None, self.name) == -1:  # not the innermost frame, or none open
             exit_scope(self.name)  # its one-line error (or nothing with no session live)
@@ -132,9 +139,9 @@ class scope:
             try:
                 result = func(*args, **kwargs)
             except BaseException:
-                close_below_states(before)
+                self._unwind(before)
                 raise
-            exit_scope(self.name)
+            self._close()
             return result
 
         return wrapper
@@ -174,12 +181,18 @@ class state(scope):
     def __init__(self, name: str) -> None:
         super().__init__(check_scope_name(name, "state name"))
 
+    def _close(self) -> None:
+        exit_state()
+
+    def _unwind(self, before: int) -> None:
+        unwind(before)
+
     def __exit__(self, exc_type, exc, tb) -> None:
         before = self._depths.pop()
         if exc_type is None:
-            exit_state()
+            self._close()
         else:
-            unwind(before)
+            self._unwind(before)
 
 
 class metadata_state(ops.frame):

@@ -532,3 +532,25 @@ proton.finalize()
     written = sorted(p.name for p in tmp_path.iterdir())
     assert len(written) == 2 and written[0].startswith("child.pid") and \
         written[1] == "parent.hatchet"
+
+
+def test_a_state_as_a_decorator_names_the_scopes_its_function_enters(profile_path):
+    name, read = profile_path
+    proton.start(name)
+
+    @proton.state("warmup")
+    def step(fail: bool = False):
+        with proton.scope("fwd", {"n": 1}):
+            if fail:
+                raise KeyError("k")
+
+    with proton.scope("loop"):
+        step()
+        with pytest.raises(KeyError):
+            step(fail=True)
+        with proton.scope("after", {"n": 1}):
+            pass
+    proton.finalize()
+    root, _ = read()
+    assert find(root, "loop", "fwd", "warmup")["metrics"]["n"] == 2
+    assert find(root, "loop", "after")["metrics"]["n"] == 1  # unset after each call
