@@ -1,25 +1,26 @@
-"""Launch hooks. `LaunchHook` is Triton's newer Proton's hook object (`hook=LaunchHook()`,
-configured with include/exclude regexes over kernel names); start() takes it as the
-`hook="triton:include=...:exclude=..."` it stands for."""
+"""Launch hooks, under Triton's names (`triton.profiler.hooks`): `LaunchHook` (hook="triton" as
+an object, `hooks/launch.py`), `HookManager` and `Hook` (`hooks/hook.py`), and
+`InstrumentationHook` (backend="instrumentation", `hooks/instrumentation.py`). Each loads on
+first use: importing this package loads none of them."""
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
 
-class LaunchHook:
-    """Triton's launch hook as an object: one per process, as in Triton's Proton.
+if TYPE_CHECKING:
+    from .hook import Hook, HookManager
+    from .instrumentation import InstrumentationHook
+    from .launch import LaunchHook
 
-    Usage:
-        hook = LaunchHook()
-        hook.configure(include="matmul.*")
-        proton.start("run", hook=hook)     # as hook="triton:include=matmul.*"
-    """
+_WHERE = {"LaunchHook": "launch", "HookManager": "hook", "Hook": "hook",
+          "InstrumentationHook": "instrumentation"}
+"""Name -> the module of this package that defines it."""
 
-    _instance: LaunchHook | None = None
+__all__ = ["LaunchHook", "HookManager", "Hook", "InstrumentationHook"]
 
-    def __new__(cls) -> LaunchHook:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-            cls._instance._include_pattern = cls._instance._exclude_pattern = None
-        return cls._instance
 
-    def configure(self, *, include: str | None = None, exclude: str | None = None) -> None:
-        self._include_pattern, self._exclude_pattern = include, exclude
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -8,11 +8,13 @@ Options after the name, `triton:OPTION[:OPTION...]`:
   include=REGEX     only kernels whose name contains a match become ops (others stay plain
   exclude=REGEX     kernels with their CUPTI name; their launch_metadata is not run)
 
-Chains with any other launch hooks through Triton's knobs (add/remove), never replacing them.
-Installed by the front door (proton.start) and talks to the runtime through runtime/ops.py only.
+`_enter` and `_exit` are the launch hook's work (hooks/launch.py's LaunchHook, which
+hooks/hook.py's HookManager puts on Triton's chains while a session with hook="triton" is
+active); `configure` sets the options first. Talks to the runtime through runtime/ops.py only.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -31,7 +33,8 @@ class _State(threading.local):
 
 
 _state = _State()
-_installed = False
+_configured = False
+"""Options were set by a session still live (its hook's options until `reset`)."""
 _options = HookOptions()
 
 
@@ -147,18 +150,18 @@ def _compiled_kernel(launcher):
     return None
 
 
-def install(options: HookOptions, spec: str = "triton") -> None:
-    """Add the hooks to Triton's launch hook chains (once), with `options` (parsed from `spec`).
+def configure(options: HookOptions, spec: str = "triton") -> None:
+    """The hook's options (parsed from `spec`), before a session with it starts.
 
     Raises:
-        SessionError: no Triton, or other options than the running session's.
+        SessionError: no Triton, or other options than those of a live session's hook.
     """
-    global _installed, _options
-    if _installed and options != _options:
+    global _configured, _options
+    if _configured and options != _options:
         raise SessionError(f"hook={spec!r} differs from the hook options of the running "
                            "session; finalize it first or use the same options")
     try:
-        from triton import knobs
+        from triton import knobs  # noqa: F401
     except ImportError:
         raise SessionError("hook='triton' needs Triton (pip install triton); "
                            "or start without hook") from None
@@ -166,21 +169,15 @@ def install(options: HookOptions, spec: str = "triton") -> None:
         from ..compiler.kernels import kernels
 
         kernels.install()
-    _options = options
-    if _installed:
-        return
-    knobs.runtime.launch_enter_hook.add(_enter)
-    knobs.runtime.launch_exit_hook.add(_exit)
-    _installed = True
+    _options, _configured = options, True
 
 
-def uninstall() -> None:
-    global _installed
-    if not _installed:
-        return
-    from triton import knobs
-
-    knobs.runtime.launch_enter_hook.remove(_enter)
-    knobs.runtime.launch_exit_hook.remove(_exit)
-    _installed = False
+def reset() -> None:
+    """No live session uses the hook any more: the next may configure it afresh."""
+    global _configured
+    _configured = False
     _names.clear()
+
+
+if hasattr(os, "register_at_fork"):  # a forked child's own session may configure it afresh
+    os.register_at_fork(after_in_child=reset)

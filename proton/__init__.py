@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what editors and mypy see; at run time __getattr__ loads each name on use
-    from . import bench, data, hooks, language, mode
+    from . import bench, context, data, hooks, language, mode
     from .api import activate, deactivate, finalize, profile, start
     from .errors import (ProfilerConflictError, ProfileWriteError, ProtonError, ScopeError,
                          SessionError)
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # what editors and mypy see; at run time __getattr__ loads ea
 DEFAULT_PROFILE_NAME = "proton"
 
 _WHERE = {
-    "start": "api", "activate": "api", "deactivate": "api", "finalize": "api", "profile": "api",
+    "start": "api", "activate": "api", "deactivate": "api", "finalize": "api",
     "scope": "scopes", "cpu_timed_scope": "scopes", "enter_scope": "scopes", "exit_scope": "scopes",
     "state": "scopes", "enter_state": "scopes", "exit_state": "scopes",
     "metadata_state": "scopes",
@@ -37,9 +37,10 @@ _WHERE = {
     "step": "service.endpoint", "listen": "service.endpoint",
 }
 """Public name -> the module (of this package) that defines it."""
-_SUBMODULES = {"data", "hooks", "bench", "mode", "language"}
+_SUBMODULES = {"data", "hooks", "bench", "mode", "language", "context", "profile"}
 """Modules scripts reach as attributes, as Triton's: proton.data.advance_phase(...),
-proton.mode.Default(), proton.language (which imports Triton)."""
+proton.mode.Default(), proton.language (which imports Triton), proton.context.depth(sid).
+proton.profile is Triton's module of that name and, called, the decorator (profile.py)."""
 
 __all__ = [
     "start", "activate", "deactivate", "finalize", "profile",

@@ -10,6 +10,7 @@ import os
 from typing import Any, Callable
 
 from .errors import SessionError
+from .hooks.hook import HookManager
 from .options import parse_options
 from .runtime.profiler import profiler
 
@@ -55,17 +56,22 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
                          hook=hook)
     sid = profiler.live(opts.name)
     if sid is not None:
-        profiler.activate(sid)
+        activate(sid)
         return sid
     if opts.hook is not None:  # before the session exists: a failure leaves nothing started
         from .hooks import triton_hook
 
-        triton_hook.install(opts.hook, opts.hook_spec)
+        triton_hook.configure(opts.hook, opts.hook_spec)
     try:
-        return profiler.start(opts)
+        sid = profiler.start(opts)
     except BaseException:
-        _uninstall_unused_hook()
+        _reset_unused_hook()
         raise
+    if opts.hook is not None:
+        from .hooks.launch import LaunchHook
+
+        HookManager.register(LaunchHook(), sid)
+    return sid
 
 
 def activate(session: int | None = None) -> None:
@@ -73,6 +79,7 @@ def activate(session: int | None = None) -> None:
     if disabled() and not profiler.sessions:
         return
     profiler.activate(session)
+    HookManager.activate(session)
 
 
 DISABLE_ENV = ("TRITON_PROTON_DISABLE", "PROTON_DISABLE")
@@ -90,6 +97,7 @@ def deactivate(session: int | None = None, flushing: bool = False) -> None:
     if disabled() and not profiler.sessions:
         return
     profiler.deactivate(session, flushing=flushing)
+    HookManager.deactivate(session)  # no launch pays for a hook while its sessions are paused
 
 
 def finalize(session: int | None = None, output_format: str = "") -> None:
@@ -99,7 +107,7 @@ def finalize(session: int | None = None, output_format: str = "") -> None:
         output_format: "" or "hatchet" (the only format for data="tree").
     """
     if profiler.command_line and session is None:
-        profiler.deactivate()  # as in Triton, profiling stops here; the command writes at exit
+        deactivate()  # as in Triton, profiling stops here; the command writes at exit
         return
     write_profiles(session, output_format)
 
@@ -110,14 +118,31 @@ def write_profiles(session: int | None = None, output_format: str = "") -> list[
     try:
         return profiler.finalize(session, output_format)
     finally:
-        _uninstall_unused_hook()
+        _hooks_ended(session)
 
 
-def _uninstall_unused_hook() -> None:
+def discard(session: int) -> None:
+    """Close `session` without writing its file (a capture abandoned before it began)."""
+    try:
+        profiler.discard(session)
+    finally:
+        _hooks_ended(session)
+
+
+def _hooks_ended(session: int | None) -> None:
+    """`session` (every one when None) ended: its hooks let go, and the launch hook's options
+    with them once no live session uses it."""
+    for sid in list(HookManager.session_hooks) if session is None else [session]:
+        if sid not in profiler.sessions:  # closed (also when its file could not be written)
+            HookManager.unregister(sid)
+    _reset_unused_hook()
+
+
+def _reset_unused_hook() -> None:
     if not any(s.hook for s in profiler.sessions.values()):
         from .hooks import triton_hook
 
-        triton_hook.uninstall()
+        triton_hook.reset()
 
 
 def profile(func: Callable | None = None, *, name: str | None = None, context: str = "shadow",

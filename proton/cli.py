@@ -43,8 +43,10 @@ Examples:
                                  "help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.option("-n", "--name", default=None, help="Profile name; the file is NAME.hatchet "
               "(default: proton).")
-@click.option("-b", "--backend", type=click.Choice(["cupti"]), default=None,
-              help="Profiling backend (default: cupti).")
+@click.option("-b", "--backend", type=click.Choice(["cupti", "roctracer", "instrumentation"]),
+              default=None, help="Profiling backend (default: cupti). instrumentation: "
+              "proton.language scopes inside Triton kernels (Triton 3.6.0). roctracer "
+              "(Triton's, for AMD GPUs) is refused: Proton profiles NVIDIA GPUs.")
 @click.option("-c", "--context", type=click.Choice(CONTEXTS), default="shadow", show_default=True,
               help="shadow: proton.scope nesting; python: each kernel under the Python call "
               "path (file:line@function frames) that launched it, with the scopes in it.")
@@ -264,7 +266,8 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
              epilog=EPILOG)
 @click.version_option(package_name="proton-profiler", prog_name="proton",
-                      message="%(prog)s %(version)s")
+                      message="%(prog)s %(version)s (%(package)s, not Triton's own Proton: "
+                      "that one runs as python -m triton.profiler.proton)")
 def proton() -> None:
     """Profile a script, a test run or a running job (`proton run -h`: the profiling options).
 

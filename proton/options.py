@@ -88,6 +88,9 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     name = _check_name(name)
     _check_choice("context", context, CONTEXTS)
     _check_choice("data", data, DATA)
+    if backend == "roctracer":  # Triton's Proton's backend for AMD GPUs
+        raise SessionError("backend='roctracer' (AMD GPUs) is not supported: Proton profiles "
+                           "NVIDIA GPUs; use backend='cupti' or none")
     _check_choice("backend", backend, BACKENDS)
     flush = None
     instrument = None

@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Mapping
 
-from .context.frames import (close_frame, enter_frame, innermost, open_frame, recording,
-                             unwind)
+from .context.frames import (below_states, close_below_states, close_frame, enter_frame,
+                             innermost, open_frame, recording, unwind)
+from .context.stack import per_thread
 from .data.metrics import check_scope_name, check_user_metrics
 from .data.paths import SCOPE, STATE
 from .errors import ScopeError
@@ -47,13 +48,14 @@ def enter_scope(name: str, *, metrics: Mapping[str, Any] | None = None,
     if _listen_pending:
         _listen_from_environment()
     return enter_frame(check_scope_name(name), check_user_metrics(metrics),
-                       cpu_timed=cpu_timed)
+                       cpu_timed=cpu_timed, below_states=True)
 
 
 def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = None) -> int:
     """Close this thread's innermost scope; with `name`, check that it is the one closed.
 
-    `metrics` are added to the scope's node after it closes.
+    `metrics` are added to the scope's node after it closes (to its state's, while a state
+    is set: see `state`). States set inside it stay set.
 
     Raises:
         ScopeError: no scope is open, or the innermost one is not `name`.
@@ -62,6 +64,10 @@ def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = N
         check_scope_name(name)
     values = check_user_metrics(metrics)
     top = innermost()
+    at = -1
+    if top is not None and top.kind == STATE:  # scopes opened while it is set sit below it
+        at = below_states()
+        top = per_thread.stacks.open[at] if at >= 0 else None
     if top is None:
         if not recording():
             return -1
@@ -70,7 +76,7 @@ def exit_scope(name: str | None = None, *, metrics: Mapping[str, Any] | None = N
     if name is not None and top.name != name:
         raise ScopeError(f"exit_scope({name!r}) but the innermost open scope is "
                          f"{top.name!r}; close scopes in the reverse order of opening")
-    return close_frame(values)
+    return close_frame(values) if at < 0 else close_below_states(at, values)
 
 
 class scope:
@@ -111,10 +117,17 @@ class scope:
         self._depths.append(self._open())
         return self
 
+    def _close(self) -> None:
+        exit_scope(self.name)
+
+    def _unwind(self, before: int) -> None:
+        """An exception left it (and maybe frames inside it) open."""
+        close_below_states(before)  # a state set inside stays set, as on a normal exit
+
     def __exit__(self, exc_type, exc, tb) -> None:
         before = self._depths.pop()
         if exc_type is not None:
-            unwind(before)
+            self._unwind(before)
             return
         if close_frame(None, self.name) == -1:  # not the innermost frame, or none open
             exit_scope(self.name)  # its one-line error (or nothing with no session live)
@@ -126,9 +139,9 @@ class scope:
             try:
                 result = func(*args, **kwargs)
             except BaseException:
-                unwind(before)
+                self._unwind(before)
                 raise
-            exit_scope(self.name)
+            self._close()
             return result
 
         return wrapper
@@ -150,11 +163,15 @@ class cpu_timed_scope(scope):
 
 
 class state(scope):
-    """Name the kernels launched inside with an extra innermost frame (Triton's `state`).
+    """Name what happens while it is set with a last frame, as Triton's `state` does: kernels
+    launched inside go to a child `name` of the innermost scope, and a scope entered inside
+    goes under the innermost scope with the state below it (scope -> inner scope -> state),
+    where its metrics and kernels land. Unlike Triton's, a state set inside another nests
+    (outer -> inner) rather than replacing it.
 
     Usage:
         with proton.state("warmup"):
-            kernel[grid](x)
+            kernel[grid](x)            # -> <scope>/warmup/kernel
     """
 
     __slots__ = ()
@@ -164,12 +181,18 @@ class state(scope):
     def __init__(self, name: str) -> None:
         super().__init__(check_scope_name(name, "state name"))
 
+    def _close(self) -> None:
+        exit_state()
+
+    def _unwind(self, before: int) -> None:
+        unwind(before)
+
     def __exit__(self, exc_type, exc, tb) -> None:
         before = self._depths.pop()
         if exc_type is None:
-            exit_state()
+            self._close()
         else:
-            unwind(before)
+            self._unwind(before)
 
 
 class metadata_state(ops.frame):
@@ -190,18 +213,21 @@ class metadata_state(ops.frame):
 
 
 def enter_state(name: str) -> None:
-    """Open a state frame on this thread (see `state`); scopes opened inside nest under it."""
+    """Set a state on this thread (see `state`) until exit_state()."""
     enter_frame(check_scope_name(name, "state name"), {}, kind=STATE)
 
 
 def exit_state() -> None:
-    """Close the innermost frame, which must be a state.
+    """Unset the state set last on this thread (see `state`).
 
     Raises:
-        ScopeError: the innermost open frame is a scope, not a state.
+        ScopeError: no state is set on this thread.
     """
     top = innermost()
-    if top is not None and top.kind != STATE:
-        raise ScopeError(f"exit_state() but the innermost open frame is the scope "
-                         f"{top.name!r}; close it first")
-    exit_scope()
+    if top is None or top.kind != STATE:
+        if top is None and not recording():
+            return
+        where = f" (the innermost open frame is the scope {top.name!r})" if top else ""
+        raise ScopeError(f"exit_state() but no state is set on this thread{where}; pair "
+                         "every exit_state with an enter_state")
+    close_frame()

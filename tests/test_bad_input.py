@@ -56,7 +56,7 @@ BAD_CALLS = [
     ("decorates a function", lambda: proton.profile("train")),
     ("session='x'", lambda: proton.activate("x")),
     ("session=True", lambda: proton.deactivate(True)),
-    ("no live session 999999", lambda: proton.activate(999_999)),
+    ("Session has not been initialized: 999999", lambda: proton.activate(999_999)),
     ("session=1.5", lambda: proton.finalize(1.5)),
     ("output_format='csv'", lambda: proton.finalize(output_format="csv")),
 ]

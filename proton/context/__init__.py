@@ -16,6 +16,26 @@ stack.py holds each thread's open frames; frames.py opens and closes them and te
 from __future__ import annotations
 
 
+def depth(session: int | None = 0) -> int | None:
+    """How many scopes are open on the calling thread (Triton's `proton.context.depth`): 0
+    outside any, one more per open scope (states do not count); None while no session is live.
+    Unlike Triton's, scopes opened before `session` started count too: ours are the thread's.
+
+    Usage:
+        with proton.scope("step"):
+            assert proton.context.depth(sid) == 1
+
+    Raises:
+        SessionError: `session` is not a live session's id.
+    """
+    from . import frames, stack
+
+    if not frames.recording():
+        return None
+    frames.check_session(session)
+    return stack.scope_depth()
+
+
 def make(name: str):
     """The context called `name` ("shadow" or "python"; options.CONTEXTS)."""
     if name == "python":

@@ -15,7 +15,7 @@ import sys
 from time import time_ns
 from typing import Protocol
 
-from ..data.paths import ROOT, SCOPE
+from ..data.paths import ROOT, SCOPE, STATE
 from .shadow import ShadowContext
 from . import stack
 from .stack import Open, main_innermost, per_thread
@@ -59,6 +59,9 @@ class Recorder:
     def add_cpu_time(self, path: int, start_ns: int, end_ns: int) -> None:
         """A CPU-timed frame closed on the calling thread (time.time_ns() at entry and exit):
         each session counts the part inside its active stretches."""
+
+    def check_session(self, session: int | None) -> None:
+        """Raise SessionError unless `session` names a live session (None: any)."""
 
 
 _recorder: Recorder = Recorder()
@@ -110,27 +113,36 @@ def repush_open_scopes() -> None:
 
 
 def enter_frame(name: str, values: dict[str, float] | None, *, cpu_timed: bool = False,
-                kind: str = SCOPE) -> int:
+                kind: str = SCOPE, below_states: bool = False) -> int:
     """Open a frame (a scope, a state, or the frame launch_metadata runs in) with checked
     metrics; return its path id."""
     opened = per_thread.stacks.open
-    return opened[open_frame(name, values, cpu_timed, kind)].path
+    return opened[open_frame(name, values, cpu_timed, kind, below_states)].path
 
 
-def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind: str) -> int:
+def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind: str,
+               below_states: bool = True) -> int:
     """enter_frame, positional, returning how many frames were open before (the new one's
-    index on the stack): proton.scope's enter."""
+    index on the stack): proton.scope's enter. `below_states` (a scope's: the default, so
+    the scope's enter passes nothing more): a frame other than a state opened while states
+    are set goes below them (see _open_below_states). Metrics are added before the frame
+    opens, so a refused value (ScopeError) leaves none open."""
     st = per_thread.stacks
     if st.op_path is not None:  # set whenever an op is pushed
         pop_op()
     opened = st.open
+    if below_states and opened and opened[-1].kind == STATE and kind != STATE:
+        return _open_below_states(name, values, cpu_timed, kind)
     recorder = _recorder
     collector = recorder.collector
-    # the entry time whenever the frame may be CPU-timed: without a collector every scope is,
-    # for a session live now or started while it is open (which counts the part after it)
-    top = Open(ROOT, name, kind, time_ns() if cpu_timed or collector is None else 0,
-               cpu_timed, None)
+    # the entry time whenever the frame may be CPU-timed: without a collector every scope is
+    # (not a state: it names work, as in Triton), for a session live now or started while it
+    # is open (which counts the part after it)
+    top = Open(ROOT, name, kind, time_ns() if cpu_timed or (collector is None and kind != STATE)
+               else 0, cpu_timed, None)
     top.path = path = recorder.context.scope_path(opened[-1].path if opened else ROOT, top)
+    if values and recorder.recording:
+        recorder.add_metrics(path, values)
     opened.append(top)
     st.version += 1
     if collector is not None:
@@ -139,9 +151,74 @@ def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind
         else:
             collector.push(path)
         top.pushed_by = collector  # only once pushed: its exit pops exactly what it pushed
-    if values and recorder.recording:
-        recorder.add_metrics(path, values)
     return len(opened) - 1
+
+
+def _states_on_top(above: int) -> int:
+    """Where the states open on top of this thread's stack begin, above index `above`."""
+    opened = per_thread.stacks.open
+    first = len(opened)
+    while first > above + 1 and opened[first - 1].kind == STATE:
+        first -= 1
+    return first
+
+
+def _take_states(above: int) -> list[str]:
+    """Close the states open on top of this thread's stack, above index `above`; return
+    their names, outermost first, for _put_states."""
+    opened = per_thread.stacks.open
+    first = _states_on_top(above)
+    names = [top.name for top in opened[first:]]
+    unwind(first)
+    return names
+
+
+def _put_states(names: list[str]) -> None:
+    for name in names:
+        open_frame(name, None, False, STATE)
+
+
+def _open_below_states(name: str, values: dict[str, float] | None, cpu_timed: bool,
+                       kind: str) -> int:
+    """A scope opened while states are set, as in Triton's Proton (a state is the last frame
+    of every path while it is set): the scope goes under the innermost scope and the states
+    move below it, so its metrics and its kernels land on scope/state."""
+    states = _take_states(-1)
+    at = open_frame(name, None, cpu_timed, kind, False)
+    _put_states(states)
+    if values and _recorder.recording:
+        try:
+            _recorder.add_metrics(per_thread.stacks.open[-1].path, values)
+        except BaseException:
+            close_below_states(at)  # a refused value opens nothing
+            raise
+    return at
+
+
+def close_below_states(at: int, values: dict[str, float] | None = None) -> int:
+    """Close the frame at index `at` of this thread's stack and every frame above it but the
+    states open on top, which stay set: they move down to where the frame was. `values` go
+    where the frame's kernels went (the innermost state's node under it, else its own).
+    Returns the closed frame's path id. The exit of a scope opened while states were set."""
+    opened = per_thread.stacks.open
+    if at >= len(opened):  # closed already (by the user, inside it)
+        return -1
+    if values and _recorder.recording and opened[-1].kind == STATE and len(opened) > at + 1:
+        _recorder.add_metrics(opened[-1].path, values)
+        values = None
+    states = _take_states(at)
+    path = opened[at].path
+    while len(opened) > at + 1:  # scopes left open inside it
+        close_frame({})
+    close_frame(values)
+    _put_states(states)
+    return path
+
+
+def below_states() -> int:
+    """The index of this thread's innermost frame that is not one of the states on top of the
+    stack (-1: none)."""
+    return _states_on_top(-1) - 1
 
 
 def innermost() -> Open | None:
@@ -201,3 +278,8 @@ def unwind(to_depth: int) -> None:
 def recording() -> bool:
     """A session is live."""
     return _recorder.recording
+
+
+def check_session(session: int | None) -> None:
+    """SessionError unless `session` is a live session's id (the runtime's recorder knows)."""
+    _recorder.check_session(session)

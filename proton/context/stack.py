@@ -8,7 +8,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 
-from ..data.paths import ROOT
+from ..data.paths import ROOT, STATE
 
 
 @dataclass(slots=True)
@@ -88,6 +88,11 @@ look-up costs about 40 ns, a slot 10 (the hot paths read several fields per laun
 def depth() -> int:
     """How many frames are open on this thread."""
     return len(per_thread.stacks.open)
+
+
+def scope_depth() -> int:
+    """How many scopes are open on this thread (states left out: they name no level)."""
+    return sum(1 for top in per_thread.stacks.open if top.kind != STATE)
 
 
 def main_innermost() -> int:

@@ -54,7 +54,8 @@ def _context() -> tuple[int, int, bool]:
 
 
 class PCCollector:
-    """The process's PC sampling (one pcsampling session at a time)."""
+    """The process's PC sampling, shared by its pcsampling sessions (they run with the first
+    one's options): it samples while any of them is active."""
 
     def __init__(self, options: PCOptions, lib_path: str, cupti) -> None:
         """The callbacks work from here on; sampling starts with `enable()`."""
@@ -123,6 +124,17 @@ class PCCollector:
         self.active = False
         if self.sampler is not None and self.sampler.started:
             self._read_on_main(self._stop, "stopping PC sampling", "this stretch's samples")
+
+    def counted(self) -> dict:
+        """A copy of the counts so far (SampleTable.since takes what came after)."""
+        return dict(self.table.counts) if self.table is not None else {}
+
+    def read(self) -> None:
+        """Take in what was sampled so far and go on sampling (a session ends beside another
+        that still samples)."""
+        if self.active and self.sampler is not None and self.sampler.started:
+            self.pause()
+            self.resume()
 
     def _read_on_main(self, read, what: str, lost: str) -> bool:
         """read() on the main thread (kept for it when it is busy), its samples into the
@@ -267,19 +279,25 @@ KernelPath = Callable[[int, str, int], int]
 
 
 def place_samples(pc: PCCollector, kernel_times: dict[str, list[tuple[int, float]]],
-                  kernel_path: KernelPath) -> Iterator[tuple[int, dict[str, int], str]]:
-    """Finish sampling; yield (node, metrics, why) for each group of samples: a kernel node's
-    source-line child with `why` "", or the kernel node itself with why its samples have no
-    line. `kernel_times`: {kernel name: [(kernel node, GPU ns)]} of the session, by which a
-    continuously sampled function's samples are split over its call paths."""
-    pc.finish()
+                  kernel_path: KernelPath, since: dict | None = None,
+                  finish: bool = True) -> Iterator[tuple[int, dict[str, int], str]]:
+    """Finish sampling (or, with `finish` False, read what was sampled so far); yield (node,
+    metrics, why) for each group of the samples counted after `since` (PCCollector.counted;
+    None: all): a kernel node's source-line child with `why` "", or the kernel node itself
+    with why its samples have no line. `kernel_times`: {kernel name: [(kernel node, GPU ns)]}
+    of the session, by which a continuously sampled function's samples are split over its
+    call paths."""
+    if finish:
+        pc.finish()
+    else:
+        pc.read()
 
     def kernel_nodes(path: int | None, function: str) -> list[tuple[int, float]]:
         if path is None:  # continuous: the function's nodes, weighted by their GPU time
             return kernel_times.get(function) or [(kernel_path(ROOT, function, pc.device), 1)]
         return [(kernel_path(path, function, pc.device), 1)]
 
-    table = pc.table
+    table = pc.table.since(since)
     for group in table.attribute(pc.line_finder(), kernel_nodes):
         if group.line is None:
             yield group.kernel, table.metrics(group.counts), group.why

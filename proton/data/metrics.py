@@ -6,7 +6,11 @@ Fraction; an int beyond 64 bits a float), so whatever the writer gets encodes. A
 becomes a number or a vector at once; a GPU tensor is copied on the GPU (no synchronisation, so
 a scope or launch_metadata inside a CUDA graph capture stays legal) and read when the profile
 is written. Values given again for the same node add up (vectors elementwise),
-except a property's (name ending in "(pty)"), where the last one is kept.
+except a property's (name ending in "(pty)"), where the last one is kept. A property or an
+exclusive metric ("(exc)") may also be text, as in Triton's Proton (the last text is kept).
+As in Triton's, a user metric keeps the type it was first given on a node: a float, an int,
+text or a vector (ints of either sign count as one type, where Triton tells uint64_t from
+int64_t).
 """
 from __future__ import annotations
 
@@ -77,7 +81,8 @@ class DeviceValue:
 INT64 = 1 << 63
 """Ints from -INT64 to INT64 - 1 are kept exact; larger ones become floats, as every reader of
 the file (pandas, hatchet, msgpack) would take them anyway."""
-ACCEPTED = "real numbers (int, float, numpy scalars, Decimal, Fraction), lists of them or tensors"
+ACCEPTED = ("real numbers (int, float, numpy scalars, Decimal, Fraction), lists of them or "
+            "tensors; text only under a name ending in ' (pty)' or ' (exc)'")
 
 
 def real_number(value: Any) -> int | float:
@@ -153,9 +158,9 @@ def metric_value(name: str, value: Any) -> float | list | DeviceValue:
 
 def combine(old: Any, new: Any, key: str = "", fold: bool = True) -> Any:
     """`new` given again for a node that holds `old`: summed (vectors elementwise), or `new`
-    for a property or when the two do not add (a vector of another length, number and vector).
-    `fold`: GPU copies may be summed on the GPU now (not on CUPTI's thread)."""
-    if key.endswith(PROPERTY):
+    for a property, text, or when the two do not add (a vector of another length, number and
+    vector). `fold`: GPU copies may be summed on the GPU now (not on CUPTI's thread)."""
+    if key.endswith(PROPERTY) or isinstance(new, str):
         return new
     if isinstance(old, DeviceValue) and isinstance(new, DeviceValue):
         return old.plus(new, fold)
@@ -168,9 +173,44 @@ def combine(old: Any, new: Any, key: str = "", fold: bool = True) -> Any:
     return old + new
 
 
+def _type_name(value: Any) -> str | None:
+    """The C++ type Triton's Proton would hold `value` as (its error messages name it), None
+    for a GPU tensor, read only when the profile is written."""
+    kind = type(value)
+    if kind is float:
+        return "double"
+    if kind is int:
+        return "int64_t" if value < 0 else "uint64_t"
+    if kind is str:
+        return "std::string"
+    if kind is list:
+        return "std::vector"
+    return None
+
+
+_SAME_TYPE = {"int64_t": "uint64_t"}
+"""Type names that do not clash: ints of either sign add up."""
+
+
+def check_same_type(key: str, old: Any, new: Any) -> None:
+    """ScopeError when `new` changes the type of the metric `key` a node holds as `old` (a
+    float after an int, text after a number, ...), with Triton's words first."""
+    was, now = _type_name(old), _type_name(new)
+    if was is None or now is None or _SAME_TYPE.get(was, was) == _SAME_TYPE.get(now, now):
+        return
+    name = base_name(key)
+    raise ScopeError(f"Metric value type mismatch for valueId 0 ({name}): current={was}, "
+                     f"new={now}; give metric {key!r} one type of value on a scope (all "
+                     "floats, all ints, all text or all vectors)")
+
+
+TEXT_SUFFIXES = (PROPERTY, EXCLUSIVE)
+"""Metrics that may be text: a property or an exclusive metric is never summed."""
+
+
 def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Values by name, ready to add (see metric_value); raise ScopeError for a reserved name or
-    a value that is not a number, vector or tensor."""
+    """Values by name, ready to add (see metric_value; text for a "(pty)" or "(exc)" name);
+    raise ScopeError for a reserved name or a value that is not a number, vector or tensor."""
     if metrics is None:
         return {}
     if not isinstance(metrics, Mapping):
@@ -183,7 +223,10 @@ def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
         if base_name(name) in RESERVED:
             raise ScopeError(f"metric name {name!r} is reserved for the profiler; rename it "
                              f"(reserved: {', '.join(sorted(RESERVED))})")
-        out[name] = metric_value(name, value)
+        if isinstance(value, str) and name.endswith(TEXT_SUFFIXES):
+            out[name] = value
+        else:
+            out[name] = metric_value(name, value)
     return out
 
 

@@ -77,6 +77,18 @@ class SampleTable:
     def samples(self) -> int:
         return sum(self.counts.values())
 
+    def since(self, base: dict | None) -> "SampleTable":
+        """The samples counted after the counts were `base` (a copy of `counts` taken then):
+        a session that started beside a sampling one takes only its own stretch."""
+        if not base:
+            return self
+        out = SampleTable({})
+        out.columns, out.metric_names, out.functions = self.columns, self.metric_names, \
+            self.functions
+        out.counts = {k: n - base.get(k, 0) for k, n in self.counts.items()
+                      if n > base.get(k, 0)}
+        return out
+
     def attribute(self, lines: Lines, kernel_nodes: KernelNodes) -> list[Attributed]:
         """Every sample on its kernel node and source line."""
         by_line: dict[tuple, dict[int, int]] = {}

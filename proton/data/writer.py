@@ -83,8 +83,10 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
                     key = base_name(key)  # a vector is its node's own too, never summed up
                 else:
                     inclusive.add(key)
-                value = [number(key, v) for v in value] if isinstance(value, list) \
-                    else number(key, value)
+                if isinstance(value, list):
+                    value = [number(key, v) for v in value]
+                elif not isinstance(value, str):  # text: a property's or exclusive metric's
+                    value = number(key, value)
             out[key] = value
         out.update(own.get(pid, ()))
         frame = {NAME_KEY: frames[pid].name, TYPE_KEY: FRAME_TYPE}

@@ -46,7 +46,7 @@ def enter_op(name: str, metrics: dict[str, float] | None = None) -> int | None:
         collector.push(path)
         st.op = collector  # frames.pop_op pops it
     if metrics:
-        profiler.add_metrics(path, metrics)
+        profiler.add_metrics(path, metrics, typed=False)  # a launch never fails on a type
         profiler.router.op_values[path] = metrics  # counted again on each graph replay
     return path
 

@@ -115,8 +115,7 @@ class Profiler:
             if sid is not None:  # starting a live name again resumes it
                 self._activate(self.sessions[sid])
                 return sid
-            if opts.pc is not None:
-                self._check_pc()
+            self._check_mode(opts)
             if opts.instrument is not None:
                 from . import instrumentation  # numpy and Triton: only for such sessions
 
@@ -140,10 +139,12 @@ class Profiler:
                 path = job.pid_path(path, who.pid)
                 warn(f"a forked process: session {opts.name!r} writes {path}")
             session = Session(self._next_id, opts.name, path,
-                              opts.context, opts.data, opts.hook_spec, pc=opts.pc is not None,
+                              opts.context, opts.data, opts.hook_spec, pc=opts.pc,
                               job=who, flush=opts.flush)
             if opts.instrument is not None:
                 session.instrument = instrumentation.start(opts.instrument, opts.data)
+            if (pc := self._pc(session)) is not None:
+                session.pc_base = pc.counted()  # a later one counts from its start
             session.phase_starts[0] = self.now()
             self._next_id += 1
             self.sessions[session.id] = session
@@ -154,15 +155,16 @@ class Profiler:
                 self._atexit = True
             return session.id
 
-    def _check_pc(self) -> None:
-        """Instruction sampling is set up with the collector: one sampling session at a time,
-        started before any other session (CUPTI's module callback and context are set then)."""
-        if any(s.pc for s in self.sessions.values()):
-            raise SessionError("a mode='pcsampling' session is live; finalize it before "
-                               "starting another (one instruction-sampling session at a time)")
-        if self.collector is not None:
-            raise SessionError("mode='pcsampling' must start before the other live sessions; "
-                               "finalize them first, or start the sampling session first")
+    def _check_mode(self, opts: SessionOptions) -> None:
+        """One mode for the live sessions, as in Triton's Proton (whose words start the
+        error): instruction sampling is set up with the collector, by the first session, so
+        the others, active or not, sample exactly when it does and with its options."""
+        for s in self.sessions.values():
+            if s.pc != opts.pc:
+                raise SessionError(
+                    "Cannot add a session with the same profiler but a different mode than "
+                    f"existing sessions: session {s.id} runs with mode={_mode(s.pc)}, this "
+                    f"one asks for mode={_mode(opts.pc)}; finalize the live sessions first")
 
     def _choose_context(self, name: str) -> None:
         """One context per process at a time: the collector attributes launches one way."""
@@ -243,8 +245,14 @@ class Profiler:
             raise SessionError(f"session {session} was finalized; start a new one with "
                                "proton.start()")
         live = ", ".join(str(s) for s in self.sessions) or "none"
-        raise SessionError(f"no live session {session!r} (live sessions: {live}); "
-                           "use the id that proton.start() returned")
+        # Triton's words first: scripts and Triton's own tests match on them
+        raise SessionError(f"Session has not been initialized: {session!r} (live sessions: "
+                           f"{live}); use the id proton.start() returned")
+
+    def check_session(self, session: int | None) -> None:
+        """Raise SessionError unless `session` names a live session (None: any)."""
+        with self._lock:
+            self._targets(session)
 
     def _pc(self, session: Session):
         """The PCCollector sampling for `session`, if any."""
@@ -253,8 +261,13 @@ class Profiler:
     def _activate(self, session: Session) -> None:
         if not session.active:
             session.resume(self.now())
-            if (pc := self._pc(session)) is not None:
+            if (pc := self._pc(session)) is not None and not pc.active:
                 pc.resume()
+
+    def _sampling_for_others(self, session: Session, active: bool = False) -> bool:
+        """Another live sampling session (an active one, with `active`) keeps the sampler."""
+        return any(s.pc and s is not session and (s.active or not active)
+                   for s in self.sessions.values())
 
     def activate(self, session: int | None = None) -> None:
         """Record again into `session` (every live session when None)."""
@@ -270,7 +283,8 @@ class Profiler:
             for s in self._targets(session):
                 if s.active:
                     s.pause(now)
-                    if (pc := self._pc(s)) is not None:
+                    if (pc := self._pc(s)) is not None and \
+                            not self._sampling_for_others(s, active=True):
                         pc.pause()
             if flushing and self.collector is not None:
                 self.lost_kernels += self.collector.flush()
@@ -317,7 +331,7 @@ class Profiler:
         with self._lock:
             for s in self._targets(session, finished_ok=True):
                 try:
-                    if (pc := self._pc(s)) is not None:
+                    if (pc := self._pc(s)) is not None and not self._sampling_for_others(s):
                         self.collector.pc = None
                         pc.finish()
                 finally:
@@ -432,9 +446,11 @@ class Profiler:
 
             instrumentation.finish(session, devices)
         if (pc := self._pc(session)) is not None:
-            self.collector.pc = None
+            last = not self._sampling_for_others(session)
+            if last:
+                self.collector.pc = None
             try:
-                self._add_pc_samples(session, pc)
+                self._add_pc_samples(session, pc, last)
             except Exception as exc:  # the time profile is still worth having
                 warn(f"PC sampling could not be read at the end ({exc}); the profile keeps "
                      "its kernel times")
@@ -477,13 +493,15 @@ class Profiler:
                     out.setdefault(kernel, {}).update(metrics)
         return out
 
-    def _add_pc_samples(self, session: Session, pc) -> None:
-        """Finish sampling and put the samples on `session`'s kernel nodes and their lines."""
+    def _add_pc_samples(self, session: Session, pc, last: bool = True) -> None:
+        """Put the samples taken since `session` started on its kernel nodes and their lines;
+        `last`: no other session samples, so sampling finishes (else it reads what it has)."""
         from ..cupti.pc_collector import place_samples
 
         router = self.router
         for node, metrics, why in place_samples(pc, router.kernel_times(session),
-                                                router.kernel_path):
+                                                router.kernel_path, since=session.pc_base,
+                                                finish=last):
             if why:
                 session.notes.setdefault(node, why)
             session.add(node, metrics)
@@ -514,11 +532,15 @@ class Profiler:
         return table_json(gpu.device_table())
 
     # -- the recorder frames report to (context/frames.py) ----------------------------------
-    def add_metrics(self, path_id: int, values: dict[str, float]) -> None:
-        """Metrics of a frame, for every active session."""
-        for s in list(self.sessions.values()):
-            if s.active:
-                s.add(path_id, values)
+    def add_metrics(self, path_id: int, values: dict[str, float], typed: bool = True) -> None:
+        """Metrics of a frame, for every active session. `typed` (user metrics): a value that
+        changes a metric's type on the node raises ScopeError, and no session takes any."""
+        active = [s for s in list(self.sessions.values()) if s.active]
+        if typed and len(active) > 1:
+            for s in active:
+                s.check_types(path_id, values)
+        for s in active:
+            s.add(path_id, values, typed=typed)
 
     def add_cpu_time(self, path_id: int, start_ns: int, end_ns: int) -> None:
         """A CPU-timed frame closed on the calling thread: each session takes the part inside
@@ -537,6 +559,13 @@ class Profiler:
                 if frames.times_cpu(top, collector):
                     for s in targets:
                         s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
+
+
+def _mode(pc) -> str:
+    """A session's mode as start() was given it, for errors."""
+    if pc is None:
+        return "None"
+    return f"'pcsampling:interval={pc.interval}{':serialize=1' if pc.serialize else ''}'"
 
 
 profiler = Profiler()

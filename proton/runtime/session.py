@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from ..cupti.attribution import KernelRecord
 from ..data.job import Job
-from ..data.metrics import DEVICE_CUDA, combine
+from ..data.metrics import DEVICE_CUDA, check_same_type, combine
+from ..options import PCOptions
 from ..format import COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
 
 
@@ -33,8 +34,11 @@ class Session:
     data: str
     hook: str | None
     """hook= as given to start() (None: no launch hook)."""
-    pc: bool = False
+    pc: PCOptions | None = None
     """mode="pcsampling": kernels get instruction samples and source-line children."""
+    pc_base: dict | None = None
+    """The sampler's counts when this session started (PCCollector.counted): what came
+    before is another session's."""
     intervals: list[list[int]] = field(default_factory=list)
     """[start, end] timestamps of each active stretch; the last end is -1 while active."""
     host_intervals: list[list[int]] = field(default_factory=list)
@@ -118,18 +122,35 @@ class Session:
                 if not self.closed:
                     self.spans.extend((path_id, a, b, thread) for a, b in pieces)
 
-    def add(self, path_id: int, values: dict[str, float], fold: bool = True) -> None:
+    def add(self, path_id: int, values: dict[str, float], fold: bool = True,
+            typed: bool = False) -> None:
         """`fold`: False on CUPTI's thread, where no GPU work may be launched (see
-        data.metrics.DeviceValue)."""
+        data.metrics.DeviceValue). `typed`: user metrics, which keep the type they were first
+        given on a node (ScopeError, adding none of `values`, for one that changes it)."""
         if self.data == "trace":
             return  # a trace holds kernels only
         with self.lock:
             if self.closed:
                 return
             node = self.nodes.setdefault(path_id, {})
+            if typed:
+                self._check_types(node, values)
             for key, value in values.items():
                 old = node.get(key)
                 node[key] = value if old is None else combine(old, value, key, fold)
+
+    def check_types(self, path_id: int, values: dict) -> None:
+        """ScopeError when one of `values` changes the type of a metric the node holds."""
+        if self.data == "tree":
+            with self.lock:
+                self._check_types(self.nodes.get(path_id, {}), values)
+
+    @staticmethod
+    def _check_types(node: dict, values: dict) -> None:
+        for key, value in values.items():
+            old = node.get(key)
+            if old is not None:
+                check_same_type(key, old, value)
 
     def add_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int | None = None) -> None:
         """One kernel, in the phase its launch was made in (the current one without a time)."""

@@ -415,7 +415,7 @@ class Endpoint:
         try:
             sid = run_phase("start", lambda: api.start(**options), PHASE_TIMEOUT,
                             late=lambda late_sid: late_sid is not None
-                            and profiler.discard(late_sid))
+                            and api.discard(late_sid))
         except CaptureAbandoned as exc:
             return {"ok": False, "error": str(exc)}
         except Exception as exc:
