@@ -8,7 +8,10 @@ from . import triton_hook
 from .hook import Hook
 
 COMPUTE_METADATA_SCOPE_NAME = LAUNCH_METADATA
-"""'__proton_launch_metadata', as in Triton's files."""
+"""'__proton_launch_metadata', as in Triton's files: the state a launch_metadata function runs
+under, so the kernels it launches sit right under it."""
+id = triton_hook.launch_id
+"""ContextVar: the id of this thread's latest launch the hook counted (Triton's name)."""
 
 
 class LaunchHook(Hook):

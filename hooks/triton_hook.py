@@ -14,9 +14,11 @@ active); `configure` sets the options first. Talks to the runtime through runtim
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
+from contextvars import ContextVar
 
 from ..data.metrics import RESERVED, metric_value
 from ..errors import ScopeError, SessionError
@@ -33,6 +35,10 @@ class _State(threading.local):
 
 
 _state = _State()
+launch_id: ContextVar[int | None] = ContextVar("id", default=None)
+"""The latest counted launch's id on this thread (Triton's `hooks.launch.id`): a new one for
+every launch the hook names, never given twice in the process."""
+_launch_ids = itertools.count()
 _configured = False
 """Options were set by a session still live (its hook's options until `reset`)."""
 _options = HookOptions()
@@ -71,7 +77,7 @@ def _enter(metadata) -> None:
     if extras:
         state.busy = True
         try:
-            with ops.frame(LAUNCH_METADATA, data.get("name") or "triton_kernel"):
+            with ops.frame(LAUNCH_METADATA):  # Triton's state: its kernels go right under it
                 md = metadata.get()
         finally:
             state.busy = False
@@ -81,7 +87,8 @@ def _enter(metadata) -> None:
         name = data.get("name", "triton_kernel")
     if opts.config:
         name = _config_name(name, data.get("function"), opts.constexprs)
-    ops.enter_op(name, values)
+    if ops.enter_op(name, values) is not None:
+        launch_id.set(next(_launch_ids))
 
 
 def _exit(metadata) -> None:

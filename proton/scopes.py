@@ -196,9 +196,9 @@ class state(scope):
 
 
 class metadata_state(ops.frame):
-    """The state Triton's Proton puts launch-metadata work in: kernels launched inside go under
-    `__proton_launch_metadata` (then `kernel`'s name, when given, as Triton groups them), which
-    both viewers hide. The same frames as the launch hook's own.
+    """The state Triton's Proton puts launch-metadata work in: kernels launched inside go right
+    under `__proton_launch_metadata` (then `kernel`'s name, when given, as a second state),
+    which both viewers hide. Without a kernel name, the launch hook's own state.
 
     Usage:
         with proton.metadata_state("matmul_kernel"):

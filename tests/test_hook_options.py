@@ -90,3 +90,76 @@ def test_launch_metadata_values_become_numbers_and_vectors_and_the_rest_is_skipp
     got = _metrics({"name": "k", "flops16": 2e9, "bytes": torch.tensor(4096),
                     "shape": "128x64", "lens": [1, 2], "ok": True, "count": 3})
     assert got == {"flops16": 2e9, "bytes": 4096, "lens": [1, 2]}
+
+
+def test_launch_metadata_runs_under_the_state_its_kernels_sit_right_under(tmp_path):
+    """A kernel launch_metadata itself launches (x.sum().item()) goes right under
+    `__proton_launch_metadata`, Triton 3.6's state, in both contexts; the op is named after."""
+    from proton.context.frames import launch_parent
+    from proton.data.paths import paths
+    from proton.hooks import triton_hook
+
+    for context in ("shadow", "python"):
+        where = []
+
+        class Metadata:
+            data = {"name": "foo", "function": None}
+            extras = True
+
+            @staticmethod
+            def get():
+                where.append(paths.names(launch_parent()))  # as a kernel launched here
+                return {"name": "foo_test", "bytes": 4.0}
+
+        proton.start(str(tmp_path / context), hook="triton", context=context)
+        try:
+            with stand_in_collector() as ids:
+                with proton.scope("test0"):
+                    triton_hook._enter(Metadata)
+                    op = paths.names(per_thread_op())
+                    triton_hook._exit(Metadata)
+        finally:
+            proton.finalize()
+        (inside,) = where
+        assert inside[-1] == "__proton_launch_metadata" and "test0" in inside, (context, inside)
+        assert op[-1] == "foo_test" and "__proton_launch_metadata" not in op, (context, op)
+        if context == "shadow":
+            assert inside == ["test0", "__proton_launch_metadata"] and op == ["test0", "foo_test"]
+        assert ids.ids == []
+
+
+def per_thread_op() -> int:
+    from proton.context.stack import per_thread
+
+    return per_thread.stacks.op_path
+
+
+def test_every_counted_launch_gets_its_own_id_on_its_thread(tmp_path):
+    """proton.hooks.launch.id (Triton's ContextVar): a new id at each launch the hook counts,
+    read by the launching thread; two threads' 100 launches each give 200 ids."""
+    import threading
+
+    from proton.hooks import launch, triton_hook
+
+    metadata = type("Metadata", (), {"data": {"name": "k", "function": None}, "extras": False})
+    seen: list[int] = []
+
+    def launches():
+        for _ in range(100):
+            triton_hook._enter(metadata)
+            seen.append(launch.id.get())
+            triton_hook._exit(metadata)
+
+    mine = launch.id.get()
+    proton.start(str(tmp_path / "ids"), hook="triton")
+    try:
+        with stand_in_collector():
+            threads = [threading.Thread(target=launches) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        proton.finalize()
+    assert len(seen) == 200 and len(set(seen)) == 200 and None not in seen
+    assert launch.id.get() == mine  # this thread launched nothing meanwhile

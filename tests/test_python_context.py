@@ -95,6 +95,20 @@ def test_a_launch_straight_from_a_scopes_opener_sits_under_the_line_that_launche
     assert got[-3:] == [frame("L-straight-open", here), "S", frame("L-launch-straight", here)]
 
 
+def test_a_state_is_the_last_frame_of_every_launch_path_while_set(python_session):
+    """As Triton's Proton (and its launch hook's __proton_launch_metadata state): the kernels
+    of calls made while a state is set sit right under the state, after every frame."""
+    with proton.scope("S"):  # L-state-scope
+        proton.enter_state("st")
+        got = names(middle())
+        proton.exit_state()
+        after = names(middle())
+    here = "test_a_state_is_the_last_frame_of_every_launch_path_while_set"
+    assert got[-5:] == [frame("L-state-scope", here), "S", frame("L-middle", "middle"),
+                        frame("L-inner", "inner"), "st"]
+    assert after == got[:-1]
+
+
 @proton.scope("decorated")
 def decorated():
     return inner()  # L-decorated

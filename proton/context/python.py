@@ -11,6 +11,8 @@ opened it (once that frame has returned, after its nearest caller still running)
 open, that frame's node stays at the line of the `with`, so the scope's metrics share its
 node. A launch straight from that frame goes under its current line inside the scope: a
 kernel's parent is always the line that launched it (thread_launch_path), as in Triton's files.
+A state (proton.state, the launch hook's __proton_launch_metadata) is the last frame of every
+path while it is set, after the innermost frame, as in Triton's Proton.
 
 Cost: the frames of one launch are kept per thread. The next launch walks only the frames that
 are new since (usually the launch machinery under the user's loop) and reuses the path outside
@@ -49,7 +51,7 @@ import runpy
 import sys
 from types import CodeType, FrameType
 
-from ..data.paths import PYTHON, ROOT, SCOPE, paths
+from ..data.paths import PYTHON, ROOT, SCOPE, STATE, paths
 from ..format import LIBRARY_FILE, frame_name
 from .stack import Open, every_stacks, main_innermost, per_thread
 
@@ -238,7 +240,7 @@ def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: 
     frames = None
     if not pending:
         places = []
-    elif at >= 0 and all(s.opener is last.frames[at] for s in pending):
+    elif at >= 0 and all(s.opener is last.frames[at] and s.kind != STATE for s in pending):
         places = [0] * len(pending)  # all opened by the frame the walk stopped at
     else:
         frames = _frames(start, n)[::-1]  # outermost first
@@ -296,12 +298,16 @@ def _walk_all(frame: FrameType | None) -> list:
 def _places(pending: list, frames: list[FrameType]) -> list[int]:
     """Where each pending scope goes: after frames[i] (outermost first), i being its opener's
     place or, once the opener returned, that of the nearest caller of it still running; -1
-    when none is in `frames`. Never before the scope opened ahead of it."""
+    when none is in `frames`. Never before the scope opened ahead of it. A state goes after
+    the innermost frame, as in Triton's Proton (the last frame of every path while set)."""
     if not pending:
         return []
     where = {id(f): i for i, f in enumerate(frames)}
     places, floor = [], -1
     for s in pending:
+        if s.kind == STATE:
+            places.append(len(frames) - 1)
+            continue
         frame, place = s.opener, -1
         while frame is not None:
             place = where.get(id(frame), -1)

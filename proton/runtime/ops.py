@@ -5,7 +5,7 @@ launch_metadata), with the hook's metrics (flops, bytes) on it. Per launch:
 
     ops.exit_op()                            # the last launch's op, if its exit never came
     if ops.collecting():                     # before work done only for a counted launch
-        with ops.frame(LAUNCH_METADATA):     # kernels the hook itself launches go here
+        with ops.frame(LAUNCH_METADATA):     # a state: kernels the hook itself launches
             md = compute_metadata()
     ops.enter_op("matmul_4096", {"flops16": 2 * 4096**3})   # nothing unless collecting
     launch()                                 # counted on the op's node
@@ -20,7 +20,7 @@ import sys
 
 from ..context import frames
 from ..context.stack import depth, per_thread
-from ..data.paths import OP, ROOT, paths
+from ..data.paths import OP, ROOT, STATE, paths
 from .profiler import profiler
 
 
@@ -57,20 +57,22 @@ exit_op = frames.pop_op
 
 
 class frame:
-    """Frames for the kernels launched inside (LAUNCH_METADATA, then the kernel's name, for a
-    hook's own launches: Triton's Proton's grouping), as a context manager. A class, not a
-    generator: its methods' frames are the profiler's, so the python context leaves them out of
-    paths."""
+    """Frames for the kernels launched inside, as a context manager: the launch hook's one
+    state, LAUNCH_METADATA, as Triton's Proton sets it around a launch_metadata function (a
+    state is the last frame of every path, so those kernels sit right under it). A class, not
+    a generator: its methods' frames are the profiler's, so the python context leaves them out
+    of paths."""
 
-    __slots__ = ("names", "_before")
+    __slots__ = ("names", "kind", "_before")
 
-    def __init__(self, *names: str) -> None:
+    def __init__(self, *names: str, kind: str = STATE) -> None:
         self.names = names
+        self.kind = kind
 
     def __enter__(self) -> "frame":
         self._before = depth()
         for name in self.names:
-            frames.enter_frame(name, {})
+            frames.enter_frame(name, {}, kind=self.kind)
         return self
 
     def __exit__(self, *exc) -> None:
