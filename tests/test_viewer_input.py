@@ -305,8 +305,9 @@ def test_version_names_the_command_and_the_distribution_that_runs_it():
     # Triton's wheel installs a proton-viewer too: the line says which one this is
     result = show("--version")
     assert result.exit_code == 0
-    assert result.output == \
-        f"proton-viewer (proton-profiler {importlib.metadata.version('proton-profiler')})\n"
+    assert result.output == (
+        f"proton-viewer {importlib.metadata.version('proton-profiler')} (proton-profiler, not "
+        "Triton's own viewer: that one runs as python -m triton.profiler.viewer)\n")
 
 
 # -- a first CPU-only run --------------------------------------------------------------------------

@@ -42,7 +42,9 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
         number = version(DISTRIBUTION)
     except PackageNotFoundError:
         number = f"unknown ({DISTRIBUTION} is not installed)"
-    click.echo(f"proton-viewer ({DISTRIBUTION} {number})")  # which of the two proton-viewers
+    # Triton's wheel installs a proton-viewer too: say which of the two this is, as `proton` does
+    click.echo(f"proton-viewer {number} ({DISTRIBUTION}, not Triton's own viewer: that one runs "
+               "as python -m triton.profiler.viewer)")
     ctx.exit()
 
 
