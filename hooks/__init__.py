@@ -1,7 +1,21 @@
 """Launch hooks. `LaunchHook` is Triton's newer Proton's hook object (`hook=LaunchHook()`,
 configured with include/exclude regexes over kernel names); start() takes it as the
-`hook="triton:include=...:exclude=..."` it stands for."""
+`hook="triton:include=...:exclude=..."` it stands for. `InstrumentationHook` (loaded on first
+use) is Triton's name for backend="instrumentation": its host-buffer switch."""
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .instrumentation import InstrumentationHook
+
+
+def __getattr__(name: str) -> Any:
+    if name == "InstrumentationHook":
+        from .instrumentation import InstrumentationHook
+
+        return InstrumentationHook
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class LaunchHook:

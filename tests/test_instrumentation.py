@@ -12,7 +12,7 @@ import pytest
 
 from proton.data import intra
 from proton.data.paths import paths
-from proton.data.writer import build_trace
+from proton.data.writer import WarpSpan, build_trace
 from proton.errors import SessionError
 from proton.options import parse_options
 
@@ -238,8 +238,9 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
                         block(1, 3, {1: [(0, 0, 0), (1, 0, 30)]})], SCRATCH, 2, SEG)
     host = np.frombuffer(one + two, np.uint8)
     kernel = paths.intern(0, "k", "kernel0")
-    inst._read_kernel(info, host, [(1, 0, SCRATCH, kernel, 0, 0),
-                                   (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1)])
+    inst.kernel_names[kernel] = "k"
+    inst._read_kernel(info, host, [(1, 0, SCRATCH, kernel, 0, 0, 0),
+                                   (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1, 1)])
     outer = paths.intern(kernel, "outer")
     inner = paths.intern(outer, "inner")
     o, i = inst.stats[kernel, outer].metrics(0), inst.stats[kernel, inner].metrics(0)
@@ -251,8 +252,9 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
     # spans: from the CTA's init time, a cycle per ns at 1 GHz; without kernel records
     # the clocks are left as they are
     spans = inst.trace_spans([])
-    first = sorted(s for s in spans if s[2] == 1 and s[4] == 0)
-    assert first[0][5:8] == (5000.0, 5100.0, 100) and first[1][5:8] == (5010.0, 5030.0, 20)
+    first = sorted((s.start_ns, s.end_ns, s.cycles) for s in spans if s.sm == 1 and s.warp == 0)
+    assert first == [(5000.0, 5100.0, 100), (5010.0, 5030.0, 20)]
+    assert {(s.launch, s.kernel_name, s.init_ns) for s in spans if s.sm == 1} == {(0, "k", 5000)}
     # each launch starts with its own CUPTI record (the n-th launch of a node, the n-th record)
     from proton.cupti.attribution import KernelRecord
 
@@ -260,7 +262,7 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
             (kernel, KernelRecord(2, "k", 0, 7_000_000, 7_000_500))]
     inst.clock_khz = {0: 2_000_000}  # 2 GHz: two cycles a ns
     spans = inst.trace_spans(recs)
-    by_sm = {sm: sorted(s[5] for s in spans if s[2] == sm) for sm in (1, 2, 3)}
+    by_sm = {sm: sorted(s.start_ns for s in spans if s.sm == sm) for sm in (1, 2, 3)}
     assert by_sm[1][0] == 7_000_000  # launch 0 <- the earlier record
     assert by_sm[2] == [9_000_000] == by_sm[3]  # both CTAs of launch 1 (same init time)
 
@@ -272,22 +274,45 @@ def test_the_clock_rate_comes_from_either_form_of_the_device_table():
     assert clock_table({"0": entry}) == {0: 1980000} == clock_table({"CUDA": {"0": entry}})
 
 
-def test_the_trace_has_a_process_per_sm_and_cta_and_a_thread_per_warp():
+def span(scope, kernel, sm, cta, warp, start, end, cycles, launch=0, device=0):
+    return WarpSpan(scope, kernel, "k", device, sm, cta, warp, start, end, cycles, launch,
+                    start, 1_000_000)
+
+
+def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
+    """Launch by launch, SM, CTA, warp, start; a process per kernel, SM and CTA, a thread per
+    warp and line (a nested scope on the next line); no metadata events."""
+    kernel = paths.intern(paths.intern(0, "step"), "k", "kernel0")
+    outer = paths.intern(kernel, "outer")
+    inner = paths.intern(outer, "inner")
+    doc = build_trace([], [], None, [span(inner, kernel, 5, 2, 1, 1100, 1300, 200),
+                                     span(outer, kernel, 5, 2, 1, 1000, 1500, 500),
+                                     span(outer, kernel, 5, 2, 1, 1600, 1700, 100),
+                                     span(outer, kernel, 9, 0, 1, 1100, 1900, 800),
+                                     span(outer, kernel, 0, 0, 0, 900, 950, 50, launch=1),
+                                     span(outer, kernel, 5, 2, 0, 1200, 1300, 100)])
+    ev = doc["traceEvents"]
+    assert [(e["pid"], e["tid"], e["name"], e["ts"], e["dur"]) for e in ev] == [
+        ("k Core5 CTA2", "warp 0 (line 0)", "outer", 0.3, 0.1),
+        ("k Core5 CTA2", "warp 1 (line 0)", "outer", 0.1, 0.5),
+        ("k Core5 CTA2", "warp 1 (line 1)", "inner", 0.2, 0.2),
+        ("k Core5 CTA2", "warp 1 (line 0)", "outer", 0.7, 0.1),
+        ("k Core9 CTA0", "warp 1 (line 0)", "outer", 0.2, 0.8),
+        ("k Core0 CTA0", "warp 0 (line 0)", "outer", 0.0, 0.05)]  # the second launch
+    assert {e["ph"] for e in ev} == {"X"} and {e["cat"] for e in ev} == {"k"}
+    assert ev[0]["args"] == {"call_stack": ["ROOT", "step", "k"], "cycles": 100,
+                             "Frequency (MHz)": 1000.0, "Init Time (ns)": 1200}
+    assert doc["displayTimeUnit"] == "ns"
+
+
+def test_a_trace_of_several_gpus_names_the_gpu_in_each_process():
     kernel = paths.intern(0, "k", "kernel0")
     scope = paths.intern(kernel, "load")
-    doc = build_trace([], [], None, [(scope, 0, 5, 2, 1, 1000, 1500, 700),
-                                     (scope, 0, 5, 2, 3, 1200, 1300, 140),
-                                     (scope, 0, 9, 0, 1, 1100, 1900, 1120)])
-    ev = doc["traceEvents"]
-    procs = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
-    assert sorted(procs.values()) == ["GPU 0 SM 5 CTA 2", "GPU 0 SM 9 CTA 0"]
-    threads = {(procs[e["pid"]], e["args"]["name"]) for e in ev if e["name"] == "thread_name"}
-    assert threads == {("GPU 0 SM 5 CTA 2", "warp 1"), ("GPU 0 SM 5 CTA 2", "warp 3"),
-                       ("GPU 0 SM 9 CTA 0", "warp 1")}
-    spans = [e for e in ev if e.get("cat") == "intra_kernel"]
-    assert [(s["ts"], s["dur"], s["args"]["cycles"]) for s in spans] == [
-        (0.0, 0.5, 700), (0.1, 0.8, 1120), (0.2, 0.1, 140)]
-    assert spans[0]["args"]["call_stack"] == ["ROOT", "k", "load"]
+    doc = build_trace([], [], {"rank": 1}, [span(scope, kernel, 5, 2, 1, 1000, 1500, 700),
+                                            span(scope, kernel, 5, 2, 1, 1000, 1400, 600,
+                                                 launch=1, device=1)])
+    assert [e["pid"] for e in doc["traceEvents"]] == ["rank 1 k Core5 CTA2 GPU 0",
+                                                      "rank 1 k Core5 CTA2 GPU 1"]
 
 
 # -- the viewers on a profile recorded on an H100 ---------------------------------------------
