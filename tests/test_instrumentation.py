@@ -76,8 +76,8 @@ def test_blocks_without_the_preamble_are_skipped_and_counted():
 
 def test_another_layout_fails_with_one_line():
     buf = intra.encode([block(0, 0, {0: []})], SCRATCH, 2, SEG)
-    with pytest.raises(intra.LayoutError, match="do not split into 3 warps"):
-        intra.decode(buf, SCRATCH, 3)
+    with pytest.raises(intra.LayoutError, match="do not fit a 1024-byte block"):
+        intra.decode(buf, SCRATCH // 2, 2)  # its segments are longer than the block
 
 
 RECORDED = os.path.join(os.path.dirname(__file__), "data", "intra", "buffer.npz")
@@ -98,6 +98,20 @@ def test_a_buffer_recorded_on_an_h100():
     compute = d.cycles[d.scope == next(s for s, n in names.items() if n == "compute")]
     kernel = d.cycles[d.scope == next(s for s, n in names.items() if n == "kernel")]
     assert np.median(compute) < np.median(kernel)
+
+
+def test_selective_sampling_records_the_warps_it_names_in_order():
+    assert intra.recorded_warps(4) == (0, 1, 2, 3)
+    assert intra.recorded_warps(4, "selective", "2, 0,2") == (0, 2)
+    assert intra.recorded_warps(4, "selective", "1,9") == (1,)  # no warp 9 in 4
+    assert intra.recorded_warps(4, "none", "0,2") == (0, 1, 2, 3)  # not sampling: every warp
+
+
+def test_the_host_buffer_header_is_tritons():
+    """Triton's InstrumentationHook.host_buffer: ten u32 words, the recorded warps, then the
+    launch's buffer (the payload offset at bytes 12:16, their number at 36:40)."""
+    head = np.frombuffer(intra.host_header(3, 4, 2048, (0, 2), 6144), "<u4").tolist()
+    assert head == [1, 4, 48, 48, 6144, 1, 3, 4, 2048, 2, 0, 2]
 
 
 # -- modes and options ------------------------------------------------------------------------
@@ -125,6 +139,15 @@ def test_modes_parse_as_triton_spells_them():
 def test_bad_modes_say_what_is_accepted(kwargs, message):
     with pytest.raises(SessionError, match=message):
         parse_options("x", **kwargs)
+
+
+def test_sampling_options_must_name_warps():
+    from proton import mode
+
+    assert mode.Default(sampling_strategy="selective", sampling_options="0,2").sampling_options \
+        == "0,2"
+    with pytest.raises(SessionError, match="warp numbers separated by commas"):
+        mode.Default(sampling_strategy="selective", sampling_options="0;2")
 
 
 def test_an_instrumentation_mode_object_needs_the_backend():
@@ -265,6 +288,84 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
     by_sm = {sm: sorted(s.start_ns for s in spans if s.sm == sm) for sm in (1, 2, 3)}
     assert by_sm[1][0] == 7_000_000  # launch 0 <- the earlier record
     assert by_sm[2] == [9_000_000] == by_sm[3]  # both CTAs of launch 1 (same init time)
+
+
+def test_a_launchs_buffer_goes_to_the_host_only_while_host_copies_are_on():
+    """InstrumentationHook.enable_host_buffer: the launch exit hook is installed only while it
+    is on, and puts the launch's slice of the arena, behind Triton's header, in host_buffer."""
+    import torch
+    from proton.hooks.instrumentation import InstrumentationHook
+    from proton.runtime import instrumentation
+    from proton import mode
+
+    exits = triton.knobs.runtime.launch_exit_hook
+    inst = instrumentation.Instrumentation(mode.Default(), {})
+    info = instrumentation.KernelInfo("k", SCRATCH, 4, {0: "s"}, {}, (0, 2))
+    inst.kernels[12345] = info
+    raw = intra.encode([block(0, 1, {2: [(0, 0, 5), (1, 0, 9)]}),
+                        block(1, 2, {0: [(0, 0, 5), (1, 0, 7)]})], SCRATCH, 4, SEG, (0, 2))
+    inst.arena = torch.zeros(3 * SCRATCH, dtype=torch.uint8)  # stands for the device arena
+    inst.arena[SCRATCH:] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    instrumentation._installed = inst
+    try:
+        InstrumentationHook.enable_host_buffer = True
+        assert inst.exits and inst.on_exit in exits.calls
+        inst.last = (12345, SCRATCH, 2 * SCRATCH)  # what on_enter noted for the launch
+        inst.on_exit(None)
+        out = InstrumentationHook.host_buffer
+        assert out.dtype == torch.uint8 and out.device.type == "cpu"
+        words = np.frombuffer(out[:48].numpy().tobytes(), "<u4").tolist()
+        assert words == [1, 4, 48, 48, 2 * SCRATCH, 1, 2, 4, SCRATCH, 2, 0, 2]
+        assert out[48:].numpy().tobytes() == raw
+        decoded = intra.decode(out[48:].numpy(), SCRATCH, 4, warps=(0, 2))
+        assert sorted(decoded.warp.tolist()) == [0, 2]
+        InstrumentationHook.enable_host_buffer = False
+        assert not inst.exits and inst.on_exit not in exits.calls
+        InstrumentationHook("").deactivate()  # as Triton's: lets the buffer go
+        assert InstrumentationHook.host_buffer is None
+    finally:
+        inst.watch_exits(False)
+        instrumentation._installed = None
+        instrumentation.set_host_copy(False)
+        del inst.kernels[12345]
+
+
+def test_the_hook_is_tritons_name_for_the_backend():
+    import proton.hooks
+    from proton.hooks.hook import Hook
+    from proton.hooks.instrumentation import InstrumentationHook
+
+    assert proton.hooks.InstrumentationHook is InstrumentationHook
+    hook = InstrumentationHook("default:buffer_size=4096")
+    assert isinstance(hook, Hook) and hook.priority == 0 and hook.mode.buffer_size == 4096
+    assert InstrumentationHook(None).mode.name == "default"
+    assert InstrumentationHook.enable_host_buffer is False
+    assert InstrumentationHook.profile_buffer_alignment == 128
+
+
+def test_kernels_are_known_to_every_later_session():
+    """Triton keeps an instrumented kernel in memory: a later session with the same mode
+    launches it without loading it again, so what it is outlives the session that loaded it."""
+    from proton.runtime.instrumentation import Instrumentation
+    from proton import mode
+
+    one, two = Instrumentation(mode.Default(), {}), Instrumentation(mode.Default(), {})
+    assert one.kernels is two.kernels
+
+
+def test_an_instrumentation_session_counts_only_its_instrumented_kernels():
+    from proton.cupti.attribution import KernelRecord
+    from proton.runtime.session import Session
+
+    launched = {}
+    s = Session(0, "i", "i.hatchet", "shadow", "tree", None, only_kernels=launched)
+    s.resume(0)
+    scoped, other = paths.intern(0, "scoped", "kernel0"), paths.intern(0, "fill", "kernel0")
+    launched[scoped] = 1  # its instrumented launch, noted at launch
+    s.add_kernel(scoped, KernelRecord(1, "scoped", 0, 0, 100))
+    s.add_kernel(other, KernelRecord(2, "fill", 0, 0, 50))
+    s.add_kernel_totals({scoped: [10, 1, 0, 0, None], other: [5, 1, 0, 0, None]})
+    assert set(s.nodes) == {scoped} and s.nodes[scoped]["count"] == 2
 
 
 def test_the_clock_rate_comes_from_either_form_of_the_device_table():

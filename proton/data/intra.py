@@ -7,8 +7,9 @@ blocks in linear program-id order (32-bit little-endian words):
     w4-5 init time  w6-7 pre-final time  w8-9 post-final time   (u64 %globaltimer ns)
     then one word per warp (all the kernel's warps, metadata num_warps): words that warp
     wrote, counting past its segment's capacity
-    then one circular segment per recorded warp of w3 / (recorded warps) bytes: every warp,
-    or with sampling_strategy="selective" the warps sampling_options names, in order
+    then one circular segment per recorded warp of w3 / (recorded warps) bytes (whole 8-byte
+    records): every warp, or with sampling_strategy="selective" the warps sampling_options
+    names, in order
 
 A record is two words: tag (bit 31 end, bits 30:23 scope id, bits 10:0 clock bits 32..42) and
 the clock's low 32 bits. A warp that wrote more than its segment holds kept the newest records
@@ -137,10 +138,12 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
     uids = np.arange(num_warps) if warps is None else np.asarray(warps, np.int64)
     nseg = uids.size
     seg_bytes = words[:, 3]
-    if words.size and (np.any(seg_bytes != seg_bytes[0]) or seg_bytes[0] % (8 * nseg)):
-        raise LayoutError(f"segment sizes {sorted(set(seg_bytes.tolist()))[:4]} do not split "
-                          f"into {nseg} warps of 8-byte records")
-    seg_words = int(seg_bytes[0]) // 4 // nseg if words.size else 0
+    if words.size and np.any(seg_bytes != seg_bytes[0]):
+        raise LayoutError(f"segment sizes {sorted(set(seg_bytes.tolist()))[:4]} differ between "
+                          "CTAs")
+    # each warp's segment: its share of the buffer in whole 8-byte records (as Triton's
+    # runtime cuts it: a kernel whose warps do not divide the buffer leaves a tail unused)
+    seg_words = int(seg_bytes[0]) // 8 // nseg * 2 if words.size else 0
     first = HEADER_WORDS + num_warps
     if words.size and first + seg_words * nseg > words.shape[1]:
         raise LayoutError(f"{nseg} segments of {seg_words * 4} bytes do not fit a "
@@ -220,7 +223,7 @@ def encode(blocks: list[dict], scratch_size: int, num_warps: int, seg_bytes: int
     the recorded warps, a segment each (every warp when None)."""
     out = np.zeros((len(blocks), scratch_size // 4), "<u4")
     uids = list(range(num_warps)) if warps is None else list(warps)
-    seg_words = seg_bytes // 4 // len(uids)
+    seg_words = seg_bytes // 8 // len(uids) * 2
     first = HEADER_WORDS + num_warps
     for i, blk in enumerate(blocks):
         w = out[i]

@@ -39,8 +39,8 @@ int64_t proton_intra_bound(const uint8_t *buf, const int64_t *offsets, const int
         for (int64_t b = 0; b < nblocks[l]; b++) {
             const uint32_t *w = (const uint32_t *)(buf + offsets[l] + b * scratch);
             if (w[0] != PREAMBLE) continue;
-            int64_t seg = (int64_t)w[3] / 4 / nuids, cap = seg / 2;
-            if (w[3] % (8u * (uint32_t)nuids) || HEADER + warps + seg * nuids > words) return -1;
+            int64_t seg = (int64_t)w[3] / 8 / nuids * 2, cap = seg / 2;
+            if (HEADER + warps + seg * nuids > words) return -1;
             for (int32_t k = 0; k < nuids; k++) {
                 int64_t kept = (int64_t)(w[HEADER + uids[k]] / 2);
                 total += (kept < cap ? kept : cap) / 2;
@@ -68,10 +68,8 @@ void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64
             const uint32_t *w = (const uint32_t *)(buf + offsets[l] + b * scratch);
             if (w[0] != PREAMBLE) { bad++; continue; }
             if (seg_bytes < 0) seg_bytes = w[3];
-            if ((int64_t)w[3] != seg_bytes || w[3] % (8u * (uint32_t)nuids)) {
-                stats[4] = 1; return;
-            }
-            int64_t seg = (int64_t)w[3] / 4 / nuids, slots = seg / 2;
+            if ((int64_t)w[3] != seg_bytes) { stats[4] = 1; return; }
+            int64_t seg = (int64_t)w[3] / 8 / nuids * 2, slots = seg / 2;
             if (HEADER + warps + seg * nuids > words) { stats[4] = 2; return; }
             uint64_t init = (uint64_t)w[4] | ((uint64_t)w[5] << 32);
             int64_t first_event = n;
@@ -195,8 +193,7 @@ def decode_launches(host: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sc
                             uids.size, ptrs, cols.shape[1], stats.ctypes.data,
                             unbalanced.ctypes.data, reordered.ctypes.data)
     if stats[4]:
-        raise intra.LayoutError(f"segment sizes differ or do not split into {uids.size} warps "
-                                "of 8-byte records")
+        raise intra.LayoutError("segment sizes differ between CTAs")
     n = int(stats[0])
     c = dict(zip(COLUMNS, cols[:, :n]))
     return intra.Decoded(block=c["block"], sm=c["sm"], warp=c["warp"], scope=c["scope"],
