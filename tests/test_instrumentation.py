@@ -275,8 +275,9 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
     # spans: from the CTA's init time, a cycle per ns at 1 GHz; without kernel records
     # the clocks are left as they are
     spans = inst.trace_spans([])
-    first = sorted((s.start_ns, s.end_ns, s.cycles) for s in spans if s.sm == 1 and s.warp == 0)
-    assert first == [(5000.0, 5100.0, 100), (5010.0, 5030.0, 20)]
+    first = sorted((s.origin_ns, s.start_ns, s.dur_ns, s.cycles) for s in spans
+                   if s.sm == 1 and s.warp == 0)
+    assert first == [(5000, 0.0, 100.0, 100), (5000, 10.0, 20.0, 20)]
     assert {(s.launch, s.kernel_name, s.init_ns) for s in spans if s.sm == 1} == {(0, "k", 5000)}
     # each launch starts with its own CUPTI record (the n-th launch of a node, the n-th record)
     from proton.cupti.attribution import KernelRecord
@@ -285,7 +286,7 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
             (kernel, KernelRecord(2, "k", 0, 7_000_000, 7_000_500))]
     inst.clock_khz = {0: 2_000_000}  # 2 GHz: two cycles a ns
     spans = inst.trace_spans(recs)
-    by_sm = {sm: sorted(s.start_ns for s in spans if s.sm == sm) for sm in (1, 2, 3)}
+    by_sm = {sm: sorted(s.origin_ns + s.start_ns for s in spans if s.sm == sm) for sm in (1, 2, 3)}
     assert by_sm[1][0] == 7_000_000  # launch 0 <- the earlier record
     assert by_sm[2] == [9_000_000] == by_sm[3]  # both CTAs of launch 1 (same init time)
 
@@ -376,8 +377,9 @@ def test_the_clock_rate_comes_from_either_form_of_the_device_table():
 
 
 def span(scope, kernel, sm, cta, warp, start, end, cycles, launch=0, device=0):
-    return WarpSpan(scope, kernel, "k", device, sm, cta, warp, start, end, cycles, launch,
-                    start, 1_000_000)
+    """A scope from `start` to `end` (ns) in a CTA that starts at 1000 ns."""
+    return WarpSpan(scope, kernel, "k", device, sm, cta, warp, 1000, start - 1000.0,
+                    end - start + 0.0, cycles, launch, 1000, 1_000_000)
 
 
 def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
@@ -390,20 +392,33 @@ def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
                                      span(outer, kernel, 5, 2, 1, 1000, 1500, 500),
                                      span(outer, kernel, 5, 2, 1, 1600, 1700, 100),
                                      span(outer, kernel, 9, 0, 1, 1100, 1900, 800),
-                                     span(outer, kernel, 0, 0, 0, 900, 950, 50, launch=1),
+                                     span(outer, kernel, 0, 0, 0, 1050, 1100, 50, launch=1),
                                      span(outer, kernel, 5, 2, 0, 1200, 1300, 100)])
     ev = doc["traceEvents"]
     assert [(e["pid"], e["tid"], e["name"], e["ts"], e["dur"]) for e in ev] == [
-        ("k Core5 CTA2", "warp 0 (line 0)", "outer", 0.3, 0.1),
-        ("k Core5 CTA2", "warp 1 (line 0)", "outer", 0.1, 0.5),
-        ("k Core5 CTA2", "warp 1 (line 1)", "inner", 0.2, 0.2),
-        ("k Core5 CTA2", "warp 1 (line 0)", "outer", 0.7, 0.1),
-        ("k Core9 CTA0", "warp 1 (line 0)", "outer", 0.2, 0.8),
-        ("k Core0 CTA0", "warp 0 (line 0)", "outer", 0.0, 0.05)]  # the second launch
+        ("k Core5 CTA2", "warp 0 (line 0)", "outer", 0.2, 0.1),
+        ("k Core5 CTA2", "warp 1 (line 0)", "outer", 0.0, 0.5),
+        ("k Core5 CTA2", "warp 1 (line 1)", "inner", 0.1, 0.2),
+        ("k Core5 CTA2", "warp 1 (line 0)", "outer", 0.6, 0.1),
+        ("k Core9 CTA0", "warp 1 (line 0)", "outer", 0.1, 0.8),
+        ("k Core0 CTA0", "warp 0 (line 0)", "outer", 0.05, 0.05)]  # the second launch
     assert {e["ph"] for e in ev} == {"X"} and {e["cat"] for e in ev} == {"k"}
     assert ev[0]["args"] == {"call_stack": ["ROOT", "step", "k"], "cycles": 100,
-                             "Frequency (MHz)": 1000.0, "Init Time (ns)": 1200}
+                             "Frequency (MHz)": 1000.0, "Init Time (ns)": 1000}
     assert doc["displayTimeUnit"] == "ns"
+
+
+def test_a_scope_of_one_cycle_keeps_its_length_on_an_epoch_clock():
+    """CUPTI's clock is ns since the epoch (~2**60): a float of it moves in 256 ns steps, so
+    the CTA's start is kept in whole ns and the scope's start and length after it apart."""
+    kernel = paths.intern(0, "k", "kernel0")
+    scope = paths.intern(kernel, "s")
+    epoch = 1_764_000_000_000_000_123
+    doc = build_trace([], [], None, [
+        WarpSpan(scope, kernel, "k", 0, 0, 0, 0, epoch, 0.0, 0.5, 1, 0, 7, 2_000_000),
+        WarpSpan(scope, kernel, "k", 0, 0, 0, 1, epoch + 3, 1.5, 0.5, 1, 0, 7, 2_000_000)])
+    assert [(e["ts"], e["dur"]) for e in doc["traceEvents"]] == [(0.0, 0.0005), (0.0045, 0.0005)]
+    assert doc["baseTimeNanoseconds"] == epoch
 
 
 def test_a_trace_of_several_gpus_names_the_gpu_in_each_process():

@@ -133,8 +133,12 @@ class WarpSpan(NamedTuple):
     sm: int
     cta: int
     warp: int
+    origin_ns: int
+    """The CTA's start on the trace's clock (whole ns: a float of ns since the epoch could
+    not tell a cycle from the next)."""
     start_ns: float
-    end_ns: float
+    """The scope's start, after `origin_ns`."""
+    dur_ns: float
     cycles: int
     launch: int
     """The launch's number in the session (spans are written launch by launch)."""
@@ -161,7 +165,7 @@ def build_trace(events: list[tuple[int, Any]],
     merged (proton-viewer --output trace); `baseTimeNanoseconds` says the same to trace tools
     that merge with torch.profiler's traces, as Triton's Proton writes it."""
     t0 = min([rec.start for _, rec in events] + [span[1] for span in spans]
-             + [int(span.start_ns) for span in intra], default=0)
+             + [span.origin_ns for span in intra], default=0)
     job = job or {}
     who = f"rank {job['rank']} " if job.get("rank") is not None else ""
     stacks: dict[int, list[str]] = {}
@@ -201,20 +205,20 @@ def _intra_events(intra: list[WarpSpan], t0: int, who: str, stack) -> list[dict]
     ordered = sorted(intra, key=lambda s: (s.launch, s.sm, s.cta, s.warp, s.start_ns))
     group, line_ends = None, []
     for s in ordered:
-        key = (s.launch, s.sm, s.cta, s.warp)
+        key = (s.launch, s.sm, s.cta, s.warp)  # one CTA's warp: one origin
         if key != group:
             group, line_ends = key, []
         line = next((i for i, end in enumerate(line_ends) if s.start_ns >= end), None)
         if line is None:
             line = len(line_ends)
-            line_ends.append(s.end_ns)
+            line_ends.append(s.start_ns + s.dur_ns)
         else:
-            line_ends[line] = s.end_ns
+            line_ends[line] = s.start_ns + s.dur_ns
         where = f" GPU {s.device}" if several else ""
         out.append({"name": paths.frames[s.scope].name, "cat": s.kernel_name, "ph": "X",
                     "pid": f"{who}{s.kernel_name} Core{s.sm} CTA{s.cta}{where}",
-                    "tid": f"warp {s.warp} (line {line})", "ts": (s.start_ns - t0) / 1e3,
-                    "dur": (s.end_ns - s.start_ns) / 1e3,
+                    "tid": f"warp {s.warp} (line {line})",
+                    "ts": (s.origin_ns - t0 + s.start_ns) / 1e3, "dur": s.dur_ns / 1e3,
                     "args": {"call_stack": stack(s.kernel), "cycles": int(s.cycles),
                              "Frequency (MHz)": s.clock_khz / 1e3,
                              "Init Time (ns)": int(s.init_ns)}})

@@ -431,9 +431,10 @@ class Instrumentation:
         return out
 
     def trace_spans(self, kernels: list[tuple[int, object]]) -> list[WarpSpan]:
-        """The warp events on the kernel records' clock: each launch's first CTA starts with
-        its CUPTI kernel record (`kernels`: (kernel node, record), matched per node in launch
-        order); cycles become ns at the device's clock rate. %globaltimer and CUPTI's
+        """The warp events on the kernel records' clock (each CTA's start in whole ns, each
+        scope's start after it and its length in fractions of one): each launch's first CTA
+        starts with its CUPTI kernel record (`kernels`: (kernel node, record), matched per node
+        in launch order); cycles become ns at the device's clock rate. %globaltimer and CUPTI's
         timestamps differ by an offset (3.5 ms on an H100), so a launch without its record
         takes the others' median offset."""
         if not self.spans:
@@ -453,16 +454,16 @@ class Instrumentation:
                 offsets[k, o] = recs[o].start - t
         fallback = int(np.median(list(offsets.values()))) if offsets else 0
         shift = np.array([offsets.get((k, o), fallback) for k, o in
-                          zip(cols["kernel"].tolist(), cols["ordinal"].tolist())])
+                          zip(cols["kernel"].tolist(), cols["ordinal"].tolist())], np.int64)
         khz = np.array([self.clock_khz.get(int(d)) or 1_000_000 for d in cols["device"]],
                        dtype=np.float64)
         per_ns = khz / 1e6
-        start = cols["init"] + shift + cols["since"] / per_ns
-        end = start + cols["cycles"] / per_ns
+        origin = cols["init"] + shift  # int64: exact to the ns (a float64 is not, near 2**60)
         names = [self.kernel_names.get(k, "") for k in cols["kernel"].tolist()]
         return list(map(WarpSpan, cols["scope"].tolist(), cols["kernel"].tolist(), names,
                         cols["device"].tolist(), cols["sm"].tolist(), cols["cta"].tolist(),
-                        cols["warp"].tolist(), start.tolist(), end.tolist(),
+                        cols["warp"].tolist(), origin.tolist(),
+                        (cols["since"] / per_ns).tolist(), (cols["cycles"] / per_ns).tolist(),
                         cols["cycles"].tolist(), cols["sequence"].tolist(),
                         cols["init"].tolist(), khz.astype(np.int64).tolist()))
 
