@@ -36,7 +36,7 @@ def main() -> None:
     host = np.tile(buf, a.launches)
     info = KernelInfo("k", scratch, warps, names, parents)
     kernel = paths.intern(0, "k", "kernel0")
-    launches = [(1, i * buf.size, buf.size, kernel, 0, i) for i in range(a.launches)]
+    launches = [(1, i * buf.size, buf.size, kernel, 0, i, i) for i in range(a.launches)]
     print(f"{a.launches} launches of {buf.size // scratch} CTAs x {warps} warps, median of "
           f"{a.repeat}; us per launch")
     print(f"{'':8}{'decode':>8}{'read':>8}{'+spans':>8}")

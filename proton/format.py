@@ -133,6 +133,3 @@ WARP_TIMELINE = "warp_timeline"
 "cta", "warp", "scope" (index into scopes), "start_ns" (from the launch's first CTA), "cycles"}."""
 TIMELINE_COLUMNS = ("sm", "cta", "warp", "scope", "start_ns", "cycles")
 """A warp timeline's per-event columns."""
-INTRA_TRACE_CATEGORY = "intra_kernel"
-"""The "cat" of a kernel scope's span in a Chrome trace (a process per SM and CTA, a thread per
-warp)."""

@@ -76,6 +76,11 @@ class InstrumentationMode(BaseMode):
                 raise SessionError(f"{key}={value!r} is not supported by backend="
                                    f"'instrumentation'; use one of {', '.join(allowed)}")
             object.__setattr__(self, key, value)
+        options = str(self.sampling_options or "")
+        if any(not part.strip().isdigit() for part in options.split(",") if part.strip()):
+            raise SessionError(f"sampling_options={options!r}: give warp numbers separated by "
+                               "commas, as '0,2'")
+        object.__setattr__(self, "sampling_options", options)
         if not isinstance(self.buffer_size, int) or self.buffer_size < 0:
             raise SessionError(f"buffer_size={self.buffer_size!r}: give bytes per CTA (0: the "
                                "compiler's default)")

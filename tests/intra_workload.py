@@ -2,13 +2,14 @@
 each: Triton's Proton and ours cannot share one).
 
 Usage: python tests/intra_workload.py PROFILER DATA PREFIX [--lang MODULE] [--loop N]
-           [--mode MODE] [--fixture PATH]
+           [--mode MODE] [--fixture PATH] [--beside PREFIX]
   PROFILER  triton (triton.profiler) or ours (proton)
   DATA      tree or trace
   --lang    the kernel's scope module: proton.language (default) or triton.profiler.language
   --loop    also launch a kernel with a scope inside an N-step loop (2N records per warp)
   --mode    the instrumentation mode ("default:buffer_type=global:buffer_size=131072")
   --fixture save the raw buffer of one launch (ours only) as an .npz for the CPU tests
+  --beside  also record a kernel trace (backend cupti, data="trace") to PREFIX meanwhile
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ args.add_argument("--lang", default="proton.language")
 args.add_argument("--loop", type=int, default=0)
 args.add_argument("--mode", default=None, help="the instrumentation mode string")
 args.add_argument("--fixture")
+args.add_argument("--beside")
 opts = args.parse_args()
 
 pl = importlib.import_module(opts.lang)
@@ -71,6 +73,8 @@ def main() -> None:
     else:
         import proton as prof
     prof.start(opts.prefix, backend="instrumentation", data=opts.data, mode=mode)
+    if opts.beside:
+        prof.start(opts.beside, data="trace")
     scoped[(GRID,)](x, y, x.numel(), ITERS=ITERS, BLOCK=BLOCK, num_warps=WARPS)
     if opts.fixture and opts.profiler == "ours":
         save_fixture(opts.fixture)
@@ -92,7 +96,7 @@ def save_fixture(path: str) -> None:
 
     inst = instrumentation._installed
     torch.cuda.synchronize()
-    (function, offset, size, _, _), = inst.pending
+    (function, offset, size, *_), = inst.pending
     info = inst.kernels[function]
     raw = inst.arena[offset:offset + size].cpu().numpy()
     np.savez(path, buffer=raw, scratch=info.scratch, num_warps=info.num_warps,

@@ -32,7 +32,7 @@ ALLOWED = {
     "proton.context": BASE | {"proton.options", "proton.data"},
     "proton.runtime": BASE | {"proton.options", "proton.mode", "proton.data", "proton.cupti",
                               "proton.context", "proton.compiler"},
-    "proton.hooks": BASE | {"proton.options", "proton.data", "proton.compiler",
+    "proton.hooks": BASE | {"proton.options", "proton.mode", "proton.data", "proton.compiler",
                             "proton.runtime.ops"},
     "proton.viewer": {"proton.format", "proton.format_msgpack", "proton.files"},
 }

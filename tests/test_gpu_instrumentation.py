@@ -50,13 +50,12 @@ def triton_warps(doc: dict) -> dict[tuple[int, int], list[tuple[str, float, floa
 
 
 def our_warps(doc: dict) -> dict[tuple[int, int], list[tuple[str, float, float]]]:
-    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
-             if e.get("ph") == "M" and e["name"] == "process_name"}
+    """Ours, laid out as Triton's; each span's cycles in its args."""
     out = defaultdict(list)
     for e in doc["traceEvents"]:
-        if e.get("cat") == "intra_kernel":
-            cta = int(re.search(r"CTA (\d+)$", names[e["pid"]])[1])
-            out[cta, e["tid"]].append((e["name"], e["ts"], e["args"]["cycles"]))
+        m = re.search(r" CTA(\d+)$", e["pid"])
+        w = re.match(r"warp (\d+) \(line \d+\)$", e["tid"])
+        out[int(m[1]), int(w[1])].append((e["name"], e["ts"], e["args"]["cycles"]))
     return {k: sorted(v, key=lambda x: x[1]) for k, v in out.items()}
 
 
@@ -85,18 +84,23 @@ def test_trace_matches_triton(tmp_path):
 
 
 def test_trace_lines_up_with_the_kernel(tmp_path):
-    """Each CTA's scopes lie inside its kernel's span on the kernel trace's clock."""
-    path, _, _ = run(tmp_path, "ours", "trace")
-    doc = load(path)
-    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"
-               and e["name"] == "scoped"]
-    spans = [e for e in doc["traceEvents"] if e.get("cat") == "intra_kernel"]
-    assert kernels and spans
+    """Each CTA's scopes lie inside its kernel's span in a kernel trace recorded meanwhile:
+    the two files' times put back on one clock with their t0_ns. The instrumentation trace
+    holds the scopes alone, as Triton's: no kernels, no metadata events."""
+    beside = str(tmp_path / "kernels")
+    path, _, _ = run(tmp_path, "ours", "trace", "--beside", beside)
+    doc, kdoc = load(path), load(beside + ".chrome_trace")
+    spans = doc["traceEvents"]
+    assert spans and {e["cat"] for e in spans} == {"scoped"} and {e["ph"] for e in spans} == {"X"}
+    kernels = [e for e in kdoc["traceEvents"] if e["name"] == "scoped"]
+    assert len(kernels) == 1 and kernels[0]["pid"] == "GPU 0"
+    shift = (doc["otherData"]["t0_ns"] - kdoc["otherData"]["t0_ns"]) / 1e3
     k = kernels[0]
     slack = 2.0  # us: CUPTI's kernel timestamps and %globaltimer are read apart
-    assert all(k["ts"] - slack <= s["ts"] and s["ts"] + s["dur"] <= k["ts"] + k["dur"] + slack
-               for s in spans), (k, min(s["ts"] for s in spans),
-                                 max(s["ts"] + s["dur"] for s in spans))
+    assert all(k["ts"] - slack <= s["ts"] + shift
+               and s["ts"] + shift + s["dur"] <= k["ts"] + k["dur"] + slack
+               for s in spans), (k, min(s["ts"] + shift for s in spans),
+                                 max(s["ts"] + shift + s["dur"] for s in spans))
 
 
 def test_tree_matches_triton_and_both_viewers_read_it(tmp_path):
@@ -148,3 +152,51 @@ torch.cuda.synchronize(); print("untouched")
     proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and "untouched" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_host_buffers_sampled_warps_and_a_restarted_session(tmp_path):
+    """InstrumentationHook.host_buffer holds a launch's raw buffer behind Triton's header;
+    selective sampling's warps are the ones decoded; a session started after another reads
+    the kernel Triton kept in memory; an instrumentation profile holds only instrumented
+    kernels (not the torch fill launched inside it)."""
+    code = f"""
+import json, sys, torch; sys.argv = ["w", "ours", "tree", "x"]
+sys.path.insert(0, {os.path.dirname(WORKLOAD)!r})
+import intra_workload as w, proton
+from proton.hooks import InstrumentationHook as H
+x = torch.randn(w.GRID * w.BLOCK, device="cuda"); y = torch.empty_like(x)
+out = {{}}
+sampled = proton.mode.Default(sampling_strategy="selective", sampling_options="0,2")
+H.enable_host_buffer = True
+proton.start({str(tmp_path / "sampled")!r}, backend="instrumentation", mode=sampled)
+torch.zeros(1000, device="cuda")
+k = w.scoped[(w.GRID,)](x, y, x.numel(), ITERS=w.ITERS, BLOCK=w.BLOCK, num_warps=w.WARPS)
+b = H.host_buffer
+word = lambda i: int.from_bytes(b[4 * i:4 * i + 4].numpy().tobytes(), "little")
+payload = word(3)
+out["header"] = [word(i) for i in range(12)]
+out["preamble"] = int.from_bytes(b[payload:payload + 4].numpy().tobytes(), "little")
+out["bytes"] = b.numel() - payload
+out["scratch"] = k.metadata.profile_scratch_size
+H.enable_host_buffer = False
+proton.finalize()
+out["after"] = H.host_buffer is None
+for name in ("first", "restarted"):
+    proton.start(str({str(tmp_path)!r}) + "/" + name, backend="instrumentation")
+    w.scoped[(w.GRID,)](x, y, x.numel(), ITERS=w.ITERS, BLOCK=w.BLOCK, num_warps=w.WARPS)
+    proton.finalize()
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    scratch = out["scratch"]
+    assert out["header"] == [1, 4, 48, 48, 8 * scratch, 1, 8, 4, scratch, 2, 0, 2]
+    assert out["preamble"] == 0xDEADBEEF and out["bytes"] == 8 * scratch and out["after"]
+    sampled = load(str(tmp_path / "sampled.hatchet"))[0]
+    assert [c["frame"]["name"] for c in sampled["children"]] == ["scoped"]  # no torch fill
+    assert find(sampled, "scoped", "kernel", "compute")["metrics"]["warp_events"] == 8 * 2
+    for name in ("first", "restarted"):
+        compute = find(load(str(tmp_path / f"{name}.hatchet"))[0], "scoped", "kernel", "compute")
+        assert compute["metrics"]["warp_events"] == 8 * 4 and compute["metrics"]["cycles"] > 0

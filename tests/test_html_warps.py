@@ -35,7 +35,7 @@ def scoped_profile(tmp_path, launches: int = 3) -> str:
     info = KernelInfo("scoped", scratch, warps, names, parents)
     kernel = paths.intern(paths.intern(0, "train_step"), "scoped", "kernel0")
     inst._read_kernel(info, np.tile(buf, launches),
-                      [(1, i * buf.size, buf.size, kernel, 0, i) for i in range(launches)])
+                      [(1, i * buf.size, buf.size, kernel, 0, i, i) for i in range(launches)])
     nodes = {kernel: {TIME: 30_000, COUNT: launches, DEVICE_ID: "0"}}
     for (_, node), stats in inst.stats.items():
         nodes[node] = stats.metrics(0)

@@ -12,7 +12,7 @@ import pytest
 
 from proton.data import intra
 from proton.data.paths import paths
-from proton.data.writer import build_trace
+from proton.data.writer import WarpSpan, build_trace
 from proton.errors import SessionError
 from proton.options import parse_options
 
@@ -76,8 +76,8 @@ def test_blocks_without_the_preamble_are_skipped_and_counted():
 
 def test_another_layout_fails_with_one_line():
     buf = intra.encode([block(0, 0, {0: []})], SCRATCH, 2, SEG)
-    with pytest.raises(intra.LayoutError, match="do not split into 3 warps"):
-        intra.decode(buf, SCRATCH, 3)
+    with pytest.raises(intra.LayoutError, match="do not fit a 1024-byte block"):
+        intra.decode(buf, SCRATCH // 2, 2)  # its segments are longer than the block
 
 
 RECORDED = os.path.join(os.path.dirname(__file__), "data", "intra", "buffer.npz")
@@ -98,6 +98,20 @@ def test_a_buffer_recorded_on_an_h100():
     compute = d.cycles[d.scope == next(s for s, n in names.items() if n == "compute")]
     kernel = d.cycles[d.scope == next(s for s, n in names.items() if n == "kernel")]
     assert np.median(compute) < np.median(kernel)
+
+
+def test_selective_sampling_records_the_warps_it_names_in_order():
+    assert intra.recorded_warps(4) == (0, 1, 2, 3)
+    assert intra.recorded_warps(4, "selective", "2, 0,2") == (0, 2)
+    assert intra.recorded_warps(4, "selective", "1,9") == (1,)  # no warp 9 in 4
+    assert intra.recorded_warps(4, "none", "0,2") == (0, 1, 2, 3)  # not sampling: every warp
+
+
+def test_the_host_buffer_header_is_tritons():
+    """Triton's InstrumentationHook.host_buffer: ten u32 words, the recorded warps, then the
+    launch's buffer (the payload offset at bytes 12:16, their number at 36:40)."""
+    head = np.frombuffer(intra.host_header(3, 4, 2048, (0, 2), 6144), "<u4").tolist()
+    assert head == [1, 4, 48, 48, 6144, 1, 3, 4, 2048, 2, 0, 2]
 
 
 # -- modes and options ------------------------------------------------------------------------
@@ -125,6 +139,15 @@ def test_modes_parse_as_triton_spells_them():
 def test_bad_modes_say_what_is_accepted(kwargs, message):
     with pytest.raises(SessionError, match=message):
         parse_options("x", **kwargs)
+
+
+def test_sampling_options_must_name_warps():
+    from proton import mode
+
+    assert mode.Default(sampling_strategy="selective", sampling_options="0,2").sampling_options \
+        == "0,2"
+    with pytest.raises(SessionError, match="warp numbers separated by commas"):
+        mode.Default(sampling_strategy="selective", sampling_options="0;2")
 
 
 def test_an_instrumentation_mode_object_needs_the_backend():
@@ -238,8 +261,9 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
                         block(1, 3, {1: [(0, 0, 0), (1, 0, 30)]})], SCRATCH, 2, SEG)
     host = np.frombuffer(one + two, np.uint8)
     kernel = paths.intern(0, "k", "kernel0")
-    inst._read_kernel(info, host, [(1, 0, SCRATCH, kernel, 0, 0),
-                                   (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1)])
+    inst.kernel_names[kernel] = "k"
+    inst._read_kernel(info, host, [(1, 0, SCRATCH, kernel, 0, 0, 0),
+                                   (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1, 1)])
     outer = paths.intern(kernel, "outer")
     inner = paths.intern(outer, "inner")
     o, i = inst.stats[kernel, outer].metrics(0), inst.stats[kernel, inner].metrics(0)
@@ -251,8 +275,10 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
     # spans: from the CTA's init time, a cycle per ns at 1 GHz; without kernel records
     # the clocks are left as they are
     spans = inst.trace_spans([])
-    first = sorted(s for s in spans if s[2] == 1 and s[4] == 0)
-    assert first[0][5:8] == (5000.0, 5100.0, 100) and first[1][5:8] == (5010.0, 5030.0, 20)
+    first = sorted((s.origin_ns, s.start_ns, s.dur_ns, s.cycles) for s in spans
+                   if s.sm == 1 and s.warp == 0)
+    assert first == [(5000, 0.0, 100.0, 100), (5000, 10.0, 20.0, 20)]
+    assert {(s.launch, s.kernel_name, s.init_ns) for s in spans if s.sm == 1} == {(0, "k", 5000)}
     # each launch starts with its own CUPTI record (the n-th launch of a node, the n-th record)
     from proton.cupti.attribution import KernelRecord
 
@@ -260,9 +286,87 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
             (kernel, KernelRecord(2, "k", 0, 7_000_000, 7_000_500))]
     inst.clock_khz = {0: 2_000_000}  # 2 GHz: two cycles a ns
     spans = inst.trace_spans(recs)
-    by_sm = {sm: sorted(s[5] for s in spans if s[2] == sm) for sm in (1, 2, 3)}
+    by_sm = {sm: sorted(s.origin_ns + s.start_ns for s in spans if s.sm == sm) for sm in (1, 2, 3)}
     assert by_sm[1][0] == 7_000_000  # launch 0 <- the earlier record
     assert by_sm[2] == [9_000_000] == by_sm[3]  # both CTAs of launch 1 (same init time)
+
+
+def test_a_launchs_buffer_goes_to_the_host_only_while_host_copies_are_on():
+    """InstrumentationHook.enable_host_buffer: the launch exit hook is installed only while it
+    is on, and puts the launch's slice of the arena, behind Triton's header, in host_buffer."""
+    import torch
+    from proton.hooks.instrumentation import InstrumentationHook
+    from proton.runtime import instrumentation
+    from proton import mode
+
+    exits = triton.knobs.runtime.launch_exit_hook
+    inst = instrumentation.Instrumentation(mode.Default(), {})
+    info = instrumentation.KernelInfo("k", SCRATCH, 4, {0: "s"}, {}, (0, 2))
+    inst.kernels[12345] = info
+    raw = intra.encode([block(0, 1, {2: [(0, 0, 5), (1, 0, 9)]}),
+                        block(1, 2, {0: [(0, 0, 5), (1, 0, 7)]})], SCRATCH, 4, SEG, (0, 2))
+    inst.arena = torch.zeros(3 * SCRATCH, dtype=torch.uint8)  # stands for the device arena
+    inst.arena[SCRATCH:] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    instrumentation._installed = inst
+    try:
+        InstrumentationHook.enable_host_buffer = True
+        assert inst.exits and inst.on_exit in exits.calls
+        inst.last = (12345, SCRATCH, 2 * SCRATCH)  # what on_enter noted for the launch
+        inst.on_exit(None)
+        out = InstrumentationHook.host_buffer
+        assert out.dtype == torch.uint8 and out.device.type == "cpu"
+        words = np.frombuffer(out[:48].numpy().tobytes(), "<u4").tolist()
+        assert words == [1, 4, 48, 48, 2 * SCRATCH, 1, 2, 4, SCRATCH, 2, 0, 2]
+        assert out[48:].numpy().tobytes() == raw
+        decoded = intra.decode(out[48:].numpy(), SCRATCH, 4, warps=(0, 2))
+        assert sorted(decoded.warp.tolist()) == [0, 2]
+        InstrumentationHook.enable_host_buffer = False
+        assert not inst.exits and inst.on_exit not in exits.calls
+        InstrumentationHook("").deactivate()  # as Triton's: lets the buffer go
+        assert InstrumentationHook.host_buffer is None
+    finally:
+        inst.watch_exits(False)
+        instrumentation._installed = None
+        instrumentation.set_host_copy(False)
+        del inst.kernels[12345]
+
+
+def test_the_hook_is_tritons_name_for_the_backend():
+    import proton.hooks
+    from proton.hooks.hook import Hook
+    from proton.hooks.instrumentation import InstrumentationHook
+
+    assert proton.hooks.InstrumentationHook is InstrumentationHook
+    hook = InstrumentationHook("default:buffer_size=4096")
+    assert isinstance(hook, Hook) and hook.priority == 0 and hook.mode.buffer_size == 4096
+    assert InstrumentationHook(None).mode.name == "default"
+    assert InstrumentationHook.enable_host_buffer is False
+    assert InstrumentationHook.profile_buffer_alignment == 128
+
+
+def test_kernels_are_known_to_every_later_session():
+    """Triton keeps an instrumented kernel in memory: a later session with the same mode
+    launches it without loading it again, so what it is outlives the session that loaded it."""
+    from proton.runtime.instrumentation import Instrumentation
+    from proton import mode
+
+    one, two = Instrumentation(mode.Default(), {}), Instrumentation(mode.Default(), {})
+    assert one.kernels is two.kernels
+
+
+def test_an_instrumentation_session_counts_only_its_instrumented_kernels():
+    from proton.cupti.attribution import KernelRecord
+    from proton.runtime.session import Session
+
+    launched = {}
+    s = Session(0, "i", "i.hatchet", "shadow", "tree", None, only_kernels=launched)
+    s.resume(0)
+    scoped, other = paths.intern(0, "scoped", "kernel0"), paths.intern(0, "fill", "kernel0")
+    launched[scoped] = 1  # its instrumented launch, noted at launch
+    s.add_kernel(scoped, KernelRecord(1, "scoped", 0, 0, 100))
+    s.add_kernel(other, KernelRecord(2, "fill", 0, 0, 50))
+    s.add_kernel_totals({scoped: [10, 1, 0, 0, None], other: [5, 1, 0, 0, None]})
+    assert set(s.nodes) == {scoped} and s.nodes[scoped]["count"] == 2
 
 
 def test_the_clock_rate_comes_from_either_form_of_the_device_table():
@@ -272,22 +376,59 @@ def test_the_clock_rate_comes_from_either_form_of_the_device_table():
     assert clock_table({"0": entry}) == {0: 1980000} == clock_table({"CUDA": {"0": entry}})
 
 
-def test_the_trace_has_a_process_per_sm_and_cta_and_a_thread_per_warp():
+def span(scope, kernel, sm, cta, warp, start, end, cycles, launch=0, device=0):
+    """A scope from `start` to `end` (ns) in a CTA that starts at 1000 ns."""
+    return WarpSpan(scope, kernel, "k", device, sm, cta, warp, 1000, start - 1000.0,
+                    end - start + 0.0, cycles, launch, 1000, 1_000_000)
+
+
+def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
+    """Launch by launch, SM, CTA, warp, start; a process per kernel, SM and CTA, a thread per
+    warp and line (a nested scope on the next line); no metadata events."""
+    kernel = paths.intern(paths.intern(0, "step"), "k", "kernel0")
+    outer = paths.intern(kernel, "outer")
+    inner = paths.intern(outer, "inner")
+    doc = build_trace([], [], None, [span(inner, kernel, 5, 2, 1, 1100, 1300, 200),
+                                     span(outer, kernel, 5, 2, 1, 1000, 1500, 500),
+                                     span(outer, kernel, 5, 2, 1, 1600, 1700, 100),
+                                     span(outer, kernel, 9, 0, 1, 1100, 1900, 800),
+                                     span(outer, kernel, 0, 0, 0, 1050, 1100, 50, launch=1),
+                                     span(outer, kernel, 5, 2, 0, 1200, 1300, 100)])
+    ev = doc["traceEvents"]
+    assert [(e["pid"], e["tid"], e["name"], e["ts"], e["dur"]) for e in ev] == [
+        ("k Core5 CTA2", "warp 0 (line 0)", "outer", 0.2, 0.1),
+        ("k Core5 CTA2", "warp 1 (line 0)", "outer", 0.0, 0.5),
+        ("k Core5 CTA2", "warp 1 (line 1)", "inner", 0.1, 0.2),
+        ("k Core5 CTA2", "warp 1 (line 0)", "outer", 0.6, 0.1),
+        ("k Core9 CTA0", "warp 1 (line 0)", "outer", 0.1, 0.8),
+        ("k Core0 CTA0", "warp 0 (line 0)", "outer", 0.05, 0.05)]  # the second launch
+    assert {e["ph"] for e in ev} == {"X"} and {e["cat"] for e in ev} == {"k"}
+    assert ev[0]["args"] == {"call_stack": ["ROOT", "step", "k"], "cycles": 100,
+                             "Frequency (MHz)": 1000.0, "Init Time (ns)": 1000}
+    assert doc["displayTimeUnit"] == "ns"
+
+
+def test_a_scope_of_one_cycle_keeps_its_length_on_an_epoch_clock():
+    """CUPTI's clock is ns since the epoch (~2**60): a float of it moves in 256 ns steps, so
+    the CTA's start is kept in whole ns and the scope's start and length after it apart."""
+    kernel = paths.intern(0, "k", "kernel0")
+    scope = paths.intern(kernel, "s")
+    epoch = 1_764_000_000_000_000_123
+    doc = build_trace([], [], None, [
+        WarpSpan(scope, kernel, "k", 0, 0, 0, 0, epoch, 0.0, 0.5, 1, 0, 7, 2_000_000),
+        WarpSpan(scope, kernel, "k", 0, 0, 0, 1, epoch + 3, 1.5, 0.5, 1, 0, 7, 2_000_000)])
+    assert [(e["ts"], e["dur"]) for e in doc["traceEvents"]] == [(0.0, 0.0005), (0.0045, 0.0005)]
+    assert doc["baseTimeNanoseconds"] == epoch
+
+
+def test_a_trace_of_several_gpus_names_the_gpu_in_each_process():
     kernel = paths.intern(0, "k", "kernel0")
     scope = paths.intern(kernel, "load")
-    doc = build_trace([], [], None, [(scope, 0, 5, 2, 1, 1000, 1500, 700),
-                                     (scope, 0, 5, 2, 3, 1200, 1300, 140),
-                                     (scope, 0, 9, 0, 1, 1100, 1900, 1120)])
-    ev = doc["traceEvents"]
-    procs = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
-    assert sorted(procs.values()) == ["GPU 0 SM 5 CTA 2", "GPU 0 SM 9 CTA 0"]
-    threads = {(procs[e["pid"]], e["args"]["name"]) for e in ev if e["name"] == "thread_name"}
-    assert threads == {("GPU 0 SM 5 CTA 2", "warp 1"), ("GPU 0 SM 5 CTA 2", "warp 3"),
-                       ("GPU 0 SM 9 CTA 0", "warp 1")}
-    spans = [e for e in ev if e.get("cat") == "intra_kernel"]
-    assert [(s["ts"], s["dur"], s["args"]["cycles"]) for s in spans] == [
-        (0.0, 0.5, 700), (0.1, 0.8, 1120), (0.2, 0.1, 140)]
-    assert spans[0]["args"]["call_stack"] == ["ROOT", "k", "load"]
+    doc = build_trace([], [], {"rank": 1}, [span(scope, kernel, 5, 2, 1, 1000, 1500, 700),
+                                            span(scope, kernel, 5, 2, 1, 1000, 1400, 600,
+                                                 launch=1, device=1)])
+    assert [e["pid"] for e in doc["traceEvents"]] == ["rank 1 k Core5 CTA2 GPU 0",
+                                                      "rank 1 k Core5 CTA2 GPU 1"]
 
 
 # -- the viewers on a profile recorded on an H100 ---------------------------------------------

@@ -33,10 +33,10 @@ def table(d: intra.Decoded) -> list[tuple]:
     return sorted(zip(*(c.tolist() for c in cols)))
 
 
-def both(host, offsets, sizes, scratch, warps, monkeypatch):
-    fast = intra_native.decode_launches(host, offsets, sizes, scratch, warps)
+def both(host, offsets, sizes, scratch, warps, monkeypatch, recorded=None):
+    fast = intra_native.decode_launches(host, offsets, sizes, scratch, warps, recorded)
     monkeypatch.setenv("PROTON_NATIVE", "0")
-    slow = intra_native.decode_launches(host, offsets, sizes, scratch, warps)
+    slow = intra_native.decode_launches(host, offsets, sizes, scratch, warps, recorded)
     monkeypatch.delenv("PROTON_NATIVE")
     return fast, slow
 
@@ -102,6 +102,32 @@ def test_every_edge_decodes_as_numpy_does(compiled, monkeypatch, blocks):
     same(fast, slow)
 
 
+def test_sampled_warps_decode_from_their_own_segments_in_c_too(compiled, monkeypatch):
+    """sampling_strategy="selective" with "1,3" of 4 warps: a counter per warp, a segment
+    (half the buffer) for each of warps 1 and 3."""
+    blocks = [block(0, 2, {1: [(0, 0, 10), (1, 0, 40)], 3: [(0, 0, 12), (0, 1, 20),
+                                                              (1, 1, 30), (1, 0, 90)]})]
+    host = np.frombuffer(intra.encode(blocks, SCRATCH, 4, SEG, warps=(1, 3)), np.uint8)
+    fast, slow = both(host, np.array([0]), np.array([SCRATCH]), SCRATCH, 4, monkeypatch,
+                      (1, 3))
+    same(fast, slow)
+    assert sorted(zip(fast.warp.tolist(), fast.cycles.tolist())) == [(1, 30), (3, 10), (3, 78)]
+    assert fast.needed_bytes == 8 * 4 * 2  # the fullest warp's words, times two segments
+
+
+def test_warps_that_do_not_divide_the_buffer_get_whole_records_in_c_too(compiled, monkeypatch):
+    """A warp-specialised kernel's 12 warps share a buffer 12 does not divide: each segment
+    is its share in whole 8-byte records."""
+    per = SEG // 8 // 12  # 10 records a warp
+    blocks = [block(0, 0, {w: [(k % 2, 0, 5 * k + w) for k in range(per + 2 * (w == 11))]
+                           for w in range(12)})]
+    host = np.frombuffer(intra.encode(blocks, SCRATCH, 12, SEG), np.uint8)
+    fast, slow = both(host, np.array([0]), np.array([SCRATCH]), SCRATCH, 12, monkeypatch)
+    same(fast, slow)
+    assert fast.scope.size == 12 * per // 2 and fast.dropped == 2
+    assert sorted(set(fast.warp.tolist())) == list(range(12))
+
+
 def test_a_block_without_its_preamble_is_skipped_in_c_too(compiled, monkeypatch):
     buf = bytearray(intra.encode([block(0, 0, {0: [(0, 0, 1), (1, 0, 2)]}),
                                   block(1, 0, {0: [(0, 0, 1), (1, 0, 3)]})], SCRATCH, 2, SEG))
@@ -114,8 +140,12 @@ def test_a_block_without_its_preamble_is_skipped_in_c_too(compiled, monkeypatch)
 
 def test_another_layout_fails_with_one_line_in_c(compiled):
     host = np.frombuffer(intra.encode([block(0, 0, {0: []})], SCRATCH, 2, SEG), np.uint8)
-    with pytest.raises(intra.LayoutError, match="3 warps"):
-        intra_native.decode_launches(host, np.array([0]), np.array([SCRATCH]), SCRATCH, 3)
+    with pytest.raises(intra.LayoutError, match="do not fit a 1024-byte block"):
+        intra_native.decode_launches(host, np.array([0]), np.array([SCRATCH // 2]),
+                                     SCRATCH // 2, 2)
+    with pytest.raises(intra.LayoutError, match="not warps of 2"):
+        intra_native.decode_launches(host, np.array([0]), np.array([SCRATCH]), SCRATCH, 2,
+                                     (0, 2))
     with pytest.raises(intra.LayoutError, match="past the"):
         intra_native.decode_launches(host, np.array([SCRATCH]), np.array([SCRATCH]), SCRATCH, 2)
 

@@ -95,8 +95,8 @@ def test_a_ranks_trace_names_its_processes_and_records_time_zero(tmp_path):
     assert done.returncode == 0, done.stderr
     doc = load(tmp_path / "ddp.rank1.chrome_trace")
     assert doc["otherData"]["rank"] == 1 and isinstance(doc["otherData"]["t0_ns"], int)
-    names = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"]
-    assert names == ["rank 1 host"]
+    assert {e["pid"] for e in doc["traceEvents"]} == {"rank 1 host"}  # the pid names it
+    assert not [e for e in doc["traceEvents"] if e["ph"] == "M"]
 
 
 def doc_of(pid: int, host: str | None = None) -> list:
@@ -363,6 +363,26 @@ def test_traces_merge_onto_one_clock_with_a_process_per_rank_and_gpu(tmp_path):
     kernels = {names[e["pid"]]: e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X"}
     assert kernels == {"rank 0 GPU 0": 10.0, "rank 1 GPU 1": 10.0}  # the same instant
     assert doc["otherData"] == {"ranks": [0, 1], "t0_ns": 1_000_000}
+
+
+def test_traces_whose_pids_name_their_processes_merge_under_those_names(tmp_path):
+    """Our traces (and Triton's) name a process by its pid, with no metadata events."""
+    for rank in (0, 1):
+        path = trace_file(tmp_path, rank, 1_000_000, [])
+        doc = load(path)
+        doc["traceEvents"] = [{"name": "k", "cat": "kernel", "ph": "X", "pid": f"rank {rank} GPU 0",
+                               "tid": 7, "ts": 1.0, "dur": 1.0},
+                              {"name": "s", "cat": "add", "ph": "X", "pid": "add Core3 CTA0",
+                               "tid": "warp 0 (line 0)", "ts": 1.5, "dur": 0.1}]
+        with open(path, "w") as f:
+            json.dump(doc, f)
+    result = CliRunner().invoke(viewer, ["--output", "trace", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e["name"] == "process_name"}
+    assert sorted(names.values()) == ["rank 0 GPU 0", "rank 0 add Core3 CTA0", "rank 1 GPU 0",
+                                      "rank 1 add Core3 CTA0"]
 
 
 def test_trace_merge_names_a_file_that_is_not_a_trace(tmp_path):

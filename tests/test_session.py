@@ -341,11 +341,10 @@ def test_trace_session_writes_every_kernel_as_a_chrome_trace_event(tmp_path):
     proton.finalize(sid)
     doc = load(tmp_path / "tr.chrome_trace")
     assert doc["displayTimeUnit"] == "us"
-    named, first, second = doc["traceEvents"]
-    assert named == {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "GPU 0"}}
+    first, second = doc["traceEvents"]  # the kernels alone: the pid names the process
     assert doc["otherData"]["t0_ns"] == 1_000 and doc["otherData"]["pid"] == os.getpid()
-    assert first == {"name": "k", "cat": "kernel", "ph": "X", "pid": 0, "tid": 13, "ts": 0.0,
-                     "dur": 1.0, "args": {"call_stack": ["ROOT", "outer", "k"]}}
+    assert first == {"name": "k", "cat": "kernel", "ph": "X", "pid": "GPU 0", "tid": 13,
+                     "ts": 0.0, "dur": 1.0, "args": {"call_stack": ["ROOT", "outer", "k"]}}
     assert second["ts"] == 4.0 and second["dur"] == 2.0
 
 

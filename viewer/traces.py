@@ -1,5 +1,7 @@
 """A job's per-rank Chrome traces (proton -d trace) as one trace for Perfetto: every rank's GPUs
-and host on their own process tracks ("rank 1 GPU 1"), shifted onto one clock.
+and host on their own process tracks ("rank 1 GPU 1"), shifted onto one clock. A process is
+named by its "process_name" event, else by its pid when that is text (as the traces we and
+Triton's Proton write name them).
 
 Each trace records the clock at its time 0 (format.T0_NS). CUPTI's timestamps, and the host
 clock without a GPU, are one clock for all processes of a host, so a host's ranks line up to
@@ -70,9 +72,12 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
                     pass
             out.append(event)
         for pid, new in pids.items():
-            if new not in named:
+            if new not in named:  # ours and Triton's name a process by its pid ("GPU 0")
+                label = pid if isinstance(pid, str) else f"process {pid}"
+                if not label.startswith("rank "):
+                    label = f"rank {rank} {label}"
                 out.append({"name": "process_name", "ph": "M", "pid": new,
-                            "args": {"name": f"rank {rank} process {pid}"}})
+                            "args": {"name": label}})
     doc = {OTHER_DATA: {"ranks": ranks, T0_NS: t0}, "displayTimeUnit": "us", "traceEvents": out}
     return json.dumps(doc), errors, notes
 

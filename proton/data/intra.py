@@ -5,8 +5,11 @@ blocks in linear program-id order (32-bit little-endian words):
 
     w0 0xdeadbeef   w1 program id   w2 SM id (%smid)   w3 bytes of the per-warp segments
     w4-5 init time  w6-7 pre-final time  w8-9 post-final time   (u64 %globaltimer ns)
-    then one word per warp: words that warp wrote, counting past its segment's capacity
-    then one circular segment per warp of w3 / num_warps bytes
+    then one word per warp (all the kernel's warps, metadata num_warps): words that warp
+    wrote, counting past its segment's capacity
+    then one circular segment per recorded warp of w3 / (recorded warps) bytes (whole 8-byte
+    records): every warp, or with sampling_strategy="selective" the warps sampling_options
+    names, in order
 
 A record is two words: tag (bit 31 end, bits 30:23 scope id, bits 10:0 clock bits 32..42) and
 the clock's low 32 bits. A warp that wrote more than its segment holds kept the newest records
@@ -76,11 +79,43 @@ def _u64(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
 
 
+def recorded_warps(num_warps: int, sampling_strategy: str = "none",
+                   sampling_options: str = "") -> tuple[int, ...]:
+    """The warps a kernel records, in segment order: all `num_warps`, or with selective
+    sampling the ones `sampling_options` names ("0,2"), sorted, those past num_warps left out
+    (as Triton's runtime reads them)."""
+    if sampling_strategy == "selective" and sampling_options.strip():
+        ids = {int(part) for part in sampling_options.split(",") if part.strip()}
+        picked = tuple(sorted(i for i in ids if 0 <= i < num_warps))
+        if picked:
+            return picked
+    return tuple(range(num_warps))
+
+
+HOST_VERSION = 1
+HOST_HEADER_WORDS = 10
+DEVICE_CUDA = 1
+
+
+def host_header(num_blocks: int, num_warps: int, scratch_size: int, warps: tuple[int, ...],
+                payload_bytes: int) -> bytes:
+    """The header Triton's InstrumentationHook.host_buffer puts before a launch's raw buffer
+    (u32 little-endian): version, header offset (4), header size, payload offset, payload
+    size, device type (1: CUDA), CTAs, warps, profile_scratch_size, recorded warps and their
+    ids; the payload follows at the payload offset."""
+    size = 4 * (HOST_HEADER_WORDS + len(warps))
+    words = [HOST_VERSION, 4, size, size, payload_bytes, DEVICE_CUDA, num_blocks, num_warps,
+             scratch_size, len(warps), *warps]
+    return np.array(words, "<u4").tobytes()
+
+
 def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
-           num_blocks: int | None = None, label: np.ndarray | None = None) -> Decoded:
+           num_blocks: int | None = None, label: np.ndarray | None = None,
+           warps: tuple[int, ...] | None = None) -> Decoded:
     """Decode CTA blocks of `scratch_size` bytes (`num_blocks`; all that fit in `buf` when
     None): one launch's, or several launches' of one kernel side by side, `label` giving each
-    block's launch number (Decoded.launch).
+    block's launch number (Decoded.launch). `warps`: the warps with a segment
+    (recorded_warps; every warp when None).
 
     Raises:
         LayoutError: the buffer does not hold Triton 3.6's layout.
@@ -100,17 +135,21 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
     label = np.zeros(num_blocks, np.int64) if label is None else np.asarray(label)
     if bad_blocks:  # else no copy of the whole buffer
         words, label = words[good], label[good]
+    uids = np.arange(num_warps) if warps is None else np.asarray(warps, np.int64)
+    nseg = uids.size
     seg_bytes = words[:, 3]
-    if words.size and (np.any(seg_bytes != seg_bytes[0]) or seg_bytes[0] % (8 * num_warps)):
-        raise LayoutError(f"segment sizes {sorted(set(seg_bytes.tolist()))[:4]} do not split "
-                          f"into {num_warps} warps of 8-byte records")
-    seg_words = int(seg_bytes[0]) // 4 // num_warps if words.size else 0
+    if words.size and np.any(seg_bytes != seg_bytes[0]):
+        raise LayoutError(f"segment sizes {sorted(set(seg_bytes.tolist()))[:4]} differ between "
+                          "CTAs")
+    # each warp's segment: its share of the buffer in whole 8-byte records (as Triton's
+    # runtime cuts it: a kernel whose warps do not divide the buffer leaves a tail unused)
+    seg_words = int(seg_bytes[0]) // 8 // nseg * 2 if words.size else 0
     first = HEADER_WORDS + num_warps
-    if words.size and first + seg_words * num_warps > words.shape[1]:
-        raise LayoutError(f"{num_warps} segments of {seg_words * 4} bytes do not fit a "
+    if words.size and first + seg_words * nseg > words.shape[1]:
+        raise LayoutError(f"{nseg} segments of {seg_words * 4} bytes do not fit a "
                           f"{scratch_size}-byte block: not Triton 3.6's layout")
-    counts = words[:, HEADER_WORDS:first].astype(np.int64)  # (blocks, warps)
-    segs = words[:, first:first + seg_words * num_warps].reshape(-1, num_warps, seg_words)
+    counts = words[:, HEADER_WORDS + uids].astype(np.int64)  # (blocks, recorded warps)
+    segs = words[:, first:first + seg_words * nseg].reshape(-1, nseg, seg_words)
     init = _u64(words[:, 4], words[:, 5])
 
     # chronological order in each circular segment: start at the oldest kept record
@@ -118,13 +157,13 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
     written = counts // 2
     kept = np.minimum(written, cap)
     dropped = int((written - kept).sum())
-    needed = int(counts.max(initial=0)) * 4 * num_warps
+    needed = int(counts.max(initial=0)) * 4 * nseg
     start_at = np.where(written > cap, written % max(cap, 1), 0)
     # only as many slots as the fullest warp kept: most warps write a few records
     k = np.arange(int(kept.max(initial=0)))
     b_i, w_i, k_i = np.nonzero(k < kept[..., None])
     slot = (start_at[b_i, w_i] + k_i) % max(cap, 1)
-    r = segs.reshape(segs.shape[0], num_warps, cap, 2)[b_i, w_i, slot]
+    r = segs.reshape(segs.shape[0], nseg, cap, 2)[b_i, w_i, slot]
     tag, low = r[:, 0].astype(np.uint64), r[:, 1].astype(np.uint64)
     is_end = (tag >> np.uint64(31)) & np.uint64(1)
     scope = ((tag >> np.uint64(23)) & np.uint64(0xFF)).astype(np.int64)
@@ -133,7 +172,7 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
     # pair records per (block, warp, scope) in time order: start then end, else unbalanced
     # records come in (block, warp, slot) order; a stable sort on (block, warp, scope) keeps
     # each group's records in time order
-    order = np.argsort((b_i * num_warps + w_i) * 256 + scope, kind="stable")
+    order = np.argsort((b_i * nseg + w_i) * 256 + scope, kind="stable")
     b_s, w_s, s_s, e_s, c_s = b_i[order], w_i[order], scope[order], is_end[order], clock[order]
     same_next = np.zeros(b_s.size, bool)
     if b_s.size > 1:
@@ -167,7 +206,7 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
     per_block_min = np.full(words.shape[0], np.iinfo(np.uint64).max, np.uint64)
     np.minimum.at(per_block_min, blk, start)
     pids = words[:, 1].astype(np.int64)
-    return Decoded(block=pids[blk], sm=words[:, 2].astype(np.int64)[blk], warp=w_s[p],
+    return Decoded(block=pids[blk], sm=words[:, 2].astype(np.int64)[blk], warp=uids[w_s[p]],
                    scope=s_s[p], launch=label[blk], start=start.astype(np.int64), end=end.astype(np.int64),
                    init_ns=init[blk].astype(np.int64),
                    block_min_clock=per_block_min[blk].astype(np.int64),
@@ -176,12 +215,15 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
                    bad_blocks=bad_blocks)
 
 
-def encode(blocks: list[dict], scratch_size: int, num_warps: int, seg_bytes: int) -> bytes:
+def encode(blocks: list[dict], scratch_size: int, num_warps: int, seg_bytes: int,
+           warps: tuple[int, ...] | None = None) -> bytes:
     """A buffer in Triton 3.6's layout, for tests: each block a dict with pid, sm, init_ns and
     `warps`: {warp: [(is_end, scope, clock), ...]} in the order written (a warp that writes
-    more than its segment holds wraps around, as the GPU's does)."""
+    more than its segment holds wraps around, as the GPU's does). `warps` (the function's):
+    the recorded warps, a segment each (every warp when None)."""
     out = np.zeros((len(blocks), scratch_size // 4), "<u4")
-    seg_words = seg_bytes // 4 // num_warps
+    uids = list(range(num_warps)) if warps is None else list(warps)
+    seg_words = seg_bytes // 8 // len(uids) * 2
     first = HEADER_WORDS + num_warps
     for i, blk in enumerate(blocks):
         w = out[i]
@@ -191,7 +233,7 @@ def encode(blocks: list[dict], scratch_size: int, num_warps: int, seg_bytes: int
         w[6:10] = [init & 0xFFFFFFFF, init >> 32, init & 0xFFFFFFFF, init >> 32]
         for warp, recs in blk["warps"].items():
             w[HEADER_WORDS + warp] = 2 * len(recs)
-            base = first + warp * seg_words
+            base = first + uids.index(warp) * seg_words
             for n, (is_end, scope, clock) in enumerate(recs):
                 slot = (2 * n) % seg_words
                 w[base + slot] = (is_end << 31) | (scope << 23) | ((clock >> 32) & 0x7FF)

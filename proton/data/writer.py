@@ -18,12 +18,12 @@ import socket
 import stat
 import tempfile
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import ProfileWriteError, SessionError
 from ..files import create_beside
 from ..format import (CHILDREN_KEY, CUDA, CYCLES, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
-                      FRAME_TYPE, INTRA_TRACE_CATEGORY, METRICS_KEY, NAME_KEY, NO_LINES,
+                      FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES,
                       OTHER_DATA, PROPERTY, ROOT_NAME, T0_NS, TYPE_KEY, WARP_TIMELINE)
 from ..format_msgpack import packb
 from ..report import warn
@@ -122,21 +122,52 @@ def finite_or_none(value: int | float) -> int | float | None:
     return value
 
 
+class WarpSpan(NamedTuple):
+    """One warp's pass through one kernel scope (backend="instrumentation"), on the trace's
+    clock."""
+
+    scope: int
+    """Path id of the scope (under its kernel's node)."""
+    kernel: int
+    """Path id of the kernel's node (its call path is the span's call_stack)."""
+    kernel_name: str
+    device: int
+    sm: int
+    cta: int
+    warp: int
+    origin_ns: int
+    """The CTA's start on the trace's clock (whole ns: a float of ns since the epoch could
+    not tell a cycle from the next)."""
+    start_ns: float
+    """The scope's start, after `origin_ns`."""
+    dur_ns: float
+    cycles: int
+    launch: int
+    """The launch's number in the session (spans are written launch by launch)."""
+    init_ns: int
+    """The CTA's %globaltimer at its start."""
+    clock_khz: int
+    """The SM clock the cycles were turned into time with."""
+
+
 def build_trace(events: list[tuple[int, Any]],
                 spans: list[tuple[int, int, int, int]] = (), job: dict | None = None,
-                intra: list[tuple] = ()) -> dict:
+                intra: list[WarpSpan] = ()) -> dict:
     """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
-    any record with name, device_id, stream_id, start and end (ns): one event per kernel, a
-    process per device ("GPU 0", or "rank 1 GPU 0" in a job) and a thread per stream. `spans`:
-    scopes timed on the host, as (path id, start, end, thread id), on a process "host" with a
-    thread per thread. Times in us from the first event; the call path in args. OTHER_DATA
-    holds `job` and T0_NS, the clock at time 0, which lines up a job's ranks when their traces
-    are merged (proton-viewer --output trace); `baseTimeNanoseconds` says the same to trace
-    tools that merge with torch.profiler's traces, as Triton's Proton writes it. `intra`:
-    kernel scopes (backend="instrumentation") as (path id, device, SM, CTA, warp, start ns,
-    end ns, cycles), on a process per SM and CTA with a thread per warp."""
+    any record with name, device_id, stream_id, start and end (ns): one event per kernel, on a
+    process per device and a thread per stream. `spans`: scopes timed on the host, as (path
+    id, start, end, thread id), on a process "host" with a thread per thread. Times in us
+    from the first event; the call path in args. `intra`: kernel scopes
+    (backend="instrumentation"), laid out as Triton's Proton writes them (see _intra_events).
+
+    Processes are named by their pid, a string ("GPU 0", "rank 1 GPU 0", "host"), which
+    Perfetto and chrome://tracing show as the process's name: no metadata ("M") events, so
+    the events are the kernels and spans alone, as in Triton's traces. OTHER_DATA holds
+    `job` and T0_NS, the clock at time 0, which lines up a job's ranks when their traces are
+    merged (proton-viewer --output trace); `baseTimeNanoseconds` says the same to trace tools
+    that merge with torch.profiler's traces, as Triton's Proton writes it."""
     t0 = min([rec.start for _, rec in events] + [span[1] for span in spans]
-             + [int(span[5]) for span in intra], default=0)
+             + [span.origin_ns for span in intra], default=0)
     job = job or {}
     who = f"rank {job['rank']} " if job.get("rank") is not None else ""
     stacks: dict[int, list[str]] = {}
@@ -144,56 +175,55 @@ def build_trace(events: list[tuple[int, Any]],
     def stack(path: int) -> list[str]:
         return stacks.get(path) or stacks.setdefault(path, [ROOT_NAME, *paths.names(path)])
 
-    out = [{"name": "process_name", "ph": "M", "pid": device,
-            "args": {"name": f"{who}GPU {device}"}}
-           for device in sorted({rec.device_id for _, rec in events})]
+    out = []
     for path, rec in sorted(events, key=lambda e: e[1].start):
         names = stack(path)
-        out.append({"name": names[-1], "cat": "kernel", "ph": "X", "pid": rec.device_id,
-                    "tid": rec.stream_id, "ts": (rec.start - t0) / 1e3,
-                    "dur": (rec.end - rec.start) / 1e3, "args": {"call_stack": names}})
-    if spans:
-        host = os.getpid()
-        out.append({"name": "process_name", "ph": "M", "pid": host,
-                    "args": {"name": f"{who}host"}})
-        for path, start, end, thread in sorted(spans, key=lambda s: s[1]):
-            names = stack(path)
-            out.append({"name": names[-1], "cat": "scope", "ph": "X", "pid": host,
-                        "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
-                        "args": {"call_stack": names}})
+        out.append({"name": names[-1], "cat": "kernel", "ph": "X",
+                    "pid": f"{who}GPU {rec.device_id}", "tid": rec.stream_id,
+                    "ts": (rec.start - t0) / 1e3, "dur": (rec.end - rec.start) / 1e3,
+                    "args": {"call_stack": names}})
+    for path, start, end, thread in sorted(spans, key=lambda s: s[1]):
+        names = stack(path)
+        out.append({"name": names[-1], "cat": "scope", "ph": "X", "pid": f"{who}host",
+                    "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
+                    "args": {"call_stack": names}})
     if intra:
         out += _intra_events(intra, t0, who, stack)
     # the facts first: a later writer of the same name reads them from the file's head
-    return {OTHER_DATA: {**job, T0_NS: t0}, "displayTimeUnit": "us",
+    return {OTHER_DATA: {**job, T0_NS: t0}, "displayTimeUnit": "ns" if intra else "us",
             "baseTimeNanoseconds": t0, "traceEvents": out}
 
 
-INTRA_PID = 1 << 20
-"""Processes of kernel scopes are numbered from here (the GPUs' are their device numbers)."""
-
-
-def _intra_events(intra, t0: int, who: str, stack) -> list[dict]:
-    """Kernel scopes: a process per (device, SM, CTA), sorted, a thread per warp."""
+def _intra_events(intra: list[WarpSpan], t0: int, who: str, stack) -> list[dict]:
+    """Kernel scopes as Triton's Proton lays them out: launch by launch, then by SM, CTA,
+    warp and start; the event named after the scope, its category the kernel's name; a
+    process per kernel, SM and CTA ("add_kernel Core0 CTA3", then " GPU 1" when the trace
+    holds several devices) and a thread per warp and line ("warp 0 (line 1)": a scope inside
+    another, or overlapping it, goes on the next free line, so a line's spans never overlap).
+    args: the kernel's call path, the scope's cycles, the clock they were read at and the
+    CTA's start (%globaltimer)."""
     out: list[dict] = []
-    pids: dict[tuple[int, int, int], int] = {}
-    for key in sorted({(s[1], s[2], s[3]) for s in intra}):
-        pid = pids[key] = INTRA_PID + len(pids)
-        device, sm, cta = key
-        out.append({"name": "process_name", "ph": "M", "pid": pid,
-                    "args": {"name": f"{who}GPU {device} SM {sm} CTA {cta}"}})
-        out.append({"name": "process_sort_index", "ph": "M", "pid": pid,
-                    "args": {"sort_index": pid}})
-    threads = set()
-    for path, device, sm, cta, warp, start, end, cycles in sorted(intra, key=lambda s: s[5]):
-        pid = pids[device, sm, cta]
-        if (pid, warp) not in threads:
-            threads.add((pid, warp))
-            out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": warp,
-                        "args": {"name": f"warp {warp}"}})
-        names = stack(path)
-        out.append({"name": names[-1], "cat": INTRA_TRACE_CATEGORY, "ph": "X", "pid": pid,
-                    "tid": warp, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
-                    "args": {"call_stack": names, CYCLES: int(cycles), "sm": sm, "cta": cta}})
+    several = len({s.device for s in intra}) > 1
+    ordered = sorted(intra, key=lambda s: (s.launch, s.sm, s.cta, s.warp, s.start_ns))
+    group, line_ends = None, []
+    for s in ordered:
+        key = (s.launch, s.sm, s.cta, s.warp)  # one CTA's warp: one origin
+        if key != group:
+            group, line_ends = key, []
+        line = next((i for i, end in enumerate(line_ends) if s.start_ns >= end), None)
+        if line is None:
+            line = len(line_ends)
+            line_ends.append(s.start_ns + s.dur_ns)
+        else:
+            line_ends[line] = s.start_ns + s.dur_ns
+        where = f" GPU {s.device}" if several else ""
+        out.append({"name": paths.frames[s.scope].name, "cat": s.kernel_name, "ph": "X",
+                    "pid": f"{who}{s.kernel_name} Core{s.sm} CTA{s.cta}{where}",
+                    "tid": f"warp {s.warp} (line {line})",
+                    "ts": (s.origin_ns - t0 + s.start_ns) / 1e3, "dur": s.dur_ns / 1e3,
+                    "args": {"call_stack": stack(s.kernel), "cycles": int(s.cycles),
+                             "Frequency (MHz)": s.clock_khz / 1e3,
+                             "Init Time (ns)": int(s.init_ns)}})
     return out
 
 

@@ -11,6 +11,11 @@ While installed:
   note (kernel, slice, call-path node). When a launch does not fit, and at the end, the arena
   is read at once: one device sync and one copy for all the launches it holds (Triton's Proton
   syncs and copies after every launch), then decoded a kernel at a time (data/intra.py).
+- What each loaded instrumented kernel is (KernelInfo) is kept for the process: a later session
+  with the same mode launches the kernel Triton keeps in memory, which is not loaded again.
+- Host copies (InstrumentationHook.enable_host_buffer, through runtime/ops.py): only while
+  switched on, a launch exit hook copies each launch's buffer, with Triton's header, to the
+  host (`host_buffer`); that costs a sync per launch, as in Triton's Proton.
 
 Pinned to Triton 3.6.0 (the buffer layout and the passes' arguments); another version fails at
 start() with one line.
@@ -29,6 +34,7 @@ from ..context.frames import launch_parent
 from ..context.stack import per_thread
 from ..data import intra
 from ..data.paths import SCOPE, paths
+from ..data.writer import WarpSpan
 from ..errors import SessionError
 from ..format import CYCLES, DEVICE_ID, NORMALIZED_CYCLES, WARP_CYCLES, WARP_EVENTS
 from ..mode import InstrumentationMode
@@ -50,6 +56,12 @@ TIMELINE_EVENTS = 32768
 first CTAs' when the launch has more)."""
 compiling = False
 """True while a session compiles kernels instrumented (proton.language's records are on)."""
+host_copy = False
+"""InstrumentationHook.enable_host_buffer: copy each launch's raw buffer to `host_buffer`."""
+host_buffer: Any = None
+"""The last instrumented launch's buffer on the host (a torch uint8 CPU tensor) in the layout
+of Triton's InstrumentationHook.host_buffer (intra.host_header, then the raw CTA blocks); None
+before the first such launch, at each launch's start and once the session ends."""
 
 
 def check_triton() -> None:
@@ -76,6 +88,16 @@ class KernelInfo:
     num_warps: int
     scope_names: dict[int, str]
     scope_parents: dict[int, int]
+    warps: tuple[int, ...] = ()
+    """The warps that record, a buffer segment each (intra.recorded_warps; () for all)."""
+
+    @property
+    def recorded(self) -> tuple[int, ...]:
+        return self.warps or tuple(range(self.num_warps))
+
+
+_kernels: dict[int, KernelInfo] = {}
+"""Every instrumented kernel loaded in this process, by its CUfunction handle."""
 
 
 @dataclass(slots=True)
@@ -127,14 +149,23 @@ class Instrumentation:
         self.mode = mode
         self.clock_khz = clock_khz
         """Device -> SM clock (kHz), to put cycles on the trace's clock."""
-        self.kernels: dict[int, KernelInfo] = {}
+        self.kernels = _kernels
         self.arena: Any = None  # torch uint8 tensor, made at the first launch
         self.host: Any = None  # its pinned host copy
         self.used = 0
         self.pending: list[tuple] = []
-        """(function, offset, bytes, kernel node, device, ordinal) of launches not read yet;
-        ordinal: the launch's number among its kernel node's (matched to CUPTI's records)."""
+        """(function, offset, bytes, kernel node, device, ordinal, sequence) of launches not
+        read yet; ordinal: the launch's number among its kernel node's (matched to CUPTI's
+        records); sequence: among all the session's launches."""
         self.launches: dict[int, int] = {}
+        """Kernel node -> its instrumented launches so far (the session counts only kernels
+        on these nodes)."""
+        self.sequence = 0
+        self.kernel_names: dict[int, str] = {}
+        """Kernel node -> the name of the kernel launched there (its Triton function's)."""
+        self.last: tuple | None = None
+        """(function, offset, bytes) of the launch under way, while host copies are on."""
+        self.exits = False
         self.next_slice: tuple[int, int] | None = None
         self.stats: dict[tuple[int, int], ScopeStats] = {}
         """(kernel node, scope node) -> stats."""
@@ -172,6 +203,21 @@ class Instrumentation:
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.add(self.on_load)
         knobs.launch_enter_hook.add(self.on_enter)
+        self.watch_exits(host_copy)
+
+    def watch_exits(self, on: bool) -> None:
+        """The launch exit hook, installed only while host copies are on (else a launch pays
+        no Python call at its exit)."""
+        import triton
+
+        if on == self.exits:
+            return
+        chain = triton.knobs.runtime.launch_exit_hook
+        if on:
+            chain.add(self.on_exit)
+        else:
+            chain.remove(self.on_exit)
+        self.exits = on
 
     def uninstall(self) -> None:
         import triton
@@ -191,6 +237,8 @@ class Instrumentation:
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.remove(self.on_load)
         knobs.launch_enter_hook.remove(self.on_enter)
+        self.watch_exits(False)
+        set_host_buffer(None)
 
     # -- Triton's hooks (per kernel load, per launch) ------------------------------------------
     def on_load(self, module, function, name, metadata_group, hash) -> None:
@@ -205,8 +253,11 @@ class Instrumentation:
         if not meta.get("profile_scratch_size"):
             return  # not instrumented (compiled before the session, or no scopes)
         names, parents = scope_table(ttgir)
-        self.kernels[function] = KernelInfo(name, meta["profile_scratch_size"],
-                                            meta["num_warps"], names, parents)
+        warps = intra.recorded_warps(meta["num_warps"], self.mode.sampling_strategy,
+                                     self.mode.sampling_options)
+        self.kernels[function] = KernelInfo(
+            name, meta["profile_scratch_size"], meta["num_warps"], names, parents,
+            () if warps == tuple(range(meta["num_warps"])) else warps)
 
     def allocate(self, size: int, alignment: int, stream) -> _Slice:
         """Triton's profile allocator: a slice of the arena (read first if it is full)."""
@@ -233,12 +284,17 @@ class Instrumentation:
 
     def on_enter(self, metadata) -> None:
         taken, self.next_slice = self.next_slice, None
+        if self.exits:  # host copies: none for this launch unless it is recorded
+            self.last = None
+            set_host_buffer(None)
         if taken is None or not self.recording:
             return
         data = metadata.data
         function = data.get("function")
         if function not in self.kernels:
             return
+        if self.exits:
+            self.last = (function, taken[0], taken[1])
         st = per_thread.stacks
         from triton.runtime import driver
 
@@ -249,7 +305,27 @@ class Instrumentation:
                                 f"kernel{device}")
         ordinal = self.launches.get(node, 0)
         self.launches[node] = ordinal + 1
-        self.pending.append((function, taken[0], taken[1], node, device, ordinal))
+        self.kernel_names[node] = self.kernels[function].name
+        self.pending.append((function, taken[0], taken[1], node, device, ordinal,
+                             self.sequence))
+        self.sequence += 1
+
+    def on_exit(self, metadata) -> None:
+        """Host copies on: the launch's buffer to the host, after the kernel ran (the copy
+        waits for it on the current stream), with Triton's header before it."""
+        last, self.last = self.last, None
+        if last is None or not host_copy or self.arena is None:
+            return
+        import torch
+
+        function, offset, size = last
+        info = self.kernels[function]
+        header = intra.host_header(size // info.scratch, info.num_warps, info.scratch,
+                                   info.recorded, size)
+        out = torch.empty(len(header) + size, dtype=torch.uint8)
+        out[:len(header)] = torch.frombuffer(bytearray(header), dtype=torch.uint8)
+        out[len(header):] = self.arena[offset:offset + size].cpu()
+        set_host_buffer(out)
 
     # -- reading --------------------------------------------------------------------------------
     def read(self) -> None:
@@ -278,7 +354,8 @@ class Instrumentation:
         offsets = np.array([launch[1] for launch in launches], np.int64)
         sizes = np.array([launch[2] for launch in launches], np.int64)
         counts = sizes // info.scratch
-        dec = intra_native.decode_launches(host, offsets, sizes, info.scratch, info.num_warps)
+        dec = intra_native.decode_launches(host, offsets, sizes, info.scratch, info.num_warps,
+                                           info.warps or None)
         self.dropped += dec.dropped
         self.needed = max(self.needed, dec.needed_bytes)
         self.bad_blocks += dec.bad_blocks
@@ -302,6 +379,7 @@ class Instrumentation:
         order = np.argsort(key, kind="stable")  # each (node, scope)'s events side by side
         bounds = np.searchsorted(key[order], present).tolist() + [key.size]
         ordinals = np.array([launch[5] for launch in launches])
+        sequence = np.array([launch[6] for launch in launches])
         devices = np.array([launch[4] for launch in launches])
         for j, k in enumerate(present.tolist()):
             kernel, sid = int(nodes[k // 256]), k % 256
@@ -314,6 +392,7 @@ class Instrumentation:
                 self.spans.append({
                     "scope": np.full(picked.size, scope_node), "kernel": np.full(picked.size,
                                                                                   kernel),
+                    "sequence": sequence[picked],
                     "ordinal": ordinals[picked], "device": devices[picked],
                     "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
                     "init": dec.init_ns[sel], "since": dec.start[sel] - dec.block_min_clock[sel],
@@ -351,12 +430,13 @@ class Instrumentation:
                 separators=(",", ":"))
         return out
 
-    def trace_spans(self, kernels: list[tuple[int, object]]) -> list[tuple]:
-        """The warp events as (scope node, device, SM, CTA, warp, start ns, end ns, cycles) on
-        the kernel records' clock: each launch's first CTA starts with its CUPTI kernel record
-        (`kernels`: (kernel node, record), matched per node in launch order); cycles become ns
-        at the device's clock rate. %globaltimer and CUPTI's timestamps differ by an offset
-        (3.5 ms on an H100), so a launch without its record takes the others' median offset."""
+    def trace_spans(self, kernels: list[tuple[int, object]]) -> list[WarpSpan]:
+        """The warp events on the kernel records' clock (each CTA's start in whole ns, each
+        scope's start after it and its length in fractions of one): each launch's first CTA
+        starts with its CUPTI kernel record (`kernels`: (kernel node, record), matched per node
+        in launch order); cycles become ns at the device's clock rate. %globaltimer and CUPTI's
+        timestamps differ by an offset (3.5 ms on an H100), so a launch without its record
+        takes the others' median offset."""
         if not self.spans:
             return []
         cols = {k: np.concatenate([b[k] for b in self.spans]) for k in self.spans[0]}
@@ -374,15 +454,18 @@ class Instrumentation:
                 offsets[k, o] = recs[o].start - t
         fallback = int(np.median(list(offsets.values()))) if offsets else 0
         shift = np.array([offsets.get((k, o), fallback) for k, o in
-                          zip(cols["kernel"].tolist(), cols["ordinal"].tolist())])
+                          zip(cols["kernel"].tolist(), cols["ordinal"].tolist())], np.int64)
         khz = np.array([self.clock_khz.get(int(d)) or 1_000_000 for d in cols["device"]],
                        dtype=np.float64)
         per_ns = khz / 1e6
-        start = cols["init"] + shift + cols["since"] / per_ns
-        end = start + cols["cycles"] / per_ns
-        return list(zip(cols["scope"].tolist(), cols["device"].tolist(), cols["sm"].tolist(),
-                        cols["cta"].tolist(), cols["warp"].tolist(), start.tolist(),
-                        end.tolist(), cols["cycles"].tolist()))
+        origin = cols["init"] + shift  # int64: exact to the ns (a float64 is not, near 2**60)
+        names = [self.kernel_names.get(k, "") for k in cols["kernel"].tolist()]
+        return list(map(WarpSpan, cols["scope"].tolist(), cols["kernel"].tolist(), names,
+                        cols["device"].tolist(), cols["sm"].tolist(), cols["cta"].tolist(),
+                        cols["warp"].tolist(), origin.tolist(),
+                        (cols["since"] / per_ns).tolist(), (cols["cycles"] / per_ns).tolist(),
+                        cols["cycles"].tolist(), cols["sequence"].tolist(),
+                        cols["init"].tolist(), khz.astype(np.int64).tolist()))
 
     @staticmethod
     def _scope_chain(info: KernelInfo, sid: int) -> list[str]:
@@ -509,6 +592,19 @@ def _max_shared() -> int:
 
 # -- the sessions' side (runtime/profiler.py) -------------------------------------------------
 _installed: Instrumentation | None = None
+
+
+def set_host_copy(on: bool) -> None:
+    """InstrumentationHook.enable_host_buffer = on (runtime/ops.py): from the next launch."""
+    global host_copy
+    host_copy = bool(on)
+    if _installed is not None:
+        _installed.watch_exits(host_copy)
+
+
+def set_host_buffer(value: Any) -> None:
+    global host_buffer
+    host_buffer = value
 
 
 def check_start(live) -> None:

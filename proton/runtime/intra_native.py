@@ -28,19 +28,21 @@ SOURCE = r"""
 #define CLOCK_BITS 43
 
 /* Bound on the events of `nlaunch` launches (offsets in bytes into `buf`, `nblocks` CTAs of
-   `scratch` bytes each): the pairs the kept records of every warp could make. -1: a block
-   whose segments do not fit. */
+   `scratch` bytes each; `warps` counters per CTA, a segment for each of the `nuids` warps in
+   `uids`): the pairs the kept records of every warp could make. -1: a block whose segments do
+   not fit. */
 int64_t proton_intra_bound(const uint8_t *buf, const int64_t *offsets, const int64_t *nblocks,
-                           int64_t nlaunch, int64_t scratch, int32_t warps) {
+                           int64_t nlaunch, int64_t scratch, int32_t warps,
+                           const int32_t *uids, int32_t nuids) {
     int64_t total = 0, words = scratch / 4;
     for (int64_t l = 0; l < nlaunch; l++)
         for (int64_t b = 0; b < nblocks[l]; b++) {
             const uint32_t *w = (const uint32_t *)(buf + offsets[l] + b * scratch);
             if (w[0] != PREAMBLE) continue;
-            int64_t seg = (int64_t)w[3] / 4 / warps, cap = seg / 2;
-            if (w[3] % (8u * (uint32_t)warps) || HEADER + warps + seg * warps > words) return -1;
-            for (int32_t k = 0; k < warps; k++) {
-                int64_t kept = (int64_t)(w[HEADER + k] / 2);
+            int64_t seg = (int64_t)w[3] / 8 / nuids * 2, cap = seg / 2;
+            if (HEADER + warps + seg * nuids > words) return -1;
+            for (int32_t k = 0; k < nuids; k++) {
+                int64_t kept = (int64_t)(w[HEADER + uids[k]] / 2);
                 total += (kept < cap ? kept : cap) / 2;
             }
         }
@@ -52,7 +54,8 @@ int64_t proton_intra_bound(const uint8_t *buf, const int64_t *offsets, const int
    long; stats: [events, dropped, needed_bytes, bad_blocks, layout error (0 ok, 1 sizes
    differ, 2 do not fit)]; unbalanced and reordered: 256 counts by scope id. */
 void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64_t *nblocks,
-                         int64_t nlaunch, int64_t scratch, int32_t warps, int64_t **out,
+                         int64_t nlaunch, int64_t scratch, int32_t warps,
+                         const int32_t *uids, int32_t nuids, int64_t **out,
                          int64_t cap, int64_t *stats, int64_t *unbalanced,
                          int64_t *reordered) {
     int64_t n = 0, dropped = 0, needed = 0, bad = 0, words = scratch / 4;
@@ -65,19 +68,17 @@ void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64
             const uint32_t *w = (const uint32_t *)(buf + offsets[l] + b * scratch);
             if (w[0] != PREAMBLE) { bad++; continue; }
             if (seg_bytes < 0) seg_bytes = w[3];
-            if ((int64_t)w[3] != seg_bytes || w[3] % (8u * (uint32_t)warps)) {
-                stats[4] = 1; return;
-            }
-            int64_t seg = (int64_t)w[3] / 4 / warps, slots = seg / 2;
-            if (HEADER + warps + seg * warps > words) { stats[4] = 2; return; }
+            if ((int64_t)w[3] != seg_bytes) { stats[4] = 1; return; }
+            int64_t seg = (int64_t)w[3] / 8 / nuids * 2, slots = seg / 2;
+            if (HEADER + warps + seg * nuids > words) { stats[4] = 2; return; }
             uint64_t init = (uint64_t)w[4] | ((uint64_t)w[5] << 32);
             int64_t first_event = n;
             uint64_t lo = UINT64_MAX;
-            for (int32_t k = 0; k < warps; k++) {
-                int64_t count = w[HEADER + k], written = count / 2;
+            for (int32_t k = 0; k < nuids; k++) {
+                int64_t count = w[HEADER + uids[k]], written = count / 2;
                 int64_t kept = written < slots ? written : slots;
                 int over = written > slots;
-                if (count * 4 * warps > needed) needed = count * 4 * warps;
+                if (count * 4 * nuids > needed) needed = count * 4 * nuids;
                 dropped += written - kept;
                 int64_t at = over ? written % (slots ? slots : 1) : 0;
                 const uint32_t *s = w + HEADER + warps + (int64_t)k * seg;
@@ -101,7 +102,7 @@ void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64
                         else { reordered[id]++; continue; }
                     }
                     if (n >= cap) continue; /* never: the bound holds every pair */
-                    out[0][n] = l; out[1][n] = w[1]; out[2][n] = w[2]; out[3][n] = k;
+                    out[0][n] = l; out[1][n] = w[1]; out[2][n] = w[2]; out[3][n] = uids[k];
                     out[4][n] = id; out[5][n] = (int64_t)start; out[6][n] = (int64_t)stop;
                     out[7][n] = (int64_t)init;
                     if (start < lo) lo = start;
@@ -141,10 +142,10 @@ def helper() -> ctypes.CDLL | None:
             # as cupti/native's helper: a private folder, no file another user could place
             lib = native.load_cached(path, lambda p: native.compile_source(p, SOURCE))
             ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
-            lib.proton_intra_bound.argtypes = (ptr, ptr, ptr, i64, i64, i32)
+            lib.proton_intra_bound.argtypes = (ptr, ptr, ptr, i64, i64, i32, ptr, i32)
             lib.proton_intra_bound.restype = ctypes.c_int64
-            lib.proton_intra_decode.argtypes = (ptr, ptr, ptr, i64, i64, i32, ptr, i64, ptr,
-                                                ptr, ptr)
+            lib.proton_intra_decode.argtypes = (ptr, ptr, ptr, i64, i64, i32, ptr, i32, ptr, i64,
+                                                ptr, ptr, ptr)
             lib.proton_intra_decode.restype = None
         except (OSError, subprocess.SubprocessError, native.BuildError) as exc:
             warn(f"instrumentation: decoding kernel scope buffers in numpy, which costs more "
@@ -155,9 +156,10 @@ def helper() -> ctypes.CDLL | None:
 
 
 def decode_launches(host: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, scratch: int,
-                    num_warps: int) -> intra.Decoded:
+                    num_warps: int, warps: tuple[int, ...] | None = None) -> intra.Decoded:
     """Every launch of one kernel in `host` (launch i: `sizes[i]` bytes at `offsets[i]`) at
-    once, Decoded.launch numbering them; in C when built, else data/intra.decode.
+    once, Decoded.launch numbering them; in C when built, else data/intra.decode. `warps`:
+    the recorded warps (intra.recorded_warps; every warp when None).
 
     Raises:
         intra.LayoutError: the buffers do not hold Triton 3.6's layout.
@@ -169,24 +171,29 @@ def decode_launches(host: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sc
                                 "of 4")
     if offsets.size and int((offsets + counts * scratch).max()) > host.size:
         raise intra.LayoutError(f"launches reach past the {host.size}-byte buffer")
+    uids = np.ascontiguousarray(range(num_warps) if warps is None else warps, np.int32)
+    if not uids.size or int(uids.min()) < 0 or int(uids.max()) >= num_warps:
+        raise intra.LayoutError(f"recorded warps {uids.tolist()[:8]} are not warps of "
+                                f"{num_warps}")
     lib = helper()
     if lib is None:
-        return _numpy(host, offsets, counts, scratch, num_warps)
+        return _numpy(host, offsets, counts, scratch, num_warps, tuple(uids.tolist()))
     host = np.ascontiguousarray(host).view(np.uint8)
     base, off, nb = host.ctypes.data, offsets.ctypes.data, counts.ctypes.data
-    bound = lib.proton_intra_bound(base, off, nb, offsets.size, scratch, num_warps)
+    bound = lib.proton_intra_bound(base, off, nb, offsets.size, scratch, num_warps,
+                                   uids.ctypes.data, uids.size)
     if bound < 0:
-        raise intra.LayoutError(f"the per-warp segments of {num_warps} warps do not fit a "
+        raise intra.LayoutError(f"the per-warp segments of {uids.size} warps do not fit a "
                                 f"{scratch}-byte block: not Triton 3.6's layout")
     cols = np.empty((len(COLUMNS), max(bound, 1)), np.int64)
     ptrs = (ctypes.c_void_p * len(COLUMNS))(*[cols[i].ctypes.data for i in range(len(COLUMNS))])
     stats = np.zeros(5, np.int64)
     unbalanced, reordered = np.zeros(256, np.int64), np.zeros(256, np.int64)
-    lib.proton_intra_decode(base, off, nb, offsets.size, scratch, num_warps, ptrs, cols.shape[1],
-                            stats.ctypes.data, unbalanced.ctypes.data, reordered.ctypes.data)
+    lib.proton_intra_decode(base, off, nb, offsets.size, scratch, num_warps, uids.ctypes.data,
+                            uids.size, ptrs, cols.shape[1], stats.ctypes.data,
+                            unbalanced.ctypes.data, reordered.ctypes.data)
     if stats[4]:
-        raise intra.LayoutError(f"segment sizes differ or do not split into {num_warps} warps "
-                                "of 8-byte records")
+        raise intra.LayoutError("segment sizes differ between CTAs")
     n = int(stats[0])
     c = dict(zip(COLUMNS, cols[:, :n]))
     return intra.Decoded(block=c["block"], sm=c["sm"], warp=c["warp"], scope=c["scope"],
@@ -204,7 +211,7 @@ def _nonzero(counts: np.ndarray) -> dict[int, int]:
 
 
 def _numpy(host: np.ndarray, offsets: np.ndarray, counts: np.ndarray, scratch: int,
-           num_warps: int) -> intra.Decoded:
+           num_warps: int, warps: tuple[int, ...]) -> intra.Decoded:
     label = np.repeat(np.arange(offsets.size), counts)
     sizes = counts * scratch
     if offsets.size and np.all(offsets[1:] == offsets[:-1] + sizes[:-1]):  # side by side
@@ -212,4 +219,4 @@ def _numpy(host: np.ndarray, offsets: np.ndarray, counts: np.ndarray, scratch: i
     else:
         blocks = np.concatenate([host[o:o + n] for o, n in zip(offsets, sizes)] or
                                 [np.zeros(0, np.uint8)])
-    return intra.decode(blocks, scratch, num_warps, label=label)
+    return intra.decode(blocks, scratch, num_warps, label=label, warps=warps)

@@ -77,3 +77,32 @@ class frame:
 
     def __exit__(self, *exc) -> None:
         frames.unwind(self._before)
+
+
+# -- backend="instrumentation": InstrumentationHook's host copies -------------------------------
+def copy_host_buffers(on: bool) -> None:
+    """Copy each instrumented launch's raw profile buffer to the host from the next launch on
+    (a sync per launch: for inspecting the buffer, not for profiling)."""
+    from . import instrumentation
+
+    instrumentation.set_host_copy(on)
+
+
+def copying_host_buffers() -> bool:
+    from . import instrumentation
+
+    return instrumentation.host_copy
+
+
+def host_buffer():
+    """The last instrumented launch's buffer on the host (runtime/instrumentation.host_buffer),
+    or None."""
+    from . import instrumentation
+
+    return instrumentation.host_buffer
+
+
+def set_host_buffer(value) -> None:
+    from . import instrumentation
+
+    instrumentation.set_host_buffer(value)

@@ -143,6 +143,7 @@ class Profiler:
                               job=who, flush=opts.flush)
             if opts.instrument is not None:
                 session.instrument = instrumentation.start(opts.instrument, opts.data)
+                session.only_kernels = session.instrument.launches
             if (pc := self._pc(session)) is not None:
                 session.pc_base = pc.counted()  # a later one counts from its start
             session.phase_starts[0] = self.now()
@@ -432,8 +433,9 @@ class Profiler:
         who = s.job.fields() if s.job else None
         if data is None:
             data = Phase({}, [], [])
-        if s.data == "trace":
-            return writer.build_trace(data.events, data.spans, who, s.intra)
+        if s.data == "trace":  # an instrumentation trace: the kernels' scopes, not the kernels
+            events = [] if s.only_kernels is not None else data.events
+            return writer.build_trace(events, data.spans, who, s.intra)
         with s.lock:
             notes = dict(s.notes)
         return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),

@@ -64,6 +64,11 @@ class Session:
     """mode="periodic_flushing": the format each finished phase is written in."""
     instrument: object | None = None
     """backend="instrumentation": the runtime/instrumentation.Instrumentation it reads."""
+    only_kernels: dict | None = None
+    """backend="instrumentation": the kernel nodes of its instrumented launches (kept after the
+    session ends). It counts the kernels there and no others, as Triton's Proton records only
+    instrumented kernels; its trace holds their scopes alone (the kernel records only place
+    them on the clock)."""
     intra: list = field(default_factory=list)
     """Kernel scopes' spans per warp (data="trace"), added when the session is written."""
     timelines: dict = field(default_factory=dict)
@@ -154,6 +159,8 @@ class Session:
 
     def add_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int | None = None) -> None:
         """One kernel, in the phase its launch was made in (the current one without a time)."""
+        if self.only_kernels is not None and path_id not in self.only_kernels:
+            return
         with self.lock:
             phase = self._phase_from(launch_ts)
             if phase is None:
@@ -173,8 +180,10 @@ class Session:
             phase = self._phase_from(first)
             if phase is None:
                 return
+            only = self.only_kernels
             for path_id, (ns, count, device, config, configs) in totals.items():
-                self._count(phase.nodes, path_id, device, ns, count, configs or {config: ns})
+                if only is None or path_id in only:
+                    self._count(phase.nodes, path_id, device, ns, count, configs or {config: ns})
 
     def _phase_from(self, ts: int | None) -> Phase | None:
         """Where a kernel launched at `ts` goes (the current phase without a time); None when
