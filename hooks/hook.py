@@ -5,8 +5,9 @@ which hooks serve which session, and what it puts on Triton's hook chains.
 
 Per launch it costs what the hooks cost: with one hook active (hook="triton" alone), Triton's
 chains call that hook's own functions, no dispatch in between; with several, HookManager's,
-which call each in priority order. With none active nothing of ours is on the chains. Other
-hooks on the chains (the user's, another tool's) stay where they are.
+which call each in priority order. With none active nothing of ours is on the chains. Ours go
+first on Triton's chains (so they run before, and exit after, any other launch hook: the
+instrumentation backend's reads the op); other hooks (the user's, another tool's) stay in order.
 """
 from __future__ import annotations
 
@@ -166,6 +167,10 @@ class HookManager:
                 chain.remove(old)
             if new is not None:
                 chain.add(new)
+                # first on the chain (last on the exit chain, which Triton runs reversed): the
+                # launch's op exists before any other enter hook runs, backend="instrumentation"'s
+                # included, which reads where the launch goes, as Triton's priorities order them
+                chain.calls.insert(0, chain.calls.pop(chain.calls.index(new)))
         HookManager._chained = wanted
 
 

@@ -324,7 +324,9 @@ def test_a_triton_hook_session_registers_its_hook_and_the_chain_holds_it_only_wh
         proton.activate(sid)
         assert HookManager.active_hooks == [LaunchHook()]
         assert HookManager.session_hooks[sid] == {LaunchHook(): True}
-        assert triton_hook._enter in chain  # the hook's own function: no dispatch per launch
+        # the hook's own function, no dispatch per launch, and first: the op exists before any
+        # other enter hook runs (the instrumentation backend's reads where the launch goes)
+        assert chain == [triton_hook._enter, user]
         proton.deactivate(sid)
         proton.deactivate(sid)
         assert HookManager.active_hooks == [] and HookManager.session_hooks[sid] == {
