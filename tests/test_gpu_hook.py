@@ -137,7 +137,9 @@ def add_sum_kernel(x, y, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
 
 
-def test_kernels_a_launch_metadata_launches_are_grouped_under_its_kernel(profile_path):
+def test_kernels_a_launch_metadata_launches_sit_right_under_its_state(profile_path):
+    """As Triton 3.6's hook: launch_metadata runs under the state __proton_launch_metadata, so
+    the kernels it launches (a reduction here) sit right under it, apart from the op's."""
     name, read = profile_path
     n = 1 << 16
     x = torch.ones(n, device="cuda")
@@ -152,8 +154,9 @@ def test_kernels_a_launch_metadata_launches_are_grouped_under_its_kernel(profile
     root = read()[0]
     op = find(root, "f", "add_sum_kernel")
     assert op["metrics"]["count"] == 3 and op["metrics"]["nonzero"] == 3 * n
-    grouped = find(root, "f", "__proton_launch_metadata", "add_sum_kernel")
-    assert sum(k["metrics"].get("count", 0) for k in grouped["children"]) >= 3, grouped
+    state = find(root, "f", "__proton_launch_metadata")
+    assert state["children"] and all("count" in k["metrics"] for k in state["children"]), state
+    assert sum(k["metrics"].get("count", 0) for k in state["children"]) >= 3, state
 
 
 @pytest.mark.parametrize("spec,named", [("triton:include=md", True),
