@@ -192,14 +192,25 @@ def test_cli_mode_and_interval(tmp_path):
     assert "v * 0.9999 + 0.5" in view.stdout
 
 
-def test_second_sampling_session_is_refused(profile_path):
-    name, _ = profile_path
-    proton.start(name, mode="pcsampling")
-    try:
-        with pytest.raises(proton.ProtonError, match="pcsampling"):
-            proton.start(name + "2", mode="pcsampling")
-    finally:
-        proton.finalize()
+def test_a_second_sampling_session_samples_beside_the_first(profile_path, x):
+    """As in Triton's Proton, two mode="pcsampling" sessions coexist on one sampler: each
+    profile gets the samples of the kernels run while it was live; another mode beside them
+    is refused."""
+    name, read = profile_path
+    first = proton.start(name, mode="pcsampling")
+    hot(x, iters=100)
+    second = proton.start(name + "2", mode="pcsampling")
+    hot(x, iters=100)
+    with pytest.raises(proton.ProtonError, match="different mode"):
+        proton.start(name + "3")
+    proton.finalize(second)
+    proton.finalize(first)
+    for path in (name + ".hatchet", name + "2.hatchet"):
+        (kernel,) = kernel_nodes(load(path)[0], "hot_kernel")
+        assert total(kernel, "num_samples") > 0, path
+    (one,) = kernel_nodes(load(name + ".hatchet")[0], "hot_kernel")
+    (two,) = kernel_nodes(load(name + "2.hatchet")[0], "hot_kernel")
+    assert one["metrics"]["count"] == 2 * two["metrics"]["count"]
 
 
 def test_sampling_that_cannot_run_leaves_the_time_profile(profile_path, x, capfd, monkeypatch):
