@@ -38,7 +38,7 @@ _state = _State()
 launch_id: ContextVar[int | None] = ContextVar("id", default=None)
 """The latest counted launch's id on this thread (Triton's `hooks.launch.id`): a new one for
 every launch the hook names, never given twice in the process."""
-_launch_ids = itertools.count()
+_set_id, _next_id = launch_id.set, itertools.count().__next__  # bound once: per launch
 _configured = False
 """Options were set by a session still live (its hook's options until `reset`)."""
 _options = HookOptions()
@@ -88,7 +88,7 @@ def _enter(metadata) -> None:
     if opts.config:
         name = _config_name(name, data.get("function"), opts.constexprs)
     if ops.enter_op(name, values) is not None:
-        launch_id.set(next(_launch_ids))
+        _set_id(_next_id())
 
 
 def _exit(metadata) -> None:
