@@ -162,7 +162,8 @@ class Instrumentation:
         on these nodes)."""
         self.sequence = 0
         self.kernel_names: dict[int, str] = {}
-        """Kernel node -> the name of the kernel launched there (its Triton function's)."""
+        """Kernel node -> the name of the kernel launched there (its Triton function's), noted
+        as its launches are read, for the trace's spans."""
         self.last: tuple | None = None
         """(function, offset, bytes) of the launch under way, while host copies are on."""
         self.exits = False
@@ -305,7 +306,6 @@ class Instrumentation:
                                 f"kernel{device}")
         ordinal = self.launches.get(node, 0)
         self.launches[node] = ordinal + 1
-        self.kernel_names[node] = self.kernels[function].name
         self.pending.append((function, taken[0], taken[1], node, device, ordinal,
                              self.sequence))
         self.sequence += 1
@@ -388,6 +388,7 @@ class Instrumentation:
             stats = self.stats.setdefault((kernel, scope_node), ScopeStats())
             stats.add(cycles[sel], float(norm[k]))
             if self.keep_spans:
+                self.kernel_names[kernel] = info.name
                 picked = dec.launch[sel]
                 self.spans.append({
                     "scope": np.full(picked.size, scope_node), "kernel": np.full(picked.size,
