@@ -256,9 +256,8 @@ class Instrumentation:
         names, parents = scope_table(ttgir)
         warps = intra.recorded_warps(meta["num_warps"], self.mode.sampling_strategy,
                                      self.mode.sampling_options)
-        self.kernels[function] = KernelInfo(
-            name, meta["profile_scratch_size"], meta["num_warps"], names, parents,
-            () if warps == tuple(range(meta["num_warps"])) else warps)
+        self.kernels[function] = KernelInfo(name, meta["profile_scratch_size"],
+                                            meta["num_warps"], names, parents, warps)
 
     def allocate(self, size: int, alignment: int, stream) -> _Slice:
         """Triton's profile allocator: a slice of the arena (read first if it is full)."""
@@ -355,7 +354,7 @@ class Instrumentation:
         sizes = np.array([launch[2] for launch in launches], np.int64)
         counts = sizes // info.scratch
         dec = intra_native.decode_launches(host, offsets, sizes, info.scratch, info.num_warps,
-                                           info.warps or None)
+                                           info.recorded)
         self.dropped += dec.dropped
         self.needed = max(self.needed, dec.needed_bytes)
         self.bad_blocks += dec.bad_blocks
