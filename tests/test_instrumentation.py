@@ -261,7 +261,6 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
                         block(1, 3, {1: [(0, 0, 0), (1, 0, 30)]})], SCRATCH, 2, SEG)
     host = np.frombuffer(one + two, np.uint8)
     kernel = paths.intern(0, "k", "kernel0")
-    inst.kernel_names[kernel] = "k"
     inst._read_kernel(info, host, [(1, 0, SCRATCH, kernel, 0, 0, 0),
                                    (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1, 1)])
     outer = paths.intern(kernel, "outer")

@@ -41,20 +41,15 @@ STDIN = "-"
 """The FILE that means standard input (`cat run.hatchet | proton-viewer -`)."""
 
 
-def load(path: str, *, prune_empty: bool = False) -> Profile:
+def load(path: str) -> Profile:
     """Parse and check `path` (`-`: standard input); raise ViewerError with a one-line reason
-    when it is not a profile. Reads trees of any depth (see deep.py, graph.py). prune_empty:
-    drop frames as Triton's viewer does (see parse).
+    when it is not a profile. Reads trees of any depth (see deep.py, graph.py).
 
     Usage:
         prof = load("run.hatchet")
         prof.gf.dataframe["time (ns) (inc)"]
     """
-    return profile(parse(path, prune_empty=prune_empty))
-
-
-def profile(parsed: Parsed) -> Profile:
-    """The GraphFrame of a parsed profile, with its inclusive columns."""
+    parsed = parse(path)
     root = parsed.root
     from .graph import from_tree  # hatchet is heavy (pandas, matplotlib): only for a good file
 

@@ -221,7 +221,7 @@ def _intra_events(intra: list[WarpSpan], t0: int, who: str, stack) -> list[dict]
                     "pid": f"{who}{s.kernel_name} Core{s.sm} CTA{s.cta}{where}",
                     "tid": f"warp {s.warp} (line {line})",
                     "ts": (s.origin_ns - t0 + s.start_ns) / 1e3, "dur": s.dur_ns / 1e3,
-                    "args": {"call_stack": stack(s.kernel), "cycles": int(s.cycles),
+                    "args": {"call_stack": stack(s.kernel), CYCLES: int(s.cycles),
                              "Frequency (MHz)": s.clock_khz / 1e3,
                              "Init Time (ns)": int(s.init_ns)}})
     return out

@@ -162,7 +162,8 @@ class Instrumentation:
         on these nodes)."""
         self.sequence = 0
         self.kernel_names: dict[int, str] = {}
-        """Kernel node -> the name of the kernel launched there (its Triton function's)."""
+        """Kernel node -> the name of the kernel launched there (its Triton function's), noted
+        as its launches are read, for the trace's spans."""
         self.last: tuple | None = None
         """(function, offset, bytes) of the launch under way, while host copies are on."""
         self.exits = False
@@ -255,9 +256,8 @@ class Instrumentation:
         names, parents = scope_table(ttgir)
         warps = intra.recorded_warps(meta["num_warps"], self.mode.sampling_strategy,
                                      self.mode.sampling_options)
-        self.kernels[function] = KernelInfo(
-            name, meta["profile_scratch_size"], meta["num_warps"], names, parents,
-            () if warps == tuple(range(meta["num_warps"])) else warps)
+        self.kernels[function] = KernelInfo(name, meta["profile_scratch_size"],
+                                            meta["num_warps"], names, parents, warps)
 
     def allocate(self, size: int, alignment: int, stream) -> _Slice:
         """Triton's profile allocator: a slice of the arena (read first if it is full)."""
@@ -305,7 +305,6 @@ class Instrumentation:
                                 f"kernel{device}")
         ordinal = self.launches.get(node, 0)
         self.launches[node] = ordinal + 1
-        self.kernel_names[node] = self.kernels[function].name
         self.pending.append((function, taken[0], taken[1], node, device, ordinal,
                              self.sequence))
         self.sequence += 1
@@ -355,7 +354,7 @@ class Instrumentation:
         sizes = np.array([launch[2] for launch in launches], np.int64)
         counts = sizes // info.scratch
         dec = intra_native.decode_launches(host, offsets, sizes, info.scratch, info.num_warps,
-                                           info.warps or None)
+                                           info.recorded)
         self.dropped += dec.dropped
         self.needed = max(self.needed, dec.needed_bytes)
         self.bad_blocks += dec.bad_blocks
@@ -388,6 +387,7 @@ class Instrumentation:
             stats = self.stats.setdefault((kernel, scope_node), ScopeStats())
             stats.add(cycles[sel], float(norm[k]))
             if self.keep_spans:
+                self.kernel_names[kernel] = info.name
                 picked = dec.launch[sel]
                 self.spans.append({
                     "scope": np.full(picked.size, scope_node), "kernel": np.full(picked.size,

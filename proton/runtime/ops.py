@@ -63,16 +63,15 @@ class frame:
     a generator: its methods' frames are the profiler's, so the python context leaves them out
     of paths."""
 
-    __slots__ = ("names", "kind", "_before")
+    __slots__ = ("names", "_before")
 
-    def __init__(self, *names: str, kind: str = STATE) -> None:
+    def __init__(self, *names: str) -> None:
         self.names = names
-        self.kind = kind
 
     def __enter__(self) -> "frame":
         self._before = depth()
         for name in self.names:
-            frames.enter_frame(name, {}, kind=self.kind)
+            frames.enter_frame(name, {}, kind=STATE)
         return self
 
     def __exit__(self, *exc) -> None:
