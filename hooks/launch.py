@@ -1,6 +1,6 @@
-"""Triton's `triton.profiler.hooks.launch`: the launch hook as an object (`LaunchHook`), and the
-scope a launch_metadata function runs under (kernels it launches are counted there, never under
-the kernel's op). The per-launch work is hooks/triton_hook.py's."""
+"""Triton's `triton.profiler.hooks.launch`: the launch hook as an object (`LaunchHook`), the
+state a launch_metadata function runs under (kernels it launches are counted there, never under
+the kernel's op) and the latest launch's id. The per-launch work is hooks/triton_hook.py's."""
 from __future__ import annotations
 
 from ..format import LAUNCH_METADATA

@@ -70,7 +70,8 @@ CAPTURED_AT = "<captured_at>"
 """Under a CUDA graph's launch: the call path where each of its kernels was captured (Triton's
 Proton's frame name)."""
 LAUNCH_METADATA = "__proton_launch_metadata"
-"""Kernels that a launch_metadata function launches go under this frame (viewers hide it)."""
+"""The state a launch_metadata function runs under: the kernels it launches sit right under it
+(viewers hide it)."""
 
 # -- launch configuration of a kernel node (exclusive metrics: a node's own) --------------------
 GRID_BLOCKS = "grid_blocks"
