@@ -269,10 +269,11 @@ class Attributor:
                 return (self._graft(launch[0], captured), launch[1]) + kernel
         return launch + kernel
 
-    def finish(self, until: int | None = None) -> int:
+    def finish(self, since: int = 0, until: int | None = None) -> int:
         """Give kernels whose launch record never came to the root; return how many of them
-        started by `until` (None: all): a kernel that started later may have been launched
-        after it, outside every session's window."""
+        started from `since` to `until` (None: no bound). One that started before `since`
+        (kernel activity on) is a record an earlier CUPTI session left undelivered; one that
+        started after `until` may have been launched after every session's window."""
         out = []
         for corr, kernels in self._early.items():
             path = self.external.pop(corr, ROOT)
@@ -285,4 +286,5 @@ class Attributor:
             self.kernels += len(out)
             self._sink(out)
         # each stands in its own start for its launch's
-        return sum(1 for k in out if until is None or k[_LAUNCH] <= until)
+        return sum(1 for k in out
+                   if since <= k[_LAUNCH] and (until is None or k[_LAUNCH] <= until))

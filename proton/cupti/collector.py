@@ -524,12 +524,16 @@ class CuptiCollector:
 
     def finish(self, until: int | None = None) -> int:
         """Give kernels whose launch record never came to the root (or the path of their
-        external record); return how many of them started by `until` (None: all). One that
-        started later may have been launched after every session's window ended."""
+        external record); return how many of them started while kernel activity was on and
+        by `until` (None: no bound): the others are no session's. One that started later may
+        have been launched after every session's window ended; one that started before is a
+        record CUPTI held back from an earlier session of the process, whose stop cut it off
+        (seen on an H100: a kernel launched by the job between the last flush and the end of
+        kernel activity, delivered in the next capture)."""
         with self._lock:
             self.pipeline.settle()
-            lost = self.pipeline.finish(until)
-            return lost + self.attributor.finish(until)
+            lost = self.pipeline.finish(self.opened, until)
+            return lost + self.attributor.finish(self.opened, until)
 
     def _texts(self, pointers: np.ndarray) -> list[str]:
         """Kernel names for an array of CUPTI's name pointers."""

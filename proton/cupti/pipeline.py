@@ -76,9 +76,9 @@ class Pipeline(Protocol):
         """Launches made from `since` to `ts` it holds that wait for their kernel (beyond the
         Attributor's)."""
 
-    def finish(self, until: int | None = None) -> int:
+    def finish(self, since: int = 0, until: int | None = None) -> int:
         """Give the kernels it holds whose launch never came to the sink; how many of them
-        started by `until` (None: all)."""
+        started from `since` to `until` (None: no bound)."""
 
     launches: int
     """Launch records it joined itself."""
@@ -171,7 +171,7 @@ class PythonPipeline:
     def waiting(self, ts: int, since: int = 0) -> int:
         return 0
 
-    def finish(self, until: int | None = None) -> int:
+    def finish(self, since: int = 0, until: int | None = None) -> int:
         return 0
 
 
@@ -416,7 +416,7 @@ class NativePipeline:
     def waiting(self, ts: int, since: int = 0) -> int:
         return self.join.waiting(ts, since) if self.join is not None else 0
 
-    def finish(self, until: int | None = None) -> int:
+    def finish(self, since: int = 0, until: int | None = None) -> int:
         c = self._c
         if self.join is None:
             return 0
@@ -433,6 +433,9 @@ class NativePipeline:
             c._sink([(ROOT if p < 0 else p, k[start]) + k
                      for p, k in zip(paths_.tolist(), zip(*placed))])
             self._joined[1] += lost
+            starts = kernels[records.Kernel.start]
+            inside = starts >= since
             if until is not None:
-                lost = int((kernels[records.Kernel.start] <= until).sum())
+                inside &= starts <= until
+            lost = int(inside.sum())
         return lost
