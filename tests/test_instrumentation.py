@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from proton.data import intra
+from proton.data.metrics import base_name
 from proton.data.paths import paths
 from proton.data.writer import WarpSpan, build_trace
 from proton.errors import SessionError
@@ -265,7 +266,8 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
                                    (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1, 1)])
     outer = paths.intern(kernel, "outer")
     inner = paths.intern(outer, "inner")
-    o, i = inst.stats[kernel, outer].metrics(0), inst.stats[kernel, inner].metrics(0)
+    o, i = ({base_name(k): v for k, v in inst.stats[kernel, scope].metrics(0).items()}
+            for scope in (outer, inner))
     assert o["cycles"] == 100 + 50 + 10 + 30 and o["warp_events"] == 4
     # launch 1: 1 CTA x 2 warps; launch 2: 2 CTAs x 2 warps
     assert o["normalized_cycles"] == pytest.approx(150 / 2 + 40 / 4)
