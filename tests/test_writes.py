@@ -254,7 +254,7 @@ def test_html_to_dev_stdout_redirected_to_a_file_leaves_the_link_alone(report_pr
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare for a /dev of the test's own")
     script = (f"mount -t tmpfs -o mode=755 tmpfs /dev && ln -s /proc/self/fd/1 /dev/stdout && "
-              f"ln -s /proc/self/fd/2 /dev/stderr && touch /dev/null && "
+              f"ln -s /proc/self/fd/2 /dev/stderr && mknod -m 666 /dev/null c 1 3 && "
               f"{'mount -o remount,ro /dev && ' if dev == 'ro' else ''}"
               f"{sys.executable} -m proton.viewer.cli --html /dev/stdout {report_profile} "
               f"> {tmp_path}/out.html; echo rc=$?; stat -c %F /dev/stdout")
