@@ -10,7 +10,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 from decimal import Decimal
 from fractions import Fraction
 
