@@ -129,7 +129,7 @@ def test_ctrl_c_during_finalize_still_leaves_the_profile(tmp_path, where):
     proc = python(INTERRUPTED, where, cwd=tmp_path, preexec_fn=default_signals)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err
-    assert "wrote p.hatchet at exit" in err
+    assert "p.hatchet at exit" in err
     root = load(tmp_path / "p.hatchet")[0]
     assert len(root["children"]) == 2000
     assert find(root, "s1999")["metrics"]["n"] == 1999
