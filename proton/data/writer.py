@@ -263,8 +263,8 @@ def write(doc: Any, path: str, since: float | None = None, encoding: str = "json
     except Exception as exc:  # not only OSError: the profile must not be lost to a bug here
         reason = _reason(exc, path)
     fallback = None
-    try:  # a fresh folder only this user may enter (mkdtemp): no name in it can be pre-placed
-        fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
+    try:
+        fallback = _fallback(path)
         _dump_or_salvage(doc, fallback, encoding=encoding)
     except Exception as exc:
         raise ProfileWriteError(f"could not write the profile to {path} ({reason}) nor to "
@@ -273,6 +273,29 @@ def write(doc: Any, path: str, since: float | None = None, encoding: str = "json
                                 "another name") from None
     raise ProfileWriteError(f"could not write {path} ({reason}); wrote {fallback} instead; "
                             "give a name in a writable folder")
+
+
+_fallbacks: dict[str, str] = {}
+"""Target path -> the folder its profile went to instead (this process's): a later write of
+the same target (a periodic snapshot, the final write) replaces the file there."""
+
+
+def _fallback(path: str) -> str:
+    """Where the profile meant for `path` goes instead: in a fresh folder only this user may
+    enter (mkdtemp: no name in it can be pre-placed), the same one for every write of `path`
+    while that folder is still this user's and private."""
+    folder = _fallbacks.get(path)
+    if folder is not None:
+        try:
+            info = os.lstat(folder)
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() \
+                or stat.S_IMODE(info.st_mode) & 0o077:
+            folder = None  # removed (or replaced by another's): a new one
+    if folder is None:
+        folder = _fallbacks[path] = tempfile.mkdtemp(prefix="proton-")
+    return os.path.join(folder, os.path.basename(path))
 
 
 def _reason(exc: Exception, path: str) -> str:
