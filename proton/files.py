@@ -4,7 +4,8 @@ A predictable temporary name (`{path}.{pid}.tmp`) in a folder another user may w
 user put a symlink there to a file of ours, which a plain `open(name, "w")` then overwrites.
 Here a temporary file has a random name and is created with O_EXCL, which fails on anything
 already at the name, a symlink included (O_NOFOLLOW too, for good measure); it is then renamed
-over its target, and a rename replaces a symlink at the target instead of following it.
+over its target, and a rename replaces a symlink at the target instead of following it (and a
+FIFO, instead of writing into it for whoever reads the other end).
 
 Imports nothing of Proton: the profile writer and the viewer both use it.
 """
@@ -64,7 +65,7 @@ def write_whole(path: str, text: str) -> None:
         OSError: `path` could not be written (IsADirectoryError for a folder, EINVAL for a
             device), and nothing was left beside it.
     """
-    stream = STANDARD_STREAMS.get(os.path.normpath(path) if path != "-" else path)
+    stream = STANDARD_STREAMS.get(os.path.normpath(path))
     if stream is not None:
         out = getattr(sys, stream)
         out.write(text)
