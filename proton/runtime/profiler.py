@@ -326,8 +326,9 @@ class Profiler:
                         failed.append(str(exc))
                     except Exception as exc:  # a bug here must not keep the session open
                         failed.append(f"could not write {s.path}: {type(exc).__name__}: {exc}")
-                    finally:
-                        del self.sessions[s.id]
+                    except BaseException:  # Ctrl-C: the session stays, for the exit handler
+                        raise  # (or a later finalize) to write
+                    del self.sessions[s.id]
             finally:
                 self._closed()
             if failed:
