@@ -12,6 +12,7 @@ from typing import Any, Callable
 from .errors import SessionError
 from .hooks.hook import HookManager
 from .options import parse_options
+from .report import warn
 from .runtime.profiler import profiler
 
 
@@ -101,7 +102,8 @@ def deactivate(session: int | None = None, flushing: bool = False) -> None:
 
 
 def finalize(session: int | None = None, output_format: str = "") -> None:
-    """Flush every kernel record, write the session's file and close it (all sessions when None).
+    """Flush every kernel record, write the session's file and close it (all sessions when None);
+    one line on stderr says where (`proton: wrote /abs/path/run1.hatchet`).
 
     Args:
         output_format: "" or "hatchet" (the only format for data="tree").
@@ -109,7 +111,8 @@ def finalize(session: int | None = None, output_format: str = "") -> None:
     if profiler.command_line and session is None:
         deactivate()  # as in Triton, profiling stops here; the command writes at exit
         return
-    write_profiles(session, output_format)
+    for path in write_profiles(session, output_format):
+        warn(f"wrote {path}")
 
 
 def write_profiles(session: int | None = None, output_format: str = "") -> list[str]:

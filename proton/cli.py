@@ -6,7 +6,6 @@ import os
 import runpy
 import signal
 import sys
-import traceback
 from typing import Any
 
 import click
@@ -184,8 +183,8 @@ def _run_profiled(target: str, args: list[str]) -> int:
         status = _exit_status(exc.code)
     except KeyboardInterrupt:
         status = 130
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        _print_users_traceback(exc, target)
         status = 1
     finally:
         ended = _Terminated.signum  # also when pytest caught the interrupt first
@@ -193,9 +192,8 @@ def _run_profiled(target: str, args: list[str]) -> int:
             status = 128 + ended
         if ended is not None or status == 130:
             cause = signal.Signals(ended).name if ended is not None else "interrupted"
-            # a --listen job between captures has nothing to write
             warn(f"{cause}; writing the profile" if profiler.sessions
-                 else f"{cause}; nothing was recorded")
+                 else f"{cause}; {_nothing_to_write()}")
         sys.argv[:], sys.path[:] = saved[0], saved[1]
         profiler.command_line = False
         # A second signal must not cut the write short (and the file is renamed into place).
@@ -207,6 +205,30 @@ def _run_profiled(target: str, args: list[str]) -> int:
                 signal.signal(s, handler)
             signal.signal(signal.SIGINT, held[signal.SIGINT])
     return status
+
+
+def _print_users_traceback(exc: BaseException, target: str) -> None:
+    """The traceback `python SCRIPT.py` would print: from the script's first frame on, without
+    proton's and runpy's frames above it (none at all for a script that does not compile),
+    through sys.excepthook, which the script may have replaced (rich.traceback.install())."""
+    script = os.path.abspath(target)
+    tb = exc.__traceback__
+    if target != "pytest":
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+            tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # the hook reads __traceback__
+
+
+def _nothing_to_write() -> str:
+    """What a job with no session left to write says at its end: a --listen job between
+    captures has written what its captures recorded."""
+    endpoint = sys.modules.get("proton.service.endpoint")  # imported by the run it served
+    files = list(getattr(endpoint, "written", []))
+    if not files:
+        return "nothing was recorded"
+    shown = ", ".join(files[-3:])
+    return (f"no capture running (its captures wrote {len(files)} "
+            f"file{'s' * (len(files) != 1)}: {'..., ' * (len(files) > 3)}{shown})")
 
 
 def _write(status: int) -> int:

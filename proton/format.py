@@ -57,7 +57,11 @@ DEVICE_TYPE = "device_type"
 CUDA = "CUDA"
 """The device type of NVIDIA GPUs, and the device table's key."""
 CPU_TIME = "cpu_time (ns)"
-"""A cpu_timed_scope's time, exclusive (written without a "(exc)" suffix)."""
+"""A CPU-timed scope's wall time on the host, its children's included (a node's own value, as
+hatchet reads it: never summed up the tree)."""
+CPU_COUNT = "cpu_count"
+"""How many times a CPU-timed scope was entered and left (a node's own value, like CPU_TIME):
+what avg_cpu_time divides by."""
 EXCLUSIVE = "(exc)"
 """Suffix of a user metric that belongs to its node only; dropped when written."""
 PROPERTY = "(pty)"

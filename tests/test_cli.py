@@ -170,3 +170,32 @@ def test_triton_hook_without_triton_is_a_usage_error_and_writes_nothing(tmp_path
     assert run.returncode == 2, run.stderr
     assert "hook='triton' needs Triton" in run.stderr
     assert list(tmp_path.glob("*.hatchet")) == []
+
+
+def test_a_crashing_script_shows_only_its_own_frames_as_python_would(tmp_path):
+    (tmp_path / "crash.py").write_text("def f():\n    raise ValueError('boom')\nf()\n")
+    run = run_proton(tmp_path, "crash.py")
+    plain = subprocess.run([sys.executable, "crash.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert run.returncode == plain.returncode == 1
+    shown = run.stderr[run.stderr.index("Traceback"):run.stderr.index("ValueError: boom")]
+    assert shown == plain.stderr[:plain.stderr.index("ValueError: boom")]
+    assert "proton/cli.py" not in run.stderr and "runpy" not in run.stderr
+
+
+def test_a_script_that_does_not_compile_shows_the_syntax_error_alone(tmp_path):
+    (tmp_path / "bad.py").write_text("def f(:\n")
+    run = run_proton(tmp_path, "bad.py")
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr and "SyntaxError" in run.stderr
+    assert 'bad.py", line 1' in run.stderr
+
+
+def test_a_script_run_without_the_command_says_where_finalize_wrote(tmp_path):
+    (tmp_path / "mlp.py").write_text("import proton\nproton.start('mlp')\n"
+                                     "with proton.scope('s'): pass\nproton.finalize()\n")
+    run = subprocess.run([sys.executable, "mlp.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert f"proton: wrote {tmp_path / 'mlp.hatchet'}\n" in run.stderr
+    assert (tmp_path / "mlp.hatchet").exists()

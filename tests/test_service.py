@@ -499,3 +499,18 @@ def test_an_idle_listening_job_ended_by_sigterm_says_nothing_was_recorded(tmp_pa
     assert job.proc.returncode == 128 + signal.SIGTERM
     assert err == "proton: SIGTERM; nothing was recorded\n"
     assert not list(tmp_path.glob("*.hatchet"))
+
+
+def test_a_listening_job_that_served_captures_says_what_they_wrote_when_it_ends(tmp_path, jobs):
+    job = Job(tmp_path, "--listen")
+    jobs.append(job)
+    for n in range(4):
+        done = capture(tmp_path, str(job.pid), "--steps", "1", "-n", f"c{n}")
+        assert done.returncode == 0, done.stderr
+        assert "capturing 1 step of 1 job..." in done.stderr
+    out, err = job.stop()
+    assert job.proc.returncode == 128 + signal.SIGTERM
+    last = err.splitlines()[-1]
+    assert last == (f"proton: SIGTERM; no capture running (its captures wrote 4 files: ..., "
+                    f"{tmp_path / 'c1.hatchet'}, {tmp_path / 'c2.hatchet'}, "
+                    f"{tmp_path / 'c3.hatchet'})"), err

@@ -25,8 +25,9 @@ def test_default_view_is_kernel_time_in_ms_sorted_hottest_first():
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["time", "(ms)", "name"]
-    assert lines[1].split() == ["0.134", "ROOT"]
-    assert lines[2].split() == ["0.125", "├─", "step"]
+    # the column's smallest value is 0.0008 ms: every cell has six decimals
+    assert lines[1].split() == ["0.133730", "ROOT"]
+    assert lines[2].split() == ["0.124641", "├─", "step"]
     assert lines[3].split()[-1] == "torch"  # 108 us before triton's 16 us
 
 
@@ -379,3 +380,80 @@ cpu_time (ms)  cpu_time/%  name
     assert count.exit_code == 2 and count.stderr.startswith(
         "Error: unknown metric 'count' for this profile; no kernel ran in it (a run without a "
         "GPU); its metrics: cpu_time/s, ")
+
+
+CPU_RUN = """
+import time, proton
+proton.start("cpu")
+def work():
+    with proton.cpu_timed_scope("step"):
+        time.sleep(0.002)
+def main():
+    for _ in range(4):
+        work()
+    with proton.cpu_timed_scope("tiny"):
+        pass
+main()
+proton.finalize()
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tmp_path_factory):
+    """A script profiled without a GPU, by itself and under `proton -c python`."""
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("cpu")
+    (folder / "run.py").write_text(CPU_RUN)
+    for args in (["run.py"], ["-m", "proton", "-c", "python", "-n", "python", "run.py"]):
+        done = subprocess.run([sys.executable, *args], cwd=folder, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    return folder / "cpu.hatchet", folder / "python.hatchet"
+
+
+def test_list_puts_cpu_time_with_the_inclusive_metrics(cpu_runs):
+    result = show("-l", str(cpu_runs[0]))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "inclusive: cpu_time (ns)"
+    assert "cpu_time" not in lines[1]
+
+
+def test_avg_time_on_a_cpu_profile_is_the_time_per_entry_of_each_scope(cpu_runs):
+    result = show("-m", "avg_time/ms,avg_cpu_time/ms,time/ms", str(cpu_runs[0]))
+    assert result.exit_code == 0, result.output
+    step = next(line.split() for line in result.output.splitlines() if line.endswith(" step"))
+    avg, avg_cpu, total = float(step[0]), float(step[1]), float(step[2])
+    assert avg == avg_cpu == pytest.approx(total / 4, rel=1e-3)
+    assert 2.0 <= avg < 50
+
+
+def cells_of(output: str) -> list[str]:
+    """The first column's cells of a tree's rows."""
+    return [line.split()[0] for line in output.splitlines()
+            if line[:1] == " " or line.split()[-1] == "ROOT"]
+
+
+def test_each_column_has_one_number_format(cpu_runs):
+    result = show("-m", "time/ms", str(cpu_runs[0]))
+    assert result.exit_code == 0, result.output
+    cells = cells_of(result.output)
+    assert len(cells) == 3 and all("e" not in cell for cell in cells), cells
+    assert len({len(cell.split(".")[1]) for cell in cells}) == 1, cells  # the same decimals
+    seconds = show("-m", "time/s", str(cpu_runs[0]))
+    cells = cells_of(seconds.output)
+    assert len({len(cell.split(".")[1]) for cell in cells}) == 1, cells
+    assert all("e" not in cell for cell in cells) or all("e-" in cell for cell in cells), cells
+
+
+def test_python_frames_of_a_cpu_run_show_the_time_of_the_scopes_inside_them(cpu_runs):
+    result = show("-m", "time/ms", str(cpu_runs[1]))
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()[1:]]
+    by_name = {row[-1]: row[0] for row in rows if len(row) > 1}
+    module = next(name for name in by_name if name.endswith("@<module>"))
+    assert float(by_name[module]) == pytest.approx(float(by_name["ROOT"]), rel=1e-3)
+    work = next(name for name in by_name if name.endswith("@work"))
+    assert float(by_name[work]) == pytest.approx(float(by_name["step"]), rel=1e-3)

@@ -82,7 +82,7 @@ def test_ten_thousand_levels_show_the_tree_to_the_depth_asked(chain):
 def test_ten_thousand_levels_list_metrics(chain):
     result = show("-l", chain)
     assert result.exit_code == 0, result.output
-    assert "exclusive: cpu_time (ns)" in result.output
+    assert "inclusive: cpu_time (ns)" in result.output
 
 
 def test_ten_thousand_levels_print_sorted_has_every_frame(chain):
@@ -277,7 +277,7 @@ def test_dash_reads_the_profile_from_stdin(tmp_path):
     assert piped.exit_code == 0, piped.output
     assert piped.output == show("-m", "cpu_time/ms", path).output
     listed = show("-l", "-", input=text)
-    assert listed.exit_code == 0 and "exclusive: cpu_time (ns)" in listed.output
+    assert listed.exit_code == 0 and "inclusive: cpu_time (ns)" in listed.output
     diff = show("-m", "cpu_time/ms", "-diff", "-", "--output", "json", path, input=text)
     assert diff.exit_code == 0, diff.output
     assert all(r["cpu_time (ms) Δ"] == 0 for r in json.loads(diff.output))
@@ -334,7 +334,8 @@ def test_root_total_skips_nested_timed_scopes_under_untimed_frames(tmp_path):
     assert derive(prof, "cpu_time/ms").values[root] == pytest.approx(9.0)
     assert derive(prof, "cpu_time/%").values[root] == pytest.approx(100.0)
     group = root.children[0] if root.children[0].frame["name"] == "group" else root.children[1]
-    assert derive(prof, "cpu_time/ms").values[group] != derive(prof, "cpu_time/ms").values[group]
+    # an untimed frame (a python frame of -c python) holds the outermost timed scopes in it
+    assert derive(prof, "cpu_time/ms").values[group] == pytest.approx(6.0)
 
 
 def test_legend_names_the_metric_and_roots_total(tmp_path):
@@ -365,7 +366,7 @@ def test_profile_without_scopes_or_kernels_shows_root_and_how_to_get_some(tmp_pa
 def test_list_on_a_cpu_only_profile_has_no_empty_list(tmp_path):
     result = show("-l", cpu_profile(tmp_path))
     assert result.output.splitlines() == [
-        "inclusive: (none)", "exclusive: cpu_time (ns)",
+        "inclusive: cpu_time (ns)", "exclusive: (none)",
         "derived:   cpu_time/s, cpu_time/ms, cpu_time/us, cpu_time/ns, cpu_time/%"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..format import CPU_TIME
 from . import deep
 from .errors import ViewerError
 from .names import STYLES
@@ -281,7 +282,11 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         if empty:
             click.echo(empty)
             return
-        for label, names in (("inclusive: ", prof.inclusive), ("exclusive: ", prof.exclusive),
+        # cpu_time is kept per node (never summed up the tree), but a scope's time holds its
+        # children's: for the reader it is inclusive
+        spans = [m for m in prof.exclusive if m == CPU_TIME]
+        for label, names in (("inclusive: ", prof.inclusive + spans),
+                             ("exclusive: ", [m for m in prof.exclusive if m not in spans]),
                              ("derived:   ", available(prof))):
             console.print(label + (", ".join(names) or "(none)"), soft_wrap=True, markup=False)
         return

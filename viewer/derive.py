@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..format import (BYTES, COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
+from ..format import (BYTES, COUNT, CPU_COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
                       DOT_NO_WGMMA, FLOPS, LAUNCH_CONFIGS, LAUNCH_METRICS, SASS_PREFIX, TIME,
                       TL_DOT)
 from .errors import ViewerError
@@ -58,7 +58,7 @@ def available(profile: Profile) -> list[str]:
         out.append("util")
     if CPU_TIME in have:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
-        if COUNT in have:
+        if _cpu_counts(have):
             out += [f"avg_cpu_time/{u}" for u in TIME_UNITS]
     out += list(dict.fromkeys(f"{_short(m)}/%" for m in _shares(profile)))
     return out
@@ -78,7 +78,8 @@ def cpu_fallback(profile: Profile, specs: list[str]) -> tuple[list[str], list[st
         cpu = None
         if spec.strip().lower() == "time/%":
             cpu = "cpu_time/%"
-        elif m and (m.group("what") == "time" or m.group("what") == "avg_time" and COUNT in have):
+        elif m and (m.group("what") == "time" or m.group("what") == "avg_time"
+                    and _cpu_counts(have)):
             cpu = f"{'avg_' if m.group('what') == 'avg_time' else ''}cpu_time/{m.group('unit')}"
         if cpu:
             was.append(spec.strip())
@@ -101,6 +102,13 @@ def expand_vectors(profile: Profile, specs: list[str]) -> list[str]:
         out += elements if elements and name not in (m.lower() for m in profile.exclusive) \
             else [spec]
     return out
+
+
+def _cpu_counts(have: set[str]) -> str | None:
+    """What avg_cpu_time divides by: the scopes' own entries (cpu_count), or in a file
+    written without them (Triton's, ours before) the kernel launches under them, as Triton's
+    viewer does; None when there is neither."""
+    return CPU_COUNT if CPU_COUNT in have else COUNT if COUNT in have else None
 
 
 def _has_util(profile: Profile, have: set[str]) -> bool:
@@ -160,7 +168,8 @@ def _short(metric: str) -> str:
 def derive(profile: Profile, spec: str) -> Column:
     """Compute one metric spec: one that `available` lists, or a metric's own name (any case,
     with or without its unit); raise ViewerError naming the choices for any other. ROOT's
-    cpu_time is `root_total`, the time of its outermost timed scopes.
+    cpu_time on a frame not timed itself (ROOT, a python frame) is the time of the outermost
+    timed scopes inside it (`root_total` for ROOT).
 
     Usage:
         derive(load("run.hatchet"), "time/ms").values  # a Series by hatchet node
@@ -188,9 +197,12 @@ def derive(profile: Profile, spec: str) -> Column:
         else:
             values = _column(profile, CPU_TIME, spec)
             if what == "avg_cpu_time":
-                values = values / _column(profile, COUNT, spec).replace(0, float("nan"))
+                counts = _cpu_counts({m.lower() for m in profile.inclusive + profile.exclusive})
+                if counts is None:
+                    raise _unknown(profile, spec)
+                values = values / _column(profile, counts, spec).replace(0, float("nan"))
             else:
-                values = _with_root_total(profile, values)
+                values = _timed_or_inside(profile, values)
             values = values * TIME_UNITS[unit]
         return Column(f"{what} ({unit})", values, additive=not what.startswith("avg"))
     m = RATE.match(s)
@@ -206,7 +218,7 @@ def derive(profile: Profile, spec: str) -> Column:
         values = _column(profile, base, spec)
         root = profile.gf.graph.roots[0]
         if base == CPU_TIME:
-            values = _with_root_total(profile, values)
+            values = _timed_or_inside(profile, values)
         whole = values[root] if base in profile.inclusive or base == CPU_TIME else values.sum()
         values = values / whole * 100 if whole else values * 0
         return Column(f"{_short(base)}/%", values)
@@ -252,28 +264,23 @@ def root_total(profile: Profile, values: pd.Series) -> float:
     """ROOT's value of an exclusive time metric (cpu_time): the sum over the timed nodes that
     have no timed ancestor. A scope's time already covers the scopes inside it, so nested
     values are never added twice. NaN when no node is timed."""
+    return float(_timed_or_inside(profile, values)[profile.gf.graph.roots[0]])
+
+
+def _timed_or_inside(profile: Profile, values: pd.Series) -> pd.Series:
+    """`values` of a host time metric (cpu_time) with each untimed frame's blank (ROOT, the
+    python frames of `-c python`, a plain scope) filled by the sum over the timed frames
+    inside it that have no timed frame between: a timed scope covers the ones it holds, so
+    nothing is counted twice. Blank stays blank where nothing inside is timed."""
     own = values.to_dict()
-    total, timed = 0.0, False
-    stack = list(profile.gf.graph.roots)
-    while stack:
-        node = stack.pop()
+    filled: dict = {}
+    for node in profile.gf.graph.traverse(order="post"):
         value = own.get(node)
-        if value is not None and value == value:  # timed: its children are inside it
-            total += value
-            timed = True
-        else:
-            stack.extend(node.children)
-    return total if timed else float("nan")
-
-
-def _with_root_total(profile: Profile, values: pd.Series) -> pd.Series:
-    """`values` with ROOT's blank filled by `root_total`."""
-    root = profile.gf.graph.roots[0]
-    if root in values.index and values[root] == values[root]:
-        return values
-    values = values.copy()
-    values[root] = root_total(profile, values)
-    return values
+        if value is None or value != value:
+            inside = [filled[c] for c in node.children if filled.get(c, float("nan")) == filled.get(c)]
+            value = float(sum(inside)) if inside else float("nan")
+        filled[node] = value
+    return pd.Series(filled, dtype=float).reindex(values.index)
 
 
 @dataclass(slots=True)

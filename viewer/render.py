@@ -27,16 +27,36 @@ GAP = "  "
 MIN_NAME = 24  # narrower than this, a name overflows the width rather than fold into slivers
 
 
-def fmt(value, integer: bool = False) -> str:
+def fmt(value, integer: bool = False, spec: str | None = None) -> str:
     """A cell: blank where the metric has no meaning (not nan), integers for counting columns,
-    else three decimals (scientific below 0.001)."""
+    else `spec` (the column's, from `column_spec`), by default three decimals (scientific
+    below 0.001)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if not math.isfinite(value):
         return str(value)
     if integer:
         return f"{int(value):,}"
-    return f"{value:,.3f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3e}"
+    if spec is None:
+        spec = ",.3f" if value == 0 or abs(value) >= 1e-3 else ".3e"
+    return format(value, spec)
+
+
+MAX_DECIMALS = 6
+"""A column whose smallest value needs more decimals than this is written in scientific form."""
+
+
+def column_spec(values: dict) -> str:
+    """One format for a whole column, so its numbers line up and compare at a glance: three
+    decimals, or where a nonzero value is below 0.001 enough decimals to give it three
+    significant digits, or scientific for every cell when that takes more than MAX_DECIMALS."""
+    finite = [abs(v) for v in values.values()
+              if v is not None and v == v and math.isfinite(v) and v != 0]
+    smallest = min(finite, default=1.0)
+    if smallest >= 1e-3:
+        return ",.3f"
+    decimals = 2 - math.floor(math.log10(smallest))
+    return f",.{decimals}f" if decimals <= MAX_DECIMALS else ".3e"
 
 
 def plural(count: int, word: str) -> str:
@@ -154,11 +174,12 @@ class _Rows:
         self.order = sort_values(self.first, diff)
         """What rows sort by: the first metric, or in a diff the size of its change."""
         self.ints = [_integral(v) for v in self.values]
+        self.specs = [column_spec(v) for v in self.values]
         self.top = self.first.get(gf.graph.roots[0]) if gf.graph.roots else None
         self.names, self.diff = names, diff
 
     def row(self, node, guide: str = "", more: str = "") -> Row:
-        cells = [fmt(v.get(node), self.ints[i]) for i, v in enumerate(self.values)]
+        cells = [fmt(v.get(node), self.ints[i], self.specs[i]) for i, v in enumerate(self.values)]
         name = self.names[node] if self.names else node.frame.get("name", "?")
         if not name.isprintable():
             name = printable(name)
@@ -307,5 +328,7 @@ def legend(columns: list[Column], root_value, diff: bool = False) -> Text:
             text.append("■ ", style=style)
             text.append(f"≥{bound:.0%} " if bound else "<1% ", style="dim")
     if values:
-        text.append(f"  min {fmt(min(values))}  max {fmt(max(values))}", style="dim")
+        spec = column_spec(dict(enumerate(values)))
+        text.append(f"  min {fmt(min(values), spec=spec)}  max {fmt(max(values), spec=spec)}",
+                    style="dim")
     return text

@@ -10,7 +10,7 @@ from ..cupti.attribution import KernelRecord
 from ..data.job import Job
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
 from ..options import PCOptions
-from ..format import COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
+from ..format import COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
 
 
 @dataclass(slots=True)
@@ -121,7 +121,8 @@ class Session:
         if not pieces:
             return
         if self.data == "tree":
-            self.add(path_id, {CPU_TIME + EXCLUSIVE: sum(b - a for a, b in pieces)})
+            self.add(path_id, {CPU_TIME + EXCLUSIVE: sum(b - a for a, b in pieces),
+                               CPU_COUNT + EXCLUSIVE: 1})
         elif spans:
             with self.lock:
                 if not self.closed:

@@ -80,7 +80,7 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
         pid = target.pid if target.pid is not None else status.get("pid", "unknown")
         suffix = "" if len(targets) == 1 or status.get("rank") is not None else f".pid{pid}"
         names.append((name if target.tcp else here) + suffix)  # TCP: a name in the job's folder
-    what = f"{steps} steps" if steps else f"{duration or 5:g} s"
+    what = f"{steps} step{'s' * (steps != 1)}" if steps else f"{duration or 5:g} s"
     click.echo(f"capturing {what} of {len(targets)} job{'s' * (len(targets) > 1)}...", err=True)
     outcomes = client.capture(targets, options, names, duration=duration or 5.0, steps=steps,
                               timeout=timeout)

@@ -37,6 +37,8 @@ TOKEN_ENV = "PROTON_TOKEN"
 CAPTURE_DIR_ENV = "PROTON_CAPTURE_DIR"
 """The folder TCP captures write in (file names only, confined to it); default: the job's
 current folder when it starts listening."""
+written: list[str] = []
+"""The files this job's captures wrote, in order (what the job says when it ends)."""
 MAX_CONNECTIONS = 16
 """Connections served at once per listening socket; more are refused at once."""
 TOKEN_TIMEOUT = 5.0
@@ -467,6 +469,7 @@ class Endpoint:
                                                       f"{', '.join(paths)} after all"))
         except ProtonError as exc:
             return {"ok": False, "error": str(exc)}
+        written.extend(paths)
         if gone:
             warn(f"the capture's client went away; wrote {', '.join(paths)}")
         return {"ok": True, "paths": paths, "started": started, "partial": partial}
