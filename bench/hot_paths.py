@@ -32,19 +32,18 @@ import sys
 import time
 import types
 
-import numpy as np
-from cupti import cupti
-
 import proton
 from proton.cupti.collector import CuptiCollector
-from proton.cupti.subscriber import CALLBACK, callback_fields
+from proton.cupti.subscriber import CALLBACK
 from proton.hooks import triton_hook
 from proton.runtime.profiler import profiler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from torch_like import TORCH_LIKE  # noqa: E402 - the tests' stand-in of nn.Module's frames
 
-N = 100_000
+from harness import (BEFORE, N, THREAD_CALLBACK, StandIn,  # noqa: E402 - bench/, beside it
+                     launch_callback, per_call, runner, through_c, timed)
+
 LIBRARY = """
 def call(f):
     return launcher(f)
@@ -103,90 +102,11 @@ def model():
     return ns["GPT"]()
 
 
-class StandIn:
-    """The collector as scopes and the hook see it."""
-
-    pushes_ids = True
-
-    def push(self, path: int) -> None:
-        pass
-
-    def pop(self) -> None:
-        pass
-
-    def timestamp(self) -> int:
-        return time.monotonic_ns()
-
-    def main_path(self, path: int) -> None:
-        pass
-
-    def push_main(self, path: int) -> None:
-        pass
-
-    def pop_main(self, path: int) -> None:
-        pass
-
-
 class Metadata:
     """What Triton hands the launch hooks for a kernel without launch_metadata."""
 
     data = {"name": "tiny_kernel", "function": None}
     extras = False
-
-
-def per_call(f, call, repeats: int) -> float:
-    """us per call of f through the library frames, best of `repeats`, the loop's cost off."""
-    def loop(g) -> float:
-        t0 = time.perf_counter()
-        for _ in range(N):
-            call(g)
-        return (time.perf_counter() - t0) / N * 1e6
-
-    noop = lambda: None  # noqa: E731
-    return min(loop(f) for _ in range(repeats)) - min(loop(noop) for _ in range(repeats))
-
-
-def launch_callback(walk: bool = True, native: bool | None = None):
-    """The python context's launch callback as the collector builds it (for the session
-    started with context="python"), a launch call's cbid, and CUPTI's callback data for its
-    enter and exit (laid out by cupti-python's own dtype), with what must stay alive beside
-    them: (on_api, cbid, enter, leave, (data, return value), collector). walk: the C helper
-    walks the stack (off: every launch with Python frames goes to Python, as before it could);
-    native: the collector's pipeline (None: the C helper's when built; False: Python's)."""
-    context = profiler.context
-    collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
-                               launch_path=context.launch_path, in_callback=True,
-                               walk=context.walk if walk else None, native=native)
-    collector._fields = callback_fields(cupti)
-    collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)  # no driver here
-    on_api = collector._launch_callback()
-    cbid = next(iter(collector._driver_cbids))
-    ret = ctypes.c_int32(0)
-    data = np.zeros(2, dtype=cupti.callback_data_dtype)
-    data["callback_site"] = [0, 1]  # enter, exit
-    data["correlation_id"] = 7
-    data["function_return_value"] = ctypes.addressof(ret)
-    enter, leave = data.ctypes.data, data.ctypes.data + data.dtype.itemsize
-    return on_api, cbid, enter, leave, (data, ret), collector
-
-
-def through_c(collector, on_api):
-    """CUPTI's callback as the python context subscribes it with the C helper built: the C
-    launch log's, which hands Python only the enter (CUPTI's timestamp stood in by libc's
-    time(), which takes the same pointer); None without the helper."""
-    from proton.cupti import native
-
-    libc = ctypes.CDLL(None)
-    collector._cupti = cupti  # its enums (launch_callback stood in its clock)
-    if not collector.pipeline.native:
-        return None
-    log, enter, _ = collector.pipeline.start(ctypes.cast(libc.time, ctypes.c_void_p).value)
-    enter = native.ENTER(enter)
-    log.configure(None, enter)
-    collector.pipeline.enable(True)
-    callback = CALLBACK(log.callback)
-    callback.alive = (enter, log)
-    return callback
 
 
 def python_callback(call, repeats: int, native: bool = False) -> tuple[float, float]:
@@ -299,25 +219,17 @@ def torch_forward(repeats: int, walk: bool = True, forwards: int = 50) -> tuple[
         proton.finalize()
 
 
-def timed(call, f) -> float:
-    t0 = time.perf_counter()
-    call(f)
-    return time.perf_counter() - t0
-
-
 def frameless(repeats: int, n: int = 20_000, kept: bool = False) -> float:
     """us per launch of the python context's callback through the C helper on a thread that
     runs no Python (a C thread), enter and exit, with no scope open; `kept`: the thread ran
     Python once before and kept its thread state (as PyTorch's autograd thread may)."""
-    import probe_foreign_thread  # bench/, beside this script
-
-    lib = probe_foreign_thread.runner()
+    lib = runner()
     proton.start("/tmp/hot_paths_frameless", context="python")
     on_api, cbid, enter, leave, _alive, collector = launch_callback()
     callback = through_c(collector, on_api) or CALLBACK(on_api)
-    as_runner = probe_foreign_thread.CALLBACK(ctypes.cast(callback, ctypes.c_void_p).value)
+    as_runner = THREAD_CALLBACK(ctypes.cast(callback, ctypes.c_void_p).value)
     # Python's own: the count it leaves inside ctypes' callback keeps the thread state
-    keep = probe_foreign_thread.BEFORE(lambda: ctypes.pythonapi.PyGILState_Ensure() and None)
+    keep = BEFORE(lambda: ctypes.pythonapi.PyGILState_Ensure() and None)
     try:
         seconds = min(lib.on_new_thread_after(as_runner, enter, leave, n, cbid, keep)
                       if kept else lib.on_new_thread(as_runner, enter, leave, n, cbid)

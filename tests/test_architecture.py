@@ -213,3 +213,41 @@ def test_the_python_context_leaves_out_every_profiler_file_but_the_examples():
                    "proton.hooks.triton_hook", "proton.scopes", "proton.api"):
         assert mods[module] in files, module
     assert mods["proton.examples.mlp"] not in files
+
+
+BENCH = os.path.join(ROOT, "bench")
+
+
+def bench_imports() -> dict[str, set[str]]:
+    """bench/'s scripts -> the scripts beside them each imports (anywhere in it: a function's
+    own import counts)."""
+    names = {f[:-3] for f in os.listdir(BENCH) if f.endswith(".py")}
+    graph = {}
+    for name in names:
+        with open(os.path.join(BENCH, name + ".py")) as f:
+            tree = ast.parse(f.read())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module)
+        graph[name] = found & names - {name}
+    return graph
+
+
+def test_bench_scripts_share_the_harness_and_import_no_circle():
+    graph = bench_imports()
+    assert "harness" in graph["hot_paths"] and "harness" in graph["probe_foreign_thread"]
+    assert not graph["harness"], "the harness imports no measurement"
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for dep in graph[todo.pop()] - seen:
+                seen.add(dep)
+                todo.append(dep)
+        return seen
+
+    circles = sorted(name for name in graph if name in reach(name))
+    assert not circles, f"bench/ scripts in an import circle: {circles}"

@@ -398,21 +398,19 @@ def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(ke
     thread): each launch goes to the unscoped path; with PROTON_KEEP_THREAD_STATES=1 the
     thread keeps one Python thread state (a thread-local set in one call is there in the next),
     else each call gets a fresh one (bench/probe_foreign_thread.py times both)."""
-    import importlib.util
-
+    from proton.cupti.collector import KEEP_STATES_ENV
     from proton.cupti.subscriber import passes_on
 
     bench = os.path.join(os.path.dirname(HERE), "..", "bench")
-    monkeypatch.syspath_prepend(bench)  # the probe imports hot_paths beside it
-    spec = importlib.util.spec_from_file_location(
-        "probe_foreign_thread", os.path.join(bench, "probe_foreign_thread.py"))
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    monkeypatch.syspath_prepend(bench)  # the benchmarks' shared harness
+    import harness as probe
+
     lib = probe.runner()
     proton.start("/tmp/proton_foreign_thread", context="python")
     try:
         monkeypatch.setattr(profiler.timeline, "unscoped", lambda thread, ts: 4242)
-        on_api, cbid, enter, leave, _alive, collector = probe.launch_callback(keep)
+        monkeypatch.setenv(KEEP_STATES_ENV, "1" if keep else "0")
+        on_api, cbid, enter, leave, _alive, collector = probe.launch_callback()
         local, calls = threading.local(), []
 
         @passes_on  # as the profiler's own wrappers are: on_api sees no Python frame
@@ -421,7 +419,7 @@ def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(ke
             local.calls = getattr(local, "calls", 0) + 1
             calls.append(local.calls)
 
-        kept = probe.CALLBACK(callback)
+        kept = probe.THREAD_CALLBACK(callback)
         lib.on_new_thread(kept, enter, leave, 3, cbid)
         assert collector.callback_errors == []
         assert calls == ([1, 2, 3, 4, 5, 6] if keep else [1] * 6)

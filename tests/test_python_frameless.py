@@ -65,13 +65,13 @@ def callback(tmp_path, monkeypatch):
     launch log that is where launches with no path of their own go, and the timeline, which
     it leaves unnoted, says 1 here to show it is not asked)."""
     monkeypatch.syspath_prepend(BENCH)
-    import hot_paths
+    import harness
 
     proton.start(str(tmp_path / "frameless"), context="python")
     try:
         monkeypatch.setattr(profiler.timeline, "unscoped", lambda thread, ts: 1)
-        on_api, cbid, enter, leave, alive, collector = hot_paths.launch_callback()
-        through = hot_paths.through_c(collector, on_api)
+        on_api, cbid, enter, leave, alive, collector = harness.launch_callback()
+        through = harness.through_c(collector, on_api)
         assert through is not None, "the C helper was not built"
         collector.main_path(4242)
         yield through, collector, cbid, enter, leave, alive

@@ -32,19 +32,19 @@ class Launcher:
     caller is the code under test; `check()` compares where each went with the path Python's
     launch_path gives at the same line."""
 
-    def __init__(self, way: str, hot_paths) -> None:
+    def __init__(self, way: str, harness) -> None:
         native = way != "Python"
         on_api, self.cbid, self.enter, self.leave, self._alive, self.collector = \
-            hot_paths.launch_callback(walk=way.startswith("walk"), native=native)
+            harness.launch_callback(walk=way.startswith("walk"), native=native)
         self.log = None
         if native:
-            through = hot_paths.through_c(self.collector, on_api)
+            through = harness.through_c(self.collector, on_api)
             assert through is not None, "the C helper was not built"
             self.log = self.collector.pipeline.log
             self.call = HELD(self.log.callback) if way == "walk, GIL held" else through
             self._alive += (through,)
         else:
-            self.call = hot_paths.CALLBACK(on_api)
+            self.call = harness.CALLBACK(on_api)
         self.data = self._alive[0]
         self.ids = itertools.count(100)
         self.launched: list[tuple[int, int]] = []
@@ -83,13 +83,13 @@ class Launcher:
 @pytest.fixture(params=WAYS)
 def launcher(request, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(BENCH)
-    import hot_paths
+    import harness
 
     proton.start(str(tmp_path / "walk"), context="python")
     made = None
     try:
-        made = Launcher(request.param, hot_paths)
-        made.way, made.hot_paths = request.param, hot_paths
+        made = Launcher(request.param, harness)
+        made.way, made.harness = request.param, harness
         yield made
     finally:
         if made is not None:
@@ -199,7 +199,7 @@ def test_a_scope_whose_opener_returned_is_placed_by_python(launcher):
 
 
 def test_an_op_the_triton_hook_opened_is_the_launchs_path(launcher):
-    saved, profiler.collector = profiler.collector, launcher.hot_paths.StandIn()  # collecting
+    saved, profiler.collector = profiler.collector, launcher.harness.StandIn()  # collecting
     try:
         for _ in range(3):
             ops.enter_op("kernel_op")
@@ -327,11 +327,11 @@ def test_deep_torch_module_stacks_get_pythons_paths_and_are_found_after_a_pass(l
 RECONFIGURED = r"""
 import sys, threading
 sys.path.insert(0, sys.argv[1])
-import hot_paths, proton
+import harness, proton
 from proton.cupti import native
 proton.start(sys.argv[2], context="python")
-on_api, cbid, enter, leave, alive, collector = hot_paths.launch_callback()
-through = hot_paths.through_c(collector, on_api)
+on_api, cbid, enter, leave, alive, collector = harness.launch_callback()
+through = harness.through_c(collector, on_api)
 log, python_enter = collector.pipeline.log, through.alive[0]
 
 def enter_(corr, ts, cbid_):
@@ -402,13 +402,13 @@ def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(tmp_pa
         native.compile_source(str(tmp_path / "one.so"), ONE_THREAD)
     except native.BuildError:
         pytest.skip("no C compiler: the C helper is not built")
-    import hot_paths
+    import harness
 
     runner = ctypes.CDLL(str(tmp_path / "one.so"))
     proton.start(str(tmp_path / "fresh"), context="python")
     try:
-        on_api, cbid, enter, leave, alive, collector = hot_paths.launch_callback()
-        through = hot_paths.through_c(collector, on_api)
+        on_api, cbid, enter, leave, alive, collector = harness.launch_callback()
+        through = harness.through_c(collector, on_api)
         assert through is not None, "the C helper was not built"
         data, opened = alive[0], []
 
