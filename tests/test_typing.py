@@ -58,3 +58,62 @@ def test_mypy_passes_and_an_editor_sees_start_signature(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert 'Revealed type is "def (name: str | None =, *, context: str =' in run.stdout
     assert 'Revealed type is "def (name: str, metrics:' in run.stdout
+
+
+SOURCES = ("pyproject.toml", "README.md", "proton", "viewer", "compiler", "hooks")
+
+
+def readme_editable_install() -> list[str]:
+    """The options of the README's editable install (`pip install -e . ...`) that shape it."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    command = re.search(r"pip install -e '?\.(?:\[test\])?'?([^\n&`]*)", text)
+    assert command, "the README gives no editable install"
+    return [part for value in re.findall(r"--config-settings[ =](\S+)", command.group(1))
+            for part in ("--config-settings", value)]
+
+
+def test_an_editable_install_made_as_the_readme_says_shows_mypy_the_signatures(tmp_path):
+    """`pip install -e .` by default serves proton.viewer, .hooks and .compiler (mapped from
+    their own folders) through an import hook mypy and editors cannot follow: everything
+    under `proton` is then Any to them."""
+    pytest.importorskip("mypy")
+    import shutil
+    import sysconfig
+    import venv
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for name in SOURCES:
+        source = os.path.join(ROOT, name)
+        if os.path.isdir(source):
+            shutil.copytree(source, checkout / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, checkout / name)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True)
+    # the dependencies (setuptools, mypy, hatchet...) from this interpreter's packages, as a
+    # path only: its own editable install of this checkout (a .pth) is not carried over
+    with open(os.path.join(site.stdout.strip(), "deps.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    options = readme_editable_install()
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                           "-q", "--no-deps", "--no-build-isolation", "--no-index", *options,
+                           "-e", str(checkout)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    user = tmp_path / "user.py"
+    user.write_text("import proton\nimport proton.viewer\nimport proton.hooks.launch\n"
+                    "reveal_type(proton.start)\nreveal_type(proton.viewer.read)\n")
+    run = subprocess.run([str(python), "-m", "mypy", "--cache-dir", os.devnull, str(user)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert 'Revealed type is "def (name: str | None =, *, context: str =' in run.stdout
+    assert 'Revealed type is "def (' in run.stdout.split("\n")[1], run.stdout
+    imported = subprocess.run([str(python), "-c", "import proton.viewer.cli, proton.hooks, "
+                               "proton.compiler; print(proton.viewer.cli.__name__)"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert imported.stdout == "proton.viewer.cli\n", imported.stderr
