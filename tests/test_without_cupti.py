@@ -73,7 +73,7 @@ def test_start_without_cupti_python_says_so_in_one_line_and_records_cpu_time(tmp
     (tmp_path / "main.py").write_text(SCRIPT)
     run = _without(tmp_path, "cupti", "main.py")
     assert run.returncode == 0, run.stderr
-    assert run.stderr.splitlines() == [LINUX_LINE]
+    assert run.stderr.splitlines() == [LINUX_LINE, f"proton: wrote {tmp_path / 'run.hatchet'}"]
     _cpu_timed(tmp_path / "run.hatchet")
 
 
@@ -92,7 +92,8 @@ def test_without_cuda_bindings_the_line_names_cuda_bindings(tmp_path):
     (tmp_path / "main.py").write_text(SCRIPT)
     run = _without(tmp_path, "cuda", "main.py")
     assert run.returncode == 0, run.stderr
-    assert run.stderr.splitlines() == [LINUX_LINE.replace("cupti-python is", "cuda-bindings is")]
+    assert run.stderr.splitlines() == [LINUX_LINE.replace("cupti-python is", "cuda-bindings is"),
+                                       f"proton: wrote {tmp_path / 'run.hatchet'}"]
     _cpu_timed(tmp_path / "run.hatchet")
 
 
