@@ -15,7 +15,7 @@ matched entries are dropped at once and memory stays flat however long the run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 from ..data.paths import ROOT
 from .records import External, Launch, Placed, Sunk, unpacks
@@ -200,8 +200,9 @@ class Attributor:
             ([r.correlation_id for r in external], [r.external_id for r in external]),
             ([r.correlation_id for r in api], [r.start for r in api], [r.graph for r in api],
              [r.thread_id for r in api]),
-            tuple(zip(*[(r.correlation_id, r.name, r.device_id, r.start, r.end, r.stream_id,
-                         r.config, r.graph_node) for r in kernels]))
+            cast("tuple[list, ...]", tuple(zip(*[  # tuples serve as the columns
+                (r.correlation_id, r.name, r.device_id, r.start, r.end, r.stream_id, r.config,
+                 r.graph_node) for r in kernels])))
             or ([], [], [], [], [], [], [], []))
 
     def add_columns(self, external: tuple[list, list], api: tuple[list, list, list, list],
@@ -274,7 +275,7 @@ class Attributor:
         started from `since` to `until` (None: no bound). One that started before `since`
         (kernel activity on) is a record an earlier CUPTI session left undelivered; one that
         started after `until` may have been launched after every session's window."""
-        out = []
+        out: list[tuple] = []
         for corr, kernels in self._early.items():
             path = self.external.pop(corr, ROOT)
             out.extend((path, kernel[_START]) + kernel[:_NODE] for kernel in kernels)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Callable
+from typing import Callable, cast
 
 from ..report import callback_failed
 from .subscriber import CALLBACK_CODES
@@ -60,7 +60,7 @@ def loaded_libcupti(maps: str = "/proc/self/maps") -> str | None:
 
 def timestamp_address(path: str) -> int:
     """The address of cuptiGetTimestamp in the libcupti at `path` (a loaded one)."""
-    return ctypes.cast(ctypes.CDLL(path).cuptiGetTimestamp, ctypes.c_void_p).value
+    return cast(int, ctypes.cast(ctypes.CDLL(path).cuptiGetTimestamp, ctypes.c_void_p).value)
 
 
 class RawBuffers:

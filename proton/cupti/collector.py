@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence, cast
 
 import numpy as np
 
@@ -36,6 +36,11 @@ from .attribution import Attributor, GroupSink, KernelSink, LaunchConfigs, Unsco
 from .pipeline import Pipeline, choose
 from .records import ApiFields, KernelFields
 from .subscriber import caller, cupti_enum, passes_on
+
+if TYPE_CHECKING:  # imported when used (sampling, raw buffers)
+    from .buffers import RawBuffers
+    from .pc_collector import PCCollector
+    from .subscriber import Subscriber
 
 BUFFER_SIZE = 8 << 20
 KEEP_STATES_ENV = "PROTON_KEEP_THREAD_STATES"
@@ -110,8 +115,8 @@ class CuptiCollector:
         self._sink, self._groups = sink, groups
         self._unscoped = unscoped
         self._lock = threading.Lock()
-        self._subscriber = None
-        self._raw = None
+        self._subscriber: Subscriber | None = None
+        self._raw: RawBuffers | None = None
         self._pc_options = pc
         self._users = list(callback_users or ())
         if graft is not None and launch_path is not None:
@@ -119,7 +124,7 @@ class CuptiCollector:
 
             self._users.append(GraphCaptures(cupti, self.attributor.captured,
                                              self.attributor.capturing, launch_path))
-        self.pc = None
+        self.pc: PCCollector | None = None
         """The PCCollector while instructions are sampled."""
         self._names: dict[int, str] = {}
         """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
@@ -277,10 +282,11 @@ class CuptiCollector:
         """Start sampling after the activity kinds (CUPTI refuses them once it samples)."""
         from .pcsampling import PCSamplingError
 
+        pc = cast("PCCollector", self.pc)  # made by _start_pc
         try:
-            self.pc.enable()
+            pc.enable()
         except PCSamplingError as exc:
-            self.pc.closed = True  # its callbacks stay subscribed and do nothing
+            pc.closed = True  # its callbacks stay subscribed and do nothing
             self.pc = None
             warn(f"PC sampling is off: {exc}; the profile gets kernel times only")
 
@@ -362,7 +368,8 @@ class CuptiCollector:
         register = self.attributor.register_launch
         capturing, in_capture = self.attributor.capturing, self.attributor.in_capture
         getframe, thread = sys._getframe, threading.get_ident
-        errors, unscoped, launch_path = self.callback_errors, self._unscoped, self._launch_path
+        errors, unscoped = self.callback_errors, self._unscoped
+        launch_path = cast("LaunchPath", self._launch_path)  # set: the python context's
         unscoped = unscoped_now or unscoped
         kept: set[int] | None = set() if os.environ.get(KEEP_STATES_ENV) == "1" else None
         keep = ctypes.pythonapi.PyGILState_Ensure
@@ -379,7 +386,7 @@ class CuptiCollector:
                         kept.add(me)
                     path, found = unscoped(me & 0xFFFFFFFF, start) if unscoped else ROOT, -1
                 register(corr, path, start, cbid in graphs)
-                return found
+                return found  # type: ignore[return-value]  # -1 where launch_path gave None
             except BaseException as exc:
                 callback_failed("in the launch callback", exc, errors)
                 return -1
@@ -428,7 +435,7 @@ class CuptiCollector:
         def on_api(userdata, domain, cbid, data) -> None:
             try:
                 if _u32(data + site).value:  # the exit
-                    if _i32(_ptr(data + ret_at).value).value:
+                    if _i32(_ptr(data + ret_at).value).value:  # type: ignore[arg-type]
                         cancel(_u32(data + corr_at).value)
                     return
                 on_enter(_u32(data + corr_at).value, now(), cbid)
@@ -548,7 +555,7 @@ class CuptiCollector:
         self._names[pointer] = text
         return text
 
-    def _digest(self, ext: list, api: list, kernels: list) -> None:
+    def _digest(self, ext: Sequence, api: Sequence, kernels: Sequence) -> None:
         """One buffer's columns as the pipelines read them (records.ExternalFields, ApiFields,
         KernelFields) joined by the Attributor."""
         X, A, KF = records.ExternalFields, ApiFields, KernelFields

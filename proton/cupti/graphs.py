@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from ..data.paths import ROOT
 from ..report import callback_failed
@@ -36,7 +36,7 @@ class GraphCaptures:
     (graph node id -> path id) through `launch_path(frame)`, the context's."""
 
     def __init__(self, cupti, captured: dict[int, int], capturing: dict[int, list[list[int]]],
-                 launch_path: Callable[[object], int | None]) -> None:
+                 launch_path: Callable[[Any], int | None]) -> None:
         self.captured, self.capturing = captured, capturing
         self._launch_path = launch_path
         self._now = cupti.get_timestamp

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections import deque
+from types import FrameType
 from typing import Callable, TypeVar
 
 from ..errors import ProtonError
@@ -57,7 +58,7 @@ _PENDING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 def _in_cupti_callback() -> bool:
     """The main thread is inside a CUPTI callback (so inside the CUDA call that made it)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code in CALLBACK_CODES:
             return True

@@ -35,7 +35,7 @@ import subprocess
 import tempfile
 import threading
 from importlib import resources
-from typing import Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -216,7 +216,7 @@ def _ctype(declaration: str):
 
 
 @functools.cache
-def signatures() -> dict[str, tuple[object, list]]:
+def signatures() -> dict[str, tuple[Any, list]]:
     """{function: (restype, argtypes)} of every PROTON_API function, read from native.c's
     definitions: the one place they are written."""
     out = {}
@@ -240,7 +240,12 @@ class Columns:
         self._call = lib.proton_columns
         self._next_address = ctypes.cast(next_record, ctypes.c_void_p).value
         table = np.full(self.KINDS, -1, dtype=np.int32)
-        nfields, first, offsets, sizes, signs, record_sizes = [], [], [], [], [], []
+        nfields: list[int] = []
+        first: list[int] = []
+        offsets: list[int] = []
+        sizes: list[int] = []
+        signs: list[int] = []
+        record_sizes: list[int] = []
         for g, (kinds, fields, record_size) in enumerate(groups):
             for kind in kinds:
                 table[kind] = g
@@ -444,8 +449,8 @@ that stack), else -1."""
 
 def _addresses(names) -> list[int]:
     """The addresses of these functions of this process's interpreter."""
-    return [ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
-            for name in names]
+    return [cast(int, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
+            for name in names]  # functions: never NULL
 
 
 def python_api() -> list[int]:

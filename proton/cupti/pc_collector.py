@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from ..data.paths import LINE, ROOT, paths
 from ..data.pc_samples import SampleTable
@@ -50,7 +50,7 @@ def _context() -> tuple[int, int, bool]:
     err2, ctx = driver.cuDevicePrimaryCtxRetain(device) if err == ok else (err, None)
     if err2 != ok:
         raise PCSamplingError(f"no CUDA context to sample ({err2.name})")
-    return int(ctx), 0, True
+    return int(cast(Any, ctx)), 0, True
 
 
 class PCCollector:
@@ -144,13 +144,14 @@ class PCCollector:
         except MainThreadBusy as exc:
             warn(f"PC sampling lost {lost}: {exc}")
             return False
-        self.table.add(drained)
+        cast(SampleTable, self.table).add(drained)  # made by enable()
         return True
 
     def _stop(self) -> list:
+        sampler = cast(Sampler, self.sampler)  # made by enable()
         with self._lock:  # one sampling buffer: one reader at a time
-            self.sampler.stop()
-            return self.sampler.drain()
+            sampler.stop()
+            return sampler.drain()
 
     def on_module(self, cbdata: int) -> None:
         """CUPTI's MODULE_LOADED callback: keep a copy of the cubin."""
@@ -186,7 +187,7 @@ class PCCollector:
                 with self._lock:  # launches from several threads share one sampling buffer
                     drained = sampler.drain()  # inactive stretches' kernels: read, dropped
                     if path is not None and drained:
-                        self.table.add(drained, path)
+                        cast(SampleTable, self.table).add(drained, path)
             except BaseException as exc:
                 callback_failed("in PC sampling around a launch", exc)
 
@@ -219,20 +220,21 @@ class PCCollector:
             self._report()
 
     def _finish(self) -> list:
+        sampler = cast(Sampler, self.sampler)  # made by enable()
         try:
-            drained = self._stop() if self.sampler.started else []
+            drained = self._stop() if sampler.started else []
             if self.options.serialize:
-                self.sampler.drain()  # kernels launched by no launch call we saw: dropped
+                sampler.drain()  # kernels launched by no launch call we saw: dropped
             return drained
         finally:
-            self.sampler.disable()
+            sampler.disable()
             self._release()
 
     def _report(self) -> None:
         """Say what the sampling lost."""
-        s = self.sampler
+        s, table = cast(Sampler, self.sampler), cast(SampleTable, self.table)
         if debugging():
-            debug(f"PC sampling: {self.table.samples} samples over {len(self.table.counts)} "
+            debug(f"PC sampling: {table.samples} samples over {len(table.counts)} "
                   f"(PC, reason) pairs; CUPTI total {s.total_samples}, non-user kernels "
                   f"{s.non_user_samples}")
         if s.non_user_samples > 0.05 * max(s.total_samples, 1):
@@ -297,7 +299,7 @@ def place_samples(pc: PCCollector, kernel_times: dict[str, list[tuple[int, float
             return kernel_times.get(function) or [(kernel_path(ROOT, function, pc.device), 1)]
         return [(kernel_path(path, function, pc.device), 1)]
 
-    table = pc.table.since(since)
+    table = cast(SampleTable, pc.table).since(since)
     for group in table.attribute(pc.line_finder(), kernel_nodes):
         if group.line is None:
             yield group.kernel, table.metrics(group.counts), group.why

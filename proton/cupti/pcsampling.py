@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -324,10 +325,11 @@ class Sampler:
 
     def _read(self, n_pcs: int) -> Drained:
         """The first n_pcs PC records as columns (a few numpy calls, no Python per sample)."""
-        pcs = np.frombuffer((_c.c_char * (n_pcs * 64)).from_address(_c.addressof(self._pcs)),
-                            dtype=_PC_DTYPE)
+        # a ctypes array is a buffer (numpy's stubs do not list it)
+        pcs = np.frombuffer(cast(Any, (_c.c_char * (n_pcs * 64)).from_address(
+            _c.addressof(self._pcs))), dtype=_PC_DTYPE)
         n = self._n_reasons
-        reasons = np.frombuffer(self._reasons, dtype=np.uint32).reshape(-1, n, 2)[:n_pcs]
+        reasons = np.frombuffer(cast(Any, self._reasons), dtype=np.uint32).reshape(-1, n, 2)[:n_pcs]
         counts = np.minimum(pcs["count"].astype(np.int64), n)
         used = np.arange(n)[None, :] < counts[:, None]  # each PC's first `count` entries
         rows = np.nonzero(used)

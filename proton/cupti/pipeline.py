@@ -26,13 +26,14 @@ from __future__ import annotations
 import ctypes
 import time
 from functools import partial
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, cast
 
 import numpy as np
 
 from ..data.paths import ROOT
 from ..report import callback_failed
 from . import native, records
+from .native import Joined
 from .records import ApiFields, ExternalFields, KernelFields
 
 CuptiCollector = Any
@@ -58,7 +59,7 @@ class Pipeline(Protocol):
     pop_main: Callable[[int], None]
     """With the launch log: pop, and main_path of the path given (ROOT: none) in one call."""
 
-    def start(self, timestamp: int) -> tuple[object, object, object]:
+    def start(self, timestamp: int) -> tuple[Any, Any, Any]:
         """Before CUPTI is subscribed (timestamp: cuptiGetTimestamp's address): the
         subscriber's (C launch log, Python launch enter, Python launch callback), each None
         when not used."""
@@ -94,7 +95,8 @@ def choose(collector: CuptiCollector, use_native: bool | None = None) -> Pipelin
     lib = native.helper() if use_native is not False else None
     if lib is None and use_native:
         raise RuntimeError("the C helper is not built here")
-    return NativePipeline(collector, lib) if lib is not None else PythonPipeline(collector)
+    made = NativePipeline(collector, lib) if lib is not None else PythonPipeline(collector)
+    return cast(Pipeline, made)  # both are: their ctypes calls are typed as plain objects
 
 
 def _nothing(*args) -> None:
@@ -148,8 +150,8 @@ class PythonPipeline:
         c = self._c
         try:
             offsets = walk(self._next, buffer, valid)
-            self.read_records(np.frombuffer((ctypes.c_char * valid).from_address(buffer),
-                                            dtype=np.uint8), offsets)
+            self.read_records(np.frombuffer(cast(Any, (ctypes.c_char * valid).from_address(
+                buffer)), dtype=np.uint8), offsets)  # a ctypes array is a buffer
         except BaseException as exc:
             callback_failed("while reading CUPTI records", exc, c.callback_errors)
         c.callback_seconds += time.perf_counter() - t0
@@ -182,7 +184,7 @@ def walk(next_record, buffer: int, valid: int) -> list[int]:
     record = ctypes.c_void_p()
     append, rec = offsets.append, ctypes.byref(record)
     while next_record(buffer, valid, rec) == 0:
-        append(record.value - buffer)
+        append(record.value - buffer)  # type: ignore[operator]  # a record: never NULL
     return offsets
 
 
@@ -204,7 +206,8 @@ def field_reader(dtype, names: list[str]):
     align = native.RECORD_ALIGN
 
     def read(buf: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
-        out, views = [], {}
+        out: list[np.ndarray] = []
+        views: dict = {}
         aligned = not (offsets % align).any()  # as CUPTI lays records out
         for at, dt in specs:
             size = dt.itemsize
@@ -238,16 +241,17 @@ class NativePipeline:
         self.log: native.LaunchLog | None = None
         """Made at start (it needs CUPTI's timestamp function)."""
         self.join: native.Join | None = None
-        self.columns: native.Columns | None = None
+        self.columns: Any = None
+        """native.Columns: read(...) where the C join runs, else called (made at attach)."""
         self._joined = [0, 0]
         """Launch records and kernels the C join matched."""
-        self._register_logged = None
+        self._register_logged: Any = None
         """The python context's launches the C log took instead of Python (no frames)."""
         if self.logs_launches:
             # the python context pushes too: a thread with a scope open is never frameless
             (self.push, self.pop, self._main, self.push_main,
              self.pop_main) = native.scope_calls(lib)
-            self.main_path = self._main_path
+            self.main_path: Callable[[int], None] = self._main_path
         else:
             self.push, self.pop = _external_ids(c)
             self.main_path = _nothing
@@ -284,7 +288,7 @@ class NativePipeline:
         cupti, K = c._cupti, c._cupti.ActivityKind
         domains = {int(cupti.CallbackDomain.DRIVER_API): int(K.DRIVER),
                    int(cupti.CallbackDomain.RUNTIME_API): int(K.RUNTIME)}
-        launches = {domain: (kind, *map(list, c._api_cbids[kind]))
+        launches: Any = {domain: (kind, *map(list, c._api_cbids[kind]))
                     for domain, kind in domains.items()}
         self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom,
                                     walk=c._walk)
@@ -348,7 +352,7 @@ class NativePipeline:
         """Records as Columns.read gives them through the C join, to the sinks (what it
         leaves to Python to the Attributor). Under the lock."""
         c = self._c
-        joined = self.join.add(blocks, rows, c.attributor.capture_span())
+        joined = cast(native.Join, self.join).add(blocks, rows, c.attributor.capture_span())
         try:
             self._route(joined)
         finally:  # the join has let go of these: lose none of them
@@ -356,7 +360,7 @@ class NativePipeline:
             if len(api[0]) or len(kernels[0]):
                 c._attribute(external, api, kernels)
 
-    def _route(self, joined: native.Joined) -> None:
+    def _route(self, joined: Joined) -> None:
         """The C join's sums to the group sink (its rows, made on demand, to the kernel sink's
         way when the sessions need each kernel)."""
         c = self._c
@@ -373,7 +377,8 @@ class NativePipeline:
         def rows() -> list[tuple]:
             r = joined.rows
             none = np.zeros(r.shape[1], dtype=records.DTYPE)  # C joins no graph kernel
-            kernels = [r[R[k.name]] if k.name in R.__members__ else none for k in K]
+            # k.name: the member's name (mypy takes it for the column named `name`)
+            kernels = [r[R[cast(str, k.name)]] if k.name in R.__members__ else none for k in K]
             placed = c._kernel_columns(kernels)[:records.Placed.graph_node]
             return list(zip(r[R.path].tolist(), r[R.launch].tolist(), *placed))
 

@@ -52,7 +52,7 @@ class ApiFields(Table):
 class KernelFields(Table):
     """A CONCURRENT_KERNEL record (activity_kernel10_dtype)."""
     correlation_id = 0
-    name = 1
+    name = 1  # type: ignore[assignment]  # a column named as CUPTI's field, over Enum.name
     device_id = 2
     start = 3
     end = 4
@@ -74,7 +74,7 @@ class Kernel(Table):
     configuration as grid blocks, threads per block, registers per thread and shared memory
     bytes per block (static + dynamic); graph node 0 when not launched through a graph."""
     correlation_id = 0
-    name = 1
+    name = 1  # type: ignore[assignment]  # a column named as CUPTI's field, over Enum.name
     device = 2
     start = 3
     end = 4
@@ -93,7 +93,7 @@ CONFIG = _cols(Kernel, "blocks threads registers shared")
 class Group(Table):
     """The C join's sum of a buffer's kernels per (path, name, device, configuration)."""
     path = 0
-    name = 1
+    name = 1  # type: ignore[assignment]  # a column named as CUPTI's field, over Enum.name
     device = 2
     blocks = 3
     threads = 4
@@ -108,7 +108,7 @@ class Row(Table):
     path = 0
     launch = 1
     correlation_id = 2
-    name = 3
+    name = 3  # type: ignore[assignment]  # a column named as CUPTI's field, over Enum.name
     device = 4
     start = 5
     end = 6
@@ -139,7 +139,7 @@ class Placed(Table):
     the launch's path and start in attribution.Kernel): config is LaunchConfigs' number;
     graph_node comes only when some kernel of the buffer ran in a graph."""
     correlation_id = 0
-    name = 1
+    name = 1  # type: ignore[assignment]  # a column named as CUPTI's field, over Enum.name
     device = 2
     start = 3
     end = 4
@@ -154,7 +154,7 @@ class Sunk(Table):
     path = 0
     launch = 1
     correlation_id = 2
-    name = 3
+    name = 3  # type: ignore[assignment]  # a column named as CUPTI's field, over Enum.name
     device = 4
     start = 5
     end = 6
