@@ -15,7 +15,7 @@ import shutil
 import statistics
 import tempfile
 import uuid
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 from .errors import ProtonError
 from .format import CHILDREN_KEY, FRAME_KEY, METRICS_KEY, NAME_KEY, TIME
@@ -69,7 +69,7 @@ def do_bench(fn: Callable[[], object], warmup: float = 25, rep: float = 100,
                 fn()
         torch.cuda.synchronize()
         profiler.deactivate(sid, flushing=True)
-        times = scope_times(profiler.phase_data(sid, 0), prefix)
+        times = scope_times(cast(list, profiler.phase_data(sid, 0)), prefix)  # a tree's
     finally:
         profiler.finalize(sid)
         shutil.rmtree(folder, ignore_errors=True)
@@ -99,8 +99,9 @@ def summarize(times: list[float], quantiles: Sequence[float] | None, return_mode
         return picked[0] if len(picked) == 1 else picked
     if return_mode == "all":
         return times
-    return {"min": min, "max": max, "mean": statistics.fmean,
-            "median": statistics.median}[return_mode](times)
+    pick: dict[str, Callable[[list[float]], float]] = {
+        "min": min, "max": max, "mean": statistics.fmean, "median": statistics.median}
+    return pick[return_mode](times)
 
 
 def _quantile(ordered: list[float], q: float) -> float:

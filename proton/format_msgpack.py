@@ -7,6 +7,7 @@ Imports nothing of Proton: the writer and the viewer both use it.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 
 class MsgpackError(ValueError):
@@ -90,6 +91,7 @@ def unpackb(data: bytes):
             continue
         b = take(1)[0]
         container = None
+        value: Any
         if b <= 0x7F:
             value = b
         elif b >= 0xE0:

@@ -14,9 +14,13 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import SessionError
 from .format import TRACE_EXTENSION, TREE_EXTENSION
+
+if TYPE_CHECKING:  # imported when the instrumentation backend is asked for
+    from .mode import InstrumentationMode
 
 CONTEXTS = ("shadow", "python")
 DATA = ("tree", "trace")
@@ -70,7 +74,7 @@ class SessionOptions:
     """The Triton launch hook, when hook="triton..."."""
     hook_spec: str | None = None
     """`hook` as given (the file records nothing of it; errors quote it)."""
-    instrument: object | None = None
+    instrument: InstrumentationMode | None = None
     """backend="instrumentation": the proton.mode.InstrumentationMode kernels compile with."""
     flush: str | None = None
     """mode="periodic_flushing[:format=F]": each finished phase goes to NAME.part_<phase>.F

@@ -49,6 +49,15 @@ def test_the_package_ships_py_typed():
         assert 'proton = ["py.typed"]' in f.read()
 
 
+def test_no_module_has_its_mypy_errors_ignored():
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        mypy = tomllib.load(f)["tool"]["mypy"]
+    ignored = [o["module"] for o in mypy.get("overrides", []) if o.get("ignore_errors")]
+    assert not ignored, f"mypy errors ignored in {ignored}"
+
+
 def test_mypy_passes_and_an_editor_sees_start_signature(tmp_path):
     pytest.importorskip("mypy")
     user = tmp_path / "user.py"

@@ -50,6 +50,7 @@ import os
 import runpy
 import sys
 from types import CodeType, FrameType
+from typing import Any
 
 from ..data.paths import PYTHON, ROOT, SCOPE, STATE, paths
 from ..format import LIBRARY_FILE, frame_name
@@ -65,7 +66,8 @@ def own_files() -> frozenset[str]:
     in every subfolder; not the bundled examples) and runpy's."""
     files = {runpy.__file__, "<frozen runpy>"}  # runpy is frozen into Python 3.11+
     for package in ("proton", "proton.hooks", "proton.compiler"):
-        for folder in importlib.util.find_spec(package).submodule_search_locations:
+        spec = importlib.util.find_spec(package)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
             for root, dirs, names in os.walk(folder):
                 dirs[:] = [d for d in dirs if d not in _USER_CODE]
                 files.update(os.path.join(root, n) for n in names if n.endswith(".py"))
@@ -237,7 +239,7 @@ def _slow_path(last: Kept, start: FrameType | None, key: list, at: int, scopes: 
     state = last.outer[at] if at >= 0 else _TOP
     n = len(key) // 2  # frames walked
     pending = scopes[state[1]:]
-    frames = None
+    frames: Any = None
     if not pending:
         places = []
     elif at >= 0 and all(s.opener is last.frames[at] and s.kind != STATE for s in pending):
@@ -319,8 +321,8 @@ def _places(pending: list, frames: list[FrameType]) -> list[int]:
     return places
 
 
-def _frames(frame: FrameType, n: int) -> list[FrameType]:
-    """`frame` and the n - 1 frames outside it, innermost first."""
+def _frames(frame: Any, n: int) -> list[FrameType]:
+    """`frame` and the n - 1 frames outside it, innermost first (there are that many)."""
     out = []
     for _ in range(n):
         out.append(frame)
@@ -370,7 +372,7 @@ def thread_launch_path(frame: FrameType | None) -> int | None:
     CUDA graph from Python) placed below the main thread's innermost frame, where this
     context's frameless launches from that thread go. A thread the program started keeps its
     own call path."""
-    pid = launch_path(frame)
+    pid: Any = launch_path(frame)  # an int while a frame is open
     st = per_thread.stacks
     if st.open and st.op_path is None and paths.frames[pid].kind == SCOPE:
         return _launch_line(pid, frame)  # pid: a scope (so no foreign thread's path)
@@ -457,7 +459,7 @@ def _before_scope(frame: FrameType | None) -> int:
     return pid
 
 
-def _below_opener(frame: FrameType, outer: FrameType, pid: int) -> int | None:
+def _below_opener(frame: FrameType | None, outer: FrameType, pid: int) -> int | None:
     """The path at `frame` (its node included) when `outer`, the opener of the innermost
     open scope (whose path is `pid`), is one of its callers: the frames in between get their
     nodes below it, at their current lines (none of them opened a scope still open). None

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any
 
 from ..data.paths import ROOT, STATE
 
@@ -22,10 +24,10 @@ class Open:
     """time.time_ns() at entry when it may be CPU-timed (see frames.enter_frame), else 0."""
     cpu_timed: bool
     """Opened as a cpu_timed_scope: timed even while a collector runs."""
-    pushed_by: object | None
+    pushed_by: Any
     """The collector that pushed this frame's CUPTI external correlation id, if one did; it
     pops it again even after it stopped collecting, so CUPTI's stack never drifts."""
-    opener: object | None = None
+    opener: FrameType | None = None
     """The user's Python frame that opened it (recorded for context="python" only)..."""
     opened_at: tuple[int, int] | None = None
     """... and where: (instruction offset, line)..."""
@@ -50,13 +52,13 @@ class Stacks:
         self.open: list[Open] = []
         self.version = 0
         """Counts frame changes on this thread (the python context keeps paths until it changes)."""
-        self.op = None
+        self.op: Any = None
         """The collector that pushed a launch's op id (Triton hook), until the launch's exit."""
         self.op_path: int | None = None
         """The op path of the launch in progress (the hook named it), for the launch callbacks."""
-        self.kept = None
+        self.kept: Any = None
         """context="python": this thread's python.Kept frames..."""
-        self.anchor = None
+        self.anchor: Any = None
         """... and its python.Anchor (where its last outermost scope was opened)."""
 
 

@@ -73,7 +73,7 @@ class DeviceValue:
         return DeviceValue(parts)
 
     def value(self) -> float | list:
-        total = None
+        total: Any = None
         for part, times in self.parts:
             got = part.tolist()
             got = [v * times for v in got] if isinstance(got, list) else got * times
@@ -219,7 +219,7 @@ def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
     if not isinstance(metrics, Mapping):
         raise ScopeError(f"metrics {metrics!r} ({type(metrics).__name__}) is not accepted; give "
                          "a mapping of names to numbers, e.g. {'tokens': 4096}")
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in metrics.items():
         if not isinstance(name, str) or not name:
             raise ScopeError(f"metric name {name!r} must be a non-empty string")

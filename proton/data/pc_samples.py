@@ -100,6 +100,7 @@ class SampleTable:
             line = resolved.get(pc)
             if line is None:
                 line = resolved[pc] = lines(crc, function, offset)
+            key: tuple
             if isinstance(line, str):
                 key = (path, function, None)
                 why.setdefault(key, line)
@@ -110,7 +111,7 @@ class SampleTable:
         out = []
         for (path, function, line), counts in by_line.items():
             nodes = kernel_nodes(path, function)
-            shares = [dict() for _ in nodes]
+            shares: list[dict[int, int]] = [dict() for _ in nodes]
             for reason, n in counts.items():
                 for share, part in zip(shares, split(n, [w for _, w in nodes])):
                     if part:

@@ -18,12 +18,12 @@ import socket
 import stat
 import tempfile
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 try:
     import fcntl
 except ImportError:  # Windows: no flock
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 from ..errors import ProfileWriteError, SessionError
 from ..files import create_beside
@@ -74,7 +74,8 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
             return None
 
     def node(pid: int) -> dict:
-        out = {}
+        out: dict[str, Any] = {}
+        value: Any
         for key, value in nodes.get(pid, {}).items():
             if key == DEVICE_ID:
                 value = str(int(value))
@@ -156,8 +157,8 @@ class WarpSpan(NamedTuple):
 
 
 def build_trace(events: list[tuple[int, Any]],
-                spans: list[tuple[int, int, int, int]] = (), job: dict | None = None,
-                intra: list[WarpSpan] = ()) -> dict:
+                spans: Sequence[tuple[int, int, int, int]] = (), job: dict | None = None,
+                intra: Sequence[WarpSpan] = ()) -> dict:
     """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
     any record with name, device_id, stream_id, start and end (ns): one event per kernel, on a
     process per device and a thread per stream. `spans`: scopes timed on the host, as (path
@@ -199,7 +200,7 @@ def build_trace(events: list[tuple[int, Any]],
             "baseTimeNanoseconds": t0, "traceEvents": out}
 
 
-def _intra_events(intra: list[WarpSpan], t0: int, who: str, stack) -> list[dict]:
+def _intra_events(intra: Sequence[WarpSpan], t0: int, who: str, stack) -> list[dict]:
     """Kernel scopes as Triton's Proton lays them out: launch by launch, then by SM, CTA,
     warp and start; the event named after the scope, its category the kernel's name; a
     process per kernel, SM and CTA ("add_kernel Core0 CTA3", then " GPU 1" when the trace
@@ -210,7 +211,8 @@ def _intra_events(intra: list[WarpSpan], t0: int, who: str, stack) -> list[dict]
     out: list[dict] = []
     several = len({s.device for s in intra}) > 1
     ordered = sorted(intra, key=lambda s: (s.launch, s.sm, s.cta, s.warp, s.start_ns))
-    group, line_ends = None, []
+    group: tuple | None = None
+    line_ends: list = []
     for s in ordered:
         key = (s.launch, s.sm, s.cta, s.warp)  # one CTA's warp: one origin
         if key != group:
@@ -343,6 +345,7 @@ def _plain(doc: Any) -> tuple[Any, int]:
 
     out: list = [None]
     todo: list = [(doc, out, 0)]
+    copy: Any
     while todo:
         value, into, at = todo.pop()
         if isinstance(value, dict):

@@ -33,6 +33,7 @@ import atexit
 import os
 import threading
 import time
+from typing import TYPE_CHECKING, cast
 
 from ..context import frames, make, stack
 from .. import data
@@ -46,13 +47,16 @@ from .router import KernelRouter
 from .session import Phase, Session
 from .timeline import MainTimeline
 
+if TYPE_CHECKING:  # imported when a session starts (CUPTI loads with it)
+    from ..cupti.collector import CuptiCollector
+
 
 class Profiler:
     """The process's sessions and the collector they share."""
 
     def __init__(self) -> None:
         self.sessions: dict[int, Session] = {}
-        self.collector = None
+        self.collector: CuptiCollector | None = None
         """The CUPTI collector while a session records kernels."""
         self.context = make("shadow")
         """Where frames and launches go; chosen by the first live session."""
@@ -73,7 +77,7 @@ class Profiler:
         self._atexit = False
         self.forked = False
         """This process was forked from one with Proton loaded: its files are NAME.pid<PID>."""
-        self._inherited = None
+        self._inherited: CuptiCollector | None = None
         """A forked child's copy of its parent's collector: kept, never used nor freed."""
         self._cuda_forked = False
         """Forked after the parent started CUDA, which cannot serve this process."""
@@ -348,7 +352,7 @@ class Profiler:
             for s in self._targets(session, finished_ok=True):
                 try:
                     if (pc := self._pc(s)) is not None and not self._sampling_for_others(s):
-                        self.collector.pc = None
+                        cast("CuptiCollector", self.collector).pc = None  # it samples
                         pc.finish()
                 finally:
                     with s.lock:
@@ -432,7 +436,7 @@ class Profiler:
             try:
                 written.append(writer.write(self._document(s, data, devices), path,
                                             since=s.began, encoding="msgpack"
-                                            if s.flush.endswith("msgpack") else "json",
+                                            if str(s.flush).endswith("msgpack") else "json",
                                             keep=s.keep_others))
             except ProfileWriteError as exc:
                 failed.append(str(exc))
@@ -465,7 +469,7 @@ class Profiler:
         if (pc := self._pc(session)) is not None:
             last = not self._sampling_for_others(session)
             if last:
-                self.collector.pc = None
+                cast("CuptiCollector", self.collector).pc = None  # it samples
             try:
                 self._add_pc_samples(session, pc, last)
             except Exception as exc:  # the time profile is still worth having
@@ -497,7 +501,7 @@ class Profiler:
         with session.lock:
             launch = {path: dict(seen) for path, seen in session.launch.items() if path in nodes}
         for path, seen in launch.items():
-            shape = configs.get(max(seen, key=seen.get)) if seen else None
+            shape = configs.get(max(seen, key=lambda config: seen[config])) if seen else None
             if shape is not None:
                 out[path] = dict(zip(LAUNCH_METRICS, shape))
                 if len(seen) > 1:
@@ -524,7 +528,8 @@ class Profiler:
             session.add(node, metrics)
 
     def _stop_collector(self) -> None:
-        collector, self.collector = self.collector, None
+        collector = cast("CuptiCollector", self.collector)  # called while one collects
+        self.collector = None
         collector.stop()
         self.timeline.clear()
         # kernels whose launch was never taken, inside a window (none finalized: no file)
@@ -591,7 +596,7 @@ def _mode(pc) -> str:
 
 profiler = Profiler()
 """The process's profiler."""
-frames.attach(profiler)
+frames.attach(profiler)  # type: ignore[arg-type]  # has the Recorder's attributes and methods
 data.attach(profiler)
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(after_in_child=profiler.after_fork_in_child)

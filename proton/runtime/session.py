@@ -5,6 +5,7 @@ import bisect
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ..cupti.attribution import KernelRecord
 from ..data.job import Job
@@ -62,7 +63,7 @@ class Session:
     """Wall-clock start: a file of the same name written after it is another process's."""
     flush: str | None = None
     """mode="periodic_flushing": the format each finished phase is written in."""
-    instrument: object | None = None
+    instrument: Any = None
     """backend="instrumentation": the runtime/instrumentation.Instrumentation it reads."""
     only_kernels: dict | None = None
     """backend="instrumentation": the kernel nodes of its instrumented launches (kept after the
@@ -128,7 +129,7 @@ class Session:
                 if not self.closed:
                     self.spans.extend((path_id, a, b, thread) for a, b in pieces)
 
-    def add(self, path_id: int, values: dict[str, float], fold: bool = True,
+    def add(self, path_id: int, values: Mapping[str, float], fold: bool = True,
             typed: bool = False) -> None:
         """`fold`: False on CUPTI's thread, where no GPU work may be launched (see
         data.metrics.DeviceValue). `typed`: user metrics, which keep the type they were first
@@ -152,7 +153,7 @@ class Session:
                 self._check_types(self.nodes.get(path_id, {}), values)
 
     @staticmethod
-    def _check_types(node: dict, values: dict) -> None:
+    def _check_types(node: dict, values: Mapping) -> None:
         for key, value in values.items():
             old = node.get(key)
             if old is not None:
@@ -221,6 +222,7 @@ class Session:
     def data_of(self, phase: int) -> Phase | None:
         """A copy of a phase's data (None once written away or cleared)."""
         with self.lock:
+            found: Phase | None
             if phase == self.phase:
                 found = Phase(self.nodes, self.events, self.spans)
             else:

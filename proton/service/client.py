@@ -8,6 +8,7 @@ import select
 import socket
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from ..data.job import alive
 from ..errors import ProtonError
@@ -100,7 +101,7 @@ class Connection:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 self.sock.settimeout(timeout)
-                self.sock.connect(target.path)
+                self.sock.connect(cast(str, target.path))  # a Unix socket's target
             except BaseException:
                 self.sock.close()  # a stale socket's refusal leaves nothing open
                 raise

@@ -22,6 +22,7 @@ import struct
 import sys
 import threading
 import time
+from typing import cast
 
 from .. import api, report
 from ..data import writer
@@ -121,7 +122,7 @@ class _Capture:
             if self.sid is None:
                 try:
                     self.sid = api.start(**self.options)
-                    if (session := profiler.sessions.get(self.sid)) is not None:
+                    if (session := profiler.sessions.get(cast(int, self.sid))) is not None:
                         session.keep_others = True
                 except Exception as exc:  # the script must not see the capture's failure
                     self.error = f"{type(exc).__name__}: {exc}"
@@ -341,7 +342,8 @@ class Endpoint:
         # bytes, not str: compare_digest refuses non-ASCII text, and JSON may carry a lone
         # surrogate, which plain encode() refuses
         return isinstance(token, str) and hmac.compare_digest(
-            token.encode("utf-8", "surrogatepass"), self.token.encode("utf-8", "surrogatepass"))
+            token.encode("utf-8", "surrogatepass"),
+            cast(str, self.token).encode("utf-8", "surrogatepass"))  # set: TCP needs one
 
     def status(self) -> dict:
         job = detect().fields()
@@ -414,10 +416,13 @@ class Endpoint:
         """Record until the client says stop; with the `duration` it asked for, at most that
         plus GRACE seconds, so a client that vanished without a word cannot hold it open.
         Returns the final reply."""
+        def discard_late(late_sid: int | None) -> None:
+            if late_sid is not None:
+                api.discard(late_sid)
+
         try:
             sid = run_phase("start", lambda: api.start(**options), PHASE_TIMEOUT,
-                            late=lambda late_sid: late_sid is not None
-                            and api.discard(late_sid))
+                            late=discard_late)
         except CaptureAbandoned as exc:
             return {"ok": False, "error": str(exc)}
         except Exception as exc:

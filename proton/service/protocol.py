@@ -41,7 +41,7 @@ SOCKET_DIR_ENV = "PROTON_SOCKET_DIR"
 """A private folder to listen in instead of <tmp>/proton-<uid> (tests, per-job /tmp)."""
 MAX_MESSAGE = 64 * 1024
 VERBS = ("status", "start", "stop", "snapshot")
-START_OPTIONS = {"name": str, "context": str, "data": str, "mode": (str, type(None)),
+START_OPTIONS: dict[str, type | tuple[type, ...]] = {"name": str, "context": str, "data": str, "mode": (str, type(None)),
                  "hook": (str, type(None)), "steps": (int, type(None)),
                  "duration": (int, float, type(None))}
 
