@@ -133,7 +133,8 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               help="Of several rank files (or a folder of them): show rank R's alone.")
 @click.option("--source", "kernel", default=None, metavar="KERNEL",
               help="Instead of the tree: the PC samples of KERNEL (its name as the file has "
-              "it or demangled, else a regex searched in both) per source line, over all its "
+              "it, as the tree shows it or as c++filt prints it, else a regex searched in the raw "
+              "and demangled names) per source line, over all its "
               "call paths, beside its source (a profile from `proton -m pcsampling`).")
 @click.option("--source-root", "source_roots", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False),
