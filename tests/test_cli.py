@@ -170,3 +170,55 @@ def test_triton_hook_without_triton_is_a_usage_error_and_writes_nothing(tmp_path
     assert run.returncode == 2, run.stderr
     assert "hook='triton' needs Triton" in run.stderr
     assert list(tmp_path.glob("*.hatchet")) == []
+
+
+PHASED = """
+import sys, time, proton
+
+def work():
+    with proton.scope("work"):
+        time.sleep(0.01)
+
+@proton.profile(name="deco")
+def decorated():
+    work()
+
+how = sys.argv[1]
+if how == "decorator":
+    for _ in range(10):
+        decorated()
+elif how == "start":
+    for _ in range(5):
+        sid = proton.start("deco")
+        work()
+        proton.deactivate(sid)
+elif how == "finalize":  # a script that writes its profile in two parts
+    for _ in range(2):
+        proton.start("deco")
+        work()
+        proton.finalize()
+        work()  # not recorded: finalized
+proton.finalize()
+"""
+"""Each way a script records `work` (10 ms in a scope) in and out of its own session."""
+
+
+@pytest.mark.parametrize("how,calls", [("decorator", 10), ("start", 5), ("finalize", 2)])
+def test_the_scripts_own_start_and_deactivate_lose_nothing_under_the_command(tmp_path, how,
+                                                                             calls):
+    """`proton -n deco script.py` keeps every call the script records, as `python script.py`
+    does; the script's deactivate() or finalize() pauses the command's session, its next
+    start() resumes it, and the command writes it when the script ends."""
+    (tmp_path / "phased.py").write_text(PHASED)
+    plain = subprocess.run([sys.executable, "phased.py", how], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    alone = find(load(tmp_path / "deco.hatchet")[0], "work")["metrics"]
+    (tmp_path / "deco.hatchet").unlink()
+    run = run_proton(tmp_path, "-n", "deco", "phased.py", how)
+    assert run.returncode == 0, run.stderr
+    work = find(load(tmp_path / "deco.hatchet")[0], "work")["metrics"]
+    ms = work["cpu_time (ns)"] / 1e6
+    assert 10 * calls <= ms < 15 * calls + 5, (ms, alone["cpu_time (ns)"] / 1e6)
+    if how != "finalize":  # python alone rewrites the file at each finalize: the last part
+        assert abs(ms - alone["cpu_time (ns)"] / 1e6) < 10 * calls * 0.5
