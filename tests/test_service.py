@@ -499,3 +499,82 @@ def test_an_idle_listening_job_ended_by_sigterm_says_nothing_was_recorded(tmp_pa
     assert job.proc.returncode == 128 + signal.SIGTERM
     assert err == "proton: SIGTERM; nothing was recorded\n"
     assert not list(tmp_path.glob("*.hatchet"))
+
+
+FAKE_JOB = """
+import json, os, socket, sys, threading, time
+how = sys.argv[1]
+path = os.path.join(os.environ["PROTON_SOCKET_DIR"], f"{os.getpid()}.sock")
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+server.listen(16)
+print("ready", flush=True)
+
+def answer(conn):
+    try:
+        reply(conn)
+    except OSError:  # ps hung up
+        pass
+
+def reply(conn):
+    conn.recv(65536)
+    if how == "ok only":  # a reply with none of the fields a status has
+        conn.sendall(b'{"ok": true}\\n')
+    elif how == "lies":  # fields of the wrong types
+        conn.sendall(json.dumps({"ok": True, "pid": os.getpid(), "state": "idle",
+                                 "sessions": [7], "steps": "many"}).encode() + b"\\n")
+    elif how == "escapes":  # a status whose text would clear the terminal and retitle it
+        conn.sendall(json.dumps({"ok": True, "pid": os.getpid(), "state": "idle\\x1b[2J",
+                                 "command": "x\\x1b]0;owned\\x07\\ny", "steps": 3}).encode()
+                     + b"\\n")
+    elif how == "another pid":
+        conn.sendall(json.dumps({"ok": True, "pid": 1, "state": "idle"}).encode() + b"\\n")
+    elif how == "trickle":  # a byte every 0.1 s, never a whole line
+        for _ in range(1000):
+            conn.sendall(b" ")
+            time.sleep(0.1)
+    elif how == "flood":  # megabytes without a newline
+        conn.sendall(b"x" * (4 << 20))
+    time.sleep(120)  # "silent" and the others: hold the connection open, answer nothing
+
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=answer, args=(conn,), daemon=True).start()
+"""
+"""A process listening where a job would (its own pid's socket) that answers `how` badly."""
+
+BROKEN = ["ok only", "lies", "escapes", "another pid", "silent", "trickle", "flood"]
+
+
+def test_ps_lists_every_job_within_seconds_whatever_broken_jobs_beside_it_answer(tmp_path,
+                                                                                  jobs):
+    jobs.append(good := Job(tmp_path, "--listen"))
+    (tmp_path / "fake.py").write_text(FAKE_JOB)
+    fakes = {}
+    try:
+        for how in BROKEN:
+            fake = subprocess.Popen([sys.executable, "fake.py", how], cwd=tmp_path, text=True,
+                                    stdout=subprocess.PIPE)
+            fakes[fake.pid] = (how, fake)
+            assert fake.stdout.readline() == "ready\n"
+        began = time.monotonic()
+        ps = subprocess.run([sys.executable, "-m", "proton", "ps"], capture_output=True,
+                            text=True, timeout=60)
+        took = time.monotonic() - began
+    finally:
+        for _, fake in fakes.values():
+            fake.kill()
+            fake.communicate()
+    assert ps.returncode == 0 and ps.stderr == "", ps.stderr
+    assert took < 6, took  # every row at once, 1.5 s each at most (and Python's start)
+    rows = {int(line.split()[0]): line for line in ps.stdout.splitlines()[1:]}
+    assert re.match(rf"{good.pid}\s+idle\s+\d+\s+", rows[good.pid]), ps.stdout
+    said = {how: rows[pid].split(None, 1)[1].strip() for pid, (how, _) in fakes.items()}
+    assert re.fullmatch(r"idle\\x1b\[2J +3 +x\\x1b\]0;owned\\x07\\ny", said.pop("escapes"))
+    assert all(line.startswith("unreachable: ") for line in said.values()), said
+    assert said["ok only"] == "unreachable: bad answer: state none is not str"
+    assert said["lies"] == "unreachable: bad answer: sessions is not a list of paths"
+    assert "\x1b" not in ps.stdout
+    assert said["another pid"].startswith("unreachable: bad answer: it answers as pid 1,")
+    assert said["silent"] == said["trickle"] == "unreachable: no answer in 1.5 s"
+    assert said["flood"] == "unreachable: bad answer: message over 65536 bytes"

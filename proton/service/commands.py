@@ -73,12 +73,13 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
                 click.echo(f"{target}: {reply.get('error')}", err=True)
         sys.exit(1 if failed else 0)
     options = {"context": context, "data": data, "mode": mode, "hook": hook}
-    statuses = {id(t): _ask(t, {"verb": "status"}) for t in targets} if len(targets) > 1 else {}
+    statuses = client.statuses(targets) if len(targets) > 1 else [None] * len(targets)
     names = []
-    for target in targets:  # several jobs without ranks: a file each, by pid
-        status = statuses.get(id(target), {})
-        pid = target.pid if target.pid is not None else status.get("pid", "unknown")
-        suffix = "" if len(targets) == 1 or status.get("rank") is not None else f".pid{pid}"
+    for target, status in zip(targets, statuses):  # several jobs without ranks: a file each
+        known = status if isinstance(status, client.Status) else None
+        pid = target.pid if target.pid is not None else known.pid if known else "unknown"
+        ranked = known is not None and known.rank is not None
+        suffix = "" if len(targets) == 1 or ranked else f".pid{pid}"
         names.append((name if target.tcp else here) + suffix)  # TCP: a name in the job's folder
     what = f"{steps} steps" if steps else f"{duration or 5:g} s"
     click.echo(f"capturing {what} of {len(targets)} job{'s' * (len(targets) > 1)}...", err=True)
@@ -139,22 +140,24 @@ def _ask(target, message: dict) -> dict:
 
 @click.command("ps", context_settings={"help_option_names": ["-h", "--help"]})
 def ps() -> None:
-    """List the jobs listening for captures on this host: pid, rank, state, steps, command."""
+    """List the jobs listening for captures on this host: pid, rank, state, steps, command.
+    Each job has 1.5 s to answer; one that cannot is listed as `unreachable: why`."""
     targets = client.listening()
     if not targets:
         click.echo("no job is listening for captures (start one with `proton --listen "
                    "main.py`, `proton main.py`, proton.listen() or PROTON_LISTEN=1)")
         return
     rows = [("PID", "RANK", "STATE", "STEPS", "COMMAND")]
-    for target in targets:
-        s = _ask(target, {"verb": "status"})
-        if not s.get("ok"):
-            rows.append((str(target.pid), "", f"unreachable: {s.get('error')}", "", ""))
+    for target, s in zip(targets, client.statuses(targets)):
+        if isinstance(s, str):
+            rows.append((str(target.pid), "", f"unreachable: {s}", "", ""))
             continue
-        rank = "" if s.get("rank") is None else f"{s['rank']}/{s.get('world_size', '?')}"
-        state = s["state"] if not s.get("sessions") else "recording " + ", ".join(
-            os.path.basename(p) for p in s["sessions"])
-        rows.append((str(s["pid"]), rank, state, str(s.get("steps", "")), s.get("command", "")))
+        size = "?" if s.world_size is None else s.world_size
+        rank = "" if s.rank is None else f"{s.rank}/{size}"
+        state = "recording " + ", ".join(os.path.basename(p) for p in s.sessions) \
+            if s.sessions else s.state
+        rows.append((str(target.pid), rank, state, "" if s.steps is None else str(s.steps),
+                     s.command))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])
