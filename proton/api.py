@@ -138,7 +138,8 @@ def finalize(session: int | None = None, output_format: str = "") -> None:
         output_format: "" or "hatchet" (the only format for data="tree").
     """
     if profiler.command_line:
-        deactivate(session)  # profiling stops here; the command writes at exit
+        if session is None or session in profiler.sessions:  # finalize twice: a no-op
+            deactivate(session)  # profiling stops here; the command writes at exit
         return
     write_profiles(session, output_format)
 

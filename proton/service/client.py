@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..data.job import alive
 from ..errors import ProtonError
 from .protocol import (SOCKET_DIR_ENV, Lines, ProtocolError, Status, check_status, encode,
-                       every_users_folders, search_folders, socket_path)
+                       every_users_folders, printable, search_folders, socket_path)
 
 
 @dataclass(slots=True)
@@ -177,6 +177,8 @@ def _status(target: Target, timeout: float) -> Status | str:
         return f"bad answer: {exc}"
     except OSError as exc:
         return f"cannot reach it: {exc.strerror or exc}"
+    except Exception as exc:  # whatever a peer sends, ps lists the other jobs
+        return f"bad answer: {type(exc).__name__}: {printable(exc)}"
 
 
 def capture(targets: list[Target], options: dict, names: list[str], *,
