@@ -15,9 +15,8 @@ import sys
 import tempfile
 import time
 
-VARIANTS = ["fresh", "plain", "python", "triton", "trace", "pc", "plain_finalize",
-            "raw_subscribe", "raw_activity", "raw_both", "raw_both_finalize", "raw_pc_twice",
-            "plain_finalize_between", "compile_fresh", "compile_plain_finalize", "lazy_cublas"]
+VARIANTS = ["fresh", "plain", "plain_busy", "plain_busy_finalize", "pc_busy", "raw_busy",
+            "compile_fresh"]
 
 
 def families(path: str) -> dict:
@@ -36,6 +35,20 @@ def families(path: str) -> dict:
         for c in node["children"]:
             walk(c)
     walk(doc[0])
+
+    def kernels(node):
+        m = node["metrics"]
+        if m.get("count") and node["frame"]["name"] != "ROOT":
+            got = m.get("num_samples", 0) + sum(c["metrics"].get("num_samples", 0)
+                                                for c in node["children"])
+            name = node["frame"]["name"][:70]
+            t, g = unsampled.get(name, (0, 0))
+            unsampled[name] = (t + m.get("time (ns)", 0) / 1e3, g + got)
+        for c in node["children"]:
+            kernels(c)
+    unsampled: dict = {}
+    kernels(doc[0])
+    out["unsampled_us"] = {k: round(t) for k, (t, g) in unsampled.items() if not g and t > 20}
     return out
 
 
@@ -96,10 +109,65 @@ def one(variant: str) -> dict:
         work(compiled)
         proton.finalize()
 
+    import threading
+
+    def busy_session(**kw):
+        """The earlier session ends (CUPTI torn down) while another thread launches, as a
+        capture ends on the capture thread while the job runs on."""
+        stop = threading.Event()
+
+        def launch():
+            b = torch.randn(512, 512, device="cuda", dtype=torch.bfloat16)
+            while not stop.is_set():
+                for _ in range(20):
+                    (b @ b).relu_()
+                    x.mul_(0.5).add_(1)
+                torch.cuda.synchronize()
+        proton.start(os.path.join(tmp, "earlier"), **kw)
+        th = threading.Thread(target=launch)
+        th.start()
+        time.sleep(0.5)
+        proton.finalize()
+        time.sleep(0.3)
+        stop.set()
+        th.join()
+        torch.cuda.synchronize()
+
     kinds = {"plain": {}, "python": {"context": "python"}, "triton": {"hook": "triton"},
              "trace": {"data": "trace"}, "pc": {"mode": "pcsampling"}}
     if variant in kinds:
         session("earlier", **kinds[variant])
+    elif variant in ("plain_busy", "plain_busy_finalize"):
+        busy_session()
+        if variant == "plain_busy_finalize":
+            finalize_cupti()
+    elif variant == "pc_busy":
+        busy_session(mode="pcsampling")
+    elif variant == "raw_busy":  # subscribe + kernel activity, torn down under launches
+        from proton.cupti.subscriber import Subscriber
+        from proton.cupti.buffers import RawBuffers
+        path = (cu.get_timestamp(), loaded_libcupti())[1]
+        stop = threading.Event()
+
+        def launch():
+            while not stop.is_set():
+                (a @ a).relu_()
+                x.mul_(0.5).add_(1)
+                torch.cuda.synchronize()
+        sub = Subscriber(path, lambda *a: None)
+        sub.subscribe()
+        raw = RawBuffers.shared(path, 8 << 20)
+        raw.register()
+        cu.activity_enable(cu.ActivityKind.CONCURRENT_KERNEL)
+        th = threading.Thread(target=launch)
+        th.start()
+        time.sleep(0.5)
+        cu.activity_disable(cu.ActivityKind.CONCURRENT_KERNEL)
+        cu.activity_flush_all(1)
+        sub.unsubscribe()
+        time.sleep(0.3)
+        stop.set()
+        th.join()
     elif variant in ("plain_finalize", "compile_plain_finalize"):
         session("earlier")
         finalize_cupti()
