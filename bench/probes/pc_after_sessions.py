@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-VARIANTS = ["fresh", "plain", "plain_busy", "plain_busy_finalize", "pc_busy", "raw_busy",
+VARIANTS = ["fresh", "lazy_cublas", "plain", "plain_busy", "plain_busy_finalize", "pc_busy", "raw_busy",
             "compile_fresh"]
 
 
@@ -31,6 +31,9 @@ def families(path: str) -> dict:
                    else "cublas" if ("nvjet" in name or "gemm" in name or "cutlass" in name)
                    else "torch")
             fam += "/lines" if "@" in name else "/nolines"
+            why = node["frame"].get("no_lines")
+            if why:
+                out.setdefault("why", {}).setdefault(fam, sorted({why[:40]}))
             out[fam] = out.get(fam, 0) + s
         for c in node["children"]:
             walk(c)
