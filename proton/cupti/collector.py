@@ -333,8 +333,9 @@ class CuptiCollector:
         GPT job, `--steps 3` then `--steps 3 -m pcsampling`, 176,829 of 176,829 samples lost; a
         session ended while another thread launched, 4,671 of 32,046, its torch kernels none;
         with cuptiFinalize after either, none beyond a fresh process's: bench/probes/
-        pc_after_sessions.py, pc_listen_orders.py). CUPTI's documentation asks for the GPU
-        synchronized and the buffers flushed first, which stop() has done."""
+        pc_after_sessions.py, pc_listen_orders.py). CUPTI's documentation asks for the
+        buffers flushed first, which stop() has done; the GPU is not synchronized, since the
+        job may go on launching from other threads."""
         from .buffers import loaded_libcupti
 
         try:
