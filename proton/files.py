@@ -4,7 +4,8 @@ A predictable temporary name (`{path}.{pid}.tmp`) in a folder another user may w
 user put a symlink there to a file of ours, which a plain `open(name, "w")` then overwrites.
 Here a temporary file has a random name and is created with O_EXCL, which fails on anything
 already at the name, a symlink included (O_NOFOLLOW too, for good measure); it is then renamed
-over its target, and a rename replaces a symlink at the target instead of following it.
+over its target, and a rename replaces a symlink at the target instead of following it (and a
+FIFO, instead of writing into it for whoever reads the other end).
 
 Imports nothing of Proton: the profile writer and the viewer both use it.
 """
@@ -14,6 +15,7 @@ import errno
 import os
 import secrets
 import stat
+import sys
 from typing import IO
 
 _FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
@@ -42,18 +44,39 @@ def create_beside(path: str, binary: bool = False) -> tuple[IO, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name beside it", path)
 
 
+STANDARD_STREAMS = {"-": "stdout", "/dev/stdout": "stdout", "/dev/fd/1": "stdout",
+                    "/proc/self/fd/1": "stdout", "/dev/stderr": "stderr", "/dev/fd/2": "stderr",
+                    "/proc/self/fd/2": "stderr"}
+"""Names that mean this process's standard output or error: written through the stream the
+process holds, never opened by name (as root, a rename at /dev/stdout would replace the link
+in /dev; as a user it fails)."""
+
+
 def write_whole(path: str, text: str) -> None:
     """Write `text` to `path` through a new file beside it renamed over `path`: no reader sees
-    half of it, and a symlink at `path` is replaced, not followed. A device or pipe
-    (`/dev/stdout`, a FIFO) is written into, as `open()` would.
+    half of it, and whatever stood at `path` (a symlink, another user's FIFO) is replaced,
+    never followed nor written into. `-` and `/dev/stdout` (STANDARD_STREAMS) are standard
+    output; a device is refused (a rename over it would replace the device node).
 
     Usage:
         write_whole("report.html", page)
+
+    Raises:
+        OSError: `path` could not be written (IsADirectoryError for a folder, EINVAL for a
+            device), and nothing was left beside it.
     """
-    if _stream(path):
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(text)
+    stream = STANDARD_STREAMS.get(os.path.normpath(path))
+    if stream is not None:
+        out = getattr(sys, stream)
+        out.write(text)
+        out.flush()
         return
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise OSError(errno.EINVAL, "it is a device, not a file", path)
     f, name = create_beside(path)
     try:
         with f:
@@ -65,17 +88,3 @@ def write_whole(path: str, text: str) -> None:
         except OSError:
             pass
         raise
-
-
-def _stream(path: str) -> bool:
-    """`path` is a device or pipe, named itself or through a symlink of this user's or root's
-    (`/dev/stdout`): no rename can put a file there (and as root one would replace the link in
-    /dev). A symlink another user made is never followed."""
-    try:
-        target, entry = os.stat(path), os.lstat(path)
-    except OSError:
-        return False
-    if stat.S_ISREG(target.st_mode) or stat.S_ISDIR(target.st_mode):
-        return False
-    own = os.geteuid() if hasattr(os, "geteuid") else 0  # Windows has no user ids
-    return not stat.S_ISLNK(entry.st_mode) or entry.st_uid in (0, own)

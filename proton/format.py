@@ -63,6 +63,9 @@ EXCLUSIVE = "(exc)"
 PROPERTY = "(pty)"
 """Suffix of a user metric that is a property of its node (a tile size, a dtype code): the last
 value given is kept, not summed over entries, nor into parents; dropped when written."""
+TABLE_COLUMNS = ("node", "name")
+"""Columns of hatchet's data frame besides the metrics (the frame's node and its name): a metric
+may not take these names (the viewer reads such a metric of an older file as "NAME (metric)")."""
 BYTES = "bytes"
 FLOPS = re.compile(r"flops(8|16|32|64)?")
 """launch_metadata's floating-point operations, by operand width in bits (none: unspecified)."""

@@ -13,7 +13,7 @@ import re
 import statistics
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 
@@ -200,3 +200,61 @@ print(json.dumps(out))
     for name in ("first", "restarted"):
         compute = find(load(str(tmp_path / f"{name}.hatchet"))[0], "scoped", "kernel", "compute")
         assert compute["metrics"]["warp_events"] == 8 * 4 and compute["metrics"]["cycles"] > 0
+
+
+def test_a_second_session_in_the_process_records_in_either_order(tmp_path):
+    """Sessions started again in one process (a notebook, a script per phase, captures):
+    trace then tree, and tree then trace, three launches of the scoped kernel each; the second
+    file holds every warp's scopes as the first does (4 scopes per warp per launch)."""
+    code = f"""
+import sys, torch; sys.argv = ["w", "ours", "tree", "x"]
+sys.path.insert(0, {os.path.dirname(WORKLOAD)!r})
+import intra_workload as w, proton
+x = torch.randn(w.GRID * w.BLOCK, device="cuda"); y = torch.empty_like(x)
+for order in (("trace", "tree"), ("tree", "trace")):
+    for i, data in enumerate(order):
+        proton.start({str(tmp_path)!r} + f"/{{order[0]}}_first_{{i}}", backend="instrumentation",
+                     data=data)
+        for _ in range(3):
+            w.scoped[(w.GRID,)](x, y, x.numel(), ITERS=w.ITERS, BLOCK=w.BLOCK, num_warps=w.WARPS)
+        proton.finalize()
+print("done")
+"""
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-3000:]
+    launches, warps = 3, 8 * 4  # each: 8 CTAs x 4 warps, every warp through 4 scopes once
+    for first, second in (("trace", "tree"), ("tree", "trace")):
+        for i, data in enumerate((first, second)):
+            stem = str(tmp_path / f"{first}_first_{i}")
+            if data == "tree":
+                kernel = find(load(stem + ".hatchet")[0], "scoped", "kernel")
+                assert sorted(c["frame"]["name"] for c in kernel["children"]) == \
+                    ["compute", "load", "store"], (first, i)
+                for node in (kernel, *kernel["children"]):
+                    assert node["metrics"]["warp_events"] == launches * warps, (first, i)
+            else:
+                names = Counter(e["name"] for e in load(stem + ".chrome_trace")["traceEvents"])
+                assert names == {n: launches * warps for n in ("kernel", "load", "compute",
+                                                               "store")}, (first, i, names)
+
+
+def test_trace_spans_keep_their_cycles_and_nest(tmp_path):
+    """Each span is placed by its cycle counters at the device's clock (not on %globaltimer's
+    32 ns grid): the 26-cycle load is about 13 ns wide at 1.98 GHz, and each scope lies
+    strictly inside its warp's `kernel` span."""
+    path, _, _ = run(tmp_path, "ours", "trace")
+    events = load(path)["traceEvents"]
+    for e in events:
+        mhz = e["args"]["Frequency (MHz)"]
+        assert e["dur"] * 1e3 == pytest.approx(e["args"]["cycles"] * 1e3 / mhz, abs=1e-3), e
+    load_spans = [e for e in events if e["name"] == "load"]
+    assert all(0 < e["dur"] * 1e3 < 32 for e in load_spans), load_spans[:3]
+    by_warp = defaultdict(dict)
+    for e in events:
+        by_warp[e["pid"], e["tid"].split(" (")[0]][e["name"]] = (e["ts"], e["ts"] + e["dur"])
+    for key, spans in by_warp.items():
+        outer = spans["kernel"]
+        for name in ("load", "compute", "store"):
+            start, end = spans[name]
+            assert outer[0] < start and end < outer[1], (key, name, spans)

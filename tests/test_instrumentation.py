@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from proton.data import intra
+from proton.data.metrics import base_name
 from proton.data.paths import paths
 from proton.data.writer import WarpSpan, build_trace
 from proton.errors import SessionError
@@ -265,7 +266,8 @@ def test_launches_read_together_sum_per_scope_and_normalise_per_launch():
                                    (1, SCRATCH, 2 * SCRATCH, kernel, 0, 1, 1)])
     outer = paths.intern(kernel, "outer")
     inner = paths.intern(outer, "inner")
-    o, i = inst.stats[kernel, outer].metrics(0), inst.stats[kernel, inner].metrics(0)
+    o, i = ({base_name(k): v for k, v in inst.stats[kernel, scope].metrics(0).items()}
+            for scope in (outer, inner))
     assert o["cycles"] == 100 + 50 + 10 + 30 and o["warp_events"] == 4
     # launch 1: 1 CTA x 2 warps; launch 2: 2 CTAs x 2 warps
     assert o["normalized_cycles"] == pytest.approx(150 / 2 + 40 / 4)
@@ -476,3 +478,50 @@ def test_both_viewers_read_the_kernel_scopes():
                             timeout=300)
     assert theirs.returncode == 0, theirs.stderr
     assert "12149.062 compute" in theirs.stdout and "26.000 load" in theirs.stdout
+
+
+def test_spans_are_placed_by_cycles_in_the_trace_and_the_warps_tab():
+    """Two CTAs on two SMs (clocks of their own), their starts on %globaltimer's 32 ns grid: a
+    38-cycle scope is 38 / 1.98 ns wide at 1.98 GHz, a scope nested in another keeps its own
+    edges, and the Warps tab's timeline places every span where the trace does."""
+    from proton.cupti.attribution import KernelRecord
+    from proton.runtime.instrumentation import Instrumentation, KernelInfo
+    from proton import mode
+
+    epoch = 1_764_000_000_000_000_000  # %globaltimer: a multiple of 32 ns
+    inst = Instrumentation(mode.Default(), {0: 1_980_000})
+    inst.keep_spans = True
+    info = KernelInfo("k", SCRATCH, 2, {0: "outer", 1: "math", 2: "tiny"}, {1: 0, 2: 0})
+
+    def warp(base):
+        return [(0, 0, base), (0, 1, base + 40), (1, 1, base + 10540), (0, 2, base + 10560),
+                (1, 2, base + 10598), (1, 0, base + 10645)]
+
+    raw = intra.encode([block(0, 3, {0: warp(1000), 1: warp(1007)}, init_ns=epoch),
+                        block(1, 5, {0: warp(5_000_000)}, init_ns=epoch + 32)], SCRATCH, 2, SEG)
+    kernel = paths.intern(0, "k", "kernel0")
+    inst._read_kernel(info, np.frombuffer(raw, np.uint8), [(1, 0, len(raw), kernel, 0, 0, 0)])
+    record = KernelRecord(1, "k", 0, epoch + 3_500_000, epoch + 3_520_000)
+    doc = build_trace([], [], None, inst.trace_spans([(kernel, record)]))
+    ev = {(e["pid"], e["tid"].split(" (")[0], e["name"]): e for e in doc["traceEvents"]}
+    ns = 1 / 1.98  # a cycle at 1.98 GHz
+    cta0 = {n: ev["k Core3 CTA0", "warp 0", n] for n in ("outer", "math", "tiny")}
+    assert cta0["tiny"]["dur"] * 1e3 == pytest.approx(38 * ns)
+    assert cta0["outer"]["dur"] * 1e3 == pytest.approx(10645 * ns)
+    assert (cta0["math"]["ts"] - cta0["outer"]["ts"]) * 1e3 == pytest.approx(40 * ns)
+    outer_end = cta0["outer"]["ts"] + cta0["outer"]["dur"]
+    assert (outer_end - cta0["math"]["ts"] - cta0["math"]["dur"]) * 1e3 == pytest.approx(105 * ns)
+    assert cta0["math"]["tid"] != cta0["outer"]["tid"]  # nested: the next line in Perfetto
+    # the second warp starts 7 cycles later on the same SM's clock; the other CTA 32 ns later
+    later = ev["k Core3 CTA0", "warp 1", "outer"]["ts"] - cta0["outer"]["ts"]
+    assert later * 1e3 == pytest.approx(7 * ns)
+    assert (ev["k Core5 CTA1", "warp 0", "outer"]["ts"] - cta0["outer"]["ts"]) * 1e3 == \
+        pytest.approx(32)
+    # the Warps tab: the same starts from the launch's first CTA, the same lengths
+    t = json.loads(inst.timelines()[kernel])
+    origin = min(e["ts"] for e in doc["traceEvents"])
+    for i, sid in enumerate(t["scope"]):
+        e = ev[f"k Core{t['sm'][i]} CTA{t['cta'][i]}", f"warp {t['warp'][i]}",
+               t["scopes"][sid].split(" > ")[-1]]
+        assert t["start_ns"][i] == pytest.approx((e["ts"] - origin) * 1e3, abs=0.06)
+        assert t["cycles"][i] * 1e6 / t["clock_khz"] == pytest.approx(e["dur"] * 1e3)

@@ -469,6 +469,82 @@ def test_a_burst_of_waiting_launches_then_their_kernels(cache):
     assert (9, n + 700, n + 700) in results[True]
 
 
+def _launches(collector, launch: int, calls: list[tuple[int, int]]) -> list[np.ndarray]:
+    """The external and API records of launches (correlation id, start) in scope 5."""
+    from cupti import cupti
+
+    K = cupti.ActivityKind
+    out = []
+    for corr, start in calls:
+        out.append(_record(cupti.activity_external_correlation_dtype,
+                           kind=int(K.EXTERNAL_CORRELATION), correlation_id=corr,
+                           external_kind=collector._custom, external_id=5))
+        out.append(_record(cupti.activity_api_dtype, kind=int(K.DRIVER), cbid=launch,
+                           correlation_id=corr, start=start))
+    return out
+
+
+def _kernel(corr: int, start: int, end: int) -> np.ndarray:
+    from cupti import cupti
+
+    return _record(cupti.activity_kernel10_dtype, kind=int(cupti.ActivityKind.CONCURRENT_KERNEL),
+                   correlation_id=corr, name=0x1000, start=start, end=end, stream_id=7)
+
+
+# Measured on an H100 (a --listen GPT job, a --steps 3 capture and then a --duration 1 one):
+# the first capture's stop flushed at STOP_FLUSH and turned kernel activity off at
+# KERNELS_OFF; kernel 7491, launched by the job in between (after that capture's window),
+# was not delivered then but in the next capture's buffers, whose kernel activity was on
+# from OPENED, window to WINDOW_END. It was counted as that capture's loss.
+STOP_FLUSH, KERNELS_OFF = 1795708476066248205, 1795708476066923497
+STALE = (7491, 1795708476066367196, 1795708476066368636)
+OPENED, WINDOW_END = 1795708476195542327, 1795708477222042385
+
+
+def test_a_kernel_an_earlier_session_left_undelivered_is_no_loss_of_the_next(cache):
+    """A capture after another: the stale kernel record the first one's stop cut off comes
+    with the second one's kernels; it is no launch of the second, so the second has lost
+    nothing. A kernel of the second with no launch record inside its window is a loss; one
+    that started after the window ended is not (the job runs on until CUPTI stops)."""
+    for joined in (False, True):
+        first, _, launch = _collector(joined)
+        _feed(first, _launches(first, launch, [(7490, STOP_FLUSH - 20_000),
+                                               (7491, STOP_FLUSH + 30_000)]), joined)
+        _feed(first, [_kernel(7490, STOP_FLUSH - 10_000, STOP_FLUSH - 9_000)], joined)
+        assert first.waiting_before(STOP_FLUSH) == 0
+        assert first.finish(until=STOP_FLUSH - 40_000) == 0  # 7491's kernel never came
+
+        second, got, launch = _collector(joined)
+        second.opened = OPENED
+        inside = [(50_000 + i, OPENED + 1_000_000 * (i + 1)) for i in range(3)]
+        _feed(second, _launches(second, launch, inside), joined)
+        _feed(second, [_kernel(*STALE)] + [_kernel(corr, start + 5_000, start + 9_000)
+                                            for corr, start in inside], joined)
+        assert second.waiting_before(WINDOW_END) == 0
+        assert second.finish(until=WINDOW_END) == 0, joined
+        assert sorted(k[2] for k in got) == [7491, 50_000, 50_001, 50_002]  # given, not lost
+
+        third, _, launch = _collector(joined)
+        third.opened = OPENED
+        _feed(third, [_kernel(60_000, OPENED + 5_000, OPENED + 9_000),  # its launch: lost
+                      _kernel(60_001, WINDOW_END + 5_000, WINDOW_END + 9_000)], joined)
+        assert third.finish(until=WINDOW_END) == 1, joined
+
+
+def test_launches_made_before_kernel_activity_was_on_are_not_waited_for(cache):
+    """A session takes launches before it turns kernel activity on (so that every kernel
+    recorded has its launch): those made before then may never get a kernel record, and a
+    flush must not wait for them until its deadline."""
+    for joined in (False, True):
+        collector, _, launch = _collector(joined)
+        collector.opened = 1000
+        _feed(collector, _launches(collector, launch, [(1, 900), (2, 1100), (3, 1200)]),
+              joined)
+        _feed(collector, [_kernel(3, 1300, 1400)], joined)
+        assert collector.waiting_before(2000) == 1, joined  # 2, not 1
+        assert collector.waiting_before(1150) == 1 and collector.waiting_before(999) == 0
+
+
 class _Launcher:
     """Calls the C launch log's callback as CUPTI would at a launch call's enter and exit, on
     the calling thread, with CUPTI's timestamp function answering `now`."""

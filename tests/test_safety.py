@@ -10,7 +10,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 from decimal import Decimal
 from fractions import Fraction
 
@@ -310,17 +309,19 @@ def test_another_user_of_a_shared_folder_cannot_make_the_job_overwrite_its_files
         shutil.rmtree(shared)
 
 
-def test_the_html_report_can_still_go_to_a_pipe_through_the_users_own_link(tmp_path):
+def test_the_html_report_goes_to_a_pipe_as_standard_output_and_a_fifo_at_its_name_is_replaced(
+        tmp_path):
+    """A pipe is reached through `-` (standard output), never by opening a name: a FIFO at the
+    report's name, even the user's own behind a link, is replaced by the page (issue 46)."""
     name = str(tmp_path / "p")
     record(name, {"n": 2})
-    fifo, link = tmp_path / "pipe", tmp_path / "out.html"  # as /dev/stdout -> a pipe
+    piped = subprocess.run([sys.executable, "-m", "proton.viewer.cli", "--html", "-",
+                            name + ".hatchet"], stdout=subprocess.PIPE, timeout=60)
+    assert piped.returncode == 0 and b"<html" in piped.stdout.lower()
+    fifo, link = tmp_path / "pipe", tmp_path / "out.html"
     os.mkfifo(fifo)
     os.symlink(fifo, link)
-    got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
-    reader.start()
     result = CliRunner().invoke(viewer, ["--html", str(link), name + ".hatchet"])
-    reader.join(60)
     assert result.exit_code == 0, result.output
-    assert b"<html" in got[0].lower() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
-    assert os.path.islink(link)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and not os.path.islink(link)
+    assert "<html" in link.read_text().lower()

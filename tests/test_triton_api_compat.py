@@ -268,13 +268,13 @@ class FakeCollector:
     def timestamp(self) -> int:
         return 0
 
-    def flush(self, timeout_s: float = 0) -> int:
+    def flush(self, timeout_s: float = 0, until: int | None = None) -> int:
         return 0
 
     def stop(self) -> None:
         pass
 
-    def finish(self) -> int:
+    def finish(self, until: int | None = None) -> int:
         return 0
 
     def dropped_records(self) -> int:

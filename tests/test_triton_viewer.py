@@ -147,3 +147,32 @@ def test_vectors_and_properties_in_our_file_leave_tritons_numbers_alone(tmp_path
     got = ours(name + ".hatchet", "-m", "tokens")
     assert expected == {("ROOT",): [20.0], ("ROOT", "fwd"): [20.0]}
     assert got == expected
+
+
+def test_kernel_scopes_read_as_the_file_holds_them(tmp_path):
+    """A tree of kernel scopes (backend="instrumentation") made as the runtime makes it, from
+    the buffer recorded on an H100 (kernel > load, compute, store) read as three launches:
+    every scope, the one with children included, shows in Triton's viewer and ours the value
+    its node holds in the file (a viewer adds children into a node whose metric the root also
+    carries)."""
+    from test_html_warps import scoped_profile
+
+    path = scoped_profile(tmp_path)
+    with open(path) as f:
+        root = json.load(f)[0]
+    held, todo = {}, [(root, ())]
+    while todo:
+        node, above = todo.pop()
+        names = (*above, node["frame"]["name"])
+        held[names] = node["metrics"]
+        todo += [(child, names) for child in node["children"]]
+    kernel = ("ROOT", "train_step", "scoped", "kernel")
+    assert held[kernel]["normalized_cycles"] < 2 * held[(*kernel, "compute")]["normalized_cycles"]
+    for metric in ("normalized_cycles", "cycles"):
+        expected, got = theirs(path, "-m", metric), ours(path, "-m", metric)
+        scopes = [p for p in held if metric in held[p]]
+        for names in sorted(scopes, key=len, reverse=True):  # the scopes, then any above
+            assert same(got[names][0], held[names][metric]), (metric, names, got[names])
+            assert same(held[names][metric], expected[names][0]), (metric, names,
+                                                                   expected[names])
+        assert len(scopes) == 4 and kernel in scopes  # only the scopes hold it

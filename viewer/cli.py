@@ -125,7 +125,8 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
 @click.option("--html", "html_path", default=None, metavar="REPORT.html",
               help="Write one self-contained page (no network) instead of the tree: flame "
               "graph (widths: the first -m metric), kernels table, roofline, source heat of "
-              "sampled kernels; several rank files are merged.")
+              "sampled kernels; several rank files are merged. A new regular file replaces "
+              "whatever stands at REPORT.html; - (or /dev/stdout) writes to standard output.")
 @click.option("--warps", is_flag=True,
               help="Instead of the tree: each kernel scope (backend='instrumentation') across "
               "warps: events, min/median/max cycles, cycles per warp, imbalance (max/median).")
@@ -469,16 +470,17 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
         f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
     text = page(prof, columns, title=f"Proton: {title}", roots=roots, merged=merged,
                 visible=visible, depth=depth, style=style)
-    from ..files import write_whole  # a symlink planted at `path` is replaced, not followed
+    from ..files import STANDARD_STREAMS, write_whole  # what stands at `path` is replaced
 
     try:
         write_whole(path, text)
     except OSError as exc:
         raise ViewerError(f"cannot write {path!r}: {exc.strerror or exc}; give a writable "
-                          "path") from None
-    from .render import size
+                          "file name, or - for standard output") from None
+    if path not in STANDARD_STREAMS:
+        from .render import size
 
-    click.echo(f"wrote {path} ({size(len(text.encode()))}); open it in a browser", err=True)
+        click.echo(f"wrote {path} ({size(len(text.encode()))}); open it in a browser", err=True)
 
 
 def _no_metrics_note(prof) -> str:

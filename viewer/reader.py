@@ -11,7 +11,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 
-from ..format import JOB_KEYS, LAUNCH_METADATA, WARP_TIMELINE
+from ..format import JOB_KEYS, LAUNCH_METADATA, TABLE_COLUMNS, WARP_TIMELINE
 from . import deep
 from .errors import ViewerError
 from .timelines import check as check_timeline
@@ -158,6 +158,9 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool) -> 
                           f"{MAX_CELLS:,} (a metric on one frame takes a cell on every frame)")
     notes = [f"{name}: vector metric {metric!r} has {n:,} elements; the viewer shows the first "
              f"{MAX_VECTOR}" for metric, n in cut.items()] + left_out
+    notes += [f"{name}: metric {column!r} is shown as {_renamed(column)!r} (the viewer's table "
+              f"uses the name {column!r} itself)" for column in TABLE_COLUMNS
+              if _renamed(column) in metrics]
     return Parsed(root, devices, job, notes, timelines)
 
 
@@ -443,7 +446,8 @@ def _as_float(value: int) -> float:
 def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
     """A vector metric ("lens": [3, 5]) becomes one exclusive metric per element ("lens[0]",
     "lens[1]"), which every view can show, sort and export like any number; its first
-    MAX_VECTOR elements only. (frames, distinct metric names, the longest length of each
+    MAX_VECTOR elements only. A metric named as a column of the table (TABLE_COLUMNS: "node",
+    refused when recorded since) is read as "node (metric)". (frames, distinct metric names, the longest length of each
     vector cut.)"""
     frames, names, cut = 0, set(), {}
     stack = [root]
@@ -462,9 +466,17 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
         for key, value in metrics.items():
             if type(value) is int and not -LARGEST_INT <= value < LARGEST_INT:
                 metrics[key] = _as_float(value)
+        if any(column in metrics for column in TABLE_COLUMNS):  # an older file's user metric
+            node["metrics"] = metrics = {_renamed(k) if k in TABLE_COLUMNS else k: v
+                                         for k, v in metrics.items()}
         names.update(metrics)
         stack.extend(node["children"])
     return frames, names, cut
+
+
+def _renamed(column: str) -> str:
+    """The name a metric called as one of the table's own columns is read under."""
+    return f"{column} (metric)"
 
 
 def _text_metric_names(root: dict) -> None:

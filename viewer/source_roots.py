@@ -11,9 +11,15 @@ when all of these hold:
   * it is a regular file with a source file's suffix (.py, .cu, .h, ...), of at most
     MAX_SOURCE_BYTES.
 Otherwise the viewer shows the sampled lines without code and says why in one line.
+
+The checks are made on the real path's text, and then exactly that path is opened: one
+component at a time from "/", each relative to the folder opened before it and never through a
+symlink (O_NOFOLLOW). A folder swapped for a symlink between the check and the open (another
+user racing the viewer) makes the open fail instead of leading out of the roots.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -50,7 +56,10 @@ class SourceRoots:
     def read(self, path: str) -> tuple[str | None, str | None]:
         """(the file's text, None), or (None, one line saying why it is not shown and how to
         show it when the user can)."""
-        real = os.path.realpath(path)
+        try:
+            real = os.path.realpath(path)
+        except OSError:  # a link that changed while it was resolved (Python < 3.13 raises)
+            return None, "not shown: the path changed while it was read; try again"
         if any(_under(p, never) for p in (os.path.abspath(path), real) for never in NEVER):
             return None, "not shown: files under /proc, /dev and /sys are never read"
         containing = [root for root in self.folders if _under(real, root)]
@@ -80,13 +89,41 @@ def _hidden_below(path: str, root: str) -> str | None:
     return None
 
 
+_FOLDER = (getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0)
+           | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+"""A folder on the way to a source file: opened only to open what is in it (O_PATH: a folder
+the user may pass through but not list still works), never through a symlink."""
+# O_NONBLOCK: a FIFO put at the file's name must not block the open
+_FILE = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+         | getattr(os, "O_CLOEXEC", 0))
+
+
+def _open_exactly(real: str) -> int:
+    """An open file descriptor of the file at `real` (an absolute path without symlinks),
+    reached from "/" one component at a time, none through a symlink: what is opened is what
+    lies at `real` now. OSError otherwise (ELOOP or ENOTDIR where a symlink stands)."""
+    if os.open not in os.supports_dir_fd or not hasattr(os, "O_NOFOLLOW"):  # not POSIX
+        return os.open(real, _FILE)
+    *folders, name = [part for part in real.split(os.sep) if part]
+    at = os.open(os.sep, _FOLDER)
+    try:
+        for part in folders:
+            inner = os.open(part, _FOLDER, dir_fd=at)
+            os.close(at)
+            at = inner
+        return os.open(name, _FILE, dir_fd=at)
+    finally:
+        os.close(at)
+
+
 def _read_regular(path: str) -> tuple[str | None, str | None]:
     try:
-        # O_NONBLOCK: a FIFO put there after realpath must not block the open
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = _open_exactly(path)
     except FileNotFoundError:
         return None, "source file not found on this machine"
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink stands where a folder was
+            return None, "not shown: the path changed while it was read; try again"
         return None, f"source file cannot be read: {exc.strerror or exc}"
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())

@@ -150,9 +150,9 @@ class Attributor:
         """Launch calls whose kernel record has not come yet (graph launches excluded)."""
         return len(self._launches)
 
-    def waiting_before(self, ts: int) -> int:
-        """Launch calls made by `ts` whose kernel record has not come yet."""
-        return sum(1 for _, start in list(self._launches.values()) if start <= ts)
+    def waiting_before(self, ts: int, since: int = 0) -> int:
+        """Launch calls made from `since` to `ts` whose kernel record has not come yet."""
+        return sum(1 for _, start in list(self._launches.values()) if since <= start <= ts)
 
     def in_capture(self, thread: int, ts: int) -> bool:
         """Thread `thread` was capturing a CUDA graph at `ts`."""
@@ -269,8 +269,11 @@ class Attributor:
                 return (self._graft(launch[0], captured), launch[1]) + kernel
         return launch + kernel
 
-    def finish(self) -> int:
-        """Give kernels whose launch record never came to the root; return how many there were."""
+    def finish(self, since: int = 0, until: int | None = None) -> int:
+        """Give kernels whose launch record never came to the root; return how many of them
+        started from `since` to `until` (None: no bound). One that started before `since`
+        (kernel activity on) is a record an earlier CUPTI session left undelivered; one that
+        started after `until` may have been launched after every session's window."""
         out = []
         for corr, kernels in self._early.items():
             path = self.external.pop(corr, ROOT)
@@ -282,4 +285,6 @@ class Attributor:
         if out:
             self.kernels += len(out)
             self._sink(out)
-        return len(out)
+        # each stands in its own start for its launch's
+        return sum(1 for k in out
+                   if since <= k[_LAUNCH] and (until is None or k[_LAUNCH] <= until))

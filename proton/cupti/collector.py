@@ -141,6 +141,9 @@ class CuptiCollector:
             for kind, launches, enum, graphs in (
                 (K.DRIVER, self._driver_cbids, drv, _DRIVER_GRAPHS),
                 (K.RUNTIME, self._runtime_cbids, rt, _RUNTIME_GRAPHS))}
+        self.opened = 0
+        """CUPTI time from which every launch gets its kernel record (kernel activity on): a
+        launch logged before it (the log and the API kinds are on first) is not waited for."""
         self.launch_configs = LaunchConfigs()
         """Each kernel's grid, block, registers and shared memory, numbered (the analyzer's)."""
         self._all_driver = [int(v) for v in drv.__members__.values()]
@@ -213,7 +216,11 @@ class CuptiCollector:
                 for domain, cbid in self.launch_callbacks():
                     subscriber.enable(domain, cbid)
             self._register_buffers(path)
-            for kind in self._kinds:
+            # The launches are taken before kernel activity is on, so every kernel record has
+            # its launch (a job launching on other threads meanwhile: a capture from outside).
+            self.pipeline.enable(True)
+            kernel, launch_kinds = self._kinds[0], self._kinds[1:]
+            for kind in launch_kinds:
                 cupti.activity_enable(kind)
             # Only the launch calls make API records: everything else stays off the hot path.
             api_records = not self.in_callback and not self.pipeline.logs_launches
@@ -223,10 +230,12 @@ class CuptiCollector:
             for cbid in self._all_runtime if api_records else ():
                 self._enable_api(cupti.activity_enable_runtime_api, cbid,
                                  cbid in self._runtime_cbids)
+            cupti.activity_enable(kernel)
+            self.opened = self.timestamp()
             if self.pc is not None:
                 self._enable_pc()
-            self.pipeline.enable(True)
         except (cupti.cuptiError, ProtonError) as exc:
+            self.pipeline.enable(False)
             for kind in self._kinds:
                 try:
                     cupti.activity_disable(kind)
@@ -297,10 +306,11 @@ class CuptiCollector:
                 raise
 
     def stop(self) -> None:
-        """Flush what is left and release CUPTI so another profiler may take it."""
+        """Release CUPTI so another profiler may take it. The sessions' windows were flushed
+        when they were finalized; what the job launched since is outside them, not waited
+        for. Kernel activity goes off first, so a kernel recorded has its launch taken."""
         cupti = self._cupti
-        self.flush()
-        for kind in self._kinds:
+        for kind in self._kinds:  # CONCURRENT_KERNEL first
             cupti.activity_disable(kind)
         cupti.activity_flush_all(1)
         if self._subscriber is not None:
@@ -310,10 +320,32 @@ class CuptiCollector:
         if self._raw is not None:
             self._raw.detach()
         self._release_users()
+        self._detach()
         if self.recorded is not None:
             write_whole(os.environ["PROTON_RECORD_CUPTI"],
                         json.dumps({"frames": [list(_plain(fr)) for fr in paths.frames],
                                     "buffers": self.recorded}))
+
+    def _detach(self) -> None:
+        """cuptiFinalize: CUPTI leaves the process, and the next session attaches afresh.
+        Merely unsubscribed, CUPTI stays attached in a state where a later PC sampling session
+        counts the samples of modules loaded before as non-user (H100, driver 580: a --listen
+        GPT job, `--steps 3` then `--steps 3 -m pcsampling`, 176,829 of 176,829 samples lost; a
+        session ended while another thread launched, 4,671 of 32,046, its torch kernels none;
+        with cuptiFinalize after either, none beyond a fresh process's: bench/probes/
+        pc_after_sessions.py, pc_listen_orders.py). CUPTI's documentation asks for the
+        buffers flushed first, which stop() has done; the GPU is not synchronized, since the
+        job may go on launching from other threads."""
+        from .buffers import loaded_libcupti
+
+        try:
+            path = loaded_libcupti()
+            rc = ctypes.CDLL(path).cuptiFinalize() if path else 0
+        except (OSError, AttributeError) as exc:
+            rc = str(exc)
+        if rc:
+            warn(f"CUPTI did not detach (cuptiFinalize: {rc}); a later pcsampling session in "
+                 "this process may find no samples for modules loaded before it")
 
     def timestamp(self) -> int:
         return self._cupti.get_timestamp()
@@ -432,15 +464,16 @@ class CuptiCollector:
         """Have CUPTI hand over the records it holds now (no waiting for the GPU)."""
         self._cupti.activity_flush_all(1)
 
-    def flush(self, timeout_s: float = 10.0) -> int:
-        """Deliver every record of the launches made so far; return how many never came.
-        Launches made meanwhile (the program runs on, as during a capture) are not waited
-        for; on a thread without a CUDA context nothing is synchronized, the records are
-        polled for until they come or `timeout_s` passes."""
+    def flush(self, timeout_s: float = 10.0, until: int | None = None) -> int:
+        """Deliver every record of the launches made by `until` (CUPTI time; None: now, the
+        end of the window being closed); return how many never came within `timeout_s`.
+        Launches made later (the program runs on, as during a capture) are not waited for;
+        on a thread without a CUDA context nothing is synchronized, the records are polled
+        for until they come or `timeout_s` passes."""
         from . import gpu
 
         t0 = time.monotonic()
-        until = self.timestamp()
+        until = self.timestamp() if until is None else until
         gpu.synchronize()
         deadline = t0 + timeout_s
         rounds = 0
@@ -504,19 +537,25 @@ class CuptiCollector:
         return self.attributor.kernels + self.pipeline.kernels
 
     def waiting_before(self, ts: int) -> int:
-        """Launch calls made by `ts` whose kernel record has not come yet."""
+        """Launch calls made by `ts`, with kernel activity on, whose kernel record has not
+        come yet."""
         with self._lock:
             self.pipeline.settle()
-            joined = self.pipeline.waiting(ts)
-        return joined + self.attributor.waiting_before(ts)
+            joined = self.pipeline.waiting(ts, self.opened)
+        return joined + self.attributor.waiting_before(ts, self.opened)
 
-    def finish(self) -> int:
+    def finish(self, until: int | None = None) -> int:
         """Give kernels whose launch record never came to the root (or the path of their
-        external record); return how many."""
+        external record); return how many of them started while kernel activity was on and
+        by `until` (None: no bound): the others are no session's. One that started later may
+        have been launched after every session's window ended; one that started before is a
+        record CUPTI held back from an earlier session of the process, whose stop cut it off
+        (seen on an H100: a kernel launched by the job between the last flush and the end of
+        kernel activity, delivered in the next capture)."""
         with self._lock:
             self.pipeline.settle()
-            lost = self.pipeline.finish()
-            return lost + self.attributor.finish()
+            lost = self.pipeline.finish(self.opened, until)
+            return lost + self.attributor.finish(self.opened, until)
 
     def _texts(self, pointers: np.ndarray) -> list[str]:
         """Kernel names for an array of CUPTI's name pointers."""

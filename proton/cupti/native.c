@@ -237,14 +237,15 @@ PROTON_API int64_t proton_join_path(const proton_join *j, int64_t corr) {
 /* Kernels held back (their launch record has not come): the caller sizes outputs with it. */
 PROTON_API int64_t proton_join_early(const proton_join *j) { return j->early.live; }
 
-/* Launches made at or before `ts` still waiting for their kernel (a scan of the table only
-   when some may be later: flush asks every 10 ms). */
-PROTON_API int64_t proton_join_waiting(const proton_join *j, int64_t ts) {
-    if (j->newest <= ts) return j->launches.live;
+/* Launches made from `since` to `ts` still waiting for their kernel (a scan of the table
+   only when some may be outside: flush asks every 10 ms). Those made before `since`, when
+   kernel activity was not yet on, may never get a record. */
+PROTON_API int64_t proton_join_waiting(const proton_join *j, int64_t since, int64_t ts) {
+    if (j->newest <= ts && since <= 0) return j->launches.live;
     int64_t n = 0;
     for (int64_t i = 0; i < j->launches.cap; i++) {
         const int64_t *s = j->launches.slots + i * 3;
-        if (s[0] != EMPTY && s[2] <= ts) n++;
+        if (s[0] != EMPTY && s[2] <= ts && s[2] >= since) n++;
     }
     return n;
 }

@@ -406,9 +406,9 @@ class Join:
         found = self._lib.proton_join_path(self._state, corr)
         return None if found < 0 else int(found)
 
-    def waiting(self, ts: int) -> int:
-        """Launches made by `ts` still waiting for their kernel."""
-        return int(self._lib.proton_join_waiting(self._state, ts))
+    def waiting(self, ts: int, since: int = 0) -> int:
+        """Launches made from `since` to `ts` still waiting for their kernel."""
+        return int(self._lib.proton_join_waiting(self._state, since, ts))
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """(paths, kernels): kernels whose launch record never came (records.Kernel), each with

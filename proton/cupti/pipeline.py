@@ -72,11 +72,13 @@ class Pipeline(Protocol):
     def settle(self) -> None:
         """Hand the Attributor what the launch callback holds (under the collector's lock)."""
 
-    def waiting(self, ts: int) -> int:
-        """Launches made by `ts` it holds that wait for their kernel (beyond the Attributor's)."""
+    def waiting(self, ts: int, since: int = 0) -> int:
+        """Launches made from `since` to `ts` it holds that wait for their kernel (beyond the
+        Attributor's)."""
 
-    def finish(self) -> int:
-        """Give the kernels it holds whose launch never came to the sink; how many."""
+    def finish(self, since: int = 0, until: int | None = None) -> int:
+        """Give the kernels it holds whose launch never came to the sink; how many of them
+        started from `since` to `until` (None: no bound)."""
 
     launches: int
     """Launch records it joined itself."""
@@ -166,10 +168,10 @@ class PythonPipeline:
     def settle(self) -> None:
         pass
 
-    def waiting(self, ts: int) -> int:
+    def waiting(self, ts: int, since: int = 0) -> int:
         return 0
 
-    def finish(self) -> int:
+    def finish(self, since: int = 0, until: int | None = None) -> int:
         return 0
 
 
@@ -411,10 +413,10 @@ class NativePipeline:
         for corr in failed:
             self._c.attributor.cancel_launch(corr)
 
-    def waiting(self, ts: int) -> int:
-        return self.join.waiting(ts) if self.join is not None else 0
+    def waiting(self, ts: int, since: int = 0) -> int:
+        return self.join.waiting(ts, since) if self.join is not None else 0
 
-    def finish(self) -> int:
+    def finish(self, since: int = 0, until: int | None = None) -> int:
         c = self._c
         if self.join is None:
             return 0
@@ -431,4 +433,9 @@ class NativePipeline:
             c._sink([(ROOT if p < 0 else p, k[start]) + k
                      for p, k in zip(paths_.tolist(), zip(*placed))])
             self._joined[1] += lost
+            starts = kernels[records.Kernel.start]
+            inside = starts >= since
+            if until is not None:
+                inside &= starts <= until
+            lost = int(inside.sum())
         return lost

@@ -20,12 +20,15 @@ from numbers import Integral, Number, Real
 from typing import Any, Mapping
 
 from ..errors import ScopeError
-from ..format import COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, PROPERTY, TIME
+from ..format import (COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, PROPERTY, TABLE_COLUMNS,
+                      TIME)
 
 DEVICE_CUDA = 1
 """DEVICE_TYPE's value in memory for NVIDIA GPUs (written as format.CUDA)."""
-RESERVED = frozenset({TIME, COUNT, DEVICE_ID, DEVICE_TYPE, CPU_TIME, "cpu_time", "time"})
-"""Names the profiler writes itself: user metrics may not take them."""
+RESERVED = frozenset({TIME, COUNT, DEVICE_ID, DEVICE_TYPE, CPU_TIME, "cpu_time", "time",
+                      *TABLE_COLUMNS})
+"""Names the profiler writes itself, and the viewer's table's own columns: user metrics may not
+take them."""
 
 
 def check_scope_name(name: Any, what: str = "scope name") -> str:
@@ -221,8 +224,8 @@ def check_user_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
         if not isinstance(name, str) or not name:
             raise ScopeError(f"metric name {name!r} must be a non-empty string")
         if base_name(name) in RESERVED:
-            raise ScopeError(f"metric name {name!r} is reserved for the profiler; rename it "
-                             f"(reserved: {', '.join(sorted(RESERVED))})")
+            raise ScopeError(f"metric name {name!r} is reserved for the profiler and its viewer; "
+                             f"rename it (reserved: {', '.join(sorted(RESERVED))})")
         if isinstance(value, str) and name.endswith(TEXT_SUFFIXES):
             out[name] = value
         else:

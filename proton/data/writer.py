@@ -20,6 +20,11 @@ import tempfile
 import time
 from typing import Any, NamedTuple
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock
+    fcntl = None
+
 from ..errors import ProfileWriteError, SessionError
 from ..files import create_beside
 from ..format import (CHILDREN_KEY, CUDA, CYCLES, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
@@ -258,8 +263,8 @@ def write(doc: Any, path: str, since: float | None = None, encoding: str = "json
     except Exception as exc:  # not only OSError: the profile must not be lost to a bug here
         reason = _reason(exc, path)
     fallback = None
-    try:  # a fresh folder only this user may enter (mkdtemp): no name in it can be pre-placed
-        fallback = os.path.join(tempfile.mkdtemp(prefix="proton-"), os.path.basename(path))
+    try:
+        fallback = _fallback(path)
         _dump_or_salvage(doc, fallback, encoding=encoding)
     except Exception as exc:
         raise ProfileWriteError(f"could not write the profile to {path} ({reason}) nor to "
@@ -268,6 +273,29 @@ def write(doc: Any, path: str, since: float | None = None, encoding: str = "json
                                 "another name") from None
     raise ProfileWriteError(f"could not write {path} ({reason}); wrote {fallback} instead; "
                             "give a name in a writable folder")
+
+
+_fallbacks: dict[str, str] = {}
+"""Target path -> the folder its profile went to instead (this process's): a later write of
+the same target (a periodic snapshot, the final write) replaces the file there."""
+
+
+def _fallback(path: str) -> str:
+    """Where the profile meant for `path` goes instead: in a fresh folder only this user may
+    enter (mkdtemp: no name in it can be pre-placed), the same one for every write of `path`
+    while that folder is still this user's and private."""
+    folder = _fallbacks.get(path)
+    if folder is not None:
+        try:
+            info = os.lstat(folder)
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() \
+                or stat.S_IMODE(info.st_mode) & 0o077:
+            folder = None  # removed (or replaced by another's): a new one
+    if folder is None:
+        folder = _fallbacks[path] = tempfile.mkdtemp(prefix="proton-")
+    return os.path.join(folder, os.path.basename(path))
 
 
 def _reason(exc: Exception, path: str) -> str:
@@ -340,9 +368,32 @@ def _place(tmp: str, path: str, since: float | None, keep: bool = False) -> str:
     """Move the finished `tmp` to `path`, or beside it when another process's profile is
     there (with `keep`: anything this process did not write). os.link creates `path` only if
     it does not exist, so of two processes finishing at once, the second sees the first's
-    file."""
+    file. When something is there, judging it and replacing it is one step for every writer
+    of the folder (_folder_lock): two runs of one name that both find an earlier run's file
+    cannot both replace it, the second over the first."""
     info = os.stat(tmp)
     _placed.add((info.st_dev, info.st_ino, info.st_mtime_ns))  # kept under any name
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links: judged and replaced below
+        pass
+    else:
+        os.remove(tmp)
+        return path
+    with _folder_lock(path) as locked:
+        if not locked:  # another writer holds the folder too long: replace nothing
+            beside = _link_beside(tmp, path)
+            warn(f"{path}: its folder stayed locked by another writer for "
+                 f"{LOCK_WAIT_S:g} s; wrote {beside} instead")
+            return beside
+        return _judge_and_place(tmp, path, since, keep)
+
+
+def _judge_and_place(tmp: str, path: str, since: float | None, keep: bool) -> str:
+    """_place's step under the folder's lock: `path` taken again if it is free now, else
+    what stands there judged, and replaced or left."""
     try:
         os.link(tmp, path)
     except FileExistsError:
@@ -366,6 +417,45 @@ def _place(tmp: str, path: str, since: float | None, keep: bool = False) -> str:
         return path
     os.replace(tmp, path)
     return path
+
+
+LOCK_WAIT_S = 10.0
+"""How long a writer waits for another to finish placing a file in the same folder."""
+
+
+@contextlib.contextmanager
+def _folder_lock(path: str):
+    """An exclusive flock on `path`'s folder, for every writer of profiles there (this
+    process's threads and other processes alike); yields False when it was not had within
+    LOCK_WAIT_S (another user may hold a lock on a shared folder: the wait is bounded), True
+    also where the file system has no locks (as before: nothing to wait for)."""
+    try:
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        fd = None
+    try:
+        yield fd is None or _lock(fd)
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the last descriptor releases the lock
+
+
+def _lock(fd: int) -> bool:
+    """flock(LOCK_EX) on `fd` within LOCK_WAIT_S; True also where there are no locks."""
+    if fcntl is None:  # Windows
+        return True
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        except OSError:  # no locks on this file system
+            return True
 
 
 def wrote(path: str) -> bool:

@@ -36,7 +36,8 @@ from ..data import intra
 from ..data.paths import SCOPE, paths
 from ..data.writer import WarpSpan
 from ..errors import SessionError
-from ..format import CYCLES, DEVICE_ID, NORMALIZED_CYCLES, WARP_CYCLES, WARP_EVENTS
+from ..format import (CYCLES, DEVICE_ID, EXCLUSIVE, NORMALIZED_CYCLES, PROPERTY, WARP_CYCLES,
+                      WARP_EVENTS)
 from ..mode import InstrumentationMode
 from ..report import warn
 from . import intra_native
@@ -124,10 +125,15 @@ class ScopeStats:
             self.kept += self.sample[-1].size
 
     def metrics(self, device: int) -> dict:
+        """The scope node's metrics, each its own: written without a 0 on the root, as
+        Triton's files hold them (a viewer sums a node's children into it, Triton's
+        included, when the root carries the key)."""
         med = float(np.median(np.concatenate(self.sample))) if self.sample else 0.0
-        return {CYCLES: self.cycles, NORMALIZED_CYCLES: self.normalized,
-                DEVICE_ID: str(device), WARP_EVENTS: self.events,
-                WARP_CYCLES[0]: self.lo, WARP_CYCLES[1]: med, WARP_CYCLES[2]: self.hi}
+        own, fixed = EXCLUSIVE, PROPERTY
+        return {CYCLES + own: self.cycles, NORMALIZED_CYCLES + own: self.normalized,
+                DEVICE_ID: str(device), WARP_EVENTS + own: self.events,
+                WARP_CYCLES[0] + fixed: self.lo, WARP_CYCLES[1] + fixed: med,
+                WARP_CYCLES[2] + fixed: self.hi}
 
 
 class _Slice:

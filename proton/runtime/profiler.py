@@ -63,6 +63,10 @@ class Profiler:
         self.router = KernelRouter(self.sessions)
         self.timeline = MainTimeline()
         self.lost_kernels = 0
+        """Launches inside a finalized session's window whose kernel record never came."""
+        self.window_end: int | None = None
+        """The latest end of a finalized session's window (CUPTI time): the job's launches
+        after it, cut off when CUPTI stops, are no session's."""
         self._next_id = 0
         self._gpu: bool | None = None
         self._lock = threading.RLock()
@@ -188,6 +192,7 @@ class Profiler:
         if self._gpu:  # cuInit was done
             self._gpu, self._cuda_forked = None, True
         self.lost_kernels = 0
+        self.window_end = None
         self.router.clear()
         self.timeline.clear()
         self._choose_context("shadow")
@@ -305,7 +310,9 @@ class Profiler:
             for s in targets:  # a bad format must not cost the data
                 writer.check_format(s.data, output_format)
             if self.collector is not None:
-                self.lost_kernels += self.collector.flush()
+                end = self._window_end(targets)
+                self.lost_kernels += self.collector.flush(until=end)
+                self.window_end = max(end, self.window_end or end)
             self.deactivate(session)
             self._add_open_cpu_time(targets)
             devices = self._device_table()
@@ -319,13 +326,21 @@ class Profiler:
                         failed.append(str(exc))
                     except Exception as exc:  # a bug here must not keep the session open
                         failed.append(f"could not write {s.path}: {type(exc).__name__}: {exc}")
-                    finally:
-                        del self.sessions[s.id]
+                    except BaseException:  # Ctrl-C: the session stays, for the exit handler
+                        raise  # (or a later finalize) to write
+                    del self.sessions[s.id]
             finally:
                 self._closed()
             if failed:
                 raise ProfileWriteError("; ".join(failed))
             return written
+
+    def _window_end(self, sessions: list[Session]) -> int:
+        """The last launch time these sessions take: the end of each one's last active
+        stretch (now for an active one; a --steps capture ended at a step boundary)."""
+        now = self.now()
+        return max((now if s.active or not s.intervals else s.intervals[-1][1])
+                   for s in sessions)
 
     def discard(self, session: int) -> None:
         """Close `session` without writing its file (a capture abandoned before it began)."""
@@ -512,18 +527,22 @@ class Profiler:
         collector, self.collector = self.collector, None
         collector.stop()
         self.timeline.clear()
-        lost = self.lost_kernels + collector.finish()
-        dropped = collector.dropped_records()
+        # kernels whose launch was never taken, inside a window (none finalized: no file)
+        unlaunched = collector.finish(until=self.window_end if self.window_end else 0)
+        lost, dropped = self.lost_kernels, collector.dropped_records()
         if debugging():
             debug(f"{collector.launches} launch records ({collector.attributor.launches} "
                   f"joined in Python), {collector.kernels} kernels "
-                  f"attributed, {lost} lost, "
-                  f"{dropped} dropped; {collector.records} records read in "
-                  f"{collector.callback_seconds * 1e3:.1f} ms")
-        if lost or dropped:
-            warn(f"{lost} kernel launches had no kernel record and CUPTI dropped {dropped} "
-                 "records; the profile misses them")
+                  f"attributed, {lost} launches without their kernel, {unlaunched} kernels "
+                  f"without their launch, {dropped} dropped; {collector.records} records "
+                  f"read in {collector.callback_seconds * 1e3:.1f} ms")
+        if lost or unlaunched or dropped:
+            said = [f"{lost} kernel launches had no kernel record" * bool(lost),
+                    f"{unlaunched} kernels had no launch record" * bool(unlaunched),
+                    f"CUPTI dropped {dropped} records" * bool(dropped)]
+            warn(f"the profile misses kernels: {', '.join(s for s in said if s)}")
         self.lost_kernels = 0
+        self.window_end = None
 
     def _device_table(self) -> dict:
         if not self.gpu:

@@ -20,8 +20,9 @@ def flush_every(seconds: float) -> threading.Thread:
                 profiler.snapshot()
                 failed = False
             except Exception as exc:  # say it once, and keep trying
-                if not failed:
-                    warn(f"could not write the periodic snapshot: {type(exc).__name__}: {exc}")
+                if not failed:  # a fallback file is the same one each time (writer.write)
+                    warn(f"could not write the periodic snapshot: {type(exc).__name__}: {exc}; "
+                         "each later snapshot replaces the same file")
                 failed = True
 
     stop = threading.Event()
