@@ -432,6 +432,26 @@ def test_source_takes_a_shown_or_cxxfilt_name_literally(name):
     assert result.output.startswith(ADD + ": 2,504 samples")
 
 
+CLAMP_CXXFILT = (
+    'void at::native::vectorized_elementwise_kernel<8, at::native::(anonymous namespace)::lau'
+    'nch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::'
+    'ClampLimits)::{lambda()#1}::operator()() const::{lambda()#8}::operator()() const::{lambd'
+    'a(c10::Half)#1}, std::array<char*, 2ul> >(int, at::native::(anonymous namespace)::launch'
+    '_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::Cla'
+    'mpLimits)::{lambda()#1}::operator()() const::{lambda()#8}::operator()() const::{lambda(c'
+    '10::Half)#1}, std::array<char*, 2ul>)'
+)
+"""c++filt's output for the clamp kernel of pcsampling_recorded.hatchet (the issue's case)."""
+
+
+def test_source_takes_cxxfilts_output_for_a_sampled_kernel_with_lambdas_and_namespaces():
+    result = show("--source", CLAMP_CXXFILT, RECORDED)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("at::native::vectorized_elementwise_kernel<8, at::native::"
+                                    "(anonymous namespace)::launch_clamp_scalar(…)")
+    assert "samples" in result.output.splitlines()[0]
+
+
 def test_a_kernel_too_short_to_be_sampled_is_said_so_in_a_sampled_profile():
     result = show("--source", "FillFunctor", os.path.join(DATA, "diagnose_recorded.hatchet"))
     assert result.exit_code == 2 and "pcsampling`" not in result.output
