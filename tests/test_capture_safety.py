@@ -354,7 +354,7 @@ def test_a_steps_capture_whose_job_ends_names_the_file_it_writes(tmp_path, jobs)
     done = capture(tmp_path, str(job.pid), "--steps", "10000", "-n", "ended")
     assert done.returncode == 1
     path = tmp_path / "ended.hatchet"
-    assert done.stderr.splitlines()[-1] == (f"pid {job.pid}: it ended during the capture; it "
-                                            f"writes what it has as it exits ({path})")
+    assert done.stderr.splitlines()[-1] == (f"pid {job.pid}: it ended during the capture and "
+                                            f"wrote what it had ({path})")
     job.proc.communicate(timeout=60)
     assert steps_in(path) > 5
