@@ -84,9 +84,12 @@ def jobs():
         job.proc.communicate()
 
 
-def capture(folder, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def capture(folder, *args: str, timeout: int = 120,
+            token: str | None = None) -> subprocess.CompletedProcess:
+    """`proton capture ARGS` in `folder`; a TCP `token` goes in PROTON_TOKEN, never argv."""
+    env = {**os.environ, **({"PROTON_TOKEN": token} if token else {})}
     return subprocess.run([sys.executable, "-m", "proton", "capture", *args], cwd=folder,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def steps_in(path) -> int:
@@ -218,9 +221,14 @@ def test_a_job_that_ends_during_the_capture_is_named_and_writes_what_it_has(tmp_
     assert steps_in(tmp_path / "ended.hatchet") > 5
 
 
+TOKEN = "9f2c41d07be35a86c1e0f4d2b7a95c3e"
+WRONG = "0b6e1f3a92d84c57e0a1b3c5d7f9e2a4"
+"""Tokens of 128 bits (a weaker one is refused)."""
+
+
 def tcp_job(folder, jobs, rank: int, token: str, env=None) -> tuple[Job, str]:
-    job = Job(folder, "--listen", "--listen-tcp", "127.0.0.1:0", "--token", token,
-              env={"RANK": str(rank), "WORLD_SIZE": "2", **(env or {})})
+    job = Job(folder, "--listen", "--listen-tcp", "127.0.0.1:0",
+              env={"RANK": str(rank), "WORLD_SIZE": "2", "PROTON_TOKEN": token, **(env or {})})
     jobs.append(job)
     line = ""
     while "listening for captures on tcp" not in line:
@@ -231,15 +239,15 @@ def tcp_job(folder, jobs, rank: int, token: str, env=None) -> tuple[Job, str]:
 def test_two_hosts_stand_in_tcp_endpoints_with_a_token(tmp_path, jobs):
     """Two local processes stand in for two hosts: each rank listens on TCP; one capture
     reaches both with the token, and the viewer merges their files."""
-    addresses = [tcp_job(tmp_path, jobs, rank, "s3cret")[1] for rank in (0, 1)]
-    bad = capture(tmp_path, "--connect", addresses[0], "--token", "wrong", "--duration", "0.2")
+    addresses = [tcp_job(tmp_path, jobs, rank, TOKEN)[1] for rank in (0, 1)]
+    bad = capture(tmp_path, "--connect", addresses[0], "--duration", "0.2", token=WRONG)
     assert bad.returncode == 1 and "bad or missing token" in bad.stderr
     missing = subprocess.run([sys.executable, "-m", "proton", "capture", "--connect",
                               addresses[0]], capture_output=True, text=True,
                              env={k: v for k, v in os.environ.items() if k != "PROTON_TOKEN"})
     assert missing.returncode == 2 and "needs the job's token" in missing.stderr
     done = capture(tmp_path, "--connect", addresses[0], "--connect", addresses[1],
-                   "--token", "s3cret", "--duration", "0.5", "-n", "multi")
+                   "--duration", "0.5", "-n", "multi", token=TOKEN)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["multi.rank0.hatchet",
                                                                   "multi.rank1.hatchet"]

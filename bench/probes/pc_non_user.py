@@ -43,7 +43,7 @@ def main() -> None:
     for variant, extra in (("early", {}), ("late", {}), ("late-eager", {"CUDA_MODULE_LOADING": "EAGER"}),
                            ("early-eager", {"CUDA_MODULE_LOADING": "EAGER"}), ("late-compile", {})):
         env = {**os.environ, "VARIANT": variant, "PROTON_DEBUG": "1", **extra}
-        done = subprocess.run([sys.executable, "-c", CHILD % {"root": root}], env=env,
+        done = subprocess.run([sys.executable, "-P", "-c", CHILD % {"root": root}], env=env,
                               capture_output=True, text=True, timeout=300)
         said = re.findall(r"PC sampling: .*", done.stderr)
         print(f"{variant}: rc {done.returncode}; " + " | ".join(s[:300] for s in said))

@@ -86,7 +86,8 @@ def tcp_target(spec: str, token: str | None) -> Target:
     from .endpoint import parse_tcp
 
     if not token:
-        raise ProtonError(f"--connect {spec} needs the job's token: --token or PROTON_TOKEN")
+        raise ProtonError(f"--connect {spec} needs the job's token: set PROTON_TOKEN or give "
+                          "--token-file FILE")
     return Target(None, tcp=parse_tcp(spec), token=token)
 
 
@@ -195,7 +196,7 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
         except OSError as exc:
             outcomes[i].error = f"cannot reach it: {exc.strerror or exc}"
     request = {"verb": "start", **options,
-               **({"steps": steps} if steps else {"duration": duration})}
+               **({"steps": steps, "timeout": timeout} if steps else {"duration": duration})}
     for i, conn in list(conns.items()):  # all requests first, then the replies: a small skew
         _try(outcomes[i], conns, i, lambda c=conn, n=names[i]: c.send({**request, "name": n}))
     paths: dict[int, str] = {}
@@ -236,16 +237,53 @@ def _try(outcome: Outcome, conns: dict, i: int, action, ended_path: str | None =
     try:
         action()
     except (BrokenPipeError, ConnectionResetError):
-        outcome.error = _ended(ended_path)
+        outcome.error = _ended(outcome, ended_path)
         conns.pop(i).close()
     except OSError as exc:
         outcome.error = f"the connection failed: {exc.strerror or exc}"
         conns.pop(i).close()
 
 
-def _ended(path: str | None) -> str:
-    where = f"; it writes what it has as it exits ({path})" if path else ""
-    return f"it ended during the capture{where}"
+ENDING_WAIT = 10.0
+"""Seconds a capturer waits for a job that closed the connection to exit (it writes then)."""
+
+
+def _ended(outcome: Outcome, path: str | None) -> str:
+    """What became of a job that closed the connection mid-capture: it wrote its profile as
+    it exited, or it ended without (killed), or it is still exiting."""
+    pid = outcome.target.pid
+    if pid is None:  # over TCP: nothing here can tell
+        where = f"; it writes what it has as it exits, if it can ({path})" if path else ""
+        return f"it ended, or the connection broke, during the capture{where}"
+    deadline = time.monotonic() + ENDING_WAIT
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _running(pid):
+        where = f" ({path})" if path else ""
+        return f"it is ending during the capture; it writes what it has as it exits{where}"
+    if path and _written_since(path, outcome.started):
+        return f"it ended during the capture and wrote what it had ({path})"
+    where = f" {path}" if path else " its profile"
+    return f"it ended during the capture without writing{where} (killed, or it crashed)"
+
+
+def _running(pid: int) -> bool:
+    """`pid` runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    if not alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
+
+
+def _written_since(path: str, started: float | None) -> bool:
+    try:
+        return os.stat(path).st_mtime >= (started or 0) - 1.0
+    except OSError:
+        return False
 
 
 def _reply(outcome: Outcome, conns: dict, i: int, timeout: float,
@@ -261,7 +299,7 @@ def _reply(outcome: Outcome, conns: dict, i: int, timeout: float,
     except OSError as exc:
         reply = {"ok": False, "error": f"the connection failed: {exc.strerror or exc}"}
     if reply is None:
-        reply = {"ok": False, "error": _ended(ended_path)}
+        reply = {"ok": False, "error": _ended(outcome, ended_path)}
     if not reply.get("ok"):
         outcome.error = str(reply.get("error", "failed"))
         outcome.warnings = [str(w) for w in reply.get("warnings", [])]

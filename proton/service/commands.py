@@ -8,7 +8,13 @@ import click
 
 from ..errors import ProtonError
 from ..options import CONTEXTS, DATA
-from . import client
+from . import client, tokens
+
+
+def refuse_token_argument(ctx, param, value) -> None:
+    """A hidden --token: say where the token goes instead (a command line is public)."""
+    if value is not None:
+        raise click.UsageError(tokens.ON_COMMAND_LINE)
 
 CAPTURE_EPILOG = """\b
 Examples:
@@ -18,7 +24,7 @@ Examples:
   proton capture --all --steps 3 -n step     # 3 iterations (proton.step()) of every rank
   proton capture --all -m pcsampling --duration 2
   proton capture --snapshot 4242             # write a running `proton main.py` profile now
-  proton capture --connect node7:7000 --token $T --duration 5   # a TCP endpoint elsewhere
+  PROTON_TOKEN=$T proton capture --connect node7:7000 --duration 5   # a TCP endpoint elsewhere
 """
 
 
@@ -45,19 +51,22 @@ Examples:
               help="As `proton -m`.")
 @click.option("-k", "--hook", default=None, metavar="triton[:...]", help="As `proton -k`.")
 @click.option("--connect", multiple=True, metavar="HOST:PORT",
-              help="A job listening on TCP (proton --listen-tcp); needs --token.")
-@click.option("--token", envvar="PROTON_TOKEN", default=None,
-              help="The TCP endpoints' token (default: $PROTON_TOKEN).")
+              help="A job listening on TCP (proton --listen-tcp); needs its token: "
+              "$PROTON_TOKEN or --token-file.")
+@click.option("--token-file", default=None, metavar="FILE",
+              help="A file (mode 0600) whose first line is the TCP endpoints' token "
+              "(default: $PROTON_TOKEN).")
+@click.option("--token", hidden=True, callback=refuse_token_argument, expose_value=False)
 @click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
               help="Seconds to wait for --steps to complete and each profile to be written.")
 def capture(pids, every, duration, steps, snapshot, name, context, data, mode, hook, connect,
-            token, timeout) -> None:
+            token_file, timeout) -> None:
     """Profile running jobs: start a session in each PID (or --all), wait, write each
     profile, print where. The job keeps running."""
     if sum(x is not None and x is not False for x in (duration, steps, snapshot or None)) > 1:
         raise click.UsageError("give one of --duration, --steps and --snapshot")
     try:
-        targets = _targets(pids, every, connect, token)
+        targets = _targets(pids, every, connect, tokens.find(token_file) if connect else None)
         here = _inside_this_folder(name) if any(t.tcp is None for t in targets) else name
     except ProtonError as exc:
         raise click.UsageError(str(exc)) from None

@@ -12,7 +12,9 @@ must carry the job's token (the first within seconds of connecting).
 A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests:
     {"verb": "status"}
     {"verb": "start", "name": str, "context": str, "data": str, "mode": str|null,
-     "hook": str|null, "steps": int|null, "duration": seconds|null}
+     "hook": str|null, "steps": int|null, "duration": seconds|null,
+     "timeout": seconds|null}       (with steps: the job ends the capture by itself that long
+                                     plus its grace after the start, should the client fall silent)
     {"verb": "stop"}                  (on the connection that started the capture)
     {"verb": "snapshot"}
 each with "token" over TCP. A start's name is, on the Unix socket, an absolute path the client
@@ -44,7 +46,7 @@ MAX_MESSAGE = 64 * 1024
 VERBS = ("status", "start", "stop", "snapshot")
 START_OPTIONS = {"name": str, "context": str, "data": str, "mode": (str, type(None)),
                  "hook": (str, type(None)), "steps": (int, type(None)),
-                 "duration": (int, float, type(None))}
+                 "duration": (int, float, type(None)), "timeout": (int, float, type(None))}
 
 
 class ProtocolError(Exception):
@@ -197,10 +199,11 @@ def check_request(message: dict) -> dict:
         steps = message.get("steps")
         if steps is not None and steps < 1:
             raise ProtocolError(f"start: steps={steps} must be at least 1")
-        duration = message.get("duration")
-        if duration is not None and not 0 < duration < 7 * 24 * 3600:
-            raise ProtocolError(f"start: duration={duration} must be a positive number of "
-                                "seconds")
+        for key in ("duration", "timeout"):
+            seconds = message.get(key)
+            if seconds is not None and not 0 < seconds < 7 * 24 * 3600:
+                raise ProtocolError(f"start: {key}={seconds} must be a positive number of "
+                                    "seconds")
     return message
 
 
