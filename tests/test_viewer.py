@@ -193,6 +193,18 @@ def test_diff_of_two_runs_matches_frames_by_name_not_by_host_or_pid(tmp_path):
     assert tree[1].split() == ["0", "0", "ROOT"] and "-100" not in "".join(tree)
 
 
+@pytest.mark.parametrize("metric", ["time/%", "count/%"])
+def test_diff_with_a_share_metric_where_one_file_has_no_pid(tmp_path, metric):
+    """Issue 46, item 17: a /% metric in a -diff of a run with host and pid against one
+    without was a KeyError traceback; now one tree, every share unchanged."""
+    a = run_of(RECORDED, tmp_path, "a.hatchet", host="gpu-a", pid=4242)
+    for this, other in ((a, RECORDED), (RECORDED, a)):
+        result = show("-m", metric, "-diff", other, "--output", "json", this)
+        assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+        rows = json.loads(result.output)
+        assert rows and all(abs(r[f"{metric} Δ"]) < 1e-9 for r in rows), rows[:3]
+
+
 def test_diff_of_ours_against_tritons_file_of_the_same_script(tmp_path):
     """triton_recorded.hatchet is Triton's Proton on the script of recorded.hatchet: its ROOT
     has no host or pid; the same frames match."""
