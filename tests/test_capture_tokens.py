@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from test_capture_safety import request
+from test_capture_safety import NOBODY, as_nobody, needs_root, request, shared_tmp  # noqa: F401
 from test_service import JOB, TOKEN, WRONG, Job, capture, jobs, tcp_job  # noqa: F401
 
 from proton.service import gate, protocol
@@ -188,3 +188,68 @@ def test_a_job_killed_during_a_capture_is_said_to_have_written_nothing(tmp_path,
     assert f"pid {job.pid}: it ended during the capture without writing" in err, err
     assert "killed, or it crashed" in err and "writes what it has" not in err
     assert not (tmp_path / "killed.hatchet").exists()
+
+
+IMPOSTOR = r"""
+import json, os, socket, sys
+folder, pid, leak = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+os.umask(0o077)
+server = socket.socket(socket.AF_UNIX)
+server.bind(os.path.join(folder, f"{pid}.sock"))
+server.listen(8)
+print("ready", flush=True)
+while True:
+    conn, _ = server.accept()
+    try:
+        message = json.loads(conn.makefile().readline() or "{}")
+    except ValueError:
+        message = {}
+    if message.get("verb") == "start":  # what root's capture would tell her: its folder
+        with open(leak, "w") as f:
+            f.write(json.dumps(message))
+    try:
+        conn.sendall(json.dumps({"ok": True, "pid": pid, "command": "\x1b]0;pwned\x07x.py",
+                                 "state": "idle", "steps": 1, "sessions": [], "started": 0,
+                                 "path": "\x1b[2J", "armed": 1}).encode() + b"\n")
+    except OSError:
+        pass  # the client hung up first
+    conn.close()
+"""
+
+
+@needs_root
+def test_roots_ps_and_capture_ask_nothing_of_a_socket_another_user_placed_for_a_pid(
+        tmp_path, shared_tmp):
+    """Issue 46, item 10: another user's private folder holds a socket named after a live pid
+    not hers (this test's own); root's `ps` and `capture` must see that another process
+    answers there, and tell it nothing (root's folder included)."""
+    folder = os.path.join(shared_tmp, f"proton-{NOBODY}")
+    as_nobody("mkdir", "-m", "700", folder)
+    script = os.path.join(shared_tmp, "impostor.py")
+    with open(script, "w") as f:
+        f.write(IMPOSTOR)
+    os.chmod(script, 0o644)
+    leak = os.path.join(folder, "leak.json")
+    victim = os.getpid()
+    impostor = subprocess.Popen(["/usr/bin/python3", script, folder, str(victim), leak],
+                                user=NOBODY, group=NOBODY, extra_groups=[],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert impostor.stdout.readline() == "ready\n"
+        env = {**os.environ, "TMPDIR": shared_tmp}
+        env.pop("PROTON_SOCKET_DIR", None)
+        ps = subprocess.run([sys.executable, "-m", "proton", "ps"], capture_output=True,
+                            text=True, timeout=60, env=env)
+        assert ps.returncode == 0 and "Traceback" not in ps.stderr, ps.stderr
+        row = [line for line in ps.stdout.splitlines() if line.startswith(str(victim))]
+        assert row and f"answered by pid {impostor.pid}" in row[0], ps.stdout
+        assert "\x1b" not in ps.stdout + ps.stderr
+        cap = subprocess.run([sys.executable, "-m", "proton", "capture", str(victim),
+                              "--duration", "0.2", "-n", "secret"], capture_output=True,
+                             text=True, timeout=60, env=env, cwd=tmp_path)
+        assert cap.returncode == 1 and f"answered by pid {impostor.pid}" in cap.stderr, cap
+        assert "\x1b" not in cap.stdout + cap.stderr
+        assert not os.path.exists(leak), open(leak).read()  # root's folder was never sent
+    finally:
+        impostor.kill()
+        impostor.communicate()

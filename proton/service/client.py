@@ -2,17 +2,19 @@
 and say where each profile went (`proton capture`, `proton ps`)."""
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import select
 import socket
+import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..data.job import alive
 from ..errors import ProtonError
-from .protocol import (SOCKET_DIR_ENV, Lines, ProtocolError, Status, check_status, encode,
+from .protocol import (MAX_MESSAGE, SOCKET_DIR_ENV, Lines, ProtocolError, Status, check_status, encode,
                        every_users_folders, printable, search_folders, socket_path)
 
 
@@ -103,6 +105,7 @@ class Connection:
             try:
                 self.sock.settimeout(timeout)
                 self.sock.connect(target.path)
+                _check_peer(self.sock, target)
             except BaseException:
                 self.sock.close()  # a stale socket's refusal leaves nothing open
                 raise
@@ -114,11 +117,10 @@ class Connection:
         self.sock.sendall(encode(message))
 
     def reply(self, timeout: float | None = None) -> dict | None:
-        """The next reply; None when the target closed the connection (it ended)."""
-        if timeout is not None:
-            self.sock.settimeout(timeout)
+        """The next reply, whole within `timeout` seconds however it trickles in; None when
+        the target closed the connection (it ended)."""
         try:
-            return self.lines.read()
+            return self.lines.read(None if timeout is None else time.monotonic() + timeout)
         except ProtocolError as exc:
             return {"ok": False, "error": f"bad reply: {exc}"}
         except ConnectionResetError:
@@ -126,6 +128,21 @@ class Connection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _check_peer(sock: socket.socket, target: Target) -> None:
+    """The process answering at a job's socket is that job (SO_PEERCRED): a socket another
+    user placed in her own folder, named after someone else's pid, is not asked anything
+    (root searches every user's folders).
+
+    Raises:
+        PermissionError: another process answers (one line: which, and that it is skipped).
+    """
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    if target.pid is not None and pid != target.pid:
+        raise PermissionError(errno.EPERM, f"its socket is answered by pid {pid} (uid {uid}), "
+                              f"not by pid {target.pid}: not that job's socket, skipped")
 
 
 def ask(target: Target, message: dict, timeout: float = 10.0) -> dict:
@@ -203,8 +220,8 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
     for i, conn in list(conns.items()):
         reply = _reply(outcomes[i], conns, i, 30.0)
         if reply is not None:
-            outcomes[i].started = reply.get("started")
-            paths[i] = reply.get("path", "")
+            outcomes[i].started = _number(reply.get("started"))
+            paths[i] = printable(reply.get("path", ""), MAX_MESSAGE)
     begun = time.monotonic()  # every target records from here (its start may take seconds)
     if steps is None:
         time.sleep(max(0.0, duration - (time.monotonic() - begun)))
@@ -223,12 +240,12 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
     for i, conn in list(conns.items()):
         reply = _reply(outcomes[i], conns, i, max(1.0, deadline - time.monotonic()),
                        ended_path=paths.get(i))
-        if reply is not None:
-            outcomes[i].paths = reply.get("paths", [])
-            outcomes[i].partial = bool(reply.get("partial"))
-            outcomes[i].warnings = [str(w) for w in reply.get("warnings", [])]
-            if reply.get("started") is not None:
-                outcomes[i].started = reply["started"]
+        if reply is not None:  # a peer's reply: every field checked, every text escaped
+            outcomes[i].paths = _texts(reply.get("paths"))
+            outcomes[i].partial = reply.get("partial") is True
+            outcomes[i].warnings = _texts(reply.get("warnings"))
+            if _number(reply.get("started")) is not None:
+                outcomes[i].started = _number(reply["started"])
         conn.close()
     return outcomes
 
@@ -301,11 +318,21 @@ def _reply(outcome: Outcome, conns: dict, i: int, timeout: float,
     if reply is None:
         reply = {"ok": False, "error": _ended(outcome, ended_path)}
     if not reply.get("ok"):
-        outcome.error = str(reply.get("error", "failed"))
-        outcome.warnings = [str(w) for w in reply.get("warnings", [])]
+        outcome.error = printable(reply.get("error", "failed"), MAX_MESSAGE)
+        outcome.warnings = _texts(reply.get("warnings"))
         conns.pop(i).close()
         return None
     return reply
+
+
+def _texts(value) -> list[str]:
+    """A reply's list of texts (paths, warnings), each fit for a terminal; anything else: []."""
+    return [printable(v, MAX_MESSAGE) for v in value] if isinstance(value, list) else []
+
+
+def _number(value) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and value == value else None
 
 
 def _wait_readable(conns: dict[int, Connection], deadline: float) -> None:

@@ -9,6 +9,7 @@ import click
 from ..errors import ProtonError
 from ..options import CONTEXTS, DATA
 from . import client, tokens
+from .protocol import MAX_MESSAGE, ProtocolError, printable
 
 
 def refuse_token_argument(ctx, param, value) -> None:
@@ -74,12 +75,13 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
         failed = 0
         for target in targets:
             reply = _ask(target, {"verb": "snapshot"})
-            if reply.get("ok"):
+            if reply.get("ok") is True and isinstance(reply.get("paths"), list):
                 for path in reply["paths"]:
-                    click.echo(f"{target}: wrote {path}")
+                    click.echo(f"{target}: wrote {printable(path, MAX_MESSAGE)}")
             else:
                 failed += 1
-                click.echo(f"{target}: {reply.get('error')}", err=True)
+                click.echo(f"{target}: {printable(reply.get('error', 'bad answer'), MAX_MESSAGE)}",
+                           err=True)
         sys.exit(1 if failed else 0)
     options = {"context": context, "data": data, "mode": mode, "hook": hook}
     statuses = client.statuses(targets) if len(targets) > 1 else [None] * len(targets)
@@ -142,9 +144,10 @@ def _targets(pids, every: bool, connect, token) -> list[client.Target]:
 
 def _ask(target, message: dict) -> dict:
     try:
-        return client.ask(target, message)
-    except OSError as exc:
-        return {"ok": False, "error": f"cannot reach it: {exc.strerror or exc}"}
+        reply = client.ask(target, message)
+    except (OSError, ProtocolError) as exc:
+        return {"ok": False, "error": f"cannot reach it: {getattr(exc, 'strerror', '') or exc}"}
+    return reply if isinstance(reply, dict) else {"ok": False, "error": "bad answer"}
 
 
 @click.command("ps", context_settings={"help_option_names": ["-h", "--help"]})
