@@ -247,7 +247,7 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
         for name in kernel.precisions if kernel.bandwidth else ():
             top = peak(gpu, name)
             roofs.setdefault((kernel.device, name), {
-                "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
+                "kind": name, "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
                 "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
                          f"{top / 1e12:,.1f} TFLOP/s, {kernel.bandwidth / 1e9:,.0f} GB/s"})
     note = (f"{len(points['x']):,} kernels with flops and bytes; dots sized by time, each judged "
