@@ -265,6 +265,7 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     from .source import _Columns, find_kernel, kernel_nodes, source_files
     from .source_view import window
 
+    roots = roots.beside_script(_script(prof))
     columns = _Columns(prof)
     totals: dict[str, float] = {}
     for node in kernel_nodes(prof, columns):
@@ -315,6 +316,20 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
                                 f"{kernel.unmapped:,.0f} not mapped to a line"
                                 + "".join(f"; {why}" for why in kernel.no_lines)})
     return out
+
+
+def _script(prof: Profile) -> str | None:
+    """The script the profile was made of: its root frame's `script` where the writer put
+    it, else the file of a top-level python frame `FILE:LINE@<module>` (-c python)."""
+    root = prof.gf.graph.roots[0]
+    named = root.frame.get("script")
+    if isinstance(named, str):
+        return named
+    for child in root.children:
+        m = PYTHON_FRAME.match(str(child.frame.get("name", "")))
+        if m and m["function"] == "<module>":
+            return m["file"]
+    return None
 
 
 def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: list) -> dict:

@@ -453,15 +453,31 @@ function kernelFrame(name) {  // the hottest frame of the kernel of that name
 }
 
 // -- findings (proton-viewer --diagnose), each linked to its kernel -------------------------
+// A card per kernel (or scope), most to gain first: what fixing it could save, its time, and a
+// row per finding with what to try; info (worth knowing, not a problem) greyed, last.
+const msText = ns => (ns / 1e6).toLocaleString("en-US", {minimumFractionDigits: 3, maximumFractionDigits: 3}) + " ms";
 function findings() {
-  const F = D.findings;
-  $("findbody").innerHTML = (F.items.length ? "<ol>" + F.items.map(f => '<li class="finding' + (f.info ? " info" : "") +
-    '"><b>' + esc(f.info ? "info" : f.rule) + "</b> " + esc(f.kernel) + ": " + fmt(f.time_ns / 1e6) + " ms, " +
-    Math.round(f.share * 100) + "% of GPU time" + (f.node !== null ? link({view: "flame", zoom: f.node}, "flame graph") : "") +
-    (f.source ? link({view: "source", kernel: f.kernel}, "source") : "") +
-    '<br><span class="note">at ' + esc(f.path) + "</span><br>" + esc(f.evidence) +
-    "<br><i>try:</i> " + esc(f.advice) + "</li>").join("") + "</ol>" : '<p class="note">No findings from the rules that ran: ' +
-    esc(F.rules_run.join(", ") || "none") + ".</p>") +
+  const F = D.findings, items = F.items;
+  const card = (g, n) => {
+    const first = items[g.findings[0]], paths = [...new Set(g.findings.map(i => items[i].path))];
+    const go = [first.node !== null ? link({view: "flame", zoom: first.node}, "flame graph") : "",
+                first.source ? link({view: "source", kernel: first.kernel}, "source") : ""].join("");
+    const head = '<div class="fhead"><span class="rank">' + n + '</span><b>' + wrappable(g.kernel) + "</b>" + go +
+      '<span class="gain">' + (g.saves_ns > 0 ? "could save up to " + msText(g.saves_ns) : "worth knowing") + "</span></div>" +
+      '<div class="note">' + (g.wall_ns ? msText(g.wall_ns) + " of wall time, " + msText(g.time_ns) + " on the GPU (" :
+        msText(g.time_ns) + " of GPU time (") + Math.round(100 * g.share) + "% of the kernels\u2019 time)" +
+      (paths.length === 1 ? " \u00b7 at " + esc(paths[0]) : "") + "</div>";
+    return '<li class="finding' + (g.info ? " info" : "") + '">' + head + '<table class="ftable"><tbody>' + g.findings.map(i => {
+      const f = items[i];
+      return '<tr class="' + (f.info ? "info" : "") + '"><td class="rule">' + esc(f.rule) + (f.info ? ' <span class="tag">info</span>' : "") +
+        '</td><td>' + esc(f.evidence) + (paths.length > 1 ? ' <span class="note">(at ' + esc(f.path) + ")</span>" : "") +
+        '<div class="try"><i>try:</i> ' + esc(f.advice) + "</div></td></tr>";
+    }).join("") + "</tbody></table></li>";
+  };
+  $("findbody").innerHTML = (F.groups.length ? '<p class="note">' + F.groups.length + " kernel" + (F.groups.length === 1 ? "" : "s") +
+    " and scopes with findings, most to gain first: what fixing it could save of the run\u2019s wall time at most (a kernel at its roof, every SM busy; a launch-bound scope\u2019s idle GPU).</p>" +
+    '<ol class="findings">' + F.groups.map((g, n) => card(g, n + 1)).join("") + "</ol>" :
+    '<p class="note">No findings from the rules that ran: ' + esc(F.rules_run.join(", ") || "none") + ".</p>") +
     F.notes.map(n => '<p class="note">' + esc(n) + "</p>").join("");
 }
 
@@ -469,47 +485,63 @@ function findings() {
 // Each warp's pass through a scope is a span, coloured by scope; nested scopes sit in bands
 // below their parents within the lane. x: ns from the launch's first CTA (%globaltimer plus
 // cycles at the device's clock). Hover a span for its cycles.
-const WARP = {k: 0, lanes: null};
+// cta: the one CTA zoomed into (null: all); win: the time window [ns, ns] zoomed into in it
+const WARP = {k: 0, lanes: null, cta: null, win: null};
 const scopeColor = (t, j) => "hsl(" + Math.round(j * 360 / Math.max(1, t.scopes.length) + 200) % 360 + ",62%,52%)";
 function warps() {
   const T = D.warps[WARP.k], n = T.cycles.length;
   $("warpnote").textContent = "Inside the kernel (proton.language scopes): each kernel's latest launch, a row per CTA " +
-    "(on its SM), a lane per warp, each warp's pass through a scope as a span coloured by scope. Hover a span for its cycles.";
+    "(on its SM), a lane per warp, each warp's pass through a scope as a span coloured by scope. Hover a span for its cycles; " +
+    "click a span (or a CTA's name) to zoom into its CTA, and a span there to zoom into its time.";
   const pick = D.warps.length > 1 ? '<select id="warpkernel">' + D.warps.map((w, j) => '<option value="' + j + '"' +
     (j === WARP.k ? " selected" : "") + ">" + esc(w.kernel) + (w.path ? " (" + esc(w.path) + ")" : "") + "</option>").join("") +
     "</select>" : "<b>" + esc(T.kernel) + "</b>" + (T.path ? ' <span class="note">' + esc(T.path) + "</span>" : "");
   $("warpbar").innerHTML = pick + T.scopes.map((s, j) => '<span class="key"><i style="background:' + scopeColor(T, j) +
     '"></i>' + esc(s) + "</span>").join("");
-  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; warps(); };
+  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; WARP.cta = WARP.win = null; warps(); };
   const depth = T.scopes.map(s => s.split(" > ").length - 1), bands = Math.max(...depth) + 1;
-  const ctas = [...new Set(T.cta)].map(c => ({c, sm: T.sm[T.cta.indexOf(c)]})).sort((a, b) => a.sm - b.sm || a.c - b.c);
+  const all = [...new Set(T.cta)].map(c => ({c, sm: T.sm[T.cta.indexOf(c)]})).sort((a, b) => a.sm - b.sm || a.c - b.c);
+  // zoomed into one CTA: its rows alone, taller bands, the time axis from its first span to its last
+  const one = all.find(c => c.c === WARP.cta), ctas = one ? [one] : all;
+  $("warpbar").insertAdjacentHTML("beforeend", '<select id="warpcta" aria-label="CTA"><option value="">all CTAs</option>' +
+    all.map(c => '<option value="' + c.c + '"' + (one && one.c === c.c ? " selected" : "") + ">CTA " + c.c + " (SM " + c.sm + ")</option>").join("") + "</select>");
+  $("warpcta").onchange = e => { WARP.cta = e.target.value === "" ? null : +e.target.value; WARP.win = null; warps(); };
   const rowOfCta = new Map(ctas.map((c, r) => [c.c, r]));
-  const BAND = 7, LANE = bands * BAND + 2, ROWGAP = 8, ROWH = T.warps * LANE + ROWGAP, L = 110, RR = 16, TOP = 24;
+  const BAND = one ? 18 : 7, LANE = bands * BAND + 2, ROWGAP = 8, ROWH = T.warps * LANE + ROWGAP, L = 110, RR = 16, TOP = 24;
   const W = Math.max(640, Math.min(1400, $("warps").clientWidth - 34)), H = TOP + ctas.length * ROWH + 4;
-  let t1 = 0;
-  for (let i = 0; i < n; i++) t1 = Math.max(t1, T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
-  const X = v => L + v / (t1 || 1) * (W - L - RR);
+  let t0 = one ? Infinity : 0, t1 = 0;
+  for (let i = 0; i < n; i++) if (!one || T.cta[i] === one.c) {
+    t0 = Math.min(t0, T.start_ns[i]); t1 = Math.max(t1, T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
+  }
+  if (one && WARP.win) [t0, t1] = WARP.win;
+  const X = v => L + (v - t0) / ((t1 - t0) || 1) * (W - L - RR);
   const canvas = $("warpspans"), svg = $("warpsvg"), ratio = window.devicePixelRatio || 1, ctx = canvas.getContext("2d");
   svg.setAttribute("width", W); svg.setAttribute("height", H);
   canvas.width = W * ratio; canvas.height = H * ratio; canvas.style.width = W + "px"; canvas.style.height = H + "px";
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.save(); ctx.beginPath(); ctx.rect(L, 0, W - L - RR, H); ctx.clip();  // a time window cuts spans
   WARP.lanes = new Map(); WARP.geo = {L, TOP, ROWH, LANE, BAND, X};
   for (let i = 0; i < n; i++) {
-    const r = rowOfCta.get(T.cta[i]), y = TOP + r * ROWH + T.warp[i] * LANE + depth[T.scope[i]] * BAND;
+    const r = rowOfCta.get(T.cta[i]);
+    if (r === undefined) continue;
+    const y = TOP + r * ROWH + T.warp[i] * LANE + depth[T.scope[i]] * BAND;
     const x0 = X(T.start_ns[i]), x1 = X(T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
     ctx.fillStyle = scopeColor(T, T.scope[i]);
     ctx.fillRect(x0, y + 1, Math.max(1, x1 - x0), BAND - 1);
     const key = r * T.warps + T.warp[i];
     (WARP.lanes.get(key) || WARP.lanes.set(key, []).get(key)).push(i);
   }
-  canvas.dataset.spans = n;
+  ctx.restore();
+  canvas.dataset.spans = one ? T.cta.filter(c => c === one.c).length : n;
   const out = [];
-  const step = niceStep(t1 / 8);
-  for (let v = 0; v <= t1; v += step) out.push('<line x1="' + X(v) + '" x2="' + X(v) + '" y1="' + (TOP - 4) + '" y2="' + H +
+  const step = niceStep((t1 - t0) / 8);
+  for (let v = Math.ceil(t0 / step) * step; v <= t1; v += step) out.push('<line x1="' + X(v) + '" x2="' + X(v) + '" y1="' + (TOP - 4) + '" y2="' + H +
     '" stroke="#eef0f3"/><text class="tick" x="' + X(v) + '" y="' + (TOP - 8) + '" text-anchor="middle">' + nsText(v) + "</text>");
   ctas.forEach((c, r) => {
     const y = TOP + r * ROWH;
-    out.push('<text class="cta" x="6" y="' + (y + 10) + '">CTA ' + c.c + '</text><text x="6" y="' + (y + 22) + '">SM ' + c.sm + "</text>");
+    out.push('<text class="cta" data-cta="' + c.c + '" x="6" y="' + (y + 10) + '">CTA ' + c.c + '</text><text x="6" y="' + (y + 22) + '">SM ' + c.sm + "</text>" +
+      (one ? '<text class="back" data-cta="" x="6" y="' + (y + 40) + '">\u2190 all CTAs</text>' : "") +
+      (one && WARP.win ? '<text class="back" data-cta="' + c.c + '" data-whole="1" x="6" y="' + (y + 56) + '">\u2190 whole launch</text>' : ""));
     if (r) out.push('<line x1="0" x2="' + W + '" y1="' + (y - ROWGAP / 2) + '" y2="' + (y - ROWGAP / 2) + '" stroke="#e5e8ec"/>');
     for (let w = 0; w < T.warps; w++) out.push('<text x="' + (L - 6) + '" y="' + (y + w * LANE + LANE - 2) +
       '" text-anchor="end" font-size="9">w' + w + "</text>");
@@ -545,6 +577,21 @@ $("warpsvg").onmousemove = e => {
     "</td></tr></table>");
 };
 $("warpsvg").onmouseleave = hideTip;
+$("warpsvg").onclick = e => {
+  const c = e.target.dataset.cta, T = D.warps[WARP.k];
+  if (e.target.dataset.whole) WARP.win = null;  // back to the CTA's whole launch
+  else if (c !== undefined) { WARP.cta = c === "" || WARP.cta === +c ? null : +c; WARP.win = null; }
+  else {  // a span: into its CTA; in a CTA, into the span's time (a fifth of it either side)
+    const i = spanAt(e);
+    if (i < 0) return;
+    if (WARP.cta === null) WARP.cta = T.cta[i];
+    else {
+      const a = T.start_ns[i], d = Math.max(T.cycles[i] * 1e6 / T.clock_khz, 1);
+      WARP.win = [a - d / 5, a + d * 1.2];
+    }
+  }
+  hideTip(); warps();
+};
 
 readHash();
 document.body.dataset.readyMs = Math.round(performance.now());
