@@ -111,7 +111,7 @@ function metricsTable(i) {
 // -- flame graph (icicle: the root on top, width = the chosen metric) -------------------------
 // Zoomed, the frame's ancestors stay on top at full width (as speedscope does); frames too
 // narrow to see are drawn as one grey block per parent; labels are cut to fit with an ellipsis.
-const MIN_PX = 1, PAD = 3, MIN_INFO = 220;  // px: the details' least height
+const MIN_PX = 1, PAD = 3, MIN_INFO = 180;  // px: the details' least height
 const FONT = '11px system-ui,-apple-system,"Segoe UI",sans-serif';
 let measure = null;
 function fit(text, room) {
