@@ -203,17 +203,31 @@ def source_here(tmp_path) -> str:
     return str(path)
 
 
+def diagnose_here(tmp_path) -> str:
+    """diagnose_recorded.hatchet with its source lines pointing at this checkout (recorded
+    on the GPU machine under /work/main and /tmp/site)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(DATA, "diagnose_recorded.hatchet")) as f:
+        text = f.read().replace("/work/main/", here + "/").replace("/tmp/site/", here + "/")
+    path = tmp_path / "diagnose_recorded.hatchet"
+    path.write_text(text)
+    return str(path)
+
+
 @needs_browser
 def test_screenshots_of_each_view(tmp_path):
-    """For a person to look at: PNGs of every view (PROTON_SCREENSHOTS=DIR keeps them)."""
+    """For a person to look at: PNGs of every view at 1400x900, of the bundled example's
+    profile (tests/data/example_gpu.hatchet) and the diagnose fixture (PROTON_SCREENSHOTS=DIR
+    keeps them: bench/screenshots for the README)."""
     out = os.environ.get("PROTON_SCREENSHOTS") or str(tmp_path)
     os.makedirs(out, exist_ok=True)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     pages = {"example": write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"), name="e.html"),
-             "flops": write(tmp_path, kernels_with_flops(tmp_path), name="f.html"),
-             "pc": write(tmp_path, "--source-root", DATA, source_here(tmp_path), name="p.html")}
+             "diagnose": write(tmp_path, "--source-root", here, diagnose_here(tmp_path),
+                               name="d.html")}
     for view, page, more in (("flame", "example", ""), ("kernels", "example", ""),
-                             ("roofline", "flops", "&kernel=softmax"), ("source", "pc", ""),
-                             ("findings", "pc", "")):
+                             ("roofline", "diagnose", ""), ("source", "diagnose", ""),
+                             ("findings", "diagnose", "")):
         shot = os.path.join(out, f"{view}.png")
         browse(pages[page], f"view={view}{more}", screenshot=shot)
         assert os.path.getsize(shot) > 5000

@@ -29,7 +29,8 @@ FLAME_LAYOUT = """
           box: box.getBoundingClientRect().height, graph: svg.getBoundingClientRect().height,
           info: info.getBoundingClientRect().height, infoBottom: info.getBoundingClientRect().bottom,
           infoFits: info.scrollHeight <= info.clientHeight + 1,
-          rows: [...info.querySelectorAll("table tr")].map(tr => tr.textContent),
+          rows: [...info.querySelector("table").querySelectorAll("tr")].map(tr => tr.textContent),
+          under: [...info.querySelectorAll("table.under tbody tr")].map(tr => tr.textContent),
           labels: [...doc.querySelectorAll("#flamesvg text")].map(t => t.textContent),
           key: [...doc.querySelectorAll("#flamekey .key")].map(k => k.textContent)};"""
 
@@ -45,6 +46,7 @@ def test_a_shallow_flame_graph_is_as_tall_as_its_tree_and_its_details_fit(tmp_pa
     assert got["info"] >= 180 and got["infoFits"] and got["infoBottom"] <= got["window"]
     assert got["page"] <= got["window"]
     assert ["time (ms)1.114", "share of the whole100%"] == got["rows"]
+    assert got["under"][:3] == ["backward0.520 ms47%", "forward0.498 ms45%", "optimizer0.0909 ms8.2%"]
 
 
 @needs_browser

@@ -212,9 +212,15 @@ function info(i) {
     if (pointsOf[row].length) links.push(link({view: "roofline", kernel: NAME[i]}, "roofline"));
     if (sourceOf.has(NAME[i])) links.push(link({view: "source", kernel: NAME[i]}, "source"));
   }
+  // beside its metrics, what it is made of: its widest frames (a click zooms to one)
+  const under = kids[i].slice(0, 12).map(c => '<tr><td><a data-id="' + c + '">' + esc(NAME[c]) + "</a></td><td>" +
+    amount(VALUE[c]) + "</td><td>" + (VALUE[i] > 0 ? pct(100 * VALUE[c] / VALUE[i]) : "") + "</td></tr>").join("");
   $("flameinfo").innerHTML = "<b>" + esc(FULL[i] || NAME[i]) + "</b>" + (links.length ? " " + links.join(" ") : "") +
-    '<div class="note">' + esc(pathTo(i).concat(NAME[i]).join(" / ")) + "</div>" + metricsTable(i);
+    '<div class="note">' + esc(pathTo(i).concat(NAME[i]).join(" / ")) + '</div><div class="infocols">' + metricsTable(i) +
+    (under ? '<table class="under"><thead><tr><th>under it' + (kids[i].length > 12 ? " (widest 12 of " + kids[i].length + ")" : "") +
+      "</th><th>" + esc(D.columns[0] || "") + "</th><th>of it</th></tr></thead><tbody>" + under + "</tbody></table>" : "") + "</div>";
 }
+$("flameinfo").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
 const zoomTo = i => { S.zoom = i; flame(); writeHash(); };
 $("crumbs").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
 $("flamesvg").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
@@ -276,7 +282,7 @@ function kernels() {
   const what = rows.length.toLocaleString("en-US") + " kernel" + (rows.length === 1 ? "" : "s") +
     (calls > rows.length ? " (" + calls.toLocaleString("en-US") + " call paths)" : "");
   $("knote").textContent = rows.length > SHOWN ? "the first " + SHOWN + " of " + what +
-    "; sort by a column or search to see others" : what + "; click a row to find it in the roofline";
+    "; sort by a column or search to see others" : what + (VIEWS.roofline ? "; click a row to find it in the roofline" : "");
 }
 $("ktable").onclick = e => {
   const th = e.target.closest("th"), tr = e.target.closest("tbody tr");
