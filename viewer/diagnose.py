@@ -131,8 +131,8 @@ class Diagnosis:
 
 
 def diagnose(prof: Profile, style: str = "folded") -> Diagnosis:
-    """The findings, most GPU time first, a note for each rule that could not run, and the
-    rules that ran.
+    """The findings grouped by kernel or scope (most wall time to save first), a note for
+    each rule that could not run, and the rules that ran.
 
     Usage:
         got = diagnose(load("run.hatchet"))
