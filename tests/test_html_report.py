@@ -262,6 +262,21 @@ def test_the_source_beside_the_profiled_script_is_shown(tmp_path, size, monkeypa
     assert got["missing"] == [] and "    y = x + 1" in got["code"]
 
 
+def test_a_root_frame_naming_the_script_serves_as_well(tmp_path, monkeypatch):
+    """Without python frames (the default context), the script a writer records on the root
+    frame (`script`) is the one looked beside."""
+    top, profile = project(tmp_path)
+    with open(profile) as f:
+        tree, devices = json.load(f)
+    tree["frame"]["script"] = str(top / "train.py")
+    tree["children"] = tree["children"][0]["children"]  # the kernel right under ROOT
+    with open(profile, "w") as f:
+        json.dump([tree, devices], f)
+    monkeypatch.chdir(top / "runs")
+    (shown,) = data(write(tmp_path, profile))["source"][0]["files"]
+    assert shown["missing"] is None and "    y = x + 1" in [ln.get("code") for ln in shown["lines"]]
+
+
 def test_the_script_folder_is_a_root_only_where_it_holds_the_profile(tmp_path, monkeypatch):
     top, profile = project(tmp_path)
     monkeypatch.chdir(tmp_path)

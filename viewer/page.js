@@ -138,7 +138,7 @@ function color(i) {
 const UNIT = ((D.columns[0] || "").match(/\(([^)]+)\)\s*$/) || [])[1] || "";
 function amount(v) {  // 3 significant digits and the width metric's unit: 288 ms, 4.96 us
   const a = Math.abs(v);
-  return (a > 0 && a < 1e-3 ? v.toExponential(2) : a >= 1000 ? Math.round(v).toLocaleString("en-US") :
+  return (a > 0 && a < 1e-6 ? v.toExponential(2) : a >= 1000 ? Math.round(v).toLocaleString("en-US") :
     v.toLocaleString("en-US", {minimumSignificantDigits: 3, maximumSignificantDigits: 3})) + (UNIT ? " " + UNIT : "");
 }
 const pct = v => (v >= 10 || v === 0 ? Math.round(v) : v >= 0.1 ? v.toFixed(1) : "<0.1") + "%";
