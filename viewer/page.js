@@ -239,7 +239,7 @@ const decimals = ROWS.length ? K.columns.map((c, j) => {
   if (j < 2) return 0;
   // enough decimals for the largest value's 4 digits and the smallest's 2 (1.1 us stays
   // 1.1 beside 1,234 us), at most 3
-  let max = 0, min = Infinity, whole = true;
+  let max = 0, min = Number.MAX_VALUE, whole = true;
   for (const r of ROWS) { const v = Math.abs(r[j]); if (r[j] !== null) { max = Math.max(max, v); if (v > 0) min = Math.min(min, v); whole = whole && Number.isInteger(r[j]); } }
   if (whole || max === 0) return 0;
   return Math.max(0, Math.min(c.includes("%") ? 1 : 3, Math.max(3 - Math.floor(Math.log10(max)), 1 - Math.floor(Math.log10(min)))));
@@ -515,7 +515,7 @@ function warps() {
   const rowOfCta = new Map(ctas.map((c, r) => [c.c, r]));
   const BAND = one ? 18 : 7, LANE = bands * BAND + 2, ROWGAP = 8, ROWH = T.warps * LANE + ROWGAP, L = 110, RR = 16, TOP = 24;
   const W = Math.max(640, Math.min(1400, $("warps").clientWidth - 34)), H = TOP + ctas.length * ROWH + 4;
-  let t0 = one ? Infinity : 0, t1 = 0;
+  let t0 = one ? Number.MAX_VALUE : 0, t1 = 0;
   for (let i = 0; i < n; i++) if (!one || T.cta[i] === one.c) {
     t0 = Math.min(t0, T.start_ns[i]); t1 = Math.max(t1, T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
   }
