@@ -120,7 +120,8 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
 @click.option("--diagnose", is_flag=True,
               help="Instead of the tree: findings on why kernels are slow (too few programs, "
               "tail effect, low occupancy, far from the roofline, launch-bound scopes, "
-              "stall-dominated lines), most GPU time first, each with one thing to try; "
+              "stall-dominated lines), grouped by kernel or scope, most wall time to save "
+              "first, each with one thing to try; "
               "--output json for scripts.")
 @click.option("--html", "html_path", default=None, metavar="REPORT.html",
               help="Write one self-contained page (no network) instead of the tree: flame "
