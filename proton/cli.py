@@ -13,6 +13,7 @@ import click
 
 from . import api
 from .context import python as python_context
+from .data import job
 from .errors import ProtonError
 from .options import CONTEXTS, DATA, parse_options
 from .report import warn
@@ -103,6 +104,8 @@ def run(name, backend, context, data, hook, mode, listen, listen_tcp, token_file
         raise click.BadParameter(f"no such script {target!r}; give a path to a .py file or "
                                  "'pytest'", param_hint="SCRIPT.py|pytest")
     python_context.set_runner(_run.__code__)  # nothing outside it is the user's
+    if target != "pytest":  # the profile names it: the report finds sources beside it
+        job.command_script = os.path.abspath(target)
     if api.disabled():
         warn("TRITON_PROTON_DISABLE is set: running the script without profiling")
         sys.exit(_run_plain(target, list(args)))

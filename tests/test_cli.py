@@ -51,6 +51,22 @@ def test_script_status_is_protons_and_profile_is_written(tmp_path, script, arg, 
         assert "RuntimeError: boom" in run.stderr
 
 
+def test_the_profile_names_its_script_and_the_report_shows_sources_beside_it(tmp_path):
+    """Issue 47: a report of a profile written one folder below its script found no sources
+    without --source-root; the profile now names its script (under the command and under
+    plain python), and the report looks beside it."""
+    (tmp_path / "runs").mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.replace('assert proton.start("ignored") is not None',
+                                     'proton.start("runs/plain")'))
+    under = run_proton(tmp_path, "-n", "runs/cmd", str(script), "0")
+    plain = subprocess.run([sys.executable, str(script), "0"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert under.returncode == 0 and plain.returncode == 0, under.stderr + plain.stderr
+    for name in ("cmd", "plain"):
+        assert load(tmp_path / "runs" / f"{name}.hatchet")[0]["frame"]["script"] == str(script)
+
+
 def test_ctrl_c_still_writes_the_profile(tmp_path, script):
     proc = subprocess.Popen([sys.executable, "-m", "proton", script, "sleep"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
