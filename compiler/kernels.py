@@ -4,15 +4,23 @@ One `KernelInfo` per loaded kernel, keyed by its CUfunction handle (what Triton'
 CUPTI's records carry). Filled two ways:
 - at load, through Triton's `kernel_load_end_hook` (chained, never replacing other hooks);
 - for kernels loaded before the session started, from the CompiledKernel objects Triton keeps in
-  its JIT caches (found once, when the table is installed).
+  its JIT caches (found once, when the table is installed);
+- for kernels loaded without Triton's launcher (torch.compile's static CUDA launcher loads
+  Triton's cubin itself: no load hook, no CompiledKernel kept), `cached_cubins` finds the cubin
+  by the kernel's name in Triton's cache folders.
 The hook uses it to name launches with their configuration; instruction sampling (issue 7) uses
 `cubin()` and `source_file` to map sampled PCs to source lines.
 """
 from __future__ import annotations
 
+import getpass
 import gc
+import glob
 import json
+import os
+import re
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 
@@ -189,6 +197,44 @@ def _loading_kernel(hash: str):
             return kernel
         frame = frame.f_back
     return None
+
+
+def cache_folders() -> list[str]:
+    """Folders where Triton keeps compiled kernels (<folder>/<hash>/<name>.cubin), those of this
+    process first: TRITON_CACHE_DIR (torch.compile sets it to its own, e.g.
+    /tmp/torchinductor_USER/triton/0), torch.compile's default ones, Triton's default."""
+    folders = [os.environ.get("TRITON_CACHE_DIR", "")]
+    try:
+        from triton import knobs
+
+        folders.append(knobs.cache.dir or "")
+    except (ImportError, AttributeError):
+        pass
+    try:
+        user = getpass.getuser()
+    except (KeyError, ImportError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    folders += sorted(glob.glob(os.path.join(glob.escape(inductor), "triton", "*")))
+    folders.append(os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+    return list(dict.fromkeys(f for f in folders if f and os.path.isdir(f)))
+
+
+def cached_cubins(name: str, limit: int = 64) -> list[bytes]:
+    """Cubins of kernels called `name` in Triton's cache folders (at most `limit`; a kernel
+    compiled for several specialisations has one per hash)."""
+    out: list[bytes] = []
+    for folder in cache_folders():
+        for path in glob.iglob(os.path.join(glob.escape(folder), "*", glob.escape(name) + ".cubin")):
+            try:
+                with open(path, "rb") as f:
+                    out.append(f.read())
+            except OSError:
+                continue
+            if len(out) >= limit:
+                return out
+    return out
 
 
 kernels = KernelTable()

@@ -43,14 +43,15 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
             "triton:config=BLOCK_M,BLOCK_N" also these constexprs ("=*": all),
             "triton:include=REGEX" / ":exclude=REGEX" choose the kernels the hook names.
 
-    Under the `proton` command the script's own start() calls join the command's session.
+    Under the `proton` command the script's own start() joins the command's session and
+    resumes it (see `command_sessions`).
 
     Raises:
         SessionError: an option is not accepted, or cannot run beside the live sessions.
         ProfilerConflictError: another profiler holds CUPTI in this process.
     """
     if profiler.command_line and profiler.sessions:
-        return next(iter(profiler.sessions))
+        return _join_command()
     if disabled():
         return None  # TRITON_PROTON_DISABLE: every call does nothing, as in Triton's Proton
     opts = parse_options(name, context=context, data=data, backend=backend, mode=mode,
@@ -75,12 +76,38 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
     return sid
 
 
+def command_sessions() -> list[int]:
+    """Under the `proton` command, the sessions the script's own start/activate/deactivate/
+    finalize calls act on: the command's, which they pause and resume as they would the
+    script's own session, and which the command writes when the script ends. A `proton
+    capture`'s session is the capture's: its window is the capturer's, not the script's."""
+    return [sid for sid, s in list(profiler.sessions.items()) if not s.keep_others]
+
+
+def _join_command() -> int | None:
+    """start() under the command: the command's session, resumed (None while only a capture
+    records)."""
+    mine = command_sessions()
+    if mine:
+        activate(mine[0])
+    return mine[0] if mine else None
+
+
+def _named(session: int | None) -> list[int | None]:
+    """The sessions a call names: `session`; for None under the command, the command's
+    sessions (a capture's only by its id, as the capture pauses its own)."""
+    if session is None and profiler.command_line:
+        return list(command_sessions())
+    return [session]
+
+
 def activate(session: int | None = None) -> None:
     """Record again into `session` (every live session when None)."""
     if disabled() and not profiler.sessions:
         return
-    profiler.activate(session)
-    HookManager.activate(session)
+    for sid in _named(session):
+        profiler.activate(sid)
+        HookManager.activate(sid)
 
 
 DISABLE_ENV = ("TRITON_PROTON_DISABLE", "PROTON_DISABLE")
@@ -97,19 +124,24 @@ def deactivate(session: int | None = None, flushing: bool = False) -> None:
     then sees it all)."""
     if disabled() and not profiler.sessions:
         return
-    profiler.deactivate(session, flushing=flushing)
-    HookManager.deactivate(session)  # no launch pays for a hook while its sessions are paused
+    for sid in _named(session):
+        profiler.deactivate(sid, flushing=flushing)
+        HookManager.deactivate(sid)  # no launch pays for a hook while its sessions are paused
 
 
 def finalize(session: int | None = None, output_format: str = "") -> None:
     """Flush every kernel record, write the session's file and close it (all sessions when None);
     one line on stderr says where (`proton: wrote /abs/path/run1.hatchet`).
 
+    Under the `proton` command it pauses the command's session instead (as deactivate()): the
+    command writes it when the script ends, and a later start() resumes it.
+
     Args:
         output_format: "" or "hatchet" (the only format for data="tree").
     """
-    if profiler.command_line and session is None:
-        deactivate()  # as in Triton, profiling stops here; the command writes at exit
+    if profiler.command_line:
+        if session is None or session in profiler.sessions:  # finalize twice: a no-op
+            deactivate(session)  # profiling stops here; the command writes at exit
         return
     for path in write_profiles(session, output_format):
         warn(f"wrote {path}")
@@ -152,7 +184,8 @@ def profile(func: Callable | None = None, *, name: str | None = None, context: s
             data: str = "tree", backend: str | None = None, mode: str | None = None,
             hook: str | None = None) -> Callable:
     """Decorator: profile each call of the function into session `name` (as in Triton, the
-    session is deactivated after each call and written by finalize() or at exit).
+    session is deactivated after each call and written by finalize() or at exit; under the
+    `proton` command, each call resumes and pauses the command's session).
 
     Usage:
         @proton.profile(name="train")

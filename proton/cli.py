@@ -12,11 +12,13 @@ import click
 
 from . import api
 from .context import python as python_context
+from .data import job
 from .errors import ProtonError
 from .options import CONTEXTS, DATA, parse_options
 from .report import warn
 from .runtime.profiler import profiler
-from .service import commands
+from .service import commands, tokens
+from .service.commands import refuse_token_argument
 
 EPILOG = """\b
 Examples:
@@ -76,15 +78,17 @@ Examples:
               "is recorded whole, and `proton capture --snapshot PID` writes it as it stands.")
 @click.option("--listen-tcp", default=None, metavar="[HOST:]PORT",
               help="Also accept captures over TCP (loopback unless HOST is given) from "
-              "`proton capture --connect HOST:PORT`; needs --token or $PROTON_TOKEN.")
-@click.option("--token", envvar="PROTON_TOKEN", default=None,
-              help="The secret TCP captures must send (default: $PROTON_TOKEN).")
+              "`proton capture --connect HOST:PORT`; needs $PROTON_TOKEN or --token-file.")
+@click.option("--token-file", default=None, metavar="FILE",
+              help="A file (mode 0600) whose first line is the secret TCP captures must send "
+              "(default: $PROTON_TOKEN; at least 128 bits, e.g. `openssl rand -hex 16`).")
+@click.option("--token", hidden=True, callback=refuse_token_argument, expose_value=False)
 @click.option("--flush-every", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
               help="Rewrite the profile every SECONDS while recording, so a job killed with "
               "SIGKILL (or by the OOM killer) leaves its last one.")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(name, backend, context, data, hook, mode, listen, listen_tcp, token, flush_every,
+def run(name, backend, context, data, hook, mode, listen, listen_tcp, token_file, flush_every,
         target, args) -> None:
     """Run SCRIPT.py (or pytest) with its ARGS under the profiler.
 
@@ -99,6 +103,8 @@ def run(name, backend, context, data, hook, mode, listen, listen_tcp, token, flu
         raise click.BadParameter(f"no such script {target!r}; give a path to a .py file or "
                                  "'pytest'", param_hint="SCRIPT.py|pytest")
     python_context.set_runner(_run.__code__)  # nothing outside it is the user's
+    if target != "pytest":  # the profile names it: the report finds sources beside it
+        job.command_script = os.path.abspath(target)
     if api.disabled():
         warn("TRITON_PROTON_DISABLE is set: running the script without profiling")
         sys.exit(_run_plain(target, list(args)))
@@ -111,7 +117,7 @@ def run(name, backend, context, data, hook, mode, listen, listen_tcp, token, flu
         else:
             api.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
         try:
-            endpoint.listen(listen_tcp, token)
+            endpoint.listen(listen_tcp, tokens.find(token_file) if listen_tcp else None)
         except (ProtonError, OSError) as exc:
             if listen or listen_tcp:
                 raise ProtonError(f"cannot listen for captures: {exc}") from None

@@ -8,7 +8,7 @@ as Triton's Proton writes it and both viewers read it:
               "metrics": {name: number, ...}, "children": [node, ...]}
     root   = a node named "ROOT" that carries a 0 for every inclusive metric; its frame also
              records the writing process (JOB_KEYS: host, pid[, rank, world_size, local_rank,
-             launcher]), scalars that hatchet keeps and both viewers ignore
+             launcher, script]), scalars that hatchet keeps and both viewers ignore
     device table = {"CUDA": {"0": {"arch", "num_sms", "clock_rate", "memory_clock_rate",
                                    "bus_width"}, ...}}   ({} when no kernel ran)
 
@@ -34,9 +34,10 @@ FRAME_TYPE = "function"
 """Every frame's "type" (hatchet's default)."""
 TREE_EXTENSION = ".hatchet"
 TRACE_EXTENSION = ".chrome_trace"
-JOB_KEYS = ("rank", "world_size", "local_rank", "host", "pid", "launcher")
+JOB_KEYS = ("rank", "world_size", "local_rank", "host", "pid", "launcher", "script")
 """The writing process, in the root frame (and in a trace's OTHER_DATA): the launcher's rank,
-world size and local rank (a job's ranks only), the host name and the process id."""
+world size and local rank (a job's ranks only), the host name, the process id and the
+profiled script's path."""
 RANK_FILE = re.compile(r"\.rank(\d+)\.(hatchet|chrome_trace)$")
 """A rank's file name: NAME.rank<R>.hatchet (or .chrome_trace)."""
 

@@ -51,6 +51,22 @@ def test_script_status_is_protons_and_profile_is_written(tmp_path, script, arg, 
         assert "RuntimeError: boom" in run.stderr
 
 
+def test_the_profile_names_its_script_and_the_report_shows_sources_beside_it(tmp_path):
+    """Issue 47: a report of a profile written one folder below its script found no sources
+    without --source-root; the profile now names its script (under the command and under
+    plain python), and the report looks beside it."""
+    (tmp_path / "runs").mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.replace('assert proton.start("ignored") is not None',
+                                     'proton.start("runs/plain")'))
+    under = run_proton(tmp_path, "-n", "runs/cmd", str(script), "0")
+    plain = subprocess.run([sys.executable, str(script), "0"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert under.returncode == 0 and plain.returncode == 0, under.stderr + plain.stderr
+    for name in ("cmd", "plain"):
+        assert load(tmp_path / "runs" / f"{name}.hatchet")[0]["frame"]["script"] == str(script)
+
+
 def test_ctrl_c_still_writes_the_profile(tmp_path, script):
     proc = subprocess.Popen([sys.executable, "-m", "proton", script, "sleep"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -199,3 +215,59 @@ def test_a_script_run_without_the_command_says_where_finalize_wrote(tmp_path):
     assert run.returncode == 0, run.stderr
     assert f"proton: wrote {tmp_path / 'mlp.hatchet'}\n" in run.stderr
     assert (tmp_path / "mlp.hatchet").exists()
+
+
+PHASED = """
+import sys, time, proton
+
+def work(scope="work"):
+    with proton.scope(scope, {"n": 1}):
+        time.sleep(0.01)
+
+@proton.profile(name="deco")
+def decorated():
+    work()
+
+how = sys.argv[1]
+if how == "decorator":
+    for _ in range(10):
+        decorated()
+        work("between")  # outside the session: not recorded
+elif how == "start":
+    for _ in range(5):
+        sid = proton.start("deco")
+        work()
+        proton.deactivate(sid)
+        work("between")
+elif how == "finalize":  # a script that writes its profile in two parts
+    for _ in range(2):
+        proton.start("deco")
+        work()
+        proton.finalize()
+        work("between")
+proton.finalize()
+"""
+"""Each way a script records `work` (10 ms in a scope) in and out of its own session."""
+
+
+@pytest.mark.parametrize("how,calls", [("decorator", 10), ("start", 5), ("finalize", 2)])
+def test_the_scripts_own_start_and_deactivate_lose_nothing_under_the_command(tmp_path, how,
+                                                                             calls):
+    """`proton -n deco script.py` keeps every call the script records, as `python script.py`
+    does; the script's deactivate() or finalize() pauses the command's session, its next
+    start() resumes it, and the command writes it when the script ends."""
+    (tmp_path / "phased.py").write_text(PHASED)
+    plain = subprocess.run([sys.executable, "phased.py", how], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    alone = load(tmp_path / "deco.hatchet")[0]
+    (tmp_path / "deco.hatchet").unlink()
+    run = run_proton(tmp_path, "-n", "deco", "phased.py", how)
+    assert run.returncode == 0, run.stderr
+    root = load(tmp_path / "deco.hatchet")[0]
+    work = find(root, "work")["metrics"]
+    assert work["n"] == calls and work["cpu_time (ns)"] >= calls * 10e6, work
+    between = [c for c in root["children"] if c["frame"]["name"] == "between"]
+    assert all("n" not in c["metrics"] for c in between), between  # paused in between
+    if how != "finalize":  # python alone rewrites the file at each finalize: the last part
+        assert find(alone, "work")["metrics"]["n"] == calls

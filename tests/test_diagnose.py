@@ -180,8 +180,10 @@ def test_the_command(tmp_path):
     path = profile(tmp_path, kernel("small_grid", 1e6, grid=16, threads=128, regs=32))
     result = CliRunner().invoke(viewer, ["--diagnose", path])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("1. [too few programs] small_grid: 1.000 ms, 100% of GPU")
-    assert "   try: more programs" in result.output
+    assert result.output.startswith("1. small_grid: 1.000 ms, 100% of GPU time; fixing it "
+                                     "could save up to 0.879 ms\n   at ROOT\n"
+                                     "   [too few programs] 16 blocks on 132 SMs")
+    assert "     try: more programs" in result.output
     data = json.loads(CliRunner().invoke(viewer, ["--diagnose", "--output", "json", path]).stdout)
     assert data["findings"][0]["rule"] == "too few programs" and data["notes"]
 
@@ -218,9 +220,12 @@ def test_rules_on_a_profile_recorded_on_an_h100():
     healthy = [f for f in findings if f.path.split(" / ")[-1] in diagnose_workload.HEALTHY]
     assert healthy and all(f.info for f in healthy)
     assert {f.rule for f in healthy} == {"low occupancy", "stalled line"}
-    first = findings[0]
-    assert (first.rule, first.kernel, round(first.share, 2)) == ("low occupancy", "ieee_dot",
-                                                                  0.37)
+    # the launch-bound scope (the GPU waits 67 ms of its 69 ms) before the kernels of 8 ms
+    assert [g.kernel for g in got.groups[:3]] == ["scope launch_bound", "ieee_dot",
+                                                  "strided_copy"]
+    assert got.groups[0].saves_ns == pytest.approx(69.383e6 - 2.258e6, rel=1e-3)
+    first = next(f for f in findings if f.kernel == "ieee_dot")
+    assert (first.rule, round(first.share, 2)) == ("low occupancy", 0.37)
     assert first.evidence.startswith("theoretical occupancy 19% (3 blocks of 4 warps per SM), "
                                      "limited by 65,536 B shared memory per block")
     tail = next(f for f in findings if f.rule == "tail effect")
@@ -270,8 +275,8 @@ def test_the_recorded_fp32_dot_is_compute_bound_under_the_fp32_roof():
     H100), so the advice is the tensor cores, not moving fewer bytes."""
     got = diagnose(load(os.path.join(DATA, "diagnose_recorded.hatchet"))).findings
     far = next(f for f in got if f.rule == "far from the roofline" and f.kernel == "ieee_dot")
-    assert far.evidence == ("2% of the compute roof: 1.01 TFLOP/s at 32.00 FLOP/byte (fp32 "
-                            "peak 66.6 TFLOP/s, ridge 20 FLOP/byte)")
+    assert far.evidence == ("2% of the compute roof: 1.01 TFLOP/s and 31.6 GB/s at 32.00 "
+                            "FLOP/byte (fp32 peak 66.6 TFLOP/s, 3,352 GB/s, ridge 20 FLOP/byte)")
     assert far.advice.startswith("use the tensor cores") and "fewer bytes" not in far.advice
 
 
@@ -329,3 +334,31 @@ def test_a_kernel_whose_flops_name_no_precision_is_left_unjudged_and_said(tmp_pa
     assert ("far from the roofline: 1 kernel with flops and bytes not judged; their flops name "
             "no precision (launch_metadata gives flops8, flops16, flops32 or flops64)") \
         in got.notes
+
+
+def test_findings_are_grouped_by_kernel_and_ranked_by_what_fixing_them_saves(tmp_path):
+    """A launch-bound scope of 62 ms wall (its 300 kernels 0.3 ms of GPU time) ranks above a
+    3 ms kernel far from its roof; the kernel's findings come as one group, whose text
+    names it once, with GB/s beside FLOP/s."""
+    loop = {"frame": {"name": "loop", "type": "function"}, "metrics": {"cpu_time (ns)": 62e6},
+            "children": [kernel("tiny", 0.3e6, count=300, grid=1, threads=128, regs=16)]}
+    nbytes = 1e9
+    slow = kernel("slow_copy", nbytes / (0.2 * BW) * 1e9, grid=16, threads=128, regs=32,
+                  flops=1e8, nbytes=nbytes)
+    path = profile(tmp_path, loop, slow)
+    got = diagnose(load(path))
+    assert [g.kernel for g in got.groups] == ["scope loop", "slow_copy"]
+    # 116 of 132 SMs idle (88% to gain) before 20% of the memory roof (80%)
+    assert [f.rule for f in got.groups[1].findings] == ["too few programs",
+                                                        "far from the roofline"]
+    text = CliRunner().invoke(viewer, ["--diagnose", path]).output
+    numbered = [line for line in text.splitlines() if line[:1].isdigit()]
+    assert numbered[0].startswith("1. scope loop: 62.000 ms of wall time, 0.300 ms on the GPU")
+    assert "could save up to 61.700 ms" in numbered[0]
+    assert numbered[1].startswith("2. slow_copy: ") and len(numbered) == 2
+    assert "20% of the memory roof: 0.07 TFLOP/s and 670.5 GB/s at 0.10 FLOP/byte" in text
+    data = json.loads(CliRunner().invoke(viewer, ["--diagnose", "--output", "json",
+                                                  path]).stdout)
+    assert [g["kernel"] for g in data["groups"]] == ["scope loop", "slow_copy"]
+    assert [data["findings"][i]["rule"] for i in data["groups"][1]["findings"]] == [
+        "too few programs", "far from the roofline"]

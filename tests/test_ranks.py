@@ -425,7 +425,7 @@ def test_merged_ranks_keep_each_kernels_launch_configuration(tmp_path):
         rank_file(tmp_path, rank, 2, k)
     result = CliRunner().invoke(viewer, ["--diagnose", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "[too few programs] small_grid" in result.output
+    assert "1. small_grid: " in result.output and "[too few programs]" in result.output
     assert "16 blocks on 132 SMs" in result.output
 
 

@@ -84,9 +84,12 @@ def jobs():
         job.proc.communicate()
 
 
-def capture(folder, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def capture(folder, *args: str, timeout: int = 120,
+            token: str | None = None) -> subprocess.CompletedProcess:
+    """`proton capture ARGS` in `folder`; a TCP `token` goes in PROTON_TOKEN, never argv."""
+    env = {**os.environ, **({"PROTON_TOKEN": token} if token else {})}
     return subprocess.run([sys.executable, "-m", "proton", "capture", *args], cwd=folder,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def steps_in(path) -> int:
@@ -218,9 +221,14 @@ def test_a_job_that_ends_during_the_capture_is_named_and_writes_what_it_has(tmp_
     assert steps_in(tmp_path / "ended.hatchet") > 5
 
 
+TOKEN = "9f2c41d07be35a86c1e0f4d2b7a95c3e"
+WRONG = "0b6e1f3a92d84c57e0a1b3c5d7f9e2a4"
+"""Tokens of 128 bits (a weaker one is refused)."""
+
+
 def tcp_job(folder, jobs, rank: int, token: str, env=None) -> tuple[Job, str]:
-    job = Job(folder, "--listen", "--listen-tcp", "127.0.0.1:0", "--token", token,
-              env={"RANK": str(rank), "WORLD_SIZE": "2", **(env or {})})
+    job = Job(folder, "--listen", "--listen-tcp", "127.0.0.1:0",
+              env={"RANK": str(rank), "WORLD_SIZE": "2", "PROTON_TOKEN": token, **(env or {})})
     jobs.append(job)
     line = ""
     while "listening for captures on tcp" not in line:
@@ -231,15 +239,15 @@ def tcp_job(folder, jobs, rank: int, token: str, env=None) -> tuple[Job, str]:
 def test_two_hosts_stand_in_tcp_endpoints_with_a_token(tmp_path, jobs):
     """Two local processes stand in for two hosts: each rank listens on TCP; one capture
     reaches both with the token, and the viewer merges their files."""
-    addresses = [tcp_job(tmp_path, jobs, rank, "s3cret")[1] for rank in (0, 1)]
-    bad = capture(tmp_path, "--connect", addresses[0], "--token", "wrong", "--duration", "0.2")
+    addresses = [tcp_job(tmp_path, jobs, rank, TOKEN)[1] for rank in (0, 1)]
+    bad = capture(tmp_path, "--connect", addresses[0], "--duration", "0.2", token=WRONG)
     assert bad.returncode == 1 and "bad or missing token" in bad.stderr
     missing = subprocess.run([sys.executable, "-m", "proton", "capture", "--connect",
                               addresses[0]], capture_output=True, text=True,
                              env={k: v for k, v in os.environ.items() if k != "PROTON_TOKEN"})
     assert missing.returncode == 2 and "needs the job's token" in missing.stderr
     done = capture(tmp_path, "--connect", addresses[0], "--connect", addresses[1],
-                   "--token", "s3cret", "--duration", "0.5", "-n", "multi")
+                   "--duration", "0.5", "-n", "multi", token=TOKEN)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["multi.rank0.hatchet",
                                                                   "multi.rank1.hatchet"]
@@ -514,3 +522,86 @@ def test_a_listening_job_that_served_captures_says_what_they_wrote_when_it_ends(
     assert last == (f"proton: SIGTERM; no capture running (its captures wrote 4 files: ..., "
                     f"{tmp_path / 'c1.hatchet'}, {tmp_path / 'c2.hatchet'}, "
                     f"{tmp_path / 'c3.hatchet'})"), err
+
+
+FAKE_JOB = """
+import json, os, socket, sys, threading, time
+how = sys.argv[1]
+path = os.path.join(os.environ["PROTON_SOCKET_DIR"], f"{os.getpid()}.sock")
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+server.listen(16)
+print("ready", flush=True)
+
+def answer(conn):
+    try:
+        reply(conn)
+    except OSError:  # ps hung up
+        pass
+
+def reply(conn):
+    conn.recv(65536)
+    if how == "ok only":  # a reply with none of the fields a status has
+        conn.sendall(b'{"ok": true}\\n')
+    elif how == "lies":  # fields of the wrong types
+        conn.sendall(json.dumps({"ok": True, "pid": os.getpid(), "state": "idle",
+                                 "sessions": [7], "steps": "many"}).encode() + b"\\n")
+    elif how == "escapes":  # a status whose text would clear the terminal and retitle it
+        conn.sendall(json.dumps({"ok": True, "pid": os.getpid(), "state": "idle\\x1b[2J",
+                                 "command": "x\\x1b]0;owned\\x07\\ny", "steps": 3}).encode()
+                     + b"\\n")
+    elif how == "another pid":
+        conn.sendall(json.dumps({"ok": True, "pid": 1, "state": "idle"}).encode() + b"\\n")
+    elif how == "trickle":  # a byte every 0.1 s, never a whole line
+        for _ in range(1000):
+            conn.sendall(b" ")
+            time.sleep(0.1)
+    elif how == "flood":  # megabytes without a newline
+        conn.sendall(b"x" * (4 << 20))
+    time.sleep(120)  # "silent" and the others: hold the connection open, answer nothing
+
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=answer, args=(conn,), daemon=True).start()
+"""
+"""A process listening where a job would (its own pid's socket) that answers `how` badly."""
+
+BROKEN = ["ok only", "lies", "escapes", "another pid", "silent", "trickle", "flood"]
+
+
+def test_ps_lists_every_job_within_seconds_whatever_broken_jobs_beside_it_answer(tmp_path,
+                                                                                  jobs):
+    jobs.append(good := Job(tmp_path, "--listen"))
+    began = time.monotonic()
+    assert subprocess.run([sys.executable, "-m", "proton", "ps"], capture_output=True,
+                          timeout=60).returncode == 0
+    alone = time.monotonic() - began  # Python's start and the good job's row
+    (tmp_path / "fake.py").write_text(FAKE_JOB)
+    fakes = {}
+    try:
+        for how in BROKEN:
+            fake = subprocess.Popen([sys.executable, "fake.py", how], cwd=tmp_path, text=True,
+                                    stdout=subprocess.PIPE)
+            fakes[fake.pid] = (how, fake)
+            assert fake.stdout.readline() == "ready\n"
+        began = time.monotonic()
+        ps = subprocess.run([sys.executable, "-m", "proton", "ps"], capture_output=True,
+                            text=True, timeout=60)
+        took = time.monotonic() - began
+    finally:
+        for _, fake in fakes.values():
+            fake.kill()
+            fake.communicate()
+    assert ps.returncode == 0 and ps.stderr == "", ps.stderr
+    assert took - alone < 3, (took, alone)  # every row at once, 1.5 s each at most
+    rows = {int(line.split()[0]): line for line in ps.stdout.splitlines()[1:]}
+    assert re.match(rf"{good.pid}\s+idle\s+\d+\s+", rows[good.pid]), ps.stdout
+    said = {how: rows[pid].split(None, 1)[1].strip() for pid, (how, _) in fakes.items()}
+    assert re.fullmatch(r"idle\\x1b\[2J +3 +x\\x1b\]0;owned\\x07\\ny", said.pop("escapes"))
+    assert all(line.startswith("unreachable: ") for line in said.values()), said
+    assert said["ok only"] == "unreachable: bad answer: state none is not str"
+    assert said["lies"] == "unreachable: bad answer: sessions is not a list of paths"
+    assert "\x1b" not in ps.stdout
+    assert said["another pid"].startswith("unreachable: bad answer: it answers as pid 1,")
+    assert said["silent"] == said["trickle"] == "unreachable: no answer in 1.5 s"
+    assert said["flood"] == "unreachable: bad answer: message over 65536 bytes"

@@ -168,6 +168,57 @@ def test_diff_is_this_minus_other_with_change_in_percent(tmp_path):
                                                    "name"]
 
 
+def run_of(path: str, tmp_path, name: str, **where) -> str:
+    """A copy of the profile at `path` as another run wrote it: its ROOT frame names the host,
+    pid (and rank) of that run, as every profile of ours does."""
+    with open(path) as f:
+        doc = json.load(f)
+    doc[0]["frame"].update(where)
+    out = tmp_path / name
+    out.write_text(json.dumps(doc))
+    return str(out)
+
+
+def test_diff_of_two_runs_matches_frames_by_name_not_by_host_or_pid(tmp_path):
+    a = run_of(RECORDED, tmp_path, "a.hatchet", host="gpu-a", pid=4242)
+    b = run_of(RECORDED, tmp_path, "b.hatchet", host="gpu-a", pid=5151)
+    c = run_of(RECORDED, tmp_path, "c.hatchet", host="gpu-b", pid=77, rank=0, world_size=1)
+    alone = json.loads(show("-m", "time/us", "--output", "json", a).output)
+    for this, other in ((b, a), (c, a), (RECORDED, a)):
+        result = show("-m", "time/us", "-diff", other, "--output", "json", this)
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.output)
+        assert sorted(r["path"] for r in rows) == sorted(r["path"] for r in alone)  # one tree
+        assert all(r["time (us) Δ"] == 0 and r["time (us) Δ%"] == 0 for r in rows), rows[:3]
+    tree = show("-m", "time/us", "-diff", a, b).output.splitlines()
+    assert tree[1].split() == ["0", "0", "ROOT"] and "-100" not in "".join(tree)
+
+
+@pytest.mark.parametrize("metric", ["time/%", "count/%"])
+def test_diff_with_a_share_metric_where_one_file_has_no_pid(tmp_path, metric):
+    """Issue 46, item 17: a /% metric in a -diff of a run with host and pid against one
+    without was a KeyError traceback; now one tree, every share unchanged."""
+    a = run_of(RECORDED, tmp_path, "a.hatchet", host="gpu-a", pid=4242)
+    for this, other in ((a, RECORDED), (RECORDED, a)):
+        result = show("-m", metric, "-diff", other, "--output", "json", this)
+        assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+        rows = json.loads(result.output)
+        assert rows and all(abs(r[f"{metric} Δ"]) < 1e-9 for r in rows), rows[:3]
+
+
+def test_diff_of_ours_against_tritons_file_of_the_same_script(tmp_path):
+    """triton_recorded.hatchet is Triton's Proton on the script of recorded.hatchet: its ROOT
+    has no host or pid; the same frames match."""
+    ours = run_of(RECORDED, tmp_path, "ours.hatchet", host="gpu-a", pid=4242)
+    result = show("-m", "count", "-diff", os.path.join(DATA, "triton_recorded.hatchet"),
+                  "--output", "json", ours)
+    assert result.exit_code == 0, result.output
+    rows = {tuple(r["path"]): r for r in json.loads(result.output)}
+    assert rows[("ROOT",)]["count Δ"] == 0 and rows[("ROOT", "step", "triton",
+                                                     "scale_kernel")]["count Δ"] == 0
+    assert len(rows) == len(json.loads(show("-m", "count", "--output", "json", ours).output))
+
+
 def test_long_names_fold_at_the_width_and_lose_no_character():
     result = show("--width", "60", EXAMPLE)
     assert result.exit_code == 0, result.output

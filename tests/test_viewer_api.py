@@ -211,6 +211,20 @@ def test_a_diff_subtracts_the_other_profile_frame_by_frame(step, tmp_path):
     assert change["matmul_kernel"] == 0
 
 
+def test_a_diff_of_two_runs_matches_their_roots_whatever_host_and_pid_they_ran_as(step,
+                                                                                tmp_path):
+    doc = training_profile()
+    for pid in (11, 22):
+        doc[0]["frame"].update(host="node-7", pid=pid)
+        (tmp_path / f"{pid}.hatchet").write_text(json.dumps(doc))
+    gf, metrics = api.parse(["time/ms"], str(tmp_path / "22.hatchet"))
+    diff = api.apply_diff_profile(gf, metrics, str(tmp_path / "11.hatchet"), ["time/ms"],
+                                  None, None, None)
+    change = by_name(diff, "time/ms (inc)")
+    assert diff.dataframe["name"].tolist() == gf.dataframe["name"].tolist()  # one tree
+    assert change["ROOT"] == 0 and change["adam_kernel"] == 0
+
+
 def test_print_tree_prints_tritons_text(step, capsys):
     gf, metrics = api.parse(["time/ms", "count"], step)
     api.print_tree(gf, metrics, depth=3, print_sorted=True)

@@ -15,7 +15,9 @@ from click.testing import CliRunner
 
 from conftest import viewer_in_terminal
 from proton.viewer.cli import viewer
+from proton.viewer.errors import listing
 from proton.viewer.reader import load
+from proton.viewer.render import fold as render_fold
 from proton.viewer.source import KernelSamples, LineSamples, Samples, find_kernel, source_files
 from proton.viewer.source_roots import SourceRoots
 from proton.viewer.source_view import window
@@ -406,6 +408,48 @@ def test_source_finds_a_kernel_by_its_demangled_name_or_a_regex_over_either(name
     full = show("--source", name, "--names", "full",
                 os.path.join(DATA, "diagnose_recorded.hatchet"))
     assert full.output.startswith(ADD + ": 2,504 samples")
+
+
+CXXFILT = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add"
+           "<float>, std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, "
+           "std::array<char*, 2ul>)")
+"""What `c++filt` prints for the ADD kernel's raw name: its return type, its parameters."""
+
+
+@pytest.mark.parametrize("name", [
+    CXXFILT,  # the whole of c++filt's output
+    CXXFILT.replace("> >", ">>"),  # as LLVM's demangler spaces it
+    "\n".join(render_fold(ADD, 40)),  # copied from a tree row folded over several lines
+    "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<...>, "
+    "std::array<...>>(...)",  # the folded name typed with ASCII dots
+    listing(["at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add"
+             "<…>, std::array<…>>(…)"], longest=80),  # cut short, as an error lists it
+])
+def test_source_takes_a_shown_or_cxxfilt_name_literally(name):
+    result = show("--source", name, "--names", "full",
+                  os.path.join(DATA, "diagnose_recorded.hatchet"))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(ADD + ": 2,504 samples")
+
+
+CLAMP_CXXFILT = (
+    'void at::native::vectorized_elementwise_kernel<8, at::native::(anonymous namespace)::lau'
+    'nch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::'
+    'ClampLimits)::{lambda()#1}::operator()() const::{lambda()#8}::operator()() const::{lambd'
+    'a(c10::Half)#1}, std::array<char*, 2ul> >(int, at::native::(anonymous namespace)::launch'
+    '_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::Cla'
+    'mpLimits)::{lambda()#1}::operator()() const::{lambda()#8}::operator()() const::{lambda(c'
+    '10::Half)#1}, std::array<char*, 2ul>)'
+)
+"""c++filt's output for the clamp kernel of pcsampling_recorded.hatchet (the issue's case)."""
+
+
+def test_source_takes_cxxfilts_output_for_a_sampled_kernel_with_lambdas_and_namespaces():
+    result = show("--source", CLAMP_CXXFILT, RECORDED)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("at::native::vectorized_elementwise_kernel<8, at::native::"
+                                    "(anonymous namespace)::launch_clamp_scalar(…)")
+    assert "samples" in result.output.splitlines()[0]
 
 
 def test_a_kernel_too_short_to_be_sampled_is_said_so_in_a_sampled_profile():

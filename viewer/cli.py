@@ -121,7 +121,8 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
 @click.option("--diagnose", is_flag=True,
               help="Instead of the tree: findings on why kernels are slow (too few programs, "
               "tail effect, low occupancy, far from the roofline, launch-bound scopes, "
-              "stall-dominated lines), most GPU time first, each with one thing to try; "
+              "stall-dominated lines), grouped by kernel or scope, most wall time to save "
+              "first, each with one thing to try; "
               "--output json for scripts.")
 @click.option("--html", "html_path", default=None, metavar="REPORT.html",
               help="Write one self-contained page (no network) instead of the tree: flame "
@@ -135,7 +136,8 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               help="Of several rank files (or a folder of them): show rank R's alone.")
 @click.option("--source", "kernel", default=None, metavar="KERNEL",
               help="Instead of the tree: the PC samples of KERNEL (its name as the file has "
-              "it or demangled, else a regex searched in both) per source line, over all its "
+              "it, as the tree shows it or as c++filt prints it, else a regex searched in the raw "
+              "and demangled names) per source line, over all its "
               "call paths, beside its source (a profile from `proton -m pcsampling`).")
 @click.option("--source-root", "source_roots", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False),

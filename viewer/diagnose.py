@@ -1,8 +1,11 @@
 """`proton-viewer --diagnose`: why a kernel is slow, and one thing to try, from one profile.
 
-Each rule reads what the profile has and says when it could not run. Findings are ranked by
-the GPU time they concern; only kernels (and scopes) with at least MIN_SHARE of the profile's
-kernel time are judged. RULES names each rule with its threshold in words (the command
+Each rule reads what the profile has and says when it could not run. Findings are grouped by
+the kernel (or scope) they concern, and the groups ranked by what fixing the worst of them could
+save of the run's wall time (`saves_ns`, an upper estimate per rule: a kernel at its roof, a
+full last wave, every SM busy; the GPU's idle time in a launch-bound scope), not by GPU time
+alone: a launch-bound scope whose GPU waits 60 ms ranks above a 3 ms kernel. Only kernels (and
+scopes) with at least MIN_SHARE of the profile's kernel time are judged. RULES names each rule with its threshold in words (the command
 prints those of the rules that ran when nothing crosses them); in short:
   * too few programs, tail effect: the grid against the SMs and the blocks resident per SM;
     not judged for the kernels of a launch-bound scope (there the host, not the grid, costs
@@ -21,7 +24,7 @@ prints those of the rules that ran when nothing crosses them); in short:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
@@ -89,21 +92,47 @@ class Finding:
     advice: str
     info: bool = False
     """Worth knowing, not a problem."""
+    saves_ns: float = 0.0
+    """What fixing it could save of the run's wall time at most (0 for info)."""
+
+
+@dataclass(slots=True)
+class Group:
+    """The findings of one kernel (its call paths folded together, as the kernels table
+    does) or one scope."""
+
+    kernel: str
+    time_ns: float
+    """Its GPU time over the findings' call paths."""
+    share: float
+    """Of the profile's kernel time."""
+    saves_ns: float
+    """The most one of its findings could save (they overlap: not summed)."""
+    findings: list[Finding]
+    """Warnings first, most saved first."""
+    wall_ns: float | None = None
+    """A scope's CPU (wall) time, when it was timed (cpu_timed_scope)."""
+
+    @property
+    def info(self) -> bool:
+        return all(f.info for f in self.findings)
 
 
 @dataclass(slots=True)
 class Diagnosis:
     findings: list[Finding]
-    """Most GPU time first."""
+    """In the groups' order (groups() gives them grouped)."""
     notes: list[str]
     """Why each rule that could not run did not, and what was left unjudged."""
     ran: dict[str, str]
     """The rules that ran: name -> threshold in words (RULES)."""
+    groups: list[Group] = field(default_factory=list)
+    """The findings by kernel (or scope): warnings before info, most saved first."""
 
 
 def diagnose(prof: Profile, style: str = "folded") -> Diagnosis:
-    """The findings, most GPU time first, a note for each rule that could not run, and the
-    rules that ran.
+    """The findings grouped by kernel or scope (most wall time to save first), a note for
+    each rule that could not run, and the rules that ran.
 
     Usage:
         got = diagnose(load("run.hatchet"))
@@ -126,8 +155,33 @@ def diagnose(prof: Profile, style: str = "folded") -> Diagnosis:
         else:
             found.ran.update(thresholds)
     found.notes += ctx.notes
-    found.findings.sort(key=lambda f: (f.info, -f.time_ns))
+    found.groups = _group(ctx, kernels, found.findings)
+    found.findings = [f for g in found.groups for f in g.findings]
     return found
+
+
+def _group(ctx: _Context, kernels: list, findings: list[Finding]) -> list[Group]:
+    """The findings by kernel name (its call paths together) or scope, each group with the
+    GPU time of what it names."""
+    time: dict[str, float] = {}
+    for node in kernels:
+        time[ctx.name(node)] = time.get(ctx.name(node), 0.0) + (ctx.value(node, TIME) or 0.0)
+    wall: dict[str, float] = {}
+    for scope in ctx.scopes:
+        time[f"scope {ctx.name(scope.node)}"] = scope.ns
+        if scope.cpu:
+            wall[f"scope {ctx.name(scope.node)}"] = scope.cpu
+    by: dict[str, list[Finding]] = {}
+    for f in findings:
+        by.setdefault(f.kernel, []).append(f)
+    out = []
+    for name, found in by.items():
+        found.sort(key=lambda f: (f.info, -f.saves_ns, -f.time_ns))
+        ns = time.get(name) or max(f.time_ns for f in found)
+        out.append(Group(name, ns, ns / ctx.total if ctx.total else 0.0,
+                         max(f.saves_ns for f in found), found, wall.get(name)))
+    out.sort(key=lambda g: (g.info, -g.saves_ns, -g.time_ns))
+    return out
 
 
 class _Context:
@@ -167,9 +221,15 @@ class _Context:
         return " / ".join(reversed(names))
 
     def finding(self, rule: str, node, ns: float, evidence: str, advice: str,
-                info: bool = False) -> Finding:
+                info: bool = False, saves: float | None = None) -> Finding:
+        """`saves`: the fraction of `ns` fixing it would save at most (default: what reaching
+        the roof would, else all of it)."""
+        if saves is None:
+            frac = self.roof_fraction(node)
+            saves = 1 - min(frac, 1.0) if frac is not None else 1.0
         return Finding(rule, self.name(node), self.path(node), ns,
-                       ns / self.total if self.total else 0.0, evidence, advice, info)
+                       ns / self.total if self.total else 0.0, evidence, advice, info,
+                       0.0 if info else ns * max(saves, 0.0))
 
     def big(self, ns: float | None) -> bool:
         return bool(ns) and self.total > 0 and ns / self.total >= MIN_SHARE
@@ -206,7 +266,7 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
                 f"{grid:,.0f} block{'s' * (grid != 1)} on {sms} SMs: {sms - grid:,.0f} SMs idle "
                 "the whole kernel",
                 "more programs: split the work finer (smaller BLOCK sizes, split-K), or a "
-                "persistent kernel with one program per SM"))
+                "persistent kernel with one program per SM", saves=1 - grid / sms))
         elif occ is not None and sms:
             capacity = sms * occ.blocks
             waves = grid / capacity
@@ -219,7 +279,7 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
                         f"{occ.blocks} resident); the last wave is {waves % 1:.0%} full, the "
                         f"GPU {1 - busy:.0%} idle on average",
                         f"a grid that is a multiple of {capacity:,} blocks (other block "
-                        "sizes), or a persistent kernel"))
+                        "sizes), or a persistent kernel", saves=1 - busy))
         if occ is not None and occ.fraction < LOW_OCCUPANCY:
             frac = ctx.roof_fraction(node)
             limit = {"registers": f"{regs} registers per thread",
@@ -306,9 +366,11 @@ def _far(kernel: KernelRoof, frac: float) -> tuple[str, str]:
         advice = ("use the tensor cores: tl.dot in fp16/bf16/fp8, or for fp32 "
                   "input_precision='tf32'")
     evidence = (f"{frac:.0%} of the {'memory' if memory else 'compute'} roof: "
-                f"{kernel.flops / kernel.seconds / 1e12:,.2f} TFLOP/s at {x:,.2f} FLOP/byte "
+                f"{kernel.flops / kernel.seconds / 1e12:,.2f} TFLOP/s and "
+                f"{kernel.nbytes / kernel.seconds / 1e9:,.1f} GB/s at {x:,.2f} FLOP/byte "
                 f"({' + '.join(dict.fromkeys(kernel.precisions))} peak "
-                f"{peak / 1e12:,.1f} TFLOP/s, ridge {peak / bw:,.0f} FLOP/byte)")
+                f"{peak / 1e12:,.1f} TFLOP/s, {bw / 1e9:,.0f} GB/s, ridge {peak / bw:,.0f} "
+                "FLOP/byte)")
     return evidence, advice
 
 
@@ -376,6 +438,8 @@ def _launch_bound(ctx: _Context, kernels: list, out: list) -> str | None:
                         "with proton.cpu_timed_scope to see how long the GPU waits)")
         finding = ctx.finding("launch-bound", scope.node, scope.ns, evidence, advice,
                               info=not scope.cpu)
+        if scope.cpu:  # the time the GPU waits: what launching less could give back
+            finding.saves_ns = scope.cpu - scope.ns
         finding.kernel = f"scope {finding.kernel}"
         out.append(finding)
     return None
@@ -418,7 +482,8 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
                 f"line {ls.line} of {ls.file.rsplit('/', 1)[-1]}: {share:.0%} of the kernel's "
                 f"samples, {stalled:.0%} stalled, mostly {reason} ({part:.0%}): {words}"
                 + (f"; the kernel reaches {frac:.0%} of its roof" if frac is not None else ""),
-                advice, info=reason == "not_selected" or (frac is not None and frac >= 0.5))
+                advice, info=reason == "not_selected" or (frac is not None and frac >= 0.5),
+                saves=stalled)
             if kernel.paths > 1:  # its samples are summed over every call path
                 finding.path = f"{kernel.paths} call paths, e.g. {finding.path}"
             out.append(finding)
@@ -449,13 +514,25 @@ scopes with MIN_SHARE or more of the profile's kernel time are judged."""
 
 
 def as_dicts(diagnosis: Diagnosis) -> dict:
-    """The diagnosis for scripts (--output json) and the report page."""
-    return {"findings": [asdict(f) for f in diagnosis.findings], "notes": diagnosis.notes,
-            "rules_run": list(diagnosis.ran)}
+    """The diagnosis for scripts (--output json) and the report page: the findings in order,
+    and the groups (by kernel or scope) as indices into them."""
+    found = diagnosis.findings
+    index = {id(f): i for i, f in enumerate(found)}
+    return {"findings": [asdict(f) for f in found],
+            "groups": [{"kernel": g.kernel, "time_ns": g.time_ns, "share": g.share,
+                        "wall_ns": g.wall_ns, "saves_ns": g.saves_ns, "info": g.info,
+                        "findings": [index[id(f)] for f in g.findings]}
+                       for g in diagnosis.groups],
+            "notes": diagnosis.notes, "rules_run": list(diagnosis.ran)}
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms"
 
 
 def render(diagnosis: Diagnosis) -> str:
-    """The findings for a terminal: one numbered block each, then the rules not run."""
+    """The findings for a terminal: one numbered block per kernel or scope (most to save
+    first), a line per finding with what to try, then the rules not run."""
     lines = []
     if not diagnosis.findings:
         lines.append(f"no findings: nothing crosses a threshold of the {len(diagnosis.ran)} "
@@ -463,13 +540,20 @@ def render(diagnosis: Diagnosis) -> str:
                      f"with {MIN_SHARE:.0%}+ of the GPU time)"
                      + (":" if diagnosis.ran else ""))
         lines += [f"  {rule}: {threshold}" for rule, threshold in diagnosis.ran.items()]
-    for i, f in enumerate(diagnosis.findings, 1):
-        tag = "info" if f.info else f.rule
-        lines.append(f"{i}. [{tag}] {f.kernel}: {f.time_ns / 1e6:,.3f} ms, {f.share:.0%} of "
-                     "GPU time")
-        lines.append(f"   at {f.path}")
-        lines.append(f"   {f.evidence}")
-        lines.append(f"   try: {f.advice}")
+    for i, g in enumerate(diagnosis.groups, 1):
+        gain = (f"; fixing it could save up to {_ms(g.saves_ns)}" if g.saves_ns
+                else "; worth knowing")
+        wall = f"{_ms(g.wall_ns)} of wall time, " if g.wall_ns else ""
+        lines.append(f"{i}. {g.kernel}: {wall}{_ms(g.time_ns)}{' on the GPU' * bool(wall)}, "
+                     f"{g.share:.0%} of GPU time{gain}")
+        one = len({f.path for f in g.findings}) == 1
+        if one:
+            lines.append(f"   at {g.findings[0].path}")
+        for f in g.findings:
+            tag = f"info: {f.rule}" if f.info else f.rule
+            at = "" if one else f" (at {f.path})"
+            lines.append(f"   [{tag}] {f.evidence}{at}")
+            lines.append(f"     try: {f.advice}")
     for note in diagnosis.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"

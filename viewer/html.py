@@ -12,7 +12,7 @@ import json
 import math
 import re
 
-from ..format import CUDA, NUM_SAMPLES
+from ..format import CUDA, NUM_SAMPLES, PYTHON_FRAME
 from .derive import Column, available, derive, kernel_mask, kernel_roofs
 from .errors import ViewerError
 from .names import readable
@@ -23,6 +23,9 @@ from .source_roots import SourceRoots
 from .specs import peak
 
 KERNEL_SPECS = ("time/ms", "count", "avg_time/us")
+SHARE = "% of GPU time"
+UTIL = "util (%)"
+"""Achieved over peak, as a percentage."""
 SOURCE_KERNELS = 12
 """Sampled kernels whose source the page shows, most samples first."""
 
@@ -102,7 +105,7 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str
         if visible is not None and node not in visible:
             continue
         raw = node.frame.get("name", "?")
-        name = readable(raw, style)
+        name = _short_frame(readable(raw, style))
         whole = readable(raw, "full")
         if whole != name:
             full[len(names)] = whole
@@ -124,6 +127,16 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str
             "order": order}
 
 
+def _short_frame(name: str) -> str:
+    """A python frame `/abs/dir/train.py:40@step` as `step (train.py:40)`: the path is in
+    the frame's details; the function is what a reader looks for."""
+    m = PYTHON_FRAME.match(name)
+    file = m["file"].replace("\\", "/") if m else ""
+    if "/" not in file:
+        return name
+    return f"{m['function']} ({file.rsplit('/', 1)[-1]}:{m['line']})"
+
+
 def _rate_specs(prof: Profile) -> list[str]:
     """The kernels table's rates: every flop width the profile has, bytes/s, util."""
     have = available(prof)
@@ -141,8 +154,8 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
             column = derive(prof, spec)
         except ViewerError:
             continue
-        if spec == "util":
-            column = Column("util", _util(prof))
+        if spec == "util":  # a percentage, as the other shares on the page
+            column = Column(UTIL, _util(prof) * 100)
         columns.append(column)
     if merged is not None and "time/ms" in available(prof):  # CPU-only ranks have no kernels
         from .ranks import columns as rank_columns
@@ -169,6 +182,11 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
         for n in nodes:
             row_of[n] = len(rows)
         rows.append([frames, weights if len(frames) > 1 else None, *cells])
+    if time:  # each kernel's share of the GPU time, beside its time
+        total = sum(r[2] or 0.0 for r in rows)
+        for r in rows:
+            r.insert(3, _num(100 * r[2] / total) if total and r[2] is not None else None)
+        headers.insert(1, SHARE)
     return {"columns": ["kernel", "call paths", *headers], "rows": rows}, row_of
 
 
@@ -229,7 +247,7 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
         for name in kernel.precisions if kernel.bandwidth else ():
             top = peak(gpu, name)
             roofs.setdefault((kernel.device, name), {
-                "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
+                "kind": name, "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
                 "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
                          f"{top / 1e12:,.1f} TFLOP/s, {kernel.bandwidth / 1e9:,.0f} GB/s"})
     note = (f"{len(points['x']):,} kernels with flops and bytes; dots sized by time, each judged "
@@ -247,6 +265,7 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     from .source import _Columns, find_kernel, kernel_nodes, source_files
     from .source_view import window
 
+    roots = roots.beside_script(_script(prof))
     columns = _Columns(prof)
     totals: dict[str, float] = {}
     for node in kernel_nodes(prof, columns):
@@ -299,33 +318,59 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     return out
 
 
+def _script(prof: Profile) -> str | None:
+    """The script the profile was made of: its root frame's `script` where the writer put
+    it, else the file of a top-level python frame `FILE:LINE@<module>` (-c python)."""
+    root = prof.gf.graph.roots[0]
+    named = root.frame.get("script")
+    if isinstance(named, str):
+        return named
+    for child in root.children:
+        m = PYTHON_FRAME.match(str(child.frame.get("name", "")))
+        if m and m["function"] == "<module>":
+            return m["file"]
+    return None
+
+
 def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: list) -> dict:
-    """--diagnose's findings, or why there are none (a profile without kernel times); each
-    finding with the frame to zoom the flame graph to (`node`: the kernel's frame at the
-    finding's call path, else its hottest) and whether the source view has the kernel."""
+    """--diagnose's findings grouped by kernel (or scope), most to save first, or why there
+    are none (a profile without kernel times); each finding with the frame to zoom the flame
+    graph to (`node`: the kernel's frame at the finding's call path, else its hottest) and
+    whether the source view has the kernel."""
     from .diagnose import as_dicts, diagnose
 
     try:
         found = as_dicts(diagnose(prof, style))
     except ViewerError as exc:
-        return {"items": [], "notes": [str(exc)], "rules_run": []}
-    names, parents = nodes["name"], nodes["parent"]
+        return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": []}
+    names, parents, full = nodes["name"], nodes["parent"], nodes["full"]
     frames = {}  # kernel name -> its frames, hottest first
     for row in kernels["rows"]:
         frames.setdefault(names[row[0][0]], []).extend(row[0])
+    scopes = {}  # "scope NAME" -> its frames (a launch-bound finding's)
+    for i, name in enumerate(names):
+        scopes.setdefault(f"scope {_named(names, full, i)}", []).append(i)
     sampled = {k["name"] for k in source}
     for item in found["findings"]:
-        candidates = frames.get(item["kernel"], [])
+        candidates = frames.get(item["kernel"]) or scopes.get(item["kernel"], [])
         at = item["path"].rsplit(", e.g. ", 1)[-1]  # "2 call paths, e.g. ROOT / backward"
-        item["node"] = next((i for i in candidates if _path(names, parents, i) == at),
+        item["node"] = next((i for i in candidates if _path(names, parents, full, i) == at),
                             candidates[0] if candidates else None)
         item["source"] = item["kernel"] in sampled
-    return {"items": found["findings"], "notes": found["notes"], "rules_run": found["rules_run"]}
+    return {"items": found["findings"], "groups": found["groups"], "notes": found["notes"],
+            "rules_run": found["rules_run"]}
 
 
-def _path(names: list, parents: list, i: int) -> str:
-    """`ROOT / forward`: the call path above frame `i`, as --diagnose writes it."""
+def _path(names: list, parents: list, full: dict, i: int) -> str:
+    """`ROOT / forward`: the call path above frame `i`, as --diagnose writes it (whole
+    names)."""
     out = []
     while (i := parents[i]) >= 0:
-        out.append(names[i])
+        out.append(_named(names, full, i))
     return " / ".join(reversed(out))
+
+
+def _named(names: list, full: dict, i: int) -> str:
+    """Frame `i`'s name as --diagnose writes it: a python frame's whole, not shortened."""
+    whole = full.get(i)
+    return whole if whole is not None and _short_frame(whole) == names[i] != whole else names[i]

@@ -7,6 +7,10 @@ name (both viewers match frames by it); `--names raw` shows it.
 
 Demangling is the C++ runtime's own (`__cxa_demangle`, through the `cxxfilt` package), else
 binutils' `c++filt`, else the name stays raw.
+
+`same_name` tells whether text a user typed is one of a kernel's names as shown anywhere: raw,
+folded, demangled, or pasted from `c++filt` (which starts with the `void` return type);
+`cut_of` whether it is one cut short as an error message lists it.
 """
 from __future__ import annotations
 
@@ -49,6 +53,34 @@ def _cxxfilt_binary(name: str) -> str:
     except (OSError, subprocess.SubprocessError):
         return name
     return done.stdout.strip() or name
+
+
+def same_name(typed: str, name: str) -> bool:
+    """Whether `typed` names `name` as one of its shown forms (raw, folded, full) or as `c++filt`
+    prints it. Spacing is ignored (demanglers differ: `> >` or `>>`; a name pasted from a folded
+    terminal row has line breaks), as is a leading `void`, and `...` reads as the fold mark `…`."""
+    want = _key(typed)
+    return want in _forms(name)
+
+
+def cut_of(typed: str, name: str) -> bool:
+    """Whether `typed` is one of `name`'s shown forms cut short and ended with `...`, as error
+    messages list long names (errors.listing)."""
+    if not typed.rstrip().endswith("..."):
+        return False
+    stem = _key(typed.rstrip()[:-3])
+    return bool(stem) and any(form.startswith(stem) for form in _forms(name))
+
+
+def _forms(name: str) -> tuple[str, ...]:
+    return tuple(_key(text) for text in (name, readable(name, "full"), readable(name)))
+
+
+def _key(text: str) -> str:
+    """`text` without spacing, a `void ` return type or the difference between `...` and `…`."""
+    text = text.strip()
+    text = text.removeprefix("void ") if text.startswith("void ") else text
+    return "".join(text.replace("...", FOLD).split())
 
 
 def fold(text: str) -> str:

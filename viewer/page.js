@@ -21,9 +21,24 @@ const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
 
 const S = {view: "flame", zoom: 0, pattern: null, search: "", sortCol: 2, sortDir: -1,
            kernel: -1, focus: null};
-const VIEWS = {flame, kernels, roofline, source, findings};
-if (D.warps.length) VIEWS.warps = warps;  // the tab only for kernels with scopes
-else document.querySelector('#tabs button[data-view="warps"]').remove();
+const VIEWS = {flame, kernels, roofline, source, findings, warps};
+// Only the views the profile has: a CPU-only profile has no kernels, a profile without
+// flops no roofline. What is left out, and how to get it, is said beside the tabs.
+const ABSENT = {};
+if (!ROWS.length) ABSENT.kernels = "no kernel times (profile a run on a GPU)";
+if (!D.roofline.points.length) ABSENT.roofline = D.roofline.note;
+if (!D.source.length) ABSENT.source = "no PC samples (profile with proton -m pcsampling)";
+if (!ROWS.length && !D.findings.items.length) ABSENT.findings = D.findings.notes[0] || "no kernel times";
+if (!D.warps.length) ABSENT.warps = "no kernel scopes (proton.language, backend=\"instrumentation\")";
+for (const v of Object.keys(ABSENT)) {
+  delete VIEWS[v];
+  document.querySelector('#tabs button[data-view="' + v + '"]').remove();
+}
+if (Object.keys(ABSENT).length) {
+  const why = Object.entries(ABSENT).map(([v, r]) => v + ": " + r).join("\n");
+  $("absent").textContent = "not in this profile: " + Object.keys(ABSENT).join(", ");
+  $("absent").title = why;
+}
 
 const esc = s => String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
   '"': "&quot;", "'": "&#39;"}[c]));
@@ -96,7 +111,7 @@ function metricsTable(i) {
 // -- flame graph (icicle: the root on top, width = the chosen metric) -------------------------
 // Zoomed, the frame's ancestors stay on top at full width (as speedscope does); frames too
 // narrow to see are drawn as one grey block per parent; labels are cut to fit with an ellipsis.
-const MIN_PX = 1, PAD = 3;
+const MIN_PX = 1, PAD = 3, MIN_INFO = 180;  // px: the details' least height
 const FONT = '11px system-ui,-apple-system,"Segoe UI",sans-serif';
 let measure = null;
 function fit(text, room) {
@@ -110,20 +125,42 @@ function fit(text, room) {
   }
   return lo ? text.slice(0, lo) + "\u2026" : "";
 }
+// Colours by what a frame is (the legend says so): a GPU kernel warm, a python frame (or a
+// kernel's source line) green, any other scope blue; the hue varies a little by name.
+const PYFRAME = /\((?:[^()]*[\/\\])?[^()\/\\]+:\d+\)$/;
+const isPython = i => FULL[i] !== undefined && PYFRAME.test(NAME[i]);
 function color(i) {
   const h = hue(NAME[i]);
   if (rowOf[i] >= 0) return "hsl(" + (20 + h % 30) + ",85%," + (62 + h % 12) + "%)";
+  if (isPython(i)) return "hsl(" + (100 + h % 40) + ",45%," + (70 + h % 12) + "%)";
   return "hsl(" + (200 + h % 40) + ",55%," + (72 + h % 12) + "%)";
 }
+const UNIT = ((D.columns[0] || "").match(/\(([^)]+)\)\s*$/) || [])[1] || "";
+function amount(v) {  // 3 significant digits and the width metric's unit: 288 ms, 4.96 us
+  const a = Math.abs(v);
+  return (a > 0 && a < 1e-6 ? v.toExponential(2) : a >= 1000 ? Math.round(v).toLocaleString("en-US") :
+    v.toLocaleString("en-US", {minimumSignificantDigits: 3, maximumSignificantDigits: 3})) + (UNIT ? " " + UNIT : "");
+}
+const pct = v => (v >= 10 || v === 0 ? Math.round(v) : v >= 0.1 ? v.toFixed(1) : "<0.1") + "%";
+function label(i, room) {  // as speedscope: the name with its time and share where they fit
+  const whole = VALUE[0] > 0 ? pct(100 * VALUE[i] / VALUE[0]) : "";
+  for (const text of [NAME[i] + " \u2014 " + amount(VALUE[i]) + (whole ? ", " + whole : ""),
+                      whole ? NAME[i] + " \u2014 " + whole : ""])
+    if (text && fit(text, room) === text) return text;
+  return fit(NAME[i], room);
+}
+const KEYS = [["hsl(35,85%,66%)", "GPU kernel"], ["hsl(115,45%,74%)", "python frame or source line"],
+              ["hsl(215,55%,76%)", "scope"], ["#cfd4db", "frames too narrow to draw"]];
 function flame() {
   const box = $("flamebox"), svg = $("flamesvg"), pat = S.pattern;
   const path = [];
   for (let i = S.zoom; i >= 0; i = PARENT[i]) path.unshift(i);
   $("crumbs").innerHTML = path.map(i => '<a data-id="' + i + '">' + esc(NAME[i]) + "</a>").join(" \u203a ") +
     '<span class="matches"></span>';
+  $("flamekey").innerHTML = KEYS.concat(pat ? [["#e040fb", "search match"]] : []).map(([c, t]) =>
+    '<span class="key"><i style="background:' + c + '"></i>' + esc(t) + "</span>").join("") +
+    (D.columns.length ? '<span class="key">width: ' + esc(D.columns[0]) + "</span>" : "");
   info(S.zoom);
-  // the box takes the window's height left below it; the graph scrolls inside, not the page
-  box.style.height = Math.max(160, innerHeight - box.getBoundingClientRect().top - $("flameinfo").offsetHeight - 2) + "px";
   const W = svg.clientWidth || box.clientWidth || 1200, ROW = 20;
   const parts = [], labels = [];
   let depth = 0, matches = 0;
@@ -132,8 +169,8 @@ function flame() {
     matches += hit ? 1 : 0;
     parts.push('<rect data-id="' + i + '" x="' + x.toFixed(2) + '" y="' + d * ROW + '" width="' + w.toFixed(3) +
       '" height="' + (ROW - 1) + '" fill="' + color(i) + '"' + (hit ? ' class="match"' : cls ? ' class="' + cls + '"' : "") + "></rect>");
-    const label = fit(NAME[i], w - 2 * PAD);
-    if (label) labels.push('<text x="' + (x + PAD).toFixed(1) + '" y="' + (d * ROW + 14) + '">' + esc(label) + "</text>");
+    const text = label(i, w - 2 * PAD);
+    if (text) labels.push('<text x="' + (x + PAD).toFixed(1) + '" y="' + (d * ROW + 14) + '">' + esc(text) + "</text>");
   };
   const ancestors = [];
   for (let i = PARENT[S.zoom]; i >= 0; i = PARENT[i]) ancestors.unshift(i);
@@ -159,6 +196,12 @@ function flame() {
   }
   svg.setAttribute("height", (depth + 1) * ROW);
   svg.innerHTML = parts.join("") + labels.join("");
+  // the graph's box as tall as the tree (up to what leaves the details MIN_INFO), the
+  // details the rest of the window: a shallow tree leaves no blank panel, a deep one scrolls
+  const room = innerHeight - box.getBoundingClientRect().top - 4;
+  const tall = (depth + 1) * ROW + 2;
+  box.style.height = (tall <= room - MIN_INFO ? tall : Math.max(room - MIN_INFO, Math.min(160, room / 2))) + "px";
+  $("flameinfo").style.height = Math.max(60, innerHeight - $("flameinfo").getBoundingClientRect().top - 2) + "px";
   if (pat) $("crumbs").lastChild.textContent = matches.toLocaleString("en-US") + " drawn frame" +
     (matches === 1 ? "" : "s") + " match";
 }
@@ -169,9 +212,15 @@ function info(i) {
     if (pointsOf[row].length) links.push(link({view: "roofline", kernel: NAME[i]}, "roofline"));
     if (sourceOf.has(NAME[i])) links.push(link({view: "source", kernel: NAME[i]}, "source"));
   }
+  // beside its metrics, what it is made of: its widest frames (a click zooms to one)
+  const under = kids[i].slice(0, 12).map(c => '<tr><td><a data-id="' + c + '">' + esc(NAME[c]) + "</a></td><td>" +
+    amount(VALUE[c]) + "</td><td>" + (VALUE[i] > 0 ? pct(100 * VALUE[c] / VALUE[i]) : "") + "</td></tr>").join("");
   $("flameinfo").innerHTML = "<b>" + esc(FULL[i] || NAME[i]) + "</b>" + (links.length ? " " + links.join(" ") : "") +
-    '<div class="note">' + esc(pathTo(i).concat(NAME[i]).join(" / ")) + "</div>" + metricsTable(i);
+    '<div class="note">' + esc(pathTo(i).concat(NAME[i]).join(" / ")) + '</div><div class="infocols">' + metricsTable(i) +
+    (under ? '<table class="under"><thead><tr><th>under it' + (kids[i].length > 12 ? " (widest 12 of " + kids[i].length + ")" : "") +
+      "</th><th>" + esc(D.columns[0] || "") + "</th><th>of it</th></tr></thead><tbody>" + under + "</tbody></table>" : "") + "</div>";
 }
+$("flameinfo").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
 const zoomTo = i => { S.zoom = i; flame(); writeHash(); };
 $("crumbs").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
 $("flamesvg").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
@@ -188,9 +237,12 @@ $("flamesvg").onmouseleave = hideTip;
 const SHOWN = 500;
 const decimals = ROWS.length ? K.columns.map((c, j) => {
   if (j < 2) return 0;
-  let max = 0, whole = true;
-  for (const r of ROWS) { const v = r[j]; if (v !== null) { max = Math.max(max, Math.abs(v)); whole = whole && Number.isInteger(v); } }
-  return whole || max === 0 ? 0 : Math.max(0, Math.min(3, 3 - Math.floor(Math.log10(max))));
+  // enough decimals for the largest value's 4 digits and the smallest's 2 (1.1 us stays
+  // 1.1 beside 1,234 us), at most 3
+  let max = 0, min = Number.MAX_VALUE, whole = true;
+  for (const r of ROWS) { const v = Math.abs(r[j]); if (r[j] !== null) { max = Math.max(max, v); if (v > 0) min = Math.min(min, v); whole = whole && Number.isInteger(r[j]); } }
+  if (whole || max === 0) return 0;
+  return Math.max(0, Math.min(c.includes("%") ? 1 : 3, Math.max(3 - Math.floor(Math.log10(max)), 1 - Math.floor(Math.log10(min)))));
 }) : [];
 function num(v, d) {  // one format per column: its decimals fixed, thousands separated
   if (v === null || v === undefined) return "";
@@ -230,7 +282,7 @@ function kernels() {
   const what = rows.length.toLocaleString("en-US") + " kernel" + (rows.length === 1 ? "" : "s") +
     (calls > rows.length ? " (" + calls.toLocaleString("en-US") + " call paths)" : "");
   $("knote").textContent = rows.length > SHOWN ? "the first " + SHOWN + " of " + what +
-    "; sort by a column or search to see others" : what + "; click a row to find it in the roofline";
+    "; sort by a column or search to see others" : what + (VIEWS.roofline ? "; click a row to find it in the roofline" : "");
 }
 $("ktable").onclick = e => {
   const th = e.target.closest("th"), tr = e.target.closest("tbody tr");
@@ -251,12 +303,27 @@ const si = e => e < 0 ? (10 ** e).toFixed(-e) : e >= 21 ? "1e" + e :  // 0.01, 1
 // The dots go on a canvas (90,000 draw in well under a second; as SVG they took seconds);
 // the axes, roofs, labels and the marked kernel on an SVG above it, so nothing covers a label.
 const DOT = {x: null, y: null, r: null, grid: null, cell: 32, cols: 0};
+// Each precision's roof and the dots it judges share a colour (a 16-bit kernel above the fp32
+// roof is under its own, the 16-bit one); a kernel with flops of two widths takes its first's.
+const ROOF_COLORS = ["#1d4ed8", "#c2410c", "#047857", "#7e22ce", "#be123c", "#0e7490"];
+const roofKinds = [...new Set(D.roofline.roofs.map(r => r.kind).concat(D.roofline.points.map(p => p.roof.split(", ")[0])))];
+const roofColor = kind => ROOF_COLORS[Math.max(0, roofKinds.indexOf(kind.split(", ")[0])) % ROOF_COLORS.length];
+const TOP_LABELS = 5;  // the kernels of most time get their names beside their dots
+let measureBold = null;
+function textWidth(text) {
+  if (!measureBold) { measureBold = document.createElement("canvas").getContext("2d"); measureBold.font = "600 " + FONT; }
+  return measureBold.measureText(text).width;
+}
 function roofline() {
   const R = D.roofline, svg = $("roofsvg"), canvas = $("roofdots");
   $("roofnote").textContent = R.note + (R.points.length ? " Hover a dot for its kernel; click a row of the kernels table to mark it here." : "");
   $("roofplot").style.display = R.points.length ? "inline-block" : "none";
   if (!R.points.length) return;
-  const W = Math.max(640, Math.min(1100, $("roofline").clientWidth - 34)), H = Math.round(W * 0.58);
+  const used = [...new Set(R.points.map(p => p.roof))];
+  $("roofkey").innerHTML = used.map(k => '<span class="key"><i style="background:' + roofColor(k) + '"></i>' +
+    esc(k) + " kernels, judged by the " + esc(k.split(", ")[0]) + " roof</span>").join("");
+  const W = Math.max(640, Math.min(1100, $("roofline").clientWidth - 34));
+  const H = Math.round(Math.max(300, Math.min(W * 0.58, innerHeight - $("roofplot").getBoundingClientRect().top - 12)));
   const L = 64, B = 44, T = 14, RR = 16, n = R.points.length;
   svg.setAttribute("width", W); svg.setAttribute("height", H);
   let xlo = Number.MAX_VALUE, xhi = 0, ylo = Number.MAX_VALUE, yhi = 0, tmax = 0;  // all positive
@@ -278,34 +345,50 @@ function roofline() {
   const ratio = window.devicePixelRatio || 1, ctx = canvas.getContext("2d");
   canvas.width = W * ratio; canvas.height = H * ratio; canvas.style.width = W + "px"; canvas.style.height = H + "px";
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-  ctx.fillStyle = "rgba(37,99,235,.5)"; ctx.strokeStyle = "#1e3a8a"; ctx.lineWidth = 0.8;
+  ctx.lineWidth = 0.8; ctx.globalAlpha = 1;
   for (const k of order) {
     const p = R.points[k], x = X(p.x), y = Y(p.y), r = 2.5 + 12 * Math.sqrt(p.t / tmax);
     DOT.x[k] = x; DOT.y[k] = y; DOT.r[k] = r;
-    ctx.beginPath(); ctx.arc(x, y, r, 0, 2 * Math.PI); ctx.fill(); ctx.stroke();
+    ctx.beginPath(); ctx.arc(x, y, r, 0, 2 * Math.PI);
+    ctx.fillStyle = roofColor(p.roof); ctx.strokeStyle = roofColor(p.roof);
+    ctx.globalAlpha = 0.5; ctx.fill(); ctx.globalAlpha = 1; ctx.stroke();
     const c = Math.floor(y / DOT.cell) * DOT.cols + Math.floor(x / DOT.cell);
     (DOT.grid.get(c) || DOT.grid.set(c, []).get(c)).push(k);
   }
   canvas.dataset.dots = n;
   for (const r of R.roofs) {
     const a = 10 ** x0, b = 10 ** x1;
-    out.push('<polyline class="roof" clip-path="url(#plotarea)" fill="none" stroke="#d14343" stroke-width="2" points="' +
-      [[a, Math.min(r.peak, r.bw * a)], [r.ridge, r.peak], [b, r.peak]].map(([x, y]) => X(x).toFixed(1) + "," + Y(y).toFixed(1)).join(" ") + '"/>');
+    out.push('<polyline class="roof" data-kind="' + esc(r.kind) + '" clip-path="url(#plotarea)" fill="none" stroke="' + roofColor(r.kind) +
+      '" stroke-width="2" points="' + [[a, Math.min(r.peak, r.bw * a)], [r.ridge, r.peak], [b, r.peak]].map(([x, y]) =>
+      X(x).toFixed(1) + "," + Y(y).toFixed(1)).join(" ") + '"/>');
   }
-  // the marked kernel's dots, then every label (a white halo), above the dots
-  const marked = S.kernel >= 0 ? pointsOf[S.kernel] : [], labels = [], taken = [];
+  // the marked kernel's dots, then every label (a white halo), above the dots; no label over
+  // another: the roofs' first, then the marked kernel's, then the top kernels' where one fits
+  const marked = S.kernel >= 0 ? pointsOf[S.kernel] : [], labels = [], boxes = [];
+  const free = b => b.x0 >= L && b.x1 <= W - RR && b.y0 >= 0 && b.y1 <= H - B &&
+    !boxes.some(o => b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1);
+  const halo = '" paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round"';
   for (const k of marked) out.push('<circle class="sel" data-k="' + k + '" cx="' + DOT.x[k].toFixed(1) + '" cy="' +
     DOT.y[k].toFixed(1) + '" r="' + Math.max(5, DOT.r[k]).toFixed(1) + '"/>');
   for (const r of R.roofs) {
+    const w = textWidth(r.label), x1 = W - RR - 4;
     let y = Y(r.peak) - 7;
-    while (taken.some(t => Math.abs(t - y) < 14)) y -= 14;
-    taken.push(y);
-    labels.push('<text class="rooflabel" x="' + (W - RR - 4) + '" y="' + y.toFixed(1) + '" text-anchor="end" paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round">' + esc(r.label) + "</text>");
+    while (!free({x0: x1 - w, x1, y0: y - 11, y1: y + 3}) && y > 12) y -= 14;
+    boxes.push({x0: x1 - w, x1, y0: y - 11, y1: y + 3});
+    labels.push('<text class="rooflabel" x="' + x1 + '" y="' + y.toFixed(1) + '" text-anchor="end" style="fill:' + roofColor(r.kind) + halo + ">" + esc(r.label) + "</text>");
   }
-  for (const k of marked) {
-    const right = DOT.x[k] < W * 0.6;
-    labels.push('<text class="pointlabel" x="' + (DOT.x[k] + (right ? 1 : -1) * (DOT.r[k] + 6)).toFixed(1) + '" y="' + (DOT.y[k] + 4).toFixed(1) +
-      '" text-anchor="' + (right ? "start" : "end") + '" paint-order="stroke" stroke="#fff" stroke-width="4" stroke-linejoin="round">' + esc(pointName(k)) + "</text>");
+  const byTime = order.slice(0, TOP_LABELS).filter(k => !marked.includes(k));
+  for (const k of [...marked, ...byTime]) {
+    const name = pointName(k), w = textWidth(name), x = DOT.x[k], y = DOT.y[k], gap = DOT.r[k] + 5;
+    const spots = [[x + gap, y + 4, "start"], [x - gap, y + 4, "end"], [x - w / 2, y - gap - 2, "start"],
+                   [x - w / 2, y + gap + 11, "start"], [x + gap, y - gap, "start"], [x - gap, y - gap, "end"],
+                   [x + gap, y + gap + 8, "start"], [x - gap, y + gap + 8, "end"]];
+    const spot = spots.find(([sx, sy, a]) => free({x0: a === "end" ? sx - w : sx, x1: a === "end" ? sx : sx + w, y0: sy - 11, y1: sy + 3}));
+    if (!spot) continue;  // no room: its name is on hover
+    const [sx, sy, a] = spot;
+    boxes.push({x0: a === "end" ? sx - w : sx, x1: a === "end" ? sx : sx + w, y0: sy - 11, y1: sy + 3});
+    labels.push('<text class="pointlabel' + (marked.includes(k) ? " sel" : "") + '" data-k="' + k + '" x="' + sx.toFixed(1) + '" y="' + sy.toFixed(1) +
+      '" text-anchor="' + a + halo + ">" + esc(name) + "</text>");
   }
   out.push('<text class="axis" x="' + (L + (W - L - RR) / 2) + '" y="' + (H - 8) + '" text-anchor="middle">arithmetic intensity, FLOP per byte</text>');
   out.push('<text class="axis" transform="translate(14,' + ((H - B + T) / 2) + ') rotate(-90)" text-anchor="middle">achieved FLOP/s</text>');
@@ -376,15 +459,31 @@ function kernelFrame(name) {  // the hottest frame of the kernel of that name
 }
 
 // -- findings (proton-viewer --diagnose), each linked to its kernel -------------------------
+// A card per kernel (or scope), most to gain first: what fixing it could save, its time, and a
+// row per finding with what to try; info (worth knowing, not a problem) greyed, last.
+const msText = ns => (ns / 1e6).toLocaleString("en-US", {minimumFractionDigits: 3, maximumFractionDigits: 3}) + " ms";
 function findings() {
-  const F = D.findings;
-  $("findbody").innerHTML = (F.items.length ? "<ol>" + F.items.map(f => '<li class="finding' + (f.info ? " info" : "") +
-    '"><b>' + esc(f.info ? "info" : f.rule) + "</b> " + esc(f.kernel) + ": " + fmt(f.time_ns / 1e6) + " ms, " +
-    Math.round(f.share * 100) + "% of GPU time" + (f.node !== null ? link({view: "flame", zoom: f.node}, "flame graph") : "") +
-    (f.source ? link({view: "source", kernel: f.kernel}, "source") : "") +
-    '<br><span class="note">at ' + esc(f.path) + "</span><br>" + esc(f.evidence) +
-    "<br><i>try:</i> " + esc(f.advice) + "</li>").join("") + "</ol>" : '<p class="note">No findings from the rules that ran: ' +
-    esc(F.rules_run.join(", ") || "none") + ".</p>") +
+  const F = D.findings, items = F.items;
+  const card = (g, n) => {
+    const first = items[g.findings[0]], paths = [...new Set(g.findings.map(i => items[i].path))];
+    const go = [first.node !== null ? link({view: "flame", zoom: first.node}, "flame graph") : "",
+                first.source ? link({view: "source", kernel: first.kernel}, "source") : ""].join("");
+    const head = '<div class="fhead"><span class="rank">' + n + '</span><b>' + wrappable(g.kernel) + "</b>" + go +
+      '<span class="gain">' + (g.saves_ns > 0 ? "could save up to " + msText(g.saves_ns) : "worth knowing") + "</span></div>" +
+      '<div class="note">' + (g.wall_ns ? msText(g.wall_ns) + " of wall time, " + msText(g.time_ns) + " on the GPU (" :
+        msText(g.time_ns) + " of GPU time (") + Math.round(100 * g.share) + "% of the kernels\u2019 time)" +
+      (paths.length === 1 ? " \u00b7 at " + esc(paths[0]) : "") + "</div>";
+    return '<li class="finding' + (g.info ? " info" : "") + '">' + head + '<table class="ftable"><tbody>' + g.findings.map(i => {
+      const f = items[i];
+      return '<tr class="' + (f.info ? "info" : "") + '"><td class="rule">' + esc(f.rule) + (f.info ? ' <span class="tag">info</span>' : "") +
+        '</td><td>' + esc(f.evidence) + (paths.length > 1 ? ' <span class="note">(at ' + esc(f.path) + ")</span>" : "") +
+        '<div class="try"><i>try:</i> ' + esc(f.advice) + "</div></td></tr>";
+    }).join("") + "</tbody></table></li>";
+  };
+  $("findbody").innerHTML = (F.groups.length ? '<p class="note">' + F.groups.length + " kernel" + (F.groups.length === 1 ? "" : "s") +
+    " and scopes with findings, most to gain first: what fixing it could save of the run\u2019s wall time at most (a kernel at its roof, every SM busy; a launch-bound scope\u2019s idle GPU).</p>" +
+    '<ol class="findings">' + F.groups.map((g, n) => card(g, n + 1)).join("") + "</ol>" :
+    '<p class="note">No findings from the rules that ran: ' + esc(F.rules_run.join(", ") || "none") + ".</p>") +
     F.notes.map(n => '<p class="note">' + esc(n) + "</p>").join("");
 }
 
@@ -392,47 +491,63 @@ function findings() {
 // Each warp's pass through a scope is a span, coloured by scope; nested scopes sit in bands
 // below their parents within the lane. x: ns from the launch's first CTA (%globaltimer plus
 // cycles at the device's clock). Hover a span for its cycles.
-const WARP = {k: 0, lanes: null};
+// cta: the one CTA zoomed into (null: all); win: the time window [ns, ns] zoomed into in it
+const WARP = {k: 0, lanes: null, cta: null, win: null};
 const scopeColor = (t, j) => "hsl(" + Math.round(j * 360 / Math.max(1, t.scopes.length) + 200) % 360 + ",62%,52%)";
 function warps() {
   const T = D.warps[WARP.k], n = T.cycles.length;
   $("warpnote").textContent = "Inside the kernel (proton.language scopes): each kernel's latest launch, a row per CTA " +
-    "(on its SM), a lane per warp, each warp's pass through a scope as a span coloured by scope. Hover a span for its cycles.";
+    "(on its SM), a lane per warp, each warp's pass through a scope as a span coloured by scope. Hover a span for its cycles; " +
+    "click a span (or a CTA's name) to zoom into its CTA, and a span there to zoom into its time.";
   const pick = D.warps.length > 1 ? '<select id="warpkernel">' + D.warps.map((w, j) => '<option value="' + j + '"' +
     (j === WARP.k ? " selected" : "") + ">" + esc(w.kernel) + (w.path ? " (" + esc(w.path) + ")" : "") + "</option>").join("") +
     "</select>" : "<b>" + esc(T.kernel) + "</b>" + (T.path ? ' <span class="note">' + esc(T.path) + "</span>" : "");
   $("warpbar").innerHTML = pick + T.scopes.map((s, j) => '<span class="key"><i style="background:' + scopeColor(T, j) +
     '"></i>' + esc(s) + "</span>").join("");
-  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; warps(); };
+  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; WARP.cta = WARP.win = null; warps(); };
   const depth = T.scopes.map(s => s.split(" > ").length - 1), bands = Math.max(...depth) + 1;
-  const ctas = [...new Set(T.cta)].map(c => ({c, sm: T.sm[T.cta.indexOf(c)]})).sort((a, b) => a.sm - b.sm || a.c - b.c);
+  const all = [...new Set(T.cta)].map(c => ({c, sm: T.sm[T.cta.indexOf(c)]})).sort((a, b) => a.sm - b.sm || a.c - b.c);
+  // zoomed into one CTA: its rows alone, taller bands, the time axis from its first span to its last
+  const one = all.find(c => c.c === WARP.cta), ctas = one ? [one] : all;
+  $("warpbar").insertAdjacentHTML("beforeend", '<select id="warpcta" aria-label="CTA"><option value="">all CTAs</option>' +
+    all.map(c => '<option value="' + c.c + '"' + (one && one.c === c.c ? " selected" : "") + ">CTA " + c.c + " (SM " + c.sm + ")</option>").join("") + "</select>");
+  $("warpcta").onchange = e => { WARP.cta = e.target.value === "" ? null : +e.target.value; WARP.win = null; warps(); };
   const rowOfCta = new Map(ctas.map((c, r) => [c.c, r]));
-  const BAND = 7, LANE = bands * BAND + 2, ROWGAP = 8, ROWH = T.warps * LANE + ROWGAP, L = 110, RR = 16, TOP = 24;
+  const BAND = one ? 18 : 7, LANE = bands * BAND + 2, ROWGAP = 8, ROWH = T.warps * LANE + ROWGAP, L = 110, RR = 16, TOP = 24;
   const W = Math.max(640, Math.min(1400, $("warps").clientWidth - 34)), H = TOP + ctas.length * ROWH + 4;
-  let t1 = 0;
-  for (let i = 0; i < n; i++) t1 = Math.max(t1, T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
-  const X = v => L + v / (t1 || 1) * (W - L - RR);
+  let t0 = one ? Number.MAX_VALUE : 0, t1 = 0;
+  for (let i = 0; i < n; i++) if (!one || T.cta[i] === one.c) {
+    t0 = Math.min(t0, T.start_ns[i]); t1 = Math.max(t1, T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
+  }
+  if (one && WARP.win) [t0, t1] = WARP.win;
+  const X = v => L + (v - t0) / ((t1 - t0) || 1) * (W - L - RR);
   const canvas = $("warpspans"), svg = $("warpsvg"), ratio = window.devicePixelRatio || 1, ctx = canvas.getContext("2d");
   svg.setAttribute("width", W); svg.setAttribute("height", H);
   canvas.width = W * ratio; canvas.height = H * ratio; canvas.style.width = W + "px"; canvas.style.height = H + "px";
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.save(); ctx.beginPath(); ctx.rect(L, 0, W - L - RR, H); ctx.clip();  // a time window cuts spans
   WARP.lanes = new Map(); WARP.geo = {L, TOP, ROWH, LANE, BAND, X};
   for (let i = 0; i < n; i++) {
-    const r = rowOfCta.get(T.cta[i]), y = TOP + r * ROWH + T.warp[i] * LANE + depth[T.scope[i]] * BAND;
+    const r = rowOfCta.get(T.cta[i]);
+    if (r === undefined) continue;
+    const y = TOP + r * ROWH + T.warp[i] * LANE + depth[T.scope[i]] * BAND;
     const x0 = X(T.start_ns[i]), x1 = X(T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
     ctx.fillStyle = scopeColor(T, T.scope[i]);
     ctx.fillRect(x0, y + 1, Math.max(1, x1 - x0), BAND - 1);
     const key = r * T.warps + T.warp[i];
     (WARP.lanes.get(key) || WARP.lanes.set(key, []).get(key)).push(i);
   }
-  canvas.dataset.spans = n;
+  ctx.restore();
+  canvas.dataset.spans = one ? T.cta.filter(c => c === one.c).length : n;
   const out = [];
-  const step = niceStep(t1 / 8);
-  for (let v = 0; v <= t1; v += step) out.push('<line x1="' + X(v) + '" x2="' + X(v) + '" y1="' + (TOP - 4) + '" y2="' + H +
+  const step = niceStep((t1 - t0) / 8);
+  for (let v = Math.ceil(t0 / step) * step; v <= t1; v += step) out.push('<line x1="' + X(v) + '" x2="' + X(v) + '" y1="' + (TOP - 4) + '" y2="' + H +
     '" stroke="#eef0f3"/><text class="tick" x="' + X(v) + '" y="' + (TOP - 8) + '" text-anchor="middle">' + nsText(v) + "</text>");
   ctas.forEach((c, r) => {
     const y = TOP + r * ROWH;
-    out.push('<text class="cta" x="6" y="' + (y + 10) + '">CTA ' + c.c + '</text><text x="6" y="' + (y + 22) + '">SM ' + c.sm + "</text>");
+    out.push('<text class="cta" data-cta="' + c.c + '" x="6" y="' + (y + 10) + '">CTA ' + c.c + '</text><text x="6" y="' + (y + 22) + '">SM ' + c.sm + "</text>" +
+      (one ? '<text class="back" data-cta="" x="6" y="' + (y + 40) + '">\u2190 all CTAs</text>' : "") +
+      (one && WARP.win ? '<text class="back" data-cta="' + c.c + '" data-whole="1" x="6" y="' + (y + 56) + '">\u2190 whole launch</text>' : ""));
     if (r) out.push('<line x1="0" x2="' + W + '" y1="' + (y - ROWGAP / 2) + '" y2="' + (y - ROWGAP / 2) + '" stroke="#e5e8ec"/>');
     for (let w = 0; w < T.warps; w++) out.push('<text x="' + (L - 6) + '" y="' + (y + w * LANE + LANE - 2) +
       '" text-anchor="end" font-size="9">w' + w + "</text>");
@@ -468,6 +583,21 @@ $("warpsvg").onmousemove = e => {
     "</td></tr></table>");
 };
 $("warpsvg").onmouseleave = hideTip;
+$("warpsvg").onclick = e => {
+  const c = e.target.dataset.cta, T = D.warps[WARP.k];
+  if (e.target.dataset.whole) WARP.win = null;  // back to the CTA's whole launch
+  else if (c !== undefined) { WARP.cta = c === "" || WARP.cta === +c ? null : +c; WARP.win = null; }
+  else {  // a span: into its CTA; in a CTA, into the span's time (a fifth of it either side)
+    const i = spanAt(e);
+    if (i < 0) return;
+    if (WARP.cta === null) WARP.cta = T.cta[i];
+    else {
+      const a = T.start_ns[i], d = Math.max(T.cycles[i] * 1e6 / T.clock_khz, 1);
+      WARP.win = [a - d / 5, a + d * 1.2];
+    }
+  }
+  hideTip(); warps();
+};
 
 readHash();
 document.body.dataset.readyMs = Math.round(performance.now());

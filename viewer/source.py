@@ -18,7 +18,7 @@ import pandas as pd
 from ..format import (COUNT, DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FRAME,
                       STALLED_PREFIX, TIME)
 from .errors import ViewerError, listing
-from .names import readable
+from .names import cut_of, readable, same_name
 from .reader import Profile
 from .source_roots import SourceRoots
 
@@ -127,8 +127,9 @@ def kernel_nodes(prof: Profile, columns: _Columns | None = None) -> list:
 
 
 def find_kernel(prof: Profile, pattern: str, style: str = "folded") -> KernelSamples:
-    """The samples of the kernel `pattern` names: exactly (as the file has it, demangled, or
-    as `--names folded` shows it), else as a regex searched in its raw and demangled names.
+    """The samples of the kernel `pattern` names: exactly (as the file has it, as any `--names`
+    style shows it, or as `c++filt` prints it; names.same_name), else as a regex searched in
+    its raw and demangled names.
     Errors list kernel names as `style` shows them.
 
     Raises ViewerError when no kernel or several distinct kernels match, or the kernel has no
@@ -142,8 +143,9 @@ def find_kernel(prof: Profile, pattern: str, style: str = "folded") -> KernelSam
     columns = _Columns(prof)
     kernels = kernel_nodes(prof, columns)
     raw = sorted({n.frame.get("name", "") for n in kernels})
-    matched = [pattern] if pattern in raw else [
-        n for n in raw if pattern in (readable(n, "full"), readable(n, "folded"))]
+    # a name as shown (or as c++filt prints it) is taken literally, before any regex reading
+    matched = [pattern] if pattern in raw else [n for n in raw if same_name(pattern, n)]
+    matched = matched or [n for n in raw if cut_of(pattern, n)]
     if not matched:
         try:
             regex = re.compile(pattern)

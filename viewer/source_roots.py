@@ -5,8 +5,11 @@ may come from anyone: shown as it is, a frame `/proc/self/environ:1@k` would pri
 environment, and `--html` would put it into a page meant for sharing. So a file is read only
 when all of these hold:
   * its real path (symlinks resolved) lies under a source root: the profile's folder, the
-    current folder, or a folder given with `--source-root`; and below that root no folder or
-    file is hidden (`.ssh`, `.venv`: name such a folder itself as a root to show it);
+    current folder, a folder given with `--source-root`, or the folder of the script that was
+    profiled (`beside_script`: only a folder that holds a root already, the profile's or the
+    current one, as a project holds its `runs/`; never one named by the profile alone); and
+    below that root no folder or file is hidden (`.ssh`, `.venv`: name such a folder itself
+    as a root to show it);
   * neither the path nor its real path is under /proc, /dev or /sys, whatever the roots;
   * it is a regular file with a source file's suffix (.py, .cu, .h, ...), of at most
     MAX_SOURCE_BYTES.
@@ -52,6 +55,30 @@ class SourceRoots:
                    for p in profiles if p != "-"]
         folders += [os.getcwd(), *(os.path.expanduser(e) for e in extra)]
         return cls(tuple(dict.fromkeys(os.path.realpath(f) for f in folders)))
+
+    def beside_script(self, script: str | None) -> SourceRoots:
+        """These roots and the folder of the script the profile was made of (`script`, an
+        absolute path the profile names), where that folder's tree holds one of these roots
+        (the profile sits in the project it profiled, one or more folders down), the script
+        is a source file there and no folder on its way is hidden or a kernel interface.
+        Otherwise these roots as they are: a profile from elsewhere names any path it likes.
+
+        Usage:
+            roots = SourceRoots.default(["runs/a.hatchet"]).beside_script("/proj/train.py")
+        """
+        if not script or not os.path.isabs(script):
+            return self
+        try:
+            real = os.path.realpath(script)
+        except OSError:
+            return self
+        folder = os.path.dirname(real)
+        if (folder == os.sep or not real.lower().endswith(SUFFIXES) or not os.path.isfile(real)
+                or any(_under(p, never) for p in (script, real) for never in NEVER)
+                or _hidden_below(real, os.sep)
+                or not any(_under(root, folder) for root in self.folders)):
+            return self
+        return SourceRoots(tuple(dict.fromkeys((*self.folders, folder))))
 
     def read(self, path: str) -> tuple[str | None, str | None]:
         """(the file's text, None), or (None, one line saying why it is not shown and how to

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .derive import RATE
+from .diff import match_by_what
 from .errors import ViewerError
 from .reader import add_inclusive_columns, parse as parse_file, parse_data
 from .select import FORMATS, shorten, visible_nodes
@@ -359,7 +360,8 @@ def apply_diff_profile(gf, derived_metrics: list[str], diff_file: str | os.PathL
                        metrics: list[str], include: str | None, exclude: str | None,
                        threshold: float | None):
     """gf minus the profile `diff_file` (parsed with the same metrics and filters), frames
-    matched by call path: hatchet's GraphFrame.sub on the derived metrics.
+    matched by call path of names and types (not by the host or pid a root records): hatchet's
+    GraphFrame.sub on the derived metrics.
 
     Usage:
         gf, derived = parse(["time/ms"], "after.hatchet")
@@ -371,6 +373,7 @@ def apply_diff_profile(gf, derived_metrics: list[str], diff_file: str | os.PathL
     exclusive = [m for m in derived_metrics if not m.endswith("(inc)")]
     for frame in (gf, other):
         frame.inc_metrics, frame.exc_metrics = list(inclusive), list(exclusive)
+    match_by_what(gf, other)  # two runs' roots differ in host and pid: match by name and type
     return gf.sub(other)
 
 

@@ -326,10 +326,32 @@ class CuptiCollector:
         if self._raw is not None:
             self._raw.detach()
         self._release_users()
+        self._detach()
         if self.recorded is not None:
             write_whole(os.environ["PROTON_RECORD_CUPTI"],
                         json.dumps({"frames": [list(_plain(fr)) for fr in paths.frames],
                                     "buffers": self.recorded}))
+
+    def _detach(self) -> None:
+        """cuptiFinalize: CUPTI leaves the process, and the next session attaches afresh.
+        Merely unsubscribed, CUPTI stays attached in a state where a later PC sampling session
+        counts the samples of modules loaded before as non-user (H100, driver 580: a --listen
+        GPT job, `--steps 3` then `--steps 3 -m pcsampling`, 176,829 of 176,829 samples lost; a
+        session ended while another thread launched, 4,671 of 32,046, its torch kernels none;
+        with cuptiFinalize after either, none beyond a fresh process's: bench/probes/
+        pc_after_sessions.py, pc_listen_orders.py). CUPTI's documentation asks for the
+        buffers flushed first, which stop() has done; the GPU is not synchronized, since the
+        job may go on launching from other threads."""
+        from .buffers import loaded_libcupti
+
+        try:
+            path = loaded_libcupti()
+            rc = ctypes.CDLL(path).cuptiFinalize() if path else 0
+        except (OSError, AttributeError) as exc:
+            rc = str(exc)
+        if rc:
+            warn(f"CUPTI did not detach (cuptiFinalize: {rc}); a later pcsampling session in "
+                 "this process may find no samples for modules loaded before it")
 
     def timestamp(self) -> int:
         return self._cupti.get_timestamp()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
@@ -33,6 +34,8 @@ class Job:
     world_size: int | None = None
     local_rank: int | None = None
     launcher: str | None = None
+    script: str | None = None
+    """The profiled script's absolute path (the report looks for sources beside it)."""
 
     @property
     def ranked(self) -> bool:
@@ -47,13 +50,29 @@ class Job:
 def detect(environ: Mapping[str, str] | None = None) -> Job:
     """This process, with its rank when a launcher started it."""
     env = os.environ if environ is None else environ
-    host, pid = socket.gethostname(), os.getpid()
+    host, pid, script = socket.gethostname(), os.getpid(), _script()
     for launcher, rank_var, size_var, local_var in LAUNCHERS:
         rank = _int(env.get(rank_var))
         if rank is not None:
             return Job(host, pid, rank, _int(env.get(size_var)), _int(env.get(local_var)),
-                       launcher)
-    return Job(host, pid)
+                       launcher, script)
+    return Job(host, pid, script=script)
+
+
+command_script: str | None = None
+"""The script `proton SCRIPT.py` runs (set by the command, whose own argv is restored before
+it writes)."""
+
+
+def _script() -> str | None:
+    """The running script (`proton train.py`, `python train.py`: sys.argv[0]), if a .py file."""
+    if command_script is not None:
+        return command_script
+    argv0 = sys.argv[0] if sys.argv else ""
+    if not argv0.endswith(".py"):
+        return None
+    path = os.path.abspath(argv0)
+    return path if os.path.isfile(path) else None
 
 
 def alive(pid: int) -> bool:

@@ -2,18 +2,21 @@
 and say where each profile went (`proton capture`, `proton ps`)."""
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import select
 import socket
+import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
 
 from ..data.job import alive
 from ..errors import ProtonError
-from .protocol import (SOCKET_DIR_ENV, Lines, ProtocolError, encode, every_users_folders,
-                       search_folders, socket_path)
+from .protocol import (MAX_MESSAGE, SOCKET_DIR_ENV, Lines, ProtocolError, Status, check_status, encode,
+                       every_users_folders, printable, search_folders, socket_path)
 
 
 @dataclass(slots=True)
@@ -86,7 +89,8 @@ def tcp_target(spec: str, token: str | None) -> Target:
     from .endpoint import parse_tcp
 
     if not token:
-        raise ProtonError(f"--connect {spec} needs the job's token: --token or PROTON_TOKEN")
+        raise ProtonError(f"--connect {spec} needs the job's token: set PROTON_TOKEN or give "
+                          "--token-file FILE")
     return Target(None, tcp=parse_tcp(spec), token=token)
 
 
@@ -102,6 +106,7 @@ class Connection:
             try:
                 self.sock.settimeout(timeout)
                 self.sock.connect(cast(str, target.path))  # a Unix socket's target
+                _check_peer(self.sock, target)
             except BaseException:
                 self.sock.close()  # a stale socket's refusal leaves nothing open
                 raise
@@ -113,11 +118,10 @@ class Connection:
         self.sock.sendall(encode(message))
 
     def reply(self, timeout: float | None = None) -> dict | None:
-        """The next reply; None when the target closed the connection (it ended)."""
-        if timeout is not None:
-            self.sock.settimeout(timeout)
+        """The next reply, whole within `timeout` seconds however it trickles in; None when
+        the target closed the connection (it ended)."""
         try:
-            return self.lines.read()
+            return self.lines.read(None if timeout is None else time.monotonic() + timeout)
         except ProtocolError as exc:
             return {"ok": False, "error": f"bad reply: {exc}"}
         except ConnectionResetError:
@@ -125,6 +129,21 @@ class Connection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _check_peer(sock: socket.socket, target: Target) -> None:
+    """The process answering at a job's socket is that job (SO_PEERCRED): a socket another
+    user placed in her own folder, named after someone else's pid, is not asked anything
+    (root searches every user's folders).
+
+    Raises:
+        PermissionError: another process answers (one line: which, and that it is skipped).
+    """
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    if target.pid is not None and pid != target.pid:
+        raise PermissionError(errno.EPERM, f"its socket is answered by pid {pid} (uid {uid}), "
+                              f"not by pid {target.pid}: not that job's socket, skipped")
 
 
 def ask(target: Target, message: dict, timeout: float = 10.0) -> dict:
@@ -138,6 +157,47 @@ def ask(target: Target, message: dict, timeout: float = 10.0) -> dict:
     if reply is None:
         return {"ok": False, "error": "the job closed the connection (did it end?)"}
     return reply
+
+
+STATUS_TIMEOUT = 1.5
+"""Seconds one `proton ps` row may take in all: connecting, asking and every byte of the reply
+(a job that never answers, or answers a byte at a time, costs this and no more)."""
+MAX_ASKED_AT_ONCE = 64
+
+
+def statuses(targets: list[Target], timeout: float = STATUS_TIMEOUT) -> list[Status | str]:
+    """Each target's checked status, or one line saying why there is none, asked of every
+    target at once (so a row's wait does not add to the next).
+
+    Usage:
+        for target, status in zip(targets, statuses(targets)): ...
+    """
+    if not targets:
+        return []
+    with ThreadPoolExecutor(min(len(targets), MAX_ASKED_AT_ONCE)) as pool:
+        return list(pool.map(lambda t: _status(t, timeout), targets))
+
+
+def _status(target: Target, timeout: float) -> Status | str:
+    deadline = time.monotonic() + timeout
+    try:
+        conn = Connection(target, timeout)
+        try:
+            conn.send({"verb": "status"})
+            reply = conn.lines.read(deadline)
+        finally:
+            conn.close()
+        if reply is None:
+            return "it closed the connection without an answer"
+        return check_status(reply, target.pid)
+    except TimeoutError:
+        return f"no answer in {timeout:g} s"
+    except ProtocolError as exc:
+        return f"bad answer: {exc}"
+    except OSError as exc:
+        return f"cannot reach it: {exc.strerror or exc}"
+    except Exception as exc:  # whatever a peer sends, ps lists the other jobs
+        return f"bad answer: {type(exc).__name__}: {printable(exc)}"
 
 
 def capture(targets: list[Target], options: dict, names: list[str], *,
@@ -154,15 +214,15 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
         except OSError as exc:
             outcomes[i].error = f"cannot reach it: {exc.strerror or exc}"
     request = {"verb": "start", **options,
-               **({"steps": steps} if steps else {"duration": duration})}
+               **({"steps": steps, "timeout": timeout} if steps else {"duration": duration})}
     for i, conn in list(conns.items()):  # all requests first, then the replies: a small skew
         _try(outcomes[i], conns, i, lambda c=conn, n=names[i]: c.send({**request, "name": n}))
     paths: dict[int, str] = {}
     for i, conn in list(conns.items()):
         reply = _reply(outcomes[i], conns, i, 30.0)
         if reply is not None:
-            outcomes[i].started = reply.get("started")
-            paths[i] = reply.get("path", "")
+            outcomes[i].started = _number(reply.get("started"))
+            paths[i] = printable(reply.get("path", ""), MAX_MESSAGE)
     begun = time.monotonic()  # every target records from here (its start may take seconds)
     if steps is None:
         time.sleep(max(0.0, duration - (time.monotonic() - begun)))
@@ -181,12 +241,12 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
     for i, conn in list(conns.items()):
         reply = _reply(outcomes[i], conns, i, max(1.0, deadline - time.monotonic()),
                        ended_path=paths.get(i))
-        if reply is not None:
-            outcomes[i].paths = reply.get("paths", [])
-            outcomes[i].partial = bool(reply.get("partial"))
-            outcomes[i].warnings = [str(w) for w in reply.get("warnings", [])]
-            if reply.get("started") is not None:
-                outcomes[i].started = reply["started"]
+        if reply is not None:  # a peer's reply: every field checked, every text escaped
+            outcomes[i].paths = _texts(reply.get("paths"))
+            outcomes[i].partial = reply.get("partial") is True
+            outcomes[i].warnings = _texts(reply.get("warnings"))
+            if _number(reply.get("started")) is not None:
+                outcomes[i].started = _number(reply["started"])
         conn.close()
     return outcomes
 
@@ -195,16 +255,53 @@ def _try(outcome: Outcome, conns: dict, i: int, action, ended_path: str | None =
     try:
         action()
     except (BrokenPipeError, ConnectionResetError):
-        outcome.error = _ended(ended_path)
+        outcome.error = _ended(outcome, ended_path)
         conns.pop(i).close()
     except OSError as exc:
         outcome.error = f"the connection failed: {exc.strerror or exc}"
         conns.pop(i).close()
 
 
-def _ended(path: str | None) -> str:
-    where = f"; it writes what it has as it exits ({path})" if path else ""
-    return f"it ended during the capture{where}"
+ENDING_WAIT = 10.0
+"""Seconds a capturer waits for a job that closed the connection to exit (it writes then)."""
+
+
+def _ended(outcome: Outcome, path: str | None) -> str:
+    """What became of a job that closed the connection mid-capture: it wrote its profile as
+    it exited, or it ended without (killed), or it is still exiting."""
+    pid = outcome.target.pid
+    if pid is None:  # over TCP: nothing here can tell
+        where = f"; it writes what it has as it exits, if it can ({path})" if path else ""
+        return f"it ended, or the connection broke, during the capture{where}"
+    deadline = time.monotonic() + ENDING_WAIT
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _running(pid):
+        where = f" ({path})" if path else ""
+        return f"it is ending during the capture; it writes what it has as it exits{where}"
+    if path and _written_since(path, outcome.started):
+        return f"it ended during the capture and wrote what it had ({path})"
+    where = f" {path}" if path else " its profile"
+    return f"it ended during the capture without writing{where} (killed, or it crashed)"
+
+
+def _running(pid: int) -> bool:
+    """`pid` runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    if not alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
+
+
+def _written_since(path: str, started: float | None) -> bool:
+    try:
+        return os.stat(path).st_mtime >= (started or 0) - 1.0
+    except OSError:
+        return False
 
 
 def _reply(outcome: Outcome, conns: dict, i: int, timeout: float,
@@ -220,13 +317,23 @@ def _reply(outcome: Outcome, conns: dict, i: int, timeout: float,
     except OSError as exc:
         reply = {"ok": False, "error": f"the connection failed: {exc.strerror or exc}"}
     if reply is None:
-        reply = {"ok": False, "error": _ended(ended_path)}
+        reply = {"ok": False, "error": _ended(outcome, ended_path)}
     if not reply.get("ok"):
-        outcome.error = str(reply.get("error", "failed"))
-        outcome.warnings = [str(w) for w in reply.get("warnings", [])]
+        outcome.error = printable(reply.get("error", "failed"), MAX_MESSAGE)
+        outcome.warnings = _texts(reply.get("warnings"))
         conns.pop(i).close()
         return None
     return reply
+
+
+def _texts(value) -> list[str]:
+    """A reply's list of texts (paths, warnings), each fit for a terminal; anything else: []."""
+    return [printable(v, MAX_MESSAGE) for v in value] if isinstance(value, list) else []
+
+
+def _number(value) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and value == value else None
 
 
 def _wait_readable(conns: dict[int, Connection], deadline: float) -> None:

@@ -8,7 +8,14 @@ import click
 
 from ..errors import ProtonError
 from ..options import CONTEXTS, DATA
-from . import client
+from . import client, tokens
+from .protocol import MAX_MESSAGE, ProtocolError, printable
+
+
+def refuse_token_argument(ctx, param, value) -> None:
+    """A hidden --token: say where the token goes instead (a command line is public)."""
+    if value is not None:
+        raise click.UsageError(tokens.ON_COMMAND_LINE)
 
 CAPTURE_EPILOG = """\b
 Examples:
@@ -18,7 +25,7 @@ Examples:
   proton capture --all --steps 3 -n step     # 3 iterations (proton.step()) of every rank
   proton capture --all -m pcsampling --duration 2
   proton capture --snapshot 4242             # write a running `proton main.py` profile now
-  proton capture --connect node7:7000 --token $T --duration 5   # a TCP endpoint elsewhere
+  PROTON_TOKEN=$T proton capture --connect node7:7000 --duration 5   # a TCP endpoint elsewhere
 """
 
 
@@ -45,19 +52,22 @@ Examples:
               help="As `proton -m`.")
 @click.option("-k", "--hook", default=None, metavar="triton[:...]", help="As `proton -k`.")
 @click.option("--connect", multiple=True, metavar="HOST:PORT",
-              help="A job listening on TCP (proton --listen-tcp); needs --token.")
-@click.option("--token", envvar="PROTON_TOKEN", default=None,
-              help="The TCP endpoints' token (default: $PROTON_TOKEN).")
+              help="A job listening on TCP (proton --listen-tcp); needs its token: "
+              "$PROTON_TOKEN or --token-file.")
+@click.option("--token-file", default=None, metavar="FILE",
+              help="A file (mode 0600) whose first line is the TCP endpoints' token "
+              "(default: $PROTON_TOKEN).")
+@click.option("--token", hidden=True, callback=refuse_token_argument, expose_value=False)
 @click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
               help="Seconds to wait for --steps to complete and each profile to be written.")
 def capture(pids, every, duration, steps, snapshot, name, context, data, mode, hook, connect,
-            token, timeout) -> None:
+            token_file, timeout) -> None:
     """Profile running jobs: start a session in each PID (or --all), wait, write each
     profile, print where. The job keeps running."""
     if sum(x is not None and x is not False for x in (duration, steps, snapshot or None)) > 1:
         raise click.UsageError("give one of --duration, --steps and --snapshot")
     try:
-        targets = _targets(pids, every, connect, token)
+        targets = _targets(pids, every, connect, tokens.find(token_file) if connect else None)
         here = _inside_this_folder(name) if any(t.tcp is None for t in targets) else name
     except ProtonError as exc:
         raise click.UsageError(str(exc)) from None
@@ -65,20 +75,22 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
         failed = 0
         for target in targets:
             reply = _ask(target, {"verb": "snapshot"})
-            if reply.get("ok"):
+            if reply.get("ok") is True and isinstance(reply.get("paths"), list):
                 for path in reply["paths"]:
-                    click.echo(f"{target}: wrote {path}")
+                    click.echo(f"{target}: wrote {printable(path, MAX_MESSAGE)}")
             else:
                 failed += 1
-                click.echo(f"{target}: {reply.get('error')}", err=True)
+                click.echo(f"{target}: {printable(reply.get('error', 'bad answer'), MAX_MESSAGE)}",
+                           err=True)
         sys.exit(1 if failed else 0)
     options = {"context": context, "data": data, "mode": mode, "hook": hook}
-    statuses = {id(t): _ask(t, {"verb": "status"}) for t in targets} if len(targets) > 1 else {}
+    statuses = client.statuses(targets) if len(targets) > 1 else [None] * len(targets)
     names = []
-    for target in targets:  # several jobs without ranks: a file each, by pid
-        status = statuses.get(id(target), {})
-        pid = target.pid if target.pid is not None else status.get("pid", "unknown")
-        suffix = "" if len(targets) == 1 or status.get("rank") is not None else f".pid{pid}"
+    for target, status in zip(targets, statuses):  # several jobs without ranks: a file each
+        known = status if isinstance(status, client.Status) else None
+        pid = target.pid if target.pid is not None else known.pid if known else "unknown"
+        ranked = known is not None and known.rank is not None
+        suffix = "" if len(targets) == 1 or ranked else f".pid{pid}"
         names.append((name if target.tcp else here) + suffix)  # TCP: a name in the job's folder
     what = f"{steps} step{'s' * (steps != 1)}" if steps else f"{duration or 5:g} s"
     click.echo(f"capturing {what} of {len(targets)} job{'s' * (len(targets) > 1)}...", err=True)
@@ -132,29 +144,32 @@ def _targets(pids, every: bool, connect, token) -> list[client.Target]:
 
 def _ask(target, message: dict) -> dict:
     try:
-        return client.ask(target, message)
-    except OSError as exc:
-        return {"ok": False, "error": f"cannot reach it: {exc.strerror or exc}"}
+        reply = client.ask(target, message)
+    except (OSError, ProtocolError) as exc:
+        return {"ok": False, "error": f"cannot reach it: {getattr(exc, 'strerror', '') or exc}"}
+    return reply if isinstance(reply, dict) else {"ok": False, "error": "bad answer"}
 
 
 @click.command("ps", context_settings={"help_option_names": ["-h", "--help"]})
 def ps() -> None:
-    """List the jobs listening for captures on this host: pid, rank, state, steps, command."""
+    """List the jobs listening for captures on this host: pid, rank, state, steps, command.
+    Each job has 1.5 s to answer; one that cannot is listed as `unreachable: why`."""
     targets = client.listening()
     if not targets:
         click.echo("no job is listening for captures (start one with `proton --listen "
                    "main.py`, `proton main.py`, proton.listen() or PROTON_LISTEN=1)")
         return
     rows = [("PID", "RANK", "STATE", "STEPS", "COMMAND")]
-    for target in targets:
-        s = _ask(target, {"verb": "status"})
-        if not s.get("ok"):
-            rows.append((str(target.pid), "", f"unreachable: {s.get('error')}", "", ""))
+    for target, s in zip(targets, client.statuses(targets)):
+        if isinstance(s, str):
+            rows.append((str(target.pid), "", f"unreachable: {s}", "", ""))
             continue
-        rank = "" if s.get("rank") is None else f"{s['rank']}/{s.get('world_size', '?')}"
-        state = s["state"] if not s.get("sessions") else "recording " + ", ".join(
-            os.path.basename(p) for p in s["sessions"])
-        rows.append((str(s["pid"]), rank, state, str(s.get("steps", "")), s.get("command", "")))
+        size = "?" if s.world_size is None else s.world_size
+        rank = "" if s.rank is None else f"{s.rank}/{size}"
+        state = "recording " + ", ".join(os.path.basename(p) for p in s.sessions) \
+            if s.sessions else s.state
+        rows.append((str(target.pid), rank, state, "" if s.steps is None else str(s.steps),
+                     s.command))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])

@@ -31,10 +31,11 @@ from ..errors import ProtonError
 from ..options import parse_options
 from ..report import warn
 from ..runtime.profiler import profiler
+from . import tokens
+from .gate import HANDSHAKE, Gate
 from .protocol import (LISTEN_ENV, MAX_MESSAGE, Lines, ProtocolError, check_request, encode,
                        listen_asked, private_folder)
 
-TOKEN_ENV = "PROTON_TOKEN"
 CAPTURE_DIR_ENV = "PROTON_CAPTURE_DIR"
 """The folder TCP captures write in (file names only, confined to it); default: the job's
 current folder when it starts listening."""
@@ -42,10 +43,10 @@ written: list[str] = []
 """The files this job's captures wrote, in order (what the job says when it ends)."""
 MAX_CONNECTIONS = 16
 """Connections served at once per listening socket; more are refused at once."""
-TOKEN_TIMEOUT = 5.0
-"""Seconds a TCP client has to send its first request (with the token)."""
 IDLE_TIMEOUT = 600.0
 """Seconds a client may stay silent between requests."""
+STEPS_TIMEOUT = 120.0
+"""Seconds a --steps capture waits for its steps when the request does not say."""
 GRACE = float(os.environ.get("PROTON_CAPTURE_GRACE", 60.0))
 """Seconds past a capture's asked-for duration after which the job stops it by itself
 (PROTON_CAPTURE_GRACE sets it)."""
@@ -187,8 +188,8 @@ class Endpoint:
 
     def __init__(self, tcp: tuple[str, int] | None = None, token: str | None = None) -> None:
         if tcp is not None and not token:
-            raise ProtonError("a TCP endpoint needs a token: give --token or set PROTON_TOKEN "
-                              "(e.g. PROTON_TOKEN=$(openssl rand -hex 16))")
+            raise ProtonError(f"a TCP endpoint needs a token: set {tokens.TOKEN_ENV} or give "
+                              f"--token-file FILE ({tokens.MAKE_ONE})")
         self.token = token
         folder, why = private_folder()
         if why:
@@ -203,6 +204,7 @@ class Endpoint:
         self.state = "idle"
         self.command = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:200]
         self._sockets: list[socket.socket] = []
+        self._gate = Gate()
         self._owner = os.getpid()
         atexit.register(self.close)
         self._open_unix()
@@ -260,7 +262,7 @@ class Endpoint:
         pause, said = 0.01, set()
         while True:
             try:
-                conn, _ = sock.accept()
+                conn, address = sock.accept()
             except OSError as exc:
                 if sock.fileno() < 0 or exc.errno in (errno.EBADF, errno.EINVAL):
                     return  # closed
@@ -274,28 +276,44 @@ class Endpoint:
                 pause = min(2 * pause, 1.0)
                 continue
             pause = 0.01
-            if not slots.acquire(blocking=False):
+            if tcp:  # a slot once it proved the token; until then the gate bounds it
+                why = self._gate.admit(conn, str(address[0]))
+                if why is not None:
+                    _refuse(conn, why)
+                    continue
+                # a peer that vanished (no FIN) is noticed, not waited on for ever
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            elif not slots.acquire(blocking=False):
                 _refuse(conn, f"too many connections to this job's endpoint ({MAX_CONNECTIONS} "
                         "at once); try again later")
                 continue
-            if tcp:  # a peer that vanished (no FIN) is noticed, not waited on for ever
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             try:
                 threading.Thread(target=self._connection, args=(conn, tcp, slots), daemon=True,
                                  name="proton-capture").start()
             except RuntimeError:  # no thread to be had now
-                slots.release()
+                self._gate.gone(conn) if tcp else slots.release()
                 _refuse(conn, "the job cannot serve a connection now; try again later")
 
     def _connection(self, conn: socket.socket, tcp: bool, slots: threading.Semaphore) -> None:
         report.hear_on_this_thread(None)  # a bad request here is told to its sender alone
+        held = not tcp
         with conn:
             try:
                 if not tcp and not _peer_allowed(conn):
                     conn.sendall(encode({"ok": False, "error": "permission denied: only this "
                                          "job's user (or root) may capture it"}))
                     return
-                self._requests(conn, tcp)
+                lines = Lines(conn)
+                first = self._handshake(conn, lines) if tcp else None
+                if tcp:
+                    if first is None:
+                        return
+                    held = slots.acquire(blocking=False)
+                    if not held:
+                        _send(conn, {"ok": False, "error": "too many connections to this job's "
+                                     f"endpoint ({MAX_CONNECTIONS} at once); try again later"})
+                        return
+                self._requests(conn, lines, tcp, first)
             except OSError:
                 pass  # the client went away; nothing of it is kept
             except Exception as exc:  # a bug here must not reach the job
@@ -303,30 +321,50 @@ class Endpoint:
                 _send(conn, {"ok": False, "error": "the job could not serve this request "
                              f"({type(exc).__name__}); see its stderr"})
             finally:
-                slots.release()
+                if tcp:
+                    self._gate.gone(conn)
+                if held:
+                    slots.release()
 
-    def _requests(self, conn: socket.socket, tcp: bool) -> None:
-        lines = Lines(conn)
+    def _handshake(self, conn: socket.socket, lines: Lines) -> dict | None:
+        """A TCP client's first request, if it carries the token within HANDSHAKE seconds;
+        else None, the client told why and its peer made to wait (gate.py)."""
+        try:
+            message = lines.read(time.monotonic() + HANDSHAKE)
+        except TimeoutError:
+            why = f"no request with the token within {HANDSHAKE:g} s"
+        except ProtocolError as exc:
+            why = str(exc)
+        else:
+            if message is None:
+                self._gate.failed(conn, "closed without the token", guess=False)
+                return None
+            if self._token_ok(message.get("token")):
+                self._gate.proved(conn)
+                return message
+            why = "bad or missing token"
+        self._gate.failed(conn, why, guess=why == "bad or missing token")
+        _send(conn, {"ok": False, "error": why})
+        return None
+
+    def _requests(self, conn: socket.socket, lines: Lines, tcp: bool,
+                  first: dict | None = None) -> None:
+        """Serve requests until the client goes; `first`: one already read (and proved)."""
         conn.settimeout(IDLE_TIMEOUT)  # an idle client is dropped, not kept forever
-        # a TCP client proves itself (the token) within seconds, however slowly it sends
-        deadline = time.monotonic() + TOKEN_TIMEOUT if tcp else None
         while True:
             try:
-                message = lines.read(deadline)
+                message, first = (first, None) if first is not None else (lines.read(), None)
                 if message is None:
                     return
                 if tcp and not self._token_ok(message.get("token")):
                     conn.sendall(encode({"ok": False, "error": "bad or missing token"}))
                     return
-                deadline = None
-                conn.settimeout(IDLE_TIMEOUT)
                 verb = check_request(message)["verb"]
             except ProtocolError as exc:
                 conn.sendall(encode({"ok": False, "error": str(exc)}))
                 continue
             except TimeoutError:
-                _send(conn, {"ok": False, "error": f"no request with the token within "
-                             f"{TOKEN_TIMEOUT:g} s" if deadline else "idle too long"})
+                _send(conn, {"ok": False, "error": "idle too long"})
                 return
             if verb == "status":
                 conn.sendall(encode({"ok": True, **self.status()}))
@@ -367,7 +405,8 @@ class Endpoint:
                 report.heard = heard
                 report.hear_on_this_thread(heard)
                 if request.get("steps"):
-                    reply = self._capture_steps(conn, lines, options, request["steps"])
+                    reply = self._capture_steps(conn, lines, options, request["steps"],
+                                                request.get("timeout") or STEPS_TIMEOUT)
                 else:
                     reply = self._capture_until_stop(conn, lines, options,
                                                      request.get("duration"))
@@ -442,7 +481,12 @@ class Endpoint:
             conn, lines, lambda: limit is not None and time.monotonic() > limit)
         return self._finish(sid, gone, started=None)
 
-    def _capture_steps(self, conn, lines: Lines, options: dict, steps: int) -> dict:
+    def _capture_steps(self, conn, lines: Lines, options: dict, steps: int,
+                       timeout: float) -> dict:
+        """Record `steps` iterations; should they not come within `timeout` plus GRACE
+        seconds and the client say nothing (it fell silent, or vanished without a FIN), the
+        job stops the capture itself and writes what it has, so later captures can run.
+        Returns the final reply."""
         global _armed
         capture = _Capture(options, steps)
         _armed = capture
@@ -450,8 +494,13 @@ class Endpoint:
         # where it will write, so that a client whose job ends before the last step can say
         sent = _send(conn, {"ok": True, "armed": steps,
                             "path": ranked_path(parse_options(**options).path, detect())})
-        gone = not sent or _wait_for_stop(conn, lines, capture.done.is_set)
-        if not capture.done.is_set():  # stopped by the client (or it went away) first
+        limit = time.monotonic() + timeout + GRACE
+        gone = not sent or _wait_for_stop(
+            conn, lines, lambda: capture.done.is_set() or time.monotonic() > limit)
+        if not capture.done.is_set() and time.monotonic() > limit:
+            warn(f"the capture's {steps} steps did not come in {timeout + GRACE:g} s and its "
+                 "client said nothing; the job stops it and writes what it has")
+        if not capture.done.is_set():  # stopped by the client (or it went away, or fell silent)
             try:
                 run_phase("stop", capture.cancel, PHASE_TIMEOUT)
             except CaptureAbandoned as exc:
@@ -568,7 +617,7 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
 def listen(tcp: str | None = None, token: str | None = None) -> str:
     """Open this process's capture endpoint (once; later calls return the same) and return its
     socket's path. `tcp`: also listen on TCP, "PORT" (loopback) or "HOST:PORT" (port 0 picks
-    one), with `token` (default: PROTON_TOKEN) required in every request.
+    one), with `token` (default: PROTON_TOKEN; at least 128 bits) required in every request.
 
     Usage:
         proton.listen()          # then, from a shell: proton capture --all --duration 5
@@ -577,7 +626,9 @@ def listen(tcp: str | None = None, token: str | None = None) -> str:
     with _lock:
         if _endpoint is None:
             address = parse_tcp(tcp) if tcp else None
-            _endpoint = Endpoint(address, token or os.environ.get(TOKEN_ENV))
+            if address is not None:
+                token = tokens.check(token, "listen(token=...)") if token else tokens.find(None)
+            _endpoint = Endpoint(address, token)
         return _endpoint.path
 
 
@@ -588,7 +639,9 @@ def parse_tcp(spec: str) -> tuple[str, int]:
     try:
         number = int(port)
     except ValueError:
-        raise ProtonError(f"tcp endpoint {spec!r} is not PORT or HOST:PORT") from None
+        raise ProtonError(f"tcp endpoint {spec!r:.80} is not PORT or HOST:PORT") from None
+    if not 0 <= number <= 65535:
+        raise ProtonError(f"tcp endpoint {spec!r:.80}: port {str(number)[:20]} is not 0 to 65535")
     return host or "127.0.0.1", number
 
 

@@ -12,7 +12,9 @@ must carry the job's token (the first within seconds of connecting).
 A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests:
     {"verb": "status"}
     {"verb": "start", "name": str, "context": str, "data": str, "mode": str|null,
-     "hook": str|null, "steps": int|null, "duration": seconds|null}
+     "hook": str|null, "steps": int|null, "duration": seconds|null,
+     "timeout": seconds|null}       (with steps: the job ends the capture by itself that long
+                                     plus its grace after the start, should the client fall silent)
     {"verb": "stop"}                  (on the connection that started the capture)
     {"verb": "snapshot"}
 each with "token" over TCP. A start's name is, on the Unix socket, an absolute path the client
@@ -31,6 +33,7 @@ import socket
 import stat
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 from ..errors import ProtonError
 
@@ -43,7 +46,7 @@ MAX_MESSAGE = 64 * 1024
 VERBS = ("status", "start", "stop", "snapshot")
 START_OPTIONS: dict[str, type | tuple[type, ...]] = {"name": str, "context": str, "data": str, "mode": (str, type(None)),
                  "hook": (str, type(None)), "steps": (int, type(None)),
-                 "duration": (int, float, type(None))}
+                 "duration": (int, float, type(None)), "timeout": (int, float, type(None))}
 
 
 class ProtocolError(Exception):
@@ -196,11 +199,70 @@ def check_request(message: dict) -> dict:
         steps = message.get("steps")
         if steps is not None and steps < 1:
             raise ProtocolError(f"start: steps={steps} must be at least 1")
-        duration = message.get("duration")
-        if duration is not None and not 0 < duration < 7 * 24 * 3600:
-            raise ProtocolError(f"start: duration={duration} must be a positive number of "
-                                "seconds")
+        for key in ("duration", "timeout"):
+            seconds = message.get(key)
+            if seconds is not None and not 0 < seconds < 7 * 24 * 3600:
+                raise ProtocolError(f"start: {key}={seconds} must be a positive number of "
+                                    "seconds")
     return message
+
+
+@dataclass(slots=True)
+class Status:
+    """A job's answer to {"verb": "status"}, checked (check_status)."""
+
+    pid: int | None
+    state: str
+    """"idle", "capturing", "waiting for proton.step() (N steps)", ..."""
+    steps: int | None = None
+    """proton.step() calls so far."""
+    sessions: list[str] = field(default_factory=list)
+    """The files its live sessions will write."""
+    rank: int | None = None
+    world_size: int | None = None
+    command: str = ""
+
+
+MAX_SHOWN = 200
+"""Characters of a job's text that `proton ps` shows (a reply may hold 64 KiB)."""
+
+
+def printable(value: object, most: int = MAX_SHOWN) -> str:
+    """A peer's text for a terminal: control characters escaped (a reply cannot drive the
+    terminal or break a row), cut at `most` characters."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value)[: most + 1])
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def check_status(reply: dict, pid: int | None = None) -> Status:
+    """A status reply as a Status; ProtocolError naming the field that is missing or of the
+    wrong type, or the pid that is not the socket's (`pid`, when known).
+
+    Usage:
+        status = check_status(client.ask(target, {"verb": "status"}), target.pid)
+    """
+    if reply.get("ok") is not True:
+        raise ProtocolError(f"it answered: {printable(reply.get('error', 'not ok'))}")
+
+    def get(key: str, kind, default=None, required: bool = False):
+        value = reply.get(key, default)
+        if (value is None and not required) or (isinstance(value, kind) and
+                                                not isinstance(value, bool)):
+            return value
+        shown = "none" if key not in reply else printable(repr(value), 40)
+        raise ProtocolError(f"{key} {shown} is not {kind.__name__}")
+
+    said = get("pid", int, required=pid is None)
+    if pid is not None and said is not None and said != pid:
+        raise ProtocolError(f"it answers as pid {said}, not as {pid}, whose socket it holds")
+    sessions = get("sessions", list, [])
+    if not all(isinstance(s, str) for s in sessions):
+        raise ProtocolError("sessions is not a list of paths")
+    steps = get("steps", int)
+    return Status(pid if pid is not None else said, printable(get("state", str, required=True)),
+                  steps if steps is None or steps >= 0 else None,
+                  [printable(s) for s in sessions[:16]], get("rank", int),
+                  get("world_size", int), printable(get("command", str, "")))
 
 
 class Lines:

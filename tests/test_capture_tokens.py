@@ -1,0 +1,255 @@
+"""The TCP endpoint's token and its gate (issue 46, items 11-14): no token on a command line,
+no weak token, guesses slowed and logged, silent connections that cannot starve a real client,
+a --steps capture whose client fell silent, a port out of range."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from test_capture_safety import NOBODY, as_nobody, needs_root, request, shared_tmp  # noqa: F401
+from test_service import JOB, TOKEN, WRONG, Job, capture, jobs, tcp_job  # noqa: F401
+
+from proton.service import gate, protocol
+
+
+def proton(folder, *args: str, env=None, timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "proton", *args], cwd=folder, text=True,
+                          capture_output=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_a_token_on_the_command_line_is_refused_with_where_it_goes_instead(tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    for args in (["--listen-tcp", "0", "--token", TOKEN, "job.py", "1"],
+                 ["capture", "--connect", "127.0.0.1:1", "--token", TOKEN]):
+        done = proton(tmp_path, *args)
+        assert done.returncode == 2, done.stderr
+        assert "readable by every user" in done.stderr and "PROTON_TOKEN" in done.stderr
+        assert "--token-file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_weak_token_is_refused_by_the_job_and_by_the_capturer(tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    for token in ("1234", "s3cret", "a" * 40):
+        job = proton(tmp_path, "--listen-tcp", "0", "job.py", "1", env={"PROTON_TOKEN": token})
+        assert job.returncode == 2 and "too weak" in job.stderr, job.stderr
+        assert "done" not in job.stdout  # the script never ran half-protected
+        client = proton(tmp_path, "capture", "--connect", "127.0.0.1:1",
+                        env={"PROTON_TOKEN": token})
+        assert client.returncode == 2 and "too weak" in client.stderr, client.stderr
+
+
+def test_a_token_file_must_be_private_and_then_serves_both_sides(tmp_path, jobs):
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN + "\n")
+    secret.chmod(0o644)
+    (tmp_path / "job.py").write_text(JOB)
+    shared = proton(tmp_path, "--listen-tcp", "0", "--token-file", str(secret), "job.py", "1",
+                    env={"PROTON_TOKEN": ""})
+    assert shared.returncode == 2 and "chmod 600" in shared.stderr, shared.stderr
+    secret.chmod(0o600)
+    job = Job(tmp_path, "--listen", "--listen-tcp", "127.0.0.1:0", "--token-file", str(secret),
+              env={"PROTON_TOKEN": ""})
+    jobs.append(job)
+    line = ""
+    while "listening for captures on tcp" not in line:
+        line = job.proc.stderr.readline()
+    address = line.split("tcp ")[1].split()[0]
+    done = subprocess.run([sys.executable, "-m", "proton", "capture", "--connect", address,
+                           "--token-file", str(secret), "--duration", "0.2", "-n", "filed"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "PROTON_TOKEN"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "filed.hatchet").exists()
+
+
+def test_token_guesses_are_slowed_and_logged_and_the_right_token_still_gets_in(tmp_path, jobs):
+    job, address = tcp_job(tmp_path, jobs, 0, TOKEN)
+    answers: list[str] = []
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:  # a guesser as fast as the endpoint answers
+        answers.append(request(address, {"verb": "status", "token": f"{len(answers):04d}"})
+                       ["error"])
+    guesses = answers.count("bad or missing token")
+    # the waits double from 0.25 s: 0.25 + 0.5 + 1 fit in 2 s, so at most 4 guesses are heard
+    assert 1 <= guesses <= 4, (guesses, len(answers))
+    assert all(a == "bad or missing token" or "bad tokens from 127.0.0.1; try again in" in a
+               for a in answers), set(answers)
+    time.sleep(gate.MAX_WAIT if guesses > 6 else 2 ** guesses * gate.FIRST_WAIT)
+    assert request(address, {"verb": "status", "token": TOKEN})["ok"]
+    _, err = job.stop()
+    logged = [line for line in err.splitlines() if "bad or missing token from" in line]
+    assert 1 <= len(logged) <= 3 and "(1 in a row)" in logged[0], err  # 1, 2, 4: not every one
+
+
+def test_silent_connections_reopened_in_a_loop_do_not_starve_real_captures(tmp_path, jobs):
+    """An attacker keeps 40 connections open that never send a byte, reopening each as soon
+    as it is dropped; 20 status requests with the token are made meanwhile."""
+    job, address = tcp_job(tmp_path, jobs, 0, TOKEN)
+    host, port = address.rsplit(":", 1)
+    stop = threading.Event()
+
+    def hold() -> None:
+        socks: list[socket.socket] = []
+        while not stop.is_set():
+            while len(socks) < 40:
+                sock = socket.socket()
+                sock.setblocking(False)
+                sock.connect_ex((host, int(port)))
+                socks.append(sock)
+            time.sleep(0.05)
+            for sock in list(socks):
+                try:
+                    sock.recv(4096)  # a line or the end: the job let it go
+                except BlockingIOError:
+                    continue  # still held open, silent
+                except OSError:
+                    pass
+                socks.remove(sock)
+                sock.close()
+        for sock in socks:
+            sock.close()
+
+    holders = [threading.Thread(target=hold) for _ in range(2)]
+    for t in holders:
+        t.start()
+    try:
+        time.sleep(1.5)  # the attack is in full swing
+        served = 0
+        for _ in range(20):
+            try:
+                served += bool(request(address, {"verb": "status", "token": TOKEN}).get("ok"))
+            except (OSError, json.JSONDecodeError):
+                pass
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in holders:
+            t.join()
+    assert served >= 18, f"{served} of 20 requests with the token were served"
+
+
+STEPLESS = JOB.replace('print("ready", flush=True)', 'print("ready", flush=True)\ntime.sleep(600)')
+
+
+def test_a_steps_capture_whose_client_falls_silent_ends_by_itself(tmp_path, jobs):
+    """A --steps capture of a job that marks no step, from a client that then says nothing:
+    the job ends it after the client's timeout plus its grace, and the next capture runs."""
+    job = Job(tmp_path, "--listen", script=STEPLESS, env={"PROTON_CAPTURE_GRACE": "1"})
+    jobs.append(job)
+    silent = socket.socket(socket.AF_UNIX)
+    silent.connect(job.socket)
+    silent.sendall(protocol.encode({"verb": "start", "name": str(tmp_path / "silent"),
+                                    "steps": 3, "timeout": 1}))
+    reader = silent.makefile("rb")
+    assert json.loads(reader.readline())["armed"] == 3
+    time.sleep(3)  # 1 s asked + 1 s grace, and a margin
+    status = request(None, {"verb": "status"}, job.socket)
+    assert status["state"] == "idle", status
+    nxt = request(None, {"verb": "start", "name": str(tmp_path / "next"), "duration": 0.2},
+                  job.socket)
+    assert nxt["ok"], nxt
+    silent.close()
+    _, err = job.stop()
+    assert "did not come in 2 s and its client said nothing" in err, err
+
+
+def test_a_port_out_of_range_is_one_line_and_the_job_runs_on(tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    plain = subprocess.run([sys.executable, "job.py", "3"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60, env={**os.environ,
+                                                       "PROTON_LISTEN": "tcp://127.0.0.1:70000",
+                                                       "PROTON_TOKEN": TOKEN})
+    assert plain.returncode == 0 and plain.stdout.endswith("done\n"), plain.stderr
+    assert "port 70000 is not 0 to 65535" in plain.stderr and "Traceback" not in plain.stderr
+    cli = proton(tmp_path, "--listen-tcp", "99999999999999999999", "job.py", "1",
+                 env={"PROTON_TOKEN": TOKEN})
+    assert cli.returncode == 2 and "is not 0 to 65535" in cli.stderr, cli.stderr
+    assert "Traceback" not in cli.stderr
+
+
+def test_a_job_killed_during_a_capture_is_said_to_have_written_nothing(tmp_path, jobs):
+    job = Job(tmp_path, "--listen")
+    jobs.append(job)
+    running = subprocess.Popen([sys.executable, "-m", "proton", "capture", str(job.pid),
+                                "--duration", "30", "-n", "killed"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while request(None, {"verb": "status"}, job.socket)["state"] != "capturing":
+        assert time.monotonic() < deadline, "the capture never started"
+        time.sleep(0.05)
+    job.proc.kill()
+    _, err = running.communicate(timeout=60)
+    assert running.returncode == 1
+    assert f"pid {job.pid}: it ended during the capture without writing" in err, err
+    assert "killed, or it crashed" in err and "writes what it has" not in err
+    assert not (tmp_path / "killed.hatchet").exists()
+
+
+IMPOSTOR = r"""
+import json, os, socket, sys
+folder, pid, leak = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+os.umask(0o077)
+server = socket.socket(socket.AF_UNIX)
+server.bind(os.path.join(folder, f"{pid}.sock"))
+server.listen(8)
+print("ready", flush=True)
+while True:
+    conn, _ = server.accept()
+    try:
+        message = json.loads(conn.makefile().readline() or "{}")
+    except ValueError:
+        message = {}
+    if message.get("verb") == "start":  # what root's capture would tell her: its folder
+        with open(leak, "w") as f:
+            f.write(json.dumps(message))
+    try:
+        conn.sendall(json.dumps({"ok": True, "pid": pid, "command": "\x1b]0;pwned\x07x.py",
+                                 "state": "idle", "steps": 1, "sessions": [], "started": 0,
+                                 "path": "\x1b[2J", "armed": 1}).encode() + b"\n")
+    except OSError:
+        pass  # the client hung up first
+    conn.close()
+"""
+
+
+@needs_root
+def test_roots_ps_and_capture_ask_nothing_of_a_socket_another_user_placed_for_a_pid(
+        tmp_path, shared_tmp):
+    """Issue 46, item 10: another user's private folder holds a socket named after a live pid
+    not hers (this test's own); root's `ps` and `capture` must see that another process
+    answers there, and tell it nothing (root's folder included)."""
+    folder = os.path.join(shared_tmp, f"proton-{NOBODY}")
+    as_nobody("mkdir", "-m", "700", folder)
+    script = os.path.join(shared_tmp, "impostor.py")
+    with open(script, "w") as f:
+        f.write(IMPOSTOR)
+    os.chmod(script, 0o644)
+    leak = os.path.join(folder, "leak.json")
+    victim = os.getpid()
+    impostor = subprocess.Popen(["/usr/bin/python3", script, folder, str(victim), leak],
+                                user=NOBODY, group=NOBODY, extra_groups=[],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert impostor.stdout.readline() == "ready\n"
+        env = {**os.environ, "TMPDIR": shared_tmp}
+        env.pop("PROTON_SOCKET_DIR", None)
+        ps = subprocess.run([sys.executable, "-m", "proton", "ps"], capture_output=True,
+                            text=True, timeout=60, env=env)
+        assert ps.returncode == 0 and "Traceback" not in ps.stderr, ps.stderr
+        row = [line for line in ps.stdout.splitlines() if line.startswith(str(victim))]
+        assert row and f"answered by pid {impostor.pid}" in row[0], ps.stdout
+        assert "\x1b" not in ps.stdout + ps.stderr
+        cap = subprocess.run([sys.executable, "-m", "proton", "capture", str(victim),
+                              "--duration", "0.2", "-n", "secret"], capture_output=True,
+                             text=True, timeout=60, env=env, cwd=tmp_path)
+        assert cap.returncode == 1 and f"answered by pid {impostor.pid}" in cap.stderr, cap
+        assert "\x1b" not in cap.stdout + cap.stderr
+        assert not os.path.exists(leak), open(leak).read()  # root's folder was never sent
+    finally:
+        impostor.kill()
+        impostor.communicate()
