@@ -14,6 +14,7 @@ proton.step() or scope). ARCHITECTURE.md maps the package.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what editors and mypy see; at run time __getattr__ loads each name on use
@@ -26,6 +27,15 @@ if TYPE_CHECKING:  # what editors and mypy see; at run time __getattr__ loads ea
     from .service.endpoint import listen, step
 
 DEFAULT_PROFILE_NAME = "proton"
+
+_TOP = __path__[0] if __path__ else ""  # noqa: F821 (a package's own __path__)
+_CHECKOUT = os.path.dirname(_TOP)
+if not os.path.isdir(os.path.join(_TOP, "viewer")) and os.path.isfile(
+        os.path.join(_CHECKOUT, "viewer", "__init__.py")):
+    # Imported from a checkout's own folder (`python -m pytest` there puts it first on
+    # sys.path): proton.viewer, .hooks and .compiler live beside this folder, as the installed
+    # package maps them (pyproject's package-dir).
+    __path__.append(_CHECKOUT)  # noqa: F821
 
 _WHERE = {
     "start": "api", "activate": "api", "deactivate": "api", "finalize": "api",

@@ -63,7 +63,7 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
     if opts.hook is not None:  # before the session exists: a failure leaves nothing started
         from .hooks import triton_hook
 
-        triton_hook.configure(opts.hook, opts.hook_spec)
+        triton_hook.configure(opts.hook, opts.hook_spec or "triton")
     try:
         sid = profiler.start(opts)
     except BaseException:

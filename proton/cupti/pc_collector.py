@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable, Iterator, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 from ..data.paths import LINE, ROOT, paths
 from ..data.pc_samples import SampleTable
@@ -30,6 +30,9 @@ from . import main_thread
 from .main_thread import MainThreadBusy
 from .pcsampling import Library, PCSamplingError, Sampler
 from .subscriber import passes_on
+
+if TYPE_CHECKING:
+    from ..compiler.kernels import KernelTable
 
 NO_CUBIN = ("its module loaded before sampling started and is no Triton kernel, so Proton does "
             "not hold its cubin (library kernels such as cuBLAS's and PyTorch's seldom carry "
@@ -79,6 +82,7 @@ class PCCollector:
         self._size_at, self._cubin_at = fields["cubin_size"][1], fields["p_cubin"][1]
         self.module_cbid = int(cupti.CallbackIdResource.MODULE_LOADED)
         self.resource_domain = int(cupti.CallbackDomain.RESOURCE)
+        self._kernels: KernelTable | None = None
         try:
             from ..compiler.kernels import cached_cubins, kernels
 
