@@ -369,11 +369,21 @@ def _check_tree(root: dict, name: str) -> tuple[list[dict], list[str]]:
                               "needs frame.name, metrics and children")
         frame = node["frame"]
         found = found or WARP_TIMELINE in frame
+        if not all(isinstance(k, str) for k in frame):  # MessagePack's keys may be numbers
+            frame = node["frame"] = {_text(k): v for k, v in frame.items()}
         for key, value in frame.items():
             if not isinstance(value, str):
-                frame[key] = "" if value is None else str(value)
+                frame[key] = _text(value)
         stack.extend(node["children"])
     return _timelines(root, name) if found else ([], [])
+
+
+def _text(value) -> str:
+    """A frame value that is not text, as text: a list or map shortened (str() of one nested
+    300,000 levels deep took minutes and recursed)."""
+    if value is None:
+        return ""
+    return _SHORT.repr(value) if isinstance(value, (list, dict)) else str(value)
 
 
 def _timelines(root: dict, name: str) -> tuple[list[dict], list[str]]:

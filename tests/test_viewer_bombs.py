@@ -1,0 +1,84 @@
+"""A profile from a stranger (issue 46, items 4-7 and 16): what a file of a few KB to a few MB
+can make the viewer spend, and the values that used to end in a traceback. Each bomb runs in a
+child with bounded address space and time (test_viewer_input.bounded_viewer)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from proton.format_msgpack import packb
+from proton.viewer.cli import viewer
+from test_viewer_input import bounded_viewer, frame, write
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def show(*args, input=None):
+    return CliRunner().invoke(viewer, list(args), input=input)
+
+
+def one_line_error(result) -> str:
+    """The one `Error: ...` line a bad input gets (exit 2, no traceback)."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.output.startswith("Error: ")
+    assert result.output.count("\n") == 1, result.output
+    return result.output
+
+
+def nested_list_text(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+# -- item 6: a deeply nested frame value --------------------------------------------------------
+
+def nested_value_profile(levels: int) -> str:
+    """A kernel frame whose extra key holds a list nested `levels` deep (JSON text)."""
+    return ('[{"frame": {"name": "ROOT", "type": "function"}, "metrics": {"time (ns)": 0}, '
+            '"children": [{"frame": {"name": "k", "type": "function", "x": '
+            + nested_list_text(levels) + '}, "metrics": {"time (ns)": 5}, "children": []}]}, {}]')
+
+
+def test_a_deeply_nested_frame_value_reads_in_linear_time(tmp_path):
+    path = tmp_path / "nested.hatchet"
+    path.write_text(nested_value_profile(300_000))  # 600 KB
+    done, seconds, _ = bounded_viewer(str(path), timeout=30)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "k" in done.stdout and seconds < 30
+
+
+def test_a_deeply_nested_msgpack_profile_reads_or_gets_one_line(tmp_path):
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+    root = frame("ROOT", **{"time (ns)": 0})
+    root["children"].append({"frame": {"name": "k", "type": "function", "x": value},
+                             "metrics": {"time (ns)": 5}, "children": []})
+    doc = [root, {}]
+    path = tmp_path / "nested.hatchet_msgpack"
+    path.write_bytes(packb(doc))
+    done, seconds, _ = bounded_viewer(str(path), timeout=30)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    # a deep tree too: 5,000 levels, past the msgpack package's own nesting limit
+    deep = frame("ROOT", **{"time (ns)": 0})
+    node = deep
+    for i in range(5_000):
+        child = frame(f"s{i}", **{"time (ns)": 1})
+        node["children"].append(child)
+        node = child
+    path.write_bytes(packb([deep, {}]))
+    done, _, _ = bounded_viewer(str(path), "-d", "3", timeout=30)
+    assert done.returncode == 0 and "s2" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_non_text_frame_key_in_msgpack_is_read(tmp_path):
+    root = frame("ROOT", **{"time (ns)": 0})
+    root["children"].append({"frame": {"name": "k", "type": "function", 7: "x", None: 1},
+                             "metrics": {"time (ns)": 5, 3: 1}, "children": []})
+    path = tmp_path / "keys.hatchet_msgpack"
+    path.write_bytes(packb([root, {}]))
+    result = show(str(path))
+    assert result.exit_code == 0, result.output
+    assert "k" in result.output and "Traceback" not in result.output
