@@ -43,7 +43,7 @@ def nested_value_profile(levels: int) -> str:
 
 def test_a_deeply_nested_frame_value_reads_in_linear_time(tmp_path):
     path = tmp_path / "nested.hatchet"
-    path.write_text(nested_value_profile(300_000))  # 600 KB
+    path.write_text(nested_value_profile(600_000))  # 1.2 MB
     done, seconds, _ = bounded_viewer(str(path), timeout=30)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "k" in done.stdout and seconds < 30
@@ -51,7 +51,7 @@ def test_a_deeply_nested_frame_value_reads_in_linear_time(tmp_path):
 
 def test_a_deeply_nested_msgpack_profile_reads_or_gets_one_line(tmp_path):
     value: list = []
-    for _ in range(100_000):
+    for _ in range(600_000):
         value = [value]
     root = frame("ROOT", **{"time (ns)": 0})
     root["children"].append({"frame": {"name": "k", "type": "function", "x": value},
@@ -82,3 +82,40 @@ def test_a_non_text_frame_key_in_msgpack_is_read(tmp_path):
     result = show(str(path))
     assert result.exit_code == 0, result.output
     assert "k" in result.output and "Traceback" not in result.output
+
+
+# -- item 4: a mangled name built to expand exponentially ---------------------------------------
+
+def _sub(i: int) -> str:
+    digits, out = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", ""
+    while True:
+        out, i = digits[i % 36] + out, i // 36
+        if i == 0:
+            return f"S{out}_"
+
+
+def bomb_name(levels: int, tag: str = "f") -> str:
+    """f<A, B<A, A>, B<B<A, A>, B<A, A>>, ...>(): each level doubles the demangled text
+    through back-references (27 levels: ~280 bytes that demangle to ~1.7 GB)."""
+    parts, prev, nxt = ["1A"], 0, 1
+    for _ in range(levels):
+        parts.append(f"1BI{_sub(prev)}{_sub(prev)}E")
+        prev, nxt = nxt + 1, nxt + 2
+    return f"_Z{len(tag)}{tag}I" + "".join(parts) + "Evv"
+
+
+def test_a_demangler_bomb_stays_raw_in_bounded_time_and_page_size(tmp_path):
+    kernels = [frame(bomb_name(27, f"k{i}"), **{"time (ns)": 10 + i, "count": 1})
+               for i in range(3)]
+    kernels.append(frame("_ZN2at6native6kernelIfEEvT_", **{"time (ns)": 5, "count": 1}))
+    path = write(tmp_path, frame("ROOT", *kernels, **{"time (ns)": 0, "count": 0}))
+    assert os.path.getsize(path) < 2000
+    done, seconds, _ = bounded_viewer(path, "--names", "full", timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert seconds < 20 and len(done.stdout) < 20_000
+    assert all(bomb_name(27, f"k{i}")[:30] in done.stdout for i in range(3))  # raw, not 1.7 GB
+    assert "at::native::kernel<float>(float)" in done.stdout  # a real name still demangles
+    page = str(tmp_path / "r.html")
+    done, seconds, _ = bounded_viewer("--html", page, path, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert seconds < 20 and os.path.getsize(page) < 1 << 20
