@@ -77,6 +77,7 @@ def test_a_non_text_frame_key_in_msgpack_is_read(tmp_path):
     root = frame("ROOT", **{"time (ns)": 0})
     root["children"].append({"frame": {"name": "k", "type": "function", 7: "x", None: 1},
                              "metrics": {"time (ns)": 5, 3: 1}, "children": []})
+    root["children"].append(frame("j", **{"time (ns)": 4}))  # siblings are sorted by frame
     path = tmp_path / "keys.hatchet_msgpack"
     path.write_bytes(packb([root, {}]))
     result = show(str(path))
@@ -119,3 +120,77 @@ def test_a_demangler_bomb_stays_raw_in_bounded_time_and_page_size(tmp_path):
     done, seconds, _ = bounded_viewer("--html", page, path, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert seconds < 20 and os.path.getsize(page) < 1 << 20
+
+
+# -- item 16: values that ended in a traceback --------------------------------------------------
+
+def strict_json(text: str):
+    """json.loads that refuses NaN and Infinity, as JSON itself (and Perfetto) does."""
+    def refuse(word):
+        raise ValueError(f"{word} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def trace_file(tmp_path, name: str, facts: dict, ts=1.0) -> str:
+    doc = {"traceEvents": [{"name": "k", "ph": "X", "ts": ts, "dur": 1.0, "pid": "GPU 0",
+                            "tid": 0}], "otherData": facts}
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize("size", [[1, 2], {"a": 1}, 2.5, True])
+def test_a_trace_whose_world_size_is_no_number_merges(tmp_path, size):
+    files = [trace_file(tmp_path, f"t.rank{r}.chrome_trace",
+                        {"rank": r, "world_size": size, "t0_ns": 1000 + r}) for r in (0, 1)]
+    result = show("--output", "trace", *files)
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    doc = strict_json(result.stdout)
+    assert doc["otherData"]["ranks"] == [0, 1]
+
+
+def test_the_merged_trace_is_json_without_nan(tmp_path):
+    files = [trace_file(tmp_path, "t.rank0.chrome_trace", {"rank": 0, "t0_ns": 1000},
+                        ts=float("nan")),
+             trace_file(tmp_path, "t.rank1.chrome_trace", {"rank": 1, "t0_ns": 2000},
+                        ts=float("inf")),
+             trace_file(tmp_path, "t.rank2.chrome_trace", {"rank": 2, "t0_ns": 3000},
+                        ts=1.7e308)]
+    result = show("--output", "trace", *files)
+    assert result.exit_code == 0, result.output
+    events = [e for e in strict_json(result.stdout)["traceEvents"] if e["name"] == "k"]
+    assert len(events) == 3 and events[2]["ts"] == 1.7e308
+
+
+def infinite_counts(tmp_path, fixture: str) -> str:
+    with open(os.path.join(DATA, fixture)) as f:
+        doc = json.load(f)
+    stack = list(doc[0]["children"])
+    while stack:
+        node = stack.pop()
+        if "count" in node["metrics"]:
+            node["metrics"]["count"] = float("inf")
+        stack.extend(node["children"])
+    path = tmp_path / fixture
+    path.write_text(json.dumps(doc))  # Infinity, as json writes it
+    return str(path)
+
+
+def test_an_infinite_count_in_diagnose_and_source(tmp_path):
+    path = infinite_counts(tmp_path, "pcsampling.hatchet")
+    for args in (["--diagnose", path], ["--source", "softmax_kernel", path],
+                 ["--source", "matmul_kernel", path]):
+        result = show(*args)
+        assert "Traceback" not in result.output and not isinstance(
+            result.exception, (OverflowError, ValueError)), (args, result.output)
+        assert result.exit_code in (0, 2), (args, result.output)
+        if result.exit_code == 2:
+            one_line_error(result)
+
+
+@pytest.mark.parametrize("given", ["9" * 20, "1" * 400, "-5", "0", "many", str(1 << 21)])
+def test_a_read_limit_past_reason_is_one_line(tmp_path, monkeypatch, given):
+    path = write(tmp_path, frame("ROOT", **{"time (ns)": 0}))
+    monkeypatch.setenv("PROTON_VIEWER_MAX_MB", given)
+    text = one_line_error(show(path))
+    assert "PROTON_VIEWER_MAX_MB" in text

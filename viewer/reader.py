@@ -220,6 +220,8 @@ MAX_MB_ENV = "PROTON_VIEWER_MAX_MB"
 MAX_MB = 256
 """The largest file the viewer reads, in MiB, unless MAX_MB_ENV says otherwise: a profile takes
 ~25x its size in memory (~1.5 million frames)."""
+MAX_MB_LIMIT = 1 << 20
+"""The most MAX_MB_ENV may say (1 TiB): reads larger than Python can make are refused."""
 
 
 def max_bytes() -> int:
@@ -228,12 +230,12 @@ def max_bytes() -> int:
     if given is None:
         return MAX_MB << 20
     try:
-        mb = int(given)
+        mb = int(given) if len(given) <= 20 else 0
     except ValueError:
         mb = 0
-    if mb <= 0:
-        raise ViewerError(f"{MAX_MB_ENV}={given!r} is not a number of MiB; e.g. "
-                          f"{MAX_MB_ENV}={MAX_MB * 4}")
+    if not 0 < mb <= MAX_MB_LIMIT:
+        raise ViewerError(f"{MAX_MB_ENV}={given[:40]!r} is not a number of MiB from 1 to "
+                          f"{MAX_MB_LIMIT:,}; e.g. {MAX_MB_ENV}={MAX_MB * 4}")
     return mb << 20
 
 
