@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -194,3 +196,50 @@ def test_a_read_limit_past_reason_is_one_line(tmp_path, monkeypatch, given):
     monkeypatch.setenv("PROTON_VIEWER_MAX_MB", given)
     text = one_line_error(show(path))
     assert "PROTON_VIEWER_MAX_MB" in text
+
+
+# -- item 5: memory bounded by what is read -----------------------------------------------------
+
+PEAK_CODE = """\
+import sys
+from proton.viewer.cli import main
+try:
+    main()
+finally:
+    status = open("/proc/self/status").read()
+    print("hwm_kb", status.split("VmHWM:")[1].split()[0], file=sys.stderr)
+"""
+
+
+def peak_mb(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+    """proton-viewer ARGS in a child: the run and its peak resident MiB (VmHWM: the child's
+    own, where ru_maxrss would carry the forking parent's across exec)."""
+    done = subprocess.run([sys.executable, "-c", PEAK_CODE, *args], capture_output=True,
+                          text=True, timeout=300)
+    line = [x for x in done.stderr.splitlines() if x.startswith("hwm_kb")][-1]
+    return done, int(line.split()[1]) / 1024
+
+
+def vectors_file(tmp_path, name: str, frames: int, kinds: int) -> str:
+    """`frames` kernels, each with a 256-element vector metric under one of `kinds` names."""
+    kids = [frame(f"k{i}", **{"time (ns)": i, f"v{i % kinds}": [1] * 256}) for i in range(frames)]
+    path = tmp_path / name
+    path.write_text(json.dumps([frame("ROOT", *kids, **{"time (ns)": 0}), {}],
+                               separators=(",", ":")))
+    return str(path)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM (Linux)")
+def test_memory_stays_within_25x_what_is_read(tmp_path):
+    """The README's figure: a profile takes up to ~25x its size beyond the viewer's own memory;
+    one whose frames x metrics would take more is refused in one line."""
+    _, base = peak_mb(write(tmp_path, frame("ROOT", **{"time (ns)": 0})))
+    for kinds, frames in ((1, 9000), (8, 4500)):  # 5.2 MB; 2.6 MB over 2,048 metrics
+        path = vectors_file(tmp_path, f"v{kinds}.hatchet", frames, kinds)
+        mb = os.path.getsize(path) / 2**20
+        done, peak = peak_mb(path, "-d", "1")
+        assert "Traceback" not in done.stderr, done.stderr[-2000:]
+        if done.returncode:
+            assert done.stderr.startswith("Error: ") and "cells" in done.stderr
+        assert peak - base < 25 * mb, (kinds, peak, base, mb)
+    assert done.returncode == 2  # 9.2 million cells from 2.6 MB: more than it may take

@@ -71,7 +71,8 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
                     ts = event["ts"] + shift
                 except OverflowError:  # a time past any float: kept as the file has it
                     ts = event["ts"]
-                event["ts"] = ts if math.isfinite(ts) else event["ts"]
+                event["ts"] = event["ts"] if isinstance(ts, float) and not math.isfinite(ts) \
+                    else ts
             out.append(event)
         for pid, new in pids.items():
             if new not in named:  # ours and Triton's name a process by its pid ("GPU 0")
