@@ -243,3 +243,98 @@ def test_memory_stays_within_25x_what_is_read(tmp_path):
             assert done.stderr.startswith("Error: ") and "cells" in done.stderr
         assert peak - base < 25 * mb, (kinds, peak, base, mb)
     assert done.returncode == 2  # 9.2 million cells from 2.6 MB: more than it may take
+
+
+# -- item 7: the page's Warps tab and search, bounded whatever the file says --------------------
+
+def timeline(events: int, ctas: int, clock_khz: float = 1_755_000.0) -> dict:
+    return {"device": 0, "clock_khz": clock_khz, "warps": 1, "scopes": ["k"],
+            "sm": [i % 132 for i in range(events)], "cta": [i % ctas for i in range(events)],
+            "warp": [0] * events, "scope": [0] * events,
+            "start_ns": [float(i % 97) for i in range(events)], "cycles": [1000] * events}
+
+
+def test_a_timeline_with_no_gpus_clock_is_left_out_with_a_note():
+    from proton.viewer.timelines import check
+    for clock in (1e-300, 5e-324, 0.5):
+        assert check(json.dumps(timeline(4, 2, clock))) == "device or clock_khz is not a GPU's"
+    assert isinstance(check(json.dumps(timeline(4, 2))), dict)
+
+
+NODE = __import__("shutil").which("node")
+PAGE_JS = os.path.join(os.path.dirname(__file__), "..", "viewer", "page.js")
+
+
+def page_helpers(script: str) -> dict:
+    """Run `script` in node after page.js's block of bounded helpers; what it prints (JSON)."""
+    with open(PAGE_JS) as f:
+        js = f.read()
+    start = js.index("// -- bounded helpers")
+    block = js[start:js.index("// -- end of bounded helpers", start)]
+    done = subprocess.run([NODE, "-e", block + "\n" + script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(NODE is None, reason="no node to run the page's JavaScript")
+def test_the_pages_search_axis_and_rows_are_bounded():
+    got = page_helpers("""
+      const t = Date.now(), name = "a".repeat(5000) + "!";
+      const bomb = searchPattern("(a+)+$"), hit = bomb.test(name), literal = bomb.test("x(a+)+$");
+      const slow = [".*.*.*.*.*.*x", "(a|a)(a|a)(a|a)(a|a)(a|a)(a|a)(a|a)(a|a)(a|a)(a|a)(a|a)(a|a)!",
+                    "a{1,99}a{1,99}a{1,99}$", "(?=a*a*a*a*a*b)"].map(p => searchPattern(p).test(name));
+      const regex = ["^k11", "gemm|softmax", "k1[0-2]$"].map(p => searchPattern(p) instanceof RegExp);
+      const k = searchPattern("^k11");
+      const cta = new Array(1000000).fill(0).map((_, i) => 999999 - i);
+      const T = {cta, sm: cta.map(c => c % 132)}, t2 = Date.now(), rows = ctaRows(T, 512);
+      console.log(JSON.stringify({hit, literal, slow, regex, k11: [k.test("K110"), k.test("xk11")],
+        search_ms: t2 - t, rows_ms: Date.now() - t2, rows: rows.rows.length, total: rows.total,
+        first: rows.rows[0], inf: axisTicks(Infinity), tiny: axisTicks(5e-324).length,
+        nan: axisTicks(NaN), big: axisTicks(1e300).length, usual: axisTicks(8000)}));
+    """)
+    assert got["hit"] is False and got["literal"] is True and got["slow"] == [False] * 4
+    assert got["regex"] == [True] * 3 and got["k11"] == [True, False]
+    assert got["search_ms"] < 2000 and got["rows_ms"] < 5000
+    assert got["rows"] == 512 and got["total"] == 1_000_000 and got["first"] == {"c": 0, "sm": 0}
+    assert got["inf"] == [0] and got["nan"] == [0] and got["tiny"] <= 11 and got["big"] <= 11
+    assert got["usual"] == [0, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000]
+
+
+def timeline_profile(tmp_path, t: dict) -> str:
+    from proton.format import WARP_TIMELINE
+    kernel = frame("k", **{"time (ns)": 5, "count": 1, "device_id": "0", "device_type": "CUDA"})
+    kernel["frame"][WARP_TIMELINE] = json.dumps(t)
+    return write(tmp_path, frame("ROOT", kernel, **{"time (ns)": 0, "count": 0}),
+                 name="t.hatchet")
+
+
+def test_a_search_link_that_backtracks_forever_is_plain_text_in_the_page(tmp_path):
+    from test_html import BROWSER, browse, data, node, rects, write as html
+    if BROWSER is None:
+        pytest.skip("no headless Chromium")
+    names = ["a" * 40 + "!", "x(a+)+$y", "gemm"]
+    kids = [frame(n, **{"time (ns)": 10 + i}) for i, n in enumerate(names)]
+    page = html(tmp_path, write(tmp_path, frame("ROOT", *kids, **{"time (ns)": 0})))
+    found = rects(browse(page, "search=(a%2B)%2B%24"))  # a link's (a+)+$: hung the page
+    matched = {r["id"] for r in found if r["match"]}
+    d = data(page)
+    assert matched == {node(d, "x(a+)+$y")}  # as text
+    found = rects(browse(page, "search=gem|!$"))  # no group, no repetition: a regex still
+    assert {r["id"] for r in found if r["match"]} == {node(d, "gemm"), node(d, names[0])}
+
+
+def test_the_warps_tab_draws_a_bounded_number_of_rows(tmp_path):
+    from test_html import BROWSER, write as html
+    from test_html_views import drive
+    if BROWSER is None:
+        pytest.skip("no headless Chromium")
+    page = html(tmp_path, timeline_profile(tmp_path, timeline(100_000, 100_000)))
+    got = drive(tmp_path, page, "view=warps", """
+      const c = doc.getElementById("warpspans");
+      return {labels: doc.querySelectorAll("#warpsvg text.cta").length, height: c.height,
+              note: doc.getElementById("warpnote").textContent,
+              ticks: doc.querySelectorAll("#warpsvg text.tick").length};""")
+    assert got["labels"] == 512 and got["height"] <= 32_000 * 4
+    assert "The first 512 of 100,000 CTAs (by SM) are drawn." in got["note"]
+    assert 2 <= got["ticks"] <= 11
