@@ -126,6 +126,8 @@ def from_tree(root: dict) -> GraphFrame:
         columns["node"].append(node)
         columns["name"].append(item["frame"].get("name") or item.get("name", ""))
         for key, value in item["metrics"].items():
+            if key in _OWN_COLUMNS:  # a metric named so cannot take the frame's own column
+                continue
             column = columns.get(key)
             if column is None:
                 column = columns[key] = []
@@ -145,6 +147,10 @@ def from_tree(root: dict) -> GraphFrame:
     inc = [m for m in root["metrics"] if "(inc)" in m]
     exc = [m for m in root["metrics"] if "(inc)" not in m]
     return GraphFrame(graph, df, exc, inc)
+
+
+_OWN_COLUMNS = ("node", "name")
+"""The table's columns of each frame's node and name, besides its metrics."""
 
 
 def numbered(graph: Graph) -> Graph:
