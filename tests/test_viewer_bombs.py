@@ -343,7 +343,9 @@ def test_the_warps_tab_draws_a_bounded_number_of_rows(tmp_path):
 def test_a_metric_named_like_the_tables_own_columns_reads(tmp_path):
     """The fuzz's find: a metric "node" or "name" took the table's own column (the tree then
     failed comparing a number with a frame); such a metric is left out of the table."""
-    kids = [frame("a", **{"time (ns)": 5, "node": 3, "name": "x"}), frame("b", **{"time (ns)": 4})]
+    a = frame("a", **{"time (ns)": 5, "node": 3})
+    a["metrics"]["name"] = "x"
+    kids = [a, frame("b", **{"time (ns)": 4})]
     result = show(write(tmp_path, frame("ROOT", *kids, **{"time (ns)": 0})))
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     assert "a" in result.output and "b" in result.output

@@ -13,6 +13,7 @@ at the first mangled name; it ends when its stdin closes (the viewer exits).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -84,10 +85,20 @@ class _Worker:
             self.pending = b""
         return self.proc
 
+    def close(self) -> None:
+        """End the child (at exit: it would end when its stdin closes, but quietly now)."""
+        with self.lock:
+            self._stop()
+
     def _stop(self) -> None:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:  # a write that could not be flushed to a dead child
+                    pass
             self.proc = None
 
     def ask(self, name: str) -> str | None:
@@ -129,6 +140,7 @@ class _Worker:
 
 
 _worker = _Worker()
+atexit.register(_worker.close)
 
 
 def demangle(name: str) -> str | None:

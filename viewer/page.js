@@ -450,7 +450,7 @@ function niceStep(raw) {
   const e = 10 ** Math.floor(Math.log10(raw || 1)), f = raw / e;
   return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e;
 }
-function axisTicks(t1) {  // at most 11 ticks from 0 (a step that does not advance, or t1 = Infinity, cannot loop)
+function axisTicks(t1) {  // at most 11 ticks from 0 (a step that does not advance, or an infinite t1, cannot loop)
   if (!(t1 > 0 && isFinite(t1))) return [0];
   const step = niceStep(t1 / 8), out = [];
   for (let k = 0; k <= 10 && k * step <= t1; k++) out.push(k * step);
