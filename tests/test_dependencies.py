@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("proton", "viewer", "compiler", "hooks")
 
 DISTRIBUTION = {"numpy": "numpy", "pandas": "pandas", "hatchet": "llnl-hatchet", "rich": "rich",
-                "click": "click", "cxxfilt": "cxxfilt", "cupti": "cupti-python",
+                "click": "click", "cxxfilt": "cxxfilt", "msgpack": "msgpack", "cupti": "cupti-python",
                 "cuda": "cuda-bindings"}
 """Import name -> the distribution that provides it."""
 GPU_RUNTIME = {"cupti-python", "cuda-bindings"}

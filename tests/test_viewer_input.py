@@ -546,8 +546,8 @@ def test_a_bad_size_cap_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setenv(reader.MAX_MB_ENV, "lots")
     result = show(cpu_profile(tmp_path))
     assert result.exit_code == 2
-    assert result.output == ("Error: PROTON_VIEWER_MAX_MB='lots' is not a number of MiB; e.g. "
-                             "PROTON_VIEWER_MAX_MB=1024\n")
+    assert result.output == ("Error: PROTON_VIEWER_MAX_MB='lots' is not a number of MiB from 1 "
+                             "to 1,048,576; e.g. PROTON_VIEWER_MAX_MB=1024\n")
 
 
 def test_a_vector_past_the_cap_is_cut_with_a_note(tmp_path):
@@ -562,11 +562,13 @@ def test_a_vector_past_the_cap_is_cut_with_a_note(tmp_path):
 def test_too_many_cells_of_frames_by_metrics_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setattr(reader, "MAX_CELLS", 1000)  # the same rule as 100M, with a small file
     frames = [frame(f"f{i}", **{f"m{i}": 1}) for i in range(40)]
-    result = show(write(tmp_path, frame("ROOT", *frames)))
+    path = write(tmp_path, frame("ROOT", *frames))
+    result = show(path)
     assert result.exit_code == 2
     assert result.output.endswith("has 41 frames and 40 distinct metrics, 1,640 cells; the "
-                                  "viewer holds up to 1,000 (a metric on one frame takes a cell "
-                                  "on every frame)\n")
+                                  "viewer holds up to 1,000 for a file of "
+                                  f"{os.path.getsize(path):,} bytes (a metric on one frame "
+                                  "takes a cell on every frame)\n")
     assert len(result.output.splitlines()) == 1
 
 

@@ -6,7 +6,7 @@
 name (both viewers match frames by it); `--names raw` shows it.
 
 Demangling is the C++ runtime's own (`__cxa_demangle`, through the `cxxfilt` package), else
-binutils' `c++filt`, else the name stays raw.
+binutils' `c++filt`, in a child process with bounds (demangle.py), else the name stays raw.
 
 `same_name` tells whether text a user typed is one of a kernel's names as shown anywhere: raw,
 folded, demangled, or pasted from `c++filt` (which starts with the `void` return type);
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 import re
-import shutil
-import subprocess
+
+from .demangle import demangle
 
 STYLES = ("folded", "full", "raw")
 FOLD = "…"
@@ -33,26 +33,8 @@ def readable(name: str, style: str = "folded") -> str:
 
 @functools.lru_cache(maxsize=65536)
 def _demangle(name: str) -> str:
-    try:
-        import cxxfilt
-
-        text = cxxfilt.demangle(name)
-    except ImportError:
-        text = _cxxfilt_binary(name)
-    except Exception:  # not a name the demangler knows: keep it
-        return name
+    text = demangle(name)  # bounded in time, memory and length (demangle.py)
     return text.removeprefix("void ") if text else name
-
-
-def _cxxfilt_binary(name: str) -> str:
-    tool = shutil.which("c++filt")
-    if tool is None:
-        return name
-    try:
-        done = subprocess.run([tool, name], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return name
-    return done.stdout.strip() or name
 
 
 def same_name(typed: str, name: str) -> bool:

@@ -78,7 +78,7 @@ function writeHash() {
 }
 function setPattern(text) {
   S.search = text;
-  try { S.pattern = text ? new RegExp(text, "i") : null; } catch (err) { S.pattern = null; }
+  S.pattern = searchPattern(text);
 }
 function show(view) {
   S.view = view;
@@ -505,15 +505,19 @@ function warps() {
   $("warpbar").innerHTML = pick + T.scopes.map((s, j) => '<span class="key"><i style="background:' + scopeColor(T, j) +
     '"></i>' + esc(s) + "</span>").join("");
   if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; WARP.cta = WARP.win = null; warps(); };
-  const depth = T.scopes.map(s => s.split(" > ").length - 1), bands = Math.max(...depth) + 1;
-  const all = [...new Set(T.cta)].map(c => ({c, sm: T.sm[T.cta.indexOf(c)]})).sort((a, b) => a.sm - b.sm || a.c - b.c);
+  const bands = Math.min(MAX_BANDS, 1 + T.scopes.reduce((m, s) => Math.max(m, s.split(" > ").length - 1), 0));
+  const depth = T.scopes.map(s => Math.min(bands - 1, s.split(" > ").length - 1));
+  const BAND0 = 7, ROWH0 = T.warps * (bands * BAND0 + 2) + 8;
+  const drawn = ctaRows(T, Math.max(1, Math.min(MAX_CTA_ROWS, Math.floor(MAX_HEIGHT / ROWH0)))), all = drawn.rows;
+  if (drawn.total > all.length) $("warpnote").textContent += " The first " + all.length.toLocaleString("en-US") +
+    " of " + drawn.total.toLocaleString("en-US") + " CTAs (by SM) are drawn.";
   // zoomed into one CTA: its rows alone, taller bands, the time axis from its first span to its last
   const one = all.find(c => c.c === WARP.cta), ctas = one ? [one] : all;
   $("warpbar").insertAdjacentHTML("beforeend", '<select id="warpcta" aria-label="CTA"><option value="">all CTAs</option>' +
     all.map(c => '<option value="' + c.c + '"' + (one && one.c === c.c ? " selected" : "") + ">CTA " + c.c + " (SM " + c.sm + ")</option>").join("") + "</select>");
   $("warpcta").onchange = e => { WARP.cta = e.target.value === "" ? null : +e.target.value; WARP.win = null; warps(); };
   const rowOfCta = new Map(ctas.map((c, r) => [c.c, r]));
-  const BAND = one ? 18 : 7, LANE = bands * BAND + 2, ROWGAP = 8, ROWH = T.warps * LANE + ROWGAP, L = 110, RR = 16, TOP = 24;
+  const BAND = one ? 18 : BAND0, LANE = bands * BAND + 2, ROWGAP = 8, ROWH = T.warps * LANE + ROWGAP, L = 110, RR = 16, TOP = 24;
   const W = Math.max(640, Math.min(1400, $("warps").clientWidth - 34)), H = TOP + ctas.length * ROWH + 4;
   let t0 = one ? Number.MAX_VALUE : 0, t1 = 0;
   for (let i = 0; i < n; i++) if (!one || T.cta[i] === one.c) {
@@ -526,10 +530,10 @@ function warps() {
   canvas.width = W * ratio; canvas.height = H * ratio; canvas.style.width = W + "px"; canvas.style.height = H + "px";
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
   ctx.save(); ctx.beginPath(); ctx.rect(L, 0, W - L - RR, H); ctx.clip();  // a time window cuts spans
-  WARP.lanes = new Map(); WARP.geo = {L, TOP, ROWH, LANE, BAND, X};
+  WARP.lanes = new Map(); WARP.geo = {L, TOP, ROWH, LANE, BAND, X, depth};
   for (let i = 0; i < n; i++) {
     const r = rowOfCta.get(T.cta[i]);
-    if (r === undefined) continue;
+    if (r === undefined) continue;  // a CTA not drawn
     const y = TOP + r * ROWH + T.warp[i] * LANE + depth[T.scope[i]] * BAND;
     const x0 = X(T.start_ns[i]), x1 = X(T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz);
     ctx.fillStyle = scopeColor(T, T.scope[i]);
@@ -540,8 +544,7 @@ function warps() {
   ctx.restore();
   canvas.dataset.spans = one ? T.cta.filter(c => c === one.c).length : n;
   const out = [];
-  const step = niceStep((t1 - t0) / 8);
-  for (let v = Math.ceil(t0 / step) * step; v <= t1; v += step) out.push('<line x1="' + X(v) + '" x2="' + X(v) + '" y1="' + (TOP - 4) + '" y2="' + H +
+  for (const v of axisTicks(t1, t0)) out.push('<line x1="' + X(v) + '" x2="' + X(v) + '" y1="' + (TOP - 4) + '" y2="' + H +
     '" stroke="#eef0f3"/><text class="tick" x="' + X(v) + '" y="' + (TOP - 8) + '" text-anchor="middle">' + nsText(v) + "</text>");
   ctas.forEach((c, r) => {
     const y = TOP + r * ROWH;
@@ -554,10 +557,35 @@ function warps() {
   });
   svg.innerHTML = out.join("");
 }
+// -- bounded helpers (tests/test_viewer_bombs.py runs this block in node) ----------------------
+const MAX_CTA_ROWS = 512, MAX_HEIGHT = 30000, MAX_BANDS = 16;
+/* The warps tab's rows: at most MAX_CTA_ROWS CTAs, MAX_HEIGHT pixels, MAX_BANDS nesting levels. */
 function niceStep(raw) {
   const e = 10 ** Math.floor(Math.log10(raw || 1)), f = raw / e;
   return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e;
 }
+function axisTicks(t1, t0 = 0) {  // at most 11 ticks from t0 to t1 (a step that does not advance, or an infinite end, cannot loop)
+  if (!(t1 > t0 && isFinite(t1) && isFinite(t0))) return [t0];
+  const step = niceStep((t1 - t0) / 8), first = Math.ceil(t0 / step) * step, out = [];
+  for (let k = 0; k <= 10 && first + k * step <= t1; k++) out.push(first + k * step);
+  return out;
+}
+function ctaRows(T, most) {  // the first `most` CTAs by SM, then CTA, each with the SM of its first event: one pass
+  const smOf = new Map();
+  for (let i = 0; i < T.cta.length; i++) if (!smOf.has(T.cta[i])) smOf.set(T.cta[i], T.sm[i]);
+  const all = [...smOf].map(([c, sm]) => ({c, sm})).sort((a, b) => a.sm - b.sm || a.c - b.c);
+  return {rows: all.slice(0, most), total: all.length};
+}
+const PLAIN_REGEX = /^(?:[^\\()*+?{}]|\\.)*$/;
+/* A search: a regular expression when it has no group and no repetition, so a match takes time
+   linear in the name (a link's #search=(a+)+$ cannot hang the page); any other as plain text. */
+function searchPattern(text) {
+  if (!text) return null;
+  if (PLAIN_REGEX.test(text)) { try { return new RegExp(text, "i"); } catch (err) { /* as text */ } }
+  const low = text.toLowerCase();
+  return {test: s => s.toLowerCase().includes(low)};
+}
+// -- end of bounded helpers ----------------------------------------------------------------------
 const nsText = v => v >= 1e6 ? fmt(v / 1e6) + " ms" : v >= 1e3 ? fmt(v / 1e3) + " \u00b5s" : fmt(v) + " ns";
 function spanAt(e) {  // the innermost span under the mouse
   const T = D.warps[WARP.k], g = WARP.geo;
@@ -570,7 +598,7 @@ function spanAt(e) {  // the innermost span under the mouse
   let best = -1;
   for (const i of WARP.lanes.get(r * T.warps + w) || []) {
     const x0 = g.X(T.start_ns[i]), x1 = Math.max(x0 + 1, g.X(T.start_ns[i] + T.cycles[i] * 1e6 / T.clock_khz));
-    if (x0 - 1 <= x && x <= x1 + 1 && T.scopes[T.scope[i]].split(" > ").length - 1 === band) best = i;
+    if (x0 - 1 <= x && x <= x1 + 1 && g.depth[T.scope[i]] === band) best = i;
   }
   return best;
 }

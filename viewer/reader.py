@@ -81,8 +81,20 @@ class Parsed:
 MAX_VECTOR = 256
 """Elements of a vector metric expanded into metrics of their own (lens[0], lens[1], ...)."""
 MAX_CELLS = 100_000_000
-"""Frames x distinct metrics the viewer holds: its table has a cell for each pair (~20 bytes
-while it is built), so a metric on one frame costs a cell on every frame."""
+"""Frames x distinct metrics the viewer holds at most: its table has a cell for each pair (~16
+bytes while it is built, 8 after), so a metric on one frame costs a cell on every frame."""
+BYTES_PER_CELL = 2
+MIN_CELLS = 4_000_000
+"""Below MAX_CELLS, the cells a file may ask for grow with its size (max_cells): a cell for
+every BYTES_PER_CELL bytes read, at least MIN_CELLS. Measured (2-core CPU machine, files of
+~25 MB): a profile then peaks at under 25x its size beyond the viewer's own ~100 MB, however
+its metrics are spread (a cell takes ~30 bytes, more with the tree it came from); at a cell a
+byte, 29x; with no bound, a 27 MB file of vectors took 6.3 GB."""
+
+
+def max_cells(size: int) -> int:
+    """The most frames x distinct metrics the viewer holds for a file of `size` bytes."""
+    return min(MAX_CELLS, max(MIN_CELLS, size // BYTES_PER_CELL))
 
 
 def parse(path: str, *, prune_empty: bool = False) -> Parsed:
@@ -93,8 +105,9 @@ def parse(path: str, *, prune_empty: bool = False) -> Parsed:
     Python API and --output triton)."""
     name = "stdin" if path == STDIN else repr(path)
     msgpack = path != STDIN and path.endswith(MSGPACK_EXTENSION)
-    doc = _unpack(read_bytes(path), name) if msgpack else _decode(read_text(path), path, name)
-    return _checked(doc, name, path, msgpack=msgpack, prune_empty=prune_empty)
+    data = read_bytes(path)
+    doc = _unpack(data, name) if msgpack else _decode(_text_of(data, path), path, name)
+    return _checked(doc, name, path, msgpack=msgpack, prune_empty=prune_empty, size=len(data))
 
 
 def parse_data(data: str | bytes, name: str, *, prune_empty: bool = False) -> Parsed:
@@ -106,8 +119,9 @@ def parse_data(data: str | bytes, name: str, *, prune_empty: bool = False) -> Pa
             data = data.decode("utf-8")
         except UnicodeDecodeError:
             msgpack = True
+    size = len(data)
     doc = _unpack(data, name) if isinstance(data, bytes) else _decode(data, name, name)
-    return _checked(doc, name, name, msgpack=msgpack, prune_empty=prune_empty)
+    return _checked(doc, name, name, msgpack=msgpack, prune_empty=prune_empty, size=size)
 
 
 def _decode(text: str, path: str, name: str):
@@ -132,8 +146,9 @@ def _decode(text: str, path: str, name: str):
     return doc
 
 
-def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool) -> Parsed:
-    """A decoded document checked as a profile (parse)."""
+def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
+             size: int) -> Parsed:
+    """A decoded document of `size` bytes checked as a profile (parse)."""
     if isinstance(doc, dict) and "traceEvents" in doc:
         raise ViewerError(f"{name} is a Chrome trace (proton -d trace), not a tree; merge it "
                           f"for Perfetto with: proton-viewer --output trace "
@@ -152,10 +167,11 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool) -> 
     else:
         _drop_launch_metadata(root)
     frames, metrics, cut = _expand_vectors(root)
-    if frames * len(metrics) > MAX_CELLS:
+    cells, most = frames * len(metrics), max_cells(size)
+    if cells > most:
         raise ViewerError(f"{name} has {frames:,} frames and {len(metrics):,} distinct metrics, "
-                          f"{frames * len(metrics):,} cells; the viewer holds up to "
-                          f"{MAX_CELLS:,} (a metric on one frame takes a cell on every frame)")
+                          f"{cells:,} cells; the viewer holds up to {most:,} for a file of "
+                          f"{size:,} bytes (a metric on one frame takes a cell on every frame)")
     notes = [f"{name}: vector metric {metric!r} has {n:,} elements; the viewer shows the first "
              f"{MAX_VECTOR}" for metric, n in cut.items()] + left_out
     notes += [f"{name}: metric {column!r} is shown as {_renamed(column)!r} (the viewer's table "
@@ -222,7 +238,9 @@ def _unpack(data: bytes, name: str):
 MAX_MB_ENV = "PROTON_VIEWER_MAX_MB"
 MAX_MB = 256
 """The largest file the viewer reads, in MiB, unless MAX_MB_ENV says otherwise: a profile takes
-~25x its size in memory (~1.5 million frames)."""
+up to ~25x its size in memory (~1.5 million frames; see max_cells)."""
+MAX_MB_LIMIT = 1 << 20
+"""The most MAX_MB_ENV may say (1 TiB): reads larger than Python can make are refused."""
 
 
 def max_bytes() -> int:
@@ -231,12 +249,12 @@ def max_bytes() -> int:
     if given is None:
         return MAX_MB << 20
     try:
-        mb = int(given)
+        mb = int(given) if len(given) <= 20 else 0
     except ValueError:
         mb = 0
-    if mb <= 0:
-        raise ViewerError(f"{MAX_MB_ENV}={given!r} is not a number of MiB; e.g. "
-                          f"{MAX_MB_ENV}={MAX_MB * 4}")
+    if not 0 < mb <= MAX_MB_LIMIT:
+        raise ViewerError(f"{MAX_MB_ENV}={given[:40]!r} is not a number of MiB from 1 to "
+                          f"{MAX_MB_LIMIT:,}; e.g. {MAX_MB_ENV}={MAX_MB * 4}")
     return mb << 20
 
 
@@ -305,7 +323,11 @@ def read_bytes(path: str) -> bytes:
 
 def read_text(path: str) -> str:
     """The text of `path`, or of standard input for `-` (read_bytes, as UTF-8)."""
-    data = read_bytes(path)
+    return _text_of(read_bytes(path), path)
+
+
+def _text_of(data: bytes, path: str) -> str:
+    """`data` read from `path` as UTF-8 text (ViewerError when it is not)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -372,11 +394,21 @@ def _check_tree(root: dict, name: str) -> tuple[list[dict], list[str]]:
                               "needs frame.name, metrics and children")
         frame = node["frame"]
         found = found or WARP_TIMELINE in frame
+        if not all(isinstance(k, str) for k in frame):  # MessagePack's keys may be numbers
+            frame = node["frame"] = {_text(k): v for k, v in frame.items()}
         for key, value in frame.items():
             if not isinstance(value, str):
-                frame[key] = "" if value is None else str(value)
+                frame[key] = _text(value)
         stack.extend(node["children"])
     return _timelines(root, name) if found else ([], [])
+
+
+def _text(value) -> str:
+    """A frame value that is not text, as text: a list or map shortened (str() of one nested
+    300,000 levels deep took minutes and recursed)."""
+    if value is None:
+        return ""
+    return _SHORT.repr(value) if isinstance(value, (list, dict)) else str(value)
 
 
 def _timelines(root: dict, name: str) -> tuple[list[dict], list[str]]:
@@ -450,6 +482,7 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
     refused when recorded since) is read as "node (metric)". (frames, distinct metric names, the longest length of each
     vector cut.)"""
     frames, names, cut = 0, set(), {}
+    element: dict = {}  # (vector, i) -> "vector[i]": one string for every frame's element i
     stack = [root]
     while stack:
         node = stack.pop()
@@ -461,7 +494,9 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
                     cut[key] = max(cut.get(key, 0), len(value))
             node["metrics"] = metrics = {
                 k: v for key, value in metrics.items()
-                for k, v in ([(f"{key}[{i}]", e) for i, e in enumerate(value[:MAX_VECTOR])]
+                for k, v in ([(element.get((key, i)) or element.setdefault((key, i),
+                                                                          f"{key}[{i}]"), e)
+                              for i, e in enumerate(value[:MAX_VECTOR])]
                              if isinstance(value, list) else [(key, value)])}
         for key, value in metrics.items():
             if type(value) is int and not -LARGEST_INT <= value < LARGEST_INT:

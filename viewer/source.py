@@ -191,8 +191,9 @@ def _why_unsampled(prof: Profile, columns: _Columns, kernels: list, nodes: list,
     time = pd.to_numeric(df[TIME], errors="coerce").fillna(0)
     ns = float(sum(time[n] for n in nodes))
     least = min(sum(time[n] for n in kernels if n.frame.get("name", "") == k) for k in sampled)
-    launches = int(pd.to_numeric(df[COUNT], errors="coerce").fillna(0)[nodes].sum()) \
+    launches = float(pd.to_numeric(df[COUNT], errors="coerce").fillna(0)[nodes].sum()) \
         if COUNT in df else None
+    launches = int(launches) if launches is not None and math.isfinite(launches) else None
     ran = (f"its {launches:,} launch{'es' * (launches != 1)} ran" if launches is not None
            else "it ran") + f" {ns / 1e6:,.3f} ms in all"
     if ns < least:

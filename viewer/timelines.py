@@ -18,6 +18,9 @@ MAX_SCOPES = 1_000
 MAX_WARPS = 64
 """Warps a CTA may have (CUDA allows 32: 1,024 threads)."""
 MAX_CLOCK_KHZ = 100_000_000
+MIN_CLOCK_KHZ = 1_000
+"""A GPU's clock, in kHz, is within these (1 MHz to 100 GHz): a clock of 1e-300 kHz made
+every span's end infinite, and the page's time axis with it."""
 _WHOLE = ("sm", "cta", "warp", "scope")
 
 
@@ -53,7 +56,7 @@ def check(text: str) -> dict | str:
     if not (_whole(warps) and 0 < warps <= MAX_WARPS):
         return f"warps must be a whole number from 1 to {MAX_WARPS}"
     if not (_whole(t["device"]) and _real(t["clock_khz"])
-            and 0 < t["clock_khz"] <= MAX_CLOCK_KHZ):
+            and MIN_CLOCK_KHZ <= t["clock_khz"] <= MAX_CLOCK_KHZ):
         return "device or clock_khz is not a GPU's"
     columns = {k: t[k] for k in TIMELINE_COLUMNS}
     if not all(isinstance(c, list) for c in columns.values()) or \

@@ -10,10 +10,11 @@ the microsecond; ranks on different hosts are as close as the hosts' clocks.
 from __future__ import annotations
 
 import json
+import math
 
-from ..format import OTHER_DATA, T0_NS, TRACE_EXTENSION
+from ..format import JOB_KEYS, OTHER_DATA, T0_NS, TRACE_EXTENSION
 from .errors import ViewerError
-from .reader import STDIN, read_text
+from .reader import STDIN, _job_value, read_text
 
 
 def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
@@ -67,9 +68,11 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
                 named.add(new)
             elif "ts" in event and isinstance(event["ts"], (int, float)):
                 try:
-                    event["ts"] = event["ts"] + shift
+                    ts = event["ts"] + shift
                 except OverflowError:  # a time past any float: kept as the file has it
-                    pass
+                    ts = event["ts"]
+                event["ts"] = event["ts"] if isinstance(ts, float) and not math.isfinite(ts) \
+                    else ts
             out.append(event)
         for pid, new in pids.items():
             if new not in named:  # ours and Triton's name a process by its pid ("GPU 0")
@@ -79,13 +82,13 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
                 out.append({"name": "process_name", "ph": "M", "pid": new,
                             "args": {"name": label}})
     doc = {OTHER_DATA: {"ranks": ranks, T0_NS: t0}, "displayTimeUnit": "us", "traceEvents": out}
-    return json.dumps(doc), errors, notes
+    return json.dumps(doc, allow_nan=False), errors, notes
 
 
 def _read_trace(path: str) -> tuple[list, dict]:
     name = "stdin" if path == STDIN else repr(path)
     try:
-        doc = json.loads(read_text(path))
+        doc = json.loads(read_text(path), parse_constant=lambda _: None, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ViewerError(f"{name} is not a trace: not valid JSON ({exc}); the file may be "
                           "truncated, re-run the profile") from None
@@ -98,9 +101,18 @@ def _read_trace(path: str) -> tuple[list, dict]:
                           "merges the .chrome_trace files of proton -d trace")
     facts = doc.get(OTHER_DATA)
     facts = facts if isinstance(facts, dict) else {}
+    # the writing process, as the tree reader keeps it: a list or map there is no rank's
+    facts = {k: v for k, v in facts.items() if k not in JOB_KEYS or _job_value(v)}
     if not _clock(facts.get(T0_NS)):
         facts.pop(T0_NS, None)  # merged as it is, as a trace without one
     return events, facts
+
+
+def _finite(text: str):
+    """A number of the trace as JSON can hold it: NaN and the infinities (which JSON has no
+    words for: Perfetto and json.loads elsewhere refuse the merged trace) become null."""
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def _clock(value) -> bool:

@@ -144,7 +144,7 @@ def metric_value(name: str, value: Any) -> float | list | DeviceValue:
         if value.dtype.is_complex or value.numel() == 0:
             raise ScopeError(f"metric {name!r} is a {value.dtype} tensor of "
                              f"{value.numel()} values; give real numbers")
-        value = value.detach()
+        value = _plain_tensor(name, value.detach())
         if value.is_cuda:  # no .item(): that would wait for the GPU
             return DeviceValue((((value.reshape(-1) if value.numel() > 1
                                   else value.reshape(())).clone(), 1),))
@@ -157,6 +157,19 @@ def metric_value(name: str, value: Any) -> float | list | DeviceValue:
         raise ScopeError(f"metric {name!r} has value {_shown(given)} ({type(given).__name__}); "
                          f"a vector needs at least one number")
     return [_real_or_error(name, v, given, f"element {i}") for i, v in enumerate(value)]
+
+
+def _plain_tensor(name: str, value: Any) -> Any:
+    """A tensor whose values can be read as numbers: a quantized one dequantized; ScopeError for
+    one without values to read here (meta) or not laid out densely (sparse, mkldnn)."""
+    if getattr(value, "is_meta", False):
+        raise ScopeError(f"metric {name!r} is a meta tensor, which has no values; give a tensor "
+                         "on the CPU or a GPU")
+    layout = str(getattr(value, "layout", "torch.strided"))
+    if layout != "torch.strided":
+        raise ScopeError(f"metric {name!r} is a tensor of layout {layout}; give a dense one "
+                         "(t.to_dense())")
+    return value.dequantize() if getattr(value, "is_quantized", False) else value
 
 
 def combine(old: Any, new: Any, key: str = "", fold: bool = True) -> Any:

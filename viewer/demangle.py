@@ -1,0 +1,155 @@
+"""C++ names demangled with bounds on time, memory and length: a name from a stranger's file
+may be built to expand exponentially (an 800-byte name nesting back-references took 5.3 GB and
+110 s in `__cxa_demangle`, and made a 583 MB page), so the C++ runtime's demangler runs in a
+child process:
+
+- the child's address space is capped (CHILD_BYTES): a name whose text outgrows it fails at once;
+- each name gets NAME_SECONDS (else the child is killed and started again for the next);
+- a demangled text longer than max_length(name) is not used;
+- after SPENT_SECONDS of names that failed or ran slow, the rest of the run keeps raw names.
+
+A name the demangler does not take (None) is shown raw. One child per viewer process, started
+at the first mangled name; it ends when its stdin closes (the viewer exits).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+
+CHILD_BYTES = 128 << 20
+NAME_SECONDS = 1.0
+SPENT_SECONDS = 6.0
+MIN_LENGTH = 4096
+LENGTH_RATIO = 32
+"""Demangled text up to max(MIN_LENGTH, LENGTH_RATIO x the mangled name's length); measured:
+torch's kernel names in tests/data demangle to up to 11x their length."""
+MANGLED = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$")
+"""The characters of a mangled name (anything else is not one: never sent to the child)."""
+
+_CHILD = r"""
+import json, os, resource, subprocess, shutil, sys
+try:
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (cap if hard < 0 else min(cap, hard), hard))
+except (ImportError, ValueError, OSError):
+    pass  # no address-space limit here (macOS): the parent's time limit still holds
+try:
+    import cxxfilt
+    def demangle(name):
+        return cxxfilt.demangle(name)
+except ImportError:
+    tool = shutil.which("c++filt")
+    def demangle(name):
+        if tool is None:
+            return None
+        done = subprocess.run([tool, name], capture_output=True, text=True)
+        return done.stdout.strip() or None
+for line in sys.stdin:
+    name, limit = json.loads(line)
+    try:
+        text = demangle(name)
+    except BaseException:  # not a name it knows, or out of memory: kept raw
+        text = None
+    if text is not None and len(text) > limit:
+        text = None
+    sys.stdout.write(json.dumps(text) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def max_length(name: str) -> int:
+    return max(MIN_LENGTH, LENGTH_RATIO * len(name))
+
+
+class _Worker:
+    """The child and the time spent on names that failed or ran slow."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.spent = 0.0
+        self.lock = threading.Lock()
+        self.pending = b""
+
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen([sys.executable, "-I", "-c", _CHILD, str(CHILD_BYTES)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, close_fds=True)
+            self.pending = b""
+        return self.proc
+
+    def close(self) -> None:
+        """End the child (at exit: it would end when its stdin closes, but quietly now)."""
+        with self.lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:  # a write that could not be flushed to a dead child
+                    pass
+            self.proc = None
+
+    def ask(self, name: str) -> str | None:
+        with self.lock:
+            if self.spent >= SPENT_SECONDS:
+                return None
+            start = time.monotonic()
+            try:
+                text = self._ask(name)
+            except OSError:  # no child (no fork, no memory): raw names
+                self.spent = SPENT_SECONDS
+                self._stop()
+                return None
+            took = time.monotonic() - start
+            if text is None or took > 0.05:
+                self.spent += took
+            return text
+
+    def _ask(self, name: str) -> str | None:
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write((json.dumps([name, max_length(name)]) + "\n").encode())
+        proc.stdin.flush()
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + NAME_SECONDS
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self._stop()  # still working: a bomb
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:  # the child died (out of memory in a way it could not catch)
+                self._stop()
+                return None
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        text = json.loads(line)
+        return text if isinstance(text, str) and len(text) <= max_length(name) else None
+
+
+_worker = _Worker()
+atexit.register(_worker.close)
+
+
+def demangle(name: str) -> str | None:
+    """The demangled text of the mangled C++ `name`, None when it is not one the demangler
+    takes within the bounds above (the caller shows it raw).
+
+    Usage:
+        text = demangle("_ZN2at6native6kernelEv") or "_ZN2at6native6kernelEv"
+    """
+    if not name.startswith("_Z") or not MANGLED.issuperset(name):
+        return None
+    return _worker.ask(name)
