@@ -153,6 +153,7 @@ def test_a_steps_capture_whose_client_falls_silent_ends_by_itself(tmp_path, jobs
     nxt = request(None, {"verb": "start", "name": str(tmp_path / "next"), "duration": 0.2},
                   job.socket)
     assert nxt["ok"], nxt
+    reader.close()
     silent.close()
     _, err = job.stop()
     assert "did not come in 2 s and its client said nothing" in err, err

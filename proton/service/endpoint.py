@@ -34,7 +34,7 @@ from ..runtime.profiler import profiler
 from . import tokens
 from .gate import HANDSHAKE, Gate
 from .protocol import (LISTEN_ENV, MAX_MESSAGE, Lines, ProtocolError, check_request, encode,
-                       listen_asked, private_folder)
+                       leave_signals_to_the_main_thread, listen_asked, private_folder)
 
 CAPTURE_DIR_ENV = "PROTON_CAPTURE_DIR"
 """The folder TCP captures write in (file names only, confined to it); default: the job's
@@ -73,6 +73,7 @@ def run_phase(name: str, work, timeout: float, late=None):
     heard = report.heard_on_this_thread()
 
     def run() -> None:
+        leave_signals_to_the_main_thread()
         report.hear_on_this_thread(heard)  # what the phase says is its capture's alone
         try:
             out["value"] = work()
@@ -257,6 +258,7 @@ class Endpoint:
             pass
 
     def _accept(self, sock: socket.socket, tcp: bool) -> None:
+        leave_signals_to_the_main_thread()  # the connections' threads inherit it
         report.hear_on_this_thread(None)  # nothing said here is any capture's
         slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         pause, said = 0.01, set()

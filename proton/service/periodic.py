@@ -6,12 +6,14 @@ import threading
 
 from ..report import warn
 from ..runtime.profiler import profiler
+from .protocol import leave_signals_to_the_main_thread
 
 
 def flush_every(seconds: float) -> threading.Thread:
     """Start the timer thread (a daemon: it never keeps the job alive)."""
 
     def run() -> None:
+        leave_signals_to_the_main_thread()
         failed = False
         while not stop.wait(seconds):
             if not profiler.sessions:

@@ -29,6 +29,7 @@ import glob
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import tempfile
@@ -51,6 +52,19 @@ START_OPTIONS: dict[str, type | tuple[type, ...]] = {"name": str, "context": str
 
 class ProtocolError(Exception):
     """A message that is not one: the one-line reason goes back to the peer."""
+
+
+ENDING_SIGNALS = frozenset(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+                           if hasattr(signal, n))
+
+
+def leave_signals_to_the_main_thread() -> None:
+    """Block Ctrl-C and the ending signals in the calling (helper) thread, so the kernel
+    delivers them to the script's main thread: Python runs its handlers there, and a main
+    thread asleep (time.sleep) is woken only by a signal delivered to it (seen: a --listen
+    job whose SIGTERM went to an endpoint thread slept on for a minute)."""
+    if hasattr(signal, "pthread_sigmask"):  # not on Windows
+        signal.pthread_sigmask(signal.SIG_BLOCK, ENDING_SIGNALS)
 
 
 def listen_asked() -> bool:
