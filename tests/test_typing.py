@@ -85,7 +85,7 @@ def mypy_on_the_package(python: str, checkout: str) -> str:
     run = subprocess.run([python, "-m", "mypy"], cwd=checkout, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    checked = re.search(r"\(checked (\d+) source files\)", run.stdout)
+    checked = re.search(r"(?:checked|found in) (\d+) source files", run.stdout)
     assert checked and int(checked.group(1)) == package_modules(checkout), (
         f"mypy checked {checked and checked.group(1)} of {package_modules(checkout)} modules "
         "(a new module since the install? run the README's `pip install -e` again)\n" + run.stdout)
