@@ -461,7 +461,7 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
     for node in kernels:
         raw = node.frame.get("name", "")
         time_by_name[raw] = time_by_name.get(raw, 0.0) + (ctx.value(node, TIME) or 0)
-    first: dict[str, object] = {}
+    first: dict = {}  # kernel name -> its first hatchet node
     for node in kernels:
         first.setdefault(node.frame.get("name", ""), node)
     for raw, ns in time_by_name.items():
