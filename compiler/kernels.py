@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from types import FrameType
 
 
 @dataclass(slots=True)
@@ -188,7 +189,7 @@ def _path(metadata_group: dict, ext: str) -> str | None:
 
 def _loading_kernel(hash: str):
     """The CompiledKernel whose _init_handles called the load hook (a few frames up)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(4):
         if frame is None:
             return None

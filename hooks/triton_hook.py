@@ -19,8 +19,9 @@ import os
 import sys
 import threading
 from contextvars import ContextVar
+from types import FrameType
 
-from ..data.metrics import RESERVED, metric_value
+from ..data.metrics import RESERVED, DeviceValue, metric_value
 from ..errors import ScopeError, SessionError
 from ..format import LAUNCH_METADATA
 from ..options import HookOptions
@@ -44,7 +45,7 @@ _configured = False
 _options = HookOptions()
 
 
-def _metrics(md: dict) -> dict[str, float]:
+def _metrics(md: dict) -> dict[str, float | list | DeviceValue]:
     out = {}
     for key, value in md.items():
         if key in _NOT_METRICS or key in RESERVED:
@@ -87,7 +88,9 @@ def _enter(metadata) -> None:
         name = data.get("name", "triton_kernel")
     if opts.config:
         name = _config_name(name, data.get("function"), opts.constexprs)
-    if ops.enter_op(name, values) is not None:
+    # the runtime annotates metric maps as float, yet they carry lists and DeviceValues too
+    # (session.add folds them); no cast: this runs at every launch
+    if ops.enter_op(name, values) is not None:  # type: ignore[arg-type]
         _set_id(_next_id())
 
 
@@ -131,7 +134,7 @@ def _config_name(name: str, function, constexprs: tuple[str, ...] | None) -> str
 def _launch_grid() -> tuple[tuple | None, object]:
     """The grid of the launch in progress, read from Triton's launcher frame
     (CudaLauncher.__call__(gridX, gridY, gridZ, ...)), and that frame (None if not found)."""
-    frame = sys._getframe(3)  # past _launch_grid, _config_name and _enter
+    frame: FrameType | None = sys._getframe(3)  # past _launch_grid, _config_name and _enter
     for _ in range(4):
         if frame is None:
             break

@@ -72,6 +72,31 @@ def test_mypy_passes_and_an_editor_sees_start_signature(tmp_path):
 SOURCES = ("pyproject.toml", "README.md", "proton", "viewer", "compiler", "hooks")
 
 
+def package_modules(root: str) -> int:
+    """How many modules the installed package has: every .py of proton/ and of the folders
+    pyproject's package-dir maps under it (viewer/, hooks/, compiler/)."""
+    return sum(name.endswith(".py") for source in ("proton", "viewer", "hooks", "compiler")
+               for _, _, names in os.walk(os.path.join(root, source)) for name in names)
+
+
+def mypy_on_the_package(python: str, checkout: str) -> str:
+    """`mypy` as a developer runs it in the checkout (pyproject's [tool.mypy]); its output, once
+    it has passed and checked every module of the package, viewer/, hooks/ and compiler/ too."""
+    run = subprocess.run([python, "-m", "mypy"], cwd=checkout, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    checked = re.search(r"(?:checked|found in) (\d+) source files", run.stdout)
+    assert checked and int(checked.group(1)) == package_modules(checkout), (
+        f"mypy checked {checked and checked.group(1)} of {package_modules(checkout)} modules "
+        "(a new module since the install? run the README's `pip install -e` again)\n" + run.stdout)
+    return run.stdout
+
+
+def test_mypy_passes_on_the_whole_package_viewer_hooks_and_compiler_included():
+    pytest.importorskip("mypy")
+    assert "Success: no issues found" in mypy_on_the_package(sys.executable, ROOT)
+
+
 def readme_editable_install() -> list[str]:
     """The options of the README's editable install (`pip install -e . ...`) that shape it."""
     with open(os.path.join(ROOT, "README.md")) as f:
@@ -122,6 +147,7 @@ def test_an_editable_install_made_as_the_readme_says_shows_mypy_the_signatures(t
     assert run.returncode == 0, run.stdout + run.stderr
     assert 'Revealed type is "def (name: str | None =, *, context: str =' in run.stdout
     assert 'Revealed type is "def (' in run.stdout.split("\n")[1], run.stdout
+    mypy_on_the_package(str(python), str(checkout))
     imported = subprocess.run([str(python), "-c", "import proton.viewer.cli, proton.hooks, "
                                "proton.compiler; print(proton.viewer.cli.__name__)"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)

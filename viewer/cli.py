@@ -334,7 +334,8 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     # On a terminal long names fold at its width; piped output keeps each name on one line
     # (for grep and diff) unless --width asks for folding.
     fold_at = console.width if console.is_terminal or width else None
-    color = COLOR_SYSTEMS.get(console.color_system) if console.is_terminal else None
+    # color_system is None where rich found no colours: no system, as .get(None) gave
+    color = COLOR_SYSTEMS.get(console.color_system or "") if console.is_terminal else None
     headers = [c.header for c in columns]
     write = console.file.write
     diff = other is not None

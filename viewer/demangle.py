@@ -96,7 +96,8 @@ class _Worker:
             self.proc.wait()
             for pipe in (self.proc.stdin, self.proc.stdout):
                 try:
-                    pipe.close()
+                    if pipe is not None:  # both are pipes (Popen's PIPE)
+                        pipe.close()
                 except OSError:  # a write that could not be flushed to a dead child
                     pass
             self.proc = None

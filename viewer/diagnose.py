@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TypeGuard, cast
 
 import pandas as pd
 
@@ -231,8 +232,11 @@ class _Context:
                        ns / self.total if self.total else 0.0, evidence, advice, info,
                        0.0 if info else ns * max(saves, 0.0))
 
-    def big(self, ns: float | None) -> bool:
-        return bool(ns) and self.total > 0 and ns / self.total >= MIN_SHARE
+    def big(self, ns: float | None) -> TypeGuard[float]:
+        """A time worth a finding (MIN_SHARE of the total): never None where it is."""
+        if not ns:
+            return False
+        return self.total > 0 and ns / self.total >= MIN_SHARE
 
     def roof_fraction(self, node) -> float | None:
         """Achieved FLOP/s over the roof at the kernel's intensity; None when unknown."""
@@ -354,7 +358,8 @@ def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
 
 def _far(kernel: KernelRoof, frac: float) -> tuple[str, str]:
     """(evidence, advice) of a kernel under FAR_FROM_ROOF of its roof."""
-    x, peak, bw = kernel.intensity, kernel.peak, kernel.bandwidth
+    # the caller knew the roof fraction: intensity, peak and bandwidth are all known
+    x, peak, bw = (cast(float, v) for v in (kernel.intensity, kernel.peak, kernel.bandwidth))
     memory = bw * x < peak
     if memory:
         advice = ("move fewer bytes: fuse with the neighbouring ops, reuse tiles from shared "
@@ -404,7 +409,9 @@ class _Scope:
     @property
     def waiting(self) -> bool:
         """Launch-bound for certain: the GPU is busy under BUSY of the scope's time."""
-        return bool(self.cpu) and self.ns / self.cpu < BUSY
+        if not self.cpu:
+            return False
+        return self.ns / self.cpu < BUSY
 
 
 def _launch_scopes(ctx: _Context, kernels: list) -> list[_Scope]:
@@ -454,7 +461,7 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
     for node in kernels:
         raw = node.frame.get("name", "")
         time_by_name[raw] = time_by_name.get(raw, 0.0) + (ctx.value(node, TIME) or 0)
-    first = {}
+    first: dict = {}  # kernel name -> its first hatchet node
     for node in kernels:
         first.setdefault(node.frame.get("name", ""), node)
     for raw, ns in time_by_name.items():

@@ -16,7 +16,8 @@ def rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = N
     """One dict per shown frame: its path from the root, depth and each metric (None if blank),
     in the tree's order (diff: children by the size of their change)."""
     values = [c.values.to_dict() for c in columns]
-    out, path = [], []
+    out: list[dict] = []
+    path: list[str] = []
     order = sort_values(values[0] if values else {}, diff)
     for node, level, _ in walk(gf, order, depth=depth, visible=visible, folded=folded):
         del path[level:]

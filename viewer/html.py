@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import cast
 
 from ..format import CUDA, NUM_SAMPLES, PYTHON_FRAME
 from .derive import Column, available, derive, kernel_mask, kernel_roofs
@@ -98,7 +99,11 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str
     page stays small and parses fast."""
     graph = prof.gf.graph
     values = [c.values.to_dict() for c in columns]
-    names, parents, widths, full, order = [], [], [], {}, []
+    names: list[str] = []
+    parents: list[int] = []
+    widths: list[float | None] = []
+    full: dict[int, str] = {}
+    order: list = []
     stack = [(root, -1, 0) for root in reversed(graph.roots)]
     while stack:
         node, parent, level = stack.pop()
@@ -119,9 +124,9 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str
     # widths: at least the children's sum (a scope without its own value still spans them)
     spans = [0.0] * len(names)
     for i in range(len(names) - 1, -1, -1):
-        widths[i] = max(widths[i] or 0.0, spans[i])
+        widths[i] = width = max(widths[i] or 0.0, spans[i])
         if parents[i] >= 0:
-            spans[parents[i]] += widths[i]
+            spans[parents[i]] += width
     return {"name": names, "parent": parents, "value": widths, "full": full,
             "metrics": [[_num(v.get(node)) for node in order] for v in values],
             "order": order}
@@ -132,7 +137,7 @@ def _short_frame(name: str) -> str:
     the frame's details; the function is what a reader looks for."""
     m = PYTHON_FRAME.match(name)
     file = m["file"].replace("\\", "/") if m else ""
-    if "/" not in file:
+    if m is None or "/" not in file:
         return name
     return f"{m['function']} ({file.rsplit('/', 1)[-1]}:{m['line']})"
 
@@ -171,7 +176,8 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
         if kernel.get(node):
             groups.setdefault(node.frame.get("name", "?"), []).append(i)
     count = values[headers.index("count")] if "count" in headers else {}
-    rows, row_of = [], {}
+    rows: list[list] = []
+    row_of: dict = {}  # hatchet node -> its row
     for frames in groups.values():
         frames.sort(key=lambda i: -(_num(time.get(order[i])) or 0.0))
         nodes = [order[i] for i in frames]
@@ -245,7 +251,7 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
             points[key].append(value)
         gpu = gpus[kernel.device]
         for name in kernel.precisions if kernel.bandwidth else ():
-            top = peak(gpu, name)
+            top = cast(float, peak(gpu, name))  # known: compute_roof found its roof
             roofs.setdefault((kernel.device, name), {
                 "kind": name, "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
                 "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
@@ -290,13 +296,13 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
             # sampled lines only
             numbers = [n for n in window(sampled, sampled[-1]) if n is None or n >= sampled[0]] \
                 if text is not None else sampled
-            lines = []
+            lines: list[dict[str, object]] = []
             for number in numbers:
                 if number is None:
                     lines.append({"line": None})
                     continue
                 ls = sf.lines.get(number)
-                line = {"line": number}
+                line: dict[str, object] = {"line": number}
                 if text is not None:
                     line["code"] = text[number - 1] if 0 < number <= len(text) else ""
                 if ls:
@@ -307,7 +313,8 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
                 lines.append(line)
             files.append({"path": sf.path, "samples": _num(sf.samples / total),
                           "missing": None if text is not None else
-                          f"{sf.why[:1].upper()}{sf.why[1:]}; the sampled lines only",
+                          f"{cast(str, sf.why)[:1].upper()}{cast(str, sf.why)[1:]}; the sampled "
+                          "lines only",
                           "lines": lines})
         stalled = kernel.total.stalled / total
         out.append({"name": readable(name, style), "files": files,
@@ -344,10 +351,10 @@ def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: lis
     except ViewerError as exc:
         return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": []}
     names, parents, full = nodes["name"], nodes["parent"], nodes["full"]
-    frames = {}  # kernel name -> its frames, hottest first
+    frames: dict[str, list[int]] = {}  # kernel name -> its frames, hottest first
     for row in kernels["rows"]:
         frames.setdefault(names[row[0][0]], []).extend(row[0])
-    scopes = {}  # "scope NAME" -> its frames (a launch-bound finding's)
+    scopes: dict[str, list[int]] = {}  # "scope NAME" -> its frames (a launch-bound finding's)
     for i, name in enumerate(names):
         scopes.setdefault(f"scope {_named(names, full, i)}", []).append(i)
     sampled = {k["name"] for k in source}

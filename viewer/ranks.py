@@ -14,6 +14,7 @@ import glob
 import os
 import re
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -141,7 +142,9 @@ def _no_gc():
 def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     """Read each file onto one set of frames, one file at a time (256 parsed trees would not
     fit in memory); a file that cannot be read is left out with its one-line reason."""
-    ranks, errors, frames = [], [], _Frames()
+    ranks: list[Rank] = []
+    errors: list[str] = []
+    frames = _Frames()
     with _no_gc():
         for i, path, parsed in _parsed(paths, errors):
             root, job = parsed.root, parsed.job
@@ -155,7 +158,7 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     if why:
         raise ViewerError(f"the {len(ranks)} files are not one job's ranks: {why}; give one "
                           "file, or the NAME.rank<R>.hatchet files of one run")
-    ranks.sort(key=lambda r: r.label)
+    ranks.sort(key=lambda r: cast(int, r.label))  # not_one_job: every file names its rank
     return ranks, frames, errors
 
 
@@ -214,7 +217,8 @@ def rank_of(path: str, job: dict) -> int | None:
 def pick(paths: list[str], rank: int) -> tuple[str, list[str]]:
     """The file of rank `rank` among `paths` (proton-viewer --rank R), and one line per file
     that could not be read on the way."""
-    labels, errors = [], []
+    labels: list[int] = []
+    errors: list[str] = []
     for i, path, parsed in _parsed(paths, errors):
         label = rank_of(path, parsed.job)
         labels.append(i if label is None else label)  # unranked files: by their place
@@ -278,7 +282,7 @@ def _merge(ranks: list[Rank], union: _Frames) -> Merged:
             sums[metric] = _nansum(sums.get(metric), inc_cols[:, j])
         ranks_out.append(_profile(graph, data, incl, metrics, rank.devices, rank.job))
     total = _total(graph, index, names, ranks_out, metrics, incl, sums, ranks)
-    labels = [r.label for r in ranks]
+    labels = [cast(int, r.label) for r in ranks]  # read() refused files naming no rank
     notes = [note for rank in ranks for note in rank.notes] + _missing(ranks)
     return Merged(total, ranks_out, labels,
                   pd.DataFrame(present, index=index, columns=labels), notes)
@@ -414,7 +418,7 @@ def _missing(ranks: list[Rank]) -> list[str]:
     if not isinstance(size, int):
         return []
     # the gaps between the ranks here, not every rank of the job: a file may claim billions
-    have = sorted({r.label for r in ranks if 0 <= r.label < size})
+    have = sorted({r.label for r in ranks if r.label is not None and 0 <= r.label < size})
     gaps = [(a + 1, b - 1) for a, b in zip([-1, *have], [*have, size]) if b - a > 1]
     if not gaps:
         return []
@@ -425,10 +429,11 @@ def _missing(ranks: list[Rank]) -> list[str]:
 
 def span(labels: list[int]) -> str:
     """0-3,5,7-8."""
-    out, labels = [], sorted(labels)
+    out: list[str] = []
+    labels = sorted(labels)
     start = prev = labels[0] if labels else None
-    for x in labels[1:] + [None]:
-        if x is not None and x == prev + 1:
+    for x in [*labels[1:], None]:
+        if x is not None and prev is not None and x == prev + 1:
             prev = x
             continue
         out.append(f"{start}" if start == prev else f"{start}-{prev}")

@@ -10,18 +10,22 @@ import reprlib
 import stat
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..format import JOB_KEYS, LAUNCH_METADATA, TABLE_COLUMNS, WARP_TIMELINE
 from . import deep
 from .errors import ViewerError
 from .timelines import check as check_timeline
 
+if TYPE_CHECKING:  # hatchet loads with the graph (graph.py), not on import
+    from hatchet import GraphFrame
+
 
 @dataclass(slots=True)
 class Profile:
     """A profile ready to derive metrics from."""
 
-    gf: object
+    gf: GraphFrame
     """hatchet.GraphFrame with inclusive columns ("X (inc)") computed."""
     inclusive: list[str]
     """Metrics summed over subtrees (those the file lists on its root)."""
@@ -415,8 +419,9 @@ def _timelines(root: dict, name: str) -> tuple[list[dict], list[str]]:
     """Each WARP_TIMELINE frame key, removed from its frame (hatchet need not carry it) and
     checked (timelines.check): the timeline's dict with "path", its kernel's call path from
     the root's child; and a note for each timeline left out, saying why."""
-    out, notes = [], []
-    stack = [(child, ()) for child in reversed(root["children"])]
+    out: list[dict] = []
+    notes: list[str] = []
+    stack: list[tuple[dict, tuple[str, ...]]] = [(child, ()) for child in reversed(root["children"])]
     while stack:
         node, above = stack.pop()
         frame = node["frame"]
@@ -481,7 +486,7 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
     MAX_VECTOR elements only. A metric named as a column of the table (TABLE_COLUMNS: "node",
     refused when recorded since) is read as "node (metric)". (frames, distinct metric names, the longest length of each
     vector cut.)"""
-    frames, names, cut = 0, set(), {}
+    frames, names, cut = 0, set[str](), dict[str, int]()
     element: dict = {}  # (vector, i) -> "vector[i]": one string for every frame's element i
     stack = [root]
     while stack:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rich.color import ColorSystem
 from rich.style import Style
@@ -17,6 +17,9 @@ from rich.text import Text
 
 from ..format import PYTHON_FRAME
 from .derive import Column
+
+if TYPE_CHECKING:
+    from hatchet.node import Node
 
 # Share of the root's value on the first metric -> style; the legend prints these bands.
 BANDS = [(0.9, "bold red"), (0.6, "red"), (0.3, "yellow"), (0.1, "green"), (0.01, "cyan"),
@@ -116,7 +119,7 @@ def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,
         return out
 
     for root in gf.graph.roots:
-        stack = [(root, 0, ())]
+        stack: list[tuple[Node, int, tuple[bool, ...]]] = [(root, 0, ())]
         while stack:  # explicit stack: a tree may be deeper than Python's recursion limit
             node, level, lasts = stack.pop()
             yield node, level, lasts
@@ -252,7 +255,7 @@ def fold(name: str, width: int) -> list[str]:
     return lines
 
 
-def draw(rows: list[Row], headers: list[str], write: Callable[[str], None], *,
+def draw(rows: list[Row], headers: list[str], write: Callable[[str], object], *,
          width: int | None = None, color: ColorSystem | None = None) -> None:
     """Write the rows as aligned lines: right-justified metric columns, then the name.
 

@@ -222,7 +222,7 @@ def _collect(columns: _Columns, nodes: list, name: str) -> KernelSamples | None:
         for child in node.children:
             m = PYTHON_FRAME.match(child.frame.get("name", ""))
             counts = columns.of(child) if m else None
-            if counts is None:
+            if m is None or counts is None:
                 continue
             sampled = True
             total.add(counts)

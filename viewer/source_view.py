@@ -101,7 +101,7 @@ def _file(sf: SourceFile, total: float, hot: set, width: int | None) -> list[Tex
     code = _highlight(sf.path, sf.text) if sf.text is not None else None
     if code is None:
         out.append(Text(f"{sf.why}; the sampled lines only", style="yellow"))
-        numbers: list[int | None] = sorted(sf.lines)
+        numbers: list[int | None] = list(sorted(sf.lines))
     else:
         numbers = window(sorted(sf.lines), len(code))
         past = [n for n in sf.lines if n > len(code)]

@@ -83,6 +83,8 @@ def peak(gpu: dict, precision: str) -> float | None:
     """Peak FLOP/s of the device table entry `gpu` at `precision` (a PRECISIONS name); None
     when its arch is unknown or it lacks the figures."""
     part = PARTS.get(str(gpu.get("arch")))
+    if part is None:
+        return None
     try:
         scale = gpu["num_sms"] / part.sms * gpu["clock_rate"] / part.clock_khz
     except (AttributeError, KeyError, TypeError):

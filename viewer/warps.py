@@ -35,7 +35,8 @@ def rows(root: dict) -> list[ScopeRow]:
     """Every node that carries warp statistics, in the tree's order (iterative: any depth)."""
     out: list[ScopeRow] = []
     # (node, its name with its kernel's and scopes' above it, whether it is below a kernel)
-    stack = [(child, (), False) for child in reversed(root.get(CHILDREN_KEY, []))]
+    stack: list[tuple[dict, tuple[str, ...], bool]] = [
+        (child, (), False) for child in reversed(root.get(CHILDREN_KEY, []))]
     while stack:
         node, names, below_kernel = stack.pop()
         m = node.get(METRICS_KEY, {})
@@ -44,9 +45,9 @@ def rows(root: dict) -> list[ScopeRow]:
         kept = (*names, name) if (is_scope or below_kernel) else (name,)
         if is_scope:
             _check_numbers(name, m)
-            out.append(ScopeRow(" > ".join(kept), int(m[WARP_EVENTS]),
-                                *(float(m[k]) for k in WARP_CYCLES), float(m.get(CYCLES, 0)),
-                                float(m.get(NORMALIZED_CYCLES, 0))))
+            low, median, high = (float(m[k]) for k in WARP_CYCLES)
+            out.append(ScopeRow(" > ".join(kept), int(m[WARP_EVENTS]), low, median, high,
+                                float(m.get(CYCLES, 0)), float(m.get(NORMALIZED_CYCLES, 0))))
         for child in reversed(node.get(CHILDREN_KEY, [])):
             stack.append((child, kept, is_scope or below_kernel))
     return out
