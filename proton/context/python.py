@@ -68,6 +68,8 @@ def own_files() -> frozenset[str]:
     for package in ("proton", "proton.hooks", "proton.compiler"):
         spec = importlib.util.find_spec(package)
         for folder in (spec.submodule_search_locations or []) if spec else []:
+            if os.path.basename(os.path.normpath(folder)) != package.rsplit(".", 1)[-1]:
+                continue  # a checkout's root, on proton's path from its own folder: user code
             for root, dirs, names in os.walk(folder):
                 dirs[:] = [d for d in dirs if d not in _USER_CODE]
                 files.update(os.path.join(root, n) for n in names if n.endswith(".py"))
