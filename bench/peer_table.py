@@ -5,7 +5,7 @@ Usage: python bench/peer_table.py COMPARE_TXT [DIFFERENCES]
 COMPARE_TXT is what ../shared/peer-tests/triton-proton/compare.py printed (run_gpu.sh and
 run_cpu.sh write it as results_*/compare.txt). Each test Triton passes and ours does not is
 either a documented difference (bench/peer_differences.txt: `module.py::test  reason`, the same
-list the README's compatibility table gives) or a failure to fix; both are listed, with the
+list docs/compatibility.md's table gives) or a failure to fix; both are listed, with the
 reason for the first.
 """
 from __future__ import annotations

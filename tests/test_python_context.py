@@ -51,6 +51,15 @@ def names(path_id: int) -> list[str]:
     return paths.names(path_id)
 
 
+def test_the_profilers_own_files_are_its_packages_not_the_checkout_around_them():
+    """Run from a checkout's own folder (the README's `python -m pytest`), proton's path holds
+    the checkout too (for proton.viewer and friends): its tests and scripts are user code."""
+    files = own_files()
+    assert HERE not in files
+    assert any(f.endswith(os.path.join("proton", "context", "python.py")) for f in files)
+    assert any(f.endswith(os.path.join("hooks", "launch.py")) for f in files)
+
+
 def inner():
     return launch_parent()  # L-inner
 

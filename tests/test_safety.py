@@ -1,4 +1,4 @@
-"""README's "Safety": metric values are checked or made plain where they are given, a profile
+"""docs/safety.md: metric values are checked or made plain where they are given, a profile
 is never lost to a value or to the writer, and no file is written through a name that another
 user could have placed first (a symlink at a predictable temporary name)."""
 from __future__ import annotations

@@ -231,7 +231,7 @@ def vectors_file(tmp_path, name: str, frames: int, kinds: int) -> str:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM (Linux)")
 def test_memory_stays_within_25x_what_is_read(tmp_path):
-    """The README's figure: a profile takes up to ~25x its size beyond the viewer's own memory;
+    """docs/safety.md's figure: a profile takes up to ~25x its size beyond the viewer's own memory;
     one whose frames x metrics would take more is refused in one line."""
     _, base = peak_mb(write(tmp_path, frame("ROOT", **{"time (ns)": 0})))
     for kinds, frames in ((1, 9000), (8, 4500)):  # 5.2 MB; 2.6 MB over 2,048 metrics

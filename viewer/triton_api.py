@@ -8,7 +8,7 @@ GraphFrame's dataframe (`time/ms (inc)`, `tflop16/s (inc)`, `avg_time/us (inc)`,
 with raw inclusive metrics summed again over them (derived columns keep their values, as in
 Triton's); `util` uses Triton's peaks (specs.triton_peak_flops). Where Triton crashes (a missing
 column, an unknown metric) these raise ViewerError with one line saying what to do. Our own
-viewer (`proton-viewer` without `--output triton`) keeps its own numbers (README: Compatibility).
+viewer (`proton-viewer` without `--output triton`) keeps its own numbers (docs/compatibility.md).
 """
 from __future__ import annotations
 
