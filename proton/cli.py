@@ -18,7 +18,7 @@ from .options import CONTEXTS, DATA, parse_options
 from .report import warn
 from .runtime.profiler import profiler
 from .service import commands, tokens
-from .service.commands import refuse_token_argument
+from .service.commands import token_options
 
 EPILOG = """\b
 Examples:
@@ -79,10 +79,8 @@ Examples:
 @click.option("--listen-tcp", default=None, metavar="[HOST:]PORT",
               help="Also accept captures over TCP (loopback unless HOST is given) from "
               "`proton capture --connect HOST:PORT`; needs $PROTON_TOKEN or --token-file.")
-@click.option("--token-file", default=None, metavar="FILE",
-              help="A file (mode 0600) whose first line is the secret TCP captures must send "
-              "(default: $PROTON_TOKEN; at least 128 bits, e.g. `openssl rand -hex 16`).")
-@click.option("--token", hidden=True, callback=refuse_token_argument, expose_value=False)
+@token_options("A file (mode 0600) whose first line is the secret TCP captures must send "
+               "(default: $PROTON_TOKEN; at least 128 bits, e.g. `openssl rand -hex 16`).")
 @click.option("--flush-every", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
               help="Rewrite the profile every SECONDS while recording, so a job killed with "
               "SIGKILL (or by the OOM killer) leaves its last one.")

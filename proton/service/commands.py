@@ -17,6 +17,16 @@ def refuse_token_argument(ctx, param, value) -> None:
     if value is not None:
         raise click.UsageError(tokens.ON_COMMAND_LINE)
 
+
+def token_options(help: str):
+    """--token-file FILE (`help` says what the token is for) and a hidden --token refused
+    with where the token goes instead: `proton` and `proton capture` share them."""
+    def decorate(command):
+        command = click.option("--token", hidden=True, callback=refuse_token_argument,
+                               expose_value=False)(command)
+        return click.option("--token-file", default=None, metavar="FILE", help=help)(command)
+    return decorate
+
 CAPTURE_EPILOG = """\b
 Examples:
   proton --listen train.py &                 # a job that can be captured (records nothing yet)
@@ -54,10 +64,8 @@ Examples:
 @click.option("--connect", multiple=True, metavar="HOST:PORT",
               help="A job listening on TCP (proton --listen-tcp); needs its token: "
               "$PROTON_TOKEN or --token-file.")
-@click.option("--token-file", default=None, metavar="FILE",
-              help="A file (mode 0600) whose first line is the TCP endpoints' token "
-              "(default: $PROTON_TOKEN).")
-@click.option("--token", hidden=True, callback=refuse_token_argument, expose_value=False)
+@token_options("A file (mode 0600) whose first line is the TCP endpoints' token "
+               "(default: $PROTON_TOKEN).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
               help="Seconds to wait for --steps to complete and each profile to be written.")
 def capture(pids, every, duration, steps, snapshot, name, context, data, mode, hook, connect,
