@@ -142,3 +142,27 @@ WARP_TIMELINE = "warp_timeline"
 "cta", "warp", "scope" (index into scopes), "start_ns" (from the launch's first CTA), "cycles"}."""
 TIMELINE_COLUMNS = ("sm", "cta", "warp", "scope", "start_ns", "cycles")
 """A warp timeline's per-event columns."""
+
+# -- hardware counters (mode="counters"): PM samples joined to the kernels that ran in them -----
+# Sums over a kernel node's launches, inclusive like TIME (a scope holds its kernels' sums).
+COUNTER_NS = "counter_ns"
+"""GPU time of the node's kernels that PM samples covered: what the counters below are over."""
+DRAM_BYTES = "dram_bytes"
+"""DRAM bytes read and written (dram__bytes_read.sum + dram__bytes_write.sum)."""
+L2_BYTES = "l2_bytes"
+"""Bytes through the L2 (lts__t_bytes.sum)."""
+TENSOR_FLOPS = "tensor_flops"
+"""Tensor-pipe work as FLOPs at the 16-bit dense rate: sm__pipe_tensor_cycles_active.sum times
+the GPU's 16-bit FLOPs per sub-partition cycle (fp8 work reads as half its FLOPs, tf32 double)."""
+TENSOR_ACTIVE_NS = "tensor_active_ns"
+"""Time-weighted tensor-pipe activity: sum of (pct_of_peak_sustained_elapsed / 100) x ns; over
+COUNTER_NS it is the tensor pipe's active fraction."""
+ISSUE_ACTIVE_NS = "issue_active_ns"
+"""As TENSOR_ACTIVE_NS, for sm__issue_active (cycles an SM issued an instruction)."""
+SM_ACTIVE_NS = "sm_active_ns"
+"""As TENSOR_ACTIVE_NS, for sm__cycles_active (cycles an SM had a warp resident)."""
+COUNTERS_SHARED_NS = "counters_shared_ns"
+"""Of COUNTER_NS, the time another kernel ran at once in the same sample (another stream): the
+sample's counts were split between them by time."""
+COUNTER_METRICS = (COUNTER_NS, DRAM_BYTES, L2_BYTES, TENSOR_FLOPS, TENSOR_ACTIVE_NS,
+                   ISSUE_ACTIVE_NS, SM_ACTIVE_NS, COUNTERS_SHARED_NS)

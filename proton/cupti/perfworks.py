@@ -1,0 +1,330 @@
+"""CUPTI's hardware-counter APIs (profiler host, PM sampling, device chip names), through ctypes.
+
+cupti-python 13.0.1 binds none of them, and cupti-python 13.3+ cannot use the libcupti 13.0 that
+torch loads (its profiler-host initialize fails there). The 13.0 library exports them all, so
+they are called here on the libcupti already loaded, with the struct layouts of its 13.0 headers
+(`cupti_profiler_host.h`, `cupti_pmsampling.h`, `cupti_target.h`, `cupti_profiler_target.h`).
+Every parameter struct starts with structSize and pPriv; structSize is the struct's size up to
+its last field, which ctypes' sizeof gives for these layouts but for trailing padding
+(`_size` below cuts it off).
+
+The profiler host half (metric names -> a configuration image, counter data -> values) runs on
+the host alone: it works on a machine without a GPU, given a chip name such as "GH100".
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..errors import ProtonError
+
+c_size = ctypes.c_size_t
+c_void = ctypes.c_void_p
+c_str = ctypes.c_char_p
+
+PROFILER_RANGE, PROFILER_PM_SAMPLING = 0, 1
+TRIGGER_SYSCLK, TRIGGER_TIME_INTERVAL = 0, 1
+KEEP_OLDEST, KEEP_LATEST = 0, 1
+DECODE_COUNTER_DATA_FULL, DECODE_END_OF_RECORDS = 1, 2
+
+WHY = {
+    35: "hardware counters are reserved to administrators on this machine "
+        "(NVreg_RestrictProfilingToAdminUsers=1); ask an admin to set it to 0 in "
+        "/etc/modprobe.d and reload the driver, or run as root",
+    40: "this virtual GPU does not give its counters to guests",
+    33: "this virtual GPU does not give its counters to guests",
+    43: "counters are not read on a MIG slice; run on a whole GPU (MIG off)",
+    27: "this GPU does not sample counters over time (PM sampling needs Ampere GA10x, Ada, "
+        "Hopper or later; not GA100 or Turing)",
+    14: "another profiler (Nsight Compute, Nsight Systems' GPU metrics, DCGM's profiling "
+        "module) holds the counters; stop it, or run without counters",
+    7: "another profiler (Nsight Compute, Nsight Systems' GPU metrics, DCGM's profiling "
+       "module) holds the counters; stop it, or run without counters",
+    41: "counters are not read under confidential computing",
+    42: "this CMP device has no counters",
+}
+"""Why counters cannot be read, by CUptiResult, with the fix."""
+
+
+class CountersError(ProtonError):
+    """Counters cannot be read here; the message says why and what to do."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _params(name: str, fields: list) -> type:
+    return type(name, (ctypes.Structure,),
+                {"_fields_": [("structSize", c_size), ("pPriv", c_void)] + fields})
+
+
+HostInitialize = _params("HostInitialize", [
+    ("profilerType", ctypes.c_int), ("pChipName", c_str),
+    ("pCounterAvailabilityImage", c_void), ("pHostObject", c_void)])
+HostObject = _params("HostObject", [("pHostObject", c_void)])
+HostBaseMetrics = _params("HostBaseMetrics", [
+    ("pHostObject", c_void), ("metricType", ctypes.c_int),
+    ("ppMetricNames", ctypes.POINTER(c_str)), ("numMetrics", c_size)])
+HostAddMetrics = _params("HostAddMetrics", [
+    ("pHostObject", c_void), ("ppMetricNames", ctypes.POINTER(c_str)), ("numMetrics", c_size)])
+HostConfigSize = _params("HostConfigSize", [("pHostObject", c_void), ("configImageSize", c_size)])
+HostConfigImage = _params("HostConfigImage", [
+    ("pHostObject", c_void), ("configImageSize", c_size), ("pConfigImage", c_void)])
+HostPasses = _params("HostPasses", [
+    ("configImageSize", c_size), ("pConfigImage", c_void), ("numOfPasses", c_size)])
+HostEvaluate = _params("HostEvaluate", [
+    ("pHostObject", c_void), ("pCounterDataImage", c_void), ("counterDataImageSize", c_size),
+    ("rangeIndex", c_size), ("ppMetricNames", ctypes.POINTER(c_str)), ("numMetrics", c_size),
+    ("pMetricValues", ctypes.POINTER(ctypes.c_double))])
+HostRangeName = _params("HostRangeName", [
+    ("pCounterDataImage", c_void), ("counterDataImageSize", c_size), ("rangeIndex", c_size),
+    ("delimiter", c_str), ("pRangeName", c_str)])
+ProfilerInitialize = _params("ProfilerInitialize", [])
+ChipName = _params("ChipName", [("deviceIndex", c_size), ("pChipName", c_str)])
+
+PmEnable = _params("PmEnable", [("deviceIndex", c_size), ("pPmSamplingObject", c_void)])
+PmObject = _params("PmObject", [("pPmSamplingObject", c_void)])
+PmAvailability = _params("PmAvailability", [
+    ("deviceIndex", c_size), ("counterAvailabilityImageSize", c_size),
+    ("pCounterAvailabilityImage", c_void)])
+PmSetConfig = _params("PmSetConfig", [
+    ("pPmSamplingObject", c_void), ("configSize", c_size), ("pConfig", c_void),
+    ("hardwareBufferSize", c_size), ("samplingInterval", ctypes.c_uint64),
+    ("triggerMode", ctypes.c_int), ("hwBufferAppendMode", ctypes.c_int)])
+PmDataSize = _params("PmDataSize", [
+    ("pPmSamplingObject", c_void), ("pMetricNames", ctypes.POINTER(c_str)),
+    ("numMetrics", c_size), ("maxSamples", ctypes.c_uint32), ("counterDataSize", c_size)])
+PmDataInit = _params("PmDataInit", [
+    ("pPmSamplingObject", c_void), ("counterDataSize", c_size), ("pCounterData", c_void)])
+PmDecode = _params("PmDecode", [
+    ("pPmSamplingObject", c_void), ("pCounterDataImage", c_void),
+    ("counterDataImageSize", c_size), ("decodeStopReason", ctypes.c_int),
+    ("overflow", ctypes.c_uint8)])
+PmDataInfo = _params("PmDataInfo", [
+    ("pCounterDataImage", c_void), ("counterDataImageSize", c_size),
+    ("numTotalSamples", c_size), ("numPopulatedSamples", c_size),
+    ("numCompletedSamples", c_size)])
+PmSampleInfo = _params("PmSampleInfo", [
+    ("pPmSamplingObject", c_void), ("pCounterDataImage", c_void),
+    ("counterDataImageSize", c_size), ("sampleIndex", c_size),
+    ("startTimestamp", ctypes.c_uint64), ("endTimestamp", ctypes.c_uint64)])
+
+
+def _size(params: ctypes.Structure) -> int:
+    """CUPTI_PROFILER_STRUCT_SIZE: the offset of the last field plus its size (no padding)."""
+    name, kind = params._fields_[-1][:2]
+    return getattr(type(params), name).offset + ctypes.sizeof(kind)
+
+
+def _names(metrics: Sequence[str]):
+    return (c_str * len(metrics))(*[m.encode() for m in metrics])
+
+
+_lock = threading.Lock()
+_libs: dict[str, ctypes.CDLL] = {}
+
+
+class Cupti:
+    """The counter APIs of one libcupti (the one cupti-python loaded, or a path given)."""
+
+    def __init__(self, path: str) -> None:
+        with _lock:
+            if path not in _libs:
+                _libs[path] = ctypes.CDLL(path)
+        self.lib = _libs[path]
+        self.path = path
+
+    def call(self, function: str, params: ctypes.Structure) -> ctypes.Structure:
+        """Fill structSize, call, and raise CountersError with CUPTI's words on failure."""
+        params.structSize = _size(params)
+        fn = getattr(self.lib, function, None)
+        if fn is None:
+            raise CountersError(f"{os.path.basename(self.path)} has no {function}: counters "
+                                "need CUPTI 12.6 or later (CUDA 12.6+)")
+        fn.argtypes = [ctypes.c_void_p]
+        code = fn(ctypes.byref(params))
+        if code:
+            raise CountersError(f"{function}: {self.result_string(code)}", code)
+        return params
+
+    def result_string(self, code: int) -> str:
+        text = c_str()
+        self.lib.cuptiGetResultString(code, ctypes.byref(text))
+        return (text.value or b"").decode(errors="replace") or f"CUPTI error {code}"
+
+    def profiler_initialize(self) -> None:
+        self.call("cuptiProfilerInitialize", ProfilerInitialize())
+
+    def chip_name(self, device: int) -> str:
+        return self.call("cuptiDeviceGetChipName",
+                         ChipName(deviceIndex=device)).pChipName.decode()
+
+    def pm_counter_availability(self, device: int) -> bytes:
+        size = self.call("cuptiPmSamplingGetCounterAvailability",
+                         PmAvailability(deviceIndex=device)).counterAvailabilityImageSize
+        image = (ctypes.c_uint8 * size)()
+        self.call("cuptiPmSamplingGetCounterAvailability",
+                  PmAvailability(deviceIndex=device, counterAvailabilityImageSize=size,
+                                 pCounterAvailabilityImage=ctypes.cast(image, c_void)))
+        return bytes(image)
+
+
+class MetricConfig:
+    """The profiler host object for one chip and metric set: its configuration image and the
+    evaluation of counter data to the metrics' values."""
+
+    def __init__(self, cupti: Cupti, chip: str, metrics: Sequence[str],
+                 profiler: int = PROFILER_PM_SAMPLING, availability: bytes | None = None) -> None:
+        self.cupti, self.chip, self.metrics = cupti, chip, list(metrics)
+        self._avail = (ctypes.c_uint8 * len(availability)).from_buffer_copy(availability) \
+            if availability else None
+        self._host = cupti.call("cuptiProfilerHostInitialize", HostInitialize(
+            profilerType=profiler, pChipName=chip.encode(),
+            pCounterAvailabilityImage=ctypes.cast(self._avail, c_void) if self._avail else None)
+        ).pHostObject
+        self._names = _names(self.metrics)
+        try:
+            cupti.call("cuptiProfilerHostConfigAddMetrics", HostAddMetrics(
+                pHostObject=self._host, ppMetricNames=self._names, numMetrics=len(self.metrics)))
+        except CountersError as e:
+            self.close()
+            raise CountersError(f"{chip} cannot sample {', '.join(self.metrics)}: {e}",
+                                e.code) from None
+        size = cupti.call("cuptiProfilerHostGetConfigImageSize",
+                          HostConfigSize(pHostObject=self._host)).configImageSize
+        self.image = (ctypes.c_uint8 * size)()
+        cupti.call("cuptiProfilerHostGetConfigImage", HostConfigImage(
+            pHostObject=self._host, configImageSize=size,
+            pConfigImage=ctypes.cast(self.image, c_void)))
+        self.passes = cupti.call("cuptiProfilerHostGetNumOfPasses", HostPasses(
+            configImageSize=size, pConfigImage=ctypes.cast(self.image, c_void))).numOfPasses
+
+    def base_metrics(self) -> list[str]:
+        """Every base metric of the chip (counters, ratios, throughputs)."""
+        found = []
+        for kind in range(3):
+            p = self.cupti.call("cuptiProfilerHostGetBaseMetrics",
+                                HostBaseMetrics(pHostObject=self._host, metricType=kind))
+            found += [p.ppMetricNames[i].decode() for i in range(p.numMetrics)]
+        return found
+
+    def evaluate(self, data, size: int, index: int) -> list[float]:
+        """The metrics' values in sample (or range) `index` of a counter data image."""
+        values = (ctypes.c_double * len(self.metrics))()
+        self.cupti.call("cuptiProfilerHostEvaluateToGpuValues", HostEvaluate(
+            pHostObject=self._host, pCounterDataImage=ctypes.cast(data, c_void),
+            counterDataImageSize=size, rangeIndex=index, ppMetricNames=self._names,
+            numMetrics=len(self.metrics), pMetricValues=values))
+        return list(values)
+
+    def close(self) -> None:
+        if self._host:
+            host, self._host = self._host, None
+            self.cupti.call("cuptiProfilerHostDeinitialize", HostObject(pHostObject=host))
+
+
+@dataclass
+class Sample:
+    """One PM sample: its GPU time span (ns) and the metrics' values over it."""
+
+    start: int
+    end: int
+    values: list
+
+
+class PmSampler:
+    """PM sampling of one device: enable, configure, start; `decode()` drains the hardware
+    buffer into samples as often as called; stop and close at the end.
+
+    interval_ns: the sampling period (trigger GPU_TIME_INTERVAL). max_samples: the counter data
+    image's capacity per decode; a decode that fills it is followed by another at once.
+    """
+
+    def __init__(self, cupti: Cupti, device: int, metrics: Sequence[str], interval_ns: int,
+                 hardware_buffer: int = 256 << 20, max_samples: int = 4096) -> None:
+        self.cupti, self.device = cupti, device
+        self.overflowed = 0
+        """Decodes that found the hardware buffer overflowed (samples were lost)."""
+        cupti.profiler_initialize()
+        self.chip = cupti.chip_name(device)
+        availability = cupti.pm_counter_availability(device)
+        self.config = MetricConfig(cupti, self.chip, metrics, PROFILER_PM_SAMPLING, availability)
+        if self.config.passes != 1:
+            passes = self.config.passes
+            self.config.close()
+            raise CountersError(f"{', '.join(metrics)} need {passes} passes on {self.chip}; "
+                                "PM sampling takes a set that fits one pass")
+        self._obj = cupti.call("cuptiPmSamplingEnable",
+                               PmEnable(deviceIndex=device)).pPmSamplingObject
+        try:
+            size = cupti.call("cuptiPmSamplingGetCounterDataSize", PmDataSize(
+                pPmSamplingObject=self._obj, pMetricNames=self.config._names,
+                numMetrics=len(self.config.metrics), maxSamples=max_samples)).counterDataSize
+            self._data = (ctypes.c_uint8 * size)()
+            self._size = size
+            image = self.config.image
+            cupti.call("cuptiPmSamplingSetConfig", PmSetConfig(
+                pPmSamplingObject=self._obj, configSize=len(image),
+                pConfig=ctypes.cast(image, c_void), hardwareBufferSize=hardware_buffer,
+                samplingInterval=interval_ns, triggerMode=TRIGGER_TIME_INTERVAL,
+                hwBufferAppendMode=KEEP_OLDEST))
+        except CountersError:
+            self.close()
+            raise
+        self._init_data()
+        self.started = False
+        self._first = True
+
+    def _init_data(self) -> None:
+        self.cupti.call("cuptiPmSamplingCounterDataImageInitialize", PmDataInit(
+            pPmSamplingObject=self._obj, counterDataSize=self._size,
+            pCounterData=ctypes.cast(self._data, c_void)))
+
+    def start(self) -> None:
+        self.cupti.call("cuptiPmSamplingStart", PmObject(pPmSamplingObject=self._obj))
+        self.started = True
+
+    def stop(self) -> None:
+        if self.started:
+            self.started = False
+            self.cupti.call("cuptiPmSamplingStop", PmObject(pPmSamplingObject=self._obj))
+
+    def decode(self) -> list[Sample]:
+        """Every completed sample in the hardware buffer, oldest first. The first sample of a
+        run spans everything before the first interval (it starts at timestamp 0): dropped."""
+        samples: list[Sample] = []
+        while True:
+            p = self.cupti.call("cuptiPmSamplingDecodeData", PmDecode(
+                pPmSamplingObject=self._obj, pCounterDataImage=ctypes.cast(self._data, c_void),
+                counterDataImageSize=self._size))
+            if p.overflow:
+                self.overflowed += 1
+            info = self.cupti.call("cuptiPmSamplingGetCounterDataInfo", PmDataInfo(
+                pCounterDataImage=ctypes.cast(self._data, c_void),
+                counterDataImageSize=self._size))
+            for i in range(info.numCompletedSamples):
+                s = self.cupti.call("cuptiPmSamplingCounterDataGetSampleInfo", PmSampleInfo(
+                    pPmSamplingObject=self._obj, pCounterDataImage=ctypes.cast(self._data, c_void),
+                    counterDataImageSize=self._size, sampleIndex=i))
+                if self._first:
+                    self._first = False
+                    if s.startTimestamp == 0:
+                        continue
+                samples.append(Sample(s.startTimestamp, s.endTimestamp,
+                                      self.config.evaluate(self._data, self._size, i)))
+            self._init_data()
+            if p.decodeStopReason != DECODE_COUNTER_DATA_FULL:
+                return samples
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            obj, self._obj = getattr(self, "_obj", None), None
+            if obj:
+                self.cupti.call("cuptiPmSamplingDisable", PmObject(pPmSamplingObject=obj))
+            self.config.close()
