@@ -29,6 +29,7 @@ Examples:
   proton -k triton:config=BLOCK_M main.py      # ... with grid/warps/stages/BLOCK_M in names
   proton -c python main.py                     # kernels under python call paths
   proton -m pcsampling main.py                 # + samples and stall reasons per source line
+  proton --counters main.py                    # + DRAM, L2, tensor-pipe counters per kernel
   proton-viewer --source matmul_kernel proton.hatchet  # the kernel's source, hottest lines
   proton pytest -x tests/test_model.py         # profile a test run
   python -m proton -n run1 main.py             # module form
@@ -59,7 +60,8 @@ Examples:
               ":config=BLOCK_M,BLOCK_N (and these constexprs; =* for all), "
               ":include=REGEX / :exclude=REGEX (which kernels the hook names), "
               "e.g. -k triton:config=BLOCK_M:include=matmul.")
-@click.option("-m", "--mode", default=None, metavar="pcsampling[:interval=N][:serialize=1]",
+@click.option("-m", "--mode", default=None,
+              metavar="pcsampling[:interval=N][:serialize=1] | counters[:interval=US]",
               help="pcsampling: also sample the warps' program counters: samples and stall "
               "reasons per kernel and per source line (proton-viewer --source KERNEL FILE). "
               "By default sampling runs continuously and costs almost nothing; CUPTI then "
@@ -71,7 +73,15 @@ Examples:
               "pc_sampling:interval=CYCLES works too. "
               "periodic_flushing[:format=hatchet|hatchet_msgpack|chrome_trace]: each phase "
               "(proton.data.advance_phase) goes to NAME.part_<phase>.<fmt>. "
+              "counters[:interval=US]: hardware counters of every GPU sampled every US "
+              "microseconds (default 100) and joined to the kernels that ran: DRAM and L2 "
+              "bytes, tensor-pipe work, issue and SM activity per kernel and per scope "
+              "(same as --counters). "
               "Default: kernel times.")
+@click.option("--counters", "counters", is_flag=True,
+              help="Same as -m counters: DRAM and L2 bytes, tensor-pipe FLOPs, issue and SM "
+              "activity per kernel and per scope, measured by the GPU's counters at the cost "
+              "of a kernel record (proton-viewer -m dram_gbs,tensor_active).")
 @click.option("--listen", is_flag=True,
               help="Record nothing until a capture asks: `proton capture PID --duration 5` or "
               "`--steps N` from another shell (`proton ps` lists the jobs). Without it the run "
@@ -86,8 +96,8 @@ Examples:
               "SIGKILL (or by the OOM killer) leaves its last one.")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(name, backend, context, data, hook, mode, listen, listen_tcp, token_file, flush_every,
-        target, args) -> None:
+def run(name, backend, context, data, hook, mode, counters, listen, listen_tcp, token_file,
+        flush_every, target, args) -> None:
     """Run SCRIPT.py (or pytest) with its ARGS under the profiler.
 
     The script runs as __main__ with its own argv; its proton.start() calls join this
@@ -97,6 +107,11 @@ def run(name, backend, context, data, hook, mode, listen, listen_tcp, token_file
     """
     if target.startswith("-") and not os.path.isfile(target):
         _no_such_option(target)
+    if counters:
+        if mode and not str(mode).startswith("counters"):
+            raise click.UsageError(f"--counters and -m {mode} cannot run together (one mode a "
+                                   "session); drop one")
+        mode = mode or "counters"
     if target != "pytest" and not os.path.isfile(target):
         raise click.BadParameter(f"no such script {target!r}; give a path to a .py file or "
                                  "'pytest'", param_hint="SCRIPT.py|pytest")

@@ -47,6 +47,21 @@ class PCOptions:
 
 
 @dataclass(slots=True, frozen=True)
+class CounterOptions:
+    """mode="counters[:interval=US]": PM samples of DRAM, L2 and tensor-pipe counters every
+    `interval` microseconds, joined to the kernels that ran in them."""
+
+    interval: int = 100  # DEFAULT_COUNTER_INTERVAL
+    """Microseconds between samples: a 9 ms GPT step gets 90 (cupti.counters says the cost)."""
+
+
+DEFAULT_COUNTER_INTERVAL = 100
+COUNTER_INTERVALS = range(10, 100_001)
+"""10 us to 100 ms: shorter samples cost more to decode than a step of a model runs."""
+COUNTERS = "counters"
+
+
+@dataclass(slots=True, frozen=True)
 class HookOptions:
     """hook="triton[:config[=A,B|*]][:include=REGEX][:exclude=REGEX]"."""
 
@@ -79,6 +94,8 @@ class SessionOptions:
     flush: str | None = None
     """mode="periodic_flushing[:format=F]": each finished phase goes to NAME.part_<phase>.F
     (hatchet, hatchet_msgpack or chrome_trace)."""
+    counters: CounterOptions | None = None
+    """Hardware counters per kernel, when mode="counters"."""
 
 
 def parse_options(name: str | None, *, context: str = "shadow", data: str = "tree",
@@ -105,6 +122,9 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     mode = _mode_text(mode)
     if isinstance(mode, str) and mode.split(":", 1)[0].lower() == PERIODIC_FLUSHING:
         flush, mode = parse_flushing(mode, data), None
+    counters = None
+    if isinstance(mode, str) and mode.split(":", 1)[0].lower() == COUNTERS:
+        counters, mode = parse_counters(mode), None
     pc = parse_mode(mode)
     hook = hook_spec(hook)
     hook_options = parse_hook(hook) if hook is not None else None
@@ -113,7 +133,25 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     if os.path.isdir(path):
         raise SessionError(f"the profile would be written to {path!r}, which is a folder; "
                            "give another name")
-    return SessionOptions(name, path, context, data, pc, hook_options, hook, instrument, flush)
+    if counters is not None and data != "tree":
+        raise SessionError("mode='counters' sums counters per call path: use data='tree'")
+    return SessionOptions(name, path, context, data, pc, hook_options, hook, instrument, flush,
+                          counters)
+
+
+def parse_counters(mode: str) -> CounterOptions:
+    """'counters[:interval=US]' -> CounterOptions."""
+    interval = DEFAULT_COUNTER_INTERVAL
+    for option in mode.split(":")[1:]:
+        key, _, value = option.partition("=")
+        if key != "interval" or not value.isdigit():
+            raise SessionError(f"mode option {option!r} is not supported by counters; use "
+                               f"interval=US (microseconds between samples, default {interval})")
+        interval = int(value)
+    if interval not in COUNTER_INTERVALS:
+        raise SessionError(f"counters:interval={interval} is out of range; give 10 to 100000 "
+                           "microseconds between samples (default 100)")
+    return CounterOptions(interval)
 
 
 def _mode_text(mode):
@@ -170,6 +208,7 @@ def parse_mode(mode: str | None) -> PCOptions | None:
         raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "
                            "':interval=N' with N in 5..31, ':serialize=1'), "
                            "'periodic_flushing[:format=hatchet|hatchet_msgpack|chrome_trace]', "
+                           "'counters[:interval=US]', "
                            "or none for kernel times")
     values = {}
     for option in options:

@@ -58,6 +58,8 @@ class Profiler:
         self.sessions: dict[int, Session] = {}
         self.collector: CuptiCollector | None = None
         """The CUPTI collector while a session records kernels."""
+        self.counters = None
+        """cupti.counters.CounterSampler while a mode="counters" session is live."""
         self.context = make("shadow")
         """Where frames and launches go; chosen by the first live session."""
         self.recording = False
@@ -148,7 +150,9 @@ class Profiler:
                 warn(f"a forked process: session {opts.name!r} writes {path}")
             session = Session(self._next_id, opts.name, path,
                               opts.context, opts.data, opts.hook_spec, pc=opts.pc,
-                              job=who, flush=opts.flush)
+                              counters=opts.counters, job=who, flush=opts.flush)
+            if opts.counters is not None:
+                self._start_counters(opts.counters)
             if opts.instrument is not None:
                 session.instrument = instrumentation.start(opts.instrument, opts.data)
                 session.only_kernels = session.instrument.launches
@@ -169,6 +173,12 @@ class Profiler:
         error): instruction sampling is set up with the collector, by the first session, so
         the others, active or not, sample exactly when it does and with its options."""
         for s in self.sessions.values():
+            if s.counters != opts.counters:
+                raise SessionError(
+                    "Cannot add a session with the same profiler but a different mode than "
+                    f"existing sessions: session {s.id} runs with mode={_mode(s.pc, s.counters)}, "
+                    f"this one asks for mode={_mode(opts.pc, opts.counters)}; finalize the live "
+                    "sessions first")
             if s.pc != opts.pc:
                 raise SessionError(
                     "Cannot add a session with the same profiler but a different mode than "
@@ -466,6 +476,8 @@ class Profiler:
             from . import instrumentation
 
             instrumentation.finish(session, devices)
+        if session.counters:
+            self._finish_counters(session)
         if (pc := self._pc(session)) is not None:
             last = not self._sampling_for_others(session)
             if last:
@@ -527,6 +539,54 @@ class Profiler:
                 session.notes.setdefault(node, why)
             session.add(node, metrics)
 
+    def _start_counters(self, options) -> None:
+        """PM sampling on every GPU for mode="counters" (once for the live sessions). Where
+        counters cannot be read, one line says why and the session goes on with kernel
+        times."""
+        if self.counters is not None:
+            return
+        if self.collector is None:
+            warn("mode='counters': no GPU was found; the session records scopes' CPU time only")
+            return
+        from ..cupti import gpu
+        from ..cupti.buffers import loaded_libcupti
+        from ..cupti.counters import CounterSampler
+        from ..cupti.perfworks import CountersError
+
+        try:
+            devices = sorted(gpu.device_table())
+            self.counters = CounterSampler(loaded_libcupti() or "libcupti.so", devices,
+                                           options.interval, self.router.on_counters)
+        except (CountersError, OSError) as exc:
+            from ..cupti.perfworks import WHY
+
+            why = getattr(exc, "code", 0)
+            warn(f"mode='counters': hardware counters cannot be read here: "
+                 f"{WHY.get(why, exc)}; the session goes on with kernel times")
+            return
+        self.router.counters = self.counters
+
+    def _finish_counters(self, session: Session) -> None:
+        """The last counters session ends: stop sampling, join the rest, say what it cost."""
+        sampler = self.counters
+        if sampler is None or any(s.counters and s is not session
+                                  for s in self.sessions.values()):
+            return
+        self.counters = self.router.counters = None
+        try:
+            sampler.finish()
+        except Exception as exc:  # the time profile is still worth having
+            warn(f"counters could not be read at the end ({exc}); the profile keeps its "
+                 "kernel times")
+            return
+        late = sum(j.late_ns for j in sampler.joins.values())
+        debug(f"counters: {sampler.samples} samples every {sampler.interval_us} us, decoded "
+              f"in {sampler.decode_s:.2f} s; {late / 1e6:.3f} ms of kernel time came late")
+        if sampler.lost:
+            warn(f"counters: the GPU's sample buffer overflowed {sampler.lost} times and "
+                 "samples were lost; sample less often (mode='counters:interval=US' with a "
+                 "larger US)")
+
     def _stop_collector(self) -> None:
         collector = cast("CuptiCollector", self.collector)  # called while one collects
         self.collector = None
@@ -587,8 +647,10 @@ class Profiler:
                         s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
 
 
-def _mode(pc) -> str:
+def _mode(pc, counters=None) -> str:
     """A session's mode as start() was given it, for errors."""
+    if counters is not None:
+        return f"'counters:interval={counters.interval}'"
     if pc is None:
         return "None"
     return f"'pcsampling:interval={pc.interval}{':serialize=1' if pc.serialize else ''}'"

@@ -33,6 +33,9 @@ class KernelRouter:
         """(graph launch path, capture path) -> the path its kernels go under."""
         self._grafted: dict[int, int] = {}
         """A graph kernel's path -> the path it was captured at."""
+        self.counters = None
+        """cupti.counters.CounterSampler while a counters session is live: it takes each
+        kernel's node and times."""
         self.op_values: dict[int, dict] = {}
         """An op's path -> the launch metadata values it was given (the last time): a graph
         replays the launch, not the Python that gave them, so each replayed kernel adds them
@@ -88,6 +91,8 @@ class KernelRouter:
         it must be short."""
         if self._grafted:
             self._replayed_values(kernels)
+        if self.counters is not None:
+            self._to_counters(kernels)
         sessions = list(self._sessions.values())
         first = min(map(_START, kernels))
         if not _summable(sessions, first):
@@ -107,7 +112,7 @@ class KernelRouter:
         """attribution.GroupSink: a buffer's kernels summed per (path, name, device,
         configuration) by the C join; one by one (`rows()`) when a session needs each."""
         sessions = list(self._sessions.values())
-        if not _summable(sessions, first):
+        if not _summable(sessions, first) or self.counters is not None:
             self.on_kernels(rows())
             return
         totals: dict[int, list] = {}
@@ -115,6 +120,31 @@ class KernelRouter:
             _add(totals, self.kernel_path(path_id, name, device), ns, count, device, config)
         for s in sessions:
             s.add_kernel_totals(totals, first)
+
+    def _to_counters(self, kernels: list[Kernel]) -> None:
+        """Each kernel's node, launch and times, per device, to the counters' join."""
+        by_device: dict[int, tuple[list, list, list]] = {}
+        memo, slow = self._kernel_paths.get, self.kernel_path
+        for path_id, launch, _, name, device, start, end, _, _ in kernels:
+            kernel = memo((path_id, name, device))
+            if kernel is None:
+                kernel = slow(path_id, name, device)
+            starts, ends, meta = by_device.get(device) or by_device.setdefault(device,
+                                                                               ([], [], []))
+            starts.append(start)
+            ends.append(end)
+            meta.append((kernel, launch))
+        for device, (starts, ends, meta) in by_device.items():
+            self.counters.kernels(device, starts, ends, meta)
+
+    def on_counters(self, finished: list) -> None:
+        """Kernels' counter sums (cupti.counters): on their node, in each counters session
+        that was active at the launch (the counters' thread)."""
+        sessions = [s for s in list(self._sessions.values()) if s.counters]
+        for node, launch, _, metrics in finished:
+            for s in sessions:
+                if s.active_at(launch):
+                    s.add(node, metrics, fold=False)
 
     def kernel_times(self, session: Session) -> dict[str, list[tuple[int, float]]]:
         """{kernel name: [(kernel node, GPU ns in `session`)]} (for PC samples' placement)."""
@@ -127,6 +157,7 @@ class KernelRouter:
 
     def clear(self) -> None:
         """Forget the memo (no session is live)."""
+        self.counters = None
         self._kernel_paths = {}
         self.op_values = {}
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from ..cupti.attribution import KernelRecord
 from ..data.job import Job
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
-from ..options import PCOptions
+from ..options import CounterOptions, PCOptions
 from ..format import COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
 
 
@@ -37,6 +37,8 @@ class Session:
     """hook= as given to start() (None: no launch hook)."""
     pc: PCOptions | None = None
     """mode="pcsampling": kernels get instruction samples and source-line children."""
+    counters: CounterOptions | None = None
+    """mode="counters": kernels get hardware-counter sums (cupti.counters)."""
     pc_base: dict | None = None
     """The sampler's counts when this session started (PCCollector.counted): what came
     before is another session's."""

@@ -58,7 +58,7 @@ Examples:
 @click.option("-c", "--context", type=click.Choice(CONTEXTS), default="shadow",
               show_default=True)
 @click.option("-d", "--data", type=click.Choice(DATA), default="tree", show_default=True)
-@click.option("-m", "--mode", default=None, metavar="pcsampling[:...]",
+@click.option("-m", "--mode", default=None, metavar="pcsampling[:...]|counters[:...]",
               help="As `proton -m`.")
 @click.option("-k", "--hook", default=None, metavar="triton[:...]", help="As `proton -k`.")
 @click.option("--connect", multiple=True, metavar="HOST:PORT",

@@ -1,0 +1,239 @@
+"""Hardware counters per kernel (mode="counters"): PM samples of each GPU joined to the kernels
+that ran in them.
+
+PM sampling (perfworks.PmSampler) reads one pass of counters of the whole GPU every
+`interval` ns into a hardware buffer; a thread here decodes it every TICK seconds. CUPTI's
+kernel records (start and end on the same clock as the samples: measured on an H100, the
+copy and matmul phases fall in their samples with no offset) come from the router. `Join`
+splits each sample's counts between the kernels that ran in it by their time in it, and hands
+a kernel's sums on when no later sample can touch it; memory holds the samples of one tick and
+the kernels still running, however long the run.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .. import format as fmt
+from ..report import warn
+
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
+           "sm__pipe_tensor_cycles_active.sum",
+           "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+           "sm__issue_active.avg.pct_of_peak_sustained_elapsed",
+           "sm__cycles_active.avg.pct_of_peak_sustained_elapsed")
+"""One pass on GA10x, AD10x, GH100 and GB100 (checked with the profiler host here)."""
+_DRAM_R, _DRAM_W, _L2, _TENSOR_CYCLES, _TENSOR_PCT, _ISSUE_PCT, _SM_PCT = range(len(METRICS))
+
+FLOPS_PER_TENSOR_CYCLE = {"GH100": 1024.0}
+"""16-bit dense FLOPs per sub-partition tensor-pipe cycle (sm__pipe_tensor_cycles_active.sum
+counts per SMSP): H100 SXM's 989 TFLOP/s / (132 SMs x 4 SMSPs x 1.83 GHz). Measured on an
+H100: 5 bf16 8192^3 matmuls, 5.453e9 cycles x 1024 = 1.016x their 2MNK. Chips not listed get
+no tensor_flops (their rate is not checked)."""
+
+TICK = 0.25
+"""Seconds between decodes: the hardware buffer (HARDWARE_BUFFER) holds far more."""
+HARDWARE_BUFFER = 128 << 20
+KERNEL_FIELDS = 8
+"""A finished kernel's sums: COUNTER_NS, DRAM_BYTES, L2_BYTES, tensor cycles,
+TENSOR_ACTIVE_NS, ISSUE_ACTIVE_NS, SM_ACTIVE_NS, COUNTERS_SHARED_NS."""
+
+Finished = Callable[[list], None]
+"""Takes [(node, launch ts, device, sums (KERNEL_FIELDS floats))] of kernels joined."""
+
+
+class Join:
+    """Samples and kernel records of one device, joined as both arrive (see the module)."""
+
+    def __init__(self) -> None:
+        self._k = np.zeros((0, 2), dtype=np.int64)  # start, end of kernels waiting
+        self._meta: list = []  # (node, launch) of each
+        self._sums = np.zeros((0, KERNEL_FIELDS))
+        self._s = np.zeros((0, 2), dtype=np.int64)  # samples not joined yet
+        self._v = np.zeros((0, len(METRICS)))
+        self.joined_to = 0
+        """Samples ending up to here are joined: a kernel record of earlier work comes late."""
+        self.late_ns = 0
+        """Kernel time that came after its samples were joined (got no counters)."""
+        self.idle = np.zeros(len(METRICS))
+        """Counts of samples in which no kernel ran (copies, other processes)."""
+
+    def add_kernels(self, starts, ends, meta: list) -> None:
+        starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        late = starts < self.joined_to
+        if late.any():
+            self.late_ns += int((np.minimum(ends[late], self.joined_to) - starts[late]).sum())
+        self._k = np.concatenate([self._k, np.stack([starts, ends], axis=1)])
+        self._meta += meta
+        self._sums = np.concatenate([self._sums, np.zeros((len(meta), KERNEL_FIELDS))])
+
+    def add_samples(self, starts, ends, values) -> None:
+        self._s = np.concatenate([self._s, np.stack([np.asarray(starts, dtype=np.int64),
+                                                     np.asarray(ends, dtype=np.int64)], 1)])
+        self._v = np.concatenate([self._v, np.asarray(values, dtype=float).reshape(-1,
+                                                                                 len(METRICS))])
+
+    def join(self, until: int | None = None) -> list:
+        """Join the samples that end by `until` (all with None) to the kernels waiting; the
+        kernels that end by then are finished: [(node, launch, sums)]."""
+        s, v = self._s, self._v
+        n = len(s) if until is None else int(np.searchsorted(s[:, 1], until, side="right"))
+        if n:
+            self._split(s[:n], v[:n])
+            self.joined_to = max(self.joined_to, int(s[n - 1, 1]))
+            self._s, self._v = s[n:], v[n:]
+        done = self._k[:, 1] <= self.joined_to if until is not None else \
+            np.ones(len(self._k), dtype=bool)
+        out = [(*self._meta[i], self._sums[i]) for i in np.flatnonzero(done)]
+        keep = np.flatnonzero(~done)
+        self._k, self._sums = self._k[keep], self._sums[keep]
+        self._meta = [self._meta[i] for i in keep]
+        return out
+
+    def _split(self, s: np.ndarray, v: np.ndarray) -> None:
+        """Each sample's counts to the kernels in it, by their time in it."""
+        k = self._k
+        if not len(k):
+            self.idle += v.sum(axis=0)
+            return
+        order = np.argsort(s[:, 0], kind="stable")
+        s, v = s[order], v[order]
+        first = np.searchsorted(s[:, 1], k[:, 0], side="right")  # first sample ending after
+        last = np.searchsorted(s[:, 0], k[:, 1], side="left")  # samples starting before end
+        counts = np.maximum(last - first, 0)
+        kernel = np.repeat(np.arange(len(k)), counts)
+        sample = np.concatenate([np.arange(a, b) for a, b in zip(first, last) if b > a]) \
+            if counts.any() else np.zeros(0, dtype=np.int64)
+        overlap = (np.minimum(s[sample, 1], k[kernel, 1]) -
+                   np.maximum(s[sample, 0], k[kernel, 0])).astype(float)
+        keep = overlap > 0
+        kernel, sample, overlap = kernel[keep], sample[keep], overlap[keep]
+        busy = np.bincount(sample, overlap, minlength=len(s))
+        self.idle += v[busy == 0].sum(axis=0)
+        # the span the kernels of a sample cover: their overlaps sum past it when two streams
+        # ran at once; their shares are then split by time and said to be shared
+        lo = np.full(len(s), np.iinfo(np.int64).max)
+        hi = np.zeros(len(s), dtype=np.int64)
+        np.minimum.at(lo, sample, np.maximum(k[kernel, 0], s[sample, 0]))
+        np.maximum.at(hi, sample, np.minimum(k[kernel, 1], s[sample, 1]))
+        span = np.where(busy > 0, hi - lo, 0).astype(float)
+        share = overlap / busy[sample]
+        length = (s[:, 1] - s[:, 0]).astype(float)
+        vs = v[sample]
+        add = np.empty((len(sample), KERNEL_FIELDS))
+        add[:, 0] = overlap
+        add[:, 1] = (vs[:, _DRAM_R] + vs[:, _DRAM_W]) * share
+        add[:, 2] = vs[:, _L2] * share
+        add[:, 3] = vs[:, _TENSOR_CYCLES] * share
+        for col, metric in ((4, _TENSOR_PCT), (5, _ISSUE_PCT), (6, _SM_PCT)):
+            add[:, col] = vs[:, metric] / 100.0 * length[sample] * share
+        concurrent = busy[sample] > span[sample] * 1.001
+        add[:, 7] = np.where(concurrent, overlap, 0.0)
+        np.add.at(self._sums, kernel, add)
+
+
+def kernel_metrics(sums: np.ndarray, chip: str) -> dict[str, float]:
+    """A finished kernel's sums as the file's metrics (format.COUNTER_METRICS)."""
+    out = {fmt.COUNTER_NS: float(sums[0]), fmt.DRAM_BYTES: float(sums[1]),
+           fmt.L2_BYTES: float(sums[2]), fmt.TENSOR_ACTIVE_NS: float(sums[4]),
+           fmt.ISSUE_ACTIVE_NS: float(sums[5]), fmt.SM_ACTIVE_NS: float(sums[6]),
+           fmt.COUNTERS_SHARED_NS: float(sums[7])}
+    rate = FLOPS_PER_TENSOR_CYCLE.get(chip)
+    if rate is not None:
+        out[fmt.TENSOR_FLOPS] = float(sums[3]) * rate
+    return out
+
+
+class CounterSampler:
+    """PM sampling of `devices`, decoded every TICK on a thread of its own and joined to the
+    kernels the router hands `kernels()`; finished kernels go to `finished`."""
+
+    def __init__(self, lib_path: str, devices: Sequence[int], interval_us: int,
+                 finished: Callable[[list], None]) -> None:
+        from .perfworks import Cupti, PmSampler
+
+        self.cupti = Cupti(lib_path)
+        self.interval_us = interval_us
+        self._finished = finished
+        self._lock = threading.Lock()
+        self.samplers: dict[int, PmSampler] = {}
+        self.joins: dict[int, Join] = {}
+        self.samples = 0
+        self.decode_s = 0.0
+        try:
+            for d in devices:
+                self.samplers[d] = PmSampler(self.cupti, d, METRICS, interval_us * 1000,
+                                             HARDWARE_BUFFER)
+                self.joins[d] = Join()
+            for sampler in self.samplers.values():
+                sampler.start()
+        except BaseException:
+            self._close_samplers()
+            raise
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="proton-counters", daemon=True)
+        self._thread.start()
+
+    def chip(self, device: int) -> str:
+        s = self.samplers.get(device)
+        return s.chip if s is not None else ""
+
+    def kernels(self, device: int, starts, ends, meta: list) -> None:
+        """Kernel records of `device`: (node, launch ts) in `meta` (CUPTI's thread)."""
+        join = self.joins.get(device)
+        if join is not None:
+            with self._lock:
+                join.add_kernels(starts, ends, meta)
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK):
+            try:
+                self.tick(final=False)
+            except Exception as exc:  # a thread's exception would be lost: one line, go on
+                warn(f"counters: decoding failed ({exc}); kernel times go on without counters")
+                self._stop.set()
+
+    def tick(self, final: bool) -> None:
+        """Decode every device and join what can be joined (everything when `final`)."""
+        for device, sampler in self.samplers.items():
+            t0 = time.perf_counter()
+            samples = sampler.decode()
+            self.decode_s += time.perf_counter() - t0
+            self.samples += len(samples)
+            join = self.joins[device]
+            with self._lock:
+                if samples:
+                    join.add_samples([x.start for x in samples], [x.end for x in samples],
+                                     [x.values for x in samples])
+                # kernel records lag their samples: join up to the last kernel seen ended
+                seen = int(join._k[:, 1].max()) if len(join._k) else join.joined_to
+                done = join.join(None if final else seen)
+            if done:
+                chip = sampler.chip
+                self._finished([(node, launch, device, kernel_metrics(sums, chip))
+                                for node, launch, sums in done])
+
+    @property
+    def lost(self) -> int:
+        """Decodes that found a full hardware buffer (samples dropped)."""
+        return sum(s.overflowed for s in self.samplers.values())
+
+    def finish(self) -> None:
+        """After CUPTI's last flush: stop sampling, decode and join the rest."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for sampler in self.samplers.values():
+            sampler.stop()
+        self.tick(final=True)
+        self._close_samplers()
+
+    def _close_samplers(self) -> None:
+        for sampler in self.samplers.values():
+            try:
+                sampler.close()
+            except Exception:
+                pass
+        self.samplers = {}

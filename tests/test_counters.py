@@ -1,0 +1,121 @@
+"""mode="counters" without a GPU: the options, the join of samples to kernels, and CUPTI's
+profiler host (metric names to a configuration, which runs on the host alone)."""
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from proton import format as fmt
+from proton.cupti.counters import KERNEL_FIELDS, METRICS, Join, kernel_metrics
+from proton.errors import SessionError
+from proton.options import parse_options
+
+
+def values(dram=0.0, l2=0.0, tensor_cycles=0.0, tensor=0.0, issue=0.0, sm=0.0) -> list:
+    return [dram / 2, dram / 2, l2, tensor_cycles, tensor, issue, sm]
+
+
+def test_counters_mode_parses_and_bad_options_get_one_line():
+    assert parse_options("x", mode="counters").counters.interval == 100
+    assert parse_options("x", mode="counters:interval=20").counters.interval == 20
+    with pytest.raises(SessionError, match="10 to 100000 microseconds"):
+        parse_options("x", mode="counters:interval=5")
+    with pytest.raises(SessionError, match="use interval=US"):
+        parse_options("x", mode="counters:period=5")
+    with pytest.raises(SessionError, match="data='tree'"):
+        parse_options("x", mode="counters", data="trace")
+
+
+def test_a_sample_is_split_between_its_kernels_by_their_time_in_it():
+    join = Join()
+    # two samples of 100 ns: kernel A runs 0-60, B 60-150, C 150-200 (one stream)
+    join.add_kernels([0, 60, 150], [60, 150, 200], [("A", 1), ("B", 2), ("C", 3)])
+    join.add_samples([0, 100], [100, 200], [values(dram=1000, tensor=50),
+                                            values(dram=400, issue=100)])
+    done = {node: sums for node, _, sums in join.join()}
+    assert done["A"][0] == 60 and done["B"][0] == 90 and done["C"][0] == 50
+    assert done["A"][1] == pytest.approx(600) and done["C"][1] == pytest.approx(200)
+    assert done["B"][1] == pytest.approx(400 + 200)
+    # activity: 50% of sample 1 (50 ns) split 60/40 between A and B
+    assert done["A"][4] == pytest.approx(30) and done["B"][4] == pytest.approx(20)
+    assert sum(s[1] for s in done.values()) == pytest.approx(1400)  # nothing lost or made
+    assert all(s[7] == 0 for s in done.values())  # one stream: not shared
+
+
+def test_kernels_that_ran_at_once_share_by_time_and_are_said_to_be_shared():
+    join = Join()
+    join.add_kernels([0, 0], [100, 50], [("A", 1), ("B", 1)])
+    join.add_samples([0], [100], [values(dram=300)])
+    done = {node: sums for node, _, sums in join.join()}
+    assert done["A"][1] == pytest.approx(200) and done["B"][1] == pytest.approx(100)
+    assert done["A"][7] == 100 and done["B"][7] == 50
+
+
+def test_a_kernel_waits_for_its_last_sample_and_samples_without_kernels_are_idle():
+    join = Join()
+    join.add_samples([0, 100, 200], [100, 200, 300], [values(dram=10), values(dram=20),
+                                                      values(dram=30)])
+    join.add_kernels([120], [250], [("K", 7)])
+    assert join.join(until=200) == []  # K runs on into the third sample
+    (node, launch, sums), = join.join(until=300)
+    assert (node, launch) == ("K", 7)
+    assert sums[0] == 130 and sums[1] == pytest.approx(50)
+    assert join.idle[0] + join.idle[1] == pytest.approx(10)  # the first sample: no kernel
+
+
+def test_a_kernel_record_that_comes_after_its_samples_were_joined_is_counted_late():
+    join = Join()
+    join.add_samples([0, 100], [100, 200], [values(dram=10), values(dram=20)])
+    join.add_kernels([0], [90], [("A", 1)])
+    join.join(until=200)
+    join.add_kernels([110], [190], [("late", 2)])
+    assert join.late_ns == 80
+
+
+def test_memory_holds_only_what_waits():
+    join = Join()
+    for tick in range(200):  # 200 ticks of 100 samples and 300 kernels each
+        t0 = tick * 10_000
+        join.add_samples(np.arange(t0, t0 + 10_000, 100), np.arange(t0 + 100, t0 + 10_100, 100),
+                         np.ones((100, len(METRICS))))
+        starts = np.arange(t0, t0 + 10_000, 33)[:300]
+        join.add_kernels(starts, starts + 30, [(i, 0) for i in range(len(starts))])
+        join.join(until=t0 + 10_000)
+    assert len(join._s) == 0 and len(join._k) <= 1
+
+
+def test_kernel_metrics_give_tensor_flops_only_for_a_chip_whose_rate_is_known():
+    sums = np.arange(KERNEL_FIELDS, dtype=float)
+    assert kernel_metrics(sums, "GH100")[fmt.TENSOR_FLOPS] == 3 * 1024
+    assert fmt.TENSOR_FLOPS not in kernel_metrics(sums, "GA102")
+    assert kernel_metrics(sums, "GH100")[fmt.DRAM_BYTES] == 1
+
+
+def _libcupti() -> str | None:
+    import site
+
+    for root in site.getsitepackages():
+        for path in glob.glob(os.path.join(root, "nvidia", "cu*", "lib", "libcupti.so.*")):
+            return path
+    return None
+
+
+@pytest.mark.skipif(_libcupti() is None, reason="no libcupti wheel (nvidia-cuda-cupti) here")
+def test_the_default_metrics_fit_one_pass_on_the_gpus_that_sample():
+    """The profiler host runs without a GPU: the set must be one pass wherever PM sampling is."""
+    from proton.cupti.perfworks import CountersError, Cupti, MetricConfig
+
+    cupti = Cupti(_libcupti())
+    try:
+        MetricConfig(cupti, "GH100", METRICS[:1]).close()
+    except CountersError as exc:  # CUPTI 13.5's profiler host loads libcuda, 13.0's did not
+        if exc.code != 999:
+            raise
+        pytest.skip(f"this libcupti's profiler host needs a CUDA driver ({exc})")
+    for chip in ("GA102", "AD102", "GH100", "GB100"):
+        config = MetricConfig(cupti, chip, METRICS)
+        assert config.passes == 1, chip
+        config.close()
+    with pytest.raises(CountersError, match="cannot sample"):
+        MetricConfig(cupti, "GH100", ["no__such_metric.sum"])

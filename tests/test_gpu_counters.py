@@ -1,0 +1,157 @@
+"""mode="counters" on a GPU: PM samples joined to kernels, checked against what the kernels are
+known to do. Run with `pytest -m gpu`. Each case runs in a process of its own (one CUPTI
+subscriber per process, and PM sampling holds the GPU's counters while it runs)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import find, load
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MIB = 1 << 20
+
+
+def run(code: str, tmp_path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(code))
+    out = subprocess.run([sys.executable, "-P", *args, str(script)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [HERE, os.environ.get("PYTHONPATH", "")])})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def kernels_under(node: dict) -> list[dict]:
+    out = []
+    for child in node["children"]:
+        if "counter_ns" in child["metrics"] or "time (ns)" in child["metrics"]:
+            out.append(child)
+        out += kernels_under(child)
+    return out
+
+
+def total(node: dict, metric: str) -> float:
+    return node["metrics"].get(metric, 0) + sum(total(c, metric) for c in node["children"])
+
+
+WORKLOADS = """
+    import torch, proton
+    N = 256 * {MIB}                       # bytes per buffer
+    x = torch.ones(N // 2, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(x)
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    small = torch.ones(2 * {MIB}, dtype=torch.bfloat16, device="cuda")   # 4 MiB: fits L2
+    out = torch.empty_like(small)
+    torch.mul(x, 2, out=y); a @ b; torch.mul(small, 2, out=out); torch.cuda.synchronize()
+    proton.start("c", mode="counters{mode}")
+    with proton.scope("copy"):
+        for _ in range(20):
+            torch.mul(x, 2, out=y)             # reads N, writes N
+    torch.cuda.synchronize()
+    with proton.scope("matmul"):
+        for _ in range(10):
+            a @ b                              # 2 * 8192^3 FLOPs
+    torch.cuda.synchronize()
+    with proton.scope("in_l2"):
+        for _ in range(2000):
+            torch.mul(small, 2, out=out)       # 8 MiB of traffic, all in L2
+    torch.cuda.synchronize()
+    proton.finalize()
+"""
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("counters")
+    out = run(WORKLOADS.format(MIB=MIB, mode=""), tmp)
+    return load(tmp / "c.hatchet"), out.stderr
+
+
+def test_a_copy_kernel_reads_and_writes_its_bytes_in_dram(profile):
+    tree, _ = profile
+    copy = find(tree[0], "copy")
+    moved = 20 * 2 * 256 * MIB
+    assert total(copy, "dram_bytes") == pytest.approx(moved, rel=0.03)
+    # one kernel node under the scope, covered by samples for (almost) all its time
+    (kernel,) = kernels_under(copy)
+    assert kernel["metrics"]["counter_ns"] >= 0.97 * kernel["metrics"]["time (ns)"]
+
+
+def test_a_bf16_matmuls_tensor_work_is_its_2mnk_flops(profile):
+    tree, _ = profile
+    mm = find(tree[0], "matmul")
+    flops = 10 * 2 * 8192 ** 3
+    assert total(mm, "tensor_flops") == pytest.approx(flops, rel=0.03)
+    active = total(mm, "tensor_active_ns") / total(mm, "counter_ns")
+    assert 0.6 < active <= 1.0
+
+
+def test_a_kernel_that_fits_in_l2_shows_almost_no_dram(profile):
+    tree, _ = profile
+    node = find(tree[0], "in_l2")
+    l2, dram = total(node, "l2_bytes"), total(node, "dram_bytes")
+    assert l2 > 2000 * 8 * MIB * 0.9
+    assert dram < 0.05 * l2
+
+
+def test_a_scopes_counters_are_the_sum_of_its_kernels(profile):
+    tree, _ = profile
+    for scope in ("copy", "matmul", "in_l2"):
+        node = find(tree[0], scope)
+        for metric in ("dram_bytes", "l2_bytes", "counter_ns"):
+            assert total(node, metric) == pytest.approx(
+                sum(k["metrics"].get(metric, 0) for k in kernels_under(node)))
+    assert tree[0]["metrics"]["dram_bytes"] == 0  # the root's 0: an inclusive metric
+
+
+def test_counters_on_a_gpt_training_step_cover_every_kernel(tmp_path):
+    """cuBLAS, autograd's backward thread, bf16 autocast, AdamW: every kernel node gets
+    counters, the matmuls tensor work, and the viewer derives the rates."""
+    out = subprocess.run(
+        [sys.executable, "-P", "-m", "proton", "--counters", "-n", "gpt",
+         os.path.join(HERE, "gpt_workload.py"), "--steps", "30"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    tree = load(tmp_path / "gpt.hatchet")
+    kernels = [k for k in kernels_under(tree[0]) if "time (ns)" in k["metrics"]]
+    assert len(kernels) > 20
+    covered = sum(k["metrics"].get("counter_ns", 0) for k in kernels)
+    timed = sum(k["metrics"]["time (ns)"] for k in kernels)
+    assert covered >= 0.9 * timed, (covered, timed)
+    without = [k["frame"]["name"] for k in kernels if not k["metrics"].get("counter_ns")]
+    assert len(without) <= len(kernels) // 20, without
+    gemms = [k for k in kernels if k["metrics"].get("tensor_flops", 0) > 0]
+    assert gemms, "no kernel did tensor work in a bf16 GPT step"
+
+
+def test_counters_held_by_another_sampler_are_refused_in_one_line_and_times_go_on(tmp_path):
+    out = run("""
+        import torch, proton
+        from proton.cupti import perfworks
+        from proton.cupti.buffers import loaded_libcupti
+        from proton.cupti.counters import METRICS
+        x = torch.ones(1 << 20, device="cuda"); torch.cuda.synchronize()
+        from cupti import cupti  # loads libcupti as the profiler does
+        holder = perfworks.PmSampler(perfworks.Cupti(loaded_libcupti()), 0, METRICS, 100000)
+        holder.start()
+        proton.start("held", mode="counters")
+        with proton.scope("work"):
+            torch.mul(x, 2)
+        proton.finalize()
+    """, tmp_path)
+    said = [line for line in out.stderr.splitlines() if "counters" in line]
+    assert len(said) == 1 and "cannot be read" in said[0], out.stderr
+    tree = load(tmp_path / "held.hatchet")
+    assert total(find(tree[0], "work"), "time (ns)") > 0
+    assert total(tree[0], "dram_bytes") == 0
