@@ -545,8 +545,7 @@ class Profiler:
         times."""
         if self.counters is not None:
             return
-        if self.collector is None:
-            warn("mode='counters': no GPU was found; the session records scopes' CPU time only")
+        if self.collector is None:  # no GPU: said once already, scopes get CPU time
             return
         from ..cupti import gpu
         from ..cupti.buffers import loaded_libcupti
