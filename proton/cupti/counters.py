@@ -36,6 +36,8 @@ no tensor_flops (their rate is not checked)."""
 
 TICK = 0.25
 """Seconds between decodes: the hardware buffer (HARDWARE_BUFFER) holds far more."""
+WAIT_TICK = 0.005
+"""Seconds between looks for a device's context while one is awaited."""
 HARDWARE_BUFFER = 128 << 20
 KERNEL_FIELDS = 8
 """A finished kernel's sums: COUNTER_NS, DRAM_BYTES, L2_BYTES, tensor cycles,
@@ -152,30 +154,50 @@ class CounterSampler:
     kernels the router hands `kernels()`; finished kernels go to `finished`."""
 
     def __init__(self, lib_path: str, devices: Sequence[int], interval_us: int,
-                 finished: Callable[[list], None]) -> None:
-        from .perfworks import Cupti, PmSampler
+                 finished: Callable[[list], None],
+                 ready: Callable[[int], bool] = lambda device: True) -> None:
+        """ready(device): its CUDA context exists. A device whose context does not exist yet
+        (`proton main.py` starts before the script touches the GPU) starts sampling when it
+        does: the thread looks every WAIT_TICK."""
+        from .perfworks import Cupti
 
         self.cupti = Cupti(lib_path)
         self.interval_us = interval_us
         self._finished = finished
+        self._ready = ready
         self._lock = threading.Lock()
-        self.samplers: dict[int, PmSampler] = {}
+        self.samplers: dict = {}
         self.joins: dict[int, Join] = {}
+        self.waiting = list(devices)
+        """Devices whose context does not exist yet."""
+        self.failed: str | None = None
+        """Why a device that became ready could not sample (said once)."""
         self.samples = 0
         self.decode_s = 0.0
         try:
-            for d in devices:
-                self.samplers[d] = PmSampler(self.cupti, d, METRICS, interval_us * 1000,
-                                             HARDWARE_BUFFER)
-                self.joins[d] = Join()
-            for sampler in self.samplers.values():
-                sampler.start()
+            self._start_ready()
         except BaseException:
             self._close_samplers()
             raise
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="proton-counters", daemon=True)
         self._thread.start()
+
+    def _start_ready(self) -> None:
+        """Start sampling on each waiting device whose context now exists."""
+        from .perfworks import PmSampler
+
+        for d in [d for d in self.waiting if self._ready(d)]:
+            self.waiting.remove(d)
+            sampler = PmSampler(self.cupti, d, METRICS, self.interval_us * 1000,
+                                HARDWARE_BUFFER)
+            try:
+                sampler.start()
+            except BaseException:
+                sampler.close()
+                raise
+            self.samplers[d] = sampler
+            self.joins[d] = Join()
 
     def chip(self, device: int) -> str:
         s = self.samplers.get(device)
@@ -189,11 +211,15 @@ class CounterSampler:
                 join.add_kernels(starts, ends, meta)
 
     def _run(self) -> None:
-        while not self._stop.wait(TICK):
+        while not self._stop.wait(WAIT_TICK if self.waiting else TICK):
             try:
+                if self.waiting:
+                    self._start_ready()
                 self.tick(final=False)
             except Exception as exc:  # a thread's exception would be lost: one line, go on
-                warn(f"counters: decoding failed ({exc}); kernel times go on without counters")
+                self.failed = str(exc)
+                warn(f"counters stopped: {exc}; kernel times go on without counters")
+                self.waiting = []
                 self._stop.set()
 
     def tick(self, final: bool) -> None:
@@ -225,10 +251,13 @@ class CounterSampler:
         """After CUPTI's last flush: stop sampling, decode and join the rest."""
         self._stop.set()
         self._thread.join(timeout=10)
-        for sampler in self.samplers.values():
-            sampler.stop()
-        self.tick(final=True)
-        self._close_samplers()
+        try:
+            if self.failed is None:
+                for sampler in self.samplers.values():
+                    sampler.stop()
+                self.tick(final=True)
+        finally:
+            self._close_samplers()
 
     def _close_samplers(self) -> None:
         for sampler in self.samplers.values():

@@ -82,3 +82,16 @@ def synchronize() -> None:
     err, ctx = driver.cuCtxGetCurrent()
     if err == driver.CUresult.CUDA_SUCCESS and int(ctx) != 0:
         driver.cuCtxSynchronize()
+
+
+def context_active(ordinal: int) -> bool:
+    """The device's primary context exists (torch and Triton run in it): PM sampling enabled
+    before it does decodes nothing but CUPTI_ERROR_OUT_OF_MEMORY (H200, driver 580)."""
+    driver = _driver()
+    if driver is None:
+        return False
+    err, dev = driver.cuDeviceGet(ordinal)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return False
+    err, _, active = driver.cuDevicePrimaryCtxGetState(dev)
+    return err == driver.CUresult.CUDA_SUCCESS and bool(active)

@@ -555,7 +555,8 @@ class Profiler:
         try:
             devices = sorted(gpu.device_table())
             self.counters = CounterSampler(loaded_libcupti() or "libcupti.so", devices,
-                                           options.interval, self.router.on_counters)
+                                           options.interval, self.router.on_counters,
+                                           ready=gpu.context_active)
         except (CountersError, OSError) as exc:
             from ..cupti.perfworks import WHY
 
