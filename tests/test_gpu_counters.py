@@ -150,7 +150,7 @@ def test_counters_held_by_another_sampler_are_refused_in_one_line_and_times_go_o
             torch.mul(x, 2)
         proton.finalize()
     """, tmp_path)
-    said = [line for line in out.stderr.splitlines() if "counters" in line]
+    said = [line for line in out.stderr.splitlines() if "mode='counters'" in line]
     assert len(said) == 1 and "cannot be read" in said[0], out.stderr
     tree = load(tmp_path / "held.hatchet")
     assert total(find(tree[0], "work"), "time (ns)") > 0

@@ -11,6 +11,7 @@ the kernels still running, however long the run.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Callable, Sequence
@@ -172,8 +173,13 @@ class CounterSampler:
         """Devices whose context does not exist yet."""
         self.failed: str | None = None
         """Why a device that became ready could not sample (said once)."""
+        self._decoding = threading.Lock()
+        """Held while the hardware buffers are read (the thread's ticks, a fork's pause)."""
+        self.forks = 0
         self.samples = 0
         self.decode_s = 0.0
+        self.kernels_in = self.kernels_out = self.unsampled = 0
+        """Kernels handed in, joined, and handed in for a device that does not sample."""
         try:
             self._start_ready()
         except BaseException:
@@ -182,6 +188,7 @@ class CounterSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="proton-counters", daemon=True)
         self._thread.start()
+        _live.append(self)
 
     def _start_ready(self) -> None:
         """Start sampling on each waiting device whose context now exists."""
@@ -197,7 +204,7 @@ class CounterSampler:
                 sampler.close()
                 raise
             self.samplers[d] = sampler
-            self.joins[d] = Join()
+            self.joins.setdefault(d, Join())
 
     def chip(self, device: int) -> str:
         s = self.samplers.get(device)
@@ -206,15 +213,19 @@ class CounterSampler:
     def kernels(self, device: int, starts, ends, meta: list) -> None:
         """Kernel records of `device`: (node, launch ts) in `meta` (CUPTI's thread)."""
         join = self.joins.get(device)
-        if join is not None:
-            with self._lock:
-                join.add_kernels(starts, ends, meta)
+        if join is None:
+            self.unsampled += len(meta)
+            return
+        with self._lock:
+            self.kernels_in += len(meta)
+            join.add_kernels(starts, ends, meta)
 
     def _run(self) -> None:
         while not self._stop.wait(WAIT_TICK if self.waiting else TICK):
             try:
                 if self.waiting:
-                    self._start_ready()
+                    with self._decoding:
+                        self._start_ready()
                 self.tick(final=False)
             except Exception as exc:  # a thread's exception would be lost: one line, go on
                 self.failed = str(exc)
@@ -222,9 +233,30 @@ class CounterSampler:
                 self.waiting = []
                 self._stop.set()
 
-    def tick(self, final: bool) -> None:
+    def before_fork(self) -> None:
+        """The process forks (a DataLoader's workers): the child would share the pages CUPTI
+        reads samples from, and the parent's next decodes failed with
+        CUPTI_ERROR_OUT_OF_MEMORY (H200, a GPT job's 2 workers). Read what was sampled and let
+        the GPUs go; the thread starts them again (new PM sampling objects: a second
+        configuration of one object gives no samples) when it next looks (WAIT_TICK): kernels
+        in between get no counters."""
+        if not self.samplers:
+            return
+        with self._decoding:
+            for sampler in self.samplers.values():
+                sampler.stop()
+            self.tick(final=False, locked=True)
+            devices = sorted(self.samplers)
+            self._close_samplers()
+            self.waiting = devices
+        self.forks += 1
+
+    def tick(self, final: bool, locked: bool = False) -> None:
         """Decode every device and join what can be joined (everything when `final`)."""
-        for device, sampler in self.samplers.items():
+        if not locked:
+            with self._decoding:
+                return self.tick(final, locked=True)
+        for device, sampler in list(self.samplers.items()):
             t0 = time.perf_counter()
             samples = sampler.decode()
             self.decode_s += time.perf_counter() - t0
@@ -237,6 +269,7 @@ class CounterSampler:
                 # kernel records lag their samples: join up to the last kernel seen ended
                 seen = int(join._k[:, 1].max()) if len(join._k) else join.joined_to
                 done = join.join(None if final else seen)
+            self.kernels_out += len(done)
             if done:
                 chip = sampler.chip
                 self._finished([(node, launch, device, kernel_metrics(sums, chip))
@@ -249,6 +282,8 @@ class CounterSampler:
 
     def finish(self) -> None:
         """After CUPTI's last flush: stop sampling, decode and join the rest."""
+        if self in _live:
+            _live.remove(self)
         self._stop.set()
         self._thread.join(timeout=10)
         try:
@@ -260,9 +295,27 @@ class CounterSampler:
             self._close_samplers()
 
     def _close_samplers(self) -> None:
-        for sampler in self.samplers.values():
+        """Under _decoding, or when no thread runs."""
+        samplers, self.samplers = self.samplers, {}
+        for sampler in samplers.values():
             try:
                 sampler.close()
             except Exception:
                 pass
-        self.samplers = {}
+
+
+_live: list[CounterSampler] = []
+"""The process's sampler while one runs (the fork hooks find it here)."""
+
+
+def _before_fork() -> None:
+    for sampler in _live:
+        try:
+            sampler.before_fork()
+        except Exception as exc:  # a fork must go on: without counters
+            sampler.failed = str(exc)
+            warn(f"counters stopped at a fork: {exc}; kernel times go on without counters")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork)

@@ -562,7 +562,8 @@ class Profiler:
 
             why = getattr(exc, "code", 0)
             warn(f"mode='counters': hardware counters cannot be read here: "
-                 f"{WHY.get(why, exc)}; the session goes on with kernel times")
+                 f"{WHY.get(why) or f'{exc} (if another profiler holds them: stop Nsight Compute, Nsight Systems GPU metrics or DCGM profiling)'}; "
+                 "the session goes on with kernel times")
             return
         self.router.counters = self.counters
 
@@ -580,8 +581,11 @@ class Profiler:
                  "kernel times")
             return
         late = sum(j.late_ns for j in sampler.joins.values())
-        debug(f"counters: {sampler.samples} samples every {sampler.interval_us} us, decoded "
-              f"in {sampler.decode_s:.2f} s; {late / 1e6:.3f} ms of kernel time came late")
+        debug(f"counters: {sampler.samples} samples every {sampler.interval_us} us on GPUs "
+              f"{sorted(sampler.samplers)} (waiting: {sampler.waiting}), decoded in "
+              f"{sampler.decode_s:.2f} s; kernels: {sampler.kernels_in} in, "
+              f"{sampler.kernels_out} joined, {sampler.unsampled} on no sampled GPU; "
+              f"{late / 1e6:.3f} ms of kernel time came late; paused for {sampler.forks} forks")
         if sampler.lost:
             warn(f"counters: the GPU's sample buffer overflowed {sampler.lost} times and "
                  "samples were lost; sample less often (mode='counters:interval=US' with a "
