@@ -257,6 +257,7 @@ class CounterSampler:
             with self._decoding:
                 return self.tick(final, locked=True)
         for device, sampler in list(self.samplers.items()):
+            self._ready(device)  # its context current on this thread, as when it was set up
             t0 = time.perf_counter()
             samples = sampler.decode()
             self.decode_s += time.perf_counter() - t0

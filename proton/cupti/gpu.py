@@ -84,14 +84,31 @@ def synchronize() -> None:
         driver.cuCtxSynchronize()
 
 
-def context_active(ordinal: int) -> bool:
-    """The device's primary context exists (torch and Triton run in it): PM sampling enabled
-    before it does decodes nothing but CUPTI_ERROR_OUT_OF_MEMORY (H200, driver 580)."""
+_retained: dict = {}
+"""Device ordinal -> its primary context, retained by enter_context."""
+
+
+def enter_context(ordinal: int) -> bool:
+    """Make the device's primary context (torch and Triton run in it) current on this thread,
+    if it exists yet. PM sampling set up before it existed, or on a thread where it was not
+    current, decoded a few samples and then only CUPTI_ERROR_OUT_OF_MEMORY (H200, driver 580).
+    The context is retained once: it stays alive while sampling uses it."""
     driver = _driver()
     if driver is None:
         return False
+    ok = driver.CUresult.CUDA_SUCCESS
+    ctx = _retained.get(ordinal)
+    if ctx is not None:
+        return driver.cuCtxSetCurrent(ctx)[0] == ok
     err, dev = driver.cuDeviceGet(ordinal)
-    if err != driver.CUresult.CUDA_SUCCESS:
+    if err != ok:
         return False
     err, _, active = driver.cuDevicePrimaryCtxGetState(dev)
-    return err == driver.CUresult.CUDA_SUCCESS and bool(active)
+    if err != ok or not active:
+        return False
+    err, ctx = driver.cuDevicePrimaryCtxRetain(dev)
+    if err != ok:
+        return False
+    _retained[ordinal] = ctx
+    (err,) = driver.cuCtxSetCurrent(ctx)
+    return err == ok

@@ -556,7 +556,7 @@ class Profiler:
             devices = sorted(gpu.device_table())
             self.counters = CounterSampler(loaded_libcupti() or "libcupti.so", devices,
                                            options.interval, self.router.on_counters,
-                                           ready=gpu.context_active)
+                                           ready=gpu.enter_context)
         except (CountersError, OSError) as exc:
             from ..cupti.perfworks import WHY
 
