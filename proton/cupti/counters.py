@@ -37,8 +37,6 @@ no tensor_flops (their rate is not checked)."""
 
 TICK = 0.25
 """Seconds between decodes: the hardware buffer (HARDWARE_BUFFER) holds far more."""
-WAIT_TICK = 0.005
-"""Seconds between looks for a device's context while one is awaited."""
 HARDWARE_BUFFER = 128 << 20
 KERNEL_FIELDS = 8
 """A finished kernel's sums: COUNTER_NS, DRAM_BYTES, L2_BYTES, tensor cycles,
@@ -155,56 +153,55 @@ class CounterSampler:
     kernels the router hands `kernels()`; finished kernels go to `finished`."""
 
     def __init__(self, lib_path: str, devices: Sequence[int], interval_us: int,
-                 finished: Callable[[list], None],
-                 ready: Callable[[int], bool] = lambda device: True) -> None:
-        """ready(device): its CUDA context exists. A device whose context does not exist yet
-        (`proton main.py` starts before the script touches the GPU) starts sampling when it
-        does: the thread looks every WAIT_TICK."""
+                 finished: Callable[[list], None]) -> None:
+        """Sampling starts on the calling thread, with each device's context current (see
+        gpu.enter_context: set up on another thread, PM sampling decoded a few samples and then
+        only CUPTI_ERROR_OUT_OF_MEMORY on an H200)."""
         from .perfworks import Cupti
 
         self.cupti = Cupti(lib_path)
         self.interval_us = interval_us
+        self.devices = list(devices)
         self._finished = finished
-        self._ready = ready
         self._lock = threading.Lock()
-        self.samplers: dict = {}
-        self.joins: dict[int, Join] = {}
-        self.waiting = list(devices)
-        """Devices whose context does not exist yet."""
-        self.failed: str | None = None
-        """Why a device that became ready could not sample (said once)."""
+        """Guards the joins (CUPTI's thread adds kernels, the sampling thread joins)."""
         self._decoding = threading.Lock()
         """Held while the hardware buffers are read (the thread's ticks, a fork's pause)."""
+        self.samplers: dict = {}
+        self.joins: dict[int, Join] = {}
+        self.failed: str | None = None
+        """Why sampling stopped early (said once)."""
         self.forks = 0
         self.samples = 0
         self.decode_s = 0.0
         self.kernels_in = self.kernels_out = self.unsampled = 0
         """Kernels handed in, joined, and handed in for a device that does not sample."""
-        try:
-            self._start_ready()
-        except BaseException:
-            self._close_samplers()
-            raise
+        self._start_samplers()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="proton-counters", daemon=True)
         self._thread.start()
         _live.append(self)
 
-    def _start_ready(self) -> None:
-        """Start sampling on each waiting device whose context now exists."""
+    def _start_samplers(self) -> None:
+        """A new PM sampling object per device (a second configuration of one gives no
+        samples)."""
+        from .gpu import context_keeper, enter_context
         from .perfworks import PmSampler
 
-        for d in [d for d in self.waiting if self._ready(d)]:
-            self.waiting.remove(d)
-            sampler = PmSampler(self.cupti, d, METRICS, self.interval_us * 1000,
-                                HARDWARE_BUFFER)
-            try:
+        restore = context_keeper()
+        try:
+            for d in self.devices:
+                enter_context(d)
+                sampler = PmSampler(self.cupti, d, METRICS, self.interval_us * 1000,
+                                    HARDWARE_BUFFER)
+                self.samplers[d] = sampler
+                self.joins.setdefault(d, Join())
                 sampler.start()
-            except BaseException:
-                sampler.close()
-                raise
-            self.samplers[d] = sampler
-            self.joins.setdefault(d, Join())
+        except BaseException:
+            self._close_samplers()
+            raise
+        finally:
+            restore()
 
     def chip(self, device: int) -> str:
         s = self.samplers.get(device)
@@ -221,34 +218,31 @@ class CounterSampler:
             join.add_kernels(starts, ends, meta)
 
     def _run(self) -> None:
-        while not self._stop.wait(WAIT_TICK if self.waiting else TICK):
+        while not self._stop.wait(TICK):
             try:
-                if self.waiting:
-                    with self._decoding:
-                        self._start_ready()
                 self.tick(final=False)
             except Exception as exc:  # a thread's exception would be lost: one line, go on
                 self.failed = str(exc)
                 warn(f"counters stopped: {exc}; kernel times go on without counters")
-                self.waiting = []
                 self._stop.set()
 
     def before_fork(self) -> None:
-        """The process forks (a DataLoader's workers): the child would share the pages CUPTI
-        reads samples from, and the parent's next decodes failed with
-        CUPTI_ERROR_OUT_OF_MEMORY (H200, a GPT job's 2 workers). Read what was sampled and let
-        the GPUs go; the thread starts them again (new PM sampling objects: a second
-        configuration of one object gives no samples) when it next looks (WAIT_TICK): kernels
-        in between get no counters."""
-        if not self.samplers:
+        """The process forks (a DataLoader's workers): read what was sampled and let the GPUs
+        go, so that the child shares none of the pages the GPU writes samples to;
+        after_fork_in_parent starts again. Kernels in between get no counters."""
+        if not self.samplers or self.failed:
             return
         with self._decoding:
             for sampler in self.samplers.values():
                 sampler.stop()
             self.tick(final=False, locked=True)
-            devices = sorted(self.samplers)
             self._close_samplers()
-            self.waiting = devices
+
+    def after_fork_in_parent(self) -> None:
+        if self.failed or self.samplers:
+            return
+        with self._decoding:
+            self._start_samplers()
         self.forks += 1
 
     def tick(self, final: bool, locked: bool = False) -> None:
@@ -257,7 +251,6 @@ class CounterSampler:
             with self._decoding:
                 return self.tick(final, locked=True)
         for device, sampler in list(self.samplers.items()):
-            self._ready(device)  # its context current on this thread, as when it was set up
             t0 = time.perf_counter()
             samples = sampler.decode()
             self.decode_s += time.perf_counter() - t0
@@ -309,14 +302,15 @@ _live: list[CounterSampler] = []
 """The process's sampler while one runs (the fork hooks find it here)."""
 
 
-def _before_fork() -> None:
+def _at_fork(step: str) -> None:
     for sampler in _live:
         try:
-            sampler.before_fork()
+            getattr(sampler, step)()
         except Exception as exc:  # a fork must go on: without counters
             sampler.failed = str(exc)
             warn(f"counters stopped at a fork: {exc}; kernel times go on without counters")
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork)
+    os.register_at_fork(before=lambda: _at_fork("before_fork"),
+                        after_in_parent=lambda: _at_fork("after_fork_in_parent"))

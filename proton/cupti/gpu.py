@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 from ..data.devices import DeviceInfo
@@ -84,15 +85,38 @@ def synchronize() -> None:
         driver.cuCtxSynchronize()
 
 
+def devices_in_use() -> list[int]:
+    """The devices whose primary context exists; none yet (a script that has not touched the
+    GPU): the one it will use by default (LOCAL_RANK under torchrun, else 0), whose context
+    enter_context then makes, so that PM sampling starts with it."""
+    driver = _driver()
+    if driver is None:
+        return []
+    _, count = driver.cuDeviceGetCount()
+    used = [d for d in range(count) if _active(driver, d)]
+    if used:
+        return used
+    local = os.environ.get("LOCAL_RANK", "")
+    return [int(local) if local.isdigit() and int(local) < count else 0]
+
+
+def _active(driver, ordinal: int) -> bool:
+    err, dev = driver.cuDeviceGet(ordinal)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return False
+    err, _, active = driver.cuDevicePrimaryCtxGetState(dev)
+    return err == driver.CUresult.CUDA_SUCCESS and bool(active)
+
+
 _retained: dict = {}
 """Device ordinal -> its primary context, retained by enter_context."""
 
 
 def enter_context(ordinal: int) -> bool:
-    """Make the device's primary context (torch and Triton run in it) current on this thread,
-    if it exists yet. PM sampling set up before it existed, or on a thread where it was not
-    current, decoded a few samples and then only CUPTI_ERROR_OUT_OF_MEMORY (H200, driver 580).
-    The context is retained once: it stays alive while sampling uses it."""
+    """Make the device's primary context (torch and Triton run in it; made now if it does not
+    exist) current on this thread. PM sampling set up from another thread before it existed
+    decoded a few samples and then only CUPTI_ERROR_OUT_OF_MEMORY (H200, driver 580). The
+    context is retained once: it stays alive while sampling uses it."""
     driver = _driver()
     if driver is None:
         return False
@@ -103,12 +127,21 @@ def enter_context(ordinal: int) -> bool:
     err, dev = driver.cuDeviceGet(ordinal)
     if err != ok:
         return False
-    err, _, active = driver.cuDevicePrimaryCtxGetState(dev)
-    if err != ok or not active:
-        return False
-    err, ctx = driver.cuDevicePrimaryCtxRetain(dev)
+    err, ctx = driver.cuDevicePrimaryCtxRetain(dev)  # made here when it does not exist yet
     if err != ok:
         return False
     _retained[ordinal] = ctx
     (err,) = driver.cuCtxSetCurrent(ctx)
     return err == ok
+
+
+def context_keeper():
+    """A function that makes this thread's current context (if any) current again: setting up
+    sampling on several devices must not change the device the job's thread works on."""
+    driver = _driver()
+    if driver is None:
+        return lambda: None
+    err, ctx = driver.cuCtxGetCurrent()
+    if err != driver.CUresult.CUDA_SUCCESS or not int(ctx):
+        return lambda: None
+    return lambda: driver.cuCtxSetCurrent(ctx)

@@ -553,10 +553,9 @@ class Profiler:
         from ..cupti.perfworks import CountersError
 
         try:
-            devices = sorted(gpu.device_table())
-            self.counters = CounterSampler(loaded_libcupti() or "libcupti.so", devices,
-                                           options.interval, self.router.on_counters,
-                                           ready=gpu.enter_context)
+            self.counters = CounterSampler(loaded_libcupti() or "libcupti.so",
+                                           gpu.devices_in_use(), options.interval,
+                                           self.router.on_counters)
         except (CountersError, OSError) as exc:
             from ..cupti.perfworks import WHY
 
@@ -582,10 +581,14 @@ class Profiler:
             return
         late = sum(j.late_ns for j in sampler.joins.values())
         debug(f"counters: {sampler.samples} samples every {sampler.interval_us} us on GPUs "
-              f"{sorted(sampler.samplers)} (waiting: {sampler.waiting}), decoded in "
+              f"{sampler.devices}, decoded in "
               f"{sampler.decode_s:.2f} s; kernels: {sampler.kernels_in} in, "
               f"{sampler.kernels_out} joined, {sampler.unsampled} on no sampled GPU; "
               f"{late / 1e6:.3f} ms of kernel time came late; paused for {sampler.forks} forks")
+        if sampler.unsampled:
+            warn(f"counters: {sampler.unsampled} kernels ran on a GPU not in use when the "
+                 f"session started (sampled: GPU {', '.join(map(str, sampler.devices))}); "
+                 "start the session after the job has touched every GPU it uses")
         if sampler.lost:
             warn(f"counters: the GPU's sample buffer overflowed {sampler.lost} times and "
                  "samples were lost; sample less often (mode='counters:interval=US' with a "
