@@ -74,7 +74,7 @@ Examples:
               "periodic_flushing[:format=hatchet|hatchet_msgpack|chrome_trace]: each phase "
               "(proton.data.advance_phase) goes to NAME.part_<phase>.<fmt>. "
               "counters[:interval=US]: hardware counters of every GPU sampled every US "
-              "microseconds (default 100) and joined to the kernels that ran: DRAM and L2 "
+              "microseconds (default 250) and joined to the kernels that ran: DRAM and L2 "
               "bytes, tensor-pipe work, issue and SM activity per kernel and per scope "
               "(same as --counters). "
               "Default: kernel times.")

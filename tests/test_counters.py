@@ -17,7 +17,7 @@ def values(dram=0.0, l2=0.0, tensor_cycles=0.0, tensor=0.0, issue=0.0, sm=0.0) -
 
 
 def test_counters_mode_parses_and_bad_options_get_one_line():
-    assert parse_options("x", mode="counters").counters.interval == 100
+    assert parse_options("x", mode="counters").counters.interval == 250
     assert parse_options("x", mode="counters:interval=20").counters.interval == 20
     with pytest.raises(SessionError, match="10 to 100000 microseconds"):
         parse_options("x", mode="counters:interval=5")

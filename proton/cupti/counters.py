@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..report import warn
+from .perfworks import CountersError
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
            "sm__pipe_tensor_cycles_active.sum",
@@ -35,9 +36,15 @@ counts per SMSP): H100 SXM's 989 TFLOP/s / (132 SMs x 4 SMSPs x 1.83 GHz). Measu
 H100: 5 bf16 8192^3 matmuls, 5.453e9 cycles x 1024 = 1.016x their 2MNK. Chips not listed get
 no tensor_flops (their rate is not checked)."""
 
-TICK = 0.25
-"""Seconds between decodes: the hardware buffer (HARDWARE_BUFFER) holds far more."""
-HARDWARE_BUFFER = 128 << 20
+TICK = 0.1
+"""Seconds between decodes."""
+HARDWARE_BUFFER = 512 << 20
+"""A GH100 sample of METRICS takes about 40 KB of it (a 256 MB buffer held 6,147 samples and a
+128 MB one overflowed at about 3,200: decodes then fail with CUPTI_ERROR_OUT_OF_MEMORY): 512 MB
+hold 13,000 samples, 3 s at 250 us, through a GIL-bound stretch (imports) that delays the
+thread's decodes."""
+OVERFLOW = 8
+"""CUPTI_ERROR_OUT_OF_MEMORY from a decode: the hardware buffer overflowed."""
 KERNEL_FIELDS = 8
 """A finished kernel's sums: COUNTER_NS, DRAM_BYTES, L2_BYTES, tensor cycles,
 TENSOR_ACTIVE_NS, ISSUE_ACTIVE_NS, SM_ACTIVE_NS, COUNTERS_SHARED_NS."""
@@ -172,6 +179,7 @@ class CounterSampler:
         self.failed: str | None = None
         """Why sampling stopped early (said once)."""
         self.forks = 0
+        self.overflows = 0
         self.samples = 0
         self.decode_s = 0.0
         self.kernels_in = self.kernels_out = self.unsampled = 0
@@ -252,7 +260,13 @@ class CounterSampler:
                 return self.tick(final, locked=True)
         for device, sampler in list(self.samplers.items()):
             t0 = time.perf_counter()
-            samples = sampler.decode()
+            try:
+                samples = sampler.decode()
+            except CountersError as exc:
+                if exc.code != OVERFLOW or final:
+                    raise
+                self._restart(device)  # what it held is lost: counted, and said at the end
+                continue
             self.decode_s += time.perf_counter() - t0
             self.samples += len(samples)
             join = self.joins[device]
@@ -269,10 +283,28 @@ class CounterSampler:
                 self._finished([(node, launch, device, kernel_metrics(sums, chip))
                                 for node, launch, sums in done])
 
+    def _restart(self, device: int) -> None:
+        """A device's hardware buffer overflowed: a new PM sampling object (the old one
+        decodes nothing more)."""
+        from .gpu import enter_context
+        from .perfworks import PmSampler
+
+        self.overflows += 1
+        old = self.samplers.pop(device)
+        try:
+            old.close()
+        except CountersError:
+            pass
+        enter_context(device)
+        sampler = PmSampler(self.cupti, device, METRICS, self.interval_us * 1000,
+                            HARDWARE_BUFFER)
+        self.samplers[device] = sampler
+        sampler.start()
+
     @property
     def lost(self) -> int:
         """Decodes that found a full hardware buffer (samples dropped)."""
-        return sum(s.overflowed for s in self.samplers.values())
+        return self.overflows + sum(s.overflowed for s in self.samplers.values())
 
     def finish(self) -> None:
         """After CUPTI's last flush: stop sampling, decode and join the rest."""
