@@ -82,7 +82,7 @@ def gpt_step(tmp_path, name: str = "step") -> str:
     backward = scope("backward",
                      measured(MATMUL, 3e6, dram=0.25, tensor=0.75, issue=0.3, tflops=0.65,
                               shared=0.25),
-                     measured(REDUCE, 6e5, dram=0.3, issue=0.2, sm=0.9))
+                     measured(REDUCE, 6e5, dram=0.35, issue=0.2, sm=0.9))
     comm = scope("allreduce", measured(NCCL, 8e5, dram=0.05, issue=0.05, sm=0.2))
     root = {"frame": {"name": "ROOT", "type": "function"},
             "metrics": {"time (ns)": 0, "count": 0, "bytes": 0, "flops16": 0,
@@ -254,7 +254,7 @@ def test_a_kernel_without_tensor_work_sits_under_the_memory_roof_by_its_dram_fra
     names = {"gelu": next(n for n in got if "vectorized_elementwise_kernel" in n),
              "reduce": next(n for n in got if "reduce_kernel" in n),
              "nccl": next(n for n in got if n.startswith("ncclDevKernel"))}
-    for key, fraction in (("gelu", 0.85), ("reduce", 0.3), ("nccl", 0.05)):
+    for key, fraction in (("gelu", 0.85), ("reduce", 0.35), ("nccl", 0.05)):
         p = got[names[key]]
         assert p["source"] == "no tensor work"
         assert p["x"] == pytest.approx(NOMINAL_INTENSITY)
@@ -315,10 +315,12 @@ def test_diagnose_judges_the_roofline_from_measurements_and_says_so(tmp_path):
     assert "far from the roofline" in found.ran
     assert not any("not checked" in n and "roofline" in n for n in found.notes)
     far = {f.kernel: f for f in found.findings if f.rule == "far from the roofline"}
-    # the small matmul at 8% of its roof and the reduction at 30% of DRAM bandwidth... the
-    # latter is not under FAR_FROM_ROOF (0.3) strictly; the all-reduce is communication
-    assert "measured" in far[SMALL_MATMUL].evidence
-    assert ELEMENTWISE not in far and MATMUL not in far
+    # the small matmul: 8% of the 16-bit peak at an intensity where its roof is memory's
+    assert far[SMALL_MATMUL].evidence.startswith("10% of the memory roof (measured): 79.06 "
+                                                 "TFLOP/s and 335.2 GB/s at 235.84 FLOP/byte")
+    # at their limits: the matmul (70% of the tensor roof), gelu (85% of DRAM bandwidth);
+    # NCCL's waits on its peers, its DRAM bytes say nothing of it
+    assert set(far) == {SMALL_MATMUL}
 
 
 def test_a_profile_of_counters_alone_is_judged_against_the_roofline(tmp_path):
@@ -330,17 +332,20 @@ def test_a_profile_of_counters_alone_is_judged_against_the_roofline(tmp_path):
     path = tmp_path / "counters.hatchet"
     path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
     found = diagnose(load(str(path)), "raw")
-    assert "far from the roofline" in found.ran and not found.notes
+    assert "far from the roofline" in found.ran
+    assert not [n for n in found.notes if "roofline" in n], found.notes
     far = [f for f in found.findings if f.rule == "far from the roofline"]
     assert [f.kernel for f in far] == ["copy_kernel"]
     assert "10% of the DRAM bandwidth" in far[0].evidence
 
 
-def test_diagnose_without_counters_says_the_bound_rule_did_not_run(tmp_path):
+def test_diagnose_without_counters_runs_no_bound_rule(tmp_path):
     path = os.path.join(os.path.dirname(__file__), "data", "example_gpu.hatchet")
-    notes = diagnose(load(path)).notes
-    assert any(n.startswith("memory-, compute- or latency-bound: not checked; no hardware "
-                            "counters") for n in notes), notes
+    found = diagnose(load(path))
+    assert not {"memory-bound", "compute-bound", "latency-bound"} & set(found.ran)
+    assert not [n for n in found.notes if "bound" in n]
+    assert {"memory-bound", "compute-bound", "latency-bound"} <= set(
+        diagnose(load(gpt_step(tmp_path))).ran)
 
 
 # -- Triton's viewer ---------------------------------------------------------------------------
