@@ -212,7 +212,8 @@ def html_data(tmp_path, path: str) -> dict:
     out = str(tmp_path / "r.html")
     result = CliRunner().invoke(viewer, ["--html", out, path])
     assert result.exit_code == 0, result.output
-    text = open(out).read()
+    with open(out) as f:
+        text = f.read()
     body = text[text.index('id="data">') + len('id="data">'):]
     return json.loads(body[: body.index("</script>")])
 
@@ -230,13 +231,13 @@ def test_the_roofline_shows_every_kernel_with_counters_marked_measured(tmp_path)
     path = gpt_step(tmp_path)
     got = points(html_data(tmp_path, path))
     prof = load(path)
-    with_counters = [n for n in prof.gf.graph.traverse()
-                     if not n.children and prof.gf.dataframe.at[n, COUNTER_NS] > 0]
-    assert len(with_counters) == 7
+    with_counters = [n for n, ns in prof.gf.dataframe[COUNTER_NS].items()
+                     if ns > 0 and n.frame["name"] != "ROOT"]
+    assert len(with_counters) == 6
     by = {}
     for p in got:
         by.setdefault(p["name"], []).append(p)
-    assert len(got) == 8  # the 7 with counters and the declared Triton kernel
+    assert len(got) == 7  # the 6 with counters and the declared Triton kernel
     assert [p["source"] for p in by["nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNT"]] == \
         ["measured", "measured"]
     assert by[TRITON][0]["source"] == "declared"
@@ -246,7 +247,7 @@ def test_the_roofline_shows_every_kernel_with_counters_marked_measured(tmp_path)
     assert forward["x"] == pytest.approx(0.7 * PEAK16 / (0.2 * BW), rel=1e-5)
     assert forward["roof"] == "16-bit tensor" and forward["frac"] == pytest.approx(0.7, rel=1e-5)
     note = html_data(tmp_path, path)["roofline"]["note"]
-    assert "7 measured by hardware counters" in note and "1 declared" in note
+    assert "6 measured by hardware counters" in note and "1 declared" in note
 
 
 def test_a_kernel_without_tensor_work_sits_under_the_memory_roof_by_its_dram_fraction(tmp_path):
@@ -371,3 +372,48 @@ def test_tritons_viewer_opens_it_and_sums_the_counters_as_we_do(tmp_path):
         node = node_of(prof, *path_)
         assert theirs[name] == (pytest.approx(ns[node], rel=1e-3),
                                 pytest.approx(dram[node], rel=1e-3)), name
+
+
+# -- the page, drawn ---------------------------------------------------------------------------
+
+MARKS_DRAWN = """
+  const svg = doc.getElementById("roofsvg"), b = svg.getBoundingClientRect();
+  const ctx = doc.getElementById("roofdots").getContext("2d"), ratio = win.devicePixelRatio || 1;
+  const D = JSON.parse(doc.getElementById("data").textContent), P = D.roofline.points;
+  const px = (x, y) => [...ctx.getImageData((x - b.left) * ratio, (y - b.top) * ratio, 1, 1).data];
+  const dots = [];
+  for (const name of new Set(P.i.map(i => D.nodes.name[i]))) {
+    win.location.hash = "view=roofline&kernel=" + encodeURIComponent(name); await sleep(30);
+    for (const c of doc.querySelectorAll("#roofsvg circle.sel")) {
+      const k = +c.dataset.k, r = c.getBoundingClientRect(), x = (r.left + r.right) / 2, y = (r.top + r.bottom) / 2;
+      const radius = +c.getAttribute("r");
+      dots.push({name, src: P.sources[P.s[k]], centre: px(x, y),
+                 corner: px(x + 0.85 * radius, y + 0.85 * radius)});
+    }
+  }
+  return {dots, key: [...doc.querySelectorAll("#roofkey .key")].map(k => k.textContent)};"""
+
+
+def test_the_page_draws_measured_dots_filled_declared_hollow_and_no_tensor_work_square(tmp_path):
+    from test_html import BROWSER
+    from test_html_views import drive
+
+    if BROWSER is None:
+        pytest.skip("no headless Chromium: `apt-get install chromium` (.ci/run does)")
+
+    out = str(tmp_path / "r.html")
+    assert CliRunner().invoke(viewer, ["--html", out, gpt_step(tmp_path)]).exit_code == 0
+    got = drive(tmp_path, out, "view=roofline", MARKS_DRAWN)
+    assert len(got["dots"]) == 7
+    for dot in got["dots"]:
+        alpha, corner = dot["centre"][3], dot["corner"][3]
+        if dot["src"] == "declared":
+            assert alpha < 60, dot  # hollow: a faint fill inside its ring
+        else:
+            assert alpha > 150, dot  # filled
+        # a square fills its corners; a circle leaves them empty
+        assert corner > 150 if dot["src"] == "no tensor work" else corner < 60, dot
+    assert "measured by hardware counters" in got["key"]
+    assert "declared by launch_metadata" in got["key"]
+    assert ("no tensor work: placed at a nominal intensity (0.125 FLOP/byte); its distance to "
+            "the memory roof is its measured DRAM bandwidth fraction") in got["key"]
