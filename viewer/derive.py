@@ -36,7 +36,7 @@ of instruction issue, of the SMs (a warp resident)."""
 SM_THROUGHPUT = "sm_throughput"
 """The busier of tensor_active and issue_active (%): the busiest SM pipe we sample. Nsight
 Compute's sm__throughput is the max over some 19 SM sub-unit counters, too many for the one
-pass PM sampling runs in; these two are the pipes a matmul and everything else keep busy."""
+pass PM sampling runs in; issue covers every instruction, the tensor pipe a matmul's work."""
 DRAM_THROUGHPUT = "dram_throughput"
 """Measured DRAM bytes/s over the GPU's peak bandwidth (%)."""
 INTENSITY = "tensor_flop/byte"

@@ -1,8 +1,8 @@
 """`proton-viewer --html report.html FILE...`: one self-contained page (no network) with a
 flame graph of the call tree, a sortable kernels table, a roofline of the kernels that carry
-flops and bytes, the source heat of sampled kernels, --diagnose's findings and, for kernels
-with proton.language scopes, a warp timeline; with several
-rank files, the merged tree with each frame's spread over the ranks.
+flops and bytes (measured by hardware counters, or declared), the source heat of sampled
+kernels, --diagnose's findings and, for kernels with proton.language scopes, a warp timeline;
+with several rank files, the merged tree with each frame's spread over the ranks.
 
 Derive, then render: this module turns a profile into the page's JSON; page.py holds the page.
 """
