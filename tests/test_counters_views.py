@@ -417,3 +417,18 @@ def test_the_page_draws_measured_dots_filled_declared_hollow_and_no_tensor_work_
     assert "declared by launch_metadata" in got["key"]
     assert ("no tensor work: placed at a nominal intensity (0.125 FLOP/byte); its distance to "
             "the memory roof is its measured DRAM bandwidth fraction") in got["key"]
+
+
+def test_a_latency_bound_kernel_of_a_launch_bound_scope_is_only_worth_knowing(tmp_path):
+    """3,000 launches of 1 us in a scope whose GPU is busy 10% of its CPU time: the host costs
+    the time, not the kernel's latency."""
+    loop = {"frame": {"name": "loop", "type": "function"}, "metrics": {"cpu_time (ns)": 30e6},
+            "children": [measured("tiny_add", 3e6, count=3000, dram=0.05, issue=0.05, sm=0.3)]}
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0, **{m: 0 for m in COUNTER_METRICS}},
+            "children": [loop, measured(SMALL_MATMUL, 3e6, dram=0.1, tensor=0.1, tflops=0.05)]}
+    path = tmp_path / "loop.hatchet"
+    path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
+    got = verdicts(str(path))
+    assert got["tiny_add"][0].info and "launch-bound" in got["tiny_add"][0].advice
+    assert not got[SMALL_MATMUL][0].info  # outside it, a warning

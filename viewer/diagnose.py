@@ -457,8 +457,11 @@ def _bound(ctx: _Context, kernels: list, out: list) -> str | None:
                 advice = ("warps wait on latency: more work in flight per SM (more warps, "
                           "more num_stages, independent loads), fewer dependent round trips "
                           "to memory")
-            out.append(ctx.finding("latency-bound", node, ns, evidence, advice, info=comm,
-                                   saves=1 - max(d, sm)))
+            host = ctx.host_bound(node)
+            if host:  # the GPU waits on the host there: a faster kernel would wait longer
+                advice = "its scope is launch-bound (see that finding): launch fewer kernels first"
+            out.append(ctx.finding("latency-bound", node, ns, evidence, advice,
+                                   info=comm or host, saves=1 - max(d, sm)))
         elif d >= sm:
             out.append(ctx.finding(
                 "memory-bound", node, ns, evidence,
