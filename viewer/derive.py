@@ -10,18 +10,46 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..format import (BYTES, COUNT, CPU_COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
-                      DOT_NO_WGMMA, FLOPS, LAUNCH_CONFIGS, LAUNCH_METRICS, SASS_PREFIX, TIME,
-                      TL_DOT)
+from ..format import (BYTES, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT, CPU_TIME, CUDA,
+                      DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, DRAM_BYTES,
+                      FLOPS, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS, LAUNCH_METRICS,
+                      SASS_PREFIX, SM_ACTIVE_NS, TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME, TL_DOT)
 from .errors import ViewerError
 from .reader import Profile, subtree_sums
-from .specs import bandwidth, compute_roof, peak_known, unknown_arch
+from .specs import bandwidth, compute_roof, peak, peak_known, unknown_arch
 
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
 RATE = re.compile(r"^(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
 _TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time)/"
                    r"(?P<unit>s|ms|us|ns)$")
+COUNTER_RATE = re.compile(r"^(?P<what>dram|l2|tensor)_(?P<prefix>[gt]?)"
+                          r"(?P<unit>byte|flop)/s$")
+"""Measured rates (mode="counters"): dram_gbyte/s, l2_gbyte/s, tensor_tflop/s, each over the
+kernel time the PM samples covered (counter_ns)."""
+_COUNTER_RATES = {"dram": (DRAM_BYTES, "byte"), "l2": (L2_BYTES, "byte"),
+                  "tensor": (TENSOR_FLOPS, "flop")}
+ACTIVE = {"tensor_active": TENSOR_ACTIVE_NS, "issue_active": ISSUE_ACTIVE_NS,
+          "sm_active": SM_ACTIVE_NS}
+"""Measured activity (%): the time-weighted active fraction over counter_ns of the tensor pipe,
+of instruction issue, of the SMs (a warp resident)."""
+SM_THROUGHPUT = "sm_throughput"
+"""The busier of tensor_active and issue_active (%): the busiest SM pipe we sample. Nsight
+Compute's sm__throughput is the max over some 19 SM sub-unit counters, too many for the one
+pass PM sampling runs in; issue covers every instruction, the tensor pipe a matmul's work."""
+DRAM_THROUGHPUT = "dram_throughput"
+"""Measured DRAM bytes/s over the GPU's peak bandwidth (%)."""
+INTENSITY = "tensor_flop/byte"
+"""Measured arithmetic intensity: tensor_flops over dram_bytes."""
+NOMINAL_INTENSITY = 1 / 8
+"""FLOP per byte at which the roofline places a kernel with counters but no tensor work
+(elementwise ops, copies, reductions: their measured FLOPs are 0, so they have no intensity of
+their own). It lies left of every GPU's ridge (tens to hundreds of FLOP per byte), where the
+roof is bandwidth x NOMINAL_INTENSITY; drawn at NOMINAL_INTENSITY x its measured DRAM bytes/s,
+the kernel sits under the memory roof by exactly its measured DRAM bandwidth fraction."""
+MEASURED_PRECISION = "16-bit tensor"
+"""The roof measured FLOPs are judged by: tensor_flops counts tensor-pipe work at the 16-bit
+dense rate (format.TENSOR_FLOPS)."""
 COMM_KERNEL = re.compile(r"^(?:_Z\d+)?(?:nccl|rccl)", re.IGNORECASE)
 """Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...), by
 their name as CUPTI gives it (mangled C++: _Z39ncclDevKernel_AllReduce_...)."""
@@ -56,6 +84,7 @@ def available(profile: Profile) -> list[str]:
         out += [f"comm_time/{u}" for u in TIME_UNITS] + ["comm/%"]
     if _has_util(profile, have):
         out.append("util")
+    out += _counter_specs(profile, have)
     if CPU_TIME in have:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
         if _cpu_counts(have):
@@ -119,7 +148,27 @@ def _has_util(profile: Profile, have: set[str]) -> bool:
         return False
     widths = any((m := FLOPS.fullmatch(metric)) and m.group(1) for metric in have)
     known = all(peak_known(str(gpu["arch"])) for gpu in gpus.values())
+    if COUNTER_NS in have and DRAM_BYTES in have:  # measured: at least DRAM bytes over bandwidth
+        return known or TENSOR_FLOPS not in have
     return (BYTES in have or widths) and (known or not widths)
+
+
+def _counter_specs(profile: Profile, have: set[str]) -> list[str]:
+    """The measured metrics (mode="counters") this profile can derive."""
+    if COUNTER_NS not in have:
+        return []
+    out = []
+    for what, (metric, unit) in _COUNTER_RATES.items():
+        if metric in have:
+            out += [f"{what}_{p}{unit}/s" for p in RATE_PREFIX]
+    if TENSOR_FLOPS in have and DRAM_BYTES in have:
+        out.append(INTENSITY)
+    out += [name for name, metric in ACTIVE.items() if metric in have]
+    if TENSOR_ACTIVE_NS in have or ISSUE_ACTIVE_NS in have:
+        out.append(SM_THROUGHPUT)
+    if DRAM_BYTES in have and _gpus(profile, have):
+        out.append(DRAM_THROUGHPUT)
+    return out
 
 
 _GPU_KEYS = {"arch", "num_sms", "clock_rate", "bus_width", "memory_clock_rate"}
@@ -205,6 +254,8 @@ def derive(profile: Profile, spec: str) -> Column:
                 values = _timed_or_inside(profile, values)
             values = values * TIME_UNITS[unit]
         return Column(f"{what} ({unit})", values, additive=not what.startswith("avg"))
+    if s in _counter_specs(profile, {m.lower() for m in profile.inclusive + profile.exclusive}):
+        return _counter_column(profile, s)
     m = RATE.match(s)
     if m:
         metric = BYTES if m.group("what") == "byte" else f"flops{m.group('width') or ''}"
@@ -224,6 +275,46 @@ def derive(profile: Profile, spec: str) -> Column:
         return Column(f"{_short(base)}/%", values)
     base = _match(profile, spec, spec)
     return Column(base, _column(profile, base, spec), additive=not is_fact(base))
+
+
+def _counter_column(profile: Profile, spec: str) -> Column:
+    """A measured metric (one _counter_specs lists) per node, from the inclusive sums: a
+    scope's rate is its kernels' bytes (or FLOPs) over their counter time. Blank where no
+    sample covered a kernel."""
+    seconds = _column(profile, COUNTER_NS, spec).where(lambda v: v > 0) * 1e-9
+    m = COUNTER_RATE.match(spec)
+    if m:
+        metric = _COUNTER_RATES[m.group("what")][0]
+        values = _column(profile, metric, spec) / seconds * RATE_PREFIX[m.group("prefix")]
+        return Column(spec, values)
+    if spec == INTENSITY:
+        dram = _column(profile, DRAM_BYTES, spec)
+        return Column(spec, _column(profile, TENSOR_FLOPS, spec) / dram.where(dram > 0))
+    if spec == DRAM_THROUGHPUT:
+        rate = _column(profile, DRAM_BYTES, spec) / seconds
+        return Column(f"{spec} (%)", rate / _bandwidths(profile).reindex(rate.index) * 100)
+    if spec == SM_THROUGHPUT:
+        have = {m.lower() for m in profile.inclusive + profile.exclusive}
+        parts = [_column(profile, metric, spec) for metric in (TENSOR_ACTIVE_NS, ISSUE_ACTIVE_NS)
+                 if metric in have]
+        busiest = pd.concat(parts, axis=1).max(axis=1, skipna=True)
+        return Column(f"{spec} (%)", busiest / (seconds * 1e9) * 100)
+    return Column(f"{spec} (%)", _column(profile, ACTIVE[spec], spec) / (seconds * 1e9) * 100)
+
+
+def _bandwidths(profile: Profile) -> pd.Series:
+    """Peak DRAM bytes/s per node: a kernel's GPU's; a scope's when every GPU of the device
+    table has the same (NaN otherwise: its kernels may have run on different GPUs)."""
+    df = profile.gf.dataframe
+    gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
+    gpus = gpus if isinstance(gpus, dict) else {}
+    peaks = {dev: bandwidth(gpu) if isinstance(gpu, dict) else None for dev, gpu in gpus.items()}
+    same = set(peaks.values())
+    common = next(iter(same)) if len(same) == 1 else None
+    devices = df[DEVICE_ID] if DEVICE_ID in df else pd.Series(None, index=df.index, dtype=object)
+    out = {node: peaks.get(str(dev)) if pd.notna(dev) else common
+           for node, dev in devices.items()}
+    return pd.Series(out, dtype=float).reindex(df.index)
 
 
 def kernel_mask(profile: Profile) -> dict:
@@ -283,14 +374,98 @@ def _timed_or_inside(profile: Profile, values: pd.Series) -> pd.Series:
     return pd.Series(filled, dtype=float).reindex(values.index)
 
 
+DECLARED, MEASURED, NO_TENSOR_WORK = "declared", "measured", "no tensor work"
+"""Where a kernel's roofline point comes from: the flops and bytes its launch_metadata
+declared; its hardware counters (tensor_flops, dram_bytes); its counters when it did no
+tensor work (placed at NOMINAL_INTENSITY)."""
+
+
+@dataclass(slots=True)
+class Counters:
+    """A kernel node's hardware counters (mode="counters"), over the GPU time PM samples
+    covered; activities as fractions (None where the file lacks the counter)."""
+
+    seconds: float
+    """The kernel time the samples covered (counter_ns; its GPU time where that is missing)."""
+    dram_bytes: float
+    l2_bytes: float
+    tensor_flops: float
+    tensor_active: float | None
+    issue_active: float | None
+    sm_active: float | None
+    shared: float
+    """Of `seconds`, the share another kernel ran at once (its counts were split by time)."""
+    bandwidth: float | None
+    """Its GPU's peak DRAM bytes/s."""
+
+    @property
+    def dram_fraction(self) -> float | None:
+        """Measured DRAM bytes/s over the peak."""
+        return self.dram_bytes / self.seconds / self.bandwidth if self.bandwidth else None
+
+    @property
+    def sm_throughput(self) -> float | None:
+        """The busier of the tensor pipe and instruction issue (SM_THROUGHPUT)."""
+        busy = [v for v in (self.tensor_active, self.issue_active) if v is not None]
+        return max(busy) if busy else None
+
+
+def kernel_counters(profile: Profile) -> dict:
+    """Node -> Counters, for kernel nodes that PM samples covered (counter_ns or dram_bytes
+    above 0)."""
+    df = profile.gf.dataframe
+    if COUNTER_NS not in df and DRAM_BYTES not in df:
+        return {}
+    gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
+    gpus = gpus if isinstance(gpus, dict) else {}
+    own = {c: _own(df, c) for c in (TIME, *_COUNTERS)}
+    devices = df[DEVICE_ID] if DEVICE_ID in df else {}
+    out = {}
+    for node, yes in kernel_mask(profile).items():
+        ns = _number(own[COUNTER_NS].get(node))
+        dram = _number(own[DRAM_BYTES].get(node))
+        if not yes or (ns <= 0 and dram <= 0):
+            continue
+        ns = ns if ns > 0 else _number(own[TIME].get(node))
+        if ns <= 0:
+            continue
+
+        def active(metric: str) -> float | None:
+            value = own[metric].get(node)
+            return _number(value) / ns if metric in df and value == value else None
+
+        gpu = gpus.get(str(devices.get(node))) if len(devices) else None
+        out[node] = Counters(ns * 1e-9, dram, _number(own[L2_BYTES].get(node)),
+                             _number(own[TENSOR_FLOPS].get(node)), active(TENSOR_ACTIVE_NS),
+                             active(ISSUE_ACTIVE_NS), active(SM_ACTIVE_NS),
+                             _number(own[COUNTERS_SHARED_NS].get(node)) / ns,
+                             bandwidth(gpu) if isinstance(gpu, dict) else None)
+    return out
+
+
+_COUNTERS = (COUNTER_NS, DRAM_BYTES, L2_BYTES, TENSOR_FLOPS, TENSOR_ACTIVE_NS, ISSUE_ACTIVE_NS,
+             SM_ACTIVE_NS, COUNTERS_SHARED_NS)
+
+
+def _own(df: pd.DataFrame, column: str) -> dict:
+    """A metric's own (exclusive) values by node, as floats ({} when the file lacks it)."""
+    if column not in df:
+        return {}
+    return pd.to_numeric(df[column], errors="coerce").astype(float).to_dict()
+
+
 @dataclass(slots=True)
 class KernelRoof:
-    """A kernel node against its GPU's roofs."""
+    """A kernel node against its GPU's roofs: measured (its hardware counters) where it has
+    them, else what its launch_metadata declared."""
 
     flops: float
-    """Its operations: over its flops<width> metrics, else its plain `flops`."""
+    """Its operations: measured tensor_flops; or over its flops<width> metrics, else its plain
+    `flops`."""
     nbytes: float
+    """Measured DRAM bytes, or its declared `bytes`."""
     seconds: float
+    """What its rates are over: the time its counters cover, else its GPU time."""
     peak: float | None
     """Its compute roof, FLOP/s (specs.compute_roof); None for an unknown GPU or flops of no
     width."""
@@ -298,6 +473,10 @@ class KernelRoof:
     precisions: list[str]
     """The PRECISIONS names of its roofs (one per flops width it has)."""
     device: str
+    source: str = DECLARED
+    """DECLARED, MEASURED or NO_TENSOR_WORK: where its point comes from."""
+    time: float = 0.0
+    """Its GPU time (s), all of it (a measured kernel's `seconds` may cover part)."""
 
     @property
     def intensity(self) -> float | None:
@@ -305,11 +484,24 @@ class KernelRoof:
         return self.flops / self.nbytes if self.nbytes else None
 
     def fraction(self) -> float | None:
-        """Achieved FLOP/s over the roof at its intensity; None where either is unknown."""
+        """Achieved FLOP/s over the roof at its intensity; None where either is unknown. A
+        kernel with counters and no tensor work: its measured DRAM bandwidth fraction."""
+        if self.source == NO_TENSOR_WORK:
+            return self.nbytes / self.seconds / self.bandwidth if self.bandwidth else None
         x = self.intensity
         if not self.peak or not self.bandwidth or not x:
             return None
         return self.flops / self.seconds / min(self.peak, self.bandwidth * x)
+
+    def point(self) -> tuple[float, float] | None:
+        """(FLOP per byte, FLOP/s) on the roofline; a kernel with no tensor work at
+        NOMINAL_INTENSITY. None where it has no place (nothing measured or declared)."""
+        if self.source == NO_TENSOR_WORK:
+            y = NOMINAL_INTENSITY * self.nbytes / self.seconds
+            return (NOMINAL_INTENSITY, y) if y > 0 else None
+        if not self.flops or not self.nbytes:
+            return None
+        return self.flops / self.nbytes, self.flops / self.seconds
 
     def util(self) -> float:
         """Achieved over peak: the larger of flops over the compute roof and bytes over the
@@ -320,25 +512,33 @@ class KernelRoof:
 
 
 def kernel_roofs(profile: Profile) -> dict:
-    """Node -> KernelRoof, for kernel nodes with time on a GPU of the device table."""
+    """Node -> KernelRoof, for kernel nodes with time on a GPU of the device table: measured
+    (kernel_counters) where PM samples covered the kernel, declared otherwise."""
     df = profile.gf.dataframe
     gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
     if TIME not in df or DEVICE_ID not in df or not isinstance(gpus, dict):
         return {}
 
     def own(column: str) -> dict:
-        if column not in df:
-            return {}
-        return pd.to_numeric(df[column], errors="coerce").astype(float).to_dict()
+        return _own(df, column)
 
     time, nbytes, plain = own(TIME), own(BYTES), own("flops")
     widths = {int(m[1]): own(str(c)) for c in df.columns if (m := FLOPS.fullmatch(str(c)))
               and m[1]}
     tensor = [own(SASS_PREFIX + op) for op in ("hmma", "hgmma")]
+    counters = kernel_counters(profile)
     out = {}
     for node, dev in df[DEVICE_ID].items():
         gpu, seconds = gpus.get(str(dev)), _number(time.get(node)) * 1e-9
         if not isinstance(gpu, dict) or seconds <= 0:  # also a time too small for a float
+            continue
+        measured = counters.get(node)
+        if measured is not None:
+            top = peak(gpu, MEASURED_PRECISION)
+            out[node] = KernelRoof(measured.tensor_flops, measured.dram_bytes, measured.seconds,
+                                   top, bandwidth(gpu), [MEASURED_PRECISION] if top else [],
+                                   str(dev), MEASURED if measured.tensor_flops else
+                                   NO_TENSOR_WORK, seconds)
             continue
         flops = {w: _number(values.get(node)) for w, values in widths.items()}
         roof = None
@@ -350,7 +550,7 @@ def kernel_roofs(profile: Profile) -> dict:
             done = _number(plain.get(node))  # of no width: under no roof
         out[node] = KernelRoof(done, _number(nbytes.get(node)), seconds,
                                roof[0] if roof else None, bandwidth(gpu),
-                               roof[1] if roof else [], str(dev))
+                               roof[1] if roof else [], str(dev), DECLARED, seconds)
     return out
 
 

@@ -13,7 +13,17 @@ prints those of the rules that ran when nothing crosses them); in short:
   * low occupancy: a warning only when the kernel also reaches less than half its roof (tuned
     Hopper matmuls run at 1-2 blocks per SM by design), else informational.
   * far from the roofline: each kernel against the roof of its flops' precision on its GPU
-    (specs.py) and the GPU's memory bandwidth.
+    (specs.py) and the GPU's memory bandwidth; measured (tensor FLOPs and DRAM bytes from
+    the hardware counters) where the profile has counters, declared (launch_metadata)
+    elsewhere. A kernel with counters and no tensor work is judged by its DRAM bandwidth
+    fraction, except when instruction issue keeps it busy (then the roofline of tensor FLOPs
+    and DRAM bytes does not see what limits it) or it is NCCL's (it waits on its peers).
+  * memory-, compute- or latency-bound (mode="counters"): every kernel with counters,
+    library kernels (cuBLAS, PyTorch's, NCCL) too, from its measured DRAM bandwidth fraction
+    and its busiest SM pipe (sm_throughput: tensor pipe or instruction issue), as Nsight
+    Compute's Speed of Light reads them; memory- and compute-bound are informational (the
+    kernel is at a hardware limit), latency-bound is a warning (NCCL's: informational, they
+    wait on their peers).
   * launch-bound: informational without the scope's CPU time (short kernels alone do not
     show the GPU idle).
   * stall-dominated lines: `selected`, a warp issuing, is not a stall; informational when the
@@ -32,7 +42,8 @@ import pandas as pd
 from ..format import (BLOCK_THREADS, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS,
                       NUM_SAMPLES, REGISTERS, SASS_PREFIX, SHARED_MEMORY, TIME, TL_DOT,
                       DOT_NO_TENSOR_CORES, DOT_NO_WGMMA)
-from .derive import KernelRoof, kernel_mask, kernel_roofs
+from .derive import (COMM_KERNEL, DECLARED, NO_TENSOR_WORK, Counters, KernelRoof, kernel_counters,
+                     kernel_mask, kernel_roofs)
 from .errors import ViewerError
 from .names import readable
 from .occupancy import occupancy
@@ -48,6 +59,17 @@ SHORT_KERNEL_US = 10.0
 BUSY = 0.5
 HOT_LINE = 0.10
 STALLED = 0.5
+BOUND = 0.6
+"""A kernel whose measured DRAM bandwidth fraction and busiest SM pipe are both under this is
+latency-bound; above it, the busier of the two bounds it. Nsight Compute's Speed of Light rule
+uses the same 60%: compute and memory throughput both under it 'typically indicate latency
+issues', and tuned kernels reach 80-90% of the one that limits them."""
+SMS_IDLE = 0.6
+"""A latency-bound kernel whose SMs had a warp resident less than this share of its time
+(sm_active) leaves SMs idle: too few blocks, or too short to fill the GPU."""
+SHARED_NOTE = 0.1
+"""Above this share of its sampled time beside another kernel, the evidence says so: its
+counts were split between them by time."""
 
 STALL_WORDS = {
     "long_scoreboard": ("waiting on global or local memory loads",
@@ -153,7 +175,7 @@ def diagnose(prof: Profile, style: str = "folded") -> Diagnosis:
         why_not = rule(ctx, kernels, found.findings)
         if why_not:
             found.notes.append(why_not)
-        else:
+        elif why_not is None:  # "": the rule does not apply to this kind of profile
             found.ran.update(thresholds)
     found.notes += ctx.notes
     found.groups = _group(ctx, kernels, found.findings)
@@ -192,6 +214,7 @@ class _Context:
         gpus = prof.devices.get(CUDA, {}) if isinstance(prof.devices, dict) else {}
         self.gpus = gpus if isinstance(gpus, dict) else {}
         self.roofs: dict = kernel_roofs(prof)
+        self.counters: dict = kernel_counters(prof)
         self.scopes: list[_Scope] = []
         self.notes: list[str] = []
         """What a rule that ran left unjudged."""
@@ -339,8 +362,12 @@ def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
     judged, unjudged = 0, []
     for node in kernels:
         kernel, ns = ctx.roofs.get(node), ctx.value(node, TIME)
-        if kernel is None or not kernel.flops or not kernel.nbytes or not ctx.big(ns):
+        if kernel is None or kernel.point() is None or not ctx.big(ns):
             continue
+        if kernel.source == NO_TENSOR_WORK and (
+                (ctx.counters[node].issue_active or 0) >= BOUND
+                or COMM_KERNEL.match(str(node.frame.get("name", "")))):
+            continue  # busy issuing (FMA, ALU work), or waiting on peers: not DRAM-bound
         frac = ctx.roof_fraction(node)
         if frac is None:
             unjudged.append(kernel)
@@ -350,27 +377,37 @@ def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
             out.append(ctx.finding("far from the roofline", node, ns, *_far(kernel, frac)))
     if unjudged:
         ctx.notes.append(_unjudged(ctx, unjudged))
-    if not judged and not unjudged and not any(FLOPS.fullmatch(str(c)) for c in ctx.df.columns):
-        return ("far from the roofline: not checked; no kernel has flops and bytes (Triton "
-                "kernels give them through launch_metadata, with -k triton)")
+    if not judged and not unjudged and not ctx.counters \
+            and not any(FLOPS.fullmatch(str(c)) for c in ctx.df.columns):
+        return ("far from the roofline: not checked; no kernel has flops and bytes, neither "
+                "measured (hardware counters, mode=\"counters\") nor declared (Triton kernels "
+                "give them through launch_metadata, with -k triton)")
     return None
 
 
 def _far(kernel: KernelRoof, frac: float) -> tuple[str, str]:
     """(evidence, advice) of a kernel under FAR_FROM_ROOF of its roof."""
+    fuse = ("move fewer bytes: fuse with the neighbouring ops, reuse tiles from shared "
+            "memory, lower precision")
+    if kernel.source == NO_TENSOR_WORK:  # the caller knew its fraction: bandwidth is known
+        bw = cast(float, kernel.bandwidth)
+        return (f"{frac:.0%} of the DRAM bandwidth (measured: "
+                f"{kernel.nbytes / kernel.seconds / 1e9:,.0f} of {bw / 1e9:,.0f} GB/s), no "
+                "tensor work", "keep more bytes in flight (more blocks, wider vectorised "
+                "loads), or " + fuse)
     # the caller knew the roof fraction: intensity, peak and bandwidth are all known
     x, peak, bw = (cast(float, v) for v in (kernel.intensity, kernel.peak, kernel.bandwidth))
     memory = bw * x < peak
     if memory:
-        advice = ("move fewer bytes: fuse with the neighbouring ops, reuse tiles from shared "
-                  "memory, lower precision")
+        advice = fuse
     elif all(p.endswith("tensor") for p in kernel.precisions):
         advice = ("keep the tensor cores fed: larger tiles, more warps, more num_stages to "
                   "hide the loads")
     else:  # fp32 or fp64 on the FMA units
         advice = ("use the tensor cores: tl.dot in fp16/bf16/fp8, or for fp32 "
                   "input_precision='tf32'")
-    evidence = (f"{frac:.0%} of the {'memory' if memory else 'compute'} roof: "
+    how = " (measured)" if kernel.source != DECLARED else ""
+    evidence = (f"{frac:.0%} of the {'memory' if memory else 'compute'} roof{how}: "
                 f"{kernel.flops / kernel.seconds / 1e12:,.2f} TFLOP/s and "
                 f"{kernel.nbytes / kernel.seconds / 1e9:,.1f} GB/s at {x:,.2f} FLOP/byte "
                 f"({' + '.join(dict.fromkeys(kernel.precisions))} peak "
@@ -393,6 +430,72 @@ def _unjudged(ctx: _Context, kernels: list[KernelRoof]) -> str:
                "flops32 or flops64)")
     return (f"far from the roofline: {len(kernels)} kernel{'s' * (len(kernels) != 1)} with "
             f"flops and bytes not judged; {why}")
+
+
+def _bound(ctx: _Context, kernels: list, out: list) -> str | None:
+    """Memory-, compute- or latency-bound, from each kernel's counters (BOUND)."""
+    if not ctx.counters:  # not a counters profile: said nowhere, as --diagnose said before
+        return ""
+    for node in kernels:
+        c, ns = ctx.counters.get(node), ctx.value(node, TIME)
+        if c is None or not ctx.big(ns):
+            continue
+        dram, busiest = c.dram_fraction, c.sm_throughput
+        if dram is None and busiest is None:
+            continue
+        d, sm = dram or 0.0, busiest or 0.0
+        evidence = _measured(c)
+        if max(d, sm) < BOUND:
+            comm = bool(COMM_KERNEL.match(str(node.frame.get("name", ""))))
+            if comm:
+                advice = ("a communication kernel waits on its peers and the links, not on "
+                          "this GPU: overlap it with compute, or send fewer, larger messages")
+            elif c.sm_active is not None and c.sm_active < SMS_IDLE:
+                advice = ("SMs sit idle: more blocks (split the work finer, larger batches), "
+                          "or fuse short kernels and launch them as a CUDA graph")
+            else:
+                advice = ("warps wait on latency: more work in flight per SM (more warps, "
+                          "more num_stages, independent loads), fewer dependent round trips "
+                          "to memory")
+            host = ctx.host_bound(node)
+            if host:  # the GPU waits on the host there: a faster kernel would wait longer
+                advice = "its scope is launch-bound (see that finding): launch fewer kernels first"
+            out.append(ctx.finding("latency-bound", node, ns, evidence, advice,
+                                   info=comm or host, saves=1 - max(d, sm)))
+        elif d >= sm:
+            out.append(ctx.finding(
+                "memory-bound", node, ns, evidence,
+                "at the DRAM bandwidth: only fewer bytes make it faster (fuse it with its "
+                "neighbours, lower precision, keep reused data in L2 or shared memory)",
+                info=True))
+        elif (c.tensor_active or 0.0) >= (c.issue_active or 0.0):
+            out.append(ctx.finding(
+                "compute-bound", node, ns, evidence,
+                "at the tensor pipe's limit: fewer or cheaper FLOPs (fp8, skip padded work)",
+                info=True))
+        else:
+            out.append(ctx.finding(
+                "compute-bound", node, ns, evidence,
+                "instruction issue is the limit: fewer instructions (tensor cores for matrix "
+                "work, vectorised memory access, less index arithmetic)", info=True))
+    return None
+
+
+def _measured(c: Counters) -> str:
+    """A kernel's counters as evidence: DRAM against its peak, the SM pipes' activity."""
+    rate = c.dram_bytes / c.seconds
+    dram = (f"DRAM {rate / c.bandwidth:.0%} of peak ({rate / 1e9:,.0f} of "
+            f"{c.bandwidth / 1e9:,.0f} GB/s)" if c.bandwidth else f"DRAM {rate / 1e9:,.0f} GB/s")
+    parts = [dram]
+    for label, value, tail in (("tensor pipe", c.tensor_active, " active"),
+                               ("issue", c.issue_active, ""), ("SMs", c.sm_active, " active")):
+        if value is not None:
+            parts.append(f"{label} {value:.0%}{tail}")
+    text = ", ".join(parts) + f"; L2 {c.l2_bytes / c.seconds / 1e9:,.0f} GB/s over " \
+        f"{_ms(c.seconds * 1e9)} sampled"
+    if c.shared > SHARED_NOTE:
+        text += f" ({c.shared:.0%} of it beside another kernel: counts split by time)"
+    return text
 
 
 @dataclass(slots=True)
@@ -509,6 +612,12 @@ RULES = [
     (_roofline, {
         "far from the roofline": f"under {FAR_FROM_ROOF:.0%} of the roof of its precision at "
                                  "its intensity"}),
+    (_bound, {
+        "memory-bound": f"measured DRAM bandwidth {BOUND:.0%}+ of peak, above the busiest SM "
+                        "pipe (mode=\"counters\")",
+        "compute-bound": f"the tensor pipe or instruction issue {BOUND:.0%}+ active, above "
+                         "the DRAM bandwidth fraction",
+        "latency-bound": f"DRAM bandwidth and the busiest SM pipe both under {BOUND:.0%}"}),
     (_launch_bound, {
         "launch-bound": f"a scope of {LAUNCH_COUNT}+ kernels averaging under "
                         f"{SHORT_KERNEL_US:g} us, the GPU busy under {BUSY:.0%} of its time"}),

@@ -1,8 +1,8 @@
 """`proton-viewer --html report.html FILE...`: one self-contained page (no network) with a
 flame graph of the call tree, a sortable kernels table, a roofline of the kernels that carry
-flops and bytes, the source heat of sampled kernels, --diagnose's findings and, for kernels
-with proton.language scopes, a warp timeline; with several
-rank files, the merged tree with each frame's spread over the ranks.
+flops and bytes (measured by hardware counters, or declared), the source heat of sampled
+kernels, --diagnose's findings and, for kernels with proton.language scopes, a warp timeline;
+with several rank files, the merged tree with each frame's spread over the ranks.
 
 Derive, then render: this module turns a profile into the page's JSON; page.py holds the page.
 """
@@ -14,7 +14,8 @@ import re
 from typing import cast
 
 from ..format import CUDA, NUM_SAMPLES, PYTHON_FRAME
-from .derive import Column, available, derive, kernel_mask, kernel_roofs
+from .derive import (DECLARED, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
+                     derive, kernel_mask, kernel_roofs)
 from .errors import ViewerError
 from .names import readable
 from .page import template
@@ -146,7 +147,8 @@ def _rate_specs(prof: Profile) -> list[str]:
     """The kernels table's rates: every flop width the profile has, bytes/s, util."""
     have = available(prof)
     return [s for s in ("tflop/s", "tflop8/s", "tflop16/s", "tflop32/s", "tflop64/s", "gbyte/s",
-                        "util") if s in have]
+                        "util", "tensor_tflop/s", "dram_gbyte/s", "dram_throughput",
+                        "sm_throughput") if s in have]
 
 
 def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
@@ -222,21 +224,32 @@ def _util(prof: Profile):
     return pd.Series(util, dtype=float).reindex(prof.gf.dataframe.index)
 
 
+SOURCES = (DECLARED, MEASURED, NO_TENSOR_WORK)
+"""The roofline points' `s` indexes these: where each point comes from (derive.KernelRoof)."""
+
+
 def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
-    """Kernels with flops and bytes: (FLOP per byte, FLOP/s), each against the roof of its
-    precision on its GPU; a roof per (GPU, precision) the kernels need. Points as columns
-    (90,000 of them stay a few MB): each names its frame (`i`), or has its name under `name`
-    where the page shows no frame; `roof` indexes `kinds`; numbers to 6 digits."""
-    kernels = {n: k for n, k in kernel_roofs(prof).items() if k.flops and k.nbytes}
+    """Kernels with a place on the roofline (KernelRoof.point: measured by the hardware
+    counters, else declared flops and bytes): (FLOP per byte, FLOP/s), each against the roof
+    of its precision on its GPU; a roof per (GPU, precision) the kernels need. Points as
+    columns (90,000 of them stay a few MB): each names its frame (`i`), or has its name under
+    `name` where the page shows no frame; `roof` indexes `kinds`, `s` SOURCES; numbers to 6
+    digits."""
+    roofs_of = kernel_roofs(prof)
+    kernels = {n: k for n, k in roofs_of.items() if k.point() is not None}
+    blank = sum(k.source != DECLARED for k in roofs_of.values()) - sum(
+        k.source != DECLARED for k in kernels.values())
     if not kernels:
-        return {"points": {"x": []}, "roofs": [], "note": "No roofline: no kernel carries both flops "
-                "and bytes (Triton kernels give them through launch_metadata, with -k triton)."}
+        return {"points": {"x": []}, "roofs": [], "note": "No roofline: no kernel carries flops "
+                "and bytes, neither measured (hardware counters, mode=\"counters\") nor declared "
+                "(Triton kernels give them through launch_metadata, with -k triton)."}
     gpus = prof.devices.get(CUDA, {})
     roofs: dict = {}
-    points: dict = {"i": [], "x": [], "y": [], "t": [], "frac": [], "roof": [], "kinds": [],
+    points: dict = {"i": [], "x": [], "y": [], "t": [], "frac": [], "roof": [], "s": [],
+                    "kinds": [], "sources": list(SOURCES), "nominal": NOMINAL_INTENSITY,
                     "name": {}}
     for node, kernel in kernels.items():
-        x, y = _num(kernel.intensity), _num(kernel.flops / kernel.seconds)
+        x, y = (_num(v) for v in cast(tuple, kernel.point()))
         if not x or not y:  # an intensity or a rate too small (or large) for a float
             continue
         frac, kind = _num(kernel.fraction()), ", ".join(dict.fromkeys(kernel.precisions))
@@ -245,9 +258,10 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
         if frame_of.get(node, -1) < 0:
             points["name"][len(points["x"])] = readable(node.frame.get("name", "?"), style)
         for key, value in (("i", frame_of.get(node, -1)), ("x", _short(x)), ("y", _short(y)),
-                           ("t", _short(kernel.seconds)),
+                           ("t", _short(kernel.time)),
                            ("frac", None if frac is None else _short(frac)),
-                           ("roof", points["kinds"].index(kind))):
+                           ("roof", points["kinds"].index(kind)),
+                           ("s", SOURCES.index(kernel.source))):
             points[key].append(value)
         gpu = gpus[kernel.device]
         for name in kernel.precisions if kernel.bandwidth else ():
@@ -256,8 +270,23 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
                 "kind": name, "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
                 "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
                          f"{top / 1e12:,.1f} TFLOP/s, {kernel.bandwidth / 1e9:,.0f} GB/s"})
-    note = (f"{len(points['x']):,} kernels with flops and bytes; dots sized by time, each judged "
-            "against the roof of its flops' precision. " +
+    count = {s: points["s"].count(i) for i, s in enumerate(SOURCES)}
+    if count[MEASURED] or count[NO_TENSOR_WORK]:
+        parts = [f"{count[MEASURED] + count[NO_TENSOR_WORK]:,} measured by hardware counters "
+                 f"(filled; tensor FLOPs and DRAM bytes over the time the samples covered)"]
+        if count[NO_TENSOR_WORK]:
+            parts.append(f"{count[NO_TENSOR_WORK]:,} of them with no tensor work (squares): "
+                         f"placed at a nominal {NOMINAL_INTENSITY:g} FLOP/byte, their distance "
+                         "to the memory roof is their measured DRAM bandwidth fraction")
+        if count[DECLARED]:
+            parts.append(f"{count[DECLARED]:,} declared by launch_metadata (hollow)")
+        if blank:
+            parts.append(f"{blank:,} with counters that measured neither DRAM bytes nor "
+                         "tensor work not drawn")
+        what = f"{len(points['x']):,} kernels: " + "; ".join(parts) + "; "
+    else:
+        what = f"{len(points['x']):,} kernels with flops and bytes; "
+    note = (what + "dots sized by time, each judged against the roof of its flops' precision. " +
             ("Roofs from the file's device table." if roofs else
              "No roof: the device table names no GPU whose peaks are known, or the flops name "
              "no precision (flops8/16/32/64)."))

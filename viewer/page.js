@@ -14,7 +14,7 @@ const rowOf = new Int32Array(COUNT).fill(-1);  // kernel frame -> its row in the
 ROWS.forEach((r, j) => r[0].forEach(i => { rowOf[i] = j; }));
 const P = D.roofline.points;  // columns in the file, objects here
 D.roofline.points = P.x.map((x, k) => ({i: P.i[k], row: P.i[k] >= 0 ? rowOf[P.i[k]] : -1, x, y: P.y[k],
-  t: P.t[k], frac: P.frac[k], roof: P.kinds[P.roof[k]], name: P.name[k]}));
+  t: P.t[k], frac: P.frac[k], roof: P.kinds[P.roof[k]], name: P.name[k], src: P.sources[P.s[k]]}));
 const pointsOf = ROWS.map(() => []);  // row -> its roofline points
 D.roofline.points.forEach((p, k) => { if (p.row >= 0) pointsOf[p.row].push(k); });
 const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
@@ -319,9 +319,18 @@ function roofline() {
   $("roofnote").textContent = R.note + (R.points.length ? " Hover a dot for its kernel; click a row of the kernels table to mark it here." : "");
   $("roofplot").style.display = R.points.length ? "inline-block" : "none";
   if (!R.points.length) return;
-  const used = [...new Set(R.points.map(p => p.roof))];
+  const used = [...new Set(R.points.map(p => p.roof))], srcs = new Set(R.points.map(p => p.src));
+  // where a point comes from, when any was measured: filled (counters), hollow (declared),
+  // a square (counters, no tensor work: at a nominal intensity, under the memory roof by its
+  // measured DRAM bandwidth fraction)
+  const marks = srcs.has("measured") || srcs.has("no tensor work") ? [
+    ["measured", "circle", "measured by hardware counters"],
+    ["declared", "hollow", "declared by launch_metadata"],
+    ["no tensor work", "square", "no tensor work: placed at a nominal intensity (" + P.nominal +
+     " FLOP/byte); its distance to the memory roof is its measured DRAM bandwidth fraction"]].filter(([s]) => srcs.has(s)) : [];
   $("roofkey").innerHTML = used.map(k => '<span class="key"><i style="background:' + roofColor(k) + '"></i>' +
-    esc(k) + " kernels, judged by the " + esc(k.split(", ")[0]) + " roof</span>").join("");
+    esc(k) + " kernels, judged by the " + esc(k.split(", ")[0]) + " roof</span>").join("") +
+    marks.map(([s, shape, text]) => '<span class="key mark" data-src="' + esc(s) + '"><b class="' + shape + '"></b>' + esc(text) + "</span>").join("");
   const W = Math.max(640, Math.min(1100, $("roofline").clientWidth - 34));
   const H = Math.round(Math.max(300, Math.min(W * 0.58, innerHeight - $("roofplot").getBoundingClientRect().top - 12)));
   const L = 64, B = 44, T = 14, RR = 16, n = R.points.length;
@@ -346,12 +355,17 @@ function roofline() {
   canvas.width = W * ratio; canvas.height = H * ratio; canvas.style.width = W + "px"; canvas.style.height = H + "px";
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
   ctx.lineWidth = 0.8; ctx.globalAlpha = 1;
+  const marksShown = marks.length > 0;
   for (const k of order) {
     const p = R.points[k], x = X(p.x), y = Y(p.y), r = 2.5 + 12 * Math.sqrt(p.t / tmax);
     DOT.x[k] = x; DOT.y[k] = y; DOT.r[k] = r;
-    ctx.beginPath(); ctx.arc(x, y, r, 0, 2 * Math.PI);
+    ctx.beginPath();
+    if (p.src === "no tensor work") ctx.rect(x - r * 0.89, y - r * 0.89, r * 1.78, r * 1.78);  // a square of the circle's area
+    else ctx.arc(x, y, r, 0, 2 * Math.PI);
     ctx.fillStyle = roofColor(p.roof); ctx.strokeStyle = roofColor(p.roof);
-    ctx.globalAlpha = 0.5; ctx.fill(); ctx.globalAlpha = 1; ctx.stroke();
+    // measured: filled; declared: hollow (a faint fill, so a dot's colour still reads)
+    ctx.globalAlpha = p.src === "declared" && marksShown ? 0.12 : p.src === "declared" ? 0.5 : 0.75;
+    ctx.fill(); ctx.globalAlpha = 1; ctx.lineWidth = p.src === "declared" && marksShown ? 1.6 : 0.8; ctx.stroke();
     const c = Math.floor(y / DOT.cell) * DOT.cols + Math.floor(x / DOT.cell);
     (DOT.grid.get(c) || DOT.grid.set(c, []).get(c)).push(k);
   }
@@ -411,10 +425,15 @@ $("roofsvg").onmousemove = e => {
   const k = dotAt(e);
   $("roofsvg").style.cursor = k < 0 ? "" : "pointer";
   if (k < 0) { hideTip(); return; }
-  const p = D.roofline.points[k];
-  tipAt(e, "<b>" + esc(pointName(k)) + "</b><table><tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity</td><td>" +
+  const p = D.roofline.points[k], from = {measured: "hardware counters (measured)", declared: "launch_metadata (declared)",
+    "no tensor work": "hardware counters; no tensor work: placed at a nominal intensity, its distance to the memory roof is its measured DRAM bandwidth fraction"}[p.src];
+  const rows = p.src === "no tensor work" ?
+    "<tr><td>DRAM</td><td>" + fmt(p.y / p.x / 1e9) + " GB/s</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (p.frac === null ? "" :
+    "<tr><td>of the DRAM bandwidth</td><td>" + fmt(p.frac * 100) + "%</td></tr>") :
+    "<tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity</td><td>" +
     fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (p.frac === null ? "" :
-    "<tr><td>of the " + esc(p.roof) + " roof</td><td>" + fmt(p.frac * 100) + "%</td></tr>") + "</table>");
+    "<tr><td>of the " + esc(p.roof) + " roof</td><td>" + fmt(p.frac * 100) + "%</td></tr>");
+  tipAt(e, "<b>" + esc(pointName(k)) + "</b><table>" + rows + "<tr><td>from</td><td>" + esc(from) + "</td></tr></table>");
 };
 $("roofsvg").onmouseleave = hideTip;
 $("roofsvg").onclick = e => {  // a dot marks its kernel (also in the table); elsewhere unmarks
