@@ -30,36 +30,36 @@ def test_counters_mode_parses_and_bad_options_get_one_line():
 def test_a_sample_is_split_between_its_kernels_by_their_time_in_it():
     join = Join()
     # two samples of 100 ns: kernel A runs 0-60, B 60-150, C 150-200 (one stream)
-    join.add_kernels([0, 60, 150], [60, 150, 200], [("A", 1), ("B", 2), ("C", 3)])
+    join.add_kernels([0, 60, 150], [60, 150, 200], [(1, 1), (2, 2), (3, 3)])
     join.add_samples([0, 100], [100, 200], [values(dram=1000, tensor=50),
                                             values(dram=400, issue=100)])
     done = {node: sums for node, _, sums in join.join()}
-    assert done["A"][0] == 60 and done["B"][0] == 90 and done["C"][0] == 50
-    assert done["A"][1] == pytest.approx(600) and done["C"][1] == pytest.approx(200)
-    assert done["B"][1] == pytest.approx(400 + 200)
+    assert done[1][0] == 60 and done[2][0] == 90 and done[3][0] == 50
+    assert done[1][1] == pytest.approx(600) and done[3][1] == pytest.approx(200)
+    assert done[2][1] == pytest.approx(400 + 200)
     # activity: 50% of sample 1 (50 ns) split 60/40 between A and B
-    assert done["A"][4] == pytest.approx(30) and done["B"][4] == pytest.approx(20)
+    assert done[1][4] == pytest.approx(30) and done[2][4] == pytest.approx(20)
     assert sum(s[1] for s in done.values()) == pytest.approx(1400)  # nothing lost or made
     assert all(s[7] == 0 for s in done.values())  # one stream: not shared
 
 
 def test_kernels_that_ran_at_once_share_by_time_and_are_said_to_be_shared():
     join = Join()
-    join.add_kernels([0, 0], [100, 50], [("A", 1), ("B", 1)])
+    join.add_kernels([0, 0], [100, 50], [(1, 1), (2, 1)])
     join.add_samples([0], [100], [values(dram=300)])
     done = {node: sums for node, _, sums in join.join()}
-    assert done["A"][1] == pytest.approx(200) and done["B"][1] == pytest.approx(100)
-    assert done["A"][7] == 100 and done["B"][7] == 50
+    assert done[1][1] == pytest.approx(200) and done[2][1] == pytest.approx(100)
+    assert done[1][7] == 100 and done[2][7] == 50
 
 
 def test_a_kernel_waits_for_its_last_sample_and_samples_without_kernels_are_idle():
     join = Join()
     join.add_samples([0, 100, 200], [100, 200, 300], [values(dram=10), values(dram=20),
                                                       values(dram=30)])
-    join.add_kernels([120], [250], [("K", 7)])
+    join.add_kernels([120], [250], [(9, 7)])
     assert join.join(until=200) == []  # K runs on into the third sample
     (node, launch, sums), = join.join(until=300)
-    assert (node, launch) == ("K", 7)
+    assert (node, launch) == (9, 7)
     assert sums[0] == 130 and sums[1] == pytest.approx(50)
     assert join.idle[0] + join.idle[1] == pytest.approx(10)  # the first sample: no kernel
 
@@ -67,9 +67,9 @@ def test_a_kernel_waits_for_its_last_sample_and_samples_without_kernels_are_idle
 def test_a_kernel_record_that_comes_after_its_samples_were_joined_is_counted_late():
     join = Join()
     join.add_samples([0, 100], [100, 200], [values(dram=10), values(dram=20)])
-    join.add_kernels([0], [90], [("A", 1)])
+    join.add_kernels([0], [90], [(1, 1)])
     join.join(until=200)
-    join.add_kernels([110], [190], [("late", 2)])
+    join.add_kernels([110], [190], [(2, 2)])
     assert join.late_ns == 80
 
 
@@ -83,6 +83,58 @@ def test_memory_holds_only_what_waits():
         join.add_kernels(starts, starts + 30, [(i, 0) for i in range(len(starts))])
         join.join(until=t0 + 10_000)
     assert len(join._s) == 0 and len(join._k) <= 1
+
+
+@pytest.mark.parametrize("solver", ["exact", "updates"])
+def test_fitted_rates_undo_the_blur_of_samples_longer_than_kernels(solver, monkeypatch):
+    """A step of short kernels, sampled every 250 us: the time split gives each kernel its
+    samples' average; the fit over many steps gives each its own rate (within 5%)."""
+    from proton.cupti import counters
+    from proton.cupti.counters import fitted, refit
+
+    if solver == "updates":  # what a profile of more than DENSE_NODES kernel nodes gets
+        monkeypatch.setattr(counters, "DENSE_NODES", 0)
+    rng = np.random.default_rng(0)
+    # node: (ns, DRAM bytes per ns, tensor cycles per ns): a matmul beside elementwise kernels
+    kinds = {1: (40_000, 300.0, 0.0), 2: (12_000, 2500.0, 0.0), 3: (90_000, 100.0, 400.0),
+             4: (7_000, 1500.0, 0.0), 5: (25_000, 50.0, 0.0)}
+    join, t = Join(), 0
+    starts, ends, meta = [], [], []
+    for step in range(300):
+        t += int(rng.integers(1_000, 40_000))  # the host's gaps move kernels across samples
+        for node, (ns, _, _) in kinds.items():
+            starts.append(t)
+            ends.append(t + ns)
+            meta.append((node, step))
+            t += ns + 2_000
+    join.add_kernels(starts, ends, meta)
+    edges = np.arange(0, t + 250_000, 250_000)
+    vals = np.zeros((len(edges) - 1, len(METRICS)))
+    for a, b, (node, _) in zip(starts, ends, meta):  # the truth, binned into samples
+        _, dram, tensor = kinds[node]
+        for i in range(a // 250_000, (b - 1) // 250_000 + 1):
+            ov = min(b, edges[i + 1]) - max(a, edges[i])
+            vals[i, 0] += dram * ov / 2
+            vals[i, 1] += dram * ov / 2
+            vals[i, 3] += tensor * ov
+    join.add_samples(edges[:-1], edges[1:], vals)
+    done = join.join()
+    nodes: dict = {}
+    for node, _, sums in done:
+        nodes.setdefault(node, np.zeros(KERNEL_FIELDS))
+        nodes[node] += sums
+    split = {n: {fmt.COUNTER_NS: v[0], fmt.DRAM_BYTES: v[1]} for n, v in nodes.items()}
+    blurred = abs(split[4][fmt.DRAM_BYTES] / split[4][fmt.COUNTER_NS] - 1500.0) / 1500.0
+    assert blurred > 0.3  # the time split is far off for the short, fast kernel
+    rates = fitted(join)
+    assert refit(split, rates, dict.fromkeys(rates, "GH100")) == 5
+    for node, (_, dram, tensor) in kinds.items():
+        ns = split[node][fmt.COUNTER_NS]
+        assert split[node][fmt.DRAM_BYTES] / ns == pytest.approx(dram, rel=0.05), node
+        if solver == "updates":
+            continue  # a zero rate is only approached
+        assert split[node][fmt.TENSOR_FLOPS] / ns == pytest.approx(tensor * 1024, rel=0.05,
+                                                                    abs=0.02 * 400 * 1024)
 
 
 def test_kernel_metrics_give_tensor_flops_only_for_a_chip_whose_rate_is_known():

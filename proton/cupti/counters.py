@@ -53,6 +53,121 @@ Finished = Callable[[list], None]
 """Takes [(node, launch ts, device, sums (KERNEL_FIELDS floats))] of kernels joined."""
 
 
+RATE_FIELDS = 6
+"""The sums Rates fits: KERNEL_FIELDS 1..6 (bytes, cycles and activity-ns), per ns."""
+
+
+class Rates:
+    """Each kernel node's counts per ns of its time, fitted to every sample at once.
+
+    Splitting a sample by time gives every kernel in it the sample's average rate: at 250 us
+    a sample holds ~10 kernels of a GPT step, and an elementwise kernel beside a matmul was
+    given tensor work (measured on an H200: 29 TFLOP/s on a reduce kernel). A sample's counts
+    are the sum over its kernel nodes of (time in it x node's rate); across thousands of
+    samples the kernels fall at different places, so the rates are found by non-negative
+    least squares. Only the normal equations are kept (node pairs that shared a sample, and
+    each node's time-weighted counts), so memory does not grow with the run.
+    """
+
+    def __init__(self) -> None:
+        self._pairs: list = []  # (node_a << 32 | node_b keys, time x time) per tick
+        self._rhs: dict[int, np.ndarray] = {}
+        self._gram: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0))
+        self._held = 0
+
+    def add(self, sample: np.ndarray, node: np.ndarray, overlap: np.ndarray,
+            counts: np.ndarray) -> None:
+        """Pairs (sample index, node id, ns) of one batch and the samples' counts."""
+        if not len(sample):
+            return
+        # ns per (sample, node): a node's kernels in one sample add up
+        key, where = np.unique(sample * (1 << 32) + node, return_inverse=True)
+        ns = np.bincount(where, overlap)
+        smp, nd = key >> 32, key & 0xFFFFFFFF
+        for n, row in zip(*_sum_rows(nd, ns[:, None] * counts[smp])):
+            old = self._rhs.get(n)
+            self._rhs[n] = row if old is None else old + row
+        # node pairs within each sample: a self-join on the sample column
+        order = np.argsort(smp, kind="stable")
+        smp, nd, ns = smp[order], nd[order], ns[order]
+        starts = np.searchsorted(smp, smp, side="left")
+        sizes = np.searchsorted(smp, smp, side="right") - starts
+        left = np.repeat(np.arange(len(smp)), sizes)
+        offsets = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        right = np.repeat(starts, sizes) + (np.arange(len(left)) - offsets)
+        self._pairs.append((nd[left] * (1 << 32) + nd[right], ns[left] * ns[right]))
+        self._held += len(left)
+        if self._held > 1_000_000:
+            self._coalesce()
+
+    def _coalesce(self) -> None:
+        keys = np.concatenate([self._gram[0], *(k for k, _ in self._pairs)])
+        vals = np.concatenate([self._gram[1], *(v for _, v in self._pairs)])
+        unique, where = np.unique(keys, return_inverse=True)
+        self._gram = (unique, np.bincount(where, vals))
+        self._pairs, self._held = [], 0
+
+    def solve(self, start: dict[int, np.ndarray], iterations: int = 300) -> dict:
+        """{node: counts per ns (RATE_FIELDS)}: exact non-negative least squares up to
+        DENSE_NODES nodes; beyond, Lee and Seung's multiplicative updates from `start` (the
+        time split's rates)."""
+        self._coalesce()
+        keys, vals = self._gram
+        if not len(keys):
+            return {}
+        nodes = np.array(sorted(self._rhs), dtype=np.int64)
+        index = {int(n): i for i, n in enumerate(nodes)}
+        rows = np.searchsorted(nodes, keys >> 32)
+        cols = np.searchsorted(nodes, keys & 0xFFFFFFFF)
+        rhs = np.stack([self._rhs[int(n)] for n in nodes])
+        if len(nodes) <= DENSE_NODES:
+            gram = np.zeros((len(nodes), len(nodes)))
+            np.add.at(gram, (rows, cols), vals)
+            rate = np.stack([_nnls(gram, rhs[:, f]) for f in range(RATE_FIELDS)], axis=1)
+            return {int(n): rate[index[int(n)]] for n in nodes}
+        rate = np.stack([start.get(int(n), np.ones(RATE_FIELDS)) for n in nodes])
+        rate = np.maximum(rate, 1e-12 * (rhs.max(axis=0) + 1e-30))  # zeros stay zero
+        for _ in range(iterations):
+            gram_rate = np.zeros_like(rate)
+            for f in range(RATE_FIELDS):
+                gram_rate[:, f] = np.bincount(rows, vals * rate[cols, f], minlength=len(nodes))
+            rate *= rhs / np.maximum(gram_rate, 1e-300)
+        return {int(n): rate[index[int(n)]] for n in nodes}
+
+
+DENSE_NODES = 3000
+"""Up to this many kernel nodes the fit is solved exactly (a dense matrix of 72 MB at most);
+beyond, by multiplicative updates, which approach a zero rate slowly."""
+
+
+def _nnls(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """min |Ax - c| with x >= 0, given A'A and A'c: least squares on the nodes whose rate is
+    positive, dropping those it makes negative, until none is (Lawson-Hanson's outer loop)."""
+    free = rhs > 0
+    x = np.zeros(len(rhs))
+    for _ in range(50):
+        if not free.any():
+            return x
+        idx = np.flatnonzero(free)
+        sol = np.linalg.lstsq(gram[np.ix_(idx, idx)], rhs[idx], rcond=None)[0]
+        if (sol >= 0).all():
+            x[:] = 0
+            x[idx] = sol
+            return x
+        free[idx[sol < 0]] = False
+    x[:] = 0
+    x[idx] = np.maximum(sol, 0)
+    return x
+
+
+def _sum_rows(keys: np.ndarray, rows: np.ndarray) -> tuple[list, np.ndarray]:
+    """Rows summed per key."""
+    unique, where = np.unique(keys, return_inverse=True)
+    out = np.zeros((len(unique), rows.shape[1]))
+    np.add.at(out, where, rows)
+    return unique.tolist(), out
+
+
 class Join:
     """Samples and kernel records of one device, joined as both arrive (see the module)."""
 
@@ -68,6 +183,10 @@ class Join:
         """Kernel time that came after its samples were joined (got no counters)."""
         self.idle = np.zeros(len(METRICS))
         """Counts of samples in which no kernel ran (copies, other processes)."""
+        self.rates = Rates()
+        """Each kernel node's counts per ns, fitted over every sample (see Rates)."""
+        self.split: dict[int, np.ndarray] = {}
+        """Each kernel node's sums as the time split gave them (the fit starts there)."""
 
     def add_kernels(self, starts, ends, meta: list) -> None:
         starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
@@ -96,6 +215,9 @@ class Join:
         done = self._k[:, 1] <= self.joined_to if until is not None else \
             np.ones(len(self._k), dtype=bool)
         out = [(*self._meta[i], self._sums[i]) for i in np.flatnonzero(done)]
+        for node, _, sums in out:
+            old = self.split.get(node)
+            self.split[node] = sums.copy() if old is None else old + sums
         keep = np.flatnonzero(~done)
         self._k, self._sums = self._k[keep], self._sums[keep]
         self._meta = [self._meta[i] for i in keep]
@@ -141,6 +263,43 @@ class Join:
         concurrent = busy[sample] > span[sample] * 1.001
         add[:, 7] = np.where(concurrent, overlap, 0.0)
         np.add.at(self._sums, kernel, add)
+        nodes = np.fromiter((self._meta[i][0] for i in kernel), dtype=np.int64, count=len(kernel))
+        counts = np.empty((len(s), RATE_FIELDS))
+        counts[:, 0] = v[:, _DRAM_R] + v[:, _DRAM_W]
+        counts[:, 1] = v[:, _L2]
+        counts[:, 2] = v[:, _TENSOR_CYCLES]
+        for col, metric in ((3, _TENSOR_PCT), (4, _ISSUE_PCT), (5, _SM_PCT)):
+            counts[:, col] = v[:, metric] / 100.0 * length
+        self.rates.add(sample, nodes, overlap, counts)
+
+
+def fitted(join: Join) -> dict[int, np.ndarray]:
+    """{node: counts per ns} fitted over the join's samples (Rates), from the time split's."""
+    start = {node: sums[1:1 + RATE_FIELDS] / sums[0] for node, sums in join.split.items()
+             if sums[0] > 0}
+    return join.rates.solve(start)
+
+
+def refit(nodes: dict, rates: dict[int, np.ndarray], chip: dict[int, str]) -> int:
+    """Replace the time split's counter sums of each node in `nodes` (a session's, path id ->
+    metrics) by its fitted rate x its sampled time; returns how many nodes changed.
+    `chip`: node -> its GPU's chip (for TENSOR_FLOPS)."""
+    changed = 0
+    for node, metrics in nodes.items():
+        rate = rates.get(node)
+        ns = metrics.get(fmt.COUNTER_NS)
+        if rate is None or not ns:
+            continue
+        fields = (fmt.DRAM_BYTES, fmt.L2_BYTES, None, fmt.TENSOR_ACTIVE_NS, fmt.ISSUE_ACTIVE_NS,
+                  fmt.SM_ACTIVE_NS)
+        for field, value in zip(fields, rate * ns):
+            if field is not None:
+                metrics[field] = float(value)
+        per_cycle = FLOPS_PER_TENSOR_CYCLE.get(chip.get(node, ""))
+        if per_cycle is not None:
+            metrics[fmt.TENSOR_FLOPS] = float(rate[2] * ns) * per_cycle
+        changed += 1
+    return changed
 
 
 def kernel_metrics(sums: np.ndarray, chip: str) -> dict[str, float]:
@@ -175,6 +334,7 @@ class CounterSampler:
         self._decoding = threading.Lock()
         """Held while the hardware buffers are read (the thread's ticks, a fork's pause)."""
         self.samplers: dict = {}
+        self.chips: dict[int, str] = {}
         self.joins: dict[int, Join] = {}
         self.failed: str | None = None
         """Why sampling stopped early (said once)."""
@@ -203,6 +363,7 @@ class CounterSampler:
                 sampler = PmSampler(self.cupti, d, METRICS, self.interval_us * 1000,
                                     HARDWARE_BUFFER)
                 self.samplers[d] = sampler
+                self.chips[d] = sampler.chip
                 self.joins.setdefault(d, Join())
                 sampler.start()
         except BaseException:
@@ -210,10 +371,6 @@ class CounterSampler:
             raise
         finally:
             restore()
-
-    def chip(self, device: int) -> str:
-        s = self.samplers.get(device)
-        return s.chip if s is not None else ""
 
     def kernels(self, device: int, starts, ends, meta: list) -> None:
         """Kernel records of `device`: (node, launch ts) in `meta` (CUPTI's thread)."""
@@ -300,6 +457,17 @@ class CounterSampler:
                             HARDWARE_BUFFER)
         self.samplers[device] = sampler
         sampler.start()
+
+    def fitted(self) -> tuple[dict[int, np.ndarray], dict[int, str]]:
+        """({node: counts per ns}, {node: chip}) over every device's samples so far."""
+        rates: dict[int, np.ndarray] = {}
+        chips: dict[int, str] = {}
+        with self._lock:
+            for device, join in self.joins.items():
+                found = fitted(join)
+                rates.update(found)
+                chips.update(dict.fromkeys(found, self.chips.get(device, "")))
+        return rates, chips
 
     @property
     def lost(self) -> int:

@@ -477,7 +477,7 @@ class Profiler:
 
             instrumentation.finish(session, devices)
         if session.counters:
-            self._finish_counters(session)
+            self._refit_counters(session)
         if (pc := self._pc(session)) is not None:
             last = not self._sampling_for_others(session)
             if last:
@@ -566,19 +566,36 @@ class Profiler:
             return
         self.router.counters = self.counters
 
-    def _finish_counters(self, session: Session) -> None:
-        """The last counters session ends: stop sampling, join the rest, say what it cost."""
+    def _refit_counters(self, session: Session) -> None:
+        """The session's kernels' counters from rates fitted over every sample (see
+        cupti.counters.Rates), in place of the time split's; the last counters session to
+        end stops sampling first."""
         sampler = self.counters
-        if sampler is None or any(s.counters and s is not session
-                                  for s in self.sessions.values()):
+        if sampler is None:
             return
+        last = not any(s.counters and s is not session for s in self.sessions.values())
+        if last and not self._finish_counters(sampler):
+            return
+        from ..cupti.counters import refit
+
+        try:
+            t0 = time.monotonic()
+            rates, chips = sampler.fitted()
+            with session.lock:
+                changed = refit(session.nodes, rates, chips)
+            debug(f"counters: {changed} kernel nodes refitted in {time.monotonic() - t0:.2f} s")
+        except Exception as exc:  # the time split is still worth having
+            warn(f"counters: the per-kernel fit failed ({exc}); kernels keep the time split")
+
+    def _finish_counters(self, sampler) -> bool:
+        """The last counters session ends: stop sampling, join the rest, say what it cost."""
         self.counters = self.router.counters = None
         try:
             sampler.finish()
         except Exception as exc:  # the time profile is still worth having
             warn(f"counters could not be read at the end ({exc}); the profile keeps its "
                  "kernel times")
-            return
+            return False
         late = sum(j.late_ns for j in sampler.joins.values())
         debug(f"counters: {sampler.samples} samples every {sampler.interval_us} us on GPUs "
               f"{sampler.devices}, decoded in "
@@ -593,6 +610,7 @@ class Profiler:
             warn(f"counters: the GPU's sample buffer overflowed {sampler.lost} times and "
                  "samples were lost; sample less often (mode='counters:interval=US' with a "
                  "larger US)")
+        return True
 
     def _stop_collector(self) -> None:
         collector = cast("CuptiCollector", self.collector)  # called while one collects
