@@ -107,7 +107,7 @@ class Rates:
         self._gram = (unique, np.bincount(where, vals))
         self._pairs, self._held = [], 0
 
-    def solve(self, start: dict[int, np.ndarray], iterations: int = 300) -> dict:
+    def solve(self, start: dict[int, np.ndarray], iterations: int = 3000) -> dict:
         """{node: counts per ns (RATE_FIELDS)}: exact non-negative least squares up to
         DENSE_NODES nodes; beyond, Lee and Seung's multiplicative updates from `start` (the
         time split's rates)."""
@@ -127,7 +127,10 @@ class Rates:
             return {int(n): rate[index[int(n)]] for n in nodes}
         rate = np.stack([start.get(int(n), np.ones(RATE_FIELDS)) for n in nodes])
         rate = np.maximum(rate, 1e-12 * (rhs.max(axis=0) + 1e-30))  # zeros stay zero
-        for _ in range(iterations):
+        deadline = time.monotonic() + FIT_SECONDS
+        for i in range(iterations):
+            if i % 100 == 99 and time.monotonic() > deadline:
+                break
             gram_rate = np.zeros_like(rate)
             for f in range(RATE_FIELDS):
                 gram_rate[:, f] = np.bincount(rows, vals * rate[cols, f], minlength=len(nodes))
@@ -135,6 +138,8 @@ class Rates:
         return {int(n): rate[index[int(n)]] for n in nodes}
 
 
+FIT_SECONDS = 5.0
+"""The multiplicative updates stop after this long (finalize waits for them)."""
 DENSE_NODES = 3000
 """Up to this many kernel nodes the fit is solved exactly (a dense matrix of 72 MB at most);
 beyond, by multiplicative updates, which approach a zero rate slowly."""
