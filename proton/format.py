@@ -166,3 +166,12 @@ COUNTERS_SHARED_NS = "counters_shared_ns"
 sample's counts were split between them by time."""
 COUNTER_METRICS = (COUNTER_NS, DRAM_BYTES, L2_BYTES, TENSOR_FLOPS, TENSOR_ACTIVE_NS,
                    ISSUE_ACTIVE_NS, SM_ACTIVE_NS, COUNTERS_SHARED_NS)
+EXACT = "exact_"
+"""mode="counters:scopes=A,B": a listed scope's own counts from CUPTI's range profiler (every
+kernel between its enter and exit on the main thread, counted, not sampled), written as the
+scope node's own values (never summed into parents): EXACT + "dram_bytes", "l2_bytes",
+"tensor_flops", "gpu_ns" (GPU time the range spanned), "tensor_active", "issue_active",
+"sm_active" (% of that time) and "ranges" (how many times it was counted)."""
+EXACT_METRICS = tuple(EXACT + m for m in ("dram_bytes", "l2_bytes", "tensor_flops", "gpu_ns",
+                                          "tensor_active", "issue_active", "sm_active",
+                                          "ranges"))

@@ -53,6 +53,9 @@ class CounterOptions:
 
     interval: int = 250  # DEFAULT_COUNTER_INTERVAL
     """Microseconds between samples: a 9 ms GPT step gets 36 (cupti.counters says the cost)."""
+    scopes: tuple[str, ...] = ()
+    """counters:scopes=A,B: exact counts of these scopes by CUPTI's range profiler instead of
+    samples (cupti.scope_ranges)."""
 
 
 DEFAULT_COUNTER_INTERVAL = 250
@@ -142,18 +145,23 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
 
 
 def parse_counters(mode: str) -> CounterOptions:
-    """'counters[:interval=US]' -> CounterOptions."""
+    """'counters[:interval=US][:scopes=A,B]' -> CounterOptions."""
     interval = DEFAULT_COUNTER_INTERVAL
+    scopes: tuple[str, ...] = ()
     for option in mode.split(":")[1:]:
         key, _, value = option.partition("=")
+        if key == "scopes" and value.strip(","):
+            scopes = tuple(name for name in value.split(",") if name)
+            continue
         if key != "interval" or not value.isdigit():
             raise SessionError(f"mode option {option!r} is not supported by counters; use "
-                               f"interval=US (microseconds between samples, default {interval})")
+                               f"interval=US (microseconds between samples, default {interval}) "
+                               "or scopes=A,B (exact counts of the scopes named so)")
         interval = int(value)
     if interval not in COUNTER_INTERVALS:
         raise SessionError(f"counters:interval={interval} is out of range; give 10 to 100000 "
                            f"microseconds between samples (default {DEFAULT_COUNTER_INTERVAL})")
-    return CounterOptions(interval)
+    return CounterOptions(interval, scopes)
 
 
 def _mode_text(mode):
@@ -210,7 +218,7 @@ def parse_mode(mode: str | None) -> PCOptions | None:
         raise SessionError(f"mode={mode!r} is not supported; use 'pcsampling' (options "
                            "':interval=N' with N in 5..31, ':serialize=1'), "
                            "'periodic_flushing[:format=hatchet|hatchet_msgpack|chrome_trace]', "
-                           "'counters[:interval=US]', "
+                           "'counters[:interval=US][:scopes=A,B]', "
                            "or none for kernel times")
     values = {}
     for option in options:

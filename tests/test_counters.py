@@ -23,6 +23,7 @@ def test_counters_mode_parses_and_bad_options_get_one_line():
         parse_options("x", mode="counters:interval=5")
     with pytest.raises(SessionError, match="use interval=US"):
         parse_options("x", mode="counters:period=5")
+    assert parse_options("x", mode="counters:scopes=fwd,bwd").counters.scopes == ("fwd", "bwd")
     with pytest.raises(SessionError, match="data='tree'"):
         parse_options("x", mode="counters", data="trace")
 

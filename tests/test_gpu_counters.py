@@ -156,3 +156,40 @@ def test_counters_held_by_another_sampler_are_refused_in_one_line_and_times_go_o
     tree = load(tmp_path / "held.hatchet")
     assert total(find(tree[0], "work"), "time (ns)") > 0
     assert total(tree[0], "dram_bytes") == 0
+
+
+def test_exact_counts_of_listed_scopes_by_the_range_profiler(tmp_path):
+    """counters:scopes=copy,matmul: the range profiler counts each listed scope's kernels;
+    a listed scope inside another is counted within it, an unlisted one not at all."""
+    run("""
+        import torch, proton
+        x = torch.ones(128 * %d, dtype=torch.bfloat16, device="cuda")   # 256 MiB
+        y = torch.empty_like(x)
+        a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+        torch.mul(x, 2, out=y); a @ a; torch.cuda.synchronize()
+        proton.start("exact", mode="counters:scopes=copy,matmul")
+        for _ in range(3):
+            with proton.scope("copy"):
+                for _ in range(5):
+                    torch.mul(x, 2, out=y)
+                with proton.scope("matmul"):      # nested in a listed scope: within copy's
+                    pass
+            with proton.scope("matmul"):
+                for _ in range(4):
+                    a @ a
+            with proton.scope("other"):
+                torch.mul(x, 2, out=y)
+        proton.finalize()
+    """ % MIB, tmp_path)
+    tree = load(tmp_path / "exact.hatchet")
+    copy = find(tree[0], "copy")["metrics"]
+    mm = next(c for c in tree[0]["children"] if c["frame"]["name"] == "matmul")["metrics"]
+    assert copy["exact_ranges"] == 3 and mm["exact_ranges"] == 3
+    assert copy["exact_dram_bytes"] == pytest.approx(3 * 5 * 2 * 256 * MIB, rel=0.03)
+    assert mm["exact_tensor_flops"] == pytest.approx(3 * 4 * 2 * 8192 ** 3, rel=0.03)
+    assert mm["exact_tensor_active"] > 50
+    assert "exact_dram_bytes" not in find(tree[0], "other")["metrics"]
+    # the kernels' own times are still there, unserialised: the scope's GPU time within 10%
+    kernel_ns = sum(k["metrics"].get("time (ns)", 0) for k in kernels_under(
+        next(c for c in tree[0]["children"] if c["frame"]["name"] == "matmul")))
+    assert mm["exact_gpu_ns"] == pytest.approx(kernel_ns, rel=0.1)

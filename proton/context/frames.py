@@ -67,6 +67,11 @@ class Recorder:
 _recorder: Recorder = Recorder()
 
 
+ranges = None
+"""cupti.scope_ranges.ScopeRanges while a counters:scopes=... session is live: the main
+thread's listed scopes push and pop its ranges."""
+
+
 def attach(recorder: Recorder) -> None:
     """Register the runtime's recorder (once, when the runtime loads)."""
     global _recorder
@@ -95,7 +100,10 @@ def launch_parent() -> int:
 
 def after_fork_in_child() -> None:
     """In a forked child only the forking thread lives on, now the main thread, and its open
-    frames' CUPTI ids were pushed in the parent's CUPTI, which the child never calls."""
+    frames' CUPTI ids were pushed in the parent's CUPTI, which the child never calls (nor its
+    range profiler)."""
+    global ranges
+    ranges = None
     stack.after_fork_in_child()
     st = per_thread.stacks
     st.op, st.op_path = None, None
@@ -145,6 +153,8 @@ def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind
         recorder.add_metrics(path, values)
     opened.append(top)
     st.version += 1
+    if ranges is not None and st.main and name in ranges.names:
+        ranges.enter(name, path)
     if collector is not None:
         if st.main:
             collector.push_main(path)
@@ -239,6 +249,8 @@ def close_frame(values: dict[str, float] | None = None, named: str | None = None
         pop_op()
     top = opened.pop()
     st.version += 1
+    if ranges is not None and st.main:
+        ranges.exit(top.name)
     by = top.pushed_by
     recorder = _recorder
     collector = recorder.collector

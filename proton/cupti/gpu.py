@@ -145,3 +145,12 @@ def context_keeper():
     if err != driver.CUresult.CUDA_SUCCESS or not int(ctx):
         return lambda: None
     return lambda: driver.cuCtxSetCurrent(ctx)
+
+
+def current_context() -> int:
+    """This thread's current CUcontext as an address (0: none)."""
+    driver = _driver()
+    if driver is None:
+        return 0
+    err, ctx = driver.cuCtxGetCurrent()
+    return int(ctx) if err == driver.CUresult.CUDA_SUCCESS else 0

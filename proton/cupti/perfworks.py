@@ -328,3 +328,112 @@ class PmSampler:
             if obj:
                 self.cupti.call("cuptiPmSamplingDisable", PmObject(pPmSamplingObject=obj))
             self.config.close()
+
+
+# -- the range profiler (counts, not samples, between a push and its pop) ----------------------
+RANGE_USER, REPLAY_USER = 2, 3
+"""CUpti_ProfilerRange CUPTI_UserRange; CUpti_ProfilerReplayMode CUPTI_UserReplay."""
+
+RpEnable = _params("RpEnable", [("ctx", c_void), ("pRangeProfilerObject", c_void)])
+RpObject = _params("RpObject", [("pRangeProfilerObject", c_void)])
+RpSetConfig = _params("RpSetConfig", [
+    ("pRangeProfilerObject", c_void), ("configSize", c_size), ("pConfig", c_void),
+    ("counterDataImageSize", c_size), ("pCounterDataImage", c_void), ("range", ctypes.c_int),
+    ("replayMode", ctypes.c_int), ("maxRangesPerPass", c_size),
+    ("numNestingLevels", ctypes.c_uint16), ("minNestingLevel", ctypes.c_uint16),
+    ("passIndex", c_size), ("targetNestingLevel", ctypes.c_uint16)])
+RpStop = _params("RpStop", [
+    ("pRangeProfilerObject", c_void), ("passIndex", c_size), ("targetNestingLevel", c_size),
+    ("isAllPassSubmitted", ctypes.c_uint8)])
+RpPush = _params("RpPush", [("pRangeProfilerObject", c_void), ("pRangeName", c_str)])
+RpDecode = _params("RpDecode", [("pRangeProfilerObject", c_void), ("numOfRangeDropped", c_size)])
+RpDataSize = _params("RpDataSize", [
+    ("pRangeProfilerObject", c_void), ("pMetricNames", ctypes.POINTER(c_str)),
+    ("numMetrics", c_size), ("maxNumOfRanges", c_size), ("maxNumRangeTreeNodes", ctypes.c_uint32),
+    ("counterDataSize", c_size)])
+RpDataInit = _params("RpDataInit", [
+    ("pRangeProfilerObject", c_void), ("counterDataSize", c_size), ("pCounterData", c_void)])
+RpDataInfo = _params("RpDataInfo", [
+    ("pCounterDataImage", c_void), ("counterDataImageSize", c_size), ("numTotalRanges", c_size)])
+RpRangeInfo = _params("RpRangeInfo", [
+    ("pCounterDataImage", c_void), ("counterDataImageSize", c_size), ("rangeIndex", c_size),
+    ("rangeDelimiter", c_str), ("rangeName", c_str)])
+
+
+class RangeProfiler:
+    """Exact counts of `metrics` between each push and its pop, on one CUDA context: user
+    ranges, one nesting level, replayed by nobody (the set must fit one pass), so kernels
+    run as they would. `ranges()` after `stop()`: [(name, values)], in push order."""
+
+    def __init__(self, cupti: Cupti, context: int, device: int, metrics: Sequence[str],
+                 max_ranges: int = 4096) -> None:
+        """context: the CUcontext (an address) whose work is counted, on `device`."""
+        self.cupti = cupti
+        cupti.profiler_initialize()
+        self.chip = cupti.chip_name(device)
+        self.config = MetricConfig(cupti, self.chip, metrics, PROFILER_RANGE)
+        if self.config.passes != 1:
+            passes = self.config.passes
+            self.config.close()
+            raise CountersError(f"{', '.join(metrics)} need {passes} passes on {self.chip}; "
+                                "exact scope counts take a set that fits one pass")
+        self._obj = cupti.call("cuptiRangeProfilerEnable",
+                               RpEnable(ctx=context)).pRangeProfilerObject
+        try:
+            self._size = cupti.call("cuptiRangeProfilerGetCounterDataSize", RpDataSize(
+                pRangeProfilerObject=self._obj, pMetricNames=self.config._names,
+                numMetrics=len(self.config.metrics), maxNumOfRanges=max_ranges,
+                maxNumRangeTreeNodes=max_ranges)).counterDataSize
+            self._data = (ctypes.c_uint8 * self._size)()
+            cupti.call("cuptiRangeProfilerCounterDataImageInitialize", RpDataInit(
+                pRangeProfilerObject=self._obj, counterDataSize=self._size,
+                pCounterData=ctypes.cast(self._data, c_void)))
+            image = self.config.image
+            cupti.call("cuptiRangeProfilerSetConfig", RpSetConfig(
+                pRangeProfilerObject=self._obj, configSize=len(image),
+                pConfig=ctypes.cast(image, c_void), counterDataImageSize=self._size,
+                pCounterDataImage=ctypes.cast(self._data, c_void), range=RANGE_USER,
+                replayMode=REPLAY_USER, maxRangesPerPass=max_ranges, numNestingLevels=1,
+                minNestingLevel=1, passIndex=0, targetNestingLevel=1))
+            cupti.call("cuptiRangeProfilerStart", RpObject(pRangeProfilerObject=self._obj))
+        except CountersError:
+            self.close()
+            raise
+        self.started = True
+        self.dropped = 0
+
+    def push(self, name: str) -> None:
+        self.cupti.call("cuptiRangeProfilerPushRange",
+                        RpPush(pRangeProfilerObject=self._obj, pRangeName=name.encode()))
+
+    def pop(self) -> None:
+        self.cupti.call("cuptiRangeProfilerPopRange", RpObject(pRangeProfilerObject=self._obj))
+
+    def stop(self) -> None:
+        if self.started:
+            self.started = False
+            self.cupti.call("cuptiRangeProfilerStop", RpStop(pRangeProfilerObject=self._obj))
+            self.dropped = self.cupti.call("cuptiRangeProfilerDecodeData", RpDecode(
+                pRangeProfilerObject=self._obj)).numOfRangeDropped
+
+    def ranges(self) -> list[tuple[str, list[float]]]:
+        data = ctypes.cast(self._data, c_void)
+        n = self.cupti.call("cuptiRangeProfilerGetCounterDataInfo", RpDataInfo(
+            pCounterDataImage=data, counterDataImageSize=self._size)).numTotalRanges
+        out = []
+        for i in range(n):
+            name = self.cupti.call("cuptiRangeProfilerCounterDataGetRangeInfo", RpRangeInfo(
+                pCounterDataImage=data, counterDataImageSize=self._size, rangeIndex=i,
+                rangeDelimiter=b"/")).rangeName
+            out.append(((name or b"").decode(errors="replace"),
+                        self.config.evaluate(self._data, self._size, i)))
+        return out
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            obj, self._obj = getattr(self, "_obj", None), None
+            if obj:
+                self.cupti.call("cuptiRangeProfilerDisable", RpObject(pRangeProfilerObject=obj))
+            self.config.close()

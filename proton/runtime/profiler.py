@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, cast
 from ..context import frames, make, stack
 from .. import data
 from ..data import job, writer
+from ..data.paths import paths
 from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
@@ -477,6 +478,7 @@ class Profiler:
 
             instrumentation.finish(session, devices)
         if session.counters:
+            self._finish_scope_ranges(session)
             self._refit_counters(session)
         if (pc := self._pc(session)) is not None:
             last = not self._sampling_for_others(session)
@@ -543,9 +545,12 @@ class Profiler:
         """PM sampling on every GPU for mode="counters" (once for the live sessions). Where
         counters cannot be read, one line says why and the session goes on with kernel
         times."""
-        if self.counters is not None:
+        if self.counters is not None or frames.ranges is not None:
             return
         if self.collector is None:  # no GPU: said once already, scopes get CPU time
+            return
+        if options.scopes:
+            self._start_scope_ranges(options.scopes)
             return
         from ..cupti import gpu
         from ..cupti.buffers import loaded_libcupti
@@ -565,6 +570,44 @@ class Profiler:
                  "the session goes on with kernel times")
             return
         self.router.counters = self.counters
+
+    def _start_scope_ranges(self, names) -> None:
+        """CUPTI's range profiler for counters:scopes=A,B."""
+        from ..cupti import gpu
+        from ..cupti.buffers import loaded_libcupti
+        from ..cupti.perfworks import WHY, CountersError
+        from ..cupti.scope_ranges import ScopeRanges
+
+        try:
+            frames.ranges = ScopeRanges(loaded_libcupti() or "libcupti.so",
+                                        gpu.devices_in_use()[0], names)
+        except (CountersError, OSError, IndexError) as exc:
+            why = getattr(exc, "code", 0)
+            warn(f"mode='counters': the scopes' counters cannot be read here: "
+                 f"{WHY.get(why) or exc}; the session goes on with kernel times")
+
+    def _finish_scope_ranges(self, session: Session) -> None:
+        """The last counters session ends: the listed scopes' exact counts on their nodes."""
+        ranges = frames.ranges
+        if ranges is None or any(s.counters and s is not session
+                                 for s in self.sessions.values()):
+            return
+        frames.ranges = None
+        try:
+            found = ranges.finish()
+        except Exception as exc:
+            warn(f"counters: the scopes' counts could not be read ({exc}); the profile keeps "
+                 "its kernel times")
+            return
+        for path, metrics in found.items():
+            session.add(path, metrics)
+        missing = sorted(ranges.names - {p.name for p in (paths.frames[x] for x in found)})
+        if missing:
+            warn(f"counters: no GPU work was counted in scope {', '.join(map(repr, missing))} "
+                 "(not entered on the main thread, or nothing ran in it)")
+        if ranges.dropped or ranges.errors:
+            warn(f"counters: {ranges.dropped + ranges.errors} scope ranges were lost "
+                 "(over 4,096 in one session)")
 
     def _refit_counters(self, session: Session) -> None:
         """The session's kernels' counters from rates fitted over every sample (see
