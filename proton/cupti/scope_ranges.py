@@ -37,6 +37,9 @@ class ScopeRanges:
         self.chip = self.profiler.chip
         self._open: list[str] = []
         self._paths: dict[str, int] = {}
+        self._pushes: dict[str, int] = {}
+        """Ranges pushed per name: CUPTI keeps one range per name and sums its pushes into
+        it (seen on an H200: 3 pushes of one scope gave 1 range)."""
         self.errors = 0
 
     def enter(self, name: str, path: int) -> None:
@@ -47,6 +50,7 @@ class ScopeRanges:
             self._paths[key] = path
             try:
                 self.profiler.push(key)
+                self._pushes[key] = self._pushes.get(key, 0) + 1
             except Exception:  # a scope's enter must not raise: counted, said at the end
                 self.errors += 1
                 self._open.pop()
@@ -78,8 +82,9 @@ class ScopeRanges:
                 continue
             total = out.setdefault(path, [0.0] * 8)
             dram_r, dram_w, l2, tensor_cycles, ns, tensor, issue, sm = values
+            pushes = float(self._pushes.get(key.rsplit("/", 1)[-1], 1))
             for i, v in enumerate((dram_r + dram_w, l2, tensor_cycles, ns, tensor * ns,
-                                   issue * ns, sm * ns, 1.0)):
+                                   issue * ns, sm * ns, pushes)):
                 total[i] += v
         per_cycle = FLOPS_PER_TENSOR_CYCLE.get(self.chip)
         metrics = {}
