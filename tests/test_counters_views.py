@@ -432,3 +432,22 @@ def test_a_latency_bound_kernel_of_a_launch_bound_scope_is_only_worth_knowing(tm
     got = verdicts(str(path))
     assert got["tiny_add"][0].info and "launch-bound" in got["tiny_add"][0].advice
     assert not got[SMALL_MATMUL][0].info  # outside it, a warning
+
+
+def test_kernels_whose_counters_measured_no_dram_are_still_on_the_roofline(tmp_path):
+    """An L2-resident matmul and a short kernel whose fitted DRAM share came to zero: both
+    drawn at the DRAM floor, and the note says how many."""
+    from proton.viewer.derive import DRAM_FLOOR
+
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0, **{m: 0 for m in COUNTER_METRICS}},
+            "children": [scope("step", measured(MATMUL, 1e6, dram=0.0, tensor=0.8, tflops=0.5),
+                               measured(REDUCE, 1e5, dram=0.0))]}
+    path = tmp_path / "floor.hatchet"
+    path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
+    d = html_data(tmp_path, str(path))
+    got = {p["name"]: p for p in points(d)}
+    assert set(got) == {MATMUL, REDUCE}
+    assert got[REDUCE]["y"] == pytest.approx(NOMINAL_INTENSITY * DRAM_FLOOR, rel=1e-5)
+    assert got[MATMUL]["x"] == pytest.approx(0.5 * PEAK16 / DRAM_FLOOR, rel=1e-5)
+    assert "2 with under 0.1 GB/s of DRAM traffic measured" in d["roofline"]["note"]

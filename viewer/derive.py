@@ -41,6 +41,10 @@ DRAM_THROUGHPUT = "dram_throughput"
 """Measured DRAM bytes/s over the GPU's peak bandwidth (%)."""
 INTENSITY = "tensor_flop/byte"
 """Measured arithmetic intensity: tensor_flops over dram_bytes."""
+DRAM_FLOOR = 1e8
+"""Bytes/s: a measured kernel with less DRAM traffic than this (an L2-resident kernel, or a
+short one whose fitted share came to zero) is drawn as if it moved this much, so that every
+kernel with counters has a place on the roofline (the note counts them)."""
 NOMINAL_INTENSITY = 1 / 8
 """FLOP per byte at which the roofline places a kernel with counters but no tensor work
 (elementwise ops, copies, reductions: their measured FLOPs are 0, so they have no intensity of
@@ -493,15 +497,24 @@ class KernelRoof:
             return None
         return self.flops / self.seconds / min(self.peak, self.bandwidth * x)
 
+    @property
+    def floored(self) -> bool:
+        """Measured, with fewer DRAM bytes than DRAM_FLOOR over its time: drawn at the floor."""
+        return self.source != DECLARED and self.seconds > 0 and \
+            self.nbytes < DRAM_FLOOR * self.seconds
+
     def point(self) -> tuple[float, float] | None:
         """(FLOP per byte, FLOP/s) on the roofline; a kernel with no tensor work at
-        NOMINAL_INTENSITY. None where it has no place (nothing measured or declared)."""
+        NOMINAL_INTENSITY; a measured one with (almost) no DRAM bytes as if it moved
+        DRAM_FLOOR. None where it has no place (nothing measured or declared)."""
+        nbytes = max(self.nbytes, DRAM_FLOOR * self.seconds) if self.source != DECLARED \
+            else self.nbytes
         if self.source == NO_TENSOR_WORK:
-            y = NOMINAL_INTENSITY * self.nbytes / self.seconds
+            y = NOMINAL_INTENSITY * nbytes / self.seconds if self.seconds else 0.0
             return (NOMINAL_INTENSITY, y) if y > 0 else None
-        if not self.flops or not self.nbytes:
+        if not self.flops or not nbytes:
             return None
-        return self.flops / self.nbytes, self.flops / self.seconds
+        return self.flops / nbytes, self.flops / self.seconds
 
     def util(self) -> float:
         """Achieved over peak: the larger of flops over the compute roof and bytes over the

@@ -14,7 +14,7 @@ import re
 from typing import cast
 
 from ..format import CUDA, NUM_SAMPLES, PYTHON_FRAME
-from .derive import (DECLARED, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
+from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
                      derive, kernel_mask, kernel_roofs)
 from .errors import ViewerError
 from .names import readable
@@ -280,6 +280,10 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
                          "to the memory roof is their measured DRAM bandwidth fraction")
         if count[DECLARED]:
             parts.append(f"{count[DECLARED]:,} declared by launch_metadata (hollow)")
+        floored = sum(k.floored for k in kernels.values())
+        if floored:
+            parts.append(f"{floored:,} with under {DRAM_FLOOR / 1e9:g} GB/s of DRAM traffic "
+                         f"measured drawn as if they moved {DRAM_FLOOR / 1e9:g} GB/s")
         if blank:
             parts.append(f"{blank:,} with counters that measured neither DRAM bytes nor "
                          "tensor work not drawn")
