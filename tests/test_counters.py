@@ -172,3 +172,20 @@ def test_the_default_metrics_fit_one_pass_on_the_gpus_that_sample():
         config.close()
     with pytest.raises(CountersError, match="cannot sample"):
         MetricConfig(cupti, "GH100", ["no__such_metric.sum"])
+
+
+def test_the_counters_flag_and_another_mode_are_refused_together_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "s.py"
+    script.write_text("print('ran')\n")
+    out = subprocess.run([sys.executable, "-m", "proton", "--counters", "-m", "pcsampling",
+                          str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2 and "ran" not in out.stdout
+    assert "--counters and -m pcsampling cannot run together" in out.stderr
+    assert "Traceback" not in out.stderr
+    ok = subprocess.run([sys.executable, "-m", "proton", "--counters", str(script)],
+                        capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0 and "ran" in ok.stdout  # no GPU here: CPU time, said once
+    assert (tmp_path / "proton.hatchet").exists()
