@@ -236,7 +236,48 @@ class Sample:
     values: list
 
 
-class PmSampler:
+class _Collecting:
+    """What PmSampler and RangeProfiler share: a CUPTI object on a MetricConfig, stopped and
+    disabled by close (`_disable`: the CUPTI call, `_object`: its parameter struct, whose one
+    field `_field` is the object)."""
+
+    cupti: Cupti
+    config: MetricConfig
+    chip: str
+    _obj: int | None
+    _disable: str
+    _object: type
+    _field: str
+
+    def _configure(self, cupti: Cupti, device: int, metrics: Sequence[str],
+                   profiler: int) -> None:
+        """The device's chip and the metrics' one-pass configuration for `profiler` (in the
+        order the GPU runs took: initialize, chip, availability, host configuration)."""
+        cupti.profiler_initialize()
+        self.chip = cupti.chip_name(device)
+        availability = cupti.pm_counter_availability(device) \
+            if profiler == PROFILER_PM_SAMPLING else None
+        self.config = MetricConfig(cupti, self.chip, metrics, profiler, availability)
+        if self.config.passes != 1:
+            passes = self.config.passes
+            self.config.close()
+            raise CountersError(f"{', '.join(metrics)} need {passes} passes on {self.chip}; "
+                                "counters are read in one pass (no replay): give fewer")
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            obj, self._obj = getattr(self, "_obj", None), None
+            if obj:
+                self.cupti.call(self._disable, self._object(**{self._field: obj}))
+            self.config.close()
+
+
+class PmSampler(_Collecting):
     """PM sampling of one device: enable, configure, start; `decode()` drains the hardware
     buffer into samples as often as called; stop and close at the end.
 
@@ -244,20 +285,14 @@ class PmSampler:
     image's capacity per decode; a decode that fills it is followed by another at once.
     """
 
+    _disable, _object, _field = "cuptiPmSamplingDisable", PmObject, "pPmSamplingObject"
+
     def __init__(self, cupti: Cupti, device: int, metrics: Sequence[str], interval_ns: int,
                  hardware_buffer: int = 256 << 20, max_samples: int = 4096) -> None:
         self.cupti, self.device = cupti, device
         self.overflowed = 0
         """Decodes that found the hardware buffer overflowed (samples were lost)."""
-        cupti.profiler_initialize()
-        self.chip = cupti.chip_name(device)
-        availability = cupti.pm_counter_availability(device)
-        self.config = MetricConfig(cupti, self.chip, metrics, PROFILER_PM_SAMPLING, availability)
-        if self.config.passes != 1:
-            passes = self.config.passes
-            self.config.close()
-            raise CountersError(f"{', '.join(metrics)} need {passes} passes on {self.chip}; "
-                                "PM sampling takes a set that fits one pass")
+        self._configure(cupti, device, metrics, PROFILER_PM_SAMPLING)
         self._obj = cupti.call("cuptiPmSamplingEnable",
                                PmEnable(deviceIndex=device)).pPmSamplingObject
         try:
@@ -320,14 +355,6 @@ class PmSampler:
             if p.decodeStopReason != DECODE_COUNTER_DATA_FULL:
                 return samples
 
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            obj, self._obj = getattr(self, "_obj", None), None
-            if obj:
-                self.cupti.call("cuptiPmSamplingDisable", PmObject(pPmSamplingObject=obj))
-            self.config.close()
 
 
 # -- the range profiler (counts, not samples, between a push and its pop) ----------------------
@@ -360,23 +387,20 @@ RpRangeInfo = _params("RpRangeInfo", [
     ("rangeDelimiter", c_str), ("rangeName", c_str)])
 
 
-class RangeProfiler:
+class RangeProfiler(_Collecting):
     """Exact counts of `metrics` between each push and its pop, on one CUDA context: user
     ranges, one nesting level, replayed by nobody (the set must fit one pass), so kernels
-    run as they would. `ranges()` after `stop()`: [(name, values)], in push order."""
+    run as they would. `ranges()` after `stop()`: [(name, values)], one per range name (CUPTI
+    sums the pushes of one name into it)."""
+
+    _disable, _object, _field = ("cuptiRangeProfilerDisable", RpObject,
+                                 "pRangeProfilerObject")
 
     def __init__(self, cupti: Cupti, context: int, device: int, metrics: Sequence[str],
                  max_ranges: int = 4096) -> None:
         """context: the CUcontext (an address) whose work is counted, on `device`."""
         self.cupti = cupti
-        cupti.profiler_initialize()
-        self.chip = cupti.chip_name(device)
-        self.config = MetricConfig(cupti, self.chip, metrics, PROFILER_RANGE)
-        if self.config.passes != 1:
-            passes = self.config.passes
-            self.config.close()
-            raise CountersError(f"{', '.join(metrics)} need {passes} passes on {self.chip}; "
-                                "exact scope counts take a set that fits one pass")
+        self._configure(cupti, device, metrics, PROFILER_RANGE)
         self._obj = cupti.call("cuptiRangeProfilerEnable",
                                RpEnable(ctx=context)).pRangeProfilerObject
         try:
@@ -429,11 +453,3 @@ class RangeProfiler:
                         self.config.evaluate(self._data, self._size, i)))
         return out
 
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            obj, self._obj = getattr(self, "_obj", None), None
-            if obj:
-                self.cupti.call("cuptiRangeProfilerDisable", RpObject(pRangeProfilerObject=obj))
-            self.config.close()
