@@ -325,9 +325,10 @@ class CounterSampler:
 
     def __init__(self, lib_path: str, devices: Sequence[int], interval_us: int,
                  finished: Callable[[list], None]) -> None:
-        """Sampling starts on the calling thread, with each device's context current (see
-        gpu.enter_context: set up on another thread, PM sampling decoded a few samples and then
-        only CUPTI_ERROR_OUT_OF_MEMORY on an H200)."""
+        """Sampling starts on the calling thread, with each device's primary context current
+        (gpu.enter_context), as in every run that worked on the H200; whether PM sampling
+        needs the context was not isolated (the failures first put down to it were the
+        hardware buffer overflowing: HARDWARE_BUFFER)."""
         from .perfworks import Cupti
 
         self.cupti = Cupti(lib_path)
@@ -398,8 +399,10 @@ class CounterSampler:
 
     def before_fork(self) -> None:
         """The process forks (a DataLoader's workers): read what was sampled and let the GPUs
-        go, so that the child shares none of the pages the GPU writes samples to;
-        after_fork_in_parent starts again. Kernels in between get no counters."""
+        go, so that the child shares none of the pages the GPU writes samples to (CUDA keeps
+        its own memory out of a child; CUPTI's sample buffer was not shown to need this: a
+        precaution, ~0.6 s a fork); after_fork_in_parent starts again. Kernels in between get
+        no counters."""
         if not self.samplers or self.failed:
             return
         with self._decoding:

@@ -114,8 +114,7 @@ _retained: dict = {}
 
 def enter_context(ordinal: int) -> bool:
     """Make the device's primary context (torch and Triton run in it; made now if it does not
-    exist) current on this thread. PM sampling set up from another thread before it existed
-    decoded a few samples and then only CUPTI_ERROR_OUT_OF_MEMORY (H200, driver 580). The
+    exist) current on this thread, where PM sampling and the range profiler are set up. The
     context is retained once: it stays alive while sampling uses it."""
     driver = _driver()
     if driver is None:
