@@ -7,7 +7,9 @@ kernel records (start and end on the same clock as the samples: measured on an H
 copy and matmul phases fall in their samples with no offset) come from the router. `Join`
 splits each sample's counts between the kernels that ran in it by their time in it, and hands
 a kernel's sums on when no later sample can touch it; memory holds the samples of one tick and
-the kernels still running, however long the run.
+the kernels still running, however long the run. `Rates` keeps the normal equations of every
+sample (per pair of kernel nodes that shared one: bounded by the tree, not the run) and, when a
+session is written, fits each node's own rates, which replace the split's blur.
 """
 from __future__ import annotations
 
