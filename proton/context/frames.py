@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from time import time_ns
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..data.paths import ROOT, SCOPE, STATE
 from .shadow import ShadowContext
@@ -67,7 +67,7 @@ class Recorder:
 _recorder: Recorder = Recorder()
 
 
-ranges = None
+ranges: Any = None
 """cupti.scope_ranges.ScopeRanges while a counters:scopes=... session is live: the main
 thread's listed scopes push and pop its ranges."""
 

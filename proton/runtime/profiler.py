@@ -50,6 +50,7 @@ from .timeline import MainTimeline
 
 if TYPE_CHECKING:  # imported when a session starts (CUPTI loads with it)
     from ..cupti.collector import CuptiCollector
+    from ..cupti.counters import CounterSampler
 
 
 class Profiler:
@@ -59,7 +60,7 @@ class Profiler:
         self.sessions: dict[int, Session] = {}
         self.collector: CuptiCollector | None = None
         """The CUPTI collector while a session records kernels."""
-        self.counters = None
+        self.counters: CounterSampler | None = None
         """cupti.counters.CounterSampler while a mode="counters" session is live."""
         self.context = make("shadow")
         """Where frames and launches go; chosen by the first live session."""

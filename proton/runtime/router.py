@@ -6,12 +6,16 @@ Runs on CUPTI's thread (see profiler.py, Threads).
 from __future__ import annotations
 
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 from ..cupti.attribution import Kernel, KernelRecord, each
 from ..cupti.records import Sunk, unpacks
 from ..data.paths import KERNEL, OP, paths
 from ..format import CAPTURED_AT, TIME
 from .session import Session
+
+if TYPE_CHECKING:  # the counters module loads with a counters session
+    from ..cupti.counters import CounterSampler
 
 
 _START = itemgetter(int(Sunk.launch))
@@ -33,7 +37,7 @@ class KernelRouter:
         """(graph launch path, capture path) -> the path its kernels go under."""
         self._grafted: dict[int, int] = {}
         """A graph kernel's path -> the path it was captured at."""
-        self.counters = None
+        self.counters: CounterSampler | None = None
         """cupti.counters.CounterSampler while a counters session is live: it takes each
         kernel's node and times."""
         self.op_values: dict[int, dict] = {}
@@ -134,8 +138,11 @@ class KernelRouter:
             starts.append(start)
             ends.append(end)
             meta.append((kernel, launch))
+        counters = self.counters
+        if counters is None:  # the last counters session ended meanwhile
+            return
         for device, (starts, ends, meta) in by_device.items():
-            self.counters.kernels(device, starts, ends, meta)
+            counters.kernels(device, starts, ends, meta)
 
     def on_counters(self, finished: list) -> None:
         """Kernels' counter sums (cupti.counters): on their node, in each counters session
