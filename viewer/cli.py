@@ -206,7 +206,7 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
         if kernel is not None:
             deep.call(_show_source, kernel, width, name_style, profile, roots)
         elif diagnose:
-            deep.call(_show_findings, profile, name_style, output)
+            deep.call(_show_findings, profile, name_style, output, merged)
         elif html_path is not None:
             deep.call(_write_html, html_path, metrics, include, exclude, threshold, depth,
                       name_style, profile, merged, list(profiles), roots)
@@ -410,12 +410,12 @@ def _check_triton_conflicts(ctx: click.Context, profiles) -> None:
                           "(or drop --output triton to merge ranks)")
 
 
-def _show_findings(prof, style: str, output: str) -> None:
+def _show_findings(prof, style: str, output: str, merged=None) -> None:
     import json
 
     from .diagnose import as_dicts, diagnose, render
 
-    diagnosis = diagnose(prof, style)
+    diagnosis = diagnose(prof, style, merged)
     if output == "json":
         click.echo(json.dumps(as_dicts(diagnosis), indent=1))
     else:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TypeGuard, cast
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import pandas as pd
 
@@ -49,6 +49,10 @@ from .names import readable
 from .occupancy import occupancy
 from .reader import Profile
 from .specs import bandwidth, peak, peak_known
+from .stragglers import IMBALANCE, MIN_COST, find, ranks_text
+
+if TYPE_CHECKING:
+    from .ranks import Merged
 
 MIN_SHARE = 0.01
 TAIL_IDLE = 0.2
@@ -153,9 +157,10 @@ class Diagnosis:
     """The findings by kernel (or scope): warnings before info, most saved first."""
 
 
-def diagnose(prof: Profile, style: str = "folded") -> Diagnosis:
+def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None) -> Diagnosis:
     """The findings grouped by kernel or scope (most wall time to save first), a note for
-    each rule that could not run, and the rules that ran.
+    each rule that could not run, and the rules that ran. `merged`: a job's ranks, whose
+    merged tree `prof` is (ranks.merge): then its stragglers are named too.
 
     Usage:
         got = diagnose(load("run.hatchet"))
@@ -169,6 +174,7 @@ def diagnose(prof: Profile, style: str = "folded") -> Diagnosis:
     kernels = [n for n, yes in kernel_mask(prof).items() if yes]
     total = float(own[kernels].sum()) if kernels else 0.0
     ctx = _Context(prof, own, total, style)
+    ctx.merged = merged
     ctx.scopes = _launch_scopes(ctx, kernels)
     found = Diagnosis([], [], {})
     for rule, thresholds in RULES:
@@ -177,6 +183,11 @@ def diagnose(prof: Profile, style: str = "folded") -> Diagnosis:
             found.notes.append(why_not)
         elif why_not is None:  # "": the rule does not apply to this kind of profile
             found.ran.update(thresholds)
+    if ctx.comm_skipped:
+        n = len({ctx.name(node) for node in ctx.comm_skipped})
+        found.notes.append(f"{n} communication kernel{'s' * (n != 1)} (NCCL) not judged by "
+                           "the launch-shape and roofline rules: NCCL picks their grid, and "
+                           "their time is mostly waiting on the other ranks")
     found.notes += ctx.notes
     found.groups = _group(ctx, kernels, found.findings)
     found.findings = [f for g in found.groups for f in g.findings]
@@ -189,7 +200,7 @@ def _group(ctx: _Context, kernels: list, findings: list[Finding]) -> list[Group]
     time: dict[str, float] = {}
     for node in kernels:
         time[ctx.name(node)] = time.get(ctx.name(node), 0.0) + (ctx.value(node, TIME) or 0.0)
-    wall: dict[str, float] = {}
+    wall: dict[str, float] = dict(ctx.walls)
     for scope in ctx.scopes:
         time[f"scope {ctx.name(scope.node)}"] = scope.ns
         if scope.cpu:
@@ -218,6 +229,10 @@ class _Context:
         self.scopes: list[_Scope] = []
         self.notes: list[str] = []
         """What a rule that ran left unjudged."""
+        self.merged: Merged | None = None
+        self.walls: dict[str, float] = {}
+        """A scope's CPU time summed over the ranks, by its group's name (stragglers)."""
+        self.comm_skipped: set = set()
 
     def value(self, node, column: str) -> float | None:
         if column not in self.df:
@@ -267,6 +282,15 @@ class _Context:
         frac = kernel.fraction() if kernel is not None else None
         return frac if frac is not None and math.isfinite(frac) else None
 
+    def comm(self, node) -> bool:
+        """A communication kernel (NCCL's): its grid is NCCL's choice and its time mostly
+        waiting on the other ranks, so the launch-shape and roofline rules do not judge it."""
+        if COMM_KERNEL.match(str(node.frame.get("name", ""))):
+            if self.big(self.value(node, TIME)):
+                self.comm_skipped.add(node)
+            return True
+        return False
+
     def host_bound(self, node) -> bool:
         """Whether the kernel is one of a launch-bound scope's, where the GPU waits on the
         host: its own shape is not what costs the time there."""
@@ -281,7 +305,8 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
         ns = ctx.value(node, TIME)
         gpu = ctx.gpu(node)
         grid, threads = ctx.value(node, GRID_BLOCKS), ctx.value(node, BLOCK_THREADS)
-        if not ctx.big(ns) or gpu is None or not grid or not threads or ctx.host_bound(node):
+        if not ctx.big(ns) or gpu is None or not grid or not threads or ctx.host_bound(node) \
+                or ctx.comm(node):
             continue
         sms = int(gpu.get("num_sms", 0))
         regs = int(ctx.value(node, REGISTERS) or 0)
@@ -362,12 +387,10 @@ def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
     judged, unjudged = 0, []
     for node in kernels:
         kernel, ns = ctx.roofs.get(node), ctx.value(node, TIME)
-        if kernel is None or kernel.point() is None or not ctx.big(ns):
-            continue
-        if kernel.source == NO_TENSOR_WORK and (
-                (ctx.counters[node].issue_active or 0) >= BOUND
-                or COMM_KERNEL.match(str(node.frame.get("name", "")))):
-            continue  # busy issuing (FMA, ALU work), or waiting on peers: not DRAM-bound
+        if kernel is None or kernel.point() is None or not ctx.big(ns) or ctx.comm(node):
+            continue  # a communication kernel waits on its peers: no roof says why
+        if kernel.source == NO_TENSOR_WORK and (ctx.counters[node].issue_active or 0) >= BOUND:
+            continue  # busy issuing (FMA, ALU work): not DRAM-bound
         frac = ctx.roof_fraction(node)
         if frac is None:
             unjudged.append(kernel)
@@ -600,6 +623,59 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
     return None
 
 
+def _stragglers(ctx: _Context, kernels: list, out: list) -> str | None:
+    """A job's imbalanced frames and the ranks its collectives wait for (stragglers.py)."""
+    if ctx.merged is None or len(ctx.merged.labels) < 2:
+        return ""  # one process's profile: nothing to compare
+    got = find(ctx.merged)
+    is_kernel = set(kernels)
+    labels, world = ctx.merged.labels, len(ctx.merged.labels)
+    of_job = f"of the job's {_ms(got.job_ns)} ({got.job_what} of its slowest rank)"
+    for s in got.found:
+        node, x = s.node, s.values
+        name = ctx.name(node)
+        who = ranks_text(s.slow, world)
+        share = f"{s.cost_ns / got.job_ns:.0%} " if got.job_ns else ""
+        if s.collective:
+            top = labels[int(x.argmax())]
+            low = float(x[labels.index(s.slow[0])])
+            verb = "arrives" if len(s.slow) == 1 else "arrive"
+            evidence = (f"{who} {verb} last at {name} (rank {top} waits {_ms(x.max())} there, "
+                        f"rank {s.slow[0]} {_ms(low)}; max/mean {s.ratio:.2f})")
+            if s.cause is not None:
+                cause = ctx.name(s.cause)
+                evidence += (f"; rank {s.slow[0]} spends +{_ms(s.cause_ns)} over the others in "
+                             f"{cause} ({s.cause_what})")
+                advice = (f"even out what rank {s.slow[0]} does in {cause} (more data, a slower "
+                          "host or GPU, work only it does: logging, checkpoints); the "
+                          "collective itself is not slow")
+            else:
+                advice = (f"find what rank {s.slow[0]} does before the collective that the "
+                          f"others do not: proton-viewer --rank {s.slow[0]} shows its tree")
+            evidence += (f": costs {_ms(s.cost_ns)}, {share}{of_job}; the last to arrive "
+                         "inferred from the times (the rank that spends least in a collective "
+                         "waits least)")
+            rule = "straggler"
+        else:
+            rest = [i for i, label in enumerate(labels) if label not in s.slow]
+            verb = "spends" if len(s.slow) == 1 else "spend up to"
+            evidence = (f"{who} {verb} {_ms(x.max())} of {s.what} here against "
+                        f"{_ms(x[rest].mean())} on the other ranks on average (max/mean "
+                        f"{s.ratio:.2f}): costs {_ms(s.cost_ns)}, {share}{of_job}")
+            advice = (f"give {who} no more work than the others, or find why it is slower "
+                      f"there: proton-viewer --rank {s.slow[0]} shows its tree")
+            rule = "imbalance"
+        timed = s.what == "cpu time"
+        gpu = ctx.value(node, f"{TIME} (inc)") or 0.0
+        finding = ctx.finding(rule, node, gpu, evidence, advice, saves=0.0)
+        finding.saves_ns = s.cost_ns
+        if timed and node not in is_kernel:
+            finding.kernel = f"scope {finding.kernel}"
+            ctx.walls[finding.kernel] = float(x.sum())
+        out.append(finding)
+    return None
+
+
 RULES = [
     (_launch_shape, {
         "too few programs": "a grid of fewer blocks than the GPU has SMs",
@@ -624,6 +700,11 @@ RULES = [
     (_stalls, {
         "stalled line": f"a line with {HOT_LINE:.0%}+ of a kernel's samples, {STALLED:.0%}+ "
                         "of them stalled"}),
+    (_stragglers, {
+        "imbalance": f"a kernel's GPU time or a CPU-timed scope's over {IMBALANCE:g}x its mean "
+                     f"over the ranks, costing {MIN_COST:.0%}+ of the job's time",
+        "straggler": f"a collective (NCCL) in which the other ranks spend over {IMBALANCE:g}x "
+                     "the time of the rank they wait for"}),
 ]
 """Each rule, and the findings it can make with their thresholds in words. Only kernels and
 scopes with MIN_SHARE or more of the profile's kernel time are judged."""

@@ -1,0 +1,138 @@
+"""A job's stragglers named by --diagnose over its rank files: the rank the others wait for, what
+it was doing, and what it costs; communication kernels not judged by the launch-shape rules."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from proton.viewer.cli import viewer
+
+H100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000, "memory_clock_rate": 2619000,
+        "bus_width": 5120}
+MS = 1e6
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def kernel(name: str, ns: float, device: int, **more) -> dict:
+    return {"frame": {"name": name, "type": "function"},
+            "metrics": {"time (ns)": ns, "count": 5, "device_id": str(device),
+                        "device_type": "CUDA", **more}, "children": []}
+
+
+def timed(name: str, ns: float, *children) -> dict:
+    """A cpu_timed_scope as the writer records it: its host time and entries, own values."""
+    return {"frame": {"name": name, "type": "function"},
+            "metrics": {"cpu_time (ns)": ns, "cpu_count": 5}, "children": list(children)}
+
+
+def rank_file(folder, rank: int, world: int, *children) -> str:
+    root = {"frame": {"name": "ROOT", "type": "function", "host": "h", "pid": 100 + rank,
+                      "rank": rank, "world_size": world, "local_rank": rank},
+            "metrics": {"time (ns)": 0, "count": 0}, "children": list(children)}
+    path = os.path.join(folder, f"ddp.rank{rank}.hatchet")
+    with open(path, "w") as f:
+        json.dump([root, {"CUDA": {str(rank): H100}}], f)
+    return path
+
+
+def nccl(ns: float, rank: int) -> dict:
+    """The issue's all-reduce: 24 blocks on an H100's 132 SMs."""
+    return kernel(NCCL, ns, rank, grid_blocks=24, block_threads=512, registers_per_thread=96)
+
+
+def ddp_job(folder, world: int, slow: int | None, delay_ns: float, noise: float = 0.0) -> None:
+    """5 steps of a DDP job: fwd_bwd (host time, a matmul) then the all-reduce. Rank `slow`
+    spends `delay_ns` more in fwd_bwd on the host; the others wait that long in the all-reduce
+    (every rank's step takes as long: they synchronise there)."""
+    for rank in range(world):
+        jitter = 1 + noise * (rank % 2)
+        extra = delay_ns if rank == slow else 0.0
+        waits = 5 * MS if rank == slow or slow is None else 5 * MS + delay_ns
+        step = 300 * MS + delay_ns
+        rank_file(folder, rank, world,
+                  timed("step", step,
+                        timed("fwd_bwd", 250 * MS * jitter + extra,
+                              kernel("matmul", 200 * MS * jitter, rank)),
+                        nccl(waits * jitter, rank)))
+
+
+def diagnose(*args) -> str:
+    result = CliRunner().invoke(viewer, ["--diagnose", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def findings(*args) -> dict:
+    result = CliRunner().invoke(viewer, ["--diagnose", "--output", "json", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("world,slow", [(2, 1), (4, 1), (4, 3)])
+def test_the_rank_the_others_wait_for_is_named_with_its_frame_and_cost(tmp_path, world, slow):
+    delay = 100 * MS  # 20 ms a step over 5 steps, as in issue 49
+    ddp_job(tmp_path, world, slow, delay)
+    got = findings(tmp_path)
+    stragglers = [f for f in got["findings"] if f["rule"] == "straggler"]
+    assert len(stragglers) == 1, got["findings"]
+    s = stragglers[0]
+    assert s["kernel"] == NCCL
+    assert s["evidence"].startswith(f"rank {slow} arrives last at {NCCL}")
+    assert f"rank {slow} spends +100.000 ms over the others in fwd_bwd (cpu time)" \
+        in s["evidence"]
+    assert s["saves_ns"] == pytest.approx(delay, rel=0.1)
+    # its cause is named there, not once more as an imbalance of its own
+    assert not [f for f in got["findings"] if f["rule"] == "imbalance"]
+    # the straggler is the first thing to read
+    assert got["findings"][0] is not None and got["groups"][0]["kernel"] == NCCL
+    text = diagnose(tmp_path)
+    assert text.startswith(f"1. {NCCL}: ")
+    assert "[straggler]" in text and "[too few programs]" not in text
+
+
+def test_a_collective_of_24_blocks_on_132_sms_gets_no_launch_shape_advice(tmp_path):
+    """Issue 49: NCCL picks its grid, and its time is waiting: not 'too few programs'."""
+    rank_file(tmp_path, 0, 1, timed("step", 200 * MS, nccl(126 * MS, 0),
+                                    kernel("matmul", 50 * MS, 0, grid_blocks=16,
+                                           block_threads=128, registers_per_thread=32)))
+    text = diagnose(tmp_path / "ddp.rank0.hatchet")
+    assert "[too few programs]" in text  # the matmul's grid is still judged
+    assert f"{NCCL}" not in text.split("note:")[0]
+    assert "1 communication kernel (NCCL) not judged by the launch-shape" in text
+
+
+def test_two_rank_files_of_the_issue_give_the_straggler_not_occupancy_advice(tmp_path):
+    ddp_job(tmp_path, 2, 1, 100 * MS)
+    text = diagnose(tmp_path / "ddp.rank0.hatchet", tmp_path / "ddp.rank1.hatchet")
+    assert "too few programs" not in text and "low occupancy" not in text
+    assert "far from the roofline" not in text.split("note:")[0]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_balanced_job_has_no_straggler(tmp_path, world):
+    ddp_job(tmp_path, world, None, 0.0, noise=0.05)  # odd ranks 5% slower throughout
+    got = findings(tmp_path)
+    assert not [f for f in got["findings"] if f["rule"] in ("straggler", "imbalance")]
+    assert "straggler" in got["rules_run"] and "imbalance" in got["rules_run"]
+
+
+def test_a_rank_with_more_gpu_work_is_named_with_its_cost(tmp_path):
+    """No collective: rank 2's matmul takes 100 ms more; the job waits that long for it."""
+    for rank in range(4):
+        rank_file(tmp_path, rank, 4, timed("step", 300 * MS, kernel(
+            "matmul", (300 if rank == 2 else 200) * MS, rank)))
+    got = findings(tmp_path)
+    found = [f for f in got["findings"] if f["rule"] == "imbalance"]
+    assert [f["kernel"] for f in found] == ["matmul"]
+    assert found[0]["evidence"].startswith("rank 2 spends 300.000 ms of GPU time here")
+    assert found[0]["saves_ns"] == pytest.approx(100 * MS)
+    assert "33% of the job's 300.000 ms" in found[0]["evidence"]
+
+
+def test_one_profile_is_not_judged_for_stragglers(tmp_path):
+    ddp_job(tmp_path, 2, 1, 100 * MS)
+    got = findings(tmp_path / "ddp.rank1.hatchet")
+    assert "straggler" not in got["rules_run"]
