@@ -30,6 +30,9 @@ prints those of the rules that ran when nothing crosses them); in short:
     kernel reaches half its roof or more (a tuned matmul waits on its loads too) or when its
     top reason is `not_selected` (another warp issued: nothing is lost).
   * no tensor cores / no wgmma: counted by nvdisasm when the profile was written.
+  * imbalance, straggler (a job's rank files merged): stragglers.py. Communication kernels
+    (NCCL) are not judged by the launch-shape or roofline rules: NCCL picks their grid, and
+    their time is mostly waiting on the other ranks.
 """
 from __future__ import annotations
 
