@@ -136,3 +136,25 @@ def test_one_profile_is_not_judged_for_stragglers(tmp_path):
     ddp_job(tmp_path, 2, 1, 100 * MS)
     got = findings(tmp_path / "ddp.rank1.hatchet")
     assert "straggler" not in got["rules_run"]
+
+
+def test_one_straggler_among_64_ranks_is_named_though_max_over_mean_is_near_one(tmp_path):
+    """63 ranks wait about equally in the all-reduce: its max/mean is 1.02; its fastest rank
+    gives the straggler away."""
+    ddp_job(tmp_path, 64, 37, 100 * MS)
+    got = findings(tmp_path)
+    s = [f for f in got["findings"] if f["rule"] == "straggler"]
+    assert len(s) == 1 and s[0]["evidence"].startswith(f"rank 37 arrives last at {NCCL}")
+    assert "max/mean 1.02" in s[0]["evidence"]
+    assert s[0]["saves_ns"] == pytest.approx(100 * MS, rel=0.1)
+
+
+def test_a_rank_slow_in_the_collective_itself_is_an_imbalance_not_a_straggler(tmp_path):
+    """Rank 3's all-reduce takes twice the others' (a slow link, say): nobody arrived late."""
+    for rank in range(4):
+        rank_file(tmp_path, rank, 4, timed("step", 300 * MS, nccl((80 if rank == 3 else 40)
+                                                                   * MS, rank)))
+    got = findings(tmp_path)
+    assert [f["rule"] for f in got["findings"]] == ["imbalance"]
+    assert got["findings"][0]["evidence"].startswith("rank 3 spends 80.000 ms of GPU time")
+    assert got["findings"][0]["saves_ns"] == pytest.approx(40 * MS)

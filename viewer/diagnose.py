@@ -706,8 +706,8 @@ RULES = [
     (_stragglers, {
         "imbalance": f"a kernel's GPU time or a CPU-timed scope's over {IMBALANCE:g}x its mean "
                      f"over the ranks, costing {MIN_COST:.0%}+ of the job's time",
-        "straggler": f"a collective (NCCL) in which the other ranks spend over {IMBALANCE:g}x "
-                     "the time of the rank they wait for"}),
+        "straggler": f"a collective (NCCL) in which the median rank spends over {IMBALANCE:g}x "
+                     "the time of the rank it waits for"}),
 ]
 """Each rule, and the findings it can make with their thresholds in words. Only kernels and
 scopes with MIN_SHARE or more of the profile's kernel time are judged."""

@@ -22,8 +22,8 @@ from .derive import COMM_KERNEL, kernel_mask
 from .ranks import Merged, span
 
 IMBALANCE = 1.2
-"""A frame whose slowest rank spends over this times the mean (a collective: whose others spend
-over this times its fastest rank) is imbalanced. Ranks doing the same work differ by a few
+"""A frame whose slowest rank spends over this times the mean (a collective: whose median rank
+spends over this times its fastest) is imbalanced. Ranks doing the same work differ by a few
 percent (clocks, a ring's position, the host's noise); 20% is past that, and a frame that costs
 little step time is left out anyway by MIN_COST."""
 MIN_COST = 0.01
@@ -73,30 +73,27 @@ class Stragglers:
 
 
 class _Times:
-    """Each candidate frame's time per rank (frames by ranks), kernels by GPU time and
-    CPU-timed scopes by host time; 0 where a rank lacks a frame another has."""
+    """Each candidate's time per rank (candidates by ranks): a kernel's GPU time, a CPU-timed
+    scope's host time; 0 where a rank lacks a frame another has."""
 
     def __init__(self, merged: Merged) -> None:
         total = merged.total.gf.dataframe
-        self.index = total.index
+        index = list(total.index)
         kernels = kernel_mask(merged.total)
-        self.kernel = pd.Series([bool(kernels.get(n, False)) for n in self.index],
-                                index=self.index)
-        self.comm = self.kernel & total["name"].astype(str).str.match(COMM_KERNEL)
-        self.gpu = _matrix(merged, TIME)
-        self.cpu = _matrix(merged, CPU_TIME)
-        self.timed = ~np.isnan(self.cpu).all(axis=1)
-        self.gpu = np.nan_to_num(self.gpu)
-        self.cpu = np.nan_to_num(self.cpu)
-        self.row = {node: i for i, node in enumerate(self.index)}
-
-    def candidates(self):
-        """(node, what, times per rank) of every kernel and CPU-timed scope."""
-        for i, node in enumerate(self.index):
-            if self.kernel.iloc[i]:
-                yield node, "GPU time", self.gpu[i]
-            if self.timed[i]:
-                yield node, "cpu time", self.cpu[i]
+        is_kernel = np.array([bool(kernels.get(n, False)) for n in index], dtype=bool)
+        comm = is_kernel & total["name"].astype(str).str.match(COMM_KERNEL).to_numpy(dtype=bool)
+        gpu, cpu = _matrix(merged, TIME), _matrix(merged, CPU_TIME)
+        timed = ~np.isnan(cpu).all(axis=1)
+        rows_k, rows_c = np.flatnonzero(is_kernel), np.flatnonzero(timed)
+        self.nodes = [index[i] for i in rows_k] + [index[i] for i in rows_c]
+        self.what = ["GPU time"] * len(rows_k) + ["cpu time"] * len(rows_c)
+        self.comm = np.concatenate([comm[rows_k], np.zeros(len(rows_c), dtype=bool)])
+        self.x = np.nan_to_num(np.vstack([gpu[rows_k], cpu[rows_c]]))
+        self.timed = {index[i] for i in rows_c}
+        self.outer = [j for j, node in enumerate(self.nodes) if self.what[j] == "cpu time"
+                      and not any(a in self.timed for a in _ancestors(node))]
+        """The CPU-timed scopes under no other: together, a rank's wall time."""
+        self.kernels = np.flatnonzero(~np.array([w == "cpu time" for w in self.what], bool))
 
 
 def _matrix(merged: Merged, metric: str) -> np.ndarray:
@@ -117,59 +114,66 @@ def find(merged: Merged) -> Stragglers:
         for s in found.found: print(s.slow, s.cost_ns)
     """
     times = _Times(merged)
-    job_ns, job_what = _job_time(merged, times)
+    x = times.x
     labels = list(merged.labels)
+    if times.outer:
+        job_ns, job_what = float(x[times.outer].sum(axis=0).max()), "wall time"
+    else:
+        job_ns, job_what = float(x[times.kernels].sum(axis=0).max(initial=0.0)), "kernel time"
     found: list[Straggler] = []
+    if x.shape[1] < 2:
+        return Stragglers(found, job_ns, job_what)
+    mean = x.mean(axis=1)
     causes: set = set()
-    for node, what, x in times.candidates():
-        if len(x) < 2 or not x.any():
+    for j in map(int, np.flatnonzero(x.max(axis=1) > 0)):
+        node, what, row = times.nodes[j], times.what[j], x[j]
+        if times.comm[j]:
+            s = _collective(j, mean[j], labels, times)
+            if s is not None:
+                if s.cost_ns >= MIN_COST * job_ns:
+                    found.append(s)
+                    causes.add((s.cause, s.cause_what))
+                continue  # else: judged as any frame (slow in the collective itself)
+        if row.max() <= IMBALANCE * mean[j]:
             continue
-        mean = x.mean()
-        if times.comm.loc[node] and what == "GPU time":
-            s = _collective(node, x, mean, labels, times)
-            if s is not None and s.cost_ns >= MIN_COST * job_ns:
-                found.append(s)
-                causes.add((s.cause, s.cause_what))
-            continue
-        if x.max() <= IMBALANCE * mean:
-            continue
-        slow = np.flatnonzero(x > IMBALANCE * mean)
-        rest = np.setdiff1d(np.arange(len(x)), slow)
-        cost = float(x.max() - x[rest].mean())
+        slow = np.flatnonzero(row > IMBALANCE * mean[j])
+        rest = np.setdiff1d(np.arange(len(row)), slow)
+        cost = float(row.max() - row[rest].mean())
         if cost < MIN_COST * job_ns:
             continue
-        order = slow[np.argsort(-x[slow], kind="stable")]
-        found.append(Straggler(node, what, [labels[i] for i in order], x, cost,
-                               float(x.max() / mean)))
+        order = slow[np.argsort(-row[slow], kind="stable")]
+        found.append(Straggler(node, what, [labels[i] for i in order], row, cost,
+                               float(row.max() / mean[j])))
     found = [s for s in found if s.collective or (s.node, s.what) not in causes]
     found = _deepest(found)
     found.sort(key=lambda s: -s.cost_ns)
     return Stragglers(found, job_ns, job_what)
 
 
-def _collective(node, x: np.ndarray, mean: float, labels: list[int],
-                times: _Times) -> Straggler | None:
-    """The ranks that arrive last at a collective (they spend least in it) and what the
-    first of them was doing meanwhile."""
-    last = np.flatnonzero(x * IMBALANCE < mean)
+def _collective(j: int, mean: float, labels: list[int], times: _Times) -> Straggler | None:
+    """The ranks that arrive last at collective `j` (they spend least in it) and what the
+    first of them was doing meanwhile; None when no rank spends much less than the median."""
+    x = times.x[j]
+    last = np.flatnonzero(x * IMBALANCE < np.median(x))  # not the mean: one slow rank raises it
     if not len(last):
         return None
     waiting = np.setdiff1d(np.arange(len(x)), last)
     order = last[np.argsort(x[last], kind="stable")]
     first = order[0]
-    cost = float(x[waiting].mean() - x[first])
-    found = Straggler(node, "GPU time", [labels[i] for i in order], x, cost,
-                      float(x.max() / mean), collective=True)
-    excess = [(other, what, float(y[first] - y[waiting].mean()))
-              for other, what, y in times.candidates()
-              if not (times.comm.loc[other] and what == "GPU time")]
-    best = max(excess, key=lambda e: e[2], default=None)
-    while best is not None and best[2] > 0:  # a frame under it that holds most of it says more
-        inner = [e for e in excess if _under(e[0], best[0]) and e[2] >= NESTED * best[2]]
+    found = Straggler(times.nodes[j], "GPU time", [labels[i] for i in order], x,
+                      float(x[waiting].mean() - x[first]), float(x.max() / mean),
+                      collective=True)
+    # what the first of them spends over the ranks that wait, frame by frame
+    excess = np.where(times.comm, -np.inf, times.x[:, first] - times.x[:, waiting].mean(axis=1))
+    best = int(np.argmax(excess)) if len(excess) else -1
+    while best >= 0 and excess[best] > 0:  # a frame under it that holds most of it says more
+        inner = [int(k) for k in np.flatnonzero(excess >= NESTED * excess[best])
+                 if _under(times.nodes[k], times.nodes[best])]
         if not inner:
-            found.cause, found.cause_what, found.cause_ns = best
+            found.cause, found.cause_what = times.nodes[best], times.what[best]
+            found.cause_ns = float(excess[best])
             break
-        best = max(inner, key=lambda e: e[2])
+        best = max(inner, key=lambda k: excess[k])
     return found
 
 
@@ -193,17 +197,6 @@ def _deepest(found: list[Straggler]) -> list[Straggler]:
         if not covered:
             keep.append(s)
     return keep
-
-
-def _job_time(merged: Merged, times: _Times) -> tuple[float, str]:
-    """The slowest rank's wall time (its outermost CPU-timed scopes summed), else its kernel
-    time."""
-    if times.timed.any():
-        outer = [i for i, node in enumerate(times.index)
-                 if times.timed[i] and not any(times.timed[times.row[a]]
-                                               for a in _ancestors(node))]
-        return float(times.cpu[outer].sum(axis=0).max()), "wall time"
-    return float(times.gpu[times.kernel.to_numpy()].sum(axis=0).max()), "kernel time"
 
 
 def _ancestors(node):
