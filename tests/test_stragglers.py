@@ -158,3 +158,22 @@ def test_a_rank_slow_in_the_collective_itself_is_an_imbalance_not_a_straggler(tm
     assert [f["rule"] for f in got["findings"]] == ["imbalance"]
     assert got["findings"][0]["evidence"].startswith("rank 3 spends 80.000 ms of GPU time")
     assert got["findings"][0]["saves_ns"] == pytest.approx(40 * MS)
+
+
+def plain(name: str, *children) -> dict:
+    return {"frame": {"name": name, "type": "function"}, "metrics": {},
+            "children": list(children)}
+
+
+def test_a_rank_slow_everywhere_is_one_finding_at_the_root_not_one_per_frame(tmp_path):
+    """Rank 2's GPU (a slower clock, say) takes 1.5x on every kernel of every layer."""
+    for rank in range(4):
+        f = 1.5 if rank == 2 else 1.0
+        rank_file(tmp_path, rank, 4, *[plain(f"layer_{i}", kernel("matmul", 30 * MS * f, rank),
+                                             kernel("gelu", 10 * MS * f, rank))
+                                       for i in range(3)])
+    got = findings(tmp_path)
+    assert [(f["rule"], f["kernel"]) for f in got["findings"]] == [("imbalance", "ROOT")]
+    assert got["findings"][0]["evidence"].startswith(
+        "rank 2 spends 180.000 ms of GPU time in its kernels")
+    assert got["findings"][0]["saves_ns"] == pytest.approx(60 * MS)

@@ -662,19 +662,23 @@ def _stragglers(ctx: _Context, kernels: list, out: list) -> str | None:
         else:
             rest = [i for i, label in enumerate(labels) if label not in s.slow]
             verb = "spends" if len(s.slow) == 1 else "spend up to"
-            evidence = (f"{who} {verb} {_ms(x.max())} of {s.what} here against "
+            what = s.what if node in is_kernel or s.what != "GPU time" else \
+                "GPU time in its kernels (communication kernels left out)"
+            evidence = (f"{who} {verb} {_ms(x.max())} of {what} here against "
                         f"{_ms(x[rest].mean())} on the other ranks on average (max/mean "
                         f"{s.ratio:.2f}): costs {_ms(s.cost_ns)}, {share}{of_job}")
             advice = (f"give {who} no more work than the others, or find why it is slower "
                       f"there: proton-viewer --rank {s.slow[0]} shows its tree")
             rule = "imbalance"
-        timed = s.what == "cpu time"
         gpu = ctx.value(node, f"{TIME} (inc)") or 0.0
         finding = ctx.finding(rule, node, gpu, evidence, advice, saves=0.0)
         finding.saves_ns = s.cost_ns
-        if timed and node not in is_kernel:
+        if not node.parents:  # the whole run
+            finding.path = "ROOT"
+        elif node not in is_kernel:
             finding.kernel = f"scope {finding.kernel}"
-            ctx.walls[finding.kernel] = float(x.sum())
+            if s.what == "cpu time":
+                ctx.walls[finding.kernel] = float(x.sum())
         out.append(finding)
     return None
 

@@ -1,7 +1,8 @@
 """A job's stragglers, from its ranks' profiles merged on one graph (ranks.Merged): the frames
 whose time differs over the ranks, the ranks that make the others wait, and what they were doing.
 
-Each rank's time is read per frame: a kernel's GPU time, a CPU-timed scope's host (wall) time.
+Each rank's time is read per frame: a kernel's GPU time, a CPU-timed scope's host (wall) time,
+another scope's GPU time in the kernels under it (communication kernels left out).
 A frame is imbalanced when its slowest rank spends over IMBALANCE times the mean; what it costs
 the job is the slowest rank's excess over the ranks that are not slow (a synchronous job waits
 for its slowest rank every step), as a share of the job's time. A communication kernel (NCCL)
@@ -19,7 +20,7 @@ import pandas as pd
 
 from ..format import CPU_TIME, TIME
 from .derive import COMM_KERNEL, kernel_mask
-from .ranks import Merged, span
+from .ranks import Merged
 
 IMBALANCE = 1.2
 """A frame whose slowest rank spends over this times the mean (a collective: whose median rank
@@ -32,6 +33,9 @@ leaves out kernels under 1% of the GPU time)."""
 NESTED = 0.8
 """A frame whose excess is at least this share of its parent's is the one named (the deeper
 frame says more: fwd_bwd rather than the step around it)."""
+PART = 1.1
+"""A frame under a reported one, with the same worst rank, is left out unless its max/mean is
+over this times its ancestor's: a rank slow everywhere is one finding, not one per frame."""
 SHOWN = 4
 """Ranks named per finding before '...'."""
 
@@ -74,7 +78,8 @@ class Stragglers:
 
 class _Times:
     """Each candidate's time per rank (candidates by ranks): a kernel's GPU time, a CPU-timed
-    scope's host time; 0 where a rank lacks a frame another has."""
+    scope's host time, another scope's GPU time in its kernels but the communication ones
+    (their waiting is another rank's lateness); 0 where a rank lacks a frame another has."""
 
     def __init__(self, merged: Merged) -> None:
         total = merged.total.gf.dataframe
@@ -82,18 +87,25 @@ class _Times:
         kernels = kernel_mask(merged.total)
         is_kernel = np.array([bool(kernels.get(n, False)) for n in index], dtype=bool)
         comm = is_kernel & total["name"].astype(str).str.match(COMM_KERNEL).to_numpy(dtype=bool)
-        gpu, cpu = _matrix(merged, TIME), _matrix(merged, CPU_TIME)
+        gpu, cpu = np.nan_to_num(_matrix(merged, TIME)), _matrix(merged, CPU_TIME)
         timed = ~np.isnan(cpu).all(axis=1)
-        rows_k, rows_c = np.flatnonzero(is_kernel), np.flatnonzero(timed)
-        self.nodes = [index[i] for i in rows_k] + [index[i] for i in rows_c]
-        self.what = ["GPU time"] * len(rows_k) + ["cpu time"] * len(rows_c)
-        self.comm = np.concatenate([comm[rows_k], np.zeros(len(rows_c), dtype=bool)])
-        self.x = np.nan_to_num(np.vstack([gpu[rows_k], cpu[rows_c]]))
+        row = {node: i for i, node in enumerate(index)}
+        under = np.zeros_like(gpu)  # each frame's non-communication kernel time below it
+        for i in np.flatnonzero(is_kernel & ~comm):
+            for up in _ancestors(index[i]):
+                under[row[up]] += gpu[i]
+        scopes = ~is_kernel & ~timed & (under > 0).any(axis=1)
+        rows_k, rows_c, rows_s = (np.flatnonzero(m) for m in (is_kernel, timed, scopes))
+        self.nodes = [index[i] for rows in (rows_k, rows_c, rows_s) for i in rows]
+        self.what = (["GPU time"] * len(rows_k) + ["cpu time"] * len(rows_c)
+                     + ["GPU time"] * len(rows_s))
+        self.comm = np.concatenate([comm[rows_k], np.zeros(len(rows_c) + len(rows_s), bool)])
+        self.x = np.vstack([gpu[rows_k], np.nan_to_num(cpu[rows_c]), under[rows_s]])
         self.timed = {index[i] for i in rows_c}
         self.outer = [j for j, node in enumerate(self.nodes) if self.what[j] == "cpu time"
                       and not any(a in self.timed for a in _ancestors(node))]
         """The CPU-timed scopes under no other: together, a rank's wall time."""
-        self.kernels = np.flatnonzero(~np.array([w == "cpu time" for w in self.what], bool))
+        self.kernels = np.arange(len(rows_k))
 
 
 def _matrix(merged: Merged, metric: str) -> np.ndarray:
@@ -187,16 +199,18 @@ def _under(node, ancestor) -> bool:
 
 
 def _deepest(found: list[Straggler]) -> list[Straggler]:
-    """Leave out a frame whose slow ranks' excess a frame under it (same time, same worst rank)
-    accounts for NESTED or more of."""
-    keep = []
-    for s in found:
-        covered = any(t is not s and not t.collective and t.what == s.what
-                      and t.slow[:1] == s.slow[:1] and _under(t.node, s.node)
-                      and t.cost_ns >= NESTED * s.cost_ns for t in found)
-        if not covered:
-            keep.append(s)
-    return keep
+    """Leave out a frame whose excess a frame under it (same time, same worst rank) holds
+    NESTED or more of; then a frame under a frame left in, with the same worst rank and no
+    more imbalanced than it (a part of the same story)."""
+    def same(t: Straggler, s: Straggler) -> bool:
+        return t is not s and not t.collective and not s.collective \
+            and (s.slow[0] in t.slow or t.slow[0] in s.slow)
+
+    keep = [s for s in found if not any(
+        same(t, s) and t.what == s.what and _under(t.node, s.node)
+        and t.cost_ns >= NESTED * s.cost_ns for t in found)]
+    return [s for s in keep if not any(
+        same(t, s) and _under(s.node, t.node) and s.ratio <= t.ratio * PART for t in keep)]
 
 
 def _ancestors(node):
@@ -207,8 +221,8 @@ def _ancestors(node):
 
 
 def ranks_text(slow: list[int], of: int) -> str:
-    """'rank 1', 'ranks 1,3', 'ranks 1-3,7,... (12 of 64)'."""
+    """'rank 1', 'ranks 3,1 (2 of 4)', 'ranks 7,1,2,3,... (12 of 64)': worst first."""
     if len(slow) == 1:
         return f"rank {slow[0]}"
-    shown = span(slow[:SHOWN]) + (",..." if len(slow) > SHOWN else "")
+    shown = ",".join(map(str, slow[:SHOWN])) + (",..." if len(slow) > SHOWN else "")
     return f"ranks {shown} ({len(slow)} of {of})"
