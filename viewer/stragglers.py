@@ -14,6 +14,7 @@ profile has none) the last arriver is inferred so, and the finding says it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,8 +45,8 @@ SHOWN = 4
 class Straggler:
     """One imbalanced frame, or one collective and the rank it waits for."""
 
-    node: object
-    """The frame (a hatchet node of the merged graph)."""
+    node: Any
+    """The frame (a hatchet Node of the merged graph)."""
     what: str
     """'GPU time' or 'cpu time': which of the frame's times differs."""
     slow: list[int]
@@ -59,7 +60,7 @@ class Straggler:
     ratio: float
     """max/mean of the frame's time over the ranks."""
     collective: bool = False
-    cause: object | None = None
+    cause: Any = None
     """A collective's: the frame where its last arriver spends the most over the others."""
     cause_what: str = ""
     cause_ns: float = 0.0
