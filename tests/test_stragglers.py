@@ -177,3 +177,14 @@ def test_a_rank_slow_everywhere_is_one_finding_at_the_root_not_one_per_frame(tmp
     assert got["findings"][0]["evidence"].startswith(
         "rank 2 spends 180.000 ms of GPU time in its kernels")
     assert got["findings"][0]["saves_ns"] == pytest.approx(60 * MS)
+
+
+def test_the_html_reports_findings_name_the_straggler_too(tmp_path):
+    """--html of several rank files: its findings tab has the same job rules as --diagnose."""
+    ddp_job(tmp_path, 2, 1, 100 * MS)
+    out = tmp_path / "job.html"
+    result = CliRunner().invoke(viewer, ["--html", str(out), str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    data = json.loads(text.split('id="data">', 1)[1].split("</script>", 1)[0])
+    assert "arrives last" in json.dumps(data["findings"])

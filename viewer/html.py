@@ -46,7 +46,7 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
             "nodes": nodes,
             "roofline": _roofline(prof, style, row_of, {n: i for i, n in enumerate(order)}),
             "source": source,
-            "findings": _findings(prof, style, nodes, kernels, source),
+            "findings": _findings(prof, style, nodes, kernels, source, merged),
             "warps": _warps(prof, style)}
     # <, > and & as JSON escapes: no text in the data can close the script or open a comment
     text = json.dumps(data, allow_nan=False, separators=(",", ":")).replace(
@@ -372,7 +372,8 @@ def _script(prof: Profile) -> str | None:
     return None
 
 
-def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: list) -> dict:
+def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: list,
+              merged=None) -> dict:
     """--diagnose's findings grouped by kernel (or scope), most to save first, or why there
     are none (a profile without kernel times); each finding with the frame to zoom the flame
     graph to (`node`: the kernel's frame at the finding's call path, else its hottest) and
@@ -380,7 +381,7 @@ def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: lis
     from .diagnose import as_dicts, diagnose
 
     try:
-        found = as_dicts(diagnose(prof, style))
+        found = as_dicts(diagnose(prof, style, merged))  # several ranks: stragglers too
     except ViewerError as exc:
         return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": []}
     names, parents, full = nodes["name"], nodes["parent"], nodes["full"]
