@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
 from ..format import (BYTES, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT, CPU_TIME, CUDA,
                       DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, DRAM_BYTES,
                       FLOPS, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS, LAUNCH_METRICS,
@@ -196,15 +197,26 @@ def _check_peaks(profile: Profile) -> None:
             raise unknown_arch(str(gpu["arch"]))
 
 
-FACTS = {DEVICE_ID, DEVICE_TYPE, *LAUNCH_METRICS, LAUNCH_CONFIGS, TL_DOT, DOT_NO_TENSOR_CORES,
-         DOT_NO_WGMMA}
-"""A kernel's own facts (where it ran, its launch configuration, its machine code), not
-quantities: never added up over frames or ranks, and no share of a whole."""
-
-
-def is_fact(metric: str) -> bool:
-    """Whether `metric` is one of FACTS or a machine code count (`sass_ffma`)."""
-    return metric in FACTS or metric.startswith(SASS_PREFIX)
+def linear(profile: Profile, spec: str) -> tuple[str, float] | None:
+    """(the file's metric, factor) when `spec` is that metric times a constant (time/ms,
+    count, a metric's own name), whose spread over ranks the job's statistics give; else
+    None."""
+    s = spec.strip().lower()
+    m = _TIME.match(s)
+    if m:
+        if m.group("what") != "time":
+            return None
+        try:
+            return _match(profile, TIME, spec), TIME_UNITS[m.group("unit")]
+        except ViewerError:
+            return None
+    if s in ("util", "comm/%") or s.endswith("/%") or RATE.match(s):
+        return None
+    try:
+        base = _match(profile, spec, spec)
+    except ViewerError:
+        return None
+    return None if is_fact(base) else (base, 1.0)
 
 
 def _shares(profile: Profile) -> list[str]:
