@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .format import (BLOCK_THREADS, CHILDREN_KEY, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
+from .format import (BLOCK_THREADS, CHILDREN_KEY, CPU_TIME, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
                      DOT_NO_WGMMA, FRAME_KEY, GRID_BLOCKS, JOB_KEYS, LAUNCH_CONFIGS,
                      METRICS_KEY, NAME_KEY, RANKS_KEY, REGISTERS, SASS_PREFIX, SHARED_MEMORY,
                      TL_DOT)
@@ -47,7 +47,9 @@ class Frame:
     """Metric -> its own (exclusive) values summed: numbers that are not facts."""
     stats: dict[str, list] = field(default_factory=dict)
     """Metric -> [sum, min, max, max rank, ranks that have it] of each rank's value: inclusive
-    metrics over the rank's subtree, the others the frame's own."""
+    metrics over the rank's subtree, the others the frame's own; an exclusive CPU_TIME where
+    the frame is not timed itself, the sum over the outermost timed frames inside it (the
+    viewer's cpu_time/ms)."""
     facts: dict[str, Any] = field(default_factory=dict)
     """Fact -> the value the ranks agree on (FIRST: the lowest rank's)."""
     clash: set[str] = field(default_factory=set)
@@ -102,6 +104,7 @@ def leaf(root: dict, rank: int, devices: dict | None = None, job: dict | None = 
             kids.append((child, path + ((name, nth),), here))
         stack.extend(reversed(kids))
     inc: list[dict[str, Any]] = [{} for _ in order]
+    filled: dict[int, Any] = {}  # CPU_TIME of a frame, or of the timed frames inside it
     frames: dict[Path, Frame] = {}
     for i in range(len(order) - 1, -1, -1):  # children before parents
         node, path, children = order[i]
@@ -124,6 +127,14 @@ def leaf(root: dict, rank: int, devices: dict | None = None, job: dict | None = 
         inc[i] = total
         for metric, value in total.items():
             out.stats[metric] = [value, value, value, rank, 1]
+        if CPU_TIME not in incl:  # as the viewer shows it: an untimed frame, what it holds
+            value = out.own.get(CPU_TIME)
+            if value is None:
+                inside = [filled[c] for c in children if c in filled]
+                value = float(sum(inside)) if inside else None
+            if value is not None:
+                filled[i] = value
+                out.stats[CPU_TIME] = [value, value, value, rank, 1]
         frames[path] = out
     frames = dict(reversed(frames.items()))  # pre-order: parents first
     return Partial(rank, 1, frames, inclusive, dict(devices or {}),

@@ -204,19 +204,22 @@ def linear(profile: Profile, spec: str) -> tuple[str, float] | None:
     s = spec.strip().lower()
     m = _TIME.match(s)
     if m:
-        if m.group("what") != "time":
-            return None
+        what = {"time": TIME, "cpu_time": CPU_TIME}.get(m.group("what"))
         try:
-            return _match(profile, TIME, spec), TIME_UNITS[m.group("unit")]
+            metric = _match(profile, what, spec) if what else None
         except ViewerError:
             return None
+        # cpu_time: rank_merge keeps _timed_or_inside's values
+        return None if metric is None else (metric, TIME_UNITS[m.group("unit")])
     if s in ("util", "comm/%") or s.endswith("/%") or RATE.match(s):
         return None
     try:
         base = _match(profile, spec, spec)
     except ViewerError:
         return None
-    return None if is_fact(base) else (base, 1.0)
+    # an exclusive cpu_time's statistics are of its filled-in values, not of the own ones
+    return None if is_fact(base) or (base == CPU_TIME and base not in profile.inclusive) \
+        else (base, 1.0)
 
 
 def _shares(profile: Profile) -> list[str]:

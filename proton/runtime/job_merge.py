@@ -73,7 +73,8 @@ def merge(doc: list, rank: int, write_job: Callable[[list], str]) -> tuple[bool,
     try:
         group = dist.new_group(backend="gloo", timeout=timedelta(seconds=limit))
     except Exception as exc:  # a rank that never came, or died
-        return False, f"the merge group could not be formed ({_short(exc)})"
+        return False, (f"no merge group within {limit:g} s: a rank died or has not reached "
+                       f"finalize ({_short(exc)})")
     ok = torch.zeros(1, dtype=torch.int64)
     wrote = ""
     try:
