@@ -167,3 +167,11 @@ def test_the_viewers_order_is_the_jobs_reduction_order(size):
                 held[r] = rank_merge.combine(held[r], held.pop(sources[step]))
     assert list(held) == [0]
     assert rank_merge.document(held[0]) == rank_merge.document(reducer.result())
+
+
+def test_a_folder_with_the_job_file_and_its_rank_files_merges_the_rank_files(tmp_path):
+    job(tmp_path, 8)
+    shown = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path)])
+    whole = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "job.hatchet")])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output == whole.output

@@ -124,7 +124,10 @@ def expand(paths: list[str], ext: str = TREE_EXTENSION) -> list[str]:
             if not found:
                 raise ViewerError(f"folder {path!r} holds no {ext} file; give the profiles "
                                   f"themselves, e.g. {os.path.join(path, 'NAME.rank0' + ext)}")
-            out += found
+            # a job's own merged file beside its rank files: the rank files stand for it
+            runs = {_run_name(os.path.basename(f)) for f in found} - {None}
+            out += [f for f in found if os.path.basename(f)[:-len(ext)] not in runs
+                    or _run_name(os.path.basename(f)) is not None]
         else:
             out.append(path)
     return list(dict.fromkeys(out))

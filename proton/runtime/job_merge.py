@@ -48,6 +48,11 @@ def timeout_s() -> float:
     return value
 
 
+def in_use() -> bool:
+    """Whether the job imported torch.distributed."""
+    return "torch.distributed" in sys.modules
+
+
 def group_ready() -> str | None:
     """Why the job's process group cannot be used (None when it can). torch is not imported
     here: a job that never imported torch.distributed has no group."""

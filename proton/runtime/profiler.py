@@ -521,7 +521,10 @@ class Profiler:
         if mode == "ranks":
             return [write(doc, session.path)]
         why = job_merge.group_ready()
-        quiet = mode == "both" and why is not None and who.rank != 0
+        # with every rank's file written anyway, rank 0 alone says why (nothing when the
+        # job does not use torch.distributed at all)
+        quiet = mode == "both" and why is not None and (who.rank != 0 or
+                                                        not job_merge.in_use())
         if why is None:
             plain = writer.plain(doc)  # what the rank's file holds, to the last digit
             ok, said = job_merge.merge(plain, cast(int, who.rank),
