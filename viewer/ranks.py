@@ -4,7 +4,9 @@ ranks, and per frame its spread (min, mean, max, the rank of the max, imbalance 
 The files are parsed as JSON and merged as arrays (a node by rank matrix per metric), never as
 one GraphFrame per file: 256 ranks of a 5,000-frame profile merge in seconds. Each rank keeps
 a GraphFrame over the merged graph with its own values and its own device table, so a derived
-metric (tflop/s, util) is computed per rank exactly as for a single file.
+metric (tflop/s, util) is computed per rank exactly as for a single file. The totals and the
+spread of metrics that scale one file metric (time/ms, count) come from rank_merge, the math a
+job uses to merge itself at finalize, so its job file (from_job) shows the same digits.
 """
 from __future__ import annotations
 
