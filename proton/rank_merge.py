@@ -13,7 +13,7 @@ metric's sum, min, max and mean are over every rank of the partial).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .format import (BLOCK_THREADS, CHILDREN_KEY, CPU_TIME, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
                      DOT_NO_WGMMA, FRAME_KEY, GRID_BLOCKS, JOB_KEYS, LAUNCH_CONFIGS,
@@ -157,7 +157,7 @@ def combine(a: Partial, b: Partial) -> Partial:
     for path in {**a.frames, **b.frames}:
         fa, fb = a.frames.get(path), b.frames.get(path)
         if fa is None or fb is None:
-            one = fa if fb is None else fb
+            one = cast(Frame, fa if fb is None else fb)
             out = Frame(one.frame, dict(one.own), {}, dict(one.facts), set(one.clash),
                         one.count, one.few)
             for metric, s in one.stats.items():
