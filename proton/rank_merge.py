@@ -13,7 +13,7 @@ metric's sum, min, max and mean are over every rank of the partial).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from .format import (BLOCK_THREADS, CHILDREN_KEY, CPU_TIME, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
                      DOT_NO_WGMMA, FRAME_KEY, GRID_BLOCKS, JOB_KEYS, LAUNCH_CONFIGS,
@@ -106,88 +106,127 @@ def leaf(root: dict, rank: int, devices: dict | None = None, job: dict | None = 
     inc: list[dict[str, Any]] = [{} for _ in order]
     filled: dict[int, Any] = {}  # CPU_TIME of a frame, or of the timed frames inside it
     frames: dict[Path, Frame] = {}
+    fill = CPU_TIME not in incl
+    fact: dict[str, bool] = {}  # metric -> is_fact (asked once a metric)
     for i in range(len(order) - 1, -1, -1):  # children before parents
         node, path, children = order[i]
-        metrics = node.get(METRICS_KEY) or {}
-        out = Frame({k: v for k, v in node[FRAME_KEY].items() if k not in JOB_KEYS},
-                    count=1, few=[rank])
+        frame = node[FRAME_KEY]  # shared, never changed; the root's without the job's keys
+        own: dict[str, Any] = {}
+        stats: dict[str, list] = {}
+        facts: dict[str, Any] = {}
         total: dict[str, Any] = {}
-        for metric, value in metrics.items():
-            if is_fact(metric) or _number(value) is None:
-                out.facts[metric] = value
+        for metric, value in (node.get(METRICS_KEY) or {}).items():
+            is_f = fact.get(metric)
+            if is_f is None:
+                is_f = fact[metric] = is_fact(metric)
+            if is_f or type(value) not in (int, float):  # text, lists, bools: as facts
+                facts[metric] = value
                 continue
-            out.own[metric] = value
+            own[metric] = value
             if metric in incl:
                 total[metric] = value
             else:
-                out.stats[metric] = [value, value, value, rank, 1]
+                stats[metric] = [value, value, value, rank, 1]
         for c in children:  # the reader's subtree sums: missing only where all are
             for metric, value in inc[c].items():
                 total[metric] = total[metric] + value if metric in total else value
         inc[i] = total
         for metric, value in total.items():
-            out.stats[metric] = [value, value, value, rank, 1]
-        if CPU_TIME not in incl:  # as the viewer shows it: an untimed frame, what it holds
-            value = out.own.get(CPU_TIME)
+            stats[metric] = [value, value, value, rank, 1]
+        if fill:  # an exclusive cpu_time as the viewer shows it: what an untimed frame holds
+            value = own.get(CPU_TIME)
             if value is None:
                 inside = [filled[c] for c in children if c in filled]
                 value = float(sum(inside)) if inside else None
             if value is not None:
                 filled[i] = value
-                out.stats[CPU_TIME] = [value, value, value, rank, 1]
-        frames[path] = out
+                stats[CPU_TIME] = [value, value, value, rank, 1]
+        frames[path] = Frame(frame if path else {k: v for k, v in frame.items()
+                                                 if k not in JOB_KEYS},
+                             own, stats, facts, set(), 1, [rank])
     frames = dict(reversed(frames.items()))  # pre-order: parents first
     return Partial(rank, 1, frames, inclusive, dict(devices or {}),
                    {k: v for k, v in (job or {}).items() if k in JOB_KEYS})
 
 
-def _stat(a: list | None, b: list | None, b_lo: int, a_lo: int) -> list:
-    """Two ranges' aggregates of one metric, `a` over the lower ranks; None: all 0 there."""
-    if a is None:
-        a = [0, 0, 0, a_lo, 0]
-    if b is None:
-        b = [0, 0, 0, b_lo, 0]
-    return [a[0] + b[0], b[1] if b[1] < a[1] else a[1], b[2] if b[2] > a[2] else a[2],
-            b[3] if b[2] > a[2] else a[3], a[4] + b[4]]
-
-
 def combine(a: Partial, b: Partial) -> Partial:
-    """The partial of `a`'s ranks and `b`'s (every rank of `b` above every rank of `a`)."""
-    frames: dict[Path, Frame] = {}
-    for path in {**a.frames, **b.frames}:
-        fa, fb = a.frames.get(path), b.frames.get(path)
-        if fa is None or fb is None:
-            one = cast(Frame, fa if fb is None else fb)
-            out = Frame(one.frame, dict(one.own), {}, dict(one.facts), set(one.clash),
-                        one.count, one.few)
-            for metric, s in one.stats.items():
-                out.stats[metric] = _stat(s, None, b.lo, a.lo) if fb is None \
-                    else _stat(None, s, b.lo, a.lo)
-            frames[path] = out
+    """The partial of `a`'s ranks and `b`'s (every rank of `b` above every rank of `a`), made
+    in place of `a`: both are used up. A metric one side lacks counts 0 on each of its ranks,
+    the lowest of them its max rank."""
+    af, bf, a_lo, b_lo = a.frames, b.frames, a.lo, b.lo
+    for path, fa in af.items():
+        if path not in bf:  # b's ranks lack the frame
+            for s in fa.stats.values():
+                s[0] = s[0] + 0
+                if 0 < s[1]:
+                    s[1] = 0
+                if 0 > s[2]:
+                    s[2], s[3] = 0, b_lo
+    for path, fb in bf.items():
+        fa = af.get(path)
+        if fa is None:  # a's ranks lack the frame
+            for s in fb.stats.values():
+                _left_zero(s, a_lo)
+            af[path] = fb
             continue
-        own = dict(fa.own)
+        own = fa.own
         for metric, value in fb.own.items():
             own[metric] = own[metric] + value if metric in own else value
-        stats = {m: _stat(fa.stats.get(m), fb.stats.get(m), b.lo, a.lo)
-                 for m in {**fa.stats, **fb.stats}}
-        facts, clash = dict(fa.facts), fa.clash | fb.clash
-        for metric, value in fb.facts.items():
-            if metric not in facts:
-                if metric not in clash:
-                    facts[metric] = value
-            elif facts[metric] != value and metric not in FIRST:
-                del facts[metric]
-                clash.add(metric)
-        few = fa.few + fb.few if fa.few is not None and fb.few is not None \
-            and len(fa.few) + len(fb.few) <= FEW else None
-        frames[path] = Frame(fa.frame, own, stats, facts, clash, fa.count + fb.count, few)
-    devices = {kind: dict(table) for kind, table in a.devices.items() if isinstance(table, dict)}
+        stats, tstats = fa.stats, fb.stats
+        matched = 0
+        for metric, s in stats.items():
+            t = tstats.get(metric)
+            if t is None:
+                s[0] = s[0] + 0
+                if 0 < s[1]:
+                    s[1] = 0
+                if 0 > s[2]:
+                    s[2], s[3] = 0, b_lo
+                continue
+            s[0] = s[0] + t[0]
+            if t[1] < s[1]:
+                s[1] = t[1]
+            if t[2] > s[2]:
+                s[2], s[3] = t[2], t[3]
+            s[4] = s[4] + t[4]
+            matched += 1
+        if matched < len(tstats):
+            for metric, t in tstats.items():
+                if metric not in stats:
+                    _left_zero(t, a_lo)
+                    stats[metric] = t
+        if fb.facts or fb.clash:
+            facts = fa.facts
+            fa.clash |= fb.clash
+            for metric, value in fb.facts.items():
+                if metric not in facts:
+                    if metric not in fa.clash:
+                        facts[metric] = value
+                elif facts[metric] != value and metric not in FIRST:
+                    del facts[metric]
+                    fa.clash.add(metric)
+        if fa.few is not None:
+            fa.few = fa.few + fb.few if fb.few is not None \
+                and len(fa.few) + len(fb.few) <= FEW else None
+        fa.count += fb.count
+    devices = a.devices
     for kind, table in b.devices.items():  # each GPU entry from the lowest rank that lists it
         if isinstance(table, dict):
             for dev, entry in table.items():
                 devices.setdefault(kind, {}).setdefault(dev, entry)
-    return Partial(a.lo, a.size + b.size, frames,
-                   list(dict.fromkeys(a.inclusive + b.inclusive)), devices, a.job or b.job)
+    a.size += b.size
+    a.inclusive = list(dict.fromkeys(a.inclusive + b.inclusive))
+    a.job = a.job or b.job
+    return a
+
+
+def _left_zero(s: list, a_lo: int) -> None:
+    """`s` of a metric the lower side's ranks lack (0 on each, the lowest a_lo) joined."""
+    s[0] = 0 + s[0]
+    if not s[1] < 0:
+        s[1] = 0
+    if not s[2] > 0:
+        s[2], s[3] = 0, a_lo
 
 
 class Reducer:

@@ -155,11 +155,10 @@ def tree(rank: int) -> dict:
 def test_the_viewers_order_is_the_jobs_reduction_order(size):
     """Reducer (the viewer, files in rank order) and rounds (each rank of a job) combine the
     same pairs, so even float sums agree bit for bit."""
-    leaves = [rank_merge.leaf(tree(r), r) for r in range(size)]
     reducer = rank_merge.Reducer()
-    for leaf in leaves:
-        reducer.add(leaf)
-    held = dict(enumerate(leaves))
+    for r in range(size):
+        reducer.add(rank_merge.leaf(tree(r), r))
+    held = {r: rank_merge.leaf(tree(r), r) for r in range(size)}  # combine uses them up
     for step in range(64):  # each round: every rank that receives, from its next source
         for r in range(size):
             sources, _ = rank_merge.rounds(r, size)

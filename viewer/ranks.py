@@ -48,8 +48,6 @@ class Rank:
     """The merged frame numbers it has."""
     notes: list[str]
     """Its file's notes (reader.Parsed.notes)."""
-    partial: rank_merge.Partial | None = None
-    """Its tree as rank_merge's leaf (combined, then dropped, by merge)."""
 
 
 class _Frames:
@@ -60,6 +58,10 @@ class _Frames:
         self.key_of: dict[tuple[int, str, int], int] = {}
         self.frames: list[dict] = []
         self.parents: list[int] = []
+        self.reducer = rank_merge.Reducer()
+        """The ranks' rank_merge partials, combined as they come (in rank order)."""
+        self.late: list[rank_merge.Partial] = []
+        """Partials of files read out of rank order."""
 
     def add(self, root: dict) -> tuple[dict, list[int]]:
         """Number `root`'s frames; its metrics as (numbers, values) per metric, and the
@@ -135,6 +137,12 @@ def expand(paths: list[str], ext: str = TREE_EXTENSION) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _name_rank(path: str) -> int:
+    """The rank a file's name says (NAME.rank<R>.hatchet); -1 for none."""
+    found = RANK_FILE.search(os.path.basename(path))
+    return int(found[1]) if found else -1
+
+
 def _natural(path: str) -> list:
     """Sort key: run.rank10 after run.rank9."""
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
@@ -160,15 +168,23 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     ranks: list[Rank] = []
     errors: list[str] = []
     frames = _Frames()
+    last = -1
+    # in rank order (a shell's glob puts rank10 before rank2), so that rank_merge's partials
+    # combine as they come, in the job's own order, and only log2(P) of them are held
     with _no_gc():
-        for i, path, parsed in _parsed(paths, errors):
+        for i, path, parsed in _parsed(sorted(paths, key=_name_rank), errors):
             root, job = parsed.root, parsed.job
             inclusive = [m for m in root["metrics"] if "(inc)" not in m]
             cols, has = frames.add(root)
             label = rank_of(path, job)
             ranks.append(Rank(label, path, parsed.devices, job, inclusive, cols, has,
-                              parsed.notes, rank_merge.leaf(root, label if label is not None
-                                                            else i, parsed.devices, job)))
+                              parsed.notes))
+            leaf = rank_merge.leaf(root, i if label is None else label, parsed.devices, job)
+            if label is not None and label > last:
+                frames.reducer.add(leaf)
+                last = label
+            else:  # its name and its contents disagree: folded in at the end
+                frames.late.append(leaf)
     if not ranks:
         raise ViewerError(f"none of the {len(paths)} files could be read: " + "; ".join(errors))
     why = not_one_job([(r.path, r.job) for r in ranks])
@@ -301,13 +317,12 @@ def _merge(ranks: list[Rank], union: _Frames) -> Merged:
     total = _total(graph, index, names, ranks_out, metrics, incl, sums, ranks)
     labels = [cast(int, r.label) for r in ranks]  # read() refused files naming no rank
     notes = [note for rank in ranks for note in rank.notes] + _missing(ranks)
-    reducer = rank_merge.Reducer()  # the job's own reduction order (ranks ascending)
-    for rank in ranks:
-        reducer.add(cast(rank_merge.Partial, rank.partial))
-        rank.partial = None
+    combined = union.reducer.result()
+    for late in union.late:
+        combined = rank_merge.combine(combined, late)
     paths = _paths(union)
     entries = {}
-    for path, f in reducer.result().frames.items():
+    for path, f in combined.frames.items():
         entries[path] = {"n": f.count, "few": f.few, "stats": f.stats, "own": f.own}
     stats, counts, few = _apply(total, [paths[i] for i in order], entries, len(ranks))
     return Merged(total, ranks_out, labels,
