@@ -154,21 +154,22 @@ def combine(a: Partial, b: Partial) -> Partial:
     in place of `a`: both are used up. A metric one side lacks counts 0 on each of its ranks,
     the lowest of them its max rank."""
     af, bf, a_lo, b_lo = a.frames, b.frames, a.lo, b.lo
-    for path, fa in af.items():
+    for path, lone in af.items():
         if path not in bf:  # b's ranks lack the frame
-            for s in fa.stats.values():
+            for s in lone.stats.values():
                 s[0] = s[0] + 0
                 if 0 < s[1]:
                     s[1] = 0
                 if 0 > s[2]:
                     s[2], s[3] = 0, b_lo
     for path, fb in bf.items():
-        fa = af.get(path)
-        if fa is None:  # a's ranks lack the frame
+        found = af.get(path)
+        if found is None:  # a's ranks lack the frame
             for s in fb.stats.values():
                 _left_zero(s, a_lo)
             af[path] = fb
             continue
+        fa = found
         own = fa.own
         for metric, value in fb.own.items():
             own[metric] = own[metric] + value if metric in own else value
