@@ -32,6 +32,10 @@ TYPE_KEY = "type"
 ROOT_NAME = "ROOT"
 FRAME_TYPE = "function"
 """Every frame's "type" (hatchet's default)."""
+RANKS_KEY = "ranks"
+"""A job file's node key (written by a job merged in memory, rank_merge.document): {"n": ranks
+with the frame, "few": those ranks or null, "stats": {metric: [sum, min, max, max rank, ranks
+with it]}}; the root's also has "size" (ranks merged) and "lo" (the lowest)."""
 TREE_EXTENSION = ".hatchet"
 TRACE_EXTENSION = ".chrome_trace"
 JOB_KEYS = ("rank", "world_size", "local_rank", "host", "pid", "launcher", "script")

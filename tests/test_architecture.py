@@ -16,7 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = {"proton": "proton", "hooks": "proton.hooks", "compiler": "proton.compiler",
            "viewer": "proton.viewer"}
 """Top-level folder -> the package it is installed as (pyproject's package-dir)."""
-BASE = {"proton.format", "proton.format_msgpack", "proton.errors", "proton.report", "proton.files"}
+BASE = {"proton.format", "proton.format_msgpack", "proton.errors", "proton.report", "proton.files",
+        "proton.rank_merge"}
 # package -> the packages (or modules) it may import, besides itself and BASE. Lowest first.
 ALLOWED = {
     "proton.format": set(),
@@ -24,6 +25,7 @@ ALLOWED = {
     "proton.errors": set(),
     "proton.report": set(),
     "proton.files": set(),
+    "proton.rank_merge": {"proton.format"},
     "proton.mode": BASE,
     "proton.options": BASE | {"proton.mode"},
     "proton.data": BASE,
@@ -34,7 +36,8 @@ ALLOWED = {
                               "proton.context", "proton.compiler"},
     "proton.hooks": BASE | {"proton.options", "proton.mode", "proton.data", "proton.compiler",
                             "proton.runtime.ops"},
-    "proton.viewer": {"proton.format", "proton.format_msgpack", "proton.files"},
+    "proton.viewer": {"proton.format", "proton.format_msgpack", "proton.files",
+                      "proton.rank_merge"},
 }
 """What is not here (proton, proton.api, proton.scopes, proton.cli, proton.examples) is the
 front door: it may import anything below it."""

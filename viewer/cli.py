@@ -231,12 +231,12 @@ def _open(profiles: list[str], rank: int | None, other, kernel):
         raise ViewerError("FILE and -diff OTHER are both '-'; stdin holds one profile, give the "
                           "other as a file")
     if len(profiles) == 1 and rank is None and not os.path.isdir(profiles[0]):
-        return _load(profiles[0]), None, []
+        return _job_or_one(_load(profiles[0]))
     from . import ranks
 
     paths = ranks.expand(profiles)
     if rank is None and len(paths) == 1:
-        return _load(paths[0]), None, []
+        return _job_or_one(_load(paths[0]))
     if rank is not None:
         path, errors = ranks.pick(paths, rank)
         return _load(path), None, errors
@@ -248,6 +248,16 @@ def _open(profiles: list[str], rank: int | None, other, kernel):
     for note in merged.notes:  # what the reader should know; every file given was read
         click.echo(f"note: {note}", err=True)
     return merged.total, merged, errors
+
+
+def _job_or_one(profile):
+    """(profile, its job's Merged when it is a job file, no errors)."""
+    if profile.job_ranks is None:
+        return profile, None, []
+    from .ranks import from_job
+
+    merged = from_job(profile)
+    return merged.total, merged, []
 
 
 def _load(path: str):
@@ -319,10 +329,10 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     if folded:
         names = fold_names(prof.gf, names, folded)
     if merged is not None:
-        from .ranks import marker
+        from .ranks import markers
 
-        for node, has in merged.present.iterrows():
-            names[node] += marker(has, merged.labels)
+        for node, mark in markers(merged).items():
+            names[node] += mark
     if output != "tree":
         table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names,
                             folded=folded, diff=other is not None)

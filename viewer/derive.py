@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
 from ..format import (BYTES, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT, CPU_TIME, CUDA,
                       DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, DRAM_BYTES,
                       FLOPS, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS, LAUNCH_METRICS,
@@ -196,15 +197,29 @@ def _check_peaks(profile: Profile) -> None:
             raise unknown_arch(str(gpu["arch"]))
 
 
-FACTS = {DEVICE_ID, DEVICE_TYPE, *LAUNCH_METRICS, LAUNCH_CONFIGS, TL_DOT, DOT_NO_TENSOR_CORES,
-         DOT_NO_WGMMA}
-"""A kernel's own facts (where it ran, its launch configuration, its machine code), not
-quantities: never added up over frames or ranks, and no share of a whole."""
-
-
-def is_fact(metric: str) -> bool:
-    """Whether `metric` is one of FACTS or a machine code count (`sass_ffma`)."""
-    return metric in FACTS or metric.startswith(SASS_PREFIX)
+def linear(profile: Profile, spec: str) -> tuple[str, float] | None:
+    """(the file's metric, factor) when `spec` is that metric times a constant (time/ms,
+    count, a metric's own name), whose spread over ranks the job's statistics give; else
+    None."""
+    s = spec.strip().lower()
+    m = _TIME.match(s)
+    if m:
+        what = {"time": TIME, "cpu_time": CPU_TIME}.get(m.group("what"))
+        try:
+            metric = _match(profile, what, spec) if what else None
+        except ViewerError:
+            return None
+        # cpu_time: rank_merge keeps _timed_or_inside's values
+        return None if metric is None else (metric, TIME_UNITS[m.group("unit")])
+    if s in ("util", "comm/%") or s.endswith("/%") or RATE.match(s):
+        return None
+    try:
+        base = _match(profile, spec, spec)
+    except ViewerError:
+        return None
+    # an exclusive cpu_time's statistics are of its filled-in values, not of the own ones
+    return None if is_fact(base) or (base == CPU_TIME and base not in profile.inclusive) \
+        else (base, 1.0)
 
 
 def _shares(profile: Profile) -> list[str]:

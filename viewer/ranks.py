@@ -4,7 +4,9 @@ ranks, and per frame its spread (min, mean, max, the rank of the max, imbalance 
 The files are parsed as JSON and merged as arrays (a node by rank matrix per metric), never as
 one GraphFrame per file: 256 ranks of a 5,000-frame profile merge in seconds. Each rank keeps
 a GraphFrame over the merged graph with its own values and its own device table, so a derived
-metric (tflop/s, util) is computed per rank exactly as for a single file.
+metric (tflop/s, util) is computed per rank exactly as for a single file. The totals and the
+spread of metrics that scale one file metric (time/ms, count) come from rank_merge, the math a
+job uses to merge itself at finalize, so its job file (from_job) shows the same digits.
 """
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from .. import rank_merge
 from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TREE_EXTENSION
-from .derive import Column, derive, is_fact
+from .derive import Column, derive, is_fact, linear
 from .errors import ViewerError, listing
 from .reader import MAX_CELLS, Profile, parse
 
@@ -55,6 +58,10 @@ class _Frames:
         self.key_of: dict[tuple[int, str, int], int] = {}
         self.frames: list[dict] = []
         self.parents: list[int] = []
+        self.reducer = rank_merge.Reducer()
+        """The ranks' rank_merge partials, combined as they come (in rank order)."""
+        self.late: list[rank_merge.Partial] = []
+        """Partials of files read out of rank order."""
 
     def add(self, root: dict) -> tuple[dict, list[int]]:
         """Number `root`'s frames; its metrics as (numbers, values) per metric, and the
@@ -103,6 +110,13 @@ class Merged:
     """Node -> which ranks have the frame (a bool per rank)."""
     notes: list[str] = field(default_factory=list)
     """What the reader should know: files that could not be read, missing ranks."""
+    stats: dict[str, np.ndarray] = field(default_factory=dict)
+    """Metric -> per node [sum, min, max, max rank] over the ranks (rank_merge; NaN where no
+    rank has it): inclusive metrics over each rank's subtree."""
+    counts: np.ndarray | None = None
+    """Per node, how many ranks have the frame."""
+    few: list | None = None
+    """Per node, those ranks while at most rank_merge.FEW, else None."""
 
 
 def expand(paths: list[str], ext: str = TREE_EXTENSION) -> list[str]:
@@ -114,10 +128,19 @@ def expand(paths: list[str], ext: str = TREE_EXTENSION) -> list[str]:
             if not found:
                 raise ViewerError(f"folder {path!r} holds no {ext} file; give the profiles "
                                   f"themselves, e.g. {os.path.join(path, 'NAME.rank0' + ext)}")
-            out += found
+            # a job's own merged file beside its rank files: the rank files stand for it
+            runs = {_run_name(os.path.basename(f)) for f in found} - {None}
+            out += [f for f in found if os.path.basename(f)[:-len(ext)] not in runs
+                    or _run_name(os.path.basename(f)) is not None]
         else:
             out.append(path)
     return list(dict.fromkeys(out))
+
+
+def _name_rank(path: str) -> int:
+    """The rank a file's name says (NAME.rank<R>.hatchet); -1 for none."""
+    found = RANK_FILE.search(os.path.basename(path))
+    return int(found[1]) if found else -1
 
 
 def _natural(path: str) -> list:
@@ -145,13 +168,23 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     ranks: list[Rank] = []
     errors: list[str] = []
     frames = _Frames()
+    last = -1
+    # in rank order (a shell's glob puts rank10 before rank2), so that rank_merge's partials
+    # combine as they come, in the job's own order, and only log2(P) of them are held
     with _no_gc():
-        for i, path, parsed in _parsed(paths, errors):
+        for i, path, parsed in _parsed(sorted(paths, key=_name_rank), errors):
             root, job = parsed.root, parsed.job
             inclusive = [m for m in root["metrics"] if "(inc)" not in m]
             cols, has = frames.add(root)
-            ranks.append(Rank(rank_of(path, job), path, parsed.devices, job, inclusive, cols,
-                              has, parsed.notes))
+            label = rank_of(path, job)
+            ranks.append(Rank(label, path, parsed.devices, job, inclusive, cols, has,
+                              parsed.notes))
+            leaf = rank_merge.leaf(root, i if label is None else label, parsed.devices, job)
+            if label is not None and label > last:
+                frames.reducer.add(leaf)
+                last = label
+            else:  # its name and its contents disagree: folded in at the end
+                frames.late.append(leaf)
     if not ranks:
         raise ViewerError(f"none of the {len(paths)} files could be read: " + "; ".join(errors))
     why = not_one_job([(r.path, r.job) for r in ranks])
@@ -284,8 +317,77 @@ def _merge(ranks: list[Rank], union: _Frames) -> Merged:
     total = _total(graph, index, names, ranks_out, metrics, incl, sums, ranks)
     labels = [cast(int, r.label) for r in ranks]  # read() refused files naming no rank
     notes = [note for rank in ranks for note in rank.notes] + _missing(ranks)
+    combined = union.reducer.result()
+    for late in union.late:
+        combined = rank_merge.combine(combined, late)
+    paths = _paths(union)
+    entries = {}
+    for path, f in combined.frames.items():
+        entries[path] = {"n": f.count, "few": f.few, "stats": f.stats, "own": f.own}
+    stats, counts, few = _apply(total, [paths[i] for i in order], entries, len(ranks))
     return Merged(total, ranks_out, labels,
-                  pd.DataFrame(present, index=index, columns=labels), notes)
+                  pd.DataFrame(present, index=index, columns=labels), notes, stats, counts, few)
+
+
+def _paths(union: _Frames) -> list[rank_merge.Path]:
+    """Each frame's path of (name, nth) from the root, by its number."""
+    paths: list = [()] * len(union.frames)
+    for (parent, name, nth), index in sorted(union.key_of.items(), key=lambda kv: kv[1]):
+        paths[index] = paths[parent] + ((name, nth),)
+    return paths
+
+
+def _apply(total: Profile, paths: list, entries: dict, size: int):
+    """The combined statistics onto `total`'s nodes (paths: each node's, in the frame's
+    order): its summed columns replaced by rank_merge's sums, so a job file and its rank
+    files show the same digits; returns (stats, counts, few) for Merged."""
+    df = total.gf.dataframe
+    n = len(paths)
+    stats: dict[str, np.ndarray] = {}
+    counts = np.zeros(n, dtype=np.int64)
+    few: list = [None] * n
+    own: dict[str, np.ndarray] = {}
+    for i, path in enumerate(paths):
+        entry = entries.get(path)
+        if not isinstance(entry, dict):
+            continue
+        counts[i] = int(entry.get("n", 0))
+        few[i] = entry.get("few")
+        for metric, agg in (entry.get("stats") or {}).items():
+            if metric not in stats:
+                stats[metric] = np.full((n, 4), np.nan)
+            stats[metric][i] = [float(x) for x in agg[:4]]
+        for metric, value in (entry.get("own") or {}).items():
+            if metric not in own:
+                own[metric] = np.full(n, np.nan)
+            own[metric][i] = float(value)
+    for metric, column in own.items():
+        if metric in df.columns:
+            df[metric] = column
+    for metric in total.inclusive:
+        if metric in stats and f"{metric} (inc)" in df.columns:
+            df[f"{metric} (inc)"] = stats[metric][:, 0]
+    return stats, counts, few
+
+
+def from_job(profile: Profile) -> Merged:
+    """A job file (written by the job's own merge): its statistics as a Merged of no rank
+    files, the numbers its rank files would show."""
+    size, lo, entries = cast(tuple, profile.job_ranks)
+    nodes = list(profile.gf.graph.traverse(order="pre"))
+    paths: dict = {}
+    for node in nodes:
+        parent = node.parents[0] if node.parents else None
+        if parent is None:
+            paths[node] = ()
+            continue
+        same = [c for c in parent.children if c.frame.get("name") == node.frame.get("name")]
+        paths[node] = paths[parent] + ((node.frame.get("name"), same.index(node)),)
+    index = profile.gf.dataframe.index
+    stats, counts, few = _apply(profile, [paths[node] for node in index], entries, size)
+    labels = list(range(lo, lo + size))
+    present = pd.DataFrame(np.zeros((len(index), 0), dtype=bool), index=index)
+    return Merged(profile, [], labels, present, [], stats, counts, few)
 
 
 def _preorder(parents: list[int]) -> list[int]:
@@ -449,8 +551,25 @@ def columns(merged: Merged, specs: list[str]) -> list[Column]:
     out = []
     index = merged.total.gf.dataframe.index
     times = None
+    size = len(merged.labels)
     for spec in specs:
         whole = derive(merged.total, spec)  # an unknown spec fails here, with the choices
+        line = linear(merged.total, spec)
+        if line is not None and line[0] in merged.stats:  # rank_merge's, as the job's file
+            agg, factor = merged.stats[line[0]], line[1]
+            mean = whole.values.to_numpy(dtype=float) / size
+            with np.errstate(invalid="ignore", divide="ignore"):
+                imbalance = np.where(mean > 0, agg[:, 2] * factor / mean, np.nan)
+            out.append(whole)
+            out += [Column(f"{whole.header} {name}", pd.Series(v, index=index)) for name, v in
+                    zip(STATS, (agg[:, 1] * factor, mean, agg[:, 2] * factor, agg[:, 3],
+                                imbalance))]
+            continue
+        if not merged.ranks:  # a job file keeps no rank's values: no spread for this spec
+            out.append(whole)
+            out += [Column(f"{whole.header} {name}", pd.Series(np.nan, index=index))
+                    for name in STATS]
+            continue
         per = np.column_stack([_rank_values(p, spec, index) for p in merged.ranks])
         if whole.additive:
             some = ~np.isnan(per).all(axis=1)
@@ -490,14 +609,19 @@ def _stats(header: str, per: np.ndarray, labels: list[int], index) -> list[Colum
             zip(STATS, (low, mean, high, who, imbalance))]
 
 
-def marker(present: pd.Series, labels: list[int]) -> str:
-    """How a frame on some ranks only is marked: ` [rank 1 only]`, ` [ranks 0,2 of 4]`,
-    ` [3 of 64 ranks]`."""
-    have = [label for label, yes in zip(labels, present) if yes]
-    if len(have) == len(labels):
-        return ""
-    if len(have) == 1:
-        return f" [rank {have[0]} only]"
-    if len(have) <= 4:
-        return f" [ranks {span(have)} of {len(labels)}]"
-    return f" [{len(have)} of {len(labels)} ranks]"
+def markers(merged: Merged) -> dict:
+    """Node -> how a frame on some ranks only is marked: ` [rank 1 only]`, ` [ranks 0,2 of
+    4]`, ` [3 of 64 ranks]` (rank_merge's counts, the same from rank files and a job file)."""
+    out = {}
+    total = len(merged.labels)
+    for node, count, have in zip(merged.total.gf.dataframe.index,
+                                 cast(np.ndarray, merged.counts), cast(list, merged.few)):
+        if count >= total or count == 0:
+            continue
+        if count == 1 and have:
+            out[node] = f" [rank {have[0]} only]"
+        elif have and count <= rank_merge.FEW:
+            out[node] = f" [ranks {span(have)} of {total}]"
+        else:
+            out[node] = f" [{count} of {total} ranks]"
+    return out

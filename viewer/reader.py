@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..format import JOB_KEYS, LAUNCH_METADATA, TABLE_COLUMNS, WARP_TIMELINE
+from ..format import JOB_KEYS, LAUNCH_METADATA, RANKS_KEY, TABLE_COLUMNS, WARP_TIMELINE
 from . import deep
 from .errors import ViewerError
 from .timelines import check as check_timeline
@@ -39,6 +39,8 @@ class Profile:
     """What the reader should know about what is not shown (Parsed.notes)."""
     timelines: list[dict] = field(default_factory=list)
     """The kernels' warp timelines (Parsed.timelines)."""
+    job_ranks: tuple | None = None
+    """A job file's (ranks, lowest rank, path -> statistics): rank_merge.from_document."""
 
 
 STDIN = "-"
@@ -63,8 +65,13 @@ def load(path: str) -> Profile:
     gf.inc_metrics = add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
     exclusive = [c for c in gf.dataframe.columns
                  if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
+    job_ranks = None
+    if isinstance(root.get(RANKS_KEY), dict):  # a job file: its ranks' statistics
+        from ..rank_merge import from_document
+
+        job_ranks = from_document(root)
     return Profile(gf, inclusive, exclusive, parsed.devices, parsed.job, parsed.notes,
-                   parsed.timelines)
+                   parsed.timelines, job_ranks)
 
 
 @dataclass(slots=True)

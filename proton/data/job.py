@@ -103,6 +103,13 @@ def ranked_path(path: str, job: Job) -> str:
     return f"{stem}.rank{job.rank}{ext}"
 
 
+def job_path(path: str, job: Job) -> str:
+    """The whole job's file beside a rank's: run1.rank3.hatchet -> run1.hatchet."""
+    stem, ext = os.path.splitext(path)
+    suffix = f".rank{job.rank}"
+    return (stem[:-len(suffix)] if stem.endswith(suffix) else stem) + ext
+
+
 def pid_path(path: str, pid: int) -> str:
     """`path` as one process's among others of the same name: run1.hatchet ->
     run1.pid4242.hatchet."""

@@ -325,6 +325,11 @@ def _dump_or_salvage(doc, path: str, since: float | None = None,
         return _dump(plain, path, since, encoding, keep)
 
 
+def plain(doc: Any) -> Any:
+    """`doc` as its file holds it (_plain's copy)."""
+    return _plain(doc)[0]
+
+
 def _plain(doc: Any) -> tuple[Any, int]:
     """A copy of `doc` holding only what JSON and MessagePack encode: numbers made plain ints
     and floats (null when not finite), text as UTF-8 allows, keys as text, any other value

@@ -502,8 +502,43 @@ class Profiler:
         path, encoding = session.path, "json"
         if output_format == "hatchet_msgpack":
             path, encoding = os.path.splitext(path)[0] + ".hatchet_msgpack", "msgpack"
+        elif session.job is not None and session.job.ranked and session.data == "tree":
+            return self._write_job(session, doc)
         return [writer.write(doc, path, since=session.began, encoding=encoding,
                              keep=session.keep_others)]
+
+    def _write_job(self, session: Session, doc: list) -> list[str]:
+        """A rank's tree written as PROTON_RANK_FILES says (job_merge): merged into the job
+        file that rank 0 writes, and/or this rank's own file; its own file whenever the merge
+        could not be made, with one line saying why."""
+        from . import job_merge
+
+        mode = job_merge.rank_files()
+        who = cast(job.Job, session.job)
+        write = lambda d, p: writer.write(d, p, since=session.began,  # noqa: E731
+                                          keep=session.keep_others)
+        written: list[str] = []
+        if mode == "ranks":
+            return [write(doc, session.path)]
+        why = job_merge.group_ready()
+        # with every rank's file written anyway, rank 0 alone says why (nothing when the
+        # job does not use torch.distributed at all)
+        quiet = mode == "both" and why is not None and (who.rank != 0 or
+                                                        not job_merge.in_use())
+        if why is None:
+            plain = writer.plain(doc)  # what the rank's file holds, to the last digit
+            ok, said = job_merge.merge(plain, cast(int, who.rank),
+                                       lambda d: write(d, job.job_path(session.path, who)))
+            if ok:
+                written += [said] if said else []
+                if mode == "job":
+                    return written
+            else:
+                why = said
+        if why is not None and not quiet:
+            warn(f"rank {who.rank}: the job's profile was not merged ({why}); this rank "
+                 f"writes its own file {session.path}")
+        return written + [write(doc, session.path)]
 
     def _own_metrics(self, session: Session, nodes: dict) -> dict[int, dict[str, int]]:
         """Kernel node -> its launch configuration (the one with the most GPU time when its

@@ -1,0 +1,144 @@
+"""A job's ranks merged in the job at finalize: a tree reduction over torch.distributed.
+
+Under an initialized process group, every rank turns its tree into a partial (rank_merge.leaf),
+and in log2(P) rounds rank r receives the partials of r + 1, r + 2, r + 4, ... and sends its
+own to r - 2^k (rank_merge.rounds): compact per-frame summaries, never every tree on rank 0.
+Rank 0 writes the job file and tells every rank whether it did. The reduction runs on its own
+gloo (CPU) group, so it never interleaves with the job's NCCL collectives, and every wait is
+bounded (PROTON_MERGE_TIMEOUT, seconds): a rank that died or never comes makes the others
+write their own files, never hang at exit.
+
+PROTON_RANK_FILES says what a job writes: `both` (the default: the job file and each rank's
+file), `job` (the job file only; each rank's file where the merge failed) or `ranks` (each
+rank's file only, no merge).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from datetime import timedelta
+from typing import Any, Callable
+
+from .. import rank_merge
+from ..errors import ProtonError
+
+CHOICES = ("both", "job", "ranks")
+
+
+def rank_files() -> str:
+    """PROTON_RANK_FILES, checked."""
+    value = os.environ.get("PROTON_RANK_FILES", "both").strip().lower() or "both"
+    if value not in CHOICES:
+        raise ProtonError(f"PROTON_RANK_FILES={value!r} is not one of {', '.join(CHOICES)}; "
+                          "e.g. PROTON_RANK_FILES=job")
+    return value
+
+
+def timeout_s() -> float:
+    """PROTON_MERGE_TIMEOUT: how long any one step of the merge may wait (default 30 s)."""
+    raw = os.environ.get("PROTON_MERGE_TIMEOUT", "30")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ProtonError(f"PROTON_MERGE_TIMEOUT={raw!r} is not a number of seconds; e.g. "
+                          "PROTON_MERGE_TIMEOUT=30") from None
+    if not value > 0:
+        raise ProtonError(f"PROTON_MERGE_TIMEOUT={raw!r} must be over 0 seconds")
+    return value
+
+
+def in_use() -> bool:
+    """Whether the job imported torch.distributed."""
+    return "torch.distributed" in sys.modules
+
+
+def group_ready() -> str | None:
+    """Why the job's process group cannot be used (None when it can). torch is not imported
+    here: a job that never imported torch.distributed has no group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return "torch.distributed is not in use"
+    if not dist.is_available() or not dist.is_initialized():
+        return ("the process group is not initialized (call proton.finalize() before "
+                "dist.destroy_process_group())")
+    return None
+
+
+def merge(doc: list, rank: int, write_job: Callable[[list], str]) -> tuple[bool, str]:
+    """Reduce this rank's document over the job's process group. Rank 0 calls
+    `write_job(job document)`. Returns (whether the job file was written, why not / its path).
+    """
+    import torch
+    import torch.distributed as dist
+
+    limit = timeout_s()
+    size = dist.get_world_size()
+    me = dist.get_rank()
+    try:
+        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=limit))
+    except Exception as exc:  # a rank that never came, or died
+        return False, (f"no merge group within {limit:g} s: a rank died or has not reached "
+                       f"finalize ({_short(exc)})")
+    ok = torch.zeros(1, dtype=torch.int64)
+    wrote = ""
+    try:
+        partial = rank_merge.leaf(doc[0], rank, doc[1] if len(doc) > 1 else {},
+                                  doc[0].get("frame", {}))
+        sources, target = rank_merge.rounds(me, size)
+        failed = None
+        for source in sources:
+            try:
+                partial = rank_merge.combine(partial, _recv(dist, group, source))
+            except Exception as exc:
+                failed = f"rank {source} sent nothing ({_short(exc)})"
+                break
+        if failed is None and target is not None:
+            _send(dist, group, target, partial)
+        elif failed is None:
+            try:
+                wrote = write_job(rank_merge.document(partial, size))
+                ok[0] = 1
+            except Exception as exc:
+                failed = f"the job file could not be written ({_short(exc)})"
+        if me == 0 and failed:
+            wrote = failed
+        dist.broadcast(ok, src=0, group=group)  # every rank learns whether rank 0 wrote it
+    except Exception as exc:
+        return False, wrote or f"the merge did not finish ({_short(exc)})"
+    finally:
+        _destroy(dist, group)
+    if not ok[0]:
+        return False, wrote or "rank 0 could not merge every rank"
+    return True, wrote
+
+
+def _send(dist, group, target: int, partial: rank_merge.Partial) -> None:
+    import torch
+
+    # the ranks of one job trust each other (torch's own send_object_list pickles too)
+    data = pickle.dumps(partial, protocol=pickle.HIGHEST_PROTOCOL)
+    dist.send(torch.tensor([len(data)], dtype=torch.int64), dst=target, group=group)
+    dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst=target, group=group)
+
+
+def _recv(dist, group, source: int) -> Any:
+    import torch
+
+    size = torch.zeros(1, dtype=torch.int64)
+    dist.recv(size, src=source, group=group)
+    data = torch.empty(int(size[0]), dtype=torch.uint8)
+    dist.recv(data, src=source, group=group)
+    return pickle.loads(data.numpy().tobytes())
+
+
+def _destroy(dist, group) -> None:
+    try:
+        dist.destroy_process_group(group)
+    except Exception:  # a broken group: nothing more to release
+        pass
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__

@@ -1,0 +1,176 @@
+"""A job merged inside itself at finalize (proton/runtime/job_merge.py over rank_merge.py):
+gloo jobs of 8 and 16 processes on this machine's CPU. The job file rank 0 writes shows the
+numbers the viewer's merge of the rank files shows, to the last digit; a rank that dies, or
+never reaches finalize, leaves every other rank's own file within the timeout, with why."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from proton import rank_merge
+from proton.viewer import ranks
+from proton.viewer.cli import viewer
+from proton.viewer.reader import load
+
+pytest.importorskip("torch.distributed")
+
+RANK = """
+import os, sys, time
+import torch.distributed as dist
+import proton
+r, P = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=r, world_size=P)
+proton.start("job")
+for i in range(3):
+    with proton.scope("step", {"n": r + 1, "w": 0.1 * (r + 1)}):
+        with proton.scope(f"part{r % 3}", {"n": r * r, "w": 1 / (r + 3)}):
+            pass
+if r == 0:
+    with proton.scope("only0", {"n": 5}):
+        pass
+if sys.argv[2] == "die" and r == 3:
+    os._exit(0)
+if sys.argv[2] == "hang" and r == 3:
+    time.sleep(600)
+t = time.perf_counter()
+proton.finalize()
+print(f"finalize {time.perf_counter() - t:.3f} s", flush=True)
+"""
+
+
+def job(tmp_path, size: int, how: str = "ok", timeout: float = 30,
+        files: str = "both") -> tuple[list[str], float]:
+    """Run `size` ranks; each one's output, and the seconds until all but a hung one ended."""
+    (tmp_path / "rank.py").write_text(RANK)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_", "OMPI_", "PMI_", "PROTON_"))}
+    start = time.monotonic()
+    procs = [subprocess.Popen(
+        [sys.executable, "rank.py", str(tmp_path / "init"), how], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**clean, "RANK": str(r), "WORLD_SIZE": str(size), "LOCAL_RANK": str(r),
+             "PROTON_MERGE_TIMEOUT": str(timeout), "PROTON_RANK_FILES": files})
+        for r in range(size)]
+    outs = []
+    try:
+        for r, p in enumerate(procs):
+            if how == "hang" and r == 3:
+                outs.append("")
+                continue
+            outs.append(p.communicate(timeout=120)[0])
+        took = time.monotonic() - start
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+    return outs, took
+
+
+def keyed(profile, column) -> dict:
+    """A column by each frame's path of names (node objects differ between two reads)."""
+    out = {}
+    for node, value in column.values.items():
+        names, at = [], node
+        while at is not None:
+            names.append(at.frame.get("name"))
+            at = at.parents[0] if at.parents else None
+        out[tuple(reversed(names))] = value
+    return out
+
+
+def same_bits(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        np.float64(a[k]).tobytes() == np.float64(b[k]).tobytes() for k in a)
+
+
+SPECS = ["n", "w", "cpu_time/ms", "cpu_time/us"]
+
+
+@pytest.mark.parametrize("size", [8, 16])
+def test_the_job_file_shows_the_rank_files_numbers_to_the_last_digit(tmp_path, size):
+    outs, took = job(tmp_path, size)
+    assert all("finalize" in out and "not merged" not in out for out in outs), outs
+    rank_files = [str(tmp_path / f"job.rank{r}.hatchet") for r in range(size)]
+    assert all(os.path.exists(p) for p in rank_files)  # PROTON_RANK_FILES=both
+    whole = load(str(tmp_path / "job.hatchet"))
+    assert whole.job.get("world_size") == size and "rank" not in whole.job
+    from_job = ranks.from_job(whole)
+    found, frames, _ = ranks.read(rank_files)
+    from_files = ranks.merge(found, frames)
+    a = ranks.columns(from_files, SPECS)
+    b = ranks.columns(from_job, SPECS)
+    assert [c.header for c in a] == [c.header for c in b]
+    for ca, cb in zip(a, b):
+        assert same_bits(keyed(from_files.total, ca), keyed(from_job.total, cb)), ca.header
+    # and the command prints the same, tree and rows
+    for args in (["-m", ",".join(SPECS)], ["--output", "json", "-m", "n,w,cpu_time/ns"]):
+        shown = [CliRunner().invoke(viewer, [*args, *paths])
+                 for paths in (rank_files, [str(tmp_path / "job.hatchet")])]
+        assert shown[0].exit_code == 0 and shown[0].output == shown[1].output, shown[1].output
+    text = shown[1].output
+    assert '"n max rank": 7.0' in text or size != 8
+    print(f"{size} ranks: whole job {took:.1f} s; {outs[0].strip().splitlines()[-1]} on rank 0")
+
+
+def test_the_job_option_writes_the_job_file_alone(tmp_path):
+    outs, _ = job(tmp_path, 8, files="job")
+    assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["job.hatchet"], outs
+    shown = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "job.hatchet")])
+    assert "8 ranks (0-7) merged" in shown.output and "[rank 0 only]" in shown.output
+
+
+@pytest.mark.parametrize("how", ["die", "hang"])
+def test_a_rank_missing_at_finalize_leaves_every_other_ranks_file_and_says_why(tmp_path, how):
+    outs, took = job(tmp_path, 8, how, timeout=5, files="job")
+    others = [r for r in range(8) if r != 3]
+    assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == sorted(
+        f"job.rank{r}.hatchet" for r in others)
+    for r in others:
+        why = [line for line in outs[r].splitlines() if "not merged" in line]
+        assert len(why) == 1 and f"rank {r}:" in why[0] and "within 5 s" in why[0], outs[r]
+    assert took < 60  # bounded by the timeout, not by the missing rank
+    found, frames, _ = ranks.read([str(tmp_path / f"job.rank{r}.hatchet") for r in others])
+    assert ranks.merge(found, frames).notes == ["7 of the job's 8 ranks merged; missing rank 3"]
+
+
+def tree(rank: int) -> dict:
+    """A small rank tree whose values differ in their last bits from rank to rank."""
+    kids = [{"frame": {"name": f"k{(rank + j) % 5}"}, "metrics": {"time (ns)": rank * 0.1 + j},
+             "children": []} for j in range(rank % 4)]
+    return {"frame": {"name": "ROOT"}, "metrics": {"time (ns)": 0},
+            "children": [{"frame": {"name": "step"}, "metrics": {"cpu_time (ns)": 1 / (rank + 1)},
+                          "children": kids}]}
+
+
+@pytest.mark.parametrize("size", [1, 5, 16, 37])
+def test_the_viewers_order_is_the_jobs_reduction_order(size):
+    """Reducer (the viewer, files in rank order) and rounds (each rank of a job) combine the
+    same pairs, so even float sums agree bit for bit."""
+    reducer = rank_merge.Reducer()
+    for r in range(size):
+        reducer.add(rank_merge.leaf(tree(r), r))
+    held = {r: rank_merge.leaf(tree(r), r) for r in range(size)}  # combine uses them up
+    for step in range(64):  # each round: every rank that receives, from its next source
+        for r in range(size):
+            sources, _ = rank_merge.rounds(r, size)
+            if step < len(sources):
+                held[r] = rank_merge.combine(held[r], held.pop(sources[step]))
+    assert list(held) == [0]
+    assert rank_merge.document(held[0]) == rank_merge.document(reducer.result())
+
+
+def test_a_folder_with_the_job_file_and_its_rank_files_merges_the_rank_files(tmp_path):
+    job(tmp_path, 8)
+    shown = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path)])
+    whole = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "job.hatchet")])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output == whole.output
