@@ -47,9 +47,11 @@ hold 13,000 samples, 3 s at 250 us, through a GIL-bound stretch (imports) that d
 thread's decodes."""
 OVERFLOW = 8
 """CUPTI_ERROR_OUT_OF_MEMORY from a decode: the hardware buffer overflowed."""
-KERNEL_FIELDS = 8
-"""A finished kernel's sums: COUNTER_NS, DRAM_BYTES, L2_BYTES, tensor cycles,
-TENSOR_ACTIVE_NS, ISSUE_ACTIVE_NS, SM_ACTIVE_NS, COUNTERS_SHARED_NS."""
+SUM_METRICS = (fmt.COUNTER_NS, fmt.DRAM_BYTES, fmt.L2_BYTES, None, fmt.TENSOR_ACTIVE_NS,
+               fmt.ISSUE_ACTIVE_NS, fmt.SM_ACTIVE_NS, fmt.COUNTERS_SHARED_NS)
+"""A kernel's sums, column by column, as the file names them (None: tensor-pipe cycles,
+written as TENSOR_FLOPS where the chip's rate is known)."""
+KERNEL_FIELDS = len(SUM_METRICS)
 
 Finished = Callable[[list], None]
 """Takes [(node, launch ts, device, sums (KERNEL_FIELDS floats))] of kernels joined."""
@@ -93,10 +95,7 @@ class Rates:
         order = np.argsort(smp, kind="stable")
         smp, nd, ns = smp[order], nd[order], ns[order]
         starts = np.searchsorted(smp, smp, side="left")
-        sizes = np.searchsorted(smp, smp, side="right") - starts
-        left = np.repeat(np.arange(len(smp)), sizes)
-        offsets = np.repeat(np.cumsum(sizes) - sizes, sizes)
-        right = np.repeat(starts, sizes) + (np.arange(len(left)) - offsets)
+        left, right = _spans(starts, np.searchsorted(smp, smp, side="right") - starts)
         self._pairs.append((nd[left] * (1 << 32) + nd[right], ns[left] * ns[right]))
         self._held += len(left)
         if self._held > 1_000_000:
@@ -165,6 +164,14 @@ def _nnls(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     x[:] = 0
     x[idx] = np.maximum(sol, 0)
     return x
+
+
+def _spans(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, index) for each index in starts[row] .. starts[row] + sizes[row] - 1, row by row:
+    which samples each kernel overlaps, which entries share a sample."""
+    row = np.repeat(np.arange(len(starts)), sizes)
+    offsets = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return row, np.repeat(starts, sizes) + (np.arange(len(row)) - offsets)
 
 
 def _sum_rows(keys: np.ndarray, rows: np.ndarray) -> tuple[list, np.ndarray]:
@@ -240,10 +247,7 @@ class Join:
         s, v = s[order], v[order]
         first = np.searchsorted(s[:, 1], k[:, 0], side="right")  # first sample ending after
         last = np.searchsorted(s[:, 0], k[:, 1], side="left")  # samples starting before end
-        counts = np.maximum(last - first, 0)
-        kernel = np.repeat(np.arange(len(k)), counts)
-        sample = np.concatenate([np.arange(a, b) for a, b in zip(first, last) if b > a]) \
-            if counts.any() else np.zeros(0, dtype=np.int64)
+        kernel, sample = _spans(first, np.maximum(last - first, 0))
         overlap = (np.minimum(s[sample, 1], k[kernel, 1]) -
                    np.maximum(s[sample, 0], k[kernel, 0])).astype(float)
         keep = overlap > 0
@@ -297,24 +301,17 @@ def refit(nodes: dict, rates: dict[int, np.ndarray], chip: dict[int, str]) -> in
         ns = metrics.get(fmt.COUNTER_NS)
         if rate is None or not ns:
             continue
-        fields = (fmt.DRAM_BYTES, fmt.L2_BYTES, None, fmt.TENSOR_ACTIVE_NS, fmt.ISSUE_ACTIVE_NS,
-                  fmt.SM_ACTIVE_NS)
-        for field, value in zip(fields, rate * ns):
-            if field is not None:
-                metrics[field] = float(value)
-        per_cycle = FLOPS_PER_TENSOR_CYCLE.get(chip.get(node, ""))
-        if per_cycle is not None:
-            metrics[fmt.TENSOR_FLOPS] = float(rate[2] * ns) * per_cycle
+        sums = np.concatenate([[ns], rate * ns, [0.0]])  # as a kernel's (KERNEL_FIELDS)
+        fitted = kernel_metrics(sums, chip.get(node, ""))
+        del fitted[fmt.COUNTER_NS], fitted[fmt.COUNTERS_SHARED_NS]  # the split's, kept
+        metrics.update(fitted)
         changed += 1
     return changed
 
 
 def kernel_metrics(sums: np.ndarray, chip: str) -> dict[str, float]:
     """A finished kernel's sums as the file's metrics (format.COUNTER_METRICS)."""
-    out = {fmt.COUNTER_NS: float(sums[0]), fmt.DRAM_BYTES: float(sums[1]),
-           fmt.L2_BYTES: float(sums[2]), fmt.TENSOR_ACTIVE_NS: float(sums[4]),
-           fmt.ISSUE_ACTIVE_NS: float(sums[5]), fmt.SM_ACTIVE_NS: float(sums[6]),
-           fmt.COUNTERS_SHARED_NS: float(sums[7])}
+    out = {name: float(value) for name, value in zip(SUM_METRICS, sums) if name}
     rate = FLOPS_PER_TENSOR_CYCLE.get(chip)
     if rate is not None:
         out[fmt.TENSOR_FLOPS] = float(sums[3]) * rate
