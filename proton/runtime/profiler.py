@@ -598,35 +598,33 @@ class Profiler:
                                            gpu.devices_in_use(), options.interval,
                                            self.router.on_counters)
         except (CountersError, OSError) as exc:
-            from ..cupti.perfworks import WHY
-
-            why = getattr(exc, "code", 0)
-            warn(f"mode='counters': hardware counters cannot be read here: "
-                 f"{WHY.get(why) or f'{exc} (if another profiler holds them: stop Nsight Compute, Nsight Systems GPU metrics or DCGM profiling)'}; "
-                 "the session goes on with kernel times")
+            _counters_refused("hardware counters", exc, " (if another profiler holds them: "
+                              "stop Nsight Compute, Nsight Systems GPU metrics or DCGM "
+                              "profiling)")
             return
         self.router.counters = self.counters
+
+    def _counting_besides(self, session: Session) -> bool:
+        """Another live counters session keeps the sampler (or the scope ranges) going."""
+        return any(s.counters and s is not session for s in self.sessions.values())
 
     def _start_scope_ranges(self, names) -> None:
         """CUPTI's range profiler for counters:scopes=A,B."""
         from ..cupti import gpu
         from ..cupti.buffers import loaded_libcupti
-        from ..cupti.perfworks import WHY, CountersError
+        from ..cupti.perfworks import CountersError
         from ..cupti.scope_ranges import ScopeRanges
 
         try:
             frames.ranges = ScopeRanges(loaded_libcupti() or "libcupti.so",
                                         gpu.devices_in_use()[0], names)
         except (CountersError, OSError, IndexError) as exc:
-            why = getattr(exc, "code", 0)
-            warn(f"mode='counters': the scopes' counters cannot be read here: "
-                 f"{WHY.get(why) or exc}; the session goes on with kernel times")
+            _counters_refused("the scopes' counters", exc)
 
     def _finish_scope_ranges(self, session: Session) -> None:
         """The last counters session ends: the listed scopes' exact counts on their nodes."""
         ranges = frames.ranges
-        if ranges is None or any(s.counters and s is not session
-                                 for s in self.sessions.values()):
+        if ranges is None or self._counting_besides(session):
             return
         frames.ranges = None
         try:
@@ -652,8 +650,7 @@ class Profiler:
         sampler = self.counters
         if sampler is None:
             return
-        last = not any(s.counters and s is not session for s in self.sessions.values())
-        if last and not self._finish_counters(sampler):
+        if not self._counting_besides(session) and not self._finish_counters(sampler):
             return
         from ..cupti.counters import refit
 
@@ -749,6 +746,16 @@ class Profiler:
                 if frames.times_cpu(top, collector):
                     for s in targets:
                         s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
+
+
+def _counters_refused(what: str, exc: BaseException, hint: str = "") -> None:
+    """One line: why `what` cannot be read here (the fix, by CUPTI's error code), and that
+    the session goes on with kernel times."""
+    from ..cupti.perfworks import WHY
+
+    why = WHY.get(getattr(exc, "code", 0)) or f"{exc}{hint}"
+    warn(f"mode='counters': {what} cannot be read here: {why}; the session goes on with "
+         "kernel times")
 
 
 def _mode(pc, counters=None) -> str:
