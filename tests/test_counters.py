@@ -189,3 +189,40 @@ def test_the_counters_flag_and_another_mode_are_refused_together_in_one_line(tmp
                         capture_output=True, text=True, cwd=tmp_path)
     assert ok.returncode == 0 and "ran" in ok.stdout  # no GPU here: CPU time, said once
     assert (tmp_path / "proton.hatchet").exists()
+
+
+def test_the_c_reader_fills_spans_and_values_with_the_13_0_struct_sizes():
+    """pm_native's loop calls CUPTI's sample-info and evaluate functions with the 13.0 layouts
+    (structSize 64 and 72) for each sample asked, and stops at the first error, naming it."""
+    import ctypes
+
+    from proton.cupti import pm_native
+    lib = pm_native.helper()
+    if lib is None:
+        pytest.skip("no C compiler: PmSampler reads samples in Python")
+    seen = []
+    callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+    def info(p):
+        f = ctypes.cast(p, ctypes.POINTER(ctypes.c_uint64))
+        seen.append(("info", f[0], f[5]))
+        f[6], f[7] = 1000 * f[5], 1000 * f[5] + 250
+        return 0
+
+    def evaluate(p):
+        f = ctypes.cast(p, ctypes.POINTER(ctypes.c_uint64))
+        seen.append(("evaluate", f[0], f[5]))
+        out = ctypes.cast(f[8], ctypes.POINTER(ctypes.c_double))
+        for j in range(f[7]):
+            out[j] = 10 * f[5] + j
+        return 8 if f[5] == 6 else 0
+
+    keep = [callback(info), callback(evaluate)]
+    fns = [ctypes.cast(c, ctypes.c_void_p).value for c in keep]
+    image, names = (ctypes.c_uint8 * 8)(), (ctypes.c_char_p * 2)(b"a", b"b")
+    code, at, spans, values = pm_native.read(lib, *fns, 1, 2, image, 8, names, 2, 3, 3)
+    assert code == 0 and spans.tolist() == [[3000, 3250], [4000, 4250], [5000, 5250]]
+    assert values.tolist() == [[30, 31], [40, 41], [50, 51]]
+    assert {(kind, size) for kind, size, _ in seen} == {("info", 64), ("evaluate", 72)}
+    code, at, _, _ = pm_native.read(lib, *fns, 1, 2, image, 8, names, 2, 5, 3)
+    assert (code, at) == (8, 6)

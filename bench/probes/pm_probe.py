@@ -4,6 +4,7 @@ and each phase's counters against the truth.
 
     python -P bench/probes/pm_probe.py [interval_ns]
 """
+import collections
 import sys
 import time
 
@@ -62,11 +63,13 @@ for name, fn, n in (("copy256M", lambda: y.copy_(x), 10), ("mm8192", lambda: a @
     torch.cuda.synchronize()
     phases[name] = (t, cupti.get_timestamp())
 time.sleep(0.005)
-samples = []
+parts = []
 t0 = time.perf_counter()
-samples += s.decode()
+parts.append(s.decode())
 s.stop()
-samples += s.decode()
+parts.append(s.decode())
+Smp = collections.namedtuple("Smp", "start end values")
+samples = [Smp(int(a), int(b), list(v)) for p in parts for a, b, v in zip(p.starts, p.ends, p.values)]
 print("decode", round(time.perf_counter() - t0, 3), "s", len(samples), "samples; overflow",
       s.overflowed)
 s.close()

@@ -432,12 +432,11 @@ class CounterSampler:
                 self._restart(device)  # what it held is lost: counted, and said at the end
                 continue
             self.decode_s += time.perf_counter() - t0
-            self.samples += len(samples)
+            self.samples += len(samples.starts)
             join = self.joins[device]
             with self._lock:
-                if samples:
-                    join.add_samples([x.start for x in samples], [x.end for x in samples],
-                                     [x.values for x in samples])
+                if len(samples.starts):
+                    join.add_samples(samples.starts, samples.ends, samples.values)
                 # kernel records lag their samples: join up to the last kernel seen ended
                 seen = int(join._k[:, 1].max()) if len(join._k) else join.joined_to
                 done = join.join(None if final else seen)

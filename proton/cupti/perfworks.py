@@ -16,8 +16,9 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
+
+import numpy as np
 
 from ..errors import ProtonError
 
@@ -227,13 +228,21 @@ class MetricConfig:
             self.cupti.call("cuptiProfilerHostDeinitialize", HostObject(pHostObject=host))
 
 
-@dataclass
-class Sample:
-    """One PM sample: its GPU time span (ns) and the metrics' values over it."""
+class Samples(NamedTuple):
+    """PM samples: their GPU time spans (ns) and the metrics' values over them."""
 
-    start: int
-    end: int
-    values: list
+    starts: np.ndarray
+    ends: np.ndarray
+    values: np.ndarray
+    """One row per sample, one column per metric."""
+
+    @staticmethod
+    def joined(parts: list[tuple[np.ndarray, np.ndarray]], metrics: int) -> "Samples":
+        """Samples from (spans, values) blocks, in order."""
+        spans = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, 2), np.uint64)
+        values = np.concatenate([p[1] for p in parts]) if parts \
+            else np.zeros((0, metrics), np.float64)
+        return Samples(spans[:, 0].astype(np.int64), spans[:, 1].astype(np.int64), values)
 
 
 class _Collecting:
@@ -328,10 +337,10 @@ class PmSampler(_Collecting):
             self.started = False
             self.cupti.call("cuptiPmSamplingStop", PmObject(pPmSamplingObject=self._obj))
 
-    def decode(self) -> list[Sample]:
+    def decode(self) -> Samples:
         """Every completed sample in the hardware buffer, oldest first. The first sample of a
         run spans everything before the first interval (it starts at timestamp 0): dropped."""
-        samples: list[Sample] = []
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
         while True:
             p = self.cupti.call("cuptiPmSamplingDecodeData", PmDecode(
                 pPmSamplingObject=self._obj, pCounterDataImage=ctypes.cast(self._data, c_void),
@@ -341,20 +350,42 @@ class PmSampler(_Collecting):
             info = self.cupti.call("cuptiPmSamplingGetCounterDataInfo", PmDataInfo(
                 pCounterDataImage=ctypes.cast(self._data, c_void),
                 counterDataImageSize=self._size))
-            for i in range(info.numCompletedSamples):
-                s = self.cupti.call("cuptiPmSamplingCounterDataGetSampleInfo", PmSampleInfo(
-                    pPmSamplingObject=self._obj, pCounterDataImage=ctypes.cast(self._data, c_void),
-                    counterDataImageSize=self._size, sampleIndex=i))
-                if self._first:
-                    self._first = False
-                    if s.startTimestamp == 0:
-                        continue
-                samples.append(Sample(s.startTimestamp, s.endTimestamp,
-                                      self.config.evaluate(self._data, self._size, i)))
+            spans, values = self._read(info.numCompletedSamples)
+            if self._first and len(spans):
+                self._first = False
+                if spans[0, 0] == 0:
+                    spans, values = spans[1:], values[1:]
+            parts.append((spans, values))
             self._init_data()
             if p.decodeStopReason != DECODE_COUNTER_DATA_FULL:
-                return samples
+                return Samples.joined(parts, len(self.config.metrics))
 
+    def _read(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The decoded image's samples: spans (count x 2) and values (count x metrics), in one
+        C call (pm_native) or, without it, two CUPTI calls a sample from Python."""
+        from . import pm_native
+
+        n = len(self.config.metrics)
+        lib = pm_native.helper()
+        if lib is not None and count:
+            code, at, spans, values = pm_native.read(
+                lib, ctypes.cast(self.cupti.lib.cuptiPmSamplingCounterDataGetSampleInfo,
+                                 c_void).value,
+                ctypes.cast(self.cupti.lib.cuptiProfilerHostEvaluateToGpuValues, c_void).value,
+                self._obj, self.config._host, self._data, self._size, self.config._names, n,
+                0, count)
+            if code:
+                raise CountersError(f"sample {at}: {self.cupti.result_string(code)}", code)
+            return spans, values
+        spans = np.zeros((count, 2), np.uint64)
+        values = np.zeros((count, n), np.float64)
+        for i in range(count):
+            s = self.cupti.call("cuptiPmSamplingCounterDataGetSampleInfo", PmSampleInfo(
+                pPmSamplingObject=self._obj, pCounterDataImage=ctypes.cast(self._data, c_void),
+                counterDataImageSize=self._size, sampleIndex=i))
+            spans[i] = s.startTimestamp, s.endTimestamp
+            values[i] = self.config.evaluate(self._data, self._size, i)
+        return spans, values
 
 
 # -- the range profiler (counts, not samples, between a push and its pop) ----------------------
