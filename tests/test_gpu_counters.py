@@ -263,3 +263,25 @@ def test_nsight_compute_counts_what_the_samples_count(tmp_path):
     # GH100 and the chips listed in counters.FLOPS_PER_TENSOR_CYCLE: 1,024 FLOP a cycle
     assert total(find(tree, "matmul"), "tensor_flops") == pytest.approx(
         theirs["matmul"]["sm__pipe_tensor_cycles_active.sum"] * 1024, rel=0.03)
+
+
+def test_a_full_hardware_buffer_is_counted_and_said_and_the_profile_keeps_its_times(tmp_path):
+    """Samples lost to a full hardware buffer (made small here, and read seldom) are said in one
+    line at the end; the kernels keep their times and the samples that were read."""
+    out = run("""
+        import time, torch, proton
+        from proton.cupti import counters
+        counters.HARDWARE_BUFFER, counters.TICK = 1 << 20, 1.0
+        x = torch.ones(1 << 24, device="cuda"); y = torch.empty_like(x)
+        proton.start("full", mode="counters:interval=10")
+        with proton.scope("work"):
+            t = time.time()
+            while time.time() - t < 3:
+                torch.mul(x, 2, out=y)
+            torch.cuda.synchronize()
+        proton.finalize()
+    """, tmp_path)
+    said = [line for line in out.stderr.splitlines() if "overflowed" in line]
+    assert len(said) == 1 and "interval=US" in said[0], out.stderr[-2000:]
+    work = find(load(tmp_path / "full.hatchet")[0], "work")
+    assert total(work, "time (ns)") > 1e9 and total(work, "count") > 1000

@@ -477,7 +477,8 @@ class CounterSampler:
 
     @property
     def lost(self) -> int:
-        """Decodes that found a full hardware buffer (samples dropped)."""
+        """Decodes that found a full hardware buffer, and restarts after one (samples
+        dropped)."""
         return self.overflows + sum(s.overflowed for s in self.samplers.values())
 
     def finish(self) -> None:
@@ -498,6 +499,7 @@ class CounterSampler:
         """Under _decoding, or when no thread runs."""
         samplers, self.samplers = self.samplers, {}
         for sampler in samplers.values():
+            self.overflows += sampler.overflowed  # kept: `lost` is read after the end
             try:
                 sampler.close()
             except Exception:
