@@ -76,7 +76,8 @@ def helper() -> ctypes.CDLL | None:
                 lib = native.load_cached(path, lambda out: native.compile_source(out, SOURCE))
                 lib.proton_pm_read.restype = ctypes.c_int
                 ptr, size = ctypes.c_void_p, ctypes.c_size_t
-                lib.proton_pm_read.argtypes = [ptr] * 5 + [size, ptr] + [size] * 3 + [ptr] * 3
+                lib.proton_pm_read.argtypes = (ptr, ptr, ptr, ptr, ptr, size, ptr, size, size,
+                                               size, ptr, ptr, ptr)
             except (OSError, subprocess.SubprocessError, native.BuildError) as exc:
                 warn(f"reading counter samples in Python, which holds the GIL longer: the C "
                      f"reader could not be built ({exc}); install a C compiler (cc)")
@@ -84,9 +85,9 @@ def helper() -> ctypes.CDLL | None:
         return _built[path]
 
 
-def read(lib: ctypes.CDLL, info_fn: int, eval_fn: int, sampler: int, host: int, image,
-         size: int, names, n: int, first: int, count: int) -> tuple[int, int, np.ndarray,
-                                                                     np.ndarray]:
+def read(lib: ctypes.CDLL, info_fn: int | None, eval_fn: int | None, sampler: int | None,
+         host: int | None, image, size: int, names, n: int, first: int, count: int
+         ) -> tuple[int, int, np.ndarray, np.ndarray]:
     """(CUPTI result, the sample it failed on, spans (count x 2), values (count x n))."""
     spans = np.zeros((count, 2), np.uint64)
     values = np.zeros((count, n), np.float64)
