@@ -174,3 +174,47 @@ def test_a_folder_with_the_job_file_and_its_rank_files_merges_the_rank_files(tmp
     whole = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "job.hatchet")])
     assert shown.exit_code == 0, shown.output
     assert shown.output == whole.output
+
+
+def wide_tree(rank: int, layers: int = 100) -> list:
+    """~2,000 frames: layers of scopes over kernels, integer times and float metrics."""
+    def kernel(i: int, j: int) -> dict:
+        return {"frame": {"name": f"kernel_{j}", "type": "function"},
+                "metrics": {"time (ns)": 1000 + 7 * i + j + rank, "count": 3,
+                            "flops16": 1.5e9 / (rank + j + 1), "device_id": "0",
+                            "device_type": "CUDA"}, "children": []}
+    layer = [{"frame": {"name": f"layer_{i}", "type": "function"}, "metrics": {},
+              "children": [{"frame": {"name": f"op_{k}", "type": "function"},
+                            "metrics": {"cpu_time (ns)": 5000 + k + rank, "cpu_count": 1},
+                            "children": [kernel(i, 3 * k + j) for j in range(3)]}
+                           for k in range(6)]} for i in range(layers)]
+    root = {"frame": {"name": "ROOT", "type": "function", "rank": rank, "world_size": 24},
+            "metrics": {"time (ns)": 0, "count": 0, "flops16": 0}, "children": layer}
+    return [root, {"CUDA": {"0": {"arch": "90", "num_sms": 132}}}]
+
+
+def test_merging_rank_files_costs_little_over_reading_them(tmp_path):
+    """The merge math in numpy over frames x ranks: the viewer's merge of 24 rank files of
+    ~2,500 frames takes under 1.7 times parsing them alone (measured ~1.0-1.2; the Python math
+    of rank_merge took 2.2-2.5 here, and 16.6 s against 6.0 s at 256 ranks x 5,000 frames)."""
+    import json
+
+    from proton.viewer.reader import parse
+
+    paths = []
+    for r in range(24):
+        paths.append(str(tmp_path / f"w.rank{r}.hatchet"))
+        with open(paths[-1], "w") as f:
+            json.dump(wide_tree(r), f)
+    best = []
+    for _ in range(3):  # the best of three: this machine is shared
+        t0 = time.perf_counter()
+        for p in paths:
+            parse(p)
+        t1 = time.perf_counter()
+        found, frames, _ = ranks.read(paths)
+        merged = ranks.merge(found, frames)
+        t2 = time.perf_counter()
+        best.append((t2 - t1) / (t1 - t0))
+    assert merged.counts is not None and int(merged.counts.max()) == 24
+    assert min(best) < 1.7, best
