@@ -205,6 +205,8 @@ class Partial:
     devices: dict
     job: dict
     """The lowest rank's JOB_KEYS."""
+    members: list[int] = field(default_factory=list)
+    """Its ranks' labels, ascending."""
     index: dict[Path, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -277,7 +279,7 @@ def leaf(root: dict, rank: int, devices: dict | None = None, job: dict | None = 
                    {m: [np.nan_to_num(v[:, 0]), (~np.isnan(v[:, 0])).astype(np.int64)]
                     for m, v in own.items()},
                    stats, facts, [set() for _ in range(n)], ints, inclusive, dict(devices or {}),
-                   {k: v for k, v in (job or {}).items() if k in JOB_KEYS})
+                   {k: v for k, v in (job or {}).items() if k in JOB_KEYS}, [rank])
 
 
 def combine(a: Partial, b: Partial) -> Partial:
@@ -330,6 +332,7 @@ def combine(a: Partial, b: Partial) -> Partial:
     a.ints = (a.ints & b.ints) | (a.ints - set(b.own) - set(b.stats)) \
         | (b.ints - set(a.own) - set(a.stats))
     a.size += b.size
+    a.members += b.members
     a.inclusive = list(dict.fromkeys(a.inclusive + b.inclusive))
     a.job = a.job or b.job
     return a
@@ -431,12 +434,12 @@ def document(merged: Partial, world_size: int | None = None) -> list:
     job = {k: v for k, v in merged.job.items() if k in ("launcher", "script")}
     job["world_size"] = world_size if world_size is not None else merged.size
     root[FRAME_KEY].update(job)
-    root[RANKS_KEY].update(size=merged.size, lo=merged.lo)
+    root[RANKS_KEY].update(size=merged.size, lo=merged.lo, ranks=merged.members)
     for metric in merged.inclusive:  # hatchet reads the inclusive metrics from the root
         root[METRICS_KEY].setdefault(metric, 0)
     return [root, merged.devices]
-def from_document(root: dict) -> tuple[int, int, dict[Path, dict]] | None:
-    """A job file's (size, lowest rank, path -> its RANKS_KEY entry); None for a file of one
+def from_document(root: dict) -> tuple[int, list[int], dict[Path, dict]] | None:
+    """A job file's (size, its ranks, path -> its RANKS_KEY entry); None for a file of one
     rank."""
     top = root.get(RANKS_KEY)
     if not isinstance(top, dict) or not isinstance(top.get("size"), int):
@@ -453,4 +456,8 @@ def from_document(root: dict) -> tuple[int, int, dict[Path, dict]] | None:
             name = child[FRAME_KEY][NAME_KEY]
             nth = seen[name] = seen.get(name, -1) + 1
             stack.append((child, path + ((name, nth),)))
-    return top["size"], int(top.get("lo", 0)), out
+    size, lo, ranks = top["size"], int(top.get("lo", 0)), top.get("ranks")
+    if not (isinstance(ranks, list) and len(ranks) == size
+            and all(type(r) is int for r in ranks)):
+        ranks = list(range(lo, lo + size))  # written before the ranks were listed
+    return size, ranks, out

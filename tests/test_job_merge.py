@@ -218,3 +218,53 @@ def test_merging_rank_files_costs_little_over_reading_them(tmp_path):
         best.append((t2 - t1) / (t1 - t0))
     assert merged.counts is not None and int(merged.counts.max()) == 24
     assert min(best) < 1.7, best
+
+
+LISTENING = """
+import os, sys, time
+import torch.distributed as dist
+import proton
+print("ready", flush=True)
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=int(os.environ["RANK"]),
+                        world_size=int(os.environ["WORLD_SIZE"]))
+for i in range(int(sys.argv[1])):
+    proton.step()
+    with proton.scope("step", {"n": 1}):
+        time.sleep(0.01)
+"""
+
+
+def test_a_capture_of_all_ranks_writes_the_job_file_and_says_which_ranks(tmp_path):
+    """`proton capture --all --steps N` over a gloo job under `proton --listen`: the job's own
+    reduction writes one merged file and the capture names its ranks. A capture of 3 of the 4
+    ranks merges those 3 at once (no timeout waited for the fourth) into a file of their own,
+    and leaves later merges unharmed (torch's new_group would have been misnamed from then on)."""
+    from test_service import Job, capture
+
+    started = []
+    env = {"WORLD_SIZE": "4", "PROTON_MERGE_TIMEOUT": "20"}
+    try:
+        for rank in range(4):
+            started.append(Job(tmp_path, "--listen", script=LISTENING,
+                               script_args=[str(tmp_path / "init")],
+                               env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}))
+        t = time.monotonic()
+        some = capture(tmp_path, *[str(j.pid) for j in started[:3]], "--steps", "3", "-n", "some")
+        took = time.monotonic() - t
+        assert some.returncode == 0, some.stderr
+        assert f"wrote {tmp_path / 'some.ranks0-2.hatchet'} (ranks 0-2 merged)" in some.stdout
+        assert took < 15 and "not merged" not in some.stderr, some.stderr
+        every = capture(tmp_path, "--all", "--steps", "3", "-n", "job")
+        assert every.returncode == 0, every.stderr
+        assert f"wrote {tmp_path / 'job.hatchet'} (ranks 0-3 merged)" in every.stdout
+        assert "not merged" not in every.stderr, every.stderr
+    finally:
+        for job in started:
+            job.proc.kill()
+            job.proc.communicate()
+    shown = CliRunner().invoke(viewer, ["-m", "n", "--output", "json",
+                                        str(tmp_path / "some.ranks0-2.hatchet")])
+    assert shown.exit_code == 0, shown.output
+    assert '"n": 9.0' in shown.output and '"n max rank"' in shown.output  # 3 steps x 3 ranks
+    whole = load(str(tmp_path / "job.hatchet"))
+    assert ranks.from_job(whole).labels == [0, 1, 2, 3]

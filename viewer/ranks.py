@@ -366,7 +366,7 @@ def _apply(total: Profile, paths: list, entries: dict, size: int):
 def from_job(profile: Profile) -> Merged:
     """A job file (written by the job's own merge): its statistics as a Merged of no rank
     files, the numbers its rank files would show."""
-    size, lo, entries = cast(tuple, profile.job_ranks)
+    size, labels, entries = cast(tuple, profile.job_ranks)
     nodes = list(profile.gf.graph.traverse(order="pre"))
     paths: dict = {}
     for node in nodes:
@@ -378,7 +378,6 @@ def from_job(profile: Profile) -> Merged:
         paths[node] = paths[parent] + ((node.frame.get("name"), same.index(node)),)
     index = profile.gf.dataframe.index
     stats, counts, few = _apply(profile, [paths[node] for node in index], entries, size)
-    labels = list(range(lo, lo + size))
     present = pd.DataFrame(np.zeros((len(index), 0), dtype=bool), index=index)
     return Merged(profile, [], labels, present, [], stats, counts, few)
 

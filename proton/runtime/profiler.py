@@ -72,6 +72,10 @@ class Profiler:
         self.timeline = MainTimeline()
         self.lost_kernels = 0
         """Launches inside a finalized session's window whose kernel record never came."""
+        self.merged: dict[str, list[int]] = {}
+        """A job file this process wrote -> the ranks merged into it (a capture says which)."""
+        self._merges: dict[str, int] = {}
+        """A job file's path -> how many times this process merged it (job_merge's keys)."""
         self.window_end: int | None = None
         """The latest end of a finalized session's window (CUPTI time): the job's launches
         after it, cut off when CUPTI stops, are no session's."""
@@ -527,10 +531,17 @@ class Profiler:
                                                         not job_merge.in_use())
         if why is None:
             plain = writer.plain(doc)  # what the rank's file holds, to the last digit
-            ok, said = job_merge.merge(plain, cast(int, who.rank),
-                                       lambda d: write(d, job.job_path(session.path, who)))
+            target = job.job_path(session.path, who)
+            key, members = session.merge or (self._merge_key(target), None)
+            if members is not None and sorted(members) != list(range(who.world_size or 0)):
+                target = job.subset_path(target, members)  # not the whole job's file
+            ok, said = job_merge.merge(plain, cast(int, who.rank), lambda d: write(d, target),
+                                       key=key, members=members)
             if ok:
-                written += [said] if said else []
+                if said:  # the rank that wrote it
+                    self.merged[said] = sorted(members) if members is not None else \
+                        list(range(who.world_size or 0))
+                    written.append(said)
                 if mode == "job":
                     return written
             else:
@@ -539,6 +550,12 @@ class Profiler:
             warn(f"rank {who.rank}: the job's profile was not merged ({why}); this rank "
                  f"writes its own file {session.path}")
         return written + [write(doc, session.path)]
+
+    def _merge_key(self, target: str) -> str:
+        """The key a job's ranks meet under to merge the file `target` at finalize: its name
+        and how many times this process merged it before (every rank finalizes the same)."""
+        seen = self._merges[target] = self._merges.get(target, 0) + 1
+        return f"final/{seen}/{os.path.basename(target)}"
 
     def _own_metrics(self, session: Session, nodes: dict) -> dict[int, dict[str, int]]:
         """Kernel node -> its launch configuration (the one with the most GPU time when its
