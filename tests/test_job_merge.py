@@ -268,3 +268,47 @@ def test_a_capture_of_all_ranks_writes_the_job_file_and_says_which_ranks(tmp_pat
     assert '"n": 9.0' in shown.output and '"n max rank"' in shown.output  # 3 steps x 3 ranks
     whole = load(str(tmp_path / "job.hatchet"))
     assert ranks.from_job(whole).labels == [0, 1, 2, 3]
+
+
+FLUSHED = """
+import os, sys, time
+import torch.distributed as dist
+import proton
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=int(os.environ["RANK"]),
+                        world_size=int(os.environ["WORLD_SIZE"]))
+print("ready", flush=True)
+while True:
+    with proton.scope("step", {"n": 1}):
+        time.sleep(0.01)
+"""
+
+
+def test_each_periodic_snapshot_of_a_job_is_merged_too(tmp_path):
+    """`proton --flush-every 1` in a gloo job of 4 ranks killed without warning (SIGKILL):
+    besides each rank's last snapshot, the job's merged file of one of its snapshots."""
+    (tmp_path / "rank.py").write_text(FLUSHED)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "PROTON_"))}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "proton", "--flush-every", "1", "-n", "run", "rank.py",
+         str(tmp_path / "init")], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+        env={**clean, "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
+             "PROTON_MERGE_TIMEOUT": "5"}) for r in range(4)]
+    try:
+        for p in procs:
+            assert p.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "run.hatchet").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # one more snapshot
+    finally:
+        for p in procs:
+            p.kill()
+        errs = [p.communicate()[1] for p in procs]
+    assert (tmp_path / "run.hatchet").exists(), errs
+    assert all((tmp_path / f"run.rank{r}.hatchet").exists() for r in range(4))
+    whole = load(str(tmp_path / "run.hatchet"))
+    merged = ranks.from_job(whole)
+    assert merged.labels == [0, 1, 2, 3] and whole.job.get("world_size") == 4
+    n = ranks.columns(merged, ["n"])
+    assert float(n[0].values.max()) > 4 * 20  # a second of ~10 ms steps on each rank at least

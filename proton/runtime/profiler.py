@@ -75,6 +75,7 @@ class Profiler:
         self.merged: dict[str, list[int]] = {}
         """A job file this process wrote -> the ranks merged into it (a capture says which)."""
         self._merges: dict[str, int] = {}
+        self._snapshot_unmerged = False
         """A job file's path -> how many times this process merged it (job_merge's keys)."""
         self.window_end: int | None = None
         """The latest end of a finalized session's window (CUPTI time): the job's launches
@@ -387,17 +388,47 @@ class Profiler:
             self.router.clear()
             self._choose_context("shadow")
 
-    def snapshot(self) -> list[str]:
+    def snapshot(self, merge_key: str | None = None) -> list[str]:
         """Write each live session's file as it stands and keep recording (a capture's
         --snapshot, `proton --flush-every`): a job killed later still leaves this file.
-        Kernels still running are left for the next one; PC samples are read only at the end."""
+        Kernels still running are left for the next one; PC samples are read only at the end.
+        `merge_key`: the ranks of a job also merge their trees into the job's file, meeting
+        under this key (every rank's timer gives the same one; job_merge), outside the lock
+        so that a rank that never comes keeps nothing waiting but this snapshot."""
         with self._lock:
             if self.collector is not None:
                 self.collector.flush(timeout_s=2.0)
             devices = self._device_table()
-            return [writer.write(self._document(s, s.data_of(s.phase), devices), s.path,
-                                 since=s.began, keep=s.keep_others)
+            docs = [(s, self._document(s, s.data_of(s.phase), devices))
                     for s in list(self.sessions.values())]
+        written: list[str] = []
+        for s, doc in docs:
+            written.append(writer.write(doc, s.path, since=s.began, keep=s.keep_others))
+            if merge_key is not None and s.job is not None and s.job.ranked \
+                    and s.data == "tree":
+                written += self._merge_snapshot(s, doc, merge_key)
+        return written
+
+    def _merge_snapshot(self, session: Session, doc: list, key: str) -> list[str]:
+        """A periodic snapshot's job file (rank 0 writes it); nothing, said once, when the
+        ranks did not all come: each rank's own snapshot file was written anyway."""
+        from . import job_merge
+
+        if job_merge.rank_files() == "ranks" or job_merge.group_ready() is not None:
+            return []
+        who = cast(job.Job, session.job)
+        target = job.job_path(session.path, who)
+        ok, said = job_merge.merge(
+            writer.plain(doc), cast(int, who.rank),
+            # the session's last write (finalize's merge) is not replaced by a late snapshot
+            lambda d: "" if session.closed else writer.write(d, target, since=session.began,
+                                                             keep=session.keep_others),
+            key=f"{key}/{os.path.basename(target)}")
+        if not ok and not self._snapshot_unmerged:
+            self._snapshot_unmerged = True
+            warn(f"rank {who.rank}: a periodic snapshot of the job's profile was not merged "
+                 f"({said}); each rank's snapshot file is written (said once)")
+        return [said] if ok and said else []
 
     # -- phases (proton.data, mode="periodic_flushing") ----------------------------------------
     def advance_phase(self, session: int) -> int:
