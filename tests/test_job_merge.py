@@ -312,3 +312,37 @@ def test_each_periodic_snapshot_of_a_job_is_merged_too(tmp_path):
     assert merged.labels == [0, 1, 2, 3] and whole.job.get("world_size") == 4
     n = ranks.columns(merged, ["n"])
     assert float(n[0].values.max()) > 4 * 20  # a second of ~10 ms steps on each rank at least
+
+
+DESTROYS = """
+import os, sys, time
+import torch.distributed as dist
+import proton
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=int(os.environ["RANK"]),
+                        world_size=int(os.environ["WORLD_SIZE"]))
+r = dist.get_rank()
+for i in range(3):
+    with proton.scope("step", {"n": r + 1}):
+        time.sleep(0.01)
+dist.destroy_process_group()  # tidy scripts end their group before the command writes
+"""
+
+
+def test_the_command_form_merges_before_the_script_destroys_its_group(tmp_path):
+    """`proton -n run script.py` over 4 gloo ranks whose script calls destroy_process_group()
+    at its end: the job's file is merged before the group goes, the rank files at the end."""
+    (tmp_path / "rank.py").write_text(DESTROYS)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "PROTON_"))}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "proton", "-n", "run", "rank.py", str(tmp_path / "init")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**clean, "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
+             "PROTON_MERGE_TIMEOUT": "10"}) for r in range(4)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert not any("not merged" in out for out in outs), outs
+    assert f"wrote {tmp_path / 'run.hatchet'}" in outs[0]
+    assert all((tmp_path / f"run.rank{r}.hatchet").exists() for r in range(4))
+    merged = ranks.from_job(load(str(tmp_path / "run.hatchet")))
+    n = ranks.columns(merged, ["n"])
+    assert float(n[0].values.max()) == 3 * (1 + 2 + 3 + 4)

@@ -14,6 +14,7 @@ rank's file only, no merge).
 """
 from __future__ import annotations
 
+import importlib.abc
 import os
 import pickle
 import sys
@@ -162,3 +163,82 @@ def _destroy(group) -> None:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
+
+
+def before_destroy(callback: Callable[[], None]) -> None:
+    """Have `callback()` run when the job destroys its default process group
+    (torch.distributed.destroy_process_group()), before the group goes: the `proton`
+    command writes after the script, by which time a script that tidies up has no group to
+    merge over. torch is not imported here: if the script imports torch.distributed later,
+    the function is wrapped as that import finishes."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        _wrap(dist, callback)
+        return
+    if not any(isinstance(f, _Watch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Watch(callback))
+
+
+class _Watch(importlib.abc.MetaPathFinder):
+    """Wraps destroy_process_group once torch.distributed is imported (its spec found by the
+    other finders, its loader's exec_module followed by the wrapping)."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch.distributed":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, self.callback)
+                return spec
+        return None
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, loader, callback: Callable[[], None]) -> None:
+        self.loader, self.callback = loader, callback
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        _wrap(module, self.callback)
+        try:
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Watch)]
+        except Exception:  # pragma: no cover - meta_path is a plain list
+            pass
+
+
+def _wrap(dist, callback: Callable[[], None]) -> None:
+    from functools import wraps
+
+    try:
+        from torch.distributed import distributed_c10d as c10d
+    except ImportError:  # a torch built without distributed support: no group to end
+        return
+
+    original = c10d.destroy_process_group
+    if getattr(original, "_proton_wrapped", False):
+        return
+
+    @wraps(original)
+    def destroy_process_group(group=None):
+        if group is None or group is c10d.GroupMember.WORLD:
+            try:
+                callback()
+            except Exception as exc:  # the script's tidying up goes on regardless
+                from ..report import warn
+
+                warn(f"the job's profile could not be merged before its process group ended "
+                     f"({_short(exc)})")
+        return original(group)
+
+    destroy_process_group._proton_wrapped = True  # type: ignore[attr-defined]
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group

@@ -409,6 +409,30 @@ class Profiler:
                 written += self._merge_snapshot(s, doc, merge_key)
         return written
 
+    def merge_before_group_ends(self) -> None:
+        """The job's process group is about to be destroyed (job_merge.before_destroy, under
+        the `proton` command, which writes only after the script): each ranked job session's
+        tree as it stands now is merged into the job's file while the ranks can still meet;
+        the rank files are written at the end as usual."""
+        from . import job_merge
+
+        if not self.command_line or job_merge.rank_files() == "ranks" \
+                or job_merge.group_ready() is not None:
+            return
+        with self._lock:
+            targets = [s for s in self.sessions.values() if s.job is not None and s.job.ranked
+                       and s.data == "tree" and not s.flush and s.merged_early is None]
+            if not targets:
+                return
+            if self.collector is not None:
+                self.lost_kernels += self.collector.flush()
+            devices = self._device_table()
+            docs = [(s, self._document(s, Phase(s.nodes, s.events, s.spans), devices))
+                    for s in targets]
+        for s, doc in docs:
+            for path in self._write_job(s, doc, merge_only=True):
+                warn(f"wrote {path}")
+
     def _merge_snapshot(self, session: Session, doc: list, key: str) -> list[str]:
         """A periodic snapshot's job file (rank 0 writes it); nothing, said once, when the
         ranks did not all come: each rank's own snapshot file was written anyway."""
@@ -542,13 +566,20 @@ class Profiler:
         return [writer.write(doc, path, since=session.began, encoding=encoding,
                              keep=session.keep_others)]
 
-    def _write_job(self, session: Session, doc: list) -> list[str]:
+    def _write_job(self, session: Session, doc: list, merge_only: bool = False) -> list[str]:
         """A rank's tree written as PROTON_RANK_FILES says (job_merge): merged into the job
         file that rank 0 writes, and/or this rank's own file; its own file whenever the merge
-        could not be made, with one line saying why."""
+        could not be made, with one line saying why. `merge_only`: the job file alone (before
+        the group ends); a session merged so writes its rank file at the end (unless the
+        merge made the job file and PROTON_RANK_FILES=job)."""
         from . import job_merge
 
         mode = job_merge.rank_files()
+        if session.merged_early is not None and not merge_only:  # merged before the group went
+            if session.merged_early == "ok" and mode == "job":
+                return []
+            return [writer.write(doc, session.path, since=session.began,
+                                 keep=session.keep_others)]
         who = cast(job.Job, session.job)
         write = lambda d, p: writer.write(d, p, since=session.began,  # noqa: E731
                                           keep=session.keep_others)
@@ -568,12 +599,18 @@ class Profiler:
                 target = job.subset_path(target, members)  # not the whole job's file
             ok, said = job_merge.merge(plain, cast(int, who.rank), lambda d: write(d, target),
                                        key=key, members=members)
+            if merge_only:
+                session.merged_early = "ok" if ok else "failed"
+                if not ok:
+                    warn(f"rank {who.rank}: the job's profile was not merged ({said}); this "
+                         f"rank writes its own file {session.path} at the end")
+                    return []
             if ok:
                 if said:  # the rank that wrote it
                     self.merged[said] = sorted(members) if members is not None else \
                         list(range(who.world_size or 0))
                     written.append(said)
-                if mode == "job":
+                if mode == "job" or merge_only:
                     return written
             else:
                 why = said
