@@ -51,6 +51,7 @@ def rank_partial(base, rank: int, world: int):
     part.paths, part.frames, part.facts = list(base.paths), list(base.frames), list(base.facts)
     part.clash = [set() for _ in base.paths]
     part.few = [[rank]] * len(base.paths)
+    part.members = [rank]
     part.index = dict(base.index)
     part.stats, part.own = {}, {}
     for metric, st in base.stats.items():
@@ -77,13 +78,10 @@ def reduce_ranks(world: int, frames: int, check: bool) -> dict:
     stack: list[tuple[int, object]] = []
     combine_s, path_s, alive, made_s = 0.0, 0.0, 0, 0.0
     metric = "time (ns)"
-    cols = [] if check else None
     for rank in range(world):
         t = time.perf_counter()
         part = (0, rank_partial(base, rank, world))
         made_s += time.perf_counter() - t
-        if cols is not None:
-            cols.append(part[1].stats[metric][rank_merge.SUM])
         while stack and stack[-1][0] == part[0]:
             level, left = stack.pop()
             t = time.perf_counter()
@@ -96,11 +94,13 @@ def reduce_ranks(world: int, frames: int, check: bool) -> dict:
         alive = max(alive, len(stack) + 1)
     assert len(stack) == 1, "a power-of-two world"
     out = stack[0][1]
-    result = {"combine_s": combine_s, "path_s": path_s, "make_s": made_s, "alive": alive,
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the check's matrix
+    result = {"rss_mb": rss, "combine_s": combine_s, "path_s": path_s, "make_s": made_s, "alive": alive,
               "summary_mb": len(pickle.dumps(base)) / 1e6, "rounds": int(np.log2(world)),
               "frames": len(base.paths)}
-    if cols is not None:
-        matrix = np.column_stack(cols)
+    if check:  # each rank's values made again (the same seeds): not held during the reduction
+        matrix = np.column_stack([rank_partial(base, rank, world).stats[metric][rank_merge.SUM]
+                                  for rank in range(world)])
         labels = np.arange(world)
         viewer = rank_merge.reduce(rank_merge.leaves(matrix, labels))
         result["same_as_viewer"] = all(
@@ -172,7 +172,6 @@ def main() -> None:
     if args.reduce_child:
         world, frames = map(int, args.reduce_child.split(","))
         out = reduce_ranks(world, frames, check=True)
-        out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(out))
         return None
     base = baseline_rss()
