@@ -90,7 +90,7 @@ def merge(doc: list, rank: int, write_job: Callable[[list], str], *, key: str,
     at, size = ranks.index(me), len(ranks)
     try:
         store = dist.PrefixStore(f"proton-merge/{key}/", _default_store())
-        group = dist.ProcessGroupGloo(store, at, size, timedelta(seconds=limit))
+        group: Any = dist.ProcessGroupGloo(store, at, size, timedelta(seconds=limit))
     except Exception as exc:  # a rank that never came, or died
         return False, (f"no merge group within {limit:g} s: a rank died or has not reached "
                        f"the merge ({_short(exc)})")

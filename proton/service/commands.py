@@ -131,7 +131,7 @@ def _merge_request(statuses: list) -> dict | None:
     """Several ranks of one job captured: they merge their profiles into one (job_merge), under
     a key of this capture's own, waiting for these ranks only."""
     ranked = [s for s in statuses if isinstance(s, client.Status) and s.rank is not None]
-    ranks = sorted({s.rank for s in ranked})
+    ranks = sorted({s.rank for s in ranked if s.rank is not None})
     if len(ranks) < 2 or len(ranks) != len(ranked) or len(ranks) > MAX_RANKS \
             or len({s.world_size for s in ranked}) != 1:
         return None  # one rank, or not one job's: each writes its own file
