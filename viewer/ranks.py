@@ -413,6 +413,8 @@ def _array(at: np.ndarray, vals: list, n: int, text: bool = False) -> np.ndarray
 def _numeric(col: np.ndarray | None, n: int) -> np.ndarray:
     if col is None:
         return np.full(n, np.nan)
+    if col.dtype.kind == "f":  # _array's numbers: already floats, NaN where missing
+        return col
     return pd.to_numeric(pd.Series(col), errors="coerce").to_numpy(dtype=float)
 
 
