@@ -206,6 +206,9 @@ class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
+    def __getattr__(self, name: str):  # get_source, is_package, ...: the real loader's
+        return getattr(self.loader, name)
+
     def exec_module(self, module) -> None:
         self.loader.exec_module(module)
         _wrap(module, self.callback)
