@@ -3,18 +3,16 @@ the combine step of an in-job tree reduction, time and peak memory of each.
 
 * files: P rank files written (bench/merge_ranks.py's tree, kernel times scaled per rank), then
   `ranks.read` + `ranks.merge` in a child process, its peak RSS from getrusage.
-* reduction: the COMPUTE of a log2(P)-round pairwise reduction only (no process group, no
-  messages, no tree walk): each rank's summary is per frame (a call-path key, int64) and metric
-  its sum, min, max, the rank of the max and how many ranks have it; two summaries combine by the
-  union of their keys. Simulated in one process as a binary counter over the ranks (the same
-  pairing as the rounds: rank i takes i + 2^k's partial in round k), so at most log2(P) partials
-  are alive; in the job each rank holds two summaries at a time (its partial and the one it
-  receives). `critical path` is rank 0's combines: one per round. Also checked: the pairwise sums
-  against the viewer's rank-order sums (float addition is not associative: integer ns are exact,
-  float metrics may differ in the last bits).
+* reduction: the COMPUTE of the job's log2(P)-round reduction only (no process group, no
+  messages): rank_merge.leaf of the tree once, each rank's partial made from it with its values
+  scaled, combined with rank_merge.combine in one process as a binary counter over the ranks
+  (the rounds' pairing: rank i takes i + 2^k's partial in round k), so at most log2(P) partials
+  are alive; in the job each rank holds two at a time (its partial and the one it receives).
+  `rank 0's` is rank 0's combines: one per round. Also checked: the sums equal rank_merge.reduce
+  over the same values as a frames x ranks matrix (how the viewer merges files).
 
 Usage: python bench/merge_scale.py [--ranks 1024,4096] [--frames 200,5000]
-                                   [--files 256x200,1024x200,4096x200,1024x5000]
+                                   [--files 256x200,1024x200,4096x200,256x5000,1024x5000]
 """
 from __future__ import annotations
 
@@ -35,67 +33,59 @@ sys.path.insert(0, HERE)
 
 from merge_ranks import big_profile, count, scaled  # noqa: E402
 
-METRICS = ("time (ns)", "count", "flops16", "cpu_time (ns)")
 
 
 # -- the reduction's combine step ---------------------------------------------------------------
-def summary(keys: np.ndarray, values: np.ndarray, rank: int) -> dict:
-    """One rank's summary: its frames' keys (sorted) and per frame and metric sum, min, max,
-    max rank, count."""
-    order = np.argsort(keys)
-    v = values[order]
-    return {"keys": keys[order], "sum": v.copy(), "min": v.copy(), "max": v.copy(),
-            "arg": np.full(v.shape, rank, dtype=np.int32),
-            "n": np.ones(v.shape, dtype=np.int32)}
+def rank_partial(base, rank: int, world: int):
+    """Rank `rank`'s partial: the base tree's leaf with its times scaled as merge_ranks does
+    (integers) and its float metrics by a rank-dependent factor (so the order of the sums shows)."""
+    import copy
 
+    import numpy as np
 
-def combine(a: dict, b: dict) -> dict:
-    """a's ranks all below b's: the union of their frames, each statistic combined (a tie in
-    max keeps a's rank: the lowest, as np.argmax over the ranks in order does)."""
-    keys = np.union1d(a["keys"], b["keys"])
-    ia, ib = np.searchsorted(keys, a["keys"]), np.searchsorted(keys, b["keys"])
-    shape = (len(keys), a["sum"].shape[1])
-    out = {"keys": keys, "sum": np.zeros(shape), "min": np.full(shape, np.inf),
-           "max": np.full(shape, -np.inf), "arg": np.full(shape, -1, dtype=np.int32),
-           "n": np.zeros(shape, dtype=np.int32)}
-    for side, at in ((a, ia), (b, ib)):
-        out["sum"][at] += side["sum"]
-        out["n"][at] += side["n"]
-        out["min"][at] = np.minimum(out["min"][at], side["min"])
-        higher = side["max"] > out["max"][at]
-        out["max"][at] = np.where(higher, side["max"], out["max"][at])
-        out["arg"][at] = np.where(higher, side["arg"], out["arg"][at])
-    return out
+    from proton import rank_merge
 
-
-def rank_values(base: np.ndarray, rank: int, world: int) -> np.ndarray:
+    part = copy.copy(base)
     rng = np.random.default_rng(rank)
-    v = base * (1 + rank / world) * rng.uniform(0.95, 1.05, size=base.shape)
-    v[:, :2] = np.round(v[:, :2])  # time (ns) and count: integers, as the writer records them
-    return v
+    part.lo = rank
+    part.paths, part.frames, part.facts = list(base.paths), list(base.frames), list(base.facts)
+    part.clash = [set() for _ in base.paths]
+    part.few = [[rank]] * len(base.paths)
+    part.members = [rank]
+    part.index = dict(base.index)
+    part.stats, part.own = {}, {}
+    for metric, st in base.stats.items():
+        v = st[rank_merge.SUM] * (1 + rank / world) * rng.uniform(0.95, 1.05, size=len(st[0]))
+        if metric in base.ints:
+            v = np.round(v)
+        r = np.full(len(v), rank, dtype=np.int64)
+        part.stats[metric] = [v, v.copy(), v.copy(), r, st[rank_merge.N].copy(), r.copy()]
+    for metric, (total, has) in base.own.items():
+        part.own[metric] = [total.copy(), has.copy()]
+    return part
 
 
 def reduce_ranks(world: int, frames: int, check: bool) -> dict:
-    """Every rank's summary made and combined pairwise; time of the combines, rank 0's path,
-    the partials alive at most, and (check) the pairwise sum against the rank-order sum."""
-    rng = np.random.default_rng(0)
-    keys = rng.choice(2**62, size=frames, replace=False).astype(np.int64)
-    base = rng.uniform(1e3, 1e6, size=(frames, len(METRICS)))
-    combine(summary(keys, base, 0), summary(keys, base, 1))  # numpy's first calls: not timed
-    stack: list[tuple[int, dict]] = []  # (level, partial): a binary counter over the ranks
+    """Every rank's partial (rank_merge, as the job makes them) combined with rank_merge.combine
+    in the job's order (a binary counter: rank i takes i + 2^k's partial in round k); time of
+    the combines, rank 0's path, the partials alive at most, and (check) that the sums equal
+    rank_merge.reduce over the same values as a frames x ranks matrix (the viewer's way)."""
+    import pickle
+
+    from proton import rank_merge
+
+    base = rank_merge.leaf(big_profile(frames)[0], 0)
+    stack: list[tuple[int, object]] = []
     combine_s, path_s, alive, made_s = 0.0, 0.0, 0, 0.0
-    ordered = np.zeros_like(base) if check else None
+    metric = "time (ns)"
     for rank in range(world):
         t = time.perf_counter()
-        values = rank_values(base, rank, world)
-        part = (0, summary(keys, values, rank))
+        part = (0, rank_partial(base, rank, world))
         made_s += time.perf_counter() - t
-        if ordered is not None:
-            ordered += values[np.argsort(keys)]
         while stack and stack[-1][0] == part[0]:
             level, left = stack.pop()
             t = time.perf_counter()
-            part = (level + 1, combine(left, part[1]))
+            part = (level + 1, rank_merge.combine(left, part[1]))
             took = time.perf_counter() - t
             combine_s += took
             if rank == 2 ** (level + 1) - 1:  # rank 0 takes this partial: its round level
@@ -104,14 +94,17 @@ def reduce_ranks(world: int, frames: int, check: bool) -> dict:
         alive = max(alive, len(stack) + 1)
     assert len(stack) == 1, "a power-of-two world"
     out = stack[0][1]
-    one = sum(x.nbytes for x in summary(keys, base, 0).values())
-    result = {"combine_s": combine_s, "path_s": path_s, "make_s": made_s, "alive": alive,
-              "summary_mb": one / 1e6, "rounds": int(np.log2(world))}
-    if ordered is not None:
-        diff = np.abs(out["sum"] - ordered) / np.maximum(np.abs(ordered), 1e-300)
-        result["max_rel_diff"] = [float(diff[:, j].max()) for j in range(len(METRICS))]
-        result["time_exact"] = bool((out["sum"][:, :2] == ordered[:, :2]).all())
-        assert (out["n"] == world).all() and (out["arg"] >= 0).all()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the check's matrix
+    result = {"rss_mb": rss, "combine_s": combine_s, "path_s": path_s, "make_s": made_s, "alive": alive,
+              "summary_mb": len(pickle.dumps(base)) / 1e6, "rounds": int(np.log2(world)),
+              "frames": len(base.paths)}
+    if check:  # each rank's values made again (the same seeds): not held during the reduction
+        matrix = np.column_stack([rank_partial(base, rank, world).stats[metric][rank_merge.SUM]
+                                  for rank in range(world)])
+        labels = np.arange(world)
+        viewer = rank_merge.reduce(rank_merge.leaves(matrix, labels))
+        result["same_as_viewer"] = all(
+            np.array_equal(a, b) for a, b in zip(out.stats[metric], viewer))
     return result
 
 
@@ -169,7 +162,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="1024,4096")
     ap.add_argument("--frames", default="200,5000")
-    ap.add_argument("--files", default="256x200,1024x200,4096x200,1024x5000",
+    ap.add_argument("--files", default="256x200,1024x200,4096x200,256x5000,1024x5000",
                     help="RANKSxFRAMES of each file merge")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--reduce-child", help=argparse.SUPPRESS)
@@ -179,7 +172,6 @@ def main() -> None:
     if args.reduce_child:
         world, frames = map(int, args.reduce_child.split(","))
         out = reduce_ranks(world, frames, check=True)
-        out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(out))
         return None
     base = baseline_rss()
@@ -201,13 +193,14 @@ def main() -> None:
     for frames in map(int, args.frames.split(",")):
         for world in map(int, args.ranks.split(",")):
             got = reduce_child(world, frames)
-            print(f"| reduction compute only, {len(METRICS)} metrics | {world:,} | {frames:,} | "
+            print(f"| reduction compute only (rank_merge.combine) | {world:,} | "
+                  f"{got['frames']:,} | "
                   f"- | all {world - 1:,} combines {got['combine_s']:.2f}; rank 0's "
                   f"{got['rounds']} {got['path_s'] * 1e3:.1f} ms | "
                   f"{got['rss_mb'] - numpy_base:,.0f} ({got['alive']} partials alive) | "
-                  f"2 summaries of {got['summary_mb']:.2f} MB; pairwise sums against rank "
-                  f"order: time and count {'equal' if got['time_exact'] else 'DIFFER'}, "
-                  f"float metrics within {max(got['max_rel_diff'][2:]):.1e} |", flush=True)
+                  f"2 partials of {got['summary_mb']:.2f} MB (pickled); the same digits as "
+                  f"the viewer's frames x ranks reduction: "
+                  f"{'yes' if got['same_as_viewer'] else 'NO'} |", flush=True)
     return None
 
 

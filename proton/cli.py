@@ -195,6 +195,9 @@ def _run_profiled(target: str, args: list[str]) -> int:
                                        if signal.getsignal(s) is not signal.SIG_IGN}
     _replaced.update(saved[2])
     profiler.command_line = True
+    from .runtime import job_merge  # the job's file merged before a script ends its group
+
+    job_merge.before_destroy(profiler.merge_before_group_ends)
     status = 0
     try:
         status = _run(target, args)

@@ -35,7 +35,8 @@ FRAME_TYPE = "function"
 RANKS_KEY = "ranks"
 """A job file's node key (written by a job merged in memory, rank_merge.document): {"n": ranks
 with the frame, "few": those ranks or null, "stats": {metric: [sum, min, max, max rank, ranks
-with it]}}; the root's also has "size" (ranks merged) and "lo" (the lowest)."""
+with it, min rank]}}; the root's also has "size" (ranks merged), "lo" (the lowest) and "ranks"
+(which; a capture may merge some of a job's ranks)."""
 TREE_EXTENSION = ".hatchet"
 TRACE_EXTENSION = ".chrome_trace"
 JOB_KEYS = ("rank", "world_size", "local_rank", "host", "pid", "launcher", "script")

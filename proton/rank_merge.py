@@ -1,19 +1,27 @@
 """The one merge math of a job's ranks: per frame, each metric summed over the ranks and its
-min, max and max rank, kept as partial aggregates that combine associatively.
+min, max and the ranks of the min and max, kept as partial aggregates that combine associatively.
 
 `proton-viewer` merging rank files and a job merging in memory at `proton.finalize()` (a tree
-reduction over torch.distributed) both build a `leaf` per rank and `combine` them in the same
-binary-tree order (`Reducer`), so their numbers agree to the last digit. Pure Python, imports
-only the file format: the runtime and the viewer may both import it.
+reduction over torch.distributed) run the same numpy code in the same binary-tree order over
+the ranks (ranks r and r + 2^k at level k, a lone last block passing through: `rounds`,
+`Reducer`), so their numbers agree to the last digit. The viewer has every rank at once: it
+reduces a frames x ranks matrix per metric level by level (`reduce`: `join` on the even and
+odd columns); the job has one rank a process: it `join`s two partials per round (`combine`).
+Both make each rank's values with `values` (subtree sums, cpu time) from the same columns.
+Why numpy: the pure-Python version cost the viewer ~40 ms a file (256 ranks x 5,000 frames:
+16.6 s, against 6.0 s before it; bench/RESULTS.md).
 
 A frame is its path of (name, nth) from the root (nth: which of its parent's children of that
 name it is). A rank that lacks a frame, or a metric on a frame others have, counts 0 there (a
-metric's sum, min, max and mean are over every rank of the partial).
+metric's sum, min, max and mean are over every rank of the partial; the rank of a 0 so counted
+is the lowest of the ranks that lack it); ties keep the lower rank.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from .format import (BLOCK_THREADS, CHILDREN_KEY, CPU_TIME, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
                      DOT_NO_WGMMA, FRAME_KEY, GRID_BLOCKS, JOB_KEYS, LAUNCH_CONFIGS,
@@ -30,6 +38,10 @@ FEW = 4
 """A frame on at most this many ranks keeps which ones (the viewer's ` [ranks 0,2 of 4]`)."""
 
 Path = tuple[tuple[str, int], ...]
+Stat = list[np.ndarray]
+"""A metric's statistics, one array each (per frame, or frames x partials): SUM, MIN, MAX,
+MAX_RANK, N (ranks that have it), MIN_RANK: the order of a job file's "stats" lists."""
+SUM, MIN, MAX, MAX_RANK, N, MIN_RANK = range(6)
 
 
 def is_fact(metric: str) -> bool:
@@ -37,197 +49,321 @@ def is_fact(metric: str) -> bool:
     return metric in FACTS or metric.startswith(SASS_PREFIX)
 
 
-@dataclass(slots=True)
-class Frame:
-    """One frame over the ranks of a partial."""
-
-    frame: dict
-    """The lowest rank's frame (JOB_KEYS left out)."""
-    own: dict[str, Any] = field(default_factory=dict)
-    """Metric -> its own (exclusive) values summed: numbers that are not facts."""
-    stats: dict[str, list] = field(default_factory=dict)
-    """Metric -> [sum, min, max, max rank, ranks that have it] of each rank's value: inclusive
-    metrics over the rank's subtree, the others the frame's own; an exclusive CPU_TIME where
-    the frame is not timed itself, the sum over the outermost timed frames inside it (the
-    viewer's cpu_time/ms)."""
-    facts: dict[str, Any] = field(default_factory=dict)
-    """Fact -> the value the ranks agree on (FIRST: the lowest rank's)."""
-    clash: set[str] = field(default_factory=set)
-    """Facts the ranks disagree on (left out)."""
-    count: int = 0
-    """Ranks that have the frame."""
-    few: list[int] | None = None
-    """Those ranks while at most FEW, else None."""
+def is_number(value: Any) -> bool:
+    """A value that is a quantity (bools, text and lists are facts)."""
+    return type(value) in (int, float)
 
 
+# -- the math, shared -----------------------------------------------------------------------------
+def values(own: dict[str, np.ndarray], up: np.ndarray, depth: np.ndarray,
+           inclusive: list[str]) -> dict[str, np.ndarray]:
+    """Each rank's value per frame of each metric (frames x ranks, NaN where it has none):
+    an inclusive metric's sum over the frame's subtree (own value first, then the children's
+    in order; missing only where the whole subtree lacks it), another metric its own; and an
+    exclusive CPU_TIME where the frame is not timed itself, the sum over the timed frames
+    inside it (the viewer's cpu_time/ms).
+
+    Args:
+        own: metric -> each frame's own value on each rank (frames x ranks, NaN: none).
+        up: each frame's parent (-1 for the root); depth: its depth (the root 0).
+        inclusive: the metrics summed over subtrees (what the roots list).
+    """
+    out = dict(own)
+    levels = [np.flatnonzero(depth == d) for d in range(int(depth.max(initial=0)) + 1)]
+    for metric in inclusive:
+        if metric in own:
+            out[metric] = _subtree(own[metric], up, levels, fill=False)
+    if CPU_TIME in own and CPU_TIME not in inclusive:
+        out[CPU_TIME] = _subtree(own[CPU_TIME], up, levels, fill=True)
+    return out
+
+
+def _subtree(own: np.ndarray, up: np.ndarray, levels: list[np.ndarray],
+             fill: bool) -> np.ndarray:
+    """fill=False: own + each child's subtree sum; fill=True: own where there, else the sum of
+    the children's (each the same way). Children are added in their order (np.add.at), from
+    0.0 where the frame has no own value: a rank's single tree walked in Python gives these
+    digits too."""
+    has = ~np.isnan(own)
+    acc = np.where(has, own, 0.0)
+    got = has.copy()
+    out = own.copy()
+    kids_acc = np.zeros_like(acc)
+    kids_got = np.zeros_like(has)
+    for level in range(len(levels) - 1, -1, -1):
+        at = levels[level]
+        if fill:  # this level's values are final once its children have reported
+            here = np.where(has[at], own[at], np.where(kids_got[at], kids_acc[at], np.nan))
+            out[at] = here
+            acc[at], got[at] = np.nan_to_num(here), ~np.isnan(here)
+        if level == 0:
+            break
+        parents = up[at]
+        if fill:
+            np.add.at(kids_acc, parents, np.where(got[at], acc[at], 0.0))
+            np.logical_or.at(kids_got, parents, got[at])
+        else:
+            np.add.at(acc, parents, acc[at])
+            np.logical_or.at(got, parents, got[at])
+    if not fill:
+        out = np.where(got, acc, np.nan)
+    return out
+
+
+def join(a: Stat, b: Stat) -> Stat:
+    """The statistics of a's ranks and b's together (every rank of b above every rank of a),
+    elementwise: any shape, the same for both. A tie keeps a's rank."""
+    low = b[MIN] < a[MIN]
+    high = b[MAX] > a[MAX]
+    return [a[SUM] + b[SUM], np.where(low, b[MIN], a[MIN]), np.where(high, b[MAX], a[MAX]),
+            np.where(high, b[MAX_RANK], a[MAX_RANK]), a[N] + b[N],
+            np.where(low, b[MIN_RANK], a[MIN_RANK])]
+
+
+def leaves(vals: np.ndarray, labels: np.ndarray) -> Stat:
+    """Each rank's statistics alone (frames x ranks): NaN (missing) counted 0."""
+    has = ~np.isnan(vals)
+    v = np.where(has, vals, 0.0)
+    rank = np.broadcast_to(labels.astype(np.int64), v.shape)
+    return [v, v, v, rank, has.astype(np.int64), rank]
+
+
+def reduce(stat: Stat, op=join) -> Stat:
+    """Statistics over the ranks (axis 1, in rank order) in the job's tree order: at each
+    level the columns pair up (0 with 1, 2 with 3, ...), a lone last one passing through."""
+    while stat[0].shape[1] > 1:
+        width = stat[0].shape[1]
+        pairs = width // 2
+        joined = op([s[:, 0:2 * pairs:2] for s in stat], [s[:, 1:2 * pairs:2] for s in stat])
+        if width % 2:
+            joined = [np.concatenate([j, s[:, -1:]], axis=1) for j, s in zip(joined, stat)]
+        stat = joined
+    return [s[:, 0] for s in stat]
+
+
+def _sum(a: Stat, b: Stat) -> Stat:
+    return [a[0] + b[0]]
+
+
+def merge_columns(own: dict[str, np.ndarray], up: np.ndarray, depth: np.ndarray,
+                  inclusive: list[str], labels: list[int]
+                  ) -> tuple[dict[str, Stat], dict[str, np.ndarray]]:
+    """Every rank at once (the viewer): per metric the statistics over the ranks
+    (NaN where no rank has it), and each metric's own values summed (NaN: no rank has it).
+
+    Args:
+        own: metric -> frames x ranks of each frame's own numbers (NaN: none), ranks in
+            ascending label order; facts left out.
+        labels: the ranks' labels, ascending.
+    """
+    lab = np.asarray(labels, dtype=np.int64)
+    stats: dict[str, Stat] = {}
+    for metric, vals in values(own, up, depth, inclusive).items():
+        stats[metric] = _masked(reduce(leaves(vals, lab)))
+    sums: dict[str, np.ndarray] = {}
+    for metric, vals in own.items():
+        has = ~np.isnan(vals).all(axis=1)
+        sums[metric] = np.where(has, reduce([np.nan_to_num(vals)], _sum)[0], np.nan)
+    return stats, sums
+
+
+def _masked(stat: Stat) -> Stat:
+    """NaN statistics where no rank has the metric."""
+    none = stat[N] == 0
+    return [np.where(none, np.nan, s) if i not in (N,) else s for i, s in enumerate(stat)]
+
+
+# -- a job's partials -----------------------------------------------------------------------------
 @dataclass(slots=True)
 class Partial:
-    """Ranks [lo .. the last) of a job merged (labels ascending, not necessarily contiguous)."""
+    """Ranks [lo .. the last) of a job merged (labels ascending, not necessarily contiguous):
+    per frame (paths in pre-order, parents first) arrays of its statistics."""
 
     lo: int
     """The lowest rank label."""
     size: int
     """Ranks merged."""
-    frames: dict[Path, Frame]
+    paths: list[Path]
+    frames: list[dict]
+    """Each frame's frame dict, the lowest rank's (the root's without JOB_KEYS)."""
+    count: np.ndarray
+    """Per frame, ranks that have it."""
+    few: list[list[int] | None]
+    """Per frame, those ranks while at most FEW, else None."""
+    own: dict[str, list[np.ndarray]]
+    """Metric -> [its own (exclusive) values summed, ranks that have it] per frame."""
+    stats: dict[str, Stat]
+    """Metric -> its statistics per frame of each rank's value (values())."""
+    facts: list[dict[str, Any]]
+    """Per frame, fact -> the value its ranks agree on (FIRST: the lowest rank's)."""
+    clash: list[set[str]]
+    """Per frame, facts its ranks disagree on (left out)."""
+    ints: set[str]
+    """Metrics every value of which is an int (written as ints)."""
     inclusive: list[str]
     """Metrics summed over subtrees (what the ranks' roots list), first seen first."""
     devices: dict
     job: dict
     """The lowest rank's JOB_KEYS."""
+    members: list[int] = field(default_factory=list)
+    """Its ranks' labels, ascending."""
+    index: dict[Path, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.index:
+            self.index = {p: i for i, p in enumerate(self.paths)}
 
 
-def _number(value: Any) -> int | float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value
-    return None
+def walk(root: dict) -> tuple[list[Path], list[dict], np.ndarray, np.ndarray,
+                              dict[str, tuple[list[int], list]], list[dict]]:
+    """A tree's frames in pre-order: paths, frame dicts, parents, depths, metric -> (frame
+    numbers, numbers), and per frame its facts."""
+    paths: list[Path] = []
+    frames: list[dict] = []
+    up: list[int] = []
+    depth: list[int] = []
+    cols: dict[str, tuple[list[int], list]] = {}
+    facts: list[dict] = []
+    fact: dict[str, bool] = {}
+    stack: list[tuple[dict, Path, int, int]] = [(root, (), -1, 0)]
+    while stack:
+        node, path, parent, d = stack.pop()
+        here = len(paths)
+        paths.append(path)
+        frames.append(node[FRAME_KEY])
+        up.append(parent)
+        depth.append(d)
+        mine: dict[str, Any] = {}
+        for metric, value in (node.get(METRICS_KEY) or {}).items():
+            is_f = fact.get(metric)
+            if is_f is None:
+                is_f = fact[metric] = is_fact(metric)
+            if is_f or not is_number(value):
+                mine[metric] = value
+                continue
+            col = cols.get(metric)
+            if col is None:
+                col = cols[metric] = ([], [])
+            col[0].append(here)
+            col[1].append(value)
+        facts.append(mine)
+        seen: dict[str, int] = {}
+        kids = []
+        for child in node.get(CHILDREN_KEY) or []:
+            name = child[FRAME_KEY][NAME_KEY]
+            nth = seen[name] = seen.get(name, -1) + 1
+            kids.append((child, path + ((name, nth),), here, d + 1))
+        stack.extend(reversed(kids))
+    return (paths, frames, np.asarray(up, dtype=np.int64), np.asarray(depth, dtype=np.int64),
+            cols, facts)
 
 
 def leaf(root: dict, rank: int, devices: dict | None = None, job: dict | None = None) -> Partial:
     """One rank's tree (a .hatchet root node) as a partial of one rank."""
     inclusive = [m for m in root.get(METRICS_KEY, {}) if "(inc)" not in m]
-    incl = set(inclusive)
-    order: list[tuple[dict, Path, list[int]]] = []  # pre-order: node, path, children's places
-    stack: list[tuple[dict, Path, int]] = [(root, (), -1)]
-    while stack:
-        node, path, parent = stack.pop()
-        if parent >= 0:
-            order[parent][2].append(len(order))
-        order.append((node, path, []))
-        seen: dict[str, int] = {}
-        here = len(order) - 1
-        kids = []
-        for child in node.get(CHILDREN_KEY) or []:
-            name = child[FRAME_KEY][NAME_KEY]
-            nth = seen[name] = seen.get(name, -1) + 1
-            kids.append((child, path + ((name, nth),), here))
-        stack.extend(reversed(kids))
-    inc: list[dict[str, Any]] = [{} for _ in order]
-    filled: dict[int, Any] = {}  # CPU_TIME of a frame, or of the timed frames inside it
-    frames: dict[Path, Frame] = {}
-    fill = CPU_TIME not in incl
-    fact: dict[str, bool] = {}  # metric -> is_fact (asked once a metric)
-    for i in range(len(order) - 1, -1, -1):  # children before parents
-        node, path, children = order[i]
-        frame = node[FRAME_KEY]  # shared, never changed; the root's without the job's keys
-        own: dict[str, Any] = {}
-        stats: dict[str, list] = {}
-        facts: dict[str, Any] = {}
-        total: dict[str, Any] = {}
-        for metric, value in (node.get(METRICS_KEY) or {}).items():
-            is_f = fact.get(metric)
-            if is_f is None:
-                is_f = fact[metric] = is_fact(metric)
-            if is_f or type(value) not in (int, float):  # text, lists, bools: as facts
-                facts[metric] = value
-                continue
-            own[metric] = value
-            if metric in incl:
-                total[metric] = value
-            else:
-                stats[metric] = [value, value, value, rank, 1]
-        for c in children:  # the reader's subtree sums: missing only where all are
-            for metric, value in inc[c].items():
-                total[metric] = total[metric] + value if metric in total else value
-        inc[i] = total
-        for metric, value in total.items():
-            stats[metric] = [value, value, value, rank, 1]
-        if fill:  # an exclusive cpu_time as the viewer shows it: what an untimed frame holds
-            value = own.get(CPU_TIME)
-            if value is None:
-                inside = [filled[c] for c in children if c in filled]
-                value = float(sum(inside)) if inside else None
-            if value is not None:
-                filled[i] = value
-                stats[CPU_TIME] = [value, value, value, rank, 1]
-        frames[path] = Frame(frame if path else {k: v for k, v in frame.items()
-                                                 if k not in JOB_KEYS},
-                             own, stats, facts, set(), 1, [rank])
-    frames = dict(reversed(frames.items()))  # pre-order: parents first
-    return Partial(rank, 1, frames, inclusive, dict(devices or {}),
-                   {k: v for k, v in (job or {}).items() if k in JOB_KEYS})
+    paths, frames, up, depth, cols, facts = walk(root)
+    n = len(paths)
+    own: dict[str, np.ndarray] = {}
+    ints: set[str] = set()
+    for metric, (at, vals) in cols.items():
+        col = np.full((n, 1), np.nan)
+        col[at, 0] = vals
+        own[metric] = col
+        if all(type(v) is int for v in vals):
+            ints.add(metric)
+    lab = np.array([rank], dtype=np.int64)
+    stats = {m: [s[:, 0] for s in leaves(v, lab)]
+             for m, v in values(own, up, depth, inclusive).items()}
+    frames[0] = {k: v for k, v in frames[0].items() if k not in JOB_KEYS}
+    return Partial(rank, 1, paths, frames, np.ones(n, dtype=np.int64), [[rank]] * n,
+                   {m: [np.nan_to_num(v[:, 0]), (~np.isnan(v[:, 0])).astype(np.int64)]
+                    for m, v in own.items()},
+                   stats, facts, [set() for _ in range(n)], ints, inclusive, dict(devices or {}),
+                   {k: v for k, v in (job or {}).items() if k in JOB_KEYS}, [rank])
 
 
 def combine(a: Partial, b: Partial) -> Partial:
-    """The partial of `a`'s ranks and `b`'s (every rank of `b` above every rank of `a`), made
-    in place of `a`: both are used up. A metric one side lacks counts 0 on each of its ranks,
-    the lowest of them its max rank."""
-    af, bf, a_lo, b_lo = a.frames, b.frames, a.lo, b.lo
-    for path, lone in af.items():
-        if path not in bf:  # b's ranks lack the frame
-            for s in lone.stats.values():
-                s[0] = s[0] + 0
-                if 0 < s[1]:
-                    s[1] = 0
-                if 0 > s[2]:
-                    s[2], s[3] = 0, b_lo
-    for path, fb in bf.items():
-        found = af.get(path)
-        if found is None:  # a's ranks lack the frame
-            for s in fb.stats.values():
-                _left_zero(s, a_lo)
-            af[path] = fb
-            continue
-        fa = found
-        own = fa.own
-        for metric, value in fb.own.items():
-            own[metric] = own[metric] + value if metric in own else value
-        stats, tstats = fa.stats, fb.stats
-        matched = 0
-        for metric, s in stats.items():
-            t = tstats.get(metric)
-            if t is None:
-                s[0] = s[0] + 0
-                if 0 < s[1]:
-                    s[1] = 0
-                if 0 > s[2]:
-                    s[2], s[3] = 0, b_lo
-                continue
-            s[0] = s[0] + t[0]
-            if t[1] < s[1]:
-                s[1] = t[1]
-            if t[2] > s[2]:
-                s[2], s[3] = t[2], t[3]
-            s[4] = s[4] + t[4]
-            matched += 1
-        if matched < len(tstats):
-            for metric, t in tstats.items():
-                if metric not in stats:
-                    _left_zero(t, a_lo)
-                    stats[metric] = t
-        if fb.facts or fb.clash:
-            facts = fa.facts
-            fa.clash |= fb.clash
-            for metric, value in fb.facts.items():
+    """The partial of `a`'s ranks and `b`'s (every rank of `b` above every rank of `a`): `join`
+    over the union of their frames, a's first (then b's new ones in b's order). Both are used
+    up. A metric one side lacks counts 0 on each of its ranks, the lowest of them its rank."""
+    index = a.index
+    fresh = [p for p in b.paths if p not in index]
+    for p in fresh:
+        index[p] = len(index)
+    n, na = len(index), len(a.paths)
+    at = np.fromiter((index[p] for p in b.paths), dtype=np.int64, count=len(b.paths))
+    bmap = {p: i for i, p in enumerate(b.paths)}
+    a.paths += fresh
+    a.frames += [b.frames[bmap[p]] for p in fresh]
+    a.facts += [{} for _ in fresh]
+    a.clash += [set() for _ in fresh]
+    a.few += [[] for _ in fresh]
+    count = np.zeros(n, dtype=np.int64)
+    count[:na] = a.count
+    for i, j in enumerate(at.tolist()):  # which ranks have each frame, and the facts they agree on
+        fb = b.few[i]
+        fa = a.few[j]
+        a.few[j] = fa + fb if fa is not None and fb is not None and len(fa) + len(fb) <= FEW \
+            else None
+        if b.facts[i] or b.clash[i]:
+            facts, clash = a.facts[j], a.clash[j]
+            clash |= b.clash[i]
+            for metric, value in b.facts[i].items():
                 if metric not in facts:
-                    if metric not in fa.clash:
+                    if metric not in clash:
                         facts[metric] = value
                 elif facts[metric] != value and metric not in FIRST:
                     del facts[metric]
-                    fa.clash.add(metric)
-        if fa.few is not None:
-            fa.few = fa.few + fb.few if fb.few is not None \
-                and len(fa.few) + len(fb.few) <= FEW else None
-        fa.count += fb.count
-    devices = a.devices
+                    clash.add(metric)
+    count[at] += b.count
+    a.count = count
+    for metric in dict.fromkeys([*a.own, *b.own]):
+        left, right = _spread(a.own.get(metric), na, n, None), _spread(b.own.get(metric), None,
+                                                                        n, at)
+        a.own[metric] = [left[0] + right[0], left[1] + right[1]]
+    for metric in dict.fromkeys([*a.stats, *b.stats]):
+        left = _spread_stat(a.stats.get(metric), a.lo, na, n, None)
+        right = _spread_stat(b.stats.get(metric), b.lo, None, n, at)
+        a.stats[metric] = join(left, right)
     for kind, table in b.devices.items():  # each GPU entry from the lowest rank that lists it
         if isinstance(table, dict):
             for dev, entry in table.items():
-                devices.setdefault(kind, {}).setdefault(dev, entry)
+                a.devices.setdefault(kind, {}).setdefault(dev, entry)
+    a.ints = (a.ints & b.ints) | (a.ints - set(b.own) - set(b.stats)) \
+        | (b.ints - set(a.own) - set(a.stats))
     a.size += b.size
+    a.members += b.members
     a.inclusive = list(dict.fromkeys(a.inclusive + b.inclusive))
     a.job = a.job or b.job
     return a
 
 
-def _left_zero(s: list, a_lo: int) -> None:
-    """`s` of a metric the lower side's ranks lack (0 on each, the lowest a_lo) joined."""
-    s[0] = 0 + s[0]
-    if not s[1] < 0:
-        s[1] = 0
-    if not s[2] > 0:
-        s[2], s[3] = 0, a_lo
+def _spread(arrays: list[np.ndarray] | None, na: int | None, n: int,
+            at: np.ndarray | None) -> list[np.ndarray]:
+    """Arrays over a side's frames put on the union's n frames (0 elsewhere)."""
+    out = [np.zeros(n), np.zeros(n, dtype=np.int64)]
+    if arrays is not None:
+        for o, x in zip(out, arrays):
+            if at is None:
+                o[:na] = x
+            else:
+                o[at] = x
+    return out
+
+
+def _spread_stat(stat: Stat | None, lo: int, na: int | None, n: int,
+                 at: np.ndarray | None) -> Stat:
+    """A side's statistics on the union's n frames: where it lacks a frame or the metric, 0 on
+    each of its ranks, the lowest of them (lo) the rank."""
+    out = [np.zeros(n), np.zeros(n), np.zeros(n), np.full(n, lo, dtype=np.int64),
+           np.zeros(n, dtype=np.int64), np.full(n, lo, dtype=np.int64)]
+    if stat is not None:
+        for o, x in zip(out, stat):
+            if at is None:
+                o[:na] = x
+            else:
+                o[at] = x
+    return out
 
 
 class Reducer:
@@ -255,7 +391,7 @@ class Reducer:
 
 def rounds(rank: int, size: int) -> tuple[list[int], int | None]:
     """A rank's part of the tree reduction: the ranks it receives from, in order, then the one
-    it sends its partial to (None for rank 0). Matches Reducer's order."""
+    it sends its partial to (None for rank 0). Matches Reducer's and reduce's order."""
     sources: list[int] = []
     step = 1
     while step < size:
@@ -270,29 +406,40 @@ def rounds(rank: int, size: int) -> tuple[list[int], int | None]:
 def document(merged: Partial, world_size: int | None = None) -> list:
     """The job file: a .hatchet tree of the summed own values (and agreed facts), each node
     carrying its RANKS_KEY statistics; the root also the job's size and lowest rank."""
-    nodes: dict[Path, dict] = {}
-    root: dict | None = None
-    for path, f in merged.frames.items():
-        node = {FRAME_KEY: dict(f.frame), METRICS_KEY: {**f.own, **f.facts}, CHILDREN_KEY: [],
-                RANKS_KEY: {"n": f.count, "few": f.few, "stats": f.stats}}
-        nodes[path] = node
+    nodes: list[dict] = []
+    ints = merged.ints
+    owns = {m: (v[0].tolist(), v[1].tolist(), m in ints) for m, v in merged.own.items()}
+    stats = {m: ([s.tolist() for s in st], m in ints) for m, st in merged.stats.items()}
+    for i, path in enumerate(merged.paths):
+        metrics: dict[str, Any] = {}
+        for m, (total, has, whole) in owns.items():
+            if has[i]:
+                metrics[m] = int(total[i]) if whole else total[i]
+        metrics.update(merged.facts[i])
+        mine = {}
+        for m, (st, whole) in stats.items():
+            if st[N][i]:
+                mine[m] = [int(st[SUM][i]) if whole else st[SUM][i],
+                           int(st[MIN][i]) if whole else st[MIN][i],
+                           int(st[MAX][i]) if whole else st[MAX][i],
+                           int(st[MAX_RANK][i]), int(st[N][i]), int(st[MIN_RANK][i])]
+        node = {FRAME_KEY: dict(merged.frames[i]), METRICS_KEY: metrics, CHILDREN_KEY: [],
+                RANKS_KEY: {"n": int(merged.count[i]), "few": merged.few[i], "stats": mine}}
+        nodes.append(node)
         if path:
-            nodes[path[:-1]][CHILDREN_KEY].append(node)
-        else:
-            root = node
-    if root is None:
+            nodes[merged.index[path[:-1]]][CHILDREN_KEY].append(node)
+    if not nodes:
         raise ValueError("no root frame")
+    root = nodes[0]
     job = {k: v for k, v in merged.job.items() if k in ("launcher", "script")}
     job["world_size"] = world_size if world_size is not None else merged.size
     root[FRAME_KEY].update(job)
-    root[RANKS_KEY].update(size=merged.size, lo=merged.lo)
+    root[RANKS_KEY].update(size=merged.size, lo=merged.lo, ranks=merged.members)
     for metric in merged.inclusive:  # hatchet reads the inclusive metrics from the root
         root[METRICS_KEY].setdefault(metric, 0)
     return [root, merged.devices]
-
-
-def from_document(root: dict) -> tuple[int, int, dict[Path, dict]] | None:
-    """A job file's (size, lowest rank, path -> its RANKS_KEY entry); None for a file of one
+def from_document(root: dict) -> tuple[int, list[int], dict[Path, dict]] | None:
+    """A job file's (size, its ranks, path -> its RANKS_KEY entry); None for a file of one
     rank."""
     top = root.get(RANKS_KEY)
     if not isinstance(top, dict) or not isinstance(top.get("size"), int):
@@ -309,4 +456,8 @@ def from_document(root: dict) -> tuple[int, int, dict[Path, dict]] | None:
             name = child[FRAME_KEY][NAME_KEY]
             nth = seen[name] = seen.get(name, -1) + 1
             stack.append((child, path + ((name, nth),)))
-    return top["size"], int(top.get("lo", 0)), out
+    size, lo, ranks = top["size"], int(top.get("lo", 0)), top.get("ranks")
+    if not (isinstance(ranks, list) and len(ranks) == size
+            and all(type(r) is int for r in ranks)):
+        ranks = list(range(lo, lo + size))  # written before the ranks were listed
+    return size, ranks, out

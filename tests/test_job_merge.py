@@ -174,3 +174,175 @@ def test_a_folder_with_the_job_file_and_its_rank_files_merges_the_rank_files(tmp
     whole = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "job.hatchet")])
     assert shown.exit_code == 0, shown.output
     assert shown.output == whole.output
+
+
+def wide_tree(rank: int, layers: int = 100) -> list:
+    """~2,000 frames: layers of scopes over kernels, integer times and float metrics."""
+    def kernel(i: int, j: int) -> dict:
+        return {"frame": {"name": f"kernel_{j}", "type": "function"},
+                "metrics": {"time (ns)": 1000 + 7 * i + j + rank, "count": 3,
+                            "flops16": 1.5e9 / (rank + j + 1), "device_id": "0",
+                            "device_type": "CUDA"}, "children": []}
+    layer = [{"frame": {"name": f"layer_{i}", "type": "function"}, "metrics": {},
+              "children": [{"frame": {"name": f"op_{k}", "type": "function"},
+                            "metrics": {"cpu_time (ns)": 5000 + k + rank, "cpu_count": 1},
+                            "children": [kernel(i, 3 * k + j) for j in range(3)]}
+                           for k in range(6)]} for i in range(layers)]
+    root = {"frame": {"name": "ROOT", "type": "function", "rank": rank, "world_size": 24},
+            "metrics": {"time (ns)": 0, "count": 0, "flops16": 0}, "children": layer}
+    return [root, {"CUDA": {"0": {"arch": "90", "num_sms": 132}}}]
+
+
+def test_merging_rank_files_costs_little_over_reading_them(tmp_path):
+    """The merge math in numpy over frames x ranks: the viewer's merge of 24 rank files of
+    ~2,500 frames takes under 1.7 times parsing them alone (measured ~1.0-1.2; the Python math
+    of rank_merge took 2.2-2.5 here, and 16.6 s against 6.0 s at 256 ranks x 5,000 frames)."""
+    import json
+
+    from proton.viewer.reader import parse
+
+    paths = []
+    for r in range(24):
+        paths.append(str(tmp_path / f"w.rank{r}.hatchet"))
+        with open(paths[-1], "w") as f:
+            json.dump(wide_tree(r), f)
+    best = []
+    for _ in range(3):  # the best of three: this machine is shared
+        t0 = time.perf_counter()
+        for p in paths:
+            parse(p)
+        t1 = time.perf_counter()
+        found, frames, _ = ranks.read(paths)
+        merged = ranks.merge(found, frames)
+        t2 = time.perf_counter()
+        best.append((t2 - t1) / (t1 - t0))
+    assert merged.counts is not None and int(merged.counts.max()) == 24
+    assert min(best) < 1.7, best
+
+
+LISTENING = """
+import os, sys, time
+import torch.distributed as dist
+import proton
+print("ready", flush=True)
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=int(os.environ["RANK"]),
+                        world_size=int(os.environ["WORLD_SIZE"]))
+for i in range(int(sys.argv[1])):
+    proton.step()
+    with proton.scope("step", {"n": 1}):
+        time.sleep(0.01)
+"""
+
+
+def test_a_capture_of_all_ranks_writes_the_job_file_and_says_which_ranks(tmp_path):
+    """`proton capture --all --steps N` over a gloo job under `proton --listen`: the job's own
+    reduction writes one merged file and the capture names its ranks. A capture of 3 of the 4
+    ranks merges those 3 at once (no timeout waited for the fourth) into a file of their own,
+    and leaves later merges unharmed (torch's new_group would have been misnamed from then on)."""
+    from test_service import Job, capture
+
+    started = []
+    env = {"WORLD_SIZE": "4", "PROTON_MERGE_TIMEOUT": "20"}
+    try:
+        for rank in range(4):
+            started.append(Job(tmp_path, "--listen", script=LISTENING,
+                               script_args=[str(tmp_path / "init")],
+                               env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}))
+        t = time.monotonic()
+        some = capture(tmp_path, *[str(j.pid) for j in started[:3]], "--steps", "3", "-n", "some")
+        took = time.monotonic() - t
+        assert some.returncode == 0, some.stderr
+        assert f"wrote {tmp_path / 'some.ranks0-2.hatchet'} (ranks 0-2 merged)" in some.stdout
+        assert took < 15 and "not merged" not in some.stderr, some.stderr
+        every = capture(tmp_path, "--all", "--steps", "3", "-n", "job")
+        assert every.returncode == 0, every.stderr
+        assert f"wrote {tmp_path / 'job.hatchet'} (ranks 0-3 merged)" in every.stdout
+        assert "not merged" not in every.stderr, every.stderr
+    finally:
+        for job in started:
+            job.proc.kill()
+            job.proc.communicate()
+    shown = CliRunner().invoke(viewer, ["-m", "n", "--output", "json",
+                                        str(tmp_path / "some.ranks0-2.hatchet")])
+    assert shown.exit_code == 0, shown.output
+    assert '"n": 9.0' in shown.output and '"n max rank"' in shown.output  # 3 steps x 3 ranks
+    whole = load(str(tmp_path / "job.hatchet"))
+    assert ranks.from_job(whole).labels == [0, 1, 2, 3]
+
+
+FLUSHED = """
+import os, sys, time
+import torch.distributed as dist
+import proton
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=int(os.environ["RANK"]),
+                        world_size=int(os.environ["WORLD_SIZE"]))
+print("ready", flush=True)
+while True:
+    with proton.scope("step", {"n": 1}):
+        time.sleep(0.01)
+"""
+
+
+def test_each_periodic_snapshot_of_a_job_is_merged_too(tmp_path):
+    """`proton --flush-every 1` in a gloo job of 4 ranks killed without warning (SIGKILL):
+    besides each rank's last snapshot, the job's merged file of one of its snapshots."""
+    (tmp_path / "rank.py").write_text(FLUSHED)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "PROTON_"))}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "proton", "--flush-every", "1", "-n", "run", "rank.py",
+         str(tmp_path / "init")], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+        env={**clean, "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
+             "PROTON_MERGE_TIMEOUT": "5"}) for r in range(4)]
+    try:
+        for p in procs:
+            assert p.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "run.hatchet").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # one more snapshot
+    finally:
+        for p in procs:
+            p.kill()
+        errs = [p.communicate()[1] for p in procs]
+    assert (tmp_path / "run.hatchet").exists(), errs
+    assert all((tmp_path / f"run.rank{r}.hatchet").exists() for r in range(4))
+    whole = load(str(tmp_path / "run.hatchet"))
+    merged = ranks.from_job(whole)
+    assert merged.labels == [0, 1, 2, 3] and whole.job.get("world_size") == 4
+    n = ranks.columns(merged, ["n"])
+    assert float(n[0].values.max()) > 4 * 20  # a second of ~10 ms steps on each rank at least
+
+
+DESTROYS = """
+import os, sys, time
+import torch.distributed as dist
+import proton
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=int(os.environ["RANK"]),
+                        world_size=int(os.environ["WORLD_SIZE"]))
+r = dist.get_rank()
+for i in range(3):
+    with proton.scope("step", {"n": r + 1}):
+        time.sleep(0.01)
+dist.destroy_process_group()  # tidy scripts end their group before the command writes
+"""
+
+
+def test_the_command_form_merges_before_the_script_destroys_its_group(tmp_path):
+    """`proton -n run script.py` over 4 gloo ranks whose script calls destroy_process_group()
+    at its end: the job's file is merged before the group goes, the rank files at the end."""
+    (tmp_path / "rank.py").write_text(DESTROYS)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "PROTON_"))}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "proton", "-n", "run", "rank.py", str(tmp_path / "init")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**clean, "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
+             "PROTON_MERGE_TIMEOUT": "10"}) for r in range(4)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert not any("not merged" in out for out in outs), outs
+    assert f"wrote {tmp_path / 'run.hatchet'}" in outs[0]
+    assert all((tmp_path / f"run.rank{r}.hatchet").exists() for r in range(4))
+    merged = ranks.from_job(load(str(tmp_path / "run.hatchet")))
+    n = ranks.columns(merged, ["n"])
+    assert float(n[0].values.max()) == 3 * (1 + 2 + 3 + 4)

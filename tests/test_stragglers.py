@@ -188,3 +188,37 @@ def test_the_html_reports_findings_name_the_straggler_too(tmp_path):
     text = out.read_text()
     data = json.loads(text.split('id="data">', 1)[1].split("</script>", 1)[0])
     assert "arrives last" in json.dumps(data["findings"])
+
+
+def job_file(folder, world: int, slow: int, delay_ns: float) -> str:
+    """The job file the job's own merge writes (rank_merge, as at finalize) of ddp_job's
+    ranks: no rank's values, only each frame's statistics."""
+    from proton import rank_merge
+
+    ddp_job(folder, world, slow, delay_ns)
+    reducer = rank_merge.Reducer()
+    for rank in range(world):
+        with open(os.path.join(folder, f"ddp.rank{rank}.hatchet")) as f:
+            root, devices = json.load(f)
+        reducer.add(rank_merge.leaf(root, rank, devices, root["frame"]))
+        os.remove(os.path.join(folder, f"ddp.rank{rank}.hatchet"))
+    path = os.path.join(folder, "ddp.hatchet")
+    with open(path, "w") as f:
+        json.dump(rank_merge.document(reducer.result(), world), f)
+    return path
+
+
+@pytest.mark.parametrize("world,slow", [(2, 1), (4, 3), (64, 17)])
+def test_a_job_file_alone_names_the_straggler_and_its_cost_per_step(tmp_path, world, slow):
+    """5 steps, rank `slow` 20 ms late to the all-reduce each step (100 ms in all): the job
+    file (no rank files beside it) names it, the cause and a cost within 10% of the delay."""
+    path = job_file(str(tmp_path), world, slow, 100 * MS)
+    out = CliRunner().invoke(viewer, ["--diagnose", path])
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if "arrives last" in x)
+    assert f"rank {slow} arrives last at {NCCL}" in line, line
+    assert f"rank {slow} spends +100" in line and "fwd_bwd (cpu time)" in line, line
+    cost = float(line.split(": costs ")[1].split(" ms")[0])
+    each = float(line.split(" ms a call, 5 calls a rank")[0].rsplit("(", 1)[1])
+    assert abs(cost - 100) <= 10 and abs(each - 20) <= 2, line
+    assert "too few programs" not in out.output

@@ -640,11 +640,9 @@ def _stragglers(ctx: _Context, kernels: list, out: list) -> str | None:
         who = ranks_text(s.slow, world)
         share = f"{s.cost_ns / got.job_ns:.0%} " if got.job_ns else ""
         if s.collective:
-            top = labels[int(x.argmax())]
-            low = float(x[labels.index(s.slow[0])])
             verb = "arrives" if len(s.slow) == 1 else "arrive"
-            evidence = (f"{who} {verb} last at {name} (rank {top} waits {_ms(x.max())} there, "
-                        f"rank {s.slow[0]} {_ms(low)}; max/mean {s.ratio:.2f})")
+            evidence = (f"{who} {verb} last at {name} (rank {s.top} waits {_ms(s.top_ns)} "
+                        f"there, rank {s.slow[0]} {_ms(s.low_ns)}; max/mean {s.ratio:.2f})")
             if s.cause is not None:
                 cause = ctx.name(s.cause)
                 evidence += (f"; rank {s.slow[0]} spends +{_ms(s.cause_ns)} over the others in "
@@ -655,7 +653,9 @@ def _stragglers(ctx: _Context, kernels: list, out: list) -> str | None:
             else:
                 advice = (f"find what rank {s.slow[0]} does before the collective that the "
                           f"others do not: proton-viewer --rank {s.slow[0]} shows its tree")
-            evidence += (f": costs {_ms(s.cost_ns)}, {share}{of_job}; the last to arrive "
+            each = (f" ({_ms(s.cost_ns / s.calls)} a call, {s.calls:g} calls a rank)"
+                    if s.calls >= 1 else "")
+            evidence += (f": costs {_ms(s.cost_ns)}{each}, {share}{of_job}; the last to arrive "
                          "inferred from the times (the rank that spends least in a collective "
                          "waits least)")
             rule = "straggler"
@@ -664,8 +664,9 @@ def _stragglers(ctx: _Context, kernels: list, out: list) -> str | None:
             verb = "spends" if len(s.slow) == 1 else "spend up to"
             what = s.what if node in is_kernel or s.what != "GPU time" else \
                 "GPU time in its kernels (communication kernels left out)"
-            evidence = (f"{who} {verb} {_ms(x.max())} of {what} here against "
-                        f"{_ms(x[rest].mean())} on the other ranks on average (max/mean "
+            others = x[rest].mean() if len(x) else s.top_ns - s.cost_ns
+            evidence = (f"{who} {verb} {_ms(s.top_ns)} of {what} here against "
+                        f"{_ms(others)} on the other ranks on average (max/mean "
                         f"{s.ratio:.2f}): costs {_ms(s.cost_ns)}, {share}{of_job}")
             advice = (f"give {who} no more work than the others, or find why it is slower "
                       f"there: proton-viewer --rank {s.slow[0]} shows its tree")
@@ -677,7 +678,7 @@ def _stragglers(ctx: _Context, kernels: list, out: list) -> str | None:
             finding.path = "ROOT"
         elif node not in is_kernel:
             finding.kernel = f"scope {finding.kernel}"
-            if s.what == "cpu time":
+            if s.what == "cpu time" and len(x):
                 ctx.walls[finding.kernel] = float(x.sum())
         out.append(finding)
     return None

@@ -58,10 +58,6 @@ class _Frames:
         self.key_of: dict[tuple[int, str, int], int] = {}
         self.frames: list[dict] = []
         self.parents: list[int] = []
-        self.reducer = rank_merge.Reducer()
-        """The ranks' rank_merge partials, combined as they come (in rank order)."""
-        self.late: list[rank_merge.Partial] = []
-        """Partials of files read out of rank order."""
 
     def add(self, root: dict) -> tuple[dict, list[int]]:
         """Number `root`'s frames; its metrics as (numbers, values) per metric, and the
@@ -111,8 +107,9 @@ class Merged:
     notes: list[str] = field(default_factory=list)
     """What the reader should know: files that could not be read, missing ranks."""
     stats: dict[str, np.ndarray] = field(default_factory=dict)
-    """Metric -> per node [sum, min, max, max rank] over the ranks (rank_merge; NaN where no
-    rank has it): inclusive metrics over each rank's subtree."""
+    """Metric -> per node [sum, min, max, max rank, ranks with it, min rank] over the ranks
+    (rank_merge's order; NaN where no rank has it): inclusive metrics over each rank's
+    subtree."""
     counts: np.ndarray | None = None
     """Per node, how many ranks have the frame."""
     few: list | None = None
@@ -168,9 +165,6 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     ranks: list[Rank] = []
     errors: list[str] = []
     frames = _Frames()
-    last = -1
-    # in rank order (a shell's glob puts rank10 before rank2), so that rank_merge's partials
-    # combine as they come, in the job's own order, and only log2(P) of them are held
     with _no_gc():
         for i, path, parsed in _parsed(sorted(paths, key=_name_rank), errors):
             root, job = parsed.root, parsed.job
@@ -179,12 +173,6 @@ def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
             label = rank_of(path, job)
             ranks.append(Rank(label, path, parsed.devices, job, inclusive, cols, has,
                               parsed.notes))
-            leaf = rank_merge.leaf(root, i if label is None else label, parsed.devices, job)
-            if label is not None and label > last:
-                frames.reducer.add(leaf)
-                last = label
-            else:  # its name and its contents disagree: folded in at the end
-                frames.late.append(leaf)
     if not ranks:
         raise ViewerError(f"none of the {len(paths)} files could be read: " + "; ".join(errors))
     why = not_one_job([(r.path, r.job) for r in ranks])
@@ -299,6 +287,13 @@ def _merge(ranks: list[Rank], union: _Frames) -> Merged:
             per_rank[r][metric] = _array(renumber[at], vals, len(nodes),
                                          text=metric in (DEVICE_ID, DEVICE_TYPE))
         rank.cols = {}  # read into the arrays: free the lists
+    # rank_merge's statistics (the job's own math and order) from every rank's columns at once
+    own = {m: np.column_stack([_numeric(per_rank[r].get(m), len(nodes))
+                               for r in range(len(ranks))])
+           for m in metrics if not rank_merge.is_fact(m)}
+    stats, own_sums = rank_merge.merge_columns(own, up, depth, incl,
+                                               [cast(int, r.label) for r in ranks])
+    del own
     ranks_out = []
     sums: dict[str, np.ndarray] = {}
     for r, rank in enumerate(ranks):
@@ -317,30 +312,32 @@ def _merge(ranks: list[Rank], union: _Frames) -> Merged:
     total = _total(graph, index, names, ranks_out, metrics, incl, sums, ranks)
     labels = [cast(int, r.label) for r in ranks]  # read() refused files naming no rank
     notes = [note for rank in ranks for note in rank.notes] + _missing(ranks)
-    combined = union.reducer.result()
-    for late in union.late:
-        combined = rank_merge.combine(combined, late)
-    paths = _paths(union)
-    entries = {}
-    for path, f in combined.frames.items():
-        entries[path] = {"n": f.count, "few": f.few, "stats": f.stats, "own": f.own}
-    stats, counts, few = _apply(total, [paths[i] for i in order], entries, len(ranks))
+    counts = present.sum(axis=1)
+    lab = np.asarray(labels)
+    few = [lab[row].tolist() if c <= rank_merge.FEW else None
+           for row, c in zip(present, counts.tolist())]
+    stats_out = {m: np.column_stack(st) for m, st in stats.items()}
+    _put(total, stats_out, own_sums)
     return Merged(total, ranks_out, labels,
-                  pd.DataFrame(present, index=index, columns=labels), notes, stats, counts, few)
+                  pd.DataFrame(present, index=index, columns=labels), notes, stats_out, counts,
+                  few)
 
 
-def _paths(union: _Frames) -> list[rank_merge.Path]:
-    """Each frame's path of (name, nth) from the root, by its number."""
-    paths: list = [()] * len(union.frames)
-    for (parent, name, nth), index in sorted(union.key_of.items(), key=lambda kv: kv[1]):
-        paths[index] = paths[parent] + ((name, nth),)
-    return paths
+def _put(total: Profile, stats: dict[str, np.ndarray], own: dict[str, np.ndarray]) -> None:
+    """rank_merge's sums in place of `total`'s summed columns, so a job file and its rank
+    files show the same digits."""
+    df = total.gf.dataframe
+    for metric, column in own.items():
+        if metric in df.columns:
+            df[metric] = column
+    for metric in total.inclusive:
+        if metric in stats and f"{metric} (inc)" in df.columns:
+            df[f"{metric} (inc)"] = stats[metric][:, rank_merge.SUM]
 
 
 def _apply(total: Profile, paths: list, entries: dict, size: int):
-    """The combined statistics onto `total`'s nodes (paths: each node's, in the frame's
-    order): its summed columns replaced by rank_merge's sums, so a job file and its rank
-    files show the same digits; returns (stats, counts, few) for Merged."""
+    """A job file's statistics onto `total`'s nodes (paths: each node's, in the frame's
+    order): returns (stats, counts, few) for Merged."""
     df = total.gf.dataframe
     n = len(paths)
     stats: dict[str, np.ndarray] = {}
@@ -355,25 +352,21 @@ def _apply(total: Profile, paths: list, entries: dict, size: int):
         few[i] = entry.get("few")
         for metric, agg in (entry.get("stats") or {}).items():
             if metric not in stats:
-                stats[metric] = np.full((n, 4), np.nan)
-            stats[metric][i] = [float(x) for x in agg[:4]]
+                stats[metric] = np.full((n, 6), np.nan)
+            got = [float(x) for x in agg[:6]]  # files before the min rank have 5
+            stats[metric][i, :len(got)] = got
         for metric, value in (entry.get("own") or {}).items():
             if metric not in own:
                 own[metric] = np.full(n, np.nan)
             own[metric][i] = float(value)
-    for metric, column in own.items():
-        if metric in df.columns:
-            df[metric] = column
-    for metric in total.inclusive:
-        if metric in stats and f"{metric} (inc)" in df.columns:
-            df[f"{metric} (inc)"] = stats[metric][:, 0]
+    _put(total, stats, own)
     return stats, counts, few
 
 
 def from_job(profile: Profile) -> Merged:
     """A job file (written by the job's own merge): its statistics as a Merged of no rank
     files, the numbers its rank files would show."""
-    size, lo, entries = cast(tuple, profile.job_ranks)
+    size, labels, entries = cast(tuple, profile.job_ranks)
     nodes = list(profile.gf.graph.traverse(order="pre"))
     paths: dict = {}
     for node in nodes:
@@ -385,7 +378,6 @@ def from_job(profile: Profile) -> Merged:
         paths[node] = paths[parent] + ((node.frame.get("name"), same.index(node)),)
     index = profile.gf.dataframe.index
     stats, counts, few = _apply(profile, [paths[node] for node in index], entries, size)
-    labels = list(range(lo, lo + size))
     present = pd.DataFrame(np.zeros((len(index), 0), dtype=bool), index=index)
     return Merged(profile, [], labels, present, [], stats, counts, few)
 
@@ -421,6 +413,8 @@ def _array(at: np.ndarray, vals: list, n: int, text: bool = False) -> np.ndarray
 def _numeric(col: np.ndarray | None, n: int) -> np.ndarray:
     if col is None:
         return np.full(n, np.nan)
+    if col.dtype.kind == "f":  # _array's numbers: already floats, NaN where missing
+        return col
     return pd.to_numeric(pd.Series(col), errors="coerce").to_numpy(dtype=float)
 
 

@@ -40,7 +40,7 @@ class Profile:
     timelines: list[dict] = field(default_factory=list)
     """The kernels' warp timelines (Parsed.timelines)."""
     job_ranks: tuple | None = None
-    """A job file's (ranks, lowest rank, path -> statistics): rank_merge.from_document."""
+    """A job file's (ranks, their labels, path -> statistics): rank_merge.from_document."""
 
 
 STDIN = "-"

@@ -10,6 +10,11 @@ is read the other way round: its time is mostly waiting for the last rank to arr
 that spends LEAST time in it arrived last, and what that rank was doing instead is the frame
 where it spends the most time over the others. Without the collectives' start times (a tree
 profile has none) the last arriver is inferred so, and the finding says it.
+
+A job file (written by the job's own merge) keeps no rank's values, only per frame the sum, min,
+max and the ranks of the min and max (rank_merge): there the last arriver at a collective is
+its min rank, the cost the others' mean (sum less the min, over the other ranks) less the min,
+and its cause the frame where that rank is the max rank with the most over the others' mean.
 """
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..format import CPU_TIME, TIME
+from ..format import COUNT, CPU_TIME, TIME
+from ..rank_merge import MAX, MAX_RANK, MIN, MIN_RANK, SUM
 from .derive import COMM_KERNEL, kernel_mask
 from .ranks import Merged
 
@@ -65,6 +71,13 @@ class Straggler:
     cause_what: str = ""
     cause_ns: float = 0.0
     """The last arriver's time over the others' mean there."""
+    top: int = -1
+    """The rank that spends the most in the frame."""
+    top_ns: float = 0.0
+    low_ns: float = 0.0
+    """The most and the least time a rank spends in the frame."""
+    calls: float = 0.0
+    """The frame's calls (count) a rank, where the profile has them: a collective's steps."""
 
 
 @dataclass(slots=True)
@@ -126,6 +139,8 @@ def find(merged: Merged) -> Stragglers:
         found = find(ranks.merge(*ranks.read(paths)))
         for s in found.found: print(s.slow, s.cost_ns)
     """
+    if not merged.ranks:
+        return _from_stats(merged)
     times = _Times(merged)
     x = times.x
     labels = list(merged.labels)
@@ -157,10 +172,118 @@ def find(merged: Merged) -> Stragglers:
         order = slow[np.argsort(-row[slow], kind="stable")]
         found.append(Straggler(node, what, [labels[i] for i in order], row, cost,
                                float(row.max() / mean[j])))
+    return _finish(found, causes, job_ns, job_what, merged)
+
+
+def _finish(found: list[Straggler], causes: set, job_ns: float, job_what: str,
+            merged: Merged) -> Stragglers:
+    found = [s for s in found if s.collective or (s.node, s.what) not in causes]
+    found = _deepest(found)
+    found.sort(key=lambda s: -s.cost_ns)
+    counts = _per_rank(merged, COUNT)
+    rows = {node: i for i, node in enumerate(merged.total.gf.dataframe.index)}
+    for s in found:
+        if not len(s.values):
+            continue
+        s.top = merged.labels[int(np.argmax(s.values))]
+        s.top_ns = float(s.values.max())
+        s.low_ns = float(s.values[merged.labels.index(s.slow[0])]) if s.collective else \
+            float(s.values.min())
+        if counts is not None:
+            s.calls = float(counts[rows[s.node]])
+    return Stragglers(found, job_ns, job_what)
+
+
+def _per_rank(merged: Merged, metric: str) -> np.ndarray | None:
+    """A metric's mean a rank per frame (rank_merge's sum over the job's size)."""
+    stat = merged.stats.get(metric)
+    if stat is None:
+        return None
+    return stat[:, SUM] / max(len(merged.labels), 1)
+
+
+def _from_stats(merged: Merged) -> Stragglers:
+    """find() on a job file: from each frame's sum, min, max and their ranks."""
+    total = merged.total.gf.dataframe
+    index = list(total.index)
+    size = len(merged.labels)
+    found: list[Straggler] = []
+    gpu, cpu = merged.stats.get(TIME), merged.stats.get(CPU_TIME)
+    root = next((i for i, node in enumerate(index) if not node.parents), 0)
+    if cpu is not None and not np.isnan(cpu[root, MAX]) and cpu[root, MAX] > 0:
+        job_ns, job_what = float(cpu[root, MAX]), "wall time"  # the outermost timed scopes
+    elif gpu is not None and not np.isnan(gpu[root, MAX]):
+        job_ns, job_what = float(gpu[root, MAX]), "kernel time"
+    else:
+        return Stragglers([], 0.0, "kernel time")
+    if size < 2:
+        return Stragglers([], job_ns, job_what)
+    kernels = kernel_mask(merged.total)
+    is_kernel = np.array([bool(kernels.get(n, False)) for n in index], dtype=bool)
+    comm = is_kernel & total["name"].astype(str).str.match(COMM_KERNEL).to_numpy(dtype=bool)
+    own_cpu = pd.to_numeric(total[CPU_TIME], errors="coerce").notna().to_numpy() \
+        if CPU_TIME in total else np.zeros(len(index), bool)
+    # candidates: kernels (GPU time) and CPU-timed scopes (host time), each row's statistics
+    rows = [(i, "GPU time", gpu) for i in np.flatnonzero(is_kernel)] if gpu is not None else []
+    rows += [(i, "cpu time", cpu) for i in np.flatnonzero(own_cpu)] if cpu is not None else []
+    causes: set = set()
+    counts = _per_rank(merged, COUNT)
+    for i, what, stat in rows:
+        row = stat[i]
+        if np.isnan(row[SUM]) or row[MAX] <= 0:
+            continue
+        node = index[i]
+        mean = row[SUM] / size
+        if comm[i]:
+            others = (row[SUM] - row[MIN]) / (size - 1)
+            if row[MIN] * IMBALANCE < others:  # its least-waiting rank came last
+                last = int(row[MIN_RANK])
+                s = Straggler(node, what, [last], np.empty(0), float(others - row[MIN]),
+                              float(row[MAX] / mean), collective=True, top=int(row[MAX_RANK]),
+                              top_ns=float(row[MAX]), low_ns=float(row[MIN]),
+                              calls=float(counts[i]) if counts is not None else 0.0)
+                _cause(s, last, rows, comm, index, size)
+                if s.cost_ns >= MIN_COST * job_ns:
+                    found.append(s)
+                    causes.add((s.cause, s.cause_what))
+                continue
+        if row[MAX] <= IMBALANCE * mean:
+            continue
+        cost = float(row[MAX] - (row[SUM] - row[MAX]) / (size - 1))
+        if cost < MIN_COST * job_ns:
+            continue
+        found.append(Straggler(node, what, [int(row[MAX_RANK])], np.empty(0), cost,
+                               float(row[MAX] / mean), top=int(row[MAX_RANK]),
+                               top_ns=float(row[MAX]), low_ns=float(row[MIN]),
+                               calls=float(counts[i]) if counts is not None else 0.0))
     found = [s for s in found if s.collective or (s.node, s.what) not in causes]
     found = _deepest(found)
     found.sort(key=lambda s: -s.cost_ns)
     return Stragglers(found, job_ns, job_what)
+
+
+def _cause(s: Straggler, last: int, rows: list, comm: np.ndarray, index: list,
+           size: int) -> None:
+    """The frame where `last` is the rank that spends most, by the most over the others'
+    mean (a deeper one when it holds NESTED of that)."""
+    excess: dict[int, tuple[float, str]] = {}
+    for i, what, stat in rows:
+        row = stat[i]
+        if comm[i] or np.isnan(row[SUM]) or int(row[MAX_RANK]) != last:
+            continue
+        over = float(row[MAX] - (row[SUM] - row[MAX]) / (size - 1))
+        if over > 0 and over > excess.get(i, (0.0, ""))[0]:
+            excess[i] = (over, what)
+    if not excess:
+        return
+    best = max(excess, key=lambda k: excess[k][0])
+    while True:
+        inner = [k for k in excess if excess[k][0] >= NESTED * excess[best][0]
+                 and _under(index[k], index[best])]
+        if not inner:
+            break
+        best = max(inner, key=lambda k: excess[k][0])
+    s.cause, s.cause_what, s.cause_ns = index[best], excess[best][1], excess[best][0]
 
 
 def _collective(j: int, mean: float, labels: list[int], times: _Times) -> Straggler | None:

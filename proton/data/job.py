@@ -110,6 +110,24 @@ def job_path(path: str, job: Job) -> str:
     return (stem[:-len(suffix)] if stem.endswith(suffix) else stem) + ext
 
 
+def subset_path(path: str, ranks: list[int]) -> str:
+    """The file of some of a job's ranks merged (a capture of one host's): run1.hatchet ->
+    run1.ranks0-7.hatchet."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.ranks{span(ranks)}{ext}"
+
+
+def span(ranks: list[int]) -> str:
+    """0-3,5,7-8."""
+    out: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if out and out[-1][1] == r - 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
 def pid_path(path: str, pid: int) -> str:
     """`path` as one process's among others of the same name: run1.hatchet ->
     run1.pid4242.hatchet."""

@@ -14,6 +14,7 @@ rank's file only, no merge).
 """
 from __future__ import annotations
 
+import importlib.abc
 import os
 import pickle
 import sys
@@ -21,6 +22,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from .. import rank_merge
+from ..data.job import span
 from ..errors import ProtonError
 
 CHOICES = ("both", "job", "ranks")
@@ -65,76 +67,95 @@ def group_ready() -> str | None:
     return None
 
 
-def merge(doc: list, rank: int, write_job: Callable[[list], str]) -> tuple[bool, str]:
-    """Reduce this rank's document over the job's process group. Rank 0 calls
+def merge(doc: list, rank: int, write_job: Callable[[list], str], *, key: str,
+          members: list[int] | None = None) -> tuple[bool, str]:
+    """Reduce this rank's document over the job's ranks `members` (all when None), on a gloo
+    group of their own, rendezvoused in the job's store under `key`. Rank `members[0]` calls
     `write_job(job document)`. Returns (whether the job file was written, why not / its path).
+
+    Why not torch's new_group: it names groups by a per-process counter, so a merge that some
+    ranks never joined (a capture of some ranks, a rank that died) would leave every later
+    group of the job misnamed, and every later merge, the final one too, waiting out its
+    timeout. Each merge here has its own key (a capture's id, the profile's name at
+    finalize), and a rank that does not come costs the others one timeout, that merge only.
     """
     import torch
     import torch.distributed as dist
 
     limit = timeout_s()
-    size = dist.get_world_size()
     me = dist.get_rank()
+    ranks = sorted(set(members)) if members is not None else list(range(dist.get_world_size()))
+    if me not in ranks:
+        return False, f"rank {me} is not among the ranks merged ({span(ranks)})"
+    at, size = ranks.index(me), len(ranks)
     try:
-        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=limit))
+        store = dist.PrefixStore(f"proton-merge/{key}/", _default_store())
+        group: Any = dist.ProcessGroupGloo(store, at, size, timedelta(seconds=limit))
     except Exception as exc:  # a rank that never came, or died
         return False, (f"no merge group within {limit:g} s: a rank died or has not reached "
-                       f"finalize ({_short(exc)})")
+                       f"the merge ({_short(exc)})")
     ok = torch.zeros(1, dtype=torch.int64)
     wrote = ""
     try:
         partial = rank_merge.leaf(doc[0], rank, doc[1] if len(doc) > 1 else {},
                                   doc[0].get("frame", {}))
-        sources, target = rank_merge.rounds(me, size)
+        sources, target = rank_merge.rounds(at, size)
         failed = None
         for source in sources:
             try:
-                partial = rank_merge.combine(partial, _recv(dist, group, source))
+                partial = rank_merge.combine(partial, _recv(group, source))
             except Exception as exc:
-                failed = f"rank {source} sent nothing ({_short(exc)})"
+                failed = f"rank {ranks[source]} sent nothing ({_short(exc)})"
                 break
         if failed is None and target is not None:
-            _send(dist, group, target, partial)
+            _send(group, target, partial)
         elif failed is None:
             try:
-                wrote = write_job(rank_merge.document(partial, size))
+                wrote = write_job(rank_merge.document(partial, dist.get_world_size()))
                 ok[0] = 1
             except Exception as exc:
                 failed = f"the job file could not be written ({_short(exc)})"
-        if me == 0 and failed:
+        if at == 0 and failed:
             wrote = failed
-        dist.broadcast(ok, src=0, group=group)  # every rank learns whether rank 0 wrote it
+        group.broadcast([ok]).wait()  # every rank learns whether the first one wrote it
     except Exception as exc:
         return False, wrote or f"the merge did not finish ({_short(exc)})"
     finally:
-        _destroy(dist, group)
+        _destroy(group)
     if not ok[0]:
-        return False, wrote or "rank 0 could not merge every rank"
+        return False, wrote or f"rank {ranks[0]} could not merge every rank"
     return True, wrote
 
 
-def _send(dist, group, target: int, partial: rank_merge.Partial) -> None:
+def _default_store():
+    """The job's own key-value store (the default group's rendezvous)."""
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()
+
+
+def _send(group, target: int, partial: rank_merge.Partial) -> None:
     import torch
 
     # the ranks of one job trust each other (torch's own send_object_list pickles too)
     data = pickle.dumps(partial, protocol=pickle.HIGHEST_PROTOCOL)
-    dist.send(torch.tensor([len(data)], dtype=torch.int64), dst=target, group=group)
-    dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst=target, group=group)
+    group.send([torch.tensor([len(data)], dtype=torch.int64)], target, 0).wait()
+    group.send([torch.frombuffer(bytearray(data), dtype=torch.uint8)], target, 1).wait()
 
 
-def _recv(dist, group, source: int) -> Any:
+def _recv(group, source: int) -> Any:
     import torch
 
     size = torch.zeros(1, dtype=torch.int64)
-    dist.recv(size, src=source, group=group)
+    group.recv([size], source, 0).wait()
     data = torch.empty(int(size[0]), dtype=torch.uint8)
-    dist.recv(data, src=source, group=group)
+    group.recv([data], source, 1).wait()
     return pickle.loads(data.numpy().tobytes())
 
 
-def _destroy(dist, group) -> None:
+def _destroy(group) -> None:
     try:
-        dist.destroy_process_group(group)
+        group.shutdown()
     except Exception:  # a broken group: nothing more to release
         pass
 
@@ -142,3 +163,85 @@ def _destroy(dist, group) -> None:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
+
+
+def before_destroy(callback: Callable[[], None]) -> None:
+    """Have `callback()` run when the job destroys its default process group
+    (torch.distributed.destroy_process_group()), before the group goes: the `proton`
+    command writes after the script, by which time a script that tidies up has no group to
+    merge over. torch is not imported here: if the script imports torch.distributed later,
+    the function is wrapped as that import finishes."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        _wrap(dist, callback)
+        return
+    if not any(isinstance(f, _Watch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Watch(callback))
+
+
+class _Watch(importlib.abc.MetaPathFinder):
+    """Wraps destroy_process_group once torch.distributed is imported (its spec found by the
+    other finders, its loader's exec_module followed by the wrapping)."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch.distributed":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, self.callback)
+                return spec
+        return None
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, loader, callback: Callable[[], None]) -> None:
+        self.loader, self.callback = loader, callback
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def __getattr__(self, name: str):  # get_source, is_package, ...: the real loader's
+        return getattr(self.loader, name)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        _wrap(module, self.callback)
+        try:
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Watch)]
+        except Exception:  # pragma: no cover - meta_path is a plain list
+            pass
+
+
+def _wrap(dist, callback: Callable[[], None]) -> None:
+    from functools import wraps
+
+    try:
+        from torch.distributed import distributed_c10d as c10d
+    except ImportError:  # a torch built without distributed support: no group to end
+        return
+
+    original = c10d.destroy_process_group
+    if getattr(original, "_proton_wrapped", False):
+        return
+
+    @wraps(original)
+    def destroy_process_group(group=None):
+        if group is None or group is c10d.GroupMember.WORLD:
+            try:
+                callback()
+            except Exception as exc:  # the script's tidying up goes on regardless
+                from ..report import warn
+
+                warn(f"the job's profile could not be merged before its process group ended "
+                     f"({_short(exc)})")
+        return original(group)
+
+    destroy_process_group._proton_wrapped = True  # type: ignore[attr-defined]
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group

@@ -72,6 +72,11 @@ class Profiler:
         self.timeline = MainTimeline()
         self.lost_kernels = 0
         """Launches inside a finalized session's window whose kernel record never came."""
+        self.merged: dict[str, list[int]] = {}
+        """A job file this process wrote -> the ranks merged into it (a capture says which)."""
+        self._merges: dict[str, int] = {}
+        self._snapshot_unmerged = False
+        """A job file's path -> how many times this process merged it (job_merge's keys)."""
         self.window_end: int | None = None
         """The latest end of a finalized session's window (CUPTI time): the job's launches
         after it, cut off when CUPTI stops, are no session's."""
@@ -383,17 +388,71 @@ class Profiler:
             self.router.clear()
             self._choose_context("shadow")
 
-    def snapshot(self) -> list[str]:
+    def snapshot(self, merge_key: str | None = None) -> list[str]:
         """Write each live session's file as it stands and keep recording (a capture's
         --snapshot, `proton --flush-every`): a job killed later still leaves this file.
-        Kernels still running are left for the next one; PC samples are read only at the end."""
+        Kernels still running are left for the next one; PC samples are read only at the end.
+        `merge_key`: the ranks of a job also merge their trees into the job's file, meeting
+        under this key (every rank's timer gives the same one; job_merge), outside the lock
+        so that a rank that never comes keeps nothing waiting but this snapshot."""
         with self._lock:
             if self.collector is not None:
                 self.collector.flush(timeout_s=2.0)
             devices = self._device_table()
-            return [writer.write(self._document(s, s.data_of(s.phase), devices), s.path,
-                                 since=s.began, keep=s.keep_others)
+            docs = [(s, self._document(s, s.data_of(s.phase), devices))
                     for s in list(self.sessions.values())]
+        written: list[str] = []
+        for s, doc in docs:
+            written.append(writer.write(doc, s.path, since=s.began, keep=s.keep_others))
+            if merge_key is not None and s.job is not None and s.job.ranked \
+                    and s.data == "tree":
+                written += self._merge_snapshot(s, doc, merge_key)
+        return written
+
+    def merge_before_group_ends(self) -> None:
+        """The job's process group is about to be destroyed (job_merge.before_destroy, under
+        the `proton` command, which writes only after the script): each ranked job session's
+        tree as it stands now is merged into the job's file while the ranks can still meet;
+        the rank files are written at the end as usual."""
+        from . import job_merge
+
+        if not self.command_line or job_merge.rank_files() == "ranks" \
+                or job_merge.group_ready() is not None:
+            return
+        with self._lock:
+            targets = [s for s in self.sessions.values() if s.job is not None and s.job.ranked
+                       and s.data == "tree" and not s.flush and s.merged_early is None]
+            if not targets:
+                return
+            if self.collector is not None:
+                self.lost_kernels += self.collector.flush()
+            devices = self._device_table()
+            docs = [(s, self._document(s, Phase(s.nodes, s.events, s.spans), devices))
+                    for s in targets]
+        for s, doc in docs:
+            for path in self._write_job(s, doc, merge_only=True):
+                warn(f"wrote {path}")
+
+    def _merge_snapshot(self, session: Session, doc: list, key: str) -> list[str]:
+        """A periodic snapshot's job file (rank 0 writes it); nothing, said once, when the
+        ranks did not all come: each rank's own snapshot file was written anyway."""
+        from . import job_merge
+
+        if job_merge.rank_files() == "ranks" or job_merge.group_ready() is not None:
+            return []
+        who = cast(job.Job, session.job)
+        target = job.job_path(session.path, who)
+        ok, said = job_merge.merge(
+            writer.plain(doc), cast(int, who.rank),
+            # the session's last write (finalize's merge) is not replaced by a late snapshot
+            lambda d: "" if session.closed else writer.write(d, target, since=session.began,
+                                                             keep=session.keep_others),
+            key=f"{key}/{os.path.basename(target)}")
+        if not ok and not self._snapshot_unmerged:
+            self._snapshot_unmerged = True
+            warn(f"rank {who.rank}: a periodic snapshot of the job's profile was not merged "
+                 f"({said}); each rank's snapshot file is written (said once)")
+        return [said] if ok and said else []
 
     # -- phases (proton.data, mode="periodic_flushing") ----------------------------------------
     def advance_phase(self, session: int) -> int:
@@ -507,13 +566,20 @@ class Profiler:
         return [writer.write(doc, path, since=session.began, encoding=encoding,
                              keep=session.keep_others)]
 
-    def _write_job(self, session: Session, doc: list) -> list[str]:
+    def _write_job(self, session: Session, doc: list, merge_only: bool = False) -> list[str]:
         """A rank's tree written as PROTON_RANK_FILES says (job_merge): merged into the job
         file that rank 0 writes, and/or this rank's own file; its own file whenever the merge
-        could not be made, with one line saying why."""
+        could not be made, with one line saying why. `merge_only`: the job file alone (before
+        the group ends); a session merged so writes its rank file at the end (unless the
+        merge made the job file and PROTON_RANK_FILES=job)."""
         from . import job_merge
 
         mode = job_merge.rank_files()
+        if session.merged_early is not None and not merge_only:  # merged before the group went
+            if session.merged_early == "ok" and mode == "job":
+                return []
+            return [writer.write(doc, session.path, since=session.began,
+                                 keep=session.keep_others)]
         who = cast(job.Job, session.job)
         write = lambda d, p: writer.write(d, p, since=session.began,  # noqa: E731
                                           keep=session.keep_others)
@@ -527,11 +593,24 @@ class Profiler:
                                                         not job_merge.in_use())
         if why is None:
             plain = writer.plain(doc)  # what the rank's file holds, to the last digit
-            ok, said = job_merge.merge(plain, cast(int, who.rank),
-                                       lambda d: write(d, job.job_path(session.path, who)))
+            target = job.job_path(session.path, who)
+            key, members = session.merge or (self._merge_key(target), None)
+            if members is not None and sorted(members) != list(range(who.world_size or 0)):
+                target = job.subset_path(target, members)  # not the whole job's file
+            ok, said = job_merge.merge(plain, cast(int, who.rank), lambda d: write(d, target),
+                                       key=key, members=members)
+            if merge_only:
+                session.merged_early = "ok" if ok else "failed"
+                if not ok:
+                    warn(f"rank {who.rank}: the job's profile was not merged ({said}); this "
+                         f"rank writes its own file {session.path} at the end")
+                    return []
             if ok:
-                written += [said] if said else []
-                if mode == "job":
+                if said:  # the rank that wrote it
+                    self.merged[said] = sorted(members) if members is not None else \
+                        list(range(who.world_size or 0))
+                    written.append(said)
+                if mode == "job" or merge_only:
                     return written
             else:
                 why = said
@@ -539,6 +618,12 @@ class Profiler:
             warn(f"rank {who.rank}: the job's profile was not merged ({why}); this rank "
                  f"writes its own file {session.path}")
         return written + [write(doc, session.path)]
+
+    def _merge_key(self, target: str) -> str:
+        """The key a job's ranks meet under to merge the file `target` at finalize: its name
+        and how many times this process merged it before (every rank finalizes the same)."""
+        seen = self._merges[target] = self._merges.get(target, 0) + 1
+        return f"final/{seen}/{os.path.basename(target)}"
 
     def _own_metrics(self, session: Session, nodes: dict) -> dict[int, dict[str, int]]:
         """Kernel node -> its launch configuration (the one with the most GPU time when its

@@ -79,6 +79,12 @@ class Session:
     keep_others: bool = False
     """A capture's: a file at its path that this process did not write stays (the profile
     goes beside it)."""
+    merged_early: str | None = None
+    """"ok" or "failed": its job file was merged before the process group ended (the `proton`
+    command, job_merge.before_destroy); its rank file is written at the end."""
+    merge: tuple[str, list[int]] | None = None
+    """A capture's: the key its ranks' merge meets under (the capture's id) and the ranks
+    captured with it; None: every rank of the job, keyed by the profile's name."""
     phase: int = 0
     """The phase being recorded (proton.data.advance_phase starts the next)."""
     phase_starts: list[int] = field(default_factory=lambda: [0])

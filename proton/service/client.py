@@ -43,6 +43,8 @@ class Outcome:
     partial: bool = False
     warnings: list[str] = field(default_factory=list)
     """What the job said while it was captured (its stderr has them too)."""
+    merged: dict[str, str] = field(default_factory=dict)
+    """A job file it wrote -> the ranks merged into it ("0-3")."""
 
 
 def _folders() -> list[str]:
@@ -245,6 +247,10 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
             outcomes[i].paths = _texts(reply.get("paths"))
             outcomes[i].partial = reply.get("partial") is True
             outcomes[i].warnings = _texts(reply.get("warnings"))
+            merged = reply.get("merged")
+            if isinstance(merged, dict):
+                outcomes[i].merged = {printable(k, MAX_MESSAGE): printable(v)
+                                      for k, v in merged.items()}
             if _number(reply.get("started")) is not None:
                 outcomes[i].started = _number(reply["started"])
         conn.close()

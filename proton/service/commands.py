@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 
 import click
 
 from ..errors import ProtonError
 from ..options import CONTEXTS, DATA
 from . import client, tokens
-from .protocol import MAX_MESSAGE, ProtocolError, printable
+from .protocol import MAX_MESSAGE, MAX_RANKS, ProtocolError, printable
 
 
 def refuse_token_argument(ctx, param, value) -> None:
@@ -100,6 +101,9 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
         ranked = known is not None and known.rank is not None
         suffix = "" if len(targets) == 1 or ranked else f".pid{pid}"
         names.append((name if target.tcp else here) + suffix)  # TCP: a name in the job's folder
+    merge = _merge_request(statuses)
+    if merge is not None:
+        options["merge"] = merge
     what = f"{steps} step{'s' * (steps != 1)}" if steps else f"{duration or 5:g} s"
     click.echo(f"capturing {what} of {len(targets)} job{'s' * (len(targets) > 1)}...", err=True)
     outcomes = client.capture(targets, options, names, duration=duration or 5.0, steps=steps,
@@ -113,12 +117,25 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
             click.echo(f"{outcome.target}: {outcome.error}", err=True)
         for path in outcome.paths:
             note = " (stopped before its last step)" if outcome.partial else ""
+            if path in outcome.merged:
+                note += f" (ranks {outcome.merged[path]} merged)"
             click.echo(f"{outcome.target}: wrote {path}{note}")
     starts = [o.started for o in outcomes if o.started is not None and not o.error]
     if len(starts) > 1:
         click.echo(f"started within {(max(starts) - min(starts)) * 1e3:.1f} ms of each other "
                    f"({len(starts)} jobs)", err=True)
     sys.exit(1 if failed else 0)
+
+
+def _merge_request(statuses: list) -> dict | None:
+    """Several ranks of one job captured: they merge their profiles into one (job_merge), under
+    a key of this capture's own, waiting for these ranks only."""
+    ranked = [s for s in statuses if isinstance(s, client.Status) and s.rank is not None]
+    ranks = sorted({s.rank for s in ranked if s.rank is not None})
+    if len(ranks) < 2 or len(ranks) != len(ranked) or len(ranks) > MAX_RANKS \
+            or len({s.world_size for s in ranked}) != 1:
+        return None  # one rank, or not one job's: each writes its own file
+    return {"id": uuid.uuid4().hex, "ranks": ranks}
 
 
 def _inside_this_folder(name: str) -> str:

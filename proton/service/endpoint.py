@@ -26,7 +26,7 @@ from typing import cast
 
 from .. import api, report
 from ..data import writer
-from ..data.job import detect, ranked_path
+from ..data.job import detect, ranked_path, span
 from ..errors import ProtonError
 from ..options import parse_options
 from ..report import warn
@@ -105,8 +105,10 @@ def run_phase(name: str, work, timeout: float, late=None):
 class _Capture:
     """A capture of N iterations, armed until the next step() starts it."""
 
-    def __init__(self, options: dict, steps: int) -> None:
+    def __init__(self, options: dict, steps: int,
+                 merge: tuple[str, list[int]] | None = None) -> None:
         self.options = options
+        self.merge = merge
         self.left = steps
         self.sid: int | None = None
         self.started: float | None = None
@@ -126,6 +128,7 @@ class _Capture:
                     self.sid = api.start(**self.options)
                     if (session := profiler.sessions.get(cast(int, self.sid))) is not None:
                         session.keep_others = True
+                        session.merge = self.merge
                 except Exception as exc:  # the script must not see the capture's failure
                     self.error = f"{type(exc).__name__}: {exc}"
                     _armed = None
@@ -401,6 +404,7 @@ class Endpoint:
         try:
             try:
                 options = self._capture_options(request, tcp)
+                merge = _merge_of(request)
             except ProtonError as exc:
                 reply = {"ok": False, "error": str(exc)}
             else:
@@ -408,10 +412,10 @@ class Endpoint:
                 report.hear_on_this_thread(heard)
                 if request.get("steps"):
                     reply = self._capture_steps(conn, lines, options, request["steps"],
-                                                request.get("timeout") or STEPS_TIMEOUT)
+                                                request.get("timeout") or STEPS_TIMEOUT, merge)
                 else:
                     reply = self._capture_until_stop(conn, lines, options,
-                                                     request.get("duration"))
+                                                     request.get("duration"), merge)
         finally:
             report.heard = None
             report.hear_on_this_thread(None)
@@ -453,7 +457,8 @@ class Endpoint:
         return name
 
     def _capture_until_stop(self, conn, lines: Lines, options: dict,
-                            duration: float | None = None) -> dict:
+                            duration: float | None = None,
+                            merge: tuple[str, list[int]] | None = None) -> dict:
         """Record until the client says stop; with the `duration` it asked for, at most that
         plus GRACE seconds, so a client that vanished without a word cannot hold it open.
         Returns the final reply."""
@@ -475,6 +480,7 @@ class Endpoint:
         session = profiler.sessions.get(sid)
         if session is not None:
             session.keep_others = True
+            session.merge = merge
         sent = _send(conn, {"ok": True, "started": time.time(),
                             "path": session.path if session else ""})
         # a client gone before it heard the start still gets its file written
@@ -484,13 +490,13 @@ class Endpoint:
         return self._finish(sid, gone, started=None)
 
     def _capture_steps(self, conn, lines: Lines, options: dict, steps: int,
-                       timeout: float) -> dict:
+                       timeout: float, merge: tuple[str, list[int]] | None = None) -> dict:
         """Record `steps` iterations; should they not come within `timeout` plus GRACE
         seconds and the client say nothing (it fell silent, or vanished without a FIN), the
         job stops the capture itself and writes what it has, so later captures can run.
         Returns the final reply."""
         global _armed
-        capture = _Capture(options, steps)
+        capture = _Capture(options, steps, merge)
         _armed = capture
         self.state = f"waiting for proton.step() ({steps} steps)"
         # where it will write, so that a client whose job ends before the last step can say
@@ -528,7 +534,18 @@ class Endpoint:
         written.extend(paths)
         if gone:
             warn(f"the capture's client went away; wrote {', '.join(paths)}")
-        return {"ok": True, "paths": paths, "started": started, "partial": partial}
+        merged = {p: span(profiler.merged[p]) for p in paths if p in profiler.merged}
+        return {"ok": True, "paths": paths, "started": started, "partial": partial,
+                "merged": merged}
+
+
+def _merge_of(request: dict) -> tuple[str, list[int]] | None:
+    """A capture of several ranks of a job: the key their merge meets under (the capture's
+    id) and the ranks captured, the only ones it waits for (check_request checked the types)."""
+    merge = request.get("merge")
+    if not merge:
+        return None
+    return f"capture/{merge['id']}", sorted(set(merge["ranks"]))
 
 
 def _wait_for_stop(conn: socket.socket, lines: Lines, finished) -> bool:

@@ -47,7 +47,12 @@ MAX_MESSAGE = 64 * 1024
 VERBS = ("status", "start", "stop", "snapshot")
 START_OPTIONS: dict[str, type | tuple[type, ...]] = {"name": str, "context": str, "data": str, "mode": (str, type(None)),
                  "hook": (str, type(None)), "steps": (int, type(None)),
-                 "duration": (int, float, type(None)), "timeout": (int, float, type(None))}
+                 "duration": (int, float, type(None)), "timeout": (int, float, type(None)),
+                 "merge": (dict, type(None))}
+
+
+MAX_RANKS = 8192
+"""Ranks a capture may name for its merge (a request fits in MAX_MESSAGE)."""
 
 
 class ProtocolError(Exception):
@@ -210,6 +215,14 @@ def check_request(message: dict) -> dict:
                 raise ProtocolError(f"start: {key}={message[key]!r} has the wrong type")
             if key in message and kind is not str and isinstance(message[key], bool):
                 raise ProtocolError(f"start: {key}={message[key]!r} has the wrong type")
+        merge = message.get("merge")
+        if merge is not None and not (
+                isinstance(merge.get("id"), str) and 0 < len(merge["id"]) <= 64
+                and merge["id"].isalnum() and isinstance(merge.get("ranks"), list)
+                and 0 < len(merge["ranks"]) <= MAX_RANKS
+                and all(type(r) is int and r >= 0 for r in merge["ranks"])):
+            raise ProtocolError("start: merge must be {\"id\": up to 64 letters or digits, "
+                                "\"ranks\": [the ranks captured]}")
         steps = message.get("steps")
         if steps is not None and steps < 1:
             raise ProtocolError(f"start: steps={steps} must be at least 1")
