@@ -8,14 +8,14 @@ Thresholds are in `STEP_RULES`, in words.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..format import (BYTES, COPY_FRAME, COUNT, CPU_TIME, GPU_IDLE, MEM_ALLOC, MEM_COUNT,
                       MEM_FREED, MEM_GREW, MEM_LIVE, MEM_LIVE_FIRST, MEM_PEAK, PAGEABLE,
                       SCOPE_WALL, SYNC_COUNT, SYNC_TIME, TIME)
 
-if TYPE_CHECKING:
-    from .diagnose import _Context
+_Context = Any
+"""diagnose._Context (not imported: diagnose imports this module)."""
 
 SYNC_SHARE = 0.05
 """A call path whose host waits on the GPU this share of its enclosing scope's wall time."""
