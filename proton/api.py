@@ -18,7 +18,7 @@ from .runtime.profiler import profiler
 
 def start(name: str | None = None, *, context: str = "shadow", data: str = "tree",
           backend: str | None = None, mode: Any = None,
-          hook: str | None = None) -> int | None:
+          hook: str | None = None, memory: bool = False) -> int | None:
     """Start (or resume) a profiling session and return its id (None when disabled).
 
     Usage:
@@ -42,6 +42,9 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
             "triton:config" appends grid, warps, stages, shared memory to op names,
             "triton:config=BLOCK_M,BLOCK_N" also these constexprs ("=*": all),
             "triton:include=REGEX" / ":exclude=REGEX" choose the kernels the hook names.
+        memory: True records torch's CUDA caching allocator per scope (mem_alloc_bytes,
+            mem_freed_bytes, mem_peak_bytes, mem_live_bytes; tens of microseconds per scope
+            entry: docs/memory.md).
 
     Under the `proton` command the script's own start() joins the command's session and
     resumes it (see `command_sessions`).
@@ -55,7 +58,7 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
     if disabled():
         return None  # TRITON_PROTON_DISABLE: every call does nothing, as in Triton's Proton
     opts = parse_options(name, context=context, data=data, backend=backend, mode=mode,
-                         hook=hook)
+                         hook=hook, memory=memory)
     sid = profiler.live(opts.name)
     if sid is not None:
         activate(sid)

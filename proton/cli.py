@@ -82,6 +82,11 @@ Examples:
               help="Same as -m counters: DRAM and L2 bytes, tensor-pipe FLOPs, issue and SM "
               "activity per kernel and per scope, measured by the GPU's counters at the cost "
               "of a kernel record (proton-viewer -m dram_gbs,tensor_active).")
+@click.option("--memory", "memory", is_flag=True,
+              help="Also record torch's CUDA caching allocator per scope: bytes allocated, "
+              "freed, the peak inside and what is live at its exit (proton-viewer -m "
+              "mem_peak_bytes; --diagnose names the peak and leaks). Costs tens of "
+              "microseconds per scope entry.")
 @click.option("--listen", is_flag=True,
               help="Record nothing until a capture asks: `proton capture PID --duration 5` or "
               "`--steps N` from another shell (`proton ps` lists the jobs). Without it the run "
@@ -96,7 +101,7 @@ Examples:
               "SIGKILL (or by the OOM killer) leaves its last one.")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(name, backend, context, data, hook, mode, counters, listen, listen_tcp, token_file,
+def run(name, backend, context, data, hook, mode, counters, memory, listen, listen_tcp, token_file,
         flush_every, target, args) -> None:
     """Run SCRIPT.py (or pytest) with its ARGS under the profiler.
 
@@ -126,9 +131,10 @@ def run(name, backend, context, data, hook, mode, counters, listen, listen_tcp, 
     try:
         if listen:  # the options are checked now, for the captures that will use them
             parse_options(name, context=context, data=data, backend=backend, mode=mode,
-                          hook=hook)
+                          hook=hook, memory=memory)
         else:
-            api.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook)
+            api.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook,
+                      memory=memory)
         try:
             endpoint.listen(listen_tcp, tokens.find(token_file) if listen_tcp else None)
         except (ProtonError, OSError) as exc:

@@ -180,3 +180,43 @@ scope node's own values (never summed into parents): EXACT + "dram_bytes", "l2_b
 EXACT_METRICS = tuple(EXACT + m for m in ("dram_bytes", "l2_bytes", "tensor_flops", "gpu_ns",
                                           "tensor_active", "issue_active", "sm_active",
                                           "ranges"))
+
+# -- copies and sets (CUPTI memcpy/memset records): nodes beside the kernels --------------------
+COPY_FRAME = re.compile(r"^(memcpy|memset)( |$)")
+"""A copy or set node's name: `memcpy HtoD (pageable)`, `memcpy HtoD (pinned)`, `memcpy DtoH
+(pageable)`, `memcpy DtoH (pinned)`, `memcpy DtoD`, `memcpy PtoP`, `memcpy HtoH`, `memcpy other`,
+`memset`; with TIME, COUNT and BYTES. Never a kernel (no grid, occupancy nor roofline)."""
+PAGEABLE = "(pageable)"
+"""The end of a copy node's name whose host side was pageable memory (staged, synchronous)."""
+
+# -- waits and idle time (own values of the node that waited, or of a scope) ---------------------
+SYNC_TIME = "sync_time (ns)"
+"""Host time blocked on the GPU (stream, event, device synchronisations, synchronous copies) on
+the call path that waited: exclusive per node, summed up the tree by the viewer."""
+SYNC_COUNT = "sync_count"
+"""How many of those waits (inclusive, like SYNC_TIME)."""
+GPU_IDLE = "gpu_idle (ns)"
+"""A scope's wall time in which its device ran no kernel nor copy (a scope's own value, like
+CPU_TIME: never summed up the tree)."""
+SCOPE_WALL = "scope_wall (ns)"
+"""A scope's wall time, over which GPU_IDLE is counted (own value; the viewer's gpu_idle/% is
+GPU_IDLE over it)."""
+
+# -- the caching allocator per scope (proton.start(memory=True)): a scope node's own values ----
+MEM_ALLOC = "mem_alloc_bytes"
+"""Bytes torch's CUDA caching allocator handed out while the scope was open, over its entries."""
+MEM_FREED = "mem_freed_bytes"
+"""Bytes given back to it while the scope was open, over its entries."""
+MEM_PEAK = "mem_peak_bytes"
+"""The most bytes allocated at once (the whole device's, not the scope's alone) while the scope
+was open, over its entries: the highest is where the job's peak happened."""
+MEM_LIVE = "mem_live_bytes"
+"""Bytes allocated (the device's) at the scope's last exit."""
+MEM_LIVE_FIRST = "mem_live_first_bytes"
+"""Bytes allocated at the scope's first exit: with MEM_LIVE and MEM_COUNT, its growth per entry."""
+MEM_COUNT = "mem_count"
+"""Entries of the scope measured."""
+MEM_GREW = "mem_grew_count"
+"""Exits at which more bytes were allocated than at the scope's exit before (a leak grows at
+most of them; a cache filled once grows at one)."""
+MEMORY_METRICS = (MEM_ALLOC, MEM_FREED, MEM_PEAK, MEM_LIVE, MEM_LIVE_FIRST, MEM_COUNT, MEM_GREW)

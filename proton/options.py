@@ -101,11 +101,13 @@ class SessionOptions:
     (hatchet, hatchet_msgpack or chrome_trace)."""
     counters: CounterOptions | None = None
     """Hardware counters per kernel, when mode="counters"."""
+    memory: bool = False
+    """torch's CUDA caching allocator per scope (runtime/memory.py)."""
 
 
 def parse_options(name: str | None, *, context: str = "shadow", data: str = "tree",
                   backend: str | None = None, mode: str | None = None,
-                  hook: str | None = None) -> SessionOptions:
+                  hook: str | None = None, memory: bool = False) -> SessionOptions:
     """start()'s arguments -> SessionOptions.
 
     Raises:
@@ -140,8 +142,14 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
                            "give another name")
     if counters is not None and data != "tree":
         raise SessionError("mode='counters' sums counters per call path: use data='tree'")
+    if not isinstance(memory, bool):
+        raise SessionError(f"memory={memory!r} ({type(memory).__name__}) is not accepted; give "
+                           "True (torch's allocator per scope) or False")
+    if memory and data != "tree":
+        raise SessionError("memory=True records the allocator per scope in a call tree: use "
+                           "data='tree'")
     return SessionOptions(name, path, context, data, pc, hook_options, hook, instrument, flush,
-                          counters)
+                          counters, memory)
 
 
 def parse_counters(mode: str) -> CounterOptions:

@@ -13,8 +13,9 @@ import pandas as pd
 from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
 from ..format import (BYTES, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT, CPU_TIME, CUDA,
                       DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, DRAM_BYTES,
-                      FLOPS, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS, LAUNCH_METRICS,
-                      SASS_PREFIX, SM_ACTIVE_NS, TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME, TL_DOT)
+                      FLOPS, GPU_IDLE, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS, LAUNCH_METRICS,
+                      SASS_PREFIX, SCOPE_WALL, SM_ACTIVE_NS, TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME,
+                      TL_DOT)
 from .errors import ViewerError
 from .reader import Profile, subtree_sums
 from .specs import bandwidth, compute_roof, peak, peak_known, unknown_arch
@@ -71,6 +72,10 @@ class Column:
     shares, util)."""
 
 
+IDLE_SHARE = "gpu_idle/%"
+"""A scope's share of its wall time in which its GPU ran nothing (gpu_idle over scope_wall)."""
+
+
 def available(profile: Profile) -> list[str]:
     """Derived metric specs this profile can compute: exactly those `derive` accepts, besides
     the file's own metric names (`count`, `time (ns)`, ...)."""
@@ -94,7 +99,10 @@ def available(profile: Profile) -> list[str]:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
         if _cpu_counts(have):
             out += [f"avg_cpu_time/{u}" for u in TIME_UNITS]
-    out += list(dict.fromkeys(f"{_short(m)}/%" for m in _shares(profile)))
+    if GPU_IDLE.lower() in have and SCOPE_WALL.lower() in have:
+        out.append(IDLE_SHARE)
+    out += list(dict.fromkeys(f"{_short(m)}/%" for m in _shares(profile)
+                              if f"{_short(m)}/%" != IDLE_SHARE))
     return out
 
 
@@ -247,6 +255,11 @@ def derive(profile: Profile, spec: str) -> Column:
         comm = _comm_time(profile, spec)
         total = _column(profile, TIME, spec)
         return Column("comm/%", comm / total.where(total > 0) * 100)
+    if s == IDLE_SHARE:
+        if IDLE_SHARE not in available(profile):
+            raise _unknown(profile, spec)
+        wall = _column(profile, SCOPE_WALL, spec)
+        return Column(IDLE_SHARE, _column(profile, GPU_IDLE, spec) / wall.where(wall > 0) * 100)
     if s == "util":
         if "util" not in available(profile):
             _check_peaks(profile)

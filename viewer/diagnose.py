@@ -30,6 +30,8 @@ prints those of the rules that ran when nothing crosses them); in short:
     kernel reaches half its roof or more (a tuned matmul waits on its loads too) or when its
     top reason is `not_selected` (another warp issued: nothing is lost).
   * no tensor cores / no wgmma: counted by nvdisasm when the profile was written.
+  * pageable copy in a loop, synchronization in a step, idle GPU, memory leak, memory peak:
+    step_rules.py. Copy and set nodes (memcpy, memset) are never judged as kernels.
   * imbalance, straggler (a job's rank files merged): stragglers.py. Communication kernels
     (NCCL) are not judged by the launch-shape or roofline rules: NCCL picks their grid, and
     their time is mostly waiting on the other ranks.
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING, TypeGuard, cast
 
 import pandas as pd
 
-from ..format import (BLOCK_THREADS, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS,
+from ..format import (BLOCK_THREADS, COPY_FRAME, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS,
                       NUM_SAMPLES, REGISTERS, SASS_PREFIX, SHARED_MEMORY, TIME, TL_DOT,
                       DOT_NO_TENSOR_CORES, DOT_NO_WGMMA)
 from .derive import (COMM_KERNEL, DECLARED, NO_TENSOR_WORK, Counters, KernelRoof, kernel_counters,
@@ -52,6 +54,7 @@ from .names import readable
 from .occupancy import occupancy
 from .reader import Profile
 from .specs import bandwidth, peak, peak_known
+from .step_rules import STEP_RULES
 from .stragglers import IMBALANCE, MIN_COST, find, ranks_text
 
 if TYPE_CHECKING:
@@ -174,7 +177,10 @@ def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None)
         raise ViewerError("--diagnose needs kernel times: the profile has none (profile a "
                           "run on a GPU)")
     own = pd.to_numeric(df[TIME], errors="coerce")
-    kernels = [n for n, yes in kernel_mask(prof).items() if yes]
+    names = df["name"].astype(str)
+    # copies and sets (memcpy, memset nodes) have time and bytes but are no kernels: no grid,
+    # occupancy nor roofline judges them, and they are not the kernel time shares are of
+    kernels = [n for n, yes in kernel_mask(prof).items() if yes and not COPY_FRAME.match(names[n])]
     total = float(own[kernels].sum()) if kernels else 0.0
     ctx = _Context(prof, own, total, style)
     ctx.merged = merged
@@ -713,6 +719,7 @@ RULES = [
                      f"over the ranks, costing {MIN_COST:.0%}+ of the job's time",
         "straggler": f"a collective (NCCL) in which the median rank spends over {IMBALANCE:g}x "
                      "the time of the rank it waits for"}),
+    *STEP_RULES,
 ]
 """Each rule, and the findings it can make with their thresholds in words. Only kernels and
 scopes with MIN_SHARE or more of the profile's kernel time are judged."""

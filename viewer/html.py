@@ -13,7 +13,7 @@ import math
 import re
 from typing import cast
 
-from ..format import CUDA, NUM_SAMPLES, PYTHON_FRAME
+from ..format import CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, PYTHON_FRAME, SYNC_TIME
 from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
                      derive, kernel_mask, kernel_roofs)
 from .errors import ViewerError
@@ -36,6 +36,7 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
          visible: set | None = None, depth: int = 100, style: str = "folded") -> str:
     """The report for `prof` (the merged total when `merged`), widths from `columns[0]`; the
     code of source files under `roots` only (the page may be shared)."""
+    columns = columns + _waste_columns(prof, columns)
     nodes = _nodes(prof, columns, visible, depth, style)
     order = nodes.pop("order")
     kernels, row_of = _kernels(prof, merged, order)
@@ -53,6 +54,25 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
         "<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     fill = {"TITLE": _escape(title), "DATA": text}
     return re.sub(r"__(TITLE|DATA)__", lambda m: fill[m[1]], template())
+
+
+WASTE_SPECS = (SYNC_TIME, "gpu_idle/%", MEM_PEAK, MEM_LIVE, MEM_ALLOC)
+"""Metrics the page adds to the chosen columns when the profile has them, so the flame graph
+can be coloured by them: waits, idle share, the allocator's per scope."""
+
+
+def _waste_columns(prof: Profile, columns: list[Column]) -> list[Column]:
+    have = {c.header for c in columns}
+    out = []
+    for spec in WASTE_SPECS:
+        try:
+            column = derive(prof, spec)
+        except ViewerError:
+            continue
+        if column.header not in have:
+            out.append(column)
+            have.add(column.header)
+    return out
 
 
 def _warps(prof: Profile, style: str) -> list[dict]:

@@ -20,7 +20,7 @@ D.roofline.points.forEach((p, k) => { if (p.row >= 0) pointsOf[p.row].push(k); }
 const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
 
 const S = {view: "flame", zoom: 0, pattern: null, search: "", sortCol: 2, sortDir: -1,
-           kernel: -1, focus: null};
+           kernel: -1, focus: null, shade: -1};
 const VIEWS = {flame, kernels, roofline, source, findings, warps};
 // Only the views the profile has: a CPU-only profile has no kernels, a profile without
 // flops no roofline. What is left out, and how to get it, is said beside the tabs.
@@ -61,6 +61,7 @@ function readHash() {
   }));
   if (h.sort) { const c = h.sort.lastIndexOf(":"), j = K.columns.indexOf(h.sort.slice(0, c));
     if (j >= 0) { S.sortCol = j; S.sortDir = h.sort.slice(c + 1) === "asc" ? 1 : -1; } }
+  if (h.shade !== undefined) S.shade = D.columns.indexOf(h.shade);
   if (h.zoom !== undefined) S.zoom = Math.max(0, Math.min(COUNT - 1, +h.zoom || 0));
   if (h.search !== undefined) { $("search").value = h.search; setPattern(h.search); }
   if (h.kernel !== undefined) {
@@ -72,6 +73,7 @@ function readHash() {
 function writeHash() {
   const h = {view: S.view};
   if (S.zoom) h.zoom = S.zoom;
+  if (S.shade >= 0) h.shade = D.columns[S.shade];
   if (S.search) h.search = S.search;
   if (S.kernel >= 0) h.kernel = NAME[ROWS[S.kernel][0][0]];
   history.replaceState(null, "", "#" + Object.entries(h).map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&"));
@@ -129,7 +131,18 @@ function fit(text, room) {
 // kernel's source line) green, any other scope blue; the hue varies a little by name.
 const PYFRAME = /\((?:[^()]*[\/\\])?[^()\/\\]+:\d+\)$/;
 const isPython = i => FULL[i] !== undefined && PYFRAME.test(NAME[i]);
+// Or, chosen beside the key, by one of the metric columns (memory, waits, idle share, ...): each
+// frame's value over the largest, on the source view's heat scale; frames without one grey.
+const SHADE_TOP = D.nodes.metrics.map(col => col.reduce((m, v) => v !== null && v > m ? v : m, 0));
+const NO_VALUE = "#e5e7eb";
+function shadeOf(i) {  // [background, text] when colouring by a metric, else null
+  if (S.shade < 0 || S.shade >= D.columns.length) return null;
+  const v = D.nodes.metrics[S.shade][i], top = SHADE_TOP[S.shade];
+  return v === null || !(top > 0) ? [NO_VALUE, "#111"] : heat(Math.max(0, v) / top);
+}
 function color(i) {
+  const shade = shadeOf(i);
+  if (shade) return shade[0];
   const h = hue(NAME[i]);
   if (rowOf[i] >= 0) return "hsl(" + (20 + h % 30) + ",85%," + (62 + h % 12) + "%)";
   if (isPython(i)) return "hsl(" + (100 + h % 40) + ",45%," + (70 + h % 12) + "%)";
@@ -157,9 +170,15 @@ function flame() {
   for (let i = S.zoom; i >= 0; i = PARENT[i]) path.unshift(i);
   $("crumbs").innerHTML = path.map(i => '<a data-id="' + i + '">' + esc(NAME[i]) + "</a>").join(" \u203a ") +
     '<span class="matches"></span>';
-  $("flamekey").innerHTML = KEYS.concat(pat ? [["#e040fb", "search match"]] : []).map(([c, t]) =>
+  const shading = S.shade >= 0 && S.shade < D.columns.length;
+  const keys = shading ? [["linear-gradient(90deg," + heat(0)[0] + "," + heat(1)[0] + ")",
+    "0 to " + fmt(SHADE_TOP[S.shade]) + " " + D.columns[S.shade]], [NO_VALUE, "no value"]] : KEYS;
+  $("flamekey").innerHTML = keys.concat(pat ? [["#e040fb", "search match"]] : []).map(([c, t]) =>
     '<span class="key"><i style="background:' + c + '"></i>' + esc(t) + "</span>").join("") +
-    (D.columns.length ? '<span class="key">width: ' + esc(D.columns[0]) + "</span>" : "");
+    (D.columns.length ? '<span class="key">width: ' + esc(D.columns[0]) + "</span>" +
+      '<span class="key">colour: <select id="shade" aria-label="colour the frames by">' +
+      '<option value="-1">what a frame is</option>' + D.columns.map((c, j) => '<option value="' + j + '"' +
+        (j === S.shade ? " selected" : "") + ">" + esc(c) + "</option>").join("") + "</select></span>" : "");
   info(S.zoom);
   const W = svg.clientWidth || box.clientWidth || 1200, ROW = 20;
   const parts = [], labels = [];
@@ -169,8 +188,9 @@ function flame() {
     matches += hit ? 1 : 0;
     parts.push('<rect data-id="' + i + '" x="' + x.toFixed(2) + '" y="' + d * ROW + '" width="' + w.toFixed(3) +
       '" height="' + (ROW - 1) + '" fill="' + color(i) + '"' + (hit ? ' class="match"' : cls ? ' class="' + cls + '"' : "") + "></rect>");
-    const text = label(i, w - 2 * PAD);
-    if (text) labels.push('<text x="' + (x + PAD).toFixed(1) + '" y="' + (d * ROW + 14) + '">' + esc(text) + "</text>");
+    const text = label(i, w - 2 * PAD), shade = shadeOf(i);
+    if (text) labels.push('<text x="' + (x + PAD).toFixed(1) + '" y="' + (d * ROW + 14) + '"' +
+      (shade ? ' fill="' + shade[1] + '"' : "") + ">" + esc(text) + "</text>");
   };
   const ancestors = [];
   for (let i = PARENT[S.zoom]; i >= 0; i = PARENT[i]) ancestors.unshift(i);
@@ -220,6 +240,7 @@ function info(i) {
     (under ? '<table class="under"><thead><tr><th>under it' + (kids[i].length > 12 ? " (widest 12 of " + kids[i].length + ")" : "") +
       "</th><th>" + esc(D.columns[0] || "") + "</th><th>of it</th></tr></thead><tbody>" + under + "</tbody></table>" : "") + "</div>";
 }
+$("flamekey").onchange = e => { if (e.target.id === "shade") { S.shade = +e.target.value; flame(); writeHash(); } };
 $("flameinfo").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
 const zoomTo = i => { S.zoom = i; flame(); writeHash(); };
 $("crumbs").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };

@@ -71,6 +71,10 @@ ranges: Any = None
 """cupti.scope_ranges.ScopeRanges while a counters:scopes=... session is live: the main
 thread's listed scopes push and pop its ranges."""
 
+memory: Any = None
+"""runtime.memory.MemoryTracker while a memory=True session is live: the main thread's scopes
+read torch's allocator at their enter and exit."""
+
 
 def attach(recorder: Recorder) -> None:
     """Register the runtime's recorder (once, when the runtime loads)."""
@@ -102,8 +106,8 @@ def after_fork_in_child() -> None:
     """In a forked child only the forking thread lives on, now the main thread, and its open
     frames' CUPTI ids were pushed in the parent's CUPTI, which the child never calls (nor its
     range profiler)."""
-    global ranges
-    ranges = None
+    global ranges, memory
+    ranges = memory = None
     stack.after_fork_in_child()
     st = per_thread.stacks
     st.op, st.op_path = None, None
@@ -155,6 +159,8 @@ def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind
     st.version += 1
     if ranges is not None and st.main and name in ranges.names:
         ranges.enter(name, path)
+    if memory is not None and st.main and kind == SCOPE:
+        memory.enter(path, top)
     if collector is not None:
         if st.main:
             collector.push_main(path)
@@ -251,6 +257,8 @@ def close_frame(values: dict[str, float] | None = None, named: str | None = None
     st.version += 1
     if ranges is not None and st.main:
         ranges.exit(top.name)
+    if memory is not None and st.main:
+        memory.exit(top)
     by = top.pushed_by
     recorder = _recorder
     collector = recorder.collector

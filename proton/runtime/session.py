@@ -11,7 +11,9 @@ from ..cupti.attribution import KernelRecord
 from ..data.job import Job
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
 from ..options import CounterOptions, PCOptions
-from ..format import COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
+from ..format import (COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
+                      MEMORY_METRICS, TIME)
+from .memory import Measured
 
 
 @dataclass(slots=True)
@@ -76,6 +78,10 @@ class Session:
     """Kernel scopes' spans per warp (data="trace"), added when the session is written."""
     timelines: dict = field(default_factory=dict)
     """Kernel node -> its latest launch's warp timeline (data="tree", format.WARP_TIMELINE)."""
+    memory: dict[int, list[int]] | None = None
+    """memory=True: scope path -> [alloc, freed, peak, live, live at first exit, entries,
+    exits that grew] (format.MEMORY_METRICS' order), from the entries that closed while the
+    session was active (runtime/memory.py)."""
     keep_others: bool = False
     """A capture's: a file at its path that this process did not write stays (the profile
     goes beside it)."""
@@ -136,6 +142,29 @@ class Session:
             with self.lock:
                 if not self.closed:
                     self.spans.extend((path_id, a, b, thread) for a, b in pieces)
+
+    def add_memory(self, path_id: int, m: Measured) -> None:
+        """One entry of a scope measured by runtime/memory.py (the main thread's)."""
+        with self.lock:
+            if self.closed or self.memory is None:
+                return
+            agg = self.memory.get(path_id)
+            if agg is None:
+                self.memory[path_id] = [m.alloc, m.freed, m.peak, m.live, m.live, 1, 0]
+                return
+            agg[0] += m.alloc
+            agg[1] += m.freed
+            agg[2] = max(agg[2], m.peak)
+            agg[6] += m.live > agg[3]
+            agg[3] = m.live
+            agg[5] += 1
+
+    def memory_metrics(self) -> dict[int, dict[str, int]]:
+        """The scopes' allocator metrics as the file holds them (own values: format.EXCLUSIVE)."""
+        with self.lock:
+            found = {p: list(v) for p, v in (self.memory or {}).items()}
+        return {p: {name + EXCLUSIVE: value for name, value in zip(MEMORY_METRICS, v)}
+                for p, v in found.items()}
 
     def add(self, path_id: int, values: Mapping[str, float], fold: bool = True,
             typed: bool = False) -> None:

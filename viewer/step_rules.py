@@ -1,0 +1,225 @@
+"""--diagnose's rules on what a step loses outside its kernels: pageable copies made again and
+again, the host waiting on the GPU inside a scope, a scope whose GPU idles, a scope whose live
+memory grows entry over entry (a leak), and where the job's memory peak was.
+
+Each rule is `rule(ctx, kernels, out) -> str | None` as diagnose.RULES runs them, and says ""
+(does not apply: the profile has none of its metrics) when the profile lacks what it reads.
+Thresholds are in `STEP_RULES`, in words.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..format import (BYTES, COPY_FRAME, COUNT, CPU_TIME, GPU_IDLE, MEM_ALLOC, MEM_COUNT,
+                      MEM_FREED, MEM_GREW, MEM_LIVE, MEM_LIVE_FIRST, MEM_PEAK, PAGEABLE,
+                      SCOPE_WALL, SYNC_COUNT, SYNC_TIME, TIME)
+
+_Context = Any
+"""diagnose._Context (not imported: diagnose imports this module)."""
+
+SYNC_SHARE = 0.05
+"""A call path whose host waits on the GPU this share of its enclosing scope's wall time."""
+IDLE_SHARE = 0.2
+"""A scope whose GPU ran nothing this share of its wall time."""
+IDLE_MIN_WALL = 0.01
+"""...judged when its wall time is at least this share of the longest scope's."""
+LEAK_ENTRIES = 3
+"""A leak is judged over at least this many entries of the scope."""
+LEAK_MIN_BYTES = 1 << 20
+"""...whose live memory at exit grew at least this much in all."""
+
+
+def pageable_copies(ctx: _Context, kernels: list, out: list) -> str | None:
+    """A pageable host-device copy made more than once (a copy in the loop)."""
+    names = ctx.df["name"].astype(str)
+    copies = [n for n in ctx.df.index if COPY_FRAME.match(names[n])]
+    if not copies:
+        return ""
+    for node in copies:
+        name = names[node]
+        count, ns = ctx.value(node, COUNT) or 0, ctx.value(node, TIME) or 0
+        if not name.endswith(PAGEABLE) or count <= 1 or not ctx.big(ns):
+            continue
+        nbytes = ctx.value(node, BYTES) or 0
+        rate = f", {nbytes / ns:,.1f} GB/s achieved" if nbytes and ns else ""
+        to_host = "DtoH" in name
+        advice = ("copy into a pinned buffer (torch.empty(..., pin_memory=True)) with "
+                  ".to('cpu', non_blocking=True), and read it once the values are needed"
+                  if to_host else
+                  "copy from pinned memory: tensor.pin_memory() (DataLoader(pin_memory=True)) "
+                  "and .to(device, non_blocking=True), so it runs at full bandwidth and "
+                  "overlaps the kernels")
+        out.append(ctx.finding(
+            "pageable copy in a loop", node, ns,
+            f"{count:,.0f} copies from pageable memory, {_bytes(nbytes)} in all "
+            f"({_bytes(nbytes / count)} each) in {_ms(ns)}{rate}; each one is staged "
+            "through a driver buffer and blocks the host", advice, saves=0.5))
+    return None
+
+
+def syncs_in_a_step(ctx: _Context, kernels: list, out: list) -> str | None:
+    """A call path under a scope whose host waited on the GPU at every pass."""
+    if SYNC_TIME not in ctx.df:
+        return ""
+    root = ctx.prof.gf.graph.roots[0]
+    for node in ctx.df.index:
+        ns, count = ctx.value(node, SYNC_TIME) or 0, ctx.value(node, SYNC_COUNT) or 0
+        if node is root or count < 2 or not ns:
+            continue
+        scope, wall = _enclosing_wall(ctx, node)
+        if wall:
+            share = ns / wall
+            if share < SYNC_SHARE:
+                continue
+            of = f", {share:.0%} of the {_ms(wall)} of scope {ctx.name(scope)}"
+        elif ctx.big(ns):
+            of = ""
+        else:
+            continue
+        f = ctx.finding(
+            "synchronization in a step", node, ns,
+            f"the host waited on the GPU {count:,.0f} times here, {_ms(ns)} in all{of}",
+            "read GPU values less often: no .item(), print(loss), .cpu() or "
+            "torch.cuda.synchronize() per step; keep running sums on the GPU and read them "
+            "every N steps, or copy with non_blocking=True into pinned memory", saves=1.0)
+        f.kernel = f"scope {f.kernel}"
+        if wall:
+            ctx.walls.setdefault(f.kernel, wall)
+        out.append(f)
+    return None
+
+
+def idle_gpu(ctx: _Context, kernels: list, out: list) -> str | None:
+    """A scope whose GPU ran no kernel nor copy over IDLE_SHARE of its wall time."""
+    if GPU_IDLE not in ctx.df or SCOPE_WALL not in ctx.df:
+        return ""
+    walls = {n: ctx.value(n, SCOPE_WALL) or 0 for n in ctx.df.index}
+    longest = max(walls.values(), default=0)
+    for node, wall in walls.items():
+        idle = ctx.value(node, GPU_IDLE) or 0
+        if not wall or wall < IDLE_MIN_WALL * longest or idle / wall <= IDLE_SHARE:
+            continue
+        syncs = ctx.value(node, f"{SYNC_TIME} (inc)") or 0
+        why = (f"; the host waited on the GPU {_ms(syncs)} inside it (see the synchronization "
+               "findings)" if syncs else "")
+        f = ctx.finding(
+            "idle GPU", node, idle,
+            f"the GPU ran nothing for {_ms(idle)} of the scope's {_ms(wall)} "
+            f"({idle / wall:.0%}){why}",
+            "keep the GPU fed: no host waits per step (.item(), print), input prepared ahead "
+            "(DataLoader workers, pin_memory, non_blocking copies), fewer and larger launches "
+            "(torch.compile, CUDA graphs)", saves=1.0)
+        f.kernel = f"scope {f.kernel}"
+        ctx.walls.setdefault(f.kernel, wall)
+        out.append(f)
+    return None
+
+
+def leaks(ctx: _Context, kernels: list, out: list) -> str | None:
+    """A scope whose live memory at exit grows entry over entry and that keeps what it
+    allocates; of nested ones, the innermost."""
+    if MEM_COUNT not in ctx.df:
+        return ""
+    found = {}
+    for node in ctx.df.index:
+        n = ctx.value(node, MEM_COUNT) or 0
+        first, last = ctx.value(node, MEM_LIVE_FIRST), ctx.value(node, MEM_LIVE)
+        if n < LEAK_ENTRIES or first is None or last is None:
+            continue
+        growth, grew = last - first, ctx.value(node, MEM_GREW) or 0
+        kept = (ctx.value(node, MEM_ALLOC) or 0) - (ctx.value(node, MEM_FREED) or 0)
+        if growth >= LEAK_MIN_BYTES and grew >= (n - 1) / 2 and kept >= growth / 2:
+            found[node] = (n, growth, grew, kept)
+    for node, (n, growth, grew, kept) in found.items():
+        if any(_under(other, node) for other in found if other is not node):
+            continue  # an inner scope keeps it: that one is named
+        f = ctx.finding(
+            "memory leak", node, ctx.value(node, f"{TIME} (inc)") or 0,
+            f"live memory at its exit grew {_bytes(growth)} over {n:,.0f} entries "
+            f"({_bytes(growth / (n - 1))} per entry, growing at {grew:,.0f} of {n - 1:,.0f} "
+            f"exits); it keeps {_bytes(kept / n)} of what it allocates per entry "
+            f"(live at the last exit: {_bytes(last_live(ctx, node))})",
+            "find what keeps tensors alive across steps: a list that gets a tensor per step "
+            "(keep .item() or .detach().cpu() instead), a loss kept with its graph (add "
+            "loss.detach()), a cache keyed by step; torch.cuda.memory._record_memory_history "
+            "shows the allocations' stacks", saves=0.0)
+        f.kernel = f"scope {f.kernel}"
+        out.append(f)
+    return None
+
+
+def memory_peak(ctx: _Context, kernels: list, out: list) -> str | None:
+    """Where the job's peak allocation happened: the innermost scope holding the highest
+    mem_peak_bytes."""
+    if MEM_PEAK not in ctx.df:
+        return ""
+    peaks = {n: ctx.value(n, MEM_PEAK) for n in ctx.df.index}
+    top = max((v for v in peaks.values() if v is not None), default=0)
+    if not top:
+        return ""
+    at = [n for n, v in peaks.items() if v == top]
+    node = max(at, key=lambda n: len(ctx.path(n)))
+    f = ctx.finding(
+        "memory peak", node, ctx.value(node, f"{TIME} (inc)") or 0,
+        f"the job's peak, {_bytes(top)} allocated at once (torch's caching allocator), was "
+        f"reached inside this scope (live at its last exit: {_bytes(last_live(ctx, node))})",
+        "to lower it: free large temporaries sooner (del, in-place ops), activation "
+        "checkpointing, a smaller micro-batch", info=True)
+    f.kernel = f"scope {f.kernel}"
+    out.append(f)
+    return None
+
+
+def last_live(ctx: _Context, node) -> float:
+    return ctx.value(node, MEM_LIVE) or 0
+
+
+def _enclosing_wall(ctx: _Context, node):
+    """The nearest frame at or above `node` with a wall time (scope_wall, else cpu_time)."""
+    up = node
+    while True:
+        for metric in (SCOPE_WALL, CPU_TIME):
+            wall = ctx.value(up, metric)
+            if wall:
+                return up, wall
+        if not up.parents:
+            return None, None
+        up = up.parents[0]
+
+
+def _under(node, above) -> bool:
+    while node.parents:
+        node = node.parents[0]
+        if node is above:
+            return True
+    return False
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms"
+
+
+STEP_RULES = [
+    (pageable_copies, {
+        "pageable copy in a loop": "a host-device copy from pageable memory made more than "
+                                   "once"}),
+    (syncs_in_a_step, {
+        "synchronization in a step": f"a call path whose host waited on the GPU at least "
+                                     f"twice, {SYNC_SHARE:.0%}+ of its scope's wall time"}),
+    (idle_gpu, {
+        "idle GPU": f"a scope whose GPU ran nothing over {IDLE_SHARE:.0%} of its wall time"}),
+    (leaks, {
+        "memory leak": f"a scope's live memory at exit grown {_bytes(LEAK_MIN_BYTES)}+ over "
+                       f"{LEAK_ENTRIES}+ entries, growing at half its exits or more, kept by "
+                       "the scope itself"}),
+    (memory_peak, {
+        "memory peak": "where the highest allocation happened (always, with memory=True)"}),
+]
+"""The rules with their thresholds in words (diagnose.RULES takes them)."""
