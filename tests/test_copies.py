@@ -14,6 +14,7 @@ from proton import format as fmt
 cupti = pytest.importorskip("cupti.cupti")  # cupti-python: Linux only
 
 from proton.cupti import native, records  # noqa: E402
+from proton.data.metrics import DEVICE_CUDA  # noqa: E402
 from proton.cupti.collector import CuptiCollector  # noqa: E402
 from proton.cupti.subscriber import cupti_enum  # noqa: E402
 
@@ -122,7 +123,7 @@ DTYPES = {K.MEMCPY: cupti.activity_memcpy6_dtype, K.MEMCPY2: cupti.activity_memc
 PATH = 17
 
 
-def _buffers(collector, early: bool) -> tuple[list[list], list[tuple]]:
+def _buffers(collector, early: bool, path: int = PATH) -> tuple[list[list], list[tuple]]:
     """Two buffers: every copy call (scope PATH) with its record, a kernel launch beside
     them; with `early` the records come in the buffer before their calls'. And the rows a
     correct join gives: (path, call start, correlation id, name, device, start, end, stream,
@@ -132,7 +133,7 @@ def _buffers(collector, early: bool) -> tuple[list[list], list[tuple]]:
         enum = RUNTIME if api_kind == K.RUNTIME else DRIVER
         calls = [_record(cupti.activity_external_correlation_dtype,
                          kind=int(K.EXTERNAL_CORRELATION), correlation_id=corr,
-                         external_kind=collector._custom, external_id=PATH),
+                         external_kind=collector._custom, external_id=path),
                  _record(cupti.activity_api_dtype, kind=int(api_kind),
                          cbid=_cbid(*enum, call), correlation_id=corr, start=corr * 100,
                          thread_id=3)]
@@ -142,18 +143,18 @@ def _buffers(collector, early: bool) -> tuple[list[list], list[tuple]]:
                       **fields)
         first += calls if not early else [rec]
         second += [rec] if not early else calls
-        expected.append((PATH, corr * 100, corr, name, corr % 2, start, start + corr, 7, -size))
+        expected.append((path, corr * 100, corr, name, corr % 2, start, start + corr, 7, -size))
     launch = _cbid(*DRIVER, "cuLaunchKernel")
     first += [_record(cupti.activity_external_correlation_dtype,
                       kind=int(K.EXTERNAL_CORRELATION), correlation_id=50,
-                      external_kind=collector._custom, external_id=PATH),
+                      external_kind=collector._custom, external_id=path),
               _record(cupti.activity_api_dtype, kind=int(K.DRIVER), cbid=launch,
                       correlation_id=50, start=5000, thread_id=3)]
     second.append(_record(cupti.activity_kernel10_dtype, kind=int(K.CONCURRENT_KERNEL),
                           correlation_id=50, name=0x1000, start=5050, end=5090, stream_id=7,
                           grid_x=4, grid_y=1, grid_z=1, block_x=128, block_y=1, block_z=1,
                           registers_per_thread=32))
-    expected.append((PATH, 5000, 50, "k", 0, 5050, 5090, 7, (4, 128, 32, 0)))
+    expected.append((path, 5000, 50, "k", 0, 5050, 5090, 7, (4, 128, 32, 0)))
     return [first, second], expected
 
 
@@ -242,3 +243,110 @@ def test_a_runtime_copys_nested_driver_copy_reaches_python_once(cache):
     thread.start()
     thread.join()
     assert [c for c, _ in entered] == [10, 11]
+
+
+def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object]:
+    """The copies of COPIES, `repeat` times each, in a scope, through a pipeline, the router
+    and a session, written as the profile file: its path, the session's nodes by name, and
+    the trace of the same records."""
+    from proton.data import writer
+    from proton.data.paths import ROOT, SCOPE, paths
+    from proton.runtime.router import KernelRouter
+    from proton.runtime.session import Session
+
+    tree = Session(1, "t", "/dev/null", "shadow", "tree", None)
+    trace = Session(2, "t", "/dev/null", "shadow", "trace", None)
+    for s in (tree, trace):
+        s.intervals.append([0, -1])
+    router = KernelRouter({1: tree})
+    tracer = KernelRouter({2: trace})
+
+    def kernels(rows):
+        router.on_kernels(rows)
+        tracer.on_kernels(rows)
+
+    def groups(g, first, rows):
+        router.on_groups(g, first, rows)
+        tracer.on_kernels(rows())
+
+    collector = CuptiCollector(kernels, groups=groups if joined else None, native=joined)
+    collector._names = {0x1000: "k"}
+    scope = paths.intern(ROOT, "copy_scope", SCOPE)
+    for _ in range(repeat):
+        buffers, _ = _buffers(collector, False, scope)
+        for recs in buffers:
+            _feed(collector, recs)
+    assert collector.callback_errors == [] and collector.finish() == 0
+    named: dict = {}  # by name, a kind's nodes on both devices summed
+    for node, metrics in tree.nodes.items():
+        assert paths.frames[node].parent == scope, paths.frames[node].name
+        mine = named.setdefault(paths.frames[node].name, (node, {}))[1]
+        for key, value in metrics.items():
+            mine[key] = mine.get(key, 0) + value if key in (fmt.TIME, fmt.COUNT, fmt.BYTES) \
+                else value
+    h100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000,
+            "memory_clock_rate": 2619000, "bus_width": 5120}
+    doc = writer.build(tree.nodes, {"0": h100, "1": h100})
+    path = tmp_path / f"copies{int(joined)}.hatchet"
+    path.write_text(json.dumps(doc))
+    return str(path), {n: m for n, (_, m) in named.items()}, writer.build_trace(trace.events)
+
+
+@pytest.mark.parametrize("joined", [False, True])
+def test_copy_nodes_carry_time_count_and_bytes(cache, tmp_path, joined):
+    """Each copy kind and the sets are one node under the scope that issued them, with
+    `time (ns)`, `count`, `bytes` and their device, and no launch configuration; the trace
+    shows each on its stream, with its bytes."""
+    _, nodes, trace = _profile(tmp_path, joined)
+    for _, _, _, _, _, name, size in COPIES:
+        if name == fmt.MEMSET:
+            continue
+        m = nodes[name]
+        assert m[fmt.BYTES] == 3 * size and m[fmt.COUNT] == 3, name
+        assert m[fmt.DEVICE_TYPE] == DEVICE_CUDA and fmt.GRID_BLOCKS not in m
+    sets = nodes[fmt.MEMSET]
+    assert sets[fmt.BYTES] == 3 * (2048 + 400) and sets[fmt.COUNT] == 6
+    assert sets[fmt.TIME] == 3 * (9 + 10)
+    assert fmt.BYTES not in nodes["k"] and nodes["k"][fmt.COUNT] == 3
+    events = [e for e in trace["traceEvents"] if e["name"] == fmt.MEMCPY_HTOD_PAGEABLE]
+    assert len(events) == 3 and {e["tid"] for e in events} == {7}
+    assert {e["cat"] for e in events} == {"memcpy"} and events[0]["args"]["bytes"] == 4096
+    assert {e["cat"] for e in trace["traceEvents"] if e["name"] == fmt.MEMSET} == {"memset"}
+
+
+def test_the_viewer_shows_copies_and_judges_none_as_a_kernel(cache, tmp_path):
+    """proton-viewer -m bytes and gbyte/s show the copy nodes; --diagnose, the roofline and
+    util judge kernels only; the HTML report lists them; Triton's viewer opens the file."""
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from proton.viewer.cli import viewer
+    from proton.viewer.derive import kernel_mask, kernel_roofs
+    from proton.viewer.diagnose import diagnose
+    from proton.viewer.reader import load
+
+    path, _, _ = _profile(tmp_path, True)
+    out = CliRunner().invoke(viewer, ["-m", "bytes", path])
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if fmt.MEMCPY_HTOD_PAGEABLE in x)
+    assert "12288" in line.replace(",", "").replace(".000", "")
+    out = CliRunner().invoke(viewer, ["-m", "gbyte/s", path])
+    assert out.exit_code == 0 and fmt.MEMSET in out.output, out.output
+    prof = load(path)
+    names = {n: n.frame["name"] for n in prof.gf.graph.traverse()}
+    assert {names[n] for n, yes in kernel_mask(prof).items() if yes} == {"k"}
+    assert {names[n] for n, yes in kernel_mask(prof, copies=True).items() if yes} == {
+        "k", *(c[5] for c in COPIES)}
+    assert {names[n] for n in kernel_roofs(prof)} == {"k"}
+    assert not [f for f in diagnose(load(path)).findings if fmt.COPY_FRAME.match(f.kernel)]
+    html = tmp_path / "r.html"
+    out = CliRunner().invoke(viewer, ["--html", str(html), path])
+    assert out.exit_code == 0, out.output
+    assert fmt.MEMCPY_DTOH_PINNED in html.read_text()
+    pytest.importorskip("triton.profiler.viewer")
+    run = subprocess.run([sys.executable, "-m", "triton.profiler.viewer", "-m", "time/us",
+                          path], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert fmt.MEMCPY_HTOD_PAGEABLE in run.stdout
