@@ -9,8 +9,6 @@ import json
 
 import pytest
 
-from conftest import find
-
 pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
@@ -30,6 +28,17 @@ def _cudart() -> ctypes.CDLL:
             if "/libcudart.so" in line:
                 return ctypes.CDLL(line[line.index("/"):].strip())
     return ctypes.CDLL("libcudart.so")
+
+
+def _scope(root: dict, name: str) -> dict:
+    """The node named `name` (the python context puts scopes under the Python call path)."""
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if node["frame"]["name"] == name:
+            return node
+        todo += node["children"]
+    raise AssertionError(f"no scope {name!r}: {json.dumps(root)[:4000]}")
 
 
 def _copies(node: dict) -> dict[str, dict]:
@@ -76,9 +85,12 @@ def test_copies_and_sets_under_their_scopes(profile_path, monkeypatch, context, 
                         ("pinned", fmt.MEMCPY_HTOD_PINNED),
                         ("readback", fmt.MEMCPY_DTOH_PAGEABLE),
                         ("runtime_memset", fmt.MEMSET), ("driver_memset", fmt.MEMSET)):
-        found = _copies(find(root, scope))
+        found = _copies(_scope(root, scope))
         assert list(found) == [copy], (scope, tree)
         m = found[copy]
         assert m[fmt.COUNT] == N and m[fmt.BYTES] == N * BYTES, (scope, m)
         assert m[fmt.TIME] > 0 and m[fmt.DEVICE_TYPE] == fmt.CUDA
     assert not _copies(root), tree  # none lost to the root
+    if context == "shadow":  # the scopes right under the root
+        assert {c["frame"]["name"] for c in root["children"]} == {
+            "pageable", "pinned", "readback", "runtime_memset", "driver_memset"}, tree
