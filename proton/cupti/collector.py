@@ -669,6 +669,10 @@ class CuptiCollector:
                 kernels[K.graph_node].tolist())
 
 
+records.unpacks(records.Kernel, "correlation_id name device start end stream blocks threads "
+                "registers shared graph_node")  # copy_kernels builds its rows in this order
+
+
 def copy_kernels(memcpy: Sequence, peer: Sequence, memset: Sequence) -> tuple[np.ndarray, ...]:
     """Copy and set records' columns (records.CopyFields twice, SetFields) as kernels'
     (records.Kernel): named -1 - their records.CopyName, no launch configuration but their
@@ -696,6 +700,4 @@ def copy_kernels(memcpy: Sequence, peer: Sequence, memset: Sequence) -> tuple[np
     for corr, name, device, start, end, stream, size, node in columns:
         zero = np.zeros(len(corr), dtype=np.int64)
         out.append((corr, name, device, start, end, stream, zero, zero, zero, size, node))
-    records.unpacks(records.Kernel, "correlation_id name device start end stream blocks "
-                    "threads registers shared graph_node")
     return tuple(np.concatenate(parts) for parts in zip(*out))
