@@ -82,6 +82,25 @@ FLOPS = re.compile(r"flops(8|16|32|64)?")
 CAPTURED_AT = "<captured_at>"
 """Under a CUDA graph's launch: the call path where each of its kernels was captured (Triton's
 Proton's frame name)."""
+# -- copies and sets (CUPTI's MEMCPY, MEMCPY2 and MEMSET records) --------------------------------
+MEMCPY_HTOD_PAGEABLE = "memcpy HtoD (pageable)"
+MEMCPY_HTOD_PINNED = "memcpy HtoD (pinned)"
+MEMCPY_DTOH_PAGEABLE = "memcpy DtoH (pageable)"
+MEMCPY_DTOH_PINNED = "memcpy DtoH (pinned)"
+MEMCPY_DTOD = "memcpy DtoD"
+MEMCPY_PTOP = "memcpy PtoP"
+MEMCPY_HTOH = "memcpy HtoH"
+MEMCPY_OTHER = "memcpy other"
+MEMSET = "memset"
+COPY_NAMES = (MEMCPY_HTOD_PAGEABLE, MEMCPY_HTOD_PINNED, MEMCPY_DTOH_PAGEABLE, MEMCPY_DTOH_PINNED,
+              MEMCPY_DTOD, MEMCPY_PTOP, MEMCPY_HTOH, MEMCPY_OTHER, MEMSET)
+"""A copy or set node's frame name: a child of the call path that issued it, beside its
+kernels, with time (ns), count and bytes. Pageable or pinned is the host side's memory (the
+source of HtoD, the destination of DtoH); HtoA, AtoD and the other array copies are "other".
+In cupti/records.CopyName's order."""
+COPY_FRAME = re.compile(r"^(memcpy|memset)( |$)")
+"""A frame that is a copy or a set, never a kernel: no occupancy, roofline or launch-shape
+rule applies to it."""
 LAUNCH_METADATA = "__proton_launch_metadata"
 """The state a launch_metadata function runs under: the kernels it launches sit right under it
 (viewers hide it)."""
@@ -181,11 +200,6 @@ EXACT_METRICS = tuple(EXACT + m for m in ("dram_bytes", "l2_bytes", "tensor_flop
                                           "tensor_active", "issue_active", "sm_active",
                                           "ranges"))
 
-# -- copies and sets (CUPTI memcpy/memset records): nodes beside the kernels --------------------
-COPY_FRAME = re.compile(r"^(memcpy|memset)( |$)")
-"""A copy or set node's name: `memcpy HtoD (pageable)`, `memcpy HtoD (pinned)`, `memcpy DtoH
-(pageable)`, `memcpy DtoH (pinned)`, `memcpy DtoD`, `memcpy PtoP`, `memcpy HtoH`, `memcpy other`,
-`memset`; with TIME, COUNT and BYTES. Never a kernel (no grid, occupancy nor roofline)."""
 PAGEABLE = "(pageable)"
 """The end of a copy node's name whose host side was pageable memory (staged, synchronous)."""
 

@@ -97,8 +97,10 @@ def test_kernel_time_matches_cuda_events_within_3_percent(profile_path):
     per_launch = [s.elapsed_time(e) * 1e6 for s, e in events]
     root, _ = read()
     node = find(root, "gemm")
-    assert total(node, "count") == 10
-    assert total(node, "time (ns)") == pytest.approx(sum(per_launch), rel=0.03), \
+    gemms = kernels(node)  # without the memset cuBLAS may make beside each (a node of its own)
+    assert sum(k["metrics"]["count"] for k in gemms) == 10
+    assert sum(k["metrics"]["time (ns)"] for k in gemms) == pytest.approx(sum(per_launch),
+                                                                           rel=0.03), \
         (per_launch, find(root, "warmup"))
 
 

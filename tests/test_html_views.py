@@ -242,20 +242,21 @@ def test_util_is_blank_where_it_means_nothing_and_numbers_share_a_format(tmp_pat
     root = {"frame": {"name": "ROOT", "type": "function"},
             "metrics": {"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0},
             "children": [kernel("matmul", 2_000_000, 3, flops16=1.2e12, bytes=1e8),
-                         kernel("memcpy", 123_456, 7, bytes=3e8),
+                         kernel("copy_kernel", 123_456, 7, bytes=3e8),
                          kernel("my_custom_op", 45_678, 11)]}
     (tmp_path / "u.hatchet").write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
     path = write(tmp_path, str(tmp_path / "u.hatchet"))
     heads = data(path)["kernels"]["columns"]
     rows = {r[0]: dict(zip(heads, r)) for r in drive(tmp_path, path, "view=kernels", ROWS)}
     assert rows["my_custom_op"]["util (%)"] == ""  # neither flops nor bytes: no utilisation
-    assert rows["memcpy"]["util (%)"] and float(rows["memcpy"]["util (%)"]) > 0  # memory-bound
+    # memory-bound (a frame named "memcpy" is a copy, format.COPY_FRAME: judged by no roof)
+    assert rows["copy_kernel"]["util (%)"] and float(rows["copy_kernel"]["util (%)"]) > 0
     for head in heads[2:]:
         cells = [r[head] for r in rows.values() if r[head]]
         places = {len(c.split(".")[1]) if "." in c else 0 for c in cells}
         assert len(places) == 1, (head, cells)  # one number of decimals in a column
         assert not any("e" in c for c in cells)
-    assert rows["memcpy"]["time (ms)"] == "0.123" and rows["my_custom_op"]["count"] == "11"
+    assert rows["copy_kernel"]["time (ms)"] == "0.123" and rows["my_custom_op"]["count"] == "11"
 
 
 def test_kernel_names_wrap_only_between_words(tmp_path):

@@ -366,7 +366,7 @@ def test_an_instrumentation_session_counts_only_its_instrumented_kernels():
     launched[scoped] = 1  # its instrumented launch, noted at launch
     s.add_kernel(scoped, KernelRecord(1, "scoped", 0, 0, 100))
     s.add_kernel(other, KernelRecord(2, "fill", 0, 0, 50))
-    s.add_kernel_totals({scoped: [10, 1, 0, 0, None], other: [5, 1, 0, 0, None]})
+    s.add_kernel_totals({scoped: [10, 1, 0, 0, None, 0], other: [5, 1, 0, 0, None, 0]})
     assert set(s.nodes) == {scoped} and s.nodes[scoped]["count"] == 2
 
 

@@ -140,7 +140,7 @@ def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
         kern["grid_x"], kern["block_x"], kern["registers_per_thread"] = corr, 128, 32
         kern["graph_node_id"] = 5000 + corr if corr % 7 == 0 else 0
         other = np.zeros(1, dtype=cupti.activity_api_dtype)
-        other["kind"] = int(K.MEMCPY)  # a kind it does not read
+        other["kind"] = int(K.OVERHEAD)  # a kind it does not read
         records += [ext, api, kern, other]
     data = b"".join(r.tobytes() for r in records)
     sizes = [r.dtype.itemsize for r in records]

@@ -233,10 +233,10 @@ def test_kernels_of_a_buffer_checked_before_a_phase_began_go_to_the_earlier_phas
 
     s = Session(1, "x", str(tmp_path / "x.hatchet"), "shadow", "tree", None)
     s.phase_starts = [0]
-    s.add_kernel_totals({7: [100, 1, 0, 0, None]}, first=50)
+    s.add_kernel_totals({7: [100, 1, 0, 0, None, 0]}, first=50)
     s.advance(now=200)  # phase 1 from 200 on
-    s.add_kernel_totals({7: [30, 1, 0, 0, None]}, first=150)  # launched in phase 0
-    s.add_kernel_totals({7: [5, 1, 0, 0, None]}, first=250)
+    s.add_kernel_totals({7: [30, 1, 0, 0, None, 0]}, first=150)  # launched in phase 0
+    s.add_kernel_totals({7: [5, 1, 0, 0, None, 0]}, first=250)
     assert s.data_of(0).nodes[7]["time (ns)"] == 130 and s.data_of(1).nodes[7]["time (ns)"] == 5
 
 

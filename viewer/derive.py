@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
-from ..format import (BYTES, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT, CPU_TIME, CUDA,
-                      DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, DRAM_BYTES,
-                      FLOPS, GPU_IDLE, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS, LAUNCH_METRICS,
-                      SASS_PREFIX, SCOPE_WALL, SM_ACTIVE_NS, TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME,
-                      TL_DOT)
+from ..format import (BYTES, COPY_FRAME, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT,
+                      CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA,
+                      DRAM_BYTES, FLOPS, GPU_IDLE, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS,
+                      LAUNCH_METRICS, SASS_PREFIX, SCOPE_WALL, SM_ACTIVE_NS, TENSOR_ACTIVE_NS,
+                      TENSOR_FLOPS, TIME, TL_DOT)
 from .errors import ViewerError
 from .reader import Profile, subtree_sums
 from .specs import bandwidth, compute_roof, peak, peak_known, unknown_arch
@@ -349,18 +349,26 @@ def _bandwidths(profile: Profile) -> pd.Series:
     return pd.Series(out, dtype=float).reindex(df.index)
 
 
-def kernel_mask(profile: Profile) -> dict:
+def kernel_mask(profile: Profile, copies: bool = False) -> dict:
     """Node -> whether it is a kernel: kernel time or a device of its own (ROOT, which carries
-    a 0 for each inclusive metric, is not)."""
+    a 0 for each inclusive metric, is not); a copy or set (format.COPY_FRAME) only with
+    `copies` (what ran on the GPU): no rule that judges kernels applies to one."""
     df = profile.gf.dataframe
     if TIME not in df:
         return {}
     own = pd.to_numeric(df[TIME], errors="coerce").notna()
     if DEVICE_ID in df:
         own |= df[DEVICE_ID].notna()
+    if not copies:
+        own &= ~_copy_frames(df)
     for root in profile.gf.graph.roots:
         own[root] = False
     return own.to_dict()
+
+
+def _copy_frames(df: pd.DataFrame) -> pd.Series:
+    """Which nodes are copies or sets (format.COPY_FRAME), by name."""
+    return df["name"].astype(str).str.match(COPY_FRAME.pattern)
 
 
 def _comm_kernels(profile: Profile) -> pd.Series:
@@ -568,10 +576,11 @@ def kernel_roofs(profile: Profile) -> dict:
               and m[1]}
     tensor = [own(SASS_PREFIX + op) for op in ("hmma", "hgmma")]
     counters = kernel_counters(profile)
+    copies = _copy_frames(df)
     out = {}
     for node, dev in df[DEVICE_ID].items():
         gpu, seconds = gpus.get(str(dev)), _number(time.get(node)) * 1e-9
-        if not isinstance(gpu, dict) or seconds <= 0:  # also a time too small for a float
+        if not isinstance(gpu, dict) or seconds <= 0 or copies[node]:  # a copy: under no roof
             continue
         measured = counters.get(node)
         if measured is not None:

@@ -189,7 +189,7 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
 
         spread = rank_columns(merged, ["time/ms"])
         columns.append(Column("max/mean over ranks", spread[-1].values))
-    kernel = kernel_mask(prof)
+    kernel = kernel_mask(prof, copies=True)  # the table lists copies beside the kernels
     values = [c.values.to_dict() for c in columns]
     headers = [c.header for c in columns]
     time = values[0] if headers and headers[0] == "time (ms)" else {}

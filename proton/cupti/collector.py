@@ -30,6 +30,7 @@ import numpy as np
 from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..files import write_whole
+from ..format import COPY_NAMES
 from ..report import callback_failed, debug, debugging, warn
 from . import records
 from .attribution import Attributor, GroupSink, KernelSink, LaunchConfigs, Unscoped
@@ -65,6 +66,16 @@ _RUNTIME_LAUNCHES = ("cudaLaunch_v3020", "cudaLaunch_ptsz_v7000", "cudaLaunchKer
                      "cudaLaunchKernelExC_ptsz_v11060", "cudaLaunchCooperativeKernel_v9000",
                      "cudaLaunchCooperativeKernel_ptsz_v9000")
 _RUNTIME_GRAPHS = ("cudaGraphLaunch_v10000", "cudaGraphLaunch_ptsz_v10000")
+_DRIVER_COPIES = ("cuMemcpy", "cuMemset", "cu64Memcpy", "cu64Memset")
+_RUNTIME_COPIES = ("cudaMemcpy", "cudaMemset")
+"""Copy and set calls, by their names' prefixes (every variant: async, 2D/3D, peer, batch,
+per-thread stream): each makes a MEMCPY, MEMCPY2 or MEMSET record under its correlation id,
+joined as a launch's kernel is. The graph node calls (cuGraphAddMemcpyNode, ...) copy nothing."""
+
+
+def copy_calls(enum, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of `enum`'s (a CUPTI cbid enum) copy and set calls."""
+    return tuple(n for n in enum.__members__ if n.startswith(prefixes))
 
 
 def _plain(record) -> tuple:
@@ -137,8 +148,14 @@ class CuptiCollector:
         self._k_kernel, self._k_ext = int(K.CONCURRENT_KERNEL), int(K.EXTERNAL_CORRELATION)
         drv = cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
         rt = cupti_enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")
-        self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS)
-        self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS)
+        self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS
+                                  + copy_calls(drv, _DRIVER_COPIES))
+        self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS
+                                   + copy_calls(rt, _RUNTIME_COPIES))
+        self._runtime_copies = _ids(rt, copy_calls(rt, _RUNTIME_COPIES))
+        self._copy_kinds = [K.MEMCPY, K.MEMCPY2, K.MEMSET]
+        """Copies and sets: on with kernel activity, off right after it."""
+        self._k_copies = [int(k) for k in self._copy_kinds]
         # per API record kind: (its launch cbids, its graph-launch cbids), for np.isin
         self._api_cbids = {
             int(kind): (np.array(sorted(launches), dtype=np.uint32),
@@ -235,13 +252,15 @@ class CuptiCollector:
             for cbid in self._all_runtime if api_records else ():
                 self._enable_api(cupti.activity_enable_runtime_api, cbid,
                                  cbid in self._runtime_cbids)
+            for kind in self._copy_kinds:
+                cupti.activity_enable(kind)
             cupti.activity_enable(kernel)
             self.opened = self.timestamp()
             if self.pc is not None:
                 self._enable_pc()
         except (cupti.cuptiError, ProtonError) as exc:
             self.pipeline.enable(False)
-            for kind in self._kinds:
+            for kind in [*self._kinds, *self._copy_kinds]:
                 try:
                     cupti.activity_disable(kind)
                 except cupti.cuptiError:
@@ -256,9 +275,14 @@ class CuptiCollector:
         launch (cudaLaunchKernel, as PyTorch launches) makes its driver launch call inside it,
         under the same correlation id (H100, CUDA 13: 199 of 199 in a bf16 step,
         bench/step_cost.py): with both domains each PyTorch launch would call back twice (the
-        python context's Python too), and every callback costs (~0.45 us, measured there)."""
+        python context's Python too), and every callback costs (~0.45 us, measured there).
+        Copy and set calls are taken in both domains (a runtime copy may not call the driver's
+        copy calls through their public entry points); the C log counts only the outermost
+        call of a thread's nested ones."""
         domain = int(self._cupti.CallbackDomain.DRIVER_API)
-        return [(domain, cbid) for cbid in self._driver_cbids]
+        runtime = int(self._cupti.CallbackDomain.RUNTIME_API)
+        return [(domain, cbid) for cbid in self._driver_cbids] + [
+            (runtime, cbid) for cbid in self._runtime_copies]
 
     def _release_users(self) -> None:
         for user in self._users:
@@ -316,7 +340,7 @@ class CuptiCollector:
         when they were finalized; what the job launched since is outside them, not waited
         for. Kernel activity goes off first, so a kernel recorded has its launch taken."""
         cupti = self._cupti
-        for kind in self._kinds:  # CONCURRENT_KERNEL first
+        for kind in [self._kinds[0], *self._copy_kinds, *self._kinds[1:]]:  # records first
             cupti.activity_disable(kind)
         cupti.activity_flush_all(1)
         if self._subscriber is not None:
@@ -497,11 +521,20 @@ class CuptiCollector:
         return waiting
 
     def _configs(self, blocks, threads, regs, shared) -> list[int]:
-        """Each kernel's launch configuration number. The four numbers are packed into one
-        integer (blocks above bit 37; threads, registers and shared memory below), so finding
-        a buffer's few distinct ones is one sort of integers."""
+        """Each kernel's launch configuration number; a copy's (0 blocks: records.CopyName)
+        is minus its bytes. The four numbers are packed into one integer (blocks above bit
+        37; threads, registers and shared memory below), so finding a buffer's few distinct
+        ones is one sort of integers."""
         if not len(blocks):
             return []
+        copies = blocks == 0
+        if copies.any():
+            out = np.where(copies, -shared, 0)
+            kernels = ~copies
+            if kernels.any():
+                out[kernels] = self._configs(blocks[kernels], threads[kernels], regs[kernels],
+                                             shared[kernels])
+            return out.tolist()
         number = self.launch_configs.number
         if blocks.max() >= 1 << 26 or shared.max() >= 1 << 18 or threads.max() >= 1 << 11 \
                 or regs.max() >= 1 << 8:  # too large to pack: one row at a time
@@ -570,16 +603,21 @@ class CuptiCollector:
         return [names.get(p) or self._name(p) for p in pointers.tolist()]
 
     def _name(self, pointer: int) -> str:
-        """A kernel's name: CUPTI shares one string among all records of a kernel."""
+        """A kernel's name: CUPTI shares one string among all records of a kernel; a copy's
+        (a negative number: records.CopyName)."""
+        if pointer < 0:
+            return COPY_NAMES[-1 - pointer]
         if len(self._names) > 65536:  # module unloads may free names: never keep too many
             self._names.clear()
         text = ctypes.string_at(pointer).decode(errors="replace") if pointer else "<unnamed>"
         self._names[pointer] = text
         return text
 
-    def _digest(self, ext: Sequence, api: Sequence, kernels: Sequence) -> None:
+    def _digest(self, ext: Sequence, api: Sequence, kernels: Sequence,
+                copies: Sequence = ()) -> None:
         """One buffer's columns as the pipelines read them (records.ExternalFields, ApiFields,
-        KernelFields) joined by the Attributor."""
+        KernelFields; copies: CopyFields of MEMCPY and MEMCPY2 records, SetFields of MEMSET
+        ones) joined by the Attributor."""
         X, A, KF = records.ExternalFields, ApiFields, KernelFields
         mine = ext[X.external_kind] == self._custom
         external = (ext[X.correlation_id][mine], ext[X.external_id][mine])
@@ -601,6 +639,9 @@ class CuptiCollector:
                    k[KF.block_x] * k[KF.block_y] * k[KF.block_z], k[KF.registers_per_thread],
                    k[KF.static_shared_memory] + k[KF.dynamic_shared_memory],
                    k[KF.graph_node_id])  # records.Kernel
+        if any(len(c[0]) for c in copies):
+            kernels = tuple(np.concatenate(parts) for parts in zip(kernels,
+                                                                   copy_kernels(*copies)))
         with self._lock:
             self._attribute(external, api, kernels)
 
@@ -626,3 +667,37 @@ class CuptiCollector:
                 kernels[K.device].tolist(), kernels[K.start].tolist(), kernels[K.end].tolist(),
                 kernels[K.stream].tolist(), self._configs(*(kernels[c] for c in records.CONFIG)),
                 kernels[K.graph_node].tolist())
+
+
+records.unpacks(records.Kernel, "correlation_id name device start end stream blocks threads "
+                "registers shared graph_node")  # copy_kernels builds its rows in this order
+
+
+def copy_kernels(memcpy: Sequence, peer: Sequence, memset: Sequence) -> tuple[np.ndarray, ...]:
+    """Copy and set records' columns (records.CopyFields twice, SetFields) as kernels'
+    (records.Kernel): named -1 - their records.CopyName, no launch configuration but their
+    bytes in the shared memory column, as native.c's copy_row makes them."""
+    CF, SF, N = records.CopyFields, records.SetFields, records.CopyName
+    columns = []
+    for c in (memcpy, peer):
+        c = [a.astype(np.int64, copy=False) for a in c]
+        kind, src, dst = c[CF.copy_kind], c[CF.src_kind], c[CF.dst_kind]
+        pageable = int(records.MemoryKind.pageable)
+        name = np.full(len(kind), int(N.other), dtype=np.int64)
+        for copy_kind, code in ((records.CopyKind.dtod, N.dtod), (records.CopyKind.ptop, N.ptop),
+                                (records.CopyKind.htoh, N.htoh)):
+            name[kind == copy_kind] = code
+        htod, dtoh = kind == records.CopyKind.htod, kind == records.CopyKind.dtoh
+        name[htod] = np.where(src[htod] == pageable, N.htod_pageable, N.htod_pinned)
+        name[dtoh] = np.where(dst[dtoh] == pageable, N.dtoh_pageable, N.dtoh_pinned)
+        columns.append((c[CF.correlation_id], -1 - name, c[CF.device_id], c[CF.start],
+                        c[CF.end], c[CF.stream_id], c[CF.bytes], c[CF.graph_node_id]))
+    s = [a.astype(np.int64, copy=False) for a in memset]
+    columns.append((s[SF.correlation_id], np.full(len(s[0]), -1 - N.memset, dtype=np.int64),
+                    s[SF.device_id], s[SF.start], s[SF.end], s[SF.stream_id], s[SF.bytes],
+                    s[SF.graph_node_id]))
+    out = []
+    for corr, name, device, start, end, stream, size, node in columns:
+        zero = np.zeros(len(corr), dtype=np.int64)
+        out.append((corr, name, device, start, end, stream, zero, zero, zero, size, node))
+    return tuple(np.concatenate(parts) for parts in zip(*out))

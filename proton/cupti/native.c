@@ -386,11 +386,52 @@ oom:
     return -1;
 }
 
+/* A copy's CopyName: its kind, and for HtoD and DtoH whether the host side is pageable. */
+static int64_t copy_name(int64_t kind, int64_t src, int64_t dst) {
+    switch (kind) {
+    case CK_HTOD: return src == MK_PAGEABLE ? CN_HTOD_PAGEABLE : CN_HTOD_PINNED;
+    case CK_DTOH: return dst == MK_PAGEABLE ? CN_DTOH_PAGEABLE : CN_DTOH_PINNED;
+    case CK_DTOD: return CN_DTOD;
+    case CK_PTOP: return CN_PTOP;
+    case CK_HTOH: return CN_HTOH;
+    default: return CN_OTHER;
+    }
+}
+
+/* Row `i` of a copy (CF_ columns) or set (SF_ columns, `set`) group of stride `c`, as kernel
+   row `at` of `kern` (K_ columns `n` long): named -1 - its CopyName, no launch configuration
+   but its bytes in the shared memory column (records.CopyName says so). */
+static void copy_row(int64_t *kern, int64_t n, int64_t at, const int64_t *r, int64_t c,
+                     int64_t i, int set) {
+    if (set) {
+        kern[K_CORRELATION_ID * n + at] = r[SF_CORRELATION_ID * c + i];
+        kern[K_NAME * n + at] = -1 - CN_MEMSET;
+        kern[K_DEVICE * n + at] = r[SF_DEVICE_ID * c + i];
+        kern[K_START * n + at] = r[SF_START * c + i];
+        kern[K_END * n + at] = r[SF_END * c + i];
+        kern[K_STREAM * n + at] = r[SF_STREAM_ID * c + i];
+        kern[K_SHARED * n + at] = r[SF_BYTES * c + i];
+        kern[K_GRAPH_NODE * n + at] = r[SF_GRAPH_NODE_ID * c + i];
+    } else {
+        kern[K_CORRELATION_ID * n + at] = r[CF_CORRELATION_ID * c + i];
+        kern[K_NAME * n + at] = -1 - copy_name(r[CF_COPY_KIND * c + i], r[CF_SRC_KIND * c + i],
+                                               r[CF_DST_KIND * c + i]);
+        kern[K_DEVICE * n + at] = r[CF_DEVICE_ID * c + i];
+        kern[K_START * n + at] = r[CF_START * c + i];
+        kern[K_END * n + at] = r[CF_END * c + i];
+        kern[K_STREAM * n + at] = r[CF_STREAM_ID * c + i];
+        kern[K_SHARED * n + at] = r[CF_BYTES * c + i];
+        kern[K_GRAPH_NODE * n + at] = r[CF_GRAPH_NODE_ID * c + i];
+    }
+    kern[K_BLOCKS * n + at] = kern[K_THREADS * n + at] = kern[K_REGISTERS * n + at] = 0;
+}
+
 /* proton_join_add on the columns proton_columns read (group 0: external records' correlation
    id, kind, id; 1: API records' kind, correlation id, start, cbid, thread, return value; 2:
    kernel records' correlation id, name, device, start, end, stream, grid x y z, block x y z,
-   registers, static and dynamic shared memory, graph node; `cap` the stride of each, `rows`
-   their lengths), keeping external ids of kind `custom` and API records of launch calls that
+   registers, static and dynamic shared memory, graph node; 3 and 4: MEMCPY and MEMCPY2
+   records' CF_ columns, 5: MEMSET records' SF_ columns, joined as kernels (copy_row); `cap`
+   the stride of each, `rows` their lengths), keeping external ids of kind `custom` and API records of launch calls that
    succeeded: flags[k][cbid] is 1 for a launch, 2 for a graph launch, for API kind
    kinds[k] (k = 0, 1). The rest as proton_join_add. */
 PROTON_API int proton_join_records(proton_join *j, int64_t **in, const int64_t *cap,
@@ -403,7 +444,7 @@ PROTON_API int proton_join_records(proton_join *j, int64_t **in, const int64_t *
                                    int64_t *counts) {
     const uint8_t *flags[2] = {flags0, flags1};
     const int64_t nflags[2] = {nflags0, nflags1};
-    int64_t n_ext = 0, n_api = 0, n_k = rows[2];
+    int64_t n_ext = 0, n_api = 0, n_k = rows[2] + rows[3] + rows[4] + rows[5];
     int64_t *ext = reserve(&j->scratch, &j->scratch_cap,
                            X_COLUMNS * rows[0] + L_COLUMNS * rows[1] + K_COLUMNS * n_k + 1);
     if (!ext) return -1;
@@ -433,7 +474,7 @@ PROTON_API int proton_join_records(proton_join *j, int64_t **in, const int64_t *
     int64_t *kern = api + L_COLUMNS * n_api;
     const int64_t *k = in[2], c = cap[2];
 #define KF(field) k[KF_##field * c + i]
-    for (int64_t i = 0; i < n_k; i++) {
+    for (int64_t i = 0; i < rows[2]; i++) {
         kern[K_CORRELATION_ID * n_k + i] = KF(CORRELATION_ID);
         kern[K_NAME * n_k + i] = KF(NAME);
         kern[K_DEVICE * n_k + i] = KF(DEVICE_ID);
@@ -447,6 +488,10 @@ PROTON_API int proton_join_records(proton_join *j, int64_t **in, const int64_t *
         kern[K_GRAPH_NODE * n_k + i] = KF(GRAPH_NODE_ID);
     }
 #undef KF
+    int64_t at = rows[2];
+    for (int g = 3; g <= 5; g++) /* copies and sets: kernel rows named by their CopyName */
+        for (int64_t i = 0; i < rows[g]; i++)
+            copy_row(kern, n_k, at++, in[g], cap[g], i, g == 5);
     return proton_join_add(j, n_ext, ext, n_api, api, n_k, kern, capture_from, capture_to,
                            stride, groups, out_rows, ext_out, api_out, kernels_out, counts);
 }
@@ -998,7 +1043,13 @@ PROTON_API void proton_on_api(void *userdata, int domain, uint32_t cbid, const v
     memcpy(&site, d + c->site_at, sizeof site);
     memcpy(&corr, d + c->corr_at, sizeof corr);
     int on = __atomic_load_n(&log_on, __ATOMIC_ACQUIRE);
+    if (tls_generation != c->generation) {
+        tls_generation = c->generation;
+        tls_calls = 0;
+    }
     if (c->enter) { /* the python context: Python places the launch at its enter */
+        /* only the outermost of nested calls (a runtime copy's driver copy) */
+        if (site == 0 ? tls_calls++ > 0 : tls_calls > 0 && --tls_calls > 0) return;
         if (!on) return;
         if (site == 0) {
             uint64_t ts = 0;
@@ -1033,10 +1084,6 @@ PROTON_API void proton_on_api(void *userdata, int domain, uint32_t cbid, const v
             }
         }
         return;
-    }
-    if (tls_generation != c->generation) {
-        tls_generation = c->generation;
-        tls_calls = 0;
     }
     /* a launch call made inside another (the driver's under the runtime's, if CUPTI reports
        it) is not the one the kernel record names: only the outermost counts */

@@ -373,11 +373,11 @@ class Join:
 
     def add(self, blocks: list[np.ndarray], rows: np.ndarray,
             capture: tuple[int, int] | None) -> Joined:
-        """One buffer's records as Columns.read gives them (external, API and kernel groups,
-        the collector's field order). `capture`: (first, last) timestamps of the stream
+        """One buffer's records as Columns.read gives them (records.INPUT's groups: external,
+        API, kernel, copy and set records, the collector's field order). `capture`: (first, last) timestamps of the stream
         captures seen (launches then go to Python, which knows each thread's windows).
         The Joined's columns are valid until the next add."""
-        n_api, n_k = int(rows[1]), int(rows[2])
+        n_api, n_k = int(rows[1]), int(rows[2:].sum())
         need = n_k + self._lib.proton_join_early(self._state) + n_api + 1
         out = self._kept.get("out", records.OUTPUT_AT[-1], need)  # one block: one stride
         stride = out.shape[1]
@@ -385,7 +385,7 @@ class Join:
             out[a:b] for a, b in zip(records.OUTPUT_AT, records.OUTPUT_AT[1:]))
         counts = np.zeros(len(records.Count), dtype=np.int64)
         capture_from, capture_to = capture or (1, 0)
-        pointers = (ctypes.c_void_p * 3)(*[b.ctypes.data for b in blocks])
+        pointers = (ctypes.c_void_p * len(blocks))(*[b.ctypes.data for b in blocks])
         caps = np.array([b.shape[1] for b in blocks], dtype=np.int64)
         f0, f1 = self._flags
         if self._lib.proton_join_records(

@@ -34,7 +34,7 @@ from ..data.paths import ROOT
 from ..report import callback_failed
 from . import native, records
 from .native import Joined
-from .records import ApiFields, ExternalFields, KernelFields
+from .records import ApiFields, CopyFields, ExternalFields, KernelFields, SetFields
 
 CuptiCollector = Any
 """collector.CuptiCollector, whose shared parts (the Attributor, the lock, the column reads
@@ -130,6 +130,10 @@ class PythonPipeline:
                                       _names(ExternalFields))
         self._read_api = field_reader(cupti.activity_api_dtype, _names(ApiFields)[1:])
         self._read_kernel = field_reader(cupti.activity_kernel10_dtype, _names(KernelFields))
+        self._read_copies = [field_reader(dtype, _names(table)) for dtype, table in (
+            (cupti.activity_memcpy6_dtype, CopyFields),
+            (cupti.activity_memcpy_pto_p4_dtype, CopyFields),
+            (cupti.activity_memset4_dtype, SetFields))]
         self._next = None
 
     def start(self, timestamp: int):
@@ -164,7 +168,9 @@ class PythonPipeline:
         is_api = np.isin(kinds, list(c._api_cbids))
         c._digest(self._read_ext(buf, at[kinds == c._k_ext]),
                   [kinds[is_api], *self._read_api(buf, at[is_api])],
-                  self._read_kernel(buf, at[kinds == c._k_kernel]))
+                  self._read_kernel(buf, at[kinds == c._k_kernel]),
+                  [read(buf, at[kinds == kind])
+                   for read, kind in zip(self._read_copies, c._k_copies)])
         c.records += len(at)
 
     def settle(self) -> None:
@@ -322,7 +328,12 @@ class NativePipeline:
                 (list(c._api_cbids), fields(cupti.activity_api_dtype, ApiFields),
                  cupti.activity_api_dtype.itemsize),
                 ([c._k_kernel], fields(cupti.activity_kernel10_dtype, KernelFields),
-                 cupti.activity_kernel10_dtype.itemsize)]
+                 cupti.activity_kernel10_dtype.itemsize)] + [
+                ([kind], fields(dtype, table), dtype.itemsize) for kind, dtype, table in zip(
+                    c._k_copies, (cupti.activity_memcpy6_dtype,
+                                  cupti.activity_memcpy_pto_p4_dtype,
+                                  cupti.activity_memset4_dtype),
+                    (CopyFields, CopyFields, SetFields))]
 
     def read(self, buffer: int, valid: int) -> None:
         """The buffer callback: the fields read in C as it walks, then the same join as
@@ -339,10 +350,10 @@ class NativePipeline:
                         blocks[0], blocks[1], rows[0], rows[1] = logged
                     self._join_columns(blocks, rows)
             else:
-                (ext, api, kernels), walked = self.columns(buffer, valid)
+                (ext, api, kernels, *copies), walked = self.columns(buffer, valid)
                 with c._lock:
                     self._withdraw()  # the logged launches first: their kernels may be here
-                c._digest(ext, api, kernels)
+                c._digest(ext, api, kernels, copies)
             c.records += walked
         except BaseException as exc:
             callback_failed("while reading CUPTI records", exc, c.callback_errors)
@@ -393,9 +404,10 @@ class NativePipeline:
             return
         ext, api, n_ext, n_api = self.log.take()
         if n_api:
-            kernels = np.empty((len(KernelFields), 1), dtype=records.DTYPE)
-            self._join_columns([ext, api, kernels],
-                               np.array([n_ext, n_api, 0], dtype=records.DTYPE))
+            none = [np.empty((len(table), 1), dtype=records.DTYPE)
+                    for table in records.INPUT[2:]]
+            self._join_columns([ext, api, *none],
+                               np.array([n_ext, n_api] + [0] * len(none), dtype=records.DTYPE))
 
     def _withdraw(self) -> None:
         """The python context's launches the C log took (made with no Python frame), to the

@@ -69,6 +69,70 @@ class KernelFields(Table):
     graph_node_id = 15
 
 
+class CopyFields(Table):
+    """A MEMCPY or MEMCPY2 (peer) record (activity_memcpy6_dtype, activity_memcpy_pto_p4_dtype:
+    one table, each kind read at its own offsets)."""
+    correlation_id = 0
+    device_id = 1
+    start = 2
+    end = 3
+    stream_id = 4
+    bytes = 5
+    copy_kind = 6
+    src_kind = 7
+    dst_kind = 8
+    graph_node_id = 9
+
+
+class SetFields(Table):
+    """A MEMSET record (activity_memset4_dtype)."""
+    correlation_id = 0
+    device_id = 1
+    start = 2
+    end = 3
+    stream_id = 4
+    bytes = 5
+    graph_node_id = 6
+
+
+class CopyKind(Table):
+    """CUPTI's CUpti_ActivityMemcpyKind, by value (tests/test_copies.py checks them against
+    cupti-python's ActivityMemcpyKind)."""
+    unknown = 0
+    htod = 1
+    dtoh = 2
+    htoa = 3
+    atoh = 4
+    atoa = 5
+    atod = 6
+    dtoa = 7
+    dtod = 8
+    htoh = 9
+    ptop = 10
+
+
+class MemoryKind(Table):
+    """CUPTI's CUpti_ActivityMemoryKind, by value, as far as pageable (the host side of a
+    copy is pageable or not)."""
+    unknown = 0
+    pageable = 1
+
+
+class CopyName(Table):
+    """A copy or set as the join carries it: a kernel row whose name column is -1 - this
+    number (a kernel's is CUPTI's pointer to its name), whose launch configuration is none
+    (0 blocks) but its bytes (in the shared memory column). format.COPY_NAMES in this order."""
+    htod_pageable = 0
+    htod_pinned = 1
+    dtoh_pageable = 2
+    dtoh_pinned = 3
+    dtod = 4
+    ptop = 5
+    htoh = 6
+    other = 7
+    memset = 8
+
+
 class Kernel(Table):
     """A kernel as the C join takes it and hands back what Python places: the launch
     configuration as grid blocks, threads per block, registers per thread and shared memory
@@ -178,10 +242,12 @@ OUTPUT = (Group, Row, External, Launch, Kernel)
 """The C join's outputs, in the order they lie in its one block (one stride for all)."""
 OUTPUT_AT = tuple(accumulate(map(len, OUTPUT), initial=0))
 """Where each of OUTPUT begins in that block's rows, and its end."""
-INPUT = (ExternalFields, ApiFields, KernelFields)
-"""The record fields native.Columns reads, group by group, as the C join takes them."""
+INPUT = (ExternalFields, ApiFields, KernelFields, CopyFields, CopyFields, SetFields)
+"""The record fields native.Columns reads, group by group, as the C join takes them (MEMCPY,
+then MEMCPY2, then MEMSET records after the kernels)."""
 
-_PREFIXES = {ExternalFields: "XF", ApiFields: "AF", KernelFields: "KF", Kernel: "K",
+_PREFIXES = {ExternalFields: "XF", ApiFields: "AF", KernelFields: "KF", CopyFields: "CF",
+             SetFields: "SF", CopyKind: "CK", MemoryKind: "MK", CopyName: "CN", Kernel: "K",
              Group: "G", Row: "R", External: "X", Launch: "L", Placed: "P", Sunk: "S",
              Count: "OUT"}
 """Each table's C enum prefix: column `start` of Kernel is K_START, its column count

@@ -27,9 +27,9 @@ except ImportError:  # Windows: no flock
 
 from ..errors import ProfileWriteError, SessionError
 from ..files import create_beside
-from ..format import (CHILDREN_KEY, CUDA, CYCLES, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
-                      FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES,
-                      OTHER_DATA, PROPERTY, ROOT_NAME, T0_NS, TYPE_KEY, WARP_TIMELINE)
+from ..format import (BYTES, CHILDREN_KEY, CUDA, CYCLES, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
+                      FRAME_KEY, FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES, OTHER_DATA, PROPERTY,
+                      ROOT_NAME, T0_NS, TYPE_KEY, WARP_TIMELINE)
 from ..format_msgpack import packb
 from ..report import warn
 from .job import alive, pid_path
@@ -184,10 +184,14 @@ def build_trace(events: list[tuple[int, Any]],
     out = []
     for path, rec in sorted(events, key=lambda e: e[1].start):
         names = stack(path)
-        out.append({"name": names[-1], "cat": "kernel", "ph": "X",
-                    "pid": f"{who}GPU {rec.device_id}", "tid": rec.stream_id,
-                    "ts": (rec.start - t0) / 1e3, "dur": (rec.end - rec.start) / 1e3,
-                    "args": {"call_stack": names}})
+        event = {"name": names[-1], "cat": "kernel", "ph": "X",
+                 "pid": f"{who}GPU {rec.device_id}", "tid": rec.stream_id,
+                 "ts": (rec.start - t0) / 1e3, "dur": (rec.end - rec.start) / 1e3,
+                 "args": {"call_stack": names}}
+        if getattr(rec, "config", 0) < 0:  # a copy or set: its bytes (cupti.records.CopyName)
+            event["cat"] = names[-1].split()[0]
+            event["args"][BYTES] = -rec.config
+        out.append(event)
     for path, start, end, thread in sorted(spans, key=lambda s: s[1]):
         names = stack(path)
         out.append({"name": names[-1], "cat": "scope", "ph": "X", "pid": f"{who}host",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..cupti.attribution import Kernel, KernelRecord, each
 from ..cupti.records import Sunk, unpacks
 from ..data.paths import KERNEL, OP, paths
-from ..format import CAPTURED_AT, TIME
+from ..format import CAPTURED_AT, COPY_NAMES, TIME
 from .session import Session
 
 if TYPE_CHECKING:  # the counters module loads with a counters session
@@ -70,11 +70,11 @@ class KernelRouter:
     def kernel_path(self, path_id: int, name: str, device: int) -> int:
         """The node a kernel of `name` on `device` launched at `path_id` is counted on: a child
         of the path named after the kernel, or the path itself when the Triton hook made it an
-        op for this launch."""
+        op for this launch (never for a copy or set: its own node)."""
         key = (path_id, name, device)
         kernel = self._kernel_paths.get(key)
         if kernel is None:
-            if paths.frames[path_id].kind == OP:
+            if paths.frames[path_id].kind == OP and name not in COPY_NAMES:
                 kernel = path_id
             else:
                 kernel = paths.intern(path_id, name, f"{KERNEL}{device}")
@@ -129,7 +129,9 @@ class KernelRouter:
         """Each kernel's node, launch and times, per device, to the counters' join."""
         by_device: dict[int, tuple[list, list, list]] = {}
         memo, slow = self._kernel_paths.get, self.kernel_path
-        for path_id, launch, _, name, device, start, end, _, _ in kernels:
+        for path_id, launch, _, name, device, start, end, _, config in kernels:
+            if config < 0:  # a copy: no counters of its own
+                continue
             kernel = memo((path_id, name, device))
             if kernel is None:
                 kernel = slow(path_id, name, device)
@@ -178,13 +180,19 @@ def _summable(sessions: list[Session], first: int) -> bool:
 
 def _add(totals: dict[int, list], kernel: int, ns: int, count: int, device: int,
          config: int) -> None:
-    """Add `count` launches taking `ns` on `kernel` to Session.add_kernel_totals' `totals`."""
+    """Add `count` launches taking `ns` on `kernel` to Session.add_kernel_totals' `totals`;
+    a negative config is a copy's bytes (cupti.records.CopyName), counted, not a
+    configuration."""
+    copied = 0
+    if config < 0:
+        copied, config = -config * count, 0
     total = totals.get(kernel)
     if total is None:
-        totals[kernel] = [ns, count, device, config, None]
+        totals[kernel] = [ns, count, device, config, None, copied]
         return
     total[0] += ns
     total[1] += count
+    total[5] += copied
     if config != total[3] or total[4] is not None:  # launches that differ
         configs = total[4]
         if configs is None:  # all so far had the first one's

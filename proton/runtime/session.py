@@ -11,7 +11,7 @@ from ..cupti.attribution import KernelRecord
 from ..data.job import Job
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
 from ..options import CounterOptions, PCOptions
-from ..format import (COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
+from ..format import (BYTES, COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
                       MEMORY_METRICS, TIME)
 from .memory import Measured
 
@@ -208,11 +208,15 @@ class Session:
                 phase.events.append((path_id, rec))
                 return
             ns = rec.end - rec.start
-            self._count(phase.nodes, path_id, rec.device_id, ns, 1, {rec.config: ns})
+            if rec.config < 0:  # a copy: its bytes (cupti.records.CopyName)
+                self._count(phase.nodes, path_id, rec.device_id, ns, 1, {}, -rec.config)
+            else:
+                self._count(phase.nodes, path_id, rec.device_id, ns, 1, {rec.config: ns})
 
     def add_kernel_totals(self, totals: dict[int, list], first: int | None = None) -> None:
         """Kernels summed per path: {path id: [time ns, count, device id, launch configuration,
-        {configuration: ns} when its launches differed, else None]} (data="tree"), launched
+        {configuration: ns} when its launches differed, else None, bytes copied (copies and
+        sets)]} (data="tree"), launched
         from `first` on. The router checked they are all in the current phase; a phase that
         began since (advance_phase on another thread) makes them the previous one's."""
         with self.lock:
@@ -220,9 +224,10 @@ class Session:
             if phase is None:
                 return
             only = self.only_kernels
-            for path_id, (ns, count, device, config, configs) in totals.items():
+            for path_id, (ns, count, device, config, configs, copied) in totals.items():
                 if only is None or path_id in only:
-                    self._count(phase.nodes, path_id, device, ns, count, configs or {config: ns})
+                    self._count(phase.nodes, path_id, device, ns, count, configs or {config: ns},
+                                copied)
 
     def _phase_from(self, ts: int | None) -> Phase | None:
         """Where a kernel launched at `ts` goes (the current phase without a time); None when
@@ -234,11 +239,14 @@ class Session:
         return Phase(self.nodes, self.events, self.spans)
 
     def _count(self, nodes: dict, path_id: int, device: int, ns: int, count: int,
-               configs: dict[int, int]) -> None:
-        """Kernel time and launches on a node; GPU ns per launch configuration (0: none)."""
+               configs: dict[int, int], copied: int = 0) -> None:
+        """Kernel time and launches on a node; GPU ns per launch configuration (0: none);
+        bytes a copy or set node's calls moved."""
         node = self._kernel_node(path_id, device, nodes)
         node[TIME] += ns
         node[COUNT] += count
+        if copied:
+            node[BYTES] = node.get(BYTES, 0) + copied
         mine = self.launch.setdefault(path_id, {})
         for config, t in configs.items():
             if config:
