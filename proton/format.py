@@ -67,6 +67,21 @@ hatchet reads it: never summed up the tree)."""
 CPU_COUNT = "cpu_count"
 """How many times a CPU-timed scope was entered and left (a node's own value, like CPU_TIME):
 what avg_cpu_time divides by."""
+SYNC_TIME = "sync_time (ns)"
+"""Time the CPU spent blocked on the GPU in a synchronizing call (a stream, event or device
+synchronization, a synchronous copy; torch's `.item()` and `print(tensor)` wait in
+cudaStreamSynchronize), from the call's enter to its exit, on the node of the scope (or
+call path) that made it; summed up the tree like TIME."""
+SYNC_COUNT = "sync_count"
+"""How many synchronizing calls SYNC_TIME sums (inclusive, like COUNT)."""
+GPU_IDLE = "gpu_idle (ns)"
+"""A scope's own value (never summed up the tree): of its entries' wall time (SCOPE_WALL), the
+time in which no kernel (or copy) ran on any GPU of the process; with several streams busy
+time is their union. Scopes entered on the main thread only. The viewer's `gpu_idle/%` is
+GPU_IDLE over SCOPE_WALL."""
+SCOPE_WALL = "scope_wall (ns)"
+"""A scope's own value (never summed up the tree): its entries' wall time on CUPTI's clock,
+what GPU_IDLE is a part of."""
 EXCLUSIVE = "(exc)"
 """Suffix of a user metric that belongs to its node only; dropped when written."""
 PROPERTY = "(pty)"

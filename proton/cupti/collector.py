@@ -65,6 +65,23 @@ _RUNTIME_LAUNCHES = ("cudaLaunch_v3020", "cudaLaunch_ptsz_v7000", "cudaLaunchKer
                      "cudaLaunchKernelExC_ptsz_v11060", "cudaLaunchCooperativeKernel_v9000",
                      "cudaLaunchCooperativeKernel_ptsz_v9000")
 _RUNTIME_GRAPHS = ("cudaGraphLaunch_v10000", "cudaGraphLaunch_ptsz_v10000")
+_DRIVER_SYNCS = ("cuCtxSynchronize", "cuCtxSynchronize_v2", "cuStreamSynchronize",
+                 "cuStreamSynchronize_ptsz", "cuEventSynchronize", "cuMemcpy", "cuMemcpy_ptds",
+                 "cuMemcpy_v2", "cuMemcpyHtoD", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds",
+                 "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpyPeer",
+                 "cuMemcpyPeer_ptds", "cuMemcpy2D", "cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds",
+                 "cuMemcpy3D", "cuMemcpy3D_v2", "cuMemcpy3D_v2_ptds")
+"""The driver's calls that block the calling thread until the GPU is done (synchronizations
+and synchronous copies): waits (format.SYNC_TIME). torch's `.item()` and `print(tensor)`
+copy with cudaMemcpyAsync and then wait in cudaStreamSynchronize (cuStreamSynchronize)."""
+_RUNTIME_SYNCS = ("cudaDeviceSynchronize_v3020", "cudaThreadSynchronize_v3020",
+                  "cudaStreamSynchronize_v3020", "cudaStreamSynchronize_ptsz_v7000",
+                  "cudaEventSynchronize_v3020", "cudaMemcpy_v3020", "cudaMemcpy_ptds_v7000",
+                  "cudaMemcpy2D_v3020", "cudaMemcpy2D_ptds_v7000", "cudaMemcpy3D_v3020",
+                  "cudaMemcpy3D_ptds_v7000", "cudaMemcpyPeer_v4000",
+                  "cudaMemcpyToSymbol_v3020", "cudaMemcpyToSymbol_ptds_v7000",
+                  "cudaMemcpyFromSymbol_v3020", "cudaMemcpyFromSymbol_ptds_v7000")
+"""The runtime's (each makes its driver call inside it, counted once: the outermost)."""
 
 
 def _plain(record) -> tuple:
@@ -82,7 +99,9 @@ class CuptiCollector:
                  launch_path: LaunchPath | None = None, in_callback: bool = False,
                  pc=None, callback_users: list | None = None, graft=None,
                  groups: GroupSink | None = None, native: bool | None = None,
-                 moved: Callable[[int, int], None] | None = None, walk=None) -> None:
+                 moved: Callable[[int, int], None] | None = None, walk=None,
+                 busy: Callable[[np.ndarray, np.ndarray], None] | None = None,
+                 buffered: Callable[[], None] | None = None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         groups: takes a buffer's kernels summed per path instead, when the C helper joins the
         records (the shadow context; see attribution.GroupSink).
@@ -102,7 +121,11 @@ class CuptiCollector:
         changes, where launches are placed from their records (`unscoped` reads it); not
         called when the C launch log reads the main thread's scope at each launch.
         walk: with in_callback, the context's python.Walk: the C helper answers a launch
-        whose stack it has seen before (native.c's walk) with no Python."""
+        whose stack it has seen before (native.c's walk) with no Python.
+        busy: told each buffer's kernels' (starts, ends) (numpy, CUPTI's clock): when the GPU
+        was busy (runtime/idle.py); any other record with an interval (copies) is one more.
+        buffered: called after each buffer was read, on CUPTI's thread (the waits and the
+        idle time are taken then)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -159,6 +182,12 @@ class CuptiCollector:
         """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
         self.callback_seconds = 0.0
         """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
+        self._busy, self._buffered = busy, buffered
+        self.sync_cbids = {int(cupti.CallbackDomain.DRIVER_API): sorted(_ids(drv, _DRIVER_SYNCS)),
+                           int(cupti.CallbackDomain.RUNTIME_API): sorted(_ids(rt, _RUNTIME_SYNCS))}
+        """{callback domain: cbids} of the synchronizing calls, timed as waits."""
+        self.python_syncs = PythonSyncs(self.sync_cbids, launch_path, self.timestamp)
+        """Waits timed in Python where the C launch log is not used."""
         self.pipeline: Pipeline = choose(self, native)
         """How launches are attributed and buffers read (pipeline.py), chosen once."""
         if self.pipeline.logs_launches:  # launch calls go to C first: no API or external records
@@ -199,6 +228,10 @@ class CuptiCollector:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
         self._fields = callback_fields(cupti)
         log, enter, on_api = self.pipeline.start(timestamp_address(path))
+        if log is not None:
+            log.sync_calls(self.sync_cbids)
+        else:
+            on_api = self.python_syncs.wrap(on_api)
         if self._pc_options is not None:
             on_api = self._start_pc(path, on_api)
         for user in self._users:
@@ -219,6 +252,9 @@ class CuptiCollector:
             if self.in_callback or self.pipeline.logs_launches or (
                     self.pc is not None and self.pc.options.serialize):
                 for domain, cbid in self.launch_callbacks():
+                    subscriber.enable(domain, cbid)
+            for domain, cbids in self.sync_cbids.items():  # these calls alone, never a domain
+                for cbid in cbids:
                     subscriber.enable(domain, cbid)
             self._register_buffers(path)
             # The launches are taken before kernel activity is on, so every kernel record has
@@ -466,6 +502,32 @@ class CuptiCollector:
 
         return on_api
 
+    # -- waits and busy time -----------------------------------------------------------------
+    def note_busy(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """A buffer's records that kept the GPU busy (kernels; copies too), on CUPTI's thread."""
+        if self._busy is not None and len(starts):
+            self._busy(starts, ends)
+
+    def after_buffer(self) -> None:
+        if self._buffered is not None:
+            try:
+                self._buffered()
+            except BaseException as exc:
+                callback_failed("while taking waits and idle time", exc, self.callback_errors)
+
+    def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
+        """(paths, ns, counts): the CPU's time in synchronizing calls since the last take."""
+        return self.pipeline.take_syncs()
+
+    def watermark(self) -> int:
+        """A CUPTI time before which every kernel record has come: the earliest start of the
+        launches still waiting for theirs, else now."""
+        now = self.timestamp()
+        with self._lock:
+            self.pipeline.settle()
+            oldest = self.pipeline.oldest(now)
+        return min(oldest, self.attributor.oldest(now))
+
     # -- records ------------------------------------------------------------------------------
     def deliver(self) -> None:
         """Have CUPTI hand over the records it holds now (no waiting for the GPU)."""
@@ -626,3 +688,59 @@ class CuptiCollector:
                 kernels[K.device].tolist(), kernels[K.start].tolist(), kernels[K.end].tolist(),
                 kernels[K.stream].tolist(), self._configs(*(kernels[c] for c in records.CONFIG)),
                 kernels[K.graph_node].tolist())
+
+
+class PythonSyncs:
+    """Waits timed in Python (no C launch log): the subscriber's callback for the synchronizing
+    calls, a few dict and clock reads per call (these calls wait anyway); sums per path."""
+
+    def __init__(self, cbids: dict[int, list[int]], launch_path: LaunchPath | None,
+                 now: Callable[[], int]) -> None:
+        self._cbids = {(d, c) for d, cs in cbids.items() for c in cs}
+        self._launch_path, self._now = launch_path, now
+        self._local = threading.local()
+        self._sums: dict[int, list[int]] = {}
+        self._lock = threading.Lock()
+        self.on = True
+
+    def wrap(self, on_api):
+        """The callback that times the synchronizing calls and hands the rest to `on_api`."""
+        syncs, local, now = self._cbids, self._local, self._now
+        sums, lock, launch_path = self._sums, self._lock, self._launch_path
+        from .subscriber import callback_fields
+
+        def on_sync(userdata, domain, cbid, data) -> None:
+            if (domain, cbid) not in syncs:
+                if on_api is not None:
+                    on_api(userdata, domain, cbid, data)
+                return
+            try:
+                depth = getattr(local, "depth", 0)
+                if _u32(data + at[0]).value == 0:  # the enter
+                    local.depth = depth + 1
+                    if depth == 0:
+                        local.start = now()
+                    return
+                local.depth = depth = max(depth - 1, 0)
+                if depth or not self.on:
+                    return
+                ns = now() - local.start
+                path = launch_path(caller(sys._getframe().f_back)) if launch_path else None
+                path = ROOT if path is None else path
+                with lock:
+                    got = sums.setdefault(path, [0, 0])
+                    got[0] += ns
+                    got[1] += 1
+            except BaseException as exc:
+                callback_failed("in the wait callback", exc, [])
+
+        from cupti import cupti
+
+        at = callback_fields(cupti)
+        return passes_on(on_sync)
+
+    def take(self) -> tuple[list[int], list[int], list[int]]:
+        with self._lock:
+            items = list(self._sums.items())
+            self._sums.clear()
+        return [p for p, _ in items], [v[0] for _, v in items], [v[1] for _, v in items]

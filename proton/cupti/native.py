@@ -415,6 +415,10 @@ class Join:
         """Launches made from `since` to `ts` still waiting for their kernel."""
         return int(self._lib.proton_join_waiting(self._state, since, ts))
 
+    def oldest(self, none: int) -> int:
+        """The earliest start of the launches waiting for their kernel (`none`: none waits)."""
+        return int(self._lib.proton_join_oldest(self._state, none))
+
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """(paths, kernels): kernels whose launch record never came (records.Kernel), each with
         its external record's path or -1; the tables are emptied."""
@@ -581,6 +585,33 @@ class LaunchLog:
     def lost(self) -> int:
         """Launches the log could not keep (no memory to grow)."""
         return int(self._lib.proton_log_lost())
+
+    def sync_calls(self, calls: dict[int, list[int]]) -> None:
+        """Time the synchronizing calls `calls` ({callback domain: cbids}) from enter to exit
+        and sum them per path (the calling thread's innermost pushed path, else the main
+        thread's scope, else the root); earlier sums are dropped."""
+        none = np.zeros(1, dtype=np.uint8)
+        f1, f2 = (_flags(calls.get(d, ())) if calls.get(d) else none for d in (1, 2))
+        if self._lib.proton_sync_configure(f1.ctypes.data, len(f1), f2.ctypes.data, len(f2)):
+            raise MemoryError("the launch log could not allocate its wait sums")
+
+    def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
+        """(paths, ns, counts): the time the CPU waited in synchronizing calls since the last
+        take, summed per path."""
+        cap = 256
+        while True:
+            out = np.empty((cap, 3), dtype=np.int64)
+            n = int(self._lib.proton_sync_take(out.ctypes.data, cap))
+            if n >= 0:
+                return out[:n, 0].tolist(), out[:n, 1].tolist(), out[:n, 2].tolist()
+            cap = -n + 64
+
+
+def _flags(cbids) -> np.ndarray:
+    """One byte per cbid up to the largest: 1 for those given."""
+    out = np.zeros(max(cbids) + 1, dtype=np.uint8)
+    out[list(cbids)] = 1
+    return out
 
 
 OTHER_FLAGS = tuple(f for f in FLAGS if f != "-fvisibility=hidden")
