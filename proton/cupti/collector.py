@@ -186,7 +186,7 @@ class CuptiCollector:
         self.sync_cbids = {int(cupti.CallbackDomain.DRIVER_API): sorted(_ids(drv, _DRIVER_SYNCS)),
                            int(cupti.CallbackDomain.RUNTIME_API): sorted(_ids(rt, _RUNTIME_SYNCS))}
         """{callback domain: cbids} of the synchronizing calls, timed as waits."""
-        self.python_syncs = PythonSyncs(self.sync_cbids, launch_path, self.timestamp)
+        self.python_syncs = PythonSyncs(self.sync_cbids, launch_path, unscoped, self.timestamp)
         """Waits timed in Python where the C launch log is not used."""
         self.pipeline: Pipeline = choose(self, native)
         """How launches are attributed and buffers read (pipeline.py), chosen once."""
@@ -695,9 +695,11 @@ class PythonSyncs:
     calls, a few dict and clock reads per call (these calls wait anyway); sums per path."""
 
     def __init__(self, cbids: dict[int, list[int]], launch_path: LaunchPath | None,
-                 now: Callable[[], int]) -> None:
+                 unscoped: Unscoped | None, now: Callable[[], int]) -> None:
+        """launch_path: where the calling thread is (None: no scope of its own); unscoped:
+        then where the main thread was (as for launches; else the root)."""
         self._cbids = {(d, c) for d, cs in cbids.items() for c in cs}
-        self._launch_path, self._now = launch_path, now
+        self._launch_path, self._unscoped, self._now = launch_path, unscoped, now
         self._local = threading.local()
         self._sums: dict[int, list[int]] = {}
         self._lock = threading.Lock()
@@ -706,7 +708,8 @@ class PythonSyncs:
     def wrap(self, on_api):
         """The callback that times the synchronizing calls and hands the rest to `on_api`."""
         syncs, local, now = self._cbids, self._local, self._now
-        sums, lock, launch_path = self._sums, self._lock, self._launch_path
+        sums, lock, launch_path, unscoped = self._sums, self._lock, self._launch_path, \
+            self._unscoped
         from .subscriber import callback_fields
 
         def on_sync(userdata, domain, cbid, data) -> None:
@@ -726,7 +729,9 @@ class PythonSyncs:
                     return
                 ns = now() - local.start
                 path = launch_path(caller(sys._getframe().f_back)) if launch_path else None
-                path = ROOT if path is None else path
+                if path is None:
+                    path = unscoped(threading.get_ident() & 0xFFFFFFFF, local.start) \
+                        if unscoped is not None else ROOT
                 with lock:
                     got = sums.setdefault(path, [0, 0])
                     got[0] += ns
