@@ -1,0 +1,92 @@
+"""Waits and GPU idle time on a torch workload built to show them (issue 50, items 2 and 3):
+one `.item()` per step after a GPU sleep of known length, and a scope whose host sleeps
+between two launches. Run with `pytest -m gpu`."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import find
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+import proton  # noqa: E402
+from proton.format import GPU_IDLE, SCOPE_WALL, SYNC_COUNT, SYNC_TIME  # noqa: E402
+
+STEPS = 4
+
+
+def _sleep_cycles(ms: float) -> tuple[int, float]:
+    """(cycles for torch.cuda._sleep to keep the GPU busy about `ms`, its measured ms)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(cycles: int) -> float:
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    timed(1_000_000)  # warm
+    cycles = int(10_000_000 * ms / timed(10_000_000))
+    return cycles, min(timed(cycles) for _ in range(3))
+
+
+def test_item_after_a_gpu_sleep_waits_as_long_as_the_sleep(profile_path):
+    """A step launches a GPU sleep and reads a number back (`.item()`, `print`): the CPU
+    waits for the sleep, and sync_time per step is the sleep's length (within 5%)."""
+    name, read = profile_path
+    cycles, planted = _sleep_cycles(20.0)
+    x = torch.ones(1, device="cuda")
+    proton.start(name)
+    for _ in range(STEPS):
+        with proton.scope("step"):
+            torch.cuda._sleep(cycles)
+            (x + 1).item()
+    with proton.scope("printed"):
+        torch.cuda._sleep(cycles)
+        print(x + 1)
+    proton.finalize()
+    root, _ = read()
+    step = find(root, "step")["metrics"]
+    assert step[SYNC_COUNT] == STEPS
+    per_step = step[SYNC_TIME] / STEPS / 1e6
+    assert per_step == pytest.approx(planted, rel=0.05), (per_step, planted)
+    printed = find(root, "printed")["metrics"]
+    assert printed[SYNC_COUNT] >= 1
+    assert printed[SYNC_TIME] / 1e6 == pytest.approx(planted, rel=0.05)
+    assert root["metrics"][SYNC_TIME] == 0  # the root's 0: inclusive, summed by viewers
+
+
+def test_a_host_sleep_between_launches_is_the_scopes_gpu_idle_time(profile_path):
+    """The host sleeps between two launches inside a scope: the GPU idles that long (within
+    5%); a scope whose GPU sleeps all along idles for almost none of its time."""
+    name, read = profile_path
+    cycles, _ = _sleep_cycles(20.0)
+    x = torch.ones(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    proton.start(name)
+    slept = 0.0
+    for _ in range(STEPS):
+        with proton.scope("gap"):
+            x.add_(1)
+            t0 = time.perf_counter()
+            time.sleep(0.03)
+            slept += time.perf_counter() - t0
+            x.add_(1)
+            torch.cuda.synchronize()
+    with proton.scope("busy"):
+        torch.cuda._sleep(cycles)
+        torch.cuda.synchronize()
+    proton.finalize()
+    root, _ = read()
+    gap = find(root, "gap")["metrics"]
+    assert gap[GPU_IDLE] / 1e9 == pytest.approx(slept, rel=0.05), (gap, slept)
+    assert gap[SCOPE_WALL] >= gap[GPU_IDLE]
+    busy = find(root, "busy")["metrics"]
+    assert busy[GPU_IDLE] < 0.05 * busy[SCOPE_WALL], busy
+    assert GPU_IDLE not in root["metrics"]  # a node's own value: never summed up the tree
