@@ -42,6 +42,8 @@ def test_item_after_a_gpu_sleep_waits_as_long_as_the_sleep(profile_path):
     name, read = profile_path
     cycles, planted = _sleep_cycles(20.0)
     x = torch.ones(1, device="cuda")
+    (x + 1).item()  # loaded and warm: each step's wait is the sleep's
+    repr(x + 1)
     proton.start(name)
     for _ in range(STEPS):
         with proton.scope("step"):
