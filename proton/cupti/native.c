@@ -250,14 +250,15 @@ PROTON_API int64_t proton_join_waiting(const proton_join *j, int64_t since, int6
     return n;
 }
 
-/* The earliest start of the launches waiting for their kernel (`none` when none waits): no
-   kernel record still to come started before it (the idle time's watermark). */
-PROTON_API int64_t proton_join_oldest(const proton_join *j, int64_t none) {
+/* The earliest start from `since` on of the launches waiting for their kernel (`none` when
+   none waits): no kernel record still to come started before it (the idle time's watermark;
+   a launch made before kernel activity was on may never get one). */
+PROTON_API int64_t proton_join_oldest(const proton_join *j, int64_t since, int64_t none) {
     int64_t oldest = none;
     if (j->launches.live == 0) return oldest;
     for (int64_t i = 0; i < j->launches.cap; i++) {
         const int64_t *s = j->launches.slots + i * 3;
-        if (s[0] != EMPTY && s[2] < oldest) oldest = s[2];
+        if (s[0] != EMPTY && s[2] >= since && s[2] < oldest) oldest = s[2];
     }
     return oldest;
 }

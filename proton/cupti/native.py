@@ -415,9 +415,10 @@ class Join:
         """Launches made from `since` to `ts` still waiting for their kernel."""
         return int(self._lib.proton_join_waiting(self._state, since, ts))
 
-    def oldest(self, none: int) -> int:
-        """The earliest start of the launches waiting for their kernel (`none`: none waits)."""
-        return int(self._lib.proton_join_oldest(self._state, none))
+    def oldest(self, since: int, none: int) -> int:
+        """The earliest start from `since` on of the launches waiting for their kernel
+        (`none`: none waits)."""
+        return int(self._lib.proton_join_oldest(self._state, since, none))
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """(paths, kernels): kernels whose launch record never came (records.Kernel), each with

@@ -81,9 +81,9 @@ class Pipeline(Protocol):
         """Give the kernels it holds whose launch never came to the sink; how many of them
         started from `since` to `until` (None: no bound)."""
 
-    def oldest(self, none: int) -> int:
-        """The earliest start of the launches it holds that wait for their kernel (`none`:
-        none waits)."""
+    def oldest(self, since: int, none: int) -> int:
+        """The earliest start from `since` on of the launches it holds that wait for their
+        kernel (`none`: none waits)."""
 
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
         """(paths, ns, counts): time spent in synchronizing calls since the last take."""
@@ -182,7 +182,7 @@ class PythonPipeline:
     def waiting(self, ts: int, since: int = 0) -> int:
         return 0
 
-    def oldest(self, none: int) -> int:
+    def oldest(self, since: int, none: int) -> int:
         return none
 
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
@@ -441,8 +441,8 @@ class NativePipeline:
     def waiting(self, ts: int, since: int = 0) -> int:
         return self.join.waiting(ts, since) if self.join is not None else 0
 
-    def oldest(self, none: int) -> int:
-        return self.join.oldest(none) if self.join is not None else none
+    def oldest(self, since: int, none: int) -> int:
+        return self.join.oldest(since, none) if self.join is not None else none
 
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
         if self.log is None:
