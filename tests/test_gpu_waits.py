@@ -37,8 +37,10 @@ def _sleep_cycles(ms: float) -> tuple[int, float]:
 
 
 def test_item_after_a_gpu_sleep_waits_as_long_as_the_sleep(profile_path):
-    """A step launches a GPU sleep and reads a number back (`.item()`, `print`): the CPU
-    waits for the sleep, and sync_time per step is the sleep's length (within 5%)."""
+    """A step launches a GPU sleep and reads a number back (`.item()`, `print`, `.cpu()`):
+    the CPU waits for the sleep, and sync_time per step is the sleep kernel's GPU time (within
+    5%; on an H200 the sleep ran 7% shorter under the session than when calibrated, so the
+    planted length is the kernel's own measured time)."""
     name, read = profile_path
     cycles, planted = _sleep_cycles(20.0)
     x = torch.ones(1, device="cuda")
@@ -52,15 +54,22 @@ def test_item_after_a_gpu_sleep_waits_as_long_as_the_sleep(profile_path):
     with proton.scope("printed"):
         torch.cuda._sleep(cycles)
         print(x + 1)
+    with proton.scope("copied"):  # pageable: the wait is in cudaMemcpyAsync
+        torch.cuda._sleep(cycles)
+        (x + 1).cpu()
     proton.finalize()
     root, _ = read()
-    step = find(root, "step")["metrics"]
-    assert step[SYNC_COUNT] == STEPS
-    per_step = step[SYNC_TIME] / STEPS / 1e6
-    assert per_step == pytest.approx(planted, rel=0.05), (per_step, planted)
-    printed = find(root, "printed")["metrics"]
-    assert printed[SYNC_COUNT] >= 1
-    assert printed[SYNC_TIME] / 1e6 == pytest.approx(planted, rel=0.05)
+
+    step = find(root, "step")
+    assert STEPS <= step["metrics"][SYNC_COUNT] <= 2 * STEPS  # a pageable copy may wait too
+    per_step = step["metrics"][SYNC_TIME] / STEPS
+    slept = max(k["metrics"]["time (ns)"] / k["metrics"]["count"] for k in step["children"])
+    assert per_step == pytest.approx(slept, rel=0.05), (per_step, slept, planted)
+    for name in ("printed", "copied"):
+        node = find(root, name)
+        slept = max(k["metrics"]["time (ns)"] for k in node["children"])
+        assert node["metrics"][SYNC_COUNT] >= 1
+        assert node["metrics"][SYNC_TIME] == pytest.approx(slept, rel=0.05), (name, node)
     assert root["metrics"][SYNC_TIME] == 0  # the root's 0: inclusive, summed by viewers
 
 

@@ -188,6 +188,16 @@ def _cbid(collector, domain: int, name: str) -> int:
     return cbid
 
 
+def _names() -> dict[int, dict[int, str]]:
+    from cupti import cupti
+
+    from proton.cupti.subscriber import cupti_enum
+
+    return {d: {int(v): k for k, v in cupti_enum(cupti, *e).__members__.items()}
+            for d, e in ((1, ("driver_api_trace_cbid", "DriverApiTraceCbid")),
+                         (2, ("runtime_api_trace_cbid", "RuntimeApiTraceCbid")))}
+
+
 def _replay(collector, calls, push, pop, main_path) -> None:
     """The same calls whichever callback times them: a runtime sync with the driver's inside
     (counted once) under path 7; .item()'s cudaStreamSynchronize under 9 inside 7; a
@@ -196,12 +206,18 @@ def _replay(collector, calls, push, pop, main_path) -> None:
     stream = _cbid(collector, 2, "cudaStreamSynchronize_v3020")
     inner = _cbid(collector, 1, "cuStreamSynchronize")
     device = _cbid(collector, 2, "cudaDeviceSynchronize_v3020")
+    names = _names()
     copy = _cbid(collector, 1, "cuMemcpyDtoH_v2")
+    async_rt, async_drv = (next(c for c in collector.copy_cbids[d] if names[d][c] == n)
+                           for d, n in ((2, "cudaMemcpyAsync_v3020"), (1, "cuMemcpyDtoHAsync_v2")))
     push(7)
     calls.call(2, stream, 1000, 2000, during=lambda: calls.call(1, inner, 1010, 1990))
     push(9)
     calls.call(2, stream, 3000, 3500)
     calls.call(1, copy, 3600, 3700)
+    calls.call(2, async_rt, 3800, 3805)  # an asynchronous copy that returned at once
+    calls.call(2, async_rt, 10_000, 40_000,  # a pageable one that waited 30 us (counted once)
+               during=lambda: calls.call(1, async_drv, 10_010, 39_990))
     pop()
     pop()
     calls.call(2, device, 4000, 4100)
@@ -211,7 +227,7 @@ def _replay(collector, calls, push, pop, main_path) -> None:
     worker.join()
 
 
-WANT = {7: (1000, 1), 9: (600, 2), 0: (100, 1), 5: (400, 1)}
+WANT = {7: (1000, 1), 9: (30_600, 3), 0: (100, 1), 5: (400, 1)}
 
 
 def _taken(taken) -> dict[int, tuple[int, int]]:
@@ -235,7 +251,7 @@ def test_the_c_callback_sums_each_synchronizing_call_on_the_path_that_waited(cac
     forwarded = []
     python = CALLBACK(lambda userdata, domain, cbid, data: forwarded.append(cbid))
     log.configure(ctypes.cast(python, ctypes.c_void_p).value)
-    log.sync_calls(collector.sync_cbids)
+    log.sync_calls(collector.sync_cbids, collector.copy_cbids)
     collector.pipeline.enable(True)
     calls.callback = CALLBACK(log.callback)
     _replay(collector, calls, log.push, log.pop, lambda p: log.main_path(p))

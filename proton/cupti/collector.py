@@ -33,6 +33,7 @@ from ..files import write_whole
 from ..report import callback_failed, debug, debugging, warn
 from . import records
 from .attribution import Attributor, GroupSink, KernelSink, LaunchConfigs, Unscoped
+from .native import ASYNC_WAIT_NS
 from .pipeline import Pipeline, choose
 from .records import ApiFields, KernelFields
 from .subscriber import caller, cupti_enum, passes_on
@@ -82,6 +83,13 @@ _RUNTIME_SYNCS = ("cudaDeviceSynchronize_v3020", "cudaThreadSynchronize_v3020",
                   "cudaMemcpyToSymbol_v3020", "cudaMemcpyToSymbol_ptds_v7000",
                   "cudaMemcpyFromSymbol_v3020", "cudaMemcpyFromSymbol_ptds_v7000")
 """The runtime's (each makes its driver call inside it, counted once: the outermost)."""
+_DRIVER_COPIES = ("cuMemcpyAsync", "cuMemcpyAsync_ptsz", "cuMemcpyDtoHAsync",
+                  "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyHtoDAsync",
+                  "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz")
+"""Asynchronous copies: one from or to pageable memory waits for the stream's earlier work in
+the call (torch's `.cpu()` waited its whole wait in cuMemcpyDtoHAsync_v2, H200, torch 2.11);
+timed as a wait when the call held its thread native.ASYNC_WAIT_NS or more."""
+_RUNTIME_COPIES = ("cudaMemcpyAsync_v3020", "cudaMemcpyAsync_ptsz_v7000")
 
 
 def _plain(record) -> tuple:
@@ -186,7 +194,11 @@ class CuptiCollector:
         self.sync_cbids = {int(cupti.CallbackDomain.DRIVER_API): sorted(_ids(drv, _DRIVER_SYNCS)),
                            int(cupti.CallbackDomain.RUNTIME_API): sorted(_ids(rt, _RUNTIME_SYNCS))}
         """{callback domain: cbids} of the synchronizing calls, timed as waits."""
-        self.python_syncs = PythonSyncs(self.sync_cbids, launch_path, unscoped, self.timestamp)
+        self.copy_cbids = {int(cupti.CallbackDomain.DRIVER_API): sorted(_ids(drv, _DRIVER_COPIES)),
+                           int(cupti.CallbackDomain.RUNTIME_API): sorted(_ids(rt, _RUNTIME_COPIES))}
+        """{callback domain: cbids} of the asynchronous copies, waits when they held long."""
+        self.python_syncs = PythonSyncs(self.sync_cbids, self.copy_cbids, launch_path, unscoped,
+                                        self.timestamp)
         """Waits timed in Python where the C launch log is not used."""
         self.pipeline: Pipeline = choose(self, native)
         """How launches are attributed and buffers read (pipeline.py), chosen once."""
@@ -229,7 +241,7 @@ class CuptiCollector:
         self._fields = callback_fields(cupti)
         log, enter, on_api = self.pipeline.start(timestamp_address(path))
         if log is not None:
-            log.sync_calls(self.sync_cbids)
+            log.sync_calls(self.sync_cbids, self.copy_cbids)
         else:
             on_api = self.python_syncs.wrap(on_api)
         if self._pc_options is not None:
@@ -253,8 +265,8 @@ class CuptiCollector:
                     self.pc is not None and self.pc.options.serialize):
                 for domain, cbid in self.launch_callbacks():
                     subscriber.enable(domain, cbid)
-            for domain, cbids in self.sync_cbids.items():  # these calls alone, never a domain
-                for cbid in cbids:
+            for domain, cbids in [*self.sync_cbids.items(), *self.copy_cbids.items()]:
+                for cbid in cbids:  # these calls alone, never a whole domain
                     try:
                         subscriber.enable(domain, cbid)
                     except ProtonError as exc:  # a call this driver lacks: not timed
@@ -698,11 +710,15 @@ class PythonSyncs:
     """Waits timed in Python (no C launch log): the subscriber's callback for the synchronizing
     calls, a few dict and clock reads per call (these calls wait anyway); sums per path."""
 
-    def __init__(self, cbids: dict[int, list[int]], launch_path: LaunchPath | None,
-                 unscoped: Unscoped | None, now: Callable[[], int]) -> None:
-        """launch_path: where the calling thread is (None: no scope of its own); unscoped:
-        then where the main thread was (as for launches; else the root)."""
-        self._cbids = {(d, c) for d, cs in cbids.items() for c in cs}
+    def __init__(self, cbids: dict[int, list[int]], copies: dict[int, list[int]],
+                 launch_path: LaunchPath | None, unscoped: Unscoped | None,
+                 now: Callable[[], int]) -> None:
+        """cbids, copies: the synchronizing calls and the asynchronous copies (waits when they
+        held native.ASYNC_WAIT_NS or more) by callback domain; launch_path: where the
+        calling thread is (None: no scope of its own); unscoped: then where the main thread
+        was (as for launches; else the root)."""
+        self._cbids = {(d, c): 1 for d, cs in cbids.items() for c in cs}
+        self._cbids.update({(d, c): 2 for d, cs in copies.items() for c in cs})
         self._launch_path, self._unscoped, self._now = launch_path, unscoped, now
         self._local = threading.local()
         self._sums: dict[int, list[int]] = {}
@@ -717,7 +733,8 @@ class PythonSyncs:
         from .subscriber import callback_fields
 
         def on_sync(userdata, domain, cbid, data) -> None:
-            if (domain, cbid) not in syncs:
+            kind = syncs.get((domain, cbid))
+            if kind is None:
                 if on_api is not None:
                     on_api(userdata, domain, cbid, data)
                 return
@@ -726,12 +743,14 @@ class PythonSyncs:
                 if _u32(data + at[0]).value == 0:  # the enter
                     local.depth = depth + 1
                     if depth == 0:
-                        local.start = now()
+                        local.start, local.kind = now(), kind
                     return
                 local.depth = depth = max(depth - 1, 0)
                 if depth or not self.on:
                     return
                 ns = now() - local.start
+                if local.kind == 2 and ns < ASYNC_WAIT_NS:
+                    return  # an asynchronous copy that did not wait
                 path = launch_path(caller(sys._getframe().f_back)) if launch_path else None
                 if path is None:
                     path = unscoped(threading.get_ident() & 0xFFFFFFFF, local.start) \

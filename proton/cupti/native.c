@@ -1013,9 +1013,15 @@ static proton_map sync_sums; /* path -> (ns, count) */
 static int64_t sync_lost; /* calls not summed: no memory for their path */
 static __thread int32_t tls_sync; /* synchronizing calls entered and not yet left */
 static __thread uint64_t tls_sync_start; /* the outermost one's enter time (0: before logging) */
+static __thread int32_t tls_sync_kind; /* the outermost one's flag: 1 waits, 2 may wait */
+#define ASYNC_WAIT_NS 20000 /* an asynchronous copy that held its thread this long waited */
 
-/* The synchronizing calls of the driver (domain 1) and runtime (2): flags[cbid] != 0. Set
-   before the subscription's callbacks are enabled; earlier sums are dropped. */
+/* The synchronizing calls of the driver (domain 1) and runtime (2): flags[cbid] 1 for a call
+   that waits for the GPU (a synchronization, a synchronous copy), 2 for an asynchronous copy,
+   which waits for the stream's earlier work when its host memory is pageable (torch's
+   `.cpu()`): counted only when it held the thread ASYNC_WAIT_NS or more (a pinned one
+   returns in a few us). Set before the subscription's callbacks are enabled; earlier sums are
+   dropped. */
 PROTON_API int proton_sync_configure(const uint8_t *flags1, int64_t n1, const uint8_t *flags2,
                                      int64_t n2) {
     const uint8_t *given[DOMAINS] = {NULL, flags1, flags2};
@@ -1044,15 +1050,16 @@ static int is_sync(int domain, uint32_t cbid) {
     if (domain <= 0 || domain >= DOMAINS) return 0;
     int64_t n = __atomic_load_n(&sync_n[domain], __ATOMIC_ACQUIRE);
     const uint8_t *f = __atomic_load_n(&sync_flags[domain], __ATOMIC_ACQUIRE);
-    return f && (int64_t)cbid < n && f[cbid];
+    return f && (int64_t)cbid < n ? f[cbid] : 0;
 }
 
-static void on_sync(const proton_config *c, const uint8_t *d) {
+static void on_sync(const proton_config *c, const uint8_t *d, int kind) {
     uint32_t site;
     memcpy(&site, d + c->site_at, sizeof site);
     if (site == 0) { /* the enter */
         if (tls_sync++ == 0) {
             tls_sync_start = 0;
+            tls_sync_kind = kind;
             if (__atomic_load_n(&log_on, __ATOMIC_ACQUIRE)) c->now(&tls_sync_start);
         }
         return;
@@ -1062,6 +1069,7 @@ static void on_sync(const proton_config *c, const uint8_t *d) {
     uint64_t end = 0;
     c->now(&end);
     int64_t ns = end > tls_sync_start ? (int64_t)(end - tls_sync_start) : 0;
+    if (tls_sync_kind == 2 && ns < ASYNC_WAIT_NS) return; /* it did not wait */
     int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
     int64_t path = depth ? tls_paths[depth - 1] : __atomic_load_n(&main_path, __ATOMIC_RELAXED);
     if (path == EMPTY) path = 0; /* the root */
@@ -1098,8 +1106,9 @@ PROTON_API int64_t proton_sync_lost(void) { return sync_lost; }
 PROTON_API void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) {
     const proton_config *c = __atomic_load_n(&config, __ATOMIC_ACQUIRE);
     if (!c) return;
-    if (is_sync(domain, cbid)) {
-        on_sync(c, (const uint8_t *)data);
+    int sync = is_sync(domain, cbid);
+    if (sync) {
+        on_sync(c, (const uint8_t *)data, sync);
         return;
     }
     if (!(domain > 0 && domain < DOMAINS && cbid < c->nflags[domain] && c->flags[domain][cbid])) {

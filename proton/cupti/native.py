@@ -587,12 +587,12 @@ class LaunchLog:
         """Launches the log could not keep (no memory to grow)."""
         return int(self._lib.proton_log_lost())
 
-    def sync_calls(self, calls: dict[int, list[int]]) -> None:
-        """Time the synchronizing calls `calls` ({callback domain: cbids}) from enter to exit
-        and sum them per path (the calling thread's innermost pushed path, else the main
-        thread's scope, else the root); earlier sums are dropped."""
-        none = np.zeros(1, dtype=np.uint8)
-        f1, f2 = (_flags(calls.get(d, ())) if calls.get(d) else none for d in (1, 2))
+    def sync_calls(self, calls: dict[int, list[int]], copies: dict[int, list[int]]) -> None:
+        """Time the synchronizing calls `calls` and the asynchronous copies `copies` ({callback
+        domain: cbids}; a copy counts when it held its thread ASYNC_WAIT_NS or more) from
+        enter to exit and sum them per path (the calling thread's innermost pushed path, else
+        the main thread's scope, else the root); earlier sums are dropped."""
+        f1, f2 = (_flags(calls.get(d, ()), copies.get(d, ())) for d in (1, 2))
         if self._lib.proton_sync_configure(f1.ctypes.data, len(f1), f2.ctypes.data, len(f2)):
             raise MemoryError("the launch log could not allocate its wait sums")
 
@@ -608,10 +608,15 @@ class LaunchLog:
             cap = -n + 64
 
 
-def _flags(cbids) -> np.ndarray:
-    """One byte per cbid up to the largest: 1 for those given."""
-    out = np.zeros(max(cbids) + 1, dtype=np.uint8)
-    out[list(cbids)] = 1
+ASYNC_WAIT_NS = 20_000
+"""native.c's: an asynchronous copy whose call held its thread this long waited for the GPU."""
+
+
+def _flags(calls, copies) -> np.ndarray:
+    """One byte per cbid up to the largest: 1 for `calls`, 2 for `copies`."""
+    out = np.zeros(max([*calls, *copies, 0]) + 1, dtype=np.uint8)
+    out[list(calls)] = 1
+    out[list(copies)] = 2
     return out
 
 
