@@ -45,12 +45,12 @@ from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions
 from ..report import debug, debugging, warn
-from .idle import IdleTracker, Judged
 from .router import KernelRouter
 from .session import Phase, Session
 from .timeline import MainTimeline
 
 if TYPE_CHECKING:  # imported when a session starts (CUPTI loads with it)
+    from .idle import IdleTracker, Judged  # numpy: loaded with the collector
     from ..cupti.collector import CuptiCollector
     from ..cupti.counters import CounterSampler
 
@@ -240,6 +240,7 @@ class Profiler:
 
         from ..cupti.nvtx import DOMAIN
         from . import nvtx
+        from .idle import IdleTracker
 
         context = self.context
         users = [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []
