@@ -68,6 +68,21 @@ hatchet reads it: never summed up the tree)."""
 CPU_COUNT = "cpu_count"
 """How many times a CPU-timed scope was entered and left (a node's own value, like CPU_TIME):
 what avg_cpu_time divides by."""
+SYNC_TIME = "sync_time (ns)"
+"""Time the CPU spent blocked on the GPU in a synchronizing call (a stream, event or device
+synchronization, a synchronous copy; torch's `.item()` and `print(tensor)` wait in
+cudaStreamSynchronize), from the call's enter to its exit, on the node of the scope (or
+call path) that made it; summed up the tree like TIME."""
+SYNC_COUNT = "sync_count"
+"""How many synchronizing calls SYNC_TIME sums (inclusive, like COUNT)."""
+GPU_IDLE = "gpu_idle (ns)"
+"""A scope's own value (never summed up the tree): of its entries' wall time (SCOPE_WALL), the
+time in which no kernel (or copy) ran on any GPU of the process; with several streams busy
+time is their union. Scopes entered on the main thread only. The viewer's `gpu_idle/%` is
+GPU_IDLE over SCOPE_WALL."""
+SCOPE_WALL = "scope_wall (ns)"
+"""A scope's own value (never summed up the tree): its entries' wall time on CUPTI's clock,
+what GPU_IDLE is a part of."""
 EXCLUSIVE = "(exc)"
 """Suffix of a user metric that belongs to its node only; dropped when written."""
 PROPERTY = "(pty)"
@@ -101,6 +116,8 @@ In cupti/records.CopyName's order."""
 COPY_FRAME = re.compile(r"^(memcpy|memset)( |$)")
 """A frame that is a copy or a set, never a kernel: no occupancy, roofline or launch-shape
 rule applies to it."""
+PAGEABLE = "(pageable)"
+"""The end of a copy node's name whose host side was pageable memory (staged, synchronous)."""
 LAUNCH_METADATA = "__proton_launch_metadata"
 """The state a launch_metadata function runs under: the kernels it launches sit right under it
 (viewers hide it)."""
@@ -199,22 +216,6 @@ scope node's own values (never summed into parents): EXACT + "dram_bytes", "l2_b
 EXACT_METRICS = tuple(EXACT + m for m in ("dram_bytes", "l2_bytes", "tensor_flops", "gpu_ns",
                                           "tensor_active", "issue_active", "sm_active",
                                           "ranges"))
-
-PAGEABLE = "(pageable)"
-"""The end of a copy node's name whose host side was pageable memory (staged, synchronous)."""
-
-# -- waits and idle time (own values of the node that waited, or of a scope) ---------------------
-SYNC_TIME = "sync_time (ns)"
-"""Host time blocked on the GPU (stream, event, device synchronisations, synchronous copies) on
-the call path that waited: exclusive per node, summed up the tree by the viewer."""
-SYNC_COUNT = "sync_count"
-"""How many of those waits (inclusive, like SYNC_TIME)."""
-GPU_IDLE = "gpu_idle (ns)"
-"""A scope's wall time in which its device ran no kernel nor copy (a scope's own value, like
-CPU_TIME: never summed up the tree)."""
-SCOPE_WALL = "scope_wall (ns)"
-"""A scope's wall time, over which GPU_IDLE is counted (own value; the viewer's gpu_idle/% is
-GPU_IDLE over it)."""
 
 # -- the caching allocator per scope (proton.start(memory=True)): a scope node's own values ----
 MEM_ALLOC = "mem_alloc_bytes"

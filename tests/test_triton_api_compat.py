@@ -283,6 +283,12 @@ class FakeCollector:
     def main_path(self, path: int) -> None:
         pass
 
+    def take_syncs(self) -> tuple[list, list, list]:
+        return [], [], []
+
+    def watermark(self) -> int:
+        return 0
+
 
 def test_a_second_pcsampling_session_shares_the_sampler_and_takes_the_samples_after_its_start(
         tmp_path):

@@ -14,8 +14,8 @@ from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
 from ..format import (BYTES, COPY_FRAME, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT,
                       CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA,
                       DRAM_BYTES, FLOPS, GPU_IDLE, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS,
-                      LAUNCH_METRICS, SASS_PREFIX, SCOPE_WALL, SM_ACTIVE_NS, TENSOR_ACTIVE_NS,
-                      TENSOR_FLOPS, TIME, TL_DOT)
+                      LAUNCH_METRICS, SASS_PREFIX, SCOPE_WALL, SM_ACTIVE_NS, SYNC_TIME,
+                      TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME, TL_DOT)
 from .errors import ViewerError
 from .reader import Profile, subtree_sums
 from .specs import bandwidth, compute_roof, peak, peak_known, unknown_arch
@@ -23,8 +23,13 @@ from .specs import bandwidth, compute_roof, peak, peak_known, unknown_arch
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
 RATE = re.compile(r"^(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
-_TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time)/"
-                   r"(?P<unit>s|ms|us|ns)$")
+_TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time|sync_time|gpu_idle|"
+                   r"scope_wall)/(?P<unit>s|ms|us|ns)$")
+_NS_METRICS = {"sync_time": SYNC_TIME, "gpu_idle": GPU_IDLE, "scope_wall": SCOPE_WALL}
+"""Times in ns that `NAME/<unit>` converts: waits (inclusive), a scope's idle and wall time (its
+own values)."""
+IDLE_SHARE = "gpu_idle/%"
+"""GPU_IDLE over SCOPE_WALL of each scope: the share of its wall time its GPU ran nothing."""
 COUNTER_RATE = re.compile(r"^(?P<what>dram|l2|tensor)_(?P<prefix>[gt]?)"
                           r"(?P<unit>byte|flop)/s$")
 """Measured rates (mode="counters"): dram_gbyte/s, l2_gbyte/s, tensor_tflop/s, each over the
@@ -72,10 +77,6 @@ class Column:
     shares, util)."""
 
 
-IDLE_SHARE = "gpu_idle/%"
-"""A scope's share of its wall time in which its GPU ran nothing (gpu_idle over scope_wall)."""
-
-
 def available(profile: Profile) -> list[str]:
     """Derived metric specs this profile can compute: exactly those `derive` accepts, besides
     the file's own metric names (`count`, `time (ns)`, ...)."""
@@ -95,14 +96,16 @@ def available(profile: Profile) -> list[str]:
     if _has_util(profile, have):
         out.append("util")
     out += _counter_specs(profile, have)
+    for what, metric in _NS_METRICS.items():
+        if metric in have:
+            out += [f"{what}/{u}" for u in TIME_UNITS]
+    if GPU_IDLE in have and SCOPE_WALL in have:
+        out.append(IDLE_SHARE)
     if CPU_TIME in have:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
         if _cpu_counts(have):
             out += [f"avg_cpu_time/{u}" for u in TIME_UNITS]
-    if GPU_IDLE.lower() in have and SCOPE_WALL.lower() in have:
-        out.append(IDLE_SHARE)
-    out += list(dict.fromkeys(f"{_short(m)}/%" for m in _shares(profile)
-                              if f"{_short(m)}/%" != IDLE_SHARE))
+    out += [x for x in dict.fromkeys(f"{_short(m)}/%" for m in _shares(profile)) if x not in out]
     return out
 
 
@@ -268,6 +271,10 @@ def derive(profile: Profile, spec: str) -> Column:
     m = _TIME.match(s)
     if m:
         what, unit = m.group("what"), m.group("unit")
+        if what in _NS_METRICS:
+            metric = _match(profile, _NS_METRICS[what], spec)
+            return Column(f"{what} ({unit})", _column(profile, metric, spec) * TIME_UNITS[unit],
+                          additive=True)
         if what == "comm_time":
             return Column(f"comm_time ({unit})", _comm_time(profile, spec) * TIME_UNITS[unit],
                           additive=True)

@@ -50,6 +50,8 @@ class Recorder:
     """How a frame's path is found: shadow.ShadowContext or python.PythonContext."""
     collector: IdStack | None = None
     """Set while CUPTI collects."""
+    idle: Any = None
+    """runtime/idle.IdleTracker while CUPTI collects: the main thread's scopes' entries."""
     recording = False
     """A session is live: metrics are added, and scopes are CPU-timed when there is no GPU."""
 
@@ -62,6 +64,9 @@ class Recorder:
 
     def check_session(self, session: int | None) -> None:
         """Raise SessionError unless `session` names a live session (None: any)."""
+
+    def scope_left(self, idle: Any) -> None:
+        """A main-thread scope whose entry `idle` timed was left."""
 
 
 _recorder: Recorder = Recorder()
@@ -164,6 +169,9 @@ def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind
     if collector is not None:
         if st.main:
             collector.push_main(path)
+            if kind == SCOPE and (idle := recorder.idle) is not None:
+                idle.enter(path)
+                top.idle = idle
         else:
             collector.push(path)
         top.pushed_by = collector  # only once pushed: its exit pops exactly what it pushed
@@ -274,6 +282,8 @@ def close_frame(values: dict[str, float] | None = None, named: str | None = None
                 opened[-1].pushed_by = collector
             if st.main:
                 collector.main_path(opened[-1].path if opened else ROOT)
+    if top.idle is not None:
+        recorder.scope_left(top.idle)
     if recorder.recording and times_cpu(top, collector):
         recorder.add_cpu_time(top.path, top.start_ns, time_ns())
     if values and recorder.recording:

@@ -154,6 +154,12 @@ class Attributor:
         """Launch calls made from `since` to `ts` whose kernel record has not come yet."""
         return sum(1 for _, start in list(self._launches.values()) if since <= start <= ts)
 
+    def oldest(self, since: int, none: int) -> int:
+        """The earliest start from `since` on of the launch calls whose kernel record has not
+        come yet (`none` when none waits)."""
+        return min((start for _, start in list(self._launches.values()) if start >= since),
+                   default=none)
+
     def in_capture(self, thread: int, ts: int) -> bool:
         """Thread `thread` was capturing a CUDA graph at `ts`."""
         for begin, end in reversed(self.capturing.get(thread, ())):

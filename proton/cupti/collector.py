@@ -34,6 +34,7 @@ from ..format import COPY_NAMES
 from ..report import callback_failed, debug, debugging, warn
 from . import records
 from .attribution import Attributor, GroupSink, KernelSink, LaunchConfigs, Unscoped
+from .native import ASYNC_WAIT_NS
 from .pipeline import Pipeline, choose
 from .records import ApiFields, KernelFields
 from .subscriber import caller, cupti_enum, passes_on
@@ -77,6 +78,31 @@ def copy_calls(enum, prefixes: tuple[str, ...]) -> tuple[str, ...]:
     """The names of `enum`'s (a CUPTI cbid enum) copy and set calls."""
     return tuple(n for n in enum.__members__ if n.startswith(prefixes))
 
+_DRIVER_SYNCS = ("cuCtxSynchronize", "cuCtxSynchronize_v2", "cuStreamSynchronize",
+                 "cuStreamSynchronize_ptsz", "cuEventSynchronize", "cuMemcpy", "cuMemcpy_ptds",
+                 "cuMemcpy_v2", "cuMemcpyHtoD", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds",
+                 "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpyPeer",
+                 "cuMemcpyPeer_ptds", "cuMemcpy2D", "cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds",
+                 "cuMemcpy3D", "cuMemcpy3D_v2", "cuMemcpy3D_v2_ptds")
+"""The driver's calls that block the calling thread until the GPU is done (synchronizations
+and synchronous copies): waits (format.SYNC_TIME). torch's `.item()` and `print(tensor)`
+copy with cudaMemcpyAsync and then wait in cudaStreamSynchronize (cuStreamSynchronize)."""
+_RUNTIME_SYNCS = ("cudaDeviceSynchronize_v3020", "cudaThreadSynchronize_v3020",
+                  "cudaStreamSynchronize_v3020", "cudaStreamSynchronize_ptsz_v7000",
+                  "cudaEventSynchronize_v3020", "cudaMemcpy_v3020", "cudaMemcpy_ptds_v7000",
+                  "cudaMemcpy2D_v3020", "cudaMemcpy2D_ptds_v7000", "cudaMemcpy3D_v3020",
+                  "cudaMemcpy3D_ptds_v7000", "cudaMemcpyPeer_v4000",
+                  "cudaMemcpyToSymbol_v3020", "cudaMemcpyToSymbol_ptds_v7000",
+                  "cudaMemcpyFromSymbol_v3020", "cudaMemcpyFromSymbol_ptds_v7000")
+"""The runtime's (each makes its driver call inside it, counted once: the outermost)."""
+_DRIVER_ASYNC_COPIES = ("cuMemcpyAsync", "cuMemcpyAsync_ptsz", "cuMemcpyDtoHAsync",
+                  "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyHtoDAsync",
+                  "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz")
+"""Asynchronous copies: one from or to pageable memory waits for the stream's earlier work in
+the call (torch's `.cpu()` waited its whole wait in cuMemcpyDtoHAsync_v2, H200, torch 2.11);
+timed as a wait when the call held its thread native.ASYNC_WAIT_NS or more."""
+_RUNTIME_ASYNC_COPIES = ("cudaMemcpyAsync_v3020", "cudaMemcpyAsync_ptsz_v7000")
+
 
 def _plain(record) -> tuple:
     return tuple(getattr(record, f) for f in record.__slots__)
@@ -93,7 +119,9 @@ class CuptiCollector:
                  launch_path: LaunchPath | None = None, in_callback: bool = False,
                  pc=None, callback_users: list | None = None, graft=None,
                  groups: GroupSink | None = None, native: bool | None = None,
-                 moved: Callable[[int, int], None] | None = None, walk=None) -> None:
+                 moved: Callable[[int, int], None] | None = None, walk=None,
+                 busy: Callable[[np.ndarray, np.ndarray], None] | None = None,
+                 buffered: Callable[[], None] | None = None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         groups: takes a buffer's kernels summed per path instead, when the C helper joins the
         records (the shadow context; see attribution.GroupSink).
@@ -113,7 +141,11 @@ class CuptiCollector:
         changes, where launches are placed from their records (`unscoped` reads it); not
         called when the C launch log reads the main thread's scope at each launch.
         walk: with in_callback, the context's python.Walk: the C helper answers a launch
-        whose stack it has seen before (native.c's walk) with no Python."""
+        whose stack it has seen before (native.c's walk) with no Python.
+        busy: told each buffer's kernels' (starts, ends) (numpy, CUPTI's clock): when the GPU
+        was busy (runtime/idle.py); any other record with an interval (copies) is one more.
+        buffered: called after each buffer was read, on CUPTI's thread (the waits and the
+        idle time are taken then)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -176,6 +208,17 @@ class CuptiCollector:
         """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
         self.callback_seconds = 0.0
         """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
+        self._busy, self._buffered = busy, buffered
+        self.sync_cbids = {int(cupti.CallbackDomain.DRIVER_API): sorted(_ids(drv, _DRIVER_SYNCS)),
+                           int(cupti.CallbackDomain.RUNTIME_API): sorted(_ids(rt, _RUNTIME_SYNCS))}
+        """{callback domain: cbids} of the synchronizing calls, timed as waits."""
+        self.async_copy_cbids = {
+            int(cupti.CallbackDomain.DRIVER_API): sorted(_ids(drv, _DRIVER_ASYNC_COPIES)),
+            int(cupti.CallbackDomain.RUNTIME_API): sorted(_ids(rt, _RUNTIME_ASYNC_COPIES))}
+        """{callback domain: cbids} of the asynchronous copies, waits when they held long."""
+        self.python_syncs = PythonSyncs(self.sync_cbids, self.async_copy_cbids, launch_path, unscoped,
+                                        self.timestamp)
+        """Waits timed in Python where the C launch log is not used."""
         self.pipeline: Pipeline = choose(self, native)
         """How launches are attributed and buffers read (pipeline.py), chosen once."""
         if self.pipeline.logs_launches:  # launch calls go to C first: no API or external records
@@ -216,6 +259,11 @@ class CuptiCollector:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
         self._fields = callback_fields(cupti)
         log, enter, on_api = self.pipeline.start(timestamp_address(path))
+        if log is not None:
+            log.sync_calls(self.sync_cbids, self.async_copy_cbids)
+        else:
+            self.python_syncs.launches = set(self.launch_callbacks())
+            on_api = self.python_syncs.wrap(on_api)
         if self._pc_options is not None:
             on_api = self._start_pc(path, on_api)
         for user in self._users:
@@ -237,6 +285,12 @@ class CuptiCollector:
                     self.pc is not None and self.pc.options.serialize):
                 for domain, cbid in self.launch_callbacks():
                     subscriber.enable(domain, cbid)
+            for domain, cbids in [*self.sync_cbids.items(), *self.async_copy_cbids.items()]:
+                for cbid in cbids:  # these calls alone, never a whole domain
+                    try:
+                        subscriber.enable(domain, cbid)
+                    except ProtonError as exc:  # a call this driver lacks: not timed
+                        debug(f"waits: {exc}")
             self._register_buffers(path)
             # The launches are taken before kernel activity is on, so every kernel record has
             # its launch (a job launching on other threads meanwhile: a capture from outside).
@@ -490,6 +544,33 @@ class CuptiCollector:
 
         return on_api
 
+    # -- waits and busy time -----------------------------------------------------------------
+    def note_busy(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """A buffer's records that kept the GPU busy (kernels; copies too), on CUPTI's thread."""
+        if self._busy is not None and len(starts):
+            self._busy(starts, ends)
+
+    def after_buffer(self) -> None:
+        if self._buffered is not None:
+            try:
+                self._buffered()
+            except BaseException as exc:
+                callback_failed("while taking waits and idle time", exc, self.callback_errors)
+
+    def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
+        """(paths, ns, counts): the CPU's time in synchronizing calls since the last take."""
+        return self.pipeline.take_syncs()
+
+    def watermark(self) -> int:
+        """A CUPTI time before which every kernel record has come: the earliest start of the
+        launches still waiting for theirs (made with kernel activity on: one made before may
+        never get one), else now."""
+        now = self.timestamp()
+        with self._lock:
+            self.pipeline.settle()
+            oldest = self.pipeline.oldest(self.opened, now)
+        return min(oldest, self.attributor.oldest(self.opened, now))
+
     # -- records ------------------------------------------------------------------------------
     def deliver(self) -> None:
         """Have CUPTI hand over the records it holds now (no waiting for the GPU)."""
@@ -701,3 +782,75 @@ def copy_kernels(memcpy: Sequence, peer: Sequence, memset: Sequence) -> tuple[np
         zero = np.zeros(len(corr), dtype=np.int64)
         out.append((corr, name, device, start, end, stream, zero, zero, zero, size, node))
     return tuple(np.concatenate(parts) for parts in zip(*out))
+
+
+class PythonSyncs:
+    """Waits timed in Python (no C launch log): the subscriber's callback for the synchronizing
+    calls, a few dict and clock reads per call (these calls wait anyway); sums per path."""
+
+    def __init__(self, cbids: dict[int, list[int]], copies: dict[int, list[int]],
+                 launch_path: LaunchPath | None, unscoped: Unscoped | None,
+                 now: Callable[[], int]) -> None:
+        """cbids, copies: the synchronizing calls and the asynchronous copies (waits when they
+        held native.ASYNC_WAIT_NS or more) by callback domain; launch_path: where the
+        calling thread is (None: no scope of its own); unscoped: then where the main thread
+        was (as for launches; else the root)."""
+        self._cbids = {(d, c): 1 for d, cs in cbids.items() for c in cs}
+        self._cbids.update({(d, c): 2 for d, cs in copies.items() for c in cs})
+        self._launch_path, self._unscoped, self._now = launch_path, unscoped, now
+        self._local = threading.local()
+        self._sums: dict[int, list[int]] = {}
+        self._lock = threading.Lock()
+        self.on = True
+        self.launches: set[tuple[int, int]] = set()
+        """(domain, cbid) of the calls the wrapped callback takes as launches (copies among
+        them): passed on to it besides being timed."""
+
+    def wrap(self, on_api):
+        """The callback that times the synchronizing calls and hands the rest to `on_api`."""
+        syncs, local, now, launches = self._cbids, self._local, self._now, self.launches
+        sums, lock, launch_path, unscoped = self._sums, self._lock, self._launch_path, \
+            self._unscoped
+        from .subscriber import callback_fields
+
+        def on_sync(userdata, domain, cbid, data) -> None:
+            kind = syncs.get((domain, cbid))
+            if kind is None or (domain, cbid) in launches:
+                if on_api is not None:  # a copy call is a wait and a launch: both see it
+                    on_api(userdata, domain, cbid, data)
+                if kind is None:
+                    return
+            try:
+                depth = getattr(local, "depth", 0)
+                if _u32(data + at[0]).value == 0:  # the enter
+                    local.depth = depth + 1
+                    if depth == 0:
+                        local.start, local.kind = now(), kind
+                    return
+                local.depth = depth = max(depth - 1, 0)
+                if depth or not self.on:
+                    return
+                ns = now() - local.start
+                if local.kind == 2 and ns < ASYNC_WAIT_NS:
+                    return  # an asynchronous copy that did not wait
+                path = launch_path(caller(sys._getframe().f_back)) if launch_path else None
+                if path is None:
+                    path = unscoped(threading.get_ident() & 0xFFFFFFFF, local.start) \
+                        if unscoped is not None else ROOT
+                with lock:
+                    got = sums.setdefault(path, [0, 0])
+                    got[0] += ns
+                    got[1] += 1
+            except BaseException as exc:
+                callback_failed("in the wait callback", exc, [])
+
+        from cupti import cupti
+
+        at = callback_fields(cupti)
+        return passes_on(on_sync)
+
+    def take(self) -> tuple[list[int], list[int], list[int]]:
+        with self._lock:
+            items = list(self._sums.items())
+            self._sums.clear()
+        return [p for p, _ in items], [v[0] for _, v in items], [v[1] for _, v in items]

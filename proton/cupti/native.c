@@ -250,6 +250,19 @@ PROTON_API int64_t proton_join_waiting(const proton_join *j, int64_t since, int6
     return n;
 }
 
+/* The earliest start from `since` on of the launches waiting for their kernel (`none` when
+   none waits): no kernel record still to come started before it (the idle time's watermark;
+   a launch made before kernel activity was on may never get one). */
+PROTON_API int64_t proton_join_oldest(const proton_join *j, int64_t since, int64_t none) {
+    int64_t oldest = none;
+    if (j->launches.live == 0) return oldest;
+    for (int64_t i = 0; i < j->launches.cap; i++) {
+        const int64_t *s = j->launches.slots + i * 3;
+        if (s[0] != EMPTY && s[2] >= since && s[2] < oldest) oldest = s[2];
+    }
+    return oldest;
+}
+
 typedef struct {
     int64_t *slots; /* group index + 1, 0 when free */
     int64_t cap;
@@ -1030,11 +1043,120 @@ static void log_append(proton_log *log, const int64_t *entry, int64_t width) {
     pthread_mutex_unlock(&log_mutex);
 }
 
+/* ---- waits: the CPU blocked on the GPU ----------------------------------------------------
+   The synchronizing calls (stream, event, context/device synchronizations and synchronous
+   copies; the caller names their cbids with proton_sync_configure) are timed here from their
+   enter to their exit on the calling thread and summed per path: the thread's innermost
+   pushed path, else the main thread's innermost scope, else the root (0). A call made inside
+   another (the driver's under the runtime's) is not counted again. The sums (path, ns, count)
+   live in one map, one entry per path that waited, under the log's mutex; the buffer thread
+   takes them whole (proton_sync_take), so memory holds the paths, never the calls. */
+
+static const uint8_t *sync_flags[DOMAINS]; /* sync_flags[domain][cbid]: a synchronizing call */
+static int64_t sync_n[DOMAINS];
+static proton_map sync_sums; /* path -> (ns, count) */
+static int64_t sync_lost; /* calls not summed: no memory for their path */
+static __thread int32_t tls_sync; /* synchronizing calls entered and not yet left */
+static __thread uint64_t tls_sync_start; /* the outermost one's enter time (0: before logging) */
+static __thread int32_t tls_sync_kind; /* the outermost one's flag: 1 waits, 2 may wait */
+#define ASYNC_WAIT_NS 20000 /* an asynchronous copy that held its thread this long waited */
+
+/* The synchronizing calls of the driver (domain 1) and runtime (2): flags[cbid] 1 for a call
+   that waits for the GPU (a synchronization, a synchronous copy), 2 for an asynchronous copy,
+   which waits for the stream's earlier work when its host memory is pageable (torch's
+   `.cpu()`): counted only when it held the thread ASYNC_WAIT_NS or more (a pinned one
+   returns in a few us). Set before the subscription's callbacks are enabled; earlier sums are
+   dropped. */
+PROTON_API int proton_sync_configure(const uint8_t *flags1, int64_t n1, const uint8_t *flags2,
+                                     int64_t n2) {
+    const uint8_t *given[DOMAINS] = {NULL, flags1, flags2};
+    const int64_t sizes[DOMAINS] = {0, n1, n2};
+    pthread_mutex_lock(&log_mutex);
+    for (int d = 1; d < DOMAINS; d++) {
+        uint8_t *copy = (uint8_t *)malloc((size_t)sizes[d] + 1);
+        if (!copy) { pthread_mutex_unlock(&log_mutex); return -1; }
+        memcpy(copy, given[d], (size_t)sizes[d]);
+        /* the old table stays allocated: a callback may be reading it */
+        __atomic_store_n(&sync_n[d], 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&sync_flags[d], copy, __ATOMIC_RELEASE);
+        __atomic_store_n(&sync_n[d], sizes[d], __ATOMIC_RELEASE);
+    }
+    if (!sync_sums.slots && map_init(&sync_sums, 3, MAP_MIN) != 0) {
+        pthread_mutex_unlock(&log_mutex);
+        return -1;
+    }
+    for (int64_t i = 0; i < sync_sums.cap; i++) sync_sums.slots[i * 3] = EMPTY;
+    sync_sums.live = 0; sync_sums.far = 0; sync_lost = 0;
+    pthread_mutex_unlock(&log_mutex);
+    return 0;
+}
+
+static int is_sync(int domain, uint32_t cbid) {
+    if (domain <= 0 || domain >= DOMAINS) return 0;
+    int64_t n = __atomic_load_n(&sync_n[domain], __ATOMIC_ACQUIRE);
+    const uint8_t *f = __atomic_load_n(&sync_flags[domain], __ATOMIC_ACQUIRE);
+    return f && (int64_t)cbid < n ? f[cbid] : 0;
+}
+
+static void on_sync(const proton_config *c, const uint8_t *d, int kind) {
+    uint32_t site;
+    memcpy(&site, d + c->site_at, sizeof site);
+    if (site == 0) { /* the enter */
+        if (tls_sync++ == 0) {
+            tls_sync_start = 0;
+            tls_sync_kind = kind;
+            if (__atomic_load_n(&log_on, __ATOMIC_ACQUIRE)) c->now(&tls_sync_start);
+        }
+        return;
+    }
+    if (tls_sync <= 0 || --tls_sync > 0) return;
+    if (tls_sync_start == 0 || !__atomic_load_n(&log_on, __ATOMIC_ACQUIRE)) return;
+    uint64_t end = 0;
+    c->now(&end);
+    int64_t ns = end > tls_sync_start ? (int64_t)(end - tls_sync_start) : 0;
+    if (tls_sync_kind == 2 && ns < ASYNC_WAIT_NS) return; /* it did not wait */
+    int64_t depth = tls_depth < tls_cap ? tls_depth : tls_cap;
+    int64_t path = depth ? tls_paths[depth - 1] : __atomic_load_n(&main_path, __ATOMIC_RELAXED);
+    if (path == EMPTY) path = 0; /* the root */
+    pthread_mutex_lock(&log_mutex);
+    int64_t *s = sync_sums.slots ? map_find(&sync_sums, path) : NULL;
+    if (s) { s[1] += ns; s[2] += 1; }
+    else if (sync_sums.slots && (s = map_put(&sync_sums, path)) != NULL) { s[1] = ns; s[2] = 1; }
+    else sync_lost++;
+    pthread_mutex_unlock(&log_mutex);
+}
+
+/* The sums since the last take, as (path, ns, count) triples into `out` (room for `cap`);
+   returns how many, or minus how many there are when `cap` is too small (nothing taken). */
+PROTON_API int64_t proton_sync_take(int64_t *out, int64_t cap) {
+    pthread_mutex_lock(&log_mutex);
+    int64_t n = sync_sums.live;
+    if (n > cap) { pthread_mutex_unlock(&log_mutex); return -n; }
+    int64_t k = 0;
+    for (int64_t i = 0; i < sync_sums.cap && k < n; i++) {
+        int64_t *s = sync_sums.slots + i * 3;
+        if (s[0] == EMPTY) continue;
+        out[3 * k] = s[0]; out[3 * k + 1] = s[1]; out[3 * k + 2] = s[2];
+        k++;
+        s[0] = EMPTY;
+    }
+    sync_sums.live = 0; sync_sums.far = 0;
+    pthread_mutex_unlock(&log_mutex);
+    return k;
+}
+
+/* Synchronizing calls not summed (no memory). */
+PROTON_API int64_t proton_sync_lost(void) { return sync_lost; }
+
 PROTON_API void proton_on_api(void *userdata, int domain, uint32_t cbid, const void *data) {
     const proton_config *c = __atomic_load_n(&config, __ATOMIC_ACQUIRE);
     if (!c) return;
+    /* a call may be both a wait and a copy (cudaMemcpyAsync to pageable memory): timed here,
+       then logged below as the copy's launch */
+    int sync = is_sync(domain, cbid);
+    if (sync) on_sync(c, (const uint8_t *)data, sync);
     if (!(domain > 0 && domain < DOMAINS && cbid < c->nflags[domain] && c->flags[domain][cbid])) {
-        if (c->forward) c->forward(userdata, domain, cbid, data);
+        if (!sync && c->forward) c->forward(userdata, domain, cbid, data);
         return;
     }
     const uint8_t *d = (const uint8_t *)data;

@@ -415,6 +415,11 @@ class Join:
         """Launches made from `since` to `ts` still waiting for their kernel."""
         return int(self._lib.proton_join_waiting(self._state, since, ts))
 
+    def oldest(self, since: int, none: int) -> int:
+        """The earliest start from `since` on of the launches waiting for their kernel
+        (`none`: none waits)."""
+        return int(self._lib.proton_join_oldest(self._state, since, none))
+
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """(paths, kernels): kernels whose launch record never came (records.Kernel), each with
         its external record's path or -1; the tables are emptied."""
@@ -581,6 +586,38 @@ class LaunchLog:
     def lost(self) -> int:
         """Launches the log could not keep (no memory to grow)."""
         return int(self._lib.proton_log_lost())
+
+    def sync_calls(self, calls: dict[int, list[int]], copies: dict[int, list[int]]) -> None:
+        """Time the synchronizing calls `calls` and the asynchronous copies `copies` ({callback
+        domain: cbids}; a copy counts when it held its thread ASYNC_WAIT_NS or more) from
+        enter to exit and sum them per path (the calling thread's innermost pushed path, else
+        the main thread's scope, else the root); earlier sums are dropped."""
+        f1, f2 = (_flags(calls.get(d, ()), copies.get(d, ())) for d in (1, 2))
+        if self._lib.proton_sync_configure(f1.ctypes.data, len(f1), f2.ctypes.data, len(f2)):
+            raise MemoryError("the launch log could not allocate its wait sums")
+
+    def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
+        """(paths, ns, counts): the time the CPU waited in synchronizing calls since the last
+        take, summed per path."""
+        cap = 256
+        while True:
+            out = np.empty((cap, 3), dtype=np.int64)
+            n = int(self._lib.proton_sync_take(out.ctypes.data, cap))
+            if n >= 0:
+                return out[:n, 0].tolist(), out[:n, 1].tolist(), out[:n, 2].tolist()
+            cap = -n + 64
+
+
+ASYNC_WAIT_NS = 20_000
+"""native.c's: an asynchronous copy whose call held its thread this long waited for the GPU."""
+
+
+def _flags(calls, copies) -> np.ndarray:
+    """One byte per cbid up to the largest: 1 for `calls`, 2 for `copies`."""
+    out = np.zeros(max([*calls, *copies, 0]) + 1, dtype=np.uint8)
+    out[list(calls)] = 1
+    out[list(copies)] = 2
+    return out
 
 
 OTHER_FLAGS = tuple(f for f in FLAGS if f != "-fvisibility=hidden")

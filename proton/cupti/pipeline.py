@@ -81,6 +81,13 @@ class Pipeline(Protocol):
         """Give the kernels it holds whose launch never came to the sink; how many of them
         started from `since` to `until` (None: no bound)."""
 
+    def oldest(self, since: int, none: int) -> int:
+        """The earliest start from `since` on of the launches it holds that wait for their
+        kernel (`none`: none waits)."""
+
+    def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
+        """(paths, ns, counts): time spent in synchronizing calls since the last take."""
+
     launches: int
     """Launch records it joined itself."""
     kernels: int
@@ -158,6 +165,7 @@ class PythonPipeline:
                 buffer)), dtype=np.uint8), offsets)  # a ctypes array is a buffer
         except BaseException as exc:
             callback_failed("while reading CUPTI records", exc, c.callback_errors)
+        c.after_buffer()
         c.callback_seconds += time.perf_counter() - t0
 
     def read_records(self, buf: np.ndarray, offsets) -> None:
@@ -166,9 +174,10 @@ class PythonPipeline:
         at = np.asarray(offsets, dtype=np.int64)
         (kinds,) = self._read_kind(buf, at)
         is_api = np.isin(kinds, list(c._api_cbids))
+        kernels = self._read_kernel(buf, at[kinds == c._k_kernel])
+        c.note_busy(kernels[KernelFields.start], kernels[KernelFields.end])
         c._digest(self._read_ext(buf, at[kinds == c._k_ext]),
-                  [kinds[is_api], *self._read_api(buf, at[is_api])],
-                  self._read_kernel(buf, at[kinds == c._k_kernel]),
+                  [kinds[is_api], *self._read_api(buf, at[is_api])], kernels,
                   [read(buf, at[kinds == kind])
                    for read, kind in zip(self._read_copies, c._k_copies)])
         c.records += len(at)
@@ -178,6 +187,12 @@ class PythonPipeline:
 
     def waiting(self, ts: int, since: int = 0) -> int:
         return 0
+
+    def oldest(self, since: int, none: int) -> int:
+        return none
+
+    def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
+        return self._c.python_syncs.take()
 
     def finish(self, since: int = 0, until: int | None = None) -> int:
         return 0
@@ -346,17 +361,22 @@ class NativePipeline:
                 with c._lock:
                     logged = self.log.take() if self.log is not None else None
                     blocks, rows, walked = self.columns.read(buffer, valid, keep=True)
+                    n = int(rows[2])
+                    c.note_busy(blocks[2][KernelFields.start, :n],
+                                blocks[2][KernelFields.end, :n])
                     if logged is not None:  # the launches, as their records would read
                         blocks[0], blocks[1], rows[0], rows[1] = logged
                     self._join_columns(blocks, rows)
             else:
                 (ext, api, kernels, *copies), walked = self.columns(buffer, valid)
+                c.note_busy(kernels[KernelFields.start], kernels[KernelFields.end])
                 with c._lock:
                     self._withdraw()  # the logged launches first: their kernels may be here
                 c._digest(ext, api, kernels, copies)
             c.records += walked
         except BaseException as exc:
             callback_failed("while reading CUPTI records", exc, c.callback_errors)
+        c.after_buffer()
         c.callback_seconds += time.perf_counter() - t0
 
     def _join_columns(self, blocks: list[np.ndarray], rows: np.ndarray) -> None:
@@ -432,6 +452,14 @@ class NativePipeline:
 
     def waiting(self, ts: int, since: int = 0) -> int:
         return self.join.waiting(ts, since) if self.join is not None else 0
+
+    def oldest(self, since: int, none: int) -> int:
+        return self.join.oldest(since, none) if self.join is not None else none
+
+    def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
+        if self.log is None:
+            return self._c.python_syncs.take()
+        return self.log.take_syncs()
 
     def finish(self, since: int = 0, until: int | None = None) -> int:
         c = self._c

@@ -39,7 +39,8 @@ from ..context import frames, make, stack
 from .. import data
 from ..data import job, writer
 from ..data.paths import paths
-from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
+from ..format import (EXCLUSIVE, GPU_IDLE, LAUNCH_CONFIGS, LAUNCH_METRICS, SCOPE_WALL, SYNC_COUNT,
+                      SYNC_TIME)
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions
@@ -49,6 +50,7 @@ from .session import Phase, Session
 from .timeline import MainTimeline
 
 if TYPE_CHECKING:  # imported when a session starts (CUPTI loads with it)
+    from .idle import IdleTracker, Judged  # numpy: loaded with the collector
     from ..cupti.collector import CuptiCollector
     from ..cupti.counters import CounterSampler
 
@@ -69,6 +71,9 @@ class Profiler:
         self.command_line = False
         """Set by the `proton` command: the script's own start() calls then join its session."""
         self.router = KernelRouter(self.sessions)
+        self.idle: IdleTracker | None = None
+        """The main thread's scope entries against the GPU's busy time, while collecting
+        (frames read it on every main-thread scope change)."""
         self.timeline = MainTimeline()
         self.lost_kernels = 0
         """Launches inside a finalized session's window whose kernel record never came."""
@@ -213,6 +218,7 @@ class Profiler:
         self.recording = False
         self.command_line = False  # the `proton` command's session is the parent's
         self._inherited, self.collector = self.collector, None  # CUPTI's state is the parent's
+        self.idle = None
         if self._gpu:  # cuInit was done
             self._gpu, self._cuda_forked = None, True
         self.lost_kernels = 0
@@ -242,16 +248,22 @@ class Profiler:
 
         from ..cupti.nvtx import DOMAIN
         from . import nvtx
+        from .idle import IdleTracker
 
         context = self.context
         users = [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []
+        idle = IdleTracker()
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
                                    in_callback=context.in_callback, pc=pc, callback_users=users,
                                    graft=self.router.graft, groups=self.router.on_groups,
-                                   moved=self.timeline.note, walk=context.walk)
+                                   moved=self.timeline.note, walk=context.walk,
+                                   busy=idle.add, buffered=self.take_waits)
+        idle.clock = collector.timestamp
         collector.start()
         self.collector = collector
+        idle.cut = collector.opened
+        self.idle = idle
         frames.repush_open_scopes()
         # the main thread's open scopes were entered before CUPTI listened (a capture starts
         # from another thread; proton.start may run inside a scope): threads with no scope
@@ -318,6 +330,7 @@ class Profiler:
                         pc.pause()
             if flushing and self.collector is not None:
                 self.lost_kernels += self.collector.flush()
+                self.take_waits()
 
     def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
         """Flush, write and close sessions (every live one when None); return the files
@@ -337,6 +350,7 @@ class Profiler:
                 end = self._window_end(targets)
                 self.lost_kernels += self.collector.flush(until=end)
                 self.window_end = max(end, self.window_end or end)
+                self.take_waits()
             self.deactivate(session)
             self._add_open_cpu_time(targets)
             devices = self._device_table()
@@ -821,6 +835,7 @@ class Profiler:
     def _stop_collector(self) -> None:
         collector = cast("CuptiCollector", self.collector)  # called while one collects
         self.collector = None
+        self.idle = None
         collector.stop()
         self.timeline.clear()
         # kernels whose launch was never taken, inside a window (none finalized: no file)
@@ -847,6 +862,49 @@ class Profiler:
         from ..data.devices import table_json
 
         return table_json(gpu.device_table())
+
+    # -- waits and idle time ------------------------------------------------------------------
+    def take_waits(self) -> None:
+        """The waits summed since the last take, onto the active sessions; the scope entries
+        whose records have all come, judged and onto the sessions active at their start. After
+        each CUPTI buffer (CUPTI's thread) and at each flush."""
+        collector, idle = self.collector, self.idle
+        if collector is None:
+            return
+        paths_, ns, counts = collector.take_syncs()
+        if paths_:
+            active = [s for s in list(self.sessions.values()) if s.active]
+            for path, t, n in zip(paths_, ns, counts):
+                for s in active:
+                    s.add(path, {SYNC_TIME: t, SYNC_COUNT: n}, fold=False)
+        if idle is not None:
+            self.add_idle(idle.advance(collector.watermark()))
+
+    def add_idle(self, judged: Judged | None) -> None:
+        """Judged scope entries (runtime/idle.py) onto each session active at their start:
+        per path, the sums of their wall and idle times (the node's own values)."""
+        if judged is None or not len(judged):
+            return
+        import numpy as np
+
+        for s in list(self.sessions.values()):
+            if s.data != "tree":
+                continue
+            inside = np.zeros(len(judged), dtype=bool)
+            for start, end in list(s.intervals):
+                inside |= (judged.starts >= start) & ((judged.starts <= end) | (end == -1))
+            if not inside.any():
+                continue
+            paths_, where = np.unique(judged.paths[inside], return_inverse=True)
+            walls = np.bincount(where, judged.walls[inside].astype(float))
+            idles = np.bincount(where, judged.idles[inside].astype(float))
+            for path, wall, idle in zip(paths_.tolist(), walls.tolist(), idles.tolist()):
+                s.add(path, {GPU_IDLE + EXCLUSIVE: int(idle), SCOPE_WALL + EXCLUSIVE: int(wall)},
+                      fold=False)
+
+    def scope_left(self, idle: IdleTracker) -> None:
+        """A main-thread scope whose entry `idle` timed was left (context/frames.py)."""
+        self.add_idle(idle.exit())
 
     # -- the recorder frames report to (context/frames.py) ----------------------------------
     def add_metrics(self, path_id: int, values: dict[str, float], typed: bool = True) -> None:

@@ -1,0 +1,103 @@
+"""Waits and GPU idle time on a torch workload built to show them (issue 50, items 2 and 3):
+one `.item()` per step after a GPU sleep of known length, and a scope whose host sleeps
+between two launches. Run with `pytest -m gpu`."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import find
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+import proton  # noqa: E402
+from proton.format import GPU_IDLE, SCOPE_WALL, SYNC_COUNT, SYNC_TIME  # noqa: E402
+
+STEPS = 4
+
+
+def _sleep_cycles(ms: float) -> tuple[int, float]:
+    """(cycles for torch.cuda._sleep to keep the GPU busy about `ms`, its measured ms)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(cycles: int) -> float:
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    timed(1_000_000)  # warm
+    cycles = int(10_000_000 * ms / timed(10_000_000))
+    return cycles, min(timed(cycles) for _ in range(3))
+
+
+def test_item_after_a_gpu_sleep_waits_as_long_as_the_sleep(profile_path):
+    """A step launches a GPU sleep and reads a number back (`.item()`, `print`, `.cpu()`):
+    the CPU waits for the sleep, and sync_time per step is the sleep kernel's GPU time (within
+    5%; on an H200 the sleep ran 7% shorter under the session than when calibrated, so the
+    planted length is the kernel's own measured time)."""
+    name, read = profile_path
+    cycles, planted = _sleep_cycles(20.0)
+    x = torch.ones(1, device="cuda")
+    (x + 1).item()  # loaded and warm: each step's wait is the sleep's
+    repr(x + 1)
+    proton.start(name)
+    for _ in range(STEPS):
+        with proton.scope("step"):
+            torch.cuda._sleep(cycles)
+            (x + 1).item()
+    with proton.scope("printed"):
+        torch.cuda._sleep(cycles)
+        print(x + 1)
+    with proton.scope("copied"):  # pageable: the wait is in cudaMemcpyAsync
+        torch.cuda._sleep(cycles)
+        (x + 1).cpu()
+    proton.finalize()
+    root, _ = read()
+
+    step = find(root, "step")
+    assert STEPS <= step["metrics"][SYNC_COUNT] <= 2 * STEPS  # a pageable copy may wait too
+    per_step = step["metrics"][SYNC_TIME] / STEPS
+    slept = max(k["metrics"]["time (ns)"] / k["metrics"]["count"] for k in step["children"])
+    assert per_step == pytest.approx(slept, rel=0.05), (per_step, slept, planted)
+    for name in ("printed", "copied"):
+        node = find(root, name)
+        slept = max(k["metrics"]["time (ns)"] for k in node["children"])
+        assert node["metrics"][SYNC_COUNT] >= 1
+        assert node["metrics"][SYNC_TIME] == pytest.approx(slept, rel=0.05), (name, node)
+    assert root["metrics"][SYNC_TIME] == 0  # the root's 0: inclusive, summed by viewers
+
+
+def test_a_host_sleep_between_launches_is_the_scopes_gpu_idle_time(profile_path):
+    """The host sleeps between two launches inside a scope: the GPU idles that long (within
+    5%); a scope whose GPU sleeps all along idles for almost none of its time."""
+    name, read = profile_path
+    cycles, _ = _sleep_cycles(20.0)
+    x = torch.ones(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    proton.start(name)
+    slept = 0.0
+    for _ in range(STEPS):
+        with proton.scope("gap"):
+            x.add_(1)
+            t0 = time.perf_counter()
+            time.sleep(0.03)
+            slept += time.perf_counter() - t0
+            x.add_(1)
+            torch.cuda.synchronize()
+    with proton.scope("busy"):
+        torch.cuda._sleep(cycles)
+        torch.cuda.synchronize()
+    proton.finalize()
+    root, _ = read()
+    gap = find(root, "gap")["metrics"]
+    assert gap[GPU_IDLE] / 1e9 == pytest.approx(slept, rel=0.05), (gap, slept)
+    assert gap[SCOPE_WALL] >= gap[GPU_IDLE]
+    busy = find(root, "busy")["metrics"]
+    assert busy[GPU_IDLE] < 0.05 * busy[SCOPE_WALL], busy
+    assert GPU_IDLE not in root["metrics"]  # a node's own value: never summed up the tree
