@@ -26,7 +26,8 @@ pays), subscribed (floor + a CUPTI subscriber with no callback enabled), cb-runt
 cb-driver / cb-launch (floor + a counting C callback on the runtime's, the driver's or both
 domains' launch calls), cb-all (floor + the counting callback on every runtime and driver
 call: the cost of a callback per API call, and the census of calls per step by API), shadow,
-hook (hook="triton"), python (context="python"), counters (mode="counters", issue 48), triton
+hook (hook="triton"), python (context="python"), counters (mode="counters", issue 48), memory (memory=True,
+issue 50), triton
 (Triton's Proton, shadow).
 
     python bench/step_cost.py [--processes 6] [--triton-processes 4] [--rounds 12] [--steps 15]
@@ -65,7 +66,7 @@ from hostspeed import host_speed  # noqa: E402 - beside this file (workloads' im
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 8192, 512, 8, 4, 256, 16
 OURS = ("floor", "subscribed", "cb-runtime", "cb-driver", "cb-launch", "cb-all", "shadow",
-        "hook", "python", "counters")
+        "hook", "python", "counters", "memory")
 ALL = (*OURS, "triton")
 DEFAULT = ("floor", "shadow", "hook", "python", "cb-all")
 ONCE = ("triton",)
@@ -355,7 +356,8 @@ class Proton:
         hook = "triton" if self.which == "hook" else None
         context = "python" if self.which == "python" else "shadow"
         mode = "counters" if self.which == "counters" else None  # issue 48: PM sampling
-        self.mod.start(self.path, hook=hook, context=context, mode=mode)
+        memory = {"memory": True} if self.which == "memory" else {}  # issue 50: allocator
+        self.mod.start(self.path, hook=hook, context=context, mode=mode, **memory)
 
     def scope(self, name: str):
         return self.mod.scope(name)
