@@ -26,8 +26,8 @@ pays), subscribed (floor + a CUPTI subscriber with no callback enabled), cb-runt
 cb-driver / cb-launch (floor + a counting C callback on the runtime's, the driver's or both
 domains' launch calls), cb-all (floor + the counting callback on every runtime and driver
 call: the cost of a callback per API call, and the census of calls per step by API), shadow,
-hook (hook="triton"), python (context="python"), counters (mode="counters", issue 48), memory (memory=True,
-issue 50), triton
+hook (hook="triton"), python (context="python"), counters (mode="counters", issue 48),
+memory (memory=True, issue 50), triton
 (Triton's Proton, shadow).
 
     python bench/step_cost.py [--processes 6] [--triton-processes 4] [--rounds 12] [--steps 15]
