@@ -427,9 +427,12 @@ class CounterSampler:
             try:
                 samples = sampler.decode()
             except CountersError as exc:
-                if exc.code != OVERFLOW or final:
+                if exc.code != OVERFLOW:
                     raise
-                self._restart(device)  # what it held is lost: counted, and said at the end
+                if final:  # what it held is lost: counted, and said at the end
+                    self.overflows += 1
+                else:
+                    self._restart(device)  # likewise
                 continue
             self.decode_s += time.perf_counter() - t0
             self.samples += len(samples.starts)
