@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from conftest import find, load
+from proton.format import COPY_FRAME
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -128,7 +129,8 @@ def test_counters_on_a_gpt_training_step_cover_every_kernel(tmp_path):
         env={**os.environ, "PROTON_DEBUG": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
     tree = load(tmp_path / "gpt.hatchet")
-    kernels = [k for k in kernels_under(tree[0]) if "time (ns)" in k["metrics"]]
+    kernels = [k for k in kernels_under(tree[0]) if "time (ns)" in k["metrics"]
+               and not COPY_FRAME.match(k["frame"]["name"])]  # copies have no counters
     assert len(kernels) > 20
     covered = sum(k["metrics"].get("counter_ns", 0) for k in kernels)
     timed = sum(k["metrics"]["time (ns)"] for k in kernels)

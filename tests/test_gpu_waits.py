@@ -46,30 +46,38 @@ def test_item_after_a_gpu_sleep_waits_as_long_as_the_sleep(profile_path):
     x = torch.ones(1, device="cuda")
     (x + 1).item()  # loaded and warm: each step's wait is the sleep's
     repr(x + 1)
+    blocked = {"step": 0.0, "printed": 0.0, "copied": 0.0}
+
+    def read_back(scope: str, how) -> None:
+        """The host's own clock around the read-back: the wait the user sees."""
+        t0 = time.perf_counter_ns()
+        how()
+        blocked[scope] += time.perf_counter_ns() - t0
+
     proton.start(name)
     for _ in range(STEPS):
         with proton.scope("step"):
             torch.cuda._sleep(cycles)
-            (x + 1).item()
+            read_back("step", lambda: (x + 1).item())
     with proton.scope("printed"):
         torch.cuda._sleep(cycles)
-        print(x + 1)
+        read_back("printed", lambda: print(x + 1))
     with proton.scope("copied"):  # pageable: the wait is in cudaMemcpyAsync
         torch.cuda._sleep(cycles)
-        (x + 1).cpu()
+        read_back("copied", lambda: (x + 1).cpu())
     proton.finalize()
     root, _ = read()
 
     step = find(root, "step")
     assert STEPS <= step["metrics"][SYNC_COUNT] <= 2 * STEPS  # a pageable copy may wait too
-    per_step = step["metrics"][SYNC_TIME] / STEPS
     slept = max(k["metrics"]["time (ns)"] / k["metrics"]["count"] for k in step["children"])
-    assert per_step == pytest.approx(slept, rel=0.05), (per_step, slept, planted)
-    for name in ("printed", "copied"):
+    # most of the sleep is waited for; exactly what the host's clock saw in the read-back
+    assert step["metrics"][SYNC_TIME] / STEPS > 0.5 * slept, (step, planted)
+    for name in ("step", "printed", "copied"):
         node = find(root, name)
-        slept = max(k["metrics"]["time (ns)"] for k in node["children"])
         assert node["metrics"][SYNC_COUNT] >= 1
-        assert node["metrics"][SYNC_TIME] == pytest.approx(slept, rel=0.05), (name, node)
+        assert node["metrics"][SYNC_TIME] == pytest.approx(blocked[name], rel=0.05), (
+            name, node["metrics"], blocked, slept)
     assert root["metrics"][SYNC_TIME] == 0  # the root's 0: inclusive, summed by viewers
 
 
