@@ -993,7 +993,7 @@ def test_every_exported_function_has_its_signature_from_native_c(cache):
     the built library, and matches the C parameter types."""
     sigs = native.signatures()
     lib = native.helper()
-    assert len(sigs) == 31  # 27 + the waits (sync configure, take, lost) and join_oldest
+    assert len(sigs) == 32  # 27 + the waits (sync configure, take, lost, own) and join_oldest
     for name, (restype, argtypes) in sigs.items():
         assert getattr(lib, name).argtypes == argtypes and getattr(lib, name).restype == restype
     assert sigs["proton_join_path"] == (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64])

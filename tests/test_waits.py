@@ -225,6 +225,9 @@ def _replay(collector, calls, push, pop, main_path) -> None:
     worker = threading.Thread(target=lambda: calls.call(2, stream, 5000, 5400))
     worker.start()
     worker.join()
+    collector.own_waits(True)  # the profiler's own synchronize (its flush): not the job's
+    calls.call(2, device, 6000, 6900)
+    collector.own_waits(False)
 
 
 WANT = {7: (1000, 1), 9: (30_600, 3), 0: (100, 1), 5: (400, 1)}

@@ -576,6 +576,13 @@ class CuptiCollector:
         """Have CUPTI hand over the records it holds now (no waiting for the GPU)."""
         self._cupti.activity_flush_all(1)
 
+    def own_waits(self, on: bool) -> None:
+        """While on, the calling thread's synchronizing calls are not timed as waits."""
+        log = getattr(self.pipeline, "log", None)
+        if log is not None:
+            log.own_waits(on)
+        self.python_syncs.own(on)
+
     def flush(self, timeout_s: float = 10.0, until: int | None = None) -> int:
         """Deliver every record of the launches made by `until` (CUPTI time; None: now, the
         end of the window being closed); return how many never came within `timeout_s`.
@@ -586,7 +593,11 @@ class CuptiCollector:
 
         t0 = time.monotonic()
         until = self.timestamp() if until is None else until
-        gpu.synchronize()
+        self.own_waits(True)  # the profiler's wait, not the job's: no sync_time for it
+        try:
+            gpu.synchronize()
+        finally:
+            self.own_waits(False)
         deadline = t0 + timeout_s
         rounds = 0
         while True:
@@ -821,6 +832,8 @@ class PythonSyncs:
                 if kind is None:
                     return
             try:
+                if getattr(local, "own", False):
+                    return
                 depth = getattr(local, "depth", 0)
                 if _u32(data + at[0]).value == 0:  # the enter
                     local.depth = depth + 1
@@ -848,6 +861,10 @@ class PythonSyncs:
 
         at = callback_fields(cupti)
         return passes_on(on_sync)
+
+    def own(self, on: bool) -> None:
+        """While on, this thread's synchronizing calls are the profiler's own: not timed."""
+        self._local.own = on
 
     def take(self) -> tuple[list[int], list[int], list[int]]:
         with self._lock:

@@ -1059,6 +1059,7 @@ static int64_t sync_lost; /* calls not summed: no memory for their path */
 static __thread int32_t tls_sync; /* synchronizing calls entered and not yet left */
 static __thread uint64_t tls_sync_start; /* the outermost one's enter time (0: before logging) */
 static __thread int32_t tls_sync_kind; /* the outermost one's flag: 1 waits, 2 may wait */
+static __thread int32_t tls_sync_own; /* the profiler's own wait (its flush): not the job's */
 #define ASYNC_WAIT_NS 20000 /* an asynchronous copy that held its thread this long waited */
 
 /* The synchronizing calls of the driver (domain 1) and runtime (2): flags[cbid] 1 for a call
@@ -1098,7 +1099,12 @@ static int is_sync(int domain, uint32_t cbid) {
     return f && (int64_t)cbid < n ? f[cbid] : 0;
 }
 
+/* The calling thread's synchronizing calls are the profiler's own while `on` (a flush's
+   synchronize): not timed. */
+PROTON_API void proton_sync_own(int on) { tls_sync_own = on; }
+
 static void on_sync(const proton_config *c, const uint8_t *d, int kind) {
+    if (tls_sync_own) return;
     uint32_t site;
     memcpy(&site, d + c->site_at, sizeof site);
     if (site == 0) { /* the enter */

@@ -596,6 +596,10 @@ class LaunchLog:
         if self._lib.proton_sync_configure(f1.ctypes.data, len(f1), f2.ctypes.data, len(f2)):
             raise MemoryError("the launch log could not allocate its wait sums")
 
+    def own_waits(self, on: bool) -> None:
+        """The calling thread's synchronizing calls are the profiler's own while on."""
+        self._lib.proton_sync_own(int(on))
+
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
         """(paths, ns, counts): the time the CPU waited in synchronizing calls since the last
         take, summed per path."""
