@@ -205,8 +205,11 @@ def test_torch_compile_kernels_land_under_the_users_scopes(profile_path):
 
 
 def test_a_triton_launch_that_raises_leaves_no_op_behind(profile_path):
-    """A launch that raises after the hook's enter (a CPU tensor) never reaches its exit: the
-    kernels launched after its scope closed must not land under that scope."""
+    """A launch that raises after the hook's enter (a grid the driver refuses: 65,536 blocks in
+    y, one over the limit) never reaches its exit: the kernels launched after its scope closed
+    must not land under that scope. (CPU tensors do not raise where the GPU can reach host
+    memory (HMM, H200 with driver 580): the kernel ran and faulted, and the process's CUDA
+    context with it, for every later test.)"""
     name, read = profile_path
     n = 1 << 16
     x = torch.randn(n, device="cuda")
@@ -215,7 +218,7 @@ def test_a_triton_launch_that_raises_leaves_no_op_behind(profile_path):
     proton.start(name, hook="triton")
     with proton.scope("failing"):
         with pytest.raises(Exception):
-            add_kernel[(n // 1024,)](x.cpu(), x.cpu(), out.cpu(), n, BLOCK=1024)
+            add_kernel[(1, 65536)](x, x, out, n, BLOCK=1024)
     with proton.scope("after"):
         torch.relu(x)
     torch.relu(x)  # no scope: the root
