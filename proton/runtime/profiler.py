@@ -893,6 +893,10 @@ class Profiler:
             inside = np.zeros(len(judged), dtype=bool)
             for start, end in list(s.intervals):
                 inside |= (judged.starts >= start) & ((judged.starts <= end) | (end == -1))
+            # an entry in which the GPU ran nothing at all says nothing of the GPU (a scope of
+            # host work, or no GPU work at all): no idle metrics, as Triton's files have none
+            # (its test_scope_exclusive counts a scope's metrics); its parent's entry has it
+            inside &= judged.idles < judged.walls
             if not inside.any():
                 continue
             paths_, where = np.unique(judged.paths[inside], return_inverse=True)
