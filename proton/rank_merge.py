@@ -341,7 +341,13 @@ def combine(a: Partial, b: Partial) -> Partial:
 def _spread(arrays: list[np.ndarray] | None, na: int | None, n: int,
             at: np.ndarray | None) -> list[np.ndarray]:
     """Arrays over a side's frames put on the union's n frames (0 elsewhere)."""
-    out = [np.zeros(n), np.zeros(n, dtype=np.int64)]
+    return _place([np.zeros(n), np.zeros(n, dtype=np.int64)], arrays, na, at)
+
+
+def _place(out: list[np.ndarray], arrays, na: int | None, at: np.ndarray | None
+           ) -> list[np.ndarray]:
+    """Each of `arrays` (a side's frames) into `out` (the union's): the first na frames, or at
+    `at`; `out` as it is without arrays."""
     if arrays is not None:
         for o, x in zip(out, arrays):
             if at is None:
@@ -355,15 +361,8 @@ def _spread_stat(stat: Stat | None, lo: int, na: int | None, n: int,
                  at: np.ndarray | None) -> Stat:
     """A side's statistics on the union's n frames: where it lacks a frame or the metric, 0 on
     each of its ranks, the lowest of them (lo) the rank."""
-    out = [np.zeros(n), np.zeros(n), np.zeros(n), np.full(n, lo, dtype=np.int64),
-           np.zeros(n, dtype=np.int64), np.full(n, lo, dtype=np.int64)]
-    if stat is not None:
-        for o, x in zip(out, stat):
-            if at is None:
-                o[:na] = x
-            else:
-                o[at] = x
-    return out
+    return _place([np.zeros(n), np.zeros(n), np.zeros(n), np.full(n, lo, dtype=np.int64),
+                   np.zeros(n, dtype=np.int64), np.full(n, lo, dtype=np.int64)], stat, na, at)
 
 
 class Reducer:
