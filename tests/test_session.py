@@ -116,6 +116,7 @@ def test_exit_scope_name_mismatch_is_an_error(profile_path):
 
 @pytest.mark.parametrize("metrics,match", [
     ({"time (ns)": 1}, "reserved"), ({"count": 1}, "reserved"), ({"cpu_time": 1}, "reserved"),
+    ({"sync_time (ns)": 1}, "reserved"), ({"mem_peak_bytes (exc)": 1}, "reserved"),
     ({"tokens": "many"}, "must be real numbers"), ({"ok": True}, "must be real numbers"),
     ({"v": [1, "a"]}, "must be real numbers"), ({"v": []}, "at least one number"),
     ({"z": 1j}, "must be real numbers"), ({"count (pty)": 1}, "reserved"),

@@ -20,13 +20,15 @@ from numbers import Integral, Number, Real
 from typing import Any, Mapping
 
 from ..errors import ScopeError
-from ..format import (COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, PROPERTY,
+from ..format import (COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, GPU_IDLE,
+                      MEMORY_METRICS, PROPERTY, SCOPE_WALL, SYNC_COUNT, SYNC_TIME,
                       TABLE_COLUMNS, TIME)
 
 DEVICE_CUDA = 1
 """DEVICE_TYPE's value in memory for NVIDIA GPUs (written as format.CUDA)."""
 RESERVED = frozenset({TIME, COUNT, DEVICE_ID, DEVICE_TYPE, CPU_TIME, CPU_COUNT, "cpu_time",
-                      "time", *TABLE_COLUMNS})
+                      "time", SYNC_TIME, SYNC_COUNT, GPU_IDLE, SCOPE_WALL, *MEMORY_METRICS,
+                      *TABLE_COLUMNS})
 """Names the profiler writes itself, and the viewer's table's own columns: user metrics may not
 take them."""
 
