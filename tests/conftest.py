@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ctypes
+import itertools
 import json
 import os
 import pty
@@ -165,3 +167,39 @@ def profile_path(tmp_path):
     """Session name inside a temporary folder, and a loader for the file it writes."""
     name = str(tmp_path / "prof")
     return name, lambda: load(name + ".hatchet")
+
+
+# -- replaying CUPTI's activity buffers ----------------------------------------------------------
+NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                        ctypes.POINTER(ctypes.c_void_p))
+"""cuptiActivityGetNextRecord's signature."""
+
+
+def fake_next(sizes: list[int]):
+    """cuptiActivityGetNextRecord over records of `sizes` bytes laid end to end: 0 and the next
+    record, or CUPTI's MAX_LIMIT_REACHED (14) after the last."""
+    starts = list(itertools.accumulate([0, *sizes[:-1]])) if sizes else []
+    following = dict(zip(starts, starts[1:] + [None]))
+
+    def step(buffer, valid, record):
+        if not starts:
+            return 14
+        at = following.get(record[0] - buffer) if record[0] else starts[0]
+        if at is None or at >= valid:
+            return 14
+        record[0] = buffer + at
+        return 0
+
+    return NEXT(step)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """The C helper built afresh in a cache of this test's own."""
+    from proton.cupti import native
+
+    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PROTON_NATIVE", raising=False)
+    native._built.clear()  # built again: with SANITIZE under the sanitizer run (above)
+    yield tmp_path
+    native._built.clear()

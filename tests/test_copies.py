@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import fake_next
 from proton import format as fmt
 
 cupti = pytest.importorskip("cupti.cupti")  # cupti-python: Linux only
@@ -21,15 +22,6 @@ from proton.cupti.subscriber import cupti_enum  # noqa: E402
 K = cupti.ActivityKind
 MK = cupti.ActivityMemoryKind
 CK = cupti.ActivityMemcpyKind
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("PROTON_NATIVE", raising=False)
-    native._built.clear()
-    yield tmp_path
-    native._built.clear()
 
 
 def _record(dtype, **fields) -> np.ndarray:
@@ -45,33 +37,12 @@ class _Raw:
         self.on_buffer = None
 
 
-NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
-                        ctypes.POINTER(ctypes.c_void_p))
-
-
-def _next(sizes: list[int]):
-    """cuptiActivityGetNextRecord over records of `sizes` bytes laid end to end."""
-    starts = np.cumsum([0, *sizes[:-1]]).tolist() if sizes else []
-    following = dict(zip(starts, starts[1:] + [None]))
-
-    def step(buffer, valid, record):
-        if not starts:
-            return 14
-        at = following.get(record[0] - buffer) if record[0] else starts[0]
-        if at is None or at >= valid:
-            return 14
-        record[0] = buffer + at
-        return 0
-
-    return NEXT(step)
-
-
 def _feed(collector, recs: list) -> None:
     """One buffer of `recs` through the collector's pipeline (as tests/test_native.py)."""
     data = b"".join(r.tobytes() for r in recs)
     raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
     ctypes.memmove(raw, data, len(data))
-    step = _next([r.dtype.itemsize for r in recs])
+    step = fake_next([r.dtype.itemsize for r in recs])
     pipeline = collector.pipeline
     if pipeline.native and pipeline.columns is not None:
         pipeline.columns = native.Columns(native.helper(), step, pipeline.column_groups())

@@ -10,40 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SANITIZE_ENV
+from conftest import SANITIZE_ENV, fake_next
 from proton.cupti import native
 from proton.cupti.pipeline import NativePipeline, PythonPipeline, walk
-
-NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
-                        ctypes.POINTER(ctypes.c_void_p))
-
-
-def fake_next(sizes: list[int]):
-    """cuptiActivityGetNextRecord over records of `sizes` bytes laid end to end: 0 and the next
-    record, or CUPTI's MAX_LIMIT_REACHED (14) after the last."""
-    starts = np.cumsum([0, *sizes[:-1]]).tolist() if sizes else []
-    following = dict(zip(starts, starts[1:] + [None]))
-
-    def step(buffer, valid, record):
-        if not starts:
-            return 14
-        at = following.get(record[0] - buffer) if record[0] else starts[0]
-        if at is None or at >= valid:
-            return 14
-        record[0] = buffer + at
-        return 0
-
-    return NEXT(step)
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("PROTON_NATIVE", raising=False)
-    native._built.clear()  # built again: with SANITIZE under the sanitizer run (conftest)
-    yield tmp_path
-    native._built.clear()
-
 
 class _Raw:
     """buffers.RawBuffers as a pipeline sees it: cuptiActivityGetNextRecord, and the buffer

@@ -11,7 +11,6 @@ import threading
 import numpy as np
 import pytest
 
-from proton.cupti import native
 from proton.format import GPU_IDLE, SCOPE_WALL, SYNC_COUNT, SYNC_TIME
 from proton.runtime.idle import IdleTracker
 
@@ -136,15 +135,6 @@ def test_entries_whose_records_never_come_are_judged_at_a_bound():
 
 
 # -- waits: the synchronizing calls' callbacks replayed -------------------------------------
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("PROTON_NATIVE", raising=False)
-    native._built.clear()
-    yield tmp_path
-    native._built.clear()
-
 
 class _Calls:
     """Calls a subscriber callback as CUPTI would at a call's enter and exit, with CUPTI's
