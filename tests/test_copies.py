@@ -134,11 +134,13 @@ def test_copy_and_set_records_join_their_call_in_c_and_in_python(cache, early):
     """Every kind of copy and a set, through the C join and through Python's reads and
     Attributor: each under the scope that issued it, named by its kind (pageable or pinned by
     its host side), its bytes in the row (as minus the configuration), the same either way;
-    a record before its call's record waits for it; nothing is left waiting or lost."""
+    a record before its call's record waits for it; nothing is left waiting or lost. The GPU
+    is busy (for gpu_idle) during each copy and set as during the kernel."""
     results = {}
     for joined in (False, True):
         got: list = []
         sums: dict = {}
+        busy: list = []
 
         def groups(g, first, rows):
             for path, name, device, config, ns, count in g:
@@ -147,7 +149,8 @@ def test_copy_and_set_records_join_their_call_in_c_and_in_python(cache, early):
             got.extend(rows())
 
         collector = CuptiCollector(got.extend, groups=groups if joined else None,
-                                   native=joined)
+                                   native=joined, busy=lambda starts, ends: busy.extend(
+                                       zip(starts.tolist(), ends.tolist())))
         collector._names = {0x1000: "k"}
         assert collector.pipeline.native is joined
         buffers, expected = _buffers(collector, early)
@@ -159,6 +162,7 @@ def test_copy_and_set_records_join_their_call_in_c_and_in_python(cache, early):
         configs = collector.launch_configs.get
         results[joined] = sorted(k[:8] + (k[8] if k[8] <= 0 else configs(k[8]),) for k in got)
         assert results[joined] == sorted(expected)
+        assert sorted(busy) == sorted((row[5], row[6]) for row in expected), joined
         if joined:  # the C join summed them per node too
             assert sums[(PATH, fmt.MEMSET, 1, -2048)] == [9, 1]
             assert sums[(PATH, fmt.MEMCPY_DTOH_PAGEABLE, 1, -(1 << 30))] == [3, 1]

@@ -545,10 +545,19 @@ class CuptiCollector:
         return on_api
 
     # -- waits and busy time -----------------------------------------------------------------
-    def note_busy(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        """A buffer's records that kept the GPU busy (kernels; copies too), on CUPTI's thread."""
-        if self._busy is not None and len(starts):
-            self._busy(starts, ends)
+    def note_busy(self, kernels: Sequence, copies: Sequence = ()) -> None:
+        """A buffer's records that kept the GPU busy, on CUPTI's thread: its kernels
+        (KernelFields columns) and its copies and sets (CopyFields twice, then SetFields)."""
+        if self._busy is None:
+            return
+        CF, SF = records.CopyFields, records.SetFields
+        starts, ends = [kernels[KernelFields.start]], [kernels[KernelFields.end]]
+        for columns, (start, end) in zip(copies, ((CF.start, CF.end), (CF.start, CF.end),
+                                                  (SF.start, SF.end))):
+            starts.append(columns[start])
+            ends.append(columns[end])
+        if sum(map(len, starts)):
+            self._busy(np.concatenate(starts), np.concatenate(ends))
 
     def after_buffer(self) -> None:
         if self._buffered is not None:

@@ -175,11 +175,11 @@ class PythonPipeline:
         (kinds,) = self._read_kind(buf, at)
         is_api = np.isin(kinds, list(c._api_cbids))
         kernels = self._read_kernel(buf, at[kinds == c._k_kernel])
-        c.note_busy(kernels[KernelFields.start], kernels[KernelFields.end])
+        copies = [read(buf, at[kinds == kind])
+                  for read, kind in zip(self._read_copies, c._k_copies)]
+        c.note_busy(kernels, copies)
         c._digest(self._read_ext(buf, at[kinds == c._k_ext]),
-                  [kinds[is_api], *self._read_api(buf, at[is_api])], kernels,
-                  [read(buf, at[kinds == kind])
-                   for read, kind in zip(self._read_copies, c._k_copies)])
+                  [kinds[is_api], *self._read_api(buf, at[is_api])], kernels, copies)
         c.records += len(at)
 
     def settle(self) -> None:
@@ -361,15 +361,14 @@ class NativePipeline:
                 with c._lock:
                     logged = self.log.take() if self.log is not None else None
                     blocks, rows, walked = self.columns.read(buffer, valid, keep=True)
-                    n = int(rows[2])
-                    c.note_busy(blocks[2][KernelFields.start, :n],
-                                blocks[2][KernelFields.end, :n])
+                    used = [block[:, :int(n)] for block, n in zip(blocks, rows)]
+                    c.note_busy(used[2], used[3:])  # records.INPUT: kernels, then copies
                     if logged is not None:  # the launches, as their records would read
                         blocks[0], blocks[1], rows[0], rows[1] = logged
                     self._join_columns(blocks, rows)
             else:
                 (ext, api, kernels, *copies), walked = self.columns(buffer, valid)
-                c.note_busy(kernels[KernelFields.start], kernels[KernelFields.end])
+                c.note_busy(kernels, copies)
                 with c._lock:
                     self._withdraw()  # the logged launches first: their kernels may be here
                 c._digest(ext, api, kernels, copies)
