@@ -27,8 +27,9 @@ cb-driver / cb-launch (floor + a counting C callback on the runtime's, the drive
 domains' launch calls), cb-all (floor + the counting callback on every runtime and driver
 call: the cost of a callback per API call, and the census of calls per step by API), shadow,
 hook (hook="triton"), python (context="python"), counters (mode="counters", issue 48),
-memory (memory=True, issue 50), triton
-(Triton's Proton, shadow).
+memory (memory=True, issue 50), shadow-kernels / shadow-no-copies / -no-waits / -no-idle
+(shadow with issue 50's parts left out by PROTON_OFF: what each costs), triton (Triton's
+Proton, shadow).
 
     python bench/step_cost.py [--processes 6] [--triton-processes 4] [--rounds 12] [--steps 15]
                               [--deadline 420] [--results F.jsonl]
@@ -66,7 +67,11 @@ from hostspeed import host_speed  # noqa: E402 - beside this file (workloads' im
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 8192, 512, 8, 4, 256, 16
 OURS = ("floor", "subscribed", "cb-runtime", "cb-driver", "cb-launch", "cb-all", "shadow",
-        "hook", "python", "counters", "memory")
+        "hook", "python", "counters", "memory", "shadow-kernels", "shadow-no-copies",
+        "shadow-no-waits", "shadow-no-idle")
+PARTS_OFF = {"shadow-kernels": "copies,waits,idle", "shadow-no-copies": "copies",
+             "shadow-no-waits": "waits", "shadow-no-idle": "idle"}
+"""Shadow with issue 50's parts left out (PROTON_OFF): what each part costs."""
 ALL = (*OURS, "triton")
 DEFAULT = ("floor", "shadow", "hook", "python", "cb-all")
 ONCE = ("triton",)
@@ -357,7 +362,13 @@ class Proton:
         context = "python" if self.which == "python" else "shadow"
         mode = "counters" if self.which == "counters" else None  # issue 48: PM sampling
         memory = {"memory": True} if self.which == "memory" else {}  # issue 50: allocator
-        self.mod.start(self.path, hook=hook, context=context, mode=mode, **memory)
+        off = PARTS_OFF.get(self.which)
+        if off:
+            os.environ["PROTON_OFF"] = off  # read as the collector starts
+        try:
+            self.mod.start(self.path, hook=hook, context=context, mode=mode, **memory)
+        finally:
+            os.environ.pop("PROTON_OFF", None)
 
     def scope(self, name: str):
         return self.mod.scope(name)

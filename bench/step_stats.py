@@ -31,8 +31,9 @@ BARE, FLOOR = "none", "floor"
 METRICS = ("step", "cpu", "norm")
 """step: wall ms a step; cpu: the main thread's CPU ms a step; norm: that CPU in thousands of
 the host's Python calls (ms * 1e3 / ns a call)."""
-ORDER = ("none", "floor", "subscribed", "cb-runtime", "cb-driver", "cb-launch", "shadow", "hook",
-         "python", "triton", "cb-all")
+ORDER = ("none", "floor", "subscribed", "cb-runtime", "cb-driver", "cb-launch", "shadow-kernels",
+         "shadow-no-copies", "shadow-no-waits", "shadow-no-idle", "shadow", "hook", "python",
+         "triton", "cb-all")
 NOT_JUDGED = ("cb-all",)
 """Run once, last, in one process (the census): no rounds to pair, no interval."""
 LEVEL = 0.90

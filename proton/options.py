@@ -64,6 +64,9 @@ decoding thread keeps up with a third of a core (cupti.counters)."""
 COUNTER_INTERVALS = range(10, 100_001)
 """10 us to 100 ms: shorter samples cost more to decode than a step of a model runs."""
 COUNTERS = "counters"
+PARTS = ("copies", "waits", "idle")
+"""What the collector records beside kernels (issue 50), each of which PARTS_ENV can leave out."""
+PARTS_ENV = "PROTON_OFF"
 
 
 @dataclass(slots=True, frozen=True)
@@ -114,6 +117,7 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
         SessionError: any value that is not accepted (the message names the accepted ones).
     """
     name = _check_name(name)
+    parts_off()  # a bad PROTON_OFF fails here, before anything starts
     _check_choice("context", context, CONTEXTS)
     _check_choice("data", data, DATA)
     if backend == "roctracer":  # Triton's Proton's backend for AMD GPUs
@@ -150,6 +154,21 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
                            "data='tree'")
     return SessionOptions(name, path, context, data, pc, hook_options, hook, instrument, flush,
                           counters, memory)
+
+
+def parts_off() -> frozenset[str]:
+    """PROTON_OFF=copies,waits,idle (any of them): parts the collector leaves out, for a job
+    they cost too much, and for benchmarks that price each part.
+
+    Raises:
+        SessionError: a name that is not a part (the message lists the parts).
+    """
+    names = {n.strip() for n in os.environ.get(PARTS_ENV, "").split(",") if n.strip()}
+    unknown = sorted(names - set(PARTS))
+    if unknown:
+        raise SessionError(f"{PARTS_ENV}={os.environ[PARTS_ENV]!r}: {', '.join(unknown)} is not "
+                           f"a part; choose from {', '.join(PARTS)}")
+    return frozenset(names)
 
 
 def parse_counters(mode: str) -> CounterOptions:

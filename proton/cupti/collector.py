@@ -121,7 +121,8 @@ class CuptiCollector:
                  groups: GroupSink | None = None, native: bool | None = None,
                  moved: Callable[[int, int], None] | None = None, walk=None,
                  busy: Callable[[np.ndarray, np.ndarray], None] | None = None,
-                 buffered: Callable[[], None] | None = None) -> None:
+                 buffered: Callable[[], None] | None = None,
+                 copies: bool = True, waits: bool = True) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         groups: takes a buffer's kernels summed per path instead, when the C helper joins the
         records (the shadow context; see attribution.GroupSink).
@@ -145,7 +146,9 @@ class CuptiCollector:
         busy: told each buffer's kernels' (starts, ends) (numpy, CUPTI's clock): when the GPU
         was busy (runtime/idle.py); any other record with an interval (copies) is one more.
         buffered: called after each buffer was read, on CUPTI's thread (the waits and the
-        idle time are taken then)."""
+        idle time are taken then).
+        copies, waits: record copies and sets, time the synchronizing calls (options.PARTS: the
+        user may leave either out)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -180,14 +183,15 @@ class CuptiCollector:
         self._k_kernel, self._k_ext = int(K.CONCURRENT_KERNEL), int(K.EXTERNAL_CORRELATION)
         drv = cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
         rt = cupti_enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")
-        self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS
-                                  + copy_calls(drv, _DRIVER_COPIES))
-        self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS
-                                   + copy_calls(rt, _RUNTIME_COPIES))
-        self._runtime_copies = _ids(rt, copy_calls(rt, _RUNTIME_COPIES))
-        self._copy_kinds = [K.MEMCPY, K.MEMCPY2, K.MEMSET]
+        driver_copies = copy_calls(drv, _DRIVER_COPIES) if copies else ()
+        runtime_copies = copy_calls(rt, _RUNTIME_COPIES) if copies else ()
+        self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS + driver_copies)
+        self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS + runtime_copies)
+        self._runtime_copies = _ids(rt, runtime_copies)
+        self._copy_kinds = [K.MEMCPY, K.MEMCPY2, K.MEMSET] if copies else []
         """Copies and sets: on with kernel activity, off right after it."""
-        self._k_copies = [int(k) for k in self._copy_kinds]
+        self._k_copies = [int(k) for k in (K.MEMCPY, K.MEMCPY2, K.MEMSET)]
+        """The copy record kinds the pipelines read (none come when copies are off)."""
         # per API record kind: (its launch cbids, its graph-launch cbids), for np.isin
         self._api_cbids = {
             int(kind): (np.array(sorted(launches), dtype=np.uint32),
@@ -209,12 +213,12 @@ class CuptiCollector:
         self.callback_seconds = 0.0
         """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
         self._busy, self._buffered = busy, buffered
-        self.sync_cbids = {int(cupti.CallbackDomain.DRIVER_API): sorted(_ids(drv, _DRIVER_SYNCS)),
-                           int(cupti.CallbackDomain.RUNTIME_API): sorted(_ids(rt, _RUNTIME_SYNCS))}
+        driver, runtime = int(cupti.CallbackDomain.DRIVER_API), int(cupti.CallbackDomain.RUNTIME_API)
+        self.sync_cbids = {driver: sorted(_ids(drv, _DRIVER_SYNCS)),
+                           runtime: sorted(_ids(rt, _RUNTIME_SYNCS))} if waits else {}
         """{callback domain: cbids} of the synchronizing calls, timed as waits."""
-        self.async_copy_cbids = {
-            int(cupti.CallbackDomain.DRIVER_API): sorted(_ids(drv, _DRIVER_ASYNC_COPIES)),
-            int(cupti.CallbackDomain.RUNTIME_API): sorted(_ids(rt, _RUNTIME_ASYNC_COPIES))}
+        self.async_copy_cbids = {driver: sorted(_ids(drv, _DRIVER_ASYNC_COPIES)),
+                                 runtime: sorted(_ids(rt, _RUNTIME_ASYNC_COPIES))} if waits else {}
         """{callback domain: cbids} of the asynchronous copies, waits when they held long."""
         self.python_syncs = PythonSyncs(self.sync_cbids, self.async_copy_cbids, launch_path, unscoped,
                                         self.timestamp)

@@ -43,7 +43,7 @@ from ..format import (EXCLUSIVE, GPU_IDLE, LAUNCH_CONFIGS, LAUNCH_METRICS, SCOPE
                       SYNC_TIME)
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
-from ..options import SessionOptions
+from ..options import SessionOptions, parts_off
 from ..report import debug, debugging, warn
 from .router import KernelRouter
 from .session import Phase, Session
@@ -252,17 +252,19 @@ class Profiler:
 
         context = self.context
         users = [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []
-        idle = IdleTracker()
+        off = parts_off()
+        idle = None if "idle" in off else IdleTracker()
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
                                    in_callback=context.in_callback, pc=pc, callback_users=users,
                                    graft=self.router.graft, groups=self.router.on_groups,
                                    moved=self.timeline.note, walk=context.walk,
-                                   busy=idle.add, buffered=self.take_waits)
-        idle.clock = collector.timestamp
+                                   busy=idle.add if idle else None, buffered=self.take_waits,
+                                   copies="copies" not in off, waits="waits" not in off)
         collector.start()
         self.collector = collector
-        idle.cut = collector.opened
+        if idle is not None:
+            idle.clock, idle.cut = collector.timestamp, collector.opened
         self.idle = idle
         frames.repush_open_scopes()
         # the main thread's open scopes were entered before CUPTI listened (a capture starts
