@@ -66,6 +66,8 @@ def test_copies_and_sets_under_their_scopes(profile_path, monkeypatch, context, 
     cudart = _cudart()
     cudart.cudaMemsetAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t,
                                        ctypes.c_void_p]
+    cudart.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                  ctypes.c_int]
     stream = torch.cuda.current_stream().cuda_stream
     driver = pytest.importorskip("cuda.bindings.driver")
     torch.cuda.synchronize()
@@ -76,6 +78,9 @@ def test_copies_and_sets_under_their_scopes(profile_path, monkeypatch, context, 
     with proton.scope("pinned"):
         for _ in range(N):
             dev.copy_(pinned, non_blocking=True)
+    with proton.scope("runtime_memcpy"):  # the runtime's synchronous copy, host to device
+        for _ in range(N):
+            assert cudart.cudaMemcpy(dev.data_ptr(), host.data_ptr(), BYTES, 1) == 0
     with proton.scope("readback"):
         for _ in range(N):
             dev.cpu()
@@ -92,6 +97,7 @@ def test_copies_and_sets_under_their_scopes(profile_path, monkeypatch, context, 
     tree = json.dumps(root)[:4000]
     for scope, copy in (("pageable", fmt.MEMCPY_HTOD_PAGEABLE),
                         ("pinned", fmt.MEMCPY_HTOD_PINNED),
+                        ("runtime_memcpy", fmt.MEMCPY_HTOD_PAGEABLE),
                         ("readback", fmt.MEMCPY_DTOH_PAGEABLE),
                         ("runtime_memset", fmt.MEMSET), ("driver_memset", fmt.MEMSET)):
         found = _copies(_scope(root, scope))
@@ -106,4 +112,5 @@ def test_copies_and_sets_under_their_scopes(profile_path, monkeypatch, context, 
                 if fmt.COPY_FRAME.match(c["frame"]["name"])], tree
     if context == "shadow":  # the scopes right under the root
         assert {c["frame"]["name"] for c in root["children"]} == {
-            "pageable", "pinned", "readback", "runtime_memset", "driver_memset"}, tree
+            "pageable", "pinned", "runtime_memcpy", "readback", "runtime_memset",
+            "driver_memset"}, tree

@@ -240,6 +240,8 @@ class _TritonDouble(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        grad = grad.contiguous()  # sum()'s gradient is one element expanded (stride 0): the
+        # kernel reads n elements from its pointer, past the end of that one (a fault)
         out = torch.empty_like(grad)
         n = grad.numel()
         add_kernel[(triton.cdiv(n, 1024),)](grad, grad, out, n, BLOCK=1024)

@@ -187,7 +187,6 @@ class CuptiCollector:
         runtime_copies = copy_calls(rt, _RUNTIME_COPIES) if copies else ()
         self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS + driver_copies)
         self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS + runtime_copies)
-        self._runtime_copies = _ids(rt, runtime_copies)
         self._copy_kinds = [K.MEMCPY, K.MEMCPY2, K.MEMSET] if copies else []
         """Copies and sets: on with kernel activity, off right after it."""
         self._k_copies = [int(k) for k in (K.MEMCPY, K.MEMCPY2, K.MEMSET)]
@@ -334,13 +333,12 @@ class CuptiCollector:
         under the same correlation id (H100, CUDA 13: 199 of 199 in a bf16 step,
         bench/step_cost.py): with both domains each PyTorch launch would call back twice (the
         python context's Python too), and every callback costs (~0.45 us, measured there).
-        Copy and set calls are taken in both domains (a runtime copy may not call the driver's
-        copy calls through their public entry points); the C log counts only the outermost
-        call of a thread's nested ones."""
+        Copies and sets too: a runtime copy or set makes its driver call inside it, under the
+        same correlation id (H200, CUDA 13, the bf16 step: cudaMemsetAsync's cuMemsetD8Async
+        36 of 36, cudaMemcpyAsync's cuMemcpyHtoDAsync_v2; test_gpu_copies: torch's copies,
+        cudaMemcpy, cudaMemsetAsync), so the runtime's would only double the callbacks."""
         domain = int(self._cupti.CallbackDomain.DRIVER_API)
-        runtime = int(self._cupti.CallbackDomain.RUNTIME_API)
-        return [(domain, cbid) for cbid in self._driver_cbids] + [
-            (runtime, cbid) for cbid in self._runtime_copies]
+        return [(domain, cbid) for cbid in self._driver_cbids]
 
     def _release_users(self) -> None:
         for user in self._users:
