@@ -252,3 +252,18 @@ def test_a_profile_that_cannot_be_written_at_exit_is_reported_once(tmp_path):
                          text=True, timeout=120)
     assert run.returncode == 0
     assert run.stderr.count("could not write") == 1, run.stderr
+
+
+def test_a_part_proton_off_does_not_know_fails_start_in_one_line(tmp_path, monkeypatch):
+    """PROTON_OFF names what the collector leaves out; a typo must not silently record
+    everything (nor nothing): start() refuses it, naming the parts, and starts no session."""
+    monkeypatch.setenv("PROTON_OFF", "copies,wait")
+    with pytest.raises(proton.SessionError) as err:
+        proton.start(str(tmp_path / "p"))
+    assert str(err.value) == ("PROTON_OFF='copies,wait': wait is not a part; choose from "
+                              "copies, waits, idle")
+    assert not profiler.sessions
+    monkeypatch.setenv("PROTON_OFF", " copies , idle,")  # spaces and a trailing comma are fine
+    sid = proton.start(str(tmp_path / "q"))
+    proton.finalize(sid)
+    assert (tmp_path / "q.hatchet").exists()

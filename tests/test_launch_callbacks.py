@@ -49,3 +49,20 @@ def test_copy_and_set_calls_are_taken_as_launches_are():
         assert int(runtime_names[call]) in collector._runtime_cbids
     for call in ("cuGraphAddMemcpyNode", "cuMemAlloc_v2", "cuMemFree_v2"):
         assert (driver, int(names[call])) not in enabled, call
+
+
+def test_copies_and_waits_left_out_take_no_callback_and_no_record():
+    """PROTON_OFF=copies,waits (the profiler passes copies=False, waits=False): the collector
+    enables no copy or set callback and no MEMCPY/MEMSET record kind, and times no call as a
+    wait; the launches are taken as before."""
+    full = CuptiCollector(lambda kernels: None)
+    bare = CuptiCollector(lambda kernels: None, copies=False, waits=False)
+    names = cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
+    enabled = {cbid for _, cbid in bare.launch_callbacks()}
+    assert int(names["cuLaunchKernel"]) in enabled
+    assert not [n for n in names.__members__ if n.startswith(("cuMemcpy", "cuMemset"))
+                and int(names[n]) in enabled]
+    assert set(enabled) < {cbid for _, cbid in full.launch_callbacks()}
+    assert bare._copy_kinds == [] and len(full._copy_kinds) == 3
+    assert bare.sync_cbids == {} and bare.async_copy_cbids == {}
+    assert all(full.sync_cbids.values())
