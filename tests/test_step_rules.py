@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -192,6 +194,31 @@ def test_memory_metrics_are_shown_by_their_names(tmp_path):
     assert result.exit_code == 0, result.output
     assert "mem_peak_bytes" in result.output and "943,718,400" in result.output.replace(
         "943718400", "943,718,400")
+
+
+def test_tritons_viewer_opens_a_file_with_copies_waits_idle_and_memory(tmp_path):
+    """Issue 50 item 6: Triton's own viewer reads a file holding every new metric (a copy node
+    with bytes; waits, idle and allocator metrics on a scope) and shows their values."""
+    pytest.importorskip("triton.profiler.viewer")
+    tree = leaky_tree()
+    step = tree["children"][0]
+    step["metrics"].update({"scope_wall (ns)": 100_000_000, "gpu_idle (ns)": 38_000_000,
+                            "sync_time (ns)": 2_000_000, "sync_count": 10})
+    step["children"].append(copy("HtoD (pageable)", 1_000_000, 10, 40 * MiB))
+    path = write(tmp_path, tree)
+
+    def shown(metric: str) -> dict[str, float]:
+        run = subprocess.run([sys.executable, "-m", "triton.profiler.viewer", "-m", metric,
+                              path], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, (metric, run.stderr[-2000:])
+        rows = (line.lstrip("\u2502\u251c\u2514\u2500 ").split(" ", 1)
+                for line in run.stdout.splitlines() if line.strip())
+        return {name: float(value) for value, name in rows}
+
+    assert shown("time/ms")["step"] == pytest.approx(11.0)  # the gemm's 10 ms and the copy's 1
+    assert shown("bytes")["memcpy HtoD (pageable)"] == 40 * MiB
+    assert shown("mem_peak_bytes")["step"] == 900 * MiB
+    assert shown("sync_count")["step"] == 10
 
 
 # -- the report: the flame graph coloured by these metrics -----------------------------------
