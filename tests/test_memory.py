@@ -134,6 +134,32 @@ def test_entries_closed_while_the_session_is_paused_are_not_counted(tmp_path, al
     assert names["step"]["mem_alloc_bytes"] == MiB
 
 
+def test_each_phase_holds_its_own_entries_and_the_peak_is_the_sessions(tmp_path, allocator,
+                                                                       capsys):
+    """Phases (proton.data.advance_phase, periodic flushing) split memory as they split time:
+    a phase's file or get() holds the entries that closed in it, not the whole session's;
+    the job's peak named at finalize is still the highest of every phase."""
+    sid = proton.start(str(tmp_path / "ph"), memory=True)
+    frames.memory.stack = PeakStack(allocator)
+    with proton.scope("step"):
+        allocator.alloc(64 * MiB)
+        allocator.free(64 * MiB)
+    proton.data.advance_phase(sid)
+    for _ in range(3):
+        with proton.scope("step"):
+            allocator.alloc(MiB)
+    first, second = (proton.data.get(sid, phase)[0]["children"][0]["metrics"]
+                     for phase in (0, 1))
+    assert (first["mem_alloc_bytes"], first["mem_peak_bytes"], first["mem_count"]) == (
+        64 * MiB, 64 * MiB, 1)
+    assert (second["mem_alloc_bytes"], second["mem_peak_bytes"], second["mem_count"]) == (
+        3 * MiB, 3 * MiB, 3)
+    assert (second["mem_live_first_bytes"], second["mem_live_bytes"],
+            second["mem_grew_count"]) == (MiB, 3 * MiB, 2)
+    proton.finalize()
+    assert f"the peak, {64 * MiB:,} bytes allocated" in capsys.readouterr().err
+
+
 def test_memory_takes_a_bool_and_a_tree(tmp_path):
     with pytest.raises(proton.SessionError, match="memory='yes'"):
         proton.start(str(tmp_path / "x"), memory="yes")

@@ -164,7 +164,7 @@ class Profiler:
                               opts.context, opts.data, opts.hook_spec, pc=opts.pc,
                               counters=opts.counters, job=who, flush=opts.flush)
             if opts.memory:
-                session.memory = {}
+                session.memory = True
                 self._start_memory()
             if opts.counters is not None:
                 self._start_counters(opts.counters)
@@ -547,12 +547,7 @@ class Profiler:
             return writer.build_trace(events, data.spans, who, s.intra)
         with s.lock:
             notes = dict(s.notes)
-        nodes = data.nodes
-        if s.memory:  # the whole session's, in every phase's file (not split by phase)
-            nodes = {p: dict(v) for p, v in nodes.items()}
-            for path, metrics in s.memory_metrics().items():
-                nodes.setdefault(path, {}).update(metrics)
-        return writer.build(nodes, devices, notes, who, self._own_metrics(s, nodes),
+        return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),
                             timelines=s.timelines)
 
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
@@ -561,7 +556,7 @@ class Profiler:
             from . import instrumentation
 
             instrumentation.finish(session, devices)
-        if session.memory is not None:
+        if session.memory:
             self._finish_memory(session)
         if session.counters:
             self._finish_scope_ranges(session)
@@ -726,19 +721,19 @@ class Profiler:
     def add_memory(self, path_id: int, measured) -> None:
         """One scope entry measured (runtime/memory.py): for the active memory sessions."""
         for s in list(self.sessions.values()):
-            if s.memory is not None and s.active:
+            if s.memory and s.active:
                 s.add_memory(path_id, measured)
 
     def _finish_memory(self, session: Session) -> None:
         """The last memory session ends: stop reading; say where the job's peak was, or why
         nothing was measured."""
         tracker = frames.memory
-        if tracker is not None and not any(s.memory is not None and s is not session
+        if tracker is not None and not any(s.memory and s is not session
                                            for s in self.sessions.values()):
             frames.memory = None
         if tracker is None:
             return
-        found = peak_path(session.memory or {})
+        found = session.memory_peak
         if tracker.failed is not None:
             warn(f"memory=True: torch's allocator could not be read ({tracker.failed}); the "
                  "profile has no memory metrics after that")
@@ -940,16 +935,6 @@ class Profiler:
                 if frames.times_cpu(top, collector):
                     for s in targets:
                         s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
-
-
-def peak_path(memory: dict[int, list[int]]) -> tuple[int, int] | None:
-    """(scope path, bytes) where the highest allocation happened: the deepest scope holding
-    the highest peak (an outer scope's peak covers its children's)."""
-    if not memory:
-        return None
-    top = max(v[2] for v in memory.values())
-    best = max((p for p, v in memory.items() if v[2] == top), key=lambda p: len(paths.names(p)))
-    return best, top
 
 
 def _counters_refused(what: str, exc: BaseException, hint: str = "") -> None:

@@ -9,11 +9,16 @@ from typing import Any, Mapping
 
 from ..cupti.attribution import KernelRecord
 from ..data.job import Job
+from ..data.paths import paths
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
 from ..options import CounterOptions, PCOptions
 from ..format import (BYTES, COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
                       MEMORY_METRICS, TIME)
 from .memory import Measured
+
+_MEM_KEYS = tuple(name + EXCLUSIVE for name in MEMORY_METRICS)
+"""The allocator metrics as a node holds them: own values, never summed up the tree."""
+_MEM_ALLOC, _MEM_FREED, _MEM_PEAK, _MEM_LIVE, _MEM_LIVE_FIRST, _MEM_COUNT, _MEM_GREW = _MEM_KEYS
 
 
 @dataclass(slots=True)
@@ -78,10 +83,12 @@ class Session:
     """Kernel scopes' spans per warp (data="trace"), added when the session is written."""
     timelines: dict = field(default_factory=dict)
     """Kernel node -> its latest launch's warp timeline (data="tree", format.WARP_TIMELINE)."""
-    memory: dict[int, list[int]] | None = None
-    """memory=True: scope path -> [alloc, freed, peak, live, live at first exit, entries,
-    exits that grew] (format.MEMORY_METRICS' order), from the entries that closed while the
-    session was active (runtime/memory.py)."""
+    memory: bool = False
+    """memory=True: each entry of a main-thread scope that closed while the session was active
+    adds its allocator metrics (runtime/memory.py) to its node in the current phase."""
+    memory_peak: tuple[int, int] | None = None
+    """(scope path, bytes): the highest peak of any entry, over every phase (the deepest scope
+    among equal peaks: an outer scope's peak covers its children's), named at finalize."""
     keep_others: bool = False
     """A capture's: a file at its path that this process did not write stays (the profile
     goes beside it)."""
@@ -144,27 +151,28 @@ class Session:
                     self.spans.extend((path_id, a, b, thread) for a, b in pieces)
 
     def add_memory(self, path_id: int, m: Measured) -> None:
-        """One entry of a scope measured by runtime/memory.py (the main thread's)."""
+        """One entry of a scope measured by runtime/memory.py (the main thread's), onto its
+        node in the current phase: sums of bytes allocated and freed and of entries, the
+        highest peak, the live bytes at the last exit and at the first, and the exits at
+        which live bytes grew."""
         with self.lock:
-            if self.closed or self.memory is None:
+            if self.closed or not self.memory:
                 return
-            agg = self.memory.get(path_id)
-            if agg is None:
-                self.memory[path_id] = [m.alloc, m.freed, m.peak, m.live, m.live, 1, 0]
-                return
-            agg[0] += m.alloc
-            agg[1] += m.freed
-            agg[2] = max(agg[2], m.peak)
-            agg[6] += m.live > agg[3]
-            agg[3] = m.live
-            agg[5] += 1
-
-    def memory_metrics(self) -> dict[int, dict[str, int]]:
-        """The scopes' allocator metrics as the file holds them (own values: format.EXCLUSIVE)."""
-        with self.lock:
-            found = {p: list(v) for p, v in (self.memory or {}).items()}
-        return {p: {name + EXCLUSIVE: value for name, value in zip(MEMORY_METRICS, v)}
-                for p, v in found.items()}
+            node = self.nodes.setdefault(path_id, {})
+            live = node.get(_MEM_LIVE)
+            if live is None:
+                node.update(zip(_MEM_KEYS, (m.alloc, m.freed, m.peak, m.live, m.live, 1, 0)))
+            else:
+                node[_MEM_ALLOC] += m.alloc
+                node[_MEM_FREED] += m.freed
+                node[_MEM_PEAK] = max(node[_MEM_PEAK], m.peak)
+                node[_MEM_GREW] += m.live > live
+                node[_MEM_LIVE] = m.live
+                node[_MEM_COUNT] += 1
+            top = self.memory_peak
+            if top is None or m.peak > top[1] or (
+                    m.peak == top[1] and len(paths.names(path_id)) > len(paths.names(top[0]))):
+                self.memory_peak = (path_id, m.peak)
 
     def add(self, path_id: int, values: Mapping[str, float], fold: bool = True,
             typed: bool = False) -> None:
