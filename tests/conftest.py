@@ -35,14 +35,12 @@ def sanitized_helper(monkeypatch):
             monkeypatch.setattr(native, "FLAGS", native.FLAGS + SANITIZE)
 
 
-@pytest.fixture(autouse=True)
-def cuda_left_working(request) -> Iterator[None]:
+def pytest_runtest_teardown(item) -> None:
     """A gpu test that leaves the process's CUDA context faulted (an illegal address is sticky:
     every later CUDA call in the process fails) errors itself, not the next test that happens to
     synchronize. The profiler's own flush does not raise the job's CUDA errors."""
-    yield
     torch = sys.modules.get("torch")
-    if request.node.get_closest_marker("gpu") is None or torch is None \
+    if item.get_closest_marker("gpu") is None or torch is None \
             or not torch.cuda.is_initialized():
         return
     try:
