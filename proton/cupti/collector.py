@@ -581,6 +581,13 @@ class CuptiCollector:
         CUPTI's clock (the kernels'), the thread as threading.get_ident() names it."""
         return self.pipeline.take_wait_events()
 
+    @property
+    def wait_events_dropped(self) -> int:
+        """Waits not kept as events: more than native.WAIT_EVENTS_MAX between two takes."""
+        log = getattr(self.pipeline, "log", None)
+        return (log.wait_events_dropped if log is not None else 0) + \
+            self.python_syncs.events_dropped
+
     def watermark(self) -> int:
         """A CUPTI time before which every kernel record has come: the earliest start of the
         launches still waiting for theirs (made with kernel activity on: one made before may

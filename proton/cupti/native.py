@@ -611,7 +611,6 @@ class LaunchLog:
                 return out[:n, 0].tolist(), out[:n, 1].tolist(), out[:n, 2].tolist()
             cap = -n + 64
 
-
     def wait_events(self, on: bool) -> None:
         """Keep each wait as an event (take_wait_events) while on, besides its path's sums."""
         self._lib.proton_wait_events(int(on))

@@ -862,6 +862,9 @@ class Profiler:
                     f"{unlaunched} kernels had no launch record" * bool(unlaunched),
                     f"CUPTI dropped {dropped} records" * bool(dropped)]
             warn(f"the profile misses kernels: {', '.join(s for s in said if s)}")
+        if left_out := collector.wait_events_dropped:
+            warn(f"the trace misses {left_out} waits: more came between two CUPTI buffers "
+                 "than its wait log holds (2^20)")
         self.lost_kernels = 0
         self.window_end = None
 
