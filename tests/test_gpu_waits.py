@@ -1,13 +1,15 @@
-"""Waits and GPU idle time on a torch workload built to show them (issue 50, items 2 and 3):
-one `.item()` per step after a GPU sleep of known length, and a scope whose host sleeps
-between two launches. Run with `pytest -m gpu`."""
+"""Waits and GPU idle time on a torch workload built to show them (issue 50, items 2, 3 and
+5): one `.item()` per step after a GPU sleep of known length, and a scope whose host sleeps
+between two launches; in a trace, the wait on the main thread over the sleep it waited for.
+Run with `pytest -m gpu`."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
-from conftest import find
+from conftest import find, load
 
 pytestmark = pytest.mark.gpu
 
@@ -112,3 +114,36 @@ def test_a_host_sleep_between_launches_is_the_scopes_gpu_idle_time(profile_path)
     busy = find(root, "busy")["metrics"]
     assert busy[GPU_IDLE] < 0.05 * busy[SCOPE_WALL], busy
     assert GPU_IDLE not in root["metrics"]  # a node's own value: never summed up the tree
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_trace_shows_the_wait_on_the_main_thread_over_the_kernel_it_waited_for(
+        tmp_path, monkeypatch, native):
+    """A trace session: a GPU sleep of ~20 ms, then `.item()` inside a scope. The trace has
+    one long "wait" on the host's main thread, as long as the sleep (within 5%), and it spans
+    the sleep kernel's end (both on CUPTI's clock), with the C helper and without."""
+    monkeypatch.setenv("PROTON_NATIVE", native)
+    cycles, _ = _sleep_cycles(20.0)
+    x = torch.ones(1, device="cuda")
+    (x + 1).item()  # loaded and warm: the wait is the sleep's
+    name = str(tmp_path / "waits")
+    proton.start(name, data="trace")
+    try:
+        with proton.scope("step"):
+            torch.cuda._sleep(cycles)
+            (x + 1).item()
+    finally:
+        proton.finalize()
+    events = load(name + ".chrome_trace")["traceEvents"]
+    sleep = max((e for e in events if e["cat"] == "kernel"), key=lambda e: e["dur"])
+    waits = [e for e in events if e["cat"] == "wait"]
+    assert {(e["name"], e["pid"]) for e in waits} == {("wait", "host")}, waits
+    # .item() copies (cudaMemcpyAsync to the stack: pageable, it may hold the wait) and then
+    # synchronizes the stream (then a few us): one wait holds the sleep
+    long = [e for e in waits if e["dur"] > 0.5 * sleep["dur"]]
+    assert len(long) == 1, (waits, sleep)
+    wait = long[0]
+    assert wait["tid"] == threading.get_ident()
+    assert wait["args"]["call_stack"][-1] == "step"
+    assert wait["dur"] == pytest.approx(sleep["dur"], rel=0.05), (wait, sleep)
+    assert wait["ts"] <= sleep["ts"] + sleep["dur"] <= wait["ts"] + wait["dur"], (wait, sleep)

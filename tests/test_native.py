@@ -962,10 +962,13 @@ def test_every_exported_function_has_its_signature_from_native_c(cache):
     the built library, and matches the C parameter types."""
     sigs = native.signatures()
     lib = native.helper()
-    assert len(sigs) == 32  # 27 + the waits (sync configure, take, lost, own) and join_oldest
+    # 27 + the waits (sync configure, take, lost, own), join_oldest and the wait events (on,
+    # take, dropped)
+    assert len(sigs) == 35
     for name, (restype, argtypes) in sigs.items():
         assert getattr(lib, name).argtypes == argtypes and getattr(lib, name).restype == restype
     assert sigs["proton_join_path"] == (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64])
+    assert sigs["proton_wait_events_take"] == (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64])
     assert sigs["proton_python_api"] == (None, [ctypes.c_void_p] * 6)
     assert sigs["proton_walk_set"] == (None, [ctypes.c_void_p, ctypes.c_int64] * 2)
     assert sigs["proton_on_api"] == (None, [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
@@ -1052,8 +1055,9 @@ SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_e
              "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer",
              "test_a_main_thread_scope_pushes"]
 """The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers..."""
-SANITIZED_FILES = ["test_python_walk.py", "test_python_frameless.py"]
-"""... and these files whole: the python context's walk and frameless launches in C."""
+SANITIZED_FILES = ["test_python_walk.py", "test_python_frameless.py", "test_waits.py"]
+"""... and these files whole: the python context's walk and frameless launches in C, the
+waits' sums and events."""
 
 
 @pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")

@@ -286,6 +286,14 @@ class FakeCollector:
     def take_syncs(self) -> tuple[list, list, list]:
         return [], [], []
 
+    wait_events_dropped = 0
+
+    def wait_events(self, on: bool) -> None:
+        pass
+
+    def take_wait_events(self) -> list:
+        return []
+
     def watermark(self) -> int:
         return 0
 

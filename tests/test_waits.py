@@ -188,11 +188,13 @@ def _names() -> dict[int, dict[int, str]]:
                          (2, ("runtime_api_trace_cbid", "RuntimeApiTraceCbid")))}
 
 
-def _replay(collector, calls, push, pop, main_path) -> None:
+def _replay(collector, calls, push, pop, main_path, at=(7, 9, 5)) -> int:
     """The same calls whichever callback times them: a runtime sync with the driver's inside
     (counted once) under path 7; .item()'s cudaStreamSynchronize under 9 inside 7; a
     device sync outside any scope (the root); a worker thread's with no scope of its own (the
-    main thread's scope, 5)."""
+    main thread's scope, 5); `at` gives other paths for 7, 9 and 5. Returns the worker
+    thread's id."""
+    outer, inner_path, main = at
     stream = _cbid(collector, 2, "cudaStreamSynchronize_v3020")
     inner = _cbid(collector, 1, "cuStreamSynchronize")
     device = _cbid(collector, 2, "cudaDeviceSynchronize_v3020")
@@ -200,9 +202,9 @@ def _replay(collector, calls, push, pop, main_path) -> None:
     copy = _cbid(collector, 1, "cuMemcpyDtoH_v2")
     async_rt, async_drv = (next(c for c in collector.async_copy_cbids[d] if names[d][c] == n)
                            for d, n in ((2, "cudaMemcpyAsync_v3020"), (1, "cuMemcpyDtoHAsync_v2")))
-    push(7)
+    push(outer)
     calls.call(2, stream, 1000, 2000, during=lambda: calls.call(1, inner, 1010, 1990))
-    push(9)
+    push(inner_path)
     calls.call(2, stream, 3000, 3500)
     calls.call(1, copy, 3600, 3700)
     calls.call(2, async_rt, 3800, 3805)  # an asynchronous copy that returned at once
@@ -211,57 +213,57 @@ def _replay(collector, calls, push, pop, main_path) -> None:
     pop()
     pop()
     calls.call(2, device, 4000, 4100)
-    main_path(5)
+    main_path(main)
     worker = threading.Thread(target=lambda: calls.call(2, stream, 5000, 5400))
     worker.start()
     worker.join()
     collector.own_waits(True)  # the profiler's own synchronize (its flush): not the job's
     calls.call(2, device, 6000, 6900)
     collector.own_waits(False)
+    return worker.ident
 
 
 WANT = {7: (1000, 1), 9: (30_600, 3), 0: (100, 1), 5: (400, 1)}
 
 
-def _taken(taken) -> dict[int, tuple[int, int]]:
-    paths, ns, counts = taken
-    return {p: (t, n) for p, t, n in zip(paths, ns, counts)}
+def _want_events(worker: int, at=(7, 9, 5)) -> list[tuple[int, int, int, int]]:
+    """_replay's waits as a trace's events: (path, start, end, thread), in the order they ended."""
+    outer, inner, main = at
+    me = threading.get_ident()
+    return [(outer, 1000, 2000, me), (inner, 3000, 3500, me), (inner, 3600, 3700, me),
+            (inner, 10_000, 40_000, me), (0, 4000, 4100, me), (main, 5000, 5400, worker)]
 
 
-def test_the_c_callback_sums_each_synchronizing_call_on_the_path_that_waited(cache):
+def _c_replayer():
+    """A collector whose C launch log's callback `calls` drive, on `calls`' clock."""
+    from cupti import cupti
+
     from proton.cupti.collector import CuptiCollector
-    from proton.cupti.subscriber import CALLBACK
+    from proton.cupti.subscriber import CALLBACK, callback_fields
 
     collector = CuptiCollector([].extend, groups=lambda g, f, rows: None, native=True)
     calls = _Calls(None)
     clock = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))(calls.tick)
-    from cupti import cupti
-
-    from proton.cupti.subscriber import callback_fields
-
     collector._fields = callback_fields(cupti)
     log, _, _ = collector.pipeline.start(ctypes.cast(clock, ctypes.c_void_p).value)
-    forwarded = []
+    forwarded: list[int] = []
     python = CALLBACK(lambda userdata, domain, cbid, data: forwarded.append(cbid))
     log.configure(ctypes.cast(python, ctypes.c_void_p).value)
     log.sync_calls(collector.sync_cbids, collector.async_copy_cbids)
     collector.pipeline.enable(True)
     calls.callback = CALLBACK(log.callback)
-    _replay(collector, calls, log.push, log.pop, lambda p: log.main_path(p))
-    assert _taken(collector.take_syncs()) == WANT
-    assert forwarded == []  # the synchronizing calls stay in C
-    assert _taken(collector.take_syncs()) == {}  # taken whole
-    log.main_path(None)
+    calls.keep = (clock, python)  # alive while C holds them
+    return collector, log, calls, forwarded
 
 
-def test_the_python_callback_sums_the_same_as_the_c_one():
-    """Without the C helper the subscriber's Python callback times the same calls, placing
-    them where the context says the calling thread is."""
+def _python_replayer():
+    """A collector timing waits in Python (no C helper), `calls` driving its callback; the
+    shadow context's paths as `stack` (the main thread's scopes) and `main` say."""
     from proton.cupti.collector import CuptiCollector
     from proton.cupti.subscriber import CALLBACK
 
     stack: list[int] = []
-    main = [None]
+    main: list = [None]
 
     def launch_path(frame):  # the shadow context's: the thread's innermost scope
         if threading.current_thread() is threading.main_thread():
@@ -274,13 +276,174 @@ def test_the_python_callback_sums_the_same_as_the_c_one():
     collector = CuptiCollector([].extend, unscoped, native=False, launch_path=launch_path)
     calls = _Calls(None)
     collector.python_syncs._now = lambda: calls.now
-    passed = []
+    passed: list[int] = []
     calls.callback = CALLBACK(collector.python_syncs.wrap(
         lambda userdata, domain, cbid, data: passed.append(cbid)))
+    return collector, calls, stack, main, passed
+
+
+def _taken(taken) -> dict[int, tuple[int, int]]:
+    paths, ns, counts = taken
+    return {p: (t, n) for p, t, n in zip(paths, ns, counts)}
+
+
+def test_the_c_callback_sums_each_synchronizing_call_on_the_path_that_waited(cache):
+    collector, log, calls, forwarded = _c_replayer()
+    _replay(collector, calls, log.push, log.pop, lambda p: log.main_path(p))
+    assert _taken(collector.take_syncs()) == WANT
+    assert forwarded == []  # the synchronizing calls stay in C
+    assert _taken(collector.take_syncs()) == {}  # taken whole
+    assert collector.take_wait_events() == []  # no trace asked for them
+    log.main_path(None)
+
+
+def test_the_python_callback_sums_the_same_as_the_c_one():
+    """Without the C helper the subscriber's Python callback times the same calls, placing
+    them where the context says the calling thread is."""
+    collector, calls, stack, main, passed = _python_replayer()
     _replay(collector, calls, stack.append, stack.pop, lambda p: main.__setitem__(0, p))
     assert _taken(collector.take_syncs()) == WANT
+    assert collector.take_wait_events() == []  # no trace asked for them
     calls.call(1, 1, 10, 20)  # not a synchronizing call: handed on, enter and exit
     assert passed == [1, 1]
+
+
+def test_the_c_callback_keeps_each_wait_as_an_event_while_a_trace_asks(cache):
+    """With wait events on (a trace session is live), each wait is also kept whole: its path,
+    its enter and exit on CUPTI's clock and the thread that waited; the sums are unchanged.
+    Many more events than the take's first guess come back whole and in order; off, none."""
+    collector, log, calls, _ = _c_replayer()
+    collector.wait_events(True)
+    worker = _replay(collector, calls, log.push, log.pop, lambda p: log.main_path(p))
+    log.main_path(None)
+    assert collector.take_wait_events() == _want_events(worker)
+    assert _taken(collector.take_syncs()) == WANT
+    assert collector.take_wait_events() == []  # taken whole
+    device = _cbid(collector, 2, "cudaDeviceSynchronize_v3020")
+    for i in range(3000):
+        calls.call(2, device, 100_000 + 10 * i, 100_005 + 10 * i)
+    got = collector.take_wait_events()
+    assert [e[1] for e in got] == [100_000 + 10 * i for i in range(3000)]
+    assert {(e[0], e[2] - e[1]) for e in got} == {(0, 5)}
+    collector.wait_events(False)
+    calls.call(2, device, 200_000, 200_100)
+    assert collector.take_wait_events() == []
+    assert _taken(collector.take_syncs()) == {0: (3000 * 5 + 100, 3001)}
+    assert collector.wait_events_dropped == 0
+
+
+def test_the_python_callback_keeps_the_same_events_as_the_c_one(monkeypatch):
+    """The Python twin keeps the same events, bounded as the C log is (what is past the bound
+    is counted, not kept)."""
+    from proton.cupti import collector as collector_module
+
+    collector, calls, stack, main, _ = _python_replayer()
+    collector.wait_events(True)
+    worker = _replay(collector, calls, stack.append, stack.pop,
+                     lambda p: main.__setitem__(0, p))
+    assert collector.take_wait_events() == _want_events(worker)
+    assert _taken(collector.take_syncs()) == WANT
+    monkeypatch.setattr(collector_module, "WAIT_EVENTS_MAX", 2)
+    _replay(collector, calls, stack.append, stack.pop, lambda p: main.__setitem__(0, p))
+    assert len(collector.take_wait_events()) == 2
+    assert collector.wait_events_dropped == 4  # counted: said at the end
+    collector.wait_events(False)
+    _replay(collector, calls, stack.append, stack.pop, lambda p: main.__setitem__(0, p))
+    assert collector.take_wait_events() == []
+
+
+def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(cache):
+    """The profiler turns wait events on for a trace session and hands each wait, after a
+    buffer, to the traces active at its start: the trace's "host" process shows it on the
+    thread that waited, named after nothing but "wait", its call path in args; a tree
+    session keeps its sums alone; a trace resumed later sees only the later waits."""
+    from proton.data.paths import ROOT, SCOPE, paths
+    from proton.format import SYNC_COUNT, SYNC_TIME
+    from proton.runtime.profiler import Profiler
+    from proton.runtime.session import Session
+
+    outer = paths.intern(ROOT, "wait_outer", SCOPE)
+    inner = paths.intern(outer, "wait_inner", SCOPE)
+    main = paths.intern(ROOT, "wait_main", SCOPE)
+    at = (outer, inner, main)
+    collector, log, calls, _ = _c_replayer()
+    prof = Profiler()
+    prof.collector = collector
+    trace = Session(0, "t", "t.chrome_trace", "shadow", "trace", None)
+    tree = Session(1, "h", "h.hatchet", "shadow", "tree", None)
+    late = Session(2, "l", "l.chrome_trace", "shadow", "trace", None)
+    trace.resume(0)
+    tree.resume(0)
+    late.resume(4500)
+    prof.sessions.update({0: trace, 1: tree, 2: late})
+    prof._keep_wait_events()
+    worker = _replay(collector, calls, log.push, log.pop, lambda p: log.main_path(p), at)
+    log.main_path(None)
+    prof.take_waits()
+    want = _want_events(worker, at)
+    assert trace.waits == want
+    assert late.waits == [want[3], want[5]]  # those that began after 4500
+    assert tree.waits == [] and tree.nodes[inner] == {SYNC_TIME: 30_600, SYNC_COUNT: 3}
+    doc = prof._document(trace, trace.data_of(0), {})
+    waits = [e for e in doc["traceEvents"] if e["cat"] == "wait"]
+    me = threading.get_ident()
+    assert [(e["name"], e["ph"], e["pid"], e["tid"], e["ts"], e["dur"]) for e in waits] == [
+        ("wait", "X", "host", me, 0.0, 1.0), ("wait", "X", "host", me, 2.0, 0.5),
+        ("wait", "X", "host", me, 2.6, 0.1), ("wait", "X", "host", me, 3.0, 0.1),
+        ("wait", "X", "host", worker, 4.0, 0.4), ("wait", "X", "host", me, 9.0, 30.0)]
+    assert waits[1]["args"]["call_stack"] == ["ROOT", "wait_outer", "wait_inner"]
+    assert waits[3]["args"]["call_stack"] == ["ROOT"]
+    prof.sessions.clear()
+    prof._keep_wait_events()  # no trace left: off
+    calls.call(2, _cbid(collector, 2, "cudaDeviceSynchronize_v3020"), 50_000, 50_100)
+    assert collector.take_wait_events() == []
+
+
+def test_waits_stay_in_the_phase_they_began_in():
+    """A trace's waits go with its phases (proton.data.advance_phase, periodic flushing) as
+    its kernels do: each in the phase of its start."""
+    from proton.runtime.session import Session
+
+    s = Session(0, "t", "t.chrome_trace", "shadow", "trace", None)
+    s.resume(0)
+    s.add_wait(0, 100, 200, 1)
+    s.advance(1000)
+    s.add_wait(0, 500, 1500, 1)  # began before the phase did: the first one's
+    s.add_wait(0, 1200, 1300, 2)
+    assert s.data_of(0).waits == [(0, 100, 200, 1), (0, 500, 1500, 1)]
+    assert s.data_of(1).waits == [(0, 1200, 1300, 2)]
+    s.clear(0)
+    assert s.data_of(0) is None and s.data_of(1).waits == [(0, 1200, 1300, 2)]
+
+
+def test_a_wait_lines_up_with_the_kernel_it_waited_for_in_the_trace_and_its_merge(tmp_path):
+    """build_trace: the kernel on its GPU's stream, the wait on the host's thread, both in us
+    from the first event on one clock; proton-viewer --output trace keeps the wait on the
+    rank's host track."""
+    from proton.cupti.attribution import KernelRecord
+    from proton.data import writer
+    from proton.data.paths import ROOT, SCOPE, paths
+    from proton.viewer.traces import merge_traces
+
+    step = paths.intern(ROOT, "wait_step", SCOPE)
+    kernel = KernelRecord(1, "sleep", 0, 10_000, 20_010_000, stream_id=7)
+    doc = writer.build_trace([(step, kernel)], waits=[(step, 15_000, 20_020_000, 1234)],
+                             job={"rank": 1})
+    got = {e["cat"]: e for e in doc["traceEvents"]}
+    assert got["wait"] == {"name": "wait", "cat": "wait", "ph": "X", "pid": "rank 1 host",
+                           "tid": 1234, "ts": 5.0, "dur": 20_005.0,
+                           "args": {"call_stack": ["ROOT", "wait_step"]}}
+    assert got["kernel"]["pid"] == "rank 1 GPU 0" and got["kernel"]["ts"] == 0.0
+    wait, k = got["wait"], got["kernel"]
+    assert wait["ts"] <= k["ts"] + k["dur"] <= wait["ts"] + wait["dur"]
+    path = tmp_path / "w.rank1.chrome_trace"
+    path.write_text(json.dumps(doc))
+    text, errors, _ = merge_traces([str(path)])
+    merged = json.loads(text)["traceEvents"]
+    assert errors == []
+    [wait] = [e for e in merged if e.get("cat") == "wait"]
+    names = {e["pid"]: e["args"]["name"] for e in merged if e.get("name") == "process_name"}
+    assert names[wait["pid"]] == "rank 1 host" and wait["tid"] == 1234
 
 
 def test_viewer_derives_waits_and_idle_share(tmp_path):

@@ -34,7 +34,7 @@ from ..format import COPY_NAMES
 from ..report import callback_failed, debug, debugging, warn
 from . import records
 from .attribution import Attributor, GroupSink, KernelSink, LaunchConfigs, Unscoped
-from .native import ASYNC_WAIT_NS
+from .native import ASYNC_WAIT_NS, WAIT_EVENTS_MAX
 from .pipeline import Pipeline, choose
 from .records import ApiFields, KernelFields
 from .subscriber import caller, cupti_enum, passes_on
@@ -572,6 +572,22 @@ class CuptiCollector:
         """(paths, ns, counts): the CPU's time in synchronizing calls since the last take."""
         return self.pipeline.take_syncs()
 
+    def wait_events(self, on: bool) -> None:
+        """While on, each wait is also kept as an event (take_wait_events), for a trace."""
+        self.pipeline.wait_events(on)
+
+    def take_wait_events(self) -> list[tuple[int, int, int, int]]:
+        """The waits kept as events since the last take: (path, start, end, thread id), on
+        CUPTI's clock (the kernels'), the thread as threading.get_ident() names it."""
+        return self.pipeline.take_wait_events()
+
+    @property
+    def wait_events_dropped(self) -> int:
+        """Waits not kept as events: more than native.WAIT_EVENTS_MAX between two takes."""
+        log = getattr(self.pipeline, "log", None)
+        return (log.wait_events_dropped if log is not None else 0) + \
+            self.python_syncs.events_dropped
+
     def watermark(self) -> int:
         """A CUPTI time before which every kernel record has come: the earliest start of the
         launches still waiting for theirs (made with kernel activity on: one made before may
@@ -824,6 +840,11 @@ class PythonSyncs:
         self._sums: dict[int, list[int]] = {}
         self._lock = threading.Lock()
         self.on = True
+        self.keep_events = False
+        """Each wait is also kept as an event (take_events) for a trace."""
+        self._events: list[tuple[int, int, int, int]] = []
+        self.events_dropped = 0
+        """Events not kept: past native.WAIT_EVENTS_MAX held (as the C log bounds them)."""
         self.launches: set[tuple[int, int]] = set()
         """(domain, cbid) of the calls the wrapped callback takes as launches (copies among
         them): passed on to it besides being timed."""
@@ -865,6 +886,12 @@ class PythonSyncs:
                     got = sums.setdefault(path, [0, 0])
                     got[0] += ns
                     got[1] += 1
+                    if self.keep_events:
+                        if len(self._events) < WAIT_EVENTS_MAX:
+                            self._events.append((path, local.start, local.start + ns,
+                                                 threading.get_ident()))
+                        else:
+                            self.events_dropped += 1
             except BaseException as exc:
                 callback_failed("in the wait callback", exc, [])
 
@@ -882,3 +909,9 @@ class PythonSyncs:
             items = list(self._sums.items())
             self._sums.clear()
         return [p for p, _ in items], [v[0] for _, v in items], [v[1] for _, v in items]
+
+    def take_events(self) -> list[tuple[int, int, int, int]]:
+        """The waits kept as events since the last take: (path, start, end, thread)."""
+        with self._lock:
+            events, self._events = self._events, []
+        return events

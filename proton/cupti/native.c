@@ -1030,16 +1030,22 @@ PROTON_API int64_t proton_main_path_now(void) {
     return __atomic_load_n(&main_path, __ATOMIC_RELAXED);
 }
 
-/* `width` words onto `log`, under the mutex. */
-static void log_append(proton_log *log, const int64_t *entry, int64_t width) {
-    pthread_mutex_lock(&log_mutex);
+/* `width` words onto `log`, the mutex held; -1 when it could not grow. */
+static int log_push(proton_log *log, const int64_t *entry, int64_t width) {
     if (log->n == log->cap) {
         int64_t cap = log->cap ? 2 * log->cap : 4096;
         int64_t *grown = (int64_t *)realloc(log->data, (size_t)(cap * width) * sizeof(int64_t));
-        if (!grown) { log_lost++; pthread_mutex_unlock(&log_mutex); return; }
+        if (!grown) return -1;
         log->data = grown; log->cap = cap;
     }
     memcpy(log->data + log->n++ * width, entry, (size_t)width * sizeof(int64_t));
+    return 0;
+}
+
+/* `width` words onto `log`, under the mutex. */
+static void log_append(proton_log *log, const int64_t *entry, int64_t width) {
+    pthread_mutex_lock(&log_mutex);
+    if (log_push(log, entry, width) != 0) log_lost++;
     pthread_mutex_unlock(&log_mutex);
 }
 
@@ -1060,14 +1066,22 @@ static __thread int32_t tls_sync; /* synchronizing calls entered and not yet lef
 static __thread uint64_t tls_sync_start; /* the outermost one's enter time (0: before logging) */
 static __thread int32_t tls_sync_kind; /* the outermost one's flag: 1 waits, 2 may wait */
 static __thread int32_t tls_sync_own; /* the profiler's own wait (its flush): not the job's */
+/* Each wait as an event for a trace (while wait_events_on): (path, start, end, thread), the
+   times on CUPTI's clock, the thread pthread_self() (Python's threading.get_ident()). Taken
+   after each buffer; WAIT_EVENTS_MAX bounds it should no one take them. */
+#define WAIT_FIELDS 4
+#define WAIT_EVENTS_MAX (1 << 20)
+static int wait_events_on;
+static proton_log wait_events;
+static int64_t wait_events_dropped; /* events not kept: the log full, or no memory */
 #define ASYNC_WAIT_NS 20000 /* an asynchronous copy that held its thread this long waited */
 
 /* The synchronizing calls of the driver (domain 1) and runtime (2): flags[cbid] 1 for a call
    that waits for the GPU (a synchronization, a synchronous copy), 2 for an asynchronous copy,
    which waits for the stream's earlier work when its host memory is pageable (torch's
    `.cpu()`): counted only when it held the thread ASYNC_WAIT_NS or more (a pinned one
-   returns in a few us). Set before the subscription's callbacks are enabled; earlier sums are
-   dropped. */
+   returns in a few us). Set before the subscription's callbacks are enabled; earlier sums and
+   wait events are dropped, and events are off. */
 PROTON_API int proton_sync_configure(const uint8_t *flags1, int64_t n1, const uint8_t *flags2,
                                      int64_t n2) {
     const uint8_t *given[DOMAINS] = {NULL, flags1, flags2};
@@ -1088,6 +1102,8 @@ PROTON_API int proton_sync_configure(const uint8_t *flags1, int64_t n1, const ui
     }
     for (int64_t i = 0; i < sync_sums.cap; i++) sync_sums.slots[i * 3] = EMPTY;
     sync_sums.live = 0; sync_sums.far = 0; sync_lost = 0;
+    wait_events.n = 0; wait_events_dropped = 0;
+    __atomic_store_n(&wait_events_on, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&log_mutex);
     return 0;
 }
@@ -1129,7 +1145,35 @@ static void on_sync(const proton_config *c, const uint8_t *d, int kind) {
     if (s) { s[1] += ns; s[2] += 1; }
     else if (sync_sums.slots && (s = map_put(&sync_sums, path)) != NULL) { s[1] = ns; s[2] = 1; }
     else sync_lost++;
+    if (__atomic_load_n(&wait_events_on, __ATOMIC_ACQUIRE)) {
+        int64_t event[WAIT_FIELDS] = {path, (int64_t)tls_sync_start, (int64_t)end,
+                                      (int64_t)pthread_self()};
+        if (wait_events.n >= WAIT_EVENTS_MAX || log_push(&wait_events, event, WAIT_FIELDS))
+            wait_events_dropped++;
+    }
     pthread_mutex_unlock(&log_mutex);
+}
+
+/* Keep each wait as an event (on) for a trace, or not (off: those kept stay to be taken). */
+PROTON_API void proton_wait_events(int on) {
+    __atomic_store_n(&wait_events_on, on, __ATOMIC_RELEASE);
+}
+
+/* The wait events since the last take, (path, start, end, thread) into `out` (room for `cap`);
+   returns how many, or minus how many there are when `cap` is too small (nothing taken). */
+PROTON_API int64_t proton_wait_events_take(int64_t *out, int64_t cap) {
+    pthread_mutex_lock(&log_mutex);
+    int64_t n = wait_events.n;
+    if (n > cap) { pthread_mutex_unlock(&log_mutex); return -n; }
+    if (n) memcpy(out, wait_events.data, (size_t)(n * WAIT_FIELDS) * sizeof(int64_t));
+    wait_events.n = 0;
+    pthread_mutex_unlock(&log_mutex);
+    return n;
+}
+
+/* Wait events not kept (the log full or no memory) since the last proton_sync_configure. */
+PROTON_API int64_t proton_wait_events_dropped(void) {
+    return __atomic_load_n(&wait_events_dropped, __ATOMIC_RELAXED);
 }
 
 /* The sums since the last take, as (path, ns, count) triples into `out` (room for `cap`);

@@ -611,9 +611,32 @@ class LaunchLog:
                 return out[:n, 0].tolist(), out[:n, 1].tolist(), out[:n, 2].tolist()
             cap = -n + 64
 
+    def wait_events(self, on: bool) -> None:
+        """Keep each wait as an event (take_wait_events) while on, besides its path's sums."""
+        self._lib.proton_wait_events(int(on))
+
+    def take_wait_events(self) -> list[tuple[int, int, int, int]]:
+        """The waits kept as events since the last take: (path, start, end, thread), CUPTI's
+        clock, the thread as threading.get_ident() names it."""
+        cap = 1024
+        while True:
+            out = np.empty((cap, 4), dtype=np.int64)
+            n = int(self._lib.proton_wait_events_take(out.ctypes.data, cap))
+            if n >= 0:
+                return [tuple(row) for row in out[:n].tolist()]
+            cap = -n + 1024
+
+    @property
+    def wait_events_dropped(self) -> int:
+        """Wait events not kept (their log full, or no memory) since sync_calls."""
+        return int(self._lib.proton_wait_events_dropped())
+
 
 ASYNC_WAIT_NS = 20_000
 """native.c's: an asynchronous copy whose call held its thread this long waited for the GPU."""
+
+WAIT_EVENTS_MAX = 1 << 20
+"""native.c's: the wait events held at most between two takes (32 MiB in C)."""
 
 
 def _flags(calls, copies) -> np.ndarray:

@@ -88,6 +88,12 @@ class Pipeline(Protocol):
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
         """(paths, ns, counts): time spent in synchronizing calls since the last take."""
 
+    def wait_events(self, on: bool) -> None:
+        """Keep each wait as an event (for a trace) while on."""
+
+    def take_wait_events(self) -> list[tuple[int, int, int, int]]:
+        """The waits kept as events since the last take: (path, start, end, thread id)."""
+
     launches: int
     """Launch records it joined itself."""
     kernels: int
@@ -193,6 +199,12 @@ class PythonPipeline:
 
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
         return self._c.python_syncs.take()
+
+    def wait_events(self, on: bool) -> None:
+        self._c.python_syncs.keep_events = on
+
+    def take_wait_events(self) -> list[tuple[int, int, int, int]]:
+        return self._c.python_syncs.take_events()
 
     def finish(self, since: int = 0, until: int | None = None) -> int:
         return 0
@@ -459,6 +471,17 @@ class NativePipeline:
         if self.log is None:
             return self._c.python_syncs.take()
         return self.log.take_syncs()
+
+    def wait_events(self, on: bool) -> None:
+        if self.log is None:
+            self._c.python_syncs.keep_events = on
+        else:
+            self.log.wait_events(on)
+
+    def take_wait_events(self) -> list[tuple[int, int, int, int]]:
+        if self.log is None:
+            return self._c.python_syncs.take_events()
+        return self.log.take_wait_events()
 
     def finish(self, since: int = 0, until: int | None = None) -> int:
         c = self._c

@@ -158,22 +158,25 @@ class WarpSpan(NamedTuple):
 
 def build_trace(events: list[tuple[int, Any]],
                 spans: Sequence[tuple[int, int, int, int]] = (), job: dict | None = None,
-                intra: Sequence[WarpSpan] = ()) -> dict:
+                intra: Sequence[WarpSpan] = (), *,
+                waits: Sequence[tuple[int, int, int, int]] = ()) -> dict:
     """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
     any record with name, device_id, stream_id, start and end (ns): one event per kernel, on a
     process per device and a thread per stream. `spans`: scopes timed on the host, as (path
-    id, start, end, thread id), on a process "host" with a thread per thread. Times in us
+    id, start, end, thread id), on a process "host" with a thread per thread. `waits`: the
+    CPU blocked on the GPU (path id, start, end, thread id; the kernels' clock), events named
+    "wait" (category "wait") on the thread that waited, in the "host" process. Times in us
     from the first event; the call path in args. `intra`: kernel scopes
     (backend="instrumentation"), laid out as Triton's Proton writes them (see _intra_events).
 
     Processes are named by their pid, a string ("GPU 0", "rank 1 GPU 0", "host"), which
     Perfetto and chrome://tracing show as the process's name: no metadata ("M") events, so
-    the events are the kernels and spans alone, as in Triton's traces. OTHER_DATA holds
+    the events are the kernels, spans and waits alone, as in Triton's traces. OTHER_DATA holds
     `job` and T0_NS, the clock at time 0, which lines up a job's ranks when their traces are
     merged (proton-viewer --output trace); `baseTimeNanoseconds` says the same to trace tools
     that merge with torch.profiler's traces, as Triton's Proton writes it."""
     t0 = min([rec.start for _, rec in events] + [span[1] for span in spans]
-             + [span.origin_ns for span in intra], default=0)
+             + [wait[1] for wait in waits] + [span.origin_ns for span in intra], default=0)
     job = job or {}
     who = f"rank {job['rank']} " if job.get("rank") is not None else ""
     stacks: dict[int, list[str]] = {}
@@ -197,6 +200,10 @@ def build_trace(events: list[tuple[int, Any]],
         out.append({"name": names[-1], "cat": "scope", "ph": "X", "pid": f"{who}host",
                     "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
                     "args": {"call_stack": names}})
+    for path, start, end, thread in sorted(waits, key=lambda w: w[1]):
+        out.append({"name": "wait", "cat": "wait", "ph": "X", "pid": f"{who}host",
+                    "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
+                    "args": {"call_stack": stack(path)}})
     if intra:
         out += _intra_events(intra, t0, who, stack)
     # the facts first: a later writer of the same name reads them from the file's head

@@ -95,6 +95,8 @@ class Profiler:
         """A forked child's copy of its parent's collector: kept, never used nor freed."""
         self._cuda_forked = False
         """Forked after the parent started CUDA, which cannot serve this process."""
+        self._wait_events = False
+        """The collector keeps each wait as an event (for a trace session)."""
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
@@ -177,6 +179,7 @@ class Profiler:
             self._next_id += 1
             self.sessions[session.id] = session
             self.recording = True
+            self._keep_wait_events()
             self._activate(session)
             if not self._atexit:
                 atexit.register(self._finalize_at_exit)
@@ -219,6 +222,7 @@ class Profiler:
         self.command_line = False  # the `proton` command's session is the parent's
         self._inherited, self.collector = self.collector, None  # CUPTI's state is the parent's
         self.idle = None
+        self._wait_events = False
         if self._gpu:  # cuInit was done
             self._gpu, self._cuda_forked = None, True
         self.lost_kernels = 0
@@ -399,6 +403,7 @@ class Profiler:
     def _closed(self) -> None:
         """Sessions were closed: with none left, CUPTI is released. Under the lock."""
         self.recording = bool(self.sessions)
+        self._keep_wait_events()
         if not self.sessions:
             if self.collector is not None:
                 t0 = time.monotonic()
@@ -417,6 +422,7 @@ class Profiler:
         with self._lock:
             if self.collector is not None:
                 self.collector.flush(timeout_s=2.0)
+                self.take_waits()
             devices = self._device_table()
             docs = [(s, self._document(s, s.data_of(s.phase), devices))
                     for s in list(self.sessions.values())]
@@ -446,8 +452,8 @@ class Profiler:
             if self.collector is not None:
                 self.lost_kernels += self.collector.flush()
             devices = self._device_table()
-            docs = [(s, self._document(s, Phase(s.nodes, s.events, s.spans), devices))
-                    for s in targets]
+            docs = [(s, self._document(s, Phase(s.nodes, s.events, s.spans, s.waits),
+                                       devices)) for s in targets]
         for s, doc in docs:
             for path in self._write_job(s, doc, merge_only=True):
                 warn(f"wrote {path}")
@@ -515,6 +521,7 @@ class Profiler:
         and only when `final`: a serving loop's advance_phase gets a warning)."""
         if self.collector is not None:
             self.collector.flush()
+            self.take_waits()
         phases = sorted(s.earlier) + ([s.phase] if final else [])
         stem, _ = os.path.splitext(s.path)
         written, failed = [], []
@@ -541,10 +548,10 @@ class Profiler:
         """The file's document of one phase's data (Session.data_of) of `s`."""
         who = s.job.fields() if s.job else None
         if data is None:
-            data = Phase({}, [], [])
+            data = Phase({}, [], [], [])
         if s.data == "trace":  # an instrumentation trace: the kernels' scopes, not the kernels
             events = [] if s.only_kernels is not None else data.events
-            return writer.build_trace(events, data.spans, who, s.intra)
+            return writer.build_trace(events, data.spans, who, s.intra, waits=data.waits)
         with s.lock:
             notes = dict(s.notes)
         return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),
@@ -577,8 +584,8 @@ class Profiler:
             return written
         with session.lock:
             session.closed = True
-        doc = self._document(session, Phase(session.nodes, session.events, session.spans),
-                             devices)
+        now = Phase(session.nodes, session.events, session.spans, session.waits)
+        doc = self._document(session, now, devices)
         path, encoding = session.path, "json"
         if output_format == "hatchet_msgpack":
             path, encoding = os.path.splitext(path)[0] + ".hatchet_msgpack", "msgpack"
@@ -833,6 +840,7 @@ class Profiler:
         collector = cast("CuptiCollector", self.collector)  # called while one collects
         self.collector = None
         self.idle = None
+        self._wait_events = False
         collector.stop()
         self.timeline.clear()
         # kernels whose launch was never taken, inside a window (none finalized: no file)
@@ -849,6 +857,9 @@ class Profiler:
                     f"{unlaunched} kernels had no launch record" * bool(unlaunched),
                     f"CUPTI dropped {dropped} records" * bool(dropped)]
             warn(f"the profile misses kernels: {', '.join(s for s in said if s)}")
+        if left_out := collector.wait_events_dropped:
+            warn(f"the trace misses {left_out} waits: more came between two CUPTI buffers "
+                 "than its wait log holds (2^20)")
         self.lost_kernels = 0
         self.window_end = None
 
@@ -863,8 +874,9 @@ class Profiler:
     # -- waits and idle time ------------------------------------------------------------------
     def take_waits(self) -> None:
         """The waits summed since the last take, onto the active sessions; the scope entries
-        whose records have all come, judged and onto the sessions active at their start. After
-        each CUPTI buffer (CUPTI's thread) and at each flush."""
+        whose records have all come, judged and onto the sessions active at their start; each
+        wait as an event onto the traces active at its start. After each CUPTI buffer
+        (CUPTI's thread) and at each flush."""
         collector, idle = self.collector, self.idle
         if collector is None:
             return
@@ -874,8 +886,23 @@ class Profiler:
             for path, t, n in zip(paths_, ns, counts):
                 for s in active:
                     s.add(path, {SYNC_TIME: t, SYNC_COUNT: n}, fold=False)
+        if self._wait_events:
+            traces = [s for s in list(self.sessions.values()) if s.traces_waits]
+            for path, start, end, thread in collector.take_wait_events():
+                for s in traces:
+                    if s.active_at(start):
+                        s.add_wait(path, start, end, thread)
         if idle is not None:
             self.add_idle(idle.advance(collector.watermark()))
+
+    def _keep_wait_events(self) -> None:
+        """Waits are kept as events while a live session's trace shows them (Session.
+        traces_waits). Under the lock."""
+        on = self.collector is not None and any(s.traces_waits for s in self.sessions.values())
+        if on != self._wait_events:
+            if self.collector is not None:
+                self.collector.wait_events(on)
+            self._wait_events = on
 
     def add_idle(self, judged: Judged | None) -> None:
         """Judged scope entries (runtime/idle.py) onto each session active at their start:

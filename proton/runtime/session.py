@@ -23,11 +23,12 @@ _MEM_ALLOC, _MEM_FREED, _MEM_PEAK, _MEM_LIVE, _MEM_LIVE_FIRST, _MEM_COUNT, _MEM_
 
 @dataclass(slots=True)
 class Phase:
-    """One phase's data (see Session.nodes, events, spans)."""
+    """One phase's data (see Session.nodes, events, spans, waits)."""
 
     nodes: dict[int, dict[str, float]]
     events: list
     spans: list
+    waits: list
 
 
 @dataclass(slots=True)
@@ -59,6 +60,9 @@ class Session:
     """Every kernel with its path id (data="trace")."""
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)
     """Scopes timed on the host: (path id, start ns, end ns, thread id) (data="trace")."""
+    waits: list[tuple[int, int, int, int]] = field(default_factory=list)
+    """The CPU blocked on the GPU: (path id, start ns, end ns, thread id) on the kernels' clock
+    (data="trace", while a collector runs)."""
     launch: dict[int, dict[int, int]] = field(default_factory=dict)
     """Kernel node -> {launch configuration number: GPU ns} (data="tree")."""
     notes: dict[int, str] = field(default_factory=dict)
@@ -149,6 +153,20 @@ class Session:
             with self.lock:
                 if not self.closed:
                     self.spans.extend((path_id, a, b, thread) for a, b in pieces)
+
+    @property
+    def traces_waits(self) -> bool:
+        """Its trace shows the waits: a trace of kernels (an instrumentation trace holds the
+        kernels' scopes alone, as Triton's)."""
+        return self.data == "trace" and self.only_kernels is None
+
+    def add_wait(self, path_id: int, start: int, end: int, thread: int) -> None:
+        """The CPU blocked on the GPU on `thread` from `start` to `end` (CUPTI's clock), in
+        the phase it began in (data="trace")."""
+        with self.lock:
+            phase = self._phase_from(start)
+            if phase is not None:
+                phase.waits.append((path_id, start, end, thread))
 
     def add_memory(self, path_id: int, m: Measured) -> None:
         """One entry of a scope measured by runtime/memory.py (the main thread's), onto its
@@ -244,7 +262,7 @@ class Session:
             return None
         if ts is not None and ts < self.phase_starts[-1]:
             return self.earlier.get(self.phase_at(ts))
-        return Phase(self.nodes, self.events, self.spans)
+        return Phase(self.nodes, self.events, self.spans, self.waits)
 
     def _count(self, nodes: dict, path_id: int, device: int, ns: int, count: int,
                configs: dict[int, int], copied: int = 0) -> None:
@@ -266,8 +284,8 @@ class Session:
     def advance(self, now: int) -> int:
         """Start the next phase at `now`; the finished one waits in `earlier`."""
         with self.lock:
-            self.earlier[self.phase] = Phase(self.nodes, self.events, self.spans)
-            self.nodes, self.events, self.spans = {}, [], []
+            self.earlier[self.phase] = Phase(self.nodes, self.events, self.spans, self.waits)
+            self.nodes, self.events, self.spans, self.waits = {}, [], [], []
             self.phase += 1
             self.phase_starts.append(now)
             return self.phase
@@ -277,20 +295,20 @@ class Session:
         with self.lock:
             found: Phase | None
             if phase == self.phase:
-                found = Phase(self.nodes, self.events, self.spans)
+                found = Phase(self.nodes, self.events, self.spans, self.waits)
             else:
                 found = self.earlier.get(phase)
             if found is None:
                 return None
             return Phase({p: dict(v) for p, v in found.nodes.items()}, list(found.events),
-                         list(found.spans))
+                         list(found.spans), list(found.waits))
 
     def clear(self, phase: int, up_to: bool = False) -> None:
         with self.lock:
             for p in [p for p in self.earlier if p == phase or (up_to and p <= phase)]:
                 del self.earlier[p]
             if phase == self.phase or (up_to and phase >= self.phase):
-                self.nodes, self.events, self.spans = {}, [], []
+                self.nodes, self.events, self.spans, self.waits = {}, [], [], []
 
     def _kernel_node(self, path_id: int, device_id: int, nodes: dict | None = None) -> dict:
         nodes = self.nodes if nodes is None else nodes
