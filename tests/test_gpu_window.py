@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from conftest import kernels  # copies and sets are not kernels
+
 from test_gpu_matrix import _capture, _job, _listening, record, reference, step_kernels  # noqa: F401
 
 pytestmark = pytest.mark.gpu
@@ -74,7 +76,7 @@ def _captures(folder, job: subprocess.Popen, per_step: float, name: str) -> list
         assert files, f"capture {i} wrote nothing: {said}"
         under_step, scopes = step_kernels(files[0])
         with open(files[0]) as f:
-            everywhere = sum(k["metrics"].get("count", 0) for k in _kernels(json.load(f)[0]))
+            everywhere = sum(k["metrics"].get("count", 0) for k in kernels(json.load(f)[0]))
         expected = n * per_step if how == "steps" else None
         warned = [line for line in said.splitlines() if any(w in line for w in LOST)]
         record(f"edge/{name}/{i}:--{how} {n}", kernels=under_step, everywhere=everywhere,
@@ -87,13 +89,6 @@ def _captures(folder, job: subprocess.Popen, per_step: float, name: str) -> list
             wrong.append(f"capture {i} (--{how} {n}): {under_step} of {everywhere} kernels "
                          "under the step scope")
     return wrong
-
-
-def _kernels(node: dict):
-    for child in node["children"]:
-        if "device_type" in child["metrics"]:
-            yield child
-        yield from _kernels(child)
 
 
 def _stop(folder, job: subprocess.Popen) -> list[str]:

@@ -247,3 +247,26 @@ def test_proton_data_is_reachable_as_an_attribute_in_a_fresh_interpreter():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["None", "min"]
+
+
+def test_a_scope_entry_judged_after_a_phase_ended_goes_to_the_phase_it_began_in(tmp_path):
+    """Idle time is judged when every record of an entry has come, often after advance_phase
+    (periodic flushing): each entry's gpu_idle and scope_wall go to the phase it began in, as
+    a kernel goes to its launch's, not to the phase current when it was judged."""
+    import numpy as np
+
+    from proton.format import EXCLUSIVE, GPU_IDLE, SCOPE_WALL
+    from proton.runtime.idle import Judged
+    from proton.runtime.profiler import Profiler
+    from proton.runtime.session import Session
+
+    s = Session(1, "x", str(tmp_path / "x.hatchet"), "shadow", "tree", None)
+    s.intervals = [[0, -1]]
+    s.advance(now=200)  # phase 1 from 200 on
+    p = Profiler()
+    p.sessions = {1: s}
+    p.add_idle(Judged(np.array([7, 7, 7]), np.array([50, 150, 250]), np.array([100, 40, 10]),
+                      np.array([60, 20, 5])))
+    idle, wall = GPU_IDLE + EXCLUSIVE, SCOPE_WALL + EXCLUSIVE
+    assert s.data_of(0).nodes[7] == {idle: 80, wall: 140}
+    assert s.data_of(1).nodes[7] == {idle: 5, wall: 10}

@@ -923,12 +923,19 @@ class Profiler:
             inside &= judged.idles < judged.walls
             if not inside.any():
                 continue
-            paths_, where = np.unique(judged.paths[inside], return_inverse=True)
+            # summed per path and phase: an entry goes to the phase it began in, as a kernel
+            # goes to its launch's (an entry judged after advance_phase is the earlier phase's)
+            starts = judged.starts[inside]
+            phase = np.searchsorted(np.asarray(s.phase_starts), starts, side="right")
+            keys = np.stack((phase, judged.paths[inside]), axis=1)
+            keys, first, where = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+            where = where.reshape(-1)
             walls = np.bincount(where, judged.walls[inside].astype(float))
             idles = np.bincount(where, judged.idles[inside].astype(float))
-            for path, wall, idle in zip(paths_.tolist(), walls.tolist(), idles.tolist()):
+            for (_, path), at, wall, idle in zip(keys.tolist(), starts[first].tolist(),
+                                                 walls.tolist(), idles.tolist()):
                 s.add(path, {GPU_IDLE + EXCLUSIVE: int(idle), SCOPE_WALL + EXCLUSIVE: int(wall)},
-                      fold=False)
+                      fold=False, at=at)
 
     def scope_left(self, idle: IdleTracker) -> None:
         """A main-thread scope whose entry `idle` timed was left (context/frames.py)."""

@@ -193,16 +193,18 @@ class Session:
                 self.memory_peak = (path_id, m.peak)
 
     def add(self, path_id: int, values: Mapping[str, float], fold: bool = True,
-            typed: bool = False) -> None:
+            typed: bool = False, at: int | None = None) -> None:
         """`fold`: False on CUPTI's thread, where no GPU work may be launched (see
         data.metrics.DeviceValue). `typed`: user metrics, which keep the type they were first
-        given on a node (ScopeError, adding none of `values`, for one that changes it)."""
+        given on a node (ScopeError, adding none of `values`, for one that changes it). `at`:
+        a CUPTI time, to add to the phase it fell in (None: the current one)."""
         if self.data == "trace":
             return  # a trace holds kernels only
         with self.lock:
-            if self.closed:
+            phase = self._phase_from(at)
+            if phase is None:
                 return
-            node = self.nodes.setdefault(path_id, {})
+            node = phase.nodes.setdefault(path_id, {})
             if typed:
                 self._check_types(node, values)
             for key, value in values.items():
