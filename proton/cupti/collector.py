@@ -797,7 +797,7 @@ def copy_kernels(memcpy: Sequence, peer: Sequence, memset: Sequence) -> tuple[np
     (records.Kernel): named -1 - their records.CopyName, no launch configuration but their
     bytes in the shared memory column, as native.c's copy_row makes them."""
     CF, SF, N = records.CopyFields, records.SetFields, records.CopyName
-    columns = []
+    columns: list[tuple[list, int, np.ndarray]] = []  # (columns, graph node's, names)
     for c in (memcpy, peer):
         c = [a.astype(np.int64, copy=False) for a in c]
         kind, src, dst = c[CF.copy_kind], c[CF.src_kind], c[CF.dst_kind]
@@ -809,16 +809,14 @@ def copy_kernels(memcpy: Sequence, peer: Sequence, memset: Sequence) -> tuple[np
         htod, dtoh = kind == records.CopyKind.htod, kind == records.CopyKind.dtoh
         name[htod] = np.where(src[htod] == pageable, N.htod_pageable, N.htod_pinned)
         name[dtoh] = np.where(dst[dtoh] == pageable, N.dtoh_pageable, N.dtoh_pinned)
-        columns.append((c[CF.correlation_id], -1 - name, c[CF.device_id], c[CF.start],
-                        c[CF.end], c[CF.stream_id], c[CF.bytes], c[CF.graph_node_id]))
+        columns.append((c, CF.graph_node_id, -1 - name))
     s = [a.astype(np.int64, copy=False) for a in memset]
-    columns.append((s[SF.correlation_id], np.full(len(s[0]), -1 - N.memset, dtype=np.int64),
-                    s[SF.device_id], s[SF.start], s[SF.end], s[SF.stream_id], s[SF.bytes],
-                    s[SF.graph_node_id]))
+    columns.append((s, SF.graph_node_id, np.full(len(s[0]), -1 - N.memset, dtype=np.int64)))
     out = []
-    for corr, name, device, start, end, stream, size, node in columns:
-        zero = np.zeros(len(corr), dtype=np.int64)
-        out.append((corr, name, device, start, end, stream, zero, zero, zero, size, node))
+    for c, node, name in columns:  # a set's other columns sit where a copy's do (SetFields)
+        zero = np.zeros(len(name), dtype=np.int64)
+        out.append((c[CF.correlation_id], name, c[CF.device_id], c[CF.start], c[CF.end],
+                    c[CF.stream_id], zero, zero, zero, c[CF.bytes], c[node]))
     return tuple(np.concatenate(parts) for parts in zip(*out))
 
 

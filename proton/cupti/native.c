@@ -411,31 +411,28 @@ static int64_t copy_name(int64_t kind, int64_t src, int64_t dst) {
     }
 }
 
+/* A set's columns are a copy's without the kinds (records.SetFields): the columns both have
+   sit at the same places, so one row reader serves both. */
+_Static_assert((int)SF_CORRELATION_ID == (int)CF_CORRELATION_ID &&
+               (int)SF_DEVICE_ID == (int)CF_DEVICE_ID && (int)SF_START == (int)CF_START &&
+               (int)SF_END == (int)CF_END && (int)SF_STREAM_ID == (int)CF_STREAM_ID &&
+               (int)SF_BYTES == (int)CF_BYTES, "SetFields and CopyFields share their first columns");
+
 /* Row `i` of a copy (CF_ columns) or set (SF_ columns, `set`) group of stride `c`, as kernel
    row `at` of `kern` (K_ columns `n` long): named -1 - its CopyName, no launch configuration
    but its bytes in the shared memory column (records.CopyName says so). */
 static void copy_row(int64_t *kern, int64_t n, int64_t at, const int64_t *r, int64_t c,
                      int64_t i, int set) {
-    if (set) {
-        kern[K_CORRELATION_ID * n + at] = r[SF_CORRELATION_ID * c + i];
-        kern[K_NAME * n + at] = -1 - CN_MEMSET;
-        kern[K_DEVICE * n + at] = r[SF_DEVICE_ID * c + i];
-        kern[K_START * n + at] = r[SF_START * c + i];
-        kern[K_END * n + at] = r[SF_END * c + i];
-        kern[K_STREAM * n + at] = r[SF_STREAM_ID * c + i];
-        kern[K_SHARED * n + at] = r[SF_BYTES * c + i];
-        kern[K_GRAPH_NODE * n + at] = r[SF_GRAPH_NODE_ID * c + i];
-    } else {
-        kern[K_CORRELATION_ID * n + at] = r[CF_CORRELATION_ID * c + i];
-        kern[K_NAME * n + at] = -1 - copy_name(r[CF_COPY_KIND * c + i], r[CF_SRC_KIND * c + i],
-                                               r[CF_DST_KIND * c + i]);
-        kern[K_DEVICE * n + at] = r[CF_DEVICE_ID * c + i];
-        kern[K_START * n + at] = r[CF_START * c + i];
-        kern[K_END * n + at] = r[CF_END * c + i];
-        kern[K_STREAM * n + at] = r[CF_STREAM_ID * c + i];
-        kern[K_SHARED * n + at] = r[CF_BYTES * c + i];
-        kern[K_GRAPH_NODE * n + at] = r[CF_GRAPH_NODE_ID * c + i];
-    }
+    kern[K_CORRELATION_ID * n + at] = r[CF_CORRELATION_ID * c + i];
+    kern[K_NAME * n + at] = -1 - (set ? CN_MEMSET
+                                      : copy_name(r[CF_COPY_KIND * c + i], r[CF_SRC_KIND * c + i],
+                                                  r[CF_DST_KIND * c + i]));
+    kern[K_DEVICE * n + at] = r[CF_DEVICE_ID * c + i];
+    kern[K_START * n + at] = r[CF_START * c + i];
+    kern[K_END * n + at] = r[CF_END * c + i];
+    kern[K_STREAM * n + at] = r[CF_STREAM_ID * c + i];
+    kern[K_SHARED * n + at] = r[CF_BYTES * c + i];
+    kern[K_GRAPH_NODE * n + at] = r[(set ? SF_GRAPH_NODE_ID : CF_GRAPH_NODE_ID) * c + i];
     kern[K_BLOCKS * n + at] = kern[K_THREADS * n + at] = kern[K_REGISTERS * n + at] = 0;
 }
 
