@@ -234,4 +234,20 @@ MEM_COUNT = "mem_count"
 MEM_GREW = "mem_grew_count"
 """Exits at which more bytes were allocated than at the scope's exit before (a leak grows at
 most of them; a cache filled once grows at one)."""
-MEMORY_METRICS = (MEM_ALLOC, MEM_FREED, MEM_PEAK, MEM_LIVE, MEM_LIVE_FIRST, MEM_COUNT, MEM_GREW)
+MEM_KEPT = "mem_kept_bytes"
+"""Bytes the scope itself allocated (inside none of its child scopes) in its judged entries
+(MEM_JUDGED) and still allocated when the phase was written: what it keeps. From torch's
+allocator history, each allocation labelled with the main thread's innermost open scope entry."""
+MEM_KEPT_COUNT = "mem_kept_count"
+"""Of its judged entries, those that left at least one allocation allocated (a leak keeps at
+most of them; a cache filled once at one)."""
+MEM_JUDGED = "mem_judged_count"
+"""Entries of the scope judged for what they keep: those after its first (a workspace or cache
+allocated once is no leak) while the allocator's history was recorded. Absent: not judged."""
+MEM_DEVICE = "mem_device_bytes"
+"""The device's memory (torch's total_memory), beside MEM_JUDGED: what a leak is measured
+against."""
+KEPT_METRICS = (MEM_KEPT, MEM_KEPT_COUNT, MEM_JUDGED, MEM_DEVICE)
+"""Written when a phase is judged (its end), not at each entry as the others."""
+MEMORY_METRICS = (MEM_ALLOC, MEM_FREED, MEM_PEAK, MEM_LIVE, MEM_LIVE_FIRST, MEM_COUNT, MEM_GREW,
+                  *KEPT_METRICS)

@@ -10,7 +10,7 @@ import pytest
 
 import proton
 from proton.context import frames
-from proton.runtime.memory import PeakStack, Reading
+from proton.runtime.memory import Owners, PeakStack, Reading, Trace
 
 MiB = 1 << 20
 
@@ -165,3 +165,31 @@ def test_memory_takes_a_bool_and_a_tree(tmp_path):
         proton.start(str(tmp_path / "x"), memory="yes")
     with pytest.raises(proton.SessionError, match="use data='tree'"):
         proton.start(str(tmp_path / "x"), data="trace", memory=True)
+
+
+# -- the history read: Owners, on events as torch records them --------------------------------
+
+def alloc(addr: int, size: int, label: str = "", t: int = 0) -> dict:
+    return {"action": "alloc", "addr": addr, "size": size, "time_us": t,
+            "user_metadata": label}
+
+
+def test_an_address_handed_out_again_belongs_to_its_latest_allocation():
+    owners = Owners()
+    owners.take(Trace([alloc(0x100, 512, "proton:7.1", 1)], {0x100}))
+    assert owners.owner == {0x100: (7, 1, 512)}
+    # freed (frees are not read) and handed out again to another thread's allocation
+    owners.take(Trace([alloc(0x100, 512, "", 2)], {0x100}))
+    assert owners.owner == {}
+    owners.take(Trace([alloc(0x200, 1024, "proton:7.2", 3)], set()))
+    assert owners.owner == {}  # no longer allocated at the read
+
+
+def test_a_reread_history_starts_after_the_last_event_taken_and_notices_a_gap():
+    owners = Owners()
+    first = [alloc(1, 512, "proton:1.1", 1), alloc(2, 512, "proton:1.2", 2)]
+    assert owners.take(Trace(first, {1, 2}))
+    assert owners.take(Trace(first + [alloc(3, 512, "proton:1.3", 3)], {1, 2, 3}))
+    assert owners.owner[3] == (1, 3, 512)
+    # the ring wrapped past the last one taken: some events were lost
+    assert not owners.take(Trace([alloc(5, 512, "proton:1.5", 9)], {1, 2, 3, 5}))

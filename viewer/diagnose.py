@@ -4,7 +4,9 @@ Each rule reads what the profile has and says when it could not run. Findings ar
 the kernel (or scope) they concern, and the groups ranked by what fixing the worst of them could
 save of the run's wall time (`saves_ns`, an upper estimate per rule: a kernel at its roof, a
 full last wave, every SM busy; the GPU's idle time in a launch-bound scope), not by GPU time
-alone: a launch-bound scope whose GPU waits 60 ms ranks above a 3 ms kernel. Only kernels (and
+alone: a launch-bound scope whose GPU waits 60 ms ranks above a 3 ms kernel; a memory finding
+(a leak) ranks by the share of the device's memory it will hold by the run's end, set against
+the share of the GPU time a time finding could save (_rank). Only kernels (and
 scopes) with at least MIN_SHARE of the profile's kernel time are judged. RULES names each rule with its threshold in words (the command
 prints those of the rules that ran when nothing crosses them); in short:
   * too few programs, tail effect: the grid against the SMs and the blocks resident per SM;
@@ -127,6 +129,11 @@ class Finding:
     """Worth knowing, not a problem."""
     saves_ns: float = 0.0
     """What fixing it could save of the run's wall time at most (0 for info)."""
+    memory_share: float | None = None
+    """A memory finding's rank (a leak: step_rules.leaks): the share of the device's memory it
+    will hold by the run's end, set against a time finding's saves_ns over the GPU time."""
+    headline: str = ""
+    """A memory finding's headline for its group, in place of the time one."""
 
 
 @dataclass(slots=True)
@@ -145,6 +152,10 @@ class Group:
     """Warnings first, most saved first."""
     wall_ns: float | None = None
     """A scope's CPU (wall) time, when it was timed (cpu_timed_scope)."""
+    memory_share: float | None = None
+    """Its memory findings' highest memory_share."""
+    headline: str = ""
+    """What it costs in memory, when that ranks it (render's headline; else its time)."""
 
     @property
     def info(self) -> bool:
@@ -221,10 +232,35 @@ def _group(ctx: _Context, kernels: list, findings: list[Finding]) -> list[Group]
     for name, found in by.items():
         found.sort(key=lambda f: (f.info, -f.saves_ns, -f.time_ns))
         ns = time.get(name) or max(f.time_ns for f in found)
-        out.append(Group(name, ns, ns / ctx.total if ctx.total else 0.0,
-                         max(f.saves_ns for f in found), found, wall.get(name)))
-    out.sort(key=lambda g: (g.info, -g.saves_ns, -g.time_ns))
+        out.append(_memory(Group(name, ns, ns / ctx.total if ctx.total else 0.0,
+                                 max(f.saves_ns for f in found), found, wall.get(name)),
+                           ctx.total))
+    out.sort(key=lambda g: (g.info, -_rank(g, ctx.total), -g.saves_ns, -g.time_ns))
     return out
+
+
+# -- memory findings' rank and headline (a leak costs memory, not time) -----------------------
+
+def _time_share(g: Group, total: float) -> float:
+    return min(g.saves_ns / total, 1.0) if total else 0.0
+
+
+def _rank(g: Group, total: float) -> float:
+    """The larger of the share of the GPU time a group could save and the share of the
+    device's memory its memory findings will hold: groups of either kind ranked together."""
+    return max(_time_share(g, total), g.memory_share or 0.0)
+
+
+def _memory(g: Group, total: float) -> Group:
+    """A group with memory findings: their highest share, and their headline when memory
+    ranks the group (or it saves no time)."""
+    costs = [f for f in g.findings if f.headline]
+    if costs:
+        top = max(costs, key=lambda f: f.memory_share or 0.0)
+        g.memory_share = top.memory_share
+        if not g.saves_ns or (top.memory_share or 0.0) >= _time_share(g, total):
+            g.headline = top.headline
+    return g
 
 
 class _Context:
@@ -733,6 +769,7 @@ def as_dicts(diagnosis: Diagnosis) -> dict:
     return {"findings": [asdict(f) for f in found],
             "groups": [{"kernel": g.kernel, "time_ns": g.time_ns, "share": g.share,
                         "wall_ns": g.wall_ns, "saves_ns": g.saves_ns, "info": g.info,
+                        "memory_share": g.memory_share, "headline": g.headline,
                         "findings": [index[id(f)] for f in g.findings]}
                        for g in diagnosis.groups],
             "notes": diagnosis.notes, "rules_run": list(diagnosis.ran)}
@@ -756,8 +793,11 @@ def render(diagnosis: Diagnosis) -> str:
         gain = (f"; fixing it could save up to {_ms(g.saves_ns)}" if g.saves_ns
                 else "; worth knowing")
         wall = f"{_ms(g.wall_ns)} of wall time, " if g.wall_ns else ""
-        lines.append(f"{i}. {g.kernel}: {wall}{_ms(g.time_ns)}{' on the GPU' * bool(wall)}, "
-                     f"{g.share:.0%} of GPU time{gain}")
+        if g.headline:  # a memory finding ranks it: what it costs in memory
+            lines.append(f"{i}. {g.kernel}: {g.headline}")
+        else:
+            lines.append(f"{i}. {g.kernel}: {wall}{_ms(g.time_ns)}"
+                         f"{' on the GPU' * bool(wall)}, {g.share:.0%} of GPU time{gain}")
         one = len({f.path for f in g.findings}) == 1
         if one:
             lines.append(f"   at {g.findings[0].path}")

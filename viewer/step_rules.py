@@ -1,6 +1,6 @@
 """--diagnose's rules on what a step loses outside its kernels: pageable copies made again and
-again, the host waiting on the GPU inside a scope, a scope whose GPU idles, a scope whose live
-memory grows entry over entry (a leak), and where the job's memory peak was.
+again, the host waiting on the GPU inside a scope, a scope whose GPU idles, a scope whose own
+allocations stay allocated entry after entry (a leak), and where the job's memory peak was.
 
 Each rule is `rule(ctx, kernels, out) -> str | None` as diagnose.RULES runs them, and says ""
 (does not apply: the profile has none of its metrics) when the profile lacks what it reads.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..format import (BYTES, COPY_FRAME, COUNT, CPU_TIME, GPU_IDLE, MEM_ALLOC, MEM_COUNT,
-                      MEM_FREED, MEM_GREW, MEM_LIVE, MEM_LIVE_FIRST, MEM_PEAK, PAGEABLE,
+from ..format import (BYTES, COPY_FRAME, COUNT, CPU_TIME, GPU_IDLE, MEM_COUNT, MEM_DEVICE,
+                      MEM_JUDGED, MEM_KEPT, MEM_KEPT_COUNT, MEM_LIVE, MEM_PEAK, PAGEABLE,
                       SCOPE_WALL, SYNC_COUNT, SYNC_TIME, TIME)
 
 _Context = Any
@@ -24,9 +24,11 @@ IDLE_SHARE = 0.2
 IDLE_MIN_WALL = 0.01
 """...judged when its wall time is at least this share of the longest scope's."""
 LEAK_ENTRIES = 3
-"""A leak is judged over at least this many entries of the scope."""
+"""A leak is judged over at least this many entries of the scope after its first."""
 LEAK_MIN_BYTES = 1 << 20
-"""...whose live memory at exit grew at least this much in all."""
+"""...that kept at least this much of their own allocations in all..."""
+LEAK_SHARE = 0.5
+"""...at this share of them or more (a workspace or cache filled once keeps at one)."""
 
 
 def pageable_copies(ctx: _Context, kernels: list, out: list) -> str | None:
@@ -116,34 +118,47 @@ def idle_gpu(ctx: _Context, kernels: list, out: list) -> str | None:
 
 
 def leaks(ctx: _Context, kernels: list, out: list) -> str | None:
-    """A scope whose live memory at exit grows entry over entry and that keeps what it
-    allocates; of nested ones, the innermost."""
+    """A scope whose own allocations stay allocated, entry after entry: what its entries after
+    the first allocated (inside none of its child scopes) and still allocated at the
+    profile's end (MEM_KEPT, from torch's allocator history). Live memory at its exit is not
+    what it keeps: another scope's tensors grow it too, and what it allocates may be freed by
+    another scope later."""
     if MEM_COUNT not in ctx.df:
         return ""
-    found = {}
+    if MEM_JUDGED not in ctx.df:
+        return ("memory leak: not judged; the profile does not say what each scope keeps "
+                "(memory=True records it from torch's allocator history with torch 2.10 or "
+                "later); live memory at a scope's exit grows with what other scopes keep")
+    peak = max((v for n in ctx.df.index if (v := ctx.value(n, MEM_PEAK))), default=0.0)
     for node in ctx.df.index:
-        n = ctx.value(node, MEM_COUNT) or 0
-        first, last = ctx.value(node, MEM_LIVE_FIRST), ctx.value(node, MEM_LIVE)
-        if n < LEAK_ENTRIES or first is None or last is None:
+        judged = ctx.value(node, MEM_JUDGED) or 0
+        kept = ctx.value(node, MEM_KEPT) or 0
+        keeping = ctx.value(node, MEM_KEPT_COUNT) or 0
+        if judged < LEAK_ENTRIES or kept < LEAK_MIN_BYTES or keeping < LEAK_SHARE * judged:
             continue
-        growth, grew = last - first, ctx.value(node, MEM_GREW) or 0
-        kept = (ctx.value(node, MEM_ALLOC) or 0) - (ctx.value(node, MEM_FREED) or 0)
-        if growth >= LEAK_MIN_BYTES and grew >= (n - 1) / 2 and kept >= growth / 2:
-            found[node] = (n, growth, grew, kept)
-    for node, (n, growth, grew, kept) in found.items():
-        if any(_under(other, node) for other in found if other is not node):
-            continue  # an inner scope keeps it: that one is named
+        per = kept / judged
+        entries = max(ctx.value(node, MEM_COUNT) or 0, judged + 1)
+        run = per * (entries - 1)  # its entries after the first, all keeping as judged ones
+        device = ctx.value(node, MEM_DEVICE)
+        of = f" ({run / device:.2%} of the GPU's {_bytes(device)})" if device else ""
+        left = ""
+        if device and device > peak:
+            left = (f"; at this rate the {_bytes(device - peak)} above the job's peak is gone "
+                    f"after {(device - peak) / per:,.0f} more entries")
         f = ctx.finding(
             "memory leak", node, ctx.value(node, f"{TIME} (inc)") or 0,
-            f"live memory at its exit grew {_bytes(growth)} over {n:,.0f} entries "
-            f"({_bytes(growth / (n - 1))} per entry, growing at {grew:,.0f} of {n - 1:,.0f} "
-            f"exits); it keeps {_bytes(kept / n)} of what it allocates per entry "
-            f"(live at the last exit: {_bytes(last_live(ctx, node))})",
+            f"{keeping:,.0f} of its {judged:,.0f} entries after the first left what they "
+            f"allocated allocated: {_bytes(kept)} still allocated at the profile's end, "
+            f"{_bytes(per)} per entry (its own allocations: not its child scopes', nor "
+            "those another scope frees later)",
             "find what keeps tensors alive across steps: a list that gets a tensor per step "
             "(keep .item() or .detach().cpu() instead), a loss kept with its graph (add "
             "loss.detach()), a cache keyed by step; torch.cuda.memory._record_memory_history "
             "shows the allocations' stacks", saves=0.0)
         f.kernel = f"scope {f.kernel}"
+        f.memory_share = run / device if device else None
+        f.headline = (f"keeps {_bytes(per)} of memory per entry, {_bytes(run)} over its "
+                      f"{entries:,.0f} entries{of}{left}")
         out.append(f)
     return None
 
@@ -187,14 +202,6 @@ def _enclosing_wall(ctx: _Context, node):
         up = up.parents[0]
 
 
-def _under(node, above) -> bool:
-    while node.parents:
-        node = node.parents[0]
-        if node is above:
-            return True
-    return False
-
-
 def _bytes(n: float) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
@@ -216,9 +223,10 @@ STEP_RULES = [
     (idle_gpu, {
         "idle GPU": f"a scope whose GPU ran nothing over {IDLE_SHARE:.0%} of its wall time"}),
     (leaks, {
-        "memory leak": f"a scope's live memory at exit grown {_bytes(LEAK_MIN_BYTES)}+ over "
-                       f"{LEAK_ENTRIES}+ entries, growing at half its exits or more, kept by "
-                       "the scope itself"}),
+        "memory leak": f"a scope whose own allocations of {LEAK_ENTRIES}+ entries after its "
+                       f"first stay allocated, {_bytes(LEAK_MIN_BYTES)}+ in all, from "
+                       f"{LEAK_SHARE:.0%}+ of those entries; ranked by the device's memory "
+                       "it will hold over its entries"}),
     (memory_peak, {
         "memory peak": "where the highest allocation happened (always, with memory=True)"}),
 ]

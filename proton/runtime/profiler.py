@@ -167,7 +167,7 @@ class Profiler:
                               counters=opts.counters, job=who, flush=opts.flush)
             if opts.memory:
                 session.memory = True
-                self._start_memory()
+                self._start_memory(session)
             if opts.counters is not None:
                 self._start_counters(opts.counters)
             if opts.instrument is not None:
@@ -485,6 +485,8 @@ class Profiler:
         finished phase's records are flushed and it is written to NAME.part_<phase>.<fmt>."""
         with self._lock:
             s = self._targets(session)[0]
+            if s.memory:
+                self._judge_memory(s)
             phase = s.advance(self.now())
             if s.flush:
                 self._write_parts(s, self._device_table())
@@ -717,13 +719,21 @@ class Profiler:
             return
         self.router.counters = self.counters
 
-    def _start_memory(self) -> None:
+    def _start_memory(self, session: Session) -> None:
         """torch's allocator read at the main thread's scope enters and exits (once for the
-        live memory sessions)."""
+        live memory sessions); `session` judges the entries closed from now on."""
         if frames.memory is None:
             from .memory import MemoryTracker
 
             frames.memory = MemoryTracker(self.add_memory)
+        session.memory_marks = dict(frames.memory.closed)
+
+    def _judge_memory(self, session: Session) -> None:
+        """What the scopes' entries of `session`'s current phase keep, onto its nodes (the
+        phase ends)."""
+        tracker = frames.memory
+        if tracker is not None:
+            session.add_kept(tracker.judge(session.memory_marks), tracker.device_bytes)
 
     def add_memory(self, path_id: int, measured) -> None:
         """One scope entry measured (runtime/memory.py): for the active memory sessions."""
@@ -734,16 +744,22 @@ class Profiler:
     def _finish_memory(self, session: Session) -> None:
         """The last memory session ends: stop reading; say where the job's peak was, or why
         nothing was measured."""
+        self._judge_memory(session)
         tracker = frames.memory
         if tracker is not None and not any(s.memory and s is not session
                                            for s in self.sessions.values()):
             frames.memory = None
+            tracker.close()
         if tracker is None:
             return
         found = session.memory_peak
         if tracker.failed is not None:
             warn(f"memory=True: torch's allocator could not be read ({tracker.failed}); the "
                  "profile has no memory metrics after that")
+        elif tracker.no_history is not None and tracker.measuring:
+            warn("memory=True: " + ("leaks judged only until the allocator's history "
+                                    "stopped" if tracker.ceiling is not None else
+                                    "leaks not judged") + f" ({tracker.no_history})")
         elif found is None or not found[1]:
             warn("memory=True: no scope allocated CUDA memory through torch in this session "
                  "(torch's caching allocator is what is measured)")

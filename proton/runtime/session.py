@@ -13,12 +13,13 @@ from ..data.paths import paths
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
 from ..options import CounterOptions, PCOptions
 from ..format import (BYTES, COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
-                      MEMORY_METRICS, TIME)
-from .memory import Measured
+                      KEPT_METRICS, MEMORY_METRICS, TIME)
+from .memory import Kept, Measured
 
-_MEM_KEYS = tuple(name + EXCLUSIVE for name in MEMORY_METRICS)
+_MEM_KEYS = tuple(name + EXCLUSIVE for name in MEMORY_METRICS if name not in KEPT_METRICS)
 """The allocator metrics as a node holds them: own values, never summed up the tree."""
 _MEM_ALLOC, _MEM_FREED, _MEM_PEAK, _MEM_LIVE, _MEM_LIVE_FIRST, _MEM_COUNT, _MEM_GREW = _MEM_KEYS
+_MEM_KEPT, _MEM_KEPT_COUNT, _MEM_JUDGED, _MEM_DEVICE = (name + EXCLUSIVE for name in KEPT_METRICS)
 
 
 @dataclass(slots=True)
@@ -90,6 +91,9 @@ class Session:
     memory: bool = False
     """memory=True: each entry of a main-thread scope that closed while the session was active
     adds its allocator metrics (runtime/memory.py) to its node in the current phase."""
+    memory_marks: dict[int, int] = field(default_factory=dict)
+    """Scope path -> its entries closed when this session's phase was last judged for what
+    they keep (runtime/memory.MemoryTracker.judge)."""
     memory_peak: tuple[int, int] | None = None
     """(scope path, bytes): the highest peak of any entry, over every phase (the deepest scope
     among equal peaks: an outer scope's peak covers its children's), named at finalize."""
@@ -191,6 +195,18 @@ class Session:
             if top is None or m.peak > top[1] or (
                     m.peak == top[1] and len(paths.names(path_id)) > len(paths.names(top[0]))):
                 self.memory_peak = (path_id, m.peak)
+
+    def add_kept(self, kept: Mapping[int, Kept], device_bytes: int | None) -> None:
+        """What each scope's entries judged in the current phase keep (written at its end)."""
+        with self.lock:
+            if self.closed or not self.memory:
+                return
+            for path_id, k in kept.items():
+                node = self.nodes.setdefault(path_id, {})
+                node.update({_MEM_KEPT: k.bytes, _MEM_KEPT_COUNT: k.entries,
+                             _MEM_JUDGED: k.judged})
+                if device_bytes:
+                    node[_MEM_DEVICE] = device_bytes
 
     def add(self, path_id: int, values: Mapping[str, float], fold: bool = True,
             typed: bool = False, at: int | None = None) -> None:
