@@ -267,3 +267,14 @@ def test_counters_alone_judge_no_leak_on_the_real_loop():
     got = diagnose(load(os.path.join(DATA, "loop_counters_h200.hatchet")))
     assert not [f for f in got.findings if f.rule == "memory leak"]
     assert any(n.startswith("memory leak: not judged") for n in got.notes)
+
+
+def test_a_jobs_own_history_too_short_for_the_run_says_so_and_names_no_leak(tmp_path, cuda,
+                                                                             capfd):
+    cuda.record_memory_history("all", context=None, max_entries=20)
+    start(tmp_path, cuda)
+    loop(cuda)
+    proton.finalize()
+    assert "torch's allocator history dropped events 1 time(s)" in capfd.readouterr().err
+    assert not leaks(tmp_path / "loop.hatchet")
+    assert cuda.recording and cuda.max_entries == 20

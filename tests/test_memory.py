@@ -188,8 +188,8 @@ def test_an_address_handed_out_again_belongs_to_its_latest_allocation():
 def test_a_reread_history_starts_after_the_last_event_taken_and_notices_a_gap():
     owners = Owners()
     first = [alloc(1, 512, "proton:1.1", 1), alloc(2, 512, "proton:1.2", 2)]
-    assert owners.take(Trace(first, {1, 2}))
-    assert owners.take(Trace(first + [alloc(3, 512, "proton:1.3", 3)], {1, 2, 3}))
+    assert owners.take(Trace(first, {1, 2})) == (True, 2)
+    assert owners.take(Trace(first + [alloc(3, 512, "proton:1.3", 3)], {1, 2, 3})) == (True, 1)
     assert owners.owner[3] == (1, 3, 512)
     # the ring wrapped past the last one taken: some events were lost
-    assert not owners.take(Trace([alloc(5, 512, "proton:1.5", 9)], {1, 2, 3, 5}))
+    assert owners.take(Trace([alloc(5, 512, "proton:1.5", 9)], {1, 2, 3, 5})) == (False, 1)

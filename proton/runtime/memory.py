@@ -71,10 +71,9 @@ class Reading:
 NOTHING = Reading(0, 0, 0, 0)
 """Before CUDA starts, the allocator holds nothing."""
 
-LABEL = "proton:{}.{}"
-"""The memory metadata of an allocation made in a scope entry: the scope's path id, and which
-of its entries (0: the first)."""
 _LABEL = re.compile(r"proton:(\d+)\.(\d+)")
+"""The memory metadata of an allocation made in a scope entry, "proton:PATH.K": the scope's
+path id, and which of its entries (0: the first)."""
 DRAIN = 8192
 """Allocations between two reads of a history Proton turned on (torch builds a dict per event
 read; each read clears what it took, so each event is read once)."""
@@ -101,6 +100,9 @@ class Trace:
     complete: bool = True
     """False when events may have been dropped before or after these (the ring wrapped, or an
     allocation came between the read and its clearing)."""
+    allocations: int | None = None
+    """The allocator's count of allocations made, just before the read (a job's own history
+    is checked against it: fewer allocations in it than made means it dropped some)."""
 
 
 class History(Protocol):
@@ -169,7 +171,7 @@ class _Entry:
     peak: int
     """The highest allocation seen in it so far (its closed children's included)."""
     label: str = ""
-    """Its allocations' label (LABEL), while the history is recorded."""
+    """Its allocations' label (_LABEL), while the history is recorded."""
 
 
 class PeakStack:
@@ -271,9 +273,10 @@ class TorchHistory:
 
     def __init__(self, torch: Any, device: int, allocations: Callable[[], int]) -> None:
         mem = torch.cuda.memory
-        try:
-            self._set, get = mem._set_memory_metadata, mem._get_memory_metadata
-            self._snapshot = mem._snapshot
+        try:  # the binding itself where there is one: it is called at every enter and exit
+            self._set = getattr(torch._C, "_cuda_setMemoryMetadata", None) or \
+                mem._set_memory_metadata
+            get, self._snapshot = mem._get_memory_metadata, mem._snapshot
         except AttributeError:
             raise NoHistory(f"torch {getattr(torch, '__version__', '?')} cannot label "
                             "allocations (torch.cuda.memory._set_memory_metadata: torch "
@@ -346,7 +349,7 @@ class TorchHistory:
                 if block["state"] == "active_allocated":
                     live.add(at)
                 at += block["size"]
-        return Trace(events, live, complete)
+        return Trace(events, live, complete, before)
 
     def _foreign(self, events: list[dict]) -> bool:
         """Events of settings other than Proton's: the job re-enabled the history itself."""
@@ -376,8 +379,9 @@ class Owners:
         self.last: tuple | None = None
         """The last allocation taken (addr, size, time_us): a re-read starts after it."""
 
-    def take(self, trace: Trace) -> bool:
-        """Take the events after the last one taken; False when some may be missing."""
+    def take(self, trace: Trace) -> tuple[bool, int]:
+        """Take the events after the last one taken; whether none may be missing, and how
+        many allocations were taken."""
         events, start = trace.events, 0
         complete = trace.complete
         if self.last is not None:
@@ -386,9 +390,11 @@ class Owners:
             if start < 0:  # the last one taken was dropped: the ring wrapped past it
                 start = 0
         owner = self.owner
+        taken = 0
         for e in events[start:]:
             if e.get("action") != "alloc":
                 continue
+            taken += 1
             addr = e["addr"]
             m = _LABEL.match(e.get("user_metadata") or "")
             if m:
@@ -398,7 +404,14 @@ class Owners:
             self.last = (addr, e["size"], e.get("time_us"))
         live = trace.live
         self.owner = {a: o for a, o in owner.items() if a in live}
-        return complete
+        return complete, taken
+
+    def skip_to(self, events: list[dict]) -> None:
+        """Start after the newest of `events` (those before Proton's labels)."""
+        for e in reversed(events):
+            if e.get("action") == "alloc":
+                self.last = (e["addr"], e["size"], e.get("time_us"))
+                return
 
     def restart(self) -> None:
         """The history was cleared: the next read holds only new events."""
@@ -436,6 +449,10 @@ class MemoryTracker:
         self.ceiling: dict[int, int] | None = None
         """Entries closed when the history stopped: none after them is judged."""
         self.device_bytes: int | None = None
+        self.gaps = 0
+        """Reads that found events missing (entries begun before them are not judged)."""
+        self._made: int | None = None
+        """The allocations made at the last read of a job's own history."""
         self._read_at = 0
         """The allocation count at the last read of the history."""
         self.lock = threading.Lock()
@@ -518,6 +535,14 @@ class MemoryTracker:
             return None
         if history is None:
             return None
+        if not history.mine:  # the job's own: what it held before is no scope's
+            try:
+                trace = history.read()
+            except Exception as exc:  # noqa: BLE001
+                self.no_history = f"{type(exc).__name__}: {exc}"
+                return None
+            self.owners.skip_to(trace.events)
+            self._made = trace.allocations
         self.history, self.device_bytes = history, history.device_bytes
         self.floor = dict(self.entered)  # begun unlabelled: their allocations were not seen
         self._read_at = stack.last.allocations
@@ -530,8 +555,14 @@ class MemoryTracker:
         with self.lock:
             self._read_at = self.stack.last.allocations if self.stack is not None else 0
             trace = history.read()
-            if not self.owners.take(trace):
+            complete, taken = self.owners.take(trace)
+            made = trace.allocations
+            if not history.mine and made is not None and self._made is not None:
+                complete = complete and taken >= made - self._made
+            self._made = made
+            if not complete:
                 self.floor = dict(self.entered)  # events missing: judge only what begins now
+                self.gaps += 1
             if history.mine:
                 self.owners.restart()  # it was cleared
 

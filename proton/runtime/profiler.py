@@ -451,6 +451,9 @@ class Profiler:
                 return
             if self.collector is not None:
                 self.lost_kernels += self.collector.flush()
+            for s in targets:
+                if s.memory:
+                    self._judge_memory(s)
             devices = self._device_table()
             docs = [(s, self._document(s, Phase(s.nodes, s.events, s.spans, s.waits),
                                        devices)) for s in targets]
@@ -760,6 +763,10 @@ class Profiler:
             warn("memory=True: " + ("leaks judged only until the allocator's history "
                                     "stopped" if tracker.ceiling is not None else
                                     "leaks not judged") + f" ({tracker.no_history})")
+        if tracker.gaps:
+            warn(f"memory=True: torch's allocator history dropped events {tracker.gaps} "
+                 "time(s) (a job's own history keeps its last max_entries events); leaks "
+                 "are judged on the scope entries begun after the last drop")
         elif found is None or not found[1]:
             warn("memory=True: no scope allocated CUDA memory through torch in this session "
                  "(torch's caching allocator is what is measured)")

@@ -197,14 +197,17 @@ class Session:
                 self.memory_peak = (path_id, m.peak)
 
     def add_kept(self, kept: Mapping[int, Kept], device_bytes: int | None) -> None:
-        """What each scope's entries judged in the current phase keep (written at its end)."""
+        """What each scope's entries judged now keep, onto the current phase (judged at its
+        end, and before a job's ranks merge; each judgment takes the entries closed since the
+        last, so they add up)."""
         with self.lock:
             if self.closed or not self.memory:
                 return
             for path_id, k in kept.items():
                 node = self.nodes.setdefault(path_id, {})
-                node.update({_MEM_KEPT: k.bytes, _MEM_KEPT_COUNT: k.entries,
-                             _MEM_JUDGED: k.judged})
+                for key, value in ((_MEM_KEPT, k.bytes), (_MEM_KEPT_COUNT, k.entries),
+                                   (_MEM_JUDGED, k.judged)):
+                    node[key] = node.get(key, 0) + value
                 if device_bytes:
                     node[_MEM_DEVICE] = device_bytes
 
