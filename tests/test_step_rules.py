@@ -175,8 +175,8 @@ def test_a_scope_that_keeps_memory_every_step_is_named_a_leak(tmp_path):
     leaks = [k for (rule, k) in got if rule == "memory leak"]
     assert leaks == ["scope keep"]  # not step, which holds it, nor temp, which frees its own
     f = got[("memory leak", "scope keep")]
-    assert "9 of its 9 entries after the first left what they allocated allocated: 36.00 MiB " \
-        "still allocated at the profile's end, 4.00 MiB per entry" in f.evidence
+    assert "in 9 of its 9 entries after the first it allocated memory still allocated at " \
+        "the profile's end: 36.00 MiB, 4.00 MiB per entry" in f.evidence
     assert ".detach()" in f.advice
     assert f.memory_share == pytest.approx(36 * MiB / (140 << 30))
 

@@ -147,10 +147,10 @@ def leaks(ctx: _Context, kernels: list, out: list) -> str | None:
                     f"after {(device - peak) / per:,.0f} more entries")
         f = ctx.finding(
             "memory leak", node, ctx.value(node, f"{TIME} (inc)") or 0,
-            f"{keeping:,.0f} of its {judged:,.0f} entries after the first left what they "
-            f"allocated allocated: {_bytes(kept)} still allocated at the profile's end, "
-            f"{_bytes(per)} per entry (its own allocations: not its child scopes', nor "
-            "those another scope frees later)",
+            f"in {keeping:,.0f} of its {judged:,.0f} entries after the first it allocated "
+            f"memory still allocated at the profile's end: {_bytes(kept)}, {_bytes(per)} per "
+            "entry (its own allocations: not its child scopes', nor those another scope "
+            "freed)",
             "find what keeps tensors alive across steps: a list that gets a tensor per step "
             "(keep .item() or .detach().cpu() instead), a loss kept with its graph (add "
             "loss.detach()), a cache keyed by step; torch.cuda.memory._record_memory_history "
