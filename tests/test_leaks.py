@@ -264,7 +264,7 @@ def test_each_phase_judges_its_own_entries(tmp_path, cuda):
 def test_counters_alone_judge_no_leak_on_the_real_loop():
     """The loop recorded on an H200 before the allocator's history (issue 57): `copy`'s live
     memory at exit grew because `leak` keeps, and it was named; counters cannot tell."""
-    got = diagnose(load(os.path.join(DATA, "loop_counters_h200.hatchet")))
+    got = diagnose(load(os.path.join(DATA, "real", "loop_counters_h200.hatchet")))
     assert not [f for f in got.findings if f.rule == "memory leak"]
     assert any(n.startswith("memory leak: not judged") for n in got.notes)
 

@@ -345,7 +345,8 @@ class TorchHistory:
             if seg.get("device", self.device) != self.device:
                 continue
             at = seg["address"]
-            for block in seg["blocks"]:  # a block's address: its segment's plus those before
+            for block in seg["blocks"]:  # its address where given, else its segment's plus
+                at = block.get("address", at)  # the sizes of the blocks before it
                 if block["state"] == "active_allocated":
                     live.add(at)
                 at += block["size"]
