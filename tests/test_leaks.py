@@ -21,6 +21,7 @@ from proton.viewer.reader import load
 
 from conftest import find
 from fake_allocator import GiB, MiB, FakeCuda
+from test_html import needs_browser
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 STEPS = 10
@@ -278,3 +279,30 @@ def test_a_jobs_own_history_too_short_for_the_run_says_so_and_names_no_leak(tmp_
     assert "torch's allocator history dropped events 1 time(s)" in capfd.readouterr().err
     assert not leaks(tmp_path / "loop.hatchet")
     assert cuda.recording and cuda.max_entries == 20
+
+
+def report(tmp_path, cuda) -> str:
+    from test_html import write
+
+    start(tmp_path, cuda)
+    loop(cuda)
+    proton.finalize()
+    return write(tmp_path, with_kernels(tmp_path / "loop.hatchet"))
+
+
+def test_the_reports_findings_carry_the_leaks_memory_headline(tmp_path, cuda):
+    from test_html import data
+
+    groups = data(report(tmp_path, cuda))["findings"]["groups"]
+    assert groups[0]["kernel"] == "scope leak"
+    assert groups[0]["headline"].startswith("keeps 4.00 MiB of memory per entry")
+
+
+@needs_browser
+def test_the_reports_finding_card_of_a_leak_says_memory(tmp_path, cuda):
+    from test_html import browse
+
+    dom = browse(report(tmp_path, cuda), "view=findings")
+    card = dom[dom.index('id="findbody"'):]
+    card = card[card.index("scope leak"):]
+    assert "keeps 4.00 MiB of memory per entry" in card[: card.index("</li>")]

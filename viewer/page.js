@@ -509,7 +509,8 @@ function findings() {
     const go = [first.node !== null ? link({view: "flame", zoom: first.node}, "flame graph") : "",
                 first.source ? link({view: "source", kernel: first.kernel}, "source") : ""].join("");
     const head = '<div class="fhead"><span class="rank">' + n + '</span><b>' + wrappable(g.kernel) + "</b>" + go +
-      '<span class="gain">' + (g.saves_ns > 0 ? "could save up to " + msText(g.saves_ns) : "worth knowing") + "</span></div>" +
+      '<span class="gain">' + (g.headline ? esc(g.headline) :  // a leak: what it costs in memory
+        g.saves_ns > 0 ? "could save up to " + msText(g.saves_ns) : "worth knowing") + "</span></div>" +
       '<div class="note">' + (g.wall_ns ? msText(g.wall_ns) + " of wall time, " + msText(g.time_ns) + " on the GPU (" :
         msText(g.time_ns) + " of GPU time (") + Math.round(100 * g.share) + "% of the kernels\u2019 time)" +
       (paths.length === 1 ? " \u00b7 at " + esc(paths[0]) : "") + "</div>";
