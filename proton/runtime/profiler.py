@@ -759,7 +759,10 @@ class Profiler:
         if tracker.failed is not None:
             warn(f"memory=True: torch's allocator could not be read ({tracker.failed}); the "
                  "profile has no memory metrics after that")
-        elif tracker.no_history is not None and tracker.measuring:
+        elif found is None or not found[1]:
+            warn("memory=True: no scope allocated CUDA memory through torch in this session "
+                 "(torch's caching allocator is what is measured)")
+        if tracker.failed is None and tracker.no_history is not None and tracker.measuring:
             warn("memory=True: " + ("leaks judged only until the allocator's history "
                                     "stopped" if tracker.ceiling is not None else
                                     "leaks not judged") + f" ({tracker.no_history})")
@@ -767,9 +770,6 @@ class Profiler:
             warn(f"memory=True: torch's allocator history dropped events {tracker.gaps} "
                  "time(s) (a job's own history keeps its last max_entries events); leaks "
                  "are judged on the scope entries begun after the last drop")
-        elif found is None or not found[1]:
-            warn("memory=True: no scope allocated CUDA memory through torch in this session "
-                 "(torch's caching allocator is what is measured)")
         if found is not None and found[1]:
             path, peak = found
             warn(f"memory: the peak, {peak:,} bytes allocated ({peak / 2**30:.2f} GiB), was "
