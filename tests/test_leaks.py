@@ -306,3 +306,23 @@ def test_the_reports_finding_card_of_a_leak_says_memory(tmp_path, cuda):
     card = dom[dom.index('id="findbody"'):]
     card = card[card.index("scope leak"):]
     assert "keeps 4.00 MiB of memory per entry" in card[: card.index("</li>")]
+
+
+def test_a_session_started_later_judges_the_entries_from_its_start(tmp_path, cuda):
+    start(tmp_path, cuda, name="a")
+    kept = []
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            with proton.scope("step"):
+                with proton.scope("leak"):
+                    kept.append(cuda.malloc(2 * MiB))
+
+    steps(3)
+    b = proton.start(str(tmp_path / "b"), memory=True)
+    steps(4)
+    proton.finalize(b)
+    proton.finalize()
+    a_leak, b_leak = (scopes(tmp_path / f"{n}.hatchet")["leak"] for n in "ab")
+    assert (a_leak["mem_judged_count"], a_leak["mem_kept_bytes"]) == (6, 6 * 2 * MiB)
+    assert (b_leak["mem_judged_count"], b_leak["mem_kept_bytes"]) == (4, 4 * 2 * MiB)
