@@ -317,8 +317,9 @@ def test_diagnose_judges_the_roofline_from_measurements_and_says_so(tmp_path):
     assert not any("not checked" in n and "roofline" in n for n in found.notes)
     far = {f.kernel: f for f in found.findings if f.rule == "far from the roofline"}
     # the small matmul: 8% of the 16-bit peak at an intensity where its roof is memory's
-    assert far[SMALL_MATMUL].evidence.startswith("10% of the memory roof (measured): 79.06 "
-                                                 "TFLOP/s and 335.2 GB/s at 235.84 FLOP/byte")
+    assert far[SMALL_MATMUL].evidence.startswith(
+        "10% of the DRAM bandwidth, its nearest roof (measured, each level against its own "
+        "roof: DRAM 10%, L2 10%; DRAM 335 GB/s, L2 1,008 GB/s, 79.06 tensor TFLOP/s)")
     # at their limits: the matmul (70% of the tensor roof), gelu (85% of DRAM bandwidth);
     # NCCL's waits on its peers, its DRAM bytes say nothing of it
     assert set(far) == {SMALL_MATMUL}
@@ -435,19 +436,25 @@ def test_a_latency_bound_kernel_of_a_launch_bound_scope_is_only_worth_knowing(tm
 
 
 def test_kernels_whose_counters_measured_no_dram_are_still_on_the_roofline(tmp_path):
-    """An L2-resident matmul and a short kernel whose fitted DRAM share came to zero: both
-    drawn at the DRAM floor, and the note says how many."""
+    """An L2-resident matmul (no DRAM bytes, L2 bytes) is drawn against the L2 roof (dashed)
+    by its L2 bytes; a short kernel whose fitted shares came to zero at both levels is drawn
+    at the floor, and the note says how many of each."""
     from proton.viewer.derive import DRAM_FLOOR
 
+    reduce = measured(REDUCE, 1e5, dram=0.0)
+    reduce["metrics"][L2_BYTES] = 0.0
     root = {"frame": {"name": "ROOT", "type": "function"},
             "metrics": {"time (ns)": 0, "count": 0, **{m: 0 for m in COUNTER_METRICS}},
             "children": [scope("step", measured(MATMUL, 1e6, dram=0.0, tensor=0.8, tflops=0.5),
-                               measured(REDUCE, 1e5, dram=0.0))]}
+                               reduce)]}
     path = tmp_path / "floor.hatchet"
     path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
     d = html_data(tmp_path, str(path))
     got = {p["name"]: p for p in points(d)}
     assert set(got) == {MATMUL, REDUCE}
     assert got[REDUCE]["y"] == pytest.approx(NOMINAL_INTENSITY * DRAM_FLOOR, rel=1e-5)
-    assert got[MATMUL]["x"] == pytest.approx(0.5 * PEAK16 / DRAM_FLOOR, rel=1e-5)
-    assert "2 with under 0.1 GB/s of DRAM traffic measured" in d["roofline"]["note"]
+    assert got[MATMUL]["x"] == pytest.approx(0.5 * PEAK16 * 0.9e-3 / 1e6, rel=1e-5)
+    note = d["roofline"]["note"]
+    assert "1 drawn against the L2 roof (dashed)" in note
+    assert "1 with under 0.1 GB/s of memory traffic measured" in note
+    assert any(r["level"] == "L2" for r in d["roofline"]["roofs"])
