@@ -242,7 +242,7 @@ def replay(kernels: list, interval: int = 250_000, noise: float = 0.0, seed: int
     sampled every `interval` ns: each sample holds what the kernels in it did (times `1 + a
     normal error of sd noise`, and `distort(sample index, values)` after); then the join, the
     fit and the refit as a session writes them. {node: the metrics it is written with}."""
-    from proton.cupti.counters import fitted, peaks_per_ns, refit
+    from proton.cupti.counters import peaks_per_ns
 
     rng = np.random.default_rng(seed)
     end = max(k[1] for k in kernels)
@@ -262,6 +262,13 @@ def replay(kernels: list, interval: int = 250_000, noise: float = 0.0, seed: int
     join.add_kernels([k[0] for k in kernels], [k[1] for k in kernels],
                      [(k[2], i) for i, k in enumerate(kernels)])
     join.add_samples(edges[:-1], edges[1:], vals)
+    return written(join)
+
+
+def written(join: Join) -> dict:
+    """The join's nodes as a session writes them: the time split's sums, then the refit."""
+    from proton.cupti.counters import fitted, refit
+
     nodes: dict = {}
     for node, _, sums in join.join():
         mine = nodes.setdefault(node, {})
@@ -352,7 +359,7 @@ def test_a_kernel_with_no_tensor_work_is_written_with_none():
     matmuls' tensor cycles, under its own error. Written as 0 tensor FLOPs (the samples cannot
     tell it from none: an fp32 add read 1.9e9 tensor FLOPs and 0% tensor active on an H200);
     the matmuls keep theirs."""
-    from proton.cupti.counters import fitted, peaks_per_ns, refit
+    from proton.cupti.counters import peaks_per_ns
 
     rng = np.random.default_rng(SEED)
     join = Join(peaks_per_ns(**H200_PEAKS))
@@ -376,13 +383,7 @@ def test_a_kernel_with_no_tensor_work_is_written_with_none():
     vals *= 1 + 0.03 * rng.standard_normal(vals.shape)  # each counter its own error
     join.add_kernels(starts, ends, meta)
     join.add_samples(edges[:-1], edges[1:], vals)
-    nodes: dict = {}
-    for node, _, sums in join.join():
-        mine = nodes.setdefault(node, {})
-        for name, value in kernel_metrics(sums, "GH100").items():
-            mine[name] = mine.get(name, 0.0) + value
-    fits = fitted(join)
-    refit(nodes, fits, dict.fromkeys(fits, "GH100"))
+    nodes = written(join)
     assert nodes[1][fmt.TENSOR_FLOPS] == 0 and nodes[1][fmt.TENSOR_ACTIVE_NS] == 0
     assert nodes[2][fmt.TENSOR_FLOPS] / nodes[2][fmt.COUNTER_NS] == pytest.approx(
         700 * 1024, rel=0.1)
