@@ -202,11 +202,27 @@ ISSUE_ACTIVE_NS = "issue_active_ns"
 """As TENSOR_ACTIVE_NS, for sm__issue_active (cycles an SM issued an instruction)."""
 SM_ACTIVE_NS = "sm_active_ns"
 """As TENSOR_ACTIVE_NS, for sm__cycles_active (cycles an SM had a warp resident)."""
+L2_THROUGHPUT_NS = "l2_throughput_ns"
+"""As TENSOR_ACTIVE_NS, for the L2's bytes as a share of the L2's own peak
+(lts__t_bytes.sum.pct_of_peak_sustained_elapsed): over COUNTER_NS, the L2 bandwidth fraction."""
+L1_THROUGHPUT_NS = "l1_throughput_ns"
+"""As TENSOR_ACTIVE_NS, for the L1/shared-memory data pipe (l1tex__data_pipe_lsu_wavefronts.sum
+.pct_of_peak_sustained_elapsed: global, local and shared-memory wavefronts of the LSU path)."""
 COUNTERS_SHARED_NS = "counters_shared_ns"
 """Of COUNTER_NS, the time another kernel ran at once in the same sample (another stream): the
 sample's counts were split between them by time."""
+COUNTERS_UNRESOLVED_NS = "counters_unresolved_ns"
+"""GPU time of the node's kernels that PM samples covered but could not measure: the samples
+they ran in hold other work too much for their own rates to be told apart (or what they would
+be given is more than the GPU can do). Such a node carries this instead of the counters above."""
 COUNTER_METRICS = (COUNTER_NS, DRAM_BYTES, L2_BYTES, TENSOR_FLOPS, TENSOR_ACTIVE_NS,
-                   ISSUE_ACTIVE_NS, SM_ACTIVE_NS, COUNTERS_SHARED_NS)
+                   ISSUE_ACTIVE_NS, SM_ACTIVE_NS, L2_THROUGHPUT_NS, L1_THROUGHPUT_NS,
+                   COUNTERS_SHARED_NS, COUNTERS_UNRESOLVED_NS)
+PEAK_SLACK = 0.05
+"""A measured rate up to this share over the GPU's peak (DRAM bandwidth, 100% active, the tensor
+pipe's cycles) is at the peak within what the samples can tell, and reads as the peak; a kernel
+measured beyond it is not measured (the writer marks it COUNTERS_UNRESOLVED_NS; the viewer
+leaves such a rate out)."""
 EXACT = "exact_"
 """mode="counters:scopes=A,B": a listed scope's own counts from CUPTI's range profiler (every
 kernel between its enter and exit on the main thread, counted, not sampled), written as the

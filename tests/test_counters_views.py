@@ -16,8 +16,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from proton.format import (COUNTER_METRICS, COUNTER_NS, COUNTERS_SHARED_NS, DRAM_BYTES,
-                           ISSUE_ACTIVE_NS, L2_BYTES, SM_ACTIVE_NS, TENSOR_ACTIVE_NS,
+from proton.format import (COUNTER_METRICS, COUNTER_NS, COUNTERS_SHARED_NS,
+                           COUNTERS_UNRESOLVED_NS, DRAM_BYTES, ISSUE_ACTIVE_NS, L1_THROUGHPUT_NS,
+                           L2_BYTES, L2_THROUGHPUT_NS, SM_ACTIVE_NS, TENSOR_ACTIVE_NS,
                            TENSOR_FLOPS)
 from proton.viewer.cli import viewer
 from proton.viewer.derive import NOMINAL_INTENSITY, derive, kernel_roofs
@@ -317,8 +318,9 @@ def test_diagnose_judges_the_roofline_from_measurements_and_says_so(tmp_path):
     assert not any("not checked" in n and "roofline" in n for n in found.notes)
     far = {f.kernel: f for f in found.findings if f.rule == "far from the roofline"}
     # the small matmul: 8% of the 16-bit peak at an intensity where its roof is memory's
-    assert far[SMALL_MATMUL].evidence.startswith("10% of the memory roof (measured): 79.06 "
-                                                 "TFLOP/s and 335.2 GB/s at 235.84 FLOP/byte")
+    assert far[SMALL_MATMUL].evidence.startswith(
+        "10% of the DRAM bandwidth, its nearest roof (measured, each level against its own "
+        "roof: DRAM 10%, L2 10%; DRAM 335 GB/s, L2 1,008 GB/s, 79.06 tensor TFLOP/s)")
     # at their limits: the matmul (70% of the tensor roof), gelu (85% of DRAM bandwidth);
     # NCCL's waits on its peers, its DRAM bytes say nothing of it
     assert set(far) == {SMALL_MATMUL}
@@ -435,19 +437,126 @@ def test_a_latency_bound_kernel_of_a_launch_bound_scope_is_only_worth_knowing(tm
 
 
 def test_kernels_whose_counters_measured_no_dram_are_still_on_the_roofline(tmp_path):
-    """An L2-resident matmul and a short kernel whose fitted DRAM share came to zero: both
-    drawn at the DRAM floor, and the note says how many."""
+    """An L2-resident matmul (no DRAM bytes, L2 bytes) is drawn against the L2 roof (dashed)
+    by its L2 bytes; a short kernel whose fitted shares came to zero at both levels is drawn
+    at the floor, and the note says how many of each."""
     from proton.viewer.derive import DRAM_FLOOR
 
+    reduce = measured(REDUCE, 1e5, dram=0.0)
+    reduce["metrics"][L2_BYTES] = 0.0
     root = {"frame": {"name": "ROOT", "type": "function"},
             "metrics": {"time (ns)": 0, "count": 0, **{m: 0 for m in COUNTER_METRICS}},
             "children": [scope("step", measured(MATMUL, 1e6, dram=0.0, tensor=0.8, tflops=0.5),
-                               measured(REDUCE, 1e5, dram=0.0))]}
+                               reduce)]}
     path = tmp_path / "floor.hatchet"
     path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
     d = html_data(tmp_path, str(path))
     got = {p["name"]: p for p in points(d)}
     assert set(got) == {MATMUL, REDUCE}
     assert got[REDUCE]["y"] == pytest.approx(NOMINAL_INTENSITY * DRAM_FLOOR, rel=1e-5)
-    assert got[MATMUL]["x"] == pytest.approx(0.5 * PEAK16 / DRAM_FLOOR, rel=1e-5)
-    assert "2 with under 0.1 GB/s of DRAM traffic measured" in d["roofline"]["note"]
+    assert got[MATMUL]["x"] == pytest.approx(0.5 * PEAK16 * 0.9e-3 / 1e6, rel=1e-5)
+    note = d["roofline"]["note"]
+    assert "1 drawn against the L2 roof (dashed)" in note
+    assert "1 with under 0.1 GB/s of memory traffic measured" in note
+    assert any(r["level"] == "L2" for r in d["roofline"]["roofs"])
+
+
+# -- issue 57: counters that never pass the hardware, a hierarchical roofline ------------------
+H200_RUN = os.path.join(os.path.dirname(__file__), "data", "counters_h200.hatchet")
+"""bench/probes/real_shapes.py's `counters` job on an H200 (main at 44bba74): warm-up adds and a
+cuBLAS warm-up outside scopes, 64M adds, a 256 MiB copy, 200 adds of 1M fp32 (12 MiB, in L2),
+short kernels, bf16 matmuls."""
+ADD = "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<…>, std::array<…>>(…)"
+
+
+def test_adds_that_live_in_l2_are_judged_against_the_l2_not_told_to_fix_dram():
+    """The 200 L2-resident adds of the H200 run moved 7.6 TB/s through the L2 and 13% of the
+    DRAM bandwidth: Nsight Compute's hierarchical roofline judges each level by its own roof,
+    so they are at the L2's (memory-bound there), not "far from the roofline: 13% of the DRAM
+    bandwidth" nor latency-bound, and nothing tells them to fix DRAM traffic."""
+    found = diagnose(load(H200_RUN))
+    mine = [f for f in found.findings if f.path == "ROOT / l2_adds"]
+    assert [f.rule for f in mine] == ["memory-bound"], [(f.rule, f.evidence) for f in mine]
+    assert mine[0].evidence.startswith("L2 75% of its peak (7,609 GB/s)")
+    assert "at the L2's bandwidth" in mine[0].advice and "DRAM is not what limits" in \
+        mine[0].advice
+    # the adds that stream from DRAM are still judged by DRAM
+    big = [f for f in found.findings if f.path == "ROOT / add64M" and f.rule == "memory-bound"]
+    assert big and big[0].evidence.startswith("DRAM 93% of peak")
+
+
+def test_no_view_of_the_h200_run_shows_a_rate_past_the_peak():
+    """The H200 run's 64M adds read 101% SM active (sampled cycles at a changing clock): within
+    format.PEAK_SLACK they read as 100% in -m and in --diagnose; no kernel's measured share of
+    any peak is over 100% in any of them."""
+    prof = load(H200_RUN)
+    for spec in ("sm_active", "dram_throughput", "tensor_active", "issue_active",
+                 "sm_throughput"):
+        values = derive(prof, spec).values.dropna()
+        assert (values <= 100).all(), (spec, values.max())
+    add = node_of(prof, "add64M", next(c.frame["name"] for c in node_of(prof, "add64M").children))
+    assert derive(prof, "sm_active").values[add] == 100
+    rates = derive(prof, "dram_byte/s").values.dropna()
+    assert (rates <= 2 * 6016 * 3201000 * 1e3 / 8).all()
+    for f in diagnose(load(H200_RUN)).findings:
+        for pct in (int(p) for p in __import__("re").findall(r"(\d+)% (?:active|of (?:its )?peak)",
+                                                               f.evidence)):
+            assert pct <= 100, f.evidence
+
+
+def past_peak(tmp_path) -> str:
+    """Warm-up adds read 126% SM active and 114% of the DRAM bandwidth (as a file written
+    before the writer checked), a kernel the writer marked not measured, a healthy matmul."""
+    warm = measured(ELEMENTWISE, 5.5e5, covered=1.0, dram=1.14, sm=1.26, issue=0.06)
+    short = {"frame": {"name": REDUCE, "type": "function"},
+             "metrics": {"time (ns)": 3e5, "count": 20, "device_id": "0", "device_type": "CUDA",
+                         COUNTERS_UNRESOLVED_NS: 2.9e5}, "children": []}
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0, **{m: 0 for m in COUNTER_METRICS}},
+            "children": [warm, scope("step", short, measured(MATMUL, 2e6, dram=0.2, tensor=0.8,
+                                                            issue=0.3, tflops=0.7))]}
+    path = tmp_path / "past.hatchet"
+    path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
+    return str(path)
+
+
+def test_a_kernel_measured_past_the_peak_is_shown_as_not_measured_with_how_to_measure_it(
+        tmp_path):
+    """126% SM active is no measurement: -m leaves its rates blank, --diagnose judges it by no
+    counter and says which kernels were not measured and how to measure them (a longer run, a
+    smaller interval, counters:scopes=, Nsight Compute); so does the --html roofline."""
+    path = past_peak(tmp_path)
+    prof = load(path)
+    warm = node_of(prof, ELEMENTWISE)
+    for spec in ("sm_active", "dram_throughput", "dram_gbyte/s"):
+        assert math.isnan(derive(prof, spec).values[warm]), spec
+    found = diagnose(prof, "raw")
+    assert not [f for f in found.findings if f.kernel == ELEMENTWISE]
+    note = next(n for n in found.notes if "not measured by the counters" in n)
+    assert note.startswith("2 kernels (0.840 ms sampled) not measured")
+    for how in ("longer run", "counters:interval=US", "counters:scopes=NAME", "Nsight Compute"):
+        assert how in note
+    assert MATMUL in verdicts(path)  # the matmul beside them is judged as before
+    d = html_data(tmp_path, path)
+    assert "Not drawn: 2 kernels" in d["roofline"]["note"]
+    assert {p["name"] for p in points(d)} == {MATMUL}
+
+
+def test_a_kernel_at_the_l1_data_pipes_roof_is_memory_bound_there():
+    """A shared-memory-heavy kernel: 20% of DRAM, 15% of the L2, its L1 data pipe 85% of its
+    peak (l1_throughput_ns). At a roof (L1), not far from the roofline nor latency-bound."""
+    k = measured("smem_transpose", 2e6, dram=0.2, issue=0.3, sm=0.95)
+    c = k["metrics"][COUNTER_NS]
+    k["metrics"].update({L1_THROUGHPUT_NS: 0.85 * c, L2_THROUGHPUT_NS: 0.15 * c})
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0, **{m: 0 for m in COUNTER_METRICS}},
+            "children": [k]}
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "l1.hatchet")
+        with open(path, "w") as f:
+            json.dump([root, {"CUDA": {"0": H100}}], f)
+        found = diagnose(load(path), "raw").findings
+    assert [f.rule for f in found] == ["memory-bound"]
+    assert found[0].evidence.startswith("L1 data pipe 85% of its peak, DRAM 20% of peak")
+    assert "L1/shared-memory data pipe" in found[0].advice

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
-from ..format import (BYTES, COPY_FRAME, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT,
-                      CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA,
-                      DRAM_BYTES, FLOPS, GPU_IDLE, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS,
-                      LAUNCH_METRICS, SASS_PREFIX, SCOPE_WALL, SM_ACTIVE_NS, SYNC_TIME,
-                      TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME, TL_DOT)
+from ..format import (BYTES, COPY_FRAME, COUNT, COUNTER_NS, COUNTERS_SHARED_NS,
+                      COUNTERS_UNRESOLVED_NS, CPU_COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE,
+                      DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, DRAM_BYTES, FLOPS, GPU_IDLE,
+                      ISSUE_ACTIVE_NS, L1_THROUGHPUT_NS, L2_BYTES, L2_THROUGHPUT_NS,
+                      LAUNCH_CONFIGS, LAUNCH_METRICS, PEAK_SLACK, SASS_PREFIX, SCOPE_WALL,
+                      SM_ACTIVE_NS, SYNC_TIME, TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME, TL_DOT)
 from .errors import ViewerError
 from .reader import Profile, subtree_sums
-from .specs import bandwidth, compute_roof, peak, peak_known, unknown_arch
+from .specs import bandwidth, compute_roof, l2_bandwidth, peak, peak_known, unknown_arch
 
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
@@ -37,9 +38,15 @@ kernel time the PM samples covered (counter_ns)."""
 _COUNTER_RATES = {"dram": (DRAM_BYTES, "byte"), "l2": (L2_BYTES, "byte"),
                   "tensor": (TENSOR_FLOPS, "flop")}
 ACTIVE = {"tensor_active": TENSOR_ACTIVE_NS, "issue_active": ISSUE_ACTIVE_NS,
-          "sm_active": SM_ACTIVE_NS}
+          "sm_active": SM_ACTIVE_NS, "l2_throughput": L2_THROUGHPUT_NS,
+          "l1_throughput": L1_THROUGHPUT_NS}
 """Measured activity (%): the time-weighted active fraction over counter_ns of the tensor pipe,
-of instruction issue, of the SMs (a warp resident)."""
+of instruction issue, of the SMs (a warp resident); the L2's and the L1 data pipe's throughput
+as a share of their own peaks (the GPU's measure of them)."""
+LEVELS = ("DRAM", "L2", "L1")
+"""The memory levels a measured kernel is judged against, each by its own roof (Nsight
+Compute's hierarchical roofline): DRAM bytes over the bandwidth, the L2's throughput (the GPU's
+own share of its peak, else L2 bytes over specs.l2_bandwidth), the L1 data pipe's."""
 SM_THROUGHPUT = "sm_throughput"
 """The busier of tensor_active and issue_active (%): the busiest SM pipe we sample. Nsight
 Compute's sm__throughput is the max over some 19 SM sub-unit counters, too many for the one
@@ -324,30 +331,64 @@ def _counter_column(profile: Profile, spec: str) -> Column:
     m = COUNTER_RATE.match(spec)
     if m:
         metric = _COUNTER_RATES[m.group("what")][0]
-        values = _column(profile, metric, spec) / seconds * RATE_PREFIX[m.group("prefix")]
-        return Column(spec, values)
+        rate = _column(profile, metric, spec) / seconds
+        if metric == L2_BYTES and L2_THROUGHPUT_NS in profile.inclusive:  # the GPU's own share
+            rate = at_peak(rate, _column(profile, L2_THROUGHPUT_NS, spec) / (seconds * 1e9))
+        else:
+            top = {DRAM_BYTES: _bandwidths, TENSOR_FLOPS: _tensor_peaks,
+                   L2_BYTES: _l2_roofs}[metric](profile)
+            rate = at_peak(rate, rate / top.reindex(rate.index))
+        return Column(spec, rate * RATE_PREFIX[m.group("prefix")])
     if spec == INTENSITY:
         dram = _column(profile, DRAM_BYTES, spec)
         return Column(spec, _column(profile, TENSOR_FLOPS, spec) / dram.where(dram > 0))
     if spec == DRAM_THROUGHPUT:
         rate = _column(profile, DRAM_BYTES, spec) / seconds
-        return Column(f"{spec} (%)", rate / _bandwidths(profile).reindex(rate.index) * 100)
+        share = rate / _bandwidths(profile).reindex(rate.index)
+        return Column(f"{spec} (%)", at_peak(share, share) * 100)
     if spec == SM_THROUGHPUT:
         have = {m.lower() for m in profile.inclusive + profile.exclusive}
         parts = [_column(profile, metric, spec) for metric in (TENSOR_ACTIVE_NS, ISSUE_ACTIVE_NS)
                  if metric in have]
-        busiest = pd.concat(parts, axis=1).max(axis=1, skipna=True)
-        return Column(f"{spec} (%)", busiest / (seconds * 1e9) * 100)
-    return Column(f"{spec} (%)", _column(profile, ACTIVE[spec], spec) / (seconds * 1e9) * 100)
+        busiest = pd.concat(parts, axis=1).max(axis=1, skipna=True) / (seconds * 1e9)
+        return Column(f"{spec} (%)", at_peak(busiest, busiest) * 100)
+    share = _column(profile, ACTIVE[spec], spec) / (seconds * 1e9)
+    return Column(f"{spec} (%)", at_peak(share, share) * 100)
+
+
+def at_peak(values: pd.Series, share: pd.Series) -> pd.Series:
+    """The rule for a measured rate past the GPU's peak (`share`: the rate over its peak): up
+    to format.PEAK_SLACK over, it reads as the peak (at the peak within what the samples can
+    tell); beyond, it is left out (blank): the samples did not measure that node (its kernels
+    shared their samples with work they could not be told from). Never a rate past the peak."""
+    share = share.reindex(values.index)
+    out = values.where(~(share > 1 + PEAK_SLACK))
+    return out.where(~(share > 1), out / share)
+
+
+def _l2_roofs(profile: Profile) -> pd.Series:
+    """The L2 roof per node (specs.l2_bandwidth), as _bandwidths."""
+    return _per_gpu(profile, l2_bandwidth)
+
+
+def _tensor_peaks(profile: Profile) -> pd.Series:
+    """The measured tensor FLOP/s roof per node (MEASURED_PRECISION), as _bandwidths."""
+    return _per_gpu(profile, lambda gpu: peak(gpu, MEASURED_PRECISION))
 
 
 def _bandwidths(profile: Profile) -> pd.Series:
     """Peak DRAM bytes/s per node: a kernel's GPU's; a scope's when every GPU of the device
     table has the same (NaN otherwise: its kernels may have run on different GPUs)."""
+    return _per_gpu(profile, bandwidth)
+
+
+def _per_gpu(profile: Profile, figure) -> pd.Series:
+    """`figure(gpu)` per node: a kernel's GPU's; a scope's when every GPU of the device table
+    has the same (NaN otherwise)."""
     df = profile.gf.dataframe
     gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
     gpus = gpus if isinstance(gpus, dict) else {}
-    peaks = {dev: bandwidth(gpu) if isinstance(gpu, dict) else None for dev, gpu in gpus.items()}
+    peaks = {dev: figure(gpu) if isinstance(gpu, dict) else None for dev, gpu in gpus.items()}
     same = set(peaks.values())
     common = next(iter(same)) if len(same) == 1 else None
     devices = df[DEVICE_ID] if DEVICE_ID in df else pd.Series(None, index=df.index, dtype=object)
@@ -430,7 +471,8 @@ tensor work (placed at NOMINAL_INTENSITY)."""
 @dataclass(slots=True)
 class Counters:
     """A kernel node's hardware counters (mode="counters"), over the GPU time PM samples
-    covered; activities as fractions (None where the file lacks the counter)."""
+    covered; activities as fractions (None where the file lacks the counter). Every rate is at
+    most the GPU's peak (at_peak's rule: a node measured past it is not in kernel_counters)."""
 
     seconds: float
     """The kernel time the samples covered (counter_ns; its GPU time where that is missing)."""
@@ -444,11 +486,30 @@ class Counters:
     """Of `seconds`, the share another kernel ran at once (its counts were split by time)."""
     bandwidth: float | None
     """Its GPU's peak DRAM bytes/s."""
+    l2_throughput: float | None = None
+    """The L2's throughput as a share of its peak, as the GPU measured it."""
+    l1_throughput: float | None = None
+    """The L1 data pipe's throughput as a share of its peak."""
+    l2_roof: float | None = None
+    """Its GPU's L2 bytes/s (specs.l2_bandwidth), where l2_throughput is missing."""
 
     @property
     def dram_fraction(self) -> float | None:
         """Measured DRAM bytes/s over the peak."""
         return self.dram_bytes / self.seconds / self.bandwidth if self.bandwidth else None
+
+    @property
+    def l2_fraction(self) -> float | None:
+        """The L2's share of its peak: the GPU's own measure, else bytes over the L2 roof."""
+        if self.l2_throughput is not None:
+            return self.l2_throughput
+        return self.l2_bytes / self.seconds / self.l2_roof if self.l2_roof else None
+
+    @property
+    def levels(self) -> dict[str, float]:
+        """Each memory level's share of its own roof (LEVELS), where known."""
+        found = zip(LEVELS, (self.dram_fraction, self.l2_fraction, self.l1_throughput))
+        return {name: value for name, value in found if value is not None}
 
     @property
     def sm_throughput(self) -> float | None:
@@ -457,21 +518,57 @@ class Counters:
         return max(busy) if busy else None
 
 
+HOW_TO_MEASURE = ("measure them with a longer run (more steps: the fit separates kernels "
+                  "that fall at different places in the samples), a smaller "
+                  "mode='counters:interval=US' (250 by default, 10 at least), "
+                  "mode='counters:scopes=NAME' (a scope's exact counts, by CUPTI's range "
+                  "profiler) or Nsight Compute (ncu --kernel-name NAME)")
+"""What a view says of kernels with counters the samples did not measure."""
+
+
+def unmeasured_text(count: int, ns: float) -> str:
+    """The one line every view gives kernels the samples did not measure."""
+    return (f"{count:,} kernel{'s' * (count != 1)} ({ns / 1e6:,.3f} ms sampled) not measured "
+            "by the counters: the samples they ran in hold other work too much to tell theirs "
+            "apart, or read more than the GPU can do in their time; " + HOW_TO_MEASURE)
+
+
+UNRESOLVED, PAST_PEAK = "unresolved", "past the peak"
+"""Why a kernel with counters is not measured: its writer marked it (counters_unresolved_ns:
+its samples could not tell its work from its neighbours'), or its file gives it a rate more
+than PEAK_SLACK past the GPU's peak (files written before the writer checked)."""
+
+
 def kernel_counters(profile: Profile) -> dict:
     """Node -> Counters, for kernel nodes that PM samples covered (counter_ns or dram_bytes
-    above 0)."""
+    above 0) and measured (see unmeasured)."""
+    return _counters(profile)[0]
+
+
+def unmeasured(profile: Profile) -> dict:
+    """Kernel nodes (copies too) with counters the samples did not measure -> (why: UNRESOLVED
+    or PAST_PEAK, their sampled ns)."""
+    return _counters(profile)[1]
+
+
+def _counters(profile: Profile) -> tuple[dict, dict]:
     df = profile.gf.dataframe
-    if COUNTER_NS not in df and DRAM_BYTES not in df:
-        return {}
+    if COUNTER_NS not in df and DRAM_BYTES not in df and COUNTERS_UNRESOLVED_NS not in df:
+        return {}, {}
     gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
     gpus = gpus if isinstance(gpus, dict) else {}
     own = {c: _own(df, c) for c in (TIME, *_COUNTERS)}
     devices = df[DEVICE_ID] if DEVICE_ID in df else {}
-    out = {}
-    for node, yes in kernel_mask(profile).items():
+    out, missed = {}, {}
+    for node, yes in kernel_mask(profile, copies=True).items():
+        if not yes:
+            continue
+        unresolved = _number(own[COUNTERS_UNRESOLVED_NS].get(node))
+        if unresolved > 0:
+            missed[node] = (UNRESOLVED, unresolved)
         ns = _number(own[COUNTER_NS].get(node))
         dram = _number(own[DRAM_BYTES].get(node))
-        if not yes or (ns <= 0 and dram <= 0):
+        if ns <= 0 and dram <= 0:
             continue
         ns = ns if ns > 0 else _number(own[TIME].get(node))
         if ns <= 0:
@@ -482,16 +579,43 @@ def kernel_counters(profile: Profile) -> dict:
             return _number(value) / ns if metric in df and value == value else None
 
         gpu = gpus.get(str(devices.get(node))) if len(devices) else None
-        out[node] = Counters(ns * 1e-9, dram, _number(own[L2_BYTES].get(node)),
-                             _number(own[TENSOR_FLOPS].get(node)), active(TENSOR_ACTIVE_NS),
-                             active(ISSUE_ACTIVE_NS), active(SM_ACTIVE_NS),
-                             _number(own[COUNTERS_SHARED_NS].get(node)) / ns,
-                             bandwidth(gpu) if isinstance(gpu, dict) else None)
-    return out
+        gpu = gpu if isinstance(gpu, dict) else {}
+        top = peak(gpu, MEASURED_PRECISION) if gpu else None
+        c = Counters(ns * 1e-9, dram, _number(own[L2_BYTES].get(node)),
+                     _number(own[TENSOR_FLOPS].get(node)), active(TENSOR_ACTIVE_NS),
+                     active(ISSUE_ACTIVE_NS), active(SM_ACTIVE_NS),
+                     _number(own[COUNTERS_SHARED_NS].get(node)) / ns,
+                     bandwidth(gpu) if gpu else None, active(L2_THROUGHPUT_NS),
+                     active(L1_THROUGHPUT_NS), l2_bandwidth(gpu) if gpu else None)
+        shares = [c.tensor_active, c.issue_active, c.sm_active, c.l1_throughput,
+                  c.dram_fraction, c.l2_fraction,
+                  c.tensor_flops / c.seconds / top if top else None]
+        if any(v is not None and v > 1 + PEAK_SLACK for v in shares):
+            missed[node] = (PAST_PEAK, ns)
+            continue
+        out[node] = _at_peaks(c, top)
+    return out, missed
+
+
+def _at_peaks(c: Counters, top: float | None) -> Counters:
+    """`c` with each rate up to PEAK_SLACK past its peak read as the peak (at_peak's rule)."""
+    for name in ("tensor_active", "issue_active", "sm_active", "l1_throughput",
+                 "l2_throughput"):
+        value = getattr(c, name)
+        if value is not None and value > 1:
+            setattr(c, name, 1.0)
+    if c.bandwidth:
+        c.dram_bytes = min(c.dram_bytes, c.bandwidth * c.seconds)
+    if c.l2_throughput is None and c.l2_roof:
+        c.l2_bytes = min(c.l2_bytes, c.l2_roof * c.seconds)
+    if top:
+        c.tensor_flops = min(c.tensor_flops, top * c.seconds)
+    return c
 
 
 _COUNTERS = (COUNTER_NS, DRAM_BYTES, L2_BYTES, TENSOR_FLOPS, TENSOR_ACTIVE_NS, ISSUE_ACTIVE_NS,
-             SM_ACTIVE_NS, COUNTERS_SHARED_NS)
+             SM_ACTIVE_NS, COUNTERS_SHARED_NS, L2_THROUGHPUT_NS, L1_THROUGHPUT_NS,
+             COUNTERS_UNRESOLVED_NS)
 
 
 def _own(df: pd.DataFrame, column: str) -> dict:
@@ -524,6 +648,12 @@ class KernelRoof:
     """DECLARED, MEASURED or NO_TENSOR_WORK: where its point comes from."""
     time: float = 0.0
     """Its GPU time (s), all of it (a measured kernel's `seconds` may cover part)."""
+    levels: dict = field(default_factory=dict)
+    """Measured: each memory level's share of its own roof (Counters.levels)."""
+    l2_bytes: float = 0.0
+    """Measured L2 bytes (the L2 level's point)."""
+    l2_roof: float | None = None
+    """The L2's bytes/s: the GPU's own (l2_bytes over its measured share), else specs'."""
 
     @property
     def intensity(self) -> float | None:
@@ -531,27 +661,52 @@ class KernelRoof:
         return self.flops / self.nbytes if self.nbytes else None
 
     def fraction(self) -> float | None:
-        """Achieved FLOP/s over the roof at its intensity; None where either is unknown. A
-        kernel with counters and no tensor work: its measured DRAM bandwidth fraction."""
-        if self.source == NO_TENSOR_WORK:
-            return self.nbytes / self.seconds / self.bandwidth if self.bandwidth else None
+        """Achieved over the roof; None where unknown. Declared: FLOP/s over the roof at its
+        intensity. Measured: the hierarchical roofline's, the nearest of its roofs: tensor
+        FLOP/s over the peak, or a memory level's traffic over that level's own roof (DRAM,
+        L2, L1), whichever is highest (at a level's roof, only that level's traffic matters)."""
+        if self.source != DECLARED:
+            near = list(self.levels.values())
+            if self.flops and self.peak:
+                near.append(self.flops / self.seconds / self.peak)
+            return max(near) if near else None
         x = self.intensity
         if not self.peak or not self.bandwidth or not x:
             return None
         return self.flops / self.seconds / min(self.peak, self.bandwidth * x)
 
+    def level(self) -> str:
+        """Measured: the roof it is nearest ("compute" or a LEVELS name); declared: "DRAM"."""
+        if self.source == DECLARED:
+            return "DRAM"
+        near = dict(self.levels)
+        if self.flops and self.peak:
+            near["compute"] = self.flops / self.seconds / self.peak
+        return max(near, key=lambda k: near[k]) if near else "DRAM"
+
+    def drawn(self) -> tuple[str, float, float | None]:
+        """The memory level its roofline point is drawn against (DRAM, or L2 where that is the
+        nearer of the two: L1's traffic has no bytes to draw), its bytes and its roof."""
+        if self.source != DECLARED and self.l2_roof and \
+                self.levels.get("L2", 0.0) > self.levels.get("DRAM", 0.0):
+            return "L2", self.l2_bytes, self.l2_roof
+        return "DRAM", self.nbytes, self.bandwidth
+
     @property
     def floored(self) -> bool:
-        """Measured, with fewer DRAM bytes than DRAM_FLOOR over its time: drawn at the floor."""
+        """Measured, with fewer bytes than DRAM_FLOOR over its time at the level it is drawn
+        against: drawn at the floor."""
         return self.source != DECLARED and self.seconds > 0 and \
-            self.nbytes < DRAM_FLOOR * self.seconds
+            self.drawn()[1] < DRAM_FLOOR * self.seconds
 
     def point(self) -> tuple[float, float] | None:
-        """(FLOP per byte, FLOP/s) on the roofline; a kernel with no tensor work at
-        NOMINAL_INTENSITY; a measured one with (almost) no DRAM bytes as if it moved
-        DRAM_FLOOR. None where it has no place (nothing measured or declared)."""
-        nbytes = max(self.nbytes, DRAM_FLOOR * self.seconds) if self.source != DECLARED \
-            else self.nbytes
+        """(FLOP per byte, FLOP/s) on the roofline, by the bytes of the level it is drawn
+        against (drawn); a kernel with no tensor work at NOMINAL_INTENSITY; a measured one
+        with (almost) no bytes as if it moved DRAM_FLOOR. None where it has no place (nothing
+        measured or declared)."""
+        nbytes = self.drawn()[1]
+        if self.source != DECLARED:
+            nbytes = max(nbytes, DRAM_FLOOR * self.seconds)
         if self.source == NO_TENSOR_WORK:
             y = NOMINAL_INTENSITY * nbytes / self.seconds if self.seconds else 0.0
             return (NOMINAL_INTENSITY, y) if y > 0 else None
@@ -561,7 +716,9 @@ class KernelRoof:
 
     def util(self) -> float:
         """Achieved over peak: the larger of flops over the compute roof and bytes over the
-        bandwidth, each as a share of its time."""
+        bandwidth, each as a share of its time (measured: the nearest roof, fraction)."""
+        if self.source != DECLARED:
+            return self.fraction() or 0.0
         busy = max(self.flops / self.peak if self.peak else 0.0,
                    self.nbytes / self.bandwidth if self.bandwidth else 0.0)
         return busy / self.seconds
@@ -592,10 +749,13 @@ def kernel_roofs(profile: Profile) -> dict:
         measured = counters.get(node)
         if measured is not None:
             top = peak(gpu, MEASURED_PRECISION)
+            l2 = measured.l2_fraction
             out[node] = KernelRoof(measured.tensor_flops, measured.dram_bytes, measured.seconds,
                                    top, bandwidth(gpu), [MEASURED_PRECISION] if top else [],
                                    str(dev), MEASURED if measured.tensor_flops else
-                                   NO_TENSOR_WORK, seconds)
+                                   NO_TENSOR_WORK, seconds, measured.levels, measured.l2_bytes,
+                                   measured.l2_bytes / measured.seconds / l2 if l2 and
+                                   measured.l2_throughput is not None else measured.l2_roof)
             continue
         flops = {w: _number(values.get(node)) for w, values in widths.items()}
         roof = None

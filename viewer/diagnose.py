@@ -50,7 +50,7 @@ from ..format import (BLOCK_THREADS, COPY_FRAME, CPU_TIME, CUDA, DEVICE_ID, FLOP
                       NUM_SAMPLES, REGISTERS, SASS_PREFIX, SHARED_MEMORY, TIME, TL_DOT,
                       DOT_NO_TENSOR_CORES, DOT_NO_WGMMA)
 from .derive import (COMM_KERNEL, DECLARED, NO_TENSOR_WORK, Counters, KernelRoof, kernel_counters,
-                     kernel_mask, kernel_roofs)
+                     kernel_mask, kernel_roofs, unmeasured, unmeasured_text)
 from .errors import ViewerError
 from .names import readable
 from .occupancy import occupancy
@@ -432,10 +432,11 @@ def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
     judged, unjudged = 0, []
     for node in kernels:
         kernel, ns = ctx.roofs.get(node), ctx.value(node, TIME)
-        if kernel is None or kernel.point() is None or not ctx.big(ns) or ctx.comm(node):
+        if kernel is None or kernel.fraction() is None and kernel.point() is None \
+                or not ctx.big(ns) or ctx.comm(node):
             continue  # a communication kernel waits on its peers: no roof says why
         if kernel.source == NO_TENSOR_WORK and (ctx.counters[node].issue_active or 0) >= BOUND:
-            continue  # busy issuing (FMA, ALU work): not DRAM-bound
+            continue  # busy issuing (FMA, ALU work): not bound by a memory level
         frac = ctx.roof_fraction(node)
         if frac is None:
             unjudged.append(kernel)
@@ -453,16 +454,37 @@ def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
     return None
 
 
+LEVEL_WORDS = {"DRAM": "the DRAM bandwidth", "L2": "the L2's bandwidth",
+               "L1": "the L1/shared-memory data pipe"}
+
+
+def _levels(kernel: KernelRoof | Counters) -> str:
+    """A measured kernel's memory levels, each against its own roof, nearest first."""
+    got = sorted(kernel.levels.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {value:.0%}" for name, value in got)
+
+
 def _far(kernel: KernelRoof, frac: float) -> tuple[str, str]:
-    """(evidence, advice) of a kernel under FAR_FROM_ROOF of its roof."""
+    """(evidence, advice) of a kernel under FAR_FROM_ROOF of its roof: measured, the nearest of
+    its roofs (hierarchical: DRAM, L2, L1, the tensor peak); declared, its roofline's."""
     fuse = ("move fewer bytes: fuse with the neighbouring ops, reuse tiles from shared "
             "memory, lower precision")
-    if kernel.source == NO_TENSOR_WORK:  # the caller knew its fraction: bandwidth is known
-        bw = cast(float, kernel.bandwidth)
-        return (f"{frac:.0%} of the DRAM bandwidth (measured: "
-                f"{kernel.nbytes / kernel.seconds / 1e9:,.0f} of {bw / 1e9:,.0f} GB/s), no "
-                "tensor work", "keep more bytes in flight (more blocks, wider vectorised "
-                "loads), or " + fuse)
+    if kernel.source != DECLARED:
+        level = kernel.level()
+        rates = [f"DRAM {kernel.nbytes / kernel.seconds / 1e9:,.0f} GB/s",
+                 f"L2 {kernel.l2_bytes / kernel.seconds / 1e9:,.0f} GB/s"]
+        if kernel.flops:
+            rates.append(f"{kernel.flops / kernel.seconds / 1e12:,.2f} tensor TFLOP/s")
+        evidence = (f"{frac:.0%} of {LEVEL_WORDS.get(level, 'the tensor peak')}, its nearest "
+                    f"roof (measured, each level against its own roof: {_levels(kernel)}; "
+                    f"{', '.join(rates)})")
+        if kernel.source == NO_TENSOR_WORK:
+            evidence += ", no tensor work"
+        if level == "compute":
+            return evidence, ("keep the tensor cores fed: larger tiles, more warps, more "
+                              "num_stages to hide the loads")
+        return evidence, ("keep more bytes in flight (more blocks, wider vectorised loads), "
+                          "or " + fuse)
     # the caller knew the roof fraction: intensity, peak and bandwidth are all known
     x, peak, bw = (cast(float, v) for v in (kernel.intensity, kernel.peak, kernel.bandwidth))
     memory = bw * x < peak
@@ -474,8 +496,7 @@ def _far(kernel: KernelRoof, frac: float) -> tuple[str, str]:
     else:  # fp32 or fp64 on the FMA units
         advice = ("use the tensor cores: tl.dot in fp16/bf16/fp8, or for fp32 "
                   "input_precision='tf32'")
-    how = " (measured)" if kernel.source != DECLARED else ""
-    evidence = (f"{frac:.0%} of the {'memory' if memory else 'compute'} roof{how}: "
+    evidence = (f"{frac:.0%} of the {'memory' if memory else 'compute'} roof: "
                 f"{kernel.flops / kernel.seconds / 1e12:,.2f} TFLOP/s and "
                 f"{kernel.nbytes / kernel.seconds / 1e9:,.1f} GB/s at {x:,.2f} FLOP/byte "
                 f"({' + '.join(dict.fromkeys(kernel.precisions))} peak "
@@ -501,17 +522,20 @@ def _unjudged(ctx: _Context, kernels: list[KernelRoof]) -> str:
 
 
 def _bound(ctx: _Context, kernels: list, out: list) -> str | None:
-    """Memory-, compute- or latency-bound, from each kernel's counters (BOUND)."""
+    """Memory-, compute- or latency-bound, from each kernel's counters (BOUND): its memory
+    side is the nearest of its levels to their own roofs (DRAM, L2, L1: hierarchical)."""
+    _unmeasured(ctx, kernels)
     if not ctx.counters:  # not a counters profile: said nowhere, as --diagnose said before
         return ""
     for node in kernels:
         c, ns = ctx.counters.get(node), ctx.value(node, TIME)
         if c is None or not ctx.big(ns):
             continue
-        dram, busiest = c.dram_fraction, c.sm_throughput
-        if dram is None and busiest is None:
+        levels, busiest = c.levels, c.sm_throughput
+        if not levels and busiest is None:
             continue
-        d, sm = dram or 0.0, busiest or 0.0
+        level = max(levels, key=lambda k: levels[k]) if levels else "DRAM"
+        d, sm = levels.get(level, 0.0), busiest or 0.0
         evidence = _measured(c)
         if max(d, sm) < BOUND:
             comm = bool(COMM_KERNEL.match(str(node.frame.get("name", ""))))
@@ -531,11 +555,17 @@ def _bound(ctx: _Context, kernels: list, out: list) -> str | None:
             out.append(ctx.finding("latency-bound", node, ns, evidence, advice,
                                    info=comm or host, saves=1 - max(d, sm)))
         elif d >= sm:
-            out.append(ctx.finding(
-                "memory-bound", node, ns, evidence,
-                "at the DRAM bandwidth: only fewer bytes make it faster (fuse it with its "
-                "neighbours, lower precision, keep reused data in L2 or shared memory)",
-                info=True))
+            where = {"DRAM": "at the DRAM bandwidth: only fewer bytes make it faster (fuse it "
+                             "with its neighbours, lower precision, keep reused data in L2 or "
+                             "shared memory)",
+                     "L2": "at the L2's bandwidth (its data stays in L2: DRAM is not what "
+                           "limits it): only less traffic through L2 makes it faster (fuse it "
+                           "with its neighbours, reuse tiles from shared memory, lower "
+                           "precision)",
+                     "L1": "at the L1/shared-memory data pipe: fewer, wider accesses "
+                           "(vectorised loads, no bank conflicts), or less shared-memory "
+                           "traffic per FLOP"}[level]
+            out.append(ctx.finding("memory-bound", node, ns, evidence, where, info=True))
         elif (c.tensor_active or 0.0) >= (c.issue_active or 0.0):
             out.append(ctx.finding(
                 "compute-bound", node, ns, evidence,
@@ -549,18 +579,41 @@ def _bound(ctx: _Context, kernels: list, out: list) -> str | None:
     return None
 
 
+def _unmeasured(ctx: _Context, kernels: list) -> None:
+    """A note on the kernels (with MIN_SHARE of the time or more) whose counters the samples
+    did not measure: no rule judges them by counters, and the note says how to measure them."""
+    missed = unmeasured(ctx.prof)
+    big = [node for node in kernels if node in missed and ctx.big(ctx.value(node, TIME))]
+    if big:
+        names = sorted({ctx.name(node) for node in big})
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        ctx.notes.append(f"{unmeasured_text(len(big), sum(missed[n][1] for n in big))} "
+                         f"({shown})")
+
+
 def _measured(c: Counters) -> str:
-    """A kernel's counters as evidence: DRAM against its peak, the SM pipes' activity."""
+    """A kernel's counters as evidence: each memory level against its own roof (nearest
+    first), the SM pipes' activity."""
     rate = c.dram_bytes / c.seconds
-    dram = (f"DRAM {rate / c.bandwidth:.0%} of peak ({rate / 1e9:,.0f} of "
-            f"{c.bandwidth / 1e9:,.0f} GB/s)" if c.bandwidth else f"DRAM {rate / 1e9:,.0f} GB/s")
-    parts = [dram]
+    parts = []
+    for name, value in sorted(c.levels.items(), key=lambda kv: -kv[1]):
+        if name == "DRAM":
+            parts.append(f"DRAM {value:.0%} of peak ({rate / 1e9:,.0f} of "
+                         f"{cast(float, c.bandwidth) / 1e9:,.0f} GB/s)")
+        elif name == "L2":
+            parts.append(f"L2 {value:.0%} of its peak ({c.l2_bytes / c.seconds / 1e9:,.0f} "
+                         "GB/s)")
+        else:
+            parts.append(f"L1 data pipe {value:.0%} of its peak")
+    if "DRAM" not in c.levels:
+        parts.append(f"DRAM {rate / 1e9:,.0f} GB/s")
+    if "L2" not in c.levels:
+        parts.append(f"L2 {c.l2_bytes / c.seconds / 1e9:,.0f} GB/s")
     for label, value, tail in (("tensor pipe", c.tensor_active, " active"),
                                ("issue", c.issue_active, ""), ("SMs", c.sm_active, " active")):
         if value is not None:
             parts.append(f"{label} {value:.0%}{tail}")
-    text = ", ".join(parts) + f"; L2 {c.l2_bytes / c.seconds / 1e9:,.0f} GB/s over " \
-        f"{_ms(c.seconds * 1e9)} sampled"
+    text = ", ".join(parts) + f"; over {_ms(c.seconds * 1e9)} sampled"
     if c.shared > SHARED_NOTE:
         text += f" ({c.shared:.0%} of it beside another kernel: counts split by time)"
     return text

@@ -15,7 +15,7 @@ from typing import cast
 
 from ..format import CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, PYTHON_FRAME, SYNC_TIME
 from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
-                     derive, kernel_mask, kernel_roofs)
+                     derive, kernel_mask, kernel_roofs, unmeasured, unmeasured_text)
 from .errors import ViewerError
 from .names import readable
 from .page import template
@@ -262,12 +262,13 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
     if not kernels:
         return {"points": {"x": []}, "roofs": [], "note": "No roofline: no kernel carries flops "
                 "and bytes, neither measured (hardware counters, mode=\"counters\") nor declared "
-                "(Triton kernels give them through launch_metadata, with -k triton)."}
+                "(Triton kernels give them through launch_metadata, with -k triton)." +
+                _missed(prof)}
     gpus = prof.devices.get(CUDA, {})
     roofs: dict = {}
     points: dict = {"i": [], "x": [], "y": [], "t": [], "frac": [], "roof": [], "s": [],
-                    "kinds": [], "sources": list(SOURCES), "nominal": NOMINAL_INTENSITY,
-                    "name": {}}
+                    "lv": [], "kinds": [], "sources": list(SOURCES), "nominal": NOMINAL_INTENSITY,
+                    "name": {}, "levels": {}}
     for node, kernel in kernels.items():
         x, y = (_num(v) for v in cast(tuple, kernel.point()))
         if not x or not y:  # an intensity or a rate too small (or large) for a float
@@ -277,19 +278,23 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
             points["kinds"].append(kind)
         if frame_of.get(node, -1) < 0:
             points["name"][len(points["x"])] = readable(node.frame.get("name", "?"), style)
+        level, _, level_bw = kernel.drawn()
+        if kernel.levels:  # measured: every level's share of its own roof, for the tooltip
+            points["levels"][len(points["x"])] = {k: _short(v) for k, v in kernel.levels.items()}
         for key, value in (("i", frame_of.get(node, -1)), ("x", _short(x)), ("y", _short(y)),
                            ("t", _short(kernel.time)),
                            ("frac", None if frac is None else _short(frac)),
                            ("roof", points["kinds"].index(kind)),
-                           ("s", SOURCES.index(kernel.source))):
+                           ("s", SOURCES.index(kernel.source)), ("lv", level)):
             points[key].append(value)
         gpu = gpus[kernel.device]
-        for name in kernel.precisions if kernel.bandwidth else ():
+        for name in kernel.precisions if level_bw else ():
             top = cast(float, peak(gpu, name))  # known: compute_roof found its roof
-            roofs.setdefault((kernel.device, name), {
-                "kind": name, "peak": top, "bw": kernel.bandwidth, "ridge": top / kernel.bandwidth,
+            bw = cast(float, level_bw)
+            roofs.setdefault((kernel.device, name, level), {
+                "kind": name, "peak": top, "bw": bw, "ridge": top / bw, "level": level,
                 "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
-                         f"{top / 1e12:,.1f} TFLOP/s, {kernel.bandwidth / 1e9:,.0f} GB/s"})
+                         f"{top / 1e12:,.1f} TFLOP/s, {'L2 ' * (level == 'L2')}{bw / 1e9:,.0f} GB/s"})
     count = {s: points["s"].count(i) for i, s in enumerate(SOURCES)}
     if count[MEASURED] or count[NO_TENSOR_WORK]:
         parts = [f"{count[MEASURED] + count[NO_TENSOR_WORK]:,} measured by hardware counters "
@@ -300,9 +305,14 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
                          "to the memory roof is their measured DRAM bandwidth fraction")
         if count[DECLARED]:
             parts.append(f"{count[DECLARED]:,} declared by launch_metadata (hollow)")
+        on_l2 = points["lv"].count("L2")
+        if on_l2:
+            parts.append(f"{on_l2:,} drawn against the L2 roof (dashed) by their L2 bytes: "
+                         "nearer it than the DRAM roof (hierarchical roofline: each kernel "
+                         "judged by the roof it is nearest, DRAM, L2 or the L1 data pipe)")
         floored = sum(k.floored for k in kernels.values())
         if floored:
-            parts.append(f"{floored:,} with under {DRAM_FLOOR / 1e9:g} GB/s of DRAM traffic "
+            parts.append(f"{floored:,} with under {DRAM_FLOOR / 1e9:g} GB/s of memory traffic "
                          f"measured drawn as if they moved {DRAM_FLOOR / 1e9:g} GB/s")
         if blank:
             parts.append(f"{blank:,} with counters that measured neither DRAM bytes nor "
@@ -313,8 +323,15 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
     note = (what + "dots sized by time, each judged against the roof of its flops' precision. " +
             ("Roofs from the file's device table." if roofs else
              "No roof: the device table names no GPU whose peaks are known, or the flops name "
-             "no precision (flops8/16/32/64)."))
+             "no precision (flops8/16/32/64).") + _missed(prof))
     return {"points": points, "roofs": [roofs[k] for k in sorted(roofs)], "note": note}
+
+
+def _missed(prof: Profile) -> str:
+    """The roofline's word on kernels with counters the samples did not measure (not drawn)."""
+    mask = kernel_mask(prof)
+    missed = [ns for node, (_, ns) in unmeasured(prof).items() if mask.get(node)]
+    return f" Not drawn: {unmeasured_text(len(missed), sum(missed))}." if missed else ""
 
 
 def _source(prof: Profile, style: str, roots: SourceRoots) -> list:

@@ -14,7 +14,8 @@ const rowOf = new Int32Array(COUNT).fill(-1);  // kernel frame -> its row in the
 ROWS.forEach((r, j) => r[0].forEach(i => { rowOf[i] = j; }));
 const P = D.roofline.points;  // columns in the file, objects here
 D.roofline.points = P.x.map((x, k) => ({i: P.i[k], row: P.i[k] >= 0 ? rowOf[P.i[k]] : -1, x, y: P.y[k],
-  t: P.t[k], frac: P.frac[k], roof: P.kinds[P.roof[k]], name: P.name[k], src: P.sources[P.s[k]]}));
+  t: P.t[k], frac: P.frac[k], roof: P.kinds[P.roof[k]], name: P.name[k], src: P.sources[P.s[k]],
+  lv: (P.lv || [])[k] || "DRAM", levels: (P.levels || {})[k] || null}));
 const pointsOf = ROWS.map(() => []);  // row -> its roofline points
 D.roofline.points.forEach((p, k) => { if (p.row >= 0) pointsOf[p.row].push(k); });
 const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
@@ -348,7 +349,7 @@ function roofline() {
     ["measured", "circle", "measured by hardware counters"],
     ["declared", "hollow", "declared by launch_metadata"],
     ["no tensor work", "square", "no tensor work: placed at a nominal intensity (" + P.nominal +
-     " FLOP/byte); its distance to the memory roof is its measured DRAM bandwidth fraction"]].filter(([s]) => srcs.has(s)) : [];
+     " FLOP/byte); its distance to the memory roof (DRAM solid, L2 dashed) is its measured bandwidth fraction there"]].filter(([s]) => srcs.has(s)) : [];
   $("roofkey").innerHTML = used.map(k => '<span class="key"><i style="background:' + roofColor(k) + '"></i>' +
     esc(k) + " kernels, judged by the " + esc(k.split(", ")[0]) + " roof</span>").join("") +
     marks.map(([s, shape, text]) => '<span class="key mark" data-src="' + esc(s) + '"><b class="' + shape + '"></b>' + esc(text) + "</span>").join("");
@@ -393,8 +394,10 @@ function roofline() {
   canvas.dataset.dots = n;
   for (const r of R.roofs) {
     const a = 10 ** x0, b = 10 ** x1;
-    out.push('<polyline class="roof" data-kind="' + esc(r.kind) + '" clip-path="url(#plotarea)" fill="none" stroke="' + roofColor(r.kind) +
-      '" stroke-width="2" points="' + [[a, Math.min(r.peak, r.bw * a)], [r.ridge, r.peak], [b, r.peak]].map(([x, y]) =>
+    // a memory level's roof under the same compute peak: DRAM solid, L2 dashed (hierarchical)
+    out.push('<polyline class="roof" data-kind="' + esc(r.kind) + '" data-level="' + esc(r.level || "DRAM") +
+      '" clip-path="url(#plotarea)" fill="none" stroke="' + roofColor(r.kind) +
+      (r.level === "L2" ? '" stroke-dasharray="6 4' : "") + '" stroke-width="2" points="' + [[a, Math.min(r.peak, r.bw * a)], [r.ridge, r.peak], [b, r.peak]].map(([x, y]) =>
       X(x).toFixed(1) + "," + Y(y).toFixed(1)).join(" ") + '"/>');
   }
   // the marked kernel's dots, then every label (a white halo), above the dots; no label over
@@ -448,12 +451,15 @@ $("roofsvg").onmousemove = e => {
   if (k < 0) { hideTip(); return; }
   const p = D.roofline.points[k], from = {measured: "hardware counters (measured)", declared: "launch_metadata (declared)",
     "no tensor work": "hardware counters; no tensor work: placed at a nominal intensity, its distance to the memory roof is its measured DRAM bandwidth fraction"}[p.src];
+  // measured: each memory level against its own roof (hierarchical roofline), the nearest first
+  const levels = p.levels ? Object.entries(p.levels).sort((a, b) => b[1] - a[1]).map(([l, f]) =>
+    "<tr><td>" + esc(l) + " of its roof</td><td>" + fmt(f * 100) + "%</td></tr>").join("") : "";
   const rows = p.src === "no tensor work" ?
-    "<tr><td>DRAM</td><td>" + fmt(p.y / p.x / 1e9) + " GB/s</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (p.frac === null ? "" :
-    "<tr><td>of the DRAM bandwidth</td><td>" + fmt(p.frac * 100) + "%</td></tr>") :
-    "<tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity</td><td>" +
-    fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (p.frac === null ? "" :
-    "<tr><td>of the " + esc(p.roof) + " roof</td><td>" + fmt(p.frac * 100) + "%</td></tr>");
+    "<tr><td>" + esc(p.lv) + "</td><td>" + fmt(p.y / p.x / 1e9) + " GB/s</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (levels ||
+    (p.frac === null ? "" : "<tr><td>of the DRAM bandwidth</td><td>" + fmt(p.frac * 100) + "%</td></tr>")) :
+    "<tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity (" + esc(p.lv) + ")</td><td>" +
+    fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + levels + (p.frac === null ? "" :
+    "<tr><td>of its nearest roof</td><td>" + fmt(p.frac * 100) + "%</td></tr>");
   tipAt(e, "<b>" + esc(pointName(k)) + "</b><table>" + rows + "<tr><td>from</td><td>" + esc(from) + "</td></tr></table>");
 };
 $("roofsvg").onmouseleave = hideTip;

@@ -102,6 +102,29 @@ def bandwidth(gpu: dict) -> float | None:
     return value if value > 0 else None
 
 
+L2_BYTES_PER_CLOCK = {"80": 5120, "90": 5120}
+"""The L2's bytes per SM clock, whole chip: the roof an L2-resident kernel is judged by when its
+profile lacks the GPU's own measure of it (l2_throughput_ns, lts__t_bytes as a share of its
+peak, which a counters profile records and which comes first). sm80: NVIDIA A100 Tensor Core
+GPU Architecture whitepaper, "L2 cache read bandwidth" 5120 bytes/clk (V100: 2048). sm90:
+NVIDIA publishes no figure for Hopper's L2 (the H100 whitepaper gives its size, 50 MB); A100's
+5120 bytes/clk is taken, 10.1 TB/s on an H100 SXM or H200 at 1980 MHz. Measured on an H200
+(mode="counters", 2026-11-28): 200 adds of 1M fp32 moved 7.6 TB/s through the L2 and a 64M
+add 6.7 TB/s, under it. Other archs: no L2 roof (L2 is judged only where the profile has the
+GPU's own measure)."""
+
+
+def l2_bandwidth(gpu: dict) -> float | None:
+    """The L2 roof of the device table entry `gpu` in bytes/s (L2_BYTES_PER_CLOCK at its
+    clock); None where the arch has no figure."""
+    per_clock = L2_BYTES_PER_CLOCK.get(str(gpu.get("arch")))
+    try:
+        value = per_clock * gpu["clock_rate"] * 1e3 if per_clock else None
+    except (KeyError, TypeError):
+        return None
+    return value if value and value > 0 else None
+
+
 def precision(gpu: dict, width: int, rate: float, tensor_code: bool) -> str:
     """The roof a flops<width> kernel runs under: the slowest of PRECISIONS[width] that its
     achieved `rate` (FLOP/s) does not exceed, TF32 when `tensor_code` (its machine code has

@@ -126,12 +126,11 @@ class KernelRouter:
             s.add_kernel_totals(totals, first)
 
     def _to_counters(self, kernels: list[Kernel]) -> None:
-        """Each kernel's node, launch and times, per device, to the counters' join."""
+        """Each kernel's node, launch and times, per device, to the counters' join; copies and
+        sets too (the copy engines' DRAM traffic is in the samples: theirs, not a neighbour's)."""
         by_device: dict[int, tuple[list, list, list]] = {}
         memo, slow = self._kernel_paths.get, self.kernel_path
-        for path_id, launch, _, name, device, start, end, _, config in kernels:
-            if config < 0:  # a copy: no counters of its own
-                continue
+        for path_id, launch, _, name, device, start, end, _, _ in kernels:
             kernel = memo((path_id, name, device))
             if kernel is None:
                 kernel = slow(path_id, name, device)
