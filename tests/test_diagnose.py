@@ -180,9 +180,13 @@ def test_the_command(tmp_path):
     path = profile(tmp_path, kernel("small_grid", 1e6, grid=16, threads=128, regs=32))
     result = CliRunner().invoke(viewer, ["--diagnose", path])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("1. small_grid: 1.000 ms, 100% of GPU time; fixing it "
-                                     "could save up to 0.879 ms\n   at ROOT\n"
-                                     "   [too few programs] 16 blocks on 132 SMs")
+    assert result.output.startswith(
+        "1. small_grid: 1.000 ms of GPU time (100%); fixing it could save up to 0.879 ms\n"
+        "   at ROOT\n   [too few programs] 16 blocks on 132 SMs")
+    assert ("\nGPU time: what ran on the GPU (kernels, copies, sets), a scope's what ran under "
+            "it; 1.000 ms in all, the whole each % of GPU time is of. Could save: of the run's "
+            "wall time, at most, less what findings inside the same frame claim.\nnote: ") \
+        in result.output
     assert "     try: more programs" in result.output
     data = json.loads(CliRunner().invoke(viewer, ["--diagnose", "--output", "json", path]).stdout)
     assert data["findings"][0]["rule"] == "too few programs" and data["notes"]
@@ -353,7 +357,7 @@ def test_findings_are_grouped_by_kernel_and_ranked_by_what_fixing_them_saves(tmp
                                                         "far from the roofline"]
     text = CliRunner().invoke(viewer, ["--diagnose", path]).output
     numbered = [line for line in text.splitlines() if line[:1].isdigit()]
-    assert numbered[0].startswith("1. scope loop: 62.000 ms of wall time, 0.300 ms on the GPU")
+    assert numbered[0].startswith("1. scope loop: 62.000 ms of wall time, 0.300 ms of GPU time")
     assert "could save up to 61.700 ms" in numbered[0]
     assert numbered[1].startswith("2. slow_copy: ") and len(numbered) == 2
     assert "20% of the memory roof: 0.07 TFLOP/s and 670.5 GB/s at 0.10 FLOP/byte" in text

@@ -228,14 +228,14 @@ def test_communication_share_per_rank(job):
 def test_rates_use_each_ranks_own_device(tmp_path):
     """Rank 1's GPU has half the SMs: the same work is twice the share of its peak."""
     half = dict(H100, num_sms=66)
-    rank_file(tmp_path, 0, 2, kernel("mm", 1e6, 1, 0, flops16=1e12))
-    rank_file(tmp_path, 1, 2, kernel("mm", 1e6, 1, 1, flops16=1e12), devices={"1": half})
+    rank_file(tmp_path, 0, 2, kernel("mm", 1e6, 1, 0, flops16=0.4e12))  # 40% of its peak
+    rank_file(tmp_path, 1, 2, kernel("mm", 1e6, 1, 1, flops16=0.4e12), devices={"1": half})
     got = rows("-m", "util,tflop16/s", str(tmp_path))["ROOT / mm"]
     assert got["util max"] == pytest.approx(2 * got["util min"])
     assert got["util max rank"] == 1
     assert got["util"] == pytest.approx((got["util min"] + got["util max"]) / 2)  # equal times
-    assert got["tflop16/s"] == pytest.approx(1000)  # 2e12 flop over 2 ms
-    assert got["tflop16/s min"] == pytest.approx(1000) == got["tflop16/s max"]
+    assert got["tflop16/s"] == pytest.approx(400)  # 0.8e12 flop over 2 ms
+    assert got["tflop16/s min"] == pytest.approx(400) == got["tflop16/s max"]
 
 
 def test_one_rank_alone(job):

@@ -6,7 +6,7 @@ save of the run's wall time (`saves_ns`, an upper estimate per rule: a kernel at
 full last wave, every SM busy; the GPU's idle time in a launch-bound scope), not by GPU time
 alone: a launch-bound scope whose GPU waits 60 ms ranks above a 3 ms kernel.
 
-The figures, one definition each (the output's first line states the first two):
+The figures, one definition each (the line after the findings states them):
   * GPU time: the time of what ran on the GPU, kernels, copies and sets (memcpy, memset),
     each counted once. A frame's GPU time is the inclusive time of the kernels, copies and
     sets under it (a kernel's: its own); the profile's is all of them (`Diagnosis.gpu_ns`).
@@ -855,7 +855,8 @@ GPU_TIME = ("GPU time: what ran on the GPU (kernels, copies, sets), a scope's wh
             "it; {total} in all, the whole each % of GPU time is of")
 SAVINGS = ("could save: of the run's wall time, at most, less what findings inside the same "
            "frame claim")
-"""The figures' definitions, as the output's first line gives them (the module docstring)."""
+"""The figures' definitions, as the line after the findings gives them (the module
+docstring)."""
 
 
 def _percent(share: float) -> str:
@@ -873,9 +874,6 @@ def render(diagnosis: Diagnosis) -> str:
                      f"with {MIN_SHARE:.0%}+ of the GPU time)"
                      + (":" if diagnosis.ran else ""))
         lines += [f"  {rule}: {threshold}" for rule, threshold in diagnosis.ran.items()]
-    else:
-        lines.append(f"{GPU_TIME.format(total=_ms(diagnosis.gpu_ns))}. {SAVINGS[0].upper()}"
-                     f"{SAVINGS[1:]}.")
     for i, g in enumerate(diagnosis.groups, 1):
         gain = (f"; fixing it could save up to {_ms(g.saves_ns)}" if g.saves_ns
                 else "; worth knowing")
@@ -892,6 +890,9 @@ def render(diagnosis: Diagnosis) -> str:
             at = "" if one else f" (at {f.path})"
             lines.append(f"   [{tag}] {f.evidence}{at}")
             lines.append(f"     try: {f.advice}")
+    if diagnosis.groups:
+        lines.append(f"{GPU_TIME.format(total=_ms(diagnosis.gpu_ns))}. {SAVINGS[0].upper()}"
+                     f"{SAVINGS[1:]}.")
     for note in diagnosis.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"

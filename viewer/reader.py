@@ -179,7 +179,8 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
     else:
         _drop_launch_metadata(root)
     frames, metrics, cut = _expand_vectors(root)
-    impossible = _drop_impossible(root, metrics)
+    # Triton's reading (prune_empty) keeps them: its viewer warns of negative values itself
+    impossible = {} if prune_empty else _drop_impossible(root, metrics)
     cells, most = frames * len(metrics), max_cells(size)
     if cells > most:
         raise ViewerError(f"{name} has {frames:,} frames and {len(metrics):,} distinct metrics, "
