@@ -384,6 +384,76 @@ def test_every_view_of_every_fixture_shows_only_figures_that_can_be(paths):
     assert [v for v in got if not v.startswith(COUNTERS)] == []
 
 
+# -- what a file says that cannot be, shown ----------------------------------------------------
+
+H100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000, "memory_clock_rate": 2619000,
+        "bus_width": 5120}
+
+
+def node(name, *children, **metrics):
+    return {"frame": {"name": name, "type": "function"}, "metrics": metrics,
+            "children": list(children)}
+
+
+def gpu_kernel(name, ns, **more):
+    return node(name, **{"time (ns)": ns, "count": 1, "device_id": "0", "device_type": "CUDA",
+                         **more})
+
+
+def write(tmp_path, *children, name="p") -> str:
+    root = node("ROOT", *children, **{"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0})
+    path = tmp_path / f"{name}.hatchet"
+    path.write_text(json.dumps([root, {"CUDA": {"0": H100}}]))
+    return str(path)
+
+
+def test_a_negative_time_is_left_out_and_said_not_summed_into_its_parent(tmp_path):
+    """A kernel of -5 ms beside one of 2 ms: ROOT read -3 ms and the 2 ms kernel -67% of it."""
+    path = write(tmp_path, node("step", gpu_kernel("a", 2e6), gpu_kernel("b", -5e6)))
+    result = CliRunner().invoke(viewer, ["--output", "json", "-m", "time/ms,time/%", path])
+    rows = {r["path"][-1]: r for r in json.loads(result.stdout)}
+    assert rows["ROOT"]["time (ms)"] == 2.0 and rows["a"]["time/%"] == 100.0
+    assert rows["b"]["time (ms)"] is None
+    assert "1 value of 'time (ns)' left out: negative, infinite, not a number" in result.stderr
+
+
+def test_idle_time_over_the_scopes_wall_time_is_left_out(tmp_path):
+    path = write(tmp_path, node("step", gpu_kernel("a", 2e6),
+                                **{"scope_wall (ns)": 10e6, "gpu_idle (ns)": 30e6}))
+    result = CliRunner().invoke(viewer, ["--output", "json", "-m", "gpu_idle/%", path])
+    assert [r["gpu_idle/%"] for r in json.loads(result.stdout)] == [None, None, None]
+    assert "over its 'scope_wall (ns)'" in result.stderr
+    assert "[idle GPU]" not in CliRunner().invoke(viewer, ["--diagnose", path]).stdout
+
+
+def test_declared_work_past_the_gpus_peak_is_left_blank_and_said(tmp_path):
+    """1e12 fp16 FLOPs in 1 ms is 1,000 TFLOP/s on an H100 SXM (988 at most): the declared
+    flops overstate the work, so neither its rate nor its util is a figure; 4e11 in 1 ms is
+    40% of the peak and shown."""
+    path = write(tmp_path, gpu_kernel("over", 1e6, flops16=1e12, bytes=1e6),
+                 gpu_kernel("fine", 1e6, flops16=4e11, bytes=1e6))
+    result = CliRunner().invoke(viewer, ["--output", "json", "-m", "tflop16/s,util", path])
+    rows = {r["path"][-1]: r for r in json.loads(result.stdout)}
+    assert rows["over"]["tflop16/s"] is None and rows["over"]["util"] is None
+    assert rows["fine"]["tflop16/s"] == 400.0
+    assert rows["fine"]["util"] == pytest.approx(400 / 988.2, rel=0.01)
+    assert "tflop16/s: 1 frame left blank" in result.stderr
+    assert "util: 1 kernel left out" in result.stderr
+    page = html_data(CliRunner().invoke(viewer, ["--html", "-", path]).stdout)
+    assert len(page["roofline"]["points"]["x"]) == 1
+    assert "1 kernel not drawn: declared flops or bytes" in page["roofline"]["note"]
+
+
+def test_a_share_of_a_metric_with_negative_parts_is_left_blank(tmp_path):
+    """A user metric of +5 and -3 (say a loss change): 5 is not 250% of anything."""
+    path = write(tmp_path, node("a", gpu_kernel("k", 1e6), **{"delta (exc)": 5}),
+                 node("b", gpu_kernel("j", 1e6), **{"delta (exc)": -3}))
+    result = CliRunner().invoke(viewer, ["--output", "json", "-m", "delta/%", path])
+    assert result.exit_code == 0, result.output
+    assert [r["delta/%"] for r in json.loads(result.stdout)] == [None] * 5
+    assert "delta/%: 2 frames left blank" in result.stderr
+
+
 # -- the fuzz corpus -------------------------------------------------------------------------
 
 FUZZ_FILES = 300
