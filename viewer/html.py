@@ -410,7 +410,7 @@ def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: lis
     try:
         found = as_dicts(diagnose(prof, style, merged))  # several ranks: stragglers too
     except ViewerError as exc:
-        return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": []}
+        return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": [], "gpu_time_ns": 0}
     names, parents, full = nodes["name"], nodes["parent"], nodes["full"]
     frames: dict[str, list[int]] = {}  # kernel name -> its frames, hottest first
     for row in kernels["rows"]:
@@ -426,7 +426,7 @@ def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: lis
                             candidates[0] if candidates else None)
         item["source"] = item["kernel"] in sampled
     return {"items": found["findings"], "groups": found["groups"], "notes": found["notes"],
-            "rules_run": found["rules_run"]}
+            "rules_run": found["rules_run"], "gpu_time_ns": found["gpu_time_ns"]}
 
 
 def _path(names: list, parents: list, full: dict, i: int) -> str:
