@@ -251,7 +251,8 @@ def check_words(where: str, text: str) -> list[str]:
         for m in ROOF.finditer(line):
             flops, top = float(m[1].replace(",", "")), float(m[3].replace(",", ""))
             if flops > top:
-                bad.append(f"{where}: {flops} TFLOP/s over the peak {top} in {line.strip()[:120]!r}")
+                bad.append(f"{where}: {flops} TFLOP/s over the peak {top} in "
+                           f"{line.strip()[:120]!r}")
     return bad
 
 

@@ -16,29 +16,30 @@ from .reader import Profile
 from .specs import PRECISIONS, bandwidth, peak
 
 
-def share(header: str, part: pd.Series, whole) -> tuple[pd.Series, list[str]]:
+def share(header: str, part: pd.Series, whole: pd.Series | float) -> tuple[pd.Series, list[str]]:
     """(part over whole in %, notes): blank where the whole is not above 0 or the part is not
     between 0 and the whole."""
     whole = pd.Series(whole, index=part.index) if not isinstance(whole, pd.Series) else whole
     known = part.notna() & whole.notna() & (whole > 0)
     fits = known & (part >= 0) & (part <= whole)
     values = (part / whole.where(fits)) * 100
-    bad = int((known & ~fits).sum())
-    notes = [f"{header}: {bad:,} frame{'s' * (bad != 1)} left blank: {'its' if bad == 1 else 'their'} "
-             "part is negative or more than its whole, which no share can be (the file's "
-             "numbers disagree)"] if bad else []
-    return values, notes
+    return values, _blank(header, int((known & ~fits).sum()),
+                          "part negative or more than the whole, which no share can be (the "
+                          "file's numbers disagree)")
 
 
 def under_peak(header: str, rate: pd.Series, peaks: pd.Series) -> tuple[pd.Series, list[str]]:
     """(rate, notes): blank where it is over `peaks` (per node, per second as `rate`; NaN: no
     known peak, not judged)."""
     over = rate.notna() & peaks.notna() & (rate > peaks)
-    bad = int(over.sum())
-    notes = [f"{header}: {bad:,} frame{'s' * (bad != 1)} left blank: more than {'its' if bad == 1 else 'their'} "
-             "GPU can do at its peak in the time (the declared flops or bytes overstate the "
-             "work)"] if bad else []
-    return rate.mask(over), notes
+    return rate.mask(over), _blank(header, int(over.sum()),
+                                   "more than the GPU can do at its peak in the time (the "
+                                   "declared flops or bytes overstate the work)")
+
+
+def _blank(header: str, count: int, why: str) -> list[str]:
+    """The note on `count` cells of a column left blank, and why."""
+    return [f"{header}: {count:,} frame{'s' * (count != 1)} left blank: {why}"] if count else []
 
 
 def rate_peaks(profile: Profile, what: str, width: str | None = None) -> pd.Series:

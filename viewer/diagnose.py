@@ -656,7 +656,7 @@ class _Scope:
 
 
 def _launch_scopes(ctx: _Context, kernels: list) -> list[_Scope]:
-    """Scopes with at least MIN_SHARE of the kernel time in LAUNCH_COUNT or more own kernels
+    """Scopes with at least MIN_SHARE of the GPU time in LAUNCH_COUNT or more own kernels
     that average under SHORT_KERNEL_US."""
     is_kernel, out = set(kernels), []
     for node in ctx.prof.gf.graph.traverse():
@@ -828,7 +828,7 @@ RULES = [
     *STEP_RULES,
 ]
 """Each rule, and the findings it can make with their thresholds in words. Only kernels and
-scopes with MIN_SHARE or more of the profile's kernel time are judged."""
+scopes with MIN_SHARE or more of the profile's GPU time are judged."""
 
 
 def as_dicts(diagnosis: Diagnosis) -> dict:
