@@ -267,3 +267,19 @@ KEPT_METRICS = (MEM_KEPT, MEM_KEPT_COUNT, MEM_JUDGED, MEM_DEVICE)
 """Written when a phase is judged (its end), not at each entry as the others."""
 MEMORY_METRICS = (MEM_ALLOC, MEM_FREED, MEM_PEAK, MEM_LIVE, MEM_LIVE_FIRST, MEM_COUNT, MEM_GREW,
                   *KEPT_METRICS)
+
+# -- amounts: what can only be a duration, a count, bytes, operations or samples ---------------
+AMOUNTS = (TIME, COUNT, CPU_TIME, CPU_COUNT, SYNC_TIME, SYNC_COUNT, GPU_IDLE, SCOPE_WALL, BYTES,
+           NUM_SAMPLES, NUM_STALLED, *COUNTER_METRICS, *EXACT_METRICS)
+"""Measurements that are never negative and always finite, with FLOPS and STALLED_PREFIX
+names: a value that is not such a number is no measurement (the viewer leaves it out)."""
+
+
+PART_OF = {GPU_IDLE: SCOPE_WALL}
+"""A node's measurement that is a part of another of the same node (idle time of the wall time):
+never more than it."""
+
+
+def is_amount(metric: str) -> bool:
+    """Whether `metric` is one of the AMOUNTS, a flops<width> or a stall reason's count."""
+    return metric in AMOUNTS or metric.startswith(STALLED_PREFIX) or bool(FLOPS.fullmatch(metric))

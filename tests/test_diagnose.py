@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from proton.viewer.cli import viewer
-from proton.viewer.diagnose import diagnose
+from proton.viewer.diagnose import diagnose, render
 from proton.viewer.occupancy import occupancy
 from proton.viewer.reader import load
 
@@ -180,9 +180,13 @@ def test_the_command(tmp_path):
     path = profile(tmp_path, kernel("small_grid", 1e6, grid=16, threads=128, regs=32))
     result = CliRunner().invoke(viewer, ["--diagnose", path])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("1. small_grid: 1.000 ms, 100% of GPU time; fixing it "
-                                     "could save up to 0.879 ms\n   at ROOT\n"
-                                     "   [too few programs] 16 blocks on 132 SMs")
+    assert result.output.startswith(
+        "1. small_grid: 1.000 ms of GPU time (100%); fixing it could save up to 0.879 ms\n"
+        "   at ROOT\n   [too few programs] 16 blocks on 132 SMs")
+    assert ("\nGPU time: what ran on the GPU (kernels, copies, sets), a scope's what ran under "
+            "it; 1.000 ms in all, the whole each % of GPU time is of. Could save: of the run's "
+            "wall time, at most, less what findings inside the same frame claim.\nnote: ") \
+        in result.output
     assert "     try: more programs" in result.output
     data = json.loads(CliRunner().invoke(viewer, ["--diagnose", "--output", "json", path]).stdout)
     assert data["findings"][0]["rule"] == "too few programs" and data["notes"]
@@ -353,7 +357,7 @@ def test_findings_are_grouped_by_kernel_and_ranked_by_what_fixing_them_saves(tmp
                                                         "far from the roofline"]
     text = CliRunner().invoke(viewer, ["--diagnose", path]).output
     numbered = [line for line in text.splitlines() if line[:1].isdigit()]
-    assert numbered[0].startswith("1. scope loop: 62.000 ms of wall time, 0.300 ms on the GPU")
+    assert numbered[0].startswith("1. scope loop: 62.000 ms of wall time, 0.300 ms of GPU time")
     assert "could save up to 61.700 ms" in numbered[0]
     assert numbered[1].startswith("2. slow_copy: ") and len(numbered) == 2
     assert "20% of the memory roof: 0.07 TFLOP/s and 670.5 GB/s at 0.10 FLOP/byte" in text
@@ -362,3 +366,91 @@ def test_findings_are_grouped_by_kernel_and_ranked_by_what_fixing_them_saves(tmp
     assert [g["kernel"] for g in data["groups"]] == ["scope loop", "slow_copy"]
     assert [data["findings"][i]["rule"] for i in data["groups"][1]["findings"]] == [
         "too few programs", "far from the roofline"]
+
+
+# -- one definition for every figure (issue 57 item 1) ----------------------------------------
+
+def scope(name, *children, **metrics):
+    return {"frame": {"name": name, "type": "function"},
+            "metrics": {f"{k} (ns)": v for k, v in metrics.items()}, "children": list(children)}
+
+
+def copy_node(kind, ns, count=10):
+    return {"frame": {"name": f"memcpy {kind}", "type": "function"},
+            "metrics": {"time (ns)": ns, "count": count, "bytes": count * 32 * 2**20,
+                        "device_id": "0", "device_type": "CUDA"}, "children": []}
+
+
+def gpu_time_under(tree: dict) -> float:
+    """The kernels', copies' and sets' time at or under a node of the file: what ran."""
+    own = tree["metrics"].get("time (ns)", 0) if "device_id" in tree["metrics"] else 0
+    return own + sum(gpu_time_under(c) for c in tree["children"])
+
+
+def test_a_scopes_headline_is_its_gpu_time_with_copies_never_its_idle_time(tmp_path):
+    """A step of 100 ms wall whose GPU idles 60 ms: its 10 ms kernel and 30 ms of pageable
+    copies are its GPU time, 100% of the profile's; the 60 ms are said as idle, in the
+    finding."""
+    step = scope("step", kernel("gemm", 10e6, count=10), copy_node("HtoD (pageable)", 30e6),
+                 scope_wall=100e6, gpu_idle=60e6)
+    got = diagnose(load(profile(tmp_path, step)))
+    assert got.gpu_ns == 40e6  # kernels, copies and sets
+    group = next(g for g in got.groups if g.kernel == "scope step")
+    assert (group.time_ns, group.share, group.wall_ns) == (40e6, 1.0, 100e6)
+    copies = next(g for g in got.groups if g.kernel == "memcpy HtoD (pageable)")
+    assert copies.share == pytest.approx(0.75)  # 30 of the 40 ms that ran, not 300% of 10
+    idle = next(f for f in group.findings if f.rule == "idle GPU")
+    assert "ran nothing for 60.000 ms of the scope's 100.000 ms (60%)" in idle.evidence
+    text = render(got)
+    assert "1. scope step: 100.000 ms of wall time, 40.000 ms of GPU time (100%); fixing it " \
+           "could save up to 45.000 ms besides the 15.000 ms the findings inside it claim" in text
+    assert "memcpy HtoD (pageable): 30.000 ms of GPU time (75%)" in text
+
+
+def test_findings_inside_a_frame_claim_their_saving_once(tmp_path):
+    """step idles 40 ms, 30 of them in its child `wait`: step's finding claims the other 10;
+    when its children claim all of it (`load`'s 45 ms), step's finding goes and a note says
+    so. The savings together never exceed the step's wall time."""
+    inner = scope("wait", kernel("k", 1e6), scope_wall=35e6, gpu_idle=30e6)
+    path = profile(tmp_path, scope("step", kernel("gemm", 20e6), inner, scope_wall=80e6,
+                                   gpu_idle=40e6), name="kept")
+    got = diagnose(load(path))
+    step = next(f for f in got.findings if f.kernel == "scope step")
+    assert (step.saves_ns, step.inside_ns) == (10e6, 30e6)
+    assert next(f for f in got.findings if f.kernel == "scope wait").saves_ns == 30e6
+    assert sum(g.saves_ns for g in got.groups) <= 80e6
+    data = json.loads(CliRunner().invoke(viewer, ["--diagnose", "--output", "json",
+                                                  path]).stdout)
+    assert data["gpu_time_ns"] == 21e6
+    assert next(g for g in data["groups"] if g["kernel"] == "scope step")["inside_ns"] == 30e6
+
+    load_ = scope("load", kernel("k", 1e6), scope_wall=50e6, gpu_idle=45e6)
+    path = profile(tmp_path, scope("step", kernel("gemm", 20e6), load_, scope_wall=80e6,
+                                   gpu_idle=40e6), name="dropped")
+    got = diagnose(load(path))
+    assert [g.kernel for g in got.groups] == ["scope load"]
+    assert ("1 finding left out, all of what it could save claimed by findings inside its "
+            "frame: scope step (idle GPU)") in got.notes
+
+
+def test_the_real_loops_figures_are_what_ran_and_claim_no_more_than_the_step_took():
+    """tests/data/rs/loop.hatchet (an H200, issue 57): main read `scope step: 208.612 ms of
+    wall time, 161.176 ms on the GPU, 4543% of GPU time` and its findings claimed 381 ms of a
+    208.6 ms step. Each group's GPU time is the file's kernels, copies and sets under it; the
+    savings of all groups together fit in the step's wall time."""
+    path = os.path.join(DATA, "rs", "loop.hatchet")
+    with open(path) as f:
+        doc = json.load(f)
+    step = doc[0]["children"][0]
+    under = {c["frame"]["name"]: gpu_time_under(c) for c in step["children"]}
+    got = diagnose(load(path))
+    by = {g.kernel: g for g in got.groups}
+    for name in ("copy", "idle", "readback"):
+        assert by[f"scope {name}"].time_ns == pytest.approx(under[name]), name
+    assert got.gpu_ns == pytest.approx(gpu_time_under(doc[0]))  # 47.436 ms, copies included
+    assert all(0 <= g.share <= 1 for g in got.groups)
+    assert all(0 <= f.share <= 1 for f in got.findings)
+    assert sum(g.saves_ns for g in got.groups) <= step["metrics"]["scope_wall (ns)"]
+    assert by["scope idle"].time_ns < 0.1e6  # 49 us of kernels: its 143.8 ms are idle
+    idle = next(f for f in by["scope idle"].findings if f.rule == "idle GPU")
+    assert "ran nothing for 143.788 ms" in idle.evidence

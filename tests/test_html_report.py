@@ -167,7 +167,8 @@ def test_findings_come_as_one_card_per_kernel_most_to_gain_first(tmp_path, size)
     assert len(names) == len(set(names))  # a kernel once, however many findings it has
     assert names[:3] == ["scope launch_bound", "ieee_dot", "strided_copy"]
     assert got[0]["gain"] == "could save up to 67.125 ms"  # its 69 ms wall, 2 ms on the GPU
-    assert "69.383 ms of wall time, 2.258 ms on the GPU" in got[0]["text"]
+    assert ("69.383 ms of wall time, 2.258 ms of GPU time (10% of the profile\u2019s)"
+            in got[0]["text"])
     dot = got[1]
     assert sorted(dot["rules"]) == ["far from the roofline", "low occupancy", "no tensor cores",
                                     "stalled line"]

@@ -317,6 +317,8 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     first = columns[0].values.to_dict() if columns else {}
     visible = None
     notes = [empty] if empty else []
+    for note in dict.fromkeys(n for c in columns for n in c.notes):  # cells left blank, and why
+        click.echo(f"note: {note}", err=True)
     if include or exclude or threshold is not None:
         chosen = {n: abs(v) for n, v in first.items()} if other is not None else first
         visible = visible_nodes(prof.gf, chosen, include=include, exclude=exclude,

@@ -17,6 +17,7 @@ from ..format import (BYTES, COPY_FRAME, COUNT, COUNTER_NS, COUNTERS_SHARED_NS,
                       ISSUE_ACTIVE_NS, L1_THROUGHPUT_NS, L2_BYTES, L2_THROUGHPUT_NS,
                       LAUNCH_CONFIGS, LAUNCH_METRICS, PEAK_SLACK, SASS_PREFIX, SCOPE_WALL,
                       SM_ACTIVE_NS, SYNC_TIME, TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME, TL_DOT)
+from . import bounds
 from .errors import ViewerError
 from .reader import Profile, subtree_sums
 from .specs import bandwidth, compute_roof, l2_bandwidth, peak, peak_known, unknown_arch
@@ -82,6 +83,9 @@ class Column:
     additive: bool = False
     """A quantity that adds up over ranks (time, count, flops); not a ratio (rates, averages,
     shares, util)."""
+    notes: list[str] = field(default_factory=list)
+    """Why cells are blank that the file has numbers for (bounds.py: no share over its whole,
+    no rate over its GPU's peak)."""
 
 
 def available(profile: Profile) -> list[str]:
@@ -263,18 +267,20 @@ def derive(profile: Profile, spec: str) -> Column:
     s = spec.strip().lower()
     if s == "comm/%":
         comm = _comm_time(profile, spec)
-        total = _column(profile, TIME, spec)
-        return Column("comm/%", comm / total.where(total > 0) * 100)
+        values, notes = bounds.share("comm/%", comm, _column(profile, TIME, spec))
+        return Column("comm/%", values, notes=notes)
     if s == IDLE_SHARE:
         if IDLE_SHARE not in available(profile):
             raise _unknown(profile, spec)
-        wall = _column(profile, SCOPE_WALL, spec)
-        return Column(IDLE_SHARE, _column(profile, GPU_IDLE, spec) / wall.where(wall > 0) * 100)
+        values, notes = bounds.share(IDLE_SHARE, _column(profile, GPU_IDLE, spec),
+                                     _column(profile, SCOPE_WALL, spec))
+        return Column(IDLE_SHARE, values, notes=notes)
     if s == "util":
         if "util" not in available(profile):
             _check_peaks(profile)
             raise _unknown(profile, spec)
-        return Column("util", _util(profile, spec))
+        values, notes = _util(profile, spec)
+        return Column("util", values, notes=notes)
     m = _TIME.match(s)
     if m:
         what, unit = m.group("what"), m.group("unit")
@@ -307,7 +313,9 @@ def derive(profile: Profile, spec: str) -> Column:
         metric = BYTES if m.group("what") == "byte" else f"flops{m.group('width') or ''}"
         seconds = _column(profile, TIME, spec) * 1e-9
         values = _column(profile, metric, spec) / seconds.replace(0, float("nan"))
-        return Column(s, values * RATE_PREFIX[m.group("prefix")])
+        values, notes = bounds.under_peak(s, values, bounds.rate_peaks(
+            profile, m.group("what")[:4], m.group("width")))
+        return Column(s, values * RATE_PREFIX[m.group("prefix")], notes=notes)
     if s.endswith("/%"):
         base = _match(profile, spec.strip()[:-2], spec)
         if base not in _shares(profile):
@@ -317,8 +325,8 @@ def derive(profile: Profile, spec: str) -> Column:
         if base == CPU_TIME:
             values = _timed_or_inside(profile, values)
         whole = values[root] if base in profile.inclusive or base == CPU_TIME else values.sum()
-        values = values / whole * 100 if whole else values * 0
-        return Column(f"{_short(base)}/%", values)
+        values, notes = bounds.share(f"{_short(base)}/%", values, whole)
+        return Column(f"{_short(base)}/%", values, notes=notes)
     base = _match(profile, spec, spec)
     return Column(base, _column(profile, base, spec), additive=not is_fact(base))
 
@@ -776,10 +784,32 @@ def _number(value) -> float:
     return value if isinstance(value, float) and math.isfinite(value) else 0.0
 
 
-def _util(profile: Profile, spec: str) -> pd.Series:
-    """Achieved over peak (KernelRoof.util); blank for frames that are not kernels."""
-    util = {node: kernel.util() for node, kernel in kernel_roofs(profile).items()}
-    return pd.Series(util, dtype=float).reindex(profile.gf.dataframe.index)
+def _util(profile: Profile, spec: str) -> tuple[pd.Series, list[str]]:
+    """Achieved over peak (util_of) and notes; blank for frames that are not kernels."""
+    roofs = kernel_roofs(profile)
+    util = {node: util_of(kernel) for node, kernel in roofs.items()}
+    return (pd.Series(util, dtype=float).reindex(profile.gf.dataframe.index),
+            overstated(roofs, "util"))
+
+
+def util_of(kernel: KernelRoof) -> float | None:
+    """Achieved over peak (KernelRoof.util); None where the kernel's declared work is more
+    than its GPU can do in its time (over_roof)."""
+    return None if over_roof(kernel) else kernel.util()
+
+
+def over_roof(kernel: KernelRoof) -> bool:
+    """A kernel whose declared flops or bytes (launch_metadata) need more than its time at its
+    GPU's roofs: the declaration overstates the work; no figure of it can be shown."""
+    return kernel.source == DECLARED and kernel.util() > 1
+
+
+def overstated(roofs: dict, what: str) -> list[str]:
+    """A note on the kernels over_roof leaves out of `what`."""
+    n = sum(over_roof(k) for k in roofs.values())
+    return [f"{what}: {n:,} kernel{'s' * (n != 1)} left out: {'its' if n == 1 else 'their'} "
+            "declared flops or bytes need more time at the GPU's peak than "
+            f"{'it' if n == 1 else 'they'} ran (launch_metadata overstates the work)"] if n else []
 
 
 def _match(profile: Profile, name: str, spec: str) -> str:

@@ -4,11 +4,26 @@ Each rule reads what the profile has and says when it could not run. Findings ar
 the kernel (or scope) they concern, and the groups ranked by what fixing the worst of them could
 save of the run's wall time (`saves_ns`, an upper estimate per rule: a kernel at its roof, a
 full last wave, every SM busy; the GPU's idle time in a launch-bound scope), not by GPU time
-alone: a launch-bound scope whose GPU waits 60 ms ranks above a 3 ms kernel; a memory finding
-(a leak) ranks by the share of the device's memory it will hold by the run's end, set against
-the share of the GPU time a time finding could save (_rank). Only kernels (and
-scopes) with at least MIN_SHARE of the profile's kernel time are judged. RULES names each rule with its threshold in words (the command
-prints those of the rules that ran when nothing crosses them); in short:
+alone: a launch-bound scope whose GPU waits 60 ms ranks above a 3 ms kernel.
+
+The figures, one definition each (the line after the findings states them):
+  * GPU time: the time of what ran on the GPU, kernels, copies and sets (memcpy, memset),
+    each counted once. A frame's GPU time is the inclusive time of the kernels, copies and
+    sets under it (a kernel's: its own); the profile's is all of them (`Diagnosis.gpu_ns`).
+  * % of GPU time: a frame's (or a group's) GPU time over the profile's. A group's frames are
+    a kernel's every call path, or the frames of a scope's findings, a frame inside another
+    counted once: a part of the whole, so never over 100%.
+  * A group's headline gives its GPU time, and the wall time of a timed scope; never its idle
+    time: an idle-GPU finding states its idle time as idle, in its evidence.
+  * could save up to (`saves_ns`): of the run's wall time, at most. A frame's wall time holds
+    its descendants', so findings on a frame and on frames inside it do not both claim the
+    same time: a finding's saving leaves out what the findings inside its frame claim (each
+    frame's claim is the most one of its own findings saves, or what the frames inside it
+    claim, whichever is more), `inside_ns` says how much; a finding whose whole saving is
+    claimed inside is left out, and a note names it.
+Only kernels (and scopes) with at least MIN_SHARE of the profile's GPU time are judged. RULES
+names each rule with its threshold in words (the command prints those of the rules that ran
+when nothing crosses them); in short:
   * too few programs, tail effect: the grid against the SMs and the blocks resident per SM;
     not judged for the kernels of a launch-bound scope (there the host, not the grid, costs
     the time).
@@ -41,20 +56,20 @@ prints those of the rules that ran when nothing crosses them); in short:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, TypeGuard, cast
 
 import pandas as pd
 
-from ..format import (BLOCK_THREADS, COPY_FRAME, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS,
-                      NUM_SAMPLES, REGISTERS, SASS_PREFIX, SHARED_MEMORY, TIME, TL_DOT,
-                      DOT_NO_TENSOR_CORES, DOT_NO_WGMMA)
+from ..format import (BLOCK_THREADS, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS, NUM_SAMPLES,
+                      REGISTERS, SASS_PREFIX, SHARED_MEMORY, TIME, TL_DOT, DOT_NO_TENSOR_CORES,
+                      DOT_NO_WGMMA)
 from .derive import (COMM_KERNEL, DECLARED, NO_TENSOR_WORK, Counters, KernelRoof, kernel_counters,
                      kernel_mask, kernel_roofs, unmeasured, unmeasured_text)
 from .errors import ViewerError
 from .names import readable
 from .occupancy import occupancy
-from .reader import Profile
+from .reader import Profile, subtree_sums
 from .specs import bandwidth, peak, peak_known
 from .step_rules import STEP_RULES
 from .stragglers import IMBALANCE, MIN_COST, find, ranks_text
@@ -119,16 +134,24 @@ STALL_WORDS = {
 class Finding:
     rule: str
     kernel: str
+    """What it is about: a kernel's (or copy's) name, or `scope NAME`."""
     path: str
     time_ns: float
+    """The GPU time of its frame: the kernels, copies and sets at or under it (never idle
+    time nor host time: the evidence gives those)."""
     share: float
-    """Of the profile's kernel time."""
+    """time_ns over the profile's GPU time (0 to 1)."""
     evidence: str
     advice: str
     info: bool = False
     """Worth knowing, not a problem."""
     saves_ns: float = 0.0
-    """What fixing it could save of the run's wall time at most (0 for info)."""
+    """What fixing it could save of the run's wall time at most (0 for info), less what the
+    findings inside its frame claim (inside_ns)."""
+    inside_ns: float = 0.0
+    """Of what it would save alone, what findings on frames inside its frame already claim."""
+    frame: object = field(default=None, repr=False, compare=False)
+    """Its hatchet node (not written out)."""
     memory_share: float | None = None
     """A memory finding's rank (a leak: step_rules.leaks): the share of the device's memory it
     will hold by the run's end, set against a time finding's saves_ns over the GPU time."""
@@ -143,9 +166,10 @@ class Group:
 
     kernel: str
     time_ns: float
-    """Its GPU time over the findings' call paths."""
+    """Its GPU time: the kernels, copies and sets at or under its frames (a kernel's every
+    call path; a scope's frames with findings), a frame inside another counted once."""
     share: float
-    """Of the profile's kernel time."""
+    """time_ns over the profile's GPU time (0 to 1)."""
     saves_ns: float
     """The most one of its findings could save (they overlap: not summed)."""
     findings: list[Finding]
@@ -161,6 +185,12 @@ class Group:
     def info(self) -> bool:
         return all(f.info for f in self.findings)
 
+    @property
+    def inside_ns(self) -> float:
+        """What findings inside its frames claim of its top finding's saving."""
+        return max((f.inside_ns for f in self.findings if f.saves_ns == self.saves_ns),
+                   default=0.0)
+
 
 @dataclass(slots=True)
 class Diagnosis:
@@ -172,6 +202,8 @@ class Diagnosis:
     """The rules that ran: name -> threshold in words (RULES)."""
     groups: list[Group] = field(default_factory=list)
     """The findings by kernel (or scope): warnings before info, most saved first."""
+    gpu_ns: float = 0.0
+    """The profile's GPU time: its kernels', copies' and sets' (what shares are of)."""
 
 
 def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None) -> Diagnosis:
@@ -188,12 +220,10 @@ def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None)
         raise ViewerError("--diagnose needs kernel times: the profile has none (profile a "
                           "run on a GPU)")
     own = pd.to_numeric(df[TIME], errors="coerce")
-    names = df["name"].astype(str)
     # copies and sets (memcpy, memset nodes) have time and bytes but are no kernels: no grid,
-    # occupancy nor roofline judges them, and they are not the kernel time shares are of
-    kernels = [n for n, yes in kernel_mask(prof).items() if yes and not COPY_FRAME.match(names[n])]
-    total = float(own[kernels].sum()) if kernels else 0.0
-    ctx = _Context(prof, own, total, style)
+    # occupancy nor roofline judges them; they are GPU time all the same
+    kernels = [n for n, yes in kernel_mask(prof).items() if yes]
+    ctx = _Context(prof, own, _gpu_time(prof, own), style)
     ctx.merged = merged
     ctx.scopes = _launch_scopes(ctx, kernels)
     found = Diagnosis([], [], {})
@@ -209,20 +239,67 @@ def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None)
                            "the launch-shape and roofline rules: NCCL picks their grid, and "
                            "their time is mostly waiting on the other ranks")
     found.notes += ctx.notes
-    found.groups = _group(ctx, kernels, found.findings)
+    kept, claimed = _unclaimed(ctx, found.findings)
+    if claimed:
+        found.notes.append(_claimed_note(claimed))
+    found.groups = _group(ctx, kept)
     found.findings = [f for g in found.groups for f in g.findings]
+    found.gpu_ns = ctx.total
     return found
 
 
-def _group(ctx: _Context, kernels: list, findings: list[Finding]) -> list[Group]:
+def _gpu_time(prof: Profile, own: pd.Series) -> dict:
+    """Node -> its GPU time: the time of the kernels, copies and sets at or under it (a
+    negative or non-finite time counts as none)."""
+    ran = kernel_mask(prof, copies=True)
+    work = {n: float(v) if ran.get(n) and math.isfinite(v) and v > 0 else 0.0
+            for n, v in own.items()}
+    return subtree_sums(list(prof.gf.graph.traverse(order="post")), work)
+
+
+def _unclaimed(ctx: _Context, findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(the findings with their savings less what findings inside their frames claim, those
+    whose whole saving is claimed there). A frame's claim is the most one of its own findings
+    saves or the sum of the claims of the frames inside it, whichever is more: each stretch of
+    wall time is claimed once, by the innermost findings that name it."""
+    own: dict = {}
+    for f in findings:
+        own[f.frame] = max(own.get(f.frame, 0.0), f.saves_ns)
+    inside: dict = {}
+    claim: dict = {}
+    for node in ctx.prof.gf.graph.traverse(order="post"):
+        below = sum(claim[c] for c in node.children)
+        inside[node] = below
+        claim[node] = max(own.get(node, 0.0), below)
+    kept, claimed = [], []
+    for f in findings:
+        below = inside.get(f.frame, 0.0)
+        if f.saves_ns > 0 and below > 0:
+            if f.saves_ns <= below:
+                claimed.append(f)
+                continue
+            f.saves_ns -= below
+            f.inside_ns = below
+        kept.append(f)
+    return kept, claimed
+
+
+def _claimed_note(claimed: list[Finding]) -> str:
+    named = ", ".join(dict.fromkeys(f"{f.kernel} ({f.rule})" for f in claimed))
+    return (f"{len(claimed)} finding{'s' * (len(claimed) != 1)} left out, all of what "
+            f"{'they' if len(claimed) != 1 else 'it'} could save claimed by findings inside "
+            f"{'their frames' if len(claimed) != 1 else 'its frame'}: {named}")
+
+
+def _group(ctx: _Context, findings: list[Finding]) -> list[Group]:
     """The findings by kernel name (its call paths together) or scope, each group with the
-    GPU time of what it names."""
-    time: dict[str, float] = {}
-    for node in kernels:
-        time[ctx.name(node)] = time.get(ctx.name(node), 0.0) + (ctx.value(node, TIME) or 0.0)
+    GPU time of what it names (its frames, one inside another counted once)."""
+    frames: dict[str, set] = {}
+    for node, ran in kernel_mask(ctx.prof, copies=True).items():
+        if ran:
+            frames.setdefault(ctx.name(node), set()).add(node)
     wall: dict[str, float] = dict(ctx.walls)
     for scope in ctx.scopes:
-        time[f"scope {ctx.name(scope.node)}"] = scope.ns
         if scope.cpu:
             wall[f"scope {ctx.name(scope.node)}"] = scope.cpu
     by: dict[str, list[Finding]] = {}
@@ -231,10 +308,10 @@ def _group(ctx: _Context, kernels: list, findings: list[Finding]) -> list[Group]
     out = []
     for name, found in by.items():
         found.sort(key=lambda f: (f.info, -f.saves_ns, -f.time_ns))
-        ns = time.get(name) or max(f.time_ns for f in found)
-        out.append(_memory(Group(name, ns, ns / ctx.total if ctx.total else 0.0,
-                                 max(f.saves_ns for f in found), found, wall.get(name)),
-                           ctx.total))
+        nodes = frames.get(name, set()) | {f.frame for f in found if f.frame is not None}
+        ns = sum(ctx.gpu_ns.get(n, 0.0) for n in nodes if not _inside(n, nodes))
+        out.append(_memory(Group(name, ns, ctx.share(ns), max(f.saves_ns for f in found), found,
+                                 wall.get(name)), ctx.total))
     out.sort(key=lambda g: (g.info, -_rank(g, ctx.total), -g.saves_ns, -g.time_ns))
     return out
 
@@ -263,9 +340,22 @@ def _memory(g: Group, total: float) -> Group:
     return g
 
 
+def _inside(node, nodes: set) -> bool:
+    """Whether an ancestor of `node` is one of `nodes`."""
+    while node.parents:
+        node = node.parents[0]
+        if node in nodes:
+            return True
+    return False
+
+
 class _Context:
-    def __init__(self, prof: Profile, own: pd.Series, total: float, style: str) -> None:
-        self.prof, self.own, self.total, self.style = prof, own, total, style
+    def __init__(self, prof: Profile, own: pd.Series, gpu_ns: dict, style: str) -> None:
+        self.prof, self.own, self.style = prof, own, style
+        self.gpu_ns = gpu_ns
+        """Node -> its GPU time (kernels, copies and sets at or under it)."""
+        self.total = float(sum(gpu_ns.get(root, 0.0) for root in prof.gf.graph.roots))
+        """The profile's GPU time."""
         self.df = prof.gf.dataframe
         gpus = prof.devices.get(CUDA, {}) if isinstance(prof.devices, dict) else {}
         self.gpus = gpus if isinstance(gpus, dict) else {}
@@ -306,20 +396,33 @@ class _Context:
 
     def finding(self, rule: str, node, ns: float, evidence: str, advice: str,
                 info: bool = False, saves: float | None = None) -> Finding:
-        """`saves`: the fraction of `ns` fixing it would save at most (default: what reaching
-        the roof would, else all of it)."""
+        """A finding on `node`, its time and share the node's GPU time. `ns`: the time at
+        stake (a kernel's time, a scope's idle or waits); `saves`: the fraction of it fixing
+        it would save at most (default: what reaching the roof would, else all of it)."""
         if saves is None:
             frac = self.roof_fraction(node)
             saves = 1 - min(frac, 1.0) if frac is not None else 1.0
-        return Finding(rule, self.name(node), self.path(node), ns,
-                       ns / self.total if self.total else 0.0, evidence, advice, info,
-                       0.0 if info else ns * max(saves, 0.0))
+        gpu = self.gpu_ns.get(node, 0.0)
+        stake = ns if math.isfinite(ns) and ns > 0 else 0.0
+        return Finding(rule, self.name(node), self.path(node), gpu, self.share(gpu), evidence,
+                       advice, info, 0.0 if info else stake * max(saves, 0.0), frame=node)
+
+    def share(self, ns: float) -> float:
+        """`ns` of GPU time (a part of the profile's) over the profile's GPU time."""
+        return ns / self.total if self.total else 0.0
 
     def big(self, ns: float | None) -> TypeGuard[float]:
-        """A time worth a finding (MIN_SHARE of the total): never None where it is."""
+        """A time worth a finding (MIN_SHARE of the profile's GPU time): never None where it
+        is."""
         if not ns:
             return False
         return self.total > 0 and ns / self.total >= MIN_SHARE
+
+    def roof_share(self, node) -> float | None:
+        """roof_fraction where it can be shown as a share of the roof (at most 1: over it, the
+        kernel's flops or bytes overstate its work)."""
+        frac = self.roof_fraction(node)
+        return frac if frac is not None and frac <= 1 else None
 
     def roof_fraction(self, node) -> float | None:
         """Achieved FLOP/s over the roof at the kernel's intensity; None when unknown."""
@@ -378,7 +481,7 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
                         f"a grid that is a multiple of {capacity:,} blocks (other block "
                         "sizes), or a persistent kernel", saves=1 - busy))
         if occ is not None and occ.fraction < LOW_OCCUPANCY:
-            frac = ctx.roof_fraction(node)
+            frac = ctx.roof_share(node)
             limit = {"registers": f"{regs} registers per thread",
                      "shared memory": f"{shared:,} B shared memory per block",
                      "warps": f"{threads:.0f} threads per block",
@@ -639,7 +742,7 @@ class _Scope:
 
 
 def _launch_scopes(ctx: _Context, kernels: list) -> list[_Scope]:
-    """Scopes with at least MIN_SHARE of the kernel time in LAUNCH_COUNT or more own kernels
+    """Scopes with at least MIN_SHARE of the GPU time in LAUNCH_COUNT or more own kernels
     that average under SHORT_KERNEL_US."""
     is_kernel, out = set(kernels), []
     for node in ctx.prof.gf.graph.traverse():
@@ -707,12 +810,12 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
             reason, part = top[0]
             words, advice = STALL_WORDS.get(reason, (reason.replace("_", " "), "see Nsight "
                                                      "Compute's stall reasons"))
-            frac = ctx.roof_fraction(node)
+            frac, shown = ctx.roof_fraction(node), ctx.roof_share(node)
             finding = ctx.finding(
                 "stalled line", node, ns * share,
                 f"line {ls.line} of {ls.file.rsplit('/', 1)[-1]}: {share:.0%} of the kernel's "
                 f"samples, {stalled:.0%} stalled, mostly {reason} ({part:.0%}): {words}"
-                + (f"; the kernel reaches {frac:.0%} of its roof" if frac is not None else ""),
+                + (f"; the kernel reaches {shown:.0%} of its roof" if shown is not None else ""),
                 advice, info=reason == "not_selected" or (frac is not None and frac >= 0.5),
                 saves=stalled)
             if kernel.paths > 1:  # its samples are summed over every call path
@@ -811,7 +914,7 @@ RULES = [
     *STEP_RULES,
 ]
 """Each rule, and the findings it can make with their thresholds in words. Only kernels and
-scopes with MIN_SHARE or more of the profile's kernel time are judged."""
+scopes with MIN_SHARE or more of the profile's GPU time are judged."""
 
 
 def as_dicts(diagnosis: Diagnosis) -> dict:
@@ -819,9 +922,12 @@ def as_dicts(diagnosis: Diagnosis) -> dict:
     and the groups (by kernel or scope) as indices into them."""
     found = diagnosis.findings
     index = {id(f): i for i, f in enumerate(found)}
-    return {"findings": [asdict(f) for f in found],
+    names = [x.name for x in fields(Finding) if x.name != "frame"]
+    return {"gpu_time_ns": diagnosis.gpu_ns,
+            "findings": [{name: getattr(f, name) for name in names} for f in found],
             "groups": [{"kernel": g.kernel, "time_ns": g.time_ns, "share": g.share,
-                        "wall_ns": g.wall_ns, "saves_ns": g.saves_ns, "info": g.info,
+                       "wall_ns": g.wall_ns, "saves_ns": g.saves_ns,
+                        "inside_ns": g.inside_ns, "info": g.info,
                         "memory_share": g.memory_share, "headline": g.headline,
                         "findings": [index[id(f)] for f in g.findings]}
                        for g in diagnosis.groups],
@@ -830,6 +936,19 @@ def as_dicts(diagnosis: Diagnosis) -> dict:
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.3f} ms"
+
+
+GPU_TIME = ("GPU time: what ran on the GPU (kernels, copies, sets), a scope's what ran under "
+            "it; {total} in all, the whole each % of GPU time is of")
+SAVINGS = ("could save: of the run's wall time, at most, less what findings inside the same "
+           "frame claim")
+"""The figures' definitions, as the line after the findings gives them (the module
+docstring)."""
+
+
+def _percent(share: float) -> str:
+    """A share (0 to 1) as --diagnose writes it: whole percents, `<1%` for a part under one."""
+    return "<1%" if 0 < share < 0.005 else f"{share:.0%}"
 
 
 def render(diagnosis: Diagnosis) -> str:
@@ -845,12 +964,14 @@ def render(diagnosis: Diagnosis) -> str:
     for i, g in enumerate(diagnosis.groups, 1):
         gain = (f"; fixing it could save up to {_ms(g.saves_ns)}" if g.saves_ns
                 else "; worth knowing")
+        if g.saves_ns and g.inside_ns:
+            gain += f" besides the {_ms(g.inside_ns)} the findings inside it claim"
         wall = f"{_ms(g.wall_ns)} of wall time, " if g.wall_ns else ""
         if g.headline:  # a memory finding ranks it: what it costs in memory
             lines.append(f"{i}. {g.kernel}: {g.headline}")
         else:
-            lines.append(f"{i}. {g.kernel}: {wall}{_ms(g.time_ns)}"
-                         f"{' on the GPU' * bool(wall)}, {g.share:.0%} of GPU time{gain}")
+            lines.append(f"{i}. {g.kernel}: {wall}{_ms(g.time_ns)} of GPU time "
+                         f"({_percent(g.share)}){gain}")
         one = len({f.path for f in g.findings}) == 1
         if one:
             lines.append(f"   at {g.findings[0].path}")
@@ -859,6 +980,9 @@ def render(diagnosis: Diagnosis) -> str:
             at = "" if one else f" (at {f.path})"
             lines.append(f"   [{tag}] {f.evidence}{at}")
             lines.append(f"     try: {f.advice}")
+    if diagnosis.groups:
+        lines.append(f"{GPU_TIME.format(total=_ms(diagnosis.gpu_ns))}. {SAVINGS[0].upper()}"
+                     f"{SAVINGS[1:]}.")
     for note in diagnosis.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,8 @@ from typing import cast
 
 from ..format import CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, PYTHON_FRAME, SYNC_TIME
 from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
-                     derive, kernel_mask, kernel_roofs, unmeasured, unmeasured_text)
+                     derive, kernel_mask, kernel_roofs, over_roof, unmeasured, unmeasured_text,
+                     util_of)
 from .errors import ViewerError
 from .names import readable
 from .page import template
@@ -239,7 +240,7 @@ def _util(prof: Profile):
     known roof nor bytes (a 0 there would read as an idle GPU)."""
     import pandas as pd
 
-    util = {node: k.util() for node, k in kernel_roofs(prof).items()
+    util = {node: util_of(k) for node, k in kernel_roofs(prof).items()
             if (k.peak and k.flops) or (k.bandwidth and k.nbytes)}
     return pd.Series(util, dtype=float).reindex(prof.gf.dataframe.index)
 
@@ -256,14 +257,16 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
     `name` where the page shows no frame; `roof` indexes `kinds`, `s` SOURCES; numbers to 6
     digits."""
     roofs_of = kernel_roofs(prof)
-    kernels = {n: k for n, k in roofs_of.items() if k.point() is not None}
+    kernels = {n: k for n, k in roofs_of.items() if k.point() is not None and not over_roof(k)}
+    overstated = sum(over_roof(k) for k in roofs_of.values())
     blank = sum(k.source != DECLARED for k in roofs_of.values()) - sum(
         k.source != DECLARED for k in kernels.values())
     if not kernels:
         return {"points": {"x": []}, "roofs": [], "note": "No roofline: no kernel carries flops "
                 "and bytes, neither measured (hardware counters, mode=\"counters\") nor declared "
-                "(Triton kernels give them through launch_metadata, with -k triton)." +
-                _missed(prof)}
+                "(Triton kernels give them through launch_metadata, with -k triton)" + (
+                    f", but for {overstated:,} whose declared flops or bytes need more time at "
+                    "the GPU's roofs than they ran" if overstated else "") + "." + _missed(prof)}
     gpus = prof.devices.get(CUDA, {})
     roofs: dict = {}
     points: dict = {"i": [], "x": [], "y": [], "t": [], "frac": [], "roof": [], "s": [],
@@ -324,6 +327,10 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
             ("Roofs from the file's device table." if roofs else
              "No roof: the device table names no GPU whose peaks are known, or the flops name "
              "no precision (flops8/16/32/64).") + _missed(prof))
+    if overstated:
+        note += (f" {overstated:,} kernel{'s' * (overstated != 1)} not drawn: declared flops or "
+                 "bytes that need more time at the GPU's roofs than the kernel ran "
+                 "(launch_metadata overstates the work).")
     return {"points": points, "roofs": [roofs[k] for k in sorted(roofs)], "note": note}
 
 
@@ -420,7 +427,7 @@ def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: lis
     try:
         found = as_dicts(diagnose(prof, style, merged))  # several ranks: stragglers too
     except ViewerError as exc:
-        return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": []}
+        return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": [], "gpu_time_ns": 0}
     names, parents, full = nodes["name"], nodes["parent"], nodes["full"]
     frames: dict[str, list[int]] = {}  # kernel name -> its frames, hottest first
     for row in kernels["rows"]:
@@ -436,7 +443,7 @@ def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: lis
                             candidates[0] if candidates else None)
         item["source"] = item["kernel"] in sampled
     return {"items": found["findings"], "groups": found["groups"], "notes": found["notes"],
-            "rules_run": found["rules_run"]}
+            "rules_run": found["rules_run"], "gpu_time_ns": found["gpu_time_ns"]}
 
 
 def _path(names: list, parents: list, full: dict, i: int) -> str:

@@ -516,9 +516,10 @@ function findings() {
                 first.source ? link({view: "source", kernel: first.kernel}, "source") : ""].join("");
     const head = '<div class="fhead"><span class="rank">' + n + '</span><b>' + wrappable(g.kernel) + "</b>" + go +
       '<span class="gain">' + (g.headline ? esc(g.headline) :  // a leak: what it costs in memory
-        g.saves_ns > 0 ? "could save up to " + msText(g.saves_ns) : "worth knowing") + "</span></div>" +
-      '<div class="note">' + (g.wall_ns ? msText(g.wall_ns) + " of wall time, " + msText(g.time_ns) + " on the GPU (" :
-        msText(g.time_ns) + " of GPU time (") + Math.round(100 * g.share) + "% of the kernels\u2019 time)" +
+        g.saves_ns > 0 ? "could save up to " + msText(g.saves_ns) +
+        (g.inside_ns > 0 ? " besides the " + msText(g.inside_ns) + " the findings inside it claim" : "") : "worth knowing") + "</span></div>" +
+      '<div class="note">' + (g.wall_ns ? msText(g.wall_ns) + " of wall time, " : "") + msText(g.time_ns) + " of GPU time (" +
+        (g.share > 0 && g.share < 0.005 ? "<1" : Math.round(100 * g.share)) + "% of the profile\u2019s)" +
       (paths.length === 1 ? " \u00b7 at " + esc(paths[0]) : "") + "</div>";
     return '<li class="finding' + (g.info ? " info" : "") + '">' + head + '<table class="ftable"><tbody>' + g.findings.map(i => {
       const f = items[i];
@@ -528,7 +529,8 @@ function findings() {
     }).join("") + "</tbody></table></li>";
   };
   $("findbody").innerHTML = (F.groups.length ? '<p class="note">' + F.groups.length + " kernel" + (F.groups.length === 1 ? "" : "s") +
-    " and scopes with findings, most to gain first: what fixing it could save of the run\u2019s wall time at most (a kernel at its roof, every SM busy; a launch-bound scope\u2019s idle GPU).</p>" +
+    " and scopes with findings, most to gain first: what fixing it could save of the run\u2019s wall time at most (a kernel at its roof, every SM busy; a launch-bound scope\u2019s idle GPU), less what the findings inside the same frame claim. " +
+    "GPU time: what ran on the GPU (kernels, copies, sets), a scope\u2019s what ran under it; " + msText(F.gpu_time_ns || 0) + " in all, the whole each share is of.</p>" +
     '<ol class="findings">' + F.groups.map((g, n) => card(g, n + 1)).join("") + "</ol>" :
     '<p class="note">No findings from the rules that ran: ' + esc(F.rules_run.join(", ") || "none") + ".</p>") +
     F.notes.map(n => '<p class="note">' + esc(n) + "</p>").join("");

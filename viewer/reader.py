@@ -12,7 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..format import JOB_KEYS, LAUNCH_METADATA, RANKS_KEY, TABLE_COLUMNS, WARP_TIMELINE
+from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, RANKS_KEY, TABLE_COLUMNS, WARP_TIMELINE,
+                      is_amount)
 from . import deep
 from .errors import ViewerError
 from .timelines import check as check_timeline
@@ -178,6 +179,8 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
     else:
         _drop_launch_metadata(root)
     frames, metrics, cut = _expand_vectors(root)
+    # Triton's reading (prune_empty) keeps them: its viewer warns of negative values itself
+    impossible = {} if prune_empty else _drop_impossible(root, metrics)
     cells, most = frames * len(metrics), max_cells(size)
     if cells > most:
         raise ViewerError(f"{name} has {frames:,} frames and {len(metrics):,} distinct metrics, "
@@ -185,6 +188,9 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
                           f"{size:,} bytes (a metric on one frame takes a cell on every frame)")
     notes = [f"{name}: vector metric {metric!r} has {n:,} elements; the viewer shows the first "
              f"{MAX_VECTOR}" for metric, n in cut.items()] + left_out
+    notes += [f"{name}: {n:,} value{'s' * (n != 1)} of {metric!r} left out: negative, infinite, "
+              f"not a number{f' or over its {PART_OF[metric]!r}' if metric in PART_OF else ''}, "
+              "which no measurement can be" for metric, n in impossible.items()]
     notes += [f"{name}: metric {column!r} is shown as {_renamed(column)!r} (the viewer's table "
               f"uses the name {column!r} itself)" for column in TABLE_COLUMNS
               if _renamed(column) in metrics]
@@ -519,6 +525,35 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int]]:
         names.update(metrics)
         stack.extend(node["children"])
     return frames, names, cut
+
+
+def _drop_impossible(root: dict, metrics: set[str]) -> dict[str, int]:
+    """Each amount (format.is_amount: a time, count, bytes, flops, samples) that is not a
+    finite number of zero or more, and each part over its whole on its node (format.PART_OF),
+    made None (the key stays: the root's keys say which metrics are inclusive); how many per
+    metric. A negative time would make a child's inclusive time exceed its parent's and a
+    share exceed its whole."""
+    amounts = [m for m in metrics if is_amount(m)]
+    parts = [(p, w) for p, w in PART_OF.items() if p in metrics and w in metrics]
+    dropped: dict[str, int] = {}
+    if not amounts:
+        return dropped
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        values = node["metrics"]
+        for metric in amounts:
+            v = values.get(metric)
+            if v is not None and not (_number(v) and math.isfinite(v) and v >= 0):
+                values[metric] = None
+                dropped[metric] = dropped.get(metric, 0) + 1
+        for part, whole in parts:
+            v, of = values.get(part), values.get(whole)
+            if v is not None and of is not None and v > of:
+                values[part] = None
+                dropped[part] = dropped.get(part, 0) + 1
+        stack.extend(node["children"])
+    return dropped
 
 
 def _renamed(column: str) -> str:

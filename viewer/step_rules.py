@@ -69,6 +69,8 @@ def syncs_in_a_step(ctx: _Context, kernels: list, out: list) -> str | None:
         if node is root or count < 2 or not ns:
             continue
         scope, wall = _enclosing_wall(ctx, node)
+        if wall and ns > wall:  # waits longer than the scope around them: the file disagrees
+            wall = None
         if wall:
             share = ns / wall
             if share < SYNC_SHARE:

@@ -31,7 +31,7 @@ root = frame(
                 kernel("gelu_kernel", 300_000, 20, bytes=8.0e8)),
           tokens=8192),
     frame("/home/u/model/train.py:55@optimizer",
-          kernel("adam_kernel", 700_000, 5, bytes=2.5e9)),
+          kernel("adam_kernel", 700_000, 5, bytes=2.0e9)),
     **{"time (ns)": 0, "count": 0, "flops16": 0, "bytes": 0, "tokens": 0})
 devices = {"CUDA": {"0": {"arch": "90", "num_sms": 132, "clock_rate": 1980000,
                           "memory_clock_rate": 2619000, "bus_width": 5120}}}
