@@ -712,10 +712,10 @@ def _measured(c: Counters) -> str:
         parts.append(f"DRAM {rate / 1e9:,.0f} GB/s")
     if "L2" not in c.levels:
         parts.append(f"L2 {c.l2_bytes / c.seconds / 1e9:,.0f} GB/s")
-    for label, value, tail in (("tensor pipe", c.tensor_active, " active"),
-                               ("issue", c.issue_active, ""), ("SMs", c.sm_active, " active")):
-        if value is not None:
-            parts.append(f"{label} {value:.0%}{tail}")
+    for label, active, tail in (("tensor pipe", c.tensor_active, " active"),
+                                ("issue", c.issue_active, ""), ("SMs", c.sm_active, " active")):
+        if active is not None:
+            parts.append(f"{label} {active:.0%}{tail}")
     text = ", ".join(parts) + f"; over {_ms(c.seconds * 1e9)} sampled"
     if c.shared > SHARED_NOTE:
         text += f" ({c.shared:.0%} of it beside another kernel: counts split by time)"

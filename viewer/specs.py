@@ -102,16 +102,17 @@ def bandwidth(gpu: dict) -> float | None:
     return value if value > 0 else None
 
 
-L2_BYTES_PER_CLOCK = {"80": 5120, "90": 5120}
+L2_BYTES_PER_CLOCK = {"80": 5120, "90": 7776}
 """The L2's bytes per SM clock, whole chip: the roof an L2-resident kernel is judged by when its
 profile lacks the GPU's own measure of it (l2_throughput_ns, lts__t_bytes as a share of its
 peak, which a counters profile records and which comes first). sm80: NVIDIA A100 Tensor Core
 GPU Architecture whitepaper, "L2 cache read bandwidth" 5120 bytes/clk (V100: 2048). sm90:
-NVIDIA publishes no figure for Hopper's L2 (the H100 whitepaper gives its size, 50 MB); A100's
-5120 bytes/clk is taken, 10.1 TB/s on an H100 SXM or H200 at 1980 MHz. Measured on an H200
-(mode="counters", 2026-11-28): 200 adds of 1M fp32 moved 7.6 TB/s through the L2 and a 64M
-add 6.7 TB/s, under it. Other archs: no L2 roof (L2 is judged only where the profile has the
-GPU's own measure)."""
+NVIDIA publishes no figure for Hopper's L2 (the H100 whitepaper gives its size, 50 MB), so the
+GPU's own is taken: on an H200 (bench/probes/counters_clock.py, 2026-11-28) lts__t_bytes over
+its share of its peak implied 15.2-15.4 TB/s in every sample at 1976-1979 MHz, 7,776 bytes a
+clock (15.4 TB/s at 1980 MHz); the 200 adds of 1M fp32 moved 7.6 TB/s through it, a 64M add
+6.7 TB/s. Other archs: no L2 roof (L2 is judged only where the profile has the GPU's own
+measure)."""
 
 
 def l2_bandwidth(gpu: dict) -> float | None:
