@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
+from ..format import COMM_KERNEL as _COMM_KERNEL
 from ..format import (BYTES, COPY_FRAME, COUNT, COUNTER_NS, COUNTERS_SHARED_NS, CPU_COUNT,
                       CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA,
                       DRAM_BYTES, FLOPS, GPU_IDLE, ISSUE_ACTIVE_NS, L2_BYTES, LAUNCH_CONFIGS,
@@ -61,9 +62,8 @@ the kernel sits under the memory roof by exactly its measured DRAM bandwidth fra
 MEASURED_PRECISION = "16-bit tensor"
 """The roof measured FLOPs are judged by: tensor_flops counts tensor-pipe work at the 16-bit
 dense rate (format.TENSOR_FLOPS)."""
-COMM_KERNEL = re.compile(r"^(?:_Z\d+)?(?:nccl|rccl)", re.IGNORECASE)
-"""Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...), by
-their name as CUPTI gives it (mangled C++: _Z39ncclDevKernel_AllReduce_...)."""
+COMM_KERNEL = _COMM_KERNEL
+"""Communication kernels (format.COMM_KERNEL): NCCL's, by their name as CUPTI gives it."""
 
 
 @dataclass(slots=True)
