@@ -56,13 +56,15 @@ from typing import Callable
 
 import numpy as np
 
+from ..cupti.records import Busy
 from ..format import STEP_DRAIN_GAP
 
 MAX_WAITING = 1 << 16
 """Closed entries held at most while their busy time may still come."""
 
-COMPUTE, COMM, COPY = 0, 1, 2
-"""Busy record classes (`add`'s kinds): a kernel, an NCCL kernel, a copy or set."""
+COMPUTE, COMM, COPY = int(Busy.compute), int(Busy.comm), int(Busy.copy)
+"""Busy record classes (`add`'s kinds, cupti.records.Busy): a kernel, an NCCL kernel, a copy
+or set."""
 OWN, LAUNCH, SYNC = 0, 1, 2
 """Host stretch classes (`host`'s kind): Proton's own work, a slow launch call, a wait."""
 SETS = 6
