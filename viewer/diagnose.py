@@ -54,6 +54,7 @@ from .names import readable
 from .occupancy import occupancy
 from .reader import Profile
 from .specs import bandwidth, peak, peak_known
+from . import steps
 from .step_rules import STEP_RULES
 from .stragglers import IMBALANCE, MIN_COST, find, ranks_text
 
@@ -161,6 +162,10 @@ class Diagnosis:
     """The rules that ran: name -> threshold in words (RULES)."""
     groups: list[Group] = field(default_factory=list)
     """The findings by kernel (or scope): warnings before info, most saved first."""
+    steps: list[str] = field(default_factory=list)
+    """Each step's GPU time by what the GPU did, per rank, as text (steps.lines)."""
+    step_rows: list = field(default_factory=list)
+    """The same as steps.Step rows (for --output json)."""
 
 
 def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None) -> Diagnosis:
@@ -198,6 +203,9 @@ def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None)
                            "the launch-shape and roofline rules: NCCL picks their grid, and "
                            "their time is mostly waiting on the other ranks")
     found.notes += ctx.notes
+    found.step_rows = steps.breakdown(prof, merged)
+    found.steps = steps.lines(found.step_rows, steps.spreads(merged) if merged is not None
+                              and not merged.ranks else None)
     found.groups = _group(ctx, kernels, found.findings)
     found.findings = [f for g in found.groups for f in g.findings]
     return found
@@ -735,7 +743,9 @@ def as_dicts(diagnosis: Diagnosis) -> dict:
                         "wall_ns": g.wall_ns, "saves_ns": g.saves_ns, "info": g.info,
                         "findings": [index[id(f)] for f in g.findings]}
                        for g in diagnosis.groups],
-            "notes": diagnosis.notes, "rules_run": list(diagnosis.ran)}
+            "notes": diagnosis.notes, "rules_run": list(diagnosis.ran),
+            "steps": [{"scope": r.name, "rank": r.rank, "steps": r.steps, "wall_ns": r.wall_ns,
+                       "parts_ns": r.parts} for r in diagnosis.step_rows]}
 
 
 def _ms(ns: float) -> str:
@@ -745,7 +755,7 @@ def _ms(ns: float) -> str:
 def render(diagnosis: Diagnosis) -> str:
     """The findings for a terminal: one numbered block per kernel or scope (most to save
     first), a line per finding with what to try, then the rules not run."""
-    lines = []
+    lines = list(diagnosis.steps)
     if not diagnosis.findings:
         lines.append(f"no findings: nothing crosses a threshold of the {len(diagnosis.ran)} "
                      f"rule{'s' * (len(diagnosis.ran) != 1)} that ran (on kernels and scopes "
