@@ -115,6 +115,10 @@ class Judged:
     busy: np.ndarray | None = None
     """Time some record ran (None: walls - idles - excluded)."""
     steps: Steps | None = None
+    shown: np.ndarray | None = None
+    """Which entries say something of the GPU (None: those in which some record ran): also
+    an entry inside a step in which the GPU ran nothing, once the GPU ran anything (a data
+    loader's scope whose GPU waits), never one of a job whose GPU ran nothing at all."""
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -211,10 +215,12 @@ class IdleTracker:
     max_waiting: int = MAX_WAITING
     clock: Callable[[], int] = lambda: 0
     """CUPTI's clock (the collector's timestamp)."""
+    ran: bool = False
+    """Some record has run (on any GPU of the process) since the tracker began."""
     _open: list = field(default_factory=list)
     """[path, start, covs] of each open entry, outermost first."""
     _closed: list = field(default_factory=list)
-    """(path, start, end, covs) of entries closed since they were last judged."""
+    """(path, start, end, covs, nested) of entries closed since they were last judged."""
     _windows: list = field(default_factory=list)
     """The step windows not yet judged (_Window), oldest first."""
     _sets: list = field(default_factory=lambda: [(np.zeros(0, dtype=np.int64),
@@ -248,7 +254,7 @@ class IdleTracker:
             path, start, covs = self._open.pop()
             if ts < self.cut:  # given late (tests): the busy time folded past it is not its
                 ts = self.cut
-            self._closed.append((path, start, max(ts, start), covs))
+            self._closed.append((path, start, max(ts, start), covs, bool(self._open)))
             if not self._open and self._windows:
                 w = self._windows[-1]
                 w.exit = w.searched = max(ts, w.start)
@@ -283,6 +289,7 @@ class IdleTracker:
             for kind, (s, e) in by_kind.items():
                 if not len(s):
                     continue
+                self.ran |= into is _BUSY_SETS
                 s = np.maximum(s, cut)
                 for i in into[kind]:
                     bs, be = self._sets[i]
@@ -319,7 +326,7 @@ class IdleTracker:
         if self._closed:
             arr = np.array([c[1:3] for c in self._closed], dtype=np.int64).reshape(-1, 2)
             got = self._covers(np.maximum(arr[:, 0], cut), np.minimum(arr[:, 1], to))
-            self._closed = [(c[0], c[1], c[2], c[3] + g) for c, g in zip(self._closed, got)]
+            self._closed = [(c[0], c[1], c[2], c[3] + g, c[4]) for c, g in zip(self._closed, got)]
         bs, be = self._sets[_A]
         for w in self._windows:
             if w.exit is not None and w.drained == _NEVER:
@@ -352,7 +359,7 @@ class IdleTracker:
         if done:
             arr = np.array([c[1:3] for c in done], dtype=np.int64)
             got = self._covers(np.maximum(arr[:, 0], self.cut), arr[:, 1])
-            done = [(c[0], c[1], c[2], c[3] + g) for c, g in zip(done, got)]
+            done = [(c[0], c[1], c[2], c[3] + g, c[4]) for c, g in zip(done, got)]
         self.forced += len(done)
         windows = []
         if len(self._windows) > self.max_waiting:  # those whose end is known, likewise
@@ -367,8 +374,7 @@ class IdleTracker:
             self._windows = [w for w in self._windows if id(w) not in gone]
         return self._judged(done, windows)
 
-    @staticmethod
-    def _judged(done: list, windows: list) -> Judged:
+    def _judged(self, done: list, windows: list) -> Judged:
         paths = np.array([d[0] for d in done], dtype=np.int64)
         starts = np.array([d[1] for d in done], dtype=np.int64)
         walls = np.array([d[2] - d[1] for d in done], dtype=np.int64)
@@ -379,8 +385,10 @@ class IdleTracker:
             steps = Steps(np.array([w[0] for w in windows], dtype=np.int64),
                           np.array([w[1] for w in windows], dtype=np.int64), w_walls,
                           parts(w_walls, np.array([w[3] for w in windows])))
+        nested = np.array([d[4] for d in done], dtype=bool)
         return Judged(paths, starts, walls, np.maximum(walls - covs[:, _AOL], 0),
-                      covs[:, _AOL] - covs[:, _A], covs[:, _A], steps)
+                      covs[:, _AOL] - covs[:, _A], covs[:, _A], steps,
+                      (covs[:, _A] > 0) | (nested & self.ran))
 
     def end_steps(self) -> Judged:
         """The sessions end (finalize, after the last advance): each step the host has left

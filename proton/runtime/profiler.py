@@ -946,10 +946,10 @@ class Profiler:
         busy = judged.busy if judged.busy is not None else \
             judged.walls - judged.idles - (judged.excluded if judged.excluded is not None else 0)
         excluded = judged.excluded if judged.excluded is not None else np.zeros(len(judged))
-        # an entry in which the GPU ran nothing at all says nothing of the GPU (a scope of host
-        # work, or no GPU work at all): no idle metrics, as Triton's files have none (its
-        # test_scope_exclusive counts a scope's metrics); its parent's entry has it
-        entries = (judged.paths, judged.starts, busy > 0,
+        # an entry in which the GPU ran nothing says nothing of the GPU unless it is inside a
+        # step of a job whose GPU runs (Judged.shown): a job with no GPU work has no idle
+        # metrics, as Triton's files have none (its test_scope_exclusive counts a scope's)
+        entries = (judged.paths, judged.starts, busy > 0 if judged.shown is None else judged.shown,
                    np.stack((judged.walls, judged.idles, excluded), axis=1))
         names = (SCOPE_WALL + EXCLUSIVE, GPU_IDLE + EXCLUSIVE, GPU_IDLE_EXCLUDED + EXCLUSIVE)
         groups = [(entries, names)]
