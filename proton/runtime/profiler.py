@@ -951,8 +951,9 @@ class Profiler:
         # metrics, as Triton's files have none (its test_scope_exclusive counts a scope's)
         entries = (judged.paths, judged.starts, busy > 0 if judged.shown is None else judged.shown,
                    np.stack((judged.walls, judged.idles, excluded), axis=1))
-        names = (SCOPE_WALL + EXCLUSIVE, GPU_IDLE + EXCLUSIVE, GPU_IDLE_EXCLUDED + EXCLUSIVE)
-        groups = [(entries, names)]
+        names: tuple[str, ...] = (SCOPE_WALL + EXCLUSIVE, GPU_IDLE + EXCLUSIVE,
+                                  GPU_IDLE_EXCLUDED + EXCLUSIVE)
+        groups: list[tuple[tuple, tuple[str, ...]]] = [(entries, names)]
         if steps is not None and len(steps):
             ran = steps.parts[:, :3].sum(axis=1) > 0  # compute, comm, copy
             values = np.column_stack((steps.walls, np.ones(len(steps)), steps.parts))
