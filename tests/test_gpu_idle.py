@@ -173,6 +173,9 @@ def test_pcsampling_first_scope_reports_no_job_idle_for_the_profilers_delay(tmp_
     scope's job idle (gpu_idle) stays under 20% of its wall time, the delay shows as
     gpu_idle_excluded and as the step's launch or profiler part, and --diagnose has no idle
     finding and no "keep the GPU fed"."""
+    if not GPUS:
+        pytest.skip("needs an NVIDIA GPU")
+    pytest.importorskip("triton")
     (tmp_path / "pcs.py").write_text(PCS)
     out = tmp_path / "pcs"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROTON_")}
