@@ -210,3 +210,43 @@ def test_proton_own_work_inside_a_scope_is_the_profilers_idle():
     assert row == {"step_compute (ns)": 0, "step_comm (ns)": 0, "step_copy (ns)": 1000,
                    "step_idle_host (ns)": 3000, "step_idle_sync (ns)": 1000,
                    "step_idle_launch (ns)": 0, "step_idle_profiler (ns)": 3000}
+
+
+def test_the_c_helpers_slow_launch_bound_is_the_formats():
+    """native.c logs a launch call as slow at format.STEP_SLOW_LAUNCH, and marks it with
+    native.SLOW_LAUNCH_PATH: one number each, in C and in Python."""
+    import os
+    import re
+
+    from proton.cupti import native
+    from proton.format import STEP_SLOW_LAUNCH
+
+    with open(os.path.join(os.path.dirname(native.__file__), "native.c")) as f:
+        text = f.read()
+    assert int(re.search(r"#define SLOW_LAUNCH_NS (\d+)", text).group(1)) == STEP_SLOW_LAUNCH
+    assert int(re.search(r"#define SLOW_LAUNCH_PATH \((-\d+)\)", text).group(1)) == \
+        native.SLOW_LAUNCH_PATH
+
+
+def test_the_c_launch_log_keeps_launch_calls_that_held_their_thread_as_slow(cache):
+    """Launch calls replayed through the C launch log's callback on a clock it reads: one that
+    held its thread 300 us comes back as a wait event marked SLOW_LAUNCH_PATH (the idle
+    tracker's LAUNCH stretch), one of 5 us does not, and none is kept while wait events are
+    off."""
+    import threading
+
+    from test_waits import _c_replayer
+
+    from proton.cupti.native import SLOW_LAUNCH_PATH
+
+    collector, log, calls, _ = _c_replayer()
+    launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
+    log.wait_events(True)
+    calls.call(1, launch, 1000, 1000 + 300_000)
+    calls.call(1, launch, 400_000, 405_000)
+    me = threading.get_ident()
+    assert collector.take_wait_events() == [(SLOW_LAUNCH_PATH, 1000, 301_000, me)]
+    log.wait_events(False)
+    calls.call(1, launch, 500_000, 900_000)
+    assert collector.take_wait_events() == []
+    log.main_path(None)
