@@ -83,6 +83,59 @@ GPU_IDLE over SCOPE_WALL."""
 SCOPE_WALL = "scope_wall (ns)"
 """A scope's own value (never summed up the tree): its entries' wall time on CUPTI's clock,
 what GPU_IDLE is a part of."""
+GPU_IDLE_EXCLUDED = "gpu_idle_excluded (ns)"
+"""A scope's own value: of its entries' wall time, the time the GPU ran nothing while the host
+was in Proton's own work (start, activate, flushes) or in a launch call that held the host
+STEP_SLOW_LAUNCH or more (a kernel's first launch: CUDA loading it, or CUPTI setting it up under
+the profiler); left out of GPU_IDLE, so GPU_IDLE + GPU_IDLE_EXCLUDED + busy = SCOPE_WALL."""
+
+# -- a step's GPU time by what the GPU did (own values of a step's node) -------------------------
+# A step is an entry of a scope opened on the main thread with no main-thread scope open around
+# it. Its window runs from its start to the next step's start when the next is an entry of the
+# same scope (a loop), else until the GPU drained after it ended (STEP_DRAIN_GAP). Every instant
+# of a window is counted once, in the first of these that holds: a compute kernel ran (any
+# stream, any GPU of the process), an NCCL kernel ran, a copy or set ran; else the GPU was idle
+# and the main thread was in Proton's own work, in a long launch call, blocked in a
+# synchronizing call, or running (the host had not launched the next work). The parts sum to
+# STEP_WALL. Kernels that run after the host left the step (asynchronous launches, an
+# all-reduce waiting for another rank) are counted in the window they ran in.
+STEP_WALL = "step_wall (ns)"
+"""The step windows' length, summed over the step's entries."""
+STEP_COUNT = "step_count"
+"""How many step windows STEP_WALL sums."""
+STEP_COMPUTE = "step_compute (ns)"
+"""Time a kernel other than NCCL's ran."""
+STEP_COMM = "step_comm (ns)"
+"""Time an NCCL kernel ran and no compute kernel did (communication not hidden by compute;
+an NCCL kernel also runs while it waits for the other ranks)."""
+STEP_COPY = "step_copy (ns)"
+"""Time a copy or set ran and no kernel did."""
+STEP_IDLE_HOST = "step_idle_host (ns)"
+"""GPU idle while the main thread ran (its own code, a data loader's wait, a sleep): the GPU
+waited for the host to launch work (HTA's host wait)."""
+STEP_IDLE_SYNC = "step_idle_sync (ns)"
+"""GPU idle while the main thread was blocked in a synchronizing call (it waited for the GPU,
+which waited on something else: a pageable copy's staging, another device, a host callback)."""
+STEP_IDLE_LAUNCH = "step_idle_launch (ns)"
+"""GPU idle while a launch call held its thread STEP_SLOW_LAUNCH or more: a kernel's first
+launch (CUDA's lazy loading of a kernel never run before, or CUPTI setting up a kernel's first
+launch under the profiler); a one-time cost, not the job's steady state."""
+STEP_IDLE_PROFILER = "step_idle_profiler (ns)"
+"""GPU idle while the main thread was in Proton's own work (start, activate, deactivate,
+flushes): the profiler's, never the job's."""
+STEP_PARTS = (STEP_COMPUTE, STEP_COMM, STEP_COPY, STEP_IDLE_HOST, STEP_IDLE_SYNC,
+              STEP_IDLE_LAUNCH, STEP_IDLE_PROFILER)
+"""The parts of STEP_WALL, in the order they are shown."""
+STEP_METRICS = (STEP_WALL, STEP_COUNT, *STEP_PARTS)
+STEP_SLOW_LAUNCH = 200_000
+"""ns: a launch call that held its thread this long is a slow one (a first launch); a launch
+takes a few microseconds otherwise."""
+STEP_DRAIN_GAP = 100_000
+"""ns: a step not followed by an entry of its own scope ends where the GPU, after the host left
+it, ran nothing for this long (its queued work done)."""
+COMM_KERNEL = re.compile(r"^(?:_Z\d+)?(?:nccl|rccl)", re.IGNORECASE)
+"""Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...), by
+their name as CUPTI gives it (mangled C++: _Z39ncclDevKernel_AllReduce_...)."""
 EXCLUSIVE = "(exc)"
 """Suffix of a user metric that belongs to its node only; dropped when written."""
 PROPERTY = "(pty)"

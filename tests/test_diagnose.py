@@ -400,7 +400,8 @@ def test_a_scopes_headline_is_its_gpu_time_with_copies_never_its_idle_time(tmp_p
     copies = next(g for g in got.groups if g.kernel == "memcpy HtoD (pageable)")
     assert copies.share == pytest.approx(0.75)  # 30 of the 40 ms that ran, not 300% of 10
     idle = next(f for f in group.findings if f.rule == "idle GPU")
-    assert "ran nothing for 60.000 ms of the scope's 100.000 ms (60%)" in idle.evidence
+    assert "ran nothing for 60.000 ms of the 100.000 ms the host spent in the scope (60%)" \
+        in idle.evidence
     text = render(got)
     assert "1. scope step: 100.000 ms of wall time, 40.000 ms of GPU time (100%); fixing it " \
            "could save up to 45.000 ms besides the 15.000 ms the findings inside it claim" in text

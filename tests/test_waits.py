@@ -129,7 +129,7 @@ def test_entries_whose_records_never_come_are_judged_at_a_bound():
     for i in range(1000):
         t.enter(1, i * 10)
         judged.append(t.exit(i * 10 + 5))
-    assert t.held() <= 100
+    assert t.held() <= 2 * 100  # entries and step windows, each at most max_waiting
     assert t.forced >= 900
     assert _sums([j for j in judged if j is not None])[1][0] == t.forced * 5
 

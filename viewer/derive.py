@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
+from ..format import COMM_KERNEL as _COMM_KERNEL
+from ..format import GPU_IDLE_EXCLUDED, STEP_PARTS, STEP_WALL
 from ..format import (BYTES, COPY_FRAME, COUNT, COUNTER_NS, COUNTERS_SHARED_NS,
                       COUNTERS_UNRESOLVED_NS, CPU_COUNT, CPU_TIME, CUDA, DEVICE_ID, DEVICE_TYPE,
                       DOT_NO_TENSOR_CORES, DOT_NO_WGMMA, DRAM_BYTES, FLOPS, GPU_IDLE,
@@ -25,11 +27,15 @@ from .specs import bandwidth, compute_roof, l2_bandwidth, peak, peak_known, unkn
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
 RATE = re.compile(r"^(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
-_TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time|sync_time|gpu_idle|"
-                   r"scope_wall)/(?P<unit>s|ms|us|ns)$")
-_NS_METRICS = {"sync_time": SYNC_TIME, "gpu_idle": GPU_IDLE, "scope_wall": SCOPE_WALL}
-"""Times in ns that `NAME/<unit>` converts: waits (inclusive), a scope's idle and wall time (its
-own values)."""
+_NS_METRICS = {"sync_time": SYNC_TIME, "gpu_idle": GPU_IDLE, "scope_wall": SCOPE_WALL,
+               **{_m.split(" (")[0]: _m for _m in (GPU_IDLE_EXCLUDED, STEP_WALL, *STEP_PARTS)}}
+_TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time|"
+                   + "|".join(_NS_METRICS) + r")/(?P<unit>s|ms|us|ns)$")
+"""Times in ns that `NAME/<unit>` converts: waits (inclusive), a scope's idle and wall time, a
+step's parts (their own values)."""
+STEP_SHARES = {f"{m.split(' (')[0]}/%": m for m in STEP_PARTS}
+"""`step_comm/%` and the like: a step part over its step's window (step_wall); the parts of a
+step sum to 100%."""
 IDLE_SHARE = "gpu_idle/%"
 """GPU_IDLE over SCOPE_WALL of each scope: the share of its wall time its GPU ran nothing."""
 COUNTER_RATE = re.compile(r"^(?P<what>dram|l2|tensor)_(?P<prefix>[gt]?)"
@@ -69,9 +75,8 @@ the kernel sits under the memory roof by exactly its measured DRAM bandwidth fra
 MEASURED_PRECISION = "16-bit tensor"
 """The roof measured FLOPs are judged by: tensor_flops counts tensor-pipe work at the 16-bit
 dense rate (format.TENSOR_FLOPS)."""
-COMM_KERNEL = re.compile(r"^(?:_Z\d+)?(?:nccl|rccl)", re.IGNORECASE)
-"""Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...), by
-their name as CUPTI gives it (mangled C++: _Z39ncclDevKernel_AllReduce_...)."""
+COMM_KERNEL = _COMM_KERNEL
+"""Communication kernels (format.COMM_KERNEL): NCCL's, by their name as CUPTI gives it."""
 
 
 @dataclass(slots=True)
@@ -112,6 +117,8 @@ def available(profile: Profile) -> list[str]:
             out += [f"{what}/{u}" for u in TIME_UNITS]
     if GPU_IDLE in have and SCOPE_WALL in have:
         out.append(IDLE_SHARE)
+    if STEP_WALL in have:
+        out += [share for share, metric in STEP_SHARES.items() if metric in have]
     if CPU_TIME in have:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
         if _cpu_counts(have):
@@ -275,6 +282,12 @@ def derive(profile: Profile, spec: str) -> Column:
         values, notes = bounds.share(IDLE_SHARE, _column(profile, GPU_IDLE, spec),
                                      _column(profile, SCOPE_WALL, spec))
         return Column(IDLE_SHARE, values, notes=notes)
+    if s in STEP_SHARES:
+        if s not in available(profile):
+            raise _unknown(profile, spec)
+        values, notes = bounds.share(s, _column(profile, STEP_SHARES[s], spec),
+                                     _column(profile, STEP_WALL, spec))
+        return Column(s, values, notes=notes)
     if s == "util":
         if "util" not in available(profile):
             _check_peaks(profile)

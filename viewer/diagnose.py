@@ -71,6 +71,7 @@ from .names import readable
 from .occupancy import occupancy
 from .reader import Profile, subtree_sums
 from .specs import bandwidth, peak, peak_known
+from . import steps
 from .step_rules import STEP_RULES
 from .stragglers import IMBALANCE, MIN_COST, find, ranks_text
 
@@ -204,6 +205,10 @@ class Diagnosis:
     """The findings by kernel (or scope): warnings before info, most saved first."""
     gpu_ns: float = 0.0
     """The profile's GPU time: its kernels', copies' and sets' (what shares are of)."""
+    steps: list[str] = field(default_factory=list)
+    """Each step's GPU time by what the GPU did, per rank, as text (steps.lines)."""
+    step_rows: list = field(default_factory=list)
+    """The same as steps.Step rows (for --output json)."""
 
 
 def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None) -> Diagnosis:
@@ -243,6 +248,9 @@ def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None)
     if claimed:
         found.notes.append(_claimed_note(claimed))
     found.groups = _group(ctx, kept)
+    found.step_rows = steps.breakdown(prof, merged)
+    found.steps = steps.lines(found.step_rows, steps.spreads(merged) if merged is not None
+                              and not merged.ranks else None)
     found.findings = [f for g in found.groups for f in g.findings]
     found.gpu_ns = ctx.total
     return found
@@ -931,7 +939,9 @@ def as_dicts(diagnosis: Diagnosis) -> dict:
                         "memory_share": g.memory_share, "headline": g.headline,
                         "findings": [index[id(f)] for f in g.findings]}
                        for g in diagnosis.groups],
-            "notes": diagnosis.notes, "rules_run": list(diagnosis.ran)}
+            "notes": diagnosis.notes, "rules_run": list(diagnosis.ran),
+            "steps": [{"scope": r.name, "rank": r.rank, "steps": r.steps, "wall_ns": r.wall_ns,
+                       "parts_ns": r.parts} for r in diagnosis.step_rows]}
 
 
 def _ms(ns: float) -> str:
@@ -954,7 +964,7 @@ def _percent(share: float) -> str:
 def render(diagnosis: Diagnosis) -> str:
     """The findings for a terminal: one numbered block per kernel or scope (most to save
     first), a line per finding with what to try, then the rules not run."""
-    lines = []
+    lines = list(diagnosis.steps)
     if not diagnosis.findings:
         lines.append(f"no findings: nothing crosses a threshold of the {len(diagnosis.ran)} "
                      f"rule{'s' * (len(diagnosis.ran) != 1)} that ran (on kernels and scopes "

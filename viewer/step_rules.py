@@ -12,7 +12,8 @@ from typing import Any
 
 from ..format import (BYTES, COPY_FRAME, COUNT, CPU_TIME, GPU_IDLE, MEM_COUNT, MEM_DEVICE,
                       MEM_JUDGED, MEM_KEPT, MEM_KEPT_COUNT, MEM_LIVE, MEM_PEAK, PAGEABLE,
-                      SCOPE_WALL, SYNC_COUNT, SYNC_TIME, TIME)
+                      SCOPE_WALL, STEP_IDLE_HOST, STEP_IDLE_LAUNCH, STEP_IDLE_PROFILER,
+                      STEP_IDLE_SYNC, STEP_SLOW_LAUNCH, STEP_WALL, SYNC_COUNT, SYNC_TIME, TIME)
 
 _Context = Any
 """diagnose._Context (not imported: diagnose imports this module)."""
@@ -94,7 +95,120 @@ def syncs_in_a_step(ctx: _Context, kernels: list, out: list) -> str | None:
 
 
 def idle_gpu(ctx: _Context, kernels: list, out: list) -> str | None:
-    """A scope whose GPU ran no kernel nor copy over IDLE_SHARE of its wall time."""
+    """A step (steps.py) in which the GPU waited on the host, or ran nothing while the host
+    waited on it, over IDLE_SHARE of the step, per rank; slow first launches over that share
+    as information (not the job's steady state). Profiles without step breakdowns (older
+    files): a scope whose GPU ran nothing over IDLE_SHARE of the host's time in it."""
+    from .steps import breakdown, spreads
+
+    merged = getattr(ctx, "merged", None)
+    rows = breakdown(ctx.prof, merged)
+    spread = spreads(merged) if merged is not None and not merged.ranks else []
+    if not rows and not spread:
+        return _idle_scopes(ctx, out)
+    frames = {label: rank.gf.dataframe for label, rank in zip(merged.labels, merged.ranks)} \
+        if merged is not None and merged.ranks else {}
+    for st in rows:
+        df = frames.get(st.rank, ctx.df) if st.rank is not None else ctx.df
+        who = f"rank {st.rank}: " if frames else ""
+        of = f"of its {st.steps:,.0f} steps' {_ms(st.wall_ns)}"
+        host, sync = st.parts.get(STEP_IDLE_HOST, 0.0), st.parts.get(STEP_IDLE_SYNC, 0.0)
+        left_out = _left_out(st.parts)
+        if host / st.wall_ns > IDLE_SHARE:
+            where = _most_idle(df, st.node)
+            _step_finding(ctx, out, st.node, host, st.wall_ns, "idle GPU",
+                          f"{who}the GPU waited on the host {_ms(host)} {of} "
+                          f"({host / st.wall_ns:.0%}): it ran nothing while the host ran "
+                          f"without launching{where}{left_out}", _FEED)
+        if sync / st.wall_ns > IDLE_SHARE:
+            _step_finding(ctx, out, st.node, sync, st.wall_ns, "idle GPU",
+                          f"{who}the GPU ran nothing for {_ms(sync)} {of} "
+                          f"({sync / st.wall_ns:.0%}) while the host waited on it in "
+                          f"synchronizing calls{left_out}", _SYNC_IDLE)
+        slow = st.parts.get(STEP_IDLE_LAUNCH, 0.0)
+        if slow / st.wall_ns > IDLE_SHARE:
+            _step_finding(ctx, out, st.node, slow, st.wall_ns, "first launches",
+                          f"{who}the GPU waited {_ms(slow)} {of} ({slow / st.wall_ns:.0%}) "
+                          f"for launch calls that held the host {STEP_SLOW_LAUNCH / 1e6:g} ms "
+                          "or more: kernels' first launches (CUDA loading a kernel never run "
+                          "before, or CUPTI setting a kernel up after the profiler attached); "
+                          "a one-time cost, not counted as the job's idle time", _WARM,
+                          info=True)
+    for sp in spread:
+        if STEP_WALL not in sp.high or STEP_IDLE_HOST not in sp.high:
+            continue
+        wall = sp.high[STEP_WALL][0]
+        host, rank = sp.high[STEP_IDLE_HOST]
+        if wall and host / wall > IDLE_SHARE:
+            _step_finding(ctx, out, sp.node, host, wall, "idle GPU",
+                          f"rank {rank}: the GPU waited on the host {_ms(host)} in its "
+                          f"steps, {host / wall:.0%} of the longest rank's {_ms(wall)} in "
+                          f"them (the job file keeps each part's least and most rank: "
+                          f"--diagnose the rank files for every rank's breakdown)", _FEED)
+    return None
+
+
+_FEED = ("keep the GPU fed: no host waits per step (.item(), print), input prepared ahead "
+         "(DataLoader workers, pin_memory, non_blocking copies), fewer and larger launches "
+         "(torch.compile, CUDA graphs)")
+_SYNC_IDLE = ("the GPU waited on something other than the host's launches while the host "
+              "waited for it: a copy from pageable memory being staged (pin the host memory), "
+              "an event of another stream or device, a host callback")
+_WARM = ("profile after a warm-up step: run each kernel once before proton.start() (or before "
+         "the steps you measure); CUDA_MODULE_LOADING=EAGER loads every kernel at start-up")
+
+
+def _step_finding(ctx: _Context, out: list, node, ns: float, wall: float, rule: str,
+                  evidence: str, advice: str, info: bool = False) -> None:
+    f = ctx.finding(rule, node, ns, evidence, advice, info=info, saves=1.0)
+    f.kernel = f"scope {f.kernel}"
+    ctx.walls.setdefault(f.kernel, wall)
+    out.append(f)
+
+
+def _left_out(parts: dict) -> str:
+    """What a step's idle figure leaves out, in words (nothing when nothing was)."""
+    said = [f"{_ms(parts[STEP_IDLE_PROFILER])} of Proton's own work"
+            * bool(parts.get(STEP_IDLE_PROFILER)),
+            f"{_ms(parts[STEP_IDLE_LAUNCH])} of slow first launches"
+            * bool(parts.get(STEP_IDLE_LAUNCH))]
+    said = [x for x in said if x]
+    return f" (not counted: {' and '.join(said)})" if said else ""
+
+
+def _under(node, above) -> bool:
+    """Whether `above` is an ancestor of `node`."""
+    while node.parents:
+        node = node.parents[0]
+        if node is above:
+            return True
+    return False
+
+
+def _most_idle(df, step) -> str:
+    """The scope under `step` with the most of the job's GPU idle time (its host interval's),
+    in words."""
+    if GPU_IDLE not in df:
+        return ""
+    best, most = None, 0.0
+    for node in df.index:
+        if node is step or not _under(node, step):
+            continue
+        try:
+            v = float(df.at[node, GPU_IDLE])
+        except (TypeError, ValueError):
+            continue
+        if v == v and v > most:
+            best, most = node, v
+    if best is None:
+        return ""
+    return f", most of it while the host was in scope {best.frame.get('name', '?')} " \
+           f"({_ms(most)})"
+
+
+def _idle_scopes(ctx: _Context, out: list) -> str | None:
+    """The rule on a profile without step breakdowns: each scope's idle time over the host's
+    time in it."""
     if GPU_IDLE not in ctx.df or SCOPE_WALL not in ctx.df:
         return ""
     walls = {n: ctx.value(n, SCOPE_WALL) or 0 for n in ctx.df.index}
@@ -106,16 +220,9 @@ def idle_gpu(ctx: _Context, kernels: list, out: list) -> str | None:
         syncs = ctx.value(node, f"{SYNC_TIME} (inc)") or 0
         why = (f"; the host waited on the GPU {_ms(syncs)} inside it (see the synchronization "
                "findings)" if syncs else "")
-        f = ctx.finding(
-            "idle GPU", node, idle,
-            f"the GPU ran nothing for {_ms(idle)} of the scope's {_ms(wall)} "
-            f"({idle / wall:.0%}){why}",
-            "keep the GPU fed: no host waits per step (.item(), print), input prepared ahead "
-            "(DataLoader workers, pin_memory, non_blocking copies), fewer and larger launches "
-            "(torch.compile, CUDA graphs)", saves=1.0)
-        f.kernel = f"scope {f.kernel}"
-        ctx.walls.setdefault(f.kernel, wall)
-        out.append(f)
+        _step_finding(ctx, out, node, idle, wall, "idle GPU",
+                      f"the GPU ran nothing for {_ms(idle)} of the {_ms(wall)} the host spent "
+                      f"in the scope ({idle / wall:.0%}){why}", _FEED)
     return None
 
 
@@ -223,7 +330,11 @@ STEP_RULES = [
         "synchronization in a step": f"a call path whose host waited on the GPU at least "
                                      f"twice, {SYNC_SHARE:.0%}+ of its scope's wall time"}),
     (idle_gpu, {
-        "idle GPU": f"a scope whose GPU ran nothing over {IDLE_SHARE:.0%} of its wall time"}),
+        "idle GPU": f"a step (per rank) whose GPU waited on the host, or ran nothing while the "
+                    f"host waited on it, over {IDLE_SHARE:.0%} of the step (a scope's host "
+                    "time in files without step breakdowns)",
+        "first launches": f"a step whose GPU waited on slow first launches over "
+                          f"{IDLE_SHARE:.0%} of it"}),
     (leaks, {
         "memory leak": f"a scope whose own allocations of {LEAK_ENTRIES}+ entries after its "
                        f"first stay allocated, {_bytes(LEAK_MIN_BYTES)}+ in all, from "

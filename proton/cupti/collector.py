@@ -30,13 +30,13 @@ import numpy as np
 from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..files import write_whole
-from ..format import COPY_NAMES
+from ..format import COMM_KERNEL, COPY_NAMES
 from ..report import callback_failed, debug, debugging, warn
 from . import records
 from .attribution import Attributor, GroupSink, KernelSink, LaunchConfigs, Unscoped
 from .native import ASYNC_WAIT_NS, WAIT_EVENTS_MAX
 from .pipeline import Pipeline, choose
-from .records import ApiFields, KernelFields
+from .records import ApiFields, Busy, KernelFields
 from .subscriber import caller, cupti_enum, passes_on
 
 if TYPE_CHECKING:  # imported when used (sampling, raw buffers)
@@ -120,7 +120,7 @@ class CuptiCollector:
                  pc=None, callback_users: list | None = None, graft=None,
                  groups: GroupSink | None = None, native: bool | None = None,
                  moved: Callable[[int, int], None] | None = None, walk=None,
-                 busy: Callable[[np.ndarray, np.ndarray], None] | None = None,
+                 busy: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
                  buffered: Callable[[], None] | None = None,
                  copies: bool = True, waits: bool = True) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
@@ -143,8 +143,9 @@ class CuptiCollector:
         called when the C launch log reads the main thread's scope at each launch.
         walk: with in_callback, the context's python.Walk: the C helper answers a launch
         whose stack it has seen before (native.c's walk) with no Python.
-        busy: told each buffer's kernels' (starts, ends) (numpy, CUPTI's clock): when the GPU
-        was busy (runtime/idle.py); any other record with an interval (copies) is one more.
+        busy: told each buffer's kernels' and copies' (starts, ends, kinds) (numpy, CUPTI's
+        clock; kinds records.Busy: compute, NCCL kernel, copy or set): when the GPU was busy
+        and with what (runtime/idle.py).
         buffered: called after each buffer was read, on CUPTI's thread (the waits and the
         idle time are taken then).
         copies, waits: record copies and sets, time the synchronizing calls (options.PARTS: the
@@ -173,6 +174,8 @@ class CuptiCollector:
         self.pc: PCCollector | None = None
         """The PCCollector while instructions are sampled."""
         self._names: dict[int, str] = {}
+        self._comm: dict[int, bool] = {}
+        """Kernel name pointer -> whether it names an NCCL kernel (the busy time's class)."""
         """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
@@ -553,13 +556,32 @@ class CuptiCollector:
         if self._busy is None:
             return
         CF, SF = records.CopyFields, records.SetFields
+        names = np.asarray(kernels[KernelFields.name])
         starts, ends = [kernels[KernelFields.start]], [kernels[KernelFields.end]]
+        kinds = [np.where(np.isin(names, self._comm_names(names)), Busy.comm, Busy.compute)]
         for columns, (start, end) in zip(copies, ((CF.start, CF.end), (CF.start, CF.end),
                                                   (SF.start, SF.end))):
             starts.append(columns[start])
             ends.append(columns[end])
+            kinds.append(np.full(len(columns[start]), Busy.copy))
         if sum(map(len, starts)):
-            self._busy(np.concatenate(starts), np.concatenate(ends))
+            self._busy(np.concatenate(starts), np.concatenate(ends), np.concatenate(kinds))
+
+    def _comm_names(self, names: np.ndarray) -> list[int]:
+        """Of a buffer's kernel name pointers, those of NCCL kernels (format.COMM_KERNEL),
+        each pointer's answer kept (CUPTI shares one name string among a kernel's records)."""
+        comm = self._comm
+        if len(comm) > 65536:  # as _names: pointers of unloaded modules may be reused
+            comm.clear()
+        out = []
+        for p in np.unique(names).tolist():
+            found = comm.get(p)
+            if found is None:
+                found = comm[p] = p > 0 and bool(COMM_KERNEL.match(self._names.get(p) or
+                                                                    self._name(p)))
+            if found:
+                out.append(p)
+        return out
 
     def after_buffer(self) -> None:
         if self._buffered is not None:

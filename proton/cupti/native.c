@@ -1072,6 +1072,11 @@ static int wait_events_on;
 static proton_log wait_events;
 static int64_t wait_events_dropped; /* events not kept: the log full, or no memory */
 #define ASYNC_WAIT_NS 20000 /* an asynchronous copy that held its thread this long waited */
+/* A launch call that held its thread this long (format.STEP_SLOW_LAUNCH: a kernel's first
+   launch, CUDA loading it or CUPTI setting it up) is kept as a wait event with this path, so
+   that GPU idle time during it is not called the job's (runtime/idle.py). */
+#define SLOW_LAUNCH_NS 200000
+#define SLOW_LAUNCH_PATH (-7)
 
 /* The synchronizing calls of the driver (domain 1) and runtime (2): flags[cbid] 1 for a call
    that waits for the GPU (a synchronization, a synchronous copy), 2 for an asynchronous copy,
@@ -1148,6 +1153,20 @@ static void on_sync(const proton_config *c, const uint8_t *d, int kind) {
         if (wait_events.n >= WAIT_EVENTS_MAX || log_push(&wait_events, event, WAIT_FIELDS))
             wait_events_dropped++;
     }
+    pthread_mutex_unlock(&log_mutex);
+}
+
+/* A launch call entered at `start` that held its thread SLOW_LAUNCH_NS or more: a wait event
+   with SLOW_LAUNCH_PATH (one clock read per launch while wait events are kept). */
+static void slow_launch(const proton_config *c, uint64_t start) {
+    uint64_t end = 0;
+    c->now(&end);
+    if (end < start + SLOW_LAUNCH_NS) return;
+    pthread_mutex_lock(&log_mutex);
+    int64_t event[WAIT_FIELDS] = {SLOW_LAUNCH_PATH, (int64_t)start, (int64_t)end,
+                                  (int64_t)pthread_self()};
+    if (wait_events.n >= WAIT_EVENTS_MAX || log_push(&wait_events, event, WAIT_FIELDS))
+        wait_events_dropped++;
     pthread_mutex_unlock(&log_mutex);
 }
 
@@ -1279,6 +1298,8 @@ PROTON_API void proton_on_api(void *userdata, int domain, uint32_t cbid, const v
     int64_t entry[LOG_FIELDS] = {corr, path, (int64_t)start,
                                domain, cbid, (int64_t)(uint32_t)pthread_self()};
     log_append(&log_now, entry, LOG_FIELDS);
+    if (tls_start != 0 && __atomic_load_n(&wait_events_on, __ATOMIC_ACQUIRE))
+        slow_launch(c, tls_start);
 }
 
 /* Take what the log holds (the buffer thread; one taker at a time); returns how many. A

@@ -635,6 +635,10 @@ class LaunchLog:
 ASYNC_WAIT_NS = 20_000
 """native.c's: an asynchronous copy whose call held its thread this long waited for the GPU."""
 
+SLOW_LAUNCH_PATH = -7
+"""native.c's: the path of a wait event that is a launch call which held its thread
+format.STEP_SLOW_LAUNCH or more (kept while wait events are)."""
+
 WAIT_EVENTS_MAX = 1 << 20
 """native.c's: the wait events held at most between two takes (32 MiB in C)."""
 

@@ -134,6 +134,15 @@ class CopyName(Table):
     memset = 8
 
 
+class Busy(IntEnum):
+    """What a busy interval the collector hands the idle tracker ran (runtime/idle.py)."""
+    compute = 0
+    comm = 1
+    """An NCCL kernel (format.COMM_KERNEL)."""
+    copy = 2
+    """A copy or set."""
+
+
 class Kernel(Table):
     """A kernel as the C join takes it and hands back what Python places: the launch
     configuration as grid blocks, threads per block, registers per thread and shared memory

@@ -21,13 +21,14 @@ from typing import Any, Mapping
 
 from ..errors import ScopeError
 from ..format import (COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, GPU_IDLE,
-                      MEMORY_METRICS, PROPERTY, SCOPE_WALL, SYNC_COUNT, SYNC_TIME,
-                      TABLE_COLUMNS, TIME)
+                      GPU_IDLE_EXCLUDED, MEMORY_METRICS, PROPERTY, SCOPE_WALL, STEP_METRICS,
+                      SYNC_COUNT, SYNC_TIME, TABLE_COLUMNS, TIME)
 
 DEVICE_CUDA = 1
 """DEVICE_TYPE's value in memory for NVIDIA GPUs (written as format.CUDA)."""
 RESERVED = frozenset({TIME, COUNT, DEVICE_ID, DEVICE_TYPE, CPU_TIME, CPU_COUNT, "cpu_time",
-                      "time", SYNC_TIME, SYNC_COUNT, GPU_IDLE, SCOPE_WALL, *MEMORY_METRICS,
+                      "time", SYNC_TIME, SYNC_COUNT, GPU_IDLE, SCOPE_WALL, GPU_IDLE_EXCLUDED,
+                      *STEP_METRICS, *MEMORY_METRICS,
                       *TABLE_COLUMNS})
 """Names the profiler writes itself, and the viewer's table's own columns: user metrics may not
 take them."""

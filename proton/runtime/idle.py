@@ -1,29 +1,52 @@
-"""GPU idle time within scopes: each scope entry's wall time against the time the GPU was busy.
+"""What the GPU did while the main thread's scopes ran: idle time per scope entry, and each
+step's GPU time broken down into compute, communication, copies and idle by its cause.
 
 A scope entered on the main thread is one entry, (path, start, end) on CUPTI's clock. The GPU
-is busy while any kernel (or copy: any record with an interval goes in through `add`) runs on
-any device of the process: the union of the records' intervals, so with several streams a
-stretch two kernels share counts once, and with one stream it is exactly the time kernels
-ran. An entry's idle time is its wall time minus the busy time inside it; each entry is
-judged on its own (an inner scope's busy time is also its outer scope's), and a node's
-`gpu_idle (ns)` and `scope_wall (ns)` are the sums over its own entries, never over its
-children.
+is busy while any record with an interval runs on any GPU of the process (the collector hands
+each buffer's kernels and copies in through `add`, classed as compute kernels, NCCL kernels or
+copies and sets): the union of their intervals, so with several streams a stretch two kernels
+share counts once. The host's side comes in through `host`: stretches in which the main thread
+was in Proton's own work (OWN: start, activate, flushes), in which a launch call held a thread
+STEP_SLOW_LAUNCH or more (LAUNCH: a kernel's first launch), or in which the main thread was
+blocked in a synchronizing call (SYNC).
 
-Only the main thread's scopes are timed: a training step's scopes are there, and one clock
-read per enter and exit (about 0.1 us) is paid there alone. A worker thread's scope (a data
-loader's) would report the GPU idle while it did CPU work: a number with no meaning.
+Two figures come out (format.py defines the names):
+  * Per entry, over its host interval [enter, exit): the idle time the job caused (GPU_IDLE: no
+    record ran and the host was neither in Proton's work nor in a slow launch) and the idle
+    time left out of it (GPU_IDLE_EXCLUDED). Each entry is judged on its own (an inner scope's
+    busy time is also its outer scope's); a node's values are sums over its own entries.
+  * Per step (an entry with no main-thread scope open around it), over its window: from its
+    start to the next step's start when that is an entry of the same scope (a loop), else to
+    where the GPU drained after it (the busy run its exit falls in, ended by a gap of
+    STEP_DRAIN_GAP). Kernels that outlive the host's interval (asynchronous launches, an
+    all-reduce waiting for another rank) are counted where they ran. Each instant of a window
+    is counted once, in the first part that holds (format.STEP_PARTS): compute, comm, copy,
+    idle while the main thread was in Proton's work, in a slow launch, blocked in a sync, or
+    running. The parts sum to the window.
 
-Memory stays bounded however long the run: records come late (CUPTI's buffers), so busy time
-is kept as merged intervals only after `cut`, the watermark up to which every record has come
-(the earliest start of a launch still waiting for its kernel; nothing that starts before it
-can still come). `advance(watermark)` folds the busy time before the watermark into every
-entry still waiting, drops those intervals, and hands back the entries that ended before it.
-What is held is the open entries, the entries closed since the last advance, and the busy
-intervals since the watermark; past MAX_WAITING closed entries the oldest are judged with what
-has come (counted in `forced`).
+Every part is a covered length: with sets C (compute kernels), CN (C with NCCL kernels), A (every
+record), AO (A with OWN), AOL (with LAUNCH), AOLS (with SYNC), each merged into disjoint
+intervals, an interval's parts are differences of what the sets cover in it (compute = C,
+comm = CN - C, copy = A - CN, profiler = AO - A, launch = AOL - AO, sync = AOLS - AOL, host =
+wall - AOLS). Each item (entry or window) sums the six covered lengths as time passes.
 
-Pure numpy, no CUPTI (tests replay records through it). Threads: enter and exit run on the main
-thread, add and advance on CUPTI's buffer thread (or a flushing thread); one lock.
+Only the main thread's scopes are timed: a training step's scopes are there, and one clock read
+per enter and exit (about 0.1 us) is paid there alone. A worker thread's scope (a data loader's)
+would report the GPU idle while it did CPU work: a number with no meaning.
+
+Memory stays bounded however long the run: records come late (CUPTI's buffers), so busy time is
+kept as merged intervals only after `cut`, the watermark up to which every record has come (the
+earliest start of a launch still waiting for its kernel; nothing that starts before it can
+still come). `advance(watermark)` folds the covered lengths before the watermark into every
+item still waiting, drops those intervals, and hands back the items that ended before it. What
+is held is the open entries, the entries closed since the last advance, at most a few step
+windows, and the intervals since the watermark; past MAX_WAITING closed entries the oldest are
+judged with what has come (counted in `forced`). A host stretch is logged at its end: a part of
+it before the watermark by then (a sync that outlasted a buffer) is not counted.
+
+Pure numpy, no CUPTI (tests replay records through it). Threads: enter, exit and own marks run
+on the main thread, add, host and advance on CUPTI's buffer thread (or a flushing thread); one
+lock.
 """
 from __future__ import annotations
 
@@ -33,19 +56,69 @@ from typing import Callable
 
 import numpy as np
 
+from ..cupti.records import Busy
+from ..format import STEP_DRAIN_GAP
+
 MAX_WAITING = 1 << 16
 """Closed entries held at most while their busy time may still come."""
+
+COMPUTE, COMM, COPY = int(Busy.compute), int(Busy.comm), int(Busy.copy)
+"""Busy record classes (`add`'s kinds, cupti.records.Busy): a kernel, an NCCL kernel, a copy
+or set."""
+OWN, LAUNCH, SYNC = 0, 1, 2
+"""Host stretch classes (`host`'s kind): Proton's own work, a slow launch call, a wait."""
+SETS = 6
+"""C, CN, A, AO, AOL, AOLS (module docstring): the sets each item sums covered lengths of."""
+_C, _CN, _A, _AO, _AOL, _AOLS = range(SETS)
+_BUSY_SETS = {COMPUTE: (_C, _CN, _A, _AO, _AOL, _AOLS), COMM: (_CN, _A, _AO, _AOL, _AOLS),
+              COPY: (_A, _AO, _AOL, _AOLS)}
+_HOST_SETS = {OWN: (_AO, _AOL, _AOLS), LAUNCH: (_AOL, _AOLS), SYNC: (_AOLS,)}
+_NEVER = np.iinfo(np.int64).max
+
+
+def parts(walls: np.ndarray, covs: np.ndarray) -> np.ndarray:
+    """The parts of each window (format.STEP_PARTS' order: compute, comm, copy, idle host,
+    sync, launch, profiler), from its wall and its six covered lengths (rows)."""
+    covs = np.asarray(covs, dtype=np.int64).reshape(-1, SETS)
+    c, cn, a, ao, aol, aols = covs.T
+    return np.stack((c, cn - c, a - cn, np.maximum(np.asarray(walls) - aols, 0), aols - aol,
+                     aol - ao, ao - a), axis=1)
+
+
+@dataclass(slots=True)
+class Steps:
+    """Step windows whose parts are final: one row each."""
+
+    paths: np.ndarray
+    starts: np.ndarray
+    walls: np.ndarray
+    parts: np.ndarray
+    """(n, 7): format.STEP_PARTS' order; each row sums to its wall."""
+
+    def __len__(self) -> int:
+        return len(self.paths)
 
 
 @dataclass(slots=True)
 class Judged:
-    """Scope entries whose idle time is final: one row each."""
+    """Scope entries whose idle time is final: one row each (and the step windows judged at
+    the same time)."""
 
     paths: np.ndarray
     starts: np.ndarray
     """Entry start (CUPTI ns): which sessions were active."""
     walls: np.ndarray
     idles: np.ndarray
+    """The job's idle time (format.GPU_IDLE)."""
+    excluded: np.ndarray | None = None
+    """Idle time in Proton's work or a slow launch (format.GPU_IDLE_EXCLUDED); None: none."""
+    busy: np.ndarray | None = None
+    """Time some record ran (None: walls - idles - excluded)."""
+    steps: Steps | None = None
+    shown: np.ndarray | None = None
+    """Which entries say something of the GPU (None: those in which some record ran): also
+    an entry inside a step in which the GPU ran nothing, once the GPU ran anything (a data
+    loader's scope whose GPU waits), never one of a job whose GPU ran nothing at all."""
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -82,6 +155,55 @@ def covered(bs: np.ndarray, be: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     return np.where(b > a, upto(b) - upto(a), 0)
 
 
+def drain(bs: np.ndarray, be: np.ndarray, p: int, to: int, final: bool,
+          gap: int = STEP_DRAIN_GAP) -> tuple[int, bool]:
+    """Where the GPU drained from `p` on: the first point from p that no interval covers and
+    after which none starts for `gap` ns. Intervals that start before `to` have all come
+    (`final`: every interval has). (the point, whether it is final: else the search goes on
+    from that point when more has come)."""
+    n = len(bs)
+    i = int(np.searchsorted(bs, p, side="right")) - 1
+    if i >= 0 and be[i] > p:
+        k = i  # p is covered: from the end of its interval on
+    elif i + 1 < n and bs[i + 1] - p < gap:
+        k = i + 1
+    else:
+        return p, final or p + gap <= to
+    if k + 1 < n:
+        far = np.flatnonzero(bs[k + 1:] - be[k:-1] >= gap)
+        k = k + int(far[0]) if len(far) else n - 1
+    end = int(be[k])
+    return end, final or end + gap <= to
+
+
+@dataclass(slots=True, eq=False)
+class _Window:
+    """A step's window being summed: `main` over [start, min(drained, limit)), `beyond` over
+    [drained, limit) (used only when the next step is an entry of the same scope)."""
+
+    path: int
+    start: int
+    exit: int | None = None
+    limit: int = _NEVER
+    """The next step's start, once it began."""
+    loop: bool = False
+    """The next step is an entry of the same scope: the window ends at its start."""
+    drained: int = _NEVER
+    """Where the GPU drained after the exit, once known."""
+    searched: int = 0
+    """Where the search for `drained` goes on from."""
+    main: np.ndarray = field(default_factory=lambda: np.zeros(SETS, dtype=np.int64))
+    beyond: np.ndarray = field(default_factory=lambda: np.zeros(SETS, dtype=np.int64))
+
+    @property
+    def end(self) -> int:
+        return self.limit if self.loop else min(self.drained, self.limit)
+
+    def judged(self) -> tuple[int, int, int, np.ndarray]:
+        covs = self.main + self.beyond if self.loop else self.main
+        return self.path, self.start, self.end - self.start, covs
+
+
 @dataclass(slots=True)
 class IdleTracker:
     """The main thread's scope entries and the GPU's busy intervals, reduced as they come."""
@@ -93,19 +215,34 @@ class IdleTracker:
     max_waiting: int = MAX_WAITING
     clock: Callable[[], int] = lambda: 0
     """CUPTI's clock (the collector's timestamp)."""
+    ran: bool = False
+    """Some record has run (on any GPU of the process) since the tracker began."""
     _open: list = field(default_factory=list)
-    """[path, start, busy] of each open entry, outermost first."""
+    """[path, start, covs] of each open entry, outermost first."""
     _closed: list = field(default_factory=list)
-    """(path, start, end, busy) of entries closed since they were last judged."""
-    _bs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _be: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """(path, start, end, covs, nested) of entries closed since they were last judged."""
+    _windows: list = field(default_factory=list)
+    """The step windows not yet judged (_Window), oldest first."""
+    _sets: list = field(default_factory=lambda: [(np.zeros(0, dtype=np.int64),
+                                                  np.zeros(0, dtype=np.int64))] * SETS)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def enter(self, path: int, ts: int | None = None) -> None:
         """A scope entered at `ts` (CUPTI ns; None: the clock now, read under the lock so
-        that no watermark passed it unseen)."""
+        that no watermark passed it unseen). With no scope open it begins a step."""
         with self._lock:
-            self._open.append([path, self.clock() if ts is None else ts, 0])
+            ts = self.clock() if ts is None else ts
+            if not self._open:
+                self._step(path, max(ts, self.cut))
+            self._open.append([path, ts, np.zeros(SETS, dtype=np.int64)])
+
+    def _step(self, path: int, ts: int) -> None:
+        """A step begins: the one before ends at its start if it is of the same scope, else it
+        drains on, but not past this start. Under the lock."""
+        for w in self._windows:
+            if w.limit == _NEVER:
+                w.limit, w.loop = ts, w.path == path
+        self._windows.append(_Window(path, ts))
 
     def exit(self, ts: int | None = None) -> Judged | None:
         """The innermost open entry left at `ts` (as enter's); past max_waiting closed
@@ -114,20 +251,49 @@ class IdleTracker:
             if not self._open:
                 return None
             ts = self.clock() if ts is None else ts
-            path, start, busy = self._open.pop()
+            path, start, covs = self._open.pop()
             if ts < self.cut:  # given late (tests): the busy time folded past it is not its
                 ts = self.cut
-            self._closed.append((path, start, max(ts, start), busy))
-            if len(self._closed) > self.max_waiting:
-                return self._judge_oldest(len(self._closed) - self.max_waiting // 2)
+            self._closed.append((path, start, max(ts, start), covs, bool(self._open)))
+            if not self._open and self._windows:
+                w = self._windows[-1]
+                w.exit = w.searched = max(ts, w.start)
+            if len(self._closed) > self.max_waiting or len(self._windows) > self.max_waiting:
+                return self._judge_oldest(max(len(self._closed) - self.max_waiting // 2, 0))
         return None
 
-    def add(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        """Records that kept the GPU busy from starts[i] to ends[i] (CUPTI ns, any order)."""
+    def add(self, starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray | None = None) -> None:
+        """Records that kept the GPU busy from starts[i] to ends[i] (CUPTI ns, any order), of
+        class kinds[i] (COMPUTE, COMM or COPY; None: all compute)."""
+        starts = np.asarray(starts, np.int64)
+        ends = np.asarray(ends, np.int64)
+        if kinds is None:
+            self._merge_in({COMPUTE: (starts, ends)}, _BUSY_SETS)
+            return
+        kinds = np.asarray(kinds)
+        self._merge_in({k: (starts[kinds == k], ends[kinds == k]) for k in _BUSY_SETS},
+                       _BUSY_SETS)
+
+    def host(self, kind: int, starts, ends) -> None:
+        """Stretches of the host's (OWN, LAUNCH or SYNC) from starts[i] to ends[i]."""
+        self._merge_in({kind: (np.asarray(starts, np.int64), np.asarray(ends, np.int64))},
+                       _HOST_SETS)
+
+    def own(self, start: int, end: int) -> None:
+        """Proton's own work on the main thread from `start` to `end` (CUPTI ns)."""
+        self.host(OWN, [start], [end])
+
+    def _merge_in(self, by_kind: dict, into: dict) -> None:
         with self._lock:
-            s = np.concatenate((self._bs, np.maximum(np.asarray(starts, np.int64), self.cut)))
-            e = np.concatenate((self._be, np.asarray(ends, np.int64)))
-            self._bs, self._be = merge(s, e)
+            cut = self.cut
+            for kind, (s, e) in by_kind.items():
+                if not len(s):
+                    continue
+                self.ran |= into is _BUSY_SETS
+                s = np.maximum(s, cut)
+                for i in into[kind]:
+                    bs, be = self._sets[i]
+                    self._sets[i] = merge(np.concatenate((bs, s)), np.concatenate((be, e)))
 
     def advance(self, watermark: int) -> Judged:
         """Every record that starts before `watermark` has come: fold the busy time before
@@ -137,55 +303,99 @@ class IdleTracker:
                 self._fold(watermark)
             done = [c for c in self._closed if c[2] <= self.cut]
             self._closed = [c for c in self._closed if c[2] > self.cut]
-            return self._judged(done)
+            return self._judged(done, self._windows_done())
 
     def held(self) -> int:
         """Entries and intervals held now (what memory the tracker takes grows with)."""
-        return len(self._open) + len(self._closed) + len(self._bs)
+        return len(self._open) + len(self._closed) + len(self._windows) + \
+            max(len(bs) for bs, _ in self._sets)
 
-    def _fold(self, to: int) -> None:
-        """Busy time in [cut, to) into every open and closed entry; cut = to. Under the lock."""
-        bs, be, cut = self._bs, self._be, self.cut
+    def _covers(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(len(a), SETS): what each set covers of each [a, b)."""
+        return np.stack([covered(bs, be, a, b) for bs, be in self._sets], axis=1)
+
+    def _fold(self, to: int, final: bool = False) -> None:
+        """Covered lengths in [cut, to) into every open and closed entry and window; cut = to.
+        Under the lock."""
+        cut = self.cut
         if self._open:
             starts = np.array([o[1] for o in self._open], dtype=np.int64)
-            got = covered(bs, be, np.maximum(starts, cut), np.full(len(starts), to))
-            for o, g in zip(self._open, got.tolist()):
-                o[2] += g
+            got = self._covers(np.maximum(starts, cut), np.full(len(starts), to))
+            for o, g in zip(self._open, got):
+                o[2] = o[2] + g
         if self._closed:
-            arr = np.array([c[1:4] for c in self._closed], dtype=np.int64).reshape(-1, 3)
-            a, b = np.maximum(arr[:, 0], cut), np.minimum(arr[:, 1], to)
-            busy = arr[:, 2] + covered(bs, be, a, b)
-            self._closed = [(c[0], c[1], c[2], g) for c, g in zip(self._closed, busy.tolist())]
-        keep = be > to
-        self._bs, self._be = np.maximum(bs[keep], to), be[keep]
+            arr = np.array([c[1:3] for c in self._closed], dtype=np.int64).reshape(-1, 2)
+            got = self._covers(np.maximum(arr[:, 0], cut), np.minimum(arr[:, 1], to))
+            self._closed = [(c[0], c[1], c[2], c[3] + g, c[4]) for c, g in zip(self._closed, got)]
+        bs, be = self._sets[_A]
+        for w in self._windows:
+            if w.exit is not None and w.drained == _NEVER:
+                point, known = drain(bs, be, w.searched, to, final)
+                if known:
+                    w.drained = point
+                w.searched = point
+            main_end = min(to, w.drained, w.limit)
+            w.main += self._covers(np.array([max(w.start, cut)]), np.array([main_end]))[0]
+            if w.drained != _NEVER:
+                w.beyond += self._covers(np.array([max(w.drained, cut)]),
+                                         np.array([min(to, w.limit)]))[0]
+        for i, (bs_i, be_i) in enumerate(self._sets):
+            keep = be_i > to
+            self._sets[i] = (np.maximum(bs_i[keep], to), be_i[keep])
         self.cut = to
+
+    def _windows_done(self) -> list:
+        """The step windows that ended by `cut`, taken out. Under the lock."""
+        done = [w for w in self._windows if w.limit != _NEVER and w.end <= self.cut]
+        gone = {id(w) for w in done}  # a step's end is decided by the next step's start
+        self._windows = [w for w in self._windows if id(w) not in gone]
+        return [w.judged() for w in done]
 
     def _judge_oldest(self, n: int) -> Judged:
         """The n oldest closed entries judged with the busy time that has come (under the
-        lock): their busy time after `cut` is added from the intervals held."""
+        lock): their covered lengths after `cut` are added from the intervals held."""
         self._closed.sort(key=lambda c: c[2])
         done, self._closed = self._closed[:n], self._closed[n:]
         if done:
-            arr = np.array([c[1:4] for c in done], dtype=np.int64)
-            busy = arr[:, 2] + covered(self._bs, self._be, np.maximum(arr[:, 0], self.cut),
-                                       arr[:, 1])
-            done = [(c[0], c[1], c[2], g) for c, g in zip(done, busy.tolist())]
+            arr = np.array([c[1:3] for c in done], dtype=np.int64)
+            got = self._covers(np.maximum(arr[:, 0], self.cut), arr[:, 1])
+            done = [(c[0], c[1], c[2], c[3] + g, c[4]) for c, g in zip(done, got)]
         self.forced += len(done)
-        return self._judged(done)
+        windows = []
+        if len(self._windows) > self.max_waiting:  # those whose end is known, likewise
+            ended = [w for w in self._windows if w.limit != _NEVER]
+            ended = ended[:len(self._windows) - self.max_waiting // 2]
+            for w in ended:
+                w.drained, w.loop = w.limit, True  # one stretch, [start, limit)
+                w.main += self._covers(np.array([max(w.start, self.cut)]),
+                                       np.array([w.limit]))[0]
+                windows.append(w.judged())
+            gone = {id(w) for w in ended}
+            self._windows = [w for w in self._windows if id(w) not in gone]
+        return self._judged(done, windows)
 
-    @staticmethod
-    def _judged(done: list) -> Judged:
-        arr = np.array(done, dtype=np.int64).reshape(-1, 4)
-        walls = arr[:, 2] - arr[:, 1]
-        return Judged(arr[:, 0], arr[:, 1], walls, np.maximum(walls - arr[:, 3], 0))
+    def _judged(self, done: list, windows: list) -> Judged:
+        paths = np.array([d[0] for d in done], dtype=np.int64)
+        starts = np.array([d[1] for d in done], dtype=np.int64)
+        walls = np.array([d[2] - d[1] for d in done], dtype=np.int64)
+        covs = np.array([d[3] for d in done], dtype=np.int64).reshape(-1, SETS)
+        steps = None
+        if windows:
+            w_walls = np.array([w[2] for w in windows], dtype=np.int64)
+            steps = Steps(np.array([w[0] for w in windows], dtype=np.int64),
+                          np.array([w[1] for w in windows], dtype=np.int64), w_walls,
+                          parts(w_walls, np.array([w[3] for w in windows])))
+        nested = np.array([d[4] for d in done], dtype=bool)
+        return Judged(paths, starts, walls, np.maximum(walls - covs[:, _AOL], 0),
+                      covs[:, _AOL] - covs[:, _A], covs[:, _A], steps,
+                      (covs[:, _A] > 0) | (nested & self.ran))
 
-    def close_all(self, ts: int) -> Judged:
-        """At the end (every record has come): the open entries as if left at `ts` are
-        judged with the rest (they stay open), everything held is judged."""
+    def end_steps(self) -> Judged:
+        """The sessions end (finalize, after the last advance): each step the host has left
+        and no next step began after ends where the GPU drained (or at `cut`, the last time
+        every record had come, if it had not drained by then); returns those judged."""
         with self._lock:
-            self._fold(max(ts, self.cut))
-            done = self._closed + [(p, s, max(ts, s), b) for p, s, b in self._open]
-            self._closed = []
-            for o in self._open:  # what was judged now is not counted again
-                o[1], o[2] = max(ts, o[1]), 0
-            return self._judged(done)
+            for w in self._windows:
+                if w.exit is not None and w.limit == _NEVER:
+                    w.limit = min(max(w.searched, w.exit), max(self.cut, w.exit))
+            return self._judged([], self._windows_done())

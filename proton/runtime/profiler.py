@@ -30,17 +30,18 @@ Threads:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Iterator, cast
 
 from ..context import frames, make, stack
 from .. import data
 from ..data import job, writer
 from ..data.paths import paths
-from ..format import (EXCLUSIVE, GPU_IDLE, LAUNCH_CONFIGS, LAUNCH_METRICS, SCOPE_WALL, SYNC_COUNT,
-                      SYNC_TIME)
+from ..format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, LAUNCH_CONFIGS, LAUNCH_METRICS,
+                      SCOPE_WALL, STEP_COUNT, STEP_PARTS, STEP_WALL, SYNC_COUNT, SYNC_TIME)
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions, parts_off
@@ -134,7 +135,7 @@ class Profiler:
             SessionError: it cannot run beside the live sessions.
             ProtonError: CUPTI could not start.
         """
-        with self._lock:
+        with self._lock, self._own_work():
             sid = self.live(opts.name)
             if sid is not None:  # starting a live name again resumes it
                 self._activate(self.sessions[sid])
@@ -202,6 +203,23 @@ class Profiler:
                     "Cannot add a session with the same profiler but a different mode than "
                     f"existing sessions: session {s.id} runs with mode={_mode(s.pc)}, this "
                     f"one asks for mode={_mode(opts.pc)}; finalize the live sessions first")
+
+    @contextlib.contextmanager
+    def _own_work(self) -> Iterator[None]:
+        """Proton's own work on the main thread (start, activate, deactivate, flushes): GPU idle
+        time meanwhile is the profiler's, not the job's (runtime/idle.py). A session's start
+        counts from when CUPTI began to collect (kernel activity on)."""
+        idle = self.idle
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        t0 = self.now() if idle is not None else None
+        try:
+            yield
+        finally:
+            if self.idle is not None and self.collector is not None:
+                begin = t0 if idle is self.idle and t0 is not None else self.collector.opened
+                self.idle.own(begin, self.now())
 
     def _choose_context(self, name: str) -> None:
         """One context per process at a time: the collector attributes launches one way."""
@@ -319,14 +337,14 @@ class Profiler:
 
     def activate(self, session: int | None = None) -> None:
         """Record again into `session` (every live session when None)."""
-        with self._lock:
+        with self._lock, self._own_work():
             for s in self._targets(session):
                 self._activate(s)
 
     def deactivate(self, session: int | None = None, flushing: bool = False) -> None:
         """Stop recording into `session` (every live session when None) until activate();
         `flushing`: then wait for the kernels launched so far."""
-        with self._lock:
+        with self._lock, self._own_work():
             now = self.now()
             for s in self._targets(session):
                 if s.active:
@@ -353,10 +371,13 @@ class Profiler:
             for s in targets:  # a bad format must not cost the data
                 writer.check_format(s.data, output_format)
             if self.collector is not None:
-                end = self._window_end(targets)
-                self.lost_kernels += self.collector.flush(until=end)
-                self.window_end = max(end, self.window_end or end)
+                with self._own_work():
+                    end = self._window_end(targets)
+                    self.lost_kernels += self.collector.flush(until=end)
+                    self.window_end = max(end, self.window_end or end)
                 self.take_waits()
+                if self.idle is not None:  # the last steps end where the GPU drained
+                    self.add_idle(self.idle.end_steps())
             self.deactivate(session)
             self._add_open_cpu_time(targets)
             devices = self._device_table()
@@ -421,7 +442,8 @@ class Profiler:
         so that a rank that never comes keeps nothing waiting but this snapshot."""
         with self._lock:
             if self.collector is not None:
-                self.collector.flush(timeout_s=2.0)
+                with self._own_work():
+                    self.collector.flush(timeout_s=2.0)
                 self.take_waits()
             devices = self._device_table()
             docs = [(s, self._document(s, s.data_of(s.phase), devices))
@@ -486,7 +508,7 @@ class Profiler:
     def advance_phase(self, session: int) -> int:
         """Start `session`'s next phase and return its number; with periodic flushing, the
         finished phase's records are flushed and it is written to NAME.part_<phase>.<fmt>."""
-        with self._lock:
+        with self._lock, self._own_work():
             s = self._targets(session)[0]
             if s.memory:
                 self._judge_memory(s)
@@ -910,8 +932,13 @@ class Profiler:
                 for s in active:
                     s.add(path, {SYNC_TIME: t, SYNC_COUNT: n}, fold=False)
         if self._wait_events:
+            events = collector.take_wait_events()
+            if idle is not None and events:
+                _host_stretches(idle, events)
             traces = [s for s in list(self.sessions.values()) if s.traces_waits]
-            for path, start, end, thread in collector.take_wait_events():
+            for path, start, end, thread in events:
+                if path < 0:  # a slow launch call (cupti.native.SLOW_LAUNCH_PATH)
+                    continue
                 for s in traces:
                     if s.active_at(start):
                         s.add_wait(path, start, end, thread)
@@ -919,9 +946,10 @@ class Profiler:
             self.add_idle(idle.advance(collector.watermark()))
 
     def _keep_wait_events(self) -> None:
-        """Waits are kept as events while a live session's trace shows them (Session.
-        traces_waits). Under the lock."""
-        on = self.collector is not None and any(s.traces_waits for s in self.sessions.values())
+        """Waits are kept as events while the idle tracker classes the GPU's idle time by
+        them, or a live session's trace shows them (Session.traces_waits). Under the lock."""
+        on = self.collector is not None and (self.idle is not None or any(
+            s.traces_waits for s in self.sessions.values()))
         if on != self._wait_events:
             if self.collector is not None:
                 self.collector.wait_events(on)
@@ -929,36 +957,36 @@ class Profiler:
 
     def add_idle(self, judged: Judged | None) -> None:
         """Judged scope entries (runtime/idle.py) onto each session active at their start:
-        per path, the sums of their wall and idle times (the node's own values)."""
-        if judged is None or not len(judged):
+        per path, the sums of their wall and idle times (the node's own values); and judged
+        step windows, the sums of their parts (format.STEP_METRICS)."""
+        if judged is None:
             return
         import numpy as np
 
+        steps = judged.steps
+        if not len(judged) and (steps is None or not len(steps)):
+            return
+        busy = judged.busy if judged.busy is not None else \
+            judged.walls - judged.idles - (judged.excluded if judged.excluded is not None else 0)
+        excluded = judged.excluded if judged.excluded is not None else np.zeros(len(judged))
+        # an entry in which the GPU ran nothing says nothing of the GPU unless it is inside a
+        # step of a job whose GPU runs (Judged.shown): a job with no GPU work has no idle
+        # metrics, as Triton's files have none (its test_scope_exclusive counts a scope's)
+        entries = (judged.paths, judged.starts, busy > 0 if judged.shown is None else judged.shown,
+                   np.stack((judged.walls, judged.idles, excluded), axis=1))
+        names: tuple[str, ...] = (SCOPE_WALL + EXCLUSIVE, GPU_IDLE + EXCLUSIVE,
+                                  GPU_IDLE_EXCLUDED + EXCLUSIVE)
+        groups: list[tuple[tuple, tuple[str, ...]]] = [(entries, names)]
+        if steps is not None and len(steps):
+            ran = steps.parts[:, :3].sum(axis=1) > 0  # compute, comm, copy
+            values = np.column_stack((steps.walls, np.ones(len(steps)), steps.parts))
+            groups.append(((steps.paths, steps.starts, ran, values),
+                           tuple(m + EXCLUSIVE for m in (STEP_WALL, STEP_COUNT, *STEP_PARTS))))
         for s in list(self.sessions.values()):
             if s.data != "tree":
                 continue
-            inside = np.zeros(len(judged), dtype=bool)
-            for start, end in list(s.intervals):
-                inside |= (judged.starts >= start) & ((judged.starts <= end) | (end == -1))
-            # an entry in which the GPU ran nothing at all says nothing of the GPU (a scope of
-            # host work, or no GPU work at all): no idle metrics, as Triton's files have none
-            # (its test_scope_exclusive counts a scope's metrics); its parent's entry has it
-            inside &= judged.idles < judged.walls
-            if not inside.any():
-                continue
-            # summed per path and phase: an entry goes to the phase it began in, as a kernel
-            # goes to its launch's (an entry judged after advance_phase is the earlier phase's)
-            starts = judged.starts[inside]
-            phase = np.searchsorted(np.asarray(s.phase_starts), starts, side="right")
-            keys = np.stack((phase, judged.paths[inside]), axis=1)
-            keys, first, where = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-            where = where.reshape(-1)
-            walls = np.bincount(where, judged.walls[inside].astype(float))
-            idles = np.bincount(where, judged.idles[inside].astype(float))
-            for (_, path), at, wall, idle in zip(keys.tolist(), starts[first].tolist(),
-                                                 walls.tolist(), idles.tolist()):
-                s.add(path, {GPU_IDLE + EXCLUSIVE: int(idle), SCOPE_WALL + EXCLUSIVE: int(wall)},
-                      fold=False, at=at)
+            for (paths_, starts, keep, values), keys in groups:
+                _add_sums(s, paths_, starts, keep, values, keys)
 
     def scope_left(self, idle: IdleTracker) -> None:
         """A main-thread scope whose entry `idle` timed was left (context/frames.py)."""
@@ -992,6 +1020,49 @@ class Profiler:
                 if frames.times_cpu(top, collector):
                     for s in targets:
                         s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
+
+
+_ONLY_IF_ANY = {GPU_IDLE_EXCLUDED + EXCLUSIVE}
+"""Written only where it is not 0 (files of jobs the profiler did not delay read as before)."""
+
+
+def _host_stretches(idle: IdleTracker, events: list) -> None:
+    """The wait log's events (path, start, end, thread) as the idle tracker's host stretches:
+    the main thread's waits (SYNC) and any thread's slow launch calls (LAUNCH)."""
+    from ..cupti.native import SLOW_LAUNCH_PATH
+    from .idle import LAUNCH, SYNC
+
+    main = threading.main_thread().ident
+    waits = [(a, b) for p, a, b, t in events if p >= 0 and t == main]
+    slow = [(a, b) for p, a, b, _ in events if p == SLOW_LAUNCH_PATH]
+    for kind, found in ((SYNC, waits), (LAUNCH, slow)):
+        if found:
+            idle.host(kind, [a for a, _ in found], [b for _, b in found])
+
+
+def _add_sums(s: Session, paths_, starts, keep, values, keys: tuple[str, ...]) -> None:
+    """Rows (path, start, values) whose start falls in one of `s`'s active stretches and that
+    `keep` marks, summed per path and phase onto `s` (an entry goes to the phase it began in,
+    as a kernel goes to its launch's: one judged after advance_phase is the earlier phase's)."""
+    import numpy as np
+
+    inside = np.zeros(len(paths_), dtype=bool)
+    for start, end in list(s.intervals):
+        inside |= (starts >= start) & ((starts <= end) | (end == -1))
+    inside &= keep
+    if not inside.any():
+        return
+    at = starts[inside]
+    phase = np.searchsorted(np.asarray(s.phase_starts), at, side="right")
+    pairs = np.stack((phase, paths_[inside]), axis=1)
+    pairs, first, where = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+    where = where.reshape(-1)
+    rows = values[inside].astype(float)
+    sums = np.stack([np.bincount(where, rows[:, k], minlength=len(pairs))
+                     for k in range(rows.shape[1])], axis=1)
+    for (_, path), when, row in zip(pairs.tolist(), at[first].tolist(), sums.tolist()):
+        s.add(path, {k: int(v) for k, v in zip(keys, row) if v or k not in _ONLY_IF_ANY},
+              fold=False, at=when)
 
 
 def _counters_refused(what: str, exc: BaseException, hint: str = "") -> None:
