@@ -123,7 +123,12 @@ def test_ddp_step_breakdown_per_rank_matches_host_clocks_and_cuda_events(tmp_pat
                      f"{m.get(STEP_IDLE_PROFILER, 0) / n / MS:.3f}")
         print(table[-1])
         assert abs(step - host_step) <= max(0.05 * host_step, 1 * MS), table
-        assert abs(busy - events) <= max(0.10 * events, 1.5 * MS), table
+        # the events span forward to the optimizer's end: the GPU's busy time in it, plus the
+        # idle in it that waited on slow launch calls (rank 1's, each step: CUPTI's work inside
+        # the launch, none under torch.profiler); the data sleep lies outside the span
+        inside = busy + m.get(STEP_IDLE_LAUNCH, 0) / n
+        assert busy <= events + max(0.10 * events, 1.5 * MS), table
+        assert abs(inside - events) <= max(0.10 * events, 1.5 * MS), table
     sleep = SLEEP_MS * MS
     r0, r1 = got[0], got[1]
     assert 0.85 * sleep <= r1[STEP_IDLE_HOST] / STEPS <= sleep + 2.5 * MS, table

@@ -96,7 +96,7 @@ def syncs_in_a_step(ctx: _Context, kernels: list, out: list) -> str | None:
 
 def idle_gpu(ctx: _Context, kernels: list, out: list) -> str | None:
     """A step (steps.py) in which the GPU waited on the host, or ran nothing while the host
-    waited on it, over IDLE_SHARE of the step, per rank; slow first launches over that share
+    waited on it, over IDLE_SHARE of the step, per rank; slow launch calls over that share
     as information (not the job's steady state). Profiles without step breakdowns (older
     files): a scope whose GPU ran nothing over IDLE_SHARE of the host's time in it."""
     from .steps import breakdown, spreads
@@ -130,9 +130,10 @@ def idle_gpu(ctx: _Context, kernels: list, out: list) -> str | None:
             _step_finding(ctx, out, st.node, slow, st.wall_ns, "first launches",
                           f"{who}the GPU waited {_ms(slow)} {of} ({slow / st.wall_ns:.0%}) "
                           f"for launch calls that held the host {STEP_SLOW_LAUNCH / 1e6:g} ms "
-                          "or more: kernels' first launches (CUDA loading a kernel never run "
-                          "before, or CUPTI setting a kernel up after the profiler attached); "
-                          "a one-time cost, not counted as the job's idle time", _WARM,
+                          "or more: a kernel's first launch (CUDA loading a kernel never run "
+                          "before), or CUPTI's work inside the launch call (the profiler's: a "
+                          "DDP rank's launches held 1.2 ms a step under Proton and none under "
+                          "torch.profiler, H200); not counted as the job's idle time", _WARM,
                           info=True)
     for sp in spread:
         if STEP_WALL not in sp.high or STEP_IDLE_HOST not in sp.high:
@@ -170,7 +171,7 @@ def _left_out(parts: dict) -> str:
     """What a step's idle figure leaves out, in words (nothing when nothing was)."""
     said = [f"{_ms(parts[STEP_IDLE_PROFILER])} of Proton's own work"
             * bool(parts.get(STEP_IDLE_PROFILER)),
-            f"{_ms(parts[STEP_IDLE_LAUNCH])} of slow first launches"
+            f"{_ms(parts[STEP_IDLE_LAUNCH])} of slow launch calls"
             * bool(parts.get(STEP_IDLE_LAUNCH))]
     said = [x for x in said if x]
     return f" (not counted: {' and '.join(said)})" if said else ""
@@ -333,7 +334,7 @@ STEP_RULES = [
         "idle GPU": f"a step (per rank) whose GPU waited on the host, or ran nothing while the "
                     f"host waited on it, over {IDLE_SHARE:.0%} of the step (a scope's host "
                     "time in files without step breakdowns)",
-        "first launches": f"a step whose GPU waited on slow first launches over "
+        "first launches": f"a step whose GPU waited on slow launch calls over "
                           f"{IDLE_SHARE:.0%} of it"}),
     (leaks, {
         "memory leak": f"a scope whose own allocations of {LEAK_ENTRIES}+ entries after its "

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 LABELS = {STEP_COMPUTE: "compute", STEP_COMM: "communication (NCCL)", STEP_COPY: "copies",
           STEP_IDLE_HOST: "idle, waiting on the host", STEP_IDLE_SYNC: "idle, host in a sync",
-          STEP_IDLE_LAUNCH: "idle, slow first launches",
+          STEP_IDLE_LAUNCH: "idle, slow launch calls",
           STEP_IDLE_PROFILER: "idle, Proton's own work"}
 """Each part's words, in the order shown."""
 NOT_THE_JOBS = (STEP_IDLE_LAUNCH, STEP_IDLE_PROFILER)
