@@ -5,7 +5,7 @@ torch.cuda.memory_stats, host clocks) beside the profile it leaves.
     python real_shapes.py loop OUT          # copies, a readback, a host sleep, a 4 MiB leak
     python real_shapes.py pcs OUT           # first scope of a pcsampling + hook=triton session
     python real_shapes.py counters OUT      # mode="counters": warm-ups, short kernels, L2
-    torchrun --nproc-per-node N -m proton -n OUT real_shapes.py ddp SLOW_RANK HOST_MS BATCH_X
+    torchrun --nproc-per-node N -m proton -n OUT real_shapes.py ddp|fsdp SLOW_RANK HOST_MS BATCH_X
 """
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def counters(out: str) -> None:
     print(json.dumps({"job": "counters", "dram_bytes_expected": truth}))
 
 
-def ddp(slow: int, host_ms: float, batch_x: float) -> None:
+def ddp(slow: int, host_ms: float, batch_x: float, fsdp: bool = False) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     local = int(os.environ["LOCAL_RANK"])
@@ -132,7 +132,13 @@ def ddp(slow: int, host_ms: float, batch_x: float) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(2048, 2048),
                                                       torch.nn.GELU()) for _ in range(8)]).cuda()
-    model = DDP(model, device_ids=[local])
+    if fsdp:  # FSDP2: each layer's parameters all-gathered in forward, reduce-scattered in backward
+        from torch.distributed.fsdp import fully_shard
+        for layer in model:
+            fully_shard(layer)
+        fully_shard(model)
+    else:
+        model = DDP(model, device_ids=[local])
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     batch = 1024
     if rank == slow:
@@ -170,7 +176,7 @@ def ddp(slow: int, host_ms: float, batch_x: float) -> None:
 
 if __name__ == "__main__":
     job = sys.argv[1]
-    if job == "ddp":
-        ddp(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
+    if job in ("ddp", "fsdp"):
+        ddp(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), fsdp=job == "fsdp")
     else:
         {"loop": loop, "pcs": pcs, "counters": counters}[job](sys.argv[2])

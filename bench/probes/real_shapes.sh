@@ -21,12 +21,13 @@ for j in $jobs; do
   loop|pcs|counters)
     timeout 180 python3 $P $j $j > $j.log 2>&1; echo "$j rc=$?"; show $j.hatchet $j ;;
   ddp)
-    # name host_slow_ms batch_x world slow_rank
-    for cfg in "ddp2_host 20 1.0 2 1" "ddp4_host5 3 1.0 4 3" "ddp4_gpu5 0 1.05 4 3" "ddp4_balanced 0 1.0 4 3"; do
-      set -- $cfg; name=$1; ms=$2; bx=$3; world=$4; slow=$5
+    # name host_slow_ms batch_x world slow_rank job
+    for cfg in "ddp2_host 20 1.0 2 1 ddp" "ddp4_host5 3 1.0 4 3 ddp" "ddp4_gpu5 0 1.05 4 3 ddp" "ddp4_balanced 0 1.0 4 3 ddp" \
+               "fsdp4_host5 3 1.0 4 2 fsdp" "fsdp4_balanced 0 1.0 4 2 fsdp"; do
+      set -- $cfg; name=$1; ms=$2; bx=$3; world=$4; slow=$5; kind=$6
       [ "$GPUS" -lt "$world" ] && { echo "$name: needs $world GPUs"; continue; }
       timeout 180 python3 -m torch.distributed.run --nproc-per-node $world --master-port $((29500 + RANDOM % 500)) \
-        -m proton -n $name $P ddp $slow $ms $bx > $name.log 2>&1; echo "$name rc=$?"
+        -m proton -n $name $P $kind $slow $ms $bx > $name.log 2>&1; echo "$name rc=$?"
       show $name.hatchet $name
       for r in $(seq 0 $((world - 1))); do proton-viewer -m time/ms $name.rank$r.hatchet > $name.rank$r.tree.txt 2>&1; done
       proton-viewer --diagnose $name.rank*.hatchet > $name.ranks.diagnose.txt 2>&1
