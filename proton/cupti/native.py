@@ -238,6 +238,8 @@ class Columns:
                  groups: list[tuple[list[int], list[tuple[int, int, bool]], int]]) -> None:
         """groups: (kinds, fields as (offset, size, signed), record size) each."""
         self._call = lib.proton_columns
+        self._next = next_record  # held: the C walk calls it by address (a ctypes callback
+        # freed under it, as a test's temporary one was, crashes the walk)
         self._next_address = ctypes.cast(next_record, ctypes.c_void_p).value
         table = np.full(self.KINDS, -1, dtype=np.int32)
         nfields: list[int] = []
