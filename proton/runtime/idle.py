@@ -39,15 +39,23 @@ Only the main thread's scopes are timed: a training step's scopes are there, and
 per enter and exit (about 0.1 us) is paid there alone. A worker thread's scope (a data loader's)
 would report the GPU idle while it did CPU work: a number with no meaning.
 
+Which step launched a record: `launched` tells each launch call's correlation id and start (the
+collector, as it takes them, before their records), `add` each record's correlation id. A
+record whose launch call was not told counts as launched when it started.
+
 Memory stays bounded however long the run: records come late (CUPTI's buffers), so busy time is
 kept as merged intervals only after `cut`, the watermark up to which every record has come (the
-earliest start of a launch still waiting for its kernel; nothing that starts before it can
-still come). `advance(watermark)` folds the covered lengths before the watermark into every
-item still waiting, drops those intervals, and hands back the items that ended before it. What
-is held is the open entries, the entries closed since the last advance, at most a few step
-windows, and the intervals since the watermark; past MAX_WAITING closed entries the oldest are
-judged with what has come (counted in `forced`). A host stretch is logged at its end: a part of
-it before the watermark by then (a sync that outlasted a buffer) is not counted.
+earliest start of a launch still waiting for its kernel; nothing launched before it can still
+come). `advance(watermark)` first settles where each step whose exit the watermark passed
+drained (every record it launched has come), then folds the covered lengths before the
+watermark into every item still waiting, drops those intervals and the launch calls made before
+it, and hands back the items that ended before it. A window sums nothing until its beginning is
+settled: the step before it drains once the watermark passes its exit, which comes before the
+next step's start, so no window needs intervals already dropped. What is held is the open
+entries, the entries closed since the last advance, at most a few step windows, and the launch
+calls and intervals since the watermark; past MAX_WAITING closed entries the oldest are judged
+with what has come (counted in `forced`). A host stretch is logged at its end: a part of it
+before the watermark by then (a sync that outlasted a buffer) is not counted.
 
 Pure numpy, no CUPTI (tests replay records through it). Threads: enter, exit and own marks run
 on the main thread, add, host and advance on CUPTI's buffer thread (or a flushing thread); one
