@@ -423,3 +423,43 @@ def test_the_c_launch_log_keeps_launch_calls_that_held_their_thread_as_slow(cach
     calls.call(1, launch, 500_000, 900_000)
     assert collector.take_wait_events() == []
     log.main_path(None)
+
+
+def test_the_collector_tells_the_tracker_each_launch_before_its_record(cache):
+    """A step left at 1 us whose kernel, launched at 0.5 us, ran from 5 to 9 us: its window
+    runs to 9 us only if the tracker learnt the kernel's launch call. Through every way the
+    collector takes launches: CUPTI's API records read by Python or by the C join, the C
+    launch log (shadow context), and the python context's launch enter."""
+    import pytest
+
+    pytest.importorskip("cupti.cupti")
+    from cupti import cupti
+    from test_copies import DRIVER, _cbid, _record
+    from test_native import _Launcher, _feed
+
+    from proton.cupti.collector import CuptiCollector
+
+    K = cupti.ActivityKind
+    launch = _cbid(*DRIVER, "cuLaunchKernel")
+    kernel = _record(cupti.activity_kernel10_dtype, kind=int(K.CONCURRENT_KERNEL),
+                     correlation_id=50, name=0x1000, start=5000, end=9000, stream_id=7)
+    call = _record(cupti.activity_api_dtype, kind=int(K.DRIVER), cbid=launch,
+                   correlation_id=50, start=500, thread_id=3)
+    for way in ("python", "c join", "c log", "python context"):
+        t = IdleTracker()
+        collector = CuptiCollector(
+            lambda kernels: None, lambda thread, ts: 0, native=way != "python",
+            groups=(lambda g, first, rows: None) if way.startswith("c ") else None,
+            in_callback=way == "python context", launch_path=lambda frame: 5,
+            busy=t.add, launched=t.launched)
+        collector._names = {0x1000: "k"}
+        t.enter(1, 0)
+        t.exit(1000)
+        if way in ("c log", "python context"):
+            _Launcher(collector).launch(1, launch, corr=50, start=500)
+            _feed(collector, [kernel])
+        else:
+            _feed(collector, [call, kernel], way == "c join")
+        assert collector.callback_errors == [], way
+        t.advance(10**6)
+        assert t.end_steps().steps.walls.tolist() == [9000], way
