@@ -4,10 +4,10 @@ its idle rule judges (format.py defines the step metrics; proton/runtime/idle.py
 A step is an entry of a scope the main thread opened with no scope open around it; its window
 runs from its start to the next step's start (a loop of the same scope), else until the GPU
 finished what the step launched (past the next step's start, which then begins there). Each
-instant counts once, in the first part that holds: compute, NCCL
-communication, copies and sets, then GPU idle while the host was in Proton's own work, in a
-slow launch call (a kernel's first launch), blocked in a synchronizing call, or running (the GPU
-waited for the host). The parts sum to the window, so no share is over 100%.
+instant counts once, in the first part that holds: compute, NCCL communication, copies and sets,
+then GPU idle while the host was in Proton's own work, in a slow launch call (a kernel's first
+launch), blocked in a synchronizing call, or running (the GPU waited for the host). The parts
+sum to the window, so no share is over 100%.
 
 Derive, then render: `breakdown` returns rows, `lines` the text.
 """

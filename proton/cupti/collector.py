@@ -52,6 +52,8 @@ _ptr = ctypes.c_void_p.from_address
 # launch_path(the launching frame, or None) -> the launch's path id; None for a thread with no
 # Python frames and no scope open (then `unscoped` decides)
 LaunchPath = Callable[["FrameType | None"], "int | None"]
+# busy(starts, ends, kinds, correlation ids): a buffer's records that kept the GPU busy
+BusySink = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 def _ignore(userdata, domain, cbid, data) -> None:
@@ -120,7 +122,7 @@ class CuptiCollector:
                  pc=None, callback_users: list | None = None, graft=None,
                  groups: GroupSink | None = None, native: bool | None = None,
                  moved: Callable[[int, int], None] | None = None, walk=None,
-                 busy: Callable[..., None] | None = None,
+                 busy: BusySink | None = None,
                  launched: Callable[[Sequence, Sequence], None] | None = None,
                  buffered: Callable[[], None] | None = None,
                  copies: bool = True, waits: bool = True) -> None:
