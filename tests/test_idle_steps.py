@@ -1,7 +1,8 @@
 """A step's GPU time broken down by what the GPU did (runtime/idle.py), on the CPU: records and
 host stretches replayed through the tracker as the collector feeds it, against a 1 ns timeline
 built by brute force, and the shapes real jobs take (an all-reduce that runs after the host left
-its scope, the profiler's first launches inside the first scope)."""
+its scope, scopes back to back whose work outlives them, the profiler's first launches inside
+the first scope); and the collector telling the tracker which launch call made each record."""
 from __future__ import annotations
 
 import random
