@@ -67,7 +67,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, cast
+from typing import Callable, Sequence, cast
 
 import numpy as np
 
@@ -277,7 +277,8 @@ class IdleTracker:
                 return self._judge_oldest(max(len(self._closed) - self.max_waiting // 2, 0))
         return None
 
-    def launched(self, corrs, starts) -> None:
+    def launched(self, corrs: Sequence[int] | np.ndarray,
+                 starts: Sequence[int] | np.ndarray) -> None:
         """Launch calls (CUPTI correlation ids, start times; sequences kept as given until
         taken, not to be changed): told before their records come, so that a step's window
         knows which records it launched. Any thread; no lock."""
