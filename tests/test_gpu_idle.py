@@ -181,13 +181,7 @@ def test_pcsampling_first_scope_reports_no_job_idle_for_the_profilers_delay(tmp_
     if not GPUS:
         pytest.skip("needs an NVIDIA GPU")
     pytest.importorskip("triton")
-    (tmp_path / "pcs.py").write_text(PCS)
-    out = tmp_path / "pcs"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROTON_")}
-    run = subprocess.run([sys.executable, "pcs.py", str(out)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300, env=env)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    clocks = json.loads(run.stdout.strip().splitlines()[-1])
+    out, clocks = _job(tmp_path, "pcs", PCS)
     root = load(f"{out}.hatchet")[0]
     mm, mm2 = find(root, "mm")["metrics"], find(root, "mm2")["metrics"]
     said = (f"host clocks {clocks}; mm {mm}; mm2 {mm2}")
@@ -196,11 +190,29 @@ def test_pcsampling_first_scope_reports_no_job_idle_for_the_profilers_delay(tmp_
     delay = mm["scope_wall (ns)"] - mm2["scope_wall (ns)"]  # what the first scope lost
     if delay > 1 * MS:  # the profiler delayed it: named, not the job's
         assert mm.get("gpu_idle_excluded (ns)", 0) >= 0.5 * delay, said
+    shown = _diagnose(out)
+    assert "[idle GPU]" not in shown and "keep the GPU fed" not in shown
+
+
+def _job(tmp_path, name: str, source: str):
+    """`source` run as a script of its own (one CUPTI subscriber per process) writing profile
+    NAME: the profile's path without its suffix, and the JSON its last line printed."""
+    (tmp_path / f"{name}.py").write_text(source)
+    out = tmp_path / name
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROTON_")}
+    run = subprocess.run([sys.executable, f"{name}.py", str(out)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return out, json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _diagnose(out) -> str:
+    """`proton-viewer --diagnose` of profile `out`, printed and returned."""
     shown = subprocess.run([sys.executable, "-P", "-m", "proton.viewer.cli", "--diagnose",
                             f"{out}.hatchet"], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     print(shown.stdout)
-    assert "[idle GPU]" not in shown.stdout and "keep the GPU fed" not in shown.stdout
+    return shown.stdout
 
 
 BACK_TO_BACK = """
@@ -256,13 +268,7 @@ def test_scopes_back_to_back_each_read_their_own_work_against_cuda_events(tmp_pa
     ran 1.85 ms; d2d_copy read compute 99% (add64M's adds)."""
     if not GPUS:
         pytest.skip("needs an NVIDIA GPU")
-    (tmp_path / "b2b.py").write_text(BACK_TO_BACK)
-    out = tmp_path / "b2b"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROTON_")}
-    run = subprocess.run([sys.executable, "b2b.py", str(out)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300, env=env)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    events = json.loads(run.stdout.strip().splitlines()[-1])
+    out, events = _job(tmp_path, "b2b", BACK_TO_BACK)
     root = load(f"{out}.hatchet")[0]
     got = {name: find(root, name)["metrics"] for name in events}
     table = [f"{name}: events {events[name]:.3f} ms, step {m.get(STEP_WALL, 0) / MS:.3f} ms, "
@@ -279,8 +285,5 @@ def test_scopes_back_to_back_each_read_their_own_work_against_cuda_events(tmp_pa
         theirs = m.get(STEP_IDLE_LAUNCH, 0) + m.get(STEP_IDLE_PROFILER, 0)
         assert mine + theirs >= 0.9 * wall, (name, table)
     assert got["d2d_copy"].get(STEP_COMPUTE, 0) <= 0.05 * got["d2d_copy"][STEP_WALL], table
-    shown = subprocess.run([sys.executable, "-P", "-m", "proton.viewer.cli", "--diagnose",
-                            f"{out}.hatchet"], capture_output=True, text=True, timeout=120)
-    assert shown.returncode == 0, shown.stderr
-    print(shown.stdout)
-    assert "[idle GPU]" not in shown.stdout, shown.stdout
+    shown = _diagnose(out)
+    assert "[idle GPU]" not in shown, shown
