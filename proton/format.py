@@ -92,7 +92,8 @@ the profiler); left out of GPU_IDLE, so GPU_IDLE + GPU_IDLE_EXCLUDED + busy = SC
 # -- a step's GPU time by what the GPU did (own values of a step's node) -------------------------
 # A step is an entry of a scope opened on the main thread with no main-thread scope open around
 # it. Its window runs from its start to the next step's start when the next is an entry of the
-# same scope (a loop), else until the GPU drained after it ended (STEP_DRAIN_GAP). Every instant
+# same scope (a loop), else until the GPU finished every record launched before its exit (past
+# the next step's start: the next window then begins there; windows never overlap). Every instant
 # of a window is counted once, in the first of these that holds: a compute kernel ran (any
 # stream, any GPU of the process), an NCCL kernel ran, a copy or set ran; else the GPU was idle
 # and the main thread was in Proton's own work, in a long launch call, blocked in a
@@ -130,9 +131,6 @@ STEP_METRICS = (STEP_WALL, STEP_COUNT, *STEP_PARTS)
 STEP_SLOW_LAUNCH = 200_000
 """ns: a launch call that held its thread this long is a slow one (a first launch); a launch
 takes a few microseconds otherwise."""
-STEP_DRAIN_GAP = 100_000
-"""ns: a step not followed by an entry of its own scope ends where the GPU, after the host left
-it, ran nothing for this long (its queued work done)."""
 COMM_KERNEL = re.compile(r"^(?:_Z\d+)?(?:nccl|rccl)", re.IGNORECASE)
 """Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...), by
 their name as CUPTI gives it (mangled C++: _Z39ncclDevKernel_AllReduce_...)."""

@@ -149,7 +149,7 @@ def test_copy_and_set_records_join_their_call_in_c_and_in_python(cache, early):
             got.extend(rows())
 
         collector = CuptiCollector(got.extend, groups=groups if joined else None,
-                                   native=joined, busy=lambda starts, ends, kinds: busy.extend(
+                                   native=joined, busy=lambda starts, ends, *_: busy.extend(
                                        zip(starts.tolist(), ends.tolist())))
         collector._names = {0x1000: "k"}
         assert collector.pipeline.native is joined

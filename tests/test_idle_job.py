@@ -157,3 +157,36 @@ def test_a_first_scope_slowed_by_the_profilers_first_launches_has_no_idle_findin
     assert "keep the GPU fed" not in got.output
     assert "[info: first launches]" in got.output and "5.500 ms" in got.output
     assert os.path.exists(path)
+
+
+def test_scopes_back_to_back_read_their_own_work_and_no_idle_gpu(tmp_path):
+    """The counters job's shape (test_idle_steps.counters_job: add64M, d2d_copy, l2_adds,
+    short_5us, bf16_matmul entered once each, back to back, each one's work running long
+    after its host interval) through the profiler and --diagnose: add64M reads its 10 adds'
+    1.850 ms and no idle GPU; d2d_copy reads only copies. On main add64M read `compute
+    0.105 ms (47%), idle, waiting on the host 0.117 ms (53%)` with an [idle GPU] finding, and
+    d2d_copy `compute 0.222 ms (100%)`, the adds of the scope before it."""
+    from test_idle_steps import _replay, counters_job
+
+    names = {1: "add64M", 2: "d2d_copy", 3: "l2_adds", 4: "short_5us", 5: "bf16_matmul"}
+    scopes = {k: paths.intern(ROOT, name) for k, name in names.items()}
+    entries, busy, host, own = counters_job()
+    s = Session(1, "counters", str(tmp_path / "counters.hatchet"), "shadow", "tree", None)
+    s.intervals = [[0, -1]]
+    p = Profiler()
+    p.sessions = {1: s}
+    judged, _ = _replay([(scopes[k], a, b, d) for k, a, b, d in entries], busy, host, chunk=16)
+    for j in judged:
+        p.add_idle(j)
+    for k, (compute, copy) in own.items():
+        kernel = paths.intern(scopes[k], "memcpy DtoD" if copy else "add_kernel", KERNEL)
+        s.add(kernel, {TIME: compute + copy, COUNT: 10, DEVICE_ID: 0, DEVICE_TYPE: 1})
+    path = writer.write(p._document(s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
+    got = CliRunner().invoke(viewer, ["--diagnose", path])
+    assert got.exit_code == 0, got.output
+    out = got.output
+    assert "[idle GPU]" not in out, out
+    steps = {x.split(":")[0].strip(): x for x in out.splitlines() if " steps of " in x}
+    assert "1 steps of 1.967 ms: compute 1.850 ms (94%)" in steps["add64M"], out
+    assert "copies 1.280 ms (100%)" in steps["d2d_copy"] and "compute" not in steps["d2d_copy"]
+    assert "compute 0.460 ms (100%)" in steps["l2_adds"], out

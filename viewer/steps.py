@@ -3,10 +3,11 @@ its idle rule judges (format.py defines the step metrics; proton/runtime/idle.py
 
 A step is an entry of a scope the main thread opened with no scope open around it; its window
 runs from its start to the next step's start (a loop of the same scope), else until the GPU
-drained after it. Each instant counts once, in the first part that holds: compute, NCCL
-communication, copies and sets, then GPU idle while the host was in Proton's own work, in a
-slow launch call (a kernel's first launch), blocked in a synchronizing call, or running (the GPU
-waited for the host). The parts sum to the window, so no share is over 100%.
+finished what the step launched (past the next step's start, which then begins there). Each
+instant counts once, in the first part that holds: compute, NCCL communication, copies and sets,
+then GPU idle while the host was in Proton's own work, in a slow launch call (a kernel's first
+launch), blocked in a synchronizing call, or running (the GPU waited for the host). The parts
+sum to the window, so no share is over 100%.
 
 Derive, then render: `breakdown` returns rows, `lines` the text.
 """
@@ -143,8 +144,9 @@ def lines(rows: list[Step], spread: list[Spread] | None = None) -> list[str]:
     if not rows and not spread:
         return []
     out = ["GPU time per step, by what the GPU did (each step from its start to the next "
-           "step's; the parts sum to the step; idle time while the host was in Proton's own "
-           "work is the profiler's, not the job's):"]
+           "entry of its scope, else until the GPU finished what it launched; the parts sum "
+           "to the step; idle time while the host was in Proton's own work is the "
+           "profiler's, not the job's):"]
     for s in rows:
         n = s.steps or 1
         who = f"rank {s.rank}: " if s.rank is not None else ""

@@ -52,6 +52,8 @@ _ptr = ctypes.c_void_p.from_address
 # launch_path(the launching frame, or None) -> the launch's path id; None for a thread with no
 # Python frames and no scope open (then `unscoped` decides)
 LaunchPath = Callable[["FrameType | None"], "int | None"]
+# busy(starts, ends, kinds, correlation ids): a buffer's records that kept the GPU busy
+BusySink = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 def _ignore(userdata, domain, cbid, data) -> None:
@@ -120,7 +122,8 @@ class CuptiCollector:
                  pc=None, callback_users: list | None = None, graft=None,
                  groups: GroupSink | None = None, native: bool | None = None,
                  moved: Callable[[int, int], None] | None = None, walk=None,
-                 busy: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+                 busy: BusySink | None = None,
+                 launched: Callable[[Sequence, Sequence], None] | None = None,
                  buffered: Callable[[], None] | None = None,
                  copies: bool = True, waits: bool = True) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
@@ -143,9 +146,11 @@ class CuptiCollector:
         called when the C launch log reads the main thread's scope at each launch.
         walk: with in_callback, the context's python.Walk: the C helper answers a launch
         whose stack it has seen before (native.c's walk) with no Python.
-        busy: told each buffer's kernels' and copies' (starts, ends, kinds) (numpy, CUPTI's
-        clock; kinds records.Busy: compute, NCCL kernel, copy or set): when the GPU was busy
-        and with what (runtime/idle.py).
+        busy: told each buffer's kernels' and copies' (starts, ends, kinds, correlation ids)
+        (numpy, CUPTI's clock; kinds records.Busy: compute, NCCL kernel, copy or set): when
+        the GPU was busy, with what, and which launch call made it (runtime/idle.py).
+        launched: told the launch calls (correlation ids, starts) as they are taken, before
+        their records are told to `busy` (a record's launch time: which step launched it).
         buffered: called after each buffer was read, on CUPTI's thread (the waits and the
         idle time are taken then).
         copies, waits: record copies and sets, time the synchronizing calls (options.PARTS: the
@@ -214,7 +219,7 @@ class CuptiCollector:
         """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
         self.callback_seconds = 0.0
         """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
-        self._busy, self._buffered = busy, buffered
+        self._busy, self._buffered, self._launched = busy, buffered, launched
         driver, runtime = int(cupti.CallbackDomain.DRIVER_API), int(cupti.CallbackDomain.RUNTIME_API)
         self.sync_cbids = {driver: sorted(_ids(drv, _DRIVER_SYNCS)),
                            runtime: sorted(_ids(rt, _RUNTIME_SYNCS))} if waits else {}
@@ -478,6 +483,7 @@ class CuptiCollector:
         unscoped = unscoped_now or unscoped
         kept: set[int] | None = set() if os.environ.get(KEEP_STATES_ENV) == "1" else None
         keep = ctypes.pythonapi.PyGILState_Ensure
+        noted = self._launched
 
         def on_enter(corr: int, start: int, cbid: int) -> int:
             try:
@@ -491,6 +497,8 @@ class CuptiCollector:
                         kept.add(me)
                     path, found = unscoped(me & 0xFFFFFFFF, start) if unscoped else ROOT, -1
                 register(corr, path, start, cbid in graphs)
+                if noted is not None:
+                    noted((corr,), (start,))
                 return found  # type: ignore[return-value]  # -1 where launch_path gave None
             except BaseException as exc:
                 callback_failed("in the launch callback", exc, errors)
@@ -516,9 +524,10 @@ class CuptiCollector:
         the timeline says, as for on_enter)."""
         graphs, attributor, unscoped = self._graph_cbids(), self.attributor, self._unscoped
         capturing, in_capture = attributor.capturing, attributor.in_capture
-        add = attributor.register_launch
+        add, noted = attributor.register_launch, self.note_launches
 
         def register(corrs, paths_, starts, cbids, threads) -> None:
+            noted(corrs, starts)
             for corr, path, start, cbid, thread in zip(corrs, paths_, starts, cbids, threads):
                 if capturing and cbid not in graphs and in_capture(thread, start):
                     continue  # recorded into a graph: no kernel record will come for it
@@ -558,14 +567,24 @@ class CuptiCollector:
         CF, SF = records.CopyFields, records.SetFields
         names = np.asarray(kernels[KernelFields.name])
         starts, ends = [kernels[KernelFields.start]], [kernels[KernelFields.end]]
+        corrs = [kernels[KernelFields.correlation_id]]
         kinds = [np.where(np.isin(names, self._comm_names(names)), Busy.comm, Busy.compute)]
-        for columns, (start, end) in zip(copies, ((CF.start, CF.end), (CF.start, CF.end),
-                                                  (SF.start, SF.end))):
+        for columns, (corr, start, end) in zip(copies, ((CF.correlation_id, CF.start, CF.end),
+                                                        (CF.correlation_id, CF.start, CF.end),
+                                                        (SF.correlation_id, SF.start, SF.end))):
             starts.append(columns[start])
             ends.append(columns[end])
+            corrs.append(columns[corr])
             kinds.append(np.full(len(columns[start]), Busy.copy))
         if sum(map(len, starts)):
-            self._busy(np.concatenate(starts), np.concatenate(ends), np.concatenate(kinds))
+            self._busy(*(np.concatenate(c).astype(np.int64, copy=False)
+                         for c in (starts, ends, kinds, corrs)))
+
+    def note_launches(self, corrs: Sequence, starts: Sequence) -> None:
+        """Launch calls taken (correlation ids, CUPTI start times), before their records are
+        told to `busy`."""
+        if self._launched is not None and len(corrs):
+            self._launched(corrs, starts)
 
     def _comm_names(self, names: np.ndarray) -> list[int]:
         """Of a buffer's kernel name pointers, those of NCCL kernels (format.COMM_KERNEL),
@@ -774,6 +793,7 @@ class CuptiCollector:
         launch &= api[A.return_value] == 0
         api = (api[A.correlation_id][launch], api[A.start][launch], graph[launch],
                api[A.thread_id][launch])  # records.Launch
+        self.note_launches(api[0], api[1])
         k = [a.astype(np.int64, copy=False) for a in kernels]
         kernels = (k[KF.correlation_id], k[KF.name], k[KF.device_id], k[KF.start], k[KF.end],
                    k[KF.stream_id], k[KF.grid_x] * k[KF.grid_y] * k[KF.grid_z],

@@ -183,9 +183,9 @@ class PythonPipeline:
         kernels = self._read_kernel(buf, at[kinds == c._k_kernel])
         copies = [read(buf, at[kinds == kind])
                   for read, kind in zip(self._read_copies, c._k_copies)]
-        c.note_busy(kernels, copies)
         c._digest(self._read_ext(buf, at[kinds == c._k_ext]),
                   [kinds[is_api], *self._read_api(buf, at[is_api])], kernels, copies)
+        c.note_busy(kernels, copies)  # after their launches (idle.py: which step's they are)
         c.records += len(at)
 
     def settle(self) -> None:
@@ -374,21 +374,31 @@ class NativePipeline:
                     logged = self.log.take() if self.log is not None else None
                     blocks, rows, walked = self.columns.read(buffer, valid, keep=True)
                     used = [block[:, :int(n)] for block, n in zip(blocks, rows)]
-                    c.note_busy(used[2], used[3:])  # records.INPUT: kernels, then copies
                     if logged is not None:  # the launches, as their records would read
                         blocks[0], blocks[1], rows[0], rows[1] = logged
+                    self._note_launches(blocks[1], rows[1])
+                    c.note_busy(used[2], used[3:])  # records.INPUT: kernels, then copies
                     self._join_columns(blocks, rows)
             else:
                 (ext, api, kernels, *copies), walked = self.columns(buffer, valid)
-                c.note_busy(kernels, copies)
                 with c._lock:
                     self._withdraw()  # the logged launches first: their kernels may be here
                 c._digest(ext, api, kernels, copies)
+                c.note_busy(kernels, copies)  # after their launches
             c.records += walked
         except BaseException as exc:
             callback_failed("while reading CUPTI records", exc, c.callback_errors)
         c.after_buffer()
         c.callback_seconds += time.perf_counter() - t0
+
+    def _note_launches(self, api: np.ndarray, n: int) -> None:
+        """The C join's launch calls (API columns, the first n) to the collector's `launched`
+        (any other call among them is a correlation id no record names), copied: the columns
+        are reused."""
+        n = int(n)
+        if n:
+            self._c.note_launches(api[ApiFields.correlation_id, :n].copy(),
+                                  api[ApiFields.start, :n].copy())
 
     def _join_columns(self, blocks: list[np.ndarray], rows: np.ndarray) -> None:
         """Records as Columns.read gives them through the C join, to the sinks (what it
@@ -434,6 +444,7 @@ class NativePipeline:
         if self.log is None or self.join is None:
             return
         ext, api, n_ext, n_api = self.log.take()
+        self._note_launches(api, n_api)
         if n_api:
             none = [np.empty((len(table), 1), dtype=records.DTYPE)
                     for table in records.INPUT[2:]]

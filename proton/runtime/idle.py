@@ -15,14 +15,19 @@ Two figures come out (format.py defines the names):
     record ran and the host was neither in Proton's work nor in a slow launch) and the idle
     time left out of it (GPU_IDLE_EXCLUDED). Each entry is judged on its own (an inner scope's
     busy time is also its outer scope's); a node's values are sums over its own entries.
-  * Per step (an entry with no main-thread scope open around it), over its window: from its
-    start to the next step's start when that is an entry of the same scope (a loop), else to
-    where the GPU drained after it (the busy run its exit falls in, ended by a gap of
-    STEP_DRAIN_GAP). Kernels that outlive the host's interval (asynchronous launches, an
-    all-reduce waiting for another rank) are counted where they ran. Each instant of a window
-    is counted once, in the first part that holds (format.STEP_PARTS): compute, comm, copy,
-    idle while the main thread was in Proton's work, in a slow launch, blocked in a sync, or
-    running. The parts sum to the window.
+  * Per step (an entry with no main-thread scope open around it), over its window. A step
+    drains where the GPU finished every record launched before its exit (its kernels, copies
+    and sets, and any thread's made meanwhile: autograd's, NCCL's), or at its exit if that is
+    later. Its window runs from its start to the next step's start when that is an entry of
+    the same scope (a loop: HTA's ProfilerStep windows), else to where it drained, past the
+    next step's start if its work ran on (the next window then begins there: the GPU runs a
+    stream's work in order, so what ran before the drain was this step's). Windows are
+    disjoint and in order: each begins at its start or where the one before ended, whichever
+    is later. Kernels that outlive the host's interval (asynchronous launches, an all-reduce
+    waiting for another rank) are counted where they ran. Each instant of a window is
+    counted once, in the first part that holds (format.STEP_PARTS): compute, comm, copy,
+    idle while the main thread was in Proton's own work, in a slow launch, blocked in a sync,
+    or running. The parts sum to the window.
 
 Every part is a covered length: with sets C (compute kernels), CN (C with NCCL kernels), A (every
 record), AO (A with OWN), AOL (with LAUNCH), AOLS (with SYNC), each merged into disjoint
@@ -34,30 +39,39 @@ Only the main thread's scopes are timed: a training step's scopes are there, and
 per enter and exit (about 0.1 us) is paid there alone. A worker thread's scope (a data loader's)
 would report the GPU idle while it did CPU work: a number with no meaning.
 
+Which step launched a record: `launched` tells each launch call's correlation id and start (the
+collector, as it takes them, before their records), `add` each record's correlation id. A
+record whose launch call was not told counts as launched when it started.
+
 Memory stays bounded however long the run: records come late (CUPTI's buffers), so busy time is
 kept as merged intervals only after `cut`, the watermark up to which every record has come (the
-earliest start of a launch still waiting for its kernel; nothing that starts before it can
-still come). `advance(watermark)` folds the covered lengths before the watermark into every
-item still waiting, drops those intervals, and hands back the items that ended before it. What
-is held is the open entries, the entries closed since the last advance, at most a few step
-windows, and the intervals since the watermark; past MAX_WAITING closed entries the oldest are
-judged with what has come (counted in `forced`). A host stretch is logged at its end: a part of
-it before the watermark by then (a sync that outlasted a buffer) is not counted.
+earliest start of a launch still waiting for its kernel; nothing launched before it can still
+come). `advance(watermark)` first settles where each step whose exit the watermark passed
+drained (every record it launched has come), then folds the covered lengths before the
+watermark into every item still waiting, drops those intervals and the launch calls made before
+it, and hands back the items that ended before it. A window sums nothing until its beginning is
+settled: the step before it drains once the watermark passes its exit, which comes before the
+next step's start, so no window needs intervals already dropped. What is held is the open
+entries, the entries closed since the last advance, at most a few step windows, and the launch
+calls and intervals since the watermark; past MAX_WAITING closed entries the oldest are judged
+with what has come (counted in `forced`). A host stretch is logged at its end: a part of it
+before the watermark by then (a sync that outlasted a buffer) is not counted.
 
 Pure numpy, no CUPTI (tests replay records through it). Threads: enter, exit and own marks run
 on the main thread, add, host and advance on CUPTI's buffer thread (or a flushing thread); one
-lock.
+lock. `launched` may run on a launching thread (the python context's launch callback): it only
+appends to a queue, taken under the lock.
 """
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence, cast
 
 import numpy as np
 
 from ..cupti.records import Busy
-from ..format import STEP_DRAIN_GAP
 
 MAX_WAITING = 1 << 16
 """Closed entries held at most while their busy time may still come."""
@@ -155,53 +169,47 @@ def covered(bs: np.ndarray, be: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     return np.where(b > a, upto(b) - upto(a), 0)
 
 
-def drain(bs: np.ndarray, be: np.ndarray, p: int, to: int, final: bool,
-          gap: int = STEP_DRAIN_GAP) -> tuple[int, bool]:
-    """Where the GPU drained from `p` on: the first point from p that no interval covers and
-    after which none starts for `gap` ns. Intervals that start before `to` have all come
-    (`final`: every interval has). (the point, whether it is final: else the search goes on
-    from that point when more has come)."""
-    n = len(bs)
-    i = int(np.searchsorted(bs, p, side="right")) - 1
-    if i >= 0 and be[i] > p:
-        k = i  # p is covered: from the end of its interval on
-    elif i + 1 < n and bs[i + 1] - p < gap:
-        k = i + 1
-    else:
-        return p, final or p + gap <= to
-    if k + 1 < n:
-        far = np.flatnonzero(bs[k + 1:] - be[k:-1] >= gap)
-        k = k + int(far[0]) if len(far) else n - 1
-    end = int(be[k])
-    return end, final or end + gap <= to
-
-
 @dataclass(slots=True, eq=False)
 class _Window:
-    """A step's window being summed: `main` over [start, min(drained, limit)), `beyond` over
-    [drained, limit) (used only when the next step is an entry of the same scope)."""
+    """A step's window being summed: `main` over [begin, drained) (capped at `limit` in a
+    loop), `beyond` over [drained, limit) (used only when the next step is an entry of the
+    same scope)."""
 
     path: int
     start: int
+    """Its entry's start (which sessions were active)."""
     exit: int | None = None
     limit: int = _NEVER
     """The next step's start, once it began."""
     loop: bool = False
     """The next step is an entry of the same scope: the window ends at its start."""
+    last: int = 0
+    """The latest end of the records launched before its exit that have come."""
     drained: int = _NEVER
-    """Where the GPU drained after the exit, once known."""
-    searched: int = 0
-    """Where the search for `drained` goes on from."""
+    """Where the GPU finished what it launched by its exit (or its exit), once all has come."""
+    begin: int | None = None
+    """Where it begins, once the window before it has an end: its start or that end."""
     main: np.ndarray = field(default_factory=lambda: np.zeros(SETS, dtype=np.int64))
     beyond: np.ndarray = field(default_factory=lambda: np.zeros(SETS, dtype=np.int64))
 
     @property
     def end(self) -> int:
-        return self.limit if self.loop else min(self.drained, self.limit)
+        """Where it ends (_NEVER while not known)."""
+        if self.begin is None or self.limit == _NEVER or (not self.loop and
+                                                          self.drained == _NEVER):
+            return _NEVER
+        return max(self.begin, self.limit if self.loop else self.drained)
+
+    def sum_to(self, covers: Callable, cut: int, to: int) -> None:
+        """Add what each set covers of its window in [cut, to)."""
+        a = max(cast(int, self.begin), cut)
+        self.main += covers(a, min(to, self.drained, self.limit if self.loop else _NEVER))
+        if self.drained != _NEVER and (self.loop or self.limit == _NEVER):
+            self.beyond += covers(max(self.drained, a), min(to, self.limit))
 
     def judged(self) -> tuple[int, int, int, np.ndarray]:
         covs = self.main + self.beyond if self.loop else self.main
-        return self.path, self.start, self.end - self.start, covs
+        return self.path, self.start, self.end - cast(int, self.begin), covs
 
 
 @dataclass(slots=True)
@@ -223,8 +231,15 @@ class IdleTracker:
     """(path, start, end, covs, nested) of entries closed since they were last judged."""
     _windows: list = field(default_factory=list)
     """The step windows not yet judged (_Window), oldest first."""
+    _ended: int = 0
+    """Where the last window judged ended: the next one begins there at the earliest."""
     _sets: list = field(default_factory=lambda: [(np.zeros(0, dtype=np.int64),
                                                   np.zeros(0, dtype=np.int64))] * SETS)
+    _notes: deque = field(default_factory=deque)
+    """(correlation ids, starts) of launch calls told by `launched`, not yet taken."""
+    _launches: tuple = field(default_factory=lambda: (np.zeros(0, dtype=np.int64),
+                                                      np.zeros(0, dtype=np.int64)))
+    """(correlation ids, sorted; starts) of the launch calls made since `cut`."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def enter(self, path: int, ts: int | None = None) -> None:
@@ -237,8 +252,8 @@ class IdleTracker:
             self._open.append([path, ts, np.zeros(SETS, dtype=np.int64)])
 
     def _step(self, path: int, ts: int) -> None:
-        """A step begins: the one before ends at its start if it is of the same scope, else it
-        drains on, but not past this start. Under the lock."""
+        """A step begins: the one before ends at its start if it is of the same scope, else
+        where it drained. Under the lock."""
         for w in self._windows:
             if w.limit == _NEVER:
                 w.limit, w.loop = ts, w.path == path
@@ -257,43 +272,90 @@ class IdleTracker:
             self._closed.append((path, start, max(ts, start), covs, bool(self._open)))
             if not self._open and self._windows:
                 w = self._windows[-1]
-                w.exit = w.searched = max(ts, w.start)
+                w.exit = max(ts, w.start)
             if len(self._closed) > self.max_waiting or len(self._windows) > self.max_waiting:
                 return self._judge_oldest(max(len(self._closed) - self.max_waiting // 2, 0))
         return None
 
-    def add(self, starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray | None = None) -> None:
+    def launched(self, corrs: Sequence[int] | np.ndarray,
+                 starts: Sequence[int] | np.ndarray) -> None:
+        """Launch calls (CUPTI correlation ids, start times; sequences kept as given until
+        taken, not to be changed): told before their records come, so that a step's window
+        knows which records it launched. Any thread; no lock."""
+        self._notes.append((corrs, starts))
+
+    def add(self, starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray | None = None,
+            corrs: np.ndarray | None = None) -> None:
         """Records that kept the GPU busy from starts[i] to ends[i] (CUPTI ns, any order), of
-        class kinds[i] (COMPUTE, COMM or COPY; None: all compute)."""
+        class kinds[i] (COMPUTE, COMM or COPY; None: all compute), launched by the call with
+        correlation id corrs[i] (None: not known, taken as launched when it started)."""
         starts = np.asarray(starts, np.int64)
         ends = np.asarray(ends, np.int64)
-        if kinds is None:
-            self._merge_in({COMPUTE: (starts, ends)}, _BUSY_SETS)
-            return
-        kinds = np.asarray(kinds)
-        self._merge_in({k: (starts[kinds == k], ends[kinds == k]) for k in _BUSY_SETS},
-                       _BUSY_SETS)
+        kinds = np.full(len(starts), COMPUTE) if kinds is None else np.asarray(kinds)
+        with self._lock:
+            self._last(self._launch_times(starts, corrs), starts, ends)
+            self._merge_in({k: (starts[kinds == k], ends[kinds == k]) for k in _BUSY_SETS},
+                           _BUSY_SETS)
 
     def host(self, kind: int, starts, ends) -> None:
         """Stretches of the host's (OWN, LAUNCH or SYNC) from starts[i] to ends[i]."""
-        self._merge_in({kind: (np.asarray(starts, np.int64), np.asarray(ends, np.int64))},
-                       _HOST_SETS)
+        with self._lock:
+            self._merge_in({kind: (np.asarray(starts, np.int64), np.asarray(ends, np.int64))},
+                           _HOST_SETS)
 
     def own(self, start: int, end: int) -> None:
         """Proton's own work on the main thread from `start` to `end` (CUPTI ns)."""
         self.host(OWN, [start], [end])
 
+    def _take_notes(self) -> None:
+        """The launch calls told since the last take, into `_launches`. Under the lock."""
+        notes = []
+        while self._notes:
+            notes.append(self._notes.popleft())
+        if not notes:
+            return
+        corrs, starts = self._launches
+        corrs = np.concatenate([corrs] + [np.asarray(c, np.int64).ravel() for c, _ in notes])
+        starts = np.concatenate([starts] + [np.asarray(s, np.int64).ravel() for _, s in notes])
+        order = np.argsort(corrs, kind="stable")
+        self._launches = corrs[order], starts[order]
+
+    def _launch_times(self, starts: np.ndarray, corrs: np.ndarray | None) -> np.ndarray:
+        """When each record's launch call was made (its start where that is not known).
+        Under the lock."""
+        self._take_notes()
+        known, at = self._launches
+        if corrs is None or not len(known):
+            return starts
+        corrs = np.asarray(corrs, np.int64)
+        i = np.minimum(np.searchsorted(known, corrs), len(known) - 1)
+        return np.where(known[i] == corrs, np.minimum(at[i], starts), starts)
+
+    def _last(self, launches: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        """The latest end of the records each step still draining launched before its exit
+        (while its exit has not come, every record that comes was). Under the lock."""
+        ran = ends > starts
+        launches, ends = launches[ran], ends[ran]
+        if not len(ends):
+            return
+        for w in self._windows:
+            if w.drained != _NEVER:
+                continue
+            mine = ends if w.exit is None else ends[launches < w.exit]
+            if len(mine):
+                w.last = max(w.last, int(mine.max()))
+
     def _merge_in(self, by_kind: dict, into: dict) -> None:
-        with self._lock:
-            cut = self.cut
-            for kind, (s, e) in by_kind.items():
-                if not len(s):
-                    continue
-                self.ran |= into is _BUSY_SETS
-                s = np.maximum(s, cut)
-                for i in into[kind]:
-                    bs, be = self._sets[i]
-                    self._sets[i] = merge(np.concatenate((bs, s)), np.concatenate((be, e)))
+        """Intervals by kind into the sets `into` names for each. Under the lock."""
+        cut = self.cut
+        for kind, (s, e) in by_kind.items():
+            if not len(s):
+                continue
+            self.ran |= into is _BUSY_SETS
+            s = np.maximum(s, cut)
+            for i in into[kind]:
+                bs, be = self._sets[i]
+                self._sets[i] = merge(np.concatenate((bs, s)), np.concatenate((be, e)))
 
     def advance(self, watermark: int) -> Judged:
         """Every record that starts before `watermark` has come: fold the busy time before
@@ -306,15 +368,31 @@ class IdleTracker:
             return self._judged(done, self._windows_done())
 
     def held(self) -> int:
-        """Entries and intervals held now (what memory the tracker takes grows with)."""
+        """Entries, windows, launches and intervals held now (what memory the tracker takes
+        grows with)."""
         return len(self._open) + len(self._closed) + len(self._windows) + \
-            max(len(bs) for bs, _ in self._sets)
+            max(len(self._launches[0]), max(len(bs) for bs, _ in self._sets))
 
     def _covers(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """(len(a), SETS): what each set covers of each [a, b)."""
         return np.stack([covered(bs, be, a, b) for bs, be in self._sets], axis=1)
 
-    def _fold(self, to: int, final: bool = False) -> None:
+    def _cover(self, a: int, b: int) -> np.ndarray:
+        """(SETS,): what each set covers of [a, b)."""
+        return self._covers(np.array([a]), np.array([b]))[0]
+
+    def _settle(self) -> None:
+        """Each window whose beginning is not settled begins at its start or where the one
+        before it ended, whichever is later, once that end is known. Under the lock."""
+        before = self._ended
+        for w in self._windows:
+            if w.begin is None:
+                if before == _NEVER:
+                    return
+                w.begin = max(w.start, before)
+            before = w.end
+
+    def _fold(self, to: int) -> None:
         """Covered lengths in [cut, to) into every open and closed entry and window; cut = to.
         Under the lock."""
         cut = self.cut
@@ -327,28 +405,33 @@ class IdleTracker:
             arr = np.array([c[1:3] for c in self._closed], dtype=np.int64).reshape(-1, 2)
             got = self._covers(np.maximum(arr[:, 0], cut), np.minimum(arr[:, 1], to))
             self._closed = [(c[0], c[1], c[2], c[3] + g, c[4]) for c, g in zip(self._closed, got)]
-        bs, be = self._sets[_A]
+        self._take_notes()
+        for w in self._windows:  # every record launched before `to` has come
+            if w.exit is not None and w.drained == _NEVER and w.exit <= to:
+                w.drained = max(w.exit, w.last)
+        self._settle()
         for w in self._windows:
-            if w.exit is not None and w.drained == _NEVER:
-                point, known = drain(bs, be, w.searched, to, final)
-                if known:
-                    w.drained = point
-                w.searched = point
-            main_end = min(to, w.drained, w.limit)
-            w.main += self._covers(np.array([max(w.start, cut)]), np.array([main_end]))[0]
-            if w.drained != _NEVER:
-                w.beyond += self._covers(np.array([max(w.drained, cut)]),
-                                         np.array([min(to, w.limit)]))[0]
+            if w.begin is None:
+                break
+            w.sum_to(self._cover, cut, to)
         for i, (bs_i, be_i) in enumerate(self._sets):
             keep = be_i > to
             self._sets[i] = (np.maximum(bs_i[keep], to), be_i[keep])
+        corrs, starts = self._launches
+        later = starts >= to  # no record launched before `to` can still come
+        self._launches = corrs[later], starts[later]
         self.cut = to
 
     def _windows_done(self) -> list:
-        """The step windows that ended by `cut`, taken out. Under the lock."""
-        done = [w for w in self._windows if w.limit != _NEVER and w.end <= self.cut]
-        gone = {id(w) for w in done}  # a step's end is decided by the next step's start
-        self._windows = [w for w in self._windows if id(w) not in gone]
+        """The step windows that ended by `cut`, oldest first, taken out. Under the lock."""
+        n = 0
+        for w in self._windows:
+            if w.end > self.cut:
+                break
+            n += 1
+        done, self._windows = self._windows[:n], self._windows[n:]
+        if done:
+            self._ended = done[-1].end
         return [w.judged() for w in done]
 
     def _judge_oldest(self, n: int) -> Judged:
@@ -365,13 +448,15 @@ class IdleTracker:
         if len(self._windows) > self.max_waiting:  # those whose end is known, likewise
             ended = [w for w in self._windows if w.limit != _NEVER]
             ended = ended[:len(self._windows) - self.max_waiting // 2]
+            for w in ended:  # drained as far as what has come says (its exit is past cut)
+                if w.drained == _NEVER:
+                    w.drained = max(cast(int, w.exit), w.last)
+            self._settle()
             for w in ended:
-                w.drained, w.loop = w.limit, True  # one stretch, [start, limit)
-                w.main += self._covers(np.array([max(w.start, self.cut)]),
-                                       np.array([w.limit]))[0]
+                w.sum_to(self._cover, self.cut, _NEVER)
                 windows.append(w.judged())
-            gone = {id(w) for w in ended}
-            self._windows = [w for w in self._windows if id(w) not in gone]
+            self._windows = self._windows[len(ended):]
+            self._ended = ended[-1].end
         return self._judged(done, windows)
 
     def _judged(self, done: list, windows: list) -> Judged:
@@ -392,10 +477,12 @@ class IdleTracker:
 
     def end_steps(self) -> Judged:
         """The sessions end (finalize, after the last advance): each step the host has left
-        and no next step began after ends where the GPU drained (or at `cut`, the last time
-        every record had come, if it had not drained by then); returns those judged."""
+        and no next step began after ends where it drained (or at `cut`, the last time every
+        record had come, if the GPU ran on past it); returns those judged."""
         with self._lock:
             for w in self._windows:
                 if w.exit is not None and w.limit == _NEVER:
-                    w.limit = min(max(w.searched, w.exit), max(self.cut, w.exit))
+                    drained = max(w.exit, w.last) if w.drained == _NEVER else w.drained
+                    w.drained = w.limit = min(drained, max(self.cut, w.exit))
+            self._settle()
             return self._judged([], self._windows_done())

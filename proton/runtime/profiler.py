@@ -281,7 +281,9 @@ class Profiler:
                                    in_callback=context.in_callback, pc=pc, callback_users=users,
                                    graft=self.router.graft, groups=self.router.on_groups,
                                    moved=self.timeline.note, walk=context.walk,
-                                   busy=idle.add if idle else None, buffered=self.take_waits,
+                                   busy=idle.add if idle else None,
+                                   launched=idle.launched if idle else None,
+                                   buffered=self.take_waits,
                                    copies="copies" not in off, waits="waits" not in off)
         collector.start()
         self.collector = collector
