@@ -37,8 +37,8 @@ WIDE = "ddp-host@8,ddp-gpu@8,ddp-balanced@8"
 """Added where the machine has 8 GPUs."""
 SIZES = {"ddp": [], "fsdp": ["--dim", "4096", "--batch", "2048"]}
 """FSDP's step made GPU-bound (a small one is host-bound: its ranks take turns being last)."""
-LATE = re.compile(r"rank (\d+) arrives last at the collectives of scope (\S+): .* waiting for "
-                  r"it; rank \1 is slow on the (host|GPU)")
+LATE = re.compile(r"rank (\d+) arrives last at the collectives of scope (\S+) \(\d+ steps\): "
+                  r".* waiting for it; rank \1 is slow on the (host|GPU)")
 HOST = re.compile(r"it spends \+([\d.]+) ms a step over the others in scope (\S+) \(.*?\)"
                   r".*: costs ([\d.]+) ms a step")
 GPU = re.compile(r"its kernels in scope (\S+) take \+([\d.]+) ms a step over the others'.*: "
@@ -197,7 +197,7 @@ def run_config(cfg: Config, args: argparse.Namespace) -> None:
 
 def table(done: list[Config], share: float) -> str:
     rows = [f"{'configuration':<16} {'named / tried':>13} {'false alarms':>12}  "
-            f"{'planted a step (median)':<32} cost a step named (median)"]
+            f"{'planted a step (median)':<38} cost a step named (median)"]
     for cfg in done:
         tried = len(cfg.runs)
         named = sum(r["named"] for r in cfg.runs)

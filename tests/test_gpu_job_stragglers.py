@@ -25,8 +25,8 @@ JOB = os.path.join(os.path.dirname(__file__), "straggler_job.py")
 FSDP = ["--kind", "fsdp", "--dim", "4096", "--batch", "2048"]
 """FSDP's step made GPU-bound (its all-gathers and hooks make a small one host-bound: 4 H200s,
 dim 2048 and batch 1024, every rank's GPU idled 1 to 12 ms of a 27 ms step)."""
-LATE = re.compile(r"rank (\d+) arrives last at the collectives of scope step: .* waiting for "
-                  r"it; rank \1 is slow on the (host|GPU)")
+LATE = re.compile(r"rank (\d+) arrives last at the collectives of scope step \(\d+ steps\): "
+                  r".* waiting for it; rank \1 is slow on the (host|GPU)")
 HOST = re.compile(r"it spends \+([\d.]+) ms a step over the others in scope (\S+) \(host time\)"
                   r".*: costs ([\d.]+) ms a step")
 GPU = re.compile(r"its kernels in scope (\S+) take \+([\d.]+) ms a step over the others'.*: "

@@ -667,41 +667,42 @@ def _stragglers(ctx: _Context, kernels: list, out: list) -> str | None:
 def _late(ctx: _Context, late: Late, world: int) -> Finding:
     """The finding of a step whose collectives wait for one rank."""
     n, r = late.steps, late.rank
+    a_step = " a step" if n > 1 else ""
 
-    def each(ns: float) -> str:
-        return _ms(ns / n) + (" a step" if n > 1 else "")
+    def num(ns: float) -> str:  # a step's share of the ns summed over the steps
+        return f"{ns / n / 1e6:,.3f}"
 
     step = f"scope {ctx.name(late.step)}" if late.step.parents else "the run"
     where = f"scope {ctx.name(late.where)}" if late.where.parents else "the run"
     others = "the other rank spends" if world == 2 else f"the other {world - 1} ranks spend"
-    evidence = (f"rank {r} arrives last at the collectives of {step}: {others} "
-                f"{each(late.others_ns)} in them against its {each(late.mine_ns)} (most in "
+    evidence = (f"rank {r} arrives last at the collectives of {step}"
+                f"{f' ({n} steps)' if n > 1 else ''}: {others} {num(late.others_ns)} ms{a_step} "
+                f"in them, rank {r} {num(late.mine_ns)} ms (most in "
                 f"{ctx.name(late.collective)}), waiting for it; ")
-    of_step = (f"of the step's {_ms(late.step_ns / n)}" if late.step_ns else "")
+    of_step = f" of the step's {num(late.step_ns)} ms" if late.step_ns else ""
     if late.cause == "host":
-        evidence += (f"rank {r} is slow on the host: it spends +{each(late.where_ns)} over the "
-                     f"others in {where} ({late.where_what})")
+        evidence += (f"rank {r} is slow on the host: it spends +{num(late.where_ns)} ms{a_step} "
+                     f"over the others in {where} ({late.where_what})")
         if late.idle_ns is not None:
-            evidence += f", and its GPU idles +{each(late.idle_ns)} over theirs"
-        evidence += f": costs {each(late.cost_ns)}"
+            evidence += f", and its GPU idles +{num(late.idle_ns)} ms{a_step} over theirs"
+        evidence += f": costs {num(late.cost_ns)} ms{a_step}"
         if of_step:
-            evidence += f", {late.cost_ns / late.step_ns:.0%} {of_step}"
+            evidence += f", {late.cost_ns / late.step_ns:.0%}{of_step}"
         advice = (f"speed up or move off the step what rank {r}'s host does in {where} (a data "
                   "loader: more DataLoader workers, pin_memory, prefetching; work only it does: "
                   "logging, checkpoints): the collectives are not slow, they wait for it")
     else:
         evidence += (f"rank {r} is slow on the GPU: its kernels in {where} take "
-                     f"+{each(late.where_ns)} over the others' (at least: theirs run slower "
-                     "beside the collective that waits for it), and its GPU idles no more than "
-                     f"theirs: costs {_ms(late.cost_ns / n)[:-3]} to {each(late.waits_ns)}")
+                     f"+{num(late.where_ns)} ms{a_step} over the others' (at least: theirs run "
+                     "slower beside the collective that waits for it), and its GPU idles no "
+                     f"more than theirs: costs {num(late.cost_ns)} to {num(late.waits_ns)} "
+                     f"ms{a_step}")
         if of_step:
             evidence += (f", {late.cost_ns / late.step_ns:.0%} to "
-                         f"{late.waits_ns / late.step_ns:.0%} {of_step}")
+                         f"{late.waits_ns / late.step_ns:.0%}{of_step}")
         advice = (f"give rank {r} no more GPU work than the others (an even batch, even "
                   "sequence lengths), or find why its GPU is slower (clocks, another job on it): "
                   f"proton-viewer --rank {r} shows its tree")
-    if n > 1:
-        evidence += f" ({n} steps)"
     saves = late.cost_ns if late.cause == "host" else late.waits_ns
     return _job_finding(ctx, "straggler", late.step, set(), evidence, advice, saves)
 
