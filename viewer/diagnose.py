@@ -32,7 +32,8 @@ prints those of the rules that ran when nothing crosses them); in short:
   * no tensor cores / no wgmma: counted by nvdisasm when the profile was written.
   * pageable copy in a loop, synchronization in a step, idle GPU, memory leak, memory peak:
     step_rules.py. Copy and set nodes (memcpy, memset) are never judged as kernels.
-  * imbalance, straggler (a job's rank files merged): stragglers.py. Communication kernels
+  * straggler, imbalance (a job's rank files merged, or its job file; judged within its
+    steps, the outermost timed scopes): stragglers.py. Communication kernels
     (NCCL) are not judged by the launch-shape or roofline rules: NCCL picks their grid, and
     their time is mostly waiting on the other ranks.
 """
