@@ -88,7 +88,7 @@ def test_the_rank_the_others_wait_for_is_named_with_its_scope_cause_and_cost(tmp
     stragglers = [f for f in got["findings"] if f["rule"] == "straggler"]
     assert len(stragglers) == 1, got["findings"]
     s = stragglers[0]
-    assert s["kernel"] == "scope step"
+    assert s["kernel"] == "scope fwd_bwd" and s["path"] == "ROOT / step"
     assert s["evidence"].startswith(f"rank {slow} arrives last at the collectives of scope step")
     assert f"the other {'rank spends' if world == 2 else f'{world - 1} ranks spend'} 21.000 ms " \
         f"a step in them, rank {slow} 1.000 ms" in s["evidence"]
@@ -99,9 +99,9 @@ def test_the_rank_the_others_wait_for_is_named_with_its_scope_cause_and_cost(tmp
     # its cause is named there, not once more as an imbalance of its own
     assert not [f for f in got["findings"] if f["rule"] == "imbalance"]
     # the straggler is the first thing to read
-    assert got["groups"][0]["kernel"] == "scope step"
+    assert got["groups"][0]["kernel"] == "scope fwd_bwd"
     text = diagnose(tmp_path)
-    assert text.startswith("1. scope step")
+    assert text.startswith("1. scope fwd_bwd")
     assert "[straggler]" in text and "[too few programs]" not in text
 
 
@@ -273,14 +273,14 @@ def wall_ms_a_step(name: str) -> float:
     return max(d["wall_s"] for d in log(name).values()) * 1e3 / STEPS
 
 
-def straggler(name: str, which: str) -> str:
-    """The one straggler finding's evidence of --diagnose (asserts there is one, and no
-    imbalance beside it)."""
+def straggler(name: str, which: str, scope: str) -> str:
+    """The one straggler finding's evidence of --diagnose (asserts there is one, on the scope
+    named, and no imbalance beside it)."""
     got = findings(*real(name, which))
     late = [f for f in got["findings"] if f["rule"] == "straggler"]
     assert len(late) == 1, [f["evidence"] for f in late]
     assert not [f for f in got["findings"] if f["rule"] == "imbalance"], got["findings"]
-    assert late[0]["kernel"] == "scope step", late[0]
+    assert (late[0]["kernel"], late[0]["path"]) == (f"scope {scope}", "ROOT / step"), late[0]
     return late[0]["evidence"]
 
 
@@ -293,7 +293,7 @@ def test_a_rank_slow_on_the_host_is_named_with_its_scope_and_cost_a_step(name, s
     GPU's extra idle) within 15% of the job's own measure: its step's wall time over the
     balanced job's (DDP on 4 GPUs), the others' extra CUDA-event time in fwd_bwd, where they
     wait (2 ranks); never over the sleep."""
-    evidence = straggler(name, which)
+    evidence = straggler(name, which, "data")
     found = LATE.search(evidence)
     assert found and found.groups() == (str(slow), "step", "host"), evidence
     host = HOST.search(evidence)
@@ -318,7 +318,7 @@ def test_a_rank_slow_on_the_gpu_is_named_with_its_kernels_excess_in_fwd_bwd(whic
     cost a step (its step's wall time over the balanced job's) lies between the finding's
     bounds: the others' kernels slowed by the all-reduce spinning beside them make the lower
     one low, the all-reduce's own spread the upper one high."""
-    evidence = straggler("ddp4_gpu5", which)
+    evidence = straggler("ddp4_gpu5", which, "fwd_bwd")
     found = LATE.search(evidence)
     assert found and found.groups() == ("3", "step", "GPU"), evidence
     gpu = GPU.search(evidence)

@@ -705,7 +705,8 @@ def _late(ctx: _Context, late: Late, world: int) -> Finding:
                   "sequence lengths), or find why its GPU is slower (clocks, another job on it): "
                   f"proton-viewer --rank {r} shows its tree")
     saves = late.cost_ns if late.cause == "host" else late.waits_ns
-    return _job_finding(ctx, "straggler", late.step, set(), evidence, advice, saves)
+    # on the scope it spent the time in: what fixing it saves is that scope's to claim
+    return _job_finding(ctx, "straggler", late.where, set(), evidence, advice, saves)
 
 
 def _job_finding(ctx: _Context, rule: str, node, is_kernel: set, evidence: str, advice: str,
