@@ -315,16 +315,16 @@ def test_a_rank_slow_on_the_host_is_named_with_its_scope_and_cost_a_step(name, s
 def test_a_rank_slow_on_the_gpu_is_named_with_its_kernels_excess_in_fwd_bwd(which):
     """ddp4_gpu5: rank 3's batch is 1.05x (cuBLAS picks other kernels for it). Its kernels'
     excess in fwd_bwd is what the rank files hold (read here from their JSON); the job's own
-    cost a step (its step's wall time over the balanced job's) lies between the finding's
-    bounds: the others' kernels slowed by the all-reduce spinning beside them make the lower
-    one low, the all-reduce's own spread the upper one high."""
+    cost a step (its step's wall time over the balanced job's: 0.96 ms) lies between the
+    finding's bounds: the others' kernels slowed by the all-reduce spinning beside them keep
+    the lower one low, their wait in every bucket's all-reduce makes the upper one high."""
     evidence = straggler("ddp4_gpu5", which, "fwd_bwd")
     found = LATE.search(evidence)
     assert found and found.groups() == ("3", "step", "GPU"), evidence
     gpu = GPU.search(evidence)
     assert gpu, evidence
     scope, excess, low, high = gpu[1], float(gpu[2]), float(gpu[3]), float(gpu[4])
-    assert scope == "fwd_bwd" and low == excess, evidence
+    assert scope == "fwd_bwd" and low >= excess, evidence
     kernels = []
     for path in real("ddp4_gpu5", "ranks"):
         with open(path) as f:

@@ -693,11 +693,13 @@ def _late(ctx: _Context, late: Late, world: int) -> Finding:
                   "loader: more DataLoader workers, pin_memory, prefetching; work only it does: "
                   "logging, checkpoints): the collectives are not slow, they wait for it")
     else:
-        evidence += (f"rank {r} is slow on the GPU: its kernels in {where} take "
-                     f"+{num(late.where_ns)} ms{a_step} over the others' (at least: theirs run "
+        over = (f"take +{num(late.where_ns)} ms{a_step} over the others'"
+                if late.where_ns > 0 else "take no more than the others'")
+        evidence += (f"rank {r} is slow on the GPU: its kernels in {where} {over} (theirs run "
                      "slower beside the collective that waits for it), and its GPU idles no "
                      f"more than theirs: costs {num(late.cost_ns)} to {num(late.waits_ns)} "
-                     f"ms{a_step}")
+                     f"ms{a_step} (at least its kernels' excess, or the others' extra wait in "
+                     f"one of its {late.calls:g} collectives{a_step}; at most all of it)")
         if of_step:
             evidence += (f", {late.cost_ns / late.step_ns:.0%} to "
                          f"{late.waits_ns / late.step_ns:.0%}{of_step}")

@@ -15,18 +15,19 @@ spread): in a host-bound job whose ranks take turns being last no rank does (FSD
 no rank planted: 2.7).
 
 Host or GPU. A rank late because of its host leaves its GPU idle while the others' GPUs wait
-in the collective, busy: its GPU idle in the step (gpu_idle) is over the others' by HOST or
-more of their extra wait (4 H200s: 0.52 to 0.89 with a host planted slow, 0.01 with a GPU).
-The scope named is the one under the step where its host time (scope_wall) is most over the
+in the collective, busy: its GPU idle in the step (gpu_idle) is over the others' by HOST of the
+step or more (4 H200s: 34% to 79% of a step with a host planted slow, 0.4% with a GPU). The
+scope named is the one under the step where its host time (scope_wall) is most over the
 others', and the cost a step its extra GPU idle, the time the job loses (4 H200s, a rank's host
-3 ms late a step: +2.3 ms a step idle, the job's step 2.2 ms longer than a balanced job's).
-Without gpu_idle (cpu_timed_scope only) the host is the cause where a scope's host time is
-more over the others' than any kernel time. Otherwise the rank is slow on the GPU: its
-kernels' time (NCCL's left out) over the others', in the scope where that is most. That excess
-is a lower bound: the others' kernels run slower beside the collective that spins waiting for
-it (4 H200s, a 1.05x batch: +0.17 ms a step over them, +0.9 ms over a balanced job's); the
-others' extra wait in the collective is the upper bound (it also holds the collective's time
-spinning beside their own work: 2.2 ms a step there).
+3 ms late a step: +2.3 ms a step idle, the job's step 2.2 ms longer than a balanced job's), no
+more than its host's excess in that scope. Without gpu_idle (cpu_timed_scope only) the host is
+the cause where a scope's host time is more over the others' than any kernel time. Otherwise
+the rank is slow on the GPU: its kernels' time (NCCL's left out) over the others', in the
+scope where that is most. The cost is a range. Its kernels' excess is low: the others'
+kernels run slower beside the collective that spins waiting for it (4 H200s, a 1.05x batch:
++0.17 ms a step over them, +0.9 ms over a balanced job's). Each collective waits at most the
+rank's lateness, so the others' extra wait over the collectives a step (5 buckets of DDP's
+all-reduce) is a lower bound too (0.43 ms), and all of it the upper one (2.2 ms).
 
 Imbalance. Outside the steps a straggler was found in (where the waiting ranks' kernels are
 slowed by it), a frame is imbalanced when its slowest rank spends over IMBALANCE times the
@@ -62,9 +63,10 @@ balanced DDP job's all-reduce on 4 H200s)."""
 OUTLIER = 3.0
 """The last arriver's gap below the others' mean time in the collectives, over the others'
 spread (their max less their mean), past which it stands apart (see the module's docstring)."""
-HOST = 0.25
-"""The last arriver's GPU idle over the others', as a share of their extra wait, from which
-its host is the cause."""
+HOST = 0.02
+"""The last arriver's GPU idle over the others', as a share of the step, from which its host
+is the cause (a rank late by its GPU idles no more than the others: 4 H200s, 0.4% of a step;
+planted 3 ms late on its host, 34%)."""
 MIN_COST = 0.01
 """An imbalance or straggler costing under this share of the job's (a step's) time is not
 reported (as --diagnose leaves out kernels under 1% of the GPU time)."""
@@ -74,9 +76,10 @@ frame says more: fwd_bwd rather than the step around it)."""
 PART = 1.1
 """A frame under a reported one, with the same worst rank, is left out unless its max/mean is
 over this times its ancestor's: a rank slow everywhere is one finding, not one per frame."""
-SAME_COUNT = 0.75
-"""A step's entries: the largest number dividing the counts of this share of its kernels (a
-kernel launched k times a step has a multiple of the entries; one launched now and then not)."""
+SAME_COUNT = 0.9
+"""A step's entries: the greatest common divisor of its kernels' counts (a kernel launched k
+times a step has a multiple of the entries), else, where one launched now and then breaks it,
+the largest number dividing the counts of this share of them."""
 SHOWN = 4
 """Ranks named per finding before '...'."""
 
@@ -105,11 +108,13 @@ class Late:
     idle_ns: float | None
     """Its GPU idle in the step over the others' mean; None where not recorded."""
     cost_ns: float
-    """What the job loses to it (host: its extra GPU idle; GPU: its kernels' excess, a lower
-    bound)."""
+    """What the job loses to it (host: its extra GPU idle; GPU: a lower bound, its kernels'
+    excess or the others' extra wait in one collective, waits_ns the upper one)."""
     step_ns: float
     """The step's wall time on its slowest rank, all entries."""
     where_what: str = "host time"
+    calls: float = 0.0
+    """The step's collectives a step (a rank's)."""
 
     @property
     def waits_ns(self) -> float:
@@ -272,9 +277,8 @@ class _View:
         return float(np.nansum(stat[rows, MAX])) if stat is not None else 0.0
 
     def entries(self, step) -> int:
-        """How many times the step ran: a cpu_timed_scope's count, else the largest number
-        dividing the counts of SAME_COUNT of the kernels under it that every rank ran as
-        often; 1 when unknown."""
+        """How many times the step ran: a cpu_timed_scope's count, else from the counts of the
+        kernels under it that every rank ran as often (SAME_COUNT); 1 when unknown."""
         i = self.row[step]
         if step is self.root:
             return 1
@@ -290,7 +294,10 @@ class _View:
         counts = s[same, MIN].astype(np.int64)
         if not len(counts):
             return 1
-        kinds = np.unique(counts)
+        whole = math.gcd(*map(int, counts))
+        if whole > 1:
+            return whole
+        kinds = np.unique(counts)  # a kernel launched now and then: the most that divide
         for c in sorted({math.gcd(int(a), int(b)) for a in kinds for b in kinds}, reverse=True):
             if (counts % c == 0).mean() >= SAME_COUNT:
                 return c
@@ -322,41 +329,50 @@ def _late(view: _View, step, job_ns: float) -> Late | None:
     step_ns = view.most([view.row[step]], metric) if metric else 0.0
     if gap < MIN_COST * (step_ns or job_ns):
         return None
+    steps = view.entries(step)
+    calls = view.most(comm, COUNT) / steps
     biggest = max(comm, key=lambda r: view.split([r], TIME, rank)[1])
     scopes = [r for r in under if not view.kernel[r]]
     host: dict[int, float] = {}
+    gpu: dict[int, float] = {}
+    work: dict[int, float] = {}  # its own kernel time in each scope
     for r in scopes:
         m = view.host_metric(view.index[r])
         if m is not None:
             got = view.split([r], m, rank)
             host[r] = got[0] - got[1]
-    gpu: dict[int, float] = {}
-    for r in scopes:
         rows = [k for k in view.under(view.index[r]) if view.kernel[k] and not view.comm[k]]
         got = view.split(rows, TIME, rank)
-        gpu[r] = got[0] - got[1]
+        gpu[r], work[r] = got[0] - got[1], got[0]
+    at = view.row[step]
     idle = None
     if view.has(GPU_IDLE, step):
-        got = view.split([view.row[step]], GPU_IDLE, rank)
+        got = view.split([at], GPU_IDLE, rank)
         idle = got[0] - got[1]
-        on_host = idle >= HOST * gap
+        on_host = idle >= HOST * step_ns and idle > gpu[at]
     else:
         on_host = max(host.values(), default=0.0) > max(max(gpu.values(), default=0.0), 0.0)
-    excess = host if on_host else gpu
-    where = _pick(excess, view, view.row[step])
-    where_ns = excess.get(where, 0.0)
-    # host: its GPU's extra idle, what the job loses, but no more than its host's excess in the
-    # scope (in a host-bound job every rank's GPU idles: FSDP on 4 H200s, a rank 3.1 ms late a
-    # step idled 22.7 ms a step over the others, whose idle turned into waiting)
-    cost = max(where_ns, 0.0)
-    if on_host and idle is not None:
-        cost = max(min(idle, gap, cost), 0.0)
-    what = "host time"
-    if on_host and view.host_metric(view.index[where]) == CPU_TIME:
-        what = "cpu time"
-    return Late(step, rank, view.index[biggest], view.entries(step), mine, others,
+    if on_host:
+        where = _pick(host, view, at)
+        where_ns = host.get(where, 0.0)
+        # its GPU's extra idle, what the job loses, but no more than its host's excess there
+        # (in a host-bound job every rank's GPU idles: FSDP on 4 H200s, a rank 3.1 ms late a
+        # step idled 22.7 ms a step over the others, whose idle turned into waiting)
+        cost = max(min(idle, gap, where_ns) if idle is not None else where_ns, 0.0)
+        what = "cpu time" if view.host_metric(view.index[where]) == CPU_TIME else "host time"
+    else:
+        where = _pick(gpu, view, at)
+        if where == at:  # no kernel time over the others': where its GPU work is
+            where = max((r for r in scopes if r != at), key=work.__getitem__, default=at)
+        where_ns = gpu[where]
+        # each collective waits at most its lateness: their count a step bounds it below
+        cost = max(where_ns, gap / calls if calls >= 1 else 0.0, 0.0)
+        what = "GPU time"
+        if cost < MIN_COST * (step_ns or job_ns):
+            return None
+    return Late(step, rank, view.index[biggest], steps, mine, others,
                 "host" if on_host else "GPU", view.index[where], where_ns, idle, cost, step_ns,
-                what if on_host else "GPU time")
+                what, calls)
 
 
 def _pick(excess: dict[int, float], view: _View, step: int) -> int:
