@@ -5,7 +5,8 @@ scopes), run whole under `torchrun -m proton`. `proton-viewer --diagnose` of the
 job's own merge wrote must name the rank, the scope where it spent the time, the cause (host
 or GPU) and the cost a step, against the job's own measures (host clocks, CUDA events), and a
 balanced job must get no straggler finding. Run with `pytest -m gpu`; 2 GPUs or more (device
-kinds nvidia-h200-x2, nvidia-h200-x4); each case is a torchrun of ~20 s."""
+kinds nvidia-h200-x2, -x4, -x8: a case needing more GPUs than there are skips, saying so); each
+case is a torchrun of ~20 s."""
 from __future__ import annotations
 
 import json
@@ -69,7 +70,7 @@ def late(findings: list[dict], slow: int, cause: str) -> str:
 
 
 @pytest.mark.parametrize("world,kind,share", [(2, "ddp", 0.2), (4, "ddp", 0.1),
-                                               (4, "fsdp", 0.2)])
+                                               (4, "fsdp", 0.2), (8, "ddp", 0.1)])
 def test_a_rank_slow_on_the_host_is_named_with_its_scope_and_cost(tmp_path, world, kind, share):
     """The last rank's host sleeps `share` of a step in scope data: named, host, data, its
     host's excess there within 15% of the sleep (host clock), the cost a step no more than the
