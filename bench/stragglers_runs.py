@@ -32,17 +32,14 @@ from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = os.path.join(ROOT, "tests", "straggler_job.py")
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from straggler_words import read  # noqa: E402 - the finding's words, as the tests read them
 CONFIGS = "ddp-host@4,ddp-gpu@4,ddp-balanced@4,ddp-host@2,fsdp-host@4,fsdp-balanced@4"
 WIDE = "ddp-host@8,ddp-gpu@8,ddp-balanced@8"
 """Added where the machine has 8 GPUs."""
 SIZES = {"ddp": [], "fsdp": ["--dim", "4096", "--batch", "2048"]}
 """FSDP's step made GPU-bound (a small one is host-bound: its ranks take turns being last)."""
-LATE = re.compile(r"rank (\d+) arrives last at the collectives of scope (\S+) \(\d+ steps\): "
-                  r".* waiting for it; rank \1 is slow on the (host|GPU)")
-HOST = re.compile(r"it spends \+([\d.]+) ms a step over the others in scope (\S+) \(.*?\)"
-                  r".*: costs ([\d.]+) ms a step")
-GPU = re.compile(r"its kernels in scope (\S+) take \+([\d.]+) ms a step over the others'.*: "
-                 r"costs ([\d.]+) to ([\d.]+) ms a step")
+
 
 
 @dataclass(slots=True)
@@ -117,17 +114,10 @@ def judge(cfg: Config, path: str, ranks: list[dict]) -> dict:
     late = [f["evidence"] for f in findings if f["rule"] == "straggler"]
     row["findings"] = late + [f["evidence"] for f in findings if f["rule"] == "imbalance"]
     for evidence in late:
-        found = LATE.search(evidence)
-        rank, cause = (int(found[1]), found[3]) if found else (-1, "")
-        if cfg.plant != "balanced" and rank == slow["rank"] and cause == cfg.cause \
-                and not row["named"]:
-            row.update(named=True, rank=rank, cause=cause)
-            host, gpu = HOST.search(evidence), GPU.search(evidence)
-            if host:
-                row.update(scope=host[2], excess_ms=float(host[1]), cost_ms=float(host[3]))
-            elif gpu:
-                row.update(scope=gpu[1], excess_ms=float(gpu[2]), cost_ms=float(gpu[3]),
-                           cost_high_ms=float(gpu[4]))
+        got = read(evidence) or {}
+        if cfg.plant != "balanced" and got.get("rank") == slow["rank"] \
+                and got.get("cause") == cfg.cause and not row["named"]:
+            row.update(named=True, **got)
         else:
             row["false_alarm"] = True
     if cfg.plant == "balanced" and row["findings"]:
@@ -140,10 +130,11 @@ def progress(cfg: Config, row: dict, total: int) -> str:
     if "error" in row:
         return f"{head} the viewer failed: {row['error']}"
     if row["named"]:
-        cost = f"{row['cost_ms']:.3f}" + (f" to {row['cost_high_ms']:.3f}"
-                                          if "cost_high_ms" in row else "")
-        said = (f"rank {row['rank']} {row['cause']} in {row['scope']}, +{row['excess_ms']:.3f}"
-                f" ms there, costs {cost} ms a step")
+        nan = float("nan")
+        cost = f"{row.get('cost_ms', nan):.3f}" + (f" to {row['high_ms']:.3f}"
+                                                   if "high_ms" in row else "")
+        said = (f"rank {row['rank']} {row['cause']} in {row.get('scope', '?')}, "
+                f"+{row.get('excess_ms', nan):.3f} ms there, costs {cost} ms a step")
     else:
         said = "not named" if cfg.plant != "balanced" else "no finding"
     if row["false_alarm"]:
@@ -217,7 +208,7 @@ def table(done: list[Config], share: float) -> str:
             planted = f"GPU +{excess:.3f} ms ({excess / med('compute_ms', cfg.runs):.1%})"
         if hits:
             cost = f"{med('cost_ms', hits):.3f}" + (
-                f" to {med('cost_high_ms', hits):.3f}" if cfg.plant == "gpu" else "") + " ms"
+                f" to {med('high_ms', hits):.3f}" if cfg.plant == "gpu" else "") + " ms"
         named_text = f"{named}/{tried}" if cfg.plant != "balanced" else f"-/{tried}"
         rows.append(f"{cfg.name:<16} {named_text:>13} {alarms:>12}  {planted:<38} {cost}")
     return "\n".join(rows)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
+
+from straggler_words import read  # noqa: E402 - tests/, on the path
 
 pytestmark = pytest.mark.gpu
 
@@ -26,12 +27,7 @@ JOB = os.path.join(os.path.dirname(__file__), "straggler_job.py")
 FSDP = ["--kind", "fsdp", "--dim", "4096", "--batch", "2048"]
 """FSDP's step made GPU-bound (its all-gathers and hooks make a small one host-bound: 4 H200s,
 dim 2048 and batch 1024, every rank's GPU idled 1 to 12 ms of a 27 ms step)."""
-LATE = re.compile(r"rank (\d+) arrives last at the collectives of scope step \(\d+ steps\): "
-                  r".* waiting for it; rank \1 is slow on the (host|GPU)")
-HOST = re.compile(r"it spends \+([\d.]+) ms a step over the others in scope (\S+) \(host time\)"
-                  r".*: costs ([\d.]+) ms a step")
-GPU = re.compile(r"its kernels in scope (\S+) take \+([\d.]+) ms a step over the others'.*: "
-                 r"costs ([\d.]+) to ([\d.]+) ms a step")
+
 
 
 def run_job(tmp_path, world: int, *args: str) -> tuple[list[dict], list[dict]]:
@@ -57,16 +53,16 @@ def run_job(tmp_path, world: int, *args: str) -> tuple[list[dict], list[dict]]:
     return sorted(ranks, key=lambda r: r["rank"]), json.loads(shown.stdout)["findings"]
 
 
-def late(findings: list[dict], slow: int, cause: str) -> str:
-    """The one straggler finding's evidence; it names `slow` and `cause`, and no frame
+def late(findings: list[dict], slow: int, cause: str) -> dict:
+    """The one straggler finding, read: it names `slow` and `cause` in scope step, and no frame
     imbalance stands beside it."""
     found = [f for f in findings if f["rule"] == "straggler"]
     assert len(found) == 1, [f["evidence"] for f in found]
     assert not [f for f in findings if f["rule"] == "imbalance"], findings
-    evidence = found[0]["evidence"]
-    named = LATE.search(evidence)
-    assert named and named.groups() == (str(slow), cause), evidence
-    return evidence
+    got = read(found[0]["evidence"])
+    assert got and (got["rank"], got["step"], got["cause"]) == (slow, "step", cause), found
+    assert "scope" in got, found
+    return got
 
 
 @pytest.mark.parametrize("world,kind,share", [(2, "ddp", 0.2), (4, "ddp", 0.1),
@@ -79,16 +75,13 @@ def test_a_rank_slow_on_the_host_is_named_with_its_scope_and_cost(tmp_path, worl
     ranks, findings = run_job(tmp_path, world, *(FSDP if kind == "fsdp" else []),
                               "--host", str(share))
     slow = ranks[-1]
-    evidence = late(findings, world - 1, "host")
-    host = HOST.search(evidence)
-    assert host, evidence
-    excess, scope, cost = float(host[1]), host[2], float(host[3])
-    assert scope == "data", evidence
-    assert excess == pytest.approx(slow["sleep_ms"], rel=0.15), (evidence, slow)
-    assert cost <= 1.1 * slow["sleep_ms"], (evidence, slow)
+    got = late(findings, world - 1, "host")
+    assert got["scope"] == "data" and got["steps"] == slow["steps"], got
+    assert got["excess_ms"] == pytest.approx(slow["sleep_ms"], rel=0.15), (got, slow)
+    assert got["cost_ms"] <= 1.1 * slow["sleep_ms"], (got, slow)
     if kind == "ddp":
         lost = slow["step_ms"] - slow["before_ms"]
-        assert cost == pytest.approx(lost, rel=0.25), (evidence, slow)
+        assert got["cost_ms"] == pytest.approx(lost, rel=0.25), (got, slow)
 
 
 def test_a_rank_slow_on_the_gpu_is_named_with_its_kernels_excess(tmp_path):
@@ -96,13 +89,10 @@ def test_a_rank_slow_on_the_gpu_is_named_with_its_kernels_excess(tmp_path):
     GPU, fwd_bwd; its excess GPU time a step measured by CUDA events with the all-reduce off
     (no_sync) lies within the finding's bounds (10% slack)."""
     ranks, findings = run_job(tmp_path, 4, "--gpu", "0.15")
-    evidence = late(findings, 3, "GPU")
-    gpu = GPU.search(evidence)
-    assert gpu, evidence
-    scope, low, high = gpu[1], float(gpu[3]), float(gpu[4])
-    assert scope == "fwd_bwd", evidence
+    got = late(findings, 3, "GPU")
+    assert got["scope"] == "fwd_bwd", got
     truth = ranks[3]["compute_ms"] - sum(r["compute_ms"] for r in ranks[:3]) / 3
-    assert truth > 0 and 0.9 * low <= truth <= 1.1 * high, (evidence, truth, ranks)
+    assert truth > 0 and 0.9 * got["cost_ms"] <= truth <= 1.1 * got["high_ms"], (got, ranks)
 
 
 @pytest.mark.parametrize("world,kind", [(4, "ddp"), (4, "fsdp")])

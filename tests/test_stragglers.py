@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from proton.viewer.cli import viewer
+from straggler_words import read
 
 H100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000, "memory_clock_rate": 2619000,
         "bus_width": 5120}
@@ -245,12 +246,7 @@ counted every entry; rs's data scope lost the entries in which the GPU ran nothi
 PLANTED_MS = {"ddp2_host": 20.0, "ddp4_host5": 3.0, "fsdp4_host5": 3.0}
 """The host sleep a step of the slow rank, in scope data before its forward."""
 STEPS = 20
-LATE = re.compile(r"rank (\d+) arrives last at the collectives of scope (\S+) \(20 steps\): .* "
-                  r"waiting for it; rank \1 is slow on the (host|GPU)")
-HOST = re.compile(r"it spends \+([\d.]+) ms a step over the others in scope (\S+) \(host time\)"
-                  r".*: costs ([\d.]+) ms a step")
-GPU = re.compile(r"its kernels in scope (\S+) take \+([\d.]+) ms a step over the others'.*: "
-                 r"costs ([\d.]+) to ([\d.]+) ms a step")
+
 
 
 def real(name: str, which: str) -> list[str]:
@@ -293,22 +289,21 @@ def test_a_rank_slow_on_the_host_is_named_with_its_scope_and_cost_a_step(name, s
     GPU's extra idle) within 15% of the job's own measure: its step's wall time over the
     balanced job's (DDP on 4 GPUs), the others' extra CUDA-event time in fwd_bwd, where they
     wait (2 ranks); never over the sleep."""
-    evidence = straggler(name, which, "data")
-    found = LATE.search(evidence)
-    assert found and found.groups() == (str(slow), "step", "host"), evidence
-    host = HOST.search(evidence)
-    assert host, evidence
-    excess, scope, cost = float(host[1]), host[2], float(host[3])
+    got = read(straggler(name, which, "data"))
+    assert got and (got["rank"], got["step"], got["steps"], got["cause"]) == \
+        (slow, "step", STEPS, "host"), got
     planted = PLANTED_MS[name]
-    assert scope == "data" and excess == pytest.approx(planted, rel=0.10), evidence
-    assert cost <= 1.1 * planted, evidence
+    assert got["scope"] == "data" and got["what"] == "host time", got
+    assert got["excess_ms"] == pytest.approx(planted, rel=0.10), got
+    cost = got["cost_ms"]
+    assert cost <= 1.1 * planted, got
     if name == "ddp4_host5":
         job = wall_ms_a_step(name) - wall_ms_a_step("ddp4_balanced")
-        assert cost == pytest.approx(job, rel=0.15), (evidence, job)
+        assert cost == pytest.approx(job, rel=0.15), (got, job)
     if name == "ddp2_host":
         ranks = log(name)
         waits = (ranks[0]["fwd_bwd_events_ms"] - ranks[1]["fwd_bwd_events_ms"]) / STEPS
-        assert cost == pytest.approx(waits, rel=0.15), (evidence, waits)
+        assert cost == pytest.approx(waits, rel=0.15), (got, waits)
 
 
 @pytest.mark.parametrize("which", ["job", "ranks"])
@@ -318,13 +313,11 @@ def test_a_rank_slow_on_the_gpu_is_named_with_its_kernels_excess_in_fwd_bwd(whic
     cost a step (its step's wall time over the balanced job's: 0.96 ms) lies between the
     finding's bounds: the others' kernels slowed by the all-reduce spinning beside them keep
     the lower one low, their wait in every bucket's all-reduce makes the upper one high."""
-    evidence = straggler("ddp4_gpu5", which, "fwd_bwd")
-    found = LATE.search(evidence)
-    assert found and found.groups() == ("3", "step", "GPU"), evidence
-    gpu = GPU.search(evidence)
-    assert gpu, evidence
-    scope, excess, low, high = gpu[1], float(gpu[2]), float(gpu[3]), float(gpu[4])
-    assert scope == "fwd_bwd" and low >= excess, evidence
+    got = read(straggler("ddp4_gpu5", which, "fwd_bwd"))
+    assert got and (got["rank"], got["step"], got["cause"], got["scope"]) == \
+        (3, "step", "GPU", "fwd_bwd"), got
+    excess, low, high = got["excess_ms"], got["cost_ms"], got["high_ms"]
+    assert low >= excess, got
     kernels = []
     for path in real("ddp4_gpu5", "ranks"):
         with open(path) as f:
@@ -333,9 +326,9 @@ def test_a_rank_slow_on_the_gpu_is_named_with_its_kernels_excess_in_fwd_bwd(whic
         kernels.append(sum(k["metrics"].get("time (ns)", 0) for k in fwd_bwd["children"]
                            if "nccl" not in k["frame"]["name"].lower()))
     truth = (kernels[3] - sum(kernels[:3]) / 3) / MS / STEPS
-    assert excess == pytest.approx(truth, abs=0.002), (evidence, truth)
+    assert excess == pytest.approx(truth, abs=0.002), (got, truth)
     job = wall_ms_a_step("ddp4_gpu5") - wall_ms_a_step("ddp4_balanced")
-    assert low < job < high, (evidence, job)
+    assert low < job < high, (got, job)
 
 
 @pytest.mark.parametrize("which", ["job", "ranks"])

@@ -113,6 +113,7 @@ class Late:
     step_ns: float
     """The step's wall time on its slowest rank, all entries."""
     where_what: str = "host time"
+    """Which time where_ns is: 'host time', 'cpu time' (a cpu_timed_scope's) or 'GPU time'."""
     calls: float = 0.0
     """The step's collectives a step (a rank's)."""
 
@@ -171,7 +172,7 @@ def find(merged: Merged) -> Stragglers:
     if view.size < 2:
         return Stragglers([], [], job_ns, job_what)
     late = [x for x in (_late(view, s, job_ns) for s in (steps or [view.root])) if x is not None]
-    late.sort(key=lambda x: -x.waits_ns)
+    late.sort(key=lambda x: -x.cost_ns)
     judged = None
     if steps:  # only inside the steps, and not where a straggler slows the others' kernels
         judged = np.zeros(len(view.index), dtype=bool)
