@@ -23,9 +23,11 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
@@ -37,6 +39,8 @@ from straggler_words import read  # noqa: E402 - the finding's words, as the tes
 CONFIGS = "ddp-host@4,ddp-gpu@4,ddp-balanced@4,ddp-host@2,fsdp-host@4,fsdp-balanced@4"
 WIDE = "ddp-host@8,ddp-gpu@8,ddp-balanced@8"
 """Added where the machine has 8 GPUs."""
+LAUNCH_S, RUN_S = 120, 30
+"""A launch's time allowed: start-up, then each run (a run takes 2 to 4 s)."""
 SIZES = {"ddp": [], "fsdp": ["--dim", "4096", "--batch", "2048"]}
 """FSDP's step made GPU-bound (a small one is host-bound: its ranks take turns being last)."""
 
@@ -164,8 +168,11 @@ def run_config(cfg: Config, args: argparse.Namespace) -> None:
     with open(prefix + ".log", "w") as log, open(os.path.join(args.out, "stragglers_runs.jsonl"),
                                                  "a") as jsonl:
         job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                               cwd=folder)
+                               cwd=folder, start_new_session=True)
         assert job.stdout is not None
+        limit = LAUNCH_S + RUN_S * args.runs  # a hung collective ends the launch, not the bench
+        watchdog = threading.Timer(limit, os.killpg, (job.pid, signal.SIGKILL))
+        watchdog.start()
         for line in job.stdout:
             log.write(line)
             if not line.startswith('{"job"'):
@@ -181,6 +188,7 @@ def run_config(cfg: Config, args: argparse.Namespace) -> None:
             jsonl.write(json.dumps(row) + "\n")
             print(progress(cfg, row, args.runs), flush=True)
         rc = job.wait()
+        watchdog.cancel()
     print(f"== {cfg.name}: exit {rc}, {len(cfg.runs)} runs judged in "
           f"{time.monotonic() - started:.0f} s" + ("" if rc == 0 else f"; see {prefix}.log"),
           flush=True)
