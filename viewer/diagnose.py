@@ -700,7 +700,7 @@ def _late(ctx: _Context, late: Late, world: int) -> Finding:
                      f"more than theirs: costs {num(late.cost_ns)} to {num(late.waits_ns)} "
                      f"ms{a_step} (at least its kernels' excess, or the others' extra wait in "
                      f"one of its {late.calls:g} collectives{a_step}; at most all of it)")
-        if of_step:
+        if of_step and late.waits_ns <= late.step_ns:  # (a host that ran ahead: no share)
             evidence += (f", {late.cost_ns / late.step_ns:.0%} to "
                          f"{late.waits_ns / late.step_ns:.0%}{of_step}")
         advice = (f"give rank {r} no more GPU work than the others (an even batch, even "
