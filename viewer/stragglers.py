@@ -12,7 +12,7 @@ arrives, so the rank that spends least in a step's collectives arrived last, and
 spend there over it is waiting for it. It is named when the others spend over IMBALANCE times
 its time there and it stands apart from them (their mean over it by OUTLIER times their own
 spread): in a host-bound job whose ranks take turns being last no rank does (FSDP on 4 H200s,
-no rank planted: 2.7).
+no rank planted: its mean over the least by 2.7 times their spread).
 
 Host or GPU. A rank late because of its host leaves its GPU idle while the others' GPUs wait
 in the collective, busy: its GPU idle in the step (gpu_idle) is over the others' by HOST of the
@@ -26,8 +26,8 @@ the rank is slow on the GPU: its kernels' time (NCCL's left out) over the others
 scope where that is most. The cost is a range. Its kernels' excess is low: the others'
 kernels run slower beside the collective that spins waiting for it (4 H200s, a 1.05x batch:
 +0.17 ms a step over them, +0.9 ms over a balanced job's). Each collective waits at most the
-rank's lateness, so the others' extra wait over the collectives a step (5 buckets of DDP's
-all-reduce) is a lower bound too (0.43 ms), and all of it the upper one (2.2 ms).
+rank's lateness, so the others' extra wait shared out over the step's collectives (DDP's
+all-reduce, 5 buckets) is a lower bound too (0.43 ms), and all of it the upper one (2.2 ms).
 
 Imbalance. Outside the steps a straggler was found in (where the waiting ranks' kernels are
 slowed by it), a frame is imbalanced when its slowest rank spends over IMBALANCE times the
