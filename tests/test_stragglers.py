@@ -1,14 +1,23 @@
-"""A job's stragglers named by --diagnose over its rank files: the rank the others wait for, what
-it was doing, and what it costs; communication kernels not judged by the launch-shape rules."""
+"""A job's stragglers named by --diagnose over its rank files or its job file: the rank each
+step's collectives wait for, the scope where it spent the time, whether its host or its GPU was
+slow, and what it costs a step; communication kernels not judged by the launch-shape rules.
+
+The real jobs (tests/data/rs, rs4: bench/probes/real_shapes.sh on 2 and 4 H200s, whole scripts
+under `torchrun -m proton`, so DDP's construction, broadcasts and warm-up sit at ROOT): DDP
+with its bucketed all-reduce in backward, or FSDP2; a rank whose host sleeps in scope `data`
+before its forward, or whose batch is 1.05x; each job's log holds its own measures (wall time
+and the CUDA-event time of fwd_bwd, per rank)."""
 from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from click.testing import CliRunner
 
 from proton.viewer.cli import viewer
+from straggler_words import read
 
 H100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000, "memory_clock_rate": 2619000,
         "bus_width": 5120}
@@ -72,24 +81,28 @@ def findings(*args) -> dict:
 
 
 @pytest.mark.parametrize("world,slow", [(2, 1), (4, 1), (4, 3)])
-def test_the_rank_the_others_wait_for_is_named_with_its_frame_and_cost(tmp_path, world, slow):
+def test_the_rank_the_others_wait_for_is_named_with_its_scope_cause_and_cost(tmp_path, world,
+                                                                              slow):
     delay = 100 * MS  # 20 ms a step over 5 steps, as in issue 49
     ddp_job(tmp_path, world, slow, delay)
     got = findings(tmp_path)
     stragglers = [f for f in got["findings"] if f["rule"] == "straggler"]
     assert len(stragglers) == 1, got["findings"]
     s = stragglers[0]
-    assert s["kernel"] == NCCL
-    assert s["evidence"].startswith(f"rank {slow} arrives last at {NCCL}")
-    assert f"rank {slow} spends +100.000 ms over the others in fwd_bwd (cpu time)" \
-        in s["evidence"]
+    assert s["kernel"] == "scope fwd_bwd" and s["path"] == "ROOT / step"
+    assert s["evidence"].startswith(f"rank {slow} arrives last at the collectives of scope step")
+    assert f"the other {'rank spends' if world == 2 else f'{world - 1} ranks spend'} 21.000 ms " \
+        f"a step in them, rank {slow} 1.000 ms" in s["evidence"]
+    assert f"rank {slow} is slow on the host: it spends +20.000 ms a step over the others in " \
+        "scope fwd_bwd (cpu time)" in s["evidence"]
+    assert "costs 20.000 ms a step" in s["evidence"] and "step (5 steps): " in s["evidence"]
     assert s["saves_ns"] == pytest.approx(delay, rel=0.1)
     # its cause is named there, not once more as an imbalance of its own
     assert not [f for f in got["findings"] if f["rule"] == "imbalance"]
     # the straggler is the first thing to read
-    assert got["findings"][0] is not None and got["groups"][0]["kernel"] == NCCL
+    assert got["groups"][0]["kernel"] == "scope fwd_bwd"
     text = diagnose(tmp_path)
-    assert text.startswith(f"1. {NCCL}: ")
+    assert text.startswith("1. scope fwd_bwd")
     assert "[straggler]" in text and "[too few programs]" not in text
 
 
@@ -139,13 +152,13 @@ def test_one_profile_is_not_judged_for_stragglers(tmp_path):
 
 
 def test_one_straggler_among_64_ranks_is_named_though_max_over_mean_is_near_one(tmp_path):
-    """63 ranks wait about equally in the all-reduce: its max/mean is 1.02; its fastest rank
+    """63 ranks wait about equally in the all-reduce (its max/mean is 1.02): its fastest rank
     gives the straggler away."""
     ddp_job(tmp_path, 64, 37, 100 * MS)
     got = findings(tmp_path)
     s = [f for f in got["findings"] if f["rule"] == "straggler"]
-    assert len(s) == 1 and s[0]["evidence"].startswith(f"rank 37 arrives last at {NCCL}")
-    assert "max/mean 1.02" in s[0]["evidence"]
+    assert len(s) == 1 and s[0]["evidence"].startswith("rank 37 arrives last at the "
+                                                       "collectives of scope step")
     assert s[0]["saves_ns"] == pytest.approx(100 * MS, rel=0.1)
 
 
@@ -187,7 +200,7 @@ def test_the_html_reports_findings_name_the_straggler_too(tmp_path):
     assert result.exit_code == 0, result.output
     text = out.read_text()
     data = json.loads(text.split('id="data">', 1)[1].split("</script>", 1)[0])
-    assert "arrives last" in json.dumps(data["findings"])
+    assert "arrives last at the collectives of scope step" in json.dumps(data["findings"])
 
 
 def job_file(folder, world: int, slow: int, delay_ns: float) -> str:
@@ -216,9 +229,114 @@ def test_a_job_file_alone_names_the_straggler_and_its_cost_per_step(tmp_path, wo
     out = CliRunner().invoke(viewer, ["--diagnose", path])
     assert out.exit_code == 0, out.output
     line = next(x for x in out.output.splitlines() if "arrives last" in x)
-    assert f"rank {slow} arrives last at {NCCL}" in line, line
-    assert f"rank {slow} spends +100" in line and "fwd_bwd (cpu time)" in line, line
-    cost = float(line.split(": costs ")[1].split(" ms")[0])
-    each = float(line.split(" ms a call, 5 calls a rank")[0].rsplit("(", 1)[1])
-    assert abs(cost - 100) <= 10 and abs(each - 20) <= 2, line
+    assert f"rank {slow} arrives last at the collectives of scope step" in line, line
+    assert f"rank {slow} is slow on the host: it spends +20.000 ms a step over the others in " \
+        "scope fwd_bwd (cpu time)" in line, line
+    each = float(line.split("costs ")[1].split(" ms a step")[0])
+    assert abs(each - 20) <= 2 and "scope step (5 steps): " in line, line
     assert "too few programs" not in out.output
+
+
+# -- the real jobs ------------------------------------------------------------------------------
+DATA = os.path.join(os.path.dirname(__file__), "data")
+REAL = {"ddp2_host": "rs", "ddp4_host5": "rs", "ddp4_gpu5": "rs", "ddp4_balanced": "rs",
+        "fsdp4_host5": "rs4", "fsdp4_balanced": "rs4"}
+"""Each job's folder: rs recorded at main 44bba74, rs4 at 90c6005 (scopes' gpu_idle then
+counted every entry; rs's data scope lost the entries in which the GPU ran nothing)."""
+PLANTED_MS = {"ddp2_host": 20.0, "ddp4_host5": 3.0, "fsdp4_host5": 3.0}
+"""The host sleep a step of the slow rank, in scope data before its forward."""
+STEPS = 20
+
+
+
+def real(name: str, which: str) -> list[str]:
+    """The job's own file, or its rank files."""
+    folder = os.path.join(DATA, REAL[name])
+    if which == "job":
+        return [os.path.join(folder, f"{name}.hatchet")]
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                  if f.startswith(f"{name}.rank") and f.endswith(".hatchet"))
+
+
+def log(name: str) -> dict[int, dict]:
+    """The job's own measures, per rank (its log's JSON lines, run together by torchrun)."""
+    with open(os.path.join(DATA, REAL[name], f"{name}.log")) as f:
+        found = re.findall(r"\{[^{}]*\"job\"[^{}]*\}", f.read())
+    return {d["rank"]: d for d in map(json.loads, found)}
+
+
+def wall_ms_a_step(name: str) -> float:
+    return max(d["wall_s"] for d in log(name).values()) * 1e3 / STEPS
+
+
+def straggler(name: str, which: str, scope: str) -> str:
+    """The one straggler finding's evidence of --diagnose (asserts there is one, on the scope
+    named, and no imbalance beside it)."""
+    got = findings(*real(name, which))
+    late = [f for f in got["findings"] if f["rule"] == "straggler"]
+    assert len(late) == 1, [f["evidence"] for f in late]
+    assert not [f for f in got["findings"] if f["rule"] == "imbalance"], got["findings"]
+    assert (late[0]["kernel"], late[0]["path"]) == (f"scope {scope}", "ROOT / step"), late[0]
+    return late[0]["evidence"]
+
+
+@pytest.mark.parametrize("which", ["job", "ranks"])
+@pytest.mark.parametrize("name,slow", [("ddp2_host", 1), ("ddp4_host5", 3), ("fsdp4_host5", 2)])
+def test_a_rank_slow_on_the_host_is_named_with_its_scope_and_cost_a_step(name, slow, which):
+    """The rank whose host sleeps before its forward, not one the warm-up's collectives at
+    ROOT point at (today's main named rank 0 of ddp2_host, from them, with a cause in a
+    cuBLAS kernel). Its host's excess in data within 10% of the sleep; the cost a step (its
+    GPU's extra idle) within 15% of the job's own measure: its step's wall time over the
+    balanced job's (DDP on 4 GPUs), the others' extra CUDA-event time in fwd_bwd, where they
+    wait (2 ranks); never over the sleep."""
+    got = read(straggler(name, which, "data"))
+    assert got and (got["rank"], got["step"], got["steps"], got["cause"]) == \
+        (slow, "step", STEPS, "host"), got
+    planted = PLANTED_MS[name]
+    assert got["scope"] == "data" and got["what"] == "host time", got
+    assert got["excess_ms"] == pytest.approx(planted, rel=0.10), got
+    cost = got["cost_ms"]
+    assert cost <= 1.1 * planted, got
+    if name == "ddp4_host5":
+        job = wall_ms_a_step(name) - wall_ms_a_step("ddp4_balanced")
+        assert cost == pytest.approx(job, rel=0.15), (got, job)
+    if name == "ddp2_host":
+        ranks = log(name)
+        waits = (ranks[0]["fwd_bwd_events_ms"] - ranks[1]["fwd_bwd_events_ms"]) / STEPS
+        assert cost == pytest.approx(waits, rel=0.15), (got, waits)
+
+
+@pytest.mark.parametrize("which", ["job", "ranks"])
+def test_a_rank_slow_on_the_gpu_is_named_with_its_kernels_excess_in_fwd_bwd(which):
+    """ddp4_gpu5: rank 3's batch is 1.05x (cuBLAS picks other kernels for it). Its kernels'
+    excess in fwd_bwd is what the rank files hold (read here from their JSON); the job's own
+    cost a step (its step's wall time over the balanced job's: 0.96 ms) lies between the
+    finding's bounds: the others' kernels slowed by the all-reduce spinning beside them keep
+    the lower one low, their wait in every bucket's all-reduce makes the upper one high."""
+    got = read(straggler("ddp4_gpu5", which, "fwd_bwd"))
+    assert got and (got["rank"], got["step"], got["cause"], got["scope"]) == \
+        (3, "step", "GPU", "fwd_bwd"), got
+    excess, low, high = got["excess_ms"], got["cost_ms"], got["high_ms"]
+    assert low >= excess, got
+    kernels = []
+    for path in real("ddp4_gpu5", "ranks"):
+        with open(path) as f:
+            step = next(c for c in json.load(f)[0]["children"] if c["frame"]["name"] == "step")
+        fwd_bwd = next(c for c in step["children"] if c["frame"]["name"] == "fwd_bwd")
+        kernels.append(sum(k["metrics"].get("time (ns)", 0) for k in fwd_bwd["children"]
+                           if "nccl" not in k["frame"]["name"].lower()))
+    truth = (kernels[3] - sum(kernels[:3]) / 3) / MS / STEPS
+    assert excess == pytest.approx(truth, abs=0.002), (got, truth)
+    job = wall_ms_a_step("ddp4_gpu5") - wall_ms_a_step("ddp4_balanced")
+    assert low < job < high, (got, job)
+
+
+@pytest.mark.parametrize("which", ["job", "ranks"])
+@pytest.mark.parametrize("name", ["ddp4_balanced", "fsdp4_balanced"])
+def test_a_balanced_job_has_no_straggler_finding(name, which):
+    """No rank planted slow: DDP's all-reduce within 8% over the ranks; FSDP's collectives
+    spread wide (a host-bound job whose ranks take turns being last) with no rank apart."""
+    got = findings(*real(name, which))
+    assert not [f for f in got["findings"] if f["rule"] in ("straggler", "imbalance")], \
+        [f["evidence"] for f in got["findings"] if f["rule"] in ("straggler", "imbalance")]
+    assert "straggler" in got["rules_run"]

@@ -49,7 +49,8 @@ when nothing crosses them); in short:
   * no tensor cores / no wgmma: counted by nvdisasm when the profile was written.
   * pageable copy in a loop, synchronization in a step, idle GPU, memory leak, memory peak:
     step_rules.py. Copy and set nodes (memcpy, memset) are never judged as kernels.
-  * imbalance, straggler (a job's rank files merged): stragglers.py. Communication kernels
+  * straggler, imbalance (a job's rank files merged, or its job file; judged within its
+    steps, the outermost timed scopes): stragglers.py. Communication kernels
     (NCCL) are not judged by the launch-shape or roofline rules: NCCL picks their grid, and
     their time is mostly waiting on the other ranks.
 """
@@ -73,7 +74,7 @@ from .reader import Profile, subtree_sums
 from .specs import bandwidth, peak, peak_known
 from . import steps
 from .step_rules import STEP_RULES
-from .stragglers import IMBALANCE, MIN_COST, find, ranks_text
+from .stragglers import IMBALANCE, MIN_COST, OUTLIER, Late, find, ranks_text
 
 if TYPE_CHECKING:
     from .ranks import Merged
@@ -833,62 +834,94 @@ def _stalls(ctx: _Context, kernels: list, out: list) -> str | None:
 
 
 def _stragglers(ctx: _Context, kernels: list, out: list) -> str | None:
-    """A job's imbalanced frames and the ranks its collectives wait for (stragglers.py)."""
+    """A job's stragglers: the rank each step's collectives wait for, where, why and what it
+    costs a step; frames out of balance over the ranks (stragglers.py)."""
     if ctx.merged is None or len(ctx.merged.labels) < 2:
         return ""  # one process's profile: nothing to compare
     got = find(ctx.merged)
+    world = len(ctx.merged.labels)
+    for late in got.late:
+        out.append(_late(ctx, late, world))
     is_kernel = set(kernels)
-    labels, world = ctx.merged.labels, len(ctx.merged.labels)
     of_job = f"of the job's {_ms(got.job_ns)} ({got.job_what} of its slowest rank)"
     for s in got.found:
         node, x = s.node, s.values
-        name = ctx.name(node)
         who = ranks_text(s.slow, world)
         share = f"{s.cost_ns / got.job_ns:.0%} " if got.job_ns else ""
-        if s.collective:
-            verb = "arrives" if len(s.slow) == 1 else "arrive"
-            evidence = (f"{who} {verb} last at {name} (rank {s.top} waits {_ms(s.top_ns)} "
-                        f"there, rank {s.slow[0]} {_ms(s.low_ns)}; max/mean {s.ratio:.2f})")
-            if s.cause is not None:
-                cause = ctx.name(s.cause)
-                evidence += (f"; rank {s.slow[0]} spends +{_ms(s.cause_ns)} over the others in "
-                             f"{cause} ({s.cause_what})")
-                advice = (f"even out what rank {s.slow[0]} does in {cause} (more data, a slower "
-                          "host or GPU, work only it does: logging, checkpoints); the "
-                          "collective itself is not slow")
-            else:
-                advice = (f"find what rank {s.slow[0]} does before the collective that the "
-                          f"others do not: proton-viewer --rank {s.slow[0]} shows its tree")
-            each = (f" ({_ms(s.cost_ns / s.calls)} a call, {s.calls:g} calls a rank)"
-                    if s.calls >= 1 else "")
-            evidence += (f": costs {_ms(s.cost_ns)}{each}, {share}{of_job}; the last to arrive "
-                         "inferred from the times (the rank that spends least in a collective "
-                         "waits least)")
-            rule = "straggler"
-        else:
-            rest = [i for i, label in enumerate(labels) if label not in s.slow]
-            verb = "spends" if len(s.slow) == 1 else "spend up to"
-            what = s.what if node in is_kernel or s.what != "GPU time" else \
-                "GPU time in its kernels (communication kernels left out)"
-            others = x[rest].mean() if len(x) else s.top_ns - s.cost_ns
-            evidence = (f"{who} {verb} {_ms(s.top_ns)} of {what} here against "
-                        f"{_ms(others)} on the other ranks on average (max/mean "
-                        f"{s.ratio:.2f}): costs {_ms(s.cost_ns)}, {share}{of_job}")
-            advice = (f"give {who} no more work than the others, or find why it is slower "
-                      f"there: proton-viewer --rank {s.slow[0]} shows its tree")
-            rule = "imbalance"
-        gpu = ctx.value(node, f"{TIME} (inc)") or 0.0
-        finding = ctx.finding(rule, node, gpu, evidence, advice, saves=0.0)
-        finding.saves_ns = s.cost_ns
-        if not node.parents:  # the whole run
-            finding.path = "ROOT"
-        elif node not in is_kernel:
-            finding.kernel = f"scope {finding.kernel}"
-            if s.what == "cpu time" and len(x):
-                ctx.walls[finding.kernel] = float(x.sum())
+        rest = [i for i, label in enumerate(ctx.merged.labels) if label not in s.slow]
+        verb = "spends" if len(s.slow) == 1 else "spend up to"
+        what = s.what if node in is_kernel or s.what != "GPU time" else \
+            "GPU time in its kernels (communication kernels left out)"
+        others = x[rest].mean() if len(x) else s.top_ns - s.cost_ns
+        evidence = (f"{who} {verb} {_ms(s.top_ns)} of {what} here against "
+                    f"{_ms(others)} on the other ranks on average (max/mean "
+                    f"{s.ratio:.2f}): costs {_ms(s.cost_ns)}, {share}{of_job}")
+        advice = (f"give {who} no more work than the others, or find why it is slower "
+                  f"there: proton-viewer --rank {s.slow[0]} shows its tree")
+        finding = _job_finding(ctx, "imbalance", node, is_kernel, evidence, advice, s.cost_ns)
+        if s.what == "cpu time" and len(x) and node not in is_kernel:
+            ctx.walls[finding.kernel] = float(x.sum())
         out.append(finding)
     return None
 
+
+def _late(ctx: _Context, late: Late, world: int) -> Finding:
+    """The finding of a step whose collectives wait for one rank."""
+    n, r = late.steps, late.rank
+    a_step = " a step" if n > 1 else ""
+
+    def num(ns: float) -> str:  # a step's share of the ns summed over the steps
+        return f"{ns / n / 1e6:,.3f}"
+
+    step = f"scope {ctx.name(late.step)}" if late.step.parents else "the run"
+    where = f"scope {ctx.name(late.where)}" if late.where.parents else "the run"
+    others = "the other rank spends" if world == 2 else f"the other {world - 1} ranks spend"
+    evidence = (f"rank {r} arrives last at the collectives of {step}"
+                f"{f' ({n} steps)' if n > 1 else ''}: {others} {num(late.others_ns)} ms{a_step} "
+                f"in them, rank {r} {num(late.mine_ns)} ms (most in "
+                f"{ctx.name(late.collective)}), waiting for it; ")
+    of_step = f" of the step's {num(late.step_ns)} ms" if late.step_ns else ""
+    if late.cause == "host":
+        evidence += (f"rank {r} is slow on the host: it spends +{num(late.where_ns)} ms{a_step} "
+                     f"over the others in {where} ({late.where_what})")
+        if late.idle_ns is not None:
+            evidence += f", and its GPU idles +{num(late.idle_ns)} ms{a_step} over theirs"
+        evidence += f": costs {num(late.cost_ns)} ms{a_step}"
+        if of_step:
+            evidence += f", {late.cost_ns / late.step_ns:.0%}{of_step}"
+        advice = (f"speed up or move off the step what rank {r}'s host does in {where} (a data "
+                  "loader: more DataLoader workers, pin_memory, prefetching; work only it does: "
+                  "logging, checkpoints): the collectives are not slow, they wait for it")
+    else:
+        over = (f"take +{num(late.where_ns)} ms{a_step} over the others'"
+                if late.where_ns > 0 else "take no more than the others'")
+        evidence += (f"rank {r} is slow on the GPU: its kernels in {where} {over} (theirs run "
+                     "slower beside the collective that waits for it), and its GPU idles no "
+                     f"more than theirs: costs {num(late.cost_ns)} to {num(late.waits_ns)} "
+                     f"ms{a_step} (at least its kernels' excess, or the others' extra wait in "
+                     f"one of its {late.calls:g} collectives{a_step}; at most all of it)")
+        if of_step and late.waits_ns <= late.step_ns:  # (a host that ran ahead: no share)
+            evidence += (f", {late.cost_ns / late.step_ns:.0%} to "
+                         f"{late.waits_ns / late.step_ns:.0%}{of_step}")
+        advice = (f"give rank {r} no more GPU work than the others (an even batch, even "
+                  "sequence lengths), or find why its GPU is slower (clocks, another job on it): "
+                  f"proton-viewer --rank {r} shows its tree")
+    saves = late.cost_ns if late.cause == "host" else late.waits_ns
+    # on the scope it spent the time in: what fixing it saves is that scope's to claim
+    return _job_finding(ctx, "straggler", late.where, set(), evidence, advice, saves)
+
+
+def _job_finding(ctx: _Context, rule: str, node, is_kernel: set, evidence: str, advice: str,
+                 saves_ns: float) -> Finding:
+    """A job rule's finding on a frame: a kernel, a scope, or ROOT (the whole run)."""
+    gpu = ctx.value(node, f"{TIME} (inc)") or 0.0
+    finding = ctx.finding(rule, node, gpu, evidence, advice, saves=0.0)
+    finding.saves_ns = saves_ns
+    if not node.parents:  # the whole run
+        finding.path = "ROOT"
+    elif node not in is_kernel:
+        finding.kernel = f"scope {finding.kernel}"
+    return finding
 
 RULES = [
     (_launch_shape, {
@@ -917,8 +950,9 @@ RULES = [
     (_stragglers, {
         "imbalance": f"a kernel's GPU time or a CPU-timed scope's over {IMBALANCE:g}x its mean "
                      f"over the ranks, costing {MIN_COST:.0%}+ of the job's time",
-        "straggler": f"a collective (NCCL) in which the median rank spends over {IMBALANCE:g}x "
-                     "the time of the rank it waits for"}),
+        "straggler": f"a step whose collectives (NCCL) the other ranks spend over {IMBALANCE:g}x "
+                     f"the time of one rank in, it standing {OUTLIER:g}x their spread apart: "
+                     "the rank they wait for, slow on its host or its GPU"}),
     *STEP_RULES,
 ]
 """Each rule, and the findings it can make with their thresholds in words. Only kernels and
