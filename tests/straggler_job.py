@@ -1,7 +1,8 @@
 """A data-parallel training job as users write it, one rank made a straggler (issue 57): torch
 DDP (its bucketed all-reduce runs inside backward) or FSDP2 (fully_shard per layer: all-gathers
 in forward and backward, reduce-scatters in backward), scopes step / data / fwd_bwd / optimizer
-and no synchronize in the loop. The slow rank's host sleeps in `data` before its forward (a slow
+/ log, the loss read each step (loss.item(), as a loop that logs it does: the host waits for its
+step, so a host delay is the job's; a host running ahead hides a sleep). The slow rank's host sleeps in `data` before its forward (a slow
 data loader: --host, a share of the step), or it trains on more data (an extra micro-batch
 beside the batch, DDP: --gpu, a share of the batch). The model is built, wrapped and warmed up
 outside the scopes, so its broadcasts and warm-up collectives sit at ROOT, as in users' jobs.
@@ -79,16 +80,21 @@ def one_run(args: argparse.Namespace, rank: int, slow: int) -> dict:
     if rank == slow and args.gpu:
         extra = torch.randn(max(1, round(args.gpu * args.batch)), args.dim, device=DEVICE)
 
-    def fwd_bwd() -> None:
+    def fwd_bwd() -> torch.Tensor:
         if extra is not None:  # gradient accumulation: one more micro-batch, no all-reduce
             with model.no_sync():
                 model(extra).square().mean().backward()
-        model(x).square().mean().backward()
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss
+
+    losses: list[float] = []
 
     def step() -> None:
-        fwd_bwd()
+        loss = fwd_bwd()
         opt.step()
         opt.zero_grad()
+        losses.append(loss.item())  # the loss logged every step, as training loops do
 
     for _ in range(3):  # warm-up, outside the scopes
         step()
@@ -121,10 +127,13 @@ def one_run(args: argparse.Namespace, rank: int, slow: int) -> dict:
                 if sleep_s:
                     time.sleep(sleep_s)  # a slow data loader on this rank's host
             with proton.scope("fwd_bwd"):
-                fwd_bwd()
+                loss = fwd_bwd()
             with proton.scope("optimizer"):
                 opt.step()
                 opt.zero_grad()
+            with proton.scope("log"):
+                losses.append(loss.item())  # the host waits for the step: a late rank's
+                # host delay is the job's (without it the host runs ahead and hides a sleep)
     sync()
     step_ms = (time.perf_counter() - t0) * 1e3 / args.steps
     return {"sleep_ms": sleep_s * 1e3, "compute_ms": compute_ms, "before_ms": before_ms,

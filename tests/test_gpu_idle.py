@@ -139,7 +139,12 @@ def test_ddp_step_breakdown_per_rank_matches_host_clocks_and_cuda_events(tmp_pat
     assert shown.returncode == 0, shown.stderr
     print(shown.stdout)
     idle = [x for x in shown.stdout.splitlines() if "[idle GPU]" in x]
-    assert any("rank 1:" in x and "scope data" in x for x in idle), shown.stdout
+    late = [x for x in shown.stdout.splitlines() if "[straggler]" in x]
+    # rank 1's host in scope data is named: by the straggler rule (the step's collectives wait
+    # for it), which then claims the step's idle, or by the idle rule
+    assert any("rank 1:" in x and "scope data" in x for x in idle) or any(
+        "rank 1 arrives last" in x and "slow on the host" in x and "scope data" in x
+        for x in late), shown.stdout
     assert not any("rank 0:" in x for x in idle), shown.stdout
 
 
@@ -281,8 +286,11 @@ def test_scopes_back_to_back_each_read_their_own_work_against_cuda_events(tmp_pa
         assert m[STEP_COUNT] == 1, table
         assert abs(wall - span) <= max(0.05 * span, 0.1 * MS), (name, table)
         mine = m.get(STEP_COPY, 0) if name == "d2d_copy" else m.get(STEP_COMPUTE, 0)
-        # a first launch under CUPTI may hold the host (the launch part): not the scope's idle
+        # a first launch under CUPTI may hold the host (the launch part): not the scope's idle;
+        # l2_adds' 200 adds of 2.3 us each wait on their launches (the host part: launch-bound)
         theirs = m.get(STEP_IDLE_LAUNCH, 0) + m.get(STEP_IDLE_PROFILER, 0)
+        if name == "l2_adds":
+            theirs += m.get(STEP_IDLE_HOST, 0)
         assert mine + theirs >= 0.9 * wall, (name, table)
     assert got["d2d_copy"].get(STEP_COMPUTE, 0) <= 0.05 * got["d2d_copy"][STEP_WALL], table
     shown = _diagnose(out)
