@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -294,4 +295,8 @@ def test_scopes_back_to_back_each_read_their_own_work_against_cuda_events(tmp_pa
         assert mine + theirs >= 0.9 * wall, (name, table)
     assert got["d2d_copy"].get(STEP_COMPUTE, 0) <= 0.05 * got["d2d_copy"][STEP_WALL], table
     shown = _diagnose(out)
-    assert "[idle GPU]" not in shown, shown
+    # an idle finding only where the GPU did wait on the host: l2_adds' 200 launches of 2.3 us
+    # kernels (33% of its window on an H200), never on a scope whose work ran after its exit
+    groups = re.split(r"\n(?=\d+\. )", shown)
+    idle = [g.split(":", 1)[0] for g in groups if "[idle GPU]" in g]
+    assert all(g.endswith("scope l2_adds") for g in idle), shown
