@@ -418,7 +418,8 @@ def test_the_page_draws_measured_dots_filled_declared_hollow_and_no_tensor_work_
     assert "measured by hardware counters" in got["key"]
     assert "declared by launch_metadata" in got["key"]
     assert ("no tensor work: placed at a nominal intensity (0.125 FLOP/byte); its distance to "
-            "the memory roof is its measured DRAM bandwidth fraction") in got["key"]
+            "the memory roof (DRAM solid, L2 dashed) is its measured bandwidth fraction "
+            "there") in got["key"]
 
 
 def test_a_latency_bound_kernel_of_a_launch_bound_scope_is_only_worth_knowing(tmp_path):
