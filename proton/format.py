@@ -86,8 +86,8 @@ what GPU_IDLE is a part of."""
 GPU_IDLE_EXCLUDED = "gpu_idle_excluded (ns)"
 """A scope's own value: of its entries' wall time, the time the GPU ran nothing while the host
 was in Proton's own work (start, activate, flushes) or in a launch call that held the host
-STEP_SLOW_LAUNCH or more (a kernel's first launch: CUDA loading it, or CUPTI setting it up under
-the profiler); left out of GPU_IDLE, so GPU_IDLE + GPU_IDLE_EXCLUDED + busy = SCOPE_WALL."""
+STEP_SLOW_LAUNCH or more (a slow launch call: a kernel's first load, or CUPTI's work inside the
+launch under the profiler); left out of GPU_IDLE, so GPU_IDLE + GPU_IDLE_EXCLUDED + busy = SCOPE_WALL."""
 
 # -- a step's GPU time by what the GPU did (own values of a step's node) -------------------------
 # A step is an entry of a scope opened on the main thread with no main-thread scope open around
@@ -129,8 +129,9 @@ STEP_PARTS = (STEP_COMPUTE, STEP_COMM, STEP_COPY, STEP_IDLE_HOST, STEP_IDLE_SYNC
 """The parts of STEP_WALL, in the order they are shown."""
 STEP_METRICS = (STEP_WALL, STEP_COUNT, *STEP_PARTS)
 STEP_SLOW_LAUNCH = 200_000
-"""ns: a launch call that held its thread this long is a slow one (a first launch); a launch
-takes a few microseconds otherwise."""
+"""ns: a launch call that held its thread this long is a slow one (a kernel's first load, or
+CUPTI's work inside it: a DDP rank's held 1.2 ms a step under Proton, none under
+torch.profiler); a launch takes a few microseconds otherwise."""
 COMM_KERNEL = re.compile(r"^(?:_Z\d+)?(?:nccl|rccl)", re.IGNORECASE)
 """Communication kernels: NCCL's (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...), by
 their name as CUPTI gives it (mangled C++: _Z39ncclDevKernel_AllReduce_...)."""

@@ -1073,7 +1073,7 @@ static proton_log wait_events;
 static int64_t wait_events_dropped; /* events not kept: the log full, or no memory */
 #define ASYNC_WAIT_NS 20000 /* an asynchronous copy that held its thread this long waited */
 /* A launch call that held its thread this long (format.STEP_SLOW_LAUNCH: a kernel's first
-   launch, CUDA loading it or CUPTI setting it up) is kept as a wait event with this path, so
+   load, or CUPTI's work inside the launch) is kept as a wait event with this path, so
    that GPU idle time during it is not called the job's (runtime/idle.py). */
 #define SLOW_LAUNCH_NS 200000
 #define SLOW_LAUNCH_PATH (-7)

@@ -7,7 +7,7 @@ each buffer's kernels and copies in through `add`, classed as compute kernels, N
 copies and sets): the union of their intervals, so with several streams a stretch two kernels
 share counts once. The host's side comes in through `host`: stretches in which the main thread
 was in Proton's own work (OWN: start, activate, flushes), in which a launch call held a thread
-STEP_SLOW_LAUNCH or more (LAUNCH: a kernel's first launch), or in which the main thread was
+STEP_SLOW_LAUNCH or more (LAUNCH: a slow launch call), or in which the main thread was
 blocked in a synchronizing call (SYNC).
 
 Two figures come out (format.py defines the names):
