@@ -68,6 +68,7 @@ from ..format import (BLOCK_THREADS, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOC
 from .derive import (COMM_KERNEL, DECLARED, NO_TENSOR_WORK, Counters, KernelRoof, kernel_counters,
                      kernel_mask, kernel_roofs, unmeasured, unmeasured_text)
 from .errors import ViewerError
+from .graph import ancestors
 from .names import readable
 from .occupancy import occupancy
 from .reader import Profile, subtree_sums
@@ -351,11 +352,7 @@ def _memory(g: Group, total: float) -> Group:
 
 def _inside(node, nodes: set) -> bool:
     """Whether an ancestor of `node` is one of `nodes`."""
-    while node.parents:
-        node = node.parents[0]
-        if node in nodes:
-            return True
-    return False
+    return any(up in nodes for up in ancestors(node))
 
 
 class _Context:

@@ -9,6 +9,8 @@ len) give what they gave before.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pandas as pd
 from hatchet import GraphFrame
 from hatchet.frame import Frame
@@ -151,6 +153,18 @@ def from_tree(root: dict) -> GraphFrame:
 
 _OWN_COLUMNS = ("node", "name")
 """The table's columns of each frame's node and name, besides its metrics."""
+
+
+def ancestors(node: Node) -> Iterator[Node]:
+    """Each frame above `node`, nearest first (a tree's: each frame's first parent)."""
+    while node.parents:
+        node = node.parents[0]
+        yield node
+
+
+def under(node: Node, above: Node) -> bool:
+    """Whether `above` is a frame above `node`."""
+    return any(up is above for up in ancestors(node))
 
 
 def numbered(graph: Graph) -> Graph:

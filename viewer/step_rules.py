@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .graph import under
 from ..format import (BYTES, COPY_FRAME, COUNT, CPU_TIME, GPU_IDLE, MEM_COUNT, MEM_DEVICE,
                       MEM_JUDGED, MEM_KEPT, MEM_KEPT_COUNT, MEM_LIVE, MEM_PEAK, PAGEABLE,
                       SCOPE_WALL, STEP_IDLE_HOST, STEP_IDLE_LAUNCH, STEP_IDLE_PROFILER,
@@ -177,15 +178,6 @@ def _left_out(parts: dict) -> str:
     return f" (not counted: {' and '.join(said)})" if said else ""
 
 
-def _under(node, above) -> bool:
-    """Whether `above` is an ancestor of `node`."""
-    while node.parents:
-        node = node.parents[0]
-        if node is above:
-            return True
-    return False
-
-
 def _most_idle(df, step) -> str:
     """The scope under `step` with the most of the job's GPU idle time (its host interval's),
     in words."""
@@ -193,7 +185,7 @@ def _most_idle(df, step) -> str:
         return ""
     best, most = None, 0.0
     for node in df.index:
-        if node is step or not _under(node, step):
+        if node is step or not under(node, step):
             continue
         try:
             v = float(df.at[node, GPU_IDLE])

@@ -54,6 +54,7 @@ import pandas as pd
 from ..format import COUNT, CPU_COUNT, CPU_TIME, GPU_IDLE, SCOPE_WALL, TIME
 from ..rank_merge import MAX, MAX_RANK, MIN, MIN_RANK, N, SUM
 from .derive import COMM_KERNEL, kernel_mask
+from .graph import ancestors, under as is_under
 from .ranks import Merged
 
 IMBALANCE = 1.2
@@ -389,7 +390,7 @@ def _pick(excess: dict[int, float], view: _View, step: int) -> int:
     best = max(inside, key=inside.__getitem__)
     while True:
         deeper = [r for r in inside if inside[r] >= NESTED * inside[best]
-                  and _under(view.index[r], view.index[best])]
+                  and is_under(view.index[r], view.index[best])]
         if not deeper:
             return best
         best = max(deeper, key=inside.__getitem__)
@@ -412,7 +413,7 @@ class _Times:
         row = {node: i for i, node in enumerate(index)}
         under = np.zeros_like(gpu)  # each frame's non-communication kernel time below it
         for i in np.flatnonzero(is_kernel & ~comm):
-            for up in _ancestors(index[i]):
+            for up in ancestors(index[i]):
                 under[row[up]] += gpu[i]
         scopes = ~is_kernel & ~timed & (under > 0).any(axis=1)
         rows_k, rows_c, rows_s = (np.flatnonzero(m) for m in (is_kernel, timed, scopes))
@@ -516,10 +517,6 @@ def _frames_from_stats(merged: Merged, job_ns: float,
     return found
 
 
-def _under(node, ancestor) -> bool:
-    return any(up is ancestor for up in _ancestors(node))
-
-
 def _deepest(found: list[Straggler]) -> list[Straggler]:
     """Leave out a frame whose excess a frame under it (same time, same worst rank) holds
     NESTED or more of; then a frame under a frame left in, with the same worst rank and no
@@ -528,17 +525,10 @@ def _deepest(found: list[Straggler]) -> list[Straggler]:
         return t is not s and (s.slow[0] in t.slow or t.slow[0] in s.slow)
 
     keep = [s for s in found if not any(
-        same(t, s) and t.what == s.what and _under(t.node, s.node)
+        same(t, s) and t.what == s.what and is_under(t.node, s.node)
         and t.cost_ns >= NESTED * s.cost_ns for t in found)]
     return [s for s in keep if not any(
-        same(t, s) and _under(s.node, t.node) and s.ratio <= t.ratio * PART for t in keep)]
-
-
-def _ancestors(node):
-    up = node
-    while up.parents:
-        up = up.parents[0]
-        yield up
+        same(t, s) and is_under(s.node, t.node) and s.ratio <= t.ratio * PART for t in keep)]
 
 
 def ranks_text(slow: list[int], of: int) -> str:
