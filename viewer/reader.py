@@ -364,9 +364,12 @@ def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None
     order = list(gf.graph.traverse(order="post"))
     df = gf.dataframe
     names = [f"{metric} (inc)" for metric in metrics] if names is None else names
-    for metric, name in zip(metrics, names):
-        own = pd.to_numeric(df[metric], errors="coerce").to_dict()
-        df[name] = pd.Series(subtree_sums(order, own))
+    columns = {name: pd.Series(subtree_sums(order, pd.to_numeric(df[metric], errors="coerce")
+                                            .to_dict()))
+               for metric, name in zip(metrics, names)}
+    if columns:  # one concat, not a column insert per metric (pandas warns past ~100 inserts)
+        added = pd.DataFrame(columns).reindex(df.index)
+        gf.dataframe = pd.concat([df.drop(columns=[n for n in names if n in df]), added], axis=1)
     return names
 
 
