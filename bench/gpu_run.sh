@@ -4,6 +4,8 @@
 # Env: PYTEST_ARGS, PYTEST_K (a -k expression, spaces allowed), BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
 # SKIP_FIXTURES=1, SKIP_BENCH=1, PEER=1 (Triton's own Proton tests against Triton's and ours: carry
 # .peer, a copy of ../shared/peer-tests/triton-proton; PEER_MODULES, PEER_TIMEOUT, PEER_ARGS),
+# PEER39=1 (Triton 3.9's suite the same way: carry .peer with ../shared/peer-tests/triton-proton-3.9
+# in it and .whl with the pack t39_pack.py makes in .whl/t39; PEER39_MODULES, PEER39_DEADLINE),
 # TUTORIALS=1 (Triton's tutorials under both, their trees compared: carry .peer), BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with Python's pipeline and the C helper's:
@@ -62,6 +64,25 @@ if [ -n "${PEER:-}" ]; then
   cp /tmp/peer/results_gpu/compare.txt "$OUT/peer_compare.txt" 2>/dev/null
   (cd /tmp/peer/results_gpu && tar czf "$OUT/peer_logs.tgz" *.txt)
   python3 bench/peer_table.py /tmp/peer/results_gpu/compare.txt | tee "$OUT/peer_table.txt"
+fi
+if [ -n "${PEER39:-}" ]; then
+  # Triton 3.9's own Proton tests (issue 58), the same way, under triton 3.9.0 rebuilt from the
+  # pack in .whl/t39 (../shared/peer-tests/triton-proton-3.9/t39_pack.py) and the machine's
+  # 3.6.0; the suite is a copy of ../shared/peer-tests/triton-proton-3.9 in .peer/
+  suite39=${PEER39_SUITE:-$PWD/.peer/triton-proton-3.9}
+  if PYTHONPATH= python3 "$suite39/t39_unpack.py" .whl/t39 /tmp/t39site > /tmp/t39env.sh 2> "$OUT/t39_unpack.log"; then
+    . /tmp/t39env.sh
+    PEER_WORK=/tmp/peer39 VENV=$(python3 -c 'import sys; print(sys.prefix)') PROJECT=$PWD TRITON_SITE=/tmp/t39site \
+      IMPLS="triton project" TIMEOUT=${PEER_TIMEOUT:-400} DEADLINE=${PEER39_DEADLINE:-0} \
+      MODULES=${PEER39_MODULES:-"test_api test_profile test_cmd test_instrumentation test_viewer test_lib test_override"} \
+      bash "$suite39/run_gpu.sh" ${PEER_ARGS:-} > "$OUT/peer39.log" 2>&1
+    cp /tmp/peer39/results_gpu/compare.txt "$OUT/peer39_compare.txt" 2>/dev/null
+    (cd /tmp/peer39/results_gpu && tar czf "$OUT/peer39_logs.tgz" *.txt)
+    python3 bench/peer_table.py /tmp/peer39/results_gpu/compare.txt bench/peer_differences_39.txt \
+      | tee "$OUT/peer39_table.txt"
+  else
+    echo "triton 3.9.0 could not be rebuilt from .whl/t39: see t39_unpack.log" | tee "$OUT/peer39_table.txt"
+  fi
 fi
 if [ -n "${TUTORIALS:-}" ]; then  # Triton's tutorials under Triton's and ours (carry .peer)
   bash bench/peer_tutorials.sh "${PEER_SUITE:-$PWD/.peer/triton-proton}" 2>&1 | tee "$OUT/tutorials.txt"
