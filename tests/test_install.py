@@ -203,7 +203,7 @@ def test_proton_viewer_diagnose_gives_its_findings(installed, tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("1. scope launch_bound: 69.383 ms of wall time, 2.258 ms of "
                                   "GPU time (10%)")
-    assert "\n2. ieee_dot: 8.219 ms, 37% of GPU time" in run.stdout
+    assert "\n2. ieee_dot: 8.219 ms of GPU time (37%)" in run.stdout
     assert "[stalled line] line 65 of diagnose_workload.py" in run.stdout
 
 

@@ -9,6 +9,7 @@ import re
 import reprlib
 import stat
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -364,12 +365,13 @@ def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None
     order = list(gf.graph.traverse(order="post"))
     df = gf.dataframe
     names = [f"{metric} (inc)" for metric in metrics] if names is None else names
-    columns = {name: pd.Series(subtree_sums(order, pd.to_numeric(df[metric], errors="coerce")
-                                            .to_dict()))
-               for metric, name in zip(metrics, names)}
-    if columns:  # one concat, not a column insert per metric (pandas warns past ~100 inserts)
-        added = pd.DataFrame(columns).reindex(df.index)
-        gf.dataframe = pd.concat([df.drop(columns=[n for n in names if n in df]), added], axis=1)
+    with warnings.catch_warnings():
+        # a column insert per metric: pandas warns the frame is fragmented past ~100 inserts,
+        # but one concat would copy the whole frame (twice the peak memory on a large profile)
+        warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
+        for metric, name in zip(metrics, names):
+            own = pd.to_numeric(df[metric], errors="coerce").to_dict()
+            df[name] = pd.Series(subtree_sums(order, own))
     return names
 
 
