@@ -176,7 +176,7 @@ class GraphMetrics:
 
             from . import metric_kernel
         except Exception as exc:  # no Triton: metric kernels are Triton's
-            self._say_unavailable(f"{type(exc).__name__}: {exc}")
+            self._say_unavailable(f"{type(exc).__name__}: {exc}; pip install triton")
             return False
         numbers = {k: v for k, v in values.items() if not isinstance(v, DeviceTensor)}
         tensors: list[tuple[str | None, DeviceTensor | None]] = [
@@ -209,8 +209,7 @@ class GraphMetrics:
         if self._unavailable is None:
             self._unavailable = why
             warn(f"metrics given inside a CUDA graph capture are counted once, at the "
-                 f"capture, not at each replay: the metric kernel could not run ({why}); "
-                 "install Triton to count them per replay")
+                 f"capture, not at each replay: the metric kernel could not run ({why})")
 
     def _ring(self, device: int, torch) -> Ring:
         """The device's ring, made at first use. Inside a capture it is made on a stream of
