@@ -14,7 +14,7 @@ from proton.data.metrics import DeviceTensor, transform_tensor_metrics
 from proton.data.paths import OP, ROOT, paths
 from proton.format import CAPTURED_AT, LAUNCH_METADATA, METRIC_FRAME
 from proton.runtime import graph_metrics
-from proton.runtime.graph_metrics import GraphMetrics, Ring, Spec
+from proton.runtime.graph_metrics import GraphMetrics, Ring, Spec, metric_frame
 from proton.runtime.profiler import profiler
 from proton.runtime.router import KernelRouter
 from proton.runtime.session import Session
@@ -49,14 +49,15 @@ def test_kernels_captured_while_no_session_recorded_belong_to_no_session(capsys)
     att = Attributor(each(lambda path, rec, ts: got.append((paths.names(path), rec.name))),
                      graft=KernelRouter({}).graft)
     iteration = paths.intern(ROOT, "iter_0")
-    att.captured.update({1: paths.intern(iteration, "scope_a"), 2: UNRECORDED,
-                         3: paths.intern(iteration, "scope_c")})
-    att.metric_nodes[3] = 42
+    scope_c = paths.intern(iteration, "scope_c")
+    att.captured.update({1: paths.intern(iteration, "scope_a"), 2: UNRECORDED, 3: scope_c,
+                         4: metric_frame(scope_c)})
+    att.metric_nodes[4] = 42
     att.on_metric = lambda tag, launch, start: told.append((tag, paths.names(launch), start))
-    _replay_records(att, 5, paths.intern(ROOT, "test0"), [1, 2, 3])
+    _replay_records(att, 5, paths.intern(ROOT, "test0"), [1, 2, 3, 4])
     assert got == [(["test0", CAPTURED_AT, "iter_0", "scope_a"], "k1"),
                    (["test0", CAPTURED_AT, "iter_0", "scope_c"], "k3")]
-    assert told == [(42, ["test0"], 1)]  # a metric kernel's run names its replay
+    assert told == [(42, ["test0"], 1)]  # a metric kernel names its replay (launched at 1)
     assert capsys.readouterr().err == ""  # every node was seen: nothing to say
 
 
@@ -83,6 +84,10 @@ def test_graph_captures_note_inactive_nodes_and_metric_kernels_and_their_clones(
     assert captures.metric_nodes == {102: 7, 202: 7}
 
 
+def _spec(target: int, numbers: dict, name: str | None = None, count: int = 0) -> Spec:
+    return Spec(target, metric_frame(target), numbers, name, count)
+
+
 def _session(sid: int = 0) -> Session:
     s = Session(sid, "s", "/dev/null", "shadow", "tree", None)
     s.resume(0)
@@ -102,8 +107,8 @@ def test_each_replay_adds_its_own_values_in_the_phase_it_was_launched_in():
     router = KernelRouter({0: s})
     metrics = GraphMetrics({0: s}, router.graft)
     scope = paths.intern(ROOT, "scope_b")
-    metrics.specs.update({1: Spec(scope, {"bytes": 16}), 2: Spec(scope, {}, "sum", 1),
-                          3: Spec(scope, {}, "vec", 3)})
+    metrics.specs.update({1: _spec(scope, {"bytes": 16}), 2: _spec(scope, {}, "sum", 1),
+                          3: _spec(scope, {}, "vec", 3)})
     metrics._live.update({1, 2, 3})
     replay = paths.intern(ROOT, "test0")
     for start in (10, 20):
@@ -120,6 +125,7 @@ def test_each_replay_adds_its_own_values_in_the_phase_it_was_launched_in():
     earlier = s.earlier[0].nodes[router.graft(replay, scope)]
     assert earlier == {"bytes": 32, "sum": 9.0}
     assert s.nodes[router.graft(replay, scope)] == {"sum": 6.0, "vec": [0.0, 1.0, 2.0]}
+    assert s.nodes[router.graft(replay, metric_frame(scope))] == {}  # Triton's frame, empty
 
 
 def test_a_replay_while_the_session_was_inactive_uses_up_its_values_but_adds_none():
@@ -127,7 +133,7 @@ def test_a_replay_while_the_session_was_inactive_uses_up_its_values_but_adds_non
     router = KernelRouter({0: s})
     metrics = GraphMetrics({0: s}, router.graft)
     owner = paths.intern(ROOT, "metric_owner", OP)
-    metrics.specs[1] = Spec(owner, {}, "sum_metric", 1)
+    metrics.specs[1] = _spec(owner, {}, "sum_metric", 1)
     metrics._live.add(1)
     s.pause(5)
     metrics.executed(1, ROOT, 6)  # the inactive replay: its kernel still wrote a record
@@ -135,7 +141,8 @@ def test_a_replay_while_the_session_was_inactive_uses_up_its_values_but_adds_non
     replay = paths.intern(ROOT, "profiled_replay")
     metrics.executed(1, replay, 8)
     metrics._add_all(metrics.take_words(_words((1, [100.0]), (1, [4.0]))))
-    assert s.nodes == {router.graft(replay, owner): {"sum_metric": 4.0}}
+    assert s.nodes[router.graft(replay, owner)] == {"sum_metric": 4.0}
+    assert router.graft(ROOT, owner) not in s.nodes
 
 
 def test_records_of_graphs_an_earlier_collector_knew_are_dropped_and_values_wait_for_replays():
@@ -143,7 +150,7 @@ def test_records_of_graphs_an_earlier_collector_knew_are_dropped_and_values_wait
     router = KernelRouter({0: s})
     metrics = GraphMetrics({0: s}, router.graft)
     node = paths.intern(ROOT, "n")
-    metrics.specs.update({1: Spec(node, {}, "old", 1), 2: Spec(node, {}, "new", 1)})
+    metrics.specs.update({1: _spec(node, {}, "old", 1), 2: _spec(node, {}, "new", 1)})
     metrics._live.add(1)
     metrics.reset()  # the collector stopped: tag 1's graph is no longer known
     metrics._live.add(2)
@@ -151,7 +158,7 @@ def test_records_of_graphs_an_earlier_collector_knew_are_dropped_and_values_wait
     assert ready == []  # tag 2's value waits for its replay's kernel record
     metrics.executed(1, ROOT, 3)
     metrics.executed(2, ROOT, 3)
-    assert s.nodes == {router.graft(ROOT, node): {"new": 2.0}}
+    assert s.nodes[router.graft(ROOT, node)] == {"new": 2.0}
 
 
 def test_metrics_given_inside_a_capture_go_into_the_graph_under_their_metric_frame(

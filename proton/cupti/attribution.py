@@ -10,7 +10,8 @@ Each launch yields up to three records that share a CUPTI correlation id:
     node: a node whose capture was seen goes under the launch's path, then CAPTURED_AT, then
     the path it was captured at, through `graft`; one captured while no session recorded is
     no session's; one never seen (the graph was made before the collector started) goes under
-    the launch, said once per graph; a metric kernel's run is told to `on_metric`).
+    the launch, said once per graph; a metric kernel's run is told to `on_metric`, and not
+    counted, as Triton's Proton leaves its metric kernels out).
 Records arrive in buffers in no fixed order across buffers, so each side waits for the other;
 matched entries are dropped at once and memory stays flat however long the run.
 """
@@ -138,7 +139,8 @@ class Attributor:
         self.captured_launches = 0
         """Launch calls made inside a stream capture (not waited for)."""
         self.metric_nodes: dict[int, int] = {}
-        """Graph node id -> the tag of the metric kernel it runs (graphs.GraphCaptures)."""
+        """Graph node id -> the tag of the metric kernel it runs (graphs.GraphCaptures): its
+        kernels are told to on_metric, not counted."""
         self.on_metric: Callable[[int, int, int], None] | None = None
         """on_metric(tag, graph launch's path, its start): a metric kernel ran at a replay
         (runtime/graph_metrics.GraphMetrics.executed)."""
@@ -298,8 +300,10 @@ class Attributor:
                     return None
                 else:
                     tag = self.metric_nodes.get(node)
-                    if tag is not None and self.on_metric is not None:
-                        self.on_metric(tag, launch[0], launch[1])
+                    if tag is not None:  # the profiler's own kernel: told, never counted
+                        if self.on_metric is not None:
+                            self.on_metric(tag, launch[0], launch[1])
+                        return None
                     if self._graft is not None:
                         return (self._graft(launch[0], captured), launch[1]) + kernel
         return launch + kernel

@@ -2,14 +2,16 @@
 recorded into the graph so that each replay counts them, as Triton 3.9's Proton does.
 
 Where metrics are added to a node (a scope's, or a launch's op), `place` does the GPU work they
-need under that node's METRIC_FRAME (`<node>/__proton_launch_metadata/<metric>` for a scope,
-`<parent>/__proton_launch_metadata/<kernel>/<metric>` for a launch), so that work never lands
-where the user's kernels are counted:
+need, never counted among the user's kernels:
   * eagerly, a GPU tensor is copied on the GPU (data/metrics.DeviceValue, read when the profile
-    is written): no sync;
+    is written): no sync; the copy is counted nowhere (paths.OWN), as Triton's copy to the host
+    is not;
   * while the current stream is captured into a CUDA graph, nothing is added then: one metric
     kernel per GPU tensor (runtime/metric_kernel.py; one alone for plain numbers) goes into the
-    graph, its graph node noted with a tag (cupti/graphs.GraphCaptures). At each replay the
+    graph under the node's METRIC_FRAME (`<node>/__proton_launch_metadata/<metric>` for a
+    scope, `<parent>/__proton_launch_metadata/<kernel>/<metric>` for a launch, Triton's
+    frames), its graph node noted with a tag (cupti/graphs.GraphCaptures). Its runs are not
+    counted (as in Triton's Proton); each replay shows the frame, empty. At each replay the
     kernel appends `[tag, values]` to its device's ring, and its kernel record names the replay
     (the graph launch's path and time, attribution.Attributor.on_metric). The numbers are added
     then, under launch / <captured_at> / the node's captured path, to each session active at
@@ -42,7 +44,7 @@ RING_WORDS = int(os.environ.get("PROTON_GRAPH_METRIC_WORDS", 1 << 21))
 """64-bit words of each device's ring (16 MiB): the tensor values of the replays between two
 reads. Kept for the process once made: captured graphs write into it at every replay."""
 OWN_WORK = paths.intern(ROOT, "<proton>", OWN)
-"""Where the ring's reads go: counted on no node."""
+"""Where the profiler's own GPU work goes (eager copies, the ring's reads): counted nowhere."""
 
 
 @dataclass(slots=True)
@@ -51,6 +53,8 @@ class Spec:
 
     target: int
     """The node the metrics were given to, as captured (each replay: under its CAPTURED_AT)."""
+    frame: int
+    """Its metric frame, as captured."""
     numbers: dict[str, Any]
     """Plain values, added at each replay."""
     name: str | None = None
@@ -148,13 +152,13 @@ class GraphMetrics:
         return getattr(self._local, "tag", None)
 
     def place(self, node: int, values: dict, where: int, collector) -> dict | None:
-        """`values` for `node` as sessions take them now, their GPU work done under `where`
-        (metric_frame): GPU tensors copied; None when they went into the CUDA graph being
-        captured (each replay adds them)."""
+        """`values` for `node` as sessions take them now, GPU tensors copied (counted
+        nowhere); None when they went into the CUDA graph being captured, under `where`
+        (metric_frame), and each replay adds them."""
         captured = capturing()
         if captured and self._record(node, values, where, collector):
             return None
-        with launching(where, collector):
+        with launching(OWN_WORK, collector):
             out = {}
             for k, v in values.items():
                 if isinstance(v, DeviceTensor):
@@ -190,7 +194,7 @@ class GraphMetrics:
                         device, src = given.tensor.device.index, given.tensor.contiguous()
                     ring = self._ring(device, torch)
                     tag = next(self._tags)
-                    self.specs[tag] = Spec(node, numbers if i == 0 else {}, name,
+                    self.specs[tag] = Spec(node, where, numbers if i == 0 else {}, name,
                                            0 if src is None else src.numel(),
                                            True if given is None else given.floats)
                     self._live.add(tag)
@@ -232,6 +236,7 @@ class GraphMetrics:
         if spec is None or tag not in self._live:
             return
         node = self._graft(launch, spec.target)
+        self._add(self._graft(launch, spec.frame), {}, start)  # Triton's frame, shown empty
         if spec.numbers:
             self._add(node, spec.numbers, start)
         if spec.count:
