@@ -164,7 +164,7 @@ class GraphMetrics:
                 if isinstance(v, DeviceTensor):
                     device = v.tensor.device.index
                     if not captured and collector is not None and device not in self.rings:
-                        self._ring(device, sys.modules["torch"])  # ready for a later capture
+                        self._ready(device)
                     v = v.copy()
                 out[k] = v
             return out
@@ -191,7 +191,10 @@ class GraphMetrics:
                     if given is None:
                         device, src = torch.cuda.current_device(), None
                     else:
-                        device, src = given.tensor.device.index, given.tensor.contiguous()
+                        device = given.tensor.device.index
+                        with launching(OWN_WORK, collector):  # its cast: counted nowhere
+                            src = given.tensor.to(torch.float64 if given.floats
+                                                  else torch.int64).contiguous().reshape(-1)
                     ring = self._ring(device, torch)
                     tag = next(self._tags)
                     self.specs[tag] = Spec(node, where, numbers if i == 0 else {}, name,
@@ -209,6 +212,14 @@ class GraphMetrics:
             return False
         return True
 
+    def _ready(self, device: int) -> None:
+        """Make the device's ring and kernels now, outside any capture, for a later one (a
+        failure is said when a capture needs them)."""
+        try:
+            self._ring(device, sys.modules["torch"])
+        except Exception:
+            self.rings.pop(device, None)
+
     def _say_unavailable(self, why: str) -> None:
         if self._unavailable is None:
             self._unavailable = why
@@ -216,15 +227,21 @@ class GraphMetrics:
                  f"capture, not at each replay: the metric kernel could not run ({why})")
 
     def _ring(self, device: int, torch) -> Ring:
-        """The device's ring, made at first use. Inside a capture it is made on a stream of
-        its own, so it comes from the caching allocator's pool, not the graph's."""
+        """The device's ring and its loaded kernels, made at first use (eagerly, where a GPU
+        tensor metric is first given). Inside a capture: on a stream of its own, so it comes
+        from the caching allocator's pool, not the graph's, with the thread's capture mode
+        relaxed for that once."""
         ring = self.rings.get(device)
         if ring is None:
+            from ..cupti.gpu import relaxed_capture
+            from . import metric_kernel
+
             side = torch.cuda.Stream(device)
-            with torch.cuda.device(device), torch.cuda.stream(side):
+            with relaxed_capture(), torch.cuda.device(device), torch.cuda.stream(side):
                 words = torch.empty(RING_WORDS, dtype=torch.int64, device=device)
                 counter = torch.zeros(1, dtype=torch.int64, device=device)
-            side.synchronize()  # zeroed before any replay can add to it
+                side.synchronize()  # zeroed before any replay can add to it
+                metric_kernel.prepare(words, counter)
             ring = self.rings[device] = Ring(words, counter)
         return ring
 
