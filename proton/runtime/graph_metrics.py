@@ -236,12 +236,13 @@ class GraphMetrics:
             from ..cupti.gpu import relaxed_capture
             from . import metric_kernel
 
-            side = torch.cuda.Stream(device)
-            with relaxed_capture(), torch.cuda.device(device), torch.cuda.stream(side):
-                words = torch.empty(RING_WORDS, dtype=torch.int64, device=device)
-                counter = torch.zeros(1, dtype=torch.int64, device=device)
-                side.synchronize()  # zeroed before any replay can add to it
-                metric_kernel.prepare(words, counter)
+            with relaxed_capture(), torch.cuda.device(device):
+                side = torch.cuda.Stream(device)
+                with torch.cuda.stream(side):
+                    words = torch.empty(RING_WORDS, dtype=torch.int64, device=device)
+                    counter = torch.zeros(1, dtype=torch.int64, device=device)
+                    side.synchronize()  # zeroed before any replay can add to it
+                    metric_kernel.prepare(words, counter)
             ring = self.rings[device] = Ring(words, counter)
         return ring
 
