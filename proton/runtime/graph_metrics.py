@@ -195,7 +195,8 @@ class GraphMetrics:
                         with launching(OWN_WORK, collector):  # its cast: counted nowhere
                             src = given.tensor.to(torch.float64 if given.floats
                                                   else torch.int64).contiguous().reshape(-1)
-                    ring = self._ring(device, torch)
+                    with launching(OWN_WORK, collector):  # made at first use: not the user's
+                        ring = self._ring(device, torch)
                     tag = next(self._tags)
                     self.specs[tag] = Spec(node, where, numbers if i == 0 else {}, name,
                                            0 if src is None else src.numel(),
