@@ -21,7 +21,7 @@ import threading
 from contextvars import ContextVar
 from types import FrameType
 
-from ..data.metrics import RESERVED, DeviceValue, metric_value
+from ..data.metrics import RESERVED, DeviceTensor, metric_value
 from ..errors import ScopeError, SessionError
 from ..format import LAUNCH_METADATA
 from ..options import HookOptions
@@ -45,12 +45,12 @@ _configured = False
 _options = HookOptions()
 
 
-def _metrics(md: dict) -> dict[str, float | list | DeviceValue]:
+def _metrics(md: dict) -> dict[str, float | list | DeviceTensor]:
     out = {}
     for key, value in md.items():
         if key in _NOT_METRICS or key in RESERVED:
             continue  # a "count" or "time (ns)" of the user's would clash with the kernel's
-        try:  # a GPU tensor is copied, not read: a launch inside a graph capture stays legal
+        try:  # a GPU tensor is kept, never read: a launch inside a graph capture stays legal
             out[key] = metric_value(key, value)
         except ScopeError:
             continue  # launch_metadata may return names, shapes and other non-metrics
@@ -90,7 +90,7 @@ def _enter(metadata) -> None:
         name = _config_name(name, data.get("function"), opts.constexprs)
     # the runtime annotates metric maps as float, yet they carry lists and DeviceValues too
     # (session.add folds them); no cast: this runs at every launch
-    if ops.enter_op(name, values) is not None:  # type: ignore[arg-type]
+    if ops.enter_op(name, values, data.get("name")) is not None:  # type: ignore[arg-type]
         _set_id(_next_id())
 
 

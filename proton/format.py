@@ -149,6 +149,10 @@ FLOPS = re.compile(r"flops(8|16|32|64)?")
 CAPTURED_AT = "<captured_at>"
 """Under a CUDA graph's launch: the call path where each of its kernels was captured (Triton's
 Proton's frame name)."""
+METRIC_FRAME = "<metric>"
+"""Under a scope's or a launch's LAUNCH_METADATA state: the profiler's copies of the metrics
+given there (a GPU tensor's copy; inside a CUDA graph capture, the metric kernel each replay
+runs), with their time and count (Triton's Proton's frame name)."""
 # -- copies and sets (CUPTI's MEMCPY, MEMCPY2 and MEMSET records) --------------------------------
 MEMCPY_HTOD_PAGEABLE = "memcpy HtoD (pageable)"
 MEMCPY_HTOD_PINNED = "memcpy HtoD (pinned)"

@@ -262,7 +262,8 @@ def test_gpu_tensor_metrics_need_no_sync_even_inside_a_graph_capture(profile_pat
     root, _ = read()
     eager = find(root, "eager")["metrics"]
     assert eager["v"] == [4.0] * 4 and eager["s"] == 8.0 and eager["tile"] == 7.0
-    assert find(root, "captured")["metrics"]["s"] == 12.0  # the value its replay wrote
+    # counted at the replay (launched outside any scope), as Triton 3.9 counts it
+    assert find(root, "<captured_at>", "captured")["metrics"]["s"] == 12.0
     assert y.sum().item() == 12.0
 
 

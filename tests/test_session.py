@@ -438,26 +438,6 @@ def test_op_node_with_launch_metadata_takes_its_kernels_metrics(profile_path):
     assert node["children"] == []
 
 
-def test_each_graph_replay_of_a_captured_op_counts_its_launch_metadata_again(profile_path):
-    from proton.data.paths import OP
-
-    name, read = profile_path
-    proton.start(name)
-    capture = paths.intern(paths.intern(0, "capture"), "matmul_128", OP)
-    profiler.add_metrics(capture, {"flops16": 10})  # the hook, as the launch was captured
-    profiler.router.op_values[capture] = {"flops16": 10}
-    replay = paths.intern(0, "replay")
-    grafted = profiler.router.graft(replay, capture)
-    now = profiler.now()
-    profiler.router.on_kernels([(grafted, now, i, "matmul_kernel", 0, 0, 40, 0, 0)
-                                for i in range(3)])  # three replays
-    proton.finalize()
-    root, _ = read()
-    node = find(root, "replay", "<captured_at>", "capture", "matmul_128")
-    assert node["metrics"]["flops16"] == 30 and node["metrics"]["count"] == 3
-    assert find(root, "capture", "matmul_128")["metrics"] == {"flops16": 10}
-
-
 def test_a_launch_that_raised_never_leaves_its_op_id_under_a_closed_scope(profile_path):
     """CUPTI's external-id stack, as a scope and a Triton launch that raised (its exit hook
     never ran) leave it: the op's id goes before the scope's, so the stack ends empty. The

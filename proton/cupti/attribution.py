@@ -8,7 +8,10 @@ Each launch yields up to three records that share a CUPTI correlation id:
     were active),
   * one KERNEL record per kernel it ran (several for a graph launch, each naming its graph
     node: a node whose capture was seen goes under the launch's path, then CAPTURED_AT, then
-    the path it was captured at, through `graft`).
+    the path it was captured at, through `graft`; one captured while no session recorded is
+    no session's; one never seen (the graph was made before the collector started) goes under
+    the launch, said once per graph; a metric kernel's run is told to `on_metric`, and not
+    counted, as Triton's Proton leaves its metric kernels out).
 Records arrive in buffers in no fixed order across buffers, so each side waits for the other;
 matched entries are dropped at once and memory stays flat however long the run.
 """
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, cast
 
 from ..data.paths import ROOT
+from ..report import warn
 from .records import External, Launch, Placed, Sunk, unpacks
 
 
@@ -58,6 +62,9 @@ class ExternalRecord:
     external_id: int
 
 
+UNRECORDED = -1
+"""Attributor.captured's path for a graph node created while no session recorded: its
+kernels are dropped, as Triton's Proton leaves out what was captured while inactive."""
 GRAPH_HORIZON_NS = 60_000_000_000
 """A graph launch is forgotten once kernels a minute younger than it have come."""
 
@@ -131,6 +138,16 @@ class Attributor:
         made then runs nothing (a graph replays it later), so no kernel record will come."""
         self.captured_launches = 0
         """Launch calls made inside a stream capture (not waited for)."""
+        self.metric_nodes: dict[int, int] = {}
+        """Graph node id -> the tag of the metric kernel it runs (graphs.GraphCaptures): its
+        kernels are told to on_metric, not counted."""
+        self.on_metric: Callable[[int, int, int], None] | None = None
+        """on_metric(tag, graph launch's path, its start): a metric kernel ran at a replay
+        (runtime/graph_metrics.GraphMetrics.executed)."""
+        self._unknown: set[int] = set()
+        """Graph nodes whose creation was not seen (their graph was said)."""
+        self._said: set[int] = set()
+        """Correlation ids of graph launches said to have unseen nodes."""
         self.external: dict[int, int] = {}
         """Correlation id -> path id: from EXTERNAL_CORRELATION records (shadow context) or
         written by the launch callback (python context) before the launch record comes."""
@@ -245,7 +262,8 @@ class Attributor:
             if early:  # kernels that came before their launch record
                 kernels = early.pop(corr, None)
                 if kernels:
-                    out.extend(self._placed((path, start), k) for k in kernels)
+                    out.extend(p for p in (self._placed((path, start), k) for k in kernels)
+                               if p is not None)
                     if not graph:
                         continue
             if graph:
@@ -264,17 +282,44 @@ class Attributor:
                 if launch is None:
                     early.setdefault(kernel[_CORR], []).append(kernel)
                     continue
-            out.append(launch + kernel if placed is None else placed(launch, kernel))
+            if placed is None:
+                out.append(launch + kernel)
+            elif (got := placed(launch, kernel)) is not None:
+                out.append(got)
 
-    def _placed(self, launch: tuple[int, int], kernel: tuple) -> tuple:
+    def _placed(self, launch: tuple[int, int], kernel: tuple) -> tuple | None:
         """The sink's tuple for `kernel` of `launch`: under where its graph node was captured,
-        when that was seen."""
+        when that was seen; None for a node captured while no session recorded."""
         if len(kernel) > _NODE:
             node, kernel = kernel[_NODE], kernel[:_NODE]
-            captured = self.captured.get(node) if node else None
-            if captured is not None and self._graft is not None:
-                return (self._graft(launch[0], captured), launch[1]) + kernel
+            if node:
+                captured = self.captured.get(node)
+                if captured is None:
+                    self._not_seen(node, kernel[_CORR])
+                elif captured == UNRECORDED:
+                    return None
+                else:
+                    tag = self.metric_nodes.get(node)
+                    if tag is not None:  # the profiler's own kernel: told, never counted
+                        if self.on_metric is not None:
+                            self.on_metric(tag, launch[0], launch[1])
+                        return None
+                    if self._graft is not None:
+                        return (self._graft(launch[0], captured), launch[1]) + kernel
         return launch + kernel
+
+    def _not_seen(self, node: int, corr: int) -> None:
+        """A graph kernel whose node's creation was not seen: said once per graph (its later
+        launches run the same nodes), in Triton's words first."""
+        if node in self._unknown:
+            return
+        self._unknown.add(node)
+        if corr not in self._said:
+            self._said.add(corr)
+            warn(f"Cannot find graph for graphExecId: unknown (its launch has CUPTI "
+                 f"correlation id {corr}): the CUDA graph was created before the profiler "
+                 "started, so its kernels go under its launch, not where they were "
+                 "captured; start profiling before the graph is created")
 
     def finish(self, since: int = 0, until: int | None = None) -> int:
         """Give kernels whose launch record never came to the root; return how many of them

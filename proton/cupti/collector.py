@@ -125,7 +125,9 @@ class CuptiCollector:
                  busy: BusySink | None = None,
                  launched: Callable[[Sequence, Sequence], None] | None = None,
                  buffered: Callable[[], None] | None = None,
-                 copies: bool = True, waits: bool = True) -> None:
+                 copies: bool = True, waits: bool = True,
+                 graph_active: Callable[[], bool] | None = None,
+                 metric_tag: Callable[[], int | None] | None = None) -> None:
         """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
         groups: takes a buffer's kernels summed per path instead, when the C helper joins the
         records (the shadow context; see attribution.GroupSink).
@@ -154,7 +156,9 @@ class CuptiCollector:
         buffered: called after each buffer was read, on CUPTI's thread (the waits and the
         idle time are taken then).
         copies, waits: record copies and sets, time the synchronizing calls (options.PARTS: the
-        user may leave either out)."""
+        user may leave either out).
+        graph_active, metric_tag: graphs.GraphCaptures' (whether a session records; the tag
+        of the metric kernel the calling thread launches)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
@@ -175,9 +179,14 @@ class CuptiCollector:
             from .graphs import GraphCaptures
 
             self._users.append(GraphCaptures(cupti, self.attributor.captured,
-                                             self.attributor.capturing, launch_path))
+                                             self.attributor.capturing, launch_path,
+                                             active=graph_active, metric_tag=metric_tag,
+                                             metric_nodes=self.attributor.metric_nodes))
         self.pc: PCCollector | None = None
         """The PCCollector while instructions are sampled."""
+        self.flushed: Callable[[], None] | None = None
+        """Called at the end of each flush, on the flushing thread (the runtime reads its
+        metric ring then: the GPU is synchronized)."""
         self._names: dict[int, str] = {}
         self._comm: dict[int, bool] = {}
         """Kernel name pointer -> whether it names an NCCL kernel (the busy time's class)."""
@@ -675,6 +684,15 @@ class CuptiCollector:
             if waiting == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
+        if self.flushed is not None:
+            self.own_waits(True)
+            try:
+                self.flushed()
+            except Exception as exc:  # the records flushed are still worth having
+                warn(f"the CUDA graph metric values could not be read: {type(exc).__name__}: "
+                     f"{exc}")
+            finally:
+                self.own_waits(False)
         if debugging():
             debug(f"flush took {time.monotonic() - t0:.3f} s in {rounds} rounds, "
                   f"{waiting} launches still waiting")

@@ -1,6 +1,7 @@
 """What the CUDA driver says about this machine's GPUs (through cuda-bindings, no torch)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -83,6 +84,28 @@ def synchronize() -> None:
     err, ctx = driver.cuCtxGetCurrent()
     if err == driver.CUresult.CUDA_SUCCESS and int(ctx) != 0:
         driver.cuCtxSynchronize()
+
+
+@contextlib.contextmanager
+def relaxed_capture():
+    """The calling thread may make calls that a CUDA graph capture in global mode refuses (an
+    allocation, loading a module, a sync of a stream not being captured) until the block ends:
+    the profiler's own set-up, made once, inside a user's capture."""
+    driver = _driver()
+    old = None
+    if driver is not None:
+        try:
+            err, old = driver.cuThreadExchangeStreamCaptureMode(
+                driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                old = None
+        except Exception:  # a binding without it: the calls are tried as they are
+            old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            driver.cuThreadExchangeStreamCaptureMode(old)
 
 
 def devices_in_use() -> list[int]:

@@ -5,8 +5,11 @@ was capturing (Attributor.capturing: launches then run nothing, so none is waite
 CUPTI calls back on the capturing thread as each node is added to a graph (stream capture or
 the graph API) and again when a node is cloned (cudaGraphClone, and instantiation, whose copies
 the replays' kernel records name); a node created by instantiation takes the path of the node
-it copies, not where instantiate was called. Nodes added while no session collected are not
-known: their kernels go under the launch, as before.
+it copies, not where instantiate was called. A node created while no session recorded (all
+deactivated) is attribution.UNRECORDED: its kernels are no session's, as in Triton's Proton.
+A node made by the runtime's metric kernel (runtime/graph_metrics.py) is noted with its tag in
+`metric_nodes`. Nodes added while no collector ran are not known: their kernels go under the
+launch (attribution says so once per graph).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from typing import Any, Callable
 
 from ..data.paths import ROOT
 from ..report import callback_failed
+from .attribution import UNRECORDED
 from .subscriber import callback_fields, caller, cupti_enum, passes_on
 
 KERNEL_NODE = 0
@@ -33,12 +37,19 @@ END = {"runtime": ("cudaStreamEndCapture_v10000", "cudaStreamEndCapture_ptsz_v10
 
 class GraphCaptures:
     """A taker of CUPTI callbacks (see CuptiCollector's callback_users) that fills `captured`
-    (graph node id -> path id) through `launch_path(frame)`, the context's."""
+    (graph node id -> path id) through `launch_path(frame)`, the context's; `active()` says
+    whether a session records (None: always); `metric_tag()` the tag of the metric kernel the
+    calling thread launches (None: none), noted in `metric_nodes` (graph node id -> tag)."""
 
     def __init__(self, cupti, captured: dict[int, int], capturing: dict[int, list[list[int]]],
-                 launch_path: Callable[[Any], int | None]) -> None:
+                 launch_path: Callable[[Any], int | None], *,
+                 active: Callable[[], bool] | None = None,
+                 metric_tag: Callable[[], int | None] | None = None,
+                 metric_nodes: dict[int, int] | None = None) -> None:
         self.captured, self.capturing = captured, capturing
         self._launch_path = launch_path
+        self._active, self._metric_tag = active, metric_tag
+        self.metric_nodes: dict[int, int] = {} if metric_nodes is None else metric_nodes
         self._now = cupti.get_timestamp
         self._site_at = callback_fields(cupti)[0]
         self._node_id = cupti.get_graph_node_id
@@ -111,14 +122,32 @@ class GraphCaptures:
             if cbid == self.created:
                 if ctypes.c_int32.from_address(descriptor + self._type_at).value != KERNEL_NODE:
                     return
-                path = self._launch_path(frame)
-                # setdefault: instantiation creates and clones each node (in either order);
-                # the clone's source path wins over where instantiate was called
-                self.captured.setdefault(self._node_id(node), ROOT if path is None else path)
+                self.created_node(self._node_id(node), frame)
                 return
             original = ctypes.c_void_p.from_address(descriptor + self._original_at).value
-            source = self.captured.get(self._node_id(original)) if original else None
-            if source is not None:
-                self.captured[self._node_id(node)] = source
+            if original:
+                self.cloned_node(self._node_id(node), self._node_id(original))
         except BaseException as exc:
             callback_failed("while noting where a CUDA graph node was captured", exc)
+
+    def created_node(self, node_id: int, frame) -> None:
+        """A kernel node was created on this thread (`frame`: its Python caller)."""
+        if self._active is not None and not self._active():
+            path: int | None = UNRECORDED
+        else:
+            path = self._launch_path(frame)
+        # setdefault: instantiation creates and clones each node (in either order); the
+        # clone's source path wins over where instantiate was called
+        self.captured.setdefault(node_id, ROOT if path is None else path)
+        tag = self._metric_tag() if self._metric_tag is not None else None
+        if tag is not None:
+            self.metric_nodes[node_id] = tag
+
+    def cloned_node(self, node_id: int, original: int) -> None:
+        """`node_id` copies `original` (a graph cloned or instantiated)."""
+        source = self.captured.get(original)
+        if source is not None:
+            self.captured[node_id] = source
+        tag = self.metric_nodes.get(original)
+        if tag is not None:
+            self.metric_nodes[node_id] = tag

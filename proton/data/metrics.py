@@ -2,10 +2,12 @@
 
 A user metric's value is a real number, a vector (a list of them, written as a JSON array), or a
 tensor. Numbers become plain ints and floats where they are given (numpy scalars, Decimal,
-Fraction; an int beyond 64 bits a float), so whatever the writer gets encodes. A CPU tensor
-becomes a number or a vector at once; a GPU tensor is copied on the GPU (no synchronisation, so
-a scope or launch_metadata inside a CUDA graph capture stays legal) and read when the profile
-is written. Values given again for the same node add up (vectors elementwise),
+Fraction; an int beyond 64 bits a float), so whatever the writer gets encodes; as in Triton 3.9,
+the roofline metrics keep one type whatever they are given as (flops* floats, bytes ints). A CPU
+tensor becomes a number or a vector at once; a GPU tensor is kept as a DeviceTensor, which the
+runtime copies on the GPU where the metric is added (no synchronisation; inside a CUDA graph
+capture a metric kernel records it at each replay, runtime/graph_metrics.py) and reads when the
+profile is written. Values given again for the same node add up (vectors elementwise),
 except a property's (name ending in "(pty)"), where the last one is kept. A property or an
 exclusive metric ("(exc)") may also be text, as in Triton's Proton (the last text is kept).
 As in Triton's, a user metric keeps the type it was first given on a node: a float, an int,
@@ -15,14 +17,15 @@ int64_t).
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from numbers import Integral, Number, Real
 from typing import Any, Mapping
 
 from ..errors import ScopeError
-from ..format import (COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, GPU_IDLE,
-                      GPU_IDLE_EXCLUDED, MEMORY_METRICS, PROPERTY, SCOPE_WALL, STEP_METRICS,
-                      SYNC_COUNT, SYNC_TIME, TABLE_COLUMNS, TIME)
+from ..format import (BYTES, COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
+                      GPU_IDLE, GPU_IDLE_EXCLUDED, MEMORY_METRICS, PROPERTY, SCOPE_WALL,
+                      STEP_METRICS, SYNC_COUNT, SYNC_TIME, TABLE_COLUMNS, TIME)
 
 DEVICE_CUDA = 1
 """DEVICE_TYPE's value in memory for NVIDIA GPUs (written as format.CUDA)."""
@@ -40,6 +43,39 @@ def check_scope_name(name: Any, what: str = "scope name") -> str:
         raise ScopeError(f"{what} {name!r} ({type(name).__name__}) is not accepted; give a "
                          "non-empty string, e.g. proton.scope('forward')")
     return name
+
+
+ROOFLINE_FLOATS = re.compile(r"flops(8|16|32|64)?$")
+"""Roofline metrics Triton 3.9 always holds as floats (metric.py's FLOPS_DTYPES); `bytes`
+(format.BYTES) it holds as an int."""
+
+
+def roofline_floats(name: str) -> bool | None:
+    """True for a flops metric, False for bytes, None for any other name."""
+    if name == BYTES:
+        return False
+    return True if ROOFLINE_FLOATS.match(name) else None
+
+
+class DeviceTensor:
+    """A metric's GPU tensor as given, not yet copied: the runtime copies it where the metric
+    is added (runtime/graph_metrics.place), so the copy's work sits under that node."""
+
+    __slots__ = ("tensor", "floats")
+
+    def __init__(self, tensor: Any, floats: bool) -> None:
+        self.tensor = tensor
+        """Detached, dense, real-valued, on a GPU."""
+        self.floats = floats
+        """Read as floats (else as ints): a flops metric, or a floating-point tensor."""
+
+    def copy(self) -> "DeviceValue":
+        """A copy on the GPU, as float64 or int64 (no synchronisation), as a DeviceValue."""
+        import torch  # a GPU tensor exists: so does torch
+
+        t = self.tensor
+        kept = t.to(torch.float64 if self.floats else torch.int64, copy=True)
+        return DeviceValue(((kept.reshape(-1) if t.numel() > 1 else kept.reshape(()), 1),))
 
 
 class DeviceValue:
@@ -138,28 +174,58 @@ def _real_or_error(name: str, value: Any, given: Any, at: str = "") -> int | flo
     raise ScopeError(f"metric {name!r} has value {_shown(given)}{where} ({kind}){why}") from None
 
 
-def metric_value(name: str, value: Any) -> float | list | DeviceValue:
-    """A user metric's value as sessions hold it (plain ints and floats, see real_number);
+def metric_value(name: str, value: Any) -> float | list | DeviceTensor:
+    """A user metric's value as sessions hold it (plain ints and floats, see real_number; a
+    roofline metric's in its one type, see roofline_floats), or a GPU tensor's DeviceTensor;
     ScopeError (naming `name`) for anything that is not a real number, a list of them or a
     tensor of them."""
     given = value
+    floats = roofline_floats(name)
     if hasattr(value, "detach") and hasattr(value, "numel"):  # a torch tensor
         if value.dtype.is_complex or value.numel() == 0:
             raise ScopeError(f"metric {name!r} is a {value.dtype} tensor of "
                              f"{value.numel()} values; give real numbers")
         value = _plain_tensor(name, value.detach())
         if value.is_cuda:  # no .item(): that would wait for the GPU
-            return DeviceValue((((value.reshape(-1) if value.numel() > 1
-                                  else value.reshape(())).clone(), 1),))
+            return DeviceTensor(value, value.is_floating_point() if floats is None else floats)
         value = value.tolist() if value.numel() > 1 else value.item()
     elif hasattr(value, "tolist") and not isinstance(value, Number):  # a numpy array
         value = value.tolist()
     if not isinstance(value, (list, tuple)):
-        return _real_or_error(name, value, given)
+        return _typed(_real_or_error(name, value, given), floats)
     if not value:
         raise ScopeError(f"metric {name!r} has value {_shown(given)} ({type(given).__name__}); "
                          f"a vector needs at least one number")
-    return [_real_or_error(name, v, given, f"element {i}") for i, v in enumerate(value)]
+    return [_typed(_real_or_error(name, v, given, f"element {i}"), floats)
+            for i, v in enumerate(value)]
+
+
+def _typed(number: int | float, floats: bool | None) -> int | float:
+    """`number` as a roofline metric holds it (floats: True a float, False an int)."""
+    if floats is None:
+        return number
+    return float(number) if floats else int(number)
+
+
+def transform_tensor_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Triton 3.9's `proton.metric.transform_tensor_metrics`: metrics split into the numbers
+    (CPU tensors read, the roofline metrics in their one type) and the GPU tensors (as float64
+    or int64 tensors). Raises ScopeError for a value that is neither.
+
+    Usage:
+        numbers, tensors = transform_tensor_metrics({"flops": 2, "bytes": x.sum()})
+    """
+    numbers: dict[str, Any] = {}
+    tensors: dict[str, Any] = {}
+    for name, value in metrics.items():
+        got = metric_value(name, value) if not isinstance(value, str) else value
+        if isinstance(got, DeviceTensor):
+            import torch  # a GPU tensor exists: so does torch
+
+            tensors[name] = got.tensor.to(torch.float64 if got.floats else torch.int64)
+        else:
+            numbers[name] = got
+    return numbers, tensors
 
 
 def _plain_tensor(name: str, value: Any) -> Any:

@@ -20,6 +20,8 @@ OP = "op"
 """A Triton op opened by the launch hook: its kernel's metrics go on this frame itself."""
 PYTHON = "python"
 """A python frame, `file:line@function` (context="python")."""
+OWN = "own"
+"""The profiler's own GPU work (reading its metric ring): counted on no session's node."""
 LINE = "line"
 """A kernel's source line, `file:line@function`, under its kernel (mode="pcsampling")."""
 

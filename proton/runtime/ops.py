@@ -21,6 +21,7 @@ import sys
 from ..context import frames
 from ..context.stack import depth, per_thread
 from ..data.paths import OP, ROOT, STATE, paths
+from .graph_metrics import metric_frame
 from .profiler import profiler
 
 
@@ -29,10 +30,14 @@ def collecting() -> bool:
     return profiler.collector is not None and profiler.recording
 
 
-def enter_op(name: str, metrics: dict[str, float] | None = None) -> int | None:
+def enter_op(name: str, metrics: dict[str, float] | None = None,
+             kernel: str | None = None) -> int | None:
     """The calling thread's next launch is counted on a node `name` under where that launch
     goes (the innermost scope, or its Python call path with context="python"); `metrics` are
-    added to that node. Returns its path id; None, doing nothing, unless collecting()."""
+    added to that node (inside a CUDA graph capture, at each replay: runtime/graph_metrics),
+    their GPU work under parent / LAUNCH_METADATA / `kernel` (the launch's own kernel name;
+    default `name`) / METRIC_FRAME. Returns its path id; None, doing nothing, unless
+    collecting()."""
     collector = profiler.collector
     if collector is None or not profiler.recording:
         return None
@@ -40,14 +45,15 @@ def enter_op(name: str, metrics: dict[str, float] | None = None) -> int | None:
     if st.op_path is not None:  # the last launch raised before its exit hook ran
         frames.pop_op()
     parent = profiler.context.launch_path(sys._getframe(1))
-    path = paths.intern(ROOT if parent is None else parent, name, OP)
+    parent = ROOT if parent is None else parent
+    path = paths.intern(parent, name, OP)
+    if metrics:  # a launch never fails on a type: untyped
+        profiler.add_metrics(path, metrics, typed=False,
+                             metric_at=metric_frame(path, kernel or name, parent))
     st.op_path = path  # the python context's launch callback and exact PC sampling read it
     if collector.pushes_ids:  # shadow: for this one launch
         collector.push(path)
         st.op = collector  # frames.pop_op pops it
-    if metrics:
-        profiler.add_metrics(path, metrics, typed=False)  # a launch never fails on a type
-        profiler.router.op_values[path] = metrics  # counted again on each graph replay
     return path
 
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Iterator, cast
 from ..context import frames, make, stack
 from .. import data
 from ..data import job, writer
+from ..data.metrics import DeviceTensor
 from ..data.paths import paths
 from ..format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, LAUNCH_CONFIGS, LAUNCH_METRICS,
                       SCOPE_WALL, STEP_COUNT, STEP_PARTS, STEP_WALL, SYNC_COUNT, SYNC_TIME)
@@ -46,6 +47,7 @@ from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions, parts_off
 from ..report import debug, debugging, warn
+from .graph_metrics import GraphMetrics, capturing, metric_frame
 from .router import KernelRouter
 from .session import Phase, Session
 from .timeline import MainTimeline
@@ -72,6 +74,9 @@ class Profiler:
         self.command_line = False
         """Set by the `proton` command: the script's own start() calls then join its session."""
         self.router = KernelRouter(self.sessions)
+        self.graph_metrics = GraphMetrics(self.sessions, self.router.graft)
+        """GPU tensor metrics copied where they are given; metrics given inside a CUDA graph
+        capture counted at each replay."""
         self.idle: IdleTracker | None = None
         """The main thread's scope entries against the GPU's busy time, while collecting
         (frames read it on every main-thread scope change)."""
@@ -284,7 +289,11 @@ class Profiler:
                                    busy=idle.add if idle else None,
                                    launched=idle.launched if idle else None,
                                    buffered=self.take_waits,
-                                   copies="copies" not in off, waits="waits" not in off)
+                                   copies="copies" not in off, waits="waits" not in off,
+                                   graph_active=self._any_active,
+                                   metric_tag=self.graph_metrics.tag)
+        collector.attributor.on_metric = self.graph_metrics.executed
+        collector.flushed = lambda: self.graph_metrics.read(collector)
         collector.start()
         self.collector = collector
         if idle is not None:
@@ -909,6 +918,11 @@ class Profiler:
                  "than its wait log holds (2^20)")
         self.lost_kernels = 0
         self.window_end = None
+        self.graph_metrics.reset()
+
+    def _any_active(self) -> bool:
+        """A session records now (a CUDA graph node created otherwise is no session's)."""
+        return any(s.active for s in list(self.sessions.values()))
 
     def _device_table(self) -> dict:
         if not self.gpu:
@@ -995,10 +1009,21 @@ class Profiler:
         self.add_idle(idle.exit())
 
     # -- the recorder frames report to (context/frames.py) ----------------------------------
-    def add_metrics(self, path_id: int, values: dict[str, float], typed: bool = True) -> None:
+    def add_metrics(self, path_id: int, values: dict[str, float], typed: bool = True,
+                    metric_at: int | None = None) -> None:
         """Metrics of a frame, for every active session. `typed` (user metrics): a value that
-        changes a metric's type on the node raises ScopeError, and no session takes any."""
+        changes a metric's type on the node raises ScopeError, and no session takes any.
+        GPU tensors are copied, and inside a CUDA graph capture every value goes into the graph
+        (graph_metrics), under `metric_at` (default: the frame's own metric frame)."""
         active = [s for s in list(self.sessions.values()) if s.active]
+        if active and (any(isinstance(v, DeviceTensor) for v in values.values())
+                       or (self.collector is not None and capturing())):
+            placed = self.graph_metrics.place(
+                path_id, values, metric_frame(path_id) if metric_at is None else metric_at,
+                self.collector)
+            if not placed:
+                return
+            values = placed
         if typed and len(active) > 1:
             for s in active:
                 s.check_types(path_id, values)

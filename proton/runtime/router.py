@@ -1,5 +1,6 @@
 """Kernel records onto the sessions' trees: each kernel on its node, in every session that was
 active when its launch call started (so deactivated regions stay out, whichever thread launched).
+The profiler's own GPU work (paths.OWN: reading its metric ring) is counted nowhere.
 
 Runs on CUPTI's thread (see profiler.py, Threads).
 """
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..cupti.attribution import Kernel, KernelRecord, each
 from ..cupti.records import Sunk, unpacks
-from ..data.paths import KERNEL, OP, paths
+from ..data.paths import KERNEL, OP, OWN, paths
 from ..format import CAPTURED_AT, COPY_NAMES, TIME
 from .session import Session
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:  # the counters module loads with a counters session
     from ..cupti.counters import CounterSampler
 
 
+NOWHERE = -1
+"""kernel_path's node for the profiler's own work: counted on no node."""
 _START = itemgetter(int(Sunk.launch))
 """A Kernel's launch start."""
 unpacks(Sunk, "path launch correlation_id name device start end stream config")
@@ -35,15 +38,9 @@ class KernelRouter:
         """(path id, kernel name, device) -> the node its kernels count on."""
         self._grafts: dict[tuple[int, int], int] = {}
         """(graph launch path, capture path) -> the path its kernels go under."""
-        self._grafted: dict[int, int] = {}
-        """A graph kernel's path -> the path it was captured at."""
         self.counters: CounterSampler | None = None
         """cupti.counters.CounterSampler while a counters session is live: it takes each
         kernel's node and times."""
-        self.op_values: dict[int, dict] = {}
-        """An op's path -> the launch metadata values it was given (the last time): a graph
-        replays the launch, not the Python that gave them, so each replayed kernel adds them
-        again, as Triton's Proton counts them."""
 
     def graft(self, launch: int, captured: int) -> int:
         """attribution.Graft: the path of a graph kernel launched at `launch` and captured at
@@ -52,29 +49,20 @@ class KernelRouter:
         path = self._grafts.get(key)
         if path is None:
             path = self._grafts[key] = paths.graft(launch, captured, CAPTURED_AT)
-            self._grafted[path] = captured
         return path
-
-    def _replayed_values(self, kernels: list[Kernel]) -> None:
-        """Each replayed kernel of a captured op: that op's launch metadata values again."""
-        grafted, values = self._grafted, self.op_values
-        for path_id, launch_ts, _, name, device, *_ in kernels:
-            source = grafted.get(path_id)
-            given = values.get(source) if source is not None else None
-            if given:
-                node = self.kernel_path(path_id, name, device)
-                for s in list(self._sessions.values()):
-                    if s.active_at(launch_ts):
-                        s.add(node, given, fold=False)
 
     def kernel_path(self, path_id: int, name: str, device: int) -> int:
         """The node a kernel of `name` on `device` launched at `path_id` is counted on: a child
         of the path named after the kernel, or the path itself when the Triton hook made it an
-        op for this launch (never for a copy or set: its own node)."""
+        op for this launch (never for a copy or set: its own node); NOWHERE for the profiler's
+        own work."""
         key = (path_id, name, device)
         kernel = self._kernel_paths.get(key)
         if kernel is None:
-            if paths.frames[path_id].kind == OP and name not in COPY_NAMES:
+            kind = paths.frames[path_id].kind
+            if kind == OWN:
+                kernel = NOWHERE
+            elif kind == OP and name not in COPY_NAMES:
                 kernel = path_id
             else:
                 kernel = paths.intern(path_id, name, f"{KERNEL}{device}")
@@ -84,6 +72,8 @@ class KernelRouter:
     def on_kernel(self, path_id: int, rec: KernelRecord, launch_ts: int) -> None:
         """One kernel launched at `launch_ts` from `path_id`."""
         kernel = self.kernel_path(path_id, rec.name, rec.device_id)
+        if kernel == NOWHERE:
+            return
         for s in list(self._sessions.values()):
             if s.active_at(launch_ts):
                 s.add_kernel(kernel, rec, launch_ts)
@@ -93,8 +83,6 @@ class KernelRouter:
         has been active since before the first launch, they are summed per path first and each
         session takes the sums under one lock: this runs on CUPTI's thread holding the GIL, so
         it must be short."""
-        if self._grafted:
-            self._replayed_values(kernels)
         if self.counters is not None:
             self._to_counters(kernels)
         sessions = list(self._sessions.values())
@@ -108,7 +96,8 @@ class KernelRouter:
             kernel = memo((path_id, name, device))
             if kernel is None:
                 kernel = slow(path_id, name, device)
-            _add(totals, kernel, end - start, 1, device, config)
+            if kernel != NOWHERE:
+                _add(totals, kernel, end - start, 1, device, config)
         for s in sessions:
             s.add_kernel_totals(totals, first)
 
@@ -121,7 +110,9 @@ class KernelRouter:
             return
         totals: dict[int, list] = {}
         for path_id, name, device, config, ns, count in groups:
-            _add(totals, self.kernel_path(path_id, name, device), ns, count, device, config)
+            kernel = self.kernel_path(path_id, name, device)
+            if kernel != NOWHERE:
+                _add(totals, kernel, ns, count, device, config)
         for s in sessions:
             s.add_kernel_totals(totals, first)
 
@@ -134,6 +125,8 @@ class KernelRouter:
             kernel = memo((path_id, name, device))
             if kernel is None:
                 kernel = slow(path_id, name, device)
+            if kernel == NOWHERE:
+                continue
             starts, ends, meta = by_device.get(device) or by_device.setdefault(device,
                                                                                ([], [], []))
             starts.append(start)
@@ -167,7 +160,6 @@ class KernelRouter:
         """Forget the memo (no session is live)."""
         self.counters = None
         self._kernel_paths = {}
-        self.op_values = {}
 
 
 def _summable(sessions: list[Session], first: int) -> bool:
