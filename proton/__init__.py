@@ -47,7 +47,8 @@ _WHERE = {
     "step": "service.endpoint", "listen": "service.endpoint",
 }
 """Public name -> the module (of this package) that defines it."""
-_SUBMODULES = {"data", "hooks", "bench", "mode", "language", "context", "profile"}
+_SUBMODULES = {"data", "hooks", "bench", "mode", "language", "context", "profile", "metric",
+               "_rocm"}
 """Modules scripts reach as attributes, as Triton's: proton.data.advance_phase(...),
 proton.mode.Default(), proton.language (which imports Triton), proton.context.depth(sid).
 proton.profile is Triton's module of that name and, called, the decorator (profile.py)."""
@@ -59,6 +60,11 @@ __all__ = [
     "ProtonError", "ScopeError", "SessionError", "ProfilerConflictError", "ProfileWriteError",
     "step", "listen", "DEFAULT_PROFILE_NAME",
 ]
+
+
+from . import state as _state_module  # noqa: E402  Triton 3.9's module proton.state, loaded
+# first so `from proton.state import ...` never rebinds the name; proton.state stays the class
+del globals()["state"]  # (the class loads on first use, below)
 
 
 def __getattr__(name: str) -> Any:

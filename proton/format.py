@@ -177,6 +177,9 @@ PAGEABLE = "(pageable)"
 LAUNCH_METADATA = "__proton_launch_metadata"
 """The state a launch_metadata function runs under: the kernels it launches sit right under it
 (viewers hide it)."""
+LAUNCH_METADATA_PREFIX = LAUNCH_METADATA + ":"
+"""Triton 3.9's prefix for a metadata state named after its kernel (its
+COMPUTE_METADATA_SCOPE_PREFIX)."""
 
 # -- launch configuration of a kernel node (exclusive metrics: a node's own) --------------------
 GRID_BLOCKS = "grid_blocks"

@@ -17,7 +17,7 @@ FOLDERS = {"proton": "proton", "hooks": "proton.hooks", "compiler": "proton.comp
            "viewer": "proton.viewer"}
 """Top-level folder -> the package it is installed as (pyproject's package-dir)."""
 BASE = {"proton.format", "proton.format_msgpack", "proton.errors", "proton.report", "proton.files",
-        "proton.rank_merge"}
+        "proton.rank_merge", "proton.triton_version"}
 # package -> the packages (or modules) it may import, besides itself and BASE. Lowest first.
 ALLOWED = {
     "proton.format": set(),
@@ -25,6 +25,7 @@ ALLOWED = {
     "proton.errors": set(),
     "proton.report": set(),
     "proton.files": set(),
+    "proton.triton_version": set(),
     "proton.rank_merge": {"proton.format"},
     "proton.mode": BASE,
     "proton.options": BASE | {"proton.mode"},

@@ -570,3 +570,42 @@ def test_a_state_as_a_decorator_names_the_scopes_its_function_enters(profile_pat
     root, _ = read()
     assert find(root, "loop", "fwd", "warmup")["metrics"]["n"] == 2
     assert find(root, "loop", "after")["metrics"]["n"] == 1  # unset after each call
+
+
+# -- Triton 3.9's modules and words ----------------------------------------------------------------
+def test_triton_39s_state_module_holds_the_metadata_names_and_proton_state_stays_the_class(
+        profile_path):
+    from proton.state import COMPUTE_METADATA_SCOPE_NAME, COMPUTE_METADATA_SCOPE_PREFIX
+
+    assert COMPUTE_METADATA_SCOPE_NAME == "__proton_launch_metadata"
+    assert COMPUTE_METADATA_SCOPE_PREFIX == "__proton_launch_metadata:"
+    name, read = profile_path
+    proton.start(name)
+    with proton.scope("outer"):
+        with proton.state("warmup"):  # still the class after the module was imported
+            pass
+    proton.finalize()
+    assert find(read()[0], "outer")["frame"]["name"] == "outer"
+
+
+@pytest.mark.parametrize("version, word", [((3, 6), "uint64_t"), ((3, 9), "int64_t")])
+def test_a_metric_type_clash_names_the_int_as_the_installed_triton_does(
+        profile_path, monkeypatch, version, word):
+    from proton import triton_version
+
+    monkeypatch.setattr(triton_version, "installed", lambda: version)
+    name, _ = profile_path
+    proton.start(name)
+    with pytest.raises(proton.ScopeError) as caught:
+        with proton.scope("s", {"a": 1.0}):
+            pass
+        with proton.scope("s", {"a": 1}):
+            pass
+    proton.finalize()
+    assert f"current=double, new={word};" in str(caught.value)
+
+
+def test_rocm_module_configures_nothing_without_therock():
+    from proton import _rocm
+
+    assert _rocm.configure_runtime() is None

@@ -22,6 +22,7 @@ from decimal import Decimal
 from numbers import Integral, Number, Real
 from typing import Any, Mapping
 
+from .. import triton_version
 from ..errors import ScopeError
 from ..format import (BYTES, COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
                       GPU_IDLE, GPU_IDLE_EXCLUDED, MEMORY_METRICS, PROPERTY, SCOPE_WALL,
@@ -264,8 +265,8 @@ def _type_name(value: Any) -> str | None:
     kind = type(value)
     if kind is float:
         return "double"
-    if kind is int:
-        return "int64_t" if value < 0 else "uint64_t"
+    if kind is int:  # Triton 3.6 names a non-negative int uint64_t; newer ones int64_t
+        return "int64_t" if value < 0 or triton_version.after_3_6() else "uint64_t"
     if kind is str:
         return "std::string"
     if kind is list:
