@@ -25,6 +25,11 @@ class Hook:
                     hash: str) -> None:
         """A compiled kernel was loaded (Triton's kernel_load_end_hook)."""
 
+    def destroy_handle(self, module: Any, function: Any, name: str,
+                       metadata_group: dict[str, str], hash: str) -> None:
+        """A loaded kernel is unloaded (Triton 3.9's kernel_unload_hook; never under 3.6,
+        which has none)."""
+
     def enter(self, metadata: Any) -> None:
         """Before a launch; `metadata` is Triton's lazy launch-metadata dict."""
 
@@ -51,8 +56,8 @@ class HookManager:
     """The hooks some active session uses, highest priority first."""
     session_hooks: dict[int, dict[Hook, bool]] = {}
     """Session id -> {hook: whether the session is active}."""
-    _chained: tuple[Callable, Callable, Callable] | None = None
-    """(load, enter, exit) as they stand on Triton's chains, while a hook is active."""
+    _chained: tuple[Callable, ...] | None = None
+    """(load, enter, exit, unload) as they stand on Triton's chains, while a hook is active."""
     _lock = threading.RLock()
     """Sessions start and end on any thread (a capture's phase thread)."""
 
@@ -61,6 +66,12 @@ class HookManager:
                     hash: str) -> None:
         for hook in HookManager.active_hooks:
             hook.init_handle(module, function, name, metadata_group, hash)
+
+    @staticmethod
+    def destroy_handle(module: Any, function: Any, name: str, metadata_group: dict[str, str],
+                       hash: str) -> None:
+        for hook in reversed(HookManager.active_hooks):  # loaded first, unloaded last
+            hook.destroy_handle(module, function, name, metadata_group, hash)
 
     @staticmethod
     def enter(metadata: Any) -> None:
@@ -150,9 +161,10 @@ class HookManager:
             wanted = None
         elif len(hooks) == 1:
             hook = hooks[0]
-            wanted = (hook.init_handle, hook.enter, hook.exit)
+            wanted = (hook.init_handle, hook.enter, hook.exit, hook.destroy_handle)
         else:
-            wanted = (HookManager.init_handle, HookManager.enter, HookManager.exit)
+            wanted = (HookManager.init_handle, HookManager.enter, HookManager.exit,
+                      HookManager.destroy_handle)
         if wanted == HookManager._chained:
             return
         try:
@@ -160,9 +172,12 @@ class HookManager:
         except ImportError:  # no Triton: no launches to hook
             return
         chains = (knobs.runtime.kernel_load_end_hook, knobs.runtime.launch_enter_hook,
-                  knobs.runtime.launch_exit_hook)
-        for chain, old, new in zip(chains, HookManager._chained or (None,) * 3,
-                                   wanted or (None,) * 3):
+                  knobs.runtime.launch_exit_hook,
+                  getattr(knobs.runtime, "kernel_unload_hook", None))  # 3.9's; 3.6 has none
+        for chain, old, new in zip(chains, HookManager._chained or (None,) * 4,
+                                   wanted or (None,) * 4):
+            if chain is None:
+                continue
             if old is not None:
                 chain.remove(old)
             if new is not None:

@@ -10,7 +10,7 @@ import os
 from typing import Any, Callable
 
 from .errors import SessionError
-from .hooks.hook import HookManager
+from .hooks.hook import Hook, HookManager
 from .options import parse_options
 from .report import warn
 from .runtime.profiler import profiler
@@ -18,7 +18,7 @@ from .runtime.profiler import profiler
 
 def start(name: str | None = None, *, context: str = "shadow", data: str = "tree",
           backend: str | None = None, mode: Any = None,
-          hook: str | None = None, memory: bool = False) -> int | None:
+          hook: str | Hook | None = None, memory: bool = False) -> int | None:
     """Start (or resume) a profiling session and return its id (None when disabled).
 
     Usage:
@@ -41,7 +41,9 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         hook: None or "triton" (Triton launch hook: op names and launch metadata), with options:
             "triton:config" appends grid, warps, stages, shared memory to op names,
             "triton:config=BLOCK_M,BLOCK_N" also these constexprs ("=*": all),
-            "triton:include=REGEX" / ":exclude=REGEX" choose the kernels the hook names.
+            "triton:include=REGEX" / ":exclude=REGEX" choose the kernels the hook names;
+            or a hook object: a LaunchHook (as "triton"), or a proton.hooks.Hook subclass of
+            your own, told of each kernel load, launch and unload while the session is active.
         memory: True records torch's CUDA caching allocator per scope (mem_alloc_bytes,
             mem_freed_bytes, mem_peak_bytes, mem_live_bytes; tens of microseconds per scope
             entry: docs/memory.md).
@@ -57,8 +59,9 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         return _join_command()
     if disabled():
         return None  # TRITON_PROTON_DISABLE: every call does nothing, as in Triton's Proton
+    own_hook = _own_hook(hook)
     opts = parse_options(name, context=context, data=data, backend=backend, mode=mode,
-                         hook=hook, memory=memory)
+                         hook=None if own_hook else hook, memory=memory)
     sid = profiler.live(opts.name)
     if sid is not None:
         activate(sid)
@@ -76,7 +79,19 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         from .hooks.launch import LaunchHook
 
         HookManager.register(LaunchHook(), sid)
+    if own_hook is not None:
+        HookManager.register(own_hook, sid)
     return sid
+
+
+def _own_hook(hook: object) -> Hook | None:
+    """A Hook of the user's (Triton 3.9 takes any hook object): told of the session's loads and
+    launches as Triton tells it. A LaunchHook stands for hook="triton" (options.hook_spec)."""
+    if not isinstance(hook, Hook):
+        return None
+    from .hooks.launch import LaunchHook
+
+    return None if isinstance(hook, LaunchHook) else hook
 
 
 def command_sessions() -> list[int]:
@@ -185,7 +200,7 @@ def _reset_unused_hook() -> None:
 
 def profile(func: Callable | None = None, *, name: str | None = None, context: str = "shadow",
             data: str = "tree", backend: str | None = None, mode: str | None = None,
-            hook: str | None = None) -> Callable:
+            hook: str | Hook | None = None) -> Callable:
     """Decorator: profile each call of the function into session `name` (as in Triton, the
     session is deactivated after each call and written by finalize() or at exit; under the
     `proton` command, each call resumes and pauses the command's session).

@@ -266,3 +266,35 @@ def test_a_triton_launch_on_the_autograd_thread_goes_under_the_main_threads_scop
     added = [k for k in kernels(find(root, "step", "backward"))
              if k["frame"]["name"] == "add_kernel"]
     assert len(added) == 1 and added[0]["metrics"]["count"] == 1
+
+
+class NamingHook(proton.hooks.Hook):
+    """A user's hook (Triton 3.9 takes one in start(hook=...)): notes each launch's kernel."""
+
+    def __init__(self) -> None:
+        self.entered: list[str] = []
+        self.exited = 0
+
+    def enter(self, metadata) -> None:
+        self.entered.append(metadata.get()["name"])
+
+    def exit(self, metadata) -> None:
+        self.exited += 1
+
+
+def test_a_users_hook_is_told_of_each_launch_while_its_session_is_active(profile_path):
+    name, read = profile_path
+    x = torch.rand(4096, device="cuda")
+    out = torch.empty_like(x)
+    add_kernel[(4,)](x, x, out, x.numel(), BLOCK=1024)  # compiled before the session
+    hook = NamingHook()
+    sid = proton.start(name, hook=hook)
+    for _ in range(3):
+        add_kernel[(4,)](x, x, out, x.numel(), BLOCK=1024)
+    proton.deactivate(sid)
+    add_kernel[(4,)](x, x, out, x.numel(), BLOCK=1024)  # paused: not told
+    proton.finalize()
+    torch.testing.assert_close(out, x + x)
+    assert hook.entered == ["add_kernel"] * 3 and hook.exited == 3
+    assert sum(n["metrics"]["count"] for n in kernels(read()[0])
+               if n["frame"]["name"] == "add_kernel") == 3

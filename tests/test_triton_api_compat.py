@@ -609,3 +609,34 @@ def test_rocm_module_configures_nothing_without_therock():
     from proton import _rocm
 
     assert _rocm.configure_runtime() is None
+
+
+class CountingHook(proton.hooks.Hook):
+    """A user's hook, as Triton 3.9 takes one in start(hook=...)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def activate(self) -> None:
+        self.calls.append("activate")
+
+    def deactivate(self) -> None:
+        self.calls.append("deactivate")
+
+
+def test_a_hook_of_the_users_serves_its_session_while_it_is_active(profile_path):
+    from triton import knobs
+
+    from proton.hooks import HookManager
+
+    name, _ = profile_path
+    hook = CountingHook()
+    sid = proton.start(name, hook=hook)
+    assert HookManager.active_hooks == [hook]
+    assert hook.enter in knobs.runtime.launch_enter_hook.calls  # Triton calls it per launch
+    proton.deactivate(sid)
+    assert HookManager.active_hooks == [] and hook.enter not in knobs.runtime.launch_enter_hook.calls
+    proton.activate(sid)
+    proton.finalize()
+    assert hook.calls == ["activate", "deactivate", "activate", "deactivate"]
+    assert hook.enter not in knobs.runtime.launch_enter_hook.calls
