@@ -115,15 +115,26 @@ def test_exit_scope_name_mismatch_is_an_error(profile_path):
 
 
 @pytest.mark.parametrize("metrics,match", [
-    ({"time (ns)": 1}, "reserved"), ({"count": 1}, "reserved"), ({"cpu_time": 1}, "reserved"),
+    ({"time (ns)": 1}, "reserved"), ({"device_id": 1}, "reserved"), ({"cpu_time": 1}, "reserved"),
     ({"sync_time (ns)": 1}, "reserved"), ({"mem_peak_bytes (exc)": 1}, "reserved"),
     ({"tokens": "many"}, "must be real numbers"), ({"ok": True}, "must be real numbers"),
     ({"v": [1, "a"]}, "must be real numbers"), ({"v": []}, "at least one number"),
-    ({"z": 1j}, "must be real numbers"), ({"count (pty)": 1}, "reserved"),
+    ({"z": 1j}, "must be real numbers"), ({"cpu_time (pty)": 1}, "reserved"),
 ])
 def test_bad_user_metrics_are_refused(metrics, match):
     with pytest.raises(proton.ScopeError, match=match):
         proton.scope("s", metrics)
+
+
+def test_a_scope_metric_named_count_is_kept_as_triton_39_keeps_it(profile_path):
+    name, read = profile_path
+    proton.start(name)
+    for i in range(3):
+        with proton.scope(f"test_{i}", metrics={"count": 1}):
+            pass
+    proton.finalize()
+    root, _ = read()
+    assert [c["metrics"]["count"] for c in root["children"]] == [1, 1, 1]
 
 
 def test_deactivated_scopes_are_not_recorded(profile_path):

@@ -334,7 +334,8 @@ class Session:
     def _kernel_node(self, path_id: int, device_id: int, nodes: dict | None = None) -> dict:
         nodes = self.nodes if nodes is None else nodes
         node = nodes.get(path_id)
-        if node is None or COUNT not in node:  # an op node may hold only its metadata yet
+        if node is None or TIME not in node:  # an op node may hold only its metadata yet
             node = nodes.setdefault(path_id, {})
-            node.update({TIME: 0, COUNT: 0, DEVICE_ID: device_id, DEVICE_TYPE: DEVICE_CUDA})
+            node.update({TIME: 0, DEVICE_ID: device_id, DEVICE_TYPE: DEVICE_CUDA})
+            node.setdefault(COUNT, 0)  # a scope's own `count` metric (Triton 3.9 takes one) kept
         return node
