@@ -398,6 +398,23 @@ def test_kernels_are_known_to_every_later_session():
     assert one.kernels is two.kernels
 
 
+def test_a_launch_not_read_yet_keeps_what_its_kernel_was_after_an_unload():
+    """Triton 3.9 unloads a kernel whose last reference went, and its CUfunction handle may
+    name another kernel later: the handle is forgotten, the launch keeps its KernelInfo."""
+    from proton import mode
+    from proton.runtime.instrumentation import Instrumentation, KernelInfo
+
+    inst = Instrumentation(mode.Default(), {})
+    info = KernelInfo("gone", SCRATCH, 2, {0: "s"}, {})
+    inst.kernels[777] = info
+    inst.pending.append((info, 0, SCRATCH, 1, 0, 0, 0))
+    try:
+        inst.on_unload(None, 777, "gone", {}, "hash")
+        assert 777 not in inst.kernels and inst.pending[0][0] is info
+    finally:
+        inst.kernels.pop(777, None)
+
+
 def test_an_instrumentation_session_counts_only_its_instrumented_kernels():
     from proton.cupti.attribution import KernelRecord
     from proton.runtime.session import Session

@@ -168,7 +168,7 @@ class Instrumentation:
         self.host: Any = None  # its pinned host copy
         self.used = 0
         self.pending: list[tuple] = []
-        """(function, offset, bytes, kernel node, device, ordinal, sequence) of launches not
+        """(KernelInfo, offset, bytes, kernel node, device, ordinal, sequence) of launches not
         read yet; ordinal: the launch's number among its kernel node's (matched to CUPTI's
         records); sequence: among all the session's launches."""
         self.launches: dict[int, int] = {}
@@ -216,6 +216,8 @@ class Instrumentation:
         _set_triton_flag(True)
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.add(self.on_load)
+        if hasattr(knobs, "kernel_unload_hook"):  # Triton 3.9: a handle may be used again
+            knobs.kernel_unload_hook.add(self.on_unload)
         knobs.launch_enter_hook.add(self.on_enter)
         self.watch_exits(host_copy)
 
@@ -249,6 +251,8 @@ class Instrumentation:
         _set_triton_flag(flag)
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.remove(self.on_load)
+        if hasattr(knobs, "kernel_unload_hook"):
+            knobs.kernel_unload_hook.remove(self.on_unload)
         knobs.launch_enter_hook.remove(self.on_enter)
         self.watch_exits(False)
         set_host_buffer(None)
@@ -273,6 +277,11 @@ class Instrumentation:
         names, parents = scope_table(ttgir)
         self.kernels[function] = KernelInfo(name, meta["profile_scratch_size"],
                                             meta["num_warps"], names, parents, warps)
+
+    def on_unload(self, module, function, name, metadata_group, hash) -> None:
+        """Triton 3.9 unloads a kernel whose last reference went: its CUfunction handle may
+        name another kernel later (launches not read yet keep their KernelInfo)."""
+        self.kernels.pop(function, None)
 
     def allocate(self, size: int, alignment: int, stream) -> _Slice:
         """Triton's profile allocator: a slice of the arena (read first if it is full)."""
@@ -322,7 +331,7 @@ class Instrumentation:
                                 f"kernel{device}")
         ordinal = self.launches.get(node, 0)
         self.launches[node] = ordinal + 1
-        self.pending.append((function, taken[0], taken[1], node, device, ordinal,
+        self.pending.append((self.kernels[function], taken[0], taken[1], node, device, ordinal,
                              self.sequence))
         self.sequence += 1
 
@@ -359,11 +368,11 @@ class Instrumentation:
         self.host[:used].copy_(self.arena[:used])  # pinned: one fast copy, kept for the next
         host = self.host[:used].numpy()
         self.reads += 1
-        by_kernel: dict[int, list] = {}
+        by_kernel: dict[int, list] = {}  # id(KernelInfo) -> its launches
         for launch in pending:
-            by_kernel.setdefault(launch[0], []).append(launch)
-        for function, launches in by_kernel.items():
-            self._read_kernel(self.kernels[function], host, launches)
+            by_kernel.setdefault(id(launch[0]), []).append(launch)
+        for launches in by_kernel.values():
+            self._read_kernel(launches[0][0], host, launches)
 
     def _read_kernel(self, info: KernelInfo, host: np.ndarray, launches: list) -> None:
         """All of one kernel's launches in `host` at once: decoded in one C call (numpy
