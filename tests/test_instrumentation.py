@@ -258,6 +258,19 @@ def test_triton_kernels_need_the_semantic_enabled(tmp_path):
         proton.finalize()
 
 
+def test_proton_language_has_every_name_tritons_has():
+    """What the installed Triton's triton.profiler.language defines (3.9: the events too),
+    proton.language defines, so `import proton.language as pl` is a drop-in."""
+    import triton.profiler.language as theirs
+
+    import proton.language as ours
+
+    defined = {n for n, v in vars(theirs).items() if not n.startswith("_")
+               and getattr(v, "__module__", None) == theirs.__name__}
+    assert {"enter_scope", "exit_scope", "scope", "enable_semantic"} <= defined
+    assert defined <= set(dir(ours)), defined - set(dir(ours))
+
+
 def _event_kernel():
     import triton.language as tl
 
