@@ -235,15 +235,12 @@ def test_an_event_kernel_compiles_outside_a_session_too():
     assert "proton" not in kernel.asm["ttgir"]
 
 
-def test_events_in_a_triton_kernel_need_the_semantic_enabled(tmp_path):
-    import proton
-
-    proton.start(str(tmp_path / "run"), backend="instrumentation")
-    try:
-        with pytest.raises(Exception, match=r"enable_semantic\('triton'\)"):
-            _compile(one_event)
-    finally:
-        proton.finalize()
+def test_events_in_a_triton_kernel_need_the_semantic_enabled(session):
+    pl.disable_semantic("triton")  # the session's fixture enabled it
+    with pytest.raises(Exception, match=r"event in a TritonSemantic kernel: call "
+                                        r"proton.language.enable_semantic\('triton'\)"):
+        _compile(one_event)
+    pl.enable_semantic("triton")
 
 
 def test_the_passes_are_registered_with_triton_only_while_the_session_lives(tmp_path):
