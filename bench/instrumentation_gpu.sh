@@ -3,10 +3,15 @@
 # instrumentation backend's gpu tests and its cost per launch against Triton's Proton, under
 # the machine's triton (3.6.0) and, with TRITON39_SITE=DIR (a folder holding triton 3.9.0, as
 # ../shared/peer-tests/triton-proton-3.9/t39_unpack.py makes one), under 3.9.0 too: its gpu
-# tests run again with DIR first on PYTHONPATH, and the cost rounds take both in turn.
+# tests run again with DIR first on PYTHONPATH, and the cost rounds take both in turn
+# (TRITON39_ENV: the export lines t39_unpack.py printed, default /tmp/t39env.sh as
+# bench/gpu_run.sh's PEER39 writes them: the ptxas 3.9 compiles sm90 with).
 # SMOKE=1 also runs the workload once (and saves a recorded buffer for the CPU tests).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/runs"
+if [ -n "${TRITON39_SITE:-}" ] && [ -f "${TRITON39_ENV:-/tmp/t39env.sh}" ]; then
+  . "${TRITON39_ENV:-/tmp/t39env.sh}"
+fi
 export PROTON_INTRA_OUT=$OUT/runs
 if [ -n "${SMOKE:-}" ]; then
   python3 tests/intra_workload.py ours tree "$OUT/ours_tree" --fixture "$OUT/intra_buffer.npz" \
