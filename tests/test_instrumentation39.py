@@ -45,6 +45,26 @@ def mixed(x_ptr, n, BLOCK: tl.constexpr):
     tl.store(x_ptr + offs, x + 1, mask=offs < n)
 
 
+import triton.profiler.language as tpl  # noqa: E402
+
+
+@triton.jit
+def mixed_theirs(x_ptr, n, BLOCK: tl.constexpr):
+    """`mixed` written with Triton's own triton.profiler.language."""
+    tpl.enter_scope("kernel")
+    first = tpl.allocate_event("first")
+    second = tpl.allocate_event("second")
+    tpl.start_event(first)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    with tpl.scope("load"):
+        x = tl.load(x_ptr + offs, mask=offs < n)
+    tpl.start_event(second)
+    tpl.end_event(first)
+    tpl.exit_scope("kernel")
+    tpl.end_event(second)
+    tl.store(x_ptr + offs, x + 1, mask=offs < n)
+
+
 @triton.jit
 def one_event(x_ptr):
     value = tl.load(x_ptr)
@@ -143,6 +163,24 @@ def test_the_compiler_writes_the_event_bit_and_ids_the_decoder_reads(session):
     assert ids["kernel"] == 0
     assert {_fields(t) for t in _tags(kernel.asm["llir"])} == expected
     assert "proton.allocate_event" in kernel.asm["ttir"]
+
+
+def test_proton_language_emits_what_tritons_own_module_does(session):
+    """The same kernel written with proton.language and with triton.profiler.language,
+    compiled in our session: the same proton ops, buffer and record tags."""
+    tpl.enable_semantic("triton")
+    try:
+        ours, theirs = _compile(mixed), _compile(mixed_theirs)
+    finally:
+        tpl.disable_semantic("triton")
+
+    def ops(kernel):
+        return [re.sub(r" loc\(.*", "", line.strip()) for line in kernel.asm["ttir"].splitlines()
+                if "proton." in line]
+
+    assert ops(ours) == ops(theirs) and len(ops(ours)) == 10
+    assert _tags(ours.asm["llir"]) == _tags(theirs.asm["llir"])
+    assert ours.metadata.profile_scratch_size == theirs.metadata.profile_scratch_size
 
 
 def _scope_names(kernel, tmp_path):
