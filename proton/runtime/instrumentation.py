@@ -663,7 +663,8 @@ class _Registered:
             ti.unregister_instrumentation(point=point, backend="nvidia")
 
 
-_PASS_HOOKS = {"3.6.0": _BackendAttribute, "3.9.0": _Registered}
+_PASS_HOOKS: dict[str, type[_BackendAttribute] | type[_Registered]] = {
+    "3.6.0": _BackendAttribute, "3.9.0": _Registered}
 """The Triton versions whose passes' arguments and buffer layout (data/intra.py) we know."""
 
 
