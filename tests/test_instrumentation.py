@@ -388,6 +388,43 @@ def test_a_launchs_buffer_goes_to_the_host_only_while_host_copies_are_on():
         del inst.kernels[12345]
 
 
+class _Launch:
+    """What Triton's launch hooks get: a LazyDict whose `data` names the CUfunction."""
+
+    def __init__(self, function: int) -> None:
+        self.data = {"function": function}
+
+
+def test_a_kernel_without_scopes_gets_tritons_header_alone_as_its_host_buffer():
+    """Triton 3.9's test_no_scope_zero_scratch: an instrumented kernel with no scopes has no
+    profile buffer (Triton's launcher asks the allocator nothing), yet with host copies on its
+    launch leaves the header: 0 CTAs, 0 bytes, the kernel's 4 warps."""
+    from proton.hooks.instrumentation import InstrumentationHook
+    from proton.runtime import instrumentation
+    from proton import mode
+
+    inst = instrumentation.Instrumentation(mode.Default(), {})
+    inst.kernels[4242] = instrumentation.KernelInfo("plain", 0, 4, {}, {}, (0, 1, 2, 3))
+    instrumentation._installed = inst
+    try:
+        InstrumentationHook.enable_host_buffer = True
+        inst.on_enter(_Launch(4242))
+        assert InstrumentationHook.host_buffer is None  # not before the launch's exit
+        inst.on_exit(None)
+        out = InstrumentationHook.host_buffer
+        words = np.frombuffer(out.numpy().tobytes(), "<u4").tolist()
+        assert words == [1, 4, 56, 56, 0, 1, 0, 4, 0, 4, 0, 1, 2, 3] and not inst.pending
+        inst.on_enter(_Launch(99))  # a kernel compiled before the session: none
+        inst.on_exit(None)
+        assert InstrumentationHook.host_buffer is None
+    finally:
+        InstrumentationHook.enable_host_buffer = False
+        inst.watch_exits(False)
+        instrumentation._installed = None
+        instrumentation.set_host_copy(False)
+        del inst.kernels[4242]
+
+
 def test_the_hook_is_tritons_name_for_the_backend():
     import proton.hooks
     from proton.hooks.hook import Hook

@@ -308,31 +308,25 @@ class Instrumentation:
 
     def on_enter(self, metadata) -> None:
         taken, self.next_slice = self.next_slice, None
+        function = metadata.data.get("function")
+        info = self.kernels.get(function)
         if self.exits:  # host copies: none for this launch unless it is recorded
             self.last = None
             set_host_buffer(None)
-            if taken is None and self.recording and metadata.data.get("function") in self.kernels:
-                self.last = (metadata.data["function"], 0, 0)  # Triton's header, no payload
-        if taken is None or not self.recording:
+            if info is not None and self.recording:  # no slice: Triton's header alone
+                self.last = (function, *(taken or (0, 0)))
+        if taken is None or info is None or not self.recording:
             return
-        data = metadata.data
-        function = data.get("function")
-        if function not in self.kernels:
-            return
-        if self.exits:
-            self.last = (function, taken[0], taken[1])
         st = per_thread.stacks
         from triton.runtime import driver
 
         device = driver.active.get_current_device()
         node = st.op_path  # the Triton hook named this launch's op: its kernel is counted there
         if node is None:
-            node = paths.intern(launch_parent(), self.kernels[function].name,
-                                f"kernel{device}")
+            node = paths.intern(launch_parent(), info.name, f"kernel{device}")
         ordinal = self.launches.get(node, 0)
         self.launches[node] = ordinal + 1
-        self.pending.append((self.kernels[function], taken[0], taken[1], node, device, ordinal,
-                             self.sequence))
+        self.pending.append((info, taken[0], taken[1], node, device, ordinal, self.sequence))
         self.sequence += 1
 
     def on_exit(self, metadata) -> None:
