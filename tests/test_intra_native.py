@@ -29,7 +29,7 @@ def compiled(tmp_path, monkeypatch):
 def table(d: intra.Decoded) -> list[tuple]:
     """The events as sorted rows (C emits them in time order per warp, numpy per scope)."""
     cols = (d.launch, d.block, d.sm, d.warp, d.scope, d.start, d.end, d.init_ns,
-            d.block_min_clock, d.end_warp, d.final_ns, d.post_ns)
+            d.block_min_clock, d.end_warp)
     return sorted(zip(*(c.tolist() for c in cols)))
 
 
@@ -43,6 +43,7 @@ def both(host, offsets, sizes, scratch, warps, monkeypatch, recorded=None):
 
 def same(fast: intra.Decoded, slow: intra.Decoded) -> None:
     assert table(fast) == table(slow)
+    assert fast.ctas.tolist() == slow.ctas.tolist()
     assert (fast.dropped, fast.needed_bytes, fast.unbalanced, fast.reordered, fast.bad_blocks,
             fast.num_blocks) == (slow.dropped, slow.needed_bytes, slow.unbalanced,
                                  slow.reordered, slow.bad_blocks, slow.num_blocks)
@@ -136,7 +137,7 @@ def test_events_pair_within_their_warp_else_across_the_cta_in_clock_order(compil
                         (0, 7, 3, 107, 230)]
     assert rows[4:] == [(1, 0, 0, 300, 301), (1, 0, 0, 310, 311), (1, 0, 0, 320, 321)]
     assert fast.unbalanced == {1: 1}  # warp 4's start of event 1 never ended
-    assert set(fast.final_ns.tolist()) == {2000} and set(fast.post_ns.tolist()) == {2100}
+    assert fast.ctas.tolist() == [[0, 0, 2000, 2100]]  # launch, program id, pre-, post-final
 
 
 def test_random_scopes_and_events_decode_as_numpy_does(compiled, monkeypatch):

@@ -67,10 +67,9 @@ class Decoded:
     """Per event: the smallest start clock of its CTA (the CTA's clock at its first record)."""
     end_warp: np.ndarray
     """The warp that wrote the end: `warp` but for an event ended in another warp."""
-    final_ns: np.ndarray
-    """Per event: its CTA's pre-final time (%globaltimer ns, when it began to write out)."""
-    post_ns: np.ndarray
-    """Per event: its CTA's post-final time (when it was done)."""
+    ctas: np.ndarray
+    """One row per CTA read (its preamble there): launch number, program id, pre-final time
+    (%globaltimer ns, when it began writing its records out) and post-final time (done)."""
     num_blocks: int
     num_warps: int
     dropped: int = 0
@@ -188,26 +187,32 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
 
     unbalanced: dict[int, int] = {}
     reordered: dict[int, int] = {}
-    sc = ~event
-    pb, pw, ps, start, end = _pair_scopes(b_i[sc], w_i[sc], scope[sc], is_end[sc], clock[sc],
-                                          nseg, over, unbalanced, reordered)
-    eb, ew, es, estart, eend, eend_w = _pair_events(
-        b_i[event], w_i[event], scope[event], is_end[event], clock[event], over, unbalanced)
-    blk = np.concatenate([pb, eb])
-    warp_i = np.concatenate([pw, ew])
-    end_i = np.concatenate([pw, eend_w])
-    start = np.concatenate([start, estart])
-    end = np.concatenate([end, eend])
+    if event.any():  # Triton 3.9's events: set apart from the scopes, paired per CTA
+        sc = ~event
+        pb, pw, ps, start, end = _pair_scopes(b_i[sc], w_i[sc], scope[sc], is_end[sc],
+                                              clock[sc], nseg, over, unbalanced, reordered)
+        eb, ew, es, estart, eend, eend_w = _pair_events(
+            b_i[event], w_i[event], scope[event], is_end[event], clock[event], over,
+            unbalanced)
+        blk, warp_i, end_i = np.concatenate([pb, eb]), np.concatenate([pw, ew]), \
+            np.concatenate([pw, eend_w])
+        ps, start, end = np.concatenate([ps, es]), np.concatenate([start, estart]), \
+            np.concatenate([end, eend])
+    else:
+        blk, warp_i, ps, start, end = _pair_scopes(b_i, w_i, scope, is_end, clock, nseg, over,
+                                                   unbalanced, reordered)
+        end_i = warp_i
     per_block_min = np.full(words.shape[0], np.iinfo(np.uint64).max, np.uint64)
     np.minimum.at(per_block_min, blk, start)
     pids = words[:, 1].astype(np.int64)
-    init, final, post = (_u64(words[:, i], words[:, i + 1])[blk].astype(np.int64)
-                         for i in (4, 6, 8))
+    final, post = (_u64(words[:, i], words[:, i + 1]).astype(np.int64) for i in (6, 8))
     return Decoded(block=pids[blk], sm=words[:, 2].astype(np.int64)[blk], warp=uids[warp_i],
-                   scope=np.concatenate([ps, es]), launch=label[blk],
-                   start=start.astype(np.int64), end=end.astype(np.int64), init_ns=init,
+                   scope=ps, launch=label[blk], start=start.astype(np.int64),
+                   end=end.astype(np.int64),
+                   init_ns=_u64(words[:, 4], words[:, 5])[blk].astype(np.int64),
                    block_min_clock=per_block_min[blk].astype(np.int64), end_warp=uids[end_i],
-                   final_ns=final, post_ns=post, num_blocks=num_blocks, num_warps=num_warps,
+                   ctas=np.stack([label.astype(np.int64), pids, final, post], axis=1),
+                   num_blocks=num_blocks, num_warps=num_warps,
                    dropped=dropped, needed_bytes=needed, unbalanced=unbalanced,
                    reordered=reordered, bad_blocks=bad_blocks)
 

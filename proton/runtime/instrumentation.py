@@ -188,6 +188,9 @@ class Instrumentation:
         """Kernel node -> (KernelInfo, device, its latest launch's events as columns): the
         one launch per kernel a tree profile keeps for the warp timeline."""
         self.spans: list[dict] = []
+        self.cta_times: list[np.ndarray] = []
+        """Trace sessions: each CTA read, as (sequence, program id, pre-final ns, post-final
+        ns) rows: its spans' Post Final and Finalization times."""
         """Trace sessions: batches of warp events as arrays (see _add_spans)."""
         self.keep_spans = False
         self.recording = True
@@ -401,6 +404,13 @@ class Instrumentation:
         ordinals = np.array([launch[5] for launch in launches])
         sequence = np.array([launch[6] for launch in launches])
         devices = np.array([launch[4] for launch in launches])
+        cross = None
+        if self.keep_spans:
+            ctas = dec.ctas
+            self.cta_times.append(np.stack([sequence[ctas[:, 0]], ctas[:, 1], ctas[:, 2],
+                                            ctas[:, 3]], axis=1))
+            if (dec.end_warp != dec.warp).any():  # an event's end warp (-1: its start's)
+                cross = np.where(dec.end_warp == dec.warp, -1, dec.end_warp)
         for j, k in enumerate(present.tolist()):
             kernel, sid = int(nodes[k // 256]), k % 256
             scope_node = self._scope_node(kernel, info, sid)
@@ -418,9 +428,7 @@ class Instrumentation:
                     "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
                     "init": dec.init_ns[sel], "since": dec.start[sel] - dec.block_min_clock[sel],
                     "cycles": cycles[sel],
-                    "end_warp": np.where(dec.end_warp[sel] == dec.warp[sel], -1,
-                                         dec.end_warp[sel]),
-                    "final": dec.final_ns[sel], "post": dec.post_ns[sel]})
+                    "end_warp": np.full(sel.size, -1) if cross is None else cross[sel]})
 
     def _keep_latest(self, info: KernelInfo, launches: list, node_idx: np.ndarray,
                      nodes: np.ndarray, dec: intra.Decoded) -> None:
@@ -491,8 +499,16 @@ class Instrumentation:
                         (cols["since"] / per_ns).tolist(), (cols["cycles"] / per_ns).tolist(),
                         cols["cycles"].tolist(), cols["sequence"].tolist(),
                         cols["init"].tolist(), khz.astype(np.int64).tolist(),
-                        cols["end_warp"].tolist(), cols["final"].tolist(),
-                        cols["post"].tolist()))
+                        cols["end_warp"].tolist(), *self._final_times(cols)))
+
+    def _final_times(self, cols: dict) -> tuple[list, list]:
+        """Each span's CTA's pre- and post-final times (cta_times, by launch and CTA)."""
+        table = np.concatenate(self.cta_times)
+        key = table[:, 0] * (1 << 32) + table[:, 1]
+        order = np.argsort(key, kind="stable")
+        at = np.searchsorted(key[order], cols["sequence"] * (1 << 32) + cols["cta"])
+        row = table[order[np.minimum(at, key.size - 1)]]
+        return row[:, 2].tolist(), row[:, 3].tolist()
 
     @staticmethod
     def _scope_chain(info: KernelInfo, sid: int) -> list[str]:

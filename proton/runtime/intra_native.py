@@ -64,17 +64,18 @@ static int by_clock(const void *a, const void *b) {
     return x->seq - y->seq;
 }
 
-/* Decode as data/intra.decode does (see its comments): out[0..11] are the columns launch,
-   block (program id), sm, warp, scope, start, end, init_ns, block_min_clock, end_warp,
-   final_ns, post_ns, each `cap` long; stats: [events, dropped, needed_bytes, bad_blocks,
-   layout error (0 ok, 1 sizes differ, 2 do not fit, 3 out of memory)]; unbalanced and
-   reordered: 256 counts by scope id. */
+/* Decode as data/intra.decode does (see its comments): out[0..9] are the columns launch,
+   block (program id), sm, warp, scope, start, end, init_ns, block_min_clock, end_warp, each
+   `cap` long; ctas: 4 words a CTA read (launch, program id, pre-final and post-final ns);
+   stats: [events, dropped, needed_bytes, bad_blocks, layout error (0 ok, 1 sizes differ,
+   2 do not fit, 3 out of memory), CTAs read]; unbalanced and reordered: 256 counts by scope
+   id. */
 void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64_t *nblocks,
                          int64_t nlaunch, int64_t scratch, int32_t warps,
                          const int32_t *uids, int32_t nuids, int64_t **out,
-                         int64_t cap, int64_t *stats, int64_t *unbalanced,
+                         int64_t cap, int64_t *ctas, int64_t *stats, int64_t *unbalanced,
                          int64_t *reordered) {
-    int64_t n = 0, dropped = 0, needed = 0, bad = 0, words = scratch / 4;
+    int64_t n = 0, dropped = 0, needed = 0, bad = 0, words = scratch / 4, nctas = 0;
     int64_t seg_bytes = -1;
     uint64_t pending[256];
     uint8_t has[256] = {0}, seen[256] = {0}, touched[256];
@@ -96,8 +97,10 @@ void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64
             int64_t seg = (int64_t)w[3] / 8 / nuids * 2, slots = seg / 2;
             if (HEADER + warps + seg * nuids > words) { stats[4] = 2; goto done; }
             uint64_t init = (uint64_t)w[4] | ((uint64_t)w[5] << 32);
-            uint64_t final = (uint64_t)w[6] | ((uint64_t)w[7] << 32);
-            uint64_t post = (uint64_t)w[8] | ((uint64_t)w[9] << 32);
+            int64_t *cta = ctas + 4 * nctas++;
+            cta[0] = l; cta[1] = w[1];
+            cta[2] = (int64_t)((uint64_t)w[6] | ((uint64_t)w[7] << 32));
+            cta[3] = (int64_t)((uint64_t)w[8] | ((uint64_t)w[9] << 32));
             int64_t first_event = n, nev = 0;
             uint64_t lo = UINT64_MAX;
             for (int32_t k = 0; k < nuids; k++) {
@@ -177,16 +180,15 @@ void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64
             }
             for (int64_t e = first_event; e < n; e++) {
                 out[7][e] = (int64_t)init; out[8][e] = (int64_t)lo;
-                out[10][e] = (int64_t)final; out[11][e] = (int64_t)post;
             }
         }
 done:
     free(ev); free(next); free(over);
-    stats[0] = n; stats[1] = dropped; stats[2] = needed; stats[3] = bad;
+    stats[0] = n; stats[1] = dropped; stats[2] = needed; stats[3] = bad; stats[5] = nctas;
 }
 """
 COLUMNS = ("launch", "block", "sm", "warp", "scope", "start", "end", "init_ns",
-           "block_min_clock", "end_warp", "final_ns", "post_ns")
+           "block_min_clock", "end_warp")
 
 _lock = threading.Lock()
 _lib: dict[str, ctypes.CDLL | None] = {}
@@ -212,7 +214,7 @@ def helper() -> ctypes.CDLL | None:
             lib.proton_intra_bound.argtypes = (ptr, ptr, ptr, i64, i64, i32, ptr, i32)
             lib.proton_intra_bound.restype = ctypes.c_int64
             lib.proton_intra_decode.argtypes = (ptr, ptr, ptr, i64, i64, i32, ptr, i32, ptr, i64,
-                                                ptr, ptr, ptr)
+                                                ptr, ptr, ptr, ptr)
             lib.proton_intra_decode.restype = None
         except (OSError, subprocess.SubprocessError, native.BuildError) as exc:
             warn(f"instrumentation: decoding kernel scope buffers in numpy, which costs more "
@@ -254,10 +256,11 @@ def decode_launches(host: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sc
                                 f"{scratch}-byte block: not Triton's layout")
     cols = np.empty((len(COLUMNS), max(bound, 1)), np.int64)
     ptrs = (ctypes.c_void_p * len(COLUMNS))(*[cols[i].ctypes.data for i in range(len(COLUMNS))])
-    stats = np.zeros(5, np.int64)
+    stats = np.zeros(6, np.int64)
     unbalanced, reordered = np.zeros(256, np.int64), np.zeros(256, np.int64)
+    ctas = np.empty((max(int(counts.sum()), 1), 4), np.int64)
     lib.proton_intra_decode(base, off, nb, offsets.size, scratch, num_warps, uids.ctypes.data,
-                            uids.size, ptrs, cols.shape[1], stats.ctypes.data,
+                            uids.size, ptrs, cols.shape[1], ctas.ctypes.data, stats.ctypes.data,
                             unbalanced.ctypes.data, reordered.ctypes.data)
     if stats[4] == 3:
         raise MemoryError("instrumentation: no memory for a CTA's event records")
@@ -268,7 +271,7 @@ def decode_launches(host: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sc
     return intra.Decoded(block=c["block"], sm=c["sm"], warp=c["warp"], scope=c["scope"],
                          start=c["start"], end=c["end"], launch=c["launch"],
                          init_ns=c["init_ns"], block_min_clock=c["block_min_clock"],
-                         end_warp=c["end_warp"], final_ns=c["final_ns"], post_ns=c["post_ns"],
+                         end_warp=c["end_warp"], ctas=ctas[:int(stats[5])],
                          num_blocks=int(counts.sum()), num_warps=num_warps,
                          dropped=int(stats[1]), needed_bytes=int(stats[2]),
                          unbalanced=_nonzero(unbalanced), reordered=_nonzero(reordered),
