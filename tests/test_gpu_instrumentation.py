@@ -330,6 +330,17 @@ def test_events_trace_matches_tritons(tmp_path):
         assert abs(mine - theirs_) <= TOLERANCE[0] * theirs_ + TOLERANCE[1], (name, mine, theirs_)
 
 
+def anywhere(tree: dict, name: str) -> dict:
+    """The first node named `name` under `tree`, at any depth."""
+    stack = [tree]
+    while stack:
+        node = stack.pop(0)
+        if node["frame"]["name"] == name:
+            return node
+        stack += node.get("children", [])
+    raise AssertionError(f"no {name!r} under {tree['frame']['name']!r}")
+
+
 @needs_events
 def test_events_tree_matches_tritons(tmp_path):
     """The events' nodes under their kernels: as many warp events as the trace has spans, the
@@ -338,7 +349,8 @@ def test_events_tree_matches_tritons(tmp_path):
     theirs = load(run_events(tmp_path, "triton", "tree", "--lang", "triton.profiler.language"))[0]
     ours = load(run_events(tmp_path, "ours", "tree"))[0]
     for name, events in (("step", 4 * 4 * 3), ("whole", 4 * 4)):
-        mine, their = find(ours, "stepped", name)["metrics"], find(theirs, "stepped", name)["metrics"]
+        mine = find(ours, "stepped", name)["metrics"]
+        their = anywhere(find(theirs, "stepped"), name)["metrics"]  # wherever Triton puts it
         assert mine["warp_events"] == events
         assert abs(mine["cycles"] - their["cycles"]) <= TOLERANCE[0] * their["cycles"] + \
             events * TOLERANCE[1], (name, mine, their)
