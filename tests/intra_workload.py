@@ -96,8 +96,7 @@ def save_fixture(path: str) -> None:
 
     inst = instrumentation._installed
     torch.cuda.synchronize()
-    (function, offset, size, *_), = inst.pending
-    info = inst.kernels[function]
+    (info, offset, size, *_), = inst.pending
     raw = inst.arena[offset:offset + size].cpu().numpy()
     np.savez(path, buffer=raw, scratch=info.scratch, num_warps=info.num_warps,
              names=json.dumps(info.scope_names), parents=json.dumps(info.scope_parents),

@@ -258,3 +258,135 @@ def test_trace_spans_keep_their_cycles_and_nest(tmp_path):
         for name in ("load", "compute", "store"):
             start, end = spans[name]
             assert outer[0] < start and end < outer[1], (key, name, spans)
+
+
+# -- Triton 3.9's events (tests/intra_events_workload.py) -------------------------------------
+EVENTS = os.path.join(os.path.dirname(__file__), "intra_events_workload.py")
+
+
+def _has_events() -> bool:
+    try:
+        from triton._C.libtriton import proton as tp
+    except ImportError:
+        return False
+    return hasattr(tp, "create_proton_allocate_event")
+
+
+needs_events = pytest.mark.skipif(not _has_events(), reason="Triton 3.9's event ops (run "
+                                  "with triton 3.9.0 first on PYTHONPATH)")
+
+
+def run_events(tmp_path, profiler: str, data: str, *extra: str) -> str:
+    prefix = str(tmp_path / f"events_{profiler}_{data}")
+    proc = subprocess.run([sys.executable, EVENTS, profiler, data, prefix, *extra],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["correct"]
+    if OUT:
+        with open(os.path.join(OUT, "intra_runs.log"), "a") as log:
+            log.write(f"== events {profiler} {data} {extra}\n{proc.stderr[-4000:]}\n")
+    return prefix + (".hatchet" if data == "tree" else ".chrome_trace")
+
+
+def event_layout(doc: dict) -> tuple[dict, dict, dict]:
+    """A trace's spans as (kernel, CTA, warp) -> names counted, each name's durations in
+    cycles, and its flows as (kernel, CTA) -> sorted (start warp, end warp) pairs."""
+    spans, cycles, ends = defaultdict(Counter), defaultdict(list), defaultdict(dict)
+    for e in doc["traceEvents"]:
+        cta = int(re.search(r"CTA(\d+)", e["pid"])[1])
+        warp = int(re.match(r"warp (\d+)", e["tid"])[1])
+        if "bind_id" in e:
+            ends[e["cat"], cta, e["bind_id"]]["out" if e.get("flow_out") else "in"] = warp
+            continue
+        spans[e["cat"], cta, warp][e["name"]] += 1
+        cycles[e["name"]].append(e["args"]["cycles"] if "cycles" in e["args"]
+                                 else e["dur"] * e["args"]["Frequency (MHz)"])
+    flows = defaultdict(list)
+    for (cat, cta, _), pair in ends.items():
+        flows[cat, cta].append((pair.get("out"), pair.get("in")))
+    return dict(spans), dict(cycles), {k: sorted(v) for k, v in flows.items()}
+
+
+@needs_events
+def test_events_trace_matches_tritons(tmp_path):
+    """Events in each warp (a loop's three steps, one over the whole kernel) are spans, the
+    same per warp as in Triton's trace; an event a worker partition starts and the default
+    partition ends is a flow from a worker warp to a default one, as many per CTA as Triton's
+    (4); step lengths within the tolerance of Triton's."""
+    theirs = load(run_events(tmp_path, "triton", "trace", "--lang", "triton.profiler.language"))
+    ours = load(run_events(tmp_path, "ours", "trace"))
+    their_spans, their_cycles, their_flows = event_layout(theirs)
+    our_spans, our_cycles, our_flows = event_layout(ours)
+    assert our_spans == their_spans
+    assert {k: v for k, v in our_spans.items() if k[0] == "stepped"} == {
+        ("stepped", cta, warp): Counter({"step": 3, "whole": 1}) for cta in range(4)
+        for warp in range(4)}
+    assert set(our_flows) == set(their_flows) == {("handed", 0), ("handed", 1)}
+    for key, pairs in our_flows.items():
+        assert len(pairs) == len(their_flows[key]) == 4
+        assert all(start >= 4 > end for start, end in pairs), pairs
+    for name in ("step", "whole"):
+        mine, theirs_ = statistics.median(our_cycles[name]), statistics.median(their_cycles[name])
+        assert abs(mine - theirs_) <= TOLERANCE[0] * theirs_ + TOLERANCE[1], (name, mine, theirs_)
+
+
+def anywhere(tree: dict, name: str) -> dict:
+    """The first node named `name` under `tree`, at any depth."""
+    stack = [tree]
+    while stack:
+        node = stack.pop(0)
+        if node["frame"]["name"] == name:
+            return node
+        stack += node.get("children", [])
+    raise AssertionError(f"no {name!r} under {tree['frame']['name']!r}")
+
+
+@needs_events
+def test_events_tree_matches_tritons(tmp_path):
+    """The events' nodes under their kernels: as many warp events as the trace has spans, the
+    cycles within the tolerance of Triton's tree; the handed-over event's node counts one
+    pair per default warp and CTA."""
+    theirs = load(run_events(tmp_path, "triton", "tree", "--lang", "triton.profiler.language"))[0]
+    ours = load(run_events(tmp_path, "ours", "tree"))[0]
+    for name, events in (("step", 4 * 4 * 3), ("whole", 4 * 4)):
+        mine = find(ours, "stepped", name)["metrics"]
+        their = anywhere(find(theirs, "stepped"), name)["metrics"]  # wherever Triton puts it
+        assert mine["warp_events"] == events
+        assert abs(mine["cycles"] - their["cycles"]) <= TOLERANCE[0] * their["cycles"] + \
+            events * TOLERANCE[1], (name, mine, their)
+    handed = find(ours, "handed", "handed")["metrics"]
+    assert handed["warp_events"] == 2 * 4 and handed["cycles"] > 0
+
+
+def test_an_instrumented_kernel_without_scopes_gives_a_header_only_host_buffer(tmp_path):
+    """Triton 3.9's test_no_scope_zero_scratch asks for a header even with no payload: 0
+    CTAs, 0 bytes, the kernel's warps; the kernel still runs (Triton 3.6's own hook raised
+    ZeroDivisionError here; ours gives the header under either)."""
+    code = f"""
+import json, sys, torch, triton, triton.language as tl
+import proton
+from proton.hooks import InstrumentationHook as H
+
+@triton.jit
+def plain(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+x = torch.zeros(128, device="cuda")
+H.enable_host_buffer = True
+proton.start({str(tmp_path / "plain")!r}, backend="instrumentation")
+plain[(1,)](x, BLOCK=128, num_warps=4)
+b = H.host_buffer
+H.enable_host_buffer = False
+proton.finalize()
+print(json.dumps({{"header": [int.from_bytes(b[4 * i:4 * i + 4].numpy().tobytes(), "little")
+                              for i in range(b.numel() // 4)], "x": x[0].item()}}))
+"""
+    script = tmp_path / "plain.py"  # @triton.jit reads its source from a file
+    script.write_text(code)
+    proc = subprocess.run([sys.executable, "-P", str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["x"] == 1.0
+    assert out["header"] == [1, 4, 56, 56, 0, 1, 0, 4, 0, 4, 0, 1, 2, 3]

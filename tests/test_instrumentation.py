@@ -168,8 +168,8 @@ def test_another_triton_version_fails_at_start(monkeypatch):
     import proton
 
     monkeypatch.setattr(triton, "__version__", "3.7.0")
-    with pytest.raises(SessionError, match="reads Triton 3.6.0's buffer layout; this is "
-                                           "Triton 3.7.0"):
+    with pytest.raises(SessionError, match="reads Triton 3.6.0 and 3.9.0's buffers; this is "
+                                           "Triton 3.7.0: install triton==3.9.0"):
         proton.start(os.path.join(tempfile.gettempdir(), "never"), backend="instrumentation")
 
 
@@ -212,7 +212,6 @@ def triton_semantic():
 
 def test_only_kernels_compiled_in_the_session_are_instrumented(tmp_path, triton_semantic):
     import proton
-    from triton.backends import backends
 
     from proton.runtime.instrumentation import scope_table
 
@@ -231,8 +230,20 @@ def test_only_kernels_compiled_in_the_session_are_instrumented(tmp_path, triton_
     ttgir = tmp_path / "k.ttgir"
     ttgir.write_text(inside.asm["ttgir"])
     assert scope_table(str(ttgir)) == ({0: "kernel", 1: "load"}, {1: 0})
-    assert backends["nvidia"].compiler.instrumentation is None
+    assert not _passes_installed()
     assert triton.knobs.compilation.instrumentation_mode == ""
+
+
+def _passes_installed() -> bool:
+    """Whether Triton would run instrumentation passes now (3.6: the backend's attribute;
+    3.9: a callback registered at a point)."""
+    from triton.backends import backends
+
+    if hasattr(backends["nvidia"].compiler, "instrumentation"):
+        return backends["nvidia"].compiler.instrumentation is not None
+    from triton import _instrumentation
+
+    return ("ttgpuir-to-llvmir", "nvidia") in _instrumentation._callbacks
 
 
 def test_triton_kernels_need_the_semantic_enabled(tmp_path):
@@ -242,6 +253,51 @@ def test_triton_kernels_need_the_semantic_enabled(tmp_path):
     proton.start(str(tmp_path / "run"), backend="instrumentation")
     try:
         with pytest.raises(Exception, match=r"enable_semantic\('triton'\)"):
+            _compile(fn)
+    finally:
+        proton.finalize()
+
+
+def test_proton_language_has_every_name_tritons_has():
+    """What the installed Triton's triton.profiler.language defines (3.9: the events too),
+    proton.language defines, so `import proton.language as pl` is a drop-in."""
+    import triton.profiler.language as theirs
+
+    import proton.language as ours
+
+    defined = {n for n, v in vars(theirs).items() if not n.startswith("_")
+               and getattr(v, "__module__", None) == theirs.__name__}
+    assert {"enter_scope", "exit_scope", "scope", "enable_semantic"} <= defined
+    assert defined <= set(dir(ours)), defined - set(dir(ours))
+
+
+def _event_kernel():
+    import triton.language as tl
+
+    import proton.language as pl
+
+    @triton.jit
+    def evented(x_ptr, n, BLOCK: tl.constexpr):
+        done = pl.allocate_event("done")
+        pl.start_event(done)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+        pl.end_event(done)
+
+    return evented
+
+
+@pytest.mark.skipif(hasattr(triton._C.libtriton.proton, "create_proton_allocate_event"),
+                    reason="this Triton has the event ops (tests/test_instrumentation39.py)")
+def test_events_on_a_triton_without_them_say_which_triton_has_them(tmp_path, triton_semantic):
+    import proton
+
+    fn = _event_kernel()
+    assert _compile(fn).metadata.profile_scratch_size == 0  # off: the kernel compiles as is
+    proton.start(str(tmp_path / "run"), backend="instrumentation")
+    try:
+        with pytest.raises(Exception, match=r"events need Triton 3\.9's compiler \(this is "
+                                            r"Triton 3\.6\.0\)"):
             _compile(fn)
     finally:
         proton.finalize()
@@ -332,6 +388,43 @@ def test_a_launchs_buffer_goes_to_the_host_only_while_host_copies_are_on():
         del inst.kernels[12345]
 
 
+class _Launch:
+    """What Triton's launch hooks get: a LazyDict whose `data` names the CUfunction."""
+
+    def __init__(self, function: int) -> None:
+        self.data = {"function": function}
+
+
+def test_a_kernel_without_scopes_gets_tritons_header_alone_as_its_host_buffer():
+    """Triton 3.9's test_no_scope_zero_scratch: an instrumented kernel with no scopes has no
+    profile buffer (Triton's launcher asks the allocator nothing), yet with host copies on its
+    launch leaves the header: 0 CTAs, 0 bytes, the kernel's 4 warps."""
+    from proton.hooks.instrumentation import InstrumentationHook
+    from proton.runtime import instrumentation
+    from proton import mode
+
+    inst = instrumentation.Instrumentation(mode.Default(), {})
+    inst.kernels[4242] = instrumentation.KernelInfo("plain", 0, 4, {}, {}, (0, 1, 2, 3))
+    instrumentation._installed = inst
+    try:
+        InstrumentationHook.enable_host_buffer = True
+        inst.on_enter(_Launch(4242))
+        assert InstrumentationHook.host_buffer is None  # not before the launch's exit
+        inst.on_exit(None)
+        out = InstrumentationHook.host_buffer
+        words = np.frombuffer(out.numpy().tobytes(), "<u4").tolist()
+        assert words == [1, 4, 56, 56, 0, 1, 0, 4, 0, 4, 0, 1, 2, 3] and not inst.pending
+        inst.on_enter(_Launch(99))  # a kernel compiled before the session: none
+        inst.on_exit(None)
+        assert InstrumentationHook.host_buffer is None
+    finally:
+        InstrumentationHook.enable_host_buffer = False
+        inst.watch_exits(False)
+        instrumentation._installed = None
+        instrumentation.set_host_copy(False)
+        del inst.kernels[4242]
+
+
 def test_the_hook_is_tritons_name_for_the_backend():
     import proton.hooks
     from proton.hooks.hook import Hook
@@ -353,6 +446,23 @@ def test_kernels_are_known_to_every_later_session():
 
     one, two = Instrumentation(mode.Default(), {}), Instrumentation(mode.Default(), {})
     assert one.kernels is two.kernels
+
+
+def test_a_launch_not_read_yet_keeps_what_its_kernel_was_after_an_unload():
+    """Triton 3.9 unloads a kernel whose last reference went, and its CUfunction handle may
+    name another kernel later: the handle is forgotten, the launch keeps its KernelInfo."""
+    from proton import mode
+    from proton.runtime.instrumentation import Instrumentation, KernelInfo
+
+    inst = Instrumentation(mode.Default(), {})
+    info = KernelInfo("gone", SCRATCH, 2, {0: "s"}, {})
+    inst.kernels[777] = info
+    inst.pending.append((info, 0, SCRATCH, 1, 0, 0, 0))
+    try:
+        inst.on_unload(None, 777, "gone", {}, "hash")
+        assert 777 not in inst.kernels and inst.pending[0][0] is info
+    finally:
+        inst.kernels.pop(777, None)
 
 
 def test_an_instrumentation_session_counts_only_its_instrumented_kernels():
@@ -377,10 +487,11 @@ def test_the_clock_rate_comes_from_either_form_of_the_device_table():
     assert clock_table({"0": entry}) == {0: 1980000} == clock_table({"CUDA": {"0": entry}})
 
 
-def span(scope, kernel, sm, cta, warp, start, end, cycles, launch=0, device=0):
-    """A scope from `start` to `end` (ns) in a CTA that starts at 1000 ns."""
+def span(scope, kernel, sm, cta, warp, start, end, cycles, launch=0, device=0, end_warp=-1):
+    """A scope from `start` to `end` (ns) in a CTA that starts at 1000 ns, begins writing its
+    records out at 1900 and is done at 1960."""
     return WarpSpan(scope, kernel, "k", device, sm, cta, warp, 1000, start - 1000.0,
-                    end - start + 0.0, cycles, launch, 1000, 1_000_000)
+                    end - start + 0.0, cycles, launch, 1000, 1_000_000, end_warp, 1900, 1960)
 
 
 def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
@@ -405,8 +516,37 @@ def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
         ("k Core0 CTA0", "warp 0 (line 0)", "outer", 0.05, 0.05)]  # the second launch
     assert {e["ph"] for e in ev} == {"X"} and {e["cat"] for e in ev} == {"k"}
     assert ev[0]["args"] == {"call_stack": ["ROOT", "step", "k"], "cycles": 100,
-                             "Frequency (MHz)": 1000.0, "Init Time (ns)": 1000}
+                             "Frequency (MHz)": 1000.0, "Init Time (ns)": 1000,
+                             "Post Final Time (ns)": 1960, "Finalization Time (ns)": 60}
     assert doc["displayTimeUnit"] == "ns"
+    assert not any("bind_id" in e for e in ev)
+
+
+def test_an_event_ended_in_another_warp_is_a_flow_between_the_two_warps():
+    """Triton 3.9's trace of a warp-specialised event: no span, but an event of no length on
+    the starting warp (flow_out) and one on the ending warp (flow_in) sharing a bind_id; an
+    event started and ended in one warp stays a span. The flow's ends take a line free at
+    their time."""
+    kernel = paths.intern(0, "k", "kernel0")
+    ready = paths.intern(kernel, "ready")
+    work = paths.intern(kernel, "work")
+    doc = build_trace([], [], None, [span(ready, kernel, 1, 0, 4, 1100, 1300, 200, end_warp=0),
+                                     span(ready, kernel, 1, 0, 5, 1110, 1320, 210, end_warp=1),
+                                     span(work, kernel, 1, 0, 0, 1200, 1400, 200),
+                                     span(work, kernel, 1, 0, 4, 1050, 1150, 100)])
+    by_id: dict = {}
+    for e in doc["traceEvents"]:
+        if "bind_id" in e:
+            by_id.setdefault(e["bind_id"], []).append(e)
+    assert len(by_id) == 2 and all(len(pair) == 2 for pair in by_id.values())
+    for pair in by_id.values():
+        out, into = (next(e for e in pair if e.get(k)) for k in ("flow_out", "flow_in"))
+        assert out["dur"] == 0 == into["dur"] and out["tid"] != into["tid"]
+        assert out["ts"] <= into["ts"] and {out["name"], into["name"]} == {"ready"}
+    assert [(e["tid"], e["ts"]) for e in doc["traceEvents"] if e.get("flow_in")] == [
+        ("warp 0 (line 1)", 0.3), ("warp 1 (line 0)", 0.32)]  # warp 0's line 0 is busy then
+    spans = [(e["name"], e["tid"], e["dur"]) for e in doc["traceEvents"] if "bind_id" not in e]
+    assert spans == [("work", "warp 0 (line 0)", 0.2), ("work", "warp 4 (line 0)", 0.1)]
 
 
 def test_a_scope_of_one_cycle_keeps_its_length_on_an_epoch_clock():

@@ -29,7 +29,7 @@ def compiled(tmp_path, monkeypatch):
 def table(d: intra.Decoded) -> list[tuple]:
     """The events as sorted rows (C emits them in time order per warp, numpy per scope)."""
     cols = (d.launch, d.block, d.sm, d.warp, d.scope, d.start, d.end, d.init_ns,
-            d.block_min_clock)
+            d.block_min_clock, d.end_warp)
     return sorted(zip(*(c.tolist() for c in cols)))
 
 
@@ -43,6 +43,7 @@ def both(host, offsets, sizes, scratch, warps, monkeypatch, recorded=None):
 
 def same(fast: intra.Decoded, slow: intra.Decoded) -> None:
     assert table(fast) == table(slow)
+    assert fast.ctas.tolist() == slow.ctas.tolist()
     assert (fast.dropped, fast.needed_bytes, fast.unbalanced, fast.reordered, fast.bad_blocks,
             fast.num_blocks) == (slow.dropped, slow.needed_bytes, slow.unbalanced,
                                  slow.reordered, slow.bad_blocks, slow.num_blocks)
@@ -68,8 +69,9 @@ def test_the_recorded_buffer_replayed_as_500_launches_decodes_as_numpy_does(
                    one.cycles.tolist()))
 
 
-def block(pid, sm, warps, init_ns=0):
-    return {"pid": pid, "sm": sm, "init_ns": init_ns, "warps": warps}
+def block(pid, sm, warps, init_ns=0, **final):
+    """A CTA's block for intra.encode; `final`: final_ns, post_ns."""
+    return {"pid": pid, "sm": sm, "init_ns": init_ns, "warps": warps, **final}
 
 
 PER_WARP = SEG // 2 // 8
@@ -89,6 +91,17 @@ EDGES = [
     # the same scope again and again, and many scope ids
     [block(0, 1, {0: [(e, s, 10 * k + e) for k in range(5) for s in (0, 9, 200)
                       for e in (0, 1)]})],
+    # events (Triton 3.9): one inside a scope in its warp, one ended in the other warp, one
+    # started twice before its ends, an end with no start, a start never ended
+    [block(0, 2, {0: [(0, 0, 100), (0, 1, 105, 1), (1, 1, 150, 1), (0, 2, 160, 1),
+                      (0, 5, 170, 1), (0, 5, 171, 1), (1, 5, 180, 1), (1, 5, 190, 1),
+                      (1, 0, 200)],
+                  1: [(1, 2, 175, 1), (1, 3, 120, 1), (0, 4, 300, 1)]},
+           init_ns=9, final_ns=400, post_ns=450)],
+    # events in a full segment: the ones whose partner was overwritten are dropped, not
+    # unbalanced; the other warp's end still finds its start
+    [block(0, 0, {0: [(k % 2, 7, 10 * k, 1) for k in range(PER_WARP + 3)],
+                  1: [(1, 7, 100000, 1)]})],
 ]
 
 
@@ -100,6 +113,50 @@ def test_every_edge_decodes_as_numpy_does(compiled, monkeypatch, blocks):
     sizes = np.array([buf.size, buf.size])
     fast, slow = both(two, offsets, sizes, SCRATCH, 2, monkeypatch)
     same(fast, slow)
+
+
+def test_events_pair_within_their_warp_else_across_the_cta_in_clock_order(compiled,
+                                                                          monkeypatch):
+    """A producer partition's warps 4..7 start an event, the consumer's warps 0..3 end it
+    (Triton 3.9's warp-specialised events): each end takes the oldest pending start, a pair
+    per end whose end_warp is the consumer's; an event started and ended in one warp (a loop
+    of three) pairs there, even when another warp's start is older."""
+    starts = {w: [(0, 0, 100 + w, 1)] for w in range(4, 8)}
+    ends = {w: [(1, 0, 200 + 10 * w, 1)] for w in range(4)}
+    loop = {0: ends[0] + [(e, 1, 300 + 10 * k + e, 1) for k in range(3) for e in (0, 1)],
+            4: starts[4] + [(0, 1, 299, 1)]}
+    blocks = [block(0, 1, {**starts, **ends, **loop}, init_ns=1000, final_ns=2000,
+                    post_ns=2100)]
+    scratch = 8 * SEG + 128  # as Triton sizes it: the segments after a 128-byte header
+    host = np.frombuffer(intra.encode(blocks, scratch, 8, 8 * SEG), np.uint8)
+    fast, slow = both(host, np.array([0]), np.array([host.size]), scratch, 8, monkeypatch)
+    same(fast, slow)
+    rows = sorted(zip(fast.scope.tolist(), fast.warp.tolist(), fast.end_warp.tolist(),
+                      fast.start.tolist(), fast.end.tolist()))
+    assert rows[:4] == [(0, 4, 0, 104, 200), (0, 5, 1, 105, 210), (0, 6, 2, 106, 220),
+                        (0, 7, 3, 107, 230)]
+    assert rows[4:] == [(1, 0, 0, 300, 301), (1, 0, 0, 310, 311), (1, 0, 0, 320, 321)]
+    assert fast.unbalanced == {1: 1}  # warp 4's start of event 1 never ended
+    assert fast.ctas.tolist() == [[0, 0, 2000, 2100]]  # launch, program id, pre-, post-final
+
+
+def test_random_scopes_and_events_decode_as_numpy_does(compiled, monkeypatch):
+    """Records drawn at random (scopes and events of a few ids, some warps past their
+    segment): C and numpy give the same pairs, losses and counts."""
+    rng = np.random.default_rng(58)
+    blocks = []
+    for pid in range(40):
+        warps = {}
+        for w in range(4):
+            n = int(rng.integers(0, PER_WARP * 3 // 2))
+            clocks = np.cumsum(rng.integers(0, 4, n)) + 1000  # ties too
+            warps[w] = [(int(rng.integers(0, 2)), int(rng.integers(0, 3)), int(c),
+                         int(rng.integers(0, 2))) for c in clocks]
+        blocks.append(block(pid, pid % 5, warps, init_ns=pid, final_ns=2 * pid, post_ns=3 * pid))
+    host = np.frombuffer(intra.encode(blocks, SCRATCH, 4, SEG), np.uint8)
+    fast, slow = both(host, np.array([0]), np.array([host.size]), SCRATCH, 4, monkeypatch)
+    same(fast, slow)
+    assert fast.scope.size > 1000 and (fast.end_warp != fast.warp).any() and fast.dropped
 
 
 def test_sampled_warps_decode_from_their_own_segments_in_c_too(compiled, monkeypatch):

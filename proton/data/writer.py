@@ -154,6 +154,13 @@ class WarpSpan(NamedTuple):
     """The CTA's %globaltimer at its start."""
     clock_khz: int
     """The SM clock the cycles were turned into time with."""
+    end_warp: int = -1
+    """An event ended in another warp (Triton 3.9's events): that warp; -1 when `warp` ended
+    it. Such a pair is written as a flow between the two warps, not as a span."""
+    final_ns: int = 0
+    """The CTA's %globaltimer when it began writing its records out (pre-final)."""
+    post_ns: int = 0
+    """... and when it was done (post-final)."""
 
 
 def build_trace(events: list[tuple[int, Any]],
@@ -217,31 +224,48 @@ def _intra_events(intra: Sequence[WarpSpan], t0: int, who: str, stack) -> list[d
     process per kernel, SM and CTA ("add_kernel Core0 CTA3", then " GPU 1" when the trace
     holds several devices) and a thread per warp and line ("warp 0 (line 1)": a scope inside
     another, or overlapping it, goes on the next free line, so a line's spans never overlap).
-    args: the kernel's call path, the scope's cycles, the clock they were read at and the
-    CTA's start (%globaltimer)."""
+    args: the kernel's call path, the scope's cycles, the clock they were read at, the CTA's
+    start, its post-final time and how long its write-out took (%globaltimer). An event ended
+    in another warp is a flow, as in Triton's: an event of no length at its start
+    ("flow_out") and one at its end ("flow_in") in the other warp, one "bind_id" for both."""
     out: list[dict] = []
     several = len({s.device for s in intra}) > 1
-    ordered = sorted(intra, key=lambda s: (s.launch, s.sm, s.cta, s.warp, s.start_ns))
+    # (warp's key, start after the origin, span, its part of a flow: 0 none, 1 out, 2 in)
+    marks = []
+    for s in intra:
+        if s.end_warp < 0:
+            marks.append(((s.launch, s.sm, s.cta, s.warp), s.start_ns, s, 0))
+        else:
+            marks.append(((s.launch, s.sm, s.cta, s.warp), s.start_ns, s, 1))
+            marks.append(((s.launch, s.sm, s.cta, s.end_warp), s.start_ns + s.dur_ns, s, 2))
+    marks.sort(key=lambda m: (m[0], m[1], -m[3]))
     group: tuple | None = None
     line_ends: list = []
-    for s in ordered:
-        key = (s.launch, s.sm, s.cta, s.warp)  # one CTA's warp: one origin
-        if key != group:
+    flows: dict[int, int] = {}
+    for key, start, s, part in marks:
+        if key != group:  # one CTA's warp: one origin
             group, line_ends = key, []
-        line = next((i for i, end in enumerate(line_ends) if s.start_ns >= end), None)
+        dur = s.dur_ns if part == 0 else 0.0
+        line = next((i for i, end in enumerate(line_ends) if start >= end), None)
         if line is None:
             line = len(line_ends)
-            line_ends.append(s.start_ns + s.dur_ns)
+            line_ends.append(start + dur)
         else:
-            line_ends[line] = s.start_ns + s.dur_ns
+            line_ends[line] = start + dur
         where = f" GPU {s.device}" if several else ""
-        out.append({"name": paths.frames[s.scope].name, "cat": s.kernel_name, "ph": "X",
-                    "pid": f"{who}{s.kernel_name} Core{s.sm} CTA{s.cta}{where}",
-                    "tid": f"warp {s.warp} (line {line})",
-                    "ts": (s.origin_ns - t0 + s.start_ns) / 1e3, "dur": s.dur_ns / 1e3,
-                    "args": {"call_stack": stack(s.kernel), CYCLES: int(s.cycles),
-                             "Frequency (MHz)": s.clock_khz / 1e3,
-                             "Init Time (ns)": int(s.init_ns)}})
+        event = {"name": paths.frames[s.scope].name, "cat": s.kernel_name, "ph": "X",
+                 "pid": f"{who}{s.kernel_name} Core{s.sm} CTA{s.cta}{where}",
+                 "tid": f"warp {key[3]} (line {line})",
+                 "ts": (s.origin_ns - t0 + start) / 1e3, "dur": dur / 1e3,
+                 "args": {"call_stack": stack(s.kernel), CYCLES: int(s.cycles),
+                          "Frequency (MHz)": s.clock_khz / 1e3,
+                          "Init Time (ns)": int(s.init_ns),
+                          "Post Final Time (ns)": int(s.post_ns),
+                          "Finalization Time (ns)": max(int(s.post_ns) - int(s.final_ns), 0)}}
+        if part:
+            event["bind_id"] = flows.setdefault(id(s), len(flows) + 1)
+            event["flow_out" if part == 1 else "flow_in"] = True
+        out.append(event)
     return out
 
 

@@ -17,8 +17,8 @@ While installed:
   switched on, a launch exit hook copies each launch's buffer, with Triton's header, to the
   host (`host_buffer`); that costs a sync per launch, as in Triton's Proton.
 
-Pinned to Triton 3.6.0 (the buffer layout and the passes' arguments); another version fails at
-start() with one line.
+Triton 3.6.0 and 3.9.0 (_PASS_HOOKS: how each takes the passes; both write data/intra.py's
+layout, 3.9 adds events); another version fails at start() with one line.
 """
 from __future__ import annotations
 
@@ -45,10 +45,10 @@ from . import intra_native
 ARENA_BYTES = int(os.environ.get("PROTON_INSTRUMENTATION_ARENA", 64 << 20))
 """Device bytes the launches' buffers are cut from before a read (one sync per fill)."""
 ALIGN = 128
-"""Triton 3.6 asks its profile allocator for this alignment."""
+"""Triton (3.6 and 3.9) asks its profile allocator for this alignment."""
 MAX_SCRATCH_BYTES = 1 << 31
 SHARED_MAX_BYTES = 8192
-"""Triton 3.6 sizes a shared record buffer at most this per CTA (larger buffer_size asks are
+"""Triton (3.6 and 3.9) sizes a shared record buffer at most this per CTA (larger buffer_size asks are
 cut to it; checked by compiling for sm_90); a global one takes any size."""
 MEDIAN_SAMPLE = 1 << 20
 """Warp events kept per scope for the median (min and max are exact)."""
@@ -66,17 +66,25 @@ before the first such launch, at each launch's start and once the session ends."
 
 
 def check_triton() -> None:
-    """Raises SessionError unless the installed Triton is one whose buffers we read."""
+    """Raises SessionError unless the installed Triton is one whose passes and buffers we
+    know (_PASS_HOOKS)."""
+    pass_hook()
+
+
+def pass_hook() -> "_BackendAttribute | _Registered":
+    """How the installed Triton takes the compiler passes: the one place that reads its
+    version (SessionError for one we do not know)."""
     try:
         import triton
     except ImportError:
-        raise SessionError("backend='instrumentation' needs Triton (pip install triton==3.6.0)"
+        raise SessionError("backend='instrumentation' needs Triton (pip install triton==3.9.0)"
                            ) from None
-    if triton.__version__ not in intra.SUPPORTED_TRITON:
-        raise SessionError(f"backend='instrumentation' reads Triton "
-                           f"{', '.join(intra.SUPPORTED_TRITON)}'s buffer layout; this is "
-                           f"Triton {triton.__version__}: install triton==3.6.0 or use "
-                           "triton.profiler for this version")
+    hook = _PASS_HOOKS.get(triton.__version__)
+    if hook is None:
+        raise SessionError(f"backend='instrumentation' reads Triton {' and '.join(_PASS_HOOKS)}'s "
+                           f"buffers; this is Triton {triton.__version__}: install "
+                           f"triton=={max(_PASS_HOOKS)} or use triton.profiler for this version")
+    return hook()
 
 
 @dataclass(slots=True)
@@ -160,7 +168,7 @@ class Instrumentation:
         self.host: Any = None  # its pinned host copy
         self.used = 0
         self.pending: list[tuple] = []
-        """(function, offset, bytes, kernel node, device, ordinal, sequence) of launches not
+        """(KernelInfo, offset, bytes, kernel node, device, ordinal, sequence) of launches not
         read yet; ordinal: the launch's number among its kernel node's (matched to CUPTI's
         records); sequence: among all the session's launches."""
         self.launches: dict[int, int] = {}
@@ -180,6 +188,9 @@ class Instrumentation:
         """Kernel node -> (KernelInfo, device, its latest launch's events as columns): the
         one launch per kernel a tree profile keeps for the warp timeline."""
         self.spans: list[dict] = []
+        self.cta_times: list[np.ndarray] = []
+        """Trace sessions: each CTA read, as (sequence, program id, pre-final ns, post-final
+        ns) rows: its spans' Post Final and Finalization times."""
         """Trace sessions: batches of warp events as arrays (see _add_spans)."""
         self.keep_spans = False
         self.recording = True
@@ -195,20 +206,21 @@ class Instrumentation:
     # -- install / uninstall --------------------------------------------------------------------
     def install(self) -> None:
         import triton
-        from triton.backends import backends
         from triton.runtime._allocation import _profile_allocator, set_profile_allocator
 
         global compiling
-        backend = backends["nvidia"].compiler
-        self._saved = (backend.instrumentation, triton.knobs.compilation.instrumentation_mode,
+        hook = pass_hook()
+        hook.install(_Passes(self.mode))  # first: it refuses when another tool holds the points
+        self._saved = (hook, triton.knobs.compilation.instrumentation_mode,
                        _profile_allocator.get(), _triton_flag())
-        backend.instrumentation = _Passes(self.mode)
         triton.knobs.compilation.instrumentation_mode = str(self.mode)
         set_profile_allocator(self.allocate)
         compiling = True
         _set_triton_flag(True)
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.add(self.on_load)
+        if hasattr(knobs, "kernel_unload_hook"):  # Triton 3.9: a handle may be used again
+            knobs.kernel_unload_hook.add(self.on_unload)
         knobs.launch_enter_hook.add(self.on_enter)
         self.watch_exits(host_copy)
 
@@ -228,21 +240,22 @@ class Instrumentation:
 
     def uninstall(self) -> None:
         import triton
-        from triton.backends import backends
         from triton.runtime._allocation import set_profile_allocator
 
         global compiling
         if self._saved is None:
             return
-        instr, mode, allocator, flag = self._saved
+        hook, mode, allocator, flag = self._saved
         self._saved = None
-        backends["nvidia"].compiler.instrumentation = instr
+        hook.uninstall()
         triton.knobs.compilation.instrumentation_mode = mode
         set_profile_allocator(allocator)
         compiling = False
         _set_triton_flag(flag)
         knobs = triton.knobs.runtime
         knobs.kernel_load_end_hook.remove(self.on_load)
+        if hasattr(knobs, "kernel_unload_hook"):
+            knobs.kernel_unload_hook.remove(self.on_unload)
         knobs.launch_enter_hook.remove(self.on_enter)
         self.watch_exits(False)
         set_host_buffer(None)
@@ -257,13 +270,21 @@ class Instrumentation:
             return
         with open(meta_path) as f:
             meta = json.load(f)
-        if not meta.get("profile_scratch_size"):
-            return  # not instrumented (compiled before the session, or no scopes)
-        names, parents = scope_table(ttgir)
+        if not meta.get("instrumentation_mode"):
+            return  # compiled before the session
         warps = intra.recorded_warps(meta["num_warps"], self.mode.sampling_strategy,
                                      self.mode.sampling_options)
+        if not meta.get("profile_scratch_size"):  # no scopes: known for host copies alone
+            self.kernels[function] = KernelInfo(name, 0, meta["num_warps"], {}, {}, warps)
+            return
+        names, parents = scope_table(ttgir)
         self.kernels[function] = KernelInfo(name, meta["profile_scratch_size"],
                                             meta["num_warps"], names, parents, warps)
+
+    def on_unload(self, module, function, name, metadata_group, hash) -> None:
+        """Triton 3.9 unloads a kernel whose last reference went: its CUfunction handle may
+        name another kernel later (launches not read yet keep their KernelInfo)."""
+        self.kernels.pop(function, None)
 
     def allocate(self, size: int, alignment: int, stream) -> _Slice:
         """Triton's profile allocator: a slice of the arena (read first if it is full)."""
@@ -290,46 +311,43 @@ class Instrumentation:
 
     def on_enter(self, metadata) -> None:
         taken, self.next_slice = self.next_slice, None
+        function = metadata.data.get("function")
+        info = self.kernels.get(function)
         if self.exits:  # host copies: none for this launch unless it is recorded
             self.last = None
             set_host_buffer(None)
-        if taken is None or not self.recording:
+            if info is not None and self.recording:  # no slice: Triton's header alone
+                self.last = (function, *(taken or (0, 0)))
+        if taken is None or info is None or not self.recording:
             return
-        data = metadata.data
-        function = data.get("function")
-        if function not in self.kernels:
-            return
-        if self.exits:
-            self.last = (function, taken[0], taken[1])
         st = per_thread.stacks
         from triton.runtime import driver
 
         device = driver.active.get_current_device()
         node = st.op_path  # the Triton hook named this launch's op: its kernel is counted there
         if node is None:
-            node = paths.intern(launch_parent(), self.kernels[function].name,
-                                f"kernel{device}")
+            node = paths.intern(launch_parent(), info.name, f"kernel{device}")
         ordinal = self.launches.get(node, 0)
         self.launches[node] = ordinal + 1
-        self.pending.append((function, taken[0], taken[1], node, device, ordinal,
-                             self.sequence))
+        self.pending.append((info, taken[0], taken[1], node, device, ordinal, self.sequence))
         self.sequence += 1
 
     def on_exit(self, metadata) -> None:
         """Host copies on: the launch's buffer to the host, after the kernel ran (the copy
         waits for it on the current stream), with Triton's header before it."""
         last, self.last = self.last, None
-        if last is None or not host_copy or self.arena is None:
+        if last is None or not host_copy or (self.arena is None and last[2]):
             return
         import torch
 
         function, offset, size = last
         info = self.kernels[function]
-        header = intra.host_header(size // info.scratch, info.num_warps, info.scratch,
-                                   info.recorded, size)
+        header = intra.host_header(size // info.scratch if info.scratch else 0, info.num_warps,
+                                   info.scratch, info.recorded, size)
         out = torch.empty(len(header) + size, dtype=torch.uint8)
         out[:len(header)] = torch.frombuffer(bytearray(header), dtype=torch.uint8)
-        out[len(header):] = self.arena[offset:offset + size].cpu()
+        if size:
+            out[len(header):] = self.arena[offset:offset + size].cpu()
         set_host_buffer(out)
 
     # -- reading --------------------------------------------------------------------------------
@@ -347,11 +365,11 @@ class Instrumentation:
         self.host[:used].copy_(self.arena[:used])  # pinned: one fast copy, kept for the next
         host = self.host[:used].numpy()
         self.reads += 1
-        by_kernel: dict[int, list] = {}
+        by_kernel: dict[int, list] = {}  # id(KernelInfo) -> its launches
         for launch in pending:
-            by_kernel.setdefault(launch[0], []).append(launch)
-        for function, launches in by_kernel.items():
-            self._read_kernel(self.kernels[function], host, launches)
+            by_kernel.setdefault(id(launch[0]), []).append(launch)
+        for launches in by_kernel.values():
+            self._read_kernel(launches[0][0], host, launches)
 
     def _read_kernel(self, info: KernelInfo, host: np.ndarray, launches: list) -> None:
         """All of one kernel's launches in `host` at once: decoded in one C call (numpy
@@ -386,6 +404,13 @@ class Instrumentation:
         ordinals = np.array([launch[5] for launch in launches])
         sequence = np.array([launch[6] for launch in launches])
         devices = np.array([launch[4] for launch in launches])
+        cross = None
+        if self.keep_spans:
+            ctas = dec.ctas
+            self.cta_times.append(np.stack([sequence[ctas[:, 0]], ctas[:, 1], ctas[:, 2],
+                                            ctas[:, 3]], axis=1))
+            if (dec.end_warp != dec.warp).any():  # an event's end warp (-1: its start's)
+                cross = np.where(dec.end_warp == dec.warp, -1, dec.end_warp)
         for j, k in enumerate(present.tolist()):
             kernel, sid = int(nodes[k // 256]), k % 256
             scope_node = self._scope_node(kernel, info, sid)
@@ -402,14 +427,16 @@ class Instrumentation:
                     "ordinal": ordinals[picked], "device": devices[picked],
                     "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
                     "init": dec.init_ns[sel], "since": dec.start[sel] - dec.block_min_clock[sel],
-                    "cycles": cycles[sel]})
+                    "cycles": cycles[sel],
+                    "end_warp": np.full(sel.size, -1) if cross is None else cross[sel]})
 
     def _keep_latest(self, info: KernelInfo, launches: list, node_idx: np.ndarray,
                      nodes: np.ndarray, dec: intra.Decoded) -> None:
         last = np.full(nodes.size, -1)
         np.maximum.at(last, node_idx, np.arange(node_idx.size))
         for k, i in enumerate(last.tolist()):
-            sel = np.nonzero(dec.launch == i)[0][:TIMELINE_EVENTS]
+            # a warp's own spans (an event ended in another warp is no span of either)
+            sel = np.nonzero((dec.launch == i) & (dec.end_warp == dec.warp))[0][:TIMELINE_EVENTS]
             if sel.size:
                 self.latest[int(nodes[k])] = (info, launches[i][4], {
                     "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
@@ -471,7 +498,17 @@ class Instrumentation:
                         cols["warp"].tolist(), origin.tolist(),
                         (cols["since"] / per_ns).tolist(), (cols["cycles"] / per_ns).tolist(),
                         cols["cycles"].tolist(), cols["sequence"].tolist(),
-                        cols["init"].tolist(), khz.astype(np.int64).tolist()))
+                        cols["init"].tolist(), khz.astype(np.int64).tolist(),
+                        cols["end_warp"].tolist(), *self._final_times(cols)))
+
+    def _final_times(self, cols: dict) -> tuple[list, list]:
+        """Each span's CTA's pre- and post-final times (cta_times, by launch and CTA)."""
+        table = np.concatenate(self.cta_times)
+        key = table[:, 0] * (1 << 32) + table[:, 1]
+        order = np.argsort(key, kind="stable")
+        at = np.searchsorted(key[order], cols["sequence"] * (1 << 32) + cols["cta"])
+        row = table[order[np.minimum(at, key.size - 1)]]
+        return row[:, 2].tolist(), row[:, 3].tolist()
 
     @staticmethod
     def _scope_chain(info: KernelInfo, sid: int) -> list[str]:
@@ -494,7 +531,7 @@ class Instrumentation:
         """Say what could not be read (once, at the session's end)."""
         if self.dropped:
             need = 1 << max(self.needed - 1, 1).bit_length()
-            # Triton 3.6 keeps a shared buffer at 8 KiB per CTA whatever buffer_size asks
+            # Triton keeps a shared buffer at 8 KiB per CTA whatever buffer_size asks
             where = "buffer_type=global:" if need > SHARED_MAX_BYTES else ""
             warn(f"instrumentation: {self.dropped} scope records were lost to full per-warp "
                  f"buffers (the oldest of each warp); mode='{self.mode.name}:{where}"
@@ -508,8 +545,8 @@ class Instrumentation:
             warn(f"instrumentation: scopes whose end came before their start (the compiler "
                  f"moved a record) were left out: {shown}")
         if self.bad_blocks:
-            warn(f"instrumentation: {self.bad_blocks} CTA buffers had no header (not Triton "
-                 "3.6's layout, or a CTA that exited early) and were skipped")
+            warn(f"instrumentation: {self.bad_blocks} CTA buffers had no header (not Triton's "
+                 "layout, or a CTA that exited early) and were skipped")
 
 
 def _aligned(n: int) -> int:
@@ -550,35 +587,95 @@ def scope_table(ttgir_path: str) -> tuple[dict[int, str], dict[int, int]]:
 
 
 class _Passes:
-    """Triton's nvidia backend calls this at make_llir (its `instrumentation` attribute)."""
+    """The proton passes for our mode, at the two points of Triton's make_llir."""
 
     def __init__(self, mode: InstrumentationMode) -> None:
         self.mode = mode
+        self.global_scratch_pass = False
+        """Triton 3.6 allocates the global record buffer in a pass of its own (3.9 in the
+        lowering)."""
 
     def load_dialects(self, ctx) -> None:
         from triton._C.libtriton import proton as tp
 
         tp.load_dialects(ctx)
 
-    def patch(self, stage: str, pm, ctx) -> None:
+    def to_llvmir(self, pm) -> None:
+        """ttgpuir -> llvmir: scopes and events become record stores into the buffer."""
         from triton._C.libtriton import passes
         from triton._C.libtriton import proton as tp
 
-        self.load_dialects(ctx)
         m = self.mode
-        if stage == "ttgpuir_to_llvmir":
-            tp.add_convert_proton_to_protongpu(
-                pm, tp.METRIC_TYPE.CYCLE, _enum(tp.SAMPLING_STRATEGY, m.sampling_strategy),
-                m.sampling_options, _enum(tp.GRANULARITY, m.granularity),
-                _enum(tp.BUFFER_STRATEGY, m.buffer_strategy), _enum(tp.BUFFER_TYPE, m.buffer_type),
-                m.buffer_size, _max_shared(), 1, ALIGN, "clock32" not in m.optimizations)
-            passes.common.add_cse(pm)
-            if "sched_stores" in m.optimizations:
-                tp.add_schedule_buffer_store(pm)
-            tp.add_allocate_proton_shared_memory(pm)
-        elif stage == "llvmir_to_llvm":
+        tp.add_convert_proton_to_protongpu(
+            pm, tp.METRIC_TYPE.CYCLE, _enum(tp.SAMPLING_STRATEGY, m.sampling_strategy),
+            m.sampling_options, _enum(tp.GRANULARITY, m.granularity),
+            _enum(tp.BUFFER_STRATEGY, m.buffer_strategy), _enum(tp.BUFFER_TYPE, m.buffer_type),
+            m.buffer_size, _max_shared(), 1, ALIGN, "clock32" not in m.optimizations)
+        passes.common.add_cse(pm)
+        if "sched_stores" in m.optimizations:
+            tp.add_schedule_buffer_store(pm)
+        tp.add_allocate_proton_shared_memory(pm)
+
+    def to_llvm(self, pm) -> None:
+        from triton._C.libtriton import proton as tp
+
+        if self.global_scratch_pass:
             tp.add_allocate_proton_global_scratch_buffer(pm)
-            tp.add_convert_proton_nvidia_gpu_to_llvm(pm)
+        tp.add_convert_proton_nvidia_gpu_to_llvm(pm)
+
+    def patch(self, stage: str, pm, ctx) -> None:
+        """Triton 3.6's interface (the backend's `instrumentation` attribute)."""
+        self.load_dialects(ctx)
+        if stage == "ttgpuir_to_llvmir":
+            self.to_llvmir(pm)
+        elif stage == "llvmir_to_llvm":
+            self.to_llvm(pm)
+
+
+class _BackendAttribute:
+    """Triton 3.6.0: the nvidia backend calls its `instrumentation` attribute's patch()."""
+
+    def install(self, passes: _Passes) -> None:
+        from triton.backends import backends
+
+        passes.global_scratch_pass = True
+        self.backend = backends["nvidia"].compiler
+        self.saved = self.backend.instrumentation
+        self.backend.instrumentation = passes
+
+    def uninstall(self) -> None:
+        self.backend.instrumentation = self.saved
+
+
+class _Registered:
+    """Triton 3.9.0: passes registered by point with triton._instrumentation."""
+
+    def install(self, passes: _Passes) -> None:
+        from triton import _instrumentation as ti
+
+        points = {"load-dialects": passes.load_dialects, "ttgpuir-to-llvmir": passes.to_llvmir,
+                  "llvmir-to-llvm": passes.to_llvm}
+        self.points: list[str] = []
+        for point, callback in points.items():
+            try:
+                ti.register_instrumentation(point=point, backend="nvidia", callback=callback)
+            except RuntimeError:  # Triton's: "Instrumentation already registered"
+                self.uninstall()
+                raise SessionError(f"Triton's instrumentation point {point!r} is taken (a "
+                                   "session of Triton's own Proton, or another tool): finalize "
+                                   "it before starting backend='instrumentation'") from None
+            self.points.append(point)
+
+    def uninstall(self) -> None:
+        from triton import _instrumentation as ti
+
+        for point in self.points:
+            ti.unregister_instrumentation(point=point, backend="nvidia")
+
+
+_PASS_HOOKS: dict[str, type[_BackendAttribute] | type[_Registered]] = {
+    "3.6.0": _BackendAttribute, "3.9.0": _Registered}
+"""The Triton versions whose passes' arguments and buffer layout (data/intra.py) we know."""
 
 
 def _enum(enum, text: str):
