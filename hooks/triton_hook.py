@@ -23,7 +23,7 @@ from types import FrameType
 
 from ..data.metrics import RESERVED, DeviceTensor, metric_value
 from ..errors import ScopeError, SessionError
-from ..format import LAUNCH_METADATA
+from ..format import COUNT, LAUNCH_METADATA
 from ..options import HookOptions
 from ..runtime import ops
 
@@ -48,7 +48,7 @@ _options = HookOptions()
 def _metrics(md: dict) -> dict[str, float | list | DeviceTensor]:
     out = {}
     for key, value in md.items():
-        if key in _NOT_METRICS or key in RESERVED:
+        if key in _NOT_METRICS or key in RESERVED or key == COUNT:
             continue  # a "count" or "time (ns)" of the user's would clash with the kernel's
         try:  # a GPU tensor is kept, never read: a launch inside a graph capture stays legal
             out[key] = metric_value(key, value)

@@ -33,7 +33,7 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
             launched it, with the open scopes at the frames that opened them).
         data: "tree" (aggregated call tree) or "trace".
         backend: None or "cupti"; "instrumentation": kernels compiled from now on record
-            their proton.language scopes (Triton 3.6.0).
+            their proton.language scopes (Triton 3.6.0 or 3.9.0).
         mode: None for kernel times; "pcsampling[:interval=N][:serialize=1]" to also sample
             instructions per kernel source line (see `proton run --help`). With
             backend="instrumentation": "default[:buffer_size=BYTES]", "mma", or a

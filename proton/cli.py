@@ -47,7 +47,7 @@ Examples:
               "(default: proton).")
 @click.option("-b", "--backend", type=click.Choice(["cupti", "roctracer", "instrumentation"]),
               default=None, help="Profiling backend (default: cupti). instrumentation: "
-              "proton.language scopes inside Triton kernels (Triton 3.6.0). roctracer "
+              "proton.language scopes inside Triton kernels (Triton 3.6.0 or 3.9.0). roctracer "
               "(Triton's, for AMD GPUs) is refused: Proton profiles NVIDIA GPUs.")
 @click.option("-c", "--context", type=click.Choice(CONTEXTS), default="shadow", show_default=True,
               help="shadow: proton.scope nesting; python: each kernel under the Python call "

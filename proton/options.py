@@ -14,7 +14,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import SessionError
 from .format import TRACE_EXTENSION, TREE_EXTENSION
@@ -110,7 +110,7 @@ class SessionOptions:
 
 def parse_options(name: str | None, *, context: str = "shadow", data: str = "tree",
                   backend: str | None = None, mode: str | None = None,
-                  hook: str | None = None, memory: bool = False) -> SessionOptions:
+                  hook: Any = None, memory: bool = False) -> SessionOptions:
     """start()'s arguments -> SessionOptions.
 
     Raises:
