@@ -16,9 +16,10 @@ DISTRIBUTION = {"numpy": "numpy", "pandas": "pandas", "hatchet": "llnl-hatchet",
                 "cuda": "cuda-bindings"}
 """Import name -> the distribution that provides it."""
 GPU_RUNTIME = {"cupti-python", "cuda-bindings"}
-USERS_OWN = {"torch", "triton", "pytest"}
+USERS_OWN = {"torch", "triton", "pytest", "rocm_sdk"}
 """Imported only where the user's program brings them (a tensor metric, hook="triton",
-`proton pytest`, the bundled examples): never needed to install or to read a profile."""
+`proton pytest`, the bundled examples, TheRock's ROCm wheels for proton._rocm): never needed to
+install or to read a profile."""
 
 
 def _imported() -> dict[str, set[str]]:
