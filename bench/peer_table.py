@@ -37,11 +37,11 @@ def read_compare(text: str) -> tuple[dict[str, dict[str, int]], list[str]]:
         if m:
             counts[m.group(1)] = ast.literal_eval(m.group(2))
             continue
-        if line.startswith("passed under "):
-            in_lost = True
+        if line.startswith("passed under "):  # only the first run's passes the others lost
+            in_lost = bool(counts) and line.startswith(f"passed under {next(iter(counts))},")
             continue
-        if in_lost and line.startswith("    "):
-            lost.append(line.strip())
+        if in_lost and line.startswith("    "):  # 3.9's runner adds " (how it ended)"
+            lost.append(line.strip().split(" (")[0])
     return counts, lost
 
 

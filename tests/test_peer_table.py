@@ -41,6 +41,29 @@ def test_each_lost_test_is_a_documented_difference_or_failing(tmp_path):
     assert "  FAILING     test_profile.py::test_trace" in lines
 
 
+COMPARE_39 = """test                                          triton           project
+test_api.py::test_state                       passed           passed
+test_profile.py::test_trace                   passed           failed
+test_api.py::test_scope                       failed           passed
+
+triton {'failed': 1, 'passed': 2}
+project {'failed': 1, 'passed': 2}
+passed under triton, not under project: 1
+    test_profile.py::test_trace (failed)
+passed under project, not under triton: 1
+    test_api.py::test_scope (triton: failed)
+"""
+
+
+def test_the_39_runners_table_counts_only_what_ours_lost(tmp_path):
+    """Triton 3.9's runner says how each lost test ended and lists ours' extra passes too."""
+    (tmp_path / "compare.txt").write_text(COMPARE_39)
+    (tmp_path / "differences.txt").write_text("test_profile.py::test_trace  a reason\n")
+    done = run(str(tmp_path / "compare.txt"), str(tmp_path / "differences.txt"))
+    assert done.stdout.splitlines()[0] == ("peer suite: triton passed 2; project passed 1 of "
+                                           "those, 1 documented differences, 0 failing")
+
+
 def test_the_projects_own_differences_file_names_real_tests_with_reasons():
     with open(os.path.join(BENCH, "peer_differences.txt")) as f:
         entries = [line.split(None, 1) for line in f if line.strip() and not line.startswith("#")]
