@@ -11,7 +11,7 @@ metrics, the values as text in args), "Graph: Stream S" (100000 + S: the scopes 
 kernels were captured in, each as long as a replay's kernels under it ran), "GPU Stream S"
 (200000 + S: the kernels); a flow "launch->kernel" (ph "s" then "f", one id) from the entry of
 the scope that launched a kernel to the kernel (one per graph replay and stream). Without
-kernels, the scope events alone, as Triton's.
+kernels, the scope events alone (and waits), as Triton's: no lane is named.
 
 Ours beside Triton's in both: a kernel's device on its lanes (a device's own range past
 device 0), copies and sets on their stream ("cat": "memcpy"/"memset", args.bytes), waits (the
@@ -180,33 +180,31 @@ def _lane_events(kernels: list, spans: list[ScopeSpan], waits: Sequence[tuple], 
     for _, thread in sorted([(s.start, s.thread) for s in spans]
                             + [(w[1], w[3]) for w in waits]):
         threads.setdefault(thread, len(threads))
-    scopes = [_scope_event(s, CPU_LANES + threads[s.thread], t0, stack) for s in spans]
-    if not kernels:
-        return scopes
+    out = [_scope_event(s, CPU_LANES + threads[s.thread], t0, stack) for s in spans]
+    out += [_wait_event(w, PID, CPU_LANES + threads[w[3]], t0, stack) for w in waits]
+    if not kernels:  # as Triton's trace of scopes alone: no lanes named
+        return out
     several = len({rec.device_id for _, rec, _ in kernels}) > 1
 
     def lane(base: int, rec: Any) -> int:
         return base + rec.device_id * DEVICE_LANES + rec.stream_id
 
-    def lane_name(kind: str, rec: Any) -> str:
-        return f"{kind} {rec.device_id} Stream {rec.stream_id}" if several \
-            else f"{kind} Stream {rec.stream_id}"
-
-    gpu = {lane(GPU_LANES, rec): lane_name("GPU", rec) for _, rec, _ in kernels}
+    gpu = {lane(GPU_LANES, rec): f"GPU {rec.device_id} Stream {rec.stream_id}" if several
+           else f"GPU Stream {rec.stream_id}" for _, rec, _ in kernels}
     ranges = _graph_ranges(kernels)
-    graph = {lane(GRAPH_LANES, rec): lane_name("Graph:", rec) for rec, _, _, _ in ranges}
-    out = [{"ph": "M", "pid": PID, "tid": 0, "name": "process_name",
-            "args": {"name": f"{who}Trace"}},
-           {"ph": "M", "pid": PID, "tid": 0, "name": "process_sort_index",
-            "args": {"sort_index": 0}}]
+    graph = {lane(GRAPH_LANES, rec): f"Graph: Stream {rec.stream_id}"
+             + (f" (GPU {rec.device_id})" if several else "") for rec, _, _, _ in ranges}
+    meta = [{"ph": "M", "pid": PID, "tid": 0, "name": "process_name",
+             "args": {"name": f"{who}Trace"}},
+            {"ph": "M", "pid": PID, "tid": 0, "name": "process_sort_index",
+             "args": {"sort_index": 0}}]
     named = [(CPU_LANES + n, f"CPU Thread {n}") for n in threads.values()]
     for tid, name in named + sorted(graph.items()) + sorted(gpu.items()):
-        out += [{"ph": "M", "pid": PID, "tid": tid, "name": "thread_name",
-                 "args": {"name": name}},
-                {"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index",
-                 "args": {"sort_index": tid}}]
-    out += scopes
-    out += [_wait_event(w, PID, CPU_LANES + threads[w[3]], t0, stack) for w in waits]
+        meta += [{"ph": "M", "pid": PID, "tid": tid, "name": "thread_name",
+                  "args": {"name": name}},
+                 {"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index",
+                  "args": {"sort_index": tid}}]
+    out = meta + out
     out += [{"name": paths.frames[path].name, "cat": "scope", "ph": "X", "pid": PID,
              "tid": lane(GRAPH_LANES, rec), "ts": _us(start - t0), "dur": _us(end - start),
              "args": {"call_stack": stack(path)}} for rec, path, start, end in ranges]
