@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from conftest import load
+from conftest import CollectorStandIn, load
 
 import proton
 from proton import triton_version
@@ -30,55 +30,7 @@ def no_live_sessions():
     profiler.collector = None
 
 
-class ClockedCollector:
-    """The collector as the profiler and the scopes see it while CUPTI collects, its clock
-    (CUPTI's timestamps, the kernels') set by the test."""
-
-    pushes_ids = False
-    wait_events_dropped = 0
-
-    def __init__(self) -> None:
-        self.now = 0
-        self.waits: list[tuple[int, int, int, int]] = []
-
-    def timestamp(self) -> int:
-        return self.now
-
-    def push(self, path: int) -> None:
-        pass
-
-    def pop(self) -> None:
-        pass
-
-    def main_path(self, path: int) -> None:
-        pass
-
-    push_main = pop_main = main_path
-
-    def flush(self, timeout_s: float = 0, until: int | None = None) -> int:
-        return 0
-
-    def take_syncs(self) -> tuple[list, list, list]:
-        return [], [], []
-
-    def wait_events(self, on: bool) -> None:
-        pass
-
-    def take_wait_events(self) -> list:
-        waits, self.waits = self.waits, []
-        return waits
-
-    def stop(self) -> None:
-        pass
-
-    def finish(self, until: int | None = None) -> int:
-        return 0
-
-    def dropped_records(self) -> int:
-        return 0
-
-
-def kernel(clock: ClockedCollector, corr: int, start: int, end: int, stream: int = 3,
+def kernel(clock: CollectorStandIn, corr: int, start: int, end: int, stream: int = 3,
            path: int | None = None, graph_node: int = 0) -> None:
     """A kernel `foo` launched now from the innermost scope (or `path`), run [start, end]."""
     where = launch_parent() if path is None else path
@@ -91,7 +43,7 @@ def record(tmp_path, monkeypatch, newer: bool) -> dict:
     worker thread's scope launching foo on stream 5; a CUDA graph captured in a > b > c
     (one kernel in each) replayed inside test0; a wait of the main thread."""
     monkeypatch.setattr(triton_version, "after_3_6", lambda: newer)
-    clock = profiler.collector = ClockedCollector()
+    clock = profiler.collector = CollectorStandIn()
     clock.now = 1_000
     proton.start(str(tmp_path / "t"), data="trace")
     clock.now = 2_000
