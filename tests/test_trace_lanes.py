@@ -200,23 +200,32 @@ def test_metric_values_are_written_as_tritons_proton_writes_them():
             "[1,0.5,1e+20,3]", "x"]
 
 
-def test_the_viewer_merges_a_ranks_lanes_trace_and_keeps_its_lanes_named(tmp_path):
-    """proton-viewer --output trace over a rank's trace in Triton 3.9's layout: its process
-    named for the rank, its lanes' names kept, its events shifted onto the job's clock."""
+def test_the_viewer_merges_ranks_lanes_traces_and_keeps_each_ranks_flows_its_own(tmp_path):
+    """proton-viewer --output trace over two ranks' traces in Triton 3.9's layout: each one's
+    process named for its rank, its lanes' names kept, its events shifted onto the job's
+    clock, and its flows apart from the other's (both files number theirs from 1)."""
     from proton.viewer.traces import merge_traces
 
     scope = paths.intern(ROOT, "step")
     node = paths.intern(scope, "k", "kernel0")
-    doc = build_trace([(node, KernelRecord(1, "k", 0, 5_000, 6_000, 7), 1_500)],
-                      [ScopeSpan(scope, 1_000, 2_000, 42, None, 1)], {"rank": 1}, lanes=True)
-    path = tmp_path / "t.rank1.chrome_trace"
-    path.write_text(json.dumps(doc))
-    text, errors, _ = merge_traces([str(path)])
+    files = []
+    for rank, t0 in ((0, 1_000), (1, 3_000)):
+        doc = build_trace([(node, KernelRecord(1, "k", 0, t0 + 4_000, t0 + 5_000, 7), t0 + 500)],
+                          [ScopeSpan(scope, t0, t0 + 1_000, 42, None, 1)], {"rank": rank},
+                          lanes=True)
+        files.append(tmp_path / f"t.rank{rank}.chrome_trace")
+        files[-1].write_text(json.dumps(doc))
+    text, errors, _ = merge_traces([str(f) for f in files])
     merged = json.loads(text)["traceEvents"]
     assert errors == []
-    names = {e["args"]["name"] for e in merged if e.get("name") == "process_name"}
-    assert names == {"rank 1 Trace"}
+    names = {e["pid"]: e["args"]["name"] for e in merged if e.get("name") == "process_name"}
+    assert sorted(names.values()) == ["rank 0 Trace", "rank 1 Trace"]
     lanes = {e["args"]["name"] for e in merged if e.get("name") == "thread_name"}
     assert lanes == {"CPU Thread 0", "GPU Stream 7"}
-    [flow_start] = [e for e in merged if e.get("ph") == "s"]
-    assert flow_start["ts"] == 0.0 and flow_start["tid"] == 0
+    flows = {(e["id"], e["ph"]): (names[e["pid"]], e["ts"]) for e in merged
+             if e.get("cat") == "flow"}
+    assert len(flows) == 4  # two arrows, each id's start and finish in one rank
+    assert sorted(flows.values()) == [("rank 0 Trace", 0.0), ("rank 0 Trace", 4.0),
+                                      ("rank 1 Trace", 2.0), ("rank 1 Trace", 6.0)]
+    for (flow, ph), (rank, _) in flows.items():
+        assert flows[flow, "f" if ph == "s" else "s"][0] == rank
