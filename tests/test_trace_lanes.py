@@ -193,6 +193,24 @@ def test_without_a_gpu_a_trace_holds_the_scopes_and_a_scope_with_metrics_names_t
         assert (event["cat"], event["name"], event["pid"]) == ("scope", "metric_only", "host")
 
 
+def test_a_cpu_timed_scope_shows_its_cpu_time_on_its_event(tmp_path, monkeypatch):
+    """As Triton 3.9's cpu_timed_scope gives its trace event: a metric "cpu_time (ns)(exc)",
+    at least the time the host slept in it."""
+    import time
+
+    monkeypatch.setattr(triton_version, "after_3_6", lambda: True)
+    proton.start(str(tmp_path / "t"), data="trace")
+    with proton.cpu_timed_scope("load"):
+        began = time.perf_counter_ns()
+        time.sleep(0.01)
+        slept = time.perf_counter_ns() - began
+    proton.finalize()
+    [event] = load(tmp_path / "t.chrome_trace")["traceEvents"]
+    value = int(event["args"]["metrics"]["cpu_time (ns)(exc)"])
+    assert event["name"] == f"load: <cpu_time (ns)(exc), {value}>" and value >= slept
+    assert event["dur"] * 1e3 >= slept
+
+
 def test_metric_values_are_written_as_tritons_proton_writes_them():
     """C++'s std::to_string for numbers, a stream's printing for a vector's items."""
     assert [metric_text(v) for v in (1.0, 2, -3, 0.5, 1e20, True, [1.0, 0.5, 1e20, 3], "x")] \

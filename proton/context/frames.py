@@ -18,6 +18,7 @@ from time import time_ns
 from typing import Any, Callable, Protocol
 
 from ..data.metrics import combine
+from ..format import CPU_TIME, EXCLUSIVE
 from ..data.paths import ROOT, SCOPE, STATE
 from .shadow import ShadowContext
 from . import stack
@@ -331,6 +332,8 @@ def close_frame(values: dict[str, float] | None = None, named: str | None = None
     if values and recorder.recording:
         recorder.add_metrics(top.path, values, span=top.span)
     if top.span is not None:  # after its exit's metrics, as Triton's Proton times it
+        if top.cpu_timed:  # as Triton's cpu_timed_scope gives it to the trace's event
+            top.span.take({CPU_TIME + EXCLUSIVE: time_ns() - top.start_ns})
         recorder.add_span(top.path, top.span, st.thread)
     return top.path
 
