@@ -211,6 +211,39 @@ def test_a_cpu_timed_scope_shows_its_cpu_time_on_its_event(tmp_path, monkeypatch
     assert event["dur"] * 1e3 >= slept
 
 
+def test_a_graph_replays_metric_kernel_is_a_trace_event_and_counts_on_no_tree():
+    """Triton 3.9's test_trace_cudagraph_graph_scope_ranges: the metric kernel a replay ran
+    (a GPU tensor given to scope c inside the capture) is a kernel event "<metric>" under
+    test0 / <captured_at> / c / __proton_launch_metadata, inside c's range on the graph's
+    lane; a tree shows its frame empty, as before."""
+    from proton.runtime.graph_metrics import GraphMetrics, Spec, metric_frame
+    from proton.runtime.router import KernelRouter
+    from proton.runtime.session import Session
+
+    trace = Session(0, "t", "/dev/null", "shadow", "trace", None)
+    tree = Session(1, "h", "/dev/null", "shadow", "tree", None)
+    for s in (trace, tree):
+        s.resume(0)
+    router = KernelRouter({0: trace, 1: tree})
+    metrics = GraphMetrics({0: trace, 1: tree}, router.graft)
+    c = paths.intern(ROOT, "c_metric")
+    metrics.specs[7] = Spec(c, metric_frame(c), {}, "m1", 1)
+    metrics._live.add(7)
+    test0 = paths.intern(ROOT, "test0_metric")
+    foo = KernelRecord(5, "foo", 0, 1_000, 1_100, 3, graph_node=1)
+    router.on_kernel(router.graft(test0, c), foo, 500)
+    metrics.executed(7, test0, 500, KernelRecord(5, "fill", 0, 1_200, 1_250, 3, graph_node=2))
+    frame = router.graft(test0, metric_frame(c))
+    assert tree.nodes[frame] == {} and [e[0] for e in trace.events][-1] == frame
+    events = build_trace(trace.events, lanes=True)["traceEvents"]
+    [kernel] = [e for e in events if e.get("cat") == "kernel" and e["name"] == "<metric>"]
+    assert kernel["args"]["call_stack"] == ["ROOT", "test0_metric", "<captured_at>", "c_metric",
+                                            "__proton_launch_metadata", "<metric>"]
+    graph = {e["name"]: (e["ts"], e["dur"]) for e in events
+             if e.get("cat") == "scope" and e["tid"] == 100_003}
+    assert graph == {"<captured_at>": (0.0, 0.25), "c_metric": (0.0, 0.25)}
+
+
 def test_metric_values_are_written_as_tritons_proton_writes_them():
     """C++'s std::to_string for numbers, a stream's printing for a vector's items."""
     assert [metric_text(v) for v in (1.0, 2, -3, 0.5, 1e20, True, [1.0, 0.5, 1e20, 3], "x")] \
