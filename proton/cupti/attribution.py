@@ -302,8 +302,9 @@ class Attributor:
                     tag = self.metric_nodes.get(node)
                     if tag is not None:  # the profiler's own kernel: told, never counted
                         if self.on_metric is not None:
-                            self.on_metric(tag, launch[0], launch[1],
-                                           KernelRecord(*kernel, graph_node=node))
+                            record = KernelRecord(*kernel)
+                            record.graph_node = node
+                            self.on_metric(tag, launch[0], launch[1], record)
                         return None
                     if self._graft is not None:
                         return (self._graft(launch[0], captured), launch[1]) + kernel
