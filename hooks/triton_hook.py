@@ -21,6 +21,7 @@ import threading
 from contextvars import ContextVar
 from types import FrameType
 
+from .. import triton_version
 from ..data.metrics import RESERVED, DeviceTensor, metric_value
 from ..errors import ScopeError, SessionError
 from ..format import COUNT, LAUNCH_METADATA
@@ -78,7 +79,7 @@ def _enter(metadata) -> None:
     if extras:
         state.busy = True
         try:
-            with ops.frame(LAUNCH_METADATA):  # Triton's state: its kernels go right under it
+            with ops.frame(*metadata_frames(data.get("name"))):  # Triton's state
                 md = metadata.get()
         finally:
             state.busy = False
@@ -96,6 +97,16 @@ def _enter(metadata) -> None:
 
 def _exit(metadata) -> None:
     ops.exit_op()
+
+
+def metadata_frames(kernel: str | None) -> tuple[str, ...]:
+    """The states a launch_metadata function runs under, which its own kernels sit right
+    under, as the installed Triton's Proton places them: LAUNCH_METADATA (Triton 3.6), then
+    the launched kernel's name as a second state (newer: `__proton_launch_metadata` ->
+    `<kernel>`, so each kernel's metadata work is told apart)."""
+    if kernel and triton_version.after_3_6():
+        return (LAUNCH_METADATA, kernel)
+    return (LAUNCH_METADATA,)
 
 
 _names: dict[tuple, str] = {}

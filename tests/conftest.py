@@ -144,6 +144,58 @@ class IdStack:
         self.main_path(path)
 
 
+class CollectorStandIn:
+    """A running collector as the profiler and the frames see it (set as profiler.collector
+    before start()), recording nothing: its clock (CUPTI's timestamps, the kernels') is `now`,
+    set by the test; its wait log hands back `waits`; kernels are given to the router."""
+
+    pushes_ids = False
+    wait_events_dropped = 0
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.waits: list[tuple[int, int, int, int]] = []
+
+    def timestamp(self) -> int:
+        return self.now
+
+    def push(self, path: int) -> None:
+        pass
+
+    def pop(self) -> None:
+        pass
+
+    def main_path(self, path: int) -> None:
+        pass
+
+    push_main = pop_main = main_path
+
+    def flush(self, timeout_s: float = 0, until: int | None = None) -> int:
+        return 0
+
+    def take_syncs(self) -> tuple[list, list, list]:
+        return [], [], []
+
+    def wait_events(self, on: bool) -> None:
+        pass
+
+    def take_wait_events(self) -> list:
+        waits, self.waits = self.waits, []
+        return waits
+
+    def watermark(self) -> int:
+        return 0
+
+    def stop(self) -> None:
+        pass
+
+    def finish(self, until: int | None = None) -> int:
+        return 0
+
+    def dropped_records(self) -> int:
+        return 0
+
+
 @contextmanager
 def stand_in_collector() -> Iterator[IdStack]:
     """The running session's collector replaced by an IdStack until the block ends."""

@@ -264,7 +264,7 @@ def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object
     doc = writer.build(tree.nodes, {"0": h100, "1": h100})
     path = tmp_path / f"copies{int(joined)}.hatchet"
     path.write_text(json.dumps(doc))
-    return str(path), {n: m for n, (_, m) in named.items()}, writer.build_trace(trace.events)
+    return str(path), {n: m for n, (_, m) in named.items()}, writer.build_trace(trace.events, lanes=False)
 
 
 @pytest.mark.parametrize("joined", [False, True])

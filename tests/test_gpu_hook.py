@@ -137,9 +137,14 @@ def add_sum_kernel(x, y, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
 
 
-def test_kernels_a_launch_metadata_launches_sit_right_under_its_state(profile_path):
-    """As Triton 3.6's hook: launch_metadata runs under the state __proton_launch_metadata, so
-    the kernels it launches (a reduction here) sit right under it, apart from the op's."""
+@pytest.mark.parametrize("newer", [False, True], ids=["triton3.6", "triton3.9"])
+def test_kernels_a_launch_metadata_launches_sit_right_under_its_state(profile_path, monkeypatch,
+                                                                      newer):
+    """As the installed Triton's hook: launch_metadata runs under the state
+    __proton_launch_metadata (then, after Triton 3.6, the launched kernel's name: Triton 3.9's
+    test_hook_launch_context), so the kernels it launches (a reduction here) sit right under
+    it, apart from the op's."""
+    monkeypatch.setattr("proton.triton_version.after_3_6", lambda: newer)
     name, read = profile_path
     n = 1 << 16
     x = torch.ones(n, device="cuda")
@@ -154,7 +159,7 @@ def test_kernels_a_launch_metadata_launches_sit_right_under_its_state(profile_pa
     root = read()[0]
     op = find(root, "f", "add_sum_kernel")
     assert op["metrics"]["count"] == 3 and op["metrics"]["nonzero"] == 3 * n
-    state = find(root, "f", "__proton_launch_metadata")
+    state = find(root, "f", "__proton_launch_metadata", *["add_sum_kernel"] * newer)
     assert state["children"] and all("count" in k["metrics"] for k in state["children"]), state
     assert sum(k["metrics"].get("count", 0) for k in state["children"]) >= 3, state
 

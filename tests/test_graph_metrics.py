@@ -53,11 +53,12 @@ def test_kernels_captured_while_no_session_recorded_belong_to_no_session(capsys)
     att.captured.update({1: paths.intern(iteration, "scope_a"), 2: UNRECORDED, 3: scope_c,
                          4: metric_frame(scope_c)})
     att.metric_nodes[4] = 42
-    att.on_metric = lambda tag, launch, start: told.append((tag, paths.names(launch), start))
+    att.on_metric = lambda tag, launch, start, record: told.append(
+        (tag, paths.names(launch), start, record.graph_node))
     _replay_records(att, 5, paths.intern(ROOT, "test0"), [1, 2, 3, 4])
     assert got == [(["test0", CAPTURED_AT, "iter_0", "scope_a"], "k1"),
                    (["test0", CAPTURED_AT, "iter_0", "scope_c"], "k3")]
-    assert told == [(42, ["test0"], 1)]  # a metric kernel names its replay (launched at 1)
+    assert told == [(42, ["test0"], 1, 4)]  # a metric kernel names its replay (launched at 1)
     assert capsys.readouterr().err == ""  # every node was seen: nothing to say
 
 

@@ -92,12 +92,20 @@ def test_launch_metadata_values_become_numbers_and_vectors_and_the_rest_is_skipp
     assert got == {"flops16": 2e9, "bytes": 4096, "lens": [1, 2]}
 
 
-def test_launch_metadata_runs_under_the_state_its_kernels_sit_right_under(tmp_path):
-    """A kernel launch_metadata itself launches (x.sum().item()) goes right under
-    `__proton_launch_metadata`, Triton 3.6's state, in both contexts; the op is named after."""
+@pytest.mark.parametrize("newer", [False, True], ids=["triton3.6", "triton3.9"])
+def test_launch_metadata_runs_under_the_state_its_kernels_sit_right_under(tmp_path, monkeypatch,
+                                                                           newer):
+    """A kernel launch_metadata itself launches (x.sum().item()) goes right under the state
+    the installed Triton's Proton runs it in, in both contexts: `__proton_launch_metadata`
+    under Triton 3.6, `__proton_launch_metadata` -> the launched kernel's name ("foo") after
+    (Triton 3.9's test_hook_launch_context); the op is named after, outside them."""
+    from proton import triton_version
     from proton.context.frames import launch_parent
     from proton.data.paths import paths
     from proton.hooks import triton_hook
+
+    monkeypatch.setattr(triton_version, "after_3_6", lambda: newer)
+    state = ["__proton_launch_metadata", "foo"] if newer else ["__proton_launch_metadata"]
 
     for context in ("shadow", "python"):
         where = []
@@ -121,10 +129,10 @@ def test_launch_metadata_runs_under_the_state_its_kernels_sit_right_under(tmp_pa
         finally:
             proton.finalize()
         (inside,) = where
-        assert inside[-1] == "__proton_launch_metadata" and "test0" in inside, (context, inside)
+        assert inside[-len(state):] == state and "test0" in inside, (context, inside)
         assert op[-1] == "foo_test" and "__proton_launch_metadata" not in op, (context, op)
         if context == "shadow":
-            assert inside == ["test0", "__proton_launch_metadata"] and op == ["test0", "foo_test"]
+            assert inside == ["test0", *state] and op == ["test0", "foo_test"]
         assert ids.ids == []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import find, load, stand_in_collector
+from conftest import CollectorStandIn, find, load, stand_in_collector
 
 import proton
 from proton.api import write_profiles
@@ -259,43 +259,10 @@ class FakeSampler:
         return lambda crc, function, offset: "no line info"
 
 
-class FakeCollector:
-    pushes_ids = False
-
+class FakeCollector(CollectorStandIn):
     def __init__(self) -> None:
+        super().__init__()
         self.pc = FakeSampler()
-
-    def timestamp(self) -> int:
-        return 0
-
-    def flush(self, timeout_s: float = 0, until: int | None = None) -> int:
-        return 0
-
-    def stop(self) -> None:
-        pass
-
-    def finish(self, until: int | None = None) -> int:
-        return 0
-
-    def dropped_records(self) -> int:
-        return 0
-
-    def main_path(self, path: int) -> None:
-        pass
-
-    def take_syncs(self) -> tuple[list, list, list]:
-        return [], [], []
-
-    wait_events_dropped = 0
-
-    def wait_events(self, on: bool) -> None:
-        pass
-
-    def take_wait_events(self) -> list:
-        return []
-
-    def watermark(self) -> int:
-        return 0
 
 
 def test_a_second_pcsampling_session_shares_the_sampler_and_takes_the_samples_after_its_start(

@@ -352,9 +352,10 @@ def test_the_python_callback_keeps_the_same_events_as_the_c_one(monkeypatch):
     assert collector.take_wait_events() == []
 
 
-def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(cache):
+def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(cache, monkeypatch):
     """The profiler turns wait events on for a trace session and hands each wait, after a
-    buffer, to the traces active at its start: the trace's "host" process shows it on the
+    buffer, to the traces active at its start: the trace's "host" process (Triton 3.6's
+    layout; tests/test_trace_lanes.py: Triton 3.9's) shows it on the
     thread that waited, named after nothing but "wait", its call path in args; a tree
     session keeps its sums alone; a trace resumed later sees only the later waits."""
     from proton.data.paths import ROOT, SCOPE, paths
@@ -384,6 +385,7 @@ def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(ca
     assert trace.waits == want
     assert late.waits == [want[3], want[5]]  # those that began after 4500
     assert tree.waits == [] and tree.nodes[inner] == {SYNC_TIME: 30_600, SYNC_COUNT: 3}
+    monkeypatch.setattr("proton.triton_version.after_3_6", lambda: False)
     doc = prof._document(trace, trace.data_of(0), {})
     waits = [e for e in doc["traceEvents"] if e["cat"] == "wait"]
     me = threading.get_ident()
@@ -428,7 +430,7 @@ def test_a_wait_lines_up_with_the_kernel_it_waited_for_in_the_trace_and_its_merg
     step = paths.intern(ROOT, "wait_step", SCOPE)
     kernel = KernelRecord(1, "sleep", 0, 10_000, 20_010_000, stream_id=7)
     doc = writer.build_trace([(step, kernel)], waits=[(step, 15_000, 20_020_000, 1234)],
-                             job={"rank": 1})
+                             job={"rank": 1}, lanes=False)
     got = {e["cat"]: e for e in doc["traceEvents"]}
     assert got["wait"] == {"name": "wait", "cat": "wait", "ph": "X", "pid": "rank 1 host",
                            "tid": 1234, "ts": 5.0, "dur": 20_005.0,

@@ -5,7 +5,9 @@ Triton's Proton write name them).
 
 Each trace records the clock at its time 0 (format.T0_NS). CUPTI's timestamps, and the host
 clock without a GPU, are one clock for all processes of a host, so a host's ranks line up to
-the microsecond; ranks on different hosts are as close as the hosts' clocks.
+the microsecond; ranks on different hosts are as close as the hosts' clocks. A flow's id (a
+launch->kernel arrow, a kernel scope's event handed between warps) is its file's own: each
+file's ids are moved apart from the others', so no arrow joins two ranks.
 """
 from __future__ import annotations
 
@@ -59,6 +61,8 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
                 out.append({"name": "process_sort_index", "ph": "M", "pid": new,
                             "args": {"sort_index": new}})
             event = dict(event, pid=new)
+            for key in _FLOW_IDS.intersection(event):
+                event[key] = _own_id(event[key], len(ranks))
             if event.get("ph") == "M" and event.get("name") == "process_name":
                 args = event.get("args")
                 label = str(args.get("name", pid) if isinstance(args, dict) else pid)
@@ -83,6 +87,17 @@ def merge_traces(paths: list[str]) -> tuple[str, list[str], list[str]]:
                             "args": {"name": label}})
     doc = {OTHER_DATA: {"ranks": ranks, T0_NS: t0}, "displayTimeUnit": "us", "traceEvents": out}
     return json.dumps(doc, allow_nan=False), errors, notes
+
+
+_FLOW_IDS = {"id", "bind_id"}
+"""The keys that tie a flow's events together (Chrome's "s"/"f" events; flow_out/flow_in)."""
+
+
+def _own_id(value, file: int):
+    """A flow id of the `file`th trace (from 1), apart from every other file's ids."""
+    if type(value) is int and 0 <= value < 1 << 32:
+        return (file << 32) | value
+    return f"{file}:{value}"
 
 
 def _read_trace(path: str) -> tuple[list, dict]:

@@ -7,14 +7,18 @@ thread's path changes), and takes the frames' metrics. Nothing here imports the 
 
 A scope's enter and exit run here once each (proton.scope in a training step's inner loop):
 while collecting on the main thread, each costs one call into the collector (push_main or
-pop_main, one C call with the helper) and no clock read unless the frame is CPU-timed.
+pop_main, one C call with the helper) and no clock read unless the frame is CPU-timed or a
+trace session records scopes (then one read of the trace's clock at each end: `Span`).
 """
 from __future__ import annotations
 
+import itertools
 import sys
 from time import time_ns
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
+from ..data.metrics import combine
+from ..format import CPU_TIME, EXCLUSIVE
 from ..data.paths import ROOT, SCOPE, STATE
 from .shadow import ShadowContext
 from . import stack
@@ -42,6 +46,33 @@ class IdStack(Protocol):
         """pop, and main_path of `path_id` (a frame closed on the main thread)."""
 
 
+_span_ids = itertools.count(1)
+
+
+class Span:
+    """A scope's entry as a trace session records it: when it began, on the clock of the
+    trace's kernels (Recorder.span_clock), and the metrics it was given (at its enter and
+    exit, as Triton's Proton puts them on the scope's trace event)."""
+
+    __slots__ = ("clock", "start", "metrics", "id")
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self.start = clock()
+        self.metrics: dict[str, Any] | None = None
+        self.id = next(_span_ids)
+        """Unique in the process: the trace event's scope_id."""
+
+    def take(self, values: dict[str, Any]) -> None:
+        """Metrics given to the scope while it is open (summed when given again)."""
+        if self.metrics is None:
+            self.metrics = {}
+        metrics = self.metrics
+        for key, value in values.items():
+            old = metrics.get(key)
+            metrics[key] = value if old is None else combine(old, value, key)
+
+
 class Recorder:
     """What frames tell the runtime (which registers its own, with the same attributes and
     methods, through `attach`). This one, before any session, records nothing."""
@@ -54,9 +85,17 @@ class Recorder:
     """runtime/idle.IdleTracker while CUPTI collects: the main thread's scopes' entries."""
     recording = False
     """A session is live: metrics are added, and scopes are CPU-timed when there is no GPU."""
+    span_clock: Callable[[], int] | None = None
+    """While a trace session records scopes: the clock of its kernels, which times each
+    scope's entry (a Span) for it; None otherwise (no clock is read)."""
 
-    def add_metrics(self, path: int, values: dict[str, float]) -> None:
-        """A frame's metrics, for the active sessions."""
+    def add_metrics(self, path: int, values: dict[str, float], typed: bool = True,
+                    metric_at: int | None = None, span: Span | None = None) -> None:
+        """A frame's metrics, for the active sessions (and the frame's `span`, as they are
+        kept: a GPU tensor's copy)."""
+
+    def add_span(self, path: int, span: Span, thread: int) -> None:
+        """A scope's entry timed by `span` ended now on `thread`: for the trace sessions."""
 
     def add_cpu_time(self, path: int, start_ns: int, end_ns: int) -> None:
         """A CPU-timed frame closed on the calling thread (time.time_ns() at entry and exit):
@@ -158,8 +197,11 @@ def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind
     top = Open(ROOT, name, kind, time_ns() if cpu_timed or (collector is None and kind != STATE)
                else 0, cpu_timed, None)
     top.path = path = recorder.context.scope_path(opened[-1].path if opened else ROOT, top)
+    clock = recorder.span_clock
+    if clock is not None and kind == SCOPE:
+        top.span = Span(clock)
     if values and recorder.recording:
-        recorder.add_metrics(path, values)
+        recorder.add_metrics(path, values, span=top.span)
     opened.append(top)
     st.version += 1
     if ranges is not None and st.main and name in ranges.names:
@@ -211,8 +253,9 @@ def _open_below_states(name: str, values: dict[str, float] | None, cpu_timed: bo
     at = open_frame(name, None, cpu_timed, kind, False)
     _put_states(states)
     if values and _recorder.recording:
+        opened = per_thread.stacks.open
         try:
-            _recorder.add_metrics(per_thread.stacks.open[-1].path, values)
+            _recorder.add_metrics(opened[-1].path, values, span=opened[at].span)
         except BaseException:
             close_below_states(at)  # a refused value opens nothing
             raise
@@ -228,7 +271,7 @@ def close_below_states(at: int, values: dict[str, float] | None = None) -> int:
     if at >= len(opened):  # closed already (by the user, inside it)
         return -1
     if values and _recorder.recording and opened[-1].kind == STATE and len(opened) > at + 1:
-        _recorder.add_metrics(opened[-1].path, values)
+        _recorder.add_metrics(opened[-1].path, values, span=opened[at].span)
         values = None
     states = _take_states(at)
     path = opened[at].path
@@ -287,8 +330,24 @@ def close_frame(values: dict[str, float] | None = None, named: str | None = None
     if recorder.recording and times_cpu(top, collector):
         recorder.add_cpu_time(top.path, top.start_ns, time_ns())
     if values and recorder.recording:
-        recorder.add_metrics(top.path, values)
+        recorder.add_metrics(top.path, values, span=top.span)
+    if top.span is not None:  # after its exit's metrics, as Triton's Proton times it
+        if top.cpu_timed:  # as Triton's cpu_timed_scope gives it to the trace's event
+            top.span.take({CPU_TIME + EXCLUSIVE: time_ns() - top.start_ns})
+        recorder.add_span(top.path, top.span, st.thread)
     return top.path
+
+
+def time_open_scopes(clock: Callable[[], int] | None) -> None:
+    """A trace session began to record scopes on `clock` (the span clock changed): every
+    thread's open scopes are timed from now on it, as if entered now (a trace records a
+    scope's part inside the session; an entry timed on another clock could not be placed)."""
+    if clock is None:
+        return
+    for _, opened in stack.every_open():
+        for top in opened:
+            if top.kind == SCOPE and (top.span is None or top.span.clock != clock):
+                top.span = Span(clock)
 
 
 def times_cpu(frame: Open, collector: IdStack | None) -> bool:

@@ -37,6 +37,8 @@ class Open:
     idle: Any = None
     """The idle tracker (runtime/idle.py) that timed its entry on the main thread, if one did:
     its exit is timed by the same one."""
+    span: Any = None
+    """frames.Span: its entry as a trace session records it (a scope's, while one is live)."""
 
 
 class Stacks:

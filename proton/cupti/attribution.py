@@ -141,9 +141,9 @@ class Attributor:
         self.metric_nodes: dict[int, int] = {}
         """Graph node id -> the tag of the metric kernel it runs (graphs.GraphCaptures): its
         kernels are told to on_metric, not counted."""
-        self.on_metric: Callable[[int, int, int], None] | None = None
-        """on_metric(tag, graph launch's path, its start): a metric kernel ran at a replay
-        (runtime/graph_metrics.GraphMetrics.executed)."""
+        self.on_metric: Callable[[int, int, int, KernelRecord], None] | None = None
+        """on_metric(tag, graph launch's path, its start, the kernel): a metric kernel ran at a
+        replay (runtime/graph_metrics.GraphMetrics.executed)."""
         self._unknown: set[int] = set()
         """Graph nodes whose creation was not seen (their graph was said)."""
         self._said: set[int] = set()
@@ -302,7 +302,9 @@ class Attributor:
                     tag = self.metric_nodes.get(node)
                     if tag is not None:  # the profiler's own kernel: told, never counted
                         if self.on_metric is not None:
-                            self.on_metric(tag, launch[0], launch[1])
+                            record = KernelRecord(*kernel)
+                            record.graph_node = node
+                            self.on_metric(tag, launch[0], launch[1], record)
                         return None
                     if self._graft is not None:
                         return (self._graft(launch[0], captured), launch[1]) + kernel

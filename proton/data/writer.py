@@ -1,4 +1,5 @@
-"""Write a profile's data as a .hatchet file (the layout of proton/format.py) or a Chrome trace.
+"""Write a profile's data as a .hatchet file (the layout of proton/format.py), and any profile
+document (a tree, or a Chrome trace that chrome_trace.py builds) to its file.
 
 Takes plain data (metrics by path id, kernel events), never a session. A node carries its own
 (exclusive) values; names ending in "(exc)" or "(pty)" lose the suffix; the root carries a 0 for
@@ -18,7 +19,7 @@ import socket
 import stat
 import tempfile
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import Any
 
 try:
     import fcntl
@@ -27,14 +28,15 @@ except ImportError:  # Windows: no flock
 
 from ..errors import ProfileWriteError, SessionError
 from ..files import create_beside
-from ..format import (BYTES, CHILDREN_KEY, CUDA, CYCLES, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
-                      FRAME_KEY, FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES, OTHER_DATA, PROPERTY,
-                      ROOT_NAME, T0_NS, TYPE_KEY, WARP_TIMELINE)
+from ..format import (CHILDREN_KEY, CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
+                      FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES, PROPERTY, TYPE_KEY,
+                      WARP_TIMELINE)
 from ..format_msgpack import packb
 from ..report import warn
 from .job import alive, pid_path
 from .metrics import DeviceValue, base_name, real_number
 from .paths import ROOT, paths
+from .chrome_trace import WarpSpan, build_trace  # noqa: F401  (their home is chrome_trace)
 
 FORMATS = {"tree": ("", "hatchet", "hatchet_msgpack"), "trace": ("", "chrome_trace")}
 
@@ -126,147 +128,6 @@ def finite_or_none(value: int | float) -> int | float | None:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-class WarpSpan(NamedTuple):
-    """One warp's pass through one kernel scope (backend="instrumentation"), on the trace's
-    clock."""
-
-    scope: int
-    """Path id of the scope (under its kernel's node)."""
-    kernel: int
-    """Path id of the kernel's node (its call path is the span's call_stack)."""
-    kernel_name: str
-    device: int
-    sm: int
-    cta: int
-    warp: int
-    origin_ns: int
-    """The CTA's start on the trace's clock (whole ns: a float of ns since the epoch could
-    not tell a cycle from the next)."""
-    start_ns: float
-    """The scope's start, after `origin_ns`."""
-    dur_ns: float
-    cycles: int
-    launch: int
-    """The launch's number in the session (spans are written launch by launch)."""
-    init_ns: int
-    """The CTA's %globaltimer at its start."""
-    clock_khz: int
-    """The SM clock the cycles were turned into time with."""
-    end_warp: int = -1
-    """An event ended in another warp (Triton 3.9's events): that warp; -1 when `warp` ended
-    it. Such a pair is written as a flow between the two warps, not as a span."""
-    final_ns: int = 0
-    """The CTA's %globaltimer when it began writing its records out (pre-final)."""
-    post_ns: int = 0
-    """... and when it was done (post-final)."""
-
-
-def build_trace(events: list[tuple[int, Any]],
-                spans: Sequence[tuple[int, int, int, int]] = (), job: dict | None = None,
-                intra: Sequence[WarpSpan] = (), *,
-                waits: Sequence[tuple[int, int, int, int]] = ()) -> dict:
-    """A Chrome trace (chrome://tracing, Perfetto) of (path id, kernel) events, a kernel being
-    any record with name, device_id, stream_id, start and end (ns): one event per kernel, on a
-    process per device and a thread per stream. `spans`: scopes timed on the host, as (path
-    id, start, end, thread id), on a process "host" with a thread per thread. `waits`: the
-    CPU blocked on the GPU (path id, start, end, thread id; the kernels' clock), events named
-    "wait" (category "wait") on the thread that waited, in the "host" process. Times in us
-    from the first event; the call path in args. `intra`: kernel scopes
-    (backend="instrumentation"), laid out as Triton's Proton writes them (see _intra_events).
-
-    Processes are named by their pid, a string ("GPU 0", "rank 1 GPU 0", "host"), which
-    Perfetto and chrome://tracing show as the process's name: no metadata ("M") events, so
-    the events are the kernels, spans and waits alone, as in Triton's traces. OTHER_DATA holds
-    `job` and T0_NS, the clock at time 0, which lines up a job's ranks when their traces are
-    merged (proton-viewer --output trace); `baseTimeNanoseconds` says the same to trace tools
-    that merge with torch.profiler's traces, as Triton's Proton writes it."""
-    t0 = min([rec.start for _, rec in events] + [span[1] for span in spans]
-             + [wait[1] for wait in waits] + [span.origin_ns for span in intra], default=0)
-    job = job or {}
-    who = f"rank {job['rank']} " if job.get("rank") is not None else ""
-    stacks: dict[int, list[str]] = {}
-
-    def stack(path: int) -> list[str]:
-        return stacks.get(path) or stacks.setdefault(path, [ROOT_NAME, *paths.names(path)])
-
-    out = []
-    for path, rec in sorted(events, key=lambda e: e[1].start):
-        names = stack(path)
-        event = {"name": names[-1], "cat": "kernel", "ph": "X",
-                 "pid": f"{who}GPU {rec.device_id}", "tid": rec.stream_id,
-                 "ts": (rec.start - t0) / 1e3, "dur": (rec.end - rec.start) / 1e3,
-                 "args": {"call_stack": names}}
-        if getattr(rec, "config", 0) < 0:  # a copy or set: its bytes (cupti.records.CopyName)
-            event["cat"] = names[-1].split()[0]
-            event["args"][BYTES] = -rec.config
-        out.append(event)
-    for path, start, end, thread in sorted(spans, key=lambda s: s[1]):
-        names = stack(path)
-        out.append({"name": names[-1], "cat": "scope", "ph": "X", "pid": f"{who}host",
-                    "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
-                    "args": {"call_stack": names}})
-    for path, start, end, thread in sorted(waits, key=lambda w: w[1]):
-        out.append({"name": "wait", "cat": "wait", "ph": "X", "pid": f"{who}host",
-                    "tid": thread, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3,
-                    "args": {"call_stack": stack(path)}})
-    if intra:
-        out += _intra_events(intra, t0, who, stack)
-    # the facts first: a later writer of the same name reads them from the file's head
-    return {OTHER_DATA: {**job, T0_NS: t0}, "displayTimeUnit": "ns" if intra else "us",
-            "baseTimeNanoseconds": t0, "traceEvents": out}
-
-
-def _intra_events(intra: Sequence[WarpSpan], t0: int, who: str, stack) -> list[dict]:
-    """Kernel scopes as Triton's Proton lays them out: launch by launch, then by SM, CTA,
-    warp and start; the event named after the scope, its category the kernel's name; a
-    process per kernel, SM and CTA ("add_kernel Core0 CTA3", then " GPU 1" when the trace
-    holds several devices) and a thread per warp and line ("warp 0 (line 1)": a scope inside
-    another, or overlapping it, goes on the next free line, so a line's spans never overlap).
-    args: the kernel's call path, the scope's cycles, the clock they were read at, the CTA's
-    start, its post-final time and how long its write-out took (%globaltimer). An event ended
-    in another warp is a flow, as in Triton's: an event of no length at its start
-    ("flow_out") and one at its end ("flow_in") in the other warp, one "bind_id" for both."""
-    out: list[dict] = []
-    several = len({s.device for s in intra}) > 1
-    # (warp's key, start after the origin, span, its part of a flow: 0 none, 1 out, 2 in)
-    marks = []
-    for s in intra:
-        if s.end_warp < 0:
-            marks.append(((s.launch, s.sm, s.cta, s.warp), s.start_ns, s, 0))
-        else:
-            marks.append(((s.launch, s.sm, s.cta, s.warp), s.start_ns, s, 1))
-            marks.append(((s.launch, s.sm, s.cta, s.end_warp), s.start_ns + s.dur_ns, s, 2))
-    marks.sort(key=lambda m: (m[0], m[1], -m[3]))
-    group: tuple | None = None
-    line_ends: list = []
-    flows: dict[int, int] = {}
-    for key, start, s, part in marks:
-        if key != group:  # one CTA's warp: one origin
-            group, line_ends = key, []
-        dur = s.dur_ns if part == 0 else 0.0
-        line = next((i for i, end in enumerate(line_ends) if start >= end), None)
-        if line is None:
-            line = len(line_ends)
-            line_ends.append(start + dur)
-        else:
-            line_ends[line] = start + dur
-        where = f" GPU {s.device}" if several else ""
-        event = {"name": paths.frames[s.scope].name, "cat": s.kernel_name, "ph": "X",
-                 "pid": f"{who}{s.kernel_name} Core{s.sm} CTA{s.cta}{where}",
-                 "tid": f"warp {key[3]} (line {line})",
-                 "ts": (s.origin_ns - t0 + start) / 1e3, "dur": dur / 1e3,
-                 "args": {"call_stack": stack(s.kernel), CYCLES: int(s.cycles),
-                          "Frequency (MHz)": s.clock_khz / 1e3,
-                          "Init Time (ns)": int(s.init_ns),
-                          "Post Final Time (ns)": int(s.post_ns),
-                          "Finalization Time (ns)": max(int(s.post_ns) - int(s.final_ns), 0)}}
-        if part:
-            event["bind_id"] = flows.setdefault(id(s), len(flows) + 1)
-            event["flow_out" if part == 1 else "flow_in"] = True
-        out.append(event)
-    return out
 
 
 def check_format(data: str, output_format: str) -> None:

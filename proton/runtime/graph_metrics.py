@@ -248,14 +248,20 @@ class GraphMetrics:
         return ring
 
     # -- CUPTI's thread ----------------------------------------------------------------------
-    def executed(self, tag: int, launch: int, start: int) -> None:
+    def executed(self, tag: int, launch: int, start: int, record: Any = None) -> None:
         """A metric kernel of a graph launched at path `launch` at time `start` ran
-        (attribution.Attributor.on_metric)."""
+        (attribution.Attributor.on_metric); `record`: its kernel, an event of the traces (as
+        in Triton's, named METRIC_FRAME), never counted on a tree."""
         spec = self.specs.get(tag)
         if spec is None or tag not in self._live:
             return
         node = self._graft(launch, spec.target)
-        self._add(self._graft(launch, spec.frame), {}, start)  # Triton's frame, shown empty
+        frame = self._graft(launch, spec.frame)
+        self._add(frame, {}, start)  # Triton's frame, shown empty
+        if record is not None:
+            for s in list(self._sessions.values()):
+                if s.data == "trace" and s.active_at(start):
+                    s.add_kernel(frame, record, start)
         if spec.numbers:
             self._add(node, spec.numbers, start)
         if spec.count:

@@ -463,7 +463,7 @@ class Instrumentation:
                 separators=(",", ":"))
         return out
 
-    def trace_spans(self, kernels: list[tuple[int, object]]) -> list[WarpSpan]:
+    def trace_spans(self, kernels: list[tuple]) -> list[WarpSpan]:
         """The warp events on the kernel records' clock (each CTA's start in whole ns, each
         scope's start after it and its length in fractions of one): each launch's first CTA
         starts with its CUPTI kernel record (`kernels`: (kernel node, record), matched per node
@@ -474,7 +474,7 @@ class Instrumentation:
             return []
         cols = {k: np.concatenate([b[k] for b in self.spans]) for k in self.spans[0]}
         records: dict[int, list] = {}
-        for node, rec in kernels:
+        for node, rec, *_ in kernels:  # (node, record[, launch start])
             records.setdefault(node, []).append(rec)
         first: dict[tuple[int, int], int] = {}
         for k, o, t in zip(cols["kernel"].tolist(), cols["ordinal"].tolist(),

@@ -34,11 +34,11 @@ import contextlib
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Iterator, cast
+from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from ..context import frames, make, stack
-from .. import data
-from ..data import job, writer
+from .. import data, triton_version
+from ..data import chrome_trace, job, writer
 from ..data.metrics import DeviceTensor
 from ..data.paths import paths
 from ..format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, LAUNCH_CONFIGS, LAUNCH_METRICS,
@@ -103,6 +103,8 @@ class Profiler:
         """Forked after the parent started CUDA, which cannot serve this process."""
         self._wait_events = False
         """The collector keeps each wait as an event (for a trace session)."""
+        self.span_clock: Callable[[], int] | None = None
+        """frames.Recorder.span_clock: what times scopes for the trace sessions, if any."""
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
@@ -186,6 +188,7 @@ class Profiler:
             self.sessions[session.id] = session
             self.recording = True
             self._keep_wait_events()
+            self._keep_span_clock()
             self._activate(session)
             if not self._atexit:
                 atexit.register(self._finalize_at_exit)
@@ -246,6 +249,7 @@ class Profiler:
         self._inherited, self.collector = self.collector, None  # CUPTI's state is the parent's
         self.idle = None
         self._wait_events = False
+        self.span_clock = None
         if self._gpu:  # cuInit was done
             self._gpu, self._cuda_forked = None, True
         self.lost_kernels = 0
@@ -436,6 +440,7 @@ class Profiler:
         """Sessions were closed: with none left, CUPTI is released. Under the lock."""
         self.recording = bool(self.sessions)
         self._keep_wait_events()
+        self._keep_span_clock()
         if not self.sessions:
             if self.collector is not None:
                 t0 = time.monotonic()
@@ -588,8 +593,9 @@ class Profiler:
         if data is None:
             data = Phase({}, [], [], [])
         if s.data == "trace":  # an instrumentation trace: the kernels' scopes, not the kernels
-            events = [] if s.only_kernels is not None else data.events
-            return writer.build_trace(events, data.spans, who, s.intra, waits=data.waits)
+            if s.only_kernels is not None:
+                return chrome_trace.build_trace([], [], who, s.intra)
+            return chrome_trace.build_trace(data.events, data.spans, who, waits=data.waits)
         with s.lock:
             notes = dict(s.notes)
         return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),
@@ -1010,11 +1016,12 @@ class Profiler:
 
     # -- the recorder frames report to (context/frames.py) ----------------------------------
     def add_metrics(self, path_id: int, values: dict[str, float], typed: bool = True,
-                    metric_at: int | None = None) -> None:
+                    metric_at: int | None = None, span: frames.Span | None = None) -> None:
         """Metrics of a frame, for every active session. `typed` (user metrics): a value that
         changes a metric's type on the node raises ScopeError, and no session takes any.
         GPU tensors are copied, and inside a CUDA graph capture every value goes into the graph
-        (graph_metrics), under `metric_at` (default: the frame's own metric frame)."""
+        (graph_metrics), under `metric_at` (default: the frame's own metric frame). `span`:
+        the scope entry the trace sessions show them on (as they are kept: copied)."""
         active = [s for s in list(self.sessions.values()) if s.active]
         if active and (any(isinstance(v, DeviceTensor) for v in values.values())
                        or (self.collector is not None and capturing())):
@@ -1029,24 +1036,54 @@ class Profiler:
                 s.check_types(path_id, values)
         for s in active:
             s.add(path_id, values, typed=typed)
+        if span is not None and active:
+            span.take(values)
 
     def add_cpu_time(self, path_id: int, start_ns: int, end_ns: int) -> None:
         """A CPU-timed frame closed on the calling thread: each session takes the part inside
         its active stretches."""
-        thread, spans = threading.get_ident(), self.collector is None
         for s in list(self.sessions.values()):
-            s.add_cpu_time(path_id, start_ns, end_ns, thread, spans)
+            s.add_cpu_time(path_id, start_ns, end_ns)
+
+    def add_span(self, path_id: int, span: frames.Span, thread: int,
+                 sessions: list[Session] | None = None) -> None:
+        """A scope's entry timed by `span` ends now on `thread`: each trace session (of
+        `sessions`; default every live one) takes the part inside its active stretches. An
+        entry timed on another clock than the trace's now is dropped."""
+        clock = self.span_clock
+        if clock is None or span.clock != clock:
+            return
+        end, host = clock(), self.collector is None
+        for s in list(self.sessions.values()) if sessions is None else sessions:
+            s.add_span(path_id, span, end, thread, host)
+
+    def _keep_span_clock(self) -> None:
+        """frames time scopes for traces (Recorder.span_clock) while a live session's trace
+        shows them (Session.traces_scopes): on CUPTI's clock while collecting (the kernels'),
+        else on the host's (time.time_ns, as cpu_time). Triton 3.6's traces hold the kernels
+        alone; newer ones the scopes and their launches' flows too. Under the lock."""
+        clock = None
+        if any(s.traces_scopes for s in self.sessions.values()):
+            if self.collector is None:
+                clock = time.time_ns
+            elif triton_version.after_3_6():
+                clock = self.collector.timestamp
+        if clock != self.span_clock:
+            self.span_clock = clock
+            frames.time_open_scopes(clock)
 
     def _add_open_cpu_time(self, targets: list[Session]) -> None:
         """Sessions being finalized take the part of every thread's open CPU-timed frames
-        inside their active stretches (a capture ends inside the job's step): those frames
-        close after the sessions are gone."""
+        inside their active stretches, and of their open scopes' entries (a capture ends inside
+        the job's step): those frames close after the sessions are gone."""
         now, collector = time.time_ns(), self.collector
         for thread, opened in stack.every_open():
             for top in opened:
                 if frames.times_cpu(top, collector):
                     for s in targets:
-                        s.add_cpu_time(top.path, top.start_ns, now, thread, collector is None)
+                        s.add_cpu_time(top.path, top.start_ns, now)
+                if top.span is not None:
+                    self.add_span(top.path, top.span, thread, targets)
 
 
 _ONLY_IF_ANY = {GPU_IDLE_EXCLUDED + EXCLUSIVE}

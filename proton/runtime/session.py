@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..cupti.attribution import KernelRecord
+from ..data.chrome_trace import ScopeSpan
 from ..data.job import Job
 from ..data.paths import paths
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
@@ -57,10 +58,11 @@ class Session:
     """The same stretches on the host's clock (time.time_ns(), as scopes' cpu_time)."""
     nodes: dict[int, dict[str, float]] = field(default_factory=dict)
     """Metrics by path id; exclusive values, as written to the file (data="tree")."""
-    events: list[tuple[int, KernelRecord]] = field(default_factory=list)
-    """Every kernel with its path id (data="trace")."""
-    spans: list[tuple[int, int, int, int]] = field(default_factory=list)
-    """Scopes timed on the host: (path id, start ns, end ns, thread id) (data="trace")."""
+    events: list[tuple[int, KernelRecord, int | None]] = field(default_factory=list)
+    """Every kernel with its path id and its launch call's start (data="trace")."""
+    spans: list[ScopeSpan] = field(default_factory=list)
+    """Scope entries, on the kernels' clock while collecting, else the host's (data="trace",
+    see traces_scopes)."""
     waits: list[tuple[int, int, int, int]] = field(default_factory=list)
     """The CPU blocked on the GPU: (path id, start ns, end ns, thread id) on the kernels' clock
     (data="trace", while a collector runs)."""
@@ -137,26 +139,35 @@ class Session:
         self.intervals[-1][1] = now
         self.host_intervals[-1][1] = time.time_ns()
 
-    def add_cpu_time(self, path_id: int, start_ns: int, end_ns: int, thread: int,
-                     spans: bool) -> None:
+    def add_cpu_time(self, path_id: int, start_ns: int, end_ns: int) -> None:
         """A frame timed on the host from `start_ns` to `end_ns` (time.time_ns()): the part
-        inside this session's active stretches, as cpu_time (a tree) or spans (a trace, when
-        `spans`: host spans only while no collector runs, whose kernels' clock is CUPTI's)."""
-        pieces = []
-        for a, b in reversed(self.host_intervals):  # the latest first: a scope is short
-            if b != -1 and b < start_ns:
-                break
-            if a <= end_ns:
-                pieces.append((max(start_ns, a), end_ns if b == -1 else min(end_ns, b)))
-        if not pieces:
+        inside this session's active stretches, as cpu_time (a tree's)."""
+        if self.data != "tree":
             return
-        if self.data == "tree":
+        pieces = _inside(self.host_intervals, start_ns, end_ns)
+        if pieces:
             self.add(path_id, {CPU_TIME + EXCLUSIVE: sum(b - a for a, b in pieces),
                                CPU_COUNT + EXCLUSIVE: 1})
-        elif spans:
-            with self.lock:
-                if not self.closed:
-                    self.spans.extend((path_id, a, b, thread) for a, b in pieces)
+
+    @property
+    def traces_scopes(self) -> bool:
+        """Its trace shows the scopes' entries (an instrumentation trace holds the kernels'
+        scopes alone, as Triton's)."""
+        return self.data == "trace" and self.only_kernels is None
+
+    def add_span(self, path_id: int, span: Any, end: int, thread: int, host: bool) -> None:
+        """A scope's entry (context/frames.Span) that ended at `end` on `thread`: the part
+        inside this session's active stretches, on the host's clock (`host`) or the kernels'."""
+        if not self.traces_scopes:
+            return
+        pieces = _inside(self.host_intervals if host else self.intervals, span.start, end)
+        if not pieces:
+            return
+        metrics = dict(span.metrics) if span.metrics else None
+        with self.lock:
+            if not self.closed:
+                self.spans.extend(ScopeSpan(path_id, a, b, thread, metrics, span.id)
+                                  for a, b in pieces)
 
     @property
     def traces_waits(self) -> bool:
@@ -252,7 +263,7 @@ class Session:
             if phase is None:
                 return
             if self.data == "trace":
-                phase.events.append((path_id, rec))
+                phase.events.append((path_id, rec, launch_ts))
                 return
             ns = rec.end - rec.start
             if rec.config < 0:  # a copy: its bytes (cupti.records.CopyName)
@@ -339,3 +350,15 @@ class Session:
             node.update({TIME: 0, DEVICE_ID: device_id, DEVICE_TYPE: DEVICE_CUDA})
             node.setdefault(COUNT, 0)  # a scope's own `count` metric (Triton 3.9 takes one) kept
         return node
+
+
+def _inside(intervals: list[list[int]], start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of [start, end] inside `intervals` ([start, end] stretches, the last end -1
+    while open), the latest first."""
+    pieces = []
+    for a, b in reversed(intervals):  # the latest first: a scope is short
+        if b != -1 and b < start:
+            break
+        if a <= end:
+            pieces.append((max(start, a), end if b == -1 else min(end, b)))
+    return pieces
