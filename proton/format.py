@@ -144,7 +144,9 @@ TABLE_COLUMNS = ("node", "name")
 """Columns of hatchet's data frame besides the metrics (the frame's node and its name): a metric
 may not take these names (the viewer reads such a metric of an older file as "NAME (metric)")."""
 BYTES = "bytes"
-FLOPS = re.compile(r"flops(8|16|32|64)?")
+FLOPS_WIDTHS = (8, 16, 32, 64)
+"""The operand widths in bits a flops metric may name (Triton's metric.FLOPS_WIDTHS)."""
+FLOPS = re.compile(rf"flops({'|'.join(map(str, FLOPS_WIDTHS))})?")
 """launch_metadata's floating-point operations, by operand width in bits (none: unspecified)."""
 CAPTURED_AT = "<captured_at>"
 """Under a CUDA graph's launch: the call path where each of its kernels was captured (Triton's

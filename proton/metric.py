@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from .data.metrics import transform_tensor_metrics
+from .format import FLOPS_WIDTHS
 
-__all__ = ["transform_tensor_metrics"]
+__all__ = ["FLOPS_WIDTHS", "transform_tensor_metrics"]

@@ -12,6 +12,20 @@ COMPUTE_METADATA_SCOPE_NAME = LAUNCH_METADATA
 """'__proton_launch_metadata': the state a launch_metadata function runs under."""
 COMPUTE_METADATA_SCOPE_PREFIX = LAUNCH_METADATA_PREFIX
 
+
+
+def get_metadata_state_name(kernel_name: str | None = None) -> str:
+    """The state name Triton 3.9 gives launch-metadata work: COMPUTE_METADATA_SCOPE_NAME, or
+    with a kernel's name `__proton_launch_metadata:<kernel>` (both viewers hide either).
+    `proton.metadata_state(kernel)` is the state itself, grouped as Triton 3.9 groups it.
+
+    Usage:
+        get_metadata_state_name("matmul")   # '__proton_launch_metadata:matmul'
+    """
+    return f"{COMPUTE_METADATA_SCOPE_PREFIX}{kernel_name}" if kernel_name else \
+        COMPUTE_METADATA_SCOPE_NAME
+
+
 _FROM_SCOPES = {"state", "metadata_state", "enter_state", "exit_state"}
 
 

@@ -270,3 +270,83 @@ def test_a_scope_entry_judged_after_a_phase_ended_goes_to_the_phase_it_began_in(
     idle, wall = GPU_IDLE + EXCLUSIVE, SCOPE_WALL + EXCLUSIVE
     assert s.data_of(0).nodes[7] == {idle: 80, wall: 140}
     assert s.data_of(1).nodes[7] == {idle: 5, wall: 10}
+
+
+# -- Triton 3.9's proton.data read through its viewer (test_profile's test_get_data,
+# -- test_clear_data, test_data_is_phase_complete, on scopes without kernels) ------------------
+
+def test_get_raw_metrics_reads_a_live_sessions_data_as_its_file_and_leaves_the_data_as_it_was(
+        tmp_path):
+    import copy
+
+    import proton.viewer as viewer
+
+    sid = proton.start(str(tmp_path / "live"), context="shadow")
+    with proton.scope("step"):
+        for flops in (3.0, 4.0):
+            with proton.scope("forward", {"flops": flops}):
+                pass
+        with proton.scope("optimizer", {"bytes": 7}):
+            pass
+    proton.deactivate(sid, flushing=True)
+    data = proton.data.get(sid)
+    given = copy.deepcopy(data)
+    gf, inclusive, _, _ = viewer.get_raw_metrics(data)
+    assert data == given == unpackb(proton.data.get_msgpack(sid))
+    forward = gf.filter("MATCH ('*', c) WHERE c.'name' =~ '.*forward.*' AND c IS LEAF").dataframe
+    assert forward["flops"].tolist() == [7.0]
+    assert {"flops", "bytes"} <= set(inclusive)
+    proton.finalize()
+    from_file, *_ = viewer.get_raw_metrics(str(tmp_path / "live.hatchet"))
+    columns = ["name", "flops", "bytes"]
+    assert gf.dataframe[columns].equals(from_file.dataframe[columns])
+
+
+@pytest.mark.parametrize("given, words", [
+    (42, "takes a .hatchet path, an open file or the list proton.data.get() returns, not int"),
+    ([{"frame": "x"}], "the profile data given is JSON but not a .hatchet profile"),
+    ([{"frame": {"name": "ROOT"}, "metrics": {}, "children": [], "bad": {1, 2}}],
+     "the profile data given is not a profile as proton.data.get() returns it"),
+])
+def test_get_raw_metrics_of_something_else_says_what_it_takes_in_one_line(given, words):
+    import proton.viewer as viewer
+    from proton.viewer.errors import ViewerError
+
+    with pytest.raises(ViewerError) as caught:
+        viewer.get_raw_metrics(given)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_phase_cleared_while_paused_holds_only_what_is_recorded_after(tmp_path):
+    sid = proton.start(str(tmp_path / "c"), context="shadow")
+    with proton.scope("test0"):
+        pass
+    proton.deactivate(sid, flushing=True)
+    proton.data.clear(sid)
+    assert proton.data.get(sid)[0]["children"] == []
+    proton.activate(sid)
+    with proton.scope("test1"):
+        pass
+    proton.deactivate(sid, flushing=True)
+    data = proton.data.get(sid)
+    proton.finalize()
+    assert [c["frame"]["name"] for c in data[0]["children"]] == ["test1"]
+
+
+def test_a_phase_is_complete_once_ended_and_flushed_and_stays_complete(tmp_path):
+    sid = proton.start(str(tmp_path / "pc"), context="shadow")
+    with proton.scope("test0"):
+        pass
+    assert not proton.data.is_phase_complete(sid, 0)
+    proton.deactivate(sid)
+    assert not proton.data.is_phase_complete(sid, 0)  # paused, but still the current phase
+    proton.activate(sid)
+    phase = proton.data.advance_phase(sid)
+    with proton.scope("test0"):
+        pass
+    proton.deactivate(sid, flushing=True)
+    assert proton.data.is_phase_complete(sid, 0)
+    assert not proton.data.is_phase_complete(sid, phase)
+    proton.data.advance_phase(sid)
+    assert proton.data.is_phase_complete(sid, phase - 1) and proton.data.is_phase_complete(sid, 1)
+    proton.finalize()

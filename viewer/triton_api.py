@@ -1,5 +1,6 @@
-"""Triton 3.6's viewer API (`triton.profiler.viewer`), as `proton.viewer`: the same functions,
-signatures, return types and numbers, on our reader.
+"""Triton's viewer API (`triton.profiler.viewer`, 3.6 through 3.9), as `proton.viewer`: the same
+functions, signatures, return types and numbers, on our reader (`get_raw_metrics` takes what
+either version takes: a path or open file, 3.6's, or the loaded profile, 3.9's).
 
 A script written for Triton's module runs unchanged: `read` gives (GraphFrame, inclusive metric
 names, exclusive metric names, device table); `derive_metrics` adds Triton's columns to the
@@ -12,6 +13,7 @@ viewer (`proton-viewer` without `--output triton`) keeps its own numbers (docs/c
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -21,6 +23,8 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from ..format import FLOPS_WIDTHS
+from . import deep
 from .derive import RATE
 from .diff import match_by_what
 from .errors import ViewerError
@@ -32,31 +36,47 @@ SECONDS = {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 """Seconds per time unit: Triton multiplies a time by its file unit's and divides by the asked
 one's (kept as Triton computes, so the floats are the same to the last bit)."""
 RATE_DIVISOR = {"": 1, "g": 1e9, "t": 1e12}
-FLOPS_WIDTHS = (8, 16, 32, 64)
 _TIME = re.compile(r"(?P<avg>avg_)?(?P<cpu>cpu_)?time/(?P<unit>s|ms|us|ns)")
 """time, avg_time, cpu_time and avg_cpu_time in a unit; like Triton's, case-sensitive."""
 
 
-def get_raw_metrics(file: str | os.PathLike | IO) -> tuple[Any, list[str], list[str], dict]:
+def get_raw_metrics(file: str | os.PathLike | IO | list) -> tuple[Any, list[str], list[str], dict]:
     """(GraphFrame, inclusive metric names, exclusive metric names, device table) of a profile,
-    without inclusive columns. `file`: a path, or an open file as Triton's takes.
+    without inclusive columns. `file`: a path, an open file (Triton 3.6 takes one), or the
+    profile already loaded, `[root node, device table]` as `proton.data.get(sid)` returns it
+    (Triton 3.9 takes that); the loaded profile is read as a file would be, and left unchanged.
 
     Usage:
         gf, inclusive, exclusive, devices = get_raw_metrics("run.hatchet")
+        gf, *_ = get_raw_metrics(proton.data.get(sid))   # a live session's data
     """
     from .graph import from_tree
 
     if isinstance(file, (str, os.PathLike)):
         parsed = parse_file(os.fspath(file), prune_empty=True)
-    else:
+    elif isinstance(file, (list, dict)):
+        parsed = parse_data(_as_json(file), "the profile data given", prune_empty=True)
+    elif callable(getattr(file, "read", None)):
         parsed = parse_data(file.read(), repr(getattr(file, "name", "the file")),
                             prune_empty=True)
+    else:
+        raise ViewerError(f"get_raw_metrics takes a .hatchet path, an open file or the list "
+                          f"proton.data.get() returns, not {type(file).__name__}")
     for note in parsed.notes:
         warnings.warn(note, stacklevel=3)
     gf = from_tree(parsed.root)
     inclusive = [*gf.exc_metrics, *gf.inc_metrics]  # what ROOT carries
     exclusive = [c for c in gf.dataframe.columns if c not in inclusive]  # "name" first
     return gf, inclusive, exclusive, parsed.devices
+
+
+def _as_json(database: list | dict) -> str:
+    """A loaded profile as the JSON text its file would hold (its own copy, at any depth)."""
+    try:
+        return deep.call(json.dumps, database)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ViewerError(f"the profile data given is not a profile as proton.data.get() "
+                          f"returns it ({exc})") from None
 
 
 def read(filename: str | os.PathLike) -> tuple[Any, list[str], list[str], dict]:
