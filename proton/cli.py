@@ -14,7 +14,7 @@ from . import api
 from .context import python as python_context
 from .data import job
 from .errors import ProtonError
-from .options import CONTEXTS, DATA, parse_options
+from .options import AMD_BACKENDS, CONTEXTS, DATA, parse_options
 from .report import warn
 from .runtime.profiler import profiler
 from .service import commands, tokens
@@ -45,10 +45,11 @@ Examples:
                                  "help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.option("-n", "--name", default=None, help="Profile name; the file is NAME.hatchet "
               "(default: proton).")
-@click.option("-b", "--backend", type=click.Choice(["cupti", "roctracer", "instrumentation"]),
+@click.option("-b", "--backend", type=click.Choice(["cupti", *AMD_BACKENDS, "instrumentation"]),
               default=None, help="Profiling backend (default: cupti). instrumentation: "
               "proton.language scopes inside Triton kernels (Triton 3.6.0 or 3.9.0). roctracer "
-              "(Triton's, for AMD GPUs) is refused: Proton profiles NVIDIA GPUs.")
+              "and rocprofiler (Triton's, for AMD GPUs) are refused: Proton profiles NVIDIA "
+              "GPUs.")
 @click.option("-c", "--context", type=click.Choice(CONTEXTS), default="shadow", show_default=True,
               help="shadow: proton.scope nesting; python: each kernel under the Python call "
               "path (file:line@function frames) that launched it, with the scopes in it.")

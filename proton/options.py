@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # imported when the instrumentation backend is asked for
 CONTEXTS = ("shadow", "python")
 DATA = ("tree", "trace")
 BACKENDS = (None, "cupti", "instrumentation")
+AMD_BACKENDS = ("roctracer", "rocprofiler")
+"""Triton's Proton's backends for AMD GPUs (rocprofiler since 3.9): taken, and refused in a line."""
 DEFAULT_NAME = "proton"
 DEFAULT_INTERVAL = 10
 """Sample every 2**10 cycles: ~1.0x run time on a 4096^3 matmul (H200), millions of samples."""
@@ -120,8 +122,8 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     parts_off()  # a bad PROTON_OFF fails here, before anything starts
     _check_choice("context", context, CONTEXTS)
     _check_choice("data", data, DATA)
-    if backend == "roctracer":  # Triton's Proton's backend for AMD GPUs
-        raise SessionError("backend='roctracer' (AMD GPUs) is not supported: Proton profiles "
+    if backend in AMD_BACKENDS:
+        raise SessionError(f"backend={backend!r} (AMD GPUs) is not supported: Proton profiles "
                            "NVIDIA GPUs; use backend='cupti' or none")
     _check_choice("backend", backend, BACKENDS)
     flush = None

@@ -15,17 +15,19 @@ from typing import Any
 
 from . import DEFAULT_PROFILE_NAME
 from .api import activate, deactivate, finalize, profile, start
+from . import triton_version
 from .errors import SessionError
 
 __all__ = ["start", "activate", "deactivate", "finalize", "profile", "DEFAULT_PROFILE_NAME"]
 
 _BACKENDS = {"cuda": "cupti", "hip": "roctracer"}
-"""Triton's target backend -> the profiling backend Triton's Proton picks for it."""
+"""Triton's target backend -> the profiling backend Triton 3.6's Proton picks for it (newer
+ones pick "rocprofiler" on AMD)."""
 
 
 def _select_backend() -> str:
-    """The profiling backend for Triton's active driver: "cupti" on NVIDIA, "roctracer" on AMD
-    (ours records with "cupti" only).
+    """The profiling backend for Triton's active driver: "cupti" on NVIDIA; on AMD "roctracer"
+    under Triton 3.6, "rocprofiler" under newer (ours records with "cupti" only).
 
     Raises:
         SessionError: no Triton, no active driver, or a target with no backend.
@@ -43,6 +45,8 @@ def _select_backend() -> str:
     if backend not in _BACKENDS:
         raise SessionError(f"no profiling backend for Triton's target {backend!r}; Proton "
                            "profiles NVIDIA (cuda) targets")
+    if backend == "hip" and triton_version.after_3_6():
+        return "rocprofiler"
     return _BACKENDS[backend]
 
 

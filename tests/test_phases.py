@@ -304,6 +304,7 @@ def test_get_raw_metrics_reads_a_live_sessions_data_as_its_file_and_leaves_the_d
 
 @pytest.mark.parametrize("given, words", [
     (42, "takes a .hatchet path, an open file or the list proton.data.get() returns, not int"),
+    ({"traceEvents": []}, "the list proton.data.get() returns, not dict"),
     ([{"frame": "x"}], "the profile data given is JSON but not a .hatchet profile"),
     ([{"frame": {"name": "ROOT"}, "metrics": {}, "children": [], "bad": {1, 2}}],
      "the profile data given is not a profile as proton.data.get() returns it"),

@@ -160,7 +160,10 @@ def test_text_in_a_summed_metric_is_refused_naming_the_suffixes():
     ([1, 2], 3, "std::vector", "uint64_t"),
 ])
 def test_a_metric_that_changes_type_on_a_scope_is_refused_with_tritons_words(
-        profile_path, first, then, was, now):
+        profile_path, monkeypatch, first, then, was, now):
+    from proton import triton_version
+
+    monkeypatch.setattr(triton_version, "installed", lambda: (3, 6))  # its words; 3.9's below
     name, read = profile_path
     sid = proton.start(name)
     key = "a (pty)" if isinstance(then, str) else "a"
@@ -402,11 +405,15 @@ proton.finalize()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["named.hatchet", "proton.hatchet"]
 
 
-def test_select_backend_follows_tritons_active_driver(monkeypatch):
+@pytest.mark.parametrize("newer, amd", [(False, "roctracer"), (True, "rocprofiler")])
+def test_select_backend_follows_tritons_active_driver(monkeypatch, newer, amd):
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
 
+    from proton import triton_version
     from proton.profile import _select_backend
+
+    monkeypatch.setattr(triton_version, "after_3_6", lambda: newer)  # Triton 3.9 names its own
 
     class Driver:
         backend = "cuda"
@@ -418,7 +425,7 @@ def test_select_backend_follows_tritons_active_driver(monkeypatch):
     monkeypatch.setattr(triton.runtime.driver, "_active", driver)
     assert _select_backend() == "cupti"
     driver.backend = "hip"
-    assert _select_backend() == "roctracer"
+    assert _select_backend() == amd
     driver.backend = "cpu"
     with pytest.raises(proton.SessionError, match="no profiling backend for Triton's target "
                                                   "'cpu'; Proton profiles NVIDIA"):
@@ -474,16 +481,17 @@ def test_version_says_which_proton_runs():
                              "triton.profiler.proton)\n")
 
 
-def test_tritons_amd_backend_is_taken_and_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize("backend", ["roctracer", "rocprofiler"])  # Triton 3.6's, 3.9's
+def test_tritons_amd_backend_is_taken_and_refused_in_one_line(tmp_path, backend):
     from click.testing import CliRunner
 
     from proton.cli import proton as command
 
     script = tmp_path / "s.py"
     script.write_text("print('ran')\n")
-    result = CliRunner().invoke(command, ["-b", "roctracer", str(script)])
+    result = CliRunner().invoke(command, ["-b", backend, str(script)])
     assert result.exit_code == 2 and "ran" not in result.output
-    assert "Error: backend='roctracer' (AMD GPUs) is not supported: Proton profiles NVIDIA " \
+    assert f"Error: backend='{backend}' (AMD GPUs) is not supported: Proton profiles NVIDIA " \
            "GPUs; use backend='cupti' or none" in result.output
 
 

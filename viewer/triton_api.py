@@ -54,7 +54,7 @@ def get_raw_metrics(file: str | os.PathLike | IO | list) -> tuple[Any, list[str]
 
     if isinstance(file, (str, os.PathLike)):
         parsed = parse_file(os.fspath(file), prune_empty=True)
-    elif isinstance(file, (list, dict)):
+    elif isinstance(file, list):
         parsed = parse_data(_as_json(file), "the profile data given", prune_empty=True)
     elif callable(getattr(file, "read", None)):
         parsed = parse_data(file.read(), repr(getattr(file, "name", "the file")),
@@ -70,7 +70,7 @@ def get_raw_metrics(file: str | os.PathLike | IO | list) -> tuple[Any, list[str]
     return gf, inclusive, exclusive, parsed.devices
 
 
-def _as_json(database: list | dict) -> str:
+def _as_json(database: list) -> str:
     """A loaded profile as the JSON text its file would hold (its own copy, at any depth)."""
     try:
         return deep.call(json.dumps, database)
