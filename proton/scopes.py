@@ -197,7 +197,7 @@ class state(scope):
 
 class metadata_state(ops.frame):
     """The state Triton's Proton puts launch-metadata work in: kernels launched inside go right
-    under `__proton_launch_metadata` (then `kernel`'s name, when given, as a second state),
+    under `__proton_launch_metadata` (then `kernel_name`, when given, as a second state),
     which both viewers hide. Without a kernel name, the launch hook's own state.
 
     Usage:
@@ -207,9 +207,9 @@ class metadata_state(ops.frame):
 
     __slots__ = ()
 
-    def __init__(self, kernel: str | None = None) -> None:
-        super().__init__(LAUNCH_METADATA, *([check_scope_name(kernel, "kernel name")]
-                                            if kernel is not None else []))
+    def __init__(self, kernel_name: str | None = None) -> None:  # Triton 3.9's parameter name
+        super().__init__(LAUNCH_METADATA, *([check_scope_name(kernel_name, "kernel name")]
+                                            if kernel_name else []))
 
 
 def enter_state(name: str) -> None:

@@ -148,10 +148,13 @@ def test_metadata_state_is_the_state_both_viewers_hide(tmp_path):
     assert "outer" in result.output
 
 
-def test_metadata_state_of_a_kernel_groups_under_its_name(tmp_path):
+@pytest.mark.parametrize("given", [("matmul_kernel",), {"kernel_name": "matmul_kernel"}],
+                         ids=["positional", "keyword"])  # Triton 3.9's parameter name
+def test_metadata_state_of_a_kernel_groups_under_its_name(tmp_path, given):
     sid = proton.start(str(tmp_path / "mk"))
+    args, kwargs = (given, {}) if isinstance(given, tuple) else ((), given)
     with proton.scope("outer", {"n": 1}):
-        with proton.metadata_state("matmul_kernel"):
+        with proton.metadata_state(*args, **kwargs):
             with proton.scope("inside", {"n": 5}):
                 pass
         with proton.scope("after", {"n": 2}):
