@@ -13,7 +13,6 @@ COMPUTE_METADATA_SCOPE_NAME = LAUNCH_METADATA
 COMPUTE_METADATA_SCOPE_PREFIX = LAUNCH_METADATA_PREFIX
 
 
-
 def get_metadata_state_name(kernel_name: str | None = None) -> str:
     """The state name Triton 3.9 gives launch-metadata work: COMPUTE_METADATA_SCOPE_NAME, or
     with a kernel's name `__proton_launch_metadata:<kernel>` (both viewers hide either).

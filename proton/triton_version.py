@@ -1,6 +1,8 @@
 """Which Triton is installed, read once from its metadata without importing it: where Triton's
 Proton changed what a user sees between versions (an error's words, where a kernel lands), ours
-follows the installed one, and this is the one place that asks."""
+follows the installed one, and this is the one place that asks. (The instrumentation backend
+keys its pass registration by exact version instead, runtime/instrumentation.py's _PASS_HOOKS:
+it reads a buffer layout pinned to each release, not a behaviour that holds for a range.)"""
 from __future__ import annotations
 
 import functools
