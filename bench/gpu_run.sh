@@ -72,6 +72,8 @@ if [ -n "${PEER39:-}" ]; then
   suite39=${PEER39_SUITE:-$PWD/.peer/triton-proton-3.9}
   if PYTHONPATH= python3 "$suite39/t39_unpack.py" .whl/t39 /tmp/t39site > /tmp/t39env.sh 2> "$OUT/t39_unpack.log"; then
     . /tmp/t39env.sh
+    # run_gpu.sh copies the adapted trees into PEER_WORK but runs Triton's from there too
+    rm -rf /tmp/peer39/triton && mkdir -p /tmp/peer39 && cp -r "$suite39/triton" /tmp/peer39/triton
     PEER_WORK=/tmp/peer39 VENV=$(python3 -c 'import sys; print(sys.prefix)') PROJECT=$PWD TRITON_SITE=/tmp/t39site \
       IMPLS="triton project" TIMEOUT=${PEER_TIMEOUT:-400} DEADLINE=${PEER39_DEADLINE:-0} \
       MODULES=${PEER39_MODULES:-"test_api test_profile test_cmd test_instrumentation test_viewer test_lib test_override"} \

@@ -151,3 +151,23 @@ def test_do_bench_measures_kernel_time():
     assert 0.5 * events < ms <= 1.1 * events  # kernels only: never more than the events
     low, mid = do_bench(lambda: a @ a, rep=20, quantiles=[0.2, 0.5])
     assert low <= mid
+
+
+def test_a_cleared_scope_stays_cleared_when_its_kernels_are_judged_later(tmp_path):
+    """The user's first CUDA work runs inside the scope they then clear (Triton 3.9's
+    test_clear_data): the scope's GPU idle, judged once its kernels are in, must not bring it
+    back after the clear."""
+    sid = proton.start(str(tmp_path / "cleared"), context="shadow")
+    with proton.scope("test0"):
+        x = torch.ones((2, 2), device="cuda")
+        x + x
+    proton.deactivate(sid, flushing=True)
+    proton.data.clear(sid)
+    proton.activate(sid)
+    with proton.scope("test1"):
+        x * x
+    proton.deactivate(sid, flushing=True)
+    data = proton.data.get(sid)
+    proton.finalize()
+    assert [c["frame"]["name"] for c in data[0]["children"]] == ["test1"]
+    assert ["elementwise" in k["frame"]["name"] for k in kernels(data[0])] == [True]

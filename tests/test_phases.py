@@ -354,3 +354,29 @@ def test_a_phase_is_complete_once_ended_and_flushed_and_stays_complete(tmp_path)
     proton.data.advance_phase(sid)
     assert proton.data.is_phase_complete(sid, phase - 1) and proton.data.is_phase_complete(sid, 1)
     proton.finalize()
+
+
+def test_what_began_before_a_clear_and_comes_in_after_stays_cleared(tmp_path):
+    """A scope's idle is judged when its kernels have come in, often after the user cleared the
+    phase (Triton 3.9's test_clear_data on a GPU): an entry that began before the clear, or a
+    kernel launched before it, does not bring its scope back; one after the clear counts."""
+    import numpy as np
+
+    from proton.format import EXCLUSIVE, GPU_IDLE, SCOPE_WALL
+    from proton.runtime.idle import Judged
+    from proton.runtime.profiler import Profiler
+    from proton.runtime.session import Session
+
+    s = Session(1, "x", str(tmp_path / "x.hatchet"), "shadow", "tree", None)
+    s.intervals = [[0, -1]]
+    s.clear(0, now=100)
+    p = Profiler()
+    p.sessions = {1: s}
+    p.add_idle(Judged(np.array([7, 8]), np.array([50, 150]), np.array([40, 10]),
+                      np.array([20, 5])))
+    s.add_kernel_totals({9: [30, 1, 0, 0, None, 0]}, first=60)
+    s.add_kernel_totals({8: [30, 1, 0, 0, None, 0]}, first=160)
+    nodes = s.data_of(0).nodes
+    assert sorted(nodes) == [8]
+    assert nodes[8][GPU_IDLE + EXCLUSIVE] == 5 and nodes[8][SCOPE_WALL + EXCLUSIVE] == 10
+    assert nodes[8]["count"] == 1

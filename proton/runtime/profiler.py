@@ -555,7 +555,7 @@ class Profiler:
 
     def clear_phase(self, session: int, phase: int, up_to: bool = False) -> None:
         with self._lock:
-            self._targets(session)[0].clear(phase, up_to)
+            self._targets(session)[0].clear(phase, up_to, self.now())
 
     def _write_parts(self, s: Session, devices: dict, final: bool = False) -> list[str]:
         """Write `s`'s finished phases (and the current one when `final`) to their part files,

@@ -164,9 +164,9 @@ class KernelRouter:
 
 def _summable(sessions: list[Session], first: int) -> bool:
     """Kernels launched from `first` on may be summed per node: every session is a tree that
-    has been active, in its current phase, since before then."""
+    has been active, in its current phase and since it was last cleared, since before then."""
     return all(s.data == "tree" and s.active and s.intervals[-1][0] <= first
-               and s.phase_starts[-1] <= first for s in sessions)
+               and s.phase_starts[-1] <= first and s.cleared_at <= first for s in sessions)
 
 
 def _add(totals: dict[int, list], kernel: int, ns: int, count: int, device: int,

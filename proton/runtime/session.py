@@ -115,6 +115,9 @@ class Session:
     earlier: dict[int, Phase] = field(default_factory=dict)
     """Finished phases not yet written away or cleared: a kernel launched in one may still
     come in."""
+    cleared_at: int = -1
+    """When the current phase was last cleared (CUPTI's clock): what began before then and
+    comes in after (a kernel's record, a scope's judged idle) stays cleared."""
 
     @property
     def active(self) -> bool:
@@ -294,6 +297,8 @@ class Session:
             return None
         if ts is not None and ts < self.phase_starts[-1]:
             return self.earlier.get(self.phase_at(ts))
+        if ts is not None and ts < self.cleared_at:
+            return None
         return Phase(self.nodes, self.events, self.spans, self.waits)
 
     def _count(self, nodes: dict, path_id: int, device: int, ns: int, count: int,
@@ -335,12 +340,15 @@ class Session:
             return Phase({p: dict(v) for p, v in found.nodes.items()}, list(found.events),
                          list(found.spans), list(found.waits))
 
-    def clear(self, phase: int, up_to: bool = False) -> None:
+    def clear(self, phase: int, up_to: bool = False, now: int = -1) -> None:
+        """Drop a phase's data (every earlier one's too with `up_to`); `now`: the time of the
+        clear, before which nothing more is taken into the current phase."""
         with self.lock:
             for p in [p for p in self.earlier if p == phase or (up_to and p <= phase)]:
                 del self.earlier[p]
             if phase == self.phase or (up_to and phase >= self.phase):
                 self.nodes, self.events, self.spans, self.waits = {}, [], [], []
+                self.cleared_at = max(self.cleared_at, now)
 
     def _kernel_node(self, path_id: int, device_id: int, nodes: dict | None = None) -> dict:
         nodes = self.nodes if nodes is None else nodes
