@@ -236,7 +236,9 @@ def test_graph_replays_show_where_their_kernels_were_captured(profile_path, capf
     assert total(region, "count") == 4 * 3
     op = find(region, "matmul_256x256x256")
     assert op["metrics"]["count"] == 4 and op["metrics"]["flops16"] == 4 * 2 * 256 ** 3
-    assert find(root, "captured_region", "matmul_256x256x256")["metrics"].get("count", 0) == 0
+    # nothing ran where the capture was made: its kernels ran (and count) in the replays
+    outside = [c for c in root["children"] if c["frame"]["name"] == "captured_region"]
+    assert all(total(c, "count") == 0 for c in outside)
     assert "no kernel record" not in capfd.readouterr().err  # captured launches: not waited for
 
 
@@ -423,11 +425,16 @@ def test_triton_hook_names_ops_and_adds_launch_metadata(profile_path, xy):
     from proton.viewer.reader import load as load_profile
 
     name, read = profile_path
-    x, y = xy
+    # three distinct 256 MiB arrays: the 12 bytes an element the metadata claims all move
+    # through DRAM (1M elements of one array stay in the L2, past DRAM's peak, and the viewer
+    # leaves a rate past the peak blank)
+    x = torch.randn(1 << 26, device="cuda")
+    y = torch.randn_like(x)
     out = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, 1024),)
     add_md_kernel[grid](x, y, out, n, BLOCK=1024)  # compile first
+    add(x, y)
     proton.start(name, hook="triton")
     with proton.scope("ops"):
         for _ in range(10):

@@ -81,7 +81,8 @@ def test_each_kernel_lies_inside_the_scope_entry_that_launched_it_with_a_flow_fr
                                                                   for k in kernels]
     waits = [e for e in events if e.get("cat") == "wait"]
     assert any(w["tid"] == 0 and w["ts"] <= kernels[-1]["ts"] + kernels[-1]["dur"]
-               <= w["ts"] + w["dur"] for w in waits), waits  # the sync waited for the last
+               <= w["ts"] + w["dur"] for w in waits), (  # the sync waited for the last
+        kernels[-1]["ts"] + kernels[-1]["dur"], [(w["tid"], w["ts"], w["dur"]) for w in waits])
 
 
 def test_each_graph_replay_shows_the_scopes_its_kernels_were_captured_in(tmp_path, x, lanes):

@@ -87,7 +87,8 @@ def record(tmp_path, monkeypatch, newer: bool) -> dict:
         test0 = launch_parent()
         for name, start in (("c", 20_000), ("b", 20_200), ("a", 20_400)):
             kernel(clock, 99, start, start + 100, stream=7,
-                   path=profiler.router.graft(test0, captured[name]), graph_node=1)
+                   path=profiler.router.graft(test0, captured[name]))  # no graph node: the
+            # attributor's sink hands graph kernels on without it, as the H200 run showed
         clock.now = 5_200
         clock.waits.append((test0, 5_200, 20_600, threading.get_ident()))
         clock.now = 20_700

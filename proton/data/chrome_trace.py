@@ -296,11 +296,12 @@ def _launches(kernels: list, spans: list[ScopeSpan]) -> list[tuple[ScopeSpan, in
     for path, rec, launch in kernels:
         if launch is None or _is_copy(rec):
             continue
-        if getattr(rec, "graph_node", 0):
-            replay = (rec.correlation_id, rec.device_id, rec.stream_id)
-            if replay in replays:
-                continue
-            replays.add(replay)
+        # one launch call, one flow: a graph replay's kernels share its correlation id (the
+        # sink's records carry no graph node to tell them by)
+        replay = (rec.correlation_id, rec.device_id, rec.stream_id)
+        if replay in replays:
+            continue
+        replays.add(replay)
         node = frames[path].parent
         while node > ROOT:
             found = by_path.get(node)
