@@ -226,3 +226,19 @@ def test_prefixes_expand_only_when_unique_and_before_a_double_dash():
         ["--depth", "3", "--m", "x", "--", "--dep"]
     assert expand_prefixes(["--me=time/ms", "--print"], longs) == \
         ["--metrics=time/ms", "--print-sorted"]
+
+
+# -- -d counts levels as Triton's viewer does ------------------------------------------------------
+
+@pytest.mark.parametrize("depth", ["1", "2", "3"])
+def test_depth_shows_the_levels_tritons_viewer_shows(depth):
+    """`-d 1` is ROOT alone in Triton's viewer, our --output triton and our own tree (ours
+    showed ROOT and its children)."""
+    path = data("example_gpu.hatchet")
+    expected = theirs("-m", "time/ms", "-d", depth, path)
+    assert ours("-m", "time/ms", "-d", depth, path).stdout == expected
+    own = CliRunner().invoke(viewer, ["-m", "time/ms", "-d", depth, "--width", "2000", path])
+    assert own.exit_code == 0, own.output
+    rows = own.output.splitlines()[1:]  # under the header
+    assert len(rows) == len(expected.strip().splitlines())
+    assert rows[0].split()[-1] == "ROOT" and (len(rows) == 1) == (depth == "1")

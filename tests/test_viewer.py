@@ -32,12 +32,12 @@ def test_default_view_is_kernel_time_in_ms_sorted_hottest_first():
 
 
 def test_several_metrics_and_depth():
-    result = show("-m", "count,avg_time/us,time/%", "-d", "1", RECORDED)
+    result = show("-m", "count,avg_time/us,time/%", "-d", "2", RECORDED)
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines()]
     assert rows[0] == ["count", "avg_time", "(us)", "time/%", "name"]
     assert rows[1][0] == "46" and rows[1][2] == "100.000" and rows[1][-1] == "ROOT"
-    assert {r[-1] for r in rows[2:]} == {"step", "worker", "scale_kernel"}  # depth 1 only
+    assert {r[-1] for r in rows[2:]} == {"step", "worker", "scale_kernel"}  # ROOT's children only
 
 
 def test_avg_time_is_time_over_count():
@@ -233,7 +233,7 @@ def test_long_names_fold_at_the_width_and_lose_no_character():
 
 
 def test_csv_and_sorted_views():
-    csv_out = show("-m", "time/us,count", "--output", "csv", "-d", "1", EXAMPLE).output
+    csv_out = show("-m", "time/us,count", "--output", "csv", "-d", "2", EXAMPLE).output
     header, *rows = csv_out.splitlines()
     assert header == "path,depth,time (us),count"
     assert rows[0].startswith("ROOT,0,1113.786,")
@@ -245,7 +245,7 @@ def test_csv_and_sorted_views():
 
 
 def test_terminal_output_is_coloured_by_share_of_root():
-    text = viewer_in_terminal("-d", "1", "--width", "100", EXAMPLE)
+    text = viewer_in_terminal("-d", "2", "--width", "100", EXAMPLE)
     assert "\x1b[1;31m" in text.splitlines()[1]  # ROOT is 100% of itself: the hottest band
     assert "share of ROOT (1.114)" in text  # the legend
 

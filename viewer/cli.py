@@ -90,8 +90,9 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               help="Hide frames whose name matches, and everything under them.")
 @click.option("-t", "--threshold", type=float, default=None,
               help="Hide frames whose first metric is below this value.")
-@click.option("-d", "--depth", type=click.IntRange(min=0), default=100, show_default=True,
-              help="Deepest level of the tree to show.")
+@click.option("-d", "--depth", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Levels of the tree to show, as Triton's viewer counts them: 1 shows ROOT "
+              "alone, 2 ROOT and its children.")
 @click.option("-f", "--format", "name_format", type=click.Choice(FORMATS), default="full",
               show_default=True, help="How to shorten `file:line@function` frame names.")
 @click.option("--names", "name_style", type=click.Choice(STYLES), default="folded",

@@ -141,7 +141,7 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str
         parents.append(parent)
         widths.append(_num(values[0].get(node)) if values else None)
         order.append(node)
-        if level < depth:
+        if level + 1 < depth:  # Triton's -d: `-d 1` shows ROOT alone
             stack.extend((child, at, level + 1) for child in reversed(node.children))
     # widths: at least the children's sum (a scope without its own value still spans them)
     spans = [0.0] * len(names)

@@ -123,7 +123,7 @@ def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,
         while stack:  # explicit stack: a tree may be deeper than Python's recursion limit
             node, level, lasts = stack.pop()
             yield node, level, lasts
-            if level >= depth:
+            if level + 1 >= depth:  # Triton's -d: ROOT is level 0, `-d 1` shows ROOT alone
                 continue
             kids = sorted(children(node), key=key)
             stack.extend((kids[i], level + 1, lasts + (i == len(kids) - 1,))
