@@ -214,6 +214,23 @@ STALLED_PREFIX = "stalled_"
 """`stalled_<reason>`: stalled samples by reason; over a node they sum to NUM_STALLED."""
 NO_LINES = "no_lines"
 """The frame key of a kernel whose samples could not all be mapped to source lines: why."""
+SOURCES_KEY = "sources"
+"""The root node's key (beside "frame", "metrics", "children": hatchet and Triton's viewer read
+only those three) in a sampled profile: {file path: its text} of the files its source-line
+frames name, as the recording machine read them at write time, so a viewer anywhere shows
+the code (PROTON_EMBED_SOURCE=0 leaves it out). Bounded by SOURCE_FILE_BYTES a file and
+SOURCE_TOTAL_BYTES in all (UTF-8), on writing and on reading."""
+SOURCE_FILE_BYTES = 1 << 20
+"""The largest file a profile carries (a Triton kernel's module is a few KB to ~100 KB)."""
+SOURCE_TOTAL_BYTES = 8 << 20
+"""All the text one profile carries."""
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp",
+                   ".hxx", ".inl")
+"""Source files a kernel's lines come from (Triton's Python, CUDA C++): the only files a
+profile carries and the viewer reads."""
+NEVER_READ = ("/proc", "/dev", "/sys")
+"""Kernel interfaces (a process's environment, memory): never read as source, whatever names
+them."""
 
 # -- frame names -----------------------------------------------------------------------------------
 PYTHON_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+)@(?P<function>.+)$")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import SessionError
@@ -46,6 +46,9 @@ class PCOptions:
     """CUPTI's sampling period: a sample every 2**interval cycles per SM."""
     serialize: bool = False
     """Exact mode: each kernel's samples are read when its launch call returns."""
+    embed_source: bool = True
+    """Carry the sampled lines' source files' text in the profile (PROTON_EMBED_SOURCE=0:
+    leave it out; data/sources.py)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -139,6 +142,8 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     if isinstance(mode, str) and mode.split(":", 1)[0].lower() == COUNTERS:
         counters, mode = parse_counters(mode), None
     pc = parse_mode(mode)
+    if pc is not None and not embed_source():  # checked at start, not when written
+        pc = replace(pc, embed_source=False)
     hook = hook_spec(hook)
     hook_options = parse_hook(hook) if hook is not None else None
     ext = TREE_EXTENSION if data == "tree" else TRACE_EXTENSION
@@ -156,6 +161,24 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
                            "data='tree'")
     return SessionOptions(name, path, context, data, pc, hook_options, hook, instrument, flush,
                           counters, memory)
+
+
+EMBED_SOURCE_ENV = "PROTON_EMBED_SOURCE"
+
+
+def embed_source() -> bool:
+    """PROTON_EMBED_SOURCE: 1 (the default; unset or empty too) carries a sampled profile's
+    source files' text in it (data/sources.py), 0 leaves it out.
+
+    Raises:
+        SessionError: any other value.
+    """
+    value = os.environ.get(EMBED_SOURCE_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise SessionError(f"{EMBED_SOURCE_ENV}={value!r} is not 0 or 1; "
+                           f"{EMBED_SOURCE_ENV}=0 leaves the sampled source files' text out "
+                           "of the profile")
+    return value != "0"
 
 
 def parts_off() -> frozenset[str]:

@@ -210,7 +210,8 @@ def test_a_source_file_missing_here_says_so_and_shows_its_sampled_lines(tmp_path
       const k = [...doc.querySelectorAll(".srckernel")].find(s => s.querySelector("h3").textContent === "softmax_kernel");
       return {text: k.textContent, heads: [...k.querySelectorAll("th")].map(th => th.textContent),
               lines: [...k.querySelectorAll("tbody td.n")].map(td => td.textContent)};""")
-    assert "Source file not found on this machine; the sampled lines only" in got["text"]
+    assert "Source file not found on this machine, nor by its name under a source root" \
+        in got["text"] and "the sampled lines only" in got["text"]
     assert got["heads"] == ["samples", "%", "top stalls", "line"]  # no empty code column
     assert got["lines"] == ["7", "9"]
 

@@ -144,7 +144,9 @@ def test_missing_source_file_prints_its_lines_without_code(profile):
         "0 samples \nnot mapped to a line\n"
         "\n"
         "/gone/softmax.py: 80 samples (100.0% of the kernel)\n"
-        "source file not found on this machine; the sampled lines only\n"
+        "source file not found on this machine, nor by its name under a source root; add "
+        "--source-root DIR or\n--source-map /gone=DIR (DIR: where it is here); the sampled lines "
+        "only\n"
         "  samples      %  top stalls                     line\n"
         "▶      60  75.0%  long_scoreboard 80%, wait 20%     7\n"
         "▶      20  25.0%  wait 100%                         9\n")
@@ -490,3 +492,64 @@ time (ms)  num_samples  name
     0.100           80     └─ softmax_kernel
                     60        ├─ /gone/softmax.py:7@softmax_kernel
                     20        └─ /gone/softmax.py:9@softmax_kernel"""
+
+
+# -- a profile read on another machine (issue 60) ----------------------------------------------
+
+DIAGNOSED = os.path.join(DATA, "diagnose_recorded.hatchet")
+"""Recorded on an H200 in a checkout at /work/main: its lines name /work/main/tests/..."""
+STORE_LINE = "tl.store(c + r[:, None] * BM + r[None, :], tl.dot(x, x))"
+"""Line 40 of tests/diagnose_workload.py, square_dot's hottest."""
+
+
+def test_source_root_finds_the_profiles_file_by_the_end_of_its_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # elsewhere: only the root given may show it
+    tests = os.path.dirname(DATA)
+    assert STORE_LINE not in show("--source", "square_dot", DIAGNOSED).output
+    found = show("--source", "square_dot", "--source-root", tests, DIAGNOSED)
+    assert found.exit_code == 0, found.output
+    assert STORE_LINE in found.output and "the sampled lines only" not in found.output
+    pages = html_source(tmp_path, "--source-root", tests, DIAGNOSED)
+    assert STORE_LINE in pages["/work/main/tests/diagnose_workload.py"]
+
+
+def test_source_map_reads_the_recording_machines_folder_from_this_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    checkout = os.path.dirname(os.path.dirname(DATA))
+    found = show("--source", "square_dot", "--source-map", f"/work/main={checkout}", DIAGNOSED)
+    assert found.exit_code == 0, found.output
+    assert STORE_LINE in found.output
+    assert STORE_LINE in html_source(tmp_path, "--source-map", f"/work/main={checkout}",
+                                     DIAGNOSED)["/work/main/tests/diagnose_workload.py"]
+
+
+@pytest.mark.parametrize("value,says", [
+    ("/work/main", "is not OLD=NEW"), ("work=/tmp", "is not an absolute path"),
+    ("/work/main=/no/such/folder", "is not a folder on this machine")])
+def test_a_bad_source_map_is_one_line_and_status_2(value, says):
+    result = show("--source", "square_dot", "--source-map", value, DIAGNOSED)
+    assert result.exit_code == 2 and says in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+def test_an_ending_found_under_a_root_keeps_every_rule(tmp_path, monkeypatch):
+    """The ending found is read as a path the profile named: hidden folders and files that are
+    no source stay unread, and `..` never climbs out of a root."""
+    root = tmp_path / "proj"
+    (root / ".venv").mkdir(parents=True)
+    monkeypatch.chdir(root)
+    (root / ".venv" / "k.py").write_text("KEY = 'key-1'\n")
+    (tmp_path / "above.py").write_text("KEY = 'key-2'\n")
+    (root / "notes.txt").write_text("KEY = 'key-3'\n")
+    path = sampled_profile(tmp_path / "proj", "/ci/build/.venv/k.py", "/ci/../above.py",
+                           "/ci/build/notes.txt")
+    out = show("--source", "k", "--source-root", str(root), path).output
+    assert "key-" not in out
+    assert f"in a hidden folder or file; add --source-root {root / '.venv'}" in out
+
+
+def test_a_file_named_by_another_machines_path_says_how_to_find_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = show("--source", "k", sampled_profile(tmp_path, "/ci/build/kern.py")).output
+    assert ("source file not found on this machine, nor by its name under a source root; add "
+            "--source-root DIR or --source-map /ci/build=DIR") in " ".join(out.split())

@@ -144,12 +144,17 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               type=click.Path(exists=True, file_okay=False),
               help="With --source and --html: also show source files under DIR (repeatable). "
               "Source is read only under the profile's folder, the current folder and these, "
-              "never from /proc, /dev or /sys: a profile names its files itself.")
+              "never from /proc, /dev or /sys: a profile names its files itself. A path not "
+              "found as the profile names it is looked for by its longest ending under each.")
+@click.option("--source-map", "source_maps", multiple=True, metavar="OLD=NEW",
+              help="With --source and --html: read a source path that starts with the folder "
+              "OLD (the recording machine's) from NEW here instead; NEW becomes a source root "
+              "(repeatable). A profile that carries its source needs none.")
 @click.argument("profiles", metavar="FILE.hatchet...", nargs=-1, required=True)
 @click.pass_context
 def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
            name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-           html_path, warps, rank, kernel, source_roots, profiles) -> None:
+           html_path, warps, rank, kernel, source_roots, source_maps, profiles) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
     from stdin. Several files, or a folder, must be one job's ranks (NAME.rank<R>.hatchet of
     one run): one tree over all of them, frames matched by call path, each metric summed
@@ -203,7 +208,7 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
             click.echo(f"Error: {error}", err=True)
         from .source_roots import SourceRoots
 
-        roots = SourceRoots.default(list(profiles), list(source_roots))
+        roots = SourceRoots.default(list(profiles), list(source_roots), list(source_maps))
         if kernel is not None:
             deep.call(_show_source, kernel, width, name_style, profile, roots)
         elif diagnose:

@@ -13,8 +13,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, RANKS_KEY, TABLE_COLUMNS, WARP_TIMELINE,
-                      is_amount)
+from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, RANKS_KEY, SOURCE_FILE_BYTES,
+                      SOURCE_TOTAL_BYTES, SOURCES_KEY, TABLE_COLUMNS, WARP_TIMELINE, is_amount)
 from . import deep
 from .errors import ViewerError
 from .timelines import check as check_timeline
@@ -43,6 +43,8 @@ class Profile:
     """The kernels' warp timelines (Parsed.timelines)."""
     job_ranks: tuple | None = None
     """A job file's (ranks, their labels, path -> statistics): rank_merge.from_document."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """The source files' text the profile carries (Parsed.sources)."""
 
 
 STDIN = "-"
@@ -73,7 +75,7 @@ def load(path: str) -> Profile:
 
         job_ranks = from_document(root)
     return Profile(gf, inclusive, exclusive, parsed.devices, parsed.job, parsed.notes,
-                   parsed.timelines, job_ranks)
+                   parsed.timelines, job_ranks, parsed.sources)
 
 
 @dataclass(slots=True)
@@ -89,6 +91,9 @@ class Parsed:
     """What the reader should know about what is not shown (vectors cut)."""
     timelines: list[dict] = field(default_factory=list)
     """The kernels' warp timelines (format.WARP_TIMELINE, parsed, with their "path")."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """{path: text} the profile carries for its source-line frames (format.SOURCES_KEY),
+    untrusted text from whoever wrote it: only text, within the format's caps (_sources)."""
 
 
 MAX_VECTOR = 256
@@ -171,6 +176,7 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
                           "[root node, device table] as proton writes")
     devices = _check_devices(doc[1] if len(doc) > 1 else {})
     root = doc[0]
+    carried, left = _sources(root.pop(SOURCES_KEY, None), name)
     job = {k: v for k in JOB_KEYS if _job_value(v := root["frame"].get(k))}
     timelines, left_out = _check_tree(root, name)
     if msgpack:
@@ -195,7 +201,32 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
     notes += [f"{name}: metric {column!r} is shown as {_renamed(column)!r} (the viewer's table "
               f"uses the name {column!r} itself)" for column in TABLE_COLUMNS
               if _renamed(column) in metrics]
-    return Parsed(root, devices, job, notes, timelines)
+    return Parsed(root, devices, job, notes + left, timelines, carried)
+
+
+def _sources(found, name: str) -> tuple[dict[str, str], list[str]]:
+    """The carried source files that are text named by text, within SOURCE_FILE_BYTES each and
+    SOURCE_TOTAL_BYTES in all (in the file's order); a note when some are left out."""
+    if found is None:
+        return {}, []
+    if not isinstance(found, dict):
+        return {}, [f"{name}: its carried source ({SOURCES_KEY!r}) is not a map of files; "
+                    "left out"]
+    out: dict[str, str] = {}
+    total, left = 0, 0
+    for path, text in found.items():
+        size = len(text.encode("utf-8", "replace")) \
+            if isinstance(text, str) and len(text) <= SOURCE_FILE_BYTES else -1
+        if not isinstance(path, str) or not 0 <= size <= SOURCE_FILE_BYTES \
+                or total + size > SOURCE_TOTAL_BYTES:
+            left += 1
+            continue
+        out[path] = text
+        total += size
+    note = [f"{name}: {left:,} carried source file{'s' * (left != 1)} left out: not text, or "
+            f"past {SOURCE_FILE_BYTES >> 20} MiB a file or {SOURCE_TOTAL_BYTES >> 20} MiB in "
+            "all"] if left else []
+    return out, note
 
 
 def _not_json(path: str, name: str, text: str, exc: json.JSONDecodeError) -> ViewerError:

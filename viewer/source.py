@@ -81,6 +81,8 @@ class KernelSamples:
     """By (file, line), most samples first."""
     no_lines: list[str]
     """Why some call paths have no line children (their frames' `no_lines`)."""
+    carried: dict[str, str] = field(default_factory=dict)
+    """The text the profile carries of the files its lines name (Profile.sources)."""
 
 
 class _Columns:
@@ -165,6 +167,8 @@ def find_kernel(prof: Profile, pattern: str, style: str = "folded") -> KernelSam
     found = _collect(columns, nodes, name)
     if found is None:
         raise ViewerError(_why_unsampled(prof, columns, kernels, nodes, readable(name, style)))
+    found.carried = {ls.file: prof.sources[ls.file] for ls in found.lines
+                     if ls.file in prof.sources}
     return found
 
 
@@ -253,8 +257,9 @@ class SourceFile:
 
 
 def source_files(kernel: KernelSamples, roots: SourceRoots) -> list[SourceFile]:
-    """The kernel's files, their text read only under `roots`: the one that defines the
-    kernel's function first, then by samples.
+    """The kernel's files, their text the one the profile carries (the code that ran), else
+    read only under `roots`: the one that defines the kernel's function first, then by
+    samples.
 
     (With inlined helpers from other files, the hottest file need not be the kernel's own.)"""
     by_file: dict[str, SourceFile] = {}
@@ -264,7 +269,8 @@ def source_files(kernel: KernelSamples, roots: SourceRoots) -> list[SourceFile]:
         sf.lines[ls.line] = ls
     functions = {ls.function for ls in kernel.lines}
     for sf in by_file.values():
-        sf.text, sf.why = roots.read(sf.path)
+        carried = kernel.carried.get(sf.path)
+        sf.text, sf.why = (carried, None) if carried is not None else roots.read(sf.path)
     defines = {sf.path for sf in by_file.values() if sf.text is not None and any(
         re.search(rf"^\s*(async\s+)?def\s+{re.escape(f)}\s*\(", sf.text, re.M)
         for f in functions)}

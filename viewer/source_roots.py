@@ -15,6 +15,12 @@ when all of these hold:
     MAX_SOURCE_BYTES.
 Otherwise the viewer shows the sampled lines without code and says why in one line.
 
+Profiles are read on other machines, so the path a profile names is only where to start, as
+debuggers' source maps treat it: first `--source-map OLD=NEW` rewrites a path that starts
+with the folder OLD to start with NEW (a folder the user names, which becomes a root); then,
+when that path cannot be shown, the longest ending of it (`tests/diagnose_workload.py`, then
+`diagnose_workload.py`) that exists under a root is read instead, under every rule above.
+
 The checks are made on the real path's text, and then exactly that path is opened: one
 component at a time from "/", each relative to the folder opened before it and never through a
 symlink (O_NOFOLLOW). A folder swapped for a symlink between the check and the open (another
@@ -26,15 +32,17 @@ import errno
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-NEVER = ("/proc", "/dev", "/sys")
-"""Never read, even under a root: kernel interfaces (the process's environment, memory)."""
-SUFFIXES = (".py", ".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx",
-            ".inl")
-"""Source files a kernel's lines come from: Triton (Python) and CUDA C++."""
+from ..format import NEVER_READ as NEVER
+from ..format import SOURCE_SUFFIXES as SUFFIXES
+from .errors import ViewerError
+
 MAX_SOURCE_BYTES = 4 << 20
 HOW = "add --source-root"
+SUFFIX_PARTS = 16
+"""The most trailing components of a profile's path tried under each root (a name may be
+any length; a real project's files lie a few folders down)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,14 +55,25 @@ class SourceRoots:
     """
 
     folders: tuple[str, ...]
+    maps: tuple[tuple[str, str], ...] = ()
+    """(OLD, NEW) of each --source-map, the longest OLD first: NEW is a real path."""
 
     @classmethod
-    def default(cls, profiles: Sequence[str], extra: Sequence[str] = ()) -> SourceRoots:
-        """The profiles' folders, the current folder and the `extra` folders the user gave."""
+    def default(cls, profiles: Sequence[str], extra: Sequence[str] = (),
+                maps: Sequence[str] = ()) -> SourceRoots:
+        """The profiles' folders, the current folder, the `extra` folders the user gave and
+        the NEW folder of each of `maps` (`OLD=NEW`, as --source-map takes them).
+
+        Raises:
+            ViewerError: a map that is not OLD=NEW with NEW a folder.
+        """
+        pairs = [parse_map(m) for m in maps]
         folders = [p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
                    for p in profiles if p != "-"]
-        folders += [os.getcwd(), *(os.path.expanduser(e) for e in extra)]
-        return cls(tuple(dict.fromkeys(os.path.realpath(f) for f in folders)))
+        folders += [os.getcwd(), *(os.path.expanduser(e) for e in extra),
+                    *(new for _, new in pairs)]
+        return cls(tuple(dict.fromkeys(os.path.realpath(f) for f in folders)),
+                   tuple(sorted(pairs, key=lambda p: -len(p[0]))))
 
     def beside_script(self, script: str | None) -> SourceRoots:
         """These roots and the folder of the script the profile was made of (`script`, an
@@ -78,17 +97,49 @@ class SourceRoots:
                 or _hidden_below(real, os.sep)
                 or not any(_under(root, folder) for root in self.folders)):
             return self
-        return SourceRoots(tuple(dict.fromkeys((*self.folders, folder))))
+        return replace(self, folders=tuple(dict.fromkeys((*self.folders, folder))))
 
     def read(self, path: str) -> tuple[str | None, str | None]:
-        """(the file's text, None), or (None, one line saying why it is not shown and how to
-        show it when the user can)."""
+        """(the text of the file `path` names here: mapped, else by its longest ending under a
+        root; None), or (None, one line saying why it is not shown and how to show it when
+        the user can)."""
+        path = self.mapped(path)
+        text, why = self._read(path)
+        if text is not None or why is None or why.startswith(_NEVER_WHY):
+            return text, why
+        for candidate in self._endings(path):
+            if os.path.isfile(candidate):  # the longest ending there is; _read checks it all
+                return self._read(candidate)
+        if not os.path.lexists(path):  # another machine's path
+            return None, ("source file not found on this machine, nor by its name under a "
+                          f"source root; {HOW} DIR or --source-map {os.path.dirname(path)}=DIR "
+                          "(DIR: where it is here)")
+        return text, why
+
+    def mapped(self, path: str) -> str:
+        """`path` with the first --source-map whose OLD folder holds it applied."""
+        for old, new in self.maps:
+            if path == old or path.startswith(old.rstrip(os.sep) + os.sep):
+                return new + path[len(old.rstrip(os.sep)):]
+        return path
+
+    def _endings(self, path: str):
+        """Each root joined with each ending of `path`, the longest ending first."""
+        parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+        if ".." in parts:  # an ending never climbs out of its root
+            parts = parts[len(parts) - parts[::-1].index(".."):]
+        parts = parts[-SUFFIX_PARTS:]
+        for k in range(len(parts), 0, -1):
+            for root in self.folders:
+                yield os.path.join(root, *parts[-k:])
+
+    def _read(self, path: str) -> tuple[str | None, str | None]:
         try:
             real = os.path.realpath(path)
         except OSError:  # a link that changed while it was resolved (Python < 3.13 raises)
             return None, "not shown: the path changed while it was read; try again"
         if any(_under(p, never) for p in (os.path.abspath(path), real) for never in NEVER):
-            return None, "not shown: files under /proc, /dev and /sys are never read"
+            return None, _NEVER_WHY
         containing = [root for root in self.folders if _under(real, root)]
         if not containing:
             return None, ("not shown: not under the profile's folder, the current folder or a "
@@ -100,6 +151,29 @@ class SourceRoots:
             return None, ("not shown: not a source file (the viewer shows "
                           f"{', '.join(SUFFIXES)})")
         return _read_regular(real)
+
+
+_NEVER_WHY = "not shown: files under /proc, /dev and /sys are never read"
+
+
+def parse_map(text: str) -> tuple[str, str]:
+    """`OLD=NEW` (--source-map) -> (OLD as given, NEW's real path).
+
+    Raises:
+        ViewerError: no `=`, an empty or relative OLD, or a NEW that is no folder here.
+    """
+    old, eq, new = text.partition("=")
+    if not eq or not old or not new:
+        raise ViewerError(f"--source-map {text!r} is not OLD=NEW; e.g. --source-map "
+                          "/home/ci/proj=~/proj (the recording machine's folder = this one's)")
+    if not os.path.isabs(old):
+        raise ViewerError(f"--source-map {text!r}: OLD {old!r} is not an absolute path; give "
+                          "the folder as the profile names it, e.g. /home/ci/proj")
+    folder = os.path.expanduser(new)
+    if not os.path.isdir(folder):
+        raise ViewerError(f"--source-map {text!r}: NEW {new!r} is not a folder on this "
+                          "machine; give the folder that holds the sources here")
+    return old, os.path.realpath(folder)
 
 
 def _under(path: str, folder: str) -> bool:

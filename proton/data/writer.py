@@ -483,21 +483,25 @@ def _encode_tree(doc: list, write) -> None:
         write(f'{{"{FRAME_KEY}": {dumps(node[FRAME_KEY])}, '
               f'"{METRICS_KEY}": {dumps(node[METRICS_KEY])}, "{CHILDREN_KEY}": [')
 
+    def close_node(node: dict) -> None:  # keys after the children (the root's SOURCES_KEY)
+        write("]" + "".join(f", {dumps(k)}: {dumps(v)}" for k, v in node.items()
+                            if k not in (FRAME_KEY, METRICS_KEY, CHILDREN_KEY)) + "}")
+
     write("[")
     open_node(doc[0])
-    stack = [[iter(doc[0][CHILDREN_KEY]), True]]  # (children left, none written yet)
+    stack = [[iter(doc[0][CHILDREN_KEY]), True, doc[0]]]  # (children left, none written yet)
     while stack:
         top = stack[-1]
         child = next(top[0], None)
         if child is None:
             stack.pop()
-            write("]}")
+            close_node(top[2])
             continue
         if not top[1]:
             write(", ")
         top[1] = False
         open_node(child)
-        stack.append([iter(child[CHILDREN_KEY]), True])
+        stack.append([iter(child[CHILDREN_KEY]), True, child])
     for rest in doc[1:]:
         write(f", {dumps(rest)}")
     write("]")

@@ -38,11 +38,12 @@ from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from ..context import frames, make, stack
 from .. import data, triton_version
-from ..data import chrome_trace, job, writer
+from ..data import chrome_trace, job, sources, writer
 from ..data.metrics import DeviceTensor
-from ..data.paths import paths
+from ..data.paths import LINE, paths
 from ..format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, LAUNCH_CONFIGS, LAUNCH_METRICS,
-                      SCOPE_WALL, STEP_COUNT, STEP_PARTS, STEP_WALL, SYNC_COUNT, SYNC_TIME)
+                      SCOPE_WALL, SOURCES_KEY, STEP_COUNT, STEP_PARTS, STEP_WALL, SYNC_COUNT,
+                      SYNC_TIME)
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions, parts_off
@@ -598,8 +599,13 @@ class Profiler:
             return chrome_trace.build_trace(data.events, data.spans, who, waits=data.waits)
         with s.lock:
             notes = dict(s.notes)
-        return writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),
-                            timelines=s.timelines)
+        doc = writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),
+                           timelines=s.timelines)
+        if s.pc is not None and s.pc.embed_source:  # the sampled lines' files travel with it
+            lines = (paths.frames[pid].name for pid in data.nodes
+                     if paths.frames[pid].kind == LINE)
+            doc[0][SOURCES_KEY] = sources.texts(sources.files_of(lines))
+        return doc
 
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
         """Close `session` and write its file (or its last part files); return the paths."""
