@@ -8,7 +8,9 @@ as Triton's Proton writes it and both viewers read it:
               "metrics": {name: number, ...}, "children": [node, ...]}
     root   = a node named "ROOT" that carries a 0 for every inclusive metric; its frame also
              records the writing process (JOB_KEYS: host, pid[, rank, world_size, local_rank,
-             launcher, script]), scalars that hatchet keeps and both viewers ignore
+             launcher, script]), scalars that hatchet keeps and both viewers ignore; a
+             sampled profile's root node also has SOURCES_KEY, which neither hatchet nor
+             Triton's viewer reads (they read frame, metrics and children)
     device table = {"CUDA": {"0": {"arch", "num_sms", "clock_rate", "memory_clock_rate",
                                    "bus_width"}, ...}}   ({} when no kernel ran)
 
