@@ -155,7 +155,21 @@ def test_healthy_matmuls_get_no_warning(tmp_path):
 def test_what_could_not_be_checked_is_said():
     text = " | ".join(diagnose(load(os.path.join(DATA, "example_gpu.hatchet"))).notes)
     assert "no launch configuration" in text and "no kernel has flops and bytes" in text
-    assert "no PC samples" in text and "tensor cores: not checked" in text
+    assert "no PC samples" in text and "tensor cores: does not apply" in text
+
+
+def test_tensor_cores_do_not_apply_to_library_kernels_and_are_not_checked_without_sass(
+        tmp_path):
+    """A profile of cuBLAS/CUTLASS/ATen kernels alone: the rule reads Triton's tl.dot, so it
+    does not apply (it read as "not checked", a failure); a Triton kernel with no machine code
+    counted is what "not checked" means."""
+    lib = diagnose(load(os.path.join(DATA, "example_gpu.hatchet"))).notes
+    assert any(n.startswith("tensor cores: does not apply; the kernels here are libraries'")
+               for n in lib)
+    assert not any(n.startswith("tensor cores: not checked") for n in lib)
+    mixed = diagnose(load(profile(tmp_path, kernel("_ZN2at6native6kernelEv", 1e6),
+                                  kernel("matmul_kernel", 1e6)))).notes
+    assert any(n.startswith("tensor cores: not checked") for n in mixed)
 
 
 def test_tensor_cores_from_the_machine_code(tmp_path):
@@ -304,7 +318,8 @@ def test_no_findings_names_the_rules_that_ran_and_their_thresholds():
         "  launch-bound: a scope of 100+ kernels averaging under 10 us, the GPU busy under 50% "
         "of its time"]
     assert "--help" not in result.output
-    assert len([line for line in lines if "not checked" in line]) == 4
+    assert len([line for line in lines if "not checked" in line]) == 3
+    assert len([line for line in lines if "does not apply" in line]) == 1
     data = json.loads(CliRunner().invoke(viewer, ["--diagnose", "--output", "json",
                                                   os.path.join(DATA, "example_gpu.hatchet")]).stdout)
     assert data["rules_run"] == ["launch-bound"]

@@ -57,6 +57,7 @@ when nothing crosses them); in short:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, TypeGuard, cast
 
@@ -508,8 +509,19 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
     return None
 
 
+LIBRARY_KERNEL = re.compile(r"^(_Z|sm\d+_|nvjet|cutlass|cublas|cudnn|ampere_|volta_|turing_"
+                            r"|hopper_|gemv|gemmk|nccl)", re.IGNORECASE)
+"""A library's kernel, by the name CUPTI gives it: C++ (mangled: torch's ATen, CUTLASS; a
+Triton kernel's name never is) or cuBLAS/cuDNN/NCCL's own names. The tensor-core rule reads a
+Triton kernel's tl.dot, so it does not apply to these."""
+
+
 def _tensor_cores(ctx: _Context, kernels: list, out: list) -> str | None:
     if TL_DOT not in ctx.df:
+        timed = [n for n in kernels if ctx.big(ctx.value(n, TIME))]
+        if timed and all(LIBRARY_KERNEL.match(str(n.frame.get("name", ""))) for n in timed):
+            return ("tensor cores: does not apply; the kernels here are libraries' (cuBLAS, "
+                    "CUTLASS, torch's ATen), and the rule reads a Triton kernel's tl.dot")
         return ("tensor cores: not checked; the profile has no Triton kernel with a tl.dot "
                 "whose machine code was at hand when it was written")
     for node in kernels:
