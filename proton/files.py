@@ -35,7 +35,8 @@ except ImportError:  # Windows: no flock
 
 _FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
           | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-_FOLDER = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_FOLDER = (getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0)
+           | getattr(os, "O_CLOEXEC", 0))  # O_PATH: passing through needs no right to read
 _SHARED = stat.S_IWGRP | stat.S_IWOTH
 TEMP_SUFFIX = 22
 """What a temporary name adds to its stem: `.` 16 hex digits `.tmp`."""
@@ -260,9 +261,16 @@ def _sweep(folder: int, stem: str) -> None:
     _swept.add(key)
     ours = re.compile(re.escape(stem) + r"\.[0-9a-f]{16}\.tmp")
     try:
-        names = [n for n in os.listdir(folder) if ours.fullmatch(n)]
+        listing = os.open(".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                          | getattr(os, "O_CLOEXEC", 0), dir_fd=folder)
+    except OSError:  # a folder we may write but not read: nothing to sweep
+        return
+    try:
+        names = [n for n in os.listdir(listing) if ours.fullmatch(n)]
     except OSError:
         return
+    finally:
+        os.close(listing)
     for name in names:
         try:
             _remove_stale(folder, name)
