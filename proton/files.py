@@ -54,7 +54,8 @@ class UnsafeLink(PermissionError):
 class Folder:
     """A folder the product writes in, opened one component at a time from `/` (or the
     current folder): a symlink on the way is followed only when `_trusted`. Names in it are
-    then used through `fd`.
+    then used through its descriptor (where the system has none for folders, Windows, by
+    their paths).
 
     Usage:
         with Folder("runs/exp1", create=True) as folder:
@@ -69,20 +70,63 @@ class Folder:
 
     def __init__(self, path: str, create: bool = False) -> None:
         self.path = path
+        self.fd: int | None = None
+        if not _BY_DESCRIPTOR:
+            if create:
+                os.makedirs(path or ".", exist_ok=True)
+            return
         self.fd = _walk(path, create)
 
     def name(self, base: str) -> str:
         """`base`'s path, as the folder was named."""
         return os.path.join(self.path, base)
 
+    def _at(self, name: str) -> str:
+        return name if self.fd is not None else self.name(name)
+
+    def open(self, name: str, flags: int, mode: int = 0o777) -> int:
+        return os.open(self._at(name), flags, mode, dir_fd=self.fd)
+
+    def stat(self, name: str) -> os.stat_result:
+        """`name`'s own status (a symlink's, not its target's)."""
+        return os.stat(self._at(name), dir_fd=self.fd, follow_symlinks=False)
+
+    def link(self, src: str, dst: str) -> None:
+        os.link(self._at(src), self._at(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(self._at(src), self._at(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def remove(self, name: str) -> None:
+        os.remove(self._at(name), dir_fd=self.fd)
+
+    def names(self) -> list[str]:
+        """The names in the folder (a folder one may write but not read: OSError)."""
+        if self.fd is None:
+            return os.listdir(self.path or ".")
+        listing = os.open(".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                          | getattr(os, "O_CLOEXEC", 0), dir_fd=self.fd)  # ours is O_PATH
+        try:
+            return os.listdir(listing)
+        finally:
+            os.close(listing)
+
+    def name_max(self) -> int:
+        return name_max(self.path or "." if self.fd is None else self.fd)
+
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
 
     def __enter__(self) -> Folder:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_BY_DESCRIPTOR = os.open in os.supports_dir_fd and os.listdir in os.supports_fd
+"""Folders used through descriptors (Linux, macOS; not Windows)."""
 
 
 def _walk(path: str, create: bool, partial: bool = False) -> int:
@@ -171,12 +215,13 @@ def check_target(path: str) -> None:
     the way (the writer says it, and where the profile went instead)."""
     limit = 255
     try:
-        fd = _walk(os.path.dirname(path), create=False, partial=True)
+        fd = _walk(os.path.dirname(path), create=False, partial=True) if _BY_DESCRIPTOR \
+            else None
     except UnsafeLink:
         raise
     except OSError:
-        pass
-    else:
+        fd = None
+    if fd is not None:
         try:
             limit = name_max(fd)
         finally:
@@ -216,12 +261,12 @@ def create_beside(folder: Folder, base: str, binary: bool = False) -> tuple[IO, 
     Its mode is what `open()` would give (0666 less the umask): the kernel applies the umask,
     so no process-wide umask is read or changed.
     """
-    stem = fit(base, name_max(folder.fd) - TEMP_SUFFIX)
-    _sweep(folder.fd, stem)
+    stem = fit(base, folder.name_max() - TEMP_SUFFIX)
+    _sweep(folder, stem)
     for _ in range(100):
         name = f"{stem}.{secrets.token_hex(8)}.tmp"
         try:
-            fd = os.open(name, _FLAGS, 0o666, dir_fd=folder.fd)
+            fd = folder.open(name, _FLAGS, 0o666)
         except FileExistsError:  # 64 random bits taken: someone guessed, or placed, this one
             continue
         try:
@@ -245,32 +290,24 @@ def _lock_now(fd: int) -> bool:
     return True
 
 
-_swept: set[tuple[int, int, str]] = set()
-"""(device, inode of the folder, stem): swept once per process, not at every snapshot."""
+_swept: set[tuple[str, str]] = set()
+"""(folder, stem): swept once per process, not at every snapshot."""
 
 
-def _sweep(folder: int, stem: str) -> None:
+def _sweep(folder: Folder, stem: str) -> None:
     """Remove the temporary files of `stem` in `folder` that a killed writer left: only
     names of ours (`{stem}.{16 hex}.tmp`), only regular files of this user with no other
     link, older than STALE_S, that no writer holds locked. A name another user could swap
     (in a folder all may write) is theirs to remove anyway."""
-    info = os.fstat(folder)
-    key = (info.st_dev, info.st_ino, stem)
+    key = (os.path.abspath(folder.path), stem)
     if key in _swept:
         return
     _swept.add(key)
     ours = re.compile(re.escape(stem) + r"\.[0-9a-f]{16}\.tmp")
     try:
-        listing = os.open(".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-                          | getattr(os, "O_CLOEXEC", 0), dir_fd=folder)
+        names = [n for n in folder.names() if ours.fullmatch(n)]
     except OSError:  # a folder we may write but not read: nothing to sweep
         return
-    try:
-        names = [n for n in os.listdir(listing) if ours.fullmatch(n)]
-    except OSError:
-        return
-    finally:
-        os.close(listing)
     for name in names:
         try:
             _remove_stale(folder, name)
@@ -278,17 +315,17 @@ def _sweep(folder: int, stem: str) -> None:
             pass
 
 
-def _remove_stale(folder: int, name: str) -> None:
-    first = os.stat(name, dir_fd=folder, follow_symlinks=False)
+def _remove_stale(folder: Folder, name: str) -> None:
+    first = folder.stat(name)
     if not stat.S_ISREG(first.st_mode) or first.st_uid != os.geteuid() \
             or first.st_nlink != 1 or time.time() - first.st_mtime < STALE_S:
         return
-    fd = os.open(name, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-                 | getattr(os, "O_CLOEXEC", 0), dir_fd=folder)
+    fd = folder.open(name, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         now = os.fstat(fd)
         if (now.st_dev, now.st_ino) == (first.st_dev, first.st_ino) and _lock_now(fd):
-            os.remove(name, dir_fd=folder)
+            folder.remove(name)
     finally:
         os.close(fd)
 
@@ -324,7 +361,7 @@ def write_whole(path: str, text: str) -> None:
     where, base = os.path.split(path)
     with Folder(where) as folder:
         try:
-            mode = os.stat(base, dir_fd=folder.fd, follow_symlinks=False).st_mode
+            mode = folder.stat(base).st_mode
         except OSError:
             mode = 0
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
@@ -333,10 +370,10 @@ def write_whole(path: str, text: str) -> None:
         try:
             with f:
                 f.write(text)
-            os.replace(name, base, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+            folder.replace(name, base)
         except BaseException:
             try:
-                os.remove(name, dir_fd=folder.fd)
+                folder.remove(name)
             except OSError:
                 pass
             raise

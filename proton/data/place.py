@@ -38,16 +38,16 @@ def place(folder: Folder, tmp: str, base: str, since: float | None, keep: bool =
     os.link creates `base` only if it does not exist, so of two processes finishing at once,
     the second sees the first's file. When something is there, judging it and replacing it is
     one step for every writer of this user (_user_lock)."""
-    info = os.stat(tmp, dir_fd=folder.fd, follow_symlinks=False)
+    info = folder.stat(tmp)
     _placed.add((info.st_dev, info.st_ino, info.st_mtime_ns))  # kept under any name
     try:
-        os.link(tmp, base, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+        folder.link(tmp, base)
     except FileExistsError:
         pass
     except OSError:  # a file system without hard links: judged and replaced below
         pass
     else:
-        os.remove(tmp, dir_fd=folder.fd)
+        folder.remove(tmp)
         return folder.name(base)
     with _user_lock() as locked:
         if not locked:  # another of this user's writers holds it too long: replace nothing
@@ -62,35 +62,35 @@ def _judge_and_place(folder: Folder, tmp: str, base: str, since: float | None,
                      keep: bool) -> str:
     """place's step under the lock: `base` taken again if it is free now, else what stands
     there judged, and replaced or left."""
-    fd, path = folder.fd, folder.name(base)
+    path = folder.name(base)
     try:
-        os.link(tmp, base, src_dir_fd=fd, dst_dir_fd=fd)
+        folder.link(tmp, base)
     except FileExistsError:
-        if keep and not wrote(base, fd):
+        if keep and not wrote(base, folder):
             beside = _link_beside(folder, tmp, base)
             warn(f"{path} exists and this job did not write it; wrote {beside} instead")
             return beside
-        other = None if keep else other_writer(base, since, fd)
+        other = None if keep else other_writer(base, since, folder)
         if other is not None:
             distinct = pid_path(base, os.getpid())
-            os.replace(tmp, distinct, src_dir_fd=fd, dst_dir_fd=fd)
+            folder.replace(tmp, distinct)
             warn(f"{path} holds the profile of {other}; wrote {folder.name(distinct)} instead "
                  "(give each process its own name, or run under a launcher that sets RANK)")
             return folder.name(distinct)
     except OSError:  # a file system without hard links: replace as before
-        if keep and _exists(base, fd) and not wrote(base, fd):
+        if keep and _exists(folder, base) and not wrote(base, folder):
             raise FileExistsError(errno.EEXIST, "it exists and this job did not write it",
                                   path) from None
     else:
-        os.remove(tmp, dir_fd=fd)
+        folder.remove(tmp)
         return path
-    os.replace(tmp, base, src_dir_fd=fd, dst_dir_fd=fd)
+    folder.replace(tmp, base)
     return path
 
 
-def _exists(name: str, folder: int) -> bool:
+def _exists(folder: Folder, name: str) -> bool:
     try:
-        os.stat(name, dir_fd=folder, follow_symlinks=False)
+        folder.stat(name)
     except OSError:
         return False
     return True
@@ -146,11 +146,11 @@ def _lock(fd: int) -> bool:
             return True
 
 
-def wrote(path: str, folder: int | None = None) -> bool:
-    """The file at `path` (in `folder`, a descriptor, if given; not a link's target) is one
-    this process put in place."""
+def wrote(path: str, folder: Folder | None = None) -> bool:
+    """The file at `path` (a name in `folder`, if given; not a link's target) is one this
+    process put in place."""
     try:
-        info = os.stat(path, dir_fd=folder, follow_symlinks=False)
+        info = folder.stat(path) if folder is not None else os.stat(path, follow_symlinks=False)
     except OSError:
         return False
     return (info.st_dev, info.st_ino, info.st_mtime_ns) in _placed
@@ -163,10 +163,10 @@ def _link_beside(folder: Folder, tmp: str, base: str) -> str:
     for n in range(100):
         name = first if n == 0 else f"{stem}.{n}{ext}"
         try:
-            os.link(tmp, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+            folder.link(tmp, name)
         except FileExistsError:
             continue
-        os.remove(tmp, dir_fd=folder.fd)
+        folder.remove(tmp)
         return folder.name(name)
     raise FileExistsError(errno.EEXIST, "no free name beside it", folder.name(base))
 
@@ -174,13 +174,13 @@ def _link_beside(folder: Folder, tmp: str, base: str) -> str:
 _OWNER = re.compile(r'"host": ("(?:[^"\\]|\\.)*"), "pid": (\d+)')
 
 
-def other_writer(path: str, since: float | None, folder: int | None = None) -> str | None:
-    """Who wrote the profile at `path` (in `folder`, a descriptor, if given), when it is
-    another process that is still running on this host or that wrote it after `since`; None
-    when it may be replaced."""
+def other_writer(path: str, since: float | None, folder: Folder | None = None) -> str | None:
+    """Who wrote the profile at `path` (a name in `folder`, if given), when it is another
+    process that is still running on this host or that wrote it after `since`; None when it
+    may be replaced."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:  # never through a symlink, nor waiting on a FIFO put there: such a thing is replaced
-        with open(os.open(path, flags, dir_fd=folder), "rb") as f:
+        with open(os.open(path, flags) if folder is None else folder.open(path, flags), "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 return None

@@ -291,7 +291,7 @@ def _dump(doc, path: str, since: float | None = None, encoding: str = "json",
             return place(folder, tmp, base, since, keep)  # a reader never sees half a file
         except BaseException:
             with contextlib.suppress(OSError):
-                os.remove(tmp, dir_fd=folder.fd)
+                folder.remove(tmp)
             raise
         finally:
             os.close(held)
