@@ -135,7 +135,7 @@ def _walk(path: str, create: bool, partial: bool = False) -> int:
     todo = collections.deque(path.split("/"))
     where = "/" if path.startswith("/") else ""
     fd = os.open("/" if where else ".", _FOLDER)
-    links, made = 0, False
+    links, made, name = 0, False, ""
     try:
         while todo:
             name = todo.popleft()
