@@ -4,8 +4,10 @@ folders reached through another user's symlink (18). Real signals, a real second
 from __future__ import annotations
 
 import glob
+import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -87,7 +89,8 @@ def test_ctrl_c_during_the_write_at_exit_waits_for_the_whole_file_then_ends_as_c
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGINT, err
     assert "Exception ignored" not in err, err
-    assert "proton: interrupted; finishing the profile's write first\n" in err
+    assert "proton: interrupted; finishing the profile's write first (Ctrl-\\ ends it " \
+        "now)\n" in err
     assert f"proton: wrote {tmp_path / 'p.hatchet'} at exit\n" in err
     root = load(tmp_path / "p.hatchet")[0]
     assert len(root["children"]) == 2000 and find(root, "s1999")["metrics"]["n"] == 1999
@@ -105,6 +108,20 @@ def test_a_long_valid_name_is_written_where_asked_and_leaves_no_folder(tmp_path,
     assert find(load(tmp_path / f"{LONG}.hatchet")[0], "s")["metrics"]["n"] == 2
     assert sorted(os.listdir(tmp_path)) == [f"{LONG}.hatchet", "tmp"]
     assert os.listdir(private_tmp) == []
+
+
+def test_a_long_name_a_live_process_holds_goes_beside_it_shortened(tmp_path, private_tmp,
+                                                                    capfd):
+    """NAME.pid<PID>.hatchet beside a 245-byte name would be 266 bytes: NAME is shortened."""
+    name = "p" * 245
+    held = tmp_path / f"{name}.hatchet"
+    held.write_text(EARLIER_RUN.replace('"h"', json.dumps(socket.gethostname())).replace(
+        '"pid": 1', f'"pid": {os.getppid()}'))  # a process still running
+    record(str(tmp_path / name), 4)
+    beside = f"{'p' * (255 - 3 - len(f'.pid{os.getpid()}.hatchet'))}.pid{os.getpid()}.hatchet"
+    assert sorted(os.listdir(tmp_path)) == sorted([held.name, beside, "tmp"])
+    assert find(load(tmp_path / beside)[0], "s")["metrics"]["n"] == 4
+    assert f"wrote {tmp_path / beside} instead" in capfd.readouterr().err
 
 
 def test_a_name_no_file_system_takes_is_refused_at_start_in_one_line(tmp_path, private_tmp):

@@ -23,7 +23,7 @@ try:
 except ImportError:  # Windows: no flock
     fcntl = None  # type: ignore[assignment]
 
-from ..files import Folder, cache_folder, private_dir
+from ..files import Folder, cache_folder, fit, private_dir
 from ..report import debug, warn
 from .job import alive, pid_path
 
@@ -72,7 +72,7 @@ def _judge_and_place(folder: Folder, tmp: str, base: str, since: float | None,
             return beside
         other = None if keep else other_writer(base, since, folder)
         if other is not None:
-            distinct = pid_path(base, os.getpid())
+            distinct = _pid_name(folder, base)
             folder.replace(tmp, distinct)
             warn(f"{path} holds the profile of {other}; wrote {folder.name(distinct)} instead "
                  "(give each process its own name, or run under a launcher that sets RANK)")
@@ -158,7 +158,7 @@ def wrote(path: str, folder: Folder | None = None) -> bool:
 
 def _link_beside(folder: Folder, tmp: str, base: str) -> str:
     """`tmp` linked at the first free name of NAME.pid<PID>[.N].ext; a link replaces nothing."""
-    first = pid_path(base, os.getpid())
+    first = _pid_name(folder, base)
     stem, ext = os.path.splitext(first)
     for n in range(100):
         name = first if n == 0 else f"{stem}.{n}{ext}"
@@ -169,6 +169,17 @@ def _link_beside(folder: Folder, tmp: str, base: str) -> str:
         folder.remove(tmp)
         return folder.name(name)
     raise FileExistsError(errno.EEXIST, "no free name beside it", folder.name(base))
+
+
+def _pid_name(folder: Folder, base: str) -> str:
+    """job.pid_path's NAME.pid<PID>.ext for `base`, NAME shortened so that it fits NAME_MAX
+    with room for _link_beside's `.N`."""
+    whole = pid_path(base, os.getpid())
+    over = len(os.fsencode(whole)) + 3 - folder.name_max()
+    if over <= 0:
+        return whole
+    stem, ext = os.path.splitext(base)
+    return pid_path(fit(stem, len(os.fsencode(stem)) - over) + ext, os.getpid())
 
 
 _OWNER = re.compile(r'"host": ("(?:[^"\\]|\\.)*"), "pid": (\d+)')

@@ -1170,7 +1170,7 @@ def _interrupt_held() -> Iterator[None]:
 
     def hold(signum, frame):
         if not pressed:
-            warn("interrupted; finishing the profile's write first")
+            warn("interrupted; finishing the profile's write first (Ctrl-\\ ends it now)")
         pressed.append(signum)
 
     signal.signal(signal.SIGINT, hold)
