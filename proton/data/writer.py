@@ -1,5 +1,6 @@
 """Write a profile's data as a .hatchet file (the layout of proton/format.py), and any profile
-document (a tree, or a Chrome trace that chrome_trace.py builds) to its file.
+document (a tree, or a Chrome trace that chrome_trace.py builds) to its file (place.py puts the
+finished file at its name).
 
 Takes plain data (metrics by path id, kernel events), never a session. A node carries its own
 (exclusive) values; names ending in "(exc)" or "(pty)" lose the suffix; the root carries a 0 for
@@ -206,10 +207,10 @@ def _reason(exc: Exception, path: str) -> str:
         return " ".join(f"{type(exc).__name__}: {exc}".split())
     reason = exc.strerror or str(exc)
     name = str(exc.filename or "")
-    ours = name.startswith(path) or (os.sep not in name and (  # the file or its temp, named
-        name == os.path.basename(path) or name.endswith(".tmp")))  # in their folder
-    if name and not ours:
-        reason += f": {name}"  # the folder that could not be made
+    the_file = name.startswith(path) or name == os.path.basename(path) or (
+        os.sep not in name and name.endswith(".tmp"))  # its temporary file
+    if name and not the_file:
+        reason += f": {name}"  # a folder on the way that could not be made
     return reason
 
 
