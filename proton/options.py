@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import SessionError
+from .files import check_target
 from .format import TRACE_EXTENSION, TREE_EXTENSION
 
 if TYPE_CHECKING:  # imported when the instrumentation backend is asked for
@@ -151,6 +152,10 @@ def parse_options(name: str | None, *, context: str = "shadow", data: str = "tre
     if os.path.isdir(path):
         raise SessionError(f"the profile would be written to {path!r}, which is a folder; "
                            "give another name")
+    try:  # a name too long, or another user's link on the way: said now, not at the end
+        check_target(path)
+    except OSError as exc:
+        raise SessionError(f"the profile would be written to {path!r}: {exc.strerror}") from None
     if counters is not None and data != "tree":
         raise SessionError("mode='counters' sums counters per call path: use data='tree'")
     if not isinstance(memory, bool):

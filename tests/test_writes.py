@@ -124,7 +124,7 @@ INTERRUPTED = """
 """
 
 
-@pytest.mark.parametrize("where", ["_write", "build", "_dump", "_place"])
+@pytest.mark.parametrize("where", ["_write", "build", "_dump", "place"])
 def test_ctrl_c_during_finalize_still_leaves_the_profile(tmp_path, where):
     proc = python(INTERRUPTED, where, cwd=tmp_path, preexec_fn=default_signals)
     out, err = proc.communicate(timeout=120)

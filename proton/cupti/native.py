@@ -39,11 +39,11 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
+from ..files import cache_folder, private_dir
 from ..report import debug, warn
 from . import records
 
 NATIVE_ENV = "PROTON_NATIVE"
-CACHE_ENV = "PROTON_CACHE_DIR"
 SOURCE = "native.c"
 """The helper's C source, shipped in this package (package data)."""
 FLAGS = ("-O2", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden")
@@ -64,12 +64,8 @@ def source() -> str:
 
 
 def cache_dir() -> str:
-    """Where built helpers are kept: PROTON_CACHE_DIR, else $XDG_CACHE_HOME/proton or
-    ~/.cache/proton, then native/."""
-    base = os.environ.get(CACHE_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "proton")
-    return os.path.join(base, "native")
+    """Where built helpers are kept: native/ in Proton's cache (files.cache_folder)."""
+    return cache_folder("native")
 
 
 def cached_path(prefix: str, texts: tuple[str, ...], flags: tuple[str, ...]) -> str:
@@ -137,22 +133,6 @@ def compile_to(out: str, flags: tuple[str, ...] | None = None, work: str | None 
                           capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise BuildError(f"{cc} failed: {done.stderr.strip()[:2000]}")
-
-
-def private_dir(path: str) -> None:
-    """Make `path` (and its parents) if missing, and refuse it unless it is a real folder of
-    this user's that no one else may write: a library loaded from a folder another local
-    user can write would run their code."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.lstat(path)
-    shared = stat.S_IWGRP | stat.S_IWOTH
-    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & shared:
-        os.chmod(path, stat.S_IMODE(st.st_mode) & ~shared)  # ours, made under a loose umask
-        st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & shared:
-        raise OSError(f"the cache folder {path} is not a folder of this user's that only it "
-                      f"may write; set {CACHE_ENV} to a private folder")
-
 
 
 def _compile(path: str, files: dict[str, str] | None = None,

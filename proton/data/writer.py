@@ -1,5 +1,6 @@
 """Write a profile's data as a .hatchet file (the layout of proton/format.py), and any profile
-document (a tree, or a Chrome trace that chrome_trace.py builds) to its file.
+document (a tree, or a Chrome trace that chrome_trace.py builds) to its file (place.py puts the
+finished file at its name).
 
 Takes plain data (metrics by path id, kernel events), never a session. A node carries its own
 (exclusive) values; names ending in "(exc)" or "(pty)" lose the suffix; the root carries a 0 for
@@ -9,34 +10,26 @@ ones. Vectors (lists) are written as JSON arrays, always exclusive.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
 import math
 import os
-import re
-import socket
 import stat
 import tempfile
-import time
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # Windows: no flock
-    fcntl = None  # type: ignore[assignment]
-
 from ..errors import ProfileWriteError, SessionError
-from ..files import create_beside
+from ..files import Folder, create_beside, fit, name_max
 from ..format import (CHILDREN_KEY, CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
                       FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES, PROPERTY, TYPE_KEY,
                       WARP_TIMELINE)
 from ..format_msgpack import packb
 from ..report import warn
-from .job import alive, pid_path
 from .metrics import DeviceValue, base_name, real_number
 from .paths import ROOT, paths
+from .place import place
 from .chrome_trace import WarpSpan, build_trace  # noqa: F401  (their home is chrome_trace)
+from .place import other_writer, wrote  # noqa: F401  (their home is place)
 
 FORMATS = {"tree": ("", "hatchet", "hatchet_msgpack"), "trace": ("", "chrome_trace")}
 
@@ -165,6 +158,7 @@ def write(doc: Any, path: str, since: float | None = None, encoding: str = "json
         fallback = _fallback(path)
         _dump_or_salvage(doc, fallback, encoding=encoding)
     except Exception as exc:
+        _drop_fallback(path)
         raise ProfileWriteError(f"could not write the profile to {path} ({reason}) nor to "
                                 f"{fallback or 'the temporary folder'} "
                                 f"({_reason(exc, fallback or '')}); free space or give "
@@ -193,7 +187,18 @@ def _fallback(path: str) -> str:
             folder = None  # removed (or replaced by another's): a new one
     if folder is None:
         folder = _fallbacks[path] = tempfile.mkdtemp(prefix="proton-")
-    return os.path.join(folder, os.path.basename(path))
+    # a name too long for any folder still goes (shortened): the profile is not lost to it
+    return os.path.join(folder, fit(os.path.basename(path), name_max(folder)))
+
+
+def _drop_fallback(path: str) -> None:
+    """The fallback folder of `path` removed if nothing was written there: a failed attempt
+    leaves no empty folder in the temporary folder."""
+    folder = _fallbacks.get(path)
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # fails when an earlier write is there: kept, for later ones
+            del _fallbacks[path]
 
 
 def _reason(exc: Exception, path: str) -> str:
@@ -201,8 +206,11 @@ def _reason(exc: Exception, path: str) -> str:
     if not isinstance(exc, OSError):
         return " ".join(f"{type(exc).__name__}: {exc}".split())
     reason = exc.strerror or str(exc)
-    if exc.filename and not str(exc.filename).startswith(path):  # not the file or its temp
-        reason += f": {exc.filename}"  # the folder that could not be made
+    name = str(exc.filename or "")
+    the_file = name.startswith(path) or name == os.path.basename(path) or (
+        os.sep not in name and name.endswith(".tmp"))  # its temporary file
+    if name and not the_file:
+        reason += f": {name}"  # a folder on the way that could not be made
     return reason
 
 
@@ -263,207 +271,31 @@ def _plain(doc: Any) -> tuple[Any, int]:
     return out[0], dropped
 
 
-_placed: set[tuple[int, int, int]] = set()
-"""(device, inode, mtime) of every file this process put in place: the files it wrote (the
-mtime tells a later file that got a freed inode's number apart)."""
-
-
-def _place(tmp: str, path: str, since: float | None, keep: bool = False) -> str:
-    """Move the finished `tmp` to `path`, or beside it when another process's profile is
-    there (with `keep`: anything this process did not write). os.link creates `path` only if
-    it does not exist, so of two processes finishing at once, the second sees the first's
-    file. When something is there, judging it and replacing it is one step for every writer
-    of the folder (_folder_lock): two runs of one name that both find an earlier run's file
-    cannot both replace it, the second over the first."""
-    info = os.stat(tmp)
-    _placed.add((info.st_dev, info.st_ino, info.st_mtime_ns))  # kept under any name
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    except OSError:  # a file system without hard links: judged and replaced below
-        pass
-    else:
-        os.remove(tmp)
-        return path
-    with _folder_lock(path) as locked:
-        if not locked:  # another writer holds the folder too long: replace nothing
-            beside = _link_beside(tmp, path)
-            warn(f"{path}: its folder stayed locked by another writer for "
-                 f"{LOCK_WAIT_S:g} s; wrote {beside} instead")
-            return beside
-        return _judge_and_place(tmp, path, since, keep)
-
-
-def _judge_and_place(tmp: str, path: str, since: float | None, keep: bool) -> str:
-    """_place's step under the folder's lock: `path` taken again if it is free now, else
-    what stands there judged, and replaced or left."""
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        if keep and not wrote(path):
-            beside = _link_beside(tmp, path)
-            warn(f"{path} exists and this job did not write it; wrote {beside} instead")
-            return beside
-        other = None if keep else other_writer(path, since)
-        if other is not None:
-            distinct = pid_path(path, os.getpid())
-            os.replace(tmp, distinct)
-            warn(f"{path} holds the profile of {other}; wrote {distinct} instead "
-                 "(give each process its own name, or run under a launcher that sets RANK)")
-            return distinct
-    except OSError:  # a file system without hard links: replace as before
-        if keep and os.path.lexists(path) and not wrote(path):
-            raise FileExistsError(errno.EEXIST, "it exists and this job did not write it",
-                                  path) from None
-    else:
-        os.remove(tmp)
-        return path
-    os.replace(tmp, path)
-    return path
-
-
-LOCK_WAIT_S = 10.0
-"""How long a writer waits for another to finish placing a file in the same folder."""
-
-
-@contextlib.contextmanager
-def _folder_lock(path: str):
-    """An exclusive flock on `path`'s folder, for every writer of profiles there (this
-    process's threads and other processes alike); yields False when it was not had within
-    LOCK_WAIT_S (another user may hold a lock on a shared folder: the wait is bounded), True
-    also where the file system has no locks (as before: nothing to wait for)."""
-    try:
-        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        fd = None
-    try:
-        yield fd is None or _lock(fd)
-    finally:
-        if fd is not None:
-            os.close(fd)  # closing the last descriptor releases the lock
-
-
-def _lock(fd: int) -> bool:
-    """flock(LOCK_EX) on `fd` within LOCK_WAIT_S; True also where there are no locks."""
-    if fcntl is None:  # Windows
-        return True
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
-        except OSError:  # no locks on this file system
-            return True
-
-
-def wrote(path: str) -> bool:
-    """The file at `path` (not a link's target) is one this process put in place."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return (info.st_dev, info.st_ino, info.st_mtime_ns) in _placed
-
-
-def _link_beside(tmp: str, path: str) -> str:
-    """`tmp` linked at the first free name of NAME.pid<PID>[.N].ext; a link replaces nothing."""
-    first = pid_path(path, os.getpid())
-    stem, ext = os.path.splitext(first)
-    for n in range(100):
-        name = first if n == 0 else f"{stem}.{n}{ext}"
-        try:
-            os.link(tmp, name)
-        except FileExistsError:
-            continue
-        os.remove(tmp)
-        return name
-    raise FileExistsError(errno.EEXIST, "no free name beside it", path)
-
-
-_OWNER = re.compile(r'"host": ("(?:[^"\\]|\\.)*"), "pid": (\d+)')
-
-
-def other_writer(path: str, since: float | None) -> str | None:
-    """Who wrote the profile at `path`, when it is another process that is still running on
-    this host or that wrote it after `since`; None when it may be replaced."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:  # never through a symlink, nor waiting on a FIFO put there: such a thing is replaced
-        with open(os.open(path, flags), "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                return None
-            head, mtime = f.read(4096), st.st_mtime
-    except OSError:
-        return None
-    found = _OWNER.search(head.decode("utf-8", "replace"))
-    host, pid = (json.loads(found[1]), int(found[2])) if found else _owner_msgpack(head)
-    here = socket.gethostname()
-    if host == here and pid == os.getpid():
-        return None  # this process's own earlier profile
-    who = f"process {pid} on {host}" if pid is not None else "another process"
-    if host == here and pid is not None and alive(pid):
-        return f"{who}, still running"
-    if since is not None and mtime >= since:
-        return f"{who}, written at {time.strftime('%H:%M:%S', time.localtime(mtime))} " \
-               "while this one ran"
-    return None
-
-
-def _owner_msgpack(head: bytes) -> tuple[str | None, int | None]:
-    """The host and pid a hatchet_msgpack file's root frame records (its first bytes)."""
-    host, pid = _msgpack_after(head, b"\xa4host"), _msgpack_after(head, b"\xa3pid")
-    return (host if isinstance(host, str) else None), (pid if isinstance(pid, int) else None)
-
-
-def _msgpack_after(head: bytes, key: bytes):
-    """The string or unsigned integer MessagePack encodes right after `key`, if any."""
-    at = head.find(key)
-    if at < 0 or at + len(key) >= len(head):
-        return None
-    at += len(key)
-    b = head[at]
-    try:
-        if b <= 0x7F:
-            return b
-        if b in (0xCC, 0xCD, 0xCE, 0xCF):
-            n = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}[b]
-            return int.from_bytes(head[at + 1:at + 1 + n], "big")
-        if 0xA0 <= b <= 0xBF:
-            return head[at + 1:at + 1 + (b & 0x1F)].decode()
-        if b == 0xD9:
-            return head[at + 2:at + 2 + head[at + 1]].decode()
-    except (UnicodeDecodeError, IndexError):
-        return None
-    return None
-
-
 DEEP = 200
 """Deeper trees than this are encoded without recursion (json's encoder recurses per level)."""
 
 
 def _dump(doc, path: str, since: float | None = None, encoding: str = "json",
           keep: bool = False) -> str:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    f, tmp = create_beside(path, binary=encoding == "msgpack")  # a name no one placed
-    try:
-        with f:
-            if encoding == "msgpack":
-                f.write(packb(doc))
-            elif isinstance(doc, list) and doc and _depth(doc[0]) > DEEP:
-                _encode_tree(doc, f.write)
-            else:
-                json.dump(doc, f, allow_nan=False)
-        return _place(tmp, path, since, keep)  # a reader never sees half a file
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+    where, base = os.path.split(path)
+    with Folder(where, create=True) as folder:  # reached as files.Folder says
+        f, tmp = create_beside(folder, base, binary=encoding == "msgpack")  # no one placed it
+        held = os.dup(f.fileno())  # its lock (files.py) held until it is placed
+        try:
+            with f:
+                if encoding == "msgpack":
+                    f.write(packb(doc))
+                elif isinstance(doc, list) and doc and _depth(doc[0]) > DEEP:
+                    _encode_tree(doc, f.write)
+                else:
+                    json.dump(doc, f, allow_nan=False)
+            return place(folder, tmp, base, since, keep)  # a reader never sees half a file
+        except BaseException:
+            with contextlib.suppress(OSError):
+                folder.remove(tmp)
+            raise
+        finally:
+            os.close(held)
 
 
 def _depth(root: dict) -> int:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterator, cast
@@ -262,14 +264,16 @@ class Profiler:
         frames.after_fork_in_child()
 
     def _finalize_at_exit(self) -> None:
-        """A script that never calls finalize() or dies of an exception still gets its file."""
-        try:
-            for path in self.finalize():
-                warn(f"wrote {path} at exit")
-        except ProtonError as exc:  # at exit a traceback helps nobody: one line
-            warn(f"at exit: {exc}")
-        except Exception as exc:
-            warn(f"could not write the profile at exit: {type(exc).__name__}: {exc}")
+        """A script that never calls finalize() or dies of an exception still gets its file;
+        a Ctrl-C meanwhile waits for it (_interrupt_held)."""
+        with _interrupt_held():
+            try:
+                for path in self.finalize():
+                    warn(f"wrote {path} at exit")
+            except ProtonError as exc:  # at exit a traceback helps nobody: one line
+                warn(f"at exit: {exc}")
+            except Exception as exc:
+                warn(f"could not write the profile at exit: {type(exc).__name__}: {exc}")
 
     def _start_collector(self, pc=None) -> None:
         try:
@@ -1152,6 +1156,47 @@ def _mode(pc, counters=None) -> str:
     if pc is None:
         return "None"
     return f"'pcsampling:interval={pc.interval}{':serialize=1' if pc.serialize else ''}'"
+
+
+@contextlib.contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) held back on the main thread while the block runs: the last chance to
+    write the profile is not cut short (at exit nothing would write it later). A Ctrl-C then
+    ends the process after the block as it would have: the script's own handler runs, or the
+    process dies of SIGINT (status 130 in the shell), as Python's own ending on one does."""
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+    except ValueError:
+        previous = None
+    if previous in (None, signal.SIG_IGN) \
+            or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+
+    def hold(signum, frame):
+        if not pressed:
+            warn("interrupted; finishing the profile's write first (Ctrl-\\ ends it now)")
+        pressed.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if not pressed:
+        return
+    if callable(previous) and previous is not signal.default_int_handler:
+        try:
+            previous(signal.SIGINT, None)
+            return
+        except KeyboardInterrupt:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 profiler = Profiler()
