@@ -29,7 +29,7 @@ def compiled(tmp_path, monkeypatch):
 def table(d: intra.Decoded) -> list[tuple]:
     """The events as sorted rows (C emits them in time order per warp, numpy per scope)."""
     cols = (d.launch, d.block, d.sm, d.warp, d.scope, d.start, d.end, d.init_ns,
-            d.block_min_clock, d.end_warp)
+            d.block_min_clock, d.end_warp, d.event)
     return sorted(zip(*(c.tolist() for c in cols)))
 
 
