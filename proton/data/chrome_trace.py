@@ -400,7 +400,8 @@ def _intra_events_39(intra: Sequence[WarpSpan], t0: int, who: str,
     "cat" the kernel's name, args as _intra_events'), then its events in one warp ("cat":
     "async"), then its events ended in another warp, each a pair of "flow" events of no
     length on line 0 of both warps (flow_out, then flow_in; one bind_id, numbered across the
-    trace). A scope's or event's spans, flows and lines share one line set per warp. Every
+    trace). A warp's scopes and its events in it share one set of lines (each span on the
+    first line free at its start), as Triton's writer places them. Every
     event has a "cname": the launch's scopes and events take COLORS in turn, in the order
     Triton's writer meets them (a warp's scopes as they end, then its events as they start).
     An event's args: the kernel's call path and, ours beside Triton's, its cycles (a flow's
@@ -424,11 +425,11 @@ def _intra_events_39(intra: Sequence[WarpSpan], t0: int, who: str,
                 n = taken[launch] = taken.get(launch, -1) + 1
                 colors[launch, s.scope] = COLORS[n % len(COLORS)]
         lines: dict[int, int] = {}  # id(span) -> its line
-        for warp in sorted({s.warp for s in scopes + same}):
-            line_ends: list = []
-            for s in sorted((s for s in scopes + same if s.warp == warp),
-                            key=lambda s: s.start_ns):
-                lines[id(s)] = _free_line(line_ends, s.start_ns, s.start_ns + s.dur_ns)
+        warp, line_ends = -1, []
+        for s in sorted(scopes + same, key=lambda s: (s.warp, s.start_ns)):
+            if s.warp != warp:
+                warp, line_ends = s.warp, []
+            lines[id(s)] = _free_line(line_ends, s.start_ns, s.start_ns + s.dur_ns)
         for s in scopes + same:
             args = _cta_args(s, stack) if not s.event else {
                 "call_stack": stack(s.kernel), CYCLES: int(s.cycles)}
