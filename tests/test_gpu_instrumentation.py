@@ -72,8 +72,20 @@ def test_trace_matches_triton(tmp_path):
                                         "triton.profiler.language")
     ours_path, ours_result, _ = run(tmp_path, "ours", "trace")
     assert theirs_result["correct"] and ours_result["correct"]
-    theirs, ours = triton_warps(load(theirs_path)), our_warps(load(ours_path))
+    their_doc, our_doc = load(theirs_path), load(ours_path)
+    theirs, ours = triton_warps(their_doc), our_warps(our_doc)
     assert len(ours) == 8 * 4  # every CTA's every warp
+    # each scope's cat (the kernel's name) as Triton's; after Triton 3.6 its colour and args'
+    # keys too (ours beside: cycles; under 3.6 ours give no colour)
+    from proton import triton_version
+    newer = triton_version.after_3_6()
+
+    def marks(doc):
+        return {(e["name"], e["cat"]) + ((e.get("cname"), tuple(sorted(set(e["args"])
+                                                                       - {"cycles"})))
+                                         if newer else ()) for e in doc["traceEvents"]}
+
+    assert marks(our_doc) == marks(their_doc)
     assert set(ours) == set(theirs)
     for key in theirs:
         assert [e[0] for e in ours[key]] == [e[0] for e in theirs[key]], key
@@ -296,25 +308,32 @@ def run_events(tmp_path, profiler: str, data: str, *extra: str) -> str:
     return path
 
 
-def event_layout(doc: dict) -> tuple[dict, dict, dict]:
+def event_layout(doc: dict) -> tuple[dict, dict, dict, set]:
     """A trace's spans as (kernel, CTA, warp) -> names counted, each name's durations in
-    cycles, and its flows as (kernel, CTA) -> sorted (start warp, end warp) pairs."""
+    cycles (args' cycles, else its length at args' Frequency (MHz), else at Triton 3.9's
+    1 GHz: its events carry no args but the call path), its flows as (kernel, CTA) -> sorted
+    (start warp, end warp) pairs, and the layout's marks: (kernel, name, cat, cname, flow
+    end, args' keys beyond our cycles) of each event."""
     spans, cycles, ends = defaultdict(Counter), defaultdict(list), defaultdict(dict)
+    marks = set()
     for e in doc["traceEvents"]:
-        cta = int(re.search(r"CTA(\d+)", e["pid"])[1])
+        kernel, cta = re.match(r"(\S+) Core\d+ CTA(\d+)$", e["pid"]).groups()
+        cta = int(cta)
         warp = int(re.match(r"warp (\d+)", e["tid"])[1])
+        end = "out" if e.get("flow_out") else "in" if e.get("flow_in") else None
+        marks.add((kernel, e["name"], e["cat"], e.get("cname"), end,
+                   tuple(sorted(set(e["args"]) - {"cycles"}))))
         if "bind_id" in e:
-            ends[e["cat"], cta, e["bind_id"]]["out" if e.get("flow_out") else "in"] = warp
+            ends[kernel, cta, e["bind_id"]][end] = warp
             continue
-        spans[e["cat"], cta, warp][e["name"]] += 1
+        spans[kernel, cta, warp][e["name"]] += 1
         args = e["args"]
-        if "cycles" in args or "Frequency (MHz)" in args:
-            cycles[e["name"]].append(args["cycles"] if "cycles" in args
-                                     else e["dur"] * args["Frequency (MHz)"])
+        cycles[e["name"]].append(args["cycles"] if "cycles" in args
+                                 else e["dur"] * args.get("Frequency (MHz)", 1000.0))
     flows = defaultdict(list)
-    for (cat, cta, _), pair in ends.items():
-        flows[cat, cta].append((pair.get("out"), pair.get("in")))
-    return dict(spans), dict(cycles), {k: sorted(v) for k, v in flows.items()}
+    for (kernel, cta, _), pair in ends.items():
+        flows[kernel, cta].append((pair.get("out"), pair.get("in")))
+    return dict(spans), dict(cycles), {k: sorted(v) for k, v in flows.items()}, marks
 
 
 @needs_events
@@ -322,11 +341,13 @@ def test_events_trace_matches_tritons(tmp_path):
     """Events in each warp (a loop's three steps, one over the whole kernel) are spans, the
     same per warp as in Triton's trace; an event a worker partition starts and the default
     partition ends is a flow from a worker warp to a default one, as many per CTA as Triton's
-    (4); step lengths within the tolerance of Triton's."""
+    (4); step lengths within the tolerance of Triton's. Laid out as Triton's: each event's
+    cat ("async", a flow's ends "flow"), colour and args (ours add the cycles)."""
     theirs = load(run_events(tmp_path, "triton", "trace", "--lang", "triton.profiler.language"))
     ours = load(run_events(tmp_path, "ours", "trace"))
-    their_spans, their_cycles, their_flows = event_layout(theirs)
-    our_spans, our_cycles, our_flows = event_layout(ours)
+    their_spans, their_cycles, their_flows, their_marks = event_layout(theirs)
+    our_spans, our_cycles, our_flows, our_marks = event_layout(ours)
+    assert our_marks == their_marks
     assert our_spans == their_spans
     assert {k: v for k, v in our_spans.items() if k[0] == "stepped"} == {
         ("stepped", cta, warp): Counter({"step": 3, "whole": 1}) for cta in range(4)

@@ -487,16 +487,19 @@ def test_the_clock_rate_comes_from_either_form_of_the_device_table():
     assert clock_table({"0": entry}) == {0: 1980000} == clock_table({"CUDA": {"0": entry}})
 
 
-def span(scope, kernel, sm, cta, warp, start, end, cycles, launch=0, device=0, end_warp=-1):
-    """A scope from `start` to `end` (ns) in a CTA that starts at 1000 ns, begins writing its
-    records out at 1900 and is done at 1960."""
+def span(scope, kernel, sm, cta, warp, start, end, cycles, launch=0, device=0, end_warp=-1,
+         event=False):
+    """A scope (an event: `event`) from `start` to `end` (ns) in a CTA that starts at 1000 ns,
+    begins writing its records out at 1900 and is done at 1960."""
     return WarpSpan(scope, kernel, "k", device, sm, cta, warp, 1000, start - 1000.0,
-                    end - start + 0.0, cycles, launch, 1000, 1_000_000, end_warp, 1900, 1960)
+                    end - start + 0.0, cycles, launch, 1000, 1_000_000, end_warp, 1900, 1960,
+                    event)
 
 
 def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
-    """Launch by launch, SM, CTA, warp, start; a process per kernel, SM and CTA, a thread per
-    warp and line (a nested scope on the next line); no metadata events."""
+    """Triton 3.6's layout: launch by launch, SM, CTA, warp, start; a process per kernel, SM
+    and CTA, a thread per warp and line (a nested scope on the next line); no metadata
+    events, no colours."""
     kernel = paths.intern(paths.intern(0, "step"), "k", "kernel0")
     outer = paths.intern(kernel, "outer")
     inner = paths.intern(outer, "inner")
@@ -505,7 +508,8 @@ def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
                                      span(outer, kernel, 5, 2, 1, 1600, 1700, 100),
                                      span(outer, kernel, 9, 0, 1, 1100, 1900, 800),
                                      span(outer, kernel, 0, 0, 0, 1050, 1100, 50, launch=1),
-                                     span(outer, kernel, 5, 2, 0, 1200, 1300, 100)])
+                                     span(outer, kernel, 5, 2, 0, 1200, 1300, 100)],
+                      lanes=False)
     ev = doc["traceEvents"]
     assert [(e["pid"], e["tid"], e["name"], e["ts"], e["dur"]) for e in ev] == [
         ("k Core5 CTA2", "warp 0 (line 0)", "outer", 0.2, 0.1),
@@ -519,34 +523,70 @@ def test_the_trace_holds_the_scopes_as_tritons_proton_lays_them_out():
                              "Frequency (MHz)": 1000.0, "Init Time (ns)": 1000,
                              "Post Final Time (ns)": 1960, "Finalization Time (ns)": 60}
     assert doc["displayTimeUnit"] == "ns"
-    assert not any("bind_id" in e for e in ev)
+    assert not any("bind_id" in e or "cname" in e for e in ev)
 
 
 def test_an_event_ended_in_another_warp_is_a_flow_between_the_two_warps():
     """Triton 3.9's trace of a warp-specialised event: no span, but an event of no length on
-    the starting warp (flow_out) and one on the ending warp (flow_in) sharing a bind_id; an
-    event started and ended in one warp stays a span. The flow's ends take a line free at
-    their time."""
+    line 0 of the starting warp (flow_out) and one on line 0 of the ending warp (flow_in),
+    written one after the other, sharing a bind_id, both "cat": "flow"; an event started and
+    ended in one warp stays a span ("cat": "async"), after the CTA's scopes."""
     kernel = paths.intern(0, "k", "kernel0")
     ready = paths.intern(kernel, "ready")
     work = paths.intern(kernel, "work")
-    doc = build_trace([], [], None, [span(ready, kernel, 1, 0, 4, 1100, 1300, 200, end_warp=0),
-                                     span(ready, kernel, 1, 0, 5, 1110, 1320, 210, end_warp=1),
-                                     span(work, kernel, 1, 0, 0, 1200, 1400, 200),
-                                     span(work, kernel, 1, 0, 4, 1050, 1150, 100)])
-    by_id: dict = {}
-    for e in doc["traceEvents"]:
-        if "bind_id" in e:
-            by_id.setdefault(e["bind_id"], []).append(e)
-    assert len(by_id) == 2 and all(len(pair) == 2 for pair in by_id.values())
-    for pair in by_id.values():
-        out, into = (next(e for e in pair if e.get(k)) for k in ("flow_out", "flow_in"))
-        assert out["dur"] == 0 == into["dur"] and out["tid"] != into["tid"]
-        assert out["ts"] <= into["ts"] and {out["name"], into["name"]} == {"ready"}
-    assert [(e["tid"], e["ts"]) for e in doc["traceEvents"] if e.get("flow_in")] == [
-        ("warp 0 (line 1)", 0.3), ("warp 1 (line 0)", 0.32)]  # warp 0's line 0 is busy then
-    spans = [(e["name"], e["tid"], e["dur"]) for e in doc["traceEvents"] if "bind_id" not in e]
-    assert spans == [("work", "warp 0 (line 0)", 0.2), ("work", "warp 4 (line 0)", 0.1)]
+    doc = build_trace([], [], None, [
+        span(ready, kernel, 1, 0, 4, 1100, 1300, 200, end_warp=0, event=True),
+        span(ready, kernel, 1, 0, 5, 1110, 1320, 210, end_warp=1, event=True),
+        span(work, kernel, 1, 0, 0, 1200, 1400, 200, event=True),
+        span(work, kernel, 1, 0, 4, 1050, 1150, 100)], lanes=True)
+    ev = doc["traceEvents"]
+    assert [(e["name"], e["cat"], e["tid"], e["ts"], e["dur"], e.get("bind_id"),
+             e.get("flow_out"), e.get("flow_in")) for e in ev] == [
+        ("work", "k", "warp 4 (line 0)", 0.05, 0.1, None, None, None),  # a scope
+        ("work", "async", "warp 0 (line 0)", 0.2, 0.2, None, None, None),
+        ("ready", "flow", "warp 4 (line 0)", 0.1, 0.0, 1, True, None),
+        ("ready", "flow", "warp 0 (line 0)", 0.3, 0.0, 1, None, True),  # line 0 though busy
+        ("ready", "flow", "warp 5 (line 0)", 0.11, 0.0, 2, True, None),
+        ("ready", "flow", "warp 1 (line 0)", 0.32, 0.0, 2, None, True)]
+
+
+def test_triton_39_colours_each_scope_and_keeps_the_cta_times_on_scopes_alone():
+    """Triton 3.9's layout: every span and flow end has a "cname", the launch's scopes and
+    events taking the trace viewer's colours in turn as Triton's writer meets them (a warp's
+    scopes as they end: a nested one before the scope around it; then its events), afresh
+    for each launch; a scope keeps its "cat" (the kernel's name) and the CTA's times in args,
+    an event has its call path and its cycles alone; a scope nested in another takes the next
+    line, an event overlapping a scope too (one line set per warp)."""
+    kernel = paths.intern(0, "k", "kernel0")
+    outer, inner, ev = (paths.intern(kernel, n) for n in ("outer", "inner", "ev"))
+    doc = build_trace([], [], None, [
+        span(outer, kernel, 5, 2, 0, 1000, 1500, 500),
+        span(inner, kernel, 5, 2, 0, 1100, 1200, 100),
+        span(ev, kernel, 5, 2, 0, 1150, 1400, 250, event=True),
+        span(outer, kernel, 5, 2, 1, 1000, 1500, 500),
+        span(ev, kernel, 5, 2, 1, 1300, 1400, 100, event=True),
+        span(ev, kernel, 5, 2, 0, 1000, 1100, 100, launch=1, event=True)], lanes=True)
+    got = [(e["name"], e["cat"], e["cname"], e["tid"]) for e in doc["traceEvents"]]
+    assert got == [("outer", "k", "cq_build_failed", "warp 0 (line 0)"),
+                   ("inner", "k", "cq_build_passed", "warp 0 (line 1)"),
+                   ("outer", "k", "cq_build_failed", "warp 1 (line 0)"),
+                   ("ev", "async", "thread_state_iowait", "warp 0 (line 2)"),
+                   ("ev", "async", "thread_state_iowait", "warp 1 (line 1)"),
+                   ("ev", "async", "cq_build_passed", "warp 0 (line 0)")]  # launch 1
+    scope, event = doc["traceEvents"][0], doc["traceEvents"][3]
+    assert scope["args"] == {"call_stack": ["ROOT", "k"], "cycles": 500,
+                             "Frequency (MHz)": 1000.0, "Init Time (ns)": 1000,
+                             "Post Final Time (ns)": 1960, "Finalization Time (ns)": 60}
+    assert event["args"] == {"call_stack": ["ROOT", "k"], "cycles": 250}
+
+
+def test_the_viewer_colours_cycle_past_eleven_scopes():
+    kernel = paths.intern(0, "k", "kernel0")
+    scopes = [paths.intern(kernel, f"s{i}") for i in range(12)]
+    doc = build_trace([], [], None, [span(s, kernel, 0, 0, 0, 1000 + 10 * i, 1005 + 10 * i, 5)
+                                     for i, s in enumerate(scopes)], lanes=True)
+    colours = [e["cname"] for e in doc["traceEvents"]]
+    assert len(set(colours)) == 11 and colours[11] == colours[0] == "cq_build_passed"
 
 
 def test_a_scope_of_one_cycle_keeps_its_length_on_an_epoch_clock():
@@ -557,7 +597,8 @@ def test_a_scope_of_one_cycle_keeps_its_length_on_an_epoch_clock():
     epoch = 1_764_000_000_000_000_123
     doc = build_trace([], [], None, [
         WarpSpan(scope, kernel, "k", 0, 0, 0, 0, epoch, 0.0, 0.5, 1, 0, 7, 2_000_000),
-        WarpSpan(scope, kernel, "k", 0, 0, 0, 1, epoch + 3, 1.5, 0.5, 1, 0, 7, 2_000_000)])
+        WarpSpan(scope, kernel, "k", 0, 0, 0, 1, epoch + 3, 1.5, 0.5, 1, 0, 7, 2_000_000)],
+                      lanes=False)
     assert [(e["ts"], e["dur"]) for e in doc["traceEvents"]] == [(0.0, 0.0005), (0.0045, 0.0005)]
     assert doc["baseTimeNanoseconds"] == epoch
 
@@ -567,7 +608,7 @@ def test_a_trace_of_several_gpus_names_the_gpu_in_each_process():
     scope = paths.intern(kernel, "load")
     doc = build_trace([], [], {"rank": 1}, [span(scope, kernel, 5, 2, 1, 1000, 1500, 700),
                                             span(scope, kernel, 5, 2, 1, 1000, 1400, 600,
-                                                 launch=1, device=1)])
+                                                 launch=1, device=1)], lanes=False)
     assert [e["pid"] for e in doc["traceEvents"]] == ["rank 1 k Core5 CTA2 GPU 0",
                                                       "rank 1 k Core5 CTA2 GPU 1"]
 

@@ -225,11 +225,12 @@ def test_an_event_in_one_warp_is_a_node_and_a_span_as_tritons_test_event_reads_t
     tree = _replay(kernel, session, blocks, "tree")
     assert tree["async"]["cycles"] == 250 and tree["async"]["warp_events"] == 1
     events = _replay(kernel, session, blocks, "trace")
-    assert [(e["name"], e["ph"], e["dur"]) for e in events] == [("async", "X", 0.25)]
+    assert [(e["name"], e["ph"], e["dur"], e["cat"]) for e in events] == [
+        ("async", "X", 0.25, "async")]
     assert "bind_id" not in events[0]
-    args = events[0]["args"]
-    assert (args["Init Time (ns)"], args["Post Final Time (ns)"],
-            args["Finalization Time (ns)"]) == (5000, 9400, 400)
+    # Triton 3.9 keeps the CTA's times for scopes: an event's args are its call path (and
+    # ours, its cycles)
+    assert events[0]["args"] == {"call_stack": ["ROOT", "one_event"], "cycles": 250}
 
 
 def test_a_warp_specialized_events_layout_and_its_flows(session):
@@ -315,4 +316,88 @@ def test_the_trace_file_of_replayed_events_opens_as_json(tmp_path, session):
     blocks = [{"pid": 0, "sm": 0, "warps": {4: [(0, 0, 10, 1)], 0: [(1, 0, 20, 1)]}}]
     events = _replay(kernel, session, blocks, "trace")
     back = json.loads(json.dumps(events))
-    assert [(e.get("flow_out"), e.get("flow_in")) for e in back] == [(None, True), (True, None)]
+    assert [(e.get("flow_out"), e.get("flow_in")) for e in back] == [(True, None), (None, True)]
+
+
+@triton.jit
+def stepped(x_ptr, STEPS: tl.constexpr):
+    """The events of tests/intra_events_workload.py's `stepped`: one over each of the loop's
+    steps, one around them all."""
+    whole = pl.allocate_event("whole")
+    step = pl.allocate_event("step")
+    pl.start_event(whole)
+    for i in tl.static_range(STEPS):
+        pl.start_event(step)
+        tl.store(x_ptr + i, i)
+        pl.end_event(step)
+    pl.end_event(whole)
+
+
+def _layout(events: list[dict]) -> list[tuple]:
+    """What Triton 3.9's trace of the events workload shows of each event (read off its file
+    recorded on an H200): name, cat, cname, process, thread, flow end, args' keys."""
+    return [(e["name"], e["cat"], e.get("cname"), e["pid"], e["tid"],
+             "out" if e.get("flow_out") else "in" if e.get("flow_in") else None,
+             sorted(e["args"])) for e in events]
+
+
+def test_the_events_workloads_trace_is_laid_out_as_triton_39s(session):
+    """The events workload (tests/intra_events_workload.py) replayed under the installed
+    Triton (3.9), as its trace on an H200 under Triton 3.9's Proton lays it out: each warp's
+    events "cat": "async", `whole` coloured "cq_build_passed" and `step` "cq_build_failed"
+    (the order Triton's writer meets them in), `whole` on line 0 and the steps on line 1;
+    the handed-over event's ends "cat": "flow", "cq_build_passed" (its kernel's first), on
+    line 0 of the worker warp (out) then of the default one (in)."""
+    kernel = _compile_stepped()
+    names, _ = _scope_names(kernel, session)
+    ids = {name: sid for sid, name in names.items()}
+    whole, step = ids["whole"], ids["step"]
+    warps = {w: [(0, whole, 100 + w, 1), (0, step, 120 + w, 1), (1, step, 180 + w, 1),
+                 (0, step, 200 + w, 1), (1, step, 260 + w, 1), (0, step, 280 + w, 1),
+                 (1, step, 340 + w, 1), (1, whole, 400 + w, 1)] for w in range(2)}
+    events = _replay(kernel, session, [{"pid": 2, "sm": 124, "warps": warps}], "trace")
+    stack = ["call_stack", "cycles"]
+    assert _layout(events) == [
+        (name, "async", colour, "stepped Core124 CTA2", f"warp {w} (line {line})", None, stack)
+        for w in range(2) for name, colour, line in
+        [("whole", "cq_build_passed", 0)] + [("step", "cq_build_failed", 1)] * 3]
+    handed = _compile(handed_over)
+    blocks = [{"pid": 0, "sm": 124, "warps": {**{w: [(0, 0, 1000 + w, 1)] for w in (4, 5)},
+                                              0: [(1, 0, 1400, 1)], 1: [(1, 0, 1410, 1)]}}]
+    flows = _replay(handed, session, blocks, "trace")
+    assert _layout(flows) == [
+        ("warp_specialized", "flow", "cq_build_passed", "handed_over Core124 CTA0",
+         f"warp {w} (line 0)", end, stack) for w, end in ((4, "out"), (0, "in"), (5, "out"),
+                                                           (1, "in"))]
+    assert [e["bind_id"] for e in flows] == [1, 1, 2, 2]
+
+
+def _compile_stepped():
+    from triton.backends.compiler import GPUTarget
+
+    source = triton.compiler.ASTSource(stepped, {"x_ptr": "*i32", "STEPS": "constexpr"},
+                                       {"STEPS": 3})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": 2, "instrumentation_mode":
+                                   triton.knobs.compilation.instrumentation_mode})
+
+
+def test_scopes_beside_events_keep_the_kernels_cat_and_take_colours_first(session):
+    """A kernel of scopes and events (`mixed`) replayed under Triton 3.9: the scopes' spans
+    "cat" the kernel's name with the CTA's times in args, coloured first as they end (`load`
+    inside `kernel` ends first), then the events ("cat": "async"); the plain scope trace
+    changes by its colours alone."""
+    kernel = _compile(mixed)
+    names, _ = _scope_names(kernel, session)
+    ids = {name: sid for sid, name in names.items()}
+    records = [(0, ids["kernel"], 100, 0), (0, ids["first"], 105, 1), (0, ids["load"], 110, 0),
+               (1, ids["load"], 150, 0), (0, ids["second"], 160, 1), (1, ids["first"], 170, 1),
+               (1, ids["kernel"], 180, 0), (1, ids["second"], 190, 1)]
+    events = _replay(kernel, session, [{"pid": 0, "sm": 1, "warps": {0: records}}], "trace")
+    got = [(e["name"], e["cat"], e["cname"], e["tid"]) for e in events]
+    # one line set for the warp, by start: kernel, first, load (after first: line 2), second
+    assert got == [("kernel", "mixed", "cq_build_failed", "warp 0 (line 0)"),
+                   ("load", "mixed", "cq_build_passed", "warp 0 (line 2)"),
+                   ("first", "async", "thread_state_iowait", "warp 0 (line 1)"),
+                   ("second", "async", "thread_state_running", "warp 0 (line 2)")]
+    assert "Init Time (ns)" in events[0]["args"] and "Init Time (ns)" not in events[2]["args"]

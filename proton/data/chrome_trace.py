@@ -83,6 +83,8 @@ class WarpSpan(NamedTuple):
     """The CTA's %globaltimer when it began writing its records out (pre-final)."""
     post_ns: int = 0
     """... and when it was done (post-final)."""
+    event: bool = False
+    """A Triton 3.9 event's pair (allocate_event), not a scope's: its trace lays them apart."""
 
 
 Stack = Callable[[int], list]
@@ -99,7 +101,8 @@ def build_trace(events: Sequence[tuple], spans: Sequence[tuple] = (),
     (ScopeSpan, or its first four fields); `waits`: the CPU blocked on the GPU (path id,
     start, end, thread id; the kernels' clock); `intra`: kernel scopes
     (backend="instrumentation"), laid out as Triton's Proton writes them (see _intra_events).
-    `lanes`: the layout (see the module's docstring); default: the installed Triton's.
+    `lanes`: the layout (see the module's docstring; with `intra`, _intra_events under 3.6,
+    _intra_events_39 newer); default: the installed Triton's.
     Times in us from the first event (ns with `intra`), the call path in each event's args;
     `baseTimeNanoseconds` (and OTHER_DATA's T0_NS) is the clock at time 0.
 
@@ -122,7 +125,7 @@ def build_trace(events: Sequence[tuple], spans: Sequence[tuple] = (),
     lanes = triton_version.after_3_6() if lanes is None else lanes
     out = (_lane_events if lanes else _process_events)(kernels, entries, waits, t0, who, stack)
     if intra:
-        out += _intra_events(intra, t0, who, stack)
+        out += (_intra_events_39 if lanes else _intra_events)(intra, t0, who, stack)
     # the facts first: a later writer of the same name reads them from the file's head
     return {OTHER_DATA: {**job, T0_NS: t0}, "displayTimeUnit": "ns" if intra else "us",
             "baseTimeNanoseconds": t0, "traceEvents": out}
@@ -342,26 +345,105 @@ def _intra_events(intra: Sequence[WarpSpan], t0: int, who: str, stack: Stack) ->
         if key != group:  # one CTA's warp: one origin
             group, line_ends = key, []
         dur = s.dur_ns if part == 0 else 0.0
-        line = next((i for i, end in enumerate(line_ends) if start >= end), None)
-        if line is None:
-            line = len(line_ends)
-            line_ends.append(start + dur)
-        else:
-            line_ends[line] = start + dur
-        where = f" GPU {s.device}" if several else ""
-        event = {"name": paths.frames[s.scope].name, "cat": s.kernel_name, "ph": "X",
-                 "pid": f"{who}{s.kernel_name} Core{s.sm} CTA{s.cta}{where}",
-                 "tid": f"warp {key[3]} (line {line})",
-                 "ts": (s.origin_ns - t0 + start) / 1e3, "dur": dur / 1e3,
-                 "args": {"call_stack": stack(s.kernel), CYCLES: int(s.cycles),
-                          "Frequency (MHz)": s.clock_khz / 1e3,
-                          "Init Time (ns)": int(s.init_ns),
-                          "Post Final Time (ns)": int(s.post_ns),
-                          "Finalization Time (ns)": max(int(s.post_ns) - int(s.final_ns), 0)}}
+        line = _free_line(line_ends, start, start + dur)
+        event = _warp_event(s, s.kernel_name, key[3], line, start, dur, t0, who, several,
+                            _cta_args(s, stack))
         if part:
             event["bind_id"] = flows.setdefault(id(s), len(flows) + 1)
             event["flow_out" if part == 1 else "flow_in"] = True
         out.append(event)
+    return out
+
+
+def _free_line(line_ends: list, start: float, end: float) -> int:
+    """The first line of a warp free at `start` (`line_ends`: each line's last end), taken
+    until `end`; a new line when none is."""
+    line = next((i for i, last in enumerate(line_ends) if start >= last), None)
+    if line is None:
+        line_ends.append(end)
+        return len(line_ends) - 1
+    line_ends[line] = end
+    return line
+
+
+def _warp_event(s: WarpSpan, cat: str, warp: int, line: int, start: float, dur: float,
+                t0: int, who: str, several: bool, args: dict) -> dict:
+    """One event of a kernel scope's trace: on its kernel's, SM's and CTA's process, its
+    warp's line, `start` after the CTA's origin (ns)."""
+    where = f" GPU {s.device}" if several else ""
+    return {"name": paths.frames[s.scope].name, "cat": cat, "ph": "X",
+            "pid": f"{who}{s.kernel_name} Core{s.sm} CTA{s.cta}{where}",
+            "tid": f"warp {warp} (line {line})",
+            "ts": (s.origin_ns - t0 + start) / 1e3, "dur": dur / 1e3, "args": args}
+
+
+def _cta_args(s: WarpSpan, stack: Stack) -> dict:
+    """A scope's args: the kernel's call path, its cycles, the clock they were read at, and
+    its CTA's times (%globaltimer)."""
+    return {"call_stack": stack(s.kernel), CYCLES: int(s.cycles),
+            "Frequency (MHz)": s.clock_khz / 1e3, "Init Time (ns)": int(s.init_ns),
+            "Post Final Time (ns)": int(s.post_ns),
+            "Finalization Time (ns)": max(int(s.post_ns) - int(s.final_ns), 0)}
+
+
+COLORS = ("cq_build_passed", "cq_build_failed", "thread_state_iowait", "thread_state_running",
+          "thread_state_runnable", "thread_state_unknown", "rail_response", "rail_idle",
+          "rail_load", "cq_build_attempt_passed", "cq_build_attempt_failed")
+"""The trace viewer's named colours Triton 3.9's kernel scope trace gives its scopes, in turn
+("cname")."""
+
+
+def _intra_events_39(intra: Sequence[WarpSpan], t0: int, who: str,
+                     stack: Stack) -> list[dict]:
+    """Kernel scopes as Triton 3.9's Proton lays them out: _intra_events' processes, threads
+    and lines, each launch's CTAs by SM and CTA, and in each CTA its scopes (by warp and start;
+    "cat" the kernel's name, args as _intra_events'), then its events in one warp ("cat":
+    "async"), then its events ended in another warp, each a pair of "flow" events of no
+    length on line 0 of both warps (flow_out, then flow_in; one bind_id, numbered across the
+    trace). A warp's scopes and its events in it share one set of lines (each span on the
+    first line free at its start), as Triton's writer places them. Every
+    event has a "cname": the launch's scopes and events take COLORS in turn, in the order
+    Triton's writer meets them (a warp's scopes as they end, then its events as they start).
+    An event's args: the kernel's call path and, ours beside Triton's, its cycles (a flow's
+    ends have no length to show them)."""
+    out: list[dict] = []
+    several = len({s.device for s in intra}) > 1
+    ctas: dict[tuple, list[WarpSpan]] = {}
+    for s in intra:
+        ctas.setdefault((s.launch, s.sm, s.cta), []).append(s)
+    colors: dict[tuple[int, int], str] = {}  # (launch, scope) -> its colour
+    taken: dict[int, int] = {}  # launch -> colours handed out
+    bind = 0
+    for (launch, _, _), spans in sorted(ctas.items()):
+        scopes = sorted((s for s in spans if not s.event), key=lambda s: (s.warp, s.start_ns))
+        same = sorted((s for s in spans if s.event and s.end_warp < 0),
+                      key=lambda s: (s.warp, s.start_ns))
+        cross = sorted((s for s in spans if s.end_warp >= 0),
+                       key=lambda s: (s.warp, s.start_ns))
+        for s in sorted(scopes, key=lambda s: (s.warp, s.start_ns + s.dur_ns)) + same + cross:
+            if (launch, s.scope) not in colors:
+                n = taken[launch] = taken.get(launch, -1) + 1
+                colors[launch, s.scope] = COLORS[n % len(COLORS)]
+        lines: dict[int, int] = {}  # id(span) -> its line
+        warp, line_ends = -1, []
+        for s in sorted(scopes + same, key=lambda s: (s.warp, s.start_ns)):
+            if s.warp != warp:
+                warp, line_ends = s.warp, []
+            lines[id(s)] = _free_line(line_ends, s.start_ns, s.start_ns + s.dur_ns)
+        for s in scopes + same:
+            args = _cta_args(s, stack) if not s.event else {
+                "call_stack": stack(s.kernel), CYCLES: int(s.cycles)}
+            event = _warp_event(s, "async" if s.event else s.kernel_name, s.warp, lines[id(s)],
+                                s.start_ns, s.dur_ns, t0, who, several, args)
+            out.append({"cname": colors[launch, s.scope], **event})
+        for s in cross:
+            bind += 1
+            for warp, at, end in ((s.warp, s.start_ns, "flow_out"),
+                                  (s.end_warp, s.start_ns + s.dur_ns, "flow_in")):
+                event = _warp_event(s, "flow", warp, 0, at, 0.0, t0, who, several,
+                                    {"call_stack": stack(s.kernel), CYCLES: int(s.cycles)})
+                out.append({"cname": colors[launch, s.scope], **event, "bind_id": bind,
+                            end: True})
     return out
 
 

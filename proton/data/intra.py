@@ -67,6 +67,8 @@ class Decoded:
     """Per event: the smallest start clock of its CTA (the CTA's clock at its first record)."""
     end_warp: np.ndarray
     """The warp that wrote the end: `warp` but for an event ended in another warp."""
+    event: np.ndarray
+    """True for an event's pair (Triton 3.9's trace lays events out apart from scopes)."""
     ctas: np.ndarray
     """One row per CTA read (its preamble there): launch number, program id, pre-final time
     (%globaltimer ns, when it began writing its records out) and post-final time (done)."""
@@ -196,12 +198,14 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
             unbalanced)
         blk, warp_i, end_i = np.concatenate([pb, eb]), np.concatenate([pw, ew]), \
             np.concatenate([pw, eend_w])
+        is_event = np.concatenate([np.zeros(pb.size, bool), np.ones(eb.size, bool)])
         ps, start, end = np.concatenate([ps, es]), np.concatenate([start, estart]), \
             np.concatenate([end, eend])
     else:
         blk, warp_i, ps, start, end = _pair_scopes(b_i, w_i, scope, is_end, clock, nseg, over,
                                                    unbalanced, reordered)
         end_i = warp_i
+        is_event = np.zeros(blk.size, bool)
     per_block_min = np.full(words.shape[0], np.iinfo(np.uint64).max, np.uint64)
     np.minimum.at(per_block_min, blk, start)
     pids = words[:, 1].astype(np.int64)
@@ -211,6 +215,7 @@ def decode(buf: np.ndarray | bytes, scratch_size: int, num_warps: int,
                    end=end.astype(np.int64),
                    init_ns=_u64(words[:, 4], words[:, 5])[blk].astype(np.int64),
                    block_min_clock=per_block_min[blk].astype(np.int64), end_warp=uids[end_i],
+                   event=is_event,
                    ctas=np.stack([label.astype(np.int64), pids, final, post], axis=1),
                    num_blocks=num_blocks, num_warps=num_warps,
                    dropped=dropped, needed_bytes=needed, unbalanced=unbalanced,

@@ -428,7 +428,8 @@ class Instrumentation:
                     "sm": dec.sm[sel], "cta": dec.block[sel], "warp": dec.warp[sel],
                     "init": dec.init_ns[sel], "since": dec.start[sel] - dec.block_min_clock[sel],
                     "cycles": cycles[sel],
-                    "end_warp": np.full(sel.size, -1) if cross is None else cross[sel]})
+                    "end_warp": np.full(sel.size, -1) if cross is None else cross[sel],
+                    "event": dec.event[sel]})
 
     def _keep_latest(self, info: KernelInfo, launches: list, node_idx: np.ndarray,
                      nodes: np.ndarray, dec: intra.Decoded) -> None:
@@ -499,7 +500,8 @@ class Instrumentation:
                         (cols["since"] / per_ns).tolist(), (cols["cycles"] / per_ns).tolist(),
                         cols["cycles"].tolist(), cols["sequence"].tolist(),
                         cols["init"].tolist(), khz.astype(np.int64).tolist(),
-                        cols["end_warp"].tolist(), *self._final_times(cols)))
+                        cols["end_warp"].tolist(), *self._final_times(cols),
+                        cols["event"].tolist()))
 
     def _final_times(self, cols: dict) -> tuple[list, list]:
         """Each span's CTA's pre- and post-final times (cta_times, by launch and CTA)."""

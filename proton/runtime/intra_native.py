@@ -64,12 +64,12 @@ static int by_clock(const void *a, const void *b) {
     return x->seq - y->seq;
 }
 
-/* Decode as data/intra.decode does (see its comments): out[0..9] are the columns launch,
-   block (program id), sm, warp, scope, start, end, init_ns, block_min_clock, end_warp, each
-   `cap` long; ctas: 4 words a CTA read (launch, program id, pre-final and post-final ns);
-   stats: [events, dropped, needed_bytes, bad_blocks, layout error (0 ok, 1 sizes differ,
-   2 do not fit, 3 out of memory), CTAs read]; unbalanced and reordered: 256 counts by scope
-   id. */
+/* Decode as data/intra.decode does (see its comments): out[0..10] are the columns launch,
+   block (program id), sm, warp, scope, start, end, init_ns, block_min_clock, end_warp, event
+   (1: an event's pair), each `cap` long; ctas: 4 words a CTA read (launch, program id,
+   pre-final and post-final ns); stats: [events, dropped, needed_bytes, bad_blocks, layout
+   error (0 ok, 1 sizes differ, 2 do not fit, 3 out of memory), CTAs read]; unbalanced and
+   reordered: 256 counts by scope id. */
 void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64_t *nblocks,
                          int64_t nlaunch, int64_t scratch, int32_t warps,
                          const int32_t *uids, int32_t nuids, int64_t **out,
@@ -140,7 +140,7 @@ void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64
                     if (n >= cap) continue; /* never: the bound holds every pair */
                     out[0][n] = l; out[1][n] = w[1]; out[2][n] = w[2]; out[3][n] = uids[k];
                     out[4][n] = id; out[5][n] = (int64_t)start; out[6][n] = (int64_t)stop;
-                    out[9][n] = uids[k];
+                    out[9][n] = uids[k]; out[10][n] = 0;
                     if (start < lo) lo = start;
                     n++;
                 }
@@ -171,6 +171,7 @@ void proton_intra_decode(const uint8_t *buf, const int64_t *offsets, const int64
                     out[0][n] = l; out[1][n] = w[1]; out[2][n] = w[2]; out[3][n] = uids[ev[pick].k];
                     out[4][n] = id; out[5][n] = (int64_t)ev[pick].clock;
                     out[6][n] = (int64_t)ev[e].clock; out[9][n] = uids[ev[e].k];
+                    out[10][n] = 1;
                     if (ev[pick].clock < lo) lo = ev[pick].clock;
                     n++;
                 }
@@ -188,7 +189,7 @@ done:
 }
 """
 COLUMNS = ("launch", "block", "sm", "warp", "scope", "start", "end", "init_ns",
-           "block_min_clock", "end_warp")
+           "block_min_clock", "end_warp", "event")
 
 _lock = threading.Lock()
 _lib: dict[str, ctypes.CDLL | None] = {}
@@ -271,7 +272,8 @@ def decode_launches(host: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, sc
     return intra.Decoded(block=c["block"], sm=c["sm"], warp=c["warp"], scope=c["scope"],
                          start=c["start"], end=c["end"], launch=c["launch"],
                          init_ns=c["init_ns"], block_min_clock=c["block_min_clock"],
-                         end_warp=c["end_warp"], ctas=ctas[:int(stats[5])],
+                         end_warp=c["end_warp"], event=c["event"].astype(bool),
+                         ctas=ctas[:int(stats[5])],
                          num_blocks=int(counts.sum()), num_warps=num_warps,
                          dropped=int(stats[1]), needed_bytes=int(stats[2]),
                          unbalanced=_nonzero(unbalanced), reordered=_nonzero(reordered),
