@@ -552,8 +552,8 @@ def test_an_event_ended_in_another_warp_is_a_flow_between_the_two_warps():
 
 def test_triton_39_colours_each_scope_and_keeps_the_cta_times_on_scopes_alone():
     """Triton 3.9's layout: every span and flow end has a "cname", the launch's scopes and
-    events taking the trace viewer's colours in turn as Triton's writer meets them (a warp's
-    scopes as they end: a nested one before the scope around it; then its events), afresh
+    events taking the trace viewer's colours in turn as they start (by warp, then start: a
+    scope before the ones nested in it, as Triton 3.9's trace on the H200 colours them), afresh
     for each launch; a scope keeps its "cat" (the kernel's name) and the CTA's times in args,
     an event has its call path and its cycles alone; a scope nested in another takes the next
     line, an event overlapping a scope too (one line set per warp)."""
@@ -567,9 +567,9 @@ def test_triton_39_colours_each_scope_and_keeps_the_cta_times_on_scopes_alone():
         span(ev, kernel, 5, 2, 1, 1300, 1400, 100, event=True),
         span(ev, kernel, 5, 2, 0, 1000, 1100, 100, launch=1, event=True)], lanes=True)
     got = [(e["name"], e["cat"], e["cname"], e["tid"]) for e in doc["traceEvents"]]
-    assert got == [("outer", "k", "cq_build_failed", "warp 0 (line 0)"),
-                   ("inner", "k", "cq_build_passed", "warp 0 (line 1)"),
-                   ("outer", "k", "cq_build_failed", "warp 1 (line 0)"),
+    assert got == [("outer", "k", "cq_build_passed", "warp 0 (line 0)"),
+                   ("inner", "k", "cq_build_failed", "warp 0 (line 1)"),
+                   ("outer", "k", "cq_build_passed", "warp 1 (line 0)"),
                    ("ev", "async", "thread_state_iowait", "warp 0 (line 2)"),
                    ("ev", "async", "thread_state_iowait", "warp 1 (line 1)"),
                    ("ev", "async", "cq_build_passed", "warp 0 (line 0)")]  # launch 1

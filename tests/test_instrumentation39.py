@@ -384,8 +384,8 @@ def _compile_stepped():
 
 def test_scopes_beside_events_keep_the_kernels_cat_and_take_colours_first(session):
     """A kernel of scopes and events (`mixed`) replayed under Triton 3.9: the scopes' spans
-    "cat" the kernel's name with the CTA's times in args, coloured first as they end (`load`
-    inside `kernel` ends first), then the events ("cat": "async"); the plain scope trace
+    "cat" the kernel's name with the CTA's times in args, the events "cat" "async", all
+    coloured in turn as they start (kernel, first, load, second); the plain scope trace
     changes by its colours alone."""
     kernel = _compile(mixed)
     names, _ = _scope_names(kernel, session)
@@ -396,8 +396,8 @@ def test_scopes_beside_events_keep_the_kernels_cat_and_take_colours_first(sessio
     events = _replay(kernel, session, [{"pid": 0, "sm": 1, "warps": {0: records}}], "trace")
     got = [(e["name"], e["cat"], e["cname"], e["tid"]) for e in events]
     # one line set for the warp, by start: kernel, first, load (after first: line 2), second
-    assert got == [("kernel", "mixed", "cq_build_failed", "warp 0 (line 0)"),
-                   ("load", "mixed", "cq_build_passed", "warp 0 (line 2)"),
-                   ("first", "async", "thread_state_iowait", "warp 0 (line 1)"),
+    assert got == [("kernel", "mixed", "cq_build_passed", "warp 0 (line 0)"),
+                   ("load", "mixed", "thread_state_iowait", "warp 0 (line 2)"),
+                   ("first", "async", "cq_build_failed", "warp 0 (line 1)"),
                    ("second", "async", "thread_state_running", "warp 0 (line 2)")]
     assert "Init Time (ns)" in events[0]["args"] and "Init Time (ns)" not in events[2]["args"]

@@ -403,7 +403,8 @@ def _intra_events_39(intra: Sequence[WarpSpan], t0: int, who: str,
     trace). A warp's scopes and its events in it share one set of lines (each span on the
     first line free at its start), as Triton's writer places them. Every
     event has a "cname": the launch's scopes and events take COLORS in turn, in the order
-    Triton's writer meets them (a warp's scopes as they end, then its events as they start).
+    they start (by warp, then start: an outer scope before the scopes inside it, as the H200
+    run's trace of Triton 3.9 colours them).
     An event's args: the kernel's call path and, ours beside Triton's, its cycles (a flow's
     ends have no length to show them)."""
     out: list[dict] = []
@@ -420,7 +421,7 @@ def _intra_events_39(intra: Sequence[WarpSpan], t0: int, who: str,
                       key=lambda s: (s.warp, s.start_ns))
         cross = sorted((s for s in spans if s.end_warp >= 0),
                        key=lambda s: (s.warp, s.start_ns))
-        for s in sorted(scopes, key=lambda s: (s.warp, s.start_ns + s.dur_ns)) + same + cross:
+        for s in sorted(scopes + same + cross, key=lambda s: (s.warp, s.start_ns)):
             if (launch, s.scope) not in colors:
                 n = taken[launch] = taken.get(launch, -1) + 1
                 colors[launch, s.scope] = COLORS[n % len(COLORS)]
