@@ -13,8 +13,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, RANKS_KEY, TABLE_COLUMNS, WARP_TIMELINE,
-                      is_amount)
+from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, RANKS_KEY, TABLE_COLUMNS, VECTOR_SHOWN,
+                      WARP_TIMELINE, is_amount)
 from . import deep
 from .errors import ViewerError
 from .timelines import check as check_timeline
@@ -91,7 +91,7 @@ class Parsed:
     """The kernels' warp timelines (format.WARP_TIMELINE, parsed, with their "path")."""
 
 
-MAX_VECTOR = 256
+MAX_VECTOR = VECTOR_SHOWN
 """Elements of a vector metric expanded into metrics of their own (lens[0], lens[1], ...)."""
 MAX_CELLS = 100_000_000
 """Frames x distinct metrics the viewer holds at most: its table has a cell for each pair (~16

@@ -27,20 +27,20 @@ CUPTI's; the queues they share are under `_lock`.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .. import settings
 from ..context.stack import per_thread
 from ..data.metrics import DeviceTensor
 from ..data.paths import OP, OWN, ROOT, STATE, paths
 from ..format import LAUNCH_METADATA, METRIC_FRAME
 from ..report import warn
 
-RING_WORDS = int(os.environ.get("PROTON_GRAPH_METRIC_WORDS", 1 << 21))
+RING_WORDS = settings.value("PROTON_GRAPH_METRIC_WORDS")
 """64-bit words of each device's ring (16 MiB): the tensor values of the replays between two
 reads. Kept for the process once made: captured graphs write into it at every replay."""
 OWN_WORK = paths.intern(ROOT, "<proton>", OWN)
