@@ -350,10 +350,10 @@ def combine(a: Partial, b: Partial) -> Partial:
         mine = a.vectors.get(metric, {})
         theirs = {int(at[i]): stat for i, stat in b.vectors.get(metric, {}).items()}
         for j in dict.fromkeys([*mine, *theirs]):
-            left, right = mine.get(j), theirs.get(j)
-            width = max(len(s[SUM]) for s in (left, right) if s is not None)
-            mine[j] = join(_spread_stat(left, a.lo, _length(left), width, None),
-                           _spread_stat(right, b.lo, _length(right), width, None))
+            one, other = mine.get(j), theirs.get(j)
+            width = max(len(s[SUM]) for s in (one, other) if s is not None)
+            mine[j] = join(_spread_stat(one, a.lo, _length(one), width, None),
+                           _spread_stat(other, b.lo, _length(other), width, None))
         a.vectors[metric] = mine
     for kind, table in b.devices.items():  # each GPU entry from the lowest rank that lists it
         if isinstance(table, dict):

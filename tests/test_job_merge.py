@@ -168,6 +168,41 @@ def test_the_viewers_order_is_the_jobs_reduction_order(size):
     assert rank_merge.document(held[0]) == rank_merge.document(reducer.result())
 
 
+def vector_tree(rank: int, size: int) -> list:
+    """A rank's file whose vector metrics differ in values, lengths and frames by rank."""
+    lens = [rank * 0.1 + j for j in range(rank % 3 + 1)]
+    kids = [{"frame": {"name": f"k{(rank + j) % 2}"}, "metrics": {"hist": [rank, j, 2]},
+             "children": []} for j in range(rank % 3)]
+    root = {"frame": {"name": "ROOT", "rank": rank, "world_size": size}, "metrics": {"n": 0},
+            "children": [{"frame": {"name": "step"}, "metrics": {"n": rank, "lens": lens},
+                          "children": kids}]}
+    return [root, {}]
+
+
+def test_vector_metrics_merged_in_the_job_show_as_the_viewer_merges_the_rank_files(tmp_path):
+    """Issue 59 item 5, over 7 ranks (a reduction of 3 levels with a lone block): every
+    element of each vector, however lengths differ and whichever ranks lack the frame, shows
+    the same digits from the job's merge as from the rank files."""
+    import json
+
+    size = 7
+    reducer = rank_merge.Reducer()
+    rank_files = []
+    for r in range(size):
+        doc = vector_tree(r, size)
+        rank_files.append(str(tmp_path / f"v.rank{r}.hatchet"))
+        with open(rank_files[-1], "w") as f:
+            json.dump(doc, f)
+        reducer.add(rank_merge.leaf(doc[0], r))
+    with open(tmp_path / "v.hatchet", "w") as f:
+        json.dump(rank_merge.document(reducer.result(), size), f)
+    args = ["--output", "json", "-m", "n,lens,hist"]
+    shown = [CliRunner().invoke(viewer, [*args, *paths])
+             for paths in (rank_files, [str(tmp_path / "v.hatchet")])]
+    assert shown[0].exit_code == 0 and shown[0].output == shown[1].output, shown[1].output
+    assert '"lens[2] max rank": 5.0' in shown[1].output  # 2.5, of ranks 2 and 5 alone
+
+
 def test_a_folder_with_the_job_file_and_its_rank_files_merges_the_rank_files(tmp_path):
     job(tmp_path, 8)
     shown = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path)])
