@@ -9,6 +9,7 @@ import functools
 import os
 from typing import Any, Callable
 
+from . import settings
 from .errors import SessionError
 from .hooks.hook import Hook, HookManager
 from .options import parse_options
@@ -59,6 +60,7 @@ def start(name: str | None = None, *, context: str = "shadow", data: str = "tree
         return _join_command()
     if disabled():
         return None  # TRITON_PROTON_DISABLE: every call does nothing, as in Triton's Proton
+    settings.check()  # a bad PROTON_* setting is said now (its default used), not when read
     own_hook = _own_hook(hook)
     opts = parse_options(name, context=context, data=data, backend=backend, mode=mode,
                          hook=None if own_hook else hook, memory=memory)

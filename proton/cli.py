@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from . import api
+from . import api, settings
 from .context import python as python_context
 from .data import job
 from .errors import ProtonError
@@ -38,6 +38,20 @@ Examples:
   proton --flush-every 60 train.py             # rewrite the profile every minute (SIGKILL-safe)
   proton capture --all --steps 3               # see `proton capture -h` and `proton ps -h`
 """
+
+
+class _Seconds(click.ParamType):
+    """A finite number of seconds from 1 to a day (settings.seconds): click's FloatRange takes
+    nan, of which no comparison is true (a timer that spins), and inf (one that never fires)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            return settings.seconds(str(value), low=1, low_open=False)
+        except ValueError:
+            self.fail(f"{str(value)[:40]!r} is not a number of seconds from 1 to "
+                      f"{settings.DAY:g}", param, ctx)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True,
@@ -97,9 +111,9 @@ Examples:
               "`proton capture --connect HOST:PORT`; needs $PROTON_TOKEN or --token-file.")
 @token_options("A file (mode 0600) whose first line is the secret TCP captures must send "
                "(default: $PROTON_TOKEN; at least 128 bits, e.g. `openssl rand -hex 16`).")
-@click.option("--flush-every", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
-              help="Rewrite the profile every SECONDS while recording, so a job killed with "
-              "SIGKILL (or by the OOM killer) leaves its last one.")
+@click.option("--flush-every", type=_Seconds(), default=None, metavar="SECONDS",
+              help="Rewrite the profile every SECONDS (1 to 86400) while recording, so a job "
+              "killed with SIGKILL (or by the OOM killer) leaves its last one.")
 @click.argument("target", metavar="SCRIPT.py|pytest")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(name, backend, context, data, hook, mode, counters, memory, listen, listen_tcp, token_file,
@@ -127,15 +141,17 @@ def run(name, backend, context, data, hook, mode, counters, memory, listen, list
     if api.disabled():
         warn("TRITON_PROTON_DISABLE is set: running the script without profiling")
         sys.exit(_run_plain(target, list(args)))
+    settings.check(strict=True)  # one line and exit 2 now, not a lost profile at the end
     from .service import endpoint, periodic
 
+    sid = None
     try:
         if listen:  # the options are checked now, for the captures that will use them
             parse_options(name, context=context, data=data, backend=backend, mode=mode,
                           hook=hook, memory=memory)
         else:
-            api.start(name, context=context, data=data, backend=backend, mode=mode, hook=hook,
-                      memory=memory)
+            sid = api.start(name, context=context, data=data, backend=backend, mode=mode,
+                            hook=hook, memory=memory)
         try:
             endpoint.listen(listen_tcp, tokens.find(token_file) if listen_tcp else None)
         except (ProtonError, OSError) as exc:
@@ -143,6 +159,8 @@ def run(name, backend, context, data, hook, mode, counters, memory, listen, list
                 raise ProtonError(f"cannot listen for captures: {exc}") from None
             warn(f"cannot listen for captures ({exc}); recording the run as usual")
     except ProtonError as exc:
+        if sid is not None:  # the script never ran: its empty profile must not replace the last
+            api.discard(sid)
         raise click.UsageError(str(exc)) from None
     if flush_every:
         periodic.flush_every(flush_every)

@@ -37,8 +37,12 @@ FRAME_TYPE = "function"
 RANKS_KEY = "ranks"
 """A job file's node key (written by a job merged in memory, rank_merge.document): {"n": ranks
 with the frame, "few": those ranks or null, "stats": {metric: [sum, min, max, max rank, ranks
-with it, min rank]}}; the root's also has "size" (ranks merged), "lo" (the lowest) and "ranks"
+with it, min rank]}} (a vector metric's under each element's name, "lens[0]"); the root's also has "size" (ranks merged), "lo" (the lowest) and "ranks"
 (which; a capture may merge some of a job's ranks)."""
+VECTOR_SHOWN = 256
+"""Elements of a vector metric ("lens": [3, 5]) the viewer shows, as metrics of their own
+("lens[0]", "lens[1]"); a job file gives these elements its RANKS_KEY statistics under those
+names (its summed vector is written whole)."""
 TREE_EXTENSION = ".hatchet"
 TRACE_EXTENSION = ".chrome_trace"
 JOB_KEYS = ("rank", "world_size", "local_rank", "host", "pid", "launcher", "script")

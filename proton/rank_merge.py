@@ -14,7 +14,10 @@ Why numpy: the pure-Python version cost the viewer ~40 ms a file (256 ranks x 5,
 A frame is its path of (name, nth) from the root (nth: which of its parent's children of that
 name it is). A rank that lacks a frame, or a metric on a frame others have, counts 0 there (a
 metric's sum, min, max and mean are over every rank of the partial; the rank of a 0 so counted
-is the lowest of the ranks that lack it); ties keep the lower rank.
+is the lowest of the ranks that lack it); ties keep the lower rank. A vector metric of numbers
+("lens": [3, 5]) is merged element by element as the viewer shows it, each element a metric of
+its own ("lens[0]"; a rank whose vector is shorter lacks the elements past its end), kept only
+for the frames that have it (a long vector on one frame costs that frame alone).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import numpy as np
 from .format import (BLOCK_THREADS, CHILDREN_KEY, CPU_TIME, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
                      DOT_NO_WGMMA, FRAME_KEY, GRID_BLOCKS, JOB_KEYS, LAUNCH_CONFIGS,
                      METRICS_KEY, NAME_KEY, RANKS_KEY, REGISTERS, SASS_PREFIX, SHARED_MEMORY,
-                     TL_DOT)
+                     TL_DOT, VECTOR_SHOWN)
 
 FACTS = {DEVICE_ID, DEVICE_TYPE, GRID_BLOCKS, BLOCK_THREADS, REGISTERS, SHARED_MEMORY,
          LAUNCH_CONFIGS, TL_DOT, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA}
@@ -52,6 +55,11 @@ def is_fact(metric: str) -> bool:
 def is_number(value: Any) -> bool:
     """A value that is a quantity (bools, text and lists are facts)."""
     return type(value) in (int, float)
+
+
+def is_vector(value: Any) -> bool:
+    """A vector metric: a list of quantities (a list of anything else is a fact)."""
+    return type(value) is list and bool(value) and all(type(e) in (int, float) for e in value)
 
 
 # -- the math, shared -----------------------------------------------------------------------------
@@ -194,6 +202,9 @@ class Partial:
     """Metric -> [its own (exclusive) values summed, ranks that have it] per frame."""
     stats: dict[str, Stat]
     """Metric -> its statistics per frame of each rank's value (values())."""
+    vectors: dict[str, dict[int, Stat]]
+    """Vector metric -> frame -> its statistics element by element (over its longest rank's
+    length), for the frames that have it."""
     facts: list[dict[str, Any]]
     """Per frame, fact -> the value its ranks agree on (FIRST: the lowest rank's)."""
     clash: list[set[str]]
@@ -215,15 +226,17 @@ class Partial:
 
 
 def walk(root: dict) -> tuple[list[Path], list[dict], np.ndarray, np.ndarray,
-                              dict[str, tuple[list[int], list]], list[dict]]:
+                              dict[str, tuple[list[int], list]], list[dict],
+                              dict[str, dict[int, list]]]:
     """A tree's frames in pre-order: paths, frame dicts, parents, depths, metric -> (frame
-    numbers, numbers), and per frame its facts."""
+    numbers, numbers), per frame its facts, and vector metric -> frame number -> vector."""
     paths: list[Path] = []
     frames: list[dict] = []
     up: list[int] = []
     depth: list[int] = []
     cols: dict[str, tuple[list[int], list]] = {}
     facts: list[dict] = []
+    vectors: dict[str, dict[int, list]] = {}
     fact: dict[str, bool] = {}
     stack: list[tuple[dict, Path, int, int]] = [(root, (), -1, 0)]
     while stack:
@@ -239,7 +252,10 @@ def walk(root: dict) -> tuple[list[Path], list[dict], np.ndarray, np.ndarray,
             if is_f is None:
                 is_f = fact[metric] = is_fact(metric)
             if is_f or not is_number(value):
-                mine[metric] = value
+                if not is_f and is_vector(value):
+                    vectors.setdefault(metric, {})[here] = value
+                else:
+                    mine[metric] = value
                 continue
             col = cols.get(metric)
             if col is None:
@@ -255,13 +271,13 @@ def walk(root: dict) -> tuple[list[Path], list[dict], np.ndarray, np.ndarray,
             kids.append((child, path + ((name, nth),), here, d + 1))
         stack.extend(reversed(kids))
     return (paths, frames, np.asarray(up, dtype=np.int64), np.asarray(depth, dtype=np.int64),
-            cols, facts)
+            cols, facts, vectors)
 
 
 def leaf(root: dict, rank: int, devices: dict | None = None, job: dict | None = None) -> Partial:
     """One rank's tree (a .hatchet root node) as a partial of one rank."""
     inclusive = [m for m in root.get(METRICS_KEY, {}) if "(inc)" not in m]
-    paths, frames, up, depth, cols, facts = walk(root)
+    paths, frames, up, depth, cols, facts, vecs = walk(root)
     n = len(paths)
     own: dict[str, np.ndarray] = {}
     ints: set[str] = set()
@@ -274,12 +290,17 @@ def leaf(root: dict, rank: int, devices: dict | None = None, job: dict | None = 
     lab = np.array([rank], dtype=np.int64)
     stats = {m: [s[:, 0] for s in leaves(v, lab)]
              for m, v in values(own, up, depth, inclusive).items()}
+    vectors = {m: {at: [s[:, 0] for s in leaves(np.asarray(v, dtype=float)[:, None], lab)]
+                   for at, v in rows.items()} for m, rows in vecs.items()}
+    ints |= {m for m, rows in vecs.items()
+             if all(type(e) is int for v in rows.values() for e in v)}
     frames[0] = {k: v for k, v in frames[0].items() if k not in JOB_KEYS}
     return Partial(rank, 1, paths, frames, np.ones(n, dtype=np.int64), [[rank]] * n,
                    {m: [np.nan_to_num(v[:, 0]), (~np.isnan(v[:, 0])).astype(np.int64)]
                     for m, v in own.items()},
-                   stats, facts, [set() for _ in range(n)], ints, inclusive, dict(devices or {}),
-                   {k: v for k, v in (job or {}).items() if k in JOB_KEYS}, [rank])
+                   stats, vectors, facts, [set() for _ in range(n)], ints, inclusive,
+                   dict(devices or {}), {k: v for k, v in (job or {}).items() if k in JOB_KEYS},
+                   [rank])
 
 
 def combine(a: Partial, b: Partial) -> Partial:
@@ -325,12 +346,21 @@ def combine(a: Partial, b: Partial) -> Partial:
         left = _spread_stat(a.stats.get(metric), a.lo, na, n, None)
         right = _spread_stat(b.stats.get(metric), b.lo, None, n, at)
         a.stats[metric] = join(left, right)
+    for metric in dict.fromkeys([*a.vectors, *b.vectors]):
+        mine = a.vectors.get(metric, {})
+        theirs = {int(at[i]): stat for i, stat in b.vectors.get(metric, {}).items()}
+        for j in dict.fromkeys([*mine, *theirs]):
+            one, other = mine.get(j), theirs.get(j)
+            width = max(len(s[SUM]) for s in (one, other) if s is not None)
+            mine[j] = join(_spread_stat(one, a.lo, _length(one), width, None),
+                           _spread_stat(other, b.lo, _length(other), width, None))
+        a.vectors[metric] = mine
     for kind, table in b.devices.items():  # each GPU entry from the lowest rank that lists it
         if isinstance(table, dict):
             for dev, entry in table.items():
                 a.devices.setdefault(kind, {}).setdefault(dev, entry)
-    a.ints = (a.ints & b.ints) | (a.ints - set(b.own) - set(b.stats)) \
-        | (b.ints - set(a.own) - set(a.stats))
+    a.ints = (a.ints & b.ints) | (a.ints - set(b.own) - set(b.stats) - set(b.vectors)) \
+        | (b.ints - set(a.own) - set(a.stats) - set(a.vectors))
     a.size += b.size
     a.members += b.members
     a.inclusive = list(dict.fromkeys(a.inclusive + b.inclusive))
@@ -355,6 +385,10 @@ def _place(out: list[np.ndarray], arrays, na: int | None, at: np.ndarray | None
             else:
                 o[at] = x
     return out
+
+
+def _length(stat: Stat | None) -> int | None:
+    return None if stat is None else len(stat[SUM])
 
 
 def _spread_stat(stat: Stat | None, lo: int, na: int | None, n: int,
@@ -418,10 +452,14 @@ def document(merged: Partial, world_size: int | None = None) -> list:
         mine = {}
         for m, (st, whole) in stats.items():
             if st[N][i]:
-                mine[m] = [int(st[SUM][i]) if whole else st[SUM][i],
-                           int(st[MIN][i]) if whole else st[MIN][i],
-                           int(st[MAX][i]) if whole else st[MAX][i],
-                           int(st[MAX_RANK][i]), int(st[N][i]), int(st[MIN_RANK][i])]
+                mine[m] = _entry(st, i, whole)
+        for m, rows in merged.vectors.items():
+            if (vec := rows.get(i)) is not None:
+                columns, whole = [s.tolist() for s in vec], m in ints
+                metrics[m] = [int(x) for x in columns[SUM]] if whole else columns[SUM]
+                for k in range(min(len(columns[SUM]), VECTOR_SHOWN)):
+                    if columns[N][k]:
+                        mine[f"{m}[{k}]"] = _entry(columns, k, whole)
         node = {FRAME_KEY: dict(merged.frames[i]), METRICS_KEY: metrics, CHILDREN_KEY: [],
                 RANKS_KEY: {"n": int(merged.count[i]), "few": merged.few[i], "stats": mine}}
         nodes.append(node)
@@ -437,6 +475,16 @@ def document(merged: Partial, world_size: int | None = None) -> list:
     for metric in merged.inclusive:  # hatchet reads the inclusive metrics from the root
         root[METRICS_KEY].setdefault(metric, 0)
     return [root, merged.devices]
+
+
+def _entry(st: list[list], i: int, whole: bool) -> list:
+    """A metric's RANKS_KEY statistics at `i` (lists of the Stat's arrays): [sum, min, max,
+    max rank, ranks with it, min rank], the values as ints where the metric is `whole`."""
+    value = int if whole else float
+    return [value(st[SUM][i]), value(st[MIN][i]), value(st[MAX][i]), int(st[MAX_RANK][i]),
+            int(st[N][i]), int(st[MIN_RANK][i])]
+
+
 def from_document(root: dict) -> tuple[int, list[int], dict[Path, dict]] | None:
     """A job file's (size, its ranks, path -> its RANKS_KEY entry); None for a file of one
     rank."""

@@ -17,7 +17,7 @@ FOLDERS = {"proton": "proton", "hooks": "proton.hooks", "compiler": "proton.comp
            "viewer": "proton.viewer"}
 """Top-level folder -> the package it is installed as (pyproject's package-dir)."""
 BASE = {"proton.format", "proton.format_msgpack", "proton.errors", "proton.report", "proton.files",
-        "proton.rank_merge", "proton.triton_version"}
+        "proton.rank_merge", "proton.triton_version", "proton.settings"}
 # package -> the packages (or modules) it may import, besides itself and BASE. Lowest first.
 ALLOWED = {
     "proton.format": set(),
@@ -27,6 +27,7 @@ ALLOWED = {
     "proton.files": set(),
     "proton.triton_version": set(),
     "proton.rank_merge": {"proton.format"},
+    "proton.settings": {"proton.errors", "proton.report"},
     "proton.mode": BASE,
     "proton.options": BASE | {"proton.mode"},
     "proton.data": BASE,

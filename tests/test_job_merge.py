@@ -168,6 +168,41 @@ def test_the_viewers_order_is_the_jobs_reduction_order(size):
     assert rank_merge.document(held[0]) == rank_merge.document(reducer.result())
 
 
+def vector_tree(rank: int, size: int) -> list:
+    """A rank's file whose vector metrics differ in values, lengths and frames by rank."""
+    lens = [rank * 0.1 + j for j in range(rank % 3 + 1)]
+    kids = [{"frame": {"name": f"k{(rank + j) % 2}"}, "metrics": {"hist": [rank, j, 2]},
+             "children": []} for j in range(rank % 3)]
+    root = {"frame": {"name": "ROOT", "rank": rank, "world_size": size}, "metrics": {"n": 0},
+            "children": [{"frame": {"name": "step"}, "metrics": {"n": rank, "lens": lens},
+                          "children": kids}]}
+    return [root, {}]
+
+
+def test_vector_metrics_merged_in_the_job_show_as_the_viewer_merges_the_rank_files(tmp_path):
+    """Issue 59 item 5, over 7 ranks (a reduction of 3 levels with a lone block): every
+    element of each vector, however lengths differ and whichever ranks lack the frame, shows
+    the same digits from the job's merge as from the rank files."""
+    import json
+
+    size = 7
+    reducer = rank_merge.Reducer()
+    rank_files = []
+    for r in range(size):
+        doc = vector_tree(r, size)
+        rank_files.append(str(tmp_path / f"v.rank{r}.hatchet"))
+        with open(rank_files[-1], "w") as f:
+            json.dump(doc, f)
+        reducer.add(rank_merge.leaf(doc[0], r))
+    with open(tmp_path / "v.hatchet", "w") as f:
+        json.dump(rank_merge.document(reducer.result(), size), f)
+    args = ["--output", "json", "-m", "n,lens,hist"]
+    shown = [CliRunner().invoke(viewer, [*args, *paths])
+             for paths in (rank_files, [str(tmp_path / "v.hatchet")])]
+    assert shown[0].exit_code == 0 and shown[0].output == shown[1].output, shown[1].output
+    assert '"lens[2] max rank": 5.0' in shown[1].output  # 2.5, of ranks 2 and 5 alone
+
+
 def test_a_folder_with_the_job_file_and_its_rank_files_merges_the_rank_files(tmp_path):
     job(tmp_path, 8)
     shown = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path)])
@@ -348,3 +383,68 @@ def test_the_command_form_merges_before_the_script_destroys_its_group(tmp_path):
     merged = ranks.from_job(load(str(tmp_path / "run.hatchet")))
     n = ranks.columns(merged, ["n"])
     assert float(n[0].values.max()) == 3 * (1 + 2 + 3 + 4)
+
+
+VECTORS = """
+import os, sys
+import torch.distributed as dist
+import proton
+r = int(os.environ["RANK"])
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=r,
+                        world_size=int(os.environ["WORLD_SIZE"]))
+proton.start("job")
+for i in range(2):  # rank 2's vector is longer; a float on rank 1
+    with proton.scope("step", {"n": r + 1, "lens": [[3, 1], [0.5, 2], [1, 1, 7]][r]}):
+        pass
+proton.finalize()
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_settings_job(tmp_path_factory):
+    """A gloo job of 3 ranks under plain `python` whose merge settings are both bad (issue
+    59: each rank printed `could not write ...: ProtonError` and no file was written at all)
+    and whose ranks give a vector metric of different values and lengths."""
+    folder = tmp_path_factory.mktemp("vectors")
+    (folder / "rank.py").write_text(VECTORS)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "PROTON_"))}
+    procs = [subprocess.Popen(
+        [sys.executable, "rank.py", str(folder / "init")], cwd=folder, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+        env={**clean, "RANK": str(r), "WORLD_SIZE": "3", "LOCAL_RANK": str(r),
+             "PROTON_RANK_FILES": "jobs", "PROTON_MERGE_TIMEOUT": "abc"}) for r in range(3)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    return folder, outs
+
+
+def test_bad_merge_settings_are_said_once_at_start_and_every_file_is_written(bad_settings_job):
+    folder, outs = bad_settings_job
+    for out in outs:
+        lines = out.splitlines()
+        said = [line for line in lines if "PROTON_" in line]
+        assert said == ["proton: PROTON_RANK_FILES='jobs' is not one of both, job, ranks; using "
+                        "the default, both",
+                        "proton: PROTON_MERGE_TIMEOUT='abc' is not a number of seconds over 0 "
+                        "and at most 86400; using the default, 30"], out
+        assert "could not write" not in out and "not merged" not in out, out
+    assert sorted(p.name for p in folder.glob("*.hatchet")) == [
+        "job.hatchet", "job.rank0.hatchet", "job.rank1.hatchet", "job.rank2.hatchet"]
+
+
+def test_a_vector_metric_that_differs_between_ranks_is_in_the_job_file_as_rank_files_show_it(
+        bad_settings_job):
+    """Issue 59 item 5: such a metric was left out of the job file. Each element is merged as
+    the viewer shows the rank files: lens[0], lens[1], ... summed, with min, mean, max and the
+    rank of the max; an element past a rank's vector counts 0 there."""
+    folder, _ = bad_settings_job
+    step = load(str(folder / "job.hatchet")).gf.dataframe
+    lens = {m: float(v) for m, v in step.iloc[1].items() if str(m).startswith("lens")}
+    assert lens == {"lens[0]": 9.0, "lens[1]": 8.0, "lens[2]": 14.0}
+    rank_files = [str(folder / f"job.rank{r}.hatchet") for r in range(3)]
+    for args in (["-m", "n,lens"], ["--output", "json", "-m", "lens"]):
+        shown = [CliRunner().invoke(viewer, [*args, *paths])
+                 for paths in (rank_files, [str(folder / "job.hatchet")])]
+        assert shown[0].exit_code == 0 and shown[0].output == shown[1].output, shown[1].output
+    assert '"lens[0] max rank": 0' in shown[1].output  # 3 of 3, 0.5 and 1
+    assert '"lens[2] max rank": 2' in shown[1].output  # rank 2's alone

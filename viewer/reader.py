@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, RANKS_KEY, SOURCE_FILE_BYTES,
-                      SOURCE_TOTAL_BYTES, SOURCES_KEY, TABLE_COLUMNS, WARP_TIMELINE, is_amount)
+                      SOURCE_TOTAL_BYTES, SOURCES_KEY, TABLE_COLUMNS, VECTOR_SHOWN, WARP_TIMELINE,
+                      is_amount)
 from . import deep
 from .errors import ViewerError
 from .timelines import check as check_timeline
@@ -96,7 +97,7 @@ class Parsed:
     untrusted text from whoever wrote it: only text, within the format's caps (_sources)."""
 
 
-MAX_VECTOR = 256
+MAX_VECTOR = VECTOR_SHOWN
 """Elements of a vector metric expanded into metrics of their own (lens[0], lens[1], ...)."""
 MAX_CELLS = 100_000_000
 """Frames x distinct metrics the viewer holds at most: its table has a cell for each pair (~16

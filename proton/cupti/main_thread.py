@@ -19,7 +19,6 @@ disabling sampling), and `MainThreadBusy` tells the caller.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import threading
 import time
@@ -27,11 +26,12 @@ from collections import deque
 from types import FrameType
 from typing import Callable, TypeVar
 
+from .. import settings
 from ..errors import ProtonError
 from .subscriber import CALLBACK_CODES
 
 T = TypeVar("T")
-TIMEOUT = float(os.environ.get("PROTON_MAIN_THREAD_TIMEOUT", 10.0))
+TIMEOUT = settings.value("PROTON_MAIN_THREAD_TIMEOUT")
 """Seconds a call waits for the main thread to run Python (PROTON_MAIN_THREAD_TIMEOUT)."""
 
 

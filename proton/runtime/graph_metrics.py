@@ -27,22 +27,23 @@ CUPTI's; the queues they share are under `_lock`.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .. import settings
 from ..context.stack import per_thread
 from ..data.metrics import DeviceTensor
 from ..data.paths import OP, OWN, ROOT, STATE, paths
 from ..format import LAUNCH_METADATA, METRIC_FRAME
 from ..report import warn
 
-RING_WORDS = int(os.environ.get("PROTON_GRAPH_METRIC_WORDS", 1 << 21))
-"""64-bit words of each device's ring (16 MiB): the tensor values of the replays between two
-reads. Kept for the process once made: captured graphs write into it at every replay."""
+RING_WORDS = "PROTON_GRAPH_METRIC_WORDS"
+"""The setting of the 64-bit words of each device's ring (default 2**21, 16 MiB), read as the
+ring is made: the tensor values of the replays between two reads. Kept for the process once
+made: captured graphs write into it at every replay."""
 OWN_WORK = paths.intern(ROOT, "<proton>", OWN)
 """Where the profiler's own GPU work goes (eager copies, the ring's reads): counted nowhere."""
 
@@ -70,10 +71,14 @@ class Ring:
     """A device's ring and where reading stopped."""
 
     words: Any
-    """torch int64 tensor of RING_WORDS words."""
+    """torch int64 tensor of `size` words (RING_WORDS)."""
     counter: Any
     """torch int64 tensor of one word: words reserved so far (it only grows)."""
     read_to: int = 0
+
+    @property
+    def size(self) -> int:
+        return int(self.words.numel())
 
 
 class launching:
@@ -240,7 +245,8 @@ class GraphMetrics:
             with relaxed_capture(), torch.cuda.device(device):
                 side = torch.cuda.Stream(device)
                 with torch.cuda.stream(side):
-                    words = torch.empty(RING_WORDS, dtype=torch.int64, device=device)
+                    words = torch.empty(settings.value(RING_WORDS), dtype=torch.int64,
+                                        device=device)
                     counter = torch.zeros(1, dtype=torch.int64, device=device)
                     side.synchronize()  # zeroed before any replay can add to it
                     metric_kernel.prepare(words, counter)
@@ -287,11 +293,11 @@ class GraphMetrics:
                 start = ring.read_to
                 if end == start:
                     continue
-                if end - start > RING_WORDS:
+                if end - start > ring.size:
                     ring.read_to = end
-                    self._lost(end - start)
+                    self._lost(end - start, ring.size)
                     continue
-                a, b = start % RING_WORDS, end % RING_WORDS
+                a, b = start % ring.size, end % ring.size
                 words = ring.words[a:b].cpu() if a < b else \
                     torch.cat([ring.words[a:], ring.words[:b]]).cpu()
             ring.read_to = end
@@ -324,12 +330,12 @@ class GraphMetrics:
                     ready += self._pair(tag)
         return ready
 
-    def _lost(self, words: int) -> None:
+    def _lost(self, words: int, size: int) -> None:
         if not self._overflowed:
             self._overflowed = True
             warn(f"{words} words of CUDA graph metric values were written over before they "
-                 f"were read (the ring holds {RING_WORDS}); those replays' tensor metrics are "
-                 "left out: advance phases more often or set PROTON_GRAPH_METRIC_WORDS higher")
+                 f"were read (the ring holds {size}); those replays' tensor metrics are "
+                 f"left out: advance phases more often or set {RING_WORDS} higher")
 
     # -- pairing -----------------------------------------------------------------------------
     def _pair(self, tag: int) -> list:

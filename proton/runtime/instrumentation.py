@@ -23,13 +23,13 @@ layout, 3.9 adds events); another version fails at start() with one line.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .. import settings
 from ..context.frames import launch_parent
 from ..context.stack import per_thread
 from ..data import intra
@@ -42,7 +42,7 @@ from ..mode import InstrumentationMode
 from ..report import warn
 from . import intra_native
 
-ARENA_BYTES = int(os.environ.get("PROTON_INSTRUMENTATION_ARENA", 64 << 20))
+ARENA_BYTES = settings.value("PROTON_INSTRUMENTATION_ARENA")
 """Device bytes the launches' buffers are cut from before a read (one sync per fill)."""
 ALIGN = 128
 """Triton (3.6 and 3.9) asks its profile allocator for this alignment."""

@@ -15,39 +15,23 @@ rank's file only, no merge).
 from __future__ import annotations
 
 import importlib.abc
-import os
 import pickle
 import sys
 from datetime import timedelta
 from typing import Any, Callable
 
-from .. import rank_merge
+from .. import rank_merge, settings
 from ..data.job import span
-from ..errors import ProtonError
-
-CHOICES = ("both", "job", "ranks")
 
 
 def rank_files() -> str:
-    """PROTON_RANK_FILES, checked."""
-    value = os.environ.get("PROTON_RANK_FILES", "both").strip().lower() or "both"
-    if value not in CHOICES:
-        raise ProtonError(f"PROTON_RANK_FILES={value!r} is not one of {', '.join(CHOICES)}; "
-                          "e.g. PROTON_RANK_FILES=job")
-    return value
+    """PROTON_RANK_FILES (settings.RANK_FILES; a bad one was said at start: the default)."""
+    return settings.value("PROTON_RANK_FILES")
 
 
 def timeout_s() -> float:
     """PROTON_MERGE_TIMEOUT: how long any one step of the merge may wait (default 30 s)."""
-    raw = os.environ.get("PROTON_MERGE_TIMEOUT", "30")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ProtonError(f"PROTON_MERGE_TIMEOUT={raw!r} is not a number of seconds; e.g. "
-                          "PROTON_MERGE_TIMEOUT=30") from None
-    if not value > 0:
-        raise ProtonError(f"PROTON_MERGE_TIMEOUT={raw!r} must be over 0 seconds")
-    return value
+    return settings.value("PROTON_MERGE_TIMEOUT")
 
 
 def in_use() -> bool:

@@ -679,8 +679,11 @@ class Profiler:
             key, members = session.merge or (self._merge_key(target), None)
             if members is not None and sorted(members) != list(range(who.world_size or 0)):
                 target = job.subset_path(target, members)  # not the whole job's file
-            ok, said = job_merge.merge(plain, cast(int, who.rank), lambda d: write(d, target),
-                                       key=key, members=members)
+            try:
+                ok, said = job_merge.merge(plain, cast(int, who.rank),
+                                           lambda d: write(d, target), key=key, members=members)
+            except Exception as exc:  # nothing in the merge may cost this rank its own file
+                ok, said = False, f"the merge failed ({type(exc).__name__}: {exc})"
             if merge_only:
                 session.merged_early = "ok" if ok else "failed"
                 if not ok:

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import cast
 
-from .. import api, report
+from .. import api, report, settings
 from ..data import writer
 from ..data.job import detect, ranked_path, span
 from ..errors import ProtonError
@@ -47,10 +47,10 @@ IDLE_TIMEOUT = 600.0
 """Seconds a client may stay silent between requests."""
 STEPS_TIMEOUT = 120.0
 """Seconds a --steps capture waits for its steps when the request does not say."""
-GRACE = float(os.environ.get("PROTON_CAPTURE_GRACE", 60.0))
+GRACE = settings.value("PROTON_CAPTURE_GRACE")
 """Seconds past a capture's asked-for duration after which the job stops it by itself
 (PROTON_CAPTURE_GRACE sets it)."""
-PHASE_TIMEOUT = float(os.environ.get("PROTON_CAPTURE_PHASE_TIMEOUT", 20.0))
+PHASE_TIMEOUT = settings.value("PROTON_CAPTURE_PHASE_TIMEOUT")
 """Seconds a capture's start or stop may take before it is abandoned (the write: three times
 that); PROTON_CAPTURE_PHASE_TIMEOUT sets it."""
 
@@ -676,6 +676,7 @@ def listen_from_environment() -> None:
         return
     _from_environment_tried = True
     if listen_asked():
+        settings.check()  # the job starts here: a bad setting said now, its default used
         value = os.environ[LISTEN_ENV]
         try:
             listen(value if value.startswith("tcp") else None)
