@@ -426,7 +426,7 @@ def _intra_events_39(intra: Sequence[WarpSpan], t0: int, who: str,
                 n = taken[launch] = taken.get(launch, -1) + 1
                 colors[launch, s.scope] = COLORS[n % len(COLORS)]
         lines: dict[int, int] = {}  # id(span) -> its line
-        warp, line_ends = -1, []
+        warp, line_ends = -1, list[float]()
         for s in sorted(scopes + same, key=lambda s: (s.warp, s.start_ns)):
             if s.warp != warp:
                 warp, line_ends = s.warp, []
