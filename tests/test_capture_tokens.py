@@ -3,8 +3,10 @@ no weak token, guesses slowed and logged, silent connections that cannot starve 
 a --steps capture whose client fell silent, a port out of range."""
 from __future__ import annotations
 
+import base64
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import time
 from test_capture_safety import NOBODY, as_nobody, needs_root, request, shared_tmp  # noqa: F401
 from test_service import JOB, TOKEN, WRONG, Job, capture, jobs, tcp_job  # noqa: F401
 
-from proton.service import gate, protocol
+from proton.service import gate, protocol, tokens
 
 
 def proton(folder, *args: str, env=None, timeout: int = 60) -> subprocess.CompletedProcess:
@@ -41,6 +43,31 @@ def test_a_weak_token_is_refused_by_the_job_and_by_the_capturer(tmp_path):
         client = proton(tmp_path, "capture", "--connect", "127.0.0.1:1",
                         env={"PROTON_TOKEN": token})
         assert client.returncode == 2 and "too weak" in client.stderr, client.stderr
+
+
+def test_repeated_and_evenly_stepping_tokens_are_rated_by_what_they_hold_and_refused(tmp_path):
+    """Issue 59, item 19: the length-times-alphabet estimate rated these 128 bits and more."""
+    weak = {"passwordpasswordpassword1": 56, "abc" * 43: 27, "abcdefghijklmnopqrstuvwxyz0123": 30,
+            "0123456789" * 4: 21, "ab" * 40 + "c": 25}
+    for token, about in weak.items():
+        assert round(tokens.bits(token)) == about, (token, tokens.bits(token))
+        (tmp_path / "job.py").write_text(JOB)
+        job = proton(tmp_path, "--listen-tcp", "0", "job.py", "1", env={"PROTON_TOKEN": token})
+        assert job.returncode == 2 and (
+            f"Error: cannot listen for captures: the token from PROTON_TOKEN is too weak (about "
+            f"{about} bits; 128 needed): e.g. PROTON_TOKEN=$(openssl rand -hex 16)\n"
+            in job.stderr), job.stderr
+        if token == "passwordpasswordpassword1":
+            break  # the command's line once; the rest by the rating itself
+
+
+def test_generated_tokens_all_pass_the_strength_check():
+    rng = random.Random(59)
+    made = [rng.getrandbits(128).to_bytes(16, "big") for _ in range(10_000)]
+    for raw in made:  # openssl rand -hex 16, -base64 16, python's token_urlsafe(16)
+        for token in (raw.hex(), raw.hex().upper(), base64.b64encode(raw).decode(),
+                      base64.urlsafe_b64encode(raw).decode().rstrip("=")):
+            assert tokens.bits(token) >= tokens.MIN_BITS, token
 
 
 def test_a_token_file_must_be_private_and_then_serves_both_sides(tmp_path, jobs):
