@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import hmac
 import os
 import select
 import socket
@@ -32,7 +31,7 @@ from ..options import parse_options
 from ..report import warn
 from ..runtime.profiler import profiler
 from . import tokens
-from .gate import HANDSHAKE, Gate
+from .gate import BAD_TOKEN, HANDSHAKE, Gate
 from .protocol import (LISTEN_ENV, MAX_MESSAGE, Lines, ProtocolError, check_request, encode,
                        leave_signals_to_the_main_thread, listen_asked, private_folder)
 
@@ -194,7 +193,7 @@ class Endpoint:
         if tcp is not None and not token:
             raise ProtonError(f"a TCP endpoint needs a token: set {tokens.TOKEN_ENV} or give "
                               f"--token-file FILE ({tokens.MAKE_ONE})")
-        self.token = token
+        self._digest = tokens.digest(token) if token else None
         folder, why = private_folder()
         if why:
             warn(f"{why}: listening in {folder} instead (`proton ps` and `proton capture` "
@@ -282,10 +281,7 @@ class Endpoint:
                 continue
             pause = 0.01
             if tcp:  # a slot once it proved the token; until then the gate bounds it
-                why = self._gate.admit(conn, str(address[0]))
-                if why is not None:
-                    _refuse(conn, why)
-                    continue
+                self._gate.admit(conn, str(address[0]))
                 # a peer that vanished (no FIN) is noticed, not waited on for ever
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             elif not slots.acquire(blocking=False):
@@ -333,7 +329,7 @@ class Endpoint:
 
     def _handshake(self, conn: socket.socket, lines: Lines) -> dict | None:
         """A TCP client's first request, if it carries the token within HANDSHAKE seconds;
-        else None, the client told why and its peer made to wait (gate.py)."""
+        else None, the client told why (a wrong token late: gate.py)."""
         try:
             message = lines.read(time.monotonic() + HANDSHAKE)
         except TimeoutError:
@@ -347,8 +343,8 @@ class Endpoint:
             if self._token_ok(message.get("token")):
                 self._gate.proved(conn)
                 return message
-            why = "bad or missing token"
-        self._gate.failed(conn, why, guess=why == "bad or missing token")
+            why = BAD_TOKEN
+        _hold(conn, self._gate.failed(conn, why, guess=why == BAD_TOKEN))
         _send(conn, {"ok": False, "error": why})
         return None
 
@@ -362,7 +358,7 @@ class Endpoint:
                 if message is None:
                     return
                 if tcp and not self._token_ok(message.get("token")):
-                    conn.sendall(encode({"ok": False, "error": "bad or missing token"}))
+                    conn.sendall(encode({"ok": False, "error": BAD_TOKEN}))
                     return
                 verb = check_request(message)["verb"]
             except ProtocolError as exc:
@@ -382,11 +378,7 @@ class Endpoint:
                 self._capture(conn, lines, message, tcp)
 
     def _token_ok(self, token) -> bool:
-        # bytes, not str: compare_digest refuses non-ASCII text, and JSON may carry a lone
-        # surrogate, which plain encode() refuses
-        return isinstance(token, str) and hmac.compare_digest(
-            token.encode("utf-8", "surrogatepass"),
-            cast(str, self.token).encode("utf-8", "surrogatepass"))  # set: TCP needs one
+        return isinstance(token, str) and tokens.matches(token, cast(bytes, self._digest))
 
     def status(self) -> dict:
         job = detect().fields()
@@ -569,6 +561,20 @@ def _wait_for_stop(conn: socket.socket, lines: Lines, finished) -> bool:
         _send(conn, {"ok": False, "error": "a capture is running on this connection; only "
                      "stop is accepted"})
     return False
+
+
+def _hold(conn: socket.socket, seconds: float) -> None:
+    """Wait `seconds` before answering `conn`, or less should it be pushed out (gate.py) or
+    hang up; what it sends meanwhile is dropped, so talking does not hasten the answer."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([conn], [], [], left)
+        if ready:
+            try:
+                if not conn.recv(MAX_MESSAGE):
+                    return
+            except OSError:
+                return
 
 
 def _refuse(conn: socket.socket, error: str) -> None:
