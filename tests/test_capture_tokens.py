@@ -15,7 +15,8 @@ import threading
 import time
 
 from test_capture_safety import NOBODY, as_nobody, needs_root, request, shared_tmp  # noqa: F401
-from test_service import JOB, TOKEN, WRONG, Job, capture, jobs, tcp_job  # noqa: F401
+from test_service import (JOB, TOKEN, WRONG, Job, capture, jobs, steps_in,  # noqa: F401
+                          tcp_job)
 
 from proton.service import gate, protocol, tokens
 
@@ -337,6 +338,51 @@ def test_roots_ps_and_capture_ask_nothing_of_a_socket_another_user_placed_for_a_
         assert cap.returncode == 1 and f"answered by pid {impostor.pid}" in cap.stderr, cap
         assert "\x1b" not in cap.stdout + cap.stderr
         assert not os.path.exists(leak), open(leak).read()  # root's folder was never sent
+    finally:
+        impostor.kill()
+        impostor.communicate()
+
+
+WITH_RUNTIME_ROOT = """
+import sys
+from proton.service import protocol
+protocol.RUNTIME_ROOT = sys.argv.pop(1)  # where this test's login sessions' folders are
+from proton.cli import main
+main()
+"""
+
+
+@needs_root
+def test_roots_capture_finds_the_job_past_a_socket_another_user_planted_for_its_pid(
+        tmp_path, shared_tmp, jobs, monkeypatch):
+    """Issue 59, item 16: uid 65534 squats the job's usual folder (so it listens in its
+    $XDG_RUNTIME_DIR, searched last) and binds `<job pid>.sock` in her own folder (searched
+    before it). On main root's capture stopped there ("not that job's socket, skipped")."""
+    as_nobody("mkdir", "-m", "755", os.path.join(shared_tmp, f"proton-{os.getuid()}"))
+    runtime = os.path.join(shared_tmp, "run", str(os.getuid()))
+    os.makedirs(runtime, mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)  # the job's, and where Job looks for it
+    jobs.append(job := Job(tmp_path, "--listen"))
+    assert job.socket == os.path.join(runtime, "proton", f"{job.pid}.sock")
+    folder = os.path.join(shared_tmp, f"proton-{NOBODY}")
+    as_nobody("mkdir", "-m", "700", folder)
+    leak = os.path.join(folder, "leak.json")
+    impostor = subprocess.Popen(["/usr/bin/python3", "-c", IMPOSTOR, folder, str(job.pid), leak],
+                                user=NOBODY, group=NOBODY, extra_groups=[], cwd="/",
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert impostor.stdout.readline() == "ready\n"
+        env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}  # root's shell
+        root = [sys.executable, "-c", WITH_RUNTIME_ROOT, os.path.join(shared_tmp, "run")]
+        cap = subprocess.run([*root, "capture", str(job.pid), "--duration", "0.3", "-n", "found"],
+                             capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        assert cap.returncode == 0, cap.stderr
+        assert cap.stdout == f"pid {job.pid}: wrote {tmp_path / 'found.hatchet'}\n"
+        assert steps_in(tmp_path / "found.hatchet") > 5
+        ps = subprocess.run([*root, "ps"], capture_output=True, text=True, timeout=60, env=env)
+        rows = [line for line in ps.stdout.splitlines() if line.startswith(f"{job.pid} ")]
+        assert len(rows) == 1 and "idle" in rows[0] and "job.py" in rows[0], ps.stdout
+        assert not os.path.exists(leak), open(leak).read()  # she was told nothing
     finally:
         impostor.kill()
         impostor.communicate()

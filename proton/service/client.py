@@ -11,7 +11,6 @@ import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import cast
 
 from ..data.job import alive
 from ..errors import ProtonError
@@ -24,7 +23,10 @@ class Target:
     """A listening job: its Unix socket, or a TCP address with the job's token."""
 
     pid: int | None
-    path: str | None = None
+    paths: list[str] = field(default_factory=list)
+    """Sockets named after the pid, in every folder searched: one is the job's, should it
+    listen; another user may have placed the others in her own folder (Connection tries
+    each)."""
     tcp: tuple[str, int] | None = None
     token: str | None = None
 
@@ -56,8 +58,9 @@ def _folders() -> list[str]:
 
 
 def listening() -> list[Target]:
-    """Every listening job of this user on this host (of every user, for root)."""
-    out = []
+    """Every listening job of this user on this host (of every user, for root), one target
+    per pid with each socket named after it."""
+    out: dict[int, Target] = {}
     mine = search_folders()
     for where in _folders():
         for path in sorted(glob.glob(os.path.join(glob.escape(where), "*.sock"))):
@@ -66,20 +69,19 @@ def listening() -> list[Target]:
                 continue
             pid = int(name)
             if alive(pid):
-                out.append(Target(pid, path))
+                out.setdefault(pid, Target(pid)).paths.append(path)
             elif where in mine:
                 try:
                     os.remove(path)  # the socket of a job that died without cleaning up
                 except OSError:
                     pass
-    return out
+    return list(out.values())
 
 
 def find(pid: int) -> Target:
-    for where in _folders():
-        path = os.path.join(where, f"{pid}.sock")
-        if os.path.exists(path):
-            return Target(pid, path)
+    paths = [p for where in _folders() if os.path.exists(p := os.path.join(where, f"{pid}.sock"))]
+    if paths:
+        return Target(pid, paths)
     if not alive(pid):
         raise ProtonError(f"no process {pid} on this host")
     raise ProtonError(f"process {pid} is not listening for captures (yours under "
@@ -104,14 +106,7 @@ class Connection:
         if target.tcp is not None:
             self.sock = socket.create_connection(target.tcp, timeout=timeout)
         else:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                self.sock.settimeout(timeout)
-                self.sock.connect(cast(str, target.path))  # a Unix socket's target
-                _check_peer(self.sock, target)
-            except BaseException:
-                self.sock.close()  # a stale socket's refusal leaves nothing open
-                raise
+            self.sock = _connect_unix(target, timeout)
         self.lines = Lines(self.sock)
 
     def send(self, message: dict) -> None:
@@ -131,6 +126,29 @@ class Connection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _connect_unix(target: Target, timeout: float) -> socket.socket:
+    """A connection to the first of the target's sockets that the job itself answers; the
+    others (stale, or another user's placed for its pid) are passed by, told nothing.
+
+    Raises:
+        OSError: none of them is the job's (the first one's reason, one line).
+    """
+    first: OSError | None = None
+    for path in target.paths:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            _check_peer(sock, target)
+            return sock
+        except OSError as exc:
+            sock.close()  # a stale socket's refusal leaves nothing open
+            first = first or exc
+    if first is None:
+        raise FileNotFoundError(errno.ENOENT, f"no socket of pid {target.pid}")
+    raise first
 
 
 def _check_peer(sock: socket.socket, target: Target) -> None:
