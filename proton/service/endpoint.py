@@ -6,21 +6,26 @@ capture asks. A capture runs as if the script had called start() and finalize() 
 duration (the client says when to stop), or for N iterations from the next `proton.step()`.
 Whatever a client sends, the job runs on: a bad request gets a one-line error, a client that
 goes away mid-capture gets its capture written anyway. A capture writes only where its
-capturer could: a Unix-socket client names a path it resolved in its own folder, a TCP client
-a file name inside the folder the job's owner chose (PROTON_CAPTURE_DIR, else the job's
-folder); and it never replaces a file this job did not write.
+capturer could: a Unix-socket client of the job's user names a path it resolved in its own
+folder; root, capturing another user's job, a file name, written in a folder of the job's own
+for root to take (it learns nothing of root's folder); a TCP client a file name inside the
+folder the job's owner chose (PROTON_CAPTURE_DIR, else the job's folder); and it never
+replaces a file this job did not write.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import os
 import select
 import socket
 import struct
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import cast
 
 from .. import api, report
@@ -186,6 +191,32 @@ def step() -> None:
         capture.boundary()
 
 
+@dataclass(slots=True)
+class Peer:
+    """Who is at the other end of a connection, which decides where its captures write."""
+
+    tcp: bool
+    other_user: bool = False
+    """Root, capturing a job of another user: it names a file only (see _capture_name)."""
+    outbox: str | None = None
+    """The job's folder for that user's captures (made at the first)."""
+    handed: list[str] = field(default_factory=list)
+    """Files there whose paths the capturer was sent: it has taken them by the time it hangs
+    up (a capture whose capturer went away stays, and the job's stderr names it)."""
+
+    def tidy(self) -> None:
+        """The connection ended: the files the capturer took are removed, and the folder
+        once empty."""
+        for path in self.handed:
+            if os.path.dirname(path) == self.outbox:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+                    written.remove(path)  # the capturer's now, not among the job's
+        if self.outbox is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.outbox)
+
+
 class Endpoint:
     """The job's listening sockets and the threads that serve them."""
 
@@ -298,12 +329,16 @@ class Endpoint:
     def _connection(self, conn: socket.socket, tcp: bool, slots: threading.Semaphore) -> None:
         report.hear_on_this_thread(None)  # a bad request here is told to its sender alone
         held = not tcp
+        peer = Peer(tcp)
         with conn:
             try:
-                if not tcp and not _peer_allowed(conn):
-                    conn.sendall(encode({"ok": False, "error": "permission denied: only this "
-                                         "job's user (or root) may capture it"}))
-                    return
+                if not tcp:
+                    uid = _peer_uid(conn)
+                    if not uid_allowed(uid):
+                        conn.sendall(encode({"ok": False, "error": "permission denied: only "
+                                             "this job's user (or root) may capture it"}))
+                        return
+                    peer.other_user = uid != os.getuid()
                 lines = Lines(conn)
                 first = self._handshake(conn, lines) if tcp else None
                 if tcp:
@@ -314,7 +349,7 @@ class Endpoint:
                         _send(conn, {"ok": False, "error": "too many connections to this job's "
                                      f"endpoint ({MAX_CONNECTIONS} at once); try again later"})
                         return
-                self._requests(conn, lines, tcp, first)
+                self._requests(conn, lines, peer, first)
             except OSError:
                 pass  # the client went away; nothing of it is kept
             except Exception as exc:  # a bug here must not reach the job
@@ -326,6 +361,7 @@ class Endpoint:
                     self._gate.gone(conn)
                 if held:
                     slots.release()
+                peer.tidy()
 
     def _handshake(self, conn: socket.socket, lines: Lines) -> dict | None:
         """A TCP client's first request, if it carries the token within HANDSHAKE seconds;
@@ -348,7 +384,7 @@ class Endpoint:
         _send(conn, {"ok": False, "error": why})
         return None
 
-    def _requests(self, conn: socket.socket, lines: Lines, tcp: bool,
+    def _requests(self, conn: socket.socket, lines: Lines, peer: Peer,
                   first: dict | None = None) -> None:
         """Serve requests until the client goes; `first`: one already read (and proved)."""
         conn.settimeout(IDLE_TIMEOUT)  # an idle client is dropped, not kept forever
@@ -357,7 +393,7 @@ class Endpoint:
                 message, first = (first, None) if first is not None else (lines.read(), None)
                 if message is None:
                     return
-                if tcp and not self._token_ok(message.get("token")):
+                if peer.tcp and not self._token_ok(message.get("token")):
                     conn.sendall(encode({"ok": False, "error": BAD_TOKEN}))
                     return
                 verb = check_request(message)["verb"]
@@ -375,7 +411,7 @@ class Endpoint:
                 conn.sendall(encode({"ok": False, "error": "no capture was started on this "
                                      "connection"}))
             else:
-                self._capture(conn, lines, message, tcp)
+                self._capture(conn, lines, message, peer)
 
     def _token_ok(self, token) -> bool:
         return isinstance(token, str) and tokens.matches(token, cast(bytes, self._digest))
@@ -387,7 +423,7 @@ class Endpoint:
                 "sessions": [s.path for s in list(profiler.sessions.values())],
                 **{k: job[k] for k in ("rank", "world_size", "local_rank", "host") if k in job}}
 
-    def _capture(self, conn: socket.socket, lines: Lines, request: dict, tcp: bool) -> None:
+    def _capture(self, conn: socket.socket, lines: Lines, request: dict, peer: Peer) -> None:
         if not self.busy.acquire(blocking=False):
             conn.sendall(encode({"ok": False, "error": "another capture is running in this "
                                  "job; wait for it to end"}))
@@ -395,10 +431,10 @@ class Endpoint:
         heard: list[str] = []  # what the job says during this capture goes back with the reply
         try:
             try:
-                options = self._capture_options(request, tcp)
+                options = self._capture_options(request, peer)
                 merge = _merge_of(request)
             except ProtonError as exc:
-                reply = {"ok": False, "error": str(exc)}
+                reply: dict = {"ok": False, "error": str(exc)}
             else:
                 report.heard = heard
                 report.hear_on_this_thread(heard)
@@ -413,9 +449,10 @@ class Endpoint:
             report.hear_on_this_thread(None)
             self.state = "idle"
             self.busy.release()  # before the reply: a capture right after this one may start
-        _send(conn, {**reply, "warnings": heard})
+        if _send(conn, {**reply, "warnings": heard}) and peer.outbox is not None:
+            peer.handed += reply.get("paths", [])  # the capturer takes them from here
 
-    def _capture_options(self, request: dict, tcp: bool) -> dict:
+    def _capture_options(self, request: dict, peer: Peer) -> dict:
         """start()'s options for the capture `request` asks, its file's path checked.
 
         Raises:
@@ -426,22 +463,32 @@ class Endpoint:
             raise ProtonError(f"a session is already recording ({paths}); capture --snapshot "
                               "writes it as it stands")
         options = {k: request[k] for k in ("context", "data", "mode", "hook") if k in request}
-        options["name"] = self._capture_name(request.get("name"), tcp)
+        options["name"] = self._capture_name(request.get("name"), peer)
         target = ranked_path(parse_options(**options).path, detect())
         if os.path.lexists(target) and not writer.wrote(target):
             raise ProtonError(f"{target} exists and this job did not write it; give another "
                               "name or remove it")
         return options
 
-    def _capture_name(self, name, tcp: bool) -> str:
+    def _capture_name(self, name, peer: Peer) -> str:
         """The capture's profile name as a path: over TCP a file name inside capture_dir;
-        over the Unix socket the absolute path the capturer resolved in its own folder."""
-        if tcp:
+        from another user (root) a file name inside a folder of the job's own, from which the
+        capturer takes the file (it tells the job nothing of its own folder); from the job's
+        user the absolute path it resolved in its own folder."""
+        if peer.tcp or peer.other_user:
             name = "capture" if name is None else name
             if not name or "/" in name or "\0" in name or name in (".", ".."):
-                raise ProtonError(f"name {name!r:.80}: over TCP a capture names a file, which the "
-                                  f"job writes in {self.capture_dir} ({CAPTURE_DIR_ENV})")
-            return os.path.join(self.capture_dir, name)
+                where = (f"which the job writes in {self.capture_dir} ({CAPTURE_DIR_ENV})"
+                         if peer.tcp else "which the job writes in a folder of its own for "
+                         "the capturer to take")
+                raise ProtonError(f"name {name!r:.80}: "
+                                  f"{'over TCP' if peer.tcp else 'from another user'} a capture "
+                                  f"names a file, {where}")
+            if peer.tcp:
+                return os.path.join(self.capture_dir, name)
+            if peer.outbox is None:  # private: the job's socket folder is
+                peer.outbox = tempfile.mkdtemp(prefix="captures-", dir=os.path.dirname(self.path))
+            return os.path.join(peer.outbox, name)
         if not isinstance(name, str) or not os.path.isabs(name) or "\0" in name \
                 or ".." in name.split(os.sep):
             raise ProtonError(f"name {name!r:.80}: a capture names an absolute path without '..' "
@@ -607,11 +654,10 @@ def _snapshot() -> dict:
         return {"ok": False, "error": str(exc)}
 
 
-def _peer_allowed(conn: socket.socket) -> bool:
-    """The peer runs as this job's user, or as root."""
+def _peer_uid(conn: socket.socket) -> int:
+    """The user the process at the other end of a Unix socket runs as."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    return uid_allowed(uid)
+    return struct.unpack("3i", creds)[1]
 
 
 def uid_allowed(uid: int, own: int | None = None) -> bool:
