@@ -307,7 +307,7 @@ def test_bad_requests_each_get_their_own_error_and_no_capturer_hears_of_them(tmp
     said = [line for line in job_err.splitlines() if "capture endpoint" in line]
     # a bad token is the one thing the job logs (a guess at it); the rest is the sender's alone
     assert "Traceback" not in job_err and len(said) == 1, job_err
-    assert "bad or missing token from 127.0.0.1 (1 in a row)" in said[0], said
+    assert "bad or missing token from 127.0.0.1 (1 so far)" in said[0], said
 
 
 # 11. Back-to-back captures ----------------------------------------------------------------------

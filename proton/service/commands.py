@@ -81,17 +81,7 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
     except ProtonError as exc:
         raise click.UsageError(str(exc)) from None
     if snapshot:
-        failed = 0
-        for target in targets:
-            reply = _ask(target, {"verb": "snapshot"})
-            if reply.get("ok") is True and isinstance(reply.get("paths"), list):
-                for path in reply["paths"]:
-                    click.echo(f"{target}: wrote {printable(path, MAX_MESSAGE)}")
-            else:
-                failed += 1
-                click.echo(f"{target}: {printable(reply.get('error', 'bad answer'), MAX_MESSAGE)}",
-                           err=True)
-        sys.exit(1 if failed else 0)
+        sys.exit(_report([_snapshot(target) for target in targets]))
     options = {"context": context, "data": data, "mode": mode, "hook": hook}
     statuses = client.statuses(targets) if len(targets) > 1 else [None] * len(targets)
     names = []
@@ -108,23 +98,32 @@ def capture(pids, every, duration, steps, snapshot, name, context, data, mode, h
     click.echo(f"capturing {what} of {len(targets)} job{'s' * (len(targets) > 1)}...", err=True)
     outcomes = client.capture(targets, options, names, duration=duration or 5.0, steps=steps,
                               timeout=timeout)
+    failed = _report(outcomes)
+    starts = [o.started for o in outcomes if o.started is not None and not o.error]
+    if len(starts) > 1:
+        click.echo(f"started within {(max(starts) - min(starts)) * 1e3:.1f} ms of each other "
+                   f"({len(starts)} jobs)", err=True)
+    sys.exit(failed)
+
+
+def _report(outcomes: list[client.Outcome]) -> int:
+    """Each outcome's lines: what the job said and what went wrong (stderr), each file
+    written as checked (stdout); 1 when any failed, else 0."""
     failed = 0
     for outcome in outcomes:
         for warning in outcome.warnings:
             click.echo(f"{outcome.target}: the job said: {warning}", err=True)
+        for note in outcome.notes:
+            click.echo(f"{outcome.target}: {printable(note, MAX_MESSAGE)}", err=True)
         if outcome.error:
-            failed += 1
+            failed = 1
             click.echo(f"{outcome.target}: {outcome.error}", err=True)
         for path in outcome.paths:
             note = " (stopped before its last step)" if outcome.partial else ""
             if path in outcome.merged:
                 note += f" (ranks {outcome.merged[path]} merged)"
             click.echo(f"{outcome.target}: wrote {path}{note}")
-    starts = [o.started for o in outcomes if o.started is not None and not o.error]
-    if len(starts) > 1:
-        click.echo(f"started within {(max(starts) - min(starts)) * 1e3:.1f} ms of each other "
-                   f"({len(starts)} jobs)", err=True)
-    sys.exit(1 if failed else 0)
+    return failed
 
 
 def _merge_request(statuses: list) -> dict | None:
@@ -167,12 +166,12 @@ def _targets(pids, every: bool, connect, token) -> list[client.Target]:
     return targets
 
 
-def _ask(target, message: dict) -> dict:
+def _snapshot(target: client.Target) -> client.Outcome:
     try:
-        reply = client.ask(target, message)
+        return client.snapshot(target)
     except (OSError, ProtocolError) as exc:
-        return {"ok": False, "error": f"cannot reach it: {getattr(exc, 'strerror', '') or exc}"}
-    return reply if isinstance(reply, dict) else {"ok": False, "error": "bad answer"}
+        return client.Outcome(target, error="cannot reach it: "
+                              f"{printable(getattr(exc, 'strerror', '') or exc, MAX_MESSAGE)}")
 
 
 @click.command("ps", context_settings={"help_option_names": ["-h", "--help"]})

@@ -6,22 +6,26 @@ capture asks. A capture runs as if the script had called start() and finalize() 
 duration (the client says when to stop), or for N iterations from the next `proton.step()`.
 Whatever a client sends, the job runs on: a bad request gets a one-line error, a client that
 goes away mid-capture gets its capture written anyway. A capture writes only where its
-capturer could: a Unix-socket client names a path it resolved in its own folder, a TCP client
-a file name inside the folder the job's owner chose (PROTON_CAPTURE_DIR, else the job's
-folder); and it never replaces a file this job did not write.
+capturer could: a Unix-socket client of the job's user names a path it resolved in its own
+folder; root, capturing another user's job, a file name, written in a folder of the job's own
+for root to take (it learns nothing of root's folder); a TCP client a file name inside the
+folder the job's owner chose (PROTON_CAPTURE_DIR, else the job's folder); and it never
+replaces a file this job did not write.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
-import hmac
 import os
 import select
 import socket
 import struct
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import cast
 
 from .. import api, report, settings
@@ -32,7 +36,7 @@ from ..options import parse_options
 from ..report import warn
 from ..runtime.profiler import profiler
 from . import tokens
-from .gate import HANDSHAKE, Gate
+from .gate import BAD_TOKEN, HANDSHAKE, Gate
 from .protocol import (LISTEN_ENV, MAX_MESSAGE, Lines, ProtocolError, check_request, encode,
                        leave_signals_to_the_main_thread, listen_asked, private_folder)
 
@@ -187,6 +191,32 @@ def step() -> None:
         capture.boundary()
 
 
+@dataclass(slots=True)
+class Peer:
+    """Who is at the other end of a connection, which decides where its captures write."""
+
+    tcp: bool
+    other_user: bool = False
+    """Root, capturing a job of another user: it names a file only (see _capture_name)."""
+    outbox: str | None = None
+    """The job's folder for that user's captures (made at the first)."""
+    handed: list[str] = field(default_factory=list)
+    """Files there whose paths the capturer was sent: it has taken them by the time it hangs
+    up (a capture whose capturer went away stays, and the job's stderr names it)."""
+
+    def tidy(self) -> None:
+        """The connection ended: the files the capturer took are removed, and the folder
+        once empty."""
+        for path in self.handed:
+            if os.path.dirname(path) == self.outbox:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+                    written.remove(path)  # the capturer's now, not among the job's
+        if self.outbox is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.outbox)
+
+
 class Endpoint:
     """The job's listening sockets and the threads that serve them."""
 
@@ -194,7 +224,7 @@ class Endpoint:
         if tcp is not None and not token:
             raise ProtonError(f"a TCP endpoint needs a token: set {tokens.TOKEN_ENV} or give "
                               f"--token-file FILE ({tokens.MAKE_ONE})")
-        self.token = token
+        self._digest = tokens.digest(token) if token else None
         folder, why = private_folder()
         if why:
             warn(f"{why}: listening in {folder} instead (`proton ps` and `proton capture` "
@@ -282,10 +312,7 @@ class Endpoint:
                 continue
             pause = 0.01
             if tcp:  # a slot once it proved the token; until then the gate bounds it
-                why = self._gate.admit(conn, str(address[0]))
-                if why is not None:
-                    _refuse(conn, why)
-                    continue
+                self._gate.admit(conn, str(address[0]))
                 # a peer that vanished (no FIN) is noticed, not waited on for ever
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             elif not slots.acquire(blocking=False):
@@ -302,12 +329,16 @@ class Endpoint:
     def _connection(self, conn: socket.socket, tcp: bool, slots: threading.Semaphore) -> None:
         report.hear_on_this_thread(None)  # a bad request here is told to its sender alone
         held = not tcp
+        peer = Peer(tcp)
         with conn:
             try:
-                if not tcp and not _peer_allowed(conn):
-                    conn.sendall(encode({"ok": False, "error": "permission denied: only this "
-                                         "job's user (or root) may capture it"}))
-                    return
+                if not tcp:
+                    uid = _peer_uid(conn)
+                    if not uid_allowed(uid):
+                        conn.sendall(encode({"ok": False, "error": "permission denied: only "
+                                             "this job's user (or root) may capture it"}))
+                        return
+                    peer.other_user = uid != os.getuid()
                 lines = Lines(conn)
                 first = self._handshake(conn, lines) if tcp else None
                 if tcp:
@@ -318,7 +349,7 @@ class Endpoint:
                         _send(conn, {"ok": False, "error": "too many connections to this job's "
                                      f"endpoint ({MAX_CONNECTIONS} at once); try again later"})
                         return
-                self._requests(conn, lines, tcp, first)
+                self._requests(conn, lines, peer, first)
             except OSError:
                 pass  # the client went away; nothing of it is kept
             except Exception as exc:  # a bug here must not reach the job
@@ -330,10 +361,11 @@ class Endpoint:
                     self._gate.gone(conn)
                 if held:
                     slots.release()
+                peer.tidy()
 
     def _handshake(self, conn: socket.socket, lines: Lines) -> dict | None:
         """A TCP client's first request, if it carries the token within HANDSHAKE seconds;
-        else None, the client told why and its peer made to wait (gate.py)."""
+        else None, the client told why (a wrong token late: gate.py)."""
         try:
             message = lines.read(time.monotonic() + HANDSHAKE)
         except TimeoutError:
@@ -347,12 +379,12 @@ class Endpoint:
             if self._token_ok(message.get("token")):
                 self._gate.proved(conn)
                 return message
-            why = "bad or missing token"
-        self._gate.failed(conn, why, guess=why == "bad or missing token")
+            why = BAD_TOKEN
+        _hold(conn, self._gate.failed(conn, why, guess=why == BAD_TOKEN))
         _send(conn, {"ok": False, "error": why})
         return None
 
-    def _requests(self, conn: socket.socket, lines: Lines, tcp: bool,
+    def _requests(self, conn: socket.socket, lines: Lines, peer: Peer,
                   first: dict | None = None) -> None:
         """Serve requests until the client goes; `first`: one already read (and proved)."""
         conn.settimeout(IDLE_TIMEOUT)  # an idle client is dropped, not kept forever
@@ -361,8 +393,8 @@ class Endpoint:
                 message, first = (first, None) if first is not None else (lines.read(), None)
                 if message is None:
                     return
-                if tcp and not self._token_ok(message.get("token")):
-                    conn.sendall(encode({"ok": False, "error": "bad or missing token"}))
+                if peer.tcp and not self._token_ok(message.get("token")):
+                    conn.sendall(encode({"ok": False, "error": BAD_TOKEN}))
                     return
                 verb = check_request(message)["verb"]
             except ProtocolError as exc:
@@ -379,14 +411,10 @@ class Endpoint:
                 conn.sendall(encode({"ok": False, "error": "no capture was started on this "
                                      "connection"}))
             else:
-                self._capture(conn, lines, message, tcp)
+                self._capture(conn, lines, message, peer)
 
     def _token_ok(self, token) -> bool:
-        # bytes, not str: compare_digest refuses non-ASCII text, and JSON may carry a lone
-        # surrogate, which plain encode() refuses
-        return isinstance(token, str) and hmac.compare_digest(
-            token.encode("utf-8", "surrogatepass"),
-            cast(str, self.token).encode("utf-8", "surrogatepass"))  # set: TCP needs one
+        return isinstance(token, str) and tokens.matches(token, cast(bytes, self._digest))
 
     def status(self) -> dict:
         job = detect().fields()
@@ -395,7 +423,7 @@ class Endpoint:
                 "sessions": [s.path for s in list(profiler.sessions.values())],
                 **{k: job[k] for k in ("rank", "world_size", "local_rank", "host") if k in job}}
 
-    def _capture(self, conn: socket.socket, lines: Lines, request: dict, tcp: bool) -> None:
+    def _capture(self, conn: socket.socket, lines: Lines, request: dict, peer: Peer) -> None:
         if not self.busy.acquire(blocking=False):
             conn.sendall(encode({"ok": False, "error": "another capture is running in this "
                                  "job; wait for it to end"}))
@@ -403,10 +431,10 @@ class Endpoint:
         heard: list[str] = []  # what the job says during this capture goes back with the reply
         try:
             try:
-                options = self._capture_options(request, tcp)
+                options = self._capture_options(request, peer)
                 merge = _merge_of(request)
             except ProtonError as exc:
-                reply = {"ok": False, "error": str(exc)}
+                reply: dict = {"ok": False, "error": str(exc)}
             else:
                 report.heard = heard
                 report.hear_on_this_thread(heard)
@@ -421,9 +449,10 @@ class Endpoint:
             report.hear_on_this_thread(None)
             self.state = "idle"
             self.busy.release()  # before the reply: a capture right after this one may start
-        _send(conn, {**reply, "warnings": heard})
+        if _send(conn, {**reply, "warnings": heard}) and peer.outbox is not None:
+            peer.handed += reply.get("paths", [])  # the capturer takes them from here
 
-    def _capture_options(self, request: dict, tcp: bool) -> dict:
+    def _capture_options(self, request: dict, peer: Peer) -> dict:
         """start()'s options for the capture `request` asks, its file's path checked.
 
         Raises:
@@ -434,22 +463,32 @@ class Endpoint:
             raise ProtonError(f"a session is already recording ({paths}); capture --snapshot "
                               "writes it as it stands")
         options = {k: request[k] for k in ("context", "data", "mode", "hook") if k in request}
-        options["name"] = self._capture_name(request.get("name"), tcp)
+        options["name"] = self._capture_name(request.get("name"), peer)
         target = ranked_path(parse_options(**options).path, detect())
         if os.path.lexists(target) and not writer.wrote(target):
             raise ProtonError(f"{target} exists and this job did not write it; give another "
                               "name or remove it")
         return options
 
-    def _capture_name(self, name, tcp: bool) -> str:
+    def _capture_name(self, name, peer: Peer) -> str:
         """The capture's profile name as a path: over TCP a file name inside capture_dir;
-        over the Unix socket the absolute path the capturer resolved in its own folder."""
-        if tcp:
+        from another user (root) a file name inside a folder of the job's own, from which the
+        capturer takes the file (it tells the job nothing of its own folder); from the job's
+        user the absolute path it resolved in its own folder."""
+        if peer.tcp or peer.other_user:
             name = "capture" if name is None else name
             if not name or "/" in name or "\0" in name or name in (".", ".."):
-                raise ProtonError(f"name {name!r:.80}: over TCP a capture names a file, which the "
-                                  f"job writes in {self.capture_dir} ({CAPTURE_DIR_ENV})")
-            return os.path.join(self.capture_dir, name)
+                where = (f"which the job writes in {self.capture_dir} ({CAPTURE_DIR_ENV})"
+                         if peer.tcp else "which the job writes in a folder of its own for "
+                         "the capturer to take")
+                raise ProtonError(f"name {name!r:.80}: "
+                                  f"{'over TCP' if peer.tcp else 'from another user'} a capture "
+                                  f"names a file, {where}")
+            if peer.tcp:
+                return os.path.join(self.capture_dir, name)
+            if peer.outbox is None:  # private: the job's socket folder is
+                peer.outbox = tempfile.mkdtemp(prefix="captures-", dir=os.path.dirname(self.path))
+            return os.path.join(peer.outbox, name)
         if not isinstance(name, str) or not os.path.isabs(name) or "\0" in name \
                 or ".." in name.split(os.sep):
             raise ProtonError(f"name {name!r:.80}: a capture names an absolute path without '..' "
@@ -571,6 +610,20 @@ def _wait_for_stop(conn: socket.socket, lines: Lines, finished) -> bool:
     return False
 
 
+def _hold(conn: socket.socket, seconds: float) -> None:
+    """Wait `seconds` before answering `conn`, or less should it be pushed out (gate.py) or
+    hang up; what it sends meanwhile is dropped, so talking does not hasten the answer."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([conn], [], [], left)
+        if ready:
+            try:
+                if not conn.recv(MAX_MESSAGE):
+                    return
+            except OSError:
+                return
+
+
 def _refuse(conn: socket.socket, error: str) -> None:
     """One line to a connection not served, then close it; never blocks the accept loop."""
     with conn:
@@ -601,11 +654,10 @@ def _snapshot() -> dict:
         return {"ok": False, "error": str(exc)}
 
 
-def _peer_allowed(conn: socket.socket) -> bool:
-    """The peer runs as this job's user, or as root."""
+def _peer_uid(conn: socket.socket) -> int:
+    """The user the process at the other end of a Unix socket runs as."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    return uid_allowed(uid)
+    return struct.unpack("3i", creds)[1]
 
 
 def uid_allowed(uid: int, own: int | None = None) -> bool:

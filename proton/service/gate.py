@@ -3,10 +3,15 @@
 A client that has not proved the token yet is "pending": it has HANDSHAKE seconds to do so.
 Pending connections are bounded per peer address (PER_PEER) and in all (MAX_PENDING); a new
 one pushes out the oldest of its peer's, else the oldest of all, so a flood of silent
-connections cannot keep a real client, which sends its token at once, from being heard. A
-peer that sent a bad token waits, doubling with each one up to MAX_WAIT seconds, before it is
-heard again (guessing is slow), and the job's stderr says so at its 1st, 2nd, 4th, 8th...
-bad token. Proving the token clears a peer's record.
+connections cannot keep a real client, which sends its token at once, from being heard.
+
+Every token is checked, in constant time, whoever sends it: a right one is let in at once,
+so a guesser sharing an address with the job's owner (every local user is 127.0.0.1) cannot
+lock the owner out. A wrong one is answered late: after the waits its peer's earlier wrong
+tokens set, doubling from FIRST_WAIT up to MAX_WAIT, while the connection stays pending (so
+held answers are bounded too, and a newer connection pushes them out). That slows a guesser
+who waits for each answer; one who does not is bounded by the token's strength (tokens.py).
+The job's stderr says so at a peer's 1st, 2nd, 4th, 8th... wrong token.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ FIRST_WAIT = 0.25
 MAX_WAIT = 60.0
 MAX_PEERS = 4096
 """Failure records kept at most (the oldest go first): memory stays bounded."""
+BAD_TOKEN = "bad or missing token"
 
 
 class Gate:
@@ -33,60 +39,70 @@ class Gate:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[socket.socket, str] = {}  # oldest first
-        self._failures: dict[str, tuple[int, float]] = {}  # peer -> (count, heard again at)
+        self._guessed: set[socket.socket] = set()  # pending, their wrong answer held back
+        self._failures: dict[str, tuple[int, float]] = {}  # peer -> (count, waits end at)
 
-    def admit(self, conn: socket.socket, peer: str) -> str | None:
-        """None when `conn` may now try to prove the token, else why not (one line)."""
-        now = time.monotonic()
+    def admit(self, conn: socket.socket, peer: str) -> None:
+        """`conn` may now try to prove the token (it pushes out an older pending one when
+        its peer's, or all, are at their bound)."""
         with self._lock:
-            count, until = self._failures.get(peer, (0, 0.0))
-            if now < until:
-                return (f"{count} bad tokens from {peer}; try again in {until - now:.1f} s "
-                        "with the job's token")
             mine = [c for c, p in self._pending.items() if p == peer]
             if len(mine) >= PER_PEER or len(self._pending) >= MAX_PENDING:
                 oldest = mine[0] if len(mine) >= PER_PEER else next(iter(self._pending))
                 del self._pending[oldest]
-                _push_out(oldest)
+                _push_out(oldest, BAD_ANSWER if oldest in self._guessed else PUSHED_OUT)
+                self._guessed.discard(oldest)
             self._pending[conn] = peer
-        return None
 
     def proved(self, conn: socket.socket) -> None:
+        """`conn` sent the right token (its peer's record stays: another user may share the
+        address)."""
         with self._lock:
-            peer = self._pending.pop(conn, None)
-            if peer is not None:
-                self._failures.pop(peer, None)
+            self._pending.pop(conn, None)
 
-    def failed(self, conn: socket.socket, why: str, guess: bool) -> None:
-        """`conn` did not prove the token; a `guess` (a bad token, not silence) makes its
-        peer wait before it is heard again."""
+    def failed(self, conn: socket.socket, why: str, guess: bool) -> float:
+        """`conn` did not prove the token; for a `guess` (a wrong token, not silence), the
+        seconds its answer is held back: until its peer's earlier waits end. It stays
+        pending meanwhile; call gone() after."""
+        now = time.monotonic()
         with self._lock:
-            peer = self._pending.pop(conn, None)
+            peer = self._pending.get(conn)
             if peer is None or not guess:
-                return  # pushed out, or silent: the pending bounds take care of it
-            count = self._failures.pop(peer, (0, 0.0))[0] + 1
+                self._pending.pop(conn, None)
+                return 0.0  # pushed out, or silent: the pending bounds take care of it
+            count, until = self._failures.pop(peer, (0, 0.0))
+            if now > until + MAX_WAIT:
+                count, until = 0, now  # quiet for long: forgiven
+            count += 1
             wait = min(FIRST_WAIT * 2 ** (count - 1), MAX_WAIT)
-            self._failures[peer] = (count, time.monotonic() + wait)
+            hold = max(0.0, until - now)
+            self._failures[peer] = (count, now + hold + wait)
+            self._guessed.add(conn)
             while len(self._failures) > MAX_PEERS:
                 del self._failures[next(iter(self._failures))]
         if count & (count - 1) == 0:  # 1, 2, 4, 8...: said, but never a flood of lines
-            warn(f"capture endpoint: {why} from {peer} ({count} in a row); it is not heard "
-                 f"for {wait:g} s")
+            warn(f"capture endpoint: {why} from {peer} ({count} so far); its next wrong token "
+                 f"is answered {wait:g} s late (a right one at once)")
+        return hold
 
     def gone(self, conn: socket.socket) -> None:
         with self._lock:
             self._pending.pop(conn, None)
+            self._guessed.discard(conn)
 
 
 PUSHED_OUT = encode({"ok": False, "error": "pushed out by newer connections before it sent "
                      "the token; send it at once"})
 
 
-def _push_out(conn: socket.socket) -> None:
-    """Tell `conn` why and wake the thread reading it (it sees the end of the stream),
-    without closing the descriptor under it."""
+BAD_ANSWER = encode({"ok": False, "error": BAD_TOKEN})
+
+
+def _push_out(conn: socket.socket, answer: bytes) -> None:
+    """Tell `conn` why and wake the thread reading it, or holding its answer back (it sees
+    the end of the stream), without closing the descriptor under it."""
     try:
-        conn.send(PUSHED_OUT, socket.MSG_DONTWAIT)
+        conn.send(answer, socket.MSG_DONTWAIT)
     except OSError:
         pass
     try:

@@ -18,7 +18,10 @@ A message is one line of JSON (an object) of at most MAX_MESSAGE bytes. Requests
     {"verb": "stop"}                  (on the connection that started the capture)
     {"verb": "snapshot"}
 each with "token" over TCP. A start's name is, on the Unix socket, an absolute path the client
-resolved in its own folder; over TCP a file name in the job's PROTON_CAPTURE_DIR. Every reply
+resolved in its own folder (from root to another user's job: a file name, in a folder of the
+job's own, which root takes the file from); over TCP a file name in the job's
+PROTON_CAPTURE_DIR. The paths a reply names are claims: the client reports only those it
+checked (client.py). Every reply
 has "ok"; a failed one has "error", one line. A start is answered when it starts ("started",
 "path") or is armed for steps ("armed", "path": where it will write), then with "paths" written
 and "warnings", what the job said meanwhile.
@@ -266,7 +269,7 @@ def check_status(reply: dict, pid: int | None = None) -> Status:
     wrong type, or the pid that is not the socket's (`pid`, when known).
 
     Usage:
-        status = check_status(client.ask(target, {"verb": "status"}), target.pid)
+        status = check_status(reply, target.pid)  # reply: the job's answer to a status
     """
     if reply.get("ok") is not True:
         raise ProtocolError(f"it answered: {printable(reply.get('error', 'not ok'))}")

@@ -2,11 +2,14 @@
 
 A token on a command line is readable by every user of the host (/proc/PID/cmdline), so it
 comes from the environment (PROTON_TOKEN) or from a file only its owner may read
-(--token-file). A token must carry at least MIN_BITS of entropy as estimated from its length
-and alphabet: a 4-digit token falls to a loopback client in about a second.
+(--token-file). A token must carry at least MIN_BITS of entropy as estimated from its length, its alphabet and
+its repeats (bits): a 4-digit token falls to a loopback client in about a second, and a right
+token is always let in at once (gate.py), so its strength is the only bound on guessing.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 import os
 import stat
@@ -23,16 +26,65 @@ ON_COMMAND_LINE = ("--token on the command line is readable by every user of thi
                    f"(/proc/PID/cmdline); set {TOKEN_ENV} or give --token-file FILE (mode 0600)")
 
 
+CLASSES = (string.digits, string.hexdigits.lower(), string.hexdigits.upper(),
+           string.ascii_lowercase + string.digits, string.ascii_uppercase + string.digits,
+           string.ascii_letters + string.digits + "+/=-_")
+"""The usual alphabets of generated tokens, smallest first (any other: the 95 printable)."""
+RUN = 8
+"""Characters from which a stretch that repeats earlier text, or steps evenly (aaaaaaaa,
+abcdefgh, 13579bdf), counts as one choice: in a random token of 32 hex characters such a
+stretch comes less than once in 500,000 tokens; in `passwordpassword` every time."""
+
+
 def bits(token: str) -> float:
-    """Entropy estimate: length x log2 of the smallest usual alphabet that holds every
-    character (a token of one or two distinct characters: none)."""
-    classes = [string.digits, string.hexdigits.lower(), string.hexdigits.upper(),
-               string.ascii_lowercase + string.digits, string.ascii_uppercase + string.digits,
-               string.ascii_letters + string.digits + "+/=-_"]
-    size = next((len(set(c)) for c in classes if set(token) <= set(c)), 95)
-    if len(set(token)) <= 2:
+    """Entropy estimate: each character costs log2 of the smallest usual alphabet that holds
+    them all (of the characters used, when they are fewer than an eighth of it: `abcab...`
+    is drawn from 3, not from 36), except that a stretch of RUN or more that repeats earlier
+    text or steps evenly costs only where and how long it is. So `passwordpasswordpassword1`
+    rates about 56 bits, not 129, and a generated token its full length x alphabet."""
+    size = next((len(set(c)) for c in CLASSES if set(token) <= set(c)), 95)
+    used = len(set(token))
+    if used < size / 8:
+        size = used
+    if size <= 1:
         return 0.0
-    return len(token) * math.log2(size)
+    per_character, per_run = math.log2(size), 2 * math.log2(max(len(token), 2))
+    total, at = 0.0, 0
+    while at < len(token):
+        run = _structured_run(token, at)
+        total += per_run if run else per_character
+        at += run or 1
+    return total
+
+
+def _structured_run(token: str, at: int) -> int:
+    """The length of the stretch from `at` that repeats earlier text (overlapping it, as in
+    abcabcabc) or steps evenly, when it is RUN or longer; else 0."""
+    if at + RUN > len(token):
+        return 0
+    source = token.find(token[at:at + RUN], 0, at + RUN - 1)  # starts before `at`
+    if source >= 0:
+        length = RUN
+        while at + length < len(token) and token[source + length] == token[at + length]:
+            length += 1
+        return length
+    step = ord(token[at + 1]) - ord(token[at])
+    length = 2
+    while at + length < len(token) and \
+            ord(token[at + length]) - ord(token[at + length - 1]) == step:
+        length += 1
+    return length if length >= RUN else 0
+
+
+def digest(token: str) -> bytes:
+    """What a token is compared by: equal-length digests make the comparison take the same
+    time whatever is sent (compare_digest alone returns early on a length that differs)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()  # a lone surrogate
+
+
+def matches(token: str, expected: bytes) -> bool:
+    """`token` is the one whose digest() is `expected`, compared in constant time."""
+    return hmac.compare_digest(digest(token), expected)
 
 
 def check(token: str, where: str) -> str:
