@@ -379,24 +379,28 @@ def _copy_beside(source, path: str, conn: Connection, notes: list[str]) -> str:
 
 
 def _copy_to_free_name(source, path: str, pid: int, notes: list[str]) -> str:
-    f, tmp = files.create_beside(path, binary=True)  # a name no one placed
-    try:
-        with f:
-            shutil.copyfileobj(source, f)
-        first = pid_path(path, pid)
-        stem, ext = os.path.splitext(first)
-        for n in range(100):
-            name = path if n == 0 else first if n == 1 else f"{stem}.{n - 1}{ext}"
-            try:
-                os.link(tmp, name)  # creates `name` only where nothing is
-            except FileExistsError:
-                continue
-            if n:
-                notes.append(f"{path} exists; wrote {name} instead")
-            return name
-        raise FileExistsError(errno.EEXIST, "no free name beside it", path)
-    finally:
-        os.remove(tmp)
+    """Copy `source` to `path`, or beside it where that is taken (NAME.pid<PID>, then
+    NAME.pid<PID>.N): a hard link of a finished temporary file, which never replaces."""
+    with files.Folder(os.path.dirname(path)) as folder:
+        base = os.path.basename(path)
+        f, tmp = files.create_beside(folder, base, binary=True)  # a name no one placed
+        try:
+            with f:
+                shutil.copyfileobj(source, f)
+            first = os.path.basename(pid_path(path, pid))
+            stem, ext = os.path.splitext(first)
+            for n in range(100):
+                name = base if n == 0 else first if n == 1 else f"{stem}.{n - 1}{ext}"
+                try:
+                    folder.link(tmp, name)  # creates `name` only where nothing is
+                except FileExistsError:
+                    continue
+                if n:
+                    notes.append(f"{path} exists; wrote {folder.name(name)} instead")
+                return folder.name(name)
+            raise FileExistsError(errno.EEXIST, "no free name beside it", path)
+        finally:
+            folder.remove(tmp)
 
 
 def snapshot(target: Target, timeout: float = 10.0) -> Outcome:
