@@ -25,6 +25,7 @@ from .. import rank_merge
 from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TREE_EXTENSION
 from .derive import Column, derive, is_fact, linear
 from .errors import ViewerError, listing
+from .job_file import JobRanks
 from .reader import MAX_CELLS, Profile, parse
 
 STATS = ("min", "mean", "max", "max rank", "max/mean")
@@ -335,51 +336,15 @@ def _put(total: Profile, stats: dict[str, np.ndarray], own: dict[str, np.ndarray
             df[f"{metric} (inc)"] = stats[metric][:, rank_merge.SUM]
 
 
-def _apply(total: Profile, paths: list, entries: dict, size: int):
-    """A job file's statistics onto `total`'s nodes (paths: each node's, in the frame's
-    order): returns (stats, counts, few) for Merged."""
-    df = total.gf.dataframe
-    n = len(paths)
-    stats: dict[str, np.ndarray] = {}
-    counts = np.zeros(n, dtype=np.int64)
-    few: list = [None] * n
-    own: dict[str, np.ndarray] = {}
-    for i, path in enumerate(paths):
-        entry = entries.get(path)
-        if not isinstance(entry, dict):
-            continue
-        counts[i] = int(entry.get("n", 0))
-        few[i] = entry.get("few")
-        for metric, agg in (entry.get("stats") or {}).items():
-            if metric not in stats:
-                stats[metric] = np.full((n, 6), np.nan)
-            got = [float(x) for x in agg[:6]]  # files before the min rank have 5
-            stats[metric][i, :len(got)] = got
-        for metric, value in (entry.get("own") or {}).items():
-            if metric not in own:
-                own[metric] = np.full(n, np.nan)
-            own[metric][i] = float(value)
-    _put(total, stats, own)
-    return stats, counts, few
-
-
 def from_job(profile: Profile) -> Merged:
     """A job file (written by the job's own merge): its statistics as a Merged of no rank
     files, the numbers its rank files would show."""
-    size, labels, entries = cast(tuple, profile.job_ranks)
-    nodes = list(profile.gf.graph.traverse(order="pre"))
-    paths: dict = {}
-    for node in nodes:
-        parent = node.parents[0] if node.parents else None
-        if parent is None:
-            paths[node] = ()
-            continue
-        same = [c for c in parent.children if c.frame.get("name") == node.frame.get("name")]
-        paths[node] = paths[parent] + ((node.frame.get("name"), same.index(node)),)
+    job = cast(JobRanks, profile.job_ranks)
+    stats, counts, few = job.arrays(cast(np.ndarray, profile.job_rows))
+    _put(profile, stats, {})
     index = profile.gf.dataframe.index
-    stats, counts, few = _apply(profile, [paths[node] for node in index], entries, size)
     present = pd.DataFrame(np.zeros((len(index), 0), dtype=bool), index=index)
-    return Merged(profile, [], labels, present, [], stats, counts, few)
+    return Merged(profile, [], list(job.labels), present, [], stats, counts, few)
 
 
 def _preorder(parents: list[int]) -> list[int]:

@@ -13,10 +13,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, RANKS_KEY, TABLE_COLUMNS, WARP_TIMELINE,
+import numpy as np
+
+from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, TABLE_COLUMNS, WARP_TIMELINE,
                       is_amount)
-from . import deep
+from . import deep, job_file
 from .errors import ViewerError
+from .job_file import JobRanks
 from .timelines import check as check_timeline
 
 if TYPE_CHECKING:  # hatchet loads with the graph (graph.py), not on import
@@ -41,8 +44,10 @@ class Profile:
     """What the reader should know about what is not shown (Parsed.notes)."""
     timelines: list[dict] = field(default_factory=list)
     """The kernels' warp timelines (Parsed.timelines)."""
-    job_ranks: tuple | None = None
-    """A job file's (ranks, their labels, path -> statistics): rank_merge.from_document."""
+    job_ranks: JobRanks | None = None
+    """A job file's ranks statistics (job_file.read)."""
+    job_rows: np.ndarray | None = None
+    """A job file's data frame row of each frame, in job_ranks' (the file's) order."""
 
 
 STDIN = "-"
@@ -62,18 +67,18 @@ def load(path: str) -> Profile:
     from .graph import from_tree  # hatchet is heavy (pandas, matplotlib): only for a good file
 
     deep.keep_limit()
-    gf = from_tree(root)
+    made: list | None = [] if parsed.ranks is not None else None
+    gf = from_tree(root, made)
     inclusive = sorted(m for m in root.get("metrics", {}) if "(inc)" not in m)
     gf.inc_metrics = add_inclusive_columns(gf, [m for m in inclusive if m in gf.dataframe])
     exclusive = [c for c in gf.dataframe.columns
                  if c != "name" and c not in inclusive and not c.endswith(" (inc)")]
-    job_ranks = None
-    if isinstance(root.get(RANKS_KEY), dict):  # a job file: its ranks' statistics
-        from ..rank_merge import from_document
-
-        job_ranks = from_document(root)
+    rows = None
+    if made is not None:  # a job file: each frame's row, for its statistics
+        row_of = {node: i for i, node in enumerate(gf.dataframe.index)}
+        rows = np.fromiter((row_of[node] for node in made), dtype=np.int64, count=len(made))
     return Profile(gf, inclusive, exclusive, parsed.devices, parsed.job, parsed.notes,
-                   parsed.timelines, job_ranks)
+                   parsed.timelines, parsed.ranks, rows)
 
 
 @dataclass(slots=True)
@@ -89,6 +94,8 @@ class Parsed:
     """What the reader should know about what is not shown (vectors cut)."""
     timelines: list[dict] = field(default_factory=list)
     """The kernels' warp timelines (format.WARP_TIMELINE, parsed, with their "path")."""
+    ranks: JobRanks | None = None
+    """A job file's ranks statistics, taken out of its nodes (job_file.read)."""
 
 
 MAX_VECTOR = 256
@@ -180,6 +187,7 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
     else:
         _drop_launch_metadata(root)
     frames, metrics, cut = _expand_vectors(root)
+    ranks = None if prune_empty else job_file.read(root, name)
     # Triton's reading (prune_empty) keeps them: its viewer warns of negative values itself
     impossible = {} if prune_empty else _drop_impossible(root, metrics)
     cells, most = frames * len(metrics), max_cells(size)
@@ -195,7 +203,7 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
     notes += [f"{name}: metric {column!r} is shown as {_renamed(column)!r} (the viewer's table "
               f"uses the name {column!r} itself)" for column in TABLE_COLUMNS
               if _renamed(column) in metrics]
-    return Parsed(root, devices, job, notes, timelines)
+    return Parsed(root, devices, job, notes, timelines, ranks)
 
 
 def _not_json(path: str, name: str, text: str, exc: json.JSONDecodeError) -> ViewerError:
