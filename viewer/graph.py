@@ -110,9 +110,12 @@ class Graph(_HatchetGraph):
 
 def from_tree(root: dict, made: list | None = None) -> GraphFrame:
     """hatchet's GraphFrame.from_literal([root]) for a checked tree (every node with frame,
-    metrics and children), without recursion: the same nodes, ids and data frame. `made`,
-    when given, gets the nodes in the order they were made: pre-order, children in file
-    order (job_file reads a job file's statistics in that order)."""
+    metrics and children), without recursion: the same nodes, ids and data frame. Each node
+    of the tree is emptied once read (its frame dict goes to the graph): the tree and the
+    graph are never both whole in memory. `made`, when given, gets the nodes in the order
+    they were made: pre-order, children in file order (job_file's order)."""
+    inc = [m for m in root["metrics"] if "(inc)" in m]
+    exc = [m for m in root["metrics"] if "(inc)" not in m]
     # the table built column by column (8 bytes a cell while built; a list of row dicts took
     # ~100): each metric's values in row order, NaN where a frame lacks it, as pandas fills
     columns: dict[str, list] = {"node": [], "name": []}
@@ -140,6 +143,7 @@ def from_tree(root: dict, made: list | None = None) -> GraphFrame:
             column.append(value)
         rows += 1
         todo.extend((child, node) for child in reversed(item["children"]))
+        item.clear()
     for column in columns.values():
         column += [nan] * (rows - len(column))
     graph = numbered(Graph([top]))
@@ -150,8 +154,6 @@ def from_tree(root: dict, made: list | None = None) -> GraphFrame:
     for key in list(columns):  # one column's list and array at a time
         columns[key] = pd.Series(columns[key]).to_numpy()[order]
     df = pd.DataFrame(columns, index=index[order], copy=False)
-    inc = [m for m in root["metrics"] if "(inc)" in m]
-    exc = [m for m in root["metrics"] if "(inc)" not in m]
     return GraphFrame(graph, df, exc, inc)
 
 

@@ -41,6 +41,10 @@ class JobRanks:
     """Per frame, those ranks while at most rank_merge.FEW, else None."""
     stats: dict[str, tuple[list[int], list[list]]] = field(default_factory=dict)
     """Metric -> (frames that have it, their STAT_WIDTH numbers each, rank_merge's order)."""
+    entries: int = 0
+    """Frames with an entry."""
+    values: int = 0
+    """Metrics' statistics over all frames (the lists in `stats`)."""
 
     def arrays(self, rows: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, list]:
         """The statistics on the data frame's rows (`rows`: each frame's row, in file order):
@@ -103,10 +107,12 @@ def read(root: dict, name: str) -> JobRanks | None:
                 raise bad(where, why)
             out.counts.append(entry.get("n", 0))
             out.few.append(entry.get("few"))
+            out.entries += 1
             for metric, values in (entry.get("stats") or {}).items():
                 frames, rows = out.stats.setdefault(str(metric), ([], []))
                 frames.append(frame)
                 rows.append(values)
+                out.values += 1
         frame += 1
         stack.extend(reversed(node[CHILDREN_KEY]))
     return out

@@ -28,7 +28,7 @@ from . import deep
 from .derive import RATE
 from .diff import match_by_what
 from .errors import ViewerError
-from .reader import add_inclusive_columns, parse as parse_file, parse_data
+from .reader import add_inclusive_columns, parse as parse_file, parse_data, read_stream
 from .select import FORMATS, shorten, visible_nodes
 from .specs import triton_peak_bandwidth, triton_peak_flops
 
@@ -57,8 +57,8 @@ def get_raw_metrics(file: str | os.PathLike | IO | list) -> tuple[Any, list[str]
     elif isinstance(file, list):
         parsed = parse_data(_as_json(file), "the profile data given", prune_empty=True)
     elif callable(getattr(file, "read", None)):
-        parsed = parse_data(file.read(), repr(getattr(file, "name", "the file")),
-                            prune_empty=True)
+        name = repr(getattr(file, "name", "the file"))
+        parsed = parse_data(read_stream(file, name), name, prune_empty=True)
     else:
         raise ViewerError(f"get_raw_metrics takes a .hatchet path, an open file or the list "
                           f"proton.data.get() returns, not {type(file).__name__}")
