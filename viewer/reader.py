@@ -110,7 +110,7 @@ size) bytes besides the viewer's own ~120 MB (memory_allowed); a file that would
 COSTS, is refused in one line before its tree is built."""
 COSTS = {"frames": 1600, "frame keys": 170, "metric values": 48, "cells": 24,
          "rank entries": 1200, "rank statistics": 450, "rank statistic cells": 56,
-         "unlisted ranks": 100, "maps": 256, "lists": 128}
+         "ranks not listed": 100, "maps": 256, "lists": 128}
 """Bytes each thing a file holds costs at the peak of reading it and drawing its tree
 (resident memory, measured with bench/reader_memory.py on a 2-core CPU machine, rounded up):
 a frame (its dicts, hatchet's node and frame, the table's row, the tree's line: ~1,500), a
@@ -268,7 +268,7 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
         "rank entries": ranks.entries if ranks else 0,
         "rank statistics": ranks.values if ranks else 0,
         "rank statistic cells": frames * len(ranks.stats) if ranks else 0,
-        "unlisted ranks": ranks.size if ranks and not ranks.listed else 0})
+        "ranks not listed": ranks.size if ranks and not ranks.listed else 0})
     if too_costly:
         raise too_costly
     # Triton's reading (prune_empty) keeps them: its viewer warns of negative values itself

@@ -137,8 +137,11 @@ def derive_metrics(gf, metrics: list[str], inclusive_metrics: list[str],
         gf, inc, exc, devices = read("run.hatchet")
         derive_metrics(gf, ["time/ms", "util"], inc, exc, devices)  # ["time/ms (inc)", "util"]
     """
-    derived = [_derive(gf.dataframe, metric, inclusive_metrics, exclusive_metrics, device_info)
-               for metric in metrics]
+    with warnings.catch_warnings():
+        # a column added to a table of over ~100 columns: pandas' advice is for the caller
+        warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
+        derived = [_derive(gf.dataframe, metric, inclusive_metrics, exclusive_metrics,
+                           device_info) for metric in metrics]
     for name in derived:
         (gf.inc_metrics if name.endswith("(inc)") else gf.exc_metrics).append(name)
     return derived
