@@ -133,7 +133,9 @@ _MAP = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
 
 def _unpack_deep(data: bytes, budget: tuple[int, int, int] | None = None):
     """unpackb past the package's nesting: containers opened with an explicit stack."""
-    charge = _charging(budget[0]) if budget is not None else None
+    charge, costs = None, (0, 0)
+    if budget is not None:
+        charge, costs = _charging(budget[0]), (budget[1], budget[2])
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=_no_ext,
                                 max_buffer_size=max(len(data), 1))
     unpacker.feed(data)
@@ -169,8 +171,8 @@ def _unpack_deep(data: bytes, budget: tuple[int, int, int] | None = None):
                 top[3] = None
                 top[1] -= 1
             if opened is not None:
-                if budget is not None:  # the container, and its entry on the stack
-                    charge(opened[0], budget[1 if opened[2] else 2] + _STACK_ENTRY)
+                if charge is not None:  # the container, and its entry on the stack
+                    charge(opened[0], costs[0 if opened[2] else 1] + _STACK_ENTRY)
                 if len(stack) > MAX_NESTING:
                     raise MsgpackError(f"nested deeper than {MAX_NESTING:,} lists and maps")
                 stack.append(opened)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import reprlib
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -79,6 +80,7 @@ def read(root: dict, name: str) -> JobRanks | None:
     if not _whole(size, 1, LARGEST_RANK + 1):
         raise bad("of the root", f"has size {_short(size)}, not a number of ranks from 1 to "
                                  f"{LARGEST_RANK + 1:,}")
+    size = cast(int, size)
     if not _whole(lo, 0, LARGEST_RANK + 1 - size):
         raise bad("of the root", f"has lo {_short(lo)}, not a rank from 0 to "
                                  f"{LARGEST_RANK + 1 - size:,}")

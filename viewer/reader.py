@@ -536,7 +536,7 @@ def _upward(gf) -> tuple[list[int], list[int], int]:
     order.reverse()
     parents.reverse()
     if all(getattr(node, "_hatchet_nid", -1) == i for i, node in enumerate(index)):
-        slot = {}  # the common case (reader.load): the row of a node of the table is its id
+        slot: dict = {}  # the common case (reader.load): the row of a node of the table is its id
         n = len(index)
         for node in order:
             if not 0 <= node._hatchet_nid < n:
