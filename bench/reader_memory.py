@@ -182,10 +182,11 @@ def estimate(path: str) -> float:
     return max(found, default=0) / 2**20
 
 
-def peak(path: str, *args: str) -> tuple[subprocess.CompletedProcess, float, float]:
-    """proton-viewer ARGS PATH in a child: the run, its peak resident MB and seconds."""
+def peak(*args: str) -> tuple[subprocess.CompletedProcess, float, float]:
+    """proton-viewer ARGS in a child: the run, its peak resident MiB (VmHWM: the child's own,
+    where ru_maxrss would carry the forking parent's across exec) and seconds."""
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", PEAK_CODE, *args, path], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", PEAK_CODE, *args], capture_output=True,
                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
     seconds = time.monotonic() - start
     line = [x for x in done.stderr.splitlines() if x.startswith("hwm_kb")][-1]
@@ -202,7 +203,7 @@ def main() -> None:
         one = os.path.join(folder, "one.hatchet")
         with open(one, "w") as f:
             f.write(_root(""))
-        _, base, _ = peak(one, *opts.args.split())
+        _, base, _ = peak(*opts.args.split(), one)
         print(f"base {base:.0f} MB (a one-frame profile); {opts.args}")
         print(f"{'kind':22s} {'MB':>6s} {'peak MB':>8s} {'x size':>7s} {'model':>6s} {'s':>6s}"
               "  result")
@@ -210,7 +211,7 @@ def main() -> None:
             for msgpack in (False, True):
                 path = write(kind, opts.mb, folder, msgpack)
                 mb = os.path.getsize(path) / 1e6
-                done, top, seconds = peak(path, *opts.args.split())
+                done, top, seconds = peak(*opts.args.split(), path)
                 model = estimate(path)
                 err = [x for x in done.stderr.splitlines() if not x.startswith("hwm_kb")]
                 result = "read" if done.returncode == 0 else (err[-1][:90] if err else "?")

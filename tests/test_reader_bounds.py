@@ -16,21 +16,15 @@ from click.testing import CliRunner
 
 from proton.viewer import reader, triton_api
 from proton.viewer.cli import viewer
-from proton.viewer.errors import ViewerError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
 import reader_memory  # noqa: E402  (the kinds of file bench/reader_memory.py measures)
 
-PEAK_CODE = reader_memory.PEAK_CODE
-
-
 def peak(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    """proton-viewer ARGS in a child: the run and its peak resident MiB (VmHWM)."""
-    done = subprocess.run([sys.executable, "-c", PEAK_CODE, *args], capture_output=True,
-                          text=True, timeout=120)
-    line = [x for x in done.stderr.splitlines() if x.startswith("hwm_kb")][-1]
-    return done, int(line.split()[1]) / 1024
+    """proton-viewer ARGS in a child: the run and its peak resident MiB."""
+    done, mb, _ = reader_memory.peak(*args)
+    return done, mb
 
 
 @pytest.fixture(scope="module")
@@ -102,41 +96,36 @@ def test_messagepack_whose_header_bytes_overcount_still_reads(tmp_path):
 
 # -- item 13: an open file is read within the cap -------------------------------------------------
 
-def test_get_raw_metrics_of_an_open_device_is_one_line_at_once():
-    """get_raw_metrics(open("/dev/zero")) read until a MemoryError (here in a child of 2 GB
-    of address space)."""
-    code = ("import resource, sys\n"
-            "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, resource.RLIM_INFINITY))\n"
-            "from proton.viewer import triton_api\n"
-            "from proton.viewer.errors import ViewerError\n"
-            "for mode in ('r', 'rb'):\n"
-            "    try:\n"
-            "        triton_api.get_raw_metrics(open('/dev/zero', mode))\n"
-            "    except ViewerError as exc:\n"
-            "        print(exc)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout == "'/dev/zero' is a device, not a profile; give the .hatchet file a " \
-                          "profile wrote\n" * 2
-
-
-def test_get_raw_metrics_of_an_endless_pipe_stops_at_the_cap():
-    """An open pipe that never ends is read up to PROTON_VIEWER_MAX_MB (a child of 2 GB)."""
+def raw_metrics_in_a_child(opened: str, **env: str) -> subprocess.CompletedProcess:
+    """get_raw_metrics(<opened>) in a child of 2 GB of address space, printing its error."""
     code = ("import resource, subprocess, sys\n"
             "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, resource.RLIM_INFINITY))\n"
             "from proton.viewer import triton_api\n"
             "from proton.viewer.errors import ViewerError\n"
-            "writer = subprocess.Popen([sys.executable, '-c', 'import sys\\nwhile True: "
-            "sys.stdout.buffer.write(bytes(65536))'], stdout=subprocess.PIPE)\n"
+            f"opened = {opened}\n"
             "try:\n"
-            "    triton_api.get_raw_metrics(writer.stdout)\n"
+            "    triton_api.get_raw_metrics(opened)\n"
             "except ViewerError as exc:\n"
-            "    print(exc)\n"
-            "finally:\n"
-            "    writer.kill()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, reader.MAX_MB_ENV: "1"})
+            "    print(exc)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **env})
+
+
+@pytest.mark.parametrize("mode", ["r", "rb"])
+def test_get_raw_metrics_of_an_open_device_is_one_line_at_once(mode):
+    """get_raw_metrics(open("/dev/zero")) read until a MemoryError."""
+    done = raw_metrics_in_a_child(f"open('/dev/zero', {mode!r})")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "'/dev/zero' is a device, not a profile; give the .hatchet file a " \
+                          "profile wrote\n"
+
+
+def test_get_raw_metrics_of_an_endless_pipe_stops_at_the_cap():
+    """An open pipe that never ends is read up to PROTON_VIEWER_MAX_MB."""
+    done = raw_metrics_in_a_child(
+        "subprocess.Popen([sys.executable, '-c', 'import sys\\nwhile True: "
+        "sys.stdout.buffer.write(bytes(65536))'], stdout=subprocess.PIPE).stdout",
+        **{reader.MAX_MB_ENV: "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "holds more than 1 MiB, the most the viewer reads; to read it anyway set " \
            "PROTON_VIEWER_MAX_MB to more MiB" in done.stdout, done.stdout
