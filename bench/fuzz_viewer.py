@@ -5,23 +5,29 @@ each, and a kernel with a warp timeline) are mutated, structurally (a value repl
 Infinity, a huge number, a list nested deep, a bomb of a mangled name, text, a map; keys
 dropped, nodes copied) and byte by byte (flips, cuts, inserts), and each file is shown by the
 views: tree text, --output triton/json/csv/trace, --html, --diagnose, --source, -diff,
---warps, -l. A run that prints a traceback, outlives TIME_S or needs more than MEMORY_MB is a
-failure; any other result (a tree, or one `Error:` line) passes.
+--warps, -l. Job files (tests/data/rs*, a job's own merge) get their ranks entries mutated too
+(size, lo, the ranks listed, each frame's n, few and stats; many same-named siblings) and are
+shown as the job's tree (its ranks view), as JSON and by --diagnose; a job's rank file,
+mutated, is merged with its unmutated rank 0. Every tree file is shown as a tree and as JSON.
+A run that prints a traceback or a warning (a library's, with its source line), outlives
+TIME_S or needs more than MEMORY_MB is a failure; any other result (a tree, or one `Error:`
+line) passes.
 
 Each run is a fork of a process that imported the viewer once (cheap), with its address space
 and time capped; the result is written to a JSON lines log. Not a unit test: run it by hand.
 
 Usage:
     python bench/fuzz_viewer.py --files 3000 --seed 1 --out /tmp/fuzz      # then read the summary
+(tests/test_fuzz_viewer.py runs a few dozen the same way.)
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import json
-import math
 import os
 import random
+import re
 import resource
 import signal
 import sys
@@ -47,6 +53,16 @@ VIEWS = {
     "warps": lambda f, o: ["--warps", f],
 }
 TRACE_VIEWS = {"trace": lambda f, o: ["--output", "trace", f]}
+ALWAYS = ("tree", "json")
+"""The views every tree file gets (the others: a random sample of --views - 2)."""
+JOB_VIEWS = ("tree", "json", "diagnose")
+"""A job file's: its ranks view as a tree, as JSON, and the job's rules."""
+RANKS_VIEWS = {"ranks": lambda f, o: [f.replace(".rank1.", ".rank0."), f],
+               "ranks-json": lambda f, o: ["--output", "json", f.replace(".rank1.", ".rank0."),
+                                           f]}
+"""A mutated rank 1 merged with its job's rank 0."""
+WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ", re.MULTILINE)
+"""A warning as Python prints it: `file:line: SomeWarning: text`."""
 
 NASTY = [float("nan"), float("inf"), -float("inf"), 1e308, -1e308, 5e-324, 0, -1, 2 ** 63,
          2 ** 64 + 1, -2 ** 63 - 1, 10 ** 300, True, False, None, "", "x", "1e999", "NaN",
@@ -169,6 +185,44 @@ def mutate_tree(rng: random.Random, doc) -> None:
             mutate_value(rng, doc)
 
 
+def mutate_job(rng: random.Random, doc) -> None:
+    """Mutate a job file's ranks entries: the root's size, lo and ranks; a frame's n, few and
+    stats (a value, a list's length); entries dropped; many same-named siblings."""
+    nodes = [n for n in nodes_of(doc[0]) if isinstance(n.get("ranks"), dict)]
+    if not nodes:
+        return mutate_tree(rng, doc)
+    for _ in range(rng.choice([1, 1, 2, 4])):
+        r = rng.random()
+        node = rng.choice(nodes)
+        entry = node.get("ranks")
+        if not isinstance(entry, dict):  # dropped by an earlier mutation
+            continue
+        if r < 0.2:  # the root's
+            top = doc[0].get("ranks")
+            if isinstance(top, dict):
+                top[rng.choice(["size", "lo", "ranks", "size"])] = rng.choice(
+                    [nasty(rng), 0, -5, 1, 2 ** 31, 2 ** 63, 5 * 10 ** 7, [0, 1], list(range(9))])
+        elif r < 0.45:
+            entry[rng.choice(["n", "few", "stats", "own"])] = rng.choice(
+                [nasty(rng), 0, -1, 10 ** 9, [0, 0, 0, 0, 0], {"time (ns)": 1}])
+        elif r < 0.7 and isinstance(entry.get("stats"), dict) and entry["stats"]:
+            metric = rng.choice(list(entry["stats"]))
+            values = entry["stats"][metric]
+            if isinstance(values, list) and values and rng.random() < 0.7:
+                values[rng.randrange(len(values))] = nasty(rng)
+            else:
+                entry["stats"][metric] = rng.choice([nasty(rng), [1, 2], [1] * 7, []])
+        elif r < 0.8:
+            del node["ranks"]
+        elif r < 0.9:  # same-named siblings
+            kids = node.get("children")
+            if isinstance(kids, list) and kids:
+                kid = rng.choice(kids)
+                kids += [copy.deepcopy(kid) for _ in range(rng.choice([2, 50, 2000]))]
+        else:
+            mutate_tree(rng, doc)
+
+
 def mutate_bytes(rng: random.Random, data: bytes) -> bytes:
     data = bytearray(data)
     for _ in range(rng.choice([1, 2, 8, 32])):
@@ -198,23 +252,61 @@ def trace_of(doc, rng: random.Random) -> dict:
             "otherData": {"rank": 0, "world_size": 2, "t0_ns": 1000 + rng.randrange(10)}}
 
 
+def seeds() -> dict[str, list]:
+    """The fixtures by kind: "tree" (single profiles), "job" (a job's own merged file), "rank"
+    ((rank 0's document, another rank's) of one job)."""
+    from proton.format import RANK_FILE
+
+    out: dict[str, list] = {"tree": [], "job": [], "rank": []}
+    for folder in (DATA, *(os.path.join(DATA, d) for d in ("rs", "rs4", "real"))):
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(".hatchet"):
+                continue
+            with open(os.path.join(folder, name)) as f:
+                doc = json.load(f)
+            if isinstance(doc[0].get("ranks"), dict):
+                out["job"].append(doc)
+            elif RANK_FILE.search(name) and ".rank0." not in name:
+                with open(os.path.join(folder, RANK_FILE.sub(".rank0.hatchet", name))) as f:
+                    out["rank"].append((json.load(f), doc))
+            else:
+                out["tree"].append(doc)
+    return out
+
+
 def make_files(n: int, seed: int, out: str) -> list[tuple[str, str]]:
-    """(path, kind) of n mutated files under out/files: kind is "tree" or "trace"."""
+    """(path, kind) of n mutated files under out/files: kind is "tree", "job", "ranks" (a
+    mutated rank 1 beside its rank 0) or "trace"."""
     sys.path.insert(0, os.path.join(HERE, ".."))
     from proton.format_msgpack import packb
 
     rng = random.Random(seed)
-    seeds = []
-    for name in sorted(os.listdir(DATA)):
-        if name.endswith(".hatchet"):
-            with open(os.path.join(DATA, name)) as f:
-                seeds.append(json.load(f))
+    found = seeds()
     os.makedirs(os.path.join(out, "files"), exist_ok=True)
     made = []
     for k in range(n):
-        doc = copy.deepcopy(rng.choice(seeds))
-        form = rng.choices(["json", "msgpack", "trace", "bytes", "msgbytes"],
-                           [0.5, 0.2, 0.08, 0.14, 0.08])[0]
+        form = rng.choices(["json", "msgpack", "trace", "bytes", "msgbytes", "job", "ranks"],
+                           [0.3, 0.12, 0.06, 0.1, 0.05, 0.27, 0.1])[0]
+        if form == "ranks":
+            first, doc = copy.deepcopy(rng.choice(found["rank"]))
+            mutate_tree(rng, doc)
+            path = os.path.join(out, "files", f"r{k}.rank1.hatchet")
+            with open(path.replace(".rank1.", ".rank0."), "w") as f:
+                json.dump(first, f)
+            with open(path, "wb") as f:
+                f.write(_json_bytes(doc))
+            made.append((path, "ranks"))
+            continue
+        if form == "job":
+            doc = copy.deepcopy(rng.choice(found["job"]))
+            mutate_job(rng, doc)
+            packed = rng.random() < 0.3
+            path = os.path.join(out, "files", f"j{k}.hatchet" + ("_msgpack" if packed else ""))
+            with open(path, "wb") as f:
+                f.write(_packed(packb, doc) if packed else _json_bytes(doc))
+            made.append((path, "job"))
+            continue
+        doc = copy.deepcopy(rng.choice(found["tree"]))
         if form == "trace":
             doc = trace_of(doc, rng)
             mutate_value(rng, doc)
@@ -225,16 +317,10 @@ def make_files(n: int, seed: int, out: str) -> list[tuple[str, str]]:
             continue
         mutate_tree(rng, doc)
         if form in ("msgpack", "msgbytes"):
-            try:
-                data = packb(doc)
-            except ValueError:
-                data = packb([{"frame": {"name": "ROOT"}, "metrics": {}, "children": []}, {}])
+            data = _packed(packb, doc)
             path = os.path.join(out, "files", f"f{k}.hatchet_msgpack")
         else:
-            try:
-                data = json.dumps(doc, allow_nan=True).encode("utf-8", "surrogatepass")
-            except (ValueError, RecursionError):
-                data = b"[]"
+            data = _json_bytes(doc)
             path = os.path.join(out, "files", f"f{k}.hatchet")
         if form in ("bytes", "msgbytes"):
             data = mutate_bytes(rng, data)
@@ -242,6 +328,20 @@ def make_files(n: int, seed: int, out: str) -> list[tuple[str, str]]:
             f.write(data)
         made.append((path, "tree"))
     return made
+
+
+def _json_bytes(doc) -> bytes:
+    try:
+        return json.dumps(doc, allow_nan=True).encode("utf-8", "surrogatepass")
+    except (ValueError, RecursionError):
+        return b"[]"
+
+
+def _packed(packb, doc) -> bytes:
+    try:
+        return packb(doc)
+    except ValueError:
+        return packb([{"frame": {"name": "ROOT"}, "metrics": {}, "children": []}, {}])
 
 
 def run_one(args: list[str], work: str) -> dict:
@@ -271,10 +371,12 @@ def run_one(args: list[str], work: str) -> dict:
                 text = "".join(traceback.format_exception(exc))[-3000:]
             elif "Traceback" in out:
                 status, text = "traceback", out[-3000:]
+            elif WARNING.search(out):
+                status, text = "warning", out[-3000:]
             elif result.exit_code not in (0, 2):
                 status, text = f"exit {result.exit_code}", out[-1000:]
-            elif result.exit_code == 2 and not out.rstrip("\n").splitlines()[-1].startswith(
-                    "Error: "):
+            elif result.exit_code == 2 and not any(  # several ranks: a line per bad file
+                    line.startswith("Error: ") for line in out.splitlines()):
                 status, text = "not one line", out[-1000:]
             else:
                 status = "ok"
@@ -302,11 +404,27 @@ def run_one(args: list[str], work: str) -> dict:
     return got
 
 
+def views_of(kind: str, rng: random.Random, extra: int) -> list[str]:
+    """The views a file of `kind` is shown by: ALWAYS and `extra` others for a tree file."""
+    if kind == "trace":
+        return ["trace"]
+    if kind == "job":
+        return list(JOB_VIEWS)
+    if kind == "ranks":
+        return list(RANKS_VIEWS)
+    return [*ALWAYS, *rng.sample([v for v in VIEWS if v not in ALWAYS], max(0, extra))]
+
+
+def view_args(view: str, path: str, work: str) -> list[str]:
+    return {**VIEWS, **TRACE_VIEWS, **RANKS_VIEWS}[view](path, work)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--views", type=int, default=4, help="views per tree file (random subset)")
+    ap.add_argument("--views", type=int, default=4, help="views per tree file (tree, json and "
+                    "a random sample of the others)")
     ap.add_argument("--out", default="/tmp/proton-fuzz")
     ap.add_argument("--shard", default="0/1", help="K/N: this process runs every N-th file")
     opts = ap.parse_args()
@@ -322,22 +440,21 @@ def main() -> None:
     os.makedirs(work, exist_ok=True)
     log = open(os.path.join(opts.out, f"log{shard}.jsonl"), "w")
     counts: dict[str, int] = {}
-    names = list(VIEWS)
+    files = 0
     for k, (path, kind) in enumerate(made):
         if k % shards != shard:
             continue
-        views = (["trace"] if kind == "trace" else
-                 ["tree"] + rng.sample(names[1:], opts.views - 1))
-        for view in views:
-            args = (TRACE_VIEWS if kind == "trace" else VIEWS)[view](path, work)
-            got = run_one(args, work)
+        files += 1
+        for view in views_of(kind, rng, opts.views - len(ALWAYS)):
+            got = run_one(view_args(view, path, work), work)
             counts[got["status"]] = counts.get(got["status"], 0) + 1
             if got["status"] != "ok":
                 print(f"{got['status']:10s} {view:10s} {path} {got['text'][-300:]!r}",
                       flush=True)
-            log.write(json.dumps({"file": path, "view": view, **got}) + "\n")
+            log.write(json.dumps({"file": path, "kind": kind, "view": view, **got}) + "\n")
     log.close()
-    print("summary", json.dumps(counts), flush=True)
+    print("summary", json.dumps({"files": files, "runs": sum(counts.values()), **counts}),
+          flush=True)
 
 
 if __name__ == "__main__":

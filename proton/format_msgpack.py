@@ -18,12 +18,18 @@ import msgpack
 MAX_NESTING = 1_000_000
 """Containers one value may nest (the viewer reads JSON trees to ~500,000 levels: two a level)."""
 _SCALARS = (str, int, float, bool, type(None))
-_BIN = (b"\xc4", b"\xc5", b"\xc6")
-"""The headers of MessagePack's bin type, which the package reads as bytes (no JSON kind)."""
+_NOT_JSON = (b"\xc4", b"\xc5", b"\xc6", b"\xc7", b"\xc8", b"\xc9", b"\xd4", b"\xd5", b"\xd6",
+             b"\xd7", b"\xd8")
+"""The headers of MessagePack's bin type, which the package reads as bytes, and of its
+extension types, of which it reads the timestamp (-1) itself: no JSON kind."""
 
 
 class MsgpackError(ValueError):
     """Bytes that are not MessagePack of the JSON kinds, or a value that has no such encoding."""
+
+
+class TooManyContainers(MsgpackError):
+    """Bytes whose lists and maps cost more than the reader allowed (unpackb's budget)."""
 
 
 def packb(value) -> bytes:
@@ -62,19 +68,49 @@ def _pack_deep(value) -> bytes:
     return bytes(out)
 
 
-def unpackb(data: bytes):
+def unpackb(data: bytes, *, budget: tuple[int, int, int] | None = None):
     """The value `data` encodes; MsgpackError when it is not MessagePack of the JSON kinds
-    (binary and extension types included) or nests deeper than MAX_NESTING."""
+    (binary and extension types included) or nests deeper than MAX_NESTING.
+    budget: (most, cost of a map, cost of a list): TooManyContainers as soon as the maps and
+    lists made cost more than `most` (counted as they are made, ~10% slower: for the reader's
+    files whose header bytes say they might)."""
+    hooks = {}
+    if budget is not None:
+        most, map_cost, list_cost = budget
+        charge = _charging(most)
+        hooks = {"object_hook": lambda d: charge(d, map_cost),
+                 "list_hook": lambda items: charge(items, list_cost)}
     try:
-        value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext,
+                                **hooks)
     except msgpack.StackError:
-        value = _unpack_deep(data)
+        value = _unpack_deep(data, budget)
+    except TooManyContainers:
+        raise
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.OutOfData, ValueError,
             TypeError, UnicodeDecodeError) as exc:
         raise MsgpackError(_why(exc)) from None
-    if any(tag in data for tag in _BIN):  # else no bin value can be in it: skip the walk
+    if any(tag in data for tag in _NOT_JSON):  # else no such value can be in it: skip the walk
         _check_kinds(value)
     return value
+
+
+def _charging(most: int):
+    """A function adding up the cost of each container made (and returning it):
+    TooManyContainers once they cost more than `most`."""
+    spent = [0]
+
+    def charge(container, cost: int):
+        spent[0] += cost
+        if spent[0] > most:
+            raise TooManyContainers(f"lists and maps costing more than {most:,}")
+        return container
+
+    return charge
+
+
+_STACK_ENTRY = 128
+"""Bytes an open container's entry on _unpack_deep's stack takes (a list of four, a key)."""
 
 
 def _no_ext(code: int, data: bytes):
@@ -95,8 +131,11 @@ _MAP = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
 """First bytes of array and map headers (the only bytes read here: the package does the rest)."""
 
 
-def _unpack_deep(data: bytes):
+def _unpack_deep(data: bytes, budget: tuple[int, int, int] | None = None):
     """unpackb past the package's nesting: containers opened with an explicit stack."""
+    charge, costs = None, (0, 0)
+    if budget is not None:
+        charge, costs = _charging(budget[0]), (budget[1], budget[2])
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=_no_ext,
                                 max_buffer_size=max(len(data), 1))
     unpacker.feed(data)
@@ -132,9 +171,13 @@ def _unpack_deep(data: bytes):
                 top[3] = None
                 top[1] -= 1
             if opened is not None:
+                if charge is not None:  # the container, and its entry on the stack
+                    charge(opened[0], costs[0 if opened[2] else 1] + _STACK_ENTRY)
                 if len(stack) > MAX_NESTING:
                     raise MsgpackError(f"nested deeper than {MAX_NESTING:,} lists and maps")
                 stack.append(opened)
+    except TooManyContainers:
+        raise
     except (msgpack.OutOfData, ValueError, TypeError, UnicodeDecodeError) as exc:
         raise MsgpackError(_why(exc)) from None
     if unpacker.tell() != len(data):
@@ -143,23 +186,30 @@ def _unpack_deep(data: bytes):
 
 
 def _check_kinds(value) -> None:
-    """Only JSON kinds inside `value` (the package gives bytes for MessagePack's bin type)."""
+    """Only JSON kinds inside `value` (the package gives bytes for MessagePack's bin type and
+    a Timestamp for its timestamp extension)."""
     stack = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, dict):
             for key, item in v.items():
                 if not isinstance(key, _SCALARS):
-                    raise MsgpackError(f"a map key of type {type(key).__name__}")
+                    raise MsgpackError(f"a map key {_kind(key)}")
                 if isinstance(item, (dict, list)):
                     stack.append(item)
                 elif not isinstance(item, _SCALARS):
-                    raise MsgpackError(f"a value of type {type(item).__name__}")
+                    raise MsgpackError(f"a value {_kind(item)}")
         elif isinstance(v, list):
             for item in v:
                 if isinstance(item, (dict, list)):
                     stack.append(item)
                 elif not isinstance(item, _SCALARS):
-                    raise MsgpackError(f"a value of type {type(item).__name__}")
+                    raise MsgpackError(f"a value {_kind(item)}")
         elif not isinstance(v, _SCALARS):
-            raise MsgpackError(f"a value of type {type(v).__name__}")
+            raise MsgpackError(f"a value {_kind(v)}")
+
+
+def _kind(value) -> str:
+    if isinstance(value, msgpack.Timestamp):
+        return "of extension type -1 (a timestamp), not one of the JSON kinds"
+    return f"of type {type(value).__name__}, not one of the JSON kinds"

@@ -483,28 +483,3 @@ def _entry(st: list[list], i: int, whole: bool) -> list:
     value = int if whole else float
     return [value(st[SUM][i]), value(st[MIN][i]), value(st[MAX][i]), int(st[MAX_RANK][i]),
             int(st[N][i]), int(st[MIN_RANK][i])]
-
-
-def from_document(root: dict) -> tuple[int, list[int], dict[Path, dict]] | None:
-    """A job file's (size, its ranks, path -> its RANKS_KEY entry); None for a file of one
-    rank."""
-    top = root.get(RANKS_KEY)
-    if not isinstance(top, dict) or not isinstance(top.get("size"), int):
-        return None
-    out: dict[Path, dict] = {}
-    stack: list[tuple[dict, Path]] = [(root, ())]
-    while stack:
-        node, path = stack.pop()
-        entry = node.get(RANKS_KEY)
-        if isinstance(entry, dict):
-            out[path] = entry
-        seen: dict[str, int] = {}
-        for child in node.get(CHILDREN_KEY) or []:
-            name = child[FRAME_KEY][NAME_KEY]
-            nth = seen[name] = seen.get(name, -1) + 1
-            stack.append((child, path + ((name, nth),)))
-    size, lo, ranks = top["size"], int(top.get("lo", 0)), top.get("ranks")
-    if not (isinstance(ranks, list) and len(ranks) == size
-            and all(type(r) is int for r in ranks)):
-        ranks = list(range(lo, lo + size))  # written before the ranks were listed
-    return size, ranks, out

@@ -16,6 +16,8 @@ from proton.viewer.cli import viewer
 from test_viewer_input import bounded_viewer, frame, write
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import reader_memory  # noqa: E402  (its peak(): a view's peak memory in a child)
 
 
 def show(*args, input=None):
@@ -200,24 +202,10 @@ def test_a_read_limit_past_reason_is_one_line(tmp_path, monkeypatch, given):
 
 # -- item 5: memory bounded by what is read -----------------------------------------------------
 
-PEAK_CODE = """\
-import sys
-from proton.viewer.cli import main
-try:
-    main()
-finally:
-    status = open("/proc/self/status").read()
-    print("hwm_kb", status.split("VmHWM:")[1].split()[0], file=sys.stderr)
-"""
-
-
 def peak_mb(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    """proton-viewer ARGS in a child: the run and its peak resident MiB (VmHWM: the child's
-    own, where ru_maxrss would carry the forking parent's across exec)."""
-    done = subprocess.run([sys.executable, "-c", PEAK_CODE, *args], capture_output=True,
-                          text=True, timeout=300)
-    line = [x for x in done.stderr.splitlines() if x.startswith("hwm_kb")][-1]
-    return done, int(line.split()[1]) / 1024
+    """proton-viewer ARGS in a child: the run and its peak resident MiB (bench/reader_memory)."""
+    done, mb, _ = reader_memory.peak(*args)
+    return done, mb
 
 
 def vectors_file(tmp_path, name: str, frames: int, kinds: int) -> str:

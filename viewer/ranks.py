@@ -10,8 +10,6 @@ job uses to merge itself at finalize, so its job file (from_job) shows the same 
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import glob
 import os
 import re
@@ -25,7 +23,8 @@ from .. import rank_merge
 from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TREE_EXTENSION
 from .derive import Column, derive, is_fact, linear
 from .errors import ViewerError, listing
-from .reader import MAX_CELLS, Profile, parse
+from .job_file import JobRanks
+from .reader import MAX_CELLS, Profile, no_gc, parse
 
 STATS = ("min", "mean", "max", "max rank", "max/mean")
 """The columns each metric gets besides its total over the ranks."""
@@ -145,27 +144,13 @@ def _natural(path: str) -> list:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
 
 
-@contextlib.contextmanager
-def _no_gc():
-    """Python's collector rescans every parsed object each time many more are made: with 256
-    files of 5,000 frames in memory it triples the time to read them (15.7 s -> 4.6 s). The
-    parsed trees hold no cycles."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
     """Read each file onto one set of frames, one file at a time (256 parsed trees would not
     fit in memory); a file that cannot be read is left out with its one-line reason."""
     ranks: list[Rank] = []
     errors: list[str] = []
     frames = _Frames()
-    with _no_gc():
+    with no_gc():
         for i, path, parsed in _parsed(sorted(paths, key=_name_rank), errors):
             root, job = parsed.root, parsed.job
             inclusive = [m for m in root["metrics"] if "(inc)" not in m]
@@ -252,7 +237,7 @@ def pick(paths: list[str], rank: int) -> tuple[str, list[str]]:
 def merge(ranks: list[Rank], frames: _Frames) -> Merged:
     """One graph over all ranks' frames (matched by their names from the root); each rank's
     metrics as columns over it."""
-    with _no_gc():
+    with no_gc():
         return _merge(ranks, frames)
 
 
@@ -335,51 +320,15 @@ def _put(total: Profile, stats: dict[str, np.ndarray], own: dict[str, np.ndarray
             df[f"{metric} (inc)"] = stats[metric][:, rank_merge.SUM]
 
 
-def _apply(total: Profile, paths: list, entries: dict, size: int):
-    """A job file's statistics onto `total`'s nodes (paths: each node's, in the frame's
-    order): returns (stats, counts, few) for Merged."""
-    df = total.gf.dataframe
-    n = len(paths)
-    stats: dict[str, np.ndarray] = {}
-    counts = np.zeros(n, dtype=np.int64)
-    few: list = [None] * n
-    own: dict[str, np.ndarray] = {}
-    for i, path in enumerate(paths):
-        entry = entries.get(path)
-        if not isinstance(entry, dict):
-            continue
-        counts[i] = int(entry.get("n", 0))
-        few[i] = entry.get("few")
-        for metric, agg in (entry.get("stats") or {}).items():
-            if metric not in stats:
-                stats[metric] = np.full((n, 6), np.nan)
-            got = [float(x) for x in agg[:6]]  # files before the min rank have 5
-            stats[metric][i, :len(got)] = got
-        for metric, value in (entry.get("own") or {}).items():
-            if metric not in own:
-                own[metric] = np.full(n, np.nan)
-            own[metric][i] = float(value)
-    _put(total, stats, own)
-    return stats, counts, few
-
-
 def from_job(profile: Profile) -> Merged:
     """A job file (written by the job's own merge): its statistics as a Merged of no rank
     files, the numbers its rank files would show."""
-    size, labels, entries = cast(tuple, profile.job_ranks)
-    nodes = list(profile.gf.graph.traverse(order="pre"))
-    paths: dict = {}
-    for node in nodes:
-        parent = node.parents[0] if node.parents else None
-        if parent is None:
-            paths[node] = ()
-            continue
-        same = [c for c in parent.children if c.frame.get("name") == node.frame.get("name")]
-        paths[node] = paths[parent] + ((node.frame.get("name"), same.index(node)),)
+    job = cast(JobRanks, profile.job_ranks)
+    stats, counts, few = job.arrays(cast(np.ndarray, profile.job_rows))
+    _put(profile, stats, {})
     index = profile.gf.dataframe.index
-    stats, counts, few = _apply(profile, [paths[node] for node in index], entries, size)
     present = pd.DataFrame(np.zeros((len(index), 0), dtype=bool), index=index)
-    return Merged(profile, [], labels, present, [], stats, counts, few)
+    return Merged(profile, [], list(job.labels), present, [], stats, counts, few)
 
 
 def _preorder(parents: list[int]) -> list[int]:

@@ -28,7 +28,7 @@ from . import deep
 from .derive import RATE
 from .diff import match_by_what
 from .errors import ViewerError
-from .reader import add_inclusive_columns, parse as parse_file, parse_data
+from .reader import add_inclusive_columns, no_gc, parse as parse_file, parse_data, read_stream
 from .select import FORMATS, shorten, visible_nodes
 from .specs import triton_peak_bandwidth, triton_peak_flops
 
@@ -50,6 +50,11 @@ def get_raw_metrics(file: str | os.PathLike | IO | list) -> tuple[Any, list[str]
         gf, inclusive, exclusive, devices = get_raw_metrics("run.hatchet")
         gf, *_ = get_raw_metrics(proton.data.get(sid))   # a live session's data
     """
+    with no_gc():
+        return _raw_metrics(file)
+
+
+def _raw_metrics(file) -> tuple[Any, list[str], list[str], dict]:
     from .graph import from_tree
 
     if isinstance(file, (str, os.PathLike)):
@@ -57,13 +62,13 @@ def get_raw_metrics(file: str | os.PathLike | IO | list) -> tuple[Any, list[str]
     elif isinstance(file, list):
         parsed = parse_data(_as_json(file), "the profile data given", prune_empty=True)
     elif callable(getattr(file, "read", None)):
-        parsed = parse_data(file.read(), repr(getattr(file, "name", "the file")),
-                            prune_empty=True)
+        name = repr(getattr(file, "name", "the file"))
+        parsed = parse_data(read_stream(file, name), name, prune_empty=True)
     else:
         raise ViewerError(f"get_raw_metrics takes a .hatchet path, an open file or the list "
                           f"proton.data.get() returns, not {type(file).__name__}")
     for note in parsed.notes:
-        warnings.warn(note, stacklevel=3)
+        warnings.warn(note, stacklevel=4)
     gf = from_tree(parsed.root)
     inclusive = [*gf.exc_metrics, *gf.inc_metrics]  # what ROOT carries
     exclusive = [c for c in gf.dataframe.columns if c not in inclusive]  # "name" first
@@ -137,8 +142,11 @@ def derive_metrics(gf, metrics: list[str], inclusive_metrics: list[str],
         gf, inc, exc, devices = read("run.hatchet")
         derive_metrics(gf, ["time/ms", "util"], inc, exc, devices)  # ["time/ms (inc)", "util"]
     """
-    derived = [_derive(gf.dataframe, metric, inclusive_metrics, exclusive_metrics, device_info)
-               for metric in metrics]
+    with warnings.catch_warnings():
+        # a column added to a table of over ~100 columns: pandas' advice is for the caller
+        warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
+        derived = [_derive(gf.dataframe, metric, inclusive_metrics, exclusive_metrics,
+                           device_info) for metric in metrics]
     for name in derived:
         (gf.inc_metrics if name.endswith("(inc)") else gf.exc_metrics).append(name)
     return derived
