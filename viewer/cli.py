@@ -167,7 +167,7 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
         _ignore_library_noise()
         _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
               name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-              html_path, warps, rank, kernel, source_roots, profiles)
+              html_path, warps, rank, kernel, source_roots, source_maps, profiles)
 
 
 LIBRARY_NOISE = (r"DataFrame is highly fragmented|(divide by zero|invalid value|overflow|"
@@ -185,7 +185,7 @@ def _ignore_library_noise() -> None:
 
 def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
           name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-          html_path, warps, rank, kernel, source_roots, profiles) -> None:
+          html_path, warps, rank, kernel, source_roots, source_maps, profiles) -> None:
     try:
         _check_report_conflicts(diagnose, html_path, output)
         if output == "triton":
