@@ -90,7 +90,7 @@ def test_messagepack_whose_header_bytes_overcount_still_reads(tmp_path):
             > reader.memory_allowed(len(data)))  # what the header bytes alone would say
     path = tmp_path / "names.hatchet_msgpack"
     path.write_bytes(data)
-    done = CliRunner().invoke(viewer, ["-d", "1", str(path)])
+    done = CliRunner().invoke(viewer, ["-d", "2", str(path)])
     assert done.exit_code == 0 and "Я1999" in done.output, done.output[-500:]
 
 
