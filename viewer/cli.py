@@ -619,8 +619,11 @@ def _check_source_conflicts(list_metrics, metrics, include, exclude, threshold, 
 
 
 def main() -> None:
-    """Console entry point."""
-    viewer.main(prog_name="proton-viewer")
+    """Console entry point; standard output that cannot be written is one line (status 1)."""
+    from ..files import standard_output_failures
+
+    with standard_output_failures():
+        viewer.main(prog_name="proton-viewer")
 
 
 if __name__ == "__main__":
