@@ -170,14 +170,14 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
         if output == "trace":
             _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold,
                                    print_sorted, other, width, rank, kernel)
-            from .traces import merge_traces
+            from .traces import write_merged
 
-            text, errors, notes = merge_traces(list(profiles))
+            errors, notes = write_merged(list(profiles), lambda text: click.echo(text, nl=False))
+            click.echo()
             for error in errors:
                 click.echo(f"Error: {error}", err=True)
             for note in notes:
                 click.echo(f"note: {note}", err=True)
-            click.echo(text)
             ctx.exit(_Failed.exit_code if errors else 0)
         if sum(x is not None and x is not False
                for x in (kernel, html_path, diagnose or None, warps or None)) > 1:
