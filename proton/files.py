@@ -19,6 +19,7 @@ Imports nothing of Proton: the profile writer and the viewer both use it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import os
 import re
@@ -26,7 +27,7 @@ import secrets
 import stat
 import sys
 import time
-from typing import IO
+from typing import IO, Iterator
 
 try:
     import fcntl
@@ -403,3 +404,42 @@ def private_dir(path: str) -> None:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & _SHARED:
         raise OSError(f"the cache folder {path} is not a folder of this user's that only it "
                       f"may write; set {CACHE_ENV} to a private folder")
+
+
+STDOUT_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG}
+"""What a write to standard output fails with (`> /dev/full`, a quota, a dead disk) other than
+EPIPE, which click already ends quietly with status 1 (`| head`)."""
+
+
+@contextlib.contextmanager
+def standard_output_failures() -> Iterator[None]:
+    """Around a command that prints its result: standard output that cannot be written ends
+    it with one line on stderr (`Error: cannot write to standard output: No space left on
+    device; ...`) and status 1, as other tools end, instead of a traceback (or, for output
+    still in the buffer, a message at exit). An error with a file name is another file's and
+    passes.
+
+    Usage:
+        with standard_output_failures():
+            viewer.main()
+    """
+    try:
+        try:
+            yield
+        finally:
+            if sys.stdout is not None:
+                with contextlib.suppress(ValueError):  # closed: nothing to flush
+                    sys.stdout.flush()  # what is still buffered fails here, not after exit
+    except OSError as exc:
+        if exc.errno not in STDOUT_FAILURES or exc.filename is not None:
+            raise
+        with contextlib.suppress(OSError, ValueError):
+            # the buffer keeps what failed: let the flush at exit write it nowhere
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        with contextlib.suppress(OSError, ValueError):
+            print(f"Error: cannot write to standard output: {os.strerror(exc.errno)}; send "
+                  "it to a file on a disk with room, or to a pipe", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+

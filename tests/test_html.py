@@ -247,6 +247,41 @@ def test_html_errors_are_one_line(tmp_path):
     assert result.exit_code == 2 and "cannot write" in result.output
 
 
+@pytest.mark.parametrize("name", ["a.hatchet", "a.json"])
+def test_a_report_never_overwrites_the_profile_given_as_its_name(tmp_path, name):
+    """Issue 60, item 2: `--html a.hatchet b.hatchet` took a.hatchet as the page and made it
+    HTML. A profile's name, or any file there that is not a page, is refused in one line."""
+    profile = tmp_path / name
+    shutil.copy(os.path.join(DATA, "recorded.hatchet"), profile)
+    before = profile.read_bytes()
+    result = CliRunner().invoke(viewer, ["--html", str(profile),
+                                         os.path.join(DATA, "diagnose_recorded.hatchet")])
+    assert result.exit_code == 2 and result.stderr.startswith("Error: --html "), result.output
+    assert "report.html" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert profile.read_bytes() == before and os.listdir(tmp_path) == [name]
+
+
+def test_html_with_only_a_profile_says_the_profile_is_missing(tmp_path):
+    profile = tmp_path / "run1.hatchet"
+    shutil.copy(os.path.join(DATA, "recorded.hatchet"), profile)
+    before = profile.read_bytes()
+    result = CliRunner().invoke(viewer, ["--html", str(profile)])
+    assert result.exit_code == 2 and result.stderr == (
+        f"Error: no profile given: --html takes the page's name, then the profiles (--html "
+        f"REPORT.html FILE.hatchet), and took {str(profile)!r} as the page; e.g. --html "
+        f"report.html {profile}\n")
+    assert profile.read_bytes() == before
+    plain = CliRunner().invoke(viewer, [])
+    assert plain.exit_code == 2 and "Missing argument 'FILE.hatchet...'" in plain.stderr
+
+
+def test_a_page_written_before_is_replaced(tmp_path):
+    page = write(tmp_path, os.path.join(DATA, "recorded.hatchet"))
+    write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"))
+    with open(page) as f:
+        assert "<title>Proton: example_gpu.hatchet" in f.read()
+
+
 @needs_browser
 def test_a_table_of_many_kernels_shows_the_first_500_and_says_so(tmp_path):
     kernels = [{"frame": {"name": f"k{i}", "type": "function"},

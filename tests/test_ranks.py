@@ -389,6 +389,20 @@ def test_traces_whose_pids_name_their_processes_merge_under_those_names(tmp_path
                                       "rank 1 add Core3 CTA0"]
 
 
+def test_a_rank_of_over_a_thousand_processes_shares_no_process_with_the_next(tmp_path):
+    """The merged ids were 1000 per file apart: rank 0's 1000th process was rank 1's first."""
+    ev = {"name": "k", "ph": "X", "tid": 0, "ts": 1.0, "dur": 1.0}
+    trace_file(tmp_path, 0, 1_000, [dict(ev, pid=f"p{i}") for i in range(1001)])
+    trace_file(tmp_path, 1, 1_000, [dict(ev, pid="GPU 1")])
+    result = CliRunner().invoke(viewer, ["--output", "trace", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    names: dict = {}
+    for e in json.loads(result.stdout)["traceEvents"]:
+        if e["name"] == "process_name":
+            names.setdefault(e["pid"], []).append(e["args"]["name"])
+    assert len(names) == 1004 and all(len(n) == 1 for n in names.values())
+
+
 def test_trace_merge_names_a_file_that_is_not_a_trace(tmp_path):
     trace_file(tmp_path, 0, 0, [])
     (tmp_path / "ddp.rank1.chrome_trace").write_text('{"x": 1}')

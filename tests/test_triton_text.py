@@ -242,3 +242,59 @@ def test_depth_shows_the_levels_tritons_viewer_shows(depth):
     rows = own.output.splitlines()[1:]  # under the header
     assert len(rows) == len(expected.strip().splitlines())
     assert rows[0].split()[-1] == "ROOT" and (len(rows) == 1) == (depth == "1")
+
+
+def _odd_values(tmp_path, value) -> str:
+    """A profile whose kernel `k` holds `value` (text, a map) in its exclusive `bytes` and
+    `tag` and in its summed `flops`, and same-named scopes `s` for the filters to merge."""
+    def kernel(name, odd):
+        return {"frame": {"name": name, "type": "function"},
+                "metrics": {"time (ns)": 7, "count": 1, "flops": odd, "bytes": odd, "tag": odd},
+                "children": []}
+    root = {"frame": {"name": "ROOT", "type": "function"},
+            "metrics": {"time (ns)": 0, "count": 0, "flops": 0},
+            "children": [{"frame": {"name": "s", "type": "function"}, "metrics": {},
+                          "children": [kernel("k", value), kernel("j", 3)]},
+                         {"frame": {"name": "s", "type": "function"}, "metrics": {},
+                          "children": [kernel("k", 2)]}]}
+    path = tmp_path / "odd.hatchet"
+    path.write_text(json.dumps([root, {}]))
+    return str(path)
+
+
+@pytest.mark.parametrize("value", ["fast", {"a": 1}], ids=["text", "map"])
+@pytest.mark.parametrize("args", [["-m", "tag/%"], ["-m", "bytes/%"], ["-m", "byte/s"],
+                                  ["-m", "tag"], ["-m", "tag", "-diff", "SELF"]])
+def test_text_or_a_map_where_triton_computes_is_one_line(tmp_path, value, args):
+    """Issue 59, item 20: a pandas TypeError (Triton's viewer fails the same way)."""
+    path = _odd_values(tmp_path, value)
+    result = ours(*[path if a == "SELF" else a for a in args], path)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("Error: '")
+    assert "not a number" in result.stderr
+
+
+def test_print_sorted_of_whole_numbers_says_why_triton_cannot_print_them(tmp_path):
+    """Triton's f"{value:.4}" fails on an int; ours said `is 1, not a number`."""
+    path = tmp_path / "ints.hatchet"
+    path.write_text(json.dumps([{"frame": {"name": "ROOT"}, "metrics": {"count": 0},
+                                 "children": [{"frame": {"name": "k"}, "metrics": {"count": 1},
+                                               "children": []}]}, {}]))
+    assert theirs("-m", "count", "--print-sorted", str(path)) is None
+    result = ours("-m", "count", "--print-sorted", str(path))
+    assert result.exit_code == 2 and result.stderr == (
+        "Error: 'count (inc)' of frame 'k' is the integer 1, which Triton's --print-sorted "
+        "cannot print (it fails the same way); sort by a derived metric such as count/%\n")
+
+
+@pytest.mark.parametrize("value", ["fast", {"a": 1}], ids=["text", "map"])
+@pytest.mark.parametrize("args", [["-m", "time/ms", "-i", "k"], ["-m", "flops", "-i", "s"],
+                                  ["-m", "flop/s", "-e", "j"], ["-m", "time/ns", "-t", "1"]])
+def test_text_or_a_map_in_a_summed_metric_reads_blank_when_filters_merge_frames(
+        tmp_path, value, args):
+    """Issue 59, item 20: merging same-named frames summed the text (a TypeError); a value
+    that is no number counts as missing, as in every other sum."""
+    result = ours(*args, _odd_values(tmp_path, value))
+    assert result.exit_code == 0, result.output
+    if args[1] == "flops":  # k's text is left out of its sum; its other value stays
+        assert {"   ├─ 2.000 k", "   └─ 2.000 k"} & set(result.stdout.splitlines())

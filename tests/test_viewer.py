@@ -206,6 +206,71 @@ def test_diff_with_a_share_metric_where_one_file_has_no_pid(tmp_path, metric):
         assert rows and all(abs(r[f"{metric} Δ"]) < 1e-9 for r in rows), rows[:3]
 
 
+def _cpu_profile(path, root="ROOT", **scopes):
+    """A CPU run's profile (no GPU): ROOT > step > the scopes, each with its cpu_time in ms."""
+    kids = [{"frame": {"name": k, "type": "function"}, "metrics": {"cpu_time (ns)": ms * 10**6},
+             "children": []} for k, ms in scopes.items()]
+    step = {"frame": {"name": "step", "type": "function"},
+            "metrics": {"cpu_time (ns)": sum(scopes.values()) * 10**6}, "children": kids}
+    path.write_text(json.dumps([{"frame": {"name": root, "type": "function"}, "metrics": {},
+                                 "children": [step]}, {}]))
+    return str(path)
+
+
+def test_diff_of_cpu_runs_counts_a_gone_scope_as_its_whole_time_slower(tmp_path):
+    """Issue 60, item 1: `old` showed 0.000 and sorted last; it is -200 ms, -100%."""
+    before = _cpu_profile(tmp_path / "before.hatchet", old=200)
+    after = _cpu_profile(tmp_path / "after.hatchet", new=100)
+    result = show("-diff", before, after)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == """\
+cpu_time (ms) Δ  cpu_time (ms) Δ%  name
+           -100               -50  ROOT
+           -100               -50  └─ step
+           -200              -100     ├─ old
+            100                       └─ new
+"""
+    rows = {r["path"][-1]: r for r in json.loads(show("-m", "time/ms", "-diff", before,
+                                                      "--output", "json", after).stdout)}
+    assert rows["old"]["cpu_time (ms) Δ"] == -200 and rows["old"]["cpu_time (ms) Δ%"] == -100
+
+
+def test_diff_of_a_plain_cpu_run_against_its_python_context_run(cpu_runs):
+    """Issue 60, item 1: ROOT's Δ was FILE's ROOT plus OTHER's frames, its Δ% FILE/OTHER."""
+    plain, python = (json.loads(show("-m", "time/ms", "--output", "json", str(p)).stdout)
+                     for p in cpu_runs)
+    root = {"plain": plain[0]["cpu_time (ms)"], "python": python[0]["cpu_time (ms)"]}
+    rows = json.loads(show("-m", "time/ms", "-diff", str(cpu_runs[1]), "--output", "json",
+                           str(cpu_runs[0])).stdout)
+    assert rows[0]["path"] == ["ROOT"]
+    assert rows[0]["cpu_time (ms) Δ"] == pytest.approx(root["plain"] - root["python"], abs=1e-3)
+    assert rows[0]["cpu_time (ms) Δ%"] == pytest.approx(
+        (root["plain"] - root["python"]) / root["python"] * 100, abs=1e-2)
+    gone = [r for r in rows if len(r["path"]) > 2]  # the python frames only OTHER has
+    assert gone and all(r["cpu_time (ms) Δ%"] == -100 for r in gone), gone
+
+
+@pytest.mark.parametrize("metric", ["time/%", "time/ms,time/%"])
+def test_diff_of_files_whose_roots_are_named_differently_is_one_tree(tmp_path, metric):
+    """Issue 59, item 22: a /% metric against a file whose root is not named ROOT was a
+    KeyError traceback. A root is the whole run: the two roots match, FILE's name shown."""
+    before = _cpu_profile(tmp_path / "before.hatchet", root="main", old=200)
+    after = _cpu_profile(tmp_path / "after.hatchet", new=100)
+    for this, other, root in ((after, before, "ROOT"), (before, after, "main")):
+        result = show("-m", metric, "-diff", other, "--output", "json", this)
+        assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+        rows = {r["path"][-1]: r for r in json.loads(result.stdout)}
+        assert rows[root]["path"] == [root] and rows[root]["cpu_time/% Δ"] == 0
+        assert sorted(rows) == sorted([root, "step", "old", "new"])
+    with open(RECORDED) as f:
+        doc = json.load(f)
+    doc[0]["frame"]["name"] = "main"
+    (tmp_path / "main.hatchet").write_text(json.dumps(doc))
+    result = show("-m", metric, "-diff", str(tmp_path / "main.hatchet"), RECORDED)
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert result.stdout.splitlines()[1].split()[:2] == ["0", "0"]
+
+
 def test_diff_of_ours_against_tritons_file_of_the_same_script(tmp_path):
     """triton_recorded.hatchet is Triton's Proton on the script of recorded.hatchet: its ROOT
     has no host or pid; the same frames match."""

@@ -379,3 +379,22 @@ def test_filters_merge_same_named_siblings_as_hatchet_does(tmp_path):
     for gf in (ours, theirs):
         assert sorted(zip(gf.dataframe["name"], gf.dataframe["time (ns) (inc)"])) == \
             [("ROOT", 12), ("k", 12), ("step", 12)]
+
+
+def test_parse_and_filter_frames_take_text_and_maps_in_metrics(tmp_path):
+    """Issue 59, item 20: parse and filter_frames raised pandas' TypeError on a metric value
+    that is text or a map; now a one-line ViewerError where a number is needed, and the
+    filters leave such a value out of their sums."""
+    path = tmp_path / "odd.hatchet"
+    path.write_text(json.dumps([node("ROOT", {"time (ns)": 0, "count": 0, "flops": 0},
+                                     node("s", {}, kernel("k", 5, 1, flops="lots", tag="fast")),
+                                     node("s", {}, kernel("k", 7, 1, flops={"a": 1}),
+                                          kernel("j", 1, 1, flops=4, tag={"b": 2}))), {}]))
+    with pytest.raises(ViewerError, match=r"^'tag' of frame 'k' is 'fast', not a number; "):
+        api.parse(["tag/%"], str(path))
+    gf, _ = api.parse(["time/ns"], str(path), exclude="j")
+    assert sorted(zip(gf.dataframe["name"], gf.dataframe["time (ns) (inc)"])) == \
+        [("ROOT", 12), ("k", 12), ("s", 12)]
+    raw, *_ = api.read(str(path))
+    kept = api.filter_frames(raw, include="s")
+    assert by_name(kept, "flops (inc)")["j"] == 4 and math.isnan(by_name(kept, "flops (inc)")["k"])

@@ -5,7 +5,7 @@ import warnings
 
 import click
 
-from ..format import CPU_TIME
+from ..format import CPU_TIME, TRACE_EXTENSION, TREE_EXTENSION
 from . import deep
 from .errors import ViewerError
 from .names import STYLES
@@ -130,7 +130,8 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               help="Write one self-contained page (no network) instead of the tree: flame "
               "graph (widths: the first -m metric), kernels table, roofline, source heat of "
               "sampled kernels; several rank files are merged. A new regular file replaces "
-              "whatever stands at REPORT.html; - (or /dev/stdout) writes to standard output.")
+              "an earlier page, a link or a FIFO at REPORT.html, never a profile or another "
+              "file; - (or /dev/stdout) writes to standard output.")
 @click.option("--warps", is_flag=True,
               help="Instead of the tree: each kernel scope (backend='instrumentation') across "
               "warps: events, min/median/max cycles, cycles per warp, imbalance (max/median).")
@@ -151,7 +152,9 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               help="With --source and --html: read a source path that starts with the folder "
               "OLD (the recording machine's) from NEW here instead; NEW becomes a source root "
               "(repeatable). A profile that carries its source needs none.")
-@click.argument("profiles", metavar="FILE.hatchet...", nargs=-1, required=True)
+# required by hand (_check_profiles_given): click's "Missing argument" cannot say that --html
+# took the profile as its page's name
+@click.argument("profiles", metavar="FILE.hatchet...", nargs=-1)
 @click.pass_context
 def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
            name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
@@ -187,6 +190,7 @@ def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_f
           name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
           html_path, warps, rank, kernel, source_roots, source_maps, profiles) -> None:
     try:
+        _check_profiles_given(ctx, profiles, html_path)
         _check_report_conflicts(diagnose, html_path, output)
         if output == "triton":
             _check_triton_conflicts(ctx, profiles)
@@ -196,14 +200,14 @@ def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_f
         if output == "trace":
             _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold,
                                    print_sorted, other, width, rank, kernel)
-            from .traces import merge_traces
+            from .traces import write_merged
 
-            text, errors, notes = merge_traces(list(profiles))
+            errors, notes = write_merged(list(profiles), lambda text: click.echo(text, nl=False))
+            click.echo()
             for error in errors:
                 click.echo(f"Error: {error}", err=True)
             for note in notes:
                 click.echo(f"note: {note}", err=True)
-            click.echo(text)
             ctx.exit(_Failed.exit_code if errors else 0)
         if sum(x is not None and x is not False
                for x in (kernel, html_path, diagnose or None, warps or None)) > 1:
@@ -581,6 +585,50 @@ def _check_report_conflicts(diagnose: bool, html_path: str | None, output: str) 
     if html_path is not None and output != "tree":
         raise ViewerError(f"--html writes a page; --output {output} does not apply to it: "
                           "drop one")
+    if html_path is not None:
+        _check_report_name(html_path)
+
+
+def _check_profiles_given(ctx: click.Context, profiles, html_path: str | None) -> None:
+    """Click's own error for a missing FILE; one that says what --html took when it took it."""
+    if profiles:
+        return
+    if html_path is None:
+        raise click.MissingParameter(ctx=ctx, param=next(
+            p for p in ctx.command.params if p.name == "profiles"))
+    raise ViewerError(f"no profile given: --html takes the page's name, then the profiles "
+                      f"(--html REPORT.html FILE.hatchet), and took {html_path!r} as the page; "
+                      f"e.g. --html report.html {html_path}")
+
+
+def _check_report_name(path: str) -> None:
+    """A report never replaces a profile: refuse a page's name that is a profile's, or a
+    regular file there that is not a page (a profile under any name). Checked before any
+    profile is read. A link or FIFO at the name is replaced (files.write_whole), never what
+    it leads to."""
+    import os
+    import stat
+
+    from ..files import STANDARD_STREAMS
+    from .reader import MSGPACK_EXTENSION
+
+    if os.path.normpath(path) in STANDARD_STREAMS:
+        return
+    fix = "give the page a name of its own, e.g. --html report.html FILE.hatchet"
+    if path.endswith((TREE_EXTENSION, MSGPACK_EXTENSION, TRACE_EXTENSION)):
+        raise ViewerError(f"--html {path!r} names a profile, not a page, and a report never "
+                          f"replaces a profile; {fix}")
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            start = f.read(512)
+    except OSError:
+        return  # nothing readable there to lose; the write says why it fails, if it does
+    if start.strip() and not start.lstrip().lower().startswith((b"<!doctype html", b"<html")):
+        raise ViewerError(f"--html {path!r}: that file is not a page (a profile?), and a "
+                          f"report replaces only a page; {fix}")
 
 
 def _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold, print_sorted,
@@ -600,8 +648,11 @@ def _check_source_conflicts(list_metrics, metrics, include, exclude, threshold, 
 
 
 def main() -> None:
-    """Console entry point."""
-    viewer.main(prog_name="proton-viewer")
+    """Console entry point; standard output that cannot be written is one line (status 1)."""
+    from ..files import standard_output_failures
+
+    with standard_output_failures():
+        viewer.main(prog_name="proton-viewer")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ counts as 0 there (a kernel that appeared shows its whole time as the change).
 hatchet matches frames on every key of their frame, and a profile's ROOT records where it ran
 (host, pid, rank: format.JOB_KEYS) and a kernel may say why it has no lines: two runs of one
 script would share no frame. Frames are matched by what they are, their name and type, instead;
-their other keys stay on them (match_by_what).
+their other keys stay on them (match_by_what). A root is the whole run whatever its name: the
+roots of two files always match (FILE's name is shown), so the diff stays one tree with one
+ROOT to take shares of.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ WHAT = ("name", "type")
 
 def match_by_what(*gfs) -> None:
     """Make the frames of each hatchet GraphFrame equal (for unify and sub) when their name and
-    type are, whatever else they carry."""
+    type are, whatever else they carry; and every root equal to every other."""
     from hatchet.frame import Frame
 
     class What(Frame):
@@ -28,16 +30,24 @@ def match_by_what(*gfs) -> None:
         def tuple_repr(self) -> tuple:
             return tuple((k, self.attrs.get(k, "")) for k in WHAT)
 
+    class Root(Frame):
+        @property
+        def tuple_repr(self) -> tuple:
+            return (("root", ""),)
+
     for gf in gfs:
         for node in gf.graph.traverse():
-            if not isinstance(node.frame, What):
-                node.frame = What(node.frame.attrs)
+            kind = What if node.parents else Root
+            if type(node.frame) is not kind:
+                node.frame = kind(node.frame.attrs)
 
 
 def diff_columns(this: Profile, other: Profile, specs: list[str]) -> list[Column]:
     """For each spec: `<metric> Δ` (this - other) and `<metric> Δ%` (change over other's value,
     blank where other has none)."""
     match_by_what(this.gf, other.gf)
+    for profile in (this, other):
+        _blank_when_missing(profile)
     this.gf.unify(other.gf)
     columns = []
     for spec in specs:
@@ -51,3 +61,13 @@ def diff_columns(this: Profile, other: Profile, specs: list[str]) -> list[Column
         columns += [Column(f"{mine.header} Δ", change),
                     Column(f"{mine.header} Δ%", change / base.abs() * 100)]
     return columns
+
+
+def _blank_when_missing(profile: Profile) -> None:
+    """Name every metric of the profile to hatchet as one: unify blanks only those in a frame
+    this profile lacks, and copies the other's values into the rest (a CPU run's cpu_time, an
+    exclusive metric hatchet does not list, showed OTHER's time on this side too)."""
+    gf = profile.gf
+    gf.exc_metrics = list(dict.fromkeys(
+        [*gf.exc_metrics, *(m for m in profile.inclusive + profile.exclusive
+                            if m in gf.dataframe.columns)]))

@@ -31,6 +31,7 @@ from .errors import ViewerError
 from .reader import add_inclusive_columns, no_gc, parse as parse_file, parse_data, read_stream
 from .select import FORMATS, shorten, visible_nodes
 from .specs import triton_peak_bandwidth, triton_peak_flops
+from .triton_text import not_a_number
 
 SECONDS = {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 """Seconds per time unit: Triton multiplies a time by its file unit's and divides by the asked
@@ -157,10 +158,12 @@ def _derive(df: pd.DataFrame, metric: str, inclusive: list[str], exclusive: list
     """One metric's column added to df; its name."""
     def column(name: str) -> str:
         try:
-            return match_available_metrics(name, inclusive, exclusive)[0]
+            found = match_available_metrics(name, inclusive, exclusive)[0]
         except ViewerError:
             raise _unknown(metric, name if name != metric else None,
                            inclusive + exclusive) from None
+        _check_numbers(df, found, metric)
+        return found
 
     def seconds(name: str) -> pd.Series:
         col = column(name)
@@ -204,9 +207,25 @@ def _derive(df: pd.DataFrame, metric: str, inclusive: list[str], exclusive: list
     return name
 
 
+def _check_numbers(df: pd.DataFrame, column: str, metric: str) -> None:
+    """Raise one line naming the first frame whose `column` holds text, a map or a list, which
+    `metric` cannot be computed from (Triton's viewer fails there with a pandas TypeError)."""
+    values = df[column]
+    if values.dtype != object:
+        return
+    for node, value in values.items():
+        if value is not None and not isinstance(value, (int, float, np.number)):
+            raise not_a_number(column, df["name"].get(node, node), value,
+                               f"Triton's viewer derives {metric!r} from numbers only "
+                               "(proton-viewer without --output triton shows such a cell blank)")
+
+
 def _util(df: pd.DataFrame, devices: dict, seconds: pd.Series) -> pd.Series:
     """Triton's util: the longer of the flops' and the bytes' least time at its peaks, over
     the kernel's time; NaN for frames that are not kernels (no device)."""
+    for column in ("bytes", *(f"flops{width}" for width in FLOPS_WIDTHS)):
+        if column in df:
+            _check_numbers(df, column, "util")
     flops = get_min_time_flops(df, devices)["min_time"].to_numpy()
     nbytes = get_min_time_bytes(df, devices)["min_time"].to_numpy()
     # Python's max(flops, bytes) as Triton takes it: the first unless the second is larger
@@ -328,6 +347,9 @@ def _keep(gf, keep: set, what: str):
 
     if _twins(gf, keep):  # hatchet merges same-named siblings; rare enough for its own code
         rows = gf.dataframe[gf.dataframe.index.isin(keep)].copy()
+        for column in {*gf.exc_metrics, *gf.inc_metrics}.intersection(rows):  # squash sums them
+            if rows[column].dtype == object:  # text or a map in a file: blank, as in the sums
+                rows[column] = pd.to_numeric(rows[column], errors="coerce")
         return type(gf)(gf.graph, rows, gf.exc_metrics, gf.inc_metrics, gf.default_metric,
                         gf.metadata).squash()
     copies: dict = {}

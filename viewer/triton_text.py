@@ -9,6 +9,7 @@ reads each column once and walks with a stack. tests/test_triton_text.py compare
 from __future__ import annotations
 
 import math
+import reprlib
 
 from .errors import ViewerError
 
@@ -90,8 +91,18 @@ def _number(value, metric: str, name) -> str:
     try:
         return f"{value:.3f}"
     except (TypeError, ValueError):
-        raise ViewerError(f"{metric!r} of frame {name!r} is {value!r}, not a number; Triton's "
-                          "viewer prints numbers only") from None
+        raise not_a_number(metric, name, value, "Triton's viewer prints numbers only") from None
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 2, 60, 60
+
+
+def not_a_number(metric: str, name, value, why: str) -> ViewerError:
+    """One line: frame `name`'s `metric` is `value` (text, a map, a list), and `why` that
+    matters; both shown short, whatever their length."""
+    return ViewerError(f"{metric!r} of frame {_SHORT.repr(name)} is {_SHORT.repr(value)}, not "
+                       f"a number; {why}")
 
 
 def _range(series) -> tuple[float, float]:
@@ -131,6 +142,10 @@ def sorted_lines(gf, metric: str) -> list[str]:
         try:
             out.append(f"{name:105} {value:.4}")
         except (TypeError, ValueError):
-            raise ViewerError(f"{metric!r} of frame {name!r} is {value!r}, not a number; "
-                              "--print-sorted sorts numbers") from None
+            if isinstance(value, int):  # Triton's f"{value:.4}" takes no integer either
+                raise ViewerError(f"{metric!r} of frame {_SHORT.repr(name)} is the integer "
+                                  f"{value}, which Triton's --print-sorted cannot print (it "
+                                  "fails the same way); sort by a derived metric such as "
+                                  f"{metric.split(' ')[0]}/%") from None
+            raise not_a_number(metric, name, value, "--print-sorted sorts numbers") from None
     return out

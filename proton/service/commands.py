@@ -8,6 +8,7 @@ import uuid
 import click
 
 from ..errors import ProtonError
+from ..files import standard_output_failures
 from ..options import CONTEXTS, DATA
 from . import client, tokens
 from .protocol import MAX_MESSAGE, MAX_RANKS, ProtocolError, printable
@@ -178,6 +179,11 @@ def _snapshot(target: client.Target) -> client.Outcome:
 def ps() -> None:
     """List the jobs listening for captures on this host: pid, rank, state, steps, command.
     Each job has 1.5 s to answer; one that cannot is listed as `unreachable: why`."""
+    with standard_output_failures():
+        _ps()
+
+
+def _ps() -> None:
     targets = client.listening()
     if not targets:
         click.echo("no job is listening for captures (start one with `proton --listen "
