@@ -73,7 +73,7 @@ def test_a_deeply_nested_msgpack_profile_reads_or_gets_one_line(tmp_path):
         node["children"].append(child)
         node = child
     path.write_bytes(packb([deep, {}]))
-    done, _, _ = bounded_viewer(str(path), "-d", "3", timeout=30)
+    done, _, _ = bounded_viewer(str(path), "-d", "4", timeout=30)  # ROOT, s0, s1, s2
     assert done.returncode == 0 and "s2" in done.stdout, done.stderr[-2000:]
 
 

@@ -22,7 +22,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from json.decoder import JSONDecodeError, scanstring
+from json.decoder import JSONDecodeError, scanstring  # type: ignore[attr-defined]
 from typing import Callable, Iterator
 
 from ..format import JOB_KEYS, OTHER_DATA, T0_NS, TRACE_EXTENSION
@@ -130,7 +130,8 @@ class _Pieces:
     BATCH = 4096
 
     def __init__(self, write: Callable[[str], None]) -> None:
-        self.write, self.batch, self.first = write, [], True
+        self.write, self.first = write, True
+        self.batch: list[dict] = []
 
     def text(self, text: str) -> None:
         self.flush()
