@@ -98,13 +98,16 @@ if [ -z "${SKIP_FIXTURES:-}" ]; then
   cp tests/data/python_recorded.hatchet tests/data/triton_python_recorded.hatchet "$OUT/"
   # the analyzer's fixture: a bad kernel per --diagnose rule, and its report
   python3 tests/diagnose_workload.py tests/data/diagnose_recorded && cp tests/data/diagnose_recorded.hatchet "$OUT/"
-  proton-viewer --diagnose tests/data/diagnose_recorded.hatchet > "$OUT/diagnose.txt" 2>&1
-  (ex=$PWD/proton/examples/mlp.py; cd /tmp && proton -n example_gpu "$ex" --steps 3 2>&1 | tail -1; cp example_gpu.hatchet "$OUT/"; proton-viewer example_gpu.hatchet)
+  # ours by module: the machine's venv has Triton's `proton`/`proton-viewer` on PATH too (the
+  # 2026-11-29 run's fixture reports were Triton's viewer refusing --diagnose)
+  viewer() { python3 -m proton.viewer.cli "$@"; }
+  viewer --diagnose tests/data/diagnose_recorded.hatchet > "$OUT/diagnose.txt" 2>&1
+  (ex=$PWD/proton/examples/mlp.py; cd /tmp && python3 -m proton -n example_gpu "$ex" --steps 3 2>&1 | tail -1; cp example_gpu.hatchet "$OUT/"; viewer example_gpu.hatchet)
   # a training-ish job recorded every way the viewer reads (issue 60): launch configurations,
   # copies, idle, waits; counters; warps (instrumentation); PC samples carrying their source
   python3 tests/data/record_fixtures.py "$OUT" 2>&1 | tee "$OUT/record_fixtures.log"
   for f in train_gpu train_counters train_warps train_pc; do
-    [ -f "$OUT/$f.hatchet" ] && proton-viewer --diagnose "$OUT/$f.hatchet" > "$OUT/$f.diagnose.txt" 2>&1
+    [ -f "$OUT/$f.hatchet" ] && viewer --diagnose "$OUT/$f.hatchet" > "$OUT/$f.diagnose.txt" 2>&1
   done
 fi
 if [ -n "${BASELINE:-}" ]; then

@@ -84,6 +84,12 @@ def test_a_live_sessions_data_reads_in_the_viewer_with_each_kernels_launches(tmp
     assert leaves(gf, ".*elementwise.*")["count"].tolist() == [1]
     assert unpackb(proton.data.get_msgpack(sid)) == data
 
+    cleared_then_one_scope_holds_it_alone(sid, x)
+
+
+def cleared_then_one_scope_holds_it_alone(sid: int, x) -> None:
+    """Clear the paused session's phase, record `test1` (one kernel) and finalize: the phase
+    then holds `test1` and its kernel alone."""
     proton.data.clear(sid)  # while paused: the phase then holds only what comes after
     proton.activate(sid)
     with proton.scope("test1"):
@@ -162,12 +168,4 @@ def test_a_cleared_scope_stays_cleared_when_its_kernels_are_judged_later(tmp_pat
         x = torch.ones((2, 2), device="cuda")
         x + x
     proton.deactivate(sid, flushing=True)
-    proton.data.clear(sid)
-    proton.activate(sid)
-    with proton.scope("test1"):
-        x * x
-    proton.deactivate(sid, flushing=True)
-    data = proton.data.get(sid)
-    proton.finalize()
-    assert [c["frame"]["name"] for c in data[0]["children"]] == ["test1"]
-    assert ["elementwise" in k["frame"]["name"] for k in kernels(data[0])] == [True]
+    cleared_then_one_scope_holds_it_alone(sid, x)
