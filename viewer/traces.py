@@ -22,7 +22,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from json.decoder import JSONDecodeError, scanstring
+from json.decoder import JSONDecodeError
 from typing import Callable, Iterator
 
 from ..format import JOB_KEYS, OTHER_DATA, T0_NS, TRACE_EXTENSION
@@ -130,7 +130,8 @@ class _Pieces:
     BATCH = 4096
 
     def __init__(self, write: Callable[[str], None]) -> None:
-        self.write, self.batch, self.first = write, [], True
+        self.write, self.first = write, True
+        self.batch: list[dict] = []
 
     def text(self, text: str) -> None:
         self.flush()
@@ -241,7 +242,7 @@ def _members(at: _At) -> Iterator[str]:
         if not at.text.startswith('"', at.i):
             raise JSONDecodeError("Expecting property name enclosed in double quotes",
                                   at.text, at.i)
-        key, at.i = scanstring(at.text, at.i + 1)
+        key = at.value()  # a string: it starts with '"'
         at.space()
         at.expect(":", "':' delimiter")
         yield key
