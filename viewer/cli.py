@@ -315,6 +315,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from rich.console import COLOR_SYSTEMS, Console
 
     from . import export, render
+    from .demangle import declined, declined_note
     from .derive import available
     from .diff import diff_columns
     from .select import display_names, fold_names, library_frames, visible_nodes
@@ -360,7 +361,10 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         roots = set(prof.gf.graph.roots)
         if not visible - roots and any(r.children for r in roots):
             notes.append(_nothing_matches(include, exclude, threshold, columns))
+    before = declined()
     names = display_names(prof.gf, *name_format)
+    if declined() > before:  # the demangled text of all names reached its bound
+        notes.append(declined_note(declined() - before))
     folded = library_frames(prof.gf) if collapse_libraries else None
     if folded:
         names = fold_names(prof.gf, names, folded)

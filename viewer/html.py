@@ -14,6 +14,7 @@ import re
 from typing import cast
 
 from ..format import CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, PYTHON_FRAME, SYNC_TIME
+from .demangle import TOTAL_FLOOR, TOTAL_RATIO, declined, declined_note
 from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
                      derive, kernel_mask, kernel_roofs, over_roof, unmeasured, unmeasured_text,
                      util_of)
@@ -38,11 +39,12 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
     """The report for `prof` (the merged total when `merged`), widths from `columns[0]`; the
     code of source files under `roots` only (the page may be shared)."""
     columns = columns + _waste_columns(prof, columns)
-    nodes = _nodes(prof, columns, visible, depth, style)
+    budget = NameBudget(prof, style)
+    nodes = _nodes(prof, columns, visible, depth, budget)
     order = nodes.pop("order")
     kernels, row_of = _kernels(prof, merged, order)
     source = _source(prof, style, roots)
-    data = {"summary": _summary(prof, columns, merged),
+    data = {"summary": " · ".join([_summary(prof, columns, merged), *budget.note()]),
             "columns": [c.header for c in columns],
             "kernels": kernels,
             "nodes": nodes,
@@ -115,7 +117,39 @@ def _summary(prof: Profile, columns: list[Column], merged) -> str:
     return " · ".join(parts)
 
 
-def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str) -> dict:
+class NameBudget:
+    """The flame graph's names, bounded by the names the file holds: each name is bounded
+    (demangle.max_length), and so is the text of all distinct names (demangle.TOTAL_RATIO),
+    but a name repeated on many frames is on the page once per frame. The frames' names
+    (shown and whole) take at most demangle.TOTAL_RATIO x the raw names' length over the
+    frames, or demangle.TOTAL_FLOOR characters; past that a name is shown as the file has it
+    (mangled), and the page says how many."""
+
+    def __init__(self, prof: Profile, style: str) -> None:
+        raw = sum(len(str(node.frame.get("name", "?"))) for node in prof.gf.graph.traverse())
+        self.left = max(TOTAL_FLOOR, TOTAL_RATIO * raw)
+        self.style = style
+        self.kept: set[str] = set()
+
+    def names(self, raw: str) -> tuple[str, str]:
+        """(the name shown, its whole form) of a frame named `raw`."""
+        if self.left <= 0 and raw.startswith("_Z"):
+            self.kept.add(raw)
+            return raw, raw
+        before = declined()
+        name, whole = _short_frame(readable(raw, self.style)), readable(raw, "full")
+        if declined() != before:
+            self.kept.add(raw)
+        self.left -= len(name) + (len(whole) if whole != name else 0)
+        return name, whole
+
+    def note(self) -> list[str]:
+        """The page's note on the names it left mangled (by its bound or the demangler's)."""
+        return [declined_note(len(self.kept))] if self.kept else []
+
+
+def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
+           budget: NameBudget) -> dict:
     """The shown frames in pre-order, as columns: name, parent, width value, each metric;
     `full` names only where folding shortened them. Columns, not objects: a 100,000-frame
     page stays small and parses fast."""
@@ -131,9 +165,7 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int, style: str
         node, parent, level = stack.pop()
         if visible is not None and node not in visible:
             continue
-        raw = node.frame.get("name", "?")
-        name = _short_frame(readable(raw, style))
-        whole = readable(raw, "full")
+        name, whole = budget.names(node.frame.get("name", "?"))
         if whole != name:
             full[len(names)] = whole
         at = len(names)

@@ -242,7 +242,7 @@ def _members(at: _At) -> Iterator[str]:
         if not at.text.startswith('"', at.i):
             raise JSONDecodeError("Expecting property name enclosed in double quotes",
                                   at.text, at.i)
-        key, at.i = scanstring(at.text, at.i + 1)
+        key = at.value()  # a string: it starts with '"'
         at.space()
         at.expect(":", "':' delimiter")
         yield key
