@@ -11,7 +11,7 @@ import time
 import pytest
 
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
-SECONDS = 4.0
+SECONDS = 3.0
 """How long the runs may take in all (each file's views run to the end)."""
 
 

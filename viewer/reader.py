@@ -195,13 +195,26 @@ def _check_containers(data: bytes | str, name: str, msgpack: bool) -> tuple | No
     """Before `data` is decoded: ViewerError when its maps and lists alone would take more
     than memory_allowed; for MessagePack, whose header bytes occur in strings and numbers
     too, the budget to count them against as they are made (format_msgpack.unpackb)
-    instead, else None."""
+    instead, else None. JSON's brackets inside strings (a warp timeline is JSON text) are
+    left out of the count when with them it is too high."""
     found = _containers(data, msgpack)
     if _too_costly(name, len(data), found) is None:
         return None
     if msgpack:
         return memory_allowed(len(data)), COSTS["maps"], COSTS["lists"]
-    raise cast(ViewerError, _too_costly(name, len(data), found))
+    outside = (_JSON_TEXT if isinstance(data, str) else _JSON_BYTES).sub(type(data)(), data)
+    found = _containers(outside, False)
+    del outside
+    too_costly = _too_costly(name, len(data), found)
+    if too_costly:
+        raise too_costly
+    return None
+
+
+_JSON_BYTES = re.compile(rb'"(?:[^"\\]++|\\.)*+"?')
+_JSON_TEXT = re.compile(r'"(?:[^"\\]++|\\.)*+"?')
+"""A JSON string (one not closed runs to the end: each match succeeds, so the scan is linear
+in the text however its quotes and backslashes are laid out)."""
 
 
 def parse(path: str, *, prune_empty: bool = False) -> Parsed:
@@ -654,21 +667,34 @@ def _timelines(root: dict, name: str) -> tuple[list[dict], list[str]]:
     the root's child; and a note for each timeline left out, saying why."""
     out: list[dict] = []
     notes: list[str] = []
-    stack: list[tuple[dict, tuple[str, ...]]] = [(child, ()) for child in reversed(root["children"])]
+    names: list[str] = []  # each frame's name and its parent's place here: paths made only
+    parents: list[int] = []  # for the timelines (a path per frame is quadratic in the depth)
+    stack: list[tuple[dict, int]] = [(child, -1) for child in reversed(root["children"])]
     while stack:
-        node, above = stack.pop()
+        node, parent = stack.pop()
         frame = node["frame"]
-        here = (*above, frame["name"])
+        here = len(names)
+        names.append(frame["name"])
+        parents.append(parent)
         text = frame.pop(WARP_TIMELINE, None)
         if text is not None:
             t = check_timeline(text)
             if isinstance(t, dict):
-                out.append({**t, "path": list(here)})
+                out.append({**t, "path": _path(here, names, parents)})
             else:
                 notes.append(f"{name}: the warp timeline of {_SHORT.repr(frame['name'])} is "
                              f"left out: {t}")
         stack.extend((child, here) for child in reversed(node["children"]))
     return out, notes
+
+
+def _path(at: int, names: list[str], parents: list[int]) -> list[str]:
+    """The names from the root's child down to frame `at` (_timelines' numbering)."""
+    path = []
+    while at >= 0:
+        path.append(names[at])
+        at = parents[at]
+    return path[::-1]
 
 
 GPU_FIGURES = ("num_sms", "clock_rate", "memory_clock_rate", "bus_width")
