@@ -22,7 +22,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from json.decoder import JSONDecodeError, scanstring  # type: ignore[attr-defined]
+from json.decoder import JSONDecodeError
 from typing import Callable, Iterator
 
 from ..format import JOB_KEYS, OTHER_DATA, T0_NS, TRACE_EXTENSION
