@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Callable, cast
 
-from ..report import callback_failed
+from ..report import callback_failed, warn
 from .subscriber import CALLBACK_CODES
 
 _REQUESTED = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
@@ -56,6 +56,47 @@ def loaded_libcupti(maps: str = "/proc/self/maps") -> str | None:
                           f"cupti-python's (libcupti.so.{major}); keep one CUDA toolkit's CUPTI "
                           "on the library path")
     return found.pop() if found else None
+
+
+_checked_paths: set[str] = set()
+
+
+def libcupti_mismatch(path: str, binding: str | None = None,
+                      library: str | None = None) -> str | None:
+    """One line when the libcupti at `path` is another CUDA minor release than cupti-python's
+    (their record layouts are the binding's release's), else None. `binding` and `library` are
+    the versions (default: the installed cupti-python's and the version of the
+    nvidia-cuda-cupti that holds `path`; a libcupti from elsewhere, e.g. a CUDA toolkit, is not
+    judged)."""
+    from importlib.metadata import PackageNotFoundError, distribution, version
+
+    try:
+        binding = binding or version("cupti-python")
+        if library is None:
+            dist = distribution("nvidia-cuda-cupti")
+            real = os.path.realpath(path)
+            if not any(os.path.realpath(dist.locate_file(f)) == real for f in dist.files or ()
+                       if "libcupti" in f.name):
+                return None
+            library = dist.version
+    except PackageNotFoundError:
+        return None
+    if binding.split(".")[:2] == library.split(".")[:2]:
+        return None
+    minor = ".".join(binding.split(".")[:2])
+    return (f"cupti-python {binding} reads CUDA {minor}'s CUPTI records, but this process loaded "
+            f"libcupti {library} (nvidia-cuda-cupti): kernel records may read wrong; install "
+            f"the matching one: pip install 'nvidia-cuda-cupti~={minor}.0'")
+
+
+def warn_libcupti_mismatch(path: str) -> None:
+    """libcupti_mismatch's line on stderr, once per library."""
+    if path in _checked_paths:
+        return
+    _checked_paths.add(path)
+    line = libcupti_mismatch(path)
+    if line is not None:
+        warn(line)
 
 
 def timestamp_address(path: str) -> int:

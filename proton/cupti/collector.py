@@ -266,7 +266,7 @@ class CuptiCollector:
     # -- lifetime -----------------------------------------------------------------------------
     def start(self) -> None:
         """Raises ProfilerConflictError when another profiler holds CUPTI."""
-        from .buffers import loaded_libcupti, timestamp_address
+        from .buffers import loaded_libcupti, timestamp_address, warn_libcupti_mismatch
         from .subscriber import Subscriber, callback_fields
 
         cupti = self._cupti
@@ -277,6 +277,7 @@ class CuptiCollector:
             raise ProtonError(f"CUPTI could not start: {exc}") from None
         if path is None:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
+        warn_libcupti_mismatch(path)
         self._fields = callback_fields(cupti)
         log, enter, on_api = self.pipeline.start(timestamp_address(path))
         if log is not None:
