@@ -30,7 +30,7 @@ Examples:
   proton-viewer -m time/ms,comm/% ddp.rank*.hatchet  # ranks merged: sum, min/mean/max, imbalance
   proton-viewer --rank 1 ddp.rank*.hatchet       # one rank of them (or a folder of them)
   proton-viewer --output trace ddp.rank*.chrome_trace > ddp.json  # one timeline for Perfetto
-  proton-viewer --html run1.html run1.hatchet   # one page: flame graph, kernels, roofline
+  proton-viewer --html run1.html run1.hatchet   # one page, a tab per view the file has
   proton-viewer --diagnose run1.hatchet          # why kernels are slow, and what to try
 """
 
@@ -127,9 +127,10 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               "first, each with one thing to try; "
               "--output json for scripts.")
 @click.option("--html", "html_path", default=None, metavar="REPORT.html",
-              help="Write one self-contained page (no network) instead of the tree: flame "
-              "graph (widths: the first -m metric), kernels table, roofline, source heat of "
-              "sampled kernels; several rank files are merged. A new regular file replaces "
+              help="Write one self-contained page (no network) instead of the tree, with the "
+              "tabs the profile has: flame graph (widths: the first -m metric), kernels, "
+              "roofline, source (heat of sampled lines), findings (--diagnose), warps (kernel "
+              "scopes); several rank files are merged. A new regular file replaces "
               "an earlier page, a link or a FIFO at REPORT.html, never a profile or another "
               "file; - (or /dev/stdout) writes to standard output.")
 @click.option("--warps", is_flag=True,
