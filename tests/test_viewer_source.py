@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -553,3 +554,23 @@ def test_a_file_named_by_another_machines_path_says_how_to_find_it(tmp_path, mon
     out = show("--source", "k", sampled_profile(tmp_path, "/ci/build/kern.py")).output
     assert ("source file not found on this machine, nor by its name under a source root; add "
             "--source-root DIR or --source-map /ci/build=DIR") in " ".join(out.split())
+
+
+def test_the_header_says_which_file_here_the_text_was_read_from(tmp_path, monkeypatch):
+    """The profile names the recording machine's path; the text shown is another file's (found
+    by its ending under a root): the header says which, so a stale copy is not taken for it."""
+    monkeypatch.chdir(tmp_path)
+    here = tmp_path / "proj" / "tests"
+    here.mkdir(parents=True)
+    shutil.copy(os.path.join(os.path.dirname(DATA), "diagnose_workload.py"), here)
+    found = show("--source", "square_dot", "--source-root", str(tmp_path / "proj"), DIAGNOSED)
+    assert found.exit_code == 0, found.output
+    assert f"its text read from {here / 'diagnose_workload.py'} on this machine" in found.output
+    assert "/work/main/tests/diagnose_workload.py: " in found.output  # the profile's name first
+
+
+def test_the_header_says_when_the_text_is_the_one_the_profile_carries(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    found = show("--source", "scale_add", os.path.join(DATA, "train_pc.hatchet"))
+    assert found.exit_code == 0, found.output
+    assert "its text as the profile carries it (the code that ran)" in found.output

@@ -254,6 +254,12 @@ class SourceFile:
     """None when the file is not shown (see `why`)."""
     why: str | None = None
     """Why the text is not shown, in one line (not on this machine; outside the source roots)."""
+    read_from: str | None = None
+    """Where the text came from: CARRIED (the profile), else the file read on this machine."""
+
+
+CARRIED = "the profile"
+"""SourceFile.read_from for text the profile carries (the code that ran)."""
 
 
 def source_files(kernel: KernelSamples, roots: SourceRoots) -> list[SourceFile]:
@@ -270,7 +276,8 @@ def source_files(kernel: KernelSamples, roots: SourceRoots) -> list[SourceFile]:
     functions = {ls.function for ls in kernel.lines}
     for sf in by_file.values():
         carried = kernel.carried.get(sf.path)
-        sf.text, sf.why = (carried, None) if carried is not None else roots.read(sf.path)
+        sf.text, sf.why, sf.read_from = (carried, None, CARRIED) if carried is not None \
+            else roots.find(sf.path)
     defines = {sf.path for sf in by_file.values() if sf.text is not None and any(
         re.search(rf"^\s*(async\s+)?def\s+{re.escape(f)}\s*\(", sf.text, re.M)
         for f in functions)}

@@ -103,18 +103,24 @@ class SourceRoots:
         """(the text of the file `path` names here: mapped, else by its longest ending under a
         root; None), or (None, one line saying why it is not shown and how to show it when
         the user can)."""
+        text, why, _ = self.find(path)
+        return text, why
+
+    def find(self, path: str) -> tuple[str | None, str | None, str | None]:
+        """read's (text, why), and the path on this machine the text was read from."""
         path = self.mapped(path)
         text, why = self._read(path)
         if text is not None or why is None or why.startswith(_NEVER_WHY):
-            return text, why
+            return text, why, path if text is not None else None
         for candidate in self._endings(path):
             if os.path.isfile(candidate):  # the longest ending there is; _read checks it all
-                return self._read(candidate)
+                text, why = self._read(candidate)
+                return text, why, candidate if text is not None else None
         if not os.path.lexists(path):  # another machine's path
             return None, ("source file not found on this machine, nor by its name under a "
                           f"source root; {HOW} DIR or --source-map {os.path.dirname(path)}=DIR "
-                          "(DIR: where it is here)")
-        return text, why
+                          "(DIR: where it is here)"), None
+        return text, why, None
 
     def mapped(self, path: str) -> str:
         """`path` with the first --source-map whose OLD folder holds it applied."""

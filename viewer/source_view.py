@@ -5,6 +5,7 @@ reasons (share of the line's stalled samples), the line number and the highlight
 """
 from __future__ import annotations
 
+import os
 from itertools import accumulate
 
 from rich.console import Group
@@ -13,7 +14,7 @@ from rich.text import Text
 
 from .names import readable
 from .render import band, fold
-from .source import KernelSamples, LineSamples, Samples, SourceFile, source_files
+from .source import CARRIED, KernelSamples, LineSamples, Samples, SourceFile, source_files
 from .source_roots import SourceRoots
 
 CONTEXT = 3
@@ -98,6 +99,10 @@ def _file(sf: SourceFile, total: float, hot: set, width: int | None) -> list[Tex
     share = sf.samples / total if total else 0.0
     out = [Text(f"{sf.path}: {sf.samples:,.0f} samples ({share:.1%} of the kernel)",
                 style="bold")]
+    if sf.read_from == CARRIED:
+        out.append(Text("its text as the profile carries it (the code that ran)", style="dim"))
+    elif sf.read_from is not None and os.path.realpath(sf.read_from) != os.path.realpath(sf.path):
+        out.append(Text(f"its text read from {sf.read_from} on this machine", style="dim"))
     code = _highlight(sf.path, sf.text) if sf.text is not None else None
     if code is None:
         out.append(Text(f"{sf.why}; the sampled lines only", style="yellow"))
