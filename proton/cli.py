@@ -18,6 +18,7 @@ from .options import AMD_BACKENDS, CONTEXTS, DATA, parse_options
 from .report import warn
 from .runtime.profiler import profiler
 from .service import commands, tokens
+from .cli_types import Seconds
 from .service.commands import token_options
 
 EPILOG = """\b
@@ -38,20 +39,6 @@ Examples:
   proton --flush-every 60 train.py             # rewrite the profile every minute (SIGKILL-safe)
   proton capture --all --steps 3               # see `proton capture -h` and `proton ps -h`
 """
-
-
-class _Seconds(click.ParamType):
-    """A finite number of seconds from 1 to a day (settings.seconds): click's FloatRange takes
-    nan, of which no comparison is true (a timer that spins), and inf (one that never fires)."""
-
-    name = "seconds"
-
-    def convert(self, value, param, ctx) -> float:
-        try:
-            return settings.seconds(str(value), low=1, low_open=False)
-        except ValueError:
-            self.fail(f"{str(value)[:40]!r} is not a number of seconds from 1 to "
-                      f"{settings.DAY:g}", param, ctx)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True,
@@ -111,7 +98,7 @@ class _Seconds(click.ParamType):
               "`proton capture --connect HOST:PORT`; needs $PROTON_TOKEN or --token-file.")
 @token_options("A file (mode 0600) whose first line is the secret TCP captures must send "
                "(default: $PROTON_TOKEN; at least 128 bits, e.g. `openssl rand -hex 16`).")
-@click.option("--flush-every", type=_Seconds(), default=None, metavar="SECONDS",
+@click.option("--flush-every", type=Seconds(low=1), default=None, metavar="SECONDS",
               help="Rewrite the profile every SECONDS (1 to 86400) while recording, so a job "
               "killed with SIGKILL (or by the OOM killer) leaves its last one.")
 @click.argument("target", metavar="SCRIPT.py|pytest")

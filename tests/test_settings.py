@@ -104,3 +104,19 @@ def test_flush_every_takes_a_finite_number_of_seconds_from_1_to_a_day(tmp_path, 
                                             f"{value!r} is not a number of seconds from 1 to "
                                             "86400")
     assert not (tmp_path / "proton.hatchet").exists()
+
+
+@pytest.mark.parametrize("option,value,bound", [
+    ("--duration", "nan", "over 0"), ("--duration", "inf", "over 0"), ("--duration", "0", "over 0"),
+    ("--timeout", "nan", "from 1"), ("--timeout", "inf", "from 1"), ("--timeout", "0.5", "from 1")])
+def test_capture_waits_take_finite_seconds(option, value, bound):
+    """A capture of nan seconds never ended (no comparison with nan is true); inf neither."""
+    from click.testing import CliRunner
+
+    from proton.service.commands import capture
+
+    done = CliRunner().invoke(capture, [option, value, "--steps" if option == "--timeout"
+                                        else "--all", *(["1"] if option == "--timeout" else [])])
+    assert done.exit_code == 2, done.output
+    assert done.output.splitlines()[-1] == (f"Error: Invalid value for '{option}': {value!r} is "
+                                            f"not a number of seconds {bound} to 86400")

@@ -7,6 +7,7 @@ import uuid
 
 import click
 
+from ..cli_types import Seconds
 from ..errors import ProtonError
 from ..files import standard_output_failures
 from ..options import CONTEXTS, DATA
@@ -46,7 +47,7 @@ Examples:
 @click.argument("pids", nargs=-1, type=int)
 @click.option("--all", "every", is_flag=True,
               help="Every listening job of this user on this host (e.g. all ranks of a job).")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--duration", type=Seconds(low=0, low_open=True), default=None,
               help="Seconds to record (default 5 unless --steps or --snapshot).")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Record exactly N iterations, from the next proton.step() in the job.")
@@ -68,7 +69,7 @@ Examples:
               "$PROTON_TOKEN or --token-file.")
 @token_options("A file (mode 0600) whose first line is the TCP endpoints' token "
                "(default: $PROTON_TOKEN).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
+@click.option("--timeout", type=Seconds(low=1), default=120, show_default=True,
               help="Seconds to wait for --steps to complete and each profile to be written.")
 def capture(pids, every, duration, steps, snapshot, name, context, data, mode, hook, connect,
             token_file, timeout) -> None:
