@@ -36,6 +36,11 @@ def test_the_training_job_shows_its_copies_idle_waits_and_launch_configurations(
     assert "step: 6 steps" in report and "waiting on the host" in report
     assert "[synchronization in a step]" in report and "scope log" in report
     assert "[too few programs]" in report and "blocks on 132 SMs" in report
+    # the parts "sum to the step", so their shares as printed sum to at most 100% (they read
+    # 1% + 89% + 11% = 101% when each was rounded alone)
+    step = next(line for line in report.splitlines() if line.startswith("  step: 6 steps"))
+    shares = [int(p.split("%)")[0]) for p in step.split("(")[1:] if "%)" in p]
+    assert len(shares) >= 3 and 99 <= sum(shares) <= 100, step
 
 
 def test_the_counters_profile_reads_dram_rates_under_the_h200s_peak():

@@ -150,8 +150,9 @@ def lines(rows: list[Step], spread: list[Spread] | None = None) -> list[str]:
     for s in rows:
         n = s.steps or 1
         who = f"rank {s.rank}: " if s.rank is not None else ""
-        parts = ", ".join(f"{LABELS[p]} {_ms(v / n)} ({v / s.wall_ns:.0%})"
-                          for p, v in s.parts.items() if v / s.wall_ns >= 0.005)
+        whole = whole_percents(list(s.parts.values()), s.wall_ns)
+        parts = ", ".join(f"{LABELS[p]} {_ms(v / n)} ({pct}%)"
+                          for (p, v), pct in zip(s.parts.items(), whole) if v / s.wall_ns >= 0.005)
         out.append(f"  {who}{s.name}: {s.steps:,.0f} steps of {_ms(s.wall_ns / n)}: {parts}")
     for sp in spread or ():
         n = sp.steps or 1
@@ -165,6 +166,19 @@ def lines(rows: list[Step], spread: list[Spread] | None = None) -> list[str]:
             out.append(f"    {label}: {_ms(lo / n)} (rank {lo_rank}) to {_ms(hi / n)} "
                        f"(rank {hi_rank})")
     return out
+
+
+def whole_percents(parts: list[float], total: float) -> list[int]:
+    """Each part's share of `total` in whole percent, rounded so that parts which sum to the
+    total read 100 (largest remainders round up): 0.7/88.6/10.6 reads 1/89/10, not 1/89/11."""
+    if total <= 0:
+        return [0] * len(parts)
+    exact = [100 * p / total for p in parts]
+    whole = [int(e) for e in exact]
+    short = round(min(100.0, sum(exact))) - sum(whole)
+    for i in sorted(range(len(parts)), key=lambda i: whole[i] - exact[i])[:max(0, short)]:
+        whole[i] += 1
+    return whole
 
 
 def _ms(ns: float) -> str:
