@@ -34,7 +34,7 @@ SOURCES = ("pyproject.toml", "README.md", "proton", "viewer", "compiler", "hooks
 OFF_LINUX = ({"sys_platform": "darwin", "platform_system": "Darwin", "os_name": "posix"},
              {"sys_platform": "win32", "platform_system": "Windows", "os_name": "nt"})
 LINUX = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"}
-GPU_ONLY = {"cupti-python", "cuda-bindings"}
+GPU_ONLY = {"cupti-python", "cuda-bindings", "nvidia-cuda-cupti"}
 OFFLINE = re.compile(r"NewConnectionError|Failed to establish a new connection|Temporary failure "
                      r"in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|"
                      r"No route to host|ProxyError|"

@@ -202,7 +202,8 @@ def _check_containers(data: bytes | str, name: str, msgpack: bool) -> tuple | No
         return None
     if msgpack:
         return memory_allowed(len(data)), COSTS["maps"], COSTS["lists"]
-    outside = (_JSON_TEXT if isinstance(data, str) else _JSON_BYTES).sub(type(data)(), data)
+    outside: str | bytes = _JSON_TEXT.sub("", data) if isinstance(data, str) \
+        else _JSON_BYTES.sub(b"", data)
     found = _containers(outside, False)
     del outside
     too_costly = _too_costly(name, len(data), found)

@@ -75,7 +75,7 @@ def libcupti_mismatch(path: str, binding: str | None = None,
         if library is None:
             dist = distribution("nvidia-cuda-cupti")
             real = os.path.realpath(path)
-            if not any(os.path.realpath(dist.locate_file(f)) == real for f in dist.files or ()
+            if not any(os.path.realpath(str(dist.locate_file(f))) == real for f in dist.files or ()
                        if "libcupti" in f.name):
                 return None
             library = dist.version
