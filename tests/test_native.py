@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import SANITIZE_ENV, fake_next
-from proton.cupti import native
+from proton.cupti import c_loader, native
 from proton.cupti.pipeline import NativePipeline, PythonPipeline, walk
 
 class _Raw:
@@ -40,7 +40,7 @@ def test_the_helper_is_built_once_and_cached(cache):
     path = native.library_path()
     assert path.startswith(str(cache)) and os.path.exists(path)
     built = os.stat(path).st_mtime_ns
-    native._built.clear()  # as a new process would
+    native.HELPER.built.clear()  # as a new process would
     assert native.helper() is not None and os.stat(path).st_mtime_ns == built
 
 
@@ -921,18 +921,18 @@ def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
 
 
 def _strict_flags() -> tuple[str, ...]:
-    return native.FLAGS + ("-Wall", "-Wextra", "-Werror")
+    return c_loader.FLAGS + ("-Wall", "-Wextra", "-Werror")
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+@pytest.mark.skipif(c_loader.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
 def test_the_helper_compiles_with_every_warning_as_an_error(tmp_path):
     """CI's check of native.c: -Wall -Wextra -Werror with the machine's compiler."""
     out = tmp_path / "strict.so"
-    native.compile_to(str(out), _strict_flags())
+    native.HELPER.compile_to(str(out), _strict_flags())
     assert out.stat().st_size > 0
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+@pytest.mark.skipif(c_loader.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
 def test_the_c_enums_are_the_records_columns(tmp_path):
     """The header native.c is built with gives every column the index records.py gives it:
     a small program compiled with it prints them back."""
@@ -946,7 +946,7 @@ def test_the_c_enums_are_the_records_columns(tmp_path):
     (tmp_path / "enums.c").write_text(
         f'#include <stdio.h>\n#include "proton_records.h"\nint main(void) {{\n{lines}'
         "    printf(\"column %d\\n\", (int)sizeof(proton_column));\n    return 0;\n}\n")
-    subprocess.run([native.compiler(), "-Wall", "-Werror", "-o", str(tmp_path / "enums"),
+    subprocess.run([c_loader.compiler(), "-Wall", "-Werror", "-o", str(tmp_path / "enums"),
                     str(tmp_path / "enums.c")], check=True, timeout=60)
     out = subprocess.run([str(tmp_path / "enums")], capture_output=True, text=True, check=True)
     printed = dict(line.split() for line in out.stdout.splitlines())
@@ -981,7 +981,7 @@ def test_the_cache_key_follows_the_source_header_and_flags(cache, monkeypatch):
     from proton.cupti import records
 
     default = native.library_path()
-    assert native.library_path(native.FLAGS + ("-O3",)) != default
+    assert native.library_path(c_loader.FLAGS + ("-O3",)) != default
     monkeypatch.setattr(records, "c_header", lambda: "/* another layout */")
     assert native.library_path() != default
 
@@ -1002,7 +1002,7 @@ def test_the_cache_is_a_private_folder(cache):
     planted = cache / "planted.so"
     planted.write_bytes(b"not ours")
     os.symlink(planted, path)
-    native._built.clear()
+    native.HELPER.built.clear()
     assert native.helper() is not None
     assert stat.S_IMODE(folder.stat().st_mode) & 0o022 == 0
     assert not os.path.islink(path) and planted.read_bytes() == b"not ours"
@@ -1060,7 +1060,7 @@ SANITIZED_FILES = ["test_python_walk.py", "test_python_frameless.py", "test_wait
 waits' sums and events."""
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+@pytest.mark.skipif(c_loader.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
 def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
     """The equivalence tests in a python whose helper is built with -fsanitize=address,
     undefined: an out-of-bounds access, use after free or undefined behaviour in native.c
@@ -1069,7 +1069,7 @@ def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
     import subprocess
     import sys
 
-    cc = native.compiler()
+    cc = c_loader.compiler()
     asan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True,
                           text=True).stdout.strip()
     if not os.path.isabs(asan) or not os.path.exists(asan):
