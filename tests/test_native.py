@@ -1016,17 +1016,21 @@ def test_a_cache_folder_of_another_user_is_refused(cache, monkeypatch, capfd):
     assert "is not a folder of this user's" in err and "PROTON_CACHE_DIR" in err
 
 
-def test_the_wheel_and_the_sdist_carry_native_c(tmp_path):
-    """native.c is package data: an installed proton can build its helper. The sdist is built
-    as `pip` builds one; the wheel's files are what setuptools' build_py collects for it (the
-    wheel package, which bdist_wheel needs on this setuptools, may be missing)."""
+def test_the_wheel_and_the_sdist_carry_every_helpers_c(tmp_path):
+    """native.c, pm_native.c and runtime/intra_native.c are package data: an installed proton
+    can build its helpers. The sdist is built as `pip` builds one; the wheel's files are what
+    setuptools' build_py collects for it (the wheel package, which bdist_wheel needs on this
+    setuptools, may be missing)."""
     import subprocess
     import sys
     import tarfile
 
+    from proton.cupti import pm_native
+    from proton.runtime import intra_native
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True,
-                           check=True).stdout.split()
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                           cwd=root, capture_output=True, text=True, check=True).stdout.split()
     tree = tmp_path / "tree"
     for name in files:
         if os.path.isfile(os.path.join(root, name)):
@@ -1042,8 +1046,11 @@ def test_the_wheel_and_the_sdist_carry_native_c(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
     (sdist,) = out.glob("*.tar.gz")
     with tarfile.open(sdist) as t:
-        assert any(n.endswith("/proton/cupti/native.c") for n in t.getnames())
-    assert (lib / "proton" / "cupti" / "native.c").read_text() == native.source()
+        names = t.getnames()
+    for module in (native, pm_native, intra_native):
+        where = os.path.join(*module.HELPER.package.split("."), module.HELPER.source_name)
+        assert any(n.endswith("/" + where) for n in names), where
+        assert (lib / where).read_text() == module.HELPER.source
 
 
 SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_each_kernel",
@@ -1053,8 +1060,13 @@ SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_e
              "test_launches_logged_in_c_give", "test_a_launch_call_inside_another",
              "test_the_python_contexts_launch_enter", "test_a_new_session_starts_with",
              "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer",
-             "test_a_main_thread_scope_pushes"]
-"""The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers..."""
+             "test_a_main_thread_scope_pushes",
+             # the other helpers' (c_loader builds them with the same flags)
+             "test_the_recorded_buffer_replayed", "test_random_scopes_and_events",
+             "test_warps_that_do_not_divide", "test_the_c_reader_fills_spans"]
+"""The C-vs-Python equivalence tests and the launch log's, here and in SANITIZED_FROM, run again
+under the sanitizers..."""
+SANITIZED_FROM = ["test_intra_native.py", "test_counters.py"]
 SANITIZED_FILES = ["test_python_walk.py", "test_python_frameless.py", "test_waits.py"]
 """... and these files whole: the python context's walk and frameless launches in C, the
 waits' sums and events."""
@@ -1062,10 +1074,10 @@ waits' sums and events."""
 
 @pytest.mark.skipif(c_loader.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
 def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
-    """The equivalence tests in a python whose helper is built with -fsanitize=address,
-    undefined: an out-of-bounds access, use after free or undefined behaviour in native.c
-    fails them. libasan must be loaded first (LD_PRELOAD); leaks are not checked (Python's
-    own allocations would drown them)."""
+    """The equivalence tests in a python whose helpers are built with -fsanitize=address,
+    undefined: an out-of-bounds access, use after free or undefined behaviour in native.c,
+    intra_native.c or pm_native.c fails them. libasan must be loaded first (LD_PRELOAD);
+    leaks are not checked (Python's own allocations would drown them)."""
     import subprocess
     import sys
 
@@ -1078,7 +1090,8 @@ def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
     here = os.path.dirname(os.path.abspath(__file__))
-    files = [os.path.join(here, name) for name in (os.path.basename(__file__), *SANITIZED_FILES)]
+    files = [os.path.join(here, name)
+             for name in (os.path.basename(__file__), *SANITIZED_FROM, *SANITIZED_FILES)]
     chosen = " or ".join(SANITIZED + [name[:-3] for name in SANITIZED_FILES])  # module names
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-x", *files, "-k", chosen],
