@@ -53,14 +53,20 @@ def enabled() -> bool:
 
 def compiler() -> str | None:
     """The C compiler: $CC, else cc, gcc or clang on PATH."""
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") \
-        or shutil.which("clang")
+    return _find_compiler(os.environ.get("CC"), os.environ.get("PATH"))
+
+
+def _find_compiler(cc: str | None, path: str | None) -> str | None:
+    return cc or shutil.which("cc", path=path) or shutil.which("gcc", path=path) \
+        or shutil.which("clang", path=path)
 
 
 @functools.lru_cache(maxsize=8)
-def _compiler_file(cc: str | None, path: str | None) -> str:
+def _compiler_file(cc_env: str | None, path: str | None) -> str:
     """The compiler's file (the link resolved) with its size and time: a compiler upgraded or
-    swapped builds anew. Read once per process and $PATH."""
+    swapped builds anew. Looked up once per process, $CC and $PATH (a search of PATH costs
+    more than the rest of a helper's load)."""
+    cc = _find_compiler(cc_env, path)
     if cc is None:
         return "no compiler"
     found = os.path.realpath(shutil.which(cc, path=path) or cc)
@@ -73,8 +79,7 @@ def _compiler_file(cc: str | None, path: str | None) -> str:
 
 def build_key(texts: tuple[str, ...], flags: tuple[str, ...]) -> str:
     """What a built library depends on: its sources, flags, compiler, Python ABI, machine."""
-    cc = compiler()
-    parts = [*texts, *flags, _compiler_file(cc, os.environ.get("PATH")),
+    parts = [*texts, *flags, _compiler_file(os.environ.get("CC"), os.environ.get("PATH")),
              sysconfig.get_config_var("EXT_SUFFIX") or "", platform.machine()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
