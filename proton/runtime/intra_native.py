@@ -28,6 +28,7 @@ COLUMNS = ("launch", "block", "sm", "warp", "scope", "start", "end", "init_ns",
 
 
 def library_path() -> str:
+    """Where the decoder is cached (c_loader's key)."""
     return HELPER.path()
 
 
