@@ -42,7 +42,7 @@ def main() -> None:
     print(f"{'':8}{'decode':>8}{'read':>8}{'+spans':>8}")
     for label, env in (("C", "1"), ("numpy", "0")):
         os.environ["PROTON_NATIVE"] = env
-        intra_native._lib.clear()
+        intra_native.HELPER.built.clear()
         intra_native.helper()  # built (or not) before timing
         dec, read, spans = [], [], []
         for _ in range(a.repeat):

@@ -27,12 +27,12 @@ SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-o
 
 @pytest.fixture(autouse=True)
 def sanitized_helper(monkeypatch):
-    """Under the sanitizer run, the C helper is built (and cached apart) with SANITIZE."""
+    """Under the sanitizer run, the C helpers are built (and cached apart) with SANITIZE."""
     if os.environ.get(SANITIZE_ENV):
-        from proton.cupti import native
+        from proton.cupti import c_loader
 
-        if SANITIZE[0] not in native.FLAGS:
-            monkeypatch.setattr(native, "FLAGS", native.FLAGS + SANITIZE)
+        if SANITIZE[0] not in c_loader.FLAGS:
+            monkeypatch.setattr(c_loader, "FLAGS", c_loader.FLAGS + SANITIZE)
 
 
 def pytest_runtest_teardown(item) -> None:
@@ -266,6 +266,6 @@ def cache(tmp_path, monkeypatch):
 
     monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PROTON_NATIVE", raising=False)
-    native._built.clear()  # built again: with SANITIZE under the sanitizer run (above)
+    native.HELPER.built.clear()  # built again: with SANITIZE under the sanitizer run (above)
     yield tmp_path
-    native._built.clear()
+    native.HELPER.built.clear()

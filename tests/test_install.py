@@ -113,7 +113,7 @@ def _private_cache(fallback: Path) -> Path:
     folder others could write, a venv put there first would run their code); `fallback`
     (pytest's temporary folder, not kept) where it cannot be: a read-only home, or a folder
     of another user's."""
-    from proton.cupti.native import private_dir
+    from proton.files import private_dir
 
     try:
         private_dir(str(CACHE))

@@ -20,10 +20,10 @@ SEG, SCRATCH = 1024, 2048
 def compiled(tmp_path, monkeypatch):
     monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PROTON_NATIVE", raising=False)
-    intra_native._lib.clear()
+    intra_native.HELPER.built.clear()
     assert intra_native.helper() is not None, "no C compiler here"
     yield tmp_path
-    intra_native._lib.clear()
+    intra_native.HELPER.built.clear()
 
 
 def table(d: intra.Decoded) -> list[tuple]:
@@ -214,13 +214,13 @@ def test_without_a_compiler_numpy_decodes_and_says_so_once(tmp_path, monkeypatch
     monkeypatch.delenv("PROTON_NATIVE", raising=False)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    intra_native._lib.clear()
+    intra_native.HELPER.built.clear()
     try:
         host = np.frombuffer(intra.encode(EDGES[0], SCRATCH, 2, SEG), np.uint8)
         d = intra_native.decode_launches(host, np.array([0]), np.array([host.size]), SCRATCH, 2)
         intra_native.decode_launches(host, np.array([0]), np.array([host.size]), SCRATCH, 2)
     finally:
-        intra_native._lib.clear()
+        intra_native.HELPER.built.clear()
     assert sorted(d.cycles.tolist()) == [15, 40, 100, 195]
     err = capsys.readouterr().err
     assert err.count("decoding kernel scope buffers in numpy") == 1 and "C compiler" in err
@@ -240,11 +240,11 @@ def test_a_planted_library_in_the_cache_is_built_again_not_loaded(tmp_path, monk
     planted = tmp_path / "planted.so"
     planted.write_bytes(b"not ours")
     os.symlink(planted, intra_native.library_path())
-    intra_native._lib.clear()
+    intra_native.HELPER.built.clear()
     try:
         assert intra_native.helper() is not None
     finally:
-        intra_native._lib.clear()
+        intra_native.HELPER.built.clear()
     assert not os.path.islink(intra_native.library_path())
     assert planted.read_bytes() == b"not ours"
     assert stat.S_IMODE(folder.stat().st_mode) & 0o022 == 0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import SANITIZE_ENV, fake_next
-from proton.cupti import native
+from proton.cupti import c_loader, native
 from proton.cupti.pipeline import NativePipeline, PythonPipeline, walk
 
 class _Raw:
@@ -40,7 +40,7 @@ def test_the_helper_is_built_once_and_cached(cache):
     path = native.library_path()
     assert path.startswith(str(cache)) and os.path.exists(path)
     built = os.stat(path).st_mtime_ns
-    native._built.clear()  # as a new process would
+    native.HELPER.built.clear()  # as a new process would
     assert native.helper() is not None and os.stat(path).st_mtime_ns == built
 
 
@@ -921,18 +921,18 @@ def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
 
 
 def _strict_flags() -> tuple[str, ...]:
-    return native.FLAGS + ("-Wall", "-Wextra", "-Werror")
+    return c_loader.FLAGS + ("-Wall", "-Wextra", "-Werror")
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+@pytest.mark.skipif(c_loader.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
 def test_the_helper_compiles_with_every_warning_as_an_error(tmp_path):
     """CI's check of native.c: -Wall -Wextra -Werror with the machine's compiler."""
     out = tmp_path / "strict.so"
-    native.compile_to(str(out), _strict_flags())
+    native.HELPER.compile_to(str(out), _strict_flags())
     assert out.stat().st_size > 0
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+@pytest.mark.skipif(c_loader.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
 def test_the_c_enums_are_the_records_columns(tmp_path):
     """The header native.c is built with gives every column the index records.py gives it:
     a small program compiled with it prints them back."""
@@ -946,7 +946,7 @@ def test_the_c_enums_are_the_records_columns(tmp_path):
     (tmp_path / "enums.c").write_text(
         f'#include <stdio.h>\n#include "proton_records.h"\nint main(void) {{\n{lines}'
         "    printf(\"column %d\\n\", (int)sizeof(proton_column));\n    return 0;\n}\n")
-    subprocess.run([native.compiler(), "-Wall", "-Werror", "-o", str(tmp_path / "enums"),
+    subprocess.run([c_loader.compiler(), "-Wall", "-Werror", "-o", str(tmp_path / "enums"),
                     str(tmp_path / "enums.c")], check=True, timeout=60)
     out = subprocess.run([str(tmp_path / "enums")], capture_output=True, text=True, check=True)
     printed = dict(line.split() for line in out.stdout.splitlines())
@@ -981,7 +981,7 @@ def test_the_cache_key_follows_the_source_header_and_flags(cache, monkeypatch):
     from proton.cupti import records
 
     default = native.library_path()
-    assert native.library_path(native.FLAGS + ("-O3",)) != default
+    assert native.library_path(c_loader.FLAGS + ("-O3",)) != default
     monkeypatch.setattr(records, "c_header", lambda: "/* another layout */")
     assert native.library_path() != default
 
@@ -1002,7 +1002,7 @@ def test_the_cache_is_a_private_folder(cache):
     planted = cache / "planted.so"
     planted.write_bytes(b"not ours")
     os.symlink(planted, path)
-    native._built.clear()
+    native.HELPER.built.clear()
     assert native.helper() is not None
     assert stat.S_IMODE(folder.stat().st_mode) & 0o022 == 0
     assert not os.path.islink(path) and planted.read_bytes() == b"not ours"
@@ -1016,17 +1016,21 @@ def test_a_cache_folder_of_another_user_is_refused(cache, monkeypatch, capfd):
     assert "is not a folder of this user's" in err and "PROTON_CACHE_DIR" in err
 
 
-def test_the_wheel_and_the_sdist_carry_native_c(tmp_path):
-    """native.c is package data: an installed proton can build its helper. The sdist is built
-    as `pip` builds one; the wheel's files are what setuptools' build_py collects for it (the
-    wheel package, which bdist_wheel needs on this setuptools, may be missing)."""
+def test_the_wheel_and_the_sdist_carry_every_helpers_c(tmp_path):
+    """native.c, pm_native.c and runtime/intra_native.c are package data: an installed proton
+    can build its helpers. The sdist is built as `pip` builds one; the wheel's files are what
+    setuptools' build_py collects for it (the wheel package, which bdist_wheel needs on this
+    setuptools, may be missing)."""
     import subprocess
     import sys
     import tarfile
 
+    from proton.cupti import pm_native
+    from proton.runtime import intra_native
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True,
-                           check=True).stdout.split()
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                           cwd=root, capture_output=True, text=True, check=True).stdout.split()
     tree = tmp_path / "tree"
     for name in files:
         if os.path.isfile(os.path.join(root, name)):
@@ -1042,8 +1046,11 @@ def test_the_wheel_and_the_sdist_carry_native_c(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
     (sdist,) = out.glob("*.tar.gz")
     with tarfile.open(sdist) as t:
-        assert any(n.endswith("/proton/cupti/native.c") for n in t.getnames())
-    assert (lib / "proton" / "cupti" / "native.c").read_text() == native.source()
+        names = t.getnames()
+    for module in (native, pm_native, intra_native):
+        where = os.path.join(*module.HELPER.package.split("."), module.HELPER.source_name)
+        assert any(n.endswith("/" + where) for n in names), where
+        assert (lib / where).read_text() == module.HELPER.source
 
 
 SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_each_kernel",
@@ -1053,23 +1060,28 @@ SANITIZED = ["test_fields_read_in_c_join_as_numpys_do", "test_the_c_join_gives_e
              "test_launches_logged_in_c_give", "test_a_launch_call_inside_another",
              "test_the_python_contexts_launch_enter", "test_a_new_session_starts_with",
              "test_a_threads_path_stack_is_freed", "test_the_helper_walks_a_buffer",
-             "test_a_main_thread_scope_pushes"]
-"""The C-vs-Python equivalence tests and the launch log's, run again under the sanitizers..."""
+             "test_a_main_thread_scope_pushes",
+             # the other helpers' (c_loader builds them with the same flags)
+             "test_the_recorded_buffer_replayed", "test_random_scopes_and_events",
+             "test_warps_that_do_not_divide", "test_the_c_reader_fills_spans"]
+"""The C-vs-Python equivalence tests and the launch log's, here and in SANITIZED_FROM, run again
+under the sanitizers..."""
+SANITIZED_FROM = ["test_intra_native.py", "test_counters.py"]
 SANITIZED_FILES = ["test_python_walk.py", "test_python_frameless.py", "test_waits.py"]
 """... and these files whole: the python context's walk and frameless launches in C, the
 waits' sums and events."""
 
 
-@pytest.mark.skipif(native.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
+@pytest.mark.skipif(c_loader.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
 def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
-    """The equivalence tests in a python whose helper is built with -fsanitize=address,
-    undefined: an out-of-bounds access, use after free or undefined behaviour in native.c
-    fails them. libasan must be loaded first (LD_PRELOAD); leaks are not checked (Python's
-    own allocations would drown them)."""
+    """The equivalence tests in a python whose helpers are built with -fsanitize=address,
+    undefined: an out-of-bounds access, use after free or undefined behaviour in native.c,
+    intra_native.c or pm_native.c fails them. libasan must be loaded first (LD_PRELOAD);
+    leaks are not checked (Python's own allocations would drown them)."""
     import subprocess
     import sys
 
-    cc = native.compiler()
+    cc = c_loader.compiler()
     asan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True,
                           text=True).stdout.strip()
     if not os.path.isabs(asan) or not os.path.exists(asan):
@@ -1078,7 +1090,8 @@ def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
     here = os.path.dirname(os.path.abspath(__file__))
-    files = [os.path.join(here, name) for name in (os.path.basename(__file__), *SANITIZED_FILES)]
+    files = [os.path.join(here, name)
+             for name in (os.path.basename(__file__), *SANITIZED_FROM, *SANITIZED_FILES)]
     chosen = " or ".join(SANITIZED + [name[:-3] for name in SANITIZED_FILES])  # module names
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-x", *files, "-k", chosen],

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import proton
-from proton.cupti import native
+from proton.cupti import c_loader
 from proton.data.paths import paths
 from proton.runtime.profiler import profiler
 
@@ -49,8 +49,8 @@ def runner(tmp_path, monkeypatch):
     monkeypatch.delenv("PROTON_NATIVE", raising=False)
     path = str(tmp_path / "runner.so")
     try:
-        native.compile_source(path, RUNNER)
-    except native.BuildError:
+        c_loader.compile_source(path, RUNNER)
+    except c_loader.BuildError:
         pytest.skip("no C compiler: the C helper (and so its launch log) is not built")
     lib = ctypes.CDLL(path)
     lib.launch_on_new_thread.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_uint32]

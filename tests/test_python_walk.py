@@ -357,9 +357,9 @@ def test_a_launch_whose_enter_outlives_its_session_returns_safely(tmp_path):
     new log had cleared: a segfault)."""
     import subprocess
 
-    from proton.cupti import native
+    from proton.cupti import c_loader
 
-    if native.compiler() is None:
+    if c_loader.compiler() is None:
         pytest.skip("no C compiler: the C helper is not built")
     done = subprocess.run([sys.executable, "-c", RECONFIGURED, BENCH, str(tmp_path / "p")],
                           capture_output=True, text=True, timeout=300,
@@ -394,13 +394,13 @@ def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(tmp_pa
     usually at the freed one's address: each call's launch goes under the scope that call
     opened (the walk once read the last call's scopes as this one's: 'b' launches under
     'a')."""
-    from proton.cupti import native
+    from proton.cupti import c_loader
 
     monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
     monkeypatch.syspath_prepend(BENCH)
     try:
-        native.compile_source(str(tmp_path / "one.so"), ONE_THREAD)
-    except native.BuildError:
+        c_loader.compile_source(str(tmp_path / "one.so"), ONE_THREAD)
+    except c_loader.BuildError:
         pytest.skip("no C compiler: the C helper is not built")
     import harness
 

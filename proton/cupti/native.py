@@ -11,199 +11,58 @@ summed per call path), so that Python sees a buffer's sums, not its records. Its
 callback (`LaunchLog`) stands for CUPTI's API and external records. pipeline.NativePipeline
 puts these together.
 
-The C is native.c beside this module (package data); each PROTON_API function's ctypes
-signature is read from its definition there (`signatures`), and every column index it uses
-comes from records.py as a generated header (proton_records.h). It binds nothing at build time
-(CUPTI's function comes as a pointer at run time), so one build serves every libcupti; the
-cache is keyed by the source, that header, the compiler flags and the machine.
+The C is native.c beside this module, built and loaded by c_loader.py (as pm_native.c and
+runtime/intra_native.c are); every column index it uses comes from records.py as a generated
+header (proton_records.h), part of the cache key. It binds nothing at build time (CUPTI's
+function comes as a pointer at run time), so one build serves every libcupti.
 
 PROTON_NATIVE=0 keeps everything in Python (pipeline.PythonPipeline, as without a compiler);
-PROTON_CACHE_DIR moves the cache (default $XDG_CACHE_HOME/proton or ~/.cache/proton), which
-must be a folder only this user may write.
+PROTON_CACHE_DIR moves the cache (c_loader.py).
 """
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import os
-import platform
-import re
-import shutil
-import stat
-import subprocess
-import tempfile
-import threading
-from importlib import resources
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 import numpy as np
 
-from ..files import cache_folder, private_dir
-from ..report import debug, warn
-from . import records
+from . import c_loader, records
 
-NATIVE_ENV = "PROTON_NATIVE"
-SOURCE = "native.c"
-"""The helper's C source, shipped in this package (package data)."""
-FLAGS = ("-O2", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden")
-"""How the helper is built (part of the cache key): only PROTON_API functions are exported."""
 RECORD_ALIGN = 8
 """CUPTI's records are 8-byte aligned and at least that long: a buffer of `valid` bytes holds
 at most valid // 8 of them."""
 EMPTY = -(1 << 63)
 """The C side's "no path" (INT64_MIN)."""
 
-_lock = threading.Lock()
-_built: dict[str, ctypes.CDLL | None] = {}
+HELPER = c_loader.Helper(
+    __package__, "native.c", "helper",
+    "reading CUPTI buffers in Python, which costs more per launch: the C helper could not be "
+    "built ({exc}); install a C compiler (cc) or set " + c_loader.NATIVE_ENV + "=0 to silence "
+    "this",
+    lambda: {"proton_records.h": records.c_header()})
 
 
 def source() -> str:
     """native.c's text."""
-    return (resources.files(__package__) / SOURCE).read_text(encoding="utf-8")
-
-
-def cache_dir() -> str:
-    """Where built helpers are kept: native/ in Proton's cache (files.cache_folder)."""
-    return cache_folder("native")
-
-
-def cached_path(prefix: str, texts: tuple[str, ...], flags: tuple[str, ...]) -> str:
-    """The cache's library for these sources, compiler flags and machine."""
-    key = hashlib.sha256("\0".join([*texts, *flags, platform.machine()]).encode()).hexdigest()
-    return os.path.join(cache_dir(), f"{prefix}-{key[:16]}.so")
+    return HELPER.source
 
 
 def library_path(flags: tuple[str, ...] | None = None) -> str:
-    """The cached library for this source, generated header, compiler flags (FLAGS unless
-    given) and machine."""
-    return cached_path("helper", (source(), records.c_header()), flags or FLAGS)
-
-
-def enabled() -> bool:
-    """The user has not turned the helper off (PROTON_NATIVE=0: Python does its work)."""
-    return os.environ.get(NATIVE_ENV, "1") != "0"
+    """The cached library for this source, generated header, compiler flags (c_loader.FLAGS
+    unless given), compiler, Python ABI and machine."""
+    return HELPER.path(flags)
 
 
 def helper() -> ctypes.CDLL | None:
     """The compiled helper, built once per source version, flags and machine; None (said
     once) when it cannot be built, or PROTON_NATIVE=0."""
-    if not enabled():
-        return None
-    path = library_path()
-    with _lock:
-        if path in _built:
-            return _built[path]
-        lib = None
-        try:
-            lib = _load(path)
-        except (OSError, subprocess.SubprocessError, BuildError) as exc:
-            warn(f"reading CUPTI buffers in Python, which costs more per launch: the C helper "
-                 f"could not be built ({exc}); install a C compiler (cc) or set "
-                 f"{NATIVE_ENV}=0 to silence this")
-        _built[path] = lib
-        return lib
+    return HELPER.load()
 
 
-class BuildError(Exception):
-    """The helper could not be compiled (no compiler, or it failed)."""
-
-
-def compiler() -> str | None:
-    """The C compiler: $CC, else cc, gcc or clang on PATH."""
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") \
-        or shutil.which("clang")
-
-
-def compile_to(out: str, flags: tuple[str, ...] | None = None, work: str | None = None,
-               files: dict[str, str] | None = None) -> None:
-    """Compile native.c with the generated records header into `out` with `flags` (FLAGS
-    unless given; written in place: callers give a path in a folder of their own). work: a
-    private folder for the sources (default: `out`'s); files: other sources instead, the first
-    one compiled (another helper's, as runtime/intra_native.py's)."""
-    cc = compiler()
-    if not cc:
-        raise BuildError("no C compiler: cc, gcc or clang on PATH, or CC")
-    work = work or os.path.dirname(out)
-    files = files or {SOURCE: source(), "proton_records.h": records.c_header()}
-    for name, text in files.items():
-        with open(os.path.join(work, name), "x", encoding="utf-8") as f:
-            f.write(text)
-    done = subprocess.run([cc, *(flags or FLAGS), "-o", out, os.path.join(work, next(iter(files)))],
-                          capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise BuildError(f"{cc} failed: {done.stderr.strip()[:2000]}")
-
-
-def _compile(path: str, files: dict[str, str] | None = None,
-             flags: tuple[str, ...] | None = None) -> None:
-    """Build the helper (or `files`, as compile_to) into the cache at `path`: whole or not at
-    all (renamed into place), also when processes build at once."""
-    folder = os.path.dirname(path)
-    private_dir(folder)
-    with tempfile.TemporaryDirectory(dir=folder) as work:  # mkdtemp: 0700, a random name
-        out = os.path.join(work, "helper.so")
-        compile_to(out, flags, work=work, files=files)
-        os.replace(out, path)
-    debug(f"built the C helper {path}")
-
-
-def _load(path: str) -> ctypes.CDLL:
-    """The helper at `path`, built first when missing or damaged, its functions typed."""
-    lib = load_cached(path, _compile)
-    for name, (restype, argtypes) in signatures().items():
-        function = getattr(lib, name)
-        function.restype, function.argtypes = restype, argtypes
-    return lib
-
-
-def load_cached(path: str, build: Callable[[str], None]) -> ctypes.CDLL:
-    """The library at `path` in the private cache folder, built by `build(path)` first when
-    missing, damaged, or not a file this user built (a link, or writable by others: never
-    loaded, it could run another user's code). Raises OSError for a folder others may write."""
-    private_dir(os.path.dirname(path))
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        build(path)
-    else:  # only a file this user built: not a link, nor one others could have written
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
-                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            os.remove(path)
-            build(path)
-    try:
-        return ctypes.CDLL(path)  # CDLL: the GIL is released during each call
-    except OSError:  # a damaged cache entry: build it again, once
-        os.remove(path)
-        build(path)
-        return ctypes.CDLL(path)
-
-
-_C_TYPES = {"void": None, "int": ctypes.c_int, "int32_t": ctypes.c_int32,
-            "int64_t": ctypes.c_int64, "uint32_t": ctypes.c_uint32, "size_t": ctypes.c_size_t}
-_DEFINITION = re.compile(r"^PROTON_API\s+([^;{]*?)\b(proton_\w+)\s*\(([^)]*)\)\s*\{", re.M)
-
-
-def _ctype(declaration: str):
-    """The ctypes type of a C parameter or return type (its name, if any, dropped)."""
-    text = " ".join(declaration.replace("const ", " ").split())
-    if "*" in text or re.match(r"proton_\w+_fn\b", text):
-        return ctypes.c_void_p  # pointers, and pointers to functions
-    base = text.split()[0]
-    if base not in _C_TYPES:
-        raise ValueError(f"native.c: a PROTON_API type ctypes cannot take: {declaration!r}")
-    return _C_TYPES[base]
-
-
-@functools.cache
 def signatures() -> dict[str, tuple[Any, list]]:
     """{function: (restype, argtypes)} of every PROTON_API function, read from native.c's
     definitions: the one place they are written."""
-    out = {}
-    for ret, name, params in _DEFINITION.findall(source()):
-        params = [p for p in params.split(",") if p.strip() and p.strip() != "void"]
-        out[name] = (_ctype(ret), [_ctype(p) for p in params])
-    return out
+    return HELPER.signatures()
 
 
 class Columns:
@@ -631,14 +490,3 @@ def _flags(calls, copies) -> np.ndarray:
     out[list(calls)] = 1
     out[list(copies)] = 2
     return out
-
-
-OTHER_FLAGS = tuple(f for f in FLAGS if f != "-fvisibility=hidden")
-"""Another helper's flags: its functions carry no PROTON_API mark, so all stay visible."""
-
-
-def compile_source(path: str, code: str) -> None:
-    """Another helper's C `code` built into the cache at `path` (cached_path(..., OTHER_FLAGS))
-    as this one is (a private folder, renamed into place). Raises BuildError without a
-    compiler or when it fails."""
-    _compile(path, {"helper.c": code}, OTHER_FLAGS)
