@@ -227,8 +227,9 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
     headers = [c.header for c in columns]
     time = values[0] if headers and headers[0] == "time (ms)" else {}
     groups: dict[str, list[int]] = {}
+    inside = _inside_kernels(order, kernel)
     for i, node in enumerate(order):
-        if kernel.get(node):
+        if kernel.get(node) and node not in inside:
             groups.setdefault(node.frame.get("name", "?"), []).append(i)
     count = values[headers.index("count")] if "count" in headers else {}
     rows: list[list] = []
@@ -249,6 +250,16 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
             r.insert(3, _num(100 * r[2] / total) if total and r[2] is not None else None)
         headers.insert(1, SHARE)
     return {"columns": ["kernel", "call paths", *headers], "rows": rows}, row_of
+
+
+def _inside_kernels(order: list, kernel: dict) -> set:
+    """The frames under a kernel frame (`order` is pre-order): a kernel's proton.language
+    scopes carry its device but are no kernels of their own (the Warps tab shows them)."""
+    inside: set = set()
+    for node in order:
+        if any(p in inside or kernel.get(p) for p in node.parents):
+            inside.add(node)
+    return inside
 
 
 def _fold(header: str, cells: list, weights: list[float], sums: tuple[float, float]):

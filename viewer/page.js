@@ -43,8 +43,41 @@ if (Object.keys(ABSENT).length) {
 
 const esc = s => String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
   '"': "&quot;", "'": "&#39;"}[c]));
-const fmt = v => v === null || v === undefined ? "" : (Math.abs(v) >= 1e-3 || v === 0 ?
-  v.toLocaleString("en-US", {maximumFractionDigits: 3}) : v.toExponential(3));
+// -- numbers: one value written one way wherever the page shows it ---------------------------
+// A metric's decimals are chosen once, from every value of it the page holds (its frames'
+// and its kernels' rows): enough for the largest value's 4 digits and the smallest's 2, at
+// most 3 (1 for a percentage), none for whole numbers. The flame graph's labels and details,
+// the kernels table, the tooltips and the findings all write it so: 0.030 ms is "0.030" in
+// the table and "0.030 ms" in the graph, never "0.0300 ms" nor "0.03".
+function places(values, most = 3) {
+  let max = 0, min = Number.MAX_VALUE, whole = true;
+  for (const v of values) if (v !== null && v !== undefined && isFinite(v)) {
+    const a = Math.abs(v); max = Math.max(max, a); if (a > 0) min = Math.min(min, a); whole = whole && Number.isInteger(v);
+  }
+  if (whole || max === 0) return 0;
+  return Math.max(0, Math.min(most, Math.max(3 - Math.floor(Math.log10(max)), 1 - Math.floor(Math.log10(min)))));
+}
+function num(v, d) {  // the one number writer: d decimals, thousands separated; a value that rounds to 0 but is not, "<0.001"
+  if (v === null || v === undefined) return "";
+  const s = v.toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});
+  return v !== 0 && /^-?[0.,]+$/.test(s) ? (v < 0 ? ">-" : "<") + (10 ** -d).toFixed(d) : s;
+}
+const PLACES = new Map();  // metric header -> its decimals on this page
+function placesOf(header) {
+  if (!PLACES.has(header)) {
+    const j = D.columns.indexOf(header), k = K.columns.indexOf(header), values = [];
+    if (j >= 0) values.push(...D.nodes.metrics[j]);
+    if (j === 0) values.push(...VALUE);  // a scope's width spans its children
+    if (k >= 2) for (const r of K.rows) values.push(r[k]);
+    PLACES.set(header, j < 0 && k < 2 ? null : places(values, header.includes("%") ? 1 : 3));
+  }
+  return PLACES.get(header);
+}
+const unitOf = header => ((header || "").match(/\(([^)]+)\)\s*$/) || [])[1] || "";
+const metric = (v, header) => placesOf(header) === null ? fmt(v) : num(v, placesOf(header));  // as its column writes it
+const withUnit = (v, header) => metric(v, header) + (unitOf(header) ? " " + unitOf(header) : "");
+const fmt = v => v === null || v === undefined ? "" : num(v, places([v], 6));  // a figure of no metric
+const pct = v => v >= 10 || v === 0 ? num(v, 0) + "%" : v >= 0.1 ? num(v, 1) + "%" : "<0.1%";  // a share of a frame
 const hue = s => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) % 997; return h; };
 const pathTo = i => { const p = []; for (let j = PARENT[i]; j >= 0; j = PARENT[j]) p.unshift(NAME[j]); return p; };
 const link = (params, text, title) => '<a class="go" href="#' + Object.entries(params).map(([k, v]) =>
@@ -107,8 +140,8 @@ const hideTip = () => { $("tip").style.display = "none"; };
 function metricsTable(i) {
   const m = D.nodes.metrics;
   return "<table>" + D.columns.map((c, j) => m[j][i] === null ? "" : "<tr><td>" + esc(c) + "</td><td>" +
-    fmt(m[j][i]) + "</td></tr>").join("") + (VALUE[0] > 0 ? "<tr><td>share of the whole</td><td>" +
-    fmt(100 * VALUE[i] / VALUE[0]) + "%</td></tr>" : "") + "</table>";
+    metric(m[j][i], c) + "</td></tr>").join("") + (VALUE[0] > 0 ? "<tr><td>share of the whole</td><td>" +
+    pct(100 * VALUE[i] / VALUE[0]) + "</td></tr>" : "") + "</table>";
 }
 
 // -- flame graph (icicle: the root on top, width = the chosen metric) -------------------------
@@ -149,13 +182,7 @@ function color(i) {
   if (isPython(i)) return "hsl(" + (100 + h % 40) + ",45%," + (70 + h % 12) + "%)";
   return "hsl(" + (200 + h % 40) + ",55%," + (72 + h % 12) + "%)";
 }
-const UNIT = ((D.columns[0] || "").match(/\(([^)]+)\)\s*$/) || [])[1] || "";
-function amount(v) {  // 3 significant digits and the width metric's unit: 288 ms, 4.96 us
-  const a = Math.abs(v);
-  return (a > 0 && a < 1e-6 ? v.toExponential(2) : a >= 1000 ? Math.round(v).toLocaleString("en-US") :
-    v.toLocaleString("en-US", {minimumSignificantDigits: 3, maximumSignificantDigits: 3})) + (UNIT ? " " + UNIT : "");
-}
-const pct = v => (v >= 10 || v === 0 ? Math.round(v) : v >= 0.1 ? v.toFixed(1) : "<0.1") + "%";
+const amount = v => withUnit(v, D.columns[0] || "");  // a width, in the width metric's unit
 function label(i, room) {  // as speedscope: the name with its time and share where they fit
   const whole = VALUE[0] > 0 ? pct(100 * VALUE[i] / VALUE[0]) : "";
   for (const text of [NAME[i] + " \u2014 " + amount(VALUE[i]) + (whole ? ", " + whole : ""),
@@ -173,7 +200,7 @@ function flame() {
     '<span class="matches"></span>';
   const shading = S.shade >= 0 && S.shade < D.columns.length;
   const keys = shading ? [["linear-gradient(90deg," + heat(0)[0] + "," + heat(1)[0] + ")",
-    "0 to " + fmt(SHADE_TOP[S.shade]) + " " + D.columns[S.shade]], [NO_VALUE, "no value"]] : KEYS;
+    "0 to " + metric(SHADE_TOP[S.shade], D.columns[S.shade]) + " " + D.columns[S.shade]], [NO_VALUE, "no value"]] : KEYS;
   $("flamekey").innerHTML = keys.concat(pat ? [["#e040fb", "search match"]] : []).map(([c, t]) =>
     '<span class="key"><i style="background:' + c + '"></i>' + esc(t) + "</span>").join("") +
     (D.columns.length ? '<span class="key">width: ' + esc(D.columns[0]) + "</span>" +
@@ -226,23 +253,54 @@ function flame() {
   if (pat) $("crumbs").lastChild.textContent = matches.toLocaleString("en-US") + " drawn frame" +
     (matches === 1 ? "" : "s") + " match";
 }
+// The details: the frame, its links, its metrics and, beside them, the frames under it as the
+// terminal's tree draws them (depth first, widest first, indented), as many as UNDER_MOST:
+// a shallow profile's whole tree, a deep one's hottest paths. Frames of no width (a kernel's
+// own scopes, its sampled lines) are counted, not listed, with where to see them.
+const UNDER_MOST = 40;
+const SIZE = new Int32Array(COUNT).fill(1);  // frames in each frame's subtree, itself included
+for (let i = COUNT - 1; i > 0; i--) if (PARENT[i] >= 0) SIZE[PARENT[i]] += SIZE[i];
+function kernelAt(i) {  // the kernel frame at or above i, or -1
+  for (let j = i; j >= 0; j = PARENT[j]) if (rowOf[j] >= 0) return j;
+  return -1;
+}
+function warpOf(i) {  // the Warps tab's timeline of kernel frame i (its name and call path), or -1
+  const above = pathTo(i).slice(1).join(" > "), same = D.warps.map((w, k) => w.kernel === NAME[i] ? k : -1).filter(k => k >= 0);
+  return same.find(k => D.warps[k].path === above) ?? (same.length ? same[0] : -1);
+}
+function kernelLinks(i) {  // where else a kernel frame (or a frame inside one) is shown
+  const k = kernelAt(i), out = [];
+  if (k < 0) return out;
+  if (k === i) out.push(link({view: "kernels", kernel: NAME[k]}, "kernels table"));
+  if (k === i && pointsOf[rowOf[k]].length) out.push(link({view: "roofline", kernel: NAME[k]}, "roofline"));
+  if (sourceOf.has(NAME[k])) out.push(link({view: "source", kernel: NAME[k]}, "source"));
+  if (warpOf(k) >= 0) out.push(link({view: "warps", warp: warpOf(k)}, "warps", "its scopes across warps and CTAs"));
+  return out;
+}
 function info(i) {
-  const row = rowOf[i], links = [];
-  if (row >= 0) {
-    links.push(link({view: "kernels", kernel: NAME[i]}, "kernels table"));
-    if (pointsOf[row].length) links.push(link({view: "roofline", kernel: NAME[i]}, "roofline"));
-    if (sourceOf.has(NAME[i])) links.push(link({view: "source", kernel: NAME[i]}, "source"));
+  const rows = [], stack = kids[i].map(c => [c, 0]).reverse(), blank = new Set();
+  let none = 0;
+  while (stack.length && rows.length < UNDER_MOST) {
+    const [c, d] = stack.pop();
+    if (!(VALUE[c] > 0)) { none += SIZE[c]; kernelLinks(c).forEach(l => blank.add(l)); continue; }
+    rows.push('<tr><td class="name" style="padding-left:' + d * 14 + 'px"><a data-id="' + c + '">' + wrappable(NAME[c]) +
+      "</a></td><td>" + amount(VALUE[c]) + "</td><td>" + (VALUE[i] > 0 ? pct(100 * VALUE[c] / VALUE[i]) : "") + "</td></tr>");
+    for (let k = kids[c].length - 1; k >= 0; k--) stack.push([kids[c][k], d + 1]);
   }
-  // beside its metrics, what it is made of: its widest frames (a click zooms to one)
-  const under = kids[i].slice(0, 12).map(c => '<tr><td><a data-id="' + c + '">' + esc(NAME[c]) + "</a></td><td>" +
-    amount(VALUE[c]) + "</td><td>" + (VALUE[i] > 0 ? pct(100 * VALUE[c] / VALUE[i]) : "") + "</td></tr>").join("");
+  for (const [c] of stack) if (!(VALUE[c] > 0)) { none += SIZE[c]; kernelLinks(c).forEach(l => blank.add(l)); }
+  const left = SIZE[i] - 1 - rows.length - none;
+  const notes = (left > 0 ? left.toLocaleString("en-US") + " more frame" + (left === 1 ? "" : "s") + " under it: zoom in to see them. " : "") +
+    (none ? none.toLocaleString("en-US") + " frame" + (none === 1 ? "" : "s") + " with no " + esc(D.columns[0] || "value") +
+      " not listed" + (blank.size ? " (inside a kernel: " + [...blank].join(" ") + ")" : "") + "." : "");
+  const links = kernelLinks(i);
   $("flameinfo").innerHTML = "<b>" + esc(FULL[i] || NAME[i]) + "</b>" + (links.length ? " " + links.join(" ") : "") +
     '<div class="note">' + esc(pathTo(i).concat(NAME[i]).join(" / ")) + '</div><div class="infocols">' + metricsTable(i) +
-    (under ? '<table class="under"><thead><tr><th>under it' + (kids[i].length > 12 ? " (widest 12 of " + kids[i].length + ")" : "") +
-      "</th><th>" + esc(D.columns[0] || "") + "</th><th>of it</th></tr></thead><tbody>" + under + "</tbody></table>" : "") + "</div>";
+    (rows.length || notes ? '<div class="under">' + (rows.length ? '<table><thead><tr><th class="name">under it</th><th>' +
+      esc(D.columns[0] || "") + "</th><th>of it</th></tr></thead><tbody>" + rows.join("") + "</tbody></table>" : "") +
+      (notes ? '<p class="note">' + notes + "</p>" : "") + "</div>" : "") + "</div>";
 }
 $("flamekey").onchange = e => { if (e.target.id === "shade") { S.shade = +e.target.value; flame(); writeHash(); } };
-$("flameinfo").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
+$("flameinfo").onclick = e => { const a = e.target.closest("[data-id]"); if (a) zoomTo(+a.dataset.id); };
 const zoomTo = i => { S.zoom = i; flame(); writeHash(); };
 $("crumbs").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
 $("flamesvg").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
@@ -257,20 +315,6 @@ $("flamesvg").onmouseleave = hideTip;
 
 // -- kernels table: one row per kernel, its call paths folded in ------------------------------
 const SHOWN = 500;
-const decimals = ROWS.length ? K.columns.map((c, j) => {
-  if (j < 2) return 0;
-  // enough decimals for the largest value's 4 digits and the smallest's 2 (1.1 us stays
-  // 1.1 beside 1,234 us), at most 3
-  let max = 0, min = Number.MAX_VALUE, whole = true;
-  for (const r of ROWS) { const v = Math.abs(r[j]); if (r[j] !== null) { max = Math.max(max, v); if (v > 0) min = Math.min(min, v); whole = whole && Number.isInteger(r[j]); } }
-  if (whole || max === 0) return 0;
-  return Math.max(0, Math.min(c.includes("%") ? 1 : 3, Math.max(3 - Math.floor(Math.log10(max)), 1 - Math.floor(Math.log10(min)))));
-}) : [];
-function num(v, d) {  // one format per column: its decimals fixed, thousands separated
-  if (v === null || v === undefined) return "";
-  const s = v.toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});
-  return v !== 0 && /^-?[0.,]+$/.test(s) ? "<" + (10 ** -d).toFixed(d) : s;
-}
 function pathsText(r) {  // "forward 60% · backward 40%": where the kernel's time went
   const at = i => pathTo(i).slice(1).join(" / ") || "(top level)";
   if (r[0].length === 1) return esc(at(r[0][0]));
@@ -299,7 +343,7 @@ function kernels() {
       return '<tr data-row="' + j + '"' + (j === S.kernel ? ' class="sel"' : "") + '><td class="name" title="' +
         esc(FULL[i] || NAME[i]) + '">' + wrappable(NAME[i]) + " " + go.join("") + '</td><td class="paths" title="' +
         esc(r[0].map(f => pathTo(f).join(" / ")).join("\n")) + '">' + pathsText(r) + "</td>" +
-        r.slice(2).map((v, c) => "<td>" + num(v, decimals[c + 2]) + "</td>").join("") + "</tr>";
+        r.slice(2).map((v, c) => "<td>" + metric(v, K.columns[c + 2]) + "</td>").join("") + "</tr>";
     }).join("") + "</tbody>";
   const what = rows.length.toLocaleString("en-US") + " kernel" + (rows.length === 1 ? "" : "s") +
     (calls > rows.length ? " (" + calls.toLocaleString("en-US") + " call paths)" : "");
@@ -455,10 +499,10 @@ $("roofsvg").onmousemove = e => {
   const levels = p.levels ? Object.entries(p.levels).sort((a, b) => b[1] - a[1]).map(([l, f]) =>
     "<tr><td>" + esc(l) + " of its roof</td><td>" + fmt(f * 100) + "%</td></tr>").join("") : "";
   const rows = p.src === "no tensor work" ?
-    "<tr><td>" + esc(p.lv) + "</td><td>" + fmt(p.y / p.x / 1e9) + " GB/s</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (levels ||
+    "<tr><td>" + esc(p.lv) + "</td><td>" + fmt(p.y / p.x / 1e9) + " GB/s</td></tr><tr><td>time</td><td>" + withUnit(p.t * 1e3, "time (ms)") + "</td></tr>" + (levels ||
     (p.frac === null ? "" : "<tr><td>of the DRAM bandwidth</td><td>" + fmt(p.frac * 100) + "%</td></tr>")) :
     "<tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity (" + esc(p.lv) + ")</td><td>" +
-    fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + levels + (p.frac === null ? "" :
+    fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + withUnit(p.t * 1e3, "time (ms)") + "</td></tr>" + levels + (p.frac === null ? "" :
     "<tr><td>of its nearest roof</td><td>" + fmt(p.frac * 100) + "%</td></tr>");
   tipAt(e, "<b>" + esc(pointName(k)) + "</b><table>" + rows + "<tr><td>from</td><td>" + esc(from) + "</td></tr></table>");
 };
@@ -507,7 +551,7 @@ function kernelFrame(name) {  // the hottest frame of the kernel of that name
 // -- findings (proton-viewer --diagnose), each linked to its kernel -------------------------
 // A card per kernel (or scope), most to gain first: what fixing it could save, its time, and a
 // row per finding with what to try; info (worth knowing, not a problem) greyed, last.
-const msText = ns => (ns / 1e6).toLocaleString("en-US", {minimumFractionDigits: 3, maximumFractionDigits: 3}) + " ms";
+const msText = ns => num(ns / 1e6, placesOf("time (ms)") ?? 3) + " ms";  // as the time (ms) column writes it
 function findings() {
   const F = D.findings, items = F.items;
   const card = (g, n) => {
