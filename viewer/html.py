@@ -23,6 +23,7 @@ from .names import readable
 from .page import template
 from .reader import Profile
 from .render import plural
+from .select import fold_marks, shown_children
 from .source_roots import SourceRoots
 from .specs import peak
 
@@ -35,12 +36,14 @@ SOURCE_KERNELS = 12
 
 
 def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots, merged=None,
-         visible: set | None = None, depth: int = 100, style: str = "folded") -> str:
+         visible: set | None = None, depth: int = 100, style: str = "folded",
+         folded: set | None = None) -> str:
     """The report for `prof` (the merged total when `merged`), widths from `columns[0]`; the
-    code of source files under `roots` only (the page may be shared)."""
+    code of source files under `roots` only (the page may be shared); runs of `folded`
+    frames (select.library_frames) drawn as their first, as the terminal's tree does."""
     columns = columns + _waste_columns(prof, columns)
     budget = NameBudget(prof, style)
-    nodes = _nodes(prof, columns, visible, depth, budget)
+    nodes = _nodes(prof, columns, visible, depth, budget, folded)
     order = nodes.pop("order")
     kernels, row_of = _kernels(prof, merged, order)
     source = _source(prof, style, roots)
@@ -149,7 +152,7 @@ class NameBudget:
 
 
 def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
-           budget: NameBudget) -> dict:
+           budget: NameBudget, folded: set | None = None) -> dict:
     """The shown frames in pre-order, as columns: name, parent, width value, each metric;
     `full` names only where folding shortened them. Columns, not objects: a 100,000-frame
     page stays small and parses fast."""
@@ -160,12 +163,15 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
     widths: list[float | None] = []
     full: dict[int, str] = {}
     order: list = []
+    marks = fold_marks(folded) if folded else {}
     stack = [(root, -1, 0) for root in reversed(graph.roots)]
     while stack:
         node, parent, level = stack.pop()
         if visible is not None and node not in visible:
             continue
         name, whole = budget.names(node.frame.get("name", "?"))
+        if node in marks:
+            name, whole = name + marks[node], whole + marks[node]
         if whole != name:
             full[len(names)] = whole
         at = len(names)
@@ -174,7 +180,7 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
         widths.append(_num(values[0].get(node)) if values else None)
         order.append(node)
         if level + 1 < depth:  # Triton's -d: `-d 1` shows ROOT alone
-            stack.extend((child, at, level + 1) for child in reversed(node.children))
+            stack.extend((child, at, level + 1) for child in reversed(shown_children(node, visible, folded)))
     # widths: at least the children's sum (a scope without its own value still spans them)
     spans = [0.0] * len(names)
     for i in range(len(names) - 1, -1, -1):

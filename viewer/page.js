@@ -98,6 +98,7 @@ function readHash() {
   if (h.shade !== undefined) S.shade = D.columns.indexOf(h.shade);
   if (h.zoom !== undefined) S.zoom = Math.max(0, Math.min(COUNT - 1, +h.zoom || 0));
   if (h.search !== undefined) { $("search").value = h.search; setPattern(h.search); }
+  if (h.warp !== undefined && D.warps.length) WARP.k = Math.max(0, Math.min(D.warps.length - 1, +h.warp || 0));
   if (h.kernel !== undefined) {
     S.kernel = ROWS.findIndex(r => NAME[r[0][0]] === h.kernel);
     S.focus = h.kernel;
@@ -110,6 +111,7 @@ function writeHash() {
   if (S.shade >= 0) h.shade = D.columns[S.shade];
   if (S.search) h.search = S.search;
   if (S.kernel >= 0) h.kernel = NAME[ROWS[S.kernel][0][0]];
+  if (S.view === "warps" && WARP.k) h.warp = WARP.k;
   history.replaceState(null, "", "#" + Object.entries(h).map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&"));
 }
 function setPattern(text) {
@@ -128,7 +130,7 @@ $("search").oninput = e => { setPattern(e.target.value); show(S.view); writeHash
 window.addEventListener("hashchange", readHash);
 let resizing = 0;
 window.addEventListener("resize", () => { cancelAnimationFrame(resizing); resizing = requestAnimationFrame(() => {
-  if (S.view === "flame" || S.view === "roofline" || S.view === "warps") show(S.view); }); });
+  if (S.view === "flame" || S.view === "roofline" || S.view === "warps" || S.view === "kernels") show(S.view); }); });
 
 function tipAt(e, html) {
   const tip = $("tip");
@@ -334,7 +336,7 @@ function kernels() {
   });
   const calls = rows.reduce((n, j) => n + ROWS[j][0].length, 0);
   $("ktable").innerHTML = "<thead><tr>" + K.columns.map((c, j) => '<th data-col="' + j + '" class="' +
-    (j === 0 ? "name " : j === 1 ? "paths " : "") + (j === S.sortCol ? (S.sortDir > 0 ? "asc" : "desc") : "") + '">' + esc(c) + "</th>").join("") +
+    (j === 0 ? "name " : j === 1 ? "paths " : "") + (j === S.sortCol ? (S.sortDir > 0 ? "asc" : "desc") : "") + '">' + wrappable(c) + "</th>").join("") +
     "</tr></thead><tbody>" + rows.slice(0, SHOWN).map(j => {
       const r = ROWS[j], i = r[0][0];
       const go = [link({view: "flame", zoom: i}, "flame", "zoom the flame graph to its hottest call path")];
@@ -345,6 +347,7 @@ function kernels() {
         esc(r[0].map(f => pathTo(f).join(" / ")).join("\n")) + '">' + pathsText(r) + "</td>" +
         r.slice(2).map((v, c) => "<td>" + metric(v, K.columns[c + 2]) + "</td>").join("") + "</tr>";
     }).join("") + "</tbody>";
+  $("kscroll").style.maxHeight = Math.max(200, innerHeight - $("kscroll").getBoundingClientRect().top - 4) + "px";
   const what = rows.length.toLocaleString("en-US") + " kernel" + (rows.length === 1 ? "" : "s") +
     (calls > rows.length ? " (" + calls.toLocaleString("en-US") + " call paths)" : "");
   $("knote").textContent = rows.length > SHOWN ? "the first " + SHOWN + " of " + what +
@@ -597,7 +600,7 @@ function warps() {
     "</select>" : "<b>" + esc(T.kernel) + "</b>" + (T.path ? ' <span class="note">' + esc(T.path) + "</span>" : "");
   $("warpbar").innerHTML = pick + T.scopes.map((s, j) => '<span class="key"><i style="background:' + scopeColor(T, j) +
     '"></i>' + esc(s) + "</span>").join("");
-  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; WARP.cta = WARP.win = null; warps(); };
+  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; WARP.cta = WARP.win = null; warps(); writeHash(); };
   const bands = Math.min(MAX_BANDS, 1 + T.scopes.reduce((m, s) => Math.max(m, s.split(" > ").length - 1), 0));
   const depth = T.scopes.map(s => Math.min(bands - 1, s.split(" > ").length - 1));
   const BAND0 = 7, ROWH0 = T.warps * (bands * BAND0 + 2) + 8;
