@@ -110,11 +110,9 @@ def _short(value: float) -> float:
 
 def _summary(prof: Profile, columns: list[Column], merged) -> str:
     frames = len(prof.gf.dataframe)
-    root = prof.gf.graph.roots[0]
     parts = [plural(frames, "frame")]
-    if columns:
-        total = _num(columns[0].values.get(root))
-        parts.append(f"widths: {columns[0].header}" + (f", total {total:,.3f}" if total else ""))
+    if columns:  # its total written by the page, as every other value of the metric
+        parts.append(f"widths: {columns[0].header}")
     if merged is not None:
         parts.append(f"{plural(len(merged.labels), 'rank')} merged")
     return " · ".join(parts)

@@ -85,7 +85,8 @@ const link = (params, text, title) => '<a class="go" href="#' + Object.entries(p
 // break opportunities in long kernel names, after separators only (never inside a word)
 const wrappable = s => esc(s).replace(/(_|::|,|\/|\.)/g, "$1<wbr>").replace(/(&lt;|\()/g, "<wbr>$1");
 
-$("summary").textContent = D.summary;
+$("summary").textContent = D.columns.length && D.nodes.metrics[0][0] ? D.summary.replace("widths: " + D.columns[0],
+  "widths: " + D.columns[0] + ", total " + metric(D.nodes.metrics[0][0], D.columns[0])) : D.summary;
 
 // -- the state in the address (#view=...&zoom=...): links between views, shareable ---------
 function readHash() {
@@ -251,7 +252,14 @@ function flame() {
   const room = innerHeight - box.getBoundingClientRect().top - 4;
   const tall = (depth + 1) * ROW + 2;
   box.style.height = (tall <= room - MIN_INFO ? tall : Math.max(room - MIN_INFO, Math.min(160, room / 2))) + "px";
-  $("flameinfo").style.height = Math.max(60, innerHeight - $("flameinfo").getBoundingClientRect().top - 2) + "px";
+  const el = $("flameinfo");
+  el.style.height = Math.max(60, innerHeight - el.getBoundingClientRect().top - 2) + "px";
+  // as many of the frames under it as the details hold (12 at least; past them, it scrolls)
+  const listed = el.querySelectorAll(".under tbody tr");
+  if (el.scrollHeight > el.clientHeight + 1 && listed.length > 12) {
+    const per = (listed[listed.length - 1].getBoundingClientRect().bottom - listed[0].getBoundingClientRect().top) / listed.length;
+    info(S.zoom, Math.max(12, listed.length - Math.ceil((el.scrollHeight - el.clientHeight) / per) - 1));
+  }
   if (pat) $("crumbs").lastChild.textContent = matches.toLocaleString("en-US") + " drawn frame" +
     (matches === 1 ? "" : "s") + " match";
 }
@@ -279,10 +287,10 @@ function kernelLinks(i) {  // where else a kernel frame (or a frame inside one) 
   if (warpOf(k) >= 0) out.push(link({view: "warps", warp: warpOf(k)}, "warps", "its scopes across warps and CTAs"));
   return out;
 }
-function info(i) {
+function info(i, most = UNDER_MOST) {
   const rows = [], stack = kids[i].map(c => [c, 0]).reverse(), blank = new Set();
   let none = 0;
-  while (stack.length && rows.length < UNDER_MOST) {
+  while (stack.length && rows.length < most) {
     const [c, d] = stack.pop();
     if (!(VALUE[c] > 0)) { none += SIZE[c]; kernelLinks(c).forEach(l => blank.add(l)); continue; }
     rows.push('<tr><td class="name" style="padding-left:' + d * 14 + 'px"><a data-id="' + c + '">' + wrappable(NAME[c]) +
