@@ -164,3 +164,31 @@ def test_library_frames_fold_in_the_page_as_in_the_terminal(tmp_path, fold):
     assert len(marked) == (4 if not fold else 0)
     shown = [n for n in page["name"] if n.endswith("library frames]")]
     assert [m.rsplit(" [", 1)[1] for m in marked] == [s.rsplit(" [", 1)[1] for s in shown]
+
+
+@needs_browser
+def test_sandwich_merges_a_functions_callers_above_it_and_leads_back_to_each_place(tmp_path):
+    path = write(tmp_path, os.path.join(DATA, "python_recorded.hatchet"))
+    names = data(path)["nodes"]["name"]
+    first = names.index("scale_kernel")
+    got = drive(tmp_path, path, f"view=flame&zoom={first}", """
+      const info = doc.getElementById("flameinfo");
+      const go = [...info.querySelectorAll("a.go")].find(a => a.textContent === "callers and callees");
+      if (!go) return {link: false};
+      go.click(); await sleep(50);
+      const rects = [...doc.querySelectorAll("#flamesvg rect[data-sw]")].map(r =>
+        ({name: r.dataset.sw, y: +r.getAttribute("y"), w: +r.getAttribute("width")}));
+      const places = [...info.querySelectorAll(".under tbody tr")].map(tr => tr.cells[1].textContent);
+      const hash = win.location.hash;
+      info.querySelector(".under tbody tr:last-child a").click();
+      return {link: true, rects, places, hash, back: win.location.hash,
+              svgWidth: doc.getElementById("flamesvg").getBoundingClientRect().width};""")
+    assert got["link"]  # main: no way to a function's callers over the whole tree
+    kernel = [r for r in got["rects"] if r["name"] == "scale_kernel"]
+    assert len(kernel) == 1  # drawn once, its callers above it, its (no) callees below
+    above = [r for r in got["rects"] if r["y"] == kernel[0]["y"] - 20]
+    # its three places, all called through Triton's launcher (its library frames folded)
+    assert [r["name"] for r in above] == ["<lambda> (jit.py:370) [+2 library frames]"]
+    assert above[0]["w"] == kernel[0]["w"] == pytest.approx(got["svgWidth"], abs=1)
+    assert len(got["places"]) == 3 and "sandwich=scale_kernel" in got["hash"]
+    assert "sandwich" not in got["back"] and "zoom=" in got["back"]  # a place, in the call tree

@@ -21,7 +21,7 @@ D.roofline.points.forEach((p, k) => { if (p.row >= 0) pointsOf[p.row].push(k); }
 const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
 
 const S = {view: "flame", zoom: 0, pattern: null, search: "", sortCol: 2, sortDir: -1,
-           kernel: -1, focus: null, shade: -1};
+           kernel: -1, focus: null, shade: -1, sandwich: null};
 const VIEWS = {flame, kernels, roofline, source, findings, warps};
 // Only the views the profile has: a CPU-only profile has no kernels, a profile without
 // flops no roofline. What is left out, and how to get it, is said beside the tabs.
@@ -98,6 +98,7 @@ function readHash() {
     if (j >= 0) { S.sortCol = j; S.sortDir = h.sort.slice(c + 1) === "asc" ? 1 : -1; } }
   if (h.shade !== undefined) S.shade = D.columns.indexOf(h.shade);
   if (h.zoom !== undefined) S.zoom = Math.max(0, Math.min(COUNT - 1, +h.zoom || 0));
+  S.sandwich = h.sandwich !== undefined ? h.sandwich : null;
   if (h.search !== undefined) { $("search").value = h.search; setPattern(h.search); }
   if (h.warp !== undefined && D.warps.length) WARP.k = Math.max(0, Math.min(D.warps.length - 1, +h.warp || 0));
   if (h.kernel !== undefined) {
@@ -109,6 +110,7 @@ function readHash() {
 function writeHash() {
   const h = {view: S.view};
   if (S.zoom) h.zoom = S.zoom;
+  if (S.sandwich !== null && S.view === "flame") h.sandwich = S.sandwich;
   if (S.shade >= 0) h.shade = D.columns[S.shade];
   if (S.search) h.search = S.search;
   if (S.kernel >= 0) h.kernel = NAME[ROWS[S.kernel][0][0]];
@@ -196,6 +198,7 @@ function label(i, room) {  // as speedscope: the name with its time and share wh
 const KEYS = [["hsl(35,85%,66%)", "GPU kernel"], ["hsl(115,45%,74%)", "python frame or source line"],
               ["hsl(215,55%,76%)", "scope"], ["#cfd4db", "frames too narrow to draw"]];
 function flame() {
+  if (S.sandwich !== null && NAME.includes(S.sandwich)) return sandwich();
   const box = $("flamebox"), svg = $("flamesvg"), pat = S.pattern;
   const path = [];
   for (let i = S.zoom; i >= 0; i = PARENT[i]) path.unshift(i);
@@ -247,22 +250,119 @@ function flame() {
   }
   svg.setAttribute("height", (depth + 1) * ROW);
   svg.innerHTML = parts.join("") + labels.join("");
-  // the graph's box as tall as the tree (up to what leaves the details MIN_INFO), the
-  // details the rest of the window: a shallow tree leaves no blank panel, a deep one scrolls
-  const room = innerHeight - box.getBoundingClientRect().top - 4;
-  const tall = (depth + 1) * ROW + 2;
-  box.style.height = (tall <= room - MIN_INFO ? tall : Math.max(room - MIN_INFO, Math.min(160, room / 2))) + "px";
-  const el = $("flameinfo");
-  el.style.height = Math.max(60, innerHeight - el.getBoundingClientRect().top - 2) + "px";
-  // as many of the frames under it as the details hold (12 at least; past them, it scrolls)
-  const listed = el.querySelectorAll(".under tbody tr");
-  if (el.scrollHeight > el.clientHeight + 1 && listed.length > 12) {
-    const per = (listed[listed.length - 1].getBoundingClientRect().bottom - listed[0].getBoundingClientRect().top) / listed.length;
-    info(S.zoom, Math.max(12, listed.length - Math.ceil((el.scrollHeight - el.clientHeight) / per) - 1));
-  }
+  fitBox((depth + 1) * ROW, most => info(S.zoom, most));
   if (pat) $("crumbs").lastChild.textContent = matches.toLocaleString("en-US") + " drawn frame" +
     (matches === 1 ? "" : "s") + " match";
 }
+function fitBox(tall, refill) {
+  // the graph's box as tall as the tree (up to what leaves the details MIN_INFO), the
+  // details the rest of the window: a shallow tree leaves no blank panel, a deep one scrolls
+  const box = $("flamebox"), room = innerHeight - box.getBoundingClientRect().top - 4;
+  box.style.height = (tall + 2 <= room - MIN_INFO ? tall + 2 : Math.max(room - MIN_INFO, Math.min(160, room / 2))) + "px";
+  const el = $("flameinfo");
+  el.style.height = Math.max(60, innerHeight - el.getBoundingClientRect().top - 2) + "px";
+  // as many of the listed frames as the details hold (12 at least; past them, it scrolls)
+  const listed = el.querySelectorAll(".under tbody tr");
+  if (el.scrollHeight > el.clientHeight + 1 && listed.length > 12) {
+    const per = (listed[listed.length - 1].getBoundingClientRect().bottom - listed[0].getBoundingClientRect().top) / listed.length;
+    refill(Math.max(12, listed.length - Math.ceil((el.scrollHeight - el.clientHeight) / per) - 1));
+  }
+}
+
+// -- sandwich (as speedscope's): one function wherever it is in the tree, its callers merged
+// above it (upside down: its caller right above it) and its callees merged below; widths are
+// its outermost places' time (a place inside another counted once). The call tree itself is
+// speedscope's left-heavy view: identical paths merged, the widest first.
+const MERGED_MOST = 200000;  // nodes of a merged tree: a deep recursive profile stays bounded
+function outermost(name) {  // its outermost frames: none of them under another of the same name
+  const out = [];
+  for (let i = 0; i < COUNT; i++) if (NAME[i] === name) {
+    let j = PARENT[i];
+    while (j >= 0 && NAME[j] !== name) j = PARENT[j];
+    if (j < 0) out.push(i);
+  }
+  return out;
+}
+function mergedTree(from, up) {  // a tree of names over `from`: down each one's callees, or up its callers
+  const t = {name: [NAME[from[0]]], value: [0], frame: [from[0]], kids: [new Map()]};
+  const at = (n, i) => {  // n's child named as frame i (made if new)
+    let c = t.kids[n].get(NAME[i]);
+    if (c === undefined && t.name.length < MERGED_MOST) {
+      c = t.name.length; t.kids[n].set(NAME[i], c);
+      t.name.push(NAME[i]); t.value.push(0); t.frame.push(i); t.kids.push(new Map());
+    }
+    return c;
+  };
+  for (const o of from) {
+    t.value[0] += VALUE[o];
+    if (up) {
+      let n = 0;
+      for (let j = PARENT[o]; j >= 0 && n !== undefined; j = PARENT[j]) { n = at(n, j); if (n !== undefined) t.value[n] += VALUE[o]; }
+    } else {
+      const stack = [[o, 0]];
+      while (stack.length) {
+        const [i, n] = stack.pop();
+        for (const c of kids[i]) { const m = at(n, c); if (m !== undefined) { t.value[m] += VALUE[c]; stack.push([c, m]); } }
+      }
+    }
+  }
+  return t;
+}
+function mergedRect(t, n, x, w, y, ROW, parts, labels) {  // a merged frame: a click gives its own sandwich
+  const whole = VALUE[0] > 0 ? pct(100 * t.value[n] / VALUE[0]) : "";
+  const full = t.name[n] + " \u2014 " + amount(t.value[n]) + (whole ? ", " + whole : "");
+  parts.push('<rect data-sw="' + esc(t.name[n]) + '" data-tip="' + esc(full) + '" x="' + x.toFixed(2) + '" y="' + y +
+    '" width="' + w.toFixed(3) + '" height="' + (ROW - 1) + '" fill="' + color(t.frame[n]) + '"></rect>');
+  const text = [full, t.name[n]].map(s => fit(s, w - 2 * PAD)).find(s => s && !s.endsWith("\u2026")) || fit(t.name[n], w - 2 * PAD);
+  if (text) labels.push('<text x="' + (x + PAD).toFixed(1) + '" y="' + (y + 14) + '">' + esc(text) + "</text>");
+}
+function drawMerged(t, W, ROW, rowOfDepth, parts, labels, root = true) {  // widest first; returns its depth
+  let depth = 0;
+  const stack = [[0, 0, W, 0]];
+  while (stack.length) {
+    const [n, x, w, d] = stack.pop();
+    depth = Math.max(depth, d);
+    if (d || root) mergedRect(t, n, x, w, rowOfDepth(d) * ROW, ROW, parts, labels);
+    const total = t.value[n] || 0;
+    let cx = x;
+    for (const c of [...t.kids[n].values()].sort((a, b) => t.value[b] - t.value[a])) {
+      const cw = total > 0 ? w * Math.max(t.value[c], 0) / total : 0;
+      if (cw >= MIN_PX) stack.push([c, cx, cw, d + 1]);
+      cx += cw;
+    }
+  }
+  return depth;
+}
+function sandwich() {
+  const name = S.sandwich, from = outermost(name), svg = $("flamesvg"), box = $("flamebox");
+  const W = svg.clientWidth || box.clientWidth || 1200, ROW = 20;
+  const callers = mergedTree(from, true), callees = mergedTree(from, false);
+  const above = (() => { let d = 0; const st = [[0, 0]]; while (st.length) { const [n, k] = st.pop(); d = Math.max(d, k);
+    for (const c of callers.kids[n].values()) st.push([c, k + 1]); } return d; })();
+  const parts = [], labels = [];
+  drawMerged(callers, W, ROW, d => above - d, parts, labels);
+  const below = drawMerged(callees, W, ROW, d => above + d, parts, labels, false);  // the function once, between
+  const rows = above + below + 1;
+  svg.setAttribute("height", rows * ROW);
+  svg.innerHTML = parts.join("") + labels.join("");
+  $("crumbs").innerHTML = '<a data-id="' + S.zoom + '">\u2190 call tree</a> \u203a sandwich of <b>' + esc(name) +
+    "</b>: its callers above it, its callees below";
+  sandwichInfo(from);
+  fitBox(rows * ROW, most => sandwichInfo(from, most));
+}
+function sandwichInfo(from, most = UNDER_MOST) {
+  const total = from.reduce((a, i) => a + VALUE[i], 0);
+  const rows = from.slice().sort((a, b) => VALUE[b] - VALUE[a]).slice(0, most).map(i => '<tr><td class="name"><a data-id="' + i + '">' +
+    esc(pathTo(i).concat(NAME[i]).join(" / ")) + "</a></td><td>" + amount(VALUE[i]) + "</td><td>" +
+    (total > 0 ? pct(100 * VALUE[i] / total) : "") + "</td></tr>");
+  $("flameinfo").innerHTML = "<b>" + esc(FULL[from[0]] || NAME[from[0]]) + "</b>" +
+    '<div class="note">' + from.length.toLocaleString("en-US") + " place" + (from.length === 1 ? "" : "s") + " in the call tree, " +
+    amount(total) + (VALUE[0] > 0 ? " (" + pct(100 * total / VALUE[0]) + " of the whole)" : "") + "; click a place to see it in the call tree</div>" +
+    '<div class="infocols"><div class="under"><table><thead><tr><th class="name">its places</th><th>' + esc(D.columns[0] || "") +
+    "</th><th>of it</th></tr></thead><tbody>" + rows.join("") + "</tbody></table>" +
+    (from.length > most ? '<p class="note">' + (from.length - most).toLocaleString("en-US") + " more</p>" : "") + "</div></div>";
+}
+
 // The details: the frame, its links, its metrics and, beside them, the frames under it as the
 // terminal's tree draws them (depth first, widest first, indented), as many as UNDER_MOST:
 // a shallow profile's whole tree, a deep one's hottest paths. Frames of no width (a kernel's
@@ -303,6 +403,8 @@ function info(i, most = UNDER_MOST) {
     (none ? none.toLocaleString("en-US") + " frame" + (none === 1 ? "" : "s") + " with no " + esc(D.columns[0] || "value") +
       " not listed" + (blank.size ? " (inside a kernel: " + [...blank].join(" ") + ")" : "") + "." : "");
   const links = kernelLinks(i);
+  if (i > 0) links.push(link({view: "flame", zoom: S.zoom, sandwich: NAME[i]}, "callers and callees",
+    "sandwich: this function wherever it is in the tree, its callers above it and its callees below"));
   $("flameinfo").innerHTML = "<b>" + esc(FULL[i] || NAME[i]) + "</b>" + (links.length ? " " + links.join(" ") : "") +
     '<div class="note">' + esc(pathTo(i).concat(NAME[i]).join(" / ")) + '</div><div class="infocols">' + metricsTable(i) +
     (rows.length || notes ? '<div class="under">' + (rows.length ? '<table><thead><tr><th class="name">under it</th><th>' +
@@ -311,12 +413,16 @@ function info(i, most = UNDER_MOST) {
 }
 $("flamekey").onchange = e => { if (e.target.id === "shade") { S.shade = +e.target.value; flame(); writeHash(); } };
 $("flameinfo").onclick = e => { const a = e.target.closest("[data-id]"); if (a) zoomTo(+a.dataset.id); };
-const zoomTo = i => { S.zoom = i; flame(); writeHash(); };
+const zoomTo = i => { S.zoom = i; S.sandwich = null; flame(); writeHash(); };
 $("crumbs").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
-$("flamesvg").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
+$("flamesvg").onclick = e => {
+  if (e.target.dataset.id) zoomTo(+e.target.dataset.id);
+  else if (e.target.dataset.sw !== undefined) { S.sandwich = e.target.dataset.sw; flame(); writeHash(); }
+};
 $("flamesvg").onmousemove = e => {
   const t = e.target.dataset;
   if (t.id !== undefined) tipAt(e, "<b>" + esc(FULL[+t.id] || NAME[+t.id]) + "</b>" + metricsTable(+t.id));
+  else if (t.sw !== undefined) tipAt(e, esc(t.tip) + "<br>click for its own callers and callees");
   else if (t.more !== undefined) tipAt(e, (+t.n).toLocaleString("en-US") + " frames under <b>" + esc(NAME[+t.more]) +
     "</b>, each too narrow to draw: zoom in to see them");
   else hideTip();
