@@ -35,8 +35,8 @@ def test_details_wrap_names_and_never_numbers_or_headings(tmp_path, size):
     got = drive(tmp_path, path, f"view=flame&zoom={frame(path, 'backward')}", LINES + """
       const info = doc.getElementById("flameinfo"), under = info.querySelector("table.under, .under table");
       const cells = [...under.querySelectorAll("th, td")];
-      return {numbers: cells.filter(c => !c.classList.contains("name")).map(c => [c.textContent, lines(c)]),
-              names: cells.filter(c => c.tagName === "TD" && c.classList.contains("name")).map(c => lines(c)),
+      return {numbers: cells.filter(c => c.cellIndex > 0).map(c => [c.textContent, lines(c)]),
+              names: cells.filter(c => c.tagName === "TD" && c.cellIndex === 0).map(c => lines(c)),
               right: under.getBoundingClientRect().right, room: info.getBoundingClientRect().right,
               nameWidth: under.querySelector("th").getBoundingClientRect().width};""", size=size)
     assert len(got["numbers"]) == 2 + 2 * 9  # the headings and backward's nine frames
