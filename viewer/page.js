@@ -65,10 +65,9 @@ function num(v, d) {  // the one number writer: d decimals, thousands separated;
 const PLACES = new Map();  // metric header -> its decimals on this page
 function placesOf(header) {
   if (!PLACES.has(header)) {
-    const j = D.columns.indexOf(header), k = K.columns.indexOf(header), values = [];
-    if (j >= 0) values.push(...D.nodes.metrics[j]);
-    if (j === 0) values.push(...VALUE);  // a scope's width spans its children
-    if (k >= 2) for (const r of K.rows) values.push(r[k]);
+    const j = D.columns.indexOf(header), k = K.columns.indexOf(header);
+    const values = (j >= 0 ? D.nodes.metrics[j] : []).concat(j === 0 ? VALUE : [],  // a scope's width spans its children
+                                                            k >= 2 ? K.rows.map(r => r[k]) : []);
     PLACES.set(header, j < 0 && k < 2 ? null : places(values, header.includes("%") ? 1 : 3));
   }
   return PLACES.get(header);
