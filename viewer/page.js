@@ -57,9 +57,10 @@ function places(values, most = 3) {
   if (whole || max === 0) return 0;
   return Math.max(0, Math.min(most, Math.max(3 - Math.floor(Math.log10(max)), 1 - Math.floor(Math.log10(min)))));
 }
+const FORMATS = [];  // a formatter per number of decimals, made once (toLocaleString makes one a call)
 function num(v, d) {  // the one number writer: d decimals, thousands separated; a value that rounds to 0 but is not, "<0.001"
   if (v === null || v === undefined) return "";
-  const s = v.toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});
+  const s = (FORMATS[d] || (FORMATS[d] = new Intl.NumberFormat("en-US", {minimumFractionDigits: d, maximumFractionDigits: d}))).format(v);
   return v !== 0 && /^-?[0.,]+$/.test(s) ? (v < 0 ? ">-" : "<") + (10 ** -d).toFixed(d) : s;
 }
 const PLACES = new Map();  // metric header -> its decimals on this page
@@ -74,7 +75,7 @@ function placesOf(header) {
 }
 const unitOf = header => ((header || "").match(/\(([^)]+)\)\s*$/) || [])[1] || "";
 const metric = (v, header) => placesOf(header) === null ? fmt(v) : num(v, placesOf(header));  // as its column writes it
-const withUnit = (v, header) => metric(v, header) + (unitOf(header) ? " " + unitOf(header) : "");
+const withUnit = (v, header) => { const u = unitOf(header); return metric(v, header) + (u ? " " + u : ""); };
 const fmt = v => v === null || v === undefined ? "" : num(v, places([v], 6));  // a figure of no metric
 const pct = v => v >= 10 || v === 0 ? num(v, 0) + "%" : v >= 0.1 ? num(v, 1) + "%" : "<0.1%";  // a share of a frame
 const hue = s => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) % 997; return h; };
@@ -651,7 +652,7 @@ function source() {
           const code = f.missing ? "" : "<td>" + esc(l.code) + "</td>";
           if (!l.samples) return '<tr class="cold"><td class="s"></td><td class="p"></td><td class="r"></td><td class="n">' + l.line + "</td>" + code + "</tr>";
           const [bg, ink] = heat(l.share / top), style = ' style="background:' + bg + ";color:" + ink + '"';
-          return "<tr" + (l.share === top ? ' class="hot"' : "") + '><td class="s"' + style + ">" + l.samples.toLocaleString("en-US") +
+          return "<tr" + (l.share === top ? ' class="hot"' : "") + '><td class="s"' + style + ">" + num(l.samples, 0) +
             '</td><td class="p"' + style + ">" + (100 * l.share).toFixed(1) + '%</td><td class="r"' + style + ">" + esc(l.stalls) +
             '</td><td class="n"' + style + ">" + l.line + "</td>" + code + "</tr>";
         }).join("") + "</tbody></table>").join("") + "</div>";
