@@ -216,16 +216,17 @@ def diagnose_here(tmp_path) -> str:
 
 @needs_browser
 def test_screenshots_of_each_view(tmp_path):
-    """For a person to look at: PNGs of every view at 1400x900, of the bundled example's
-    profile (tests/data/example_gpu.hatchet) and the diagnose fixture (PROTON_SCREENSHOTS=DIR
-    keeps them: bench/screenshots for the README)."""
+    """For a person to look at: PNGs of every view at 1400x900, of the recorded training
+    step (tests/data/train_gpu.hatchet; its --counters twin's kernels table) and the diagnose
+    fixture (PROTON_SCREENSHOTS=DIR keeps them: bench/screenshots for the README)."""
     out = os.environ.get("PROTON_SCREENSHOTS") or str(tmp_path)
     os.makedirs(out, exist_ok=True)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    pages = {"example": write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"), name="e.html"),
+    pages = {"train": write(tmp_path, os.path.join(DATA, "train_gpu.hatchet"), name="t.html"),
+             "counters": write(tmp_path, os.path.join(DATA, "train_counters.hatchet"), name="c.html"),
              "diagnose": write(tmp_path, "--source-root", here, diagnose_here(tmp_path),
                                name="d.html")}
-    for view, page, more in (("flame", "example", ""), ("kernels", "example", ""),
+    for view, page, more in (("flame", "train", ""), ("kernels", "counters", ""),
                              ("roofline", "diagnose", ""), ("source", "diagnose", ""),
                              ("findings", "diagnose", "")):
         shot = os.path.join(out, f"{view}.png")

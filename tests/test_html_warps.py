@@ -134,7 +134,7 @@ def test_no_warps_tab_without_kernel_scopes(tmp_path):
 def test_screenshot_of_the_warps_tab(tmp_path):
     from test_html import browse
 
-    page = write(tmp_path, scoped_profile(tmp_path))
+    page = write(tmp_path, os.path.join(os.path.dirname(__file__), "data", "train_warps.hatchet"))
     out = os.path.join(os.path.dirname(__file__), "..", "bench", "screenshots", "warps.png")
     browse(page, "view=warps", screenshot=os.path.abspath(out))
     assert os.path.getsize(out) > 10_000

@@ -244,7 +244,7 @@ def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_f
             deep.call(_show_findings, profile, name_style, output, merged)
         elif html_path is not None:
             deep.call(_write_html, html_path, metrics, include, exclude, threshold, depth,
-                      name_style, profile, merged, list(profiles), roots)
+                      name_style, profile, merged, list(profiles), roots, collapse_libraries)
         else:
             deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth,
                       (name_format, name_style), collapse_libraries, print_sorted, other, output,
@@ -508,11 +508,11 @@ def _cpu_fallback(prof, specs: list[str]) -> list[str]:
 
 
 def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,
-                profiles, roots) -> None:
+                profiles, roots, collapse_libraries=True) -> None:
     import os
 
     from .html import page
-    from .select import visible_nodes
+    from .select import library_frames, visible_nodes
 
     if metrics is None:
         metrics = _default_metric(prof)
@@ -526,7 +526,8 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
     title = ", ".join(os.path.basename(p.rstrip("/")) or p for p in profiles[:3]) + (
         f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
     text = page(prof, columns, title=f"Proton: {title}", roots=roots, merged=merged,
-                visible=visible, depth=depth, style=style)
+                visible=visible, depth=depth, style=style,
+                folded=library_frames(prof.gf) if collapse_libraries else None)
     from ..files import STANDARD_STREAMS, write_whole  # what stands at `path` is replaced
 
     try:

@@ -23,6 +23,7 @@ from .names import readable
 from .page import template
 from .reader import Profile
 from .render import plural
+from .select import fold_marks, shown_children
 from .source_roots import SourceRoots
 from .specs import peak
 
@@ -35,12 +36,14 @@ SOURCE_KERNELS = 12
 
 
 def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots, merged=None,
-         visible: set | None = None, depth: int = 100, style: str = "folded") -> str:
+         visible: set | None = None, depth: int = 100, style: str = "folded",
+         folded: set | None = None) -> str:
     """The report for `prof` (the merged total when `merged`), widths from `columns[0]`; the
-    code of source files under `roots` only (the page may be shared)."""
+    code of source files under `roots` only (the page may be shared); runs of `folded`
+    frames (select.library_frames) drawn as their first, as the terminal's tree does."""
     columns = columns + _waste_columns(prof, columns)
     budget = NameBudget(prof, style)
-    nodes = _nodes(prof, columns, visible, depth, budget)
+    nodes = _nodes(prof, columns, visible, depth, budget, folded)
     order = nodes.pop("order")
     kernels, row_of = _kernels(prof, merged, order)
     source = _source(prof, style, roots)
@@ -107,11 +110,9 @@ def _short(value: float) -> float:
 
 def _summary(prof: Profile, columns: list[Column], merged) -> str:
     frames = len(prof.gf.dataframe)
-    root = prof.gf.graph.roots[0]
     parts = [plural(frames, "frame")]
-    if columns:
-        total = _num(columns[0].values.get(root))
-        parts.append(f"widths: {columns[0].header}" + (f", total {total:,.3f}" if total else ""))
+    if columns:  # its total written by the page, as every other value of the metric
+        parts.append(f"widths: {columns[0].header}")
     if merged is not None:
         parts.append(f"{plural(len(merged.labels), 'rank')} merged")
     return " · ".join(parts)
@@ -149,7 +150,7 @@ class NameBudget:
 
 
 def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
-           budget: NameBudget) -> dict:
+           budget: NameBudget, folded: set | None = None) -> dict:
     """The shown frames in pre-order, as columns: name, parent, width value, each metric;
     `full` names only where folding shortened them. Columns, not objects: a 100,000-frame
     page stays small and parses fast."""
@@ -160,12 +161,15 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
     widths: list[float | None] = []
     full: dict[int, str] = {}
     order: list = []
+    marks = fold_marks(folded) if folded else {}
     stack = [(root, -1, 0) for root in reversed(graph.roots)]
     while stack:
         node, parent, level = stack.pop()
         if visible is not None and node not in visible:
             continue
         name, whole = budget.names(node.frame.get("name", "?"))
+        if node in marks:
+            name, whole = name + marks[node], whole + marks[node]
         if whole != name:
             full[len(names)] = whole
         at = len(names)
@@ -174,7 +178,7 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
         widths.append(_num(values[0].get(node)) if values else None)
         order.append(node)
         if level + 1 < depth:  # Triton's -d: `-d 1` shows ROOT alone
-            stack.extend((child, at, level + 1) for child in reversed(node.children))
+            stack.extend((child, at, level + 1) for child in reversed(shown_children(node, visible, folded)))
     # widths: at least the children's sum (a scope without its own value still spans them)
     spans = [0.0] * len(names)
     for i in range(len(names) - 1, -1, -1):
@@ -227,8 +231,9 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
     headers = [c.header for c in columns]
     time = values[0] if headers and headers[0] == "time (ms)" else {}
     groups: dict[str, list[int]] = {}
+    inside = _inside_kernels(order, kernel)
     for i, node in enumerate(order):
-        if kernel.get(node):
+        if kernel.get(node) and node not in inside:
             groups.setdefault(node.frame.get("name", "?"), []).append(i)
     count = values[headers.index("count")] if "count" in headers else {}
     rows: list[list] = []
@@ -249,6 +254,16 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
             r.insert(3, _num(100 * r[2] / total) if total and r[2] is not None else None)
         headers.insert(1, SHARE)
     return {"columns": ["kernel", "call paths", *headers], "rows": rows}, row_of
+
+
+def _inside_kernels(order: list, kernel: dict) -> set:
+    """The frames under a kernel frame (`order` is pre-order): a kernel's proton.language
+    scopes carry its device but are no kernels of their own (the Warps tab shows them)."""
+    inside: set = set()
+    for node in order:
+        if any(p in inside or kernel.get(p) for p in node.parents):
+            inside.add(node)
+    return inside
 
 
 def _fold(header: str, cells: list, weights: list[float], sums: tuple[float, float]):

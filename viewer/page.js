@@ -21,7 +21,7 @@ D.roofline.points.forEach((p, k) => { if (p.row >= 0) pointsOf[p.row].push(k); }
 const sourceOf = new Map(D.source.map((k, j) => [k.name, j]));
 
 const S = {view: "flame", zoom: 0, pattern: null, search: "", sortCol: 2, sortDir: -1,
-           kernel: -1, focus: null, shade: -1};
+           kernel: -1, focus: null, shade: -1, sandwich: null};
 const VIEWS = {flame, kernels, roofline, source, findings, warps};
 // Only the views the profile has: a CPU-only profile has no kernels, a profile without
 // flops no roofline. What is left out, and how to get it, is said beside the tabs.
@@ -43,8 +43,41 @@ if (Object.keys(ABSENT).length) {
 
 const esc = s => String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
   '"': "&quot;", "'": "&#39;"}[c]));
-const fmt = v => v === null || v === undefined ? "" : (Math.abs(v) >= 1e-3 || v === 0 ?
-  v.toLocaleString("en-US", {maximumFractionDigits: 3}) : v.toExponential(3));
+// -- numbers: one value written one way wherever the page shows it ---------------------------
+// A metric's decimals are chosen once, from every value of it the page holds (its frames'
+// and its kernels' rows): enough for the largest value's 4 digits and the smallest's 2, at
+// most 3 (1 for a percentage), none for whole numbers. The flame graph's labels and details,
+// the kernels table, the tooltips and the findings all write it so: 0.030 ms is "0.030" in
+// the table and "0.030 ms" in the graph, never "0.0300 ms" nor "0.03".
+function places(values, most = 3) {
+  let max = 0, min = Number.MAX_VALUE, whole = true;
+  for (const v of values) if (v !== null && v !== undefined && isFinite(v)) {
+    const a = Math.abs(v); max = Math.max(max, a); if (a > 0) min = Math.min(min, a); whole = whole && Number.isInteger(v);
+  }
+  if (whole || max === 0) return 0;
+  return Math.max(0, Math.min(most, Math.max(3 - Math.floor(Math.log10(max)), 1 - Math.floor(Math.log10(min)))));
+}
+const FORMATS = [];  // a formatter per number of decimals, made once (toLocaleString makes one a call)
+function num(v, d) {  // the one number writer: d decimals, thousands separated; a value that rounds to 0 but is not, "<0.001"
+  if (v === null || v === undefined) return "";
+  const s = (FORMATS[d] || (FORMATS[d] = new Intl.NumberFormat("en-US", {minimumFractionDigits: d, maximumFractionDigits: d}))).format(v);
+  return v !== 0 && /^-?[0.,]+$/.test(s) ? (v < 0 ? ">-" : "<") + (10 ** -d).toFixed(d) : s;
+}
+const PLACES = new Map();  // metric header -> its decimals on this page
+function placesOf(header) {
+  if (!PLACES.has(header)) {
+    const j = D.columns.indexOf(header), k = K.columns.indexOf(header);
+    const values = (j >= 0 ? D.nodes.metrics[j] : []).concat(j === 0 ? VALUE : [],  // a scope's width spans its children
+                                                            k >= 2 ? K.rows.map(r => r[k]) : []);
+    PLACES.set(header, j < 0 && k < 2 ? null : places(values, header.includes("%") ? 1 : 3));
+  }
+  return PLACES.get(header);
+}
+const unitOf = header => ((header || "").match(/\(([^)]+)\)\s*$/) || [])[1] || "";
+const metric = (v, header) => placesOf(header) === null ? fmt(v) : num(v, placesOf(header));  // as its column writes it
+const withUnit = (v, header) => { const u = unitOf(header); return metric(v, header) + (u ? " " + u : ""); };
+const fmt = v => v === null || v === undefined ? "" : num(v, places([v], 6));  // a figure of no metric
+const pct = v => v >= 10 || v === 0 ? num(v, 0) + "%" : v >= 0.1 ? num(v, 1) + "%" : "<0.1%";  // a share of a frame
 const hue = s => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) % 997; return h; };
 const pathTo = i => { const p = []; for (let j = PARENT[i]; j >= 0; j = PARENT[j]) p.unshift(NAME[j]); return p; };
 const link = (params, text, title) => '<a class="go" href="#' + Object.entries(params).map(([k, v]) =>
@@ -52,7 +85,8 @@ const link = (params, text, title) => '<a class="go" href="#' + Object.entries(p
 // break opportunities in long kernel names, after separators only (never inside a word)
 const wrappable = s => esc(s).replace(/(_|::|,|\/|\.)/g, "$1<wbr>").replace(/(&lt;|\()/g, "<wbr>$1");
 
-$("summary").textContent = D.summary;
+$("summary").textContent = D.columns.length && D.nodes.metrics[0][0] ? D.summary.replace("widths: " + D.columns[0],
+  "widths: " + D.columns[0] + ", total " + metric(D.nodes.metrics[0][0], D.columns[0])) : D.summary;
 
 // -- the state in the address (#view=...&zoom=...): links between views, shareable ---------
 function readHash() {
@@ -64,7 +98,9 @@ function readHash() {
     if (j >= 0) { S.sortCol = j; S.sortDir = h.sort.slice(c + 1) === "asc" ? 1 : -1; } }
   if (h.shade !== undefined) S.shade = D.columns.indexOf(h.shade);
   if (h.zoom !== undefined) S.zoom = Math.max(0, Math.min(COUNT - 1, +h.zoom || 0));
+  S.sandwich = h.sandwich !== undefined ? h.sandwich : null;
   if (h.search !== undefined) { $("search").value = h.search; setPattern(h.search); }
+  if (h.warp !== undefined && D.warps.length) WARP.k = Math.max(0, Math.min(D.warps.length - 1, +h.warp || 0));
   if (h.kernel !== undefined) {
     S.kernel = ROWS.findIndex(r => NAME[r[0][0]] === h.kernel);
     S.focus = h.kernel;
@@ -74,9 +110,11 @@ function readHash() {
 function writeHash() {
   const h = {view: S.view};
   if (S.zoom) h.zoom = S.zoom;
+  if (S.sandwich !== null && S.view === "flame") h.sandwich = S.sandwich;
   if (S.shade >= 0) h.shade = D.columns[S.shade];
   if (S.search) h.search = S.search;
   if (S.kernel >= 0) h.kernel = NAME[ROWS[S.kernel][0][0]];
+  if (S.view === "warps" && WARP.k) h.warp = WARP.k;
   history.replaceState(null, "", "#" + Object.entries(h).map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&"));
 }
 function setPattern(text) {
@@ -95,7 +133,7 @@ $("search").oninput = e => { setPattern(e.target.value); show(S.view); writeHash
 window.addEventListener("hashchange", readHash);
 let resizing = 0;
 window.addEventListener("resize", () => { cancelAnimationFrame(resizing); resizing = requestAnimationFrame(() => {
-  if (S.view === "flame" || S.view === "roofline" || S.view === "warps") show(S.view); }); });
+  if (S.view === "flame" || S.view === "roofline" || S.view === "warps" || S.view === "kernels") show(S.view); }); });
 
 function tipAt(e, html) {
   const tip = $("tip");
@@ -107,8 +145,8 @@ const hideTip = () => { $("tip").style.display = "none"; };
 function metricsTable(i) {
   const m = D.nodes.metrics;
   return "<table>" + D.columns.map((c, j) => m[j][i] === null ? "" : "<tr><td>" + esc(c) + "</td><td>" +
-    fmt(m[j][i]) + "</td></tr>").join("") + (VALUE[0] > 0 ? "<tr><td>share of the whole</td><td>" +
-    fmt(100 * VALUE[i] / VALUE[0]) + "%</td></tr>" : "") + "</table>";
+    metric(m[j][i], c) + "</td></tr>").join("") + (VALUE[0] > 0 ? "<tr><td>share of the whole</td><td>" +
+    pct(100 * VALUE[i] / VALUE[0]) + "</td></tr>" : "") + "</table>";
 }
 
 // -- flame graph (icicle: the root on top, width = the chosen metric) -------------------------
@@ -149,13 +187,7 @@ function color(i) {
   if (isPython(i)) return "hsl(" + (100 + h % 40) + ",45%," + (70 + h % 12) + "%)";
   return "hsl(" + (200 + h % 40) + ",55%," + (72 + h % 12) + "%)";
 }
-const UNIT = ((D.columns[0] || "").match(/\(([^)]+)\)\s*$/) || [])[1] || "";
-function amount(v) {  // 3 significant digits and the width metric's unit: 288 ms, 4.96 us
-  const a = Math.abs(v);
-  return (a > 0 && a < 1e-6 ? v.toExponential(2) : a >= 1000 ? Math.round(v).toLocaleString("en-US") :
-    v.toLocaleString("en-US", {minimumSignificantDigits: 3, maximumSignificantDigits: 3})) + (UNIT ? " " + UNIT : "");
-}
-const pct = v => (v >= 10 || v === 0 ? Math.round(v) : v >= 0.1 ? v.toFixed(1) : "<0.1") + "%";
+const amount = v => withUnit(v, D.columns[0] || "");  // a width, in the width metric's unit
 function label(i, room) {  // as speedscope: the name with its time and share where they fit
   const whole = VALUE[0] > 0 ? pct(100 * VALUE[i] / VALUE[0]) : "";
   for (const text of [NAME[i] + " \u2014 " + amount(VALUE[i]) + (whole ? ", " + whole : ""),
@@ -166,6 +198,7 @@ function label(i, room) {  // as speedscope: the name with its time and share wh
 const KEYS = [["hsl(35,85%,66%)", "GPU kernel"], ["hsl(115,45%,74%)", "python frame or source line"],
               ["hsl(215,55%,76%)", "scope"], ["#cfd4db", "frames too narrow to draw"]];
 function flame() {
+  if (S.sandwich !== null && NAME.includes(S.sandwich)) return sandwich();
   const box = $("flamebox"), svg = $("flamesvg"), pat = S.pattern;
   const path = [];
   for (let i = S.zoom; i >= 0; i = PARENT[i]) path.unshift(i);
@@ -173,7 +206,7 @@ function flame() {
     '<span class="matches"></span>';
   const shading = S.shade >= 0 && S.shade < D.columns.length;
   const keys = shading ? [["linear-gradient(90deg," + heat(0)[0] + "," + heat(1)[0] + ")",
-    "0 to " + fmt(SHADE_TOP[S.shade]) + " " + D.columns[S.shade]], [NO_VALUE, "no value"]] : KEYS;
+    "0 to " + metric(SHADE_TOP[S.shade], D.columns[S.shade]) + " " + D.columns[S.shade]], [NO_VALUE, "no value"]] : KEYS;
   $("flamekey").innerHTML = keys.concat(pat ? [["#e040fb", "search match"]] : []).map(([c, t]) =>
     '<span class="key"><i style="background:' + c + '"></i>' + esc(t) + "</span>").join("") +
     (D.columns.length ? '<span class="key">width: ' + esc(D.columns[0]) + "</span>" +
@@ -217,38 +250,179 @@ function flame() {
   }
   svg.setAttribute("height", (depth + 1) * ROW);
   svg.innerHTML = parts.join("") + labels.join("");
-  // the graph's box as tall as the tree (up to what leaves the details MIN_INFO), the
-  // details the rest of the window: a shallow tree leaves no blank panel, a deep one scrolls
-  const room = innerHeight - box.getBoundingClientRect().top - 4;
-  const tall = (depth + 1) * ROW + 2;
-  box.style.height = (tall <= room - MIN_INFO ? tall : Math.max(room - MIN_INFO, Math.min(160, room / 2))) + "px";
-  $("flameinfo").style.height = Math.max(60, innerHeight - $("flameinfo").getBoundingClientRect().top - 2) + "px";
+  fitBox((depth + 1) * ROW, most => info(S.zoom, most));
   if (pat) $("crumbs").lastChild.textContent = matches.toLocaleString("en-US") + " drawn frame" +
     (matches === 1 ? "" : "s") + " match";
 }
-function info(i) {
-  const row = rowOf[i], links = [];
-  if (row >= 0) {
-    links.push(link({view: "kernels", kernel: NAME[i]}, "kernels table"));
-    if (pointsOf[row].length) links.push(link({view: "roofline", kernel: NAME[i]}, "roofline"));
-    if (sourceOf.has(NAME[i])) links.push(link({view: "source", kernel: NAME[i]}, "source"));
+function fitBox(tall, refill) {
+  // the graph's box as tall as the tree (up to what leaves the details MIN_INFO), the
+  // details the rest of the window: a shallow tree leaves no blank panel, a deep one scrolls
+  const box = $("flamebox"), room = innerHeight - box.getBoundingClientRect().top - 4;
+  box.style.height = (tall + 2 <= room - MIN_INFO ? tall + 2 : Math.max(room - MIN_INFO, Math.min(160, room / 2))) + "px";
+  const el = $("flameinfo");
+  el.style.height = Math.max(60, innerHeight - el.getBoundingClientRect().top - 2) + "px";
+  // as many of the listed frames as the details hold (12 at least; past them, it scrolls)
+  const listed = el.querySelectorAll(".under tbody tr");
+  if (el.scrollHeight > el.clientHeight + 1 && listed.length > 12) {
+    const per = (listed[listed.length - 1].getBoundingClientRect().bottom - listed[0].getBoundingClientRect().top) / listed.length;
+    refill(Math.max(12, listed.length - Math.ceil((el.scrollHeight - el.clientHeight) / per) - 1));
   }
-  // beside its metrics, what it is made of: its widest frames (a click zooms to one)
-  const under = kids[i].slice(0, 12).map(c => '<tr><td><a data-id="' + c + '">' + esc(NAME[c]) + "</a></td><td>" +
-    amount(VALUE[c]) + "</td><td>" + (VALUE[i] > 0 ? pct(100 * VALUE[c] / VALUE[i]) : "") + "</td></tr>").join("");
+}
+
+// -- sandwich (as speedscope's): one function wherever it is in the tree, its callers merged
+// above it (upside down: its caller right above it) and its callees merged below; widths are
+// its outermost places' time (a place inside another counted once). The call tree itself is
+// speedscope's left-heavy view: identical paths merged, the widest first.
+const MERGED_MOST = 200000;  // nodes of a merged tree: a deep recursive profile stays bounded
+function outermost(name) {  // its outermost frames: none of them under another of the same name
+  const out = [];
+  for (let i = 0; i < COUNT; i++) if (NAME[i] === name) {
+    let j = PARENT[i];
+    while (j >= 0 && NAME[j] !== name) j = PARENT[j];
+    if (j < 0) out.push(i);
+  }
+  return out;
+}
+function mergedTree(from, up) {  // a tree of names over `from`: down each one's callees, or up its callers
+  const t = {name: [NAME[from[0]]], value: [0], frame: [from[0]], kids: [new Map()]};
+  const at = (n, i) => {  // n's child named as frame i (made if new)
+    let c = t.kids[n].get(NAME[i]);
+    if (c === undefined && t.name.length < MERGED_MOST) {
+      c = t.name.length; t.kids[n].set(NAME[i], c);
+      t.name.push(NAME[i]); t.value.push(0); t.frame.push(i); t.kids.push(new Map());
+    }
+    return c;
+  };
+  for (const o of from) {
+    t.value[0] += VALUE[o];
+    if (up) {
+      let n = 0;
+      for (let j = PARENT[o]; j >= 0 && n !== undefined; j = PARENT[j]) { n = at(n, j); if (n !== undefined) t.value[n] += VALUE[o]; }
+    } else {
+      const stack = [[o, 0]];
+      while (stack.length) {
+        const [i, n] = stack.pop();
+        for (const c of kids[i]) { const m = at(n, c); if (m !== undefined) { t.value[m] += VALUE[c]; stack.push([c, m]); } }
+      }
+    }
+  }
+  return t;
+}
+function mergedRect(t, n, x, w, y, ROW, parts, labels) {  // a merged frame: a click gives its own sandwich
+  const whole = VALUE[0] > 0 ? pct(100 * t.value[n] / VALUE[0]) : "";
+  const full = t.name[n] + " \u2014 " + amount(t.value[n]) + (whole ? ", " + whole : "");
+  parts.push('<rect data-sw="' + esc(t.name[n]) + '" data-tip="' + esc(full) + '" x="' + x.toFixed(2) + '" y="' + y +
+    '" width="' + w.toFixed(3) + '" height="' + (ROW - 1) + '" fill="' + color(t.frame[n]) + '"></rect>');
+  const text = [full, t.name[n]].map(s => fit(s, w - 2 * PAD)).find(s => s && !s.endsWith("\u2026")) || fit(t.name[n], w - 2 * PAD);
+  if (text) labels.push('<text x="' + (x + PAD).toFixed(1) + '" y="' + (y + 14) + '">' + esc(text) + "</text>");
+}
+function drawMerged(t, W, ROW, rowOfDepth, parts, labels, root = true) {  // widest first; returns its depth
+  let depth = 0;
+  const stack = [[0, 0, W, 0]];
+  while (stack.length) {
+    const [n, x, w, d] = stack.pop();
+    depth = Math.max(depth, d);
+    if (d || root) mergedRect(t, n, x, w, rowOfDepth(d) * ROW, ROW, parts, labels);
+    const total = t.value[n] || 0;
+    let cx = x;
+    for (const c of [...t.kids[n].values()].sort((a, b) => t.value[b] - t.value[a])) {
+      const cw = total > 0 ? w * Math.max(t.value[c], 0) / total : 0;
+      if (cw >= MIN_PX) stack.push([c, cx, cw, d + 1]);
+      cx += cw;
+    }
+  }
+  return depth;
+}
+function sandwich() {
+  const name = S.sandwich, from = outermost(name), svg = $("flamesvg"), box = $("flamebox");
+  const W = svg.clientWidth || box.clientWidth || 1200, ROW = 20;
+  const callers = mergedTree(from, true), callees = mergedTree(from, false);
+  const above = (() => { let d = 0; const st = [[0, 0]]; while (st.length) { const [n, k] = st.pop(); d = Math.max(d, k);
+    for (const c of callers.kids[n].values()) st.push([c, k + 1]); } return d; })();
+  const parts = [], labels = [];
+  drawMerged(callers, W, ROW, d => above - d, parts, labels);
+  const below = drawMerged(callees, W, ROW, d => above + d, parts, labels, false);  // the function once, between
+  const rows = above + below + 1;
+  svg.setAttribute("height", rows * ROW);
+  svg.innerHTML = parts.join("") + labels.join("");
+  $("crumbs").innerHTML = '<a data-id="' + S.zoom + '">\u2190 call tree</a> \u203a sandwich of <b>' + esc(name) +
+    "</b>: its callers above it, its callees below";
+  sandwichInfo(from);
+  fitBox(rows * ROW, most => sandwichInfo(from, most));
+}
+function sandwichInfo(from, most = UNDER_MOST) {
+  const total = from.reduce((a, i) => a + VALUE[i], 0);
+  const rows = from.slice().sort((a, b) => VALUE[b] - VALUE[a]).slice(0, most).map(i => '<tr><td class="name"><a data-id="' + i + '">' +
+    esc(pathTo(i).concat(NAME[i]).join(" / ")) + "</a></td><td>" + amount(VALUE[i]) + "</td><td>" +
+    (total > 0 ? pct(100 * VALUE[i] / total) : "") + "</td></tr>");
+  $("flameinfo").innerHTML = "<b>" + esc(FULL[from[0]] || NAME[from[0]]) + "</b>" +
+    '<div class="note">' + from.length.toLocaleString("en-US") + " place" + (from.length === 1 ? "" : "s") + " in the call tree, " +
+    amount(total) + (VALUE[0] > 0 ? " (" + pct(100 * total / VALUE[0]) + " of the whole)" : "") + "; click a place to see it in the call tree</div>" +
+    '<div class="infocols"><div class="under"><table><thead><tr><th class="name">its places</th><th>' + esc(D.columns[0] || "") +
+    "</th><th>of it</th></tr></thead><tbody>" + rows.join("") + "</tbody></table>" +
+    (from.length > most ? '<p class="note">' + (from.length - most).toLocaleString("en-US") + " more</p>" : "") + "</div></div>";
+}
+
+// The details: the frame, its links, its metrics and, beside them, the frames under it as the
+// terminal's tree draws them (depth first, widest first, indented), as many as UNDER_MOST:
+// a shallow profile's whole tree, a deep one's hottest paths. Frames of no width (a kernel's
+// own scopes, its sampled lines) are counted, not listed, with where to see them.
+const UNDER_MOST = 40;
+const SIZE = new Int32Array(COUNT).fill(1);  // frames in each frame's subtree, itself included
+for (let i = COUNT - 1; i > 0; i--) if (PARENT[i] >= 0) SIZE[PARENT[i]] += SIZE[i];
+function kernelAt(i) {  // the kernel frame at or above i, or -1
+  for (let j = i; j >= 0; j = PARENT[j]) if (rowOf[j] >= 0) return j;
+  return -1;
+}
+function warpOf(i) {  // the Warps tab's timeline of kernel frame i (its name and call path), or -1
+  const above = pathTo(i).slice(1).join(" > "), same = D.warps.map((w, k) => w.kernel === NAME[i] ? k : -1).filter(k => k >= 0);
+  return same.find(k => D.warps[k].path === above) ?? (same.length ? same[0] : -1);
+}
+function kernelLinks(i) {  // where else a kernel frame (or a frame inside one) is shown
+  const k = kernelAt(i), out = [];
+  if (k < 0) return out;
+  if (k === i) out.push(link({view: "kernels", kernel: NAME[k]}, "kernels table"));
+  if (k === i && pointsOf[rowOf[k]].length) out.push(link({view: "roofline", kernel: NAME[k]}, "roofline"));
+  if (sourceOf.has(NAME[k])) out.push(link({view: "source", kernel: NAME[k]}, "source"));
+  if (warpOf(k) >= 0) out.push(link({view: "warps", warp: warpOf(k)}, "warps", "its scopes across warps and CTAs"));
+  return out;
+}
+function info(i, most = UNDER_MOST) {
+  const rows = [], stack = kids[i].map(c => [c, 0]).reverse(), blank = new Set();
+  let none = 0;
+  while (stack.length && rows.length < most) {
+    const [c, d] = stack.pop();
+    if (!(VALUE[c] > 0)) { none += SIZE[c]; kernelLinks(c).forEach(l => blank.add(l)); continue; }
+    rows.push('<tr><td class="name" style="padding-left:' + d * 14 + 'px"><a data-id="' + c + '">' + wrappable(NAME[c]) +
+      "</a></td><td>" + amount(VALUE[c]) + "</td><td>" + (VALUE[i] > 0 ? pct(100 * VALUE[c] / VALUE[i]) : "") + "</td></tr>");
+    for (let k = kids[c].length - 1; k >= 0; k--) stack.push([kids[c][k], d + 1]);
+  }
+  for (const [c] of stack) if (!(VALUE[c] > 0)) { none += SIZE[c]; kernelLinks(c).forEach(l => blank.add(l)); }
+  const left = SIZE[i] - 1 - rows.length - none;
+  const notes = (left > 0 ? left.toLocaleString("en-US") + " more frame" + (left === 1 ? "" : "s") + " under it: zoom in to see them. " : "") +
+    (none ? none.toLocaleString("en-US") + " frame" + (none === 1 ? "" : "s") + " with no " + esc(D.columns[0] || "value") +
+      " not listed" + (blank.size ? " (inside a kernel: " + [...blank].join(" ") + ")" : "") + "." : "");
+  const links = kernelLinks(i);
+  if (i > 0) links.push(link({view: "flame", zoom: S.zoom, sandwich: NAME[i]}, "callers and callees",
+    "sandwich: this function wherever it is in the tree, its callers above it and its callees below"));
   $("flameinfo").innerHTML = "<b>" + esc(FULL[i] || NAME[i]) + "</b>" + (links.length ? " " + links.join(" ") : "") +
     '<div class="note">' + esc(pathTo(i).concat(NAME[i]).join(" / ")) + '</div><div class="infocols">' + metricsTable(i) +
-    (under ? '<table class="under"><thead><tr><th>under it' + (kids[i].length > 12 ? " (widest 12 of " + kids[i].length + ")" : "") +
-      "</th><th>" + esc(D.columns[0] || "") + "</th><th>of it</th></tr></thead><tbody>" + under + "</tbody></table>" : "") + "</div>";
+    (rows.length || notes ? '<div class="under">' + (rows.length ? '<table><thead><tr><th class="name">under it</th><th>' +
+      esc(D.columns[0] || "") + "</th><th>of it</th></tr></thead><tbody>" + rows.join("") + "</tbody></table>" : "") +
+      (notes ? '<p class="note">' + notes + "</p>" : "") + "</div>" : "") + "</div>";
 }
 $("flamekey").onchange = e => { if (e.target.id === "shade") { S.shade = +e.target.value; flame(); writeHash(); } };
-$("flameinfo").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
-const zoomTo = i => { S.zoom = i; flame(); writeHash(); };
+$("flameinfo").onclick = e => { const a = e.target.closest("[data-id]"); if (a) zoomTo(+a.dataset.id); };
+const zoomTo = i => { S.zoom = i; S.sandwich = null; flame(); writeHash(); };
 $("crumbs").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
-$("flamesvg").onclick = e => { if (e.target.dataset.id) zoomTo(+e.target.dataset.id); };
+$("flamesvg").onclick = e => {
+  if (e.target.dataset.id) zoomTo(+e.target.dataset.id);
+  else if (e.target.dataset.sw !== undefined) { S.sandwich = e.target.dataset.sw; flame(); writeHash(); }
+};
 $("flamesvg").onmousemove = e => {
   const t = e.target.dataset;
   if (t.id !== undefined) tipAt(e, "<b>" + esc(FULL[+t.id] || NAME[+t.id]) + "</b>" + metricsTable(+t.id));
+  else if (t.sw !== undefined) tipAt(e, esc(t.tip) + "<br>click for its own callers and callees");
   else if (t.more !== undefined) tipAt(e, (+t.n).toLocaleString("en-US") + " frames under <b>" + esc(NAME[+t.more]) +
     "</b>, each too narrow to draw: zoom in to see them");
   else hideTip();
@@ -257,20 +431,6 @@ $("flamesvg").onmouseleave = hideTip;
 
 // -- kernels table: one row per kernel, its call paths folded in ------------------------------
 const SHOWN = 500;
-const decimals = ROWS.length ? K.columns.map((c, j) => {
-  if (j < 2) return 0;
-  // enough decimals for the largest value's 4 digits and the smallest's 2 (1.1 us stays
-  // 1.1 beside 1,234 us), at most 3
-  let max = 0, min = Number.MAX_VALUE, whole = true;
-  for (const r of ROWS) { const v = Math.abs(r[j]); if (r[j] !== null) { max = Math.max(max, v); if (v > 0) min = Math.min(min, v); whole = whole && Number.isInteger(r[j]); } }
-  if (whole || max === 0) return 0;
-  return Math.max(0, Math.min(c.includes("%") ? 1 : 3, Math.max(3 - Math.floor(Math.log10(max)), 1 - Math.floor(Math.log10(min)))));
-}) : [];
-function num(v, d) {  // one format per column: its decimals fixed, thousands separated
-  if (v === null || v === undefined) return "";
-  const s = v.toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});
-  return v !== 0 && /^-?[0.,]+$/.test(s) ? "<" + (10 ** -d).toFixed(d) : s;
-}
 function pathsText(r) {  // "forward 60% · backward 40%": where the kernel's time went
   const at = i => pathTo(i).slice(1).join(" / ") || "(top level)";
   if (r[0].length === 1) return esc(at(r[0][0]));
@@ -290,7 +450,7 @@ function kernels() {
   });
   const calls = rows.reduce((n, j) => n + ROWS[j][0].length, 0);
   $("ktable").innerHTML = "<thead><tr>" + K.columns.map((c, j) => '<th data-col="' + j + '" class="' +
-    (j === 0 ? "name " : j === 1 ? "paths " : "") + (j === S.sortCol ? (S.sortDir > 0 ? "asc" : "desc") : "") + '">' + esc(c) + "</th>").join("") +
+    (j === 0 ? "name " : j === 1 ? "paths " : "") + (j === S.sortCol ? (S.sortDir > 0 ? "asc" : "desc") : "") + '">' + wrappable(c) + "</th>").join("") +
     "</tr></thead><tbody>" + rows.slice(0, SHOWN).map(j => {
       const r = ROWS[j], i = r[0][0];
       const go = [link({view: "flame", zoom: i}, "flame", "zoom the flame graph to its hottest call path")];
@@ -299,8 +459,9 @@ function kernels() {
       return '<tr data-row="' + j + '"' + (j === S.kernel ? ' class="sel"' : "") + '><td class="name" title="' +
         esc(FULL[i] || NAME[i]) + '">' + wrappable(NAME[i]) + " " + go.join("") + '</td><td class="paths" title="' +
         esc(r[0].map(f => pathTo(f).join(" / ")).join("\n")) + '">' + pathsText(r) + "</td>" +
-        r.slice(2).map((v, c) => "<td>" + num(v, decimals[c + 2]) + "</td>").join("") + "</tr>";
+        r.slice(2).map((v, c) => "<td>" + metric(v, K.columns[c + 2]) + "</td>").join("") + "</tr>";
     }).join("") + "</tbody>";
+  $("kscroll").style.maxHeight = Math.max(200, innerHeight - $("kscroll").getBoundingClientRect().top - 4) + "px";
   const what = rows.length.toLocaleString("en-US") + " kernel" + (rows.length === 1 ? "" : "s") +
     (calls > rows.length ? " (" + calls.toLocaleString("en-US") + " call paths)" : "");
   $("knote").textContent = rows.length > SHOWN ? "the first " + SHOWN + " of " + what +
@@ -455,10 +616,10 @@ $("roofsvg").onmousemove = e => {
   const levels = p.levels ? Object.entries(p.levels).sort((a, b) => b[1] - a[1]).map(([l, f]) =>
     "<tr><td>" + esc(l) + " of its roof</td><td>" + fmt(f * 100) + "%</td></tr>").join("") : "";
   const rows = p.src === "no tensor work" ?
-    "<tr><td>" + esc(p.lv) + "</td><td>" + fmt(p.y / p.x / 1e9) + " GB/s</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + (levels ||
+    "<tr><td>" + esc(p.lv) + "</td><td>" + fmt(p.y / p.x / 1e9) + " GB/s</td></tr><tr><td>time</td><td>" + withUnit(p.t * 1e3, "time (ms)") + "</td></tr>" + (levels ||
     (p.frac === null ? "" : "<tr><td>of the DRAM bandwidth</td><td>" + fmt(p.frac * 100) + "%</td></tr>")) :
     "<tr><td>achieved</td><td>" + fmt(p.y / 1e12) + " TFLOP/s</td></tr><tr><td>intensity (" + esc(p.lv) + ")</td><td>" +
-    fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + fmt(p.t * 1e3) + " ms</td></tr>" + levels + (p.frac === null ? "" :
+    fmt(p.x) + " FLOP/byte</td></tr><tr><td>time</td><td>" + withUnit(p.t * 1e3, "time (ms)") + "</td></tr>" + levels + (p.frac === null ? "" :
     "<tr><td>of its nearest roof</td><td>" + fmt(p.frac * 100) + "%</td></tr>");
   tipAt(e, "<b>" + esc(pointName(k)) + "</b><table>" + rows + "<tr><td>from</td><td>" + esc(from) + "</td></tr></table>");
 };
@@ -491,7 +652,7 @@ function source() {
           const code = f.missing ? "" : "<td>" + esc(l.code) + "</td>";
           if (!l.samples) return '<tr class="cold"><td class="s"></td><td class="p"></td><td class="r"></td><td class="n">' + l.line + "</td>" + code + "</tr>";
           const [bg, ink] = heat(l.share / top), style = ' style="background:' + bg + ";color:" + ink + '"';
-          return "<tr" + (l.share === top ? ' class="hot"' : "") + '><td class="s"' + style + ">" + l.samples.toLocaleString("en-US") +
+          return "<tr" + (l.share === top ? ' class="hot"' : "") + '><td class="s"' + style + ">" + num(l.samples, 0) +
             '</td><td class="p"' + style + ">" + (100 * l.share).toFixed(1) + '%</td><td class="r"' + style + ">" + esc(l.stalls) +
             '</td><td class="n"' + style + ">" + l.line + "</td>" + code + "</tr>";
         }).join("") + "</tbody></table>").join("") + "</div>";
@@ -507,7 +668,7 @@ function kernelFrame(name) {  // the hottest frame of the kernel of that name
 // -- findings (proton-viewer --diagnose), each linked to its kernel -------------------------
 // A card per kernel (or scope), most to gain first: what fixing it could save, its time, and a
 // row per finding with what to try; info (worth knowing, not a problem) greyed, last.
-const msText = ns => (ns / 1e6).toLocaleString("en-US", {minimumFractionDigits: 3, maximumFractionDigits: 3}) + " ms";
+const msText = ns => num(ns / 1e6, placesOf("time (ms)") ?? 3) + " ms";  // as the time (ms) column writes it
 function findings() {
   const F = D.findings, items = F.items;
   const card = (g, n) => {
@@ -553,7 +714,7 @@ function warps() {
     "</select>" : "<b>" + esc(T.kernel) + "</b>" + (T.path ? ' <span class="note">' + esc(T.path) + "</span>" : "");
   $("warpbar").innerHTML = pick + T.scopes.map((s, j) => '<span class="key"><i style="background:' + scopeColor(T, j) +
     '"></i>' + esc(s) + "</span>").join("");
-  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; WARP.cta = WARP.win = null; warps(); };
+  if ($("warpkernel")) $("warpkernel").onchange = e => { WARP.k = +e.target.value; WARP.cta = WARP.win = null; warps(); writeHash(); };
   const bands = Math.min(MAX_BANDS, 1 + T.scopes.reduce((m, s) => Math.max(m, s.split(" > ").length - 1), 0));
   const depth = T.scopes.map(s => Math.min(bands - 1, s.split(" > ").length - 1));
   const BAND0 = 7, ROWH0 = T.warps * (bands * BAND0 + 2) + 8;

@@ -3,8 +3,9 @@ data beside this module (page.html, page.css, page.js); html.py fills in the pro
 
 Views, one function each in page.js: flame graph (icicle), kernels table, roofline, source
 heat, findings. Hash options (links between views, and tests): #view=flame|kernels|roofline|
-source|findings, #zoom=FRAME, #sort=COLUMN:asc|desc, #search=TEXT, #kernel=NAME (the kernel
-marked in the table and the roofline, shown in the source view).
+source|findings|warps, #zoom=FRAME, #sort=COLUMN:asc|desc, #search=TEXT, #kernel=NAME (the kernel
+marked in the table and the roofline, shown in the source view), #sandwich=NAME (a function's
+callers and callees in the flame tab), #warp=K (the Warps tab's kernel).
 """
 from __future__ import annotations
 

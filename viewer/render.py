@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..format import PYTHON_FRAME
 from .derive import Column
+from .select import shown_children
 
 if TYPE_CHECKING:
     from hatchet.node import Node
@@ -103,20 +104,6 @@ def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,
     is skipped and its children take its place (see select.library_frames)."""
 
     key = hottest_first(first)
-    def children(node):
-        out, runs = [], [(node, iter(node.children))]
-        while runs:  # a folded run's children take its place, however long the run
-            parent, kids = runs[-1]
-            child = next(kids, None)
-            if child is None:
-                runs.pop()
-            elif visible is not None and child not in visible:
-                continue
-            elif folded and child in folded and parent in folded:
-                runs.append((child, iter(child.children)))
-            else:
-                out.append(child)
-        return out
 
     for root in gf.graph.roots:
         stack: list[tuple[Node, int, tuple[bool, ...]]] = [(root, 0, ())]
@@ -125,7 +112,7 @@ def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,
             yield node, level, lasts
             if level + 1 >= depth:  # Triton's -d: ROOT is level 0, `-d 1` shows ROOT alone
                 continue
-            kids = sorted(children(node), key=key)
+            kids = sorted(shown_children(node, visible, folded), key=key)
             stack.extend((kids[i], level + 1, lasts + (i == len(kids) - 1,))
                          for i in range(len(kids) - 1, -1, -1))
 

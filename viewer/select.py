@@ -89,9 +89,29 @@ def library_frames(gf) -> set:
     return out
 
 
-def fold_names(gf, names: dict, folded: set) -> dict:
-    """The first frame of each run of library frames, named with how many it stands for."""
-    out = dict(names)
+def shown_children(node, visible: set | None = None, folded: set | None = None) -> list:
+    """A frame's children as every view draws them (the terminal's tree, the --html page):
+    those in `visible` (all when None); a library frame under another (`folded`, from
+    library_frames) is skipped and its children take its place, however long the run."""
+    out, runs = [], [(node, iter(node.children))]
+    while runs:
+        parent, kids = runs[-1]
+        child = next(kids, None)
+        if child is None:
+            runs.pop()
+        elif visible is not None and child not in visible:
+            continue
+        elif folded and child in folded and parent in folded:
+            runs.append((child, iter(child.children)))
+        else:
+            out.append(child)
+    return out
+
+
+def fold_marks(folded: set) -> dict:
+    """The first frame of each run of library frames -> ` [+N library frames]`: how many
+    frames it stands for."""
+    out = {}
     for node in folded:
         if not any(p in folded for p in node.parents):
             hidden, stack = 0, [node]  # folded frames in the run under it
@@ -100,5 +120,13 @@ def fold_names(gf, names: dict, folded: set) -> dict:
                 hidden += len(kids)
                 stack.extend(kids)
             if hidden:
-                out[node] = f"{names[node]} [+{hidden} library frame{'s' * (hidden > 1)}]"
+                out[node] = f" [+{hidden} library frame{'s' * (hidden > 1)}]"
+    return out
+
+
+def fold_names(gf, names: dict, folded: set) -> dict:
+    """The first frame of each run of library frames, named with how many it stands for."""
+    out = dict(names)
+    for node, mark in fold_marks(folded).items():
+        out[node] = f"{names[node]}{mark}"
     return out
