@@ -87,8 +87,10 @@ def test_python_frames_print_shortened_as_the_report_shows_them(tmp_path):
 
 def test_filters_match_a_python_frame_as_shown_and_as_the_file_has_it(tmp_path):
     path = _python_profile(tmp_path)
-    assert shown("-e", r"step \(", path) == ["ROOT", "<module> (train.py:12)"]
-    assert shown("-e", ".*@step", path) == ["ROOT", "<module> (train.py:12)"]
+    assert shown("-f", "short", "-e", r"step \(", path) == ["ROOT", "<module> (train.py:12)"]
+    assert shown("-f", "short", "-e", ".*@step", path) == ["ROOT", "<module> (train.py:12)"]
+    # rows for scripts keep the names as the file has them, as other tools print them
+    assert shown(path)[-1] == "add_kernel" and shown(path)[1] == "/home/u/proj/train.py:12@<module>"
 
 
 def _project(tmp_path):

@@ -97,10 +97,11 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               help="Levels of the tree to show, as Triton's viewer counts them: 1 shows ROOT "
               "alone, 2 ROOT and its children.")
 @click.option("-f", "--format", "name_format", type=click.Choice((SHORT, *FORMATS)),
-              default=SHORT, show_default=True,
-              help="How to print `file:line@function` (python) frame names: short, as the "
-              "--html page shows them (`step (train.py:40)`), full (as the file has them, "
-              "Triton's default and --output triton's), or one of Triton's shortenings.")
+              default=None, show_default="short for the tree, full for --output json/csv/triton",
+              help="How to print `file:line@function` frame names (python frames, source "
+              "lines): short, as the --html page shows them (`step (train.py:40)`), full (as "
+              "the file has them, as Triton's viewer prints them), or one of Triton's "
+              "shortenings.")
 @click.option("--names", "name_style", type=click.Choice(STYLES), default="folded",
               show_default=True, help="C++ kernel names: demangled with template arguments "
               "folded (folded), demangled whole (full), or as the file has them (raw).")
@@ -195,13 +196,14 @@ def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_f
           name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
           html_path, warps, rank, kernel, source_roots, source_maps, profiles) -> None:
     try:
+        if name_format is None:  # rows for scripts keep the names other tools print
+            name_format = SHORT if output == "tree" else "full"
         _check_profiles_given(ctx, profiles, html_path)
         _check_report_conflicts(diagnose, html_path, output)
         if output == "triton":
             _check_triton_conflicts(ctx, profiles, name_format)
             deep.call(_show_triton, list_metrics, metrics, include, exclude, threshold, depth,
-                      "full" if name_format == SHORT else name_format, print_sorted,
-                      profiles[0], other)
+                      name_format, print_sorted, profiles[0], other)
             return
         if output == "trace":
             _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold,
@@ -458,8 +460,7 @@ def _check_triton_conflicts(ctx: click.Context, profiles, name_format: str) -> N
 
     given = [p for p in ctx.command.params if p.name not in TRITON_OPTIONS
              and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
-    if name_format == SHORT and ctx.get_parameter_source("name_format") \
-            == ParameterSource.COMMANDLINE:
+    if name_format == SHORT:
         raise ViewerError(f"Triton's viewer has no -f {SHORT}; give one of its formats "
                           f"({', '.join(FORMATS)}) with --output triton")
     if given:
