@@ -11,10 +11,12 @@ from click.testing import CliRunner
 from proton.viewer.cli import viewer
 from proton.viewer.names import readable
 from test_html import data, write
+from test_html_report import project
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 EXAMPLE = os.path.join(DATA, "example_gpu.hatchet")
-ATEN = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+ATEN = ("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1E"
+        "EEEviT0_T1_")
 
 needs_demangler = pytest.mark.skipif(readable(ATEN) == ATEN,
                                      reason="no C++ demangler here (cxxfilt or c++filt)")
@@ -90,34 +92,13 @@ def test_filters_match_a_python_frame_as_shown_and_as_the_file_has_it(tmp_path):
     assert shown("-f", "short", "-e", r"step \(", path) == ["ROOT", "<module> (train.py:12)"]
     assert shown("-f", "short", "-e", ".*@step", path) == ["ROOT", "<module> (train.py:12)"]
     # rows for scripts keep the names as the file has them, as other tools print them
-    assert shown(path)[-1] == "add_kernel" and shown(path)[1] == "/home/u/proj/train.py:12@<module>"
-
-
-def _project(tmp_path):
-    """proj/train.py (the profiled script, named on the root frame as `proton` writes it),
-    proj/kernels/k.py (a sampled kernel's source) and the profile in proj/runs/."""
-    top = tmp_path / "proj"
-    (top / "kernels").mkdir(parents=True)
-    (top / "runs").mkdir()
-    (top / "train.py").write_text("import kernels.k\n")
-    (top / "kernels" / "k.py").write_text("def add_kernel(x):\n    y = x + 1\n    return y\n")
-    line = {"frame": {"name": f"{top}/kernels/k.py:2@add_kernel", "type": "function"},
-            "metrics": {"num_samples": 90, "num_stalled_samples": 60,
-                        "stalled_long_scoreboard": 60}, "children": []}
-    kernel = {"frame": {"name": "add_kernel", "type": "function"},
-              "metrics": {"time (ns)": 1e6, "count": 1, "device_id": "0", "device_type": "CUDA",
-                          "num_samples": 0, "num_stalled_samples": 0}, "children": [line]}
-    root = {"frame": {"name": "ROOT", "type": "function", "script": str(top / "train.py")},
-            "metrics": {"time (ns)": 0, "count": 0, "num_samples": 0, "num_stalled_samples": 0,
-                        "stalled_long_scoreboard": 0}, "children": [kernel]}
-    path = top / "runs" / "p.hatchet"
-    path.write_text(json.dumps([root, {}]))
-    return top, str(path)
+    rows = shown(path)
+    assert rows[1] == "/home/u/proj/train.py:12@<module>" and rows[-1] == "add_kernel"
 
 
 def test_source_in_the_terminal_reads_beside_the_profiled_script_as_the_report_does(
         tmp_path, monkeypatch):
-    top, profile = _project(tmp_path)
+    top, profile = project(tmp_path)  # a -c python profile of proj/train.py
     monkeypatch.chdir(top / "runs")  # the kernel's file is one folder up, beside train.py
     result = show("--source", "add_kernel", "--width", "100", profile)
     assert result.exit_code == 0, result.output
