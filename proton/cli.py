@@ -83,7 +83,7 @@ Examples:
 @click.option("--counters", "counters", is_flag=True,
               help="Same as -m counters: DRAM and L2 bytes, tensor-pipe FLOPs, issue and SM "
               "activity per kernel and per scope, measured by the GPU's counters at the cost "
-              "of a kernel record (proton-viewer -m dram_gbs,tensor_active).")
+              "of a kernel record (proton-viewer -m dram_gbyte/s,tensor_active).")
 @click.option("--memory", "memory", is_flag=True,
               help="Also record torch's CUDA caching allocator per scope: bytes allocated, "
               "freed, the peak inside and what is live at its exit (proton-viewer -m "

@@ -10,6 +10,7 @@ Usage:
 """
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -360,6 +361,13 @@ def parse_hook(spec: str) -> HookOptions:
 
 
 def _check_choice(what: str, value, choices) -> None:
-    if value not in choices:
-        shown = ", ".join(repr(c) for c in choices)
-        raise SessionError(f"{what}={value!r} is not supported; choose one of {shown}")
+    """One line naming the valid values (None: the option left out) and the closest one."""
+    if value in choices:
+        return
+    named = [c for c in choices if c is not None]
+    shown = " or ".join(repr(c) for c in named) if len(named) < 3 else \
+        "one of " + ", ".join(repr(c) for c in named)
+    close = difflib.get_close_matches(str(value), named, n=1)
+    raise SessionError(f"{what}={value!r} is not supported"
+                       + (f" (did you mean {close[0]!r}?)" if close else "")
+                       + f"; choose {shown}" + (", or leave it out" if None in choices else ""))

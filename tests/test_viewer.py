@@ -565,7 +565,7 @@ def test_each_column_has_one_number_format(cpu_runs):
 
 
 def test_python_frames_of_a_cpu_run_show_the_time_of_the_scopes_inside_them(cpu_runs):
-    result = show("-m", "time/ms", str(cpu_runs[1]))
+    result = show("-m", "time/ms", "-f", "full", str(cpu_runs[1]))
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines()[1:]]
     by_name = {row[-1]: row[0] for row in rows if len(row) > 1}

@@ -476,6 +476,7 @@ def test_a_profile_without_samples_says_to_sample(tmp_path):
 
 
 def test_tree_shows_samples_by_default_and_orders_lines_by_number():
+    """Source lines named as the --html page names them (-f short)."""
     result = show("-e", "backward", FIXTURE)
     assert result.exit_code == 0, result.output
     tree = result.output.split("\n1 kernel")[0]
@@ -484,15 +485,15 @@ time (ms)  num_samples  name
     1.800        1,155  ROOT
     1.000          780  └─ forward
     0.900          700     ├─ matmul_kernel
-                     8     │  ├─ /SOURCE_DIR/pc_kernel_source.py:9@matmul_kernel
-                   120     │  ├─ /SOURCE_DIR/pc_kernel_source.py:16@matmul_kernel
-                   110     │  ├─ /SOURCE_DIR/pc_kernel_source.py:17@matmul_kernel
-                   400     │  ├─ /SOURCE_DIR/pc_kernel_source.py:18@matmul_kernel
-                    30     │  ├─ /SOURCE_DIR/pc_kernel_source.py:20@matmul_kernel
-                    20     │  └─ /gone/helpers.py:40@matmul_kernel
+                     8     │  ├─ matmul_kernel (pc_kernel_source.py:9)
+                   120     │  ├─ matmul_kernel (pc_kernel_source.py:16)
+                   110     │  ├─ matmul_kernel (pc_kernel_source.py:17)
+                   400     │  ├─ matmul_kernel (pc_kernel_source.py:18)
+                    30     │  ├─ matmul_kernel (pc_kernel_source.py:20)
+                    20     │  └─ matmul_kernel (helpers.py:40)
     0.100           80     └─ softmax_kernel
-                    60        ├─ /gone/softmax.py:7@softmax_kernel
-                    20        └─ /gone/softmax.py:9@softmax_kernel"""
+                    60        ├─ softmax_kernel (softmax.py:7)
+                    20        └─ softmax_kernel (softmax.py:9)"""
 
 
 # -- a profile read on another machine (issue 60) ----------------------------------------------

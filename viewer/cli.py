@@ -9,7 +9,7 @@ from ..format import CPU_TIME, TRACE_EXTENSION, TREE_EXTENSION
 from . import deep
 from .errors import ViewerError
 from .names import STYLES
-from .select import FORMATS
+from .select import FORMATS, SHORT
 
 DISTRIBUTION = "proton-profiler"
 
@@ -85,17 +85,23 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
               "(default: time/ms, or cpu_time/ms for a profile without kernels; then num_samples "
               "for a PC-sampled one).")
 @click.option("-i", "--include", default=None, metavar="REGEX",
-              help="Show only frames whose name matches (from its start, as in Triton's viewer), "
-              "with their callers and callees.")
+              help="Show only frames whose name matches (from its start, as in Triton's viewer; "
+              "the name as the file has it or as shown, demangled), with their callers and "
+              "callees.")
 @click.option("-e", "--exclude", default=None, metavar="REGEX",
-              help="Hide frames whose name matches, and everything under them.")
+              help="Hide frames whose name matches (as the file has it or as shown: -e 'at::' "
+              "hides torch's kernels), and everything under them.")
 @click.option("-t", "--threshold", type=float, default=None,
               help="Hide frames whose first metric is below this value.")
 @click.option("-d", "--depth", type=click.IntRange(min=1), default=100, show_default=True,
               help="Levels of the tree to show, as Triton's viewer counts them: 1 shows ROOT "
               "alone, 2 ROOT and its children.")
-@click.option("-f", "--format", "name_format", type=click.Choice(FORMATS), default="full",
-              show_default=True, help="How to shorten `file:line@function` frame names.")
+@click.option("-f", "--format", "name_format", type=click.Choice((SHORT, *FORMATS)),
+              default=None, show_default="short for the tree, full for --output json/csv/triton",
+              help="How to print `file:line@function` frame names (python frames, source "
+              "lines): short, as the --html page shows them (`step (train.py:40)`), full (as "
+              "the file has them, as Triton's viewer prints them), or one of Triton's "
+              "shortenings.")
 @click.option("--names", "name_style", type=click.Choice(STYLES), default="folded",
               show_default=True, help="C++ kernel names: demangled with template arguments "
               "folded (folded), demangled whole (full), or as the file has them (raw).")
@@ -191,10 +197,12 @@ def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_f
           name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
           html_path, warps, rank, kernel, source_roots, source_maps, profiles) -> None:
     try:
+        if name_format is None:  # rows for scripts keep the names other tools print
+            name_format = SHORT if output == "tree" else "full"
         _check_profiles_given(ctx, profiles, html_path)
         _check_report_conflicts(diagnose, html_path, output)
         if output == "triton":
-            _check_triton_conflicts(ctx, profiles)
+            _check_triton_conflicts(ctx, profiles, name_format)
             deep.call(_show_triton, list_metrics, metrics, include, exclude, threshold, depth,
                       name_format, print_sorted, profiles[0], other)
             return
@@ -238,6 +246,7 @@ def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_f
         from .source_roots import SourceRoots
 
         roots = SourceRoots.default(list(profiles), list(source_roots), list(source_maps))
+        roots = roots.beside_profile(profile.gf.graph.roots[0])  # --source's and --html's
         if kernel is not None:
             deep.call(_show_source, kernel, width, name_style, profile, roots)
         elif diagnose:
@@ -355,17 +364,17 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     notes = [empty] if empty else []
     for note in dict.fromkeys(n for c in columns for n in c.notes):  # cells left blank, and why
         click.echo(f"note: {note}", err=True)
-    if include or exclude or threshold is not None:
-        chosen = {n: abs(v) for n, v in first.items()} if other is not None else first
-        visible = visible_nodes(prof.gf, chosen, include=include, exclude=exclude,
-                                threshold=threshold)
-        roots = set(prof.gf.graph.roots)
-        if not visible - roots and any(r.children for r in roots):
-            notes.append(_nothing_matches(include, exclude, threshold, columns))
     before = declined()
     names = display_names(prof.gf, *name_format)
     if declined() > before:  # the demangled text of all names reached its bound
         notes.append(declined_note(declined() - before))
+    if include or exclude or threshold is not None:
+        chosen = {n: abs(v) for n, v in first.items()} if other is not None else first
+        visible = visible_nodes(prof.gf, chosen, include=include, exclude=exclude,
+                                threshold=threshold, displayed=names)
+        roots = set(prof.gf.graph.roots)
+        if not visible - roots and any(r.children for r in roots):
+            notes.append(_nothing_matches(include, exclude, threshold, columns))
     folded = library_frames(prof.gf) if collapse_libraries else None
     if folded:
         names = fold_names(prof.gf, names, folded)
@@ -438,8 +447,8 @@ def _show_triton(list_metrics, metrics, include, exclude, threshold, depth, name
         else:
             click.echo("note: Triton's viewer prints nothing without -m; e.g. -m time/ms",
                        err=True)
-    for note in notes:
-        click.echo(f"note: {note.message}", err=True)
+    for note in dict.fromkeys(str(n.message) for n in notes):  # -diff reads two alike
+        click.echo(f"note: {note}", err=True)
 
 
 TRITON_OPTIONS = {"list_metrics", "metrics", "include", "exclude", "threshold", "depth",
@@ -447,11 +456,14 @@ TRITON_OPTIONS = {"list_metrics", "metrics", "include", "exclude", "threshold", 
 """What --output triton takes: Triton's viewer's options."""
 
 
-def _check_triton_conflicts(ctx: click.Context, profiles) -> None:
+def _check_triton_conflicts(ctx: click.Context, profiles, name_format: str) -> None:
     from click.core import ParameterSource
 
     given = [p for p in ctx.command.params if p.name not in TRITON_OPTIONS
              and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+    if name_format == SHORT:
+        raise ViewerError(f"Triton's viewer has no -f {SHORT}; give one of its formats "
+                          f"({', '.join(FORMATS)}) with --output triton")
     if given:
         raise ViewerError(f"--output triton prints what Triton's viewer prints and takes its "
                           f"options only; drop {'/'.join(p.opts[0] for p in given)}")
@@ -512,7 +524,7 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
     import os
 
     from .html import page
-    from .select import library_frames, visible_nodes
+    from .select import display_names, library_frames, visible_nodes
 
     if metrics is None:
         metrics = _default_metric(prof)
@@ -521,8 +533,9 @@ def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, 
     visible = None
     if include or exclude or threshold is not None:
         first = columns[0].values.to_dict() if columns else {}
+        shown = display_names(prof.gf, SHORT, style) if include or exclude else None
         visible = visible_nodes(prof.gf, first, include=include, exclude=exclude,
-                                threshold=threshold)
+                                threshold=threshold, displayed=shown)
     title = ", ".join(os.path.basename(p.rstrip("/")) or p for p in profiles[:3]) + (
         f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
     text = page(prof, columns, title=f"Proton: {title}", roots=roots, merged=merged,

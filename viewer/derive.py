@@ -20,13 +20,15 @@ from ..format import (BYTES, COPY_FRAME, COUNT, COUNTER_NS, COUNTERS_SHARED_NS,
                       LAUNCH_CONFIGS, LAUNCH_METRICS, PEAK_SLACK, SASS_PREFIX, SCOPE_WALL,
                       SM_ACTIVE_NS, SYNC_TIME, TENSOR_ACTIVE_NS, TENSOR_FLOPS, TIME, TL_DOT)
 from . import bounds
-from .errors import ViewerError
+from .errors import ViewerError, did_you_mean
 from .reader import Profile, subtree_sums
 from .specs import bandwidth, compute_roof, l2_bandwidth, peak, peak_known, unknown_arch
 
 TIME_UNITS = {"s": 1e-9, "ms": 1e-6, "us": 1e-3, "ns": 1.0}
 RATE_PREFIX = {"": 1.0, "g": 1e-9, "t": 1e-12}
-RATE = re.compile(r"^(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
+RATE = re.compile(r"^(?P<cpu>cpu_)?(?P<prefix>[gt]?)(?P<what>flop(?P<width>8|16|32|64)?|byte)/s$")
+"""flops or bytes over kernel time (`tflop16/s`), or with `cpu_` over the scopes' CPU time
+(`cpu_gflop/s`: what a run without a GPU can say of a scope's declared work)."""
 _NS_METRICS = {"sync_time": SYNC_TIME, "gpu_idle": GPU_IDLE, "scope_wall": SCOPE_WALL,
                **{_m.split(" (")[0]: _m for _m in (GPU_IDLE_EXCLUDED, STEP_WALL, *STEP_PARTS)}}
 _TIME = re.compile(r"^(?P<what>avg_time|time|cpu_time|avg_cpu_time|comm_time|"
@@ -102,12 +104,7 @@ def available(profile: Profile) -> list[str]:
         out += [f"time/{u}" for u in TIME_UNITS]
         if COUNT in have:
             out += [f"avg_time/{u}" for u in TIME_UNITS]
-        for metric in sorted(have):
-            m = FLOPS.fullmatch(metric)
-            if m:
-                out += [f"{p}flop{m.group(1) or ''}/s" for p in RATE_PREFIX]
-        if BYTES in have:
-            out += [f"{p}byte/s" for p in RATE_PREFIX]
+        out += _rates(have)
         out += [f"comm_time/{u}" for u in TIME_UNITS] + ["comm/%"]
     if _has_util(profile, have):
         out.append("util")
@@ -123,27 +120,52 @@ def available(profile: Profile) -> list[str]:
         out += [f"cpu_time/{u}" for u in TIME_UNITS]
         if _cpu_counts(have):
             out += [f"avg_cpu_time/{u}" for u in TIME_UNITS]
+        out += [f"cpu_{rate}" for rate in _rates(have)]
     out += [x for x in dict.fromkeys(f"{_short(m)}/%" for m in _shares(profile)) if x not in out]
     return out
 
 
+def _rates(have: set[str]) -> list[str]:
+    """The rates (RATE, without `cpu_`) of the flops and bytes metrics in `have`."""
+    out = []
+    for metric in sorted(have):
+        m = FLOPS.fullmatch(metric)
+        if m:
+            out += [f"{p}flop{m.group(1) or ''}/s" for p in RATE_PREFIX]
+    if BYTES in have:
+        out += [f"{p}byte/s" for p in RATE_PREFIX]
+    return out
+
+
 def cpu_fallback(profile: Profile, specs: list[str]) -> tuple[list[str], list[str]]:
-    """In a profile without kernel time but with CPU time (a run without a GPU), `time/<unit>`,
-    `avg_time/<unit>` and `time/%` mean the scopes' `cpu_time/<unit>`, `avg_cpu_time/<unit>` and
-    `cpu_time/%`, so the README's examples work on a CPU run. (the specs; a note saying what
-    changed, or none)."""
-    have = {m.lower() for m in profile.inclusive + profile.exclusive}
+    """cpu_specs of the profile's metrics."""
+    return cpu_specs(profile.inclusive + profile.exclusive, specs)
+
+
+def cpu_specs(metrics: list[str], specs: list[str]) -> tuple[list[str], list[str]]:
+    """In a profile without kernel time but with CPU time (a run without a GPU; `metrics`: the
+    file's metric names), `time/<unit>`, `avg_time/<unit>`, `time/%`, `count`, `count/%` and
+    a rate such as `gflop/s` mean the scopes' `cpu_time/<unit>`, `avg_cpu_time/<unit>`,
+    `cpu_time/%`, `cpu_count`, `cpu_count/%` and `cpu_gflop/s`, so the README's examples work
+    on a CPU run. (the specs; a note saying what changed, or none)."""
+    have = {m.lower() for m in metrics}
     if TIME in have or CPU_TIME not in have:
         return specs, []
+    counts = COUNT not in have and CPU_COUNT in have  # a file's own count stays its own
     out, was, now = [], [], []
     for spec in specs:
-        m = _TIME.match(spec.strip().lower())
+        s = spec.strip().lower()
+        m = _TIME.match(s)
         cpu = None
-        if spec.strip().lower() == "time/%":
+        if s == "time/%":
             cpu = "cpu_time/%"
         elif m and (m.group("what") == "time" or m.group("what") == "avg_time"
                     and _cpu_counts(have)):
             cpu = f"{'avg_' if m.group('what') == 'avg_time' else ''}cpu_time/{m.group('unit')}"
+        elif counts and s in (COUNT, f"{COUNT}/%"):
+            cpu = CPU_COUNT + s[len(COUNT):]
+        elif s in _rates(have):
+            cpu = f"cpu_{s}"
         if cpu:
             was.append(spec.strip())
             now.append(cpu)
@@ -238,7 +260,7 @@ def linear(profile: Profile, spec: str) -> tuple[str, float] | None:
             metric = _match(profile, what, spec) if what else None
         except ViewerError:
             return None
-        # cpu_time: rank_merge keeps _timed_or_inside's values
+        # cpu_time: rank_merge keeps timed_or_inside's values
         return None if metric is None else (metric, TIME_UNITS[m.group("unit")])
     if s in ("util", "comm/%") or s.endswith("/%") or RATE.match(s):
         return None
@@ -316,7 +338,7 @@ def derive(profile: Profile, spec: str) -> Column:
                     raise _unknown(profile, spec)
                 values = values / _column(profile, counts, spec).replace(0, float("nan"))
             else:
-                values = _timed_or_inside(profile, values)
+                values = timed_or_inside(profile.gf.graph, values)
             values = values * TIME_UNITS[unit]
         return Column(f"{what} ({unit})", values, additive=not what.startswith("avg"))
     if s in _counter_specs(profile, {m.lower() for m in profile.inclusive + profile.exclusive}):
@@ -324,6 +346,10 @@ def derive(profile: Profile, spec: str) -> Column:
     m = RATE.match(s)
     if m:
         metric = BYTES if m.group("what") == "byte" else f"flops{m.group('width') or ''}"
+        if m.group("cpu"):  # over host time: no GPU peak bounds it
+            seconds = timed_or_inside(profile.gf.graph, _column(profile, CPU_TIME, spec)) * 1e-9
+            values = _column(profile, metric, spec) / seconds.replace(0, float("nan"))
+            return Column(s, values * RATE_PREFIX[m.group("prefix")])
         seconds = _column(profile, TIME, spec) * 1e-9
         values = _column(profile, metric, spec) / seconds.replace(0, float("nan"))
         values, notes = bounds.under_peak(s, values, bounds.rate_peaks(
@@ -336,7 +362,7 @@ def derive(profile: Profile, spec: str) -> Column:
         values = _column(profile, base, spec)
         root = profile.gf.graph.roots[0]
         if base == CPU_TIME:
-            values = _timed_or_inside(profile, values)
+            values = timed_or_inside(profile.gf.graph, values)
         whole = values[root] if base in profile.inclusive or base == CPU_TIME else values.sum()
         values, notes = bounds.share(f"{_short(base)}/%", values, whole)
         return Column(f"{_short(base)}/%", values, notes=notes)
@@ -464,17 +490,17 @@ def root_total(profile: Profile, values: pd.Series) -> float:
     """ROOT's value of an exclusive time metric (cpu_time): the sum over the timed nodes that
     have no timed ancestor. A scope's time already covers the scopes inside it, so nested
     values are never added twice. NaN when no node is timed."""
-    return float(_timed_or_inside(profile, values)[profile.gf.graph.roots[0]])
+    return float(timed_or_inside(profile.gf.graph, values)[profile.gf.graph.roots[0]])
 
 
-def _timed_or_inside(profile: Profile, values: pd.Series) -> pd.Series:
+def timed_or_inside(graph, values: pd.Series) -> pd.Series:
     """`values` of a host time metric (cpu_time) with each untimed frame's blank (ROOT, the
     python frames of `-c python`, a plain scope) filled by the sum over the timed frames
     inside it that have no timed frame between: a timed scope covers the ones it holds, so
     nothing is counted twice. Blank stays blank where nothing inside is timed."""
     own = values.to_dict()
     filled: dict = {}
-    for node in profile.gf.graph.traverse(order="post"):
+    for node in graph.traverse(order="post"):
         value = own.get(node)
         if value is None or value != value:
             inside = [filled[c] for c in node.children if filled.get(c, float("nan")) == filled.get(c)]
@@ -842,9 +868,9 @@ def _column(profile: Profile, metric: str, spec: str) -> pd.Series:
 
 
 def _unknown(profile: Profile, spec: str) -> ViewerError:
-    choices = ", ".join(available(profile) + profile.inclusive + profile.exclusive) or "none"
+    names = available(profile) + profile.inclusive + profile.exclusive
     have = {m.lower() for m in profile.inclusive + profile.exclusive}
     why = "no kernel ran in it (a run without a GPU); its metrics" if CPU_TIME in have and \
         TIME not in have else "available"
-    return ViewerError(f"unknown metric {spec!r} for this profile; {why}: {choices} "
-                       "(see proton-viewer -l FILE)")
+    return ViewerError(f"unknown metric {spec!r} for this profile{did_you_mean(spec, names)}; "
+                       f"{why}: {', '.join(names) or 'none'} (see proton-viewer -l FILE)")

@@ -13,7 +13,7 @@ import math
 import re
 from typing import cast
 
-from ..format import CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, PYTHON_FRAME, SYNC_TIME
+from ..format import CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, SYNC_TIME
 from .demangle import TOTAL_FLOOR, TOTAL_RATIO, declined, declined_note
 from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
                      derive, kernel_mask, kernel_roofs, over_roof, unmeasured, unmeasured_text,
@@ -22,6 +22,7 @@ from .errors import ViewerError
 from .names import readable
 from .page import template
 from .reader import Profile
+from .select import short_frame
 from .render import plural
 from .select import fold_marks, shown_children
 from .source_roots import SourceRoots
@@ -138,7 +139,7 @@ class NameBudget:
             self.kept.add(raw)
             return raw, raw
         before = declined()
-        name, whole = _short_frame(readable(raw, self.style)), readable(raw, "full")
+        name, whole = short_frame(readable(raw, self.style)), readable(raw, "full")
         if declined() != before:
             self.kept.add(raw)
         self.left -= len(name) + (len(whole) if whole != name else 0)
@@ -188,16 +189,6 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
     return {"name": names, "parent": parents, "value": widths, "full": full,
             "metrics": [[_num(v.get(node)) for node in order] for v in values],
             "order": order}
-
-
-def _short_frame(name: str) -> str:
-    """A python frame `/abs/dir/train.py:40@step` as `step (train.py:40)`: the path is in
-    the frame's details; the function is what a reader looks for."""
-    m = PYTHON_FRAME.match(name)
-    file = m["file"].replace("\\", "/") if m else ""
-    if m is None or "/" not in file:
-        return name
-    return f"{m['function']} ({file.rsplit('/', 1)[-1]}:{m['line']})"
 
 
 def _rate_specs(prof: Profile) -> list[str]:
@@ -395,7 +386,7 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     from .source import _Columns, find_kernel, kernel_nodes, source_files
     from .source_view import window
 
-    roots = roots.beside_script(_script(prof))
+    roots = roots.beside_profile(prof.gf.graph.roots[0])
     columns = _Columns(prof)
     totals: dict[str, float] = {}
     for node in kernel_nodes(prof, columns):
@@ -449,20 +440,6 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     return out
 
 
-def _script(prof: Profile) -> str | None:
-    """The script the profile was made of: its root frame's `script` where the writer put
-    it, else the file of a top-level python frame `FILE:LINE@<module>` (-c python)."""
-    root = prof.gf.graph.roots[0]
-    named = root.frame.get("script")
-    if isinstance(named, str):
-        return named
-    for child in root.children:
-        m = PYTHON_FRAME.match(str(child.frame.get("name", "")))
-        if m and m["function"] == "<module>":
-            return m["file"]
-    return None
-
-
 def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: list,
               merged=None) -> dict:
     """--diagnose's findings grouped by kernel (or scope), most to save first, or why there
@@ -505,4 +482,4 @@ def _path(names: list, parents: list, full: dict, i: int) -> str:
 def _named(names: list, full: dict, i: int) -> str:
     """Frame `i`'s name as --diagnose writes it: a python frame's whole, not shortened."""
     whole = full.get(i)
-    return whole if whole is not None and _short_frame(whole) == names[i] != whole else names[i]
+    return whole if whole is not None and short_frame(whole) == names[i] != whole else names[i]

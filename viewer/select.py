@@ -13,6 +13,9 @@ from .errors import ViewerError
 from .names import readable
 
 FORMATS = ("full", "file_function_line", "function_line", "file_function")
+"""Triton's -f formats of `file:line@function` frame names."""
+SHORT = "short"
+"""Our own format, the tree's default and the --html page's: `step (train.py:40)`."""
 
 
 def _regex(pattern: str | None, option: str):
@@ -26,13 +29,17 @@ def _regex(pattern: str | None, option: str):
 
 def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
                   exclude: str | None = None, threshold: float | None = None,
-                  names: dict | None = None, anchor: bool = True) -> set:
+                  names: dict | None = None, displayed: dict | None = None,
+                  anchor: bool = True) -> set:
     """The nodes to draw. Names match at their start, as in Triton's viewer (`.*attn` searches).
 
     include: frames whose name matches, with their ancestors and descendants.
     exclude: drops frames whose name matches, with their descendants.
     threshold: drops frames whose first metric is below it, unless a descendant is kept.
     names: node -> the name to match (default: the frame's name).
+    displayed: node -> the name as a view shows it (demangled, shortened), matched as well: a
+        frame matches when either name does (`-e 'at::'` hides `_ZN2at...` kernels, and a
+        regex written for the raw names still works).
     anchor: keep the roots whatever the filters say.
     """
     inc, exc = _regex(include, "--include"), _regex(exclude, "--exclude")
@@ -44,9 +51,11 @@ def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
         while stack:
             node, ancestor_included, done = stack.pop()
             name = node.frame.get("name", "") if names is None else str(names.get(node, ""))
-            included = ancestor_included or inc is None or bool(inc.match(name))
+            other = name if displayed is None else str(displayed.get(node, name))
+            included = ancestor_included or inc is None or bool(inc.match(name)) or (
+                other != name and bool(inc.match(other)))
             if not done:
-                if exc is None or not exc.match(name):
+                if exc is None or not (exc.match(name) or other != name and exc.match(other)):
                     stack.append((node, ancestor_included, True))
                     stack.extend((child, included, False) for child in node.children)
                 continue
@@ -61,7 +70,10 @@ def visible_nodes(gf, first: dict | None = None, *, include: str | None = None,
 
 
 def shorten(name: str, fmt: str) -> str:
-    """A `file:line@function` frame name shortened as Triton's -f formats do (FORMATS)."""
+    """A `file:line@function` frame name shortened as Triton's -f formats do (FORMATS), or
+    as short_frame does (SHORT)."""
+    if fmt == SHORT:
+        return short_frame(name)
     if fmt == "file_function_line":
         return name.split("/")[-1]
     if fmt == "function_line":
@@ -71,9 +83,19 @@ def shorten(name: str, fmt: str) -> str:
     return name
 
 
+def short_frame(name: str) -> str:
+    """A python frame `/abs/dir/train.py:40@step` as `step (train.py:40)`: the function is what
+    a reader looks for; the path is in the page's frame details, and `-f full` prints it."""
+    m = PYTHON_FRAME.match(name)
+    file = m["file"].replace("\\", "/") if m else ""
+    if m is None or "/" not in file:
+        return name
+    return f"{m['function']} ({file.rsplit('/', 1)[-1]}:{m['line']})"
+
+
 def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
-    """Frame names shortened as Triton's -f formats do (for `file:line@function` frames), C++
-    kernel names demangled as `style` says (names.STYLES)."""
+    """Frame names shortened as `fmt` says (SHORT or one of Triton's -f FORMATS, for
+    `file:line@function` frames), C++ kernel names demangled as `style` says (names.STYLES)."""
     return {node: shorten(readable(node.frame.get("name", "?"), style), fmt)
             for node in gf.graph.traverse()}
 

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..format import NEVER_READ as NEVER
+from ..format import PYTHON_FRAME
 from ..format import SOURCE_SUFFIXES as SUFFIXES
 from .errors import ViewerError
 
@@ -98,6 +99,24 @@ class SourceRoots:
                 or not any(_under(root, folder) for root in self.folders)):
             return self
         return replace(self, folders=tuple(dict.fromkeys((*self.folders, folder))))
+
+    def beside_profile(self, root) -> SourceRoots:
+        """beside_script of the script the profile whose root frame is `root` (a hatchet
+        node) was made of: the root's `script` where the writer put it, else the file of a
+        top-level python frame `FILE:LINE@<module>` (-c python). The --html page's Source
+        tab and --source both look there.
+
+        Usage:
+            roots = SourceRoots.default(["runs/a.hatchet"]).beside_profile(gf.graph.roots[0])
+        """
+        named = root.frame.get("script")
+        if isinstance(named, str):
+            return self.beside_script(named)
+        for child in root.children:
+            m = PYTHON_FRAME.match(str(child.frame.get("name", "")))
+            if m and m["function"] == "<module>":
+                return self.beside_script(m["file"])
+        return self
 
     def read(self, path: str) -> tuple[str | None, str | None]:
         """(the text of the file `path` names here: mapped, else by its longest ending under a

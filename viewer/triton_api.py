@@ -25,9 +25,9 @@ import pandas as pd
 
 from ..format import FLOPS_WIDTHS
 from . import deep
-from .derive import RATE
+from .derive import RATE, cpu_specs, timed_or_inside
 from .diff import match_by_what
-from .errors import ViewerError
+from .errors import ViewerError, did_you_mean
 from .reader import add_inclusive_columns, no_gc, parse as parse_file, parse_data, read_stream
 from .select import FORMATS, shorten, visible_nodes
 from .specs import triton_peak_bandwidth, triton_peak_flops
@@ -125,10 +125,10 @@ def match_available_metrics(metrics: str | list[str], inclusive_metrics: list[st
 
 
 def _unknown(metric: str, needs: str | None, names: list[str]) -> ViewerError:
-    have = ", ".join(m.split("(")[0].strip().lower() for m in names if m != "name") or "none"
+    have = [m.split("(")[0].strip().lower() for m in names if m != "name"]
     what = f"{metric!r} needs {needs!r}, which" if needs else f"metric {metric!r}"
-    return ViewerError(f"{what} is not in this profile; it has {have} "
-                       "(see proton-viewer -l FILE)")
+    return ViewerError(f"{what} is not in this profile{did_you_mean(needs or metric, have)}; "
+                       f"it has {', '.join(have) or 'none'} (see proton-viewer -l FILE)")
 
 
 def derive_metrics(gf, metrics: list[str], inclusive_metrics: list[str],
@@ -138,24 +138,46 @@ def derive_metrics(gf, metrics: list[str], inclusive_metrics: list[str],
     `[g|t]flop[8|16|32|64]/s` and `[g|t]byte/s` -> `... (inc)`, `util`, `<metric>/%` ->
     `<metric>/% (inc)` (of ROOT; of the sum for an exclusive metric), a raw metric -> its own
     column (`time` -> `time (ns) (inc)`). The names join gf.inc_metrics or gf.exc_metrics.
+    In a profile without kernel time but with CPU time (a run without a GPU), `time/ms`,
+    `count`, `gflop/s` ... mean the scopes' `cpu_time/ms`, `cpu_count`, `cpu_gflop/s` (as
+    proton-viewer maps them, with the same note as a warning; Triton's raises), and ROOT's
+    and each untimed frame's cpu_time is that of the timed scopes inside it.
 
     Usage:
         gf, inc, exc, devices = read("run.hatchet")
         derive_metrics(gf, ["time/ms", "util"], inc, exc, devices)  # ["time/ms (inc)", "util"]
     """
+    metrics, notes = cpu_specs(inclusive_metrics + exclusive_metrics, metrics)
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    filled = _fill_cpu_time(gf, inclusive_metrics, exclusive_metrics) if notes else None
     with warnings.catch_warnings():
         # a column added to a table of over ~100 columns: pandas' advice is for the caller
         warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
         derived = [_derive(gf.dataframe, metric, inclusive_metrics, exclusive_metrics,
-                           device_info) for metric in metrics]
+                           device_info, filled) for metric in metrics]
     for name in derived:
         (gf.inc_metrics if name.endswith("(inc)") else gf.exc_metrics).append(name)
     return derived
 
 
+def _fill_cpu_time(gf, inclusive: list[str], exclusive: list[str]) -> str | None:
+    """The file's per-scope cpu_time column with its untimed frames (ROOT, python frames)
+    given the time of the timed scopes inside them (derive.timed_or_inside), as
+    proton-viewer shows them, where Triton's shows nan; the column's name, None if it was
+    summed already."""
+    column = match_available_metrics("cpu_time", inclusive, exclusive)[0]
+    if column.endswith("(inc)"):
+        return None
+    values = pd.to_numeric(gf.dataframe[column], errors="coerce")
+    gf.dataframe[column] = timed_or_inside(gf.graph, values)
+    return column
+
+
 def _derive(df: pd.DataFrame, metric: str, inclusive: list[str], exclusive: list[str],
-            devices: dict) -> str:
-    """One metric's column added to df; its name."""
+            devices: dict, filled: str | None = None) -> str:
+    """One metric's column added to df; its name. `filled`: the cpu_time column
+    _fill_cpu_time filled, whose whole is ROOT's (a scope's time holds its children's)."""
     def column(name: str) -> str:
         try:
             found = match_available_metrics(name, inclusive, exclusive)[0]
@@ -180,16 +202,20 @@ def _derive(df: pd.DataFrame, metric: str, inclusive: list[str], exclusive: list
     if rate:
         raw = "bytes" if rate["what"] == "byte" else f"flops{rate['width'] or ''}"
         name = f"{metric} (inc)"
-        df[name] = df[column(raw)] / seconds("time") / RATE_DIVISOR[rate["prefix"]]
+        time = seconds("cpu_time" if rate["cpu"] else "time")
+        df[name] = df[column(raw)] / time / RATE_DIVISOR[rate["prefix"]]
         return name
     time = _TIME.fullmatch(metric)
     if time:
         value = seconds("cpu_time" if time["cpu"] else "time")
         if time["avg"]:
-            if "count (inc)" not in df:
+            # a run without a GPU has no kernel counts: its scopes' own entries (cpu_count)
+            counts = "count (inc)" if "count (inc)" in df or not time["cpu"] else \
+                next((c for c in exclusive if c == "cpu_count"), None)
+            if counts not in df:
                 raise ViewerError(f"{metric} divides by kernel counts and the profile has none "
                                   "on its ROOT; use time/... instead")
-            value = value / df["count (inc)"]
+            value = value / df[counts]
         name = f"{metric} (inc)"
         df[name] = value / SECONDS[time["unit"]]
         return name
@@ -201,7 +227,8 @@ def _derive(df: pd.DataFrame, metric: str, inclusive: list[str], exclusive: list
                           "derives; e.g. time/ms, tflop16/s, gbyte/s, util, time/%")
     col = column(base)
     inclusive_col = "(inc)" in col
-    total = df[col].iloc[0] if inclusive_col else df[col].sum()  # ROOT's, or all frames'
+    # ROOT's, or all frames'
+    total = df[col].iloc[0] if inclusive_col or col == filled else df[col].sum()
     name = metric + (" (inc)" if inclusive_col else "")
     df[name] = df[col] / total * 100.0
     return name
