@@ -40,17 +40,16 @@ from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from ..context import frames, make, stack
 from .. import data, triton_version
-from ..data import chrome_trace, job, sources, writer
+from ..data import chrome_trace, job, writer
 from ..data.metrics import DeviceTensor
-from ..data.paths import LINE, paths
 from ..format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, LAUNCH_CONFIGS, LAUNCH_METRICS,
-                      SCOPE_WALL, SOURCES_KEY, STEP_COUNT, STEP_PARTS, STEP_WALL, SYNC_COUNT,
-                      SYNC_TIME)
+                      SCOPE_WALL, STEP_COUNT, STEP_PARTS, STEP_WALL, SYNC_COUNT, SYNC_TIME)
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions, parts_off
 from ..report import debug, debugging, warn
 from .graph_metrics import GraphMetrics, capturing, metric_frame
+from .parts import Parts
 from .router import KernelRouter
 from .session import Phase, Session
 from .timeline import MainTimeline
@@ -58,7 +57,6 @@ from .timeline import MainTimeline
 if TYPE_CHECKING:  # imported when a session starts (CUPTI loads with it)
     from .idle import IdleTracker, Judged  # numpy: loaded with the collector
     from ..cupti.collector import CuptiCollector
-    from ..cupti.counters import CounterSampler
 
 
 class Profiler:
@@ -68,8 +66,6 @@ class Profiler:
         self.sessions: dict[int, Session] = {}
         self.collector: CuptiCollector | None = None
         """The CUPTI collector while a session records kernels."""
-        self.counters: CounterSampler | None = None
-        """cupti.counters.CounterSampler while a mode="counters" session is live."""
         self.context = make("shadow")
         """Where frames and launches go; chosen by the first live session."""
         self.recording = False
@@ -108,6 +104,9 @@ class Profiler:
         """The collector keeps each wait as an event (for a trace session)."""
         self.span_clock: Callable[[], int] | None = None
         """frames.Recorder.span_clock: what times scopes for the trace sessions, if any."""
+        self.parts = Parts(self)
+        """The optional measurements (runtime/parts), each started by the first session that
+        asks for it."""
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
@@ -150,7 +149,7 @@ class Profiler:
             if sid is not None:  # starting a live name again resumes it
                 self._activate(self.sessions[sid])
                 return sid
-            self._check_mode(opts)
+            self.parts.check(opts, list(self.sessions.values()))
             if opts.instrument is not None:
                 from . import instrumentation  # numpy and Triton: only for such sessions
 
@@ -163,7 +162,7 @@ class Profiler:
                 self._choose_context(opts.context)
             if self.gpu and self.collector is None:
                 try:
-                    self._start_collector(opts.pc)
+                    self._start_collector(self.parts.collector_args(opts))
                 except BaseException:
                     if not self.sessions:
                         self._choose_context("shadow")  # nothing started: as before
@@ -174,18 +173,12 @@ class Profiler:
                 path = job.pid_path(path, who.pid)
                 warn(f"a forked process: session {opts.name!r} writes {path}")
             session = Session(self._next_id, opts.name, path,
-                              opts.context, opts.data, opts.hook_spec, pc=opts.pc,
-                              counters=opts.counters, job=who, flush=opts.flush)
-            if opts.memory:
-                session.memory = True
-                self._start_memory(session)
-            if opts.counters is not None:
-                self._start_counters(opts.counters)
+                              opts.context, opts.data, opts.hook_spec, job=who,
+                              flush=opts.flush)
             if opts.instrument is not None:
                 session.instrument = instrumentation.start(opts.instrument, opts.data)
                 session.only_kernels = session.instrument.launches
-            if (pc := self._pc(session)) is not None:
-                session.pc_base = pc.counted()  # a later one counts from its start
+            self.parts.attach(session, opts)
             session.phase_starts[0] = self.now()
             self._next_id += 1
             self.sessions[session.id] = session
@@ -197,23 +190,6 @@ class Profiler:
                 atexit.register(self._finalize_at_exit)
                 self._atexit = True
             return session.id
-
-    def _check_mode(self, opts: SessionOptions) -> None:
-        """One mode for the live sessions, as in Triton's Proton (whose words start the
-        error): instruction sampling is set up with the collector, by the first session, so
-        the others, active or not, sample exactly when it does and with its options."""
-        for s in self.sessions.values():
-            if s.counters != opts.counters:
-                raise SessionError(
-                    "Cannot add a session with the same profiler but a different mode than "
-                    f"existing sessions: session {s.id} runs with mode={_mode(s.pc, s.counters)}, "
-                    f"this one asks for mode={_mode(opts.pc, opts.counters)}; finalize the live "
-                    "sessions first")
-            if s.pc != opts.pc:
-                raise SessionError(
-                    "Cannot add a session with the same profiler but a different mode than "
-                    f"existing sessions: session {s.id} runs with mode={_mode(s.pc)}, this "
-                    f"one asks for mode={_mode(opts.pc)}; finalize the live sessions first")
 
     @contextlib.contextmanager
     def _own_work(self) -> Iterator[None]:
@@ -261,6 +237,7 @@ class Profiler:
         self.timeline.clear()
         self._choose_context("shadow")
         self.forked = True
+        self.parts.after_fork_in_child()
         frames.after_fork_in_child()
 
     def _finalize_at_exit(self) -> None:
@@ -275,7 +252,8 @@ class Profiler:
             except Exception as exc:
                 warn(f"could not write the profile at exit: {type(exc).__name__}: {exc}")
 
-    def _start_collector(self, pc=None) -> None:
+    def _start_collector(self, asked: dict) -> None:
+        """CUPTI's collector, with what the first session's parts ask of it (`asked`)."""
         try:
             from ..cupti.collector import CuptiCollector
         except ImportError as exc:
@@ -292,7 +270,7 @@ class Profiler:
         idle = None if "idle" in off else IdleTracker()
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
-                                   in_callback=context.in_callback, pc=pc, callback_users=users,
+                                   in_callback=context.in_callback, callback_users=users,
                                    graft=self.router.graft, groups=self.router.on_groups,
                                    moved=self.timeline.note, walk=context.walk,
                                    busy=idle.add if idle else None,
@@ -300,7 +278,7 @@ class Profiler:
                                    buffered=self.take_waits,
                                    copies="copies" not in off, waits="waits" not in off,
                                    graph_active=self._any_active,
-                                   metric_tag=self.graph_metrics.tag)
+                                   metric_tag=self.graph_metrics.tag, **asked)
         collector.attributor.on_metric = self.graph_metrics.executed
         collector.flushed = lambda: self.graph_metrics.read(collector)
         collector.start()
@@ -340,20 +318,10 @@ class Profiler:
         with self._lock:
             self._targets(session)
 
-    def _pc(self, session: Session):
-        """The PCCollector sampling for `session`, if any."""
-        return self.collector.pc if session.pc and self.collector is not None else None
-
     def _activate(self, session: Session) -> None:
         if not session.active:
             session.resume(self.now())
-            if (pc := self._pc(session)) is not None and not pc.active:
-                pc.resume()
-
-    def _sampling_for_others(self, session: Session, active: bool = False) -> bool:
-        """Another live sampling session (an active one, with `active`) keeps the sampler."""
-        return any(s.pc and s is not session and (s.active or not active)
-                   for s in self.sessions.values())
+            self.parts.resume(session)
 
     def activate(self, session: int | None = None) -> None:
         """Record again into `session` (every live session when None)."""
@@ -369,9 +337,7 @@ class Profiler:
             for s in self._targets(session):
                 if s.active:
                     s.pause(now)
-                    if (pc := self._pc(s)) is not None and \
-                            not self._sampling_for_others(s, active=True):
-                        pc.pause()
+                    self.parts.pause(s)
             if flushing and self.collector is not None:
                 self.lost_kernels += self.collector.flush()
                 self.take_waits()
@@ -432,9 +398,7 @@ class Profiler:
         with self._lock:
             for s in self._targets(session, finished_ok=True):
                 try:
-                    if (pc := self._pc(s)) is not None and not self._sampling_for_others(s):
-                        cast("CuptiCollector", self.collector).pc = None  # it samples
-                        pc.finish()
+                    self.parts.discard(s, list(self.sessions.values()))
                 finally:
                     with s.lock:
                         s.closed = True
@@ -495,8 +459,7 @@ class Profiler:
             if self.collector is not None:
                 self.lost_kernels += self.collector.flush()
             for s in targets:
-                if s.memory:
-                    self._judge_memory(s)
+                self.parts.phase_ends(s)
             devices = self._device_table()
             docs = [(s, self._document(s, Phase(s.nodes, s.events, s.spans, s.waits),
                                        devices)) for s in targets]
@@ -531,8 +494,7 @@ class Profiler:
         finished phase's records are flushed and it is written to NAME.part_<phase>.<fmt>."""
         with self._lock, self._own_work():
             s = self._targets(session)[0]
-            if s.memory:
-                self._judge_memory(s)
+            self.parts.phase_ends(s)
             phase = s.advance(self.now())
             if s.flush:
                 self._write_parts(s, self._device_table())
@@ -601,14 +563,10 @@ class Profiler:
             if s.only_kernels is not None:
                 return chrome_trace.build_trace([], [], who, s.intra)
             return chrome_trace.build_trace(data.events, data.spans, who, waits=data.waits)
-        with s.lock:
-            notes = dict(s.notes)
-        doc = writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),
-                           timelines=s.timelines)
-        if s.pc is not None and s.pc.embed_source:  # the sampled lines' files travel with it
-            lines = (paths.frames[pid].name for pid in data.nodes
-                     if paths.frames[pid].kind == LINE)
-            doc[0][SOURCES_KEY] = sources.texts(sources.files_of(lines))
+        args = self.parts.build_args(s)
+        doc = writer.build(data.nodes, devices, args.get("notes", {}), who,
+                           self._own_metrics(s, data.nodes), timelines=s.timelines)
+        self.parts.document(s, doc, data.nodes)
         return doc
 
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
@@ -617,20 +575,7 @@ class Profiler:
             from . import instrumentation
 
             instrumentation.finish(session, devices)
-        if session.memory:
-            self._finish_memory(session)
-        if session.counters:
-            self._finish_scope_ranges(session)
-            self._refit_counters(session)
-        if (pc := self._pc(session)) is not None:
-            last = not self._sampling_for_others(session)
-            if last:
-                cast("CuptiCollector", self.collector).pc = None  # it samples
-            try:
-                self._add_pc_samples(session, pc, last)
-            except Exception as exc:  # the time profile is still worth having
-                warn(f"PC sampling could not be read at the end ({exc}); the profile keeps "
-                     "its kernel times")
+        self.parts.finish(session, list(self.sessions.values()), devices)
         if session.flush:
             written = self._write_parts(session, devices, final=True)
             with session.lock:
@@ -733,183 +678,6 @@ class Profiler:
                 if name == node:
                     out.setdefault(kernel, {}).update(metrics)
         return out
-
-    def _add_pc_samples(self, session: Session, pc, last: bool = True) -> None:
-        """Put the samples taken since `session` started on its kernel nodes and their lines;
-        `last`: no other session samples, so sampling finishes (else it reads what it has)."""
-        from ..cupti.pc_collector import place_samples
-
-        router = self.router
-        for node, metrics, why in place_samples(pc, router.kernel_times(session),
-                                                router.kernel_path, since=session.pc_base,
-                                                finish=last):
-            if why:
-                session.notes.setdefault(node, why)
-            session.add(node, metrics)
-
-    def _start_counters(self, options) -> None:
-        """PM sampling on every GPU for mode="counters" (once for the live sessions). Where
-        counters cannot be read, one line says why and the session goes on with kernel
-        times."""
-        if self.counters is not None or frames.ranges is not None:
-            return
-        if self.collector is None:  # no GPU: said once already, scopes get CPU time
-            return
-        if options.scopes:
-            self._start_scope_ranges(options.scopes)
-            return
-        from ..cupti import gpu
-        from ..cupti.buffers import loaded_libcupti
-        from ..cupti.counters import CounterSampler
-        from ..cupti.perfworks import CountersError
-
-        try:
-            self.counters = CounterSampler(loaded_libcupti() or "libcupti.so",
-                                           gpu.devices_in_use(), options.interval,
-                                           self.router.on_counters)
-        except (CountersError, OSError) as exc:
-            _counters_refused("hardware counters", exc, " (if another profiler holds them: "
-                              "stop Nsight Compute, Nsight Systems GPU metrics or DCGM "
-                              "profiling)")
-            return
-        self.router.counters = self.counters
-
-    def _start_memory(self, session: Session) -> None:
-        """torch's allocator read at the main thread's scope enters and exits (once for the
-        live memory sessions); `session` judges the entries closed from now on."""
-        if frames.memory is None:
-            from .memory import MemoryTracker
-
-            frames.memory = MemoryTracker(self.add_memory)
-        session.memory_marks = dict(frames.memory.closed)
-
-    def _judge_memory(self, session: Session) -> None:
-        """What the scopes' entries of `session`'s current phase keep, onto its nodes (the
-        phase ends)."""
-        tracker = frames.memory
-        if tracker is not None:
-            session.add_kept(tracker.judge(session.memory_marks), tracker.device_bytes)
-
-    def add_memory(self, path_id: int, measured) -> None:
-        """One scope entry measured (runtime/memory.py): for the active memory sessions."""
-        for s in list(self.sessions.values()):
-            if s.memory and s.active:
-                s.add_memory(path_id, measured)
-
-    def _finish_memory(self, session: Session) -> None:
-        """The last memory session ends: stop reading; say where the job's peak was, or why
-        nothing was measured."""
-        self._judge_memory(session)
-        tracker = frames.memory
-        if tracker is not None and not any(s.memory and s is not session
-                                           for s in self.sessions.values()):
-            frames.memory = None
-            tracker.close()
-        if tracker is None:
-            return
-        found = session.memory_peak
-        if tracker.failed is not None:
-            warn(f"memory=True: torch's allocator could not be read ({tracker.failed}); the "
-                 "profile has no memory metrics after that")
-        elif found is None or not found[1]:
-            warn("memory=True: no scope allocated CUDA memory through torch in this session "
-                 "(torch's caching allocator is what is measured)")
-        if tracker.failed is None and tracker.no_history is not None and tracker.measuring:
-            warn("memory=True: " + ("leaks judged only until the allocator's history "
-                                    "stopped" if tracker.ceiling is not None else
-                                    "leaks not judged") + f" ({tracker.no_history})")
-        if tracker.gaps:
-            warn(f"memory=True: torch's allocator history dropped events {tracker.gaps} "
-                 "time(s) (a job's own history keeps its last max_entries events); leaks "
-                 "are judged on the scope entries begun after the last drop")
-        if found is not None and found[1]:
-            path, peak = found
-            warn(f"memory: the peak, {peak:,} bytes allocated ({peak / 2**30:.2f} GiB), was "
-                 f"reached in {' / '.join(paths.names(path))}")
-
-    def _counting_besides(self, session: Session) -> bool:
-        """Another live counters session keeps the sampler (or the scope ranges) going."""
-        return any(s.counters and s is not session for s in self.sessions.values())
-
-    def _start_scope_ranges(self, names) -> None:
-        """CUPTI's range profiler for counters:scopes=A,B."""
-        from ..cupti import gpu
-        from ..cupti.buffers import loaded_libcupti
-        from ..cupti.perfworks import CountersError
-        from ..cupti.scope_ranges import ScopeRanges
-
-        try:
-            frames.ranges = ScopeRanges(loaded_libcupti() or "libcupti.so",
-                                        gpu.devices_in_use()[0], names)
-        except (CountersError, OSError, IndexError) as exc:
-            _counters_refused("the scopes' counters", exc)
-
-    def _finish_scope_ranges(self, session: Session) -> None:
-        """The last counters session ends: the listed scopes' exact counts on their nodes."""
-        ranges = frames.ranges
-        if ranges is None or self._counting_besides(session):
-            return
-        frames.ranges = None
-        try:
-            found = ranges.finish()
-        except Exception as exc:
-            warn(f"counters: the scopes' counts could not be read ({exc}); the profile keeps "
-                 "its kernel times")
-            return
-        for path, metrics in found.items():
-            session.add(path, metrics)
-        missing = sorted(ranges.names - {p.name for p in (paths.frames[x] for x in found)})
-        if missing:
-            warn(f"counters: no GPU work was counted in scope {', '.join(map(repr, missing))} "
-                 "(not entered on the main thread, or nothing ran in it)")
-        if ranges.dropped or ranges.errors:
-            warn(f"counters: {ranges.dropped + ranges.errors} scope ranges were lost "
-                 "(over 4,096 in one session)")
-
-    def _refit_counters(self, session: Session) -> None:
-        """The session's kernels' counters from rates fitted over every sample (see
-        cupti.counters.Rates), in place of the time split's; the last counters session to
-        end stops sampling first."""
-        sampler = self.counters
-        if sampler is None:
-            return
-        if not self._counting_besides(session) and not self._finish_counters(sampler):
-            return
-        from ..cupti.counters import refit
-
-        try:
-            t0 = time.monotonic()
-            rates, chips = sampler.fitted()
-            with session.lock:
-                changed = refit(session.nodes, rates, chips)
-            debug(f"counters: {changed} kernel nodes refitted in {time.monotonic() - t0:.2f} s")
-        except Exception as exc:  # the time split is still worth having
-            warn(f"counters: the per-kernel fit failed ({exc}); kernels keep the time split")
-
-    def _finish_counters(self, sampler) -> bool:
-        """The last counters session ends: stop sampling, join the rest, say what it cost."""
-        self.counters = self.router.counters = None
-        try:
-            sampler.finish()
-        except Exception as exc:  # the time profile is still worth having
-            warn(f"counters could not be read at the end ({exc}); the profile keeps its "
-                 "kernel times")
-            return False
-        late = sum(j.late_ns for j in sampler.joins.values())
-        debug(f"counters: {sampler.samples} samples every {sampler.interval_us} us on GPUs "
-              f"{sampler.devices}, decoded in "
-              f"{sampler.decode_s:.2f} s; kernels: {sampler.kernels_in} in, "
-              f"{sampler.kernels_out} joined, {sampler.unsampled} on no sampled GPU; "
-              f"{late / 1e6:.3f} ms of kernel time came late; paused for {sampler.forks} forks")
-        if sampler.unsampled:
-            warn(f"counters: {sampler.unsampled} kernels ran on a GPU not in use when the "
-                 f"session started (sampled: GPU {', '.join(map(str, sampler.devices))}); "
-                 "start the session after the job has touched every GPU it uses")
-        if sampler.lost:
-            warn(f"counters: the GPU's sample buffer overflowed {sampler.lost} times and "
-                 "samples were lost; sample less often (mode='counters:interval=US' with a "
-                 "larger US)")
-        return True
 
     def _stop_collector(self) -> None:
         collector = cast("CuptiCollector", self.collector)  # called while one collects
@@ -1140,25 +908,6 @@ def _add_sums(s: Session, paths_, starts, keep, values, keys: tuple[str, ...]) -
     for (_, path), when, row in zip(pairs.tolist(), at[first].tolist(), sums.tolist()):
         s.add(path, {k: int(v) for k, v in zip(keys, row) if v or k not in _ONLY_IF_ANY},
               fold=False, at=when)
-
-
-def _counters_refused(what: str, exc: BaseException, hint: str = "") -> None:
-    """One line: why `what` cannot be read here (the fix, by CUPTI's error code), and that
-    the session goes on with kernel times."""
-    from ..cupti.perfworks import WHY
-
-    why = WHY.get(getattr(exc, "code", 0)) or f"{exc}{hint}"
-    warn(f"mode='counters': {what} cannot be read here: {why}; the session goes on with "
-         "kernel times")
-
-
-def _mode(pc, counters=None) -> str:
-    """A session's mode as start() was given it, for errors."""
-    if counters is not None:
-        return f"'counters:interval={counters.interval}'"
-    if pc is None:
-        return "None"
-    return f"'pcsampling:interval={pc.interval}{':serialize=1' if pc.serialize else ''}'"
 
 
 @contextlib.contextmanager
