@@ -150,10 +150,6 @@ class Profiler:
                 self._activate(self.sessions[sid])
                 return sid
             self.parts.check(opts, list(self.sessions.values()))
-            if opts.instrument is not None:
-                from . import instrumentation  # numpy and Triton: only for such sessions
-
-                instrumentation.check_start(self.sessions.values())
             live = {s.context for s in self.sessions.values()}
             if live and opts.context not in live:
                 raise SessionError(f"a session with context={live.pop()!r} is live; finalize "
@@ -175,9 +171,6 @@ class Profiler:
             session = Session(self._next_id, opts.name, path,
                               opts.context, opts.data, opts.hook_spec, job=who,
                               flush=opts.flush)
-            if opts.instrument is not None:
-                session.instrument = instrumentation.start(opts.instrument, opts.data)
-                session.only_kernels = session.instrument.launches
             self.parts.attach(session, opts)
             session.phase_starts[0] = self.now()
             self._next_id += 1
@@ -559,22 +552,18 @@ class Profiler:
         who = s.job.fields() if s.job else None
         if data is None:
             data = Phase({}, [], [], [])
-        if s.data == "trace":  # an instrumentation trace: the kernels' scopes, not the kernels
-            if s.only_kernels is not None:
-                return chrome_trace.build_trace([], [], who, s.intra)
-            return chrome_trace.build_trace(data.events, data.spans, who, waits=data.waits)
         args = self.parts.build_args(s)
+        if s.data == "trace":  # a trace of kernels' scopes alone (only_kernels): no kernels
+            if s.only_kernels is not None:
+                return chrome_trace.build_trace([], [], who, args.get("spans", []))
+            return chrome_trace.build_trace(data.events, data.spans, who, waits=data.waits)
         doc = writer.build(data.nodes, devices, args.get("notes", {}), who,
-                           self._own_metrics(s, data.nodes), timelines=s.timelines)
+                           self._own_metrics(s, data.nodes), timelines=args.get("timelines", {}))
         self.parts.document(s, doc, data.nodes)
         return doc
 
     def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
         """Close `session` and write its file (or its last part files); return the paths."""
-        if session.instrument is not None:
-            from . import instrumentation
-
-            instrumentation.finish(session, devices)
         self.parts.finish(session, list(self.sessions.values()), devices)
         if session.flush:
             written = self._write_parts(session, devices, final=True)

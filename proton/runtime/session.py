@@ -61,17 +61,11 @@ class Session:
     """Wall-clock start: a file of the same name written after it is another process's."""
     flush: str | None = None
     """mode="periodic_flushing": the format each finished phase is written in."""
-    instrument: Any = None
-    """backend="instrumentation": the runtime/instrumentation.Instrumentation it reads."""
     only_kernels: dict | None = None
-    """backend="instrumentation": the kernel nodes of its instrumented launches (kept after the
-    session ends). It counts the kernels there and no others, as Triton's Proton records only
-    instrumented kernels; its trace holds their scopes alone (the kernel records only place
+    """The kernel nodes it counts, None: all (an instrumentation session's instrumented
+    launches, kept after it ends, as Triton's Proton records only instrumented kernels). A
+    session with such a filter traces the kernels' scopes alone (the kernel records only place
     them on the clock)."""
-    intra: list = field(default_factory=list)
-    """Kernel scopes' spans per warp (data="trace"), added when the session is written."""
-    timelines: dict = field(default_factory=dict)
-    """Kernel node -> its latest launch's warp timeline (data="tree", format.WARP_TIMELINE)."""
     parts: dict[str, Any] = field(default_factory=dict)
     """The state of each part (runtime/parts) this session asked for, by the part's name."""
     keep_others: bool = False
@@ -106,14 +100,10 @@ class Session:
 
     def resume(self, now: int) -> None:
         """Record from `now` (the kernels' clock) on."""
-        if self.instrument is not None:
-            self.instrument.recording = True
         self.intervals.append([now, -1])
         self.host_intervals.append([time.time_ns(), -1])
 
     def pause(self, now: int) -> None:
-        if self.instrument is not None:
-            self.instrument.recording = False
         self.intervals[-1][1] = now
         self.host_intervals[-1][1] = time.time_ns()
 

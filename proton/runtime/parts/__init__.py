@@ -28,10 +28,12 @@ if TYPE_CHECKING:
 def registry(profiler: Profiler) -> list[Part]:
     """Every part, in the order their hooks run."""
     from .counters import CountersPart
+    from .instrument import InstrumentPart
     from .memory import MemoryPart
     from .pc import PCPart
 
-    return [MemoryPart(profiler), CountersPart(profiler), PCPart(profiler)]
+    return [InstrumentPart(profiler), MemoryPart(profiler), CountersPart(profiler),
+            PCPart(profiler)]
 
 
 class Parts:
