@@ -377,10 +377,10 @@ def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(ca
     tree.resume(0)
     late.resume(4500)
     prof.sessions.update({0: trace, 1: tree, 2: late})
-    prof._keep_wait_events()
+    prof.parts.named("idle").sessions_changed()
     worker = _replay(collector, calls, log.push, log.pop, lambda p: log.main_path(p), at)
     log.main_path(None)
-    prof.take_waits()
+    prof.parts.buffered()
     want = _want_events(worker, at)
     assert trace.waits == want
     assert late.waits == [want[3], want[5]]  # those that began after 4500
@@ -396,7 +396,7 @@ def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(ca
     assert waits[1]["args"]["call_stack"] == ["ROOT", "wait_outer", "wait_inner"]
     assert waits[3]["args"]["call_stack"] == ["ROOT"]
     prof.sessions.clear()
-    prof._keep_wait_events()  # no trace left: off
+    prof.parts.named("idle").sessions_changed()  # no trace left: off
     calls.call(2, _cbid(collector, 2, "cudaDeviceSynchronize_v3020"), 50_000, 50_100)
     assert collector.take_wait_events() == []
 

@@ -42,11 +42,10 @@ from ..context import frames, make, stack
 from .. import data, triton_version
 from ..data import chrome_trace, job, writer
 from ..data.metrics import DeviceTensor
-from ..format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, LAUNCH_CONFIGS, LAUNCH_METRICS,
-                      SCOPE_WALL, STEP_COUNT, STEP_PARTS, STEP_WALL, SYNC_COUNT, SYNC_TIME)
+from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
 from . import sass
 from ..errors import ProfileWriteError, ProtonError, SessionError
-from ..options import SessionOptions, parts_off
+from ..options import SessionOptions
 from ..report import debug, debugging, warn
 from .graph_metrics import GraphMetrics, capturing, metric_frame
 from .parts import Parts
@@ -55,7 +54,6 @@ from .session import Phase, Session
 from .timeline import MainTimeline
 
 if TYPE_CHECKING:  # imported when a session starts (CUPTI loads with it)
-    from .idle import IdleTracker, Judged  # numpy: loaded with the collector
     from ..cupti.collector import CuptiCollector
 
 
@@ -76,9 +74,6 @@ class Profiler:
         self.graph_metrics = GraphMetrics(self.sessions, self.router.graft)
         """GPU tensor metrics copied where they are given; metrics given inside a CUDA graph
         capture counted at each replay."""
-        self.idle: IdleTracker | None = None
-        """The main thread's scope entries against the GPU's busy time, while collecting
-        (frames read it on every main-thread scope change)."""
         self.timeline = MainTimeline()
         self.lost_kernels = 0
         """Launches inside a finalized session's window whose kernel record never came."""
@@ -100,8 +95,6 @@ class Profiler:
         """A forked child's copy of its parent's collector: kept, never used nor freed."""
         self._cuda_forked = False
         """Forked after the parent started CUDA, which cannot serve this process."""
-        self._wait_events = False
-        """The collector keeps each wait as an event (for a trace session)."""
         self.span_clock: Callable[[], int] | None = None
         """frames.Recorder.span_clock: what times scopes for the trace sessions, if any."""
         self.parts = Parts(self)
@@ -144,7 +137,7 @@ class Profiler:
             SessionError: it cannot run beside the live sessions.
             ProtonError: CUPTI could not start.
         """
-        with self._lock, self._own_work():
+        with self._lock, self.parts.own_work():
             sid = self.live(opts.name)
             if sid is not None:  # starting a live name again resumes it
                 self._activate(self.sessions[sid])
@@ -158,7 +151,7 @@ class Profiler:
                 self._choose_context(opts.context)
             if self.gpu and self.collector is None:
                 try:
-                    self._start_collector(self.parts.collector_args(opts))
+                    self._start_collector(opts)
                 except BaseException:
                     if not self.sessions:
                         self._choose_context("shadow")  # nothing started: as before
@@ -176,30 +169,13 @@ class Profiler:
             self._next_id += 1
             self.sessions[session.id] = session
             self.recording = True
-            self._keep_wait_events()
+            self.parts.sessions_changed()
             self._keep_span_clock()
             self._activate(session)
             if not self._atexit:
                 atexit.register(self._finalize_at_exit)
                 self._atexit = True
             return session.id
-
-    @contextlib.contextmanager
-    def _own_work(self) -> Iterator[None]:
-        """Proton's own work on the main thread (start, activate, deactivate, flushes): GPU idle
-        time meanwhile is the profiler's, not the job's (runtime/idle.py). A session's start
-        counts from when CUPTI began to collect (kernel activity on)."""
-        idle = self.idle
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        t0 = self.now() if idle is not None else None
-        try:
-            yield
-        finally:
-            if self.idle is not None and self.collector is not None:
-                begin = t0 if idle is self.idle and t0 is not None else self.collector.opened
-                self.idle.own(begin, self.now())
 
     def _choose_context(self, name: str) -> None:
         """One context per process at a time: the collector attributes launches one way."""
@@ -219,8 +195,6 @@ class Profiler:
         self.recording = False
         self.command_line = False  # the `proton` command's session is the parent's
         self._inherited, self.collector = self.collector, None  # CUPTI's state is the parent's
-        self.idle = None
-        self._wait_events = False
         self.span_clock = None
         if self._gpu:  # cuInit was done
             self._gpu, self._cuda_forked = None, True
@@ -245,8 +219,8 @@ class Profiler:
             except Exception as exc:
                 warn(f"could not write the profile at exit: {type(exc).__name__}: {exc}")
 
-    def _start_collector(self, asked: dict) -> None:
-        """CUPTI's collector, with what the first session's parts ask of it (`asked`)."""
+    def _start_collector(self, opts: SessionOptions) -> None:
+        """CUPTI's collector, with what the parts the first session asks for ask of it."""
         try:
             from ..cupti.collector import CuptiCollector
         except ImportError as exc:
@@ -255,30 +229,22 @@ class Profiler:
 
         from ..cupti.nvtx import DOMAIN
         from . import nvtx
-        from .idle import IdleTracker
 
         context = self.context
         users = [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []
-        off = parts_off()
-        idle = None if "idle" in off else IdleTracker()
+        asked = self.parts.collector_args(opts)
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
                                    in_callback=context.in_callback, callback_users=users,
                                    graft=self.router.graft, groups=self.router.on_groups,
                                    moved=self.timeline.note, walk=context.walk,
-                                   busy=idle.add if idle else None,
-                                   launched=idle.launched if idle else None,
-                                   buffered=self.take_waits,
-                                   copies="copies" not in off, waits="waits" not in off,
-                                   graph_active=self._any_active,
+                                   buffered=self.parts.buffered, graph_active=self._any_active,
                                    metric_tag=self.graph_metrics.tag, **asked)
         collector.attributor.on_metric = self.graph_metrics.executed
         collector.flushed = lambda: self.graph_metrics.read(collector)
         collector.start()
         self.collector = collector
-        if idle is not None:
-            idle.clock, idle.cut = collector.timestamp, collector.opened
-        self.idle = idle
+        self.parts.collector_started(collector)
         frames.repush_open_scopes()
         # the main thread's open scopes were entered before CUPTI listened (a capture starts
         # from another thread; proton.start may run inside a scope): threads with no scope
@@ -318,14 +284,14 @@ class Profiler:
 
     def activate(self, session: int | None = None) -> None:
         """Record again into `session` (every live session when None)."""
-        with self._lock, self._own_work():
+        with self._lock, self.parts.own_work():
             for s in self._targets(session):
                 self._activate(s)
 
     def deactivate(self, session: int | None = None, flushing: bool = False) -> None:
         """Stop recording into `session` (every live session when None) until activate();
         `flushing`: then wait for the kernels launched so far."""
-        with self._lock, self._own_work():
+        with self._lock, self.parts.own_work():
             now = self.now()
             for s in self._targets(session):
                 if s.active:
@@ -333,7 +299,7 @@ class Profiler:
                     self.parts.pause(s)
             if flushing and self.collector is not None:
                 self.lost_kernels += self.collector.flush()
-                self.take_waits()
+                self.parts.buffered()
 
     def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
         """Flush, write and close sessions (every live one when None); return the files
@@ -350,13 +316,11 @@ class Profiler:
             for s in targets:  # a bad format must not cost the data
                 writer.check_format(s.data, output_format)
             if self.collector is not None:
-                with self._own_work():
+                with self.parts.own_work():
                     end = self._window_end(targets)
                     self.lost_kernels += self.collector.flush(until=end)
                     self.window_end = max(end, self.window_end or end)
-                self.take_waits()
-                if self.idle is not None:  # the last steps end where the GPU drained
-                    self.add_idle(self.idle.end_steps())
+                self.parts.buffered(final=True)  # the last steps end where the GPU drained
             self.deactivate(session)
             self._add_open_cpu_time(targets)
             devices = self._device_table()
@@ -401,7 +365,7 @@ class Profiler:
     def _closed(self) -> None:
         """Sessions were closed: with none left, CUPTI is released. Under the lock."""
         self.recording = bool(self.sessions)
-        self._keep_wait_events()
+        self.parts.sessions_changed()
         self._keep_span_clock()
         if not self.sessions:
             if self.collector is not None:
@@ -420,9 +384,9 @@ class Profiler:
         so that a rank that never comes keeps nothing waiting but this snapshot."""
         with self._lock:
             if self.collector is not None:
-                with self._own_work():
+                with self.parts.own_work():
                     self.collector.flush(timeout_s=2.0)
-                self.take_waits()
+                self.parts.buffered()
             devices = self._device_table()
             docs = [(s, self._document(s, s.data_of(s.phase), devices))
                     for s in list(self.sessions.values())]
@@ -485,7 +449,7 @@ class Profiler:
     def advance_phase(self, session: int) -> int:
         """Start `session`'s next phase and return its number; with periodic flushing, the
         finished phase's records are flushed and it is written to NAME.part_<phase>.<fmt>."""
-        with self._lock, self._own_work():
+        with self._lock, self.parts.own_work():
             s = self._targets(session)[0]
             self.parts.phase_ends(s)
             phase = s.advance(self.now())
@@ -524,7 +488,7 @@ class Profiler:
         and only when `final`: a serving loop's advance_phase gets a warning)."""
         if self.collector is not None:
             self.collector.flush()
-            self.take_waits()
+            self.parts.buffered()
         phases = sorted(s.earlier) + ([s.phase] if final else [])
         stem, _ = os.path.splitext(s.path)
         written, failed = [], []
@@ -671,8 +635,7 @@ class Profiler:
     def _stop_collector(self) -> None:
         collector = cast("CuptiCollector", self.collector)  # called while one collects
         self.collector = None
-        self.idle = None
-        self._wait_events = False
+        self.parts.collector_stopped()
         collector.stop()
         self.timeline.clear()
         # kernels whose launch was never taken, inside a window (none finalized: no file)
@@ -707,82 +670,6 @@ class Profiler:
         from ..data.devices import table_json
 
         return table_json(gpu.device_table())
-
-    # -- waits and idle time ------------------------------------------------------------------
-    def take_waits(self) -> None:
-        """The waits summed since the last take, onto the active sessions; the scope entries
-        whose records have all come, judged and onto the sessions active at their start; each
-        wait as an event onto the traces active at its start. After each CUPTI buffer
-        (CUPTI's thread) and at each flush."""
-        collector, idle = self.collector, self.idle
-        if collector is None:
-            return
-        paths_, ns, counts = collector.take_syncs()
-        if paths_:
-            active = [s for s in list(self.sessions.values()) if s.active]
-            for path, t, n in zip(paths_, ns, counts):
-                for s in active:
-                    s.add(path, {SYNC_TIME: t, SYNC_COUNT: n}, fold=False)
-        if self._wait_events:
-            events = collector.take_wait_events()
-            if idle is not None and events:
-                _host_stretches(idle, events)
-            traces = [s for s in list(self.sessions.values()) if s.traces_waits]
-            for path, start, end, thread in events:
-                if path < 0:  # a slow launch call (cupti.native.SLOW_LAUNCH_PATH)
-                    continue
-                for s in traces:
-                    if s.active_at(start):
-                        s.add_wait(path, start, end, thread)
-        if idle is not None:
-            self.add_idle(idle.advance(collector.watermark()))
-
-    def _keep_wait_events(self) -> None:
-        """Waits are kept as events while the idle tracker classes the GPU's idle time by
-        them, or a live session's trace shows them (Session.traces_waits). Under the lock."""
-        on = self.collector is not None and (self.idle is not None or any(
-            s.traces_waits for s in self.sessions.values()))
-        if on != self._wait_events:
-            if self.collector is not None:
-                self.collector.wait_events(on)
-            self._wait_events = on
-
-    def add_idle(self, judged: Judged | None) -> None:
-        """Judged scope entries (runtime/idle.py) onto each session active at their start:
-        per path, the sums of their wall and idle times (the node's own values); and judged
-        step windows, the sums of their parts (format.STEP_METRICS)."""
-        if judged is None:
-            return
-        import numpy as np
-
-        steps = judged.steps
-        if not len(judged) and (steps is None or not len(steps)):
-            return
-        busy = judged.busy if judged.busy is not None else \
-            judged.walls - judged.idles - (judged.excluded if judged.excluded is not None else 0)
-        excluded = judged.excluded if judged.excluded is not None else np.zeros(len(judged))
-        # an entry in which the GPU ran nothing says nothing of the GPU unless it is inside a
-        # step of a job whose GPU runs (Judged.shown): a job with no GPU work has no idle
-        # metrics, as Triton's files have none (its test_scope_exclusive counts a scope's)
-        entries = (judged.paths, judged.starts, busy > 0 if judged.shown is None else judged.shown,
-                   np.stack((judged.walls, judged.idles, excluded), axis=1))
-        names: tuple[str, ...] = (SCOPE_WALL + EXCLUSIVE, GPU_IDLE + EXCLUSIVE,
-                                  GPU_IDLE_EXCLUDED + EXCLUSIVE)
-        groups: list[tuple[tuple, tuple[str, ...]]] = [(entries, names)]
-        if steps is not None and len(steps):
-            ran = steps.parts[:, :3].sum(axis=1) > 0  # compute, comm, copy
-            values = np.column_stack((steps.walls, np.ones(len(steps)), steps.parts))
-            groups.append(((steps.paths, steps.starts, ran, values),
-                           tuple(m + EXCLUSIVE for m in (STEP_WALL, STEP_COUNT, *STEP_PARTS))))
-        for s in list(self.sessions.values()):
-            if s.data != "tree":
-                continue
-            for (paths_, starts, keep, values), keys in groups:
-                _add_sums(s, paths_, starts, keep, values, keys)
-
-    def scope_left(self, idle: IdleTracker) -> None:
-        """A main-thread scope whose entry `idle` timed was left (context/frames.py)."""
-        self.add_idle(idle.exit())
 
     # -- the recorder frames report to (context/frames.py) ----------------------------------
     def add_metrics(self, path_id: int, values: dict[str, float], typed: bool = True,
@@ -854,49 +741,6 @@ class Profiler:
                         s.add_cpu_time(top.path, top.start_ns, now)
                 if top.span is not None:
                     self.add_span(top.path, top.span, thread, targets)
-
-
-_ONLY_IF_ANY = {GPU_IDLE_EXCLUDED + EXCLUSIVE}
-"""Written only where it is not 0 (files of jobs the profiler did not delay read as before)."""
-
-
-def _host_stretches(idle: IdleTracker, events: list) -> None:
-    """The wait log's events (path, start, end, thread) as the idle tracker's host stretches:
-    the main thread's waits (SYNC) and any thread's slow launch calls (LAUNCH)."""
-    from ..cupti.native import SLOW_LAUNCH_PATH
-    from .idle import LAUNCH, SYNC
-
-    main = threading.main_thread().ident
-    waits = [(a, b) for p, a, b, t in events if p >= 0 and t == main]
-    slow = [(a, b) for p, a, b, _ in events if p == SLOW_LAUNCH_PATH]
-    for kind, found in ((SYNC, waits), (LAUNCH, slow)):
-        if found:
-            idle.host(kind, [a for a, _ in found], [b for _, b in found])
-
-
-def _add_sums(s: Session, paths_, starts, keep, values, keys: tuple[str, ...]) -> None:
-    """Rows (path, start, values) whose start falls in one of `s`'s active stretches and that
-    `keep` marks, summed per path and phase onto `s` (an entry goes to the phase it began in,
-    as a kernel goes to its launch's: one judged after advance_phase is the earlier phase's)."""
-    import numpy as np
-
-    inside = np.zeros(len(paths_), dtype=bool)
-    for start, end in list(s.intervals):
-        inside |= (starts >= start) & ((starts <= end) | (end == -1))
-    inside &= keep
-    if not inside.any():
-        return
-    at = starts[inside]
-    phase = np.searchsorted(np.asarray(s.phase_starts), at, side="right")
-    pairs = np.stack((phase, paths_[inside]), axis=1)
-    pairs, first, where = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
-    where = where.reshape(-1)
-    rows = values[inside].astype(float)
-    sums = np.stack([np.bincount(where, rows[:, k], minlength=len(pairs))
-                     for k in range(rows.shape[1])], axis=1)
-    for (_, path), when, row in zip(pairs.tolist(), at[first].tolist(), sums.tolist()):
-        s.add(path, {k: int(v) for k, v in zip(keys, row) if v or k not in _ONLY_IF_ANY},
-              fold=False, at=when)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,8 @@ The next measurement is one module here, one line in `registry` and its options.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ...context import frames
 from .base import Part, Profiler
@@ -28,12 +29,13 @@ if TYPE_CHECKING:
 def registry(profiler: Profiler) -> list[Part]:
     """Every part, in the order their hooks run."""
     from .counters import CountersPart
+    from .idle import CopiesPart, IdlePart
     from .instrument import InstrumentPart
     from .memory import MemoryPart
     from .pc import PCPart
 
     return [InstrumentPart(profiler), MemoryPart(profiler), CountersPart(profiler),
-            PCPart(profiler)]
+            PCPart(profiler), IdlePart(profiler), CopiesPart(profiler)]
 
 
 class Parts:
@@ -124,8 +126,36 @@ class Parts:
         for part in self.of(session):
             part.document(session, doc, nodes)
 
+    # the collector's lifetime: every part hears it
+    def collector_started(self, collector: Any) -> None:
+        for part in self.all:
+            part.collector_started(collector)
+        self.listen()
+
+    def collector_stopped(self) -> None:
+        for part in self.all:
+            part.collector_stopped()
+        self.listen()
+
+    def buffered(self, final: bool = False) -> None:
+        """After each CUPTI buffer (CUPTI's thread) and at each flush."""
+        for part in self.all:
+            part.buffered(final)
+
+    def sessions_changed(self) -> None:
+        for part in self.all:
+            part.sessions_changed()
+
+    @contextlib.contextmanager
+    def own_work(self) -> Iterator[None]:
+        """Proton's own work on the main thread, for the parts that leave it out."""
+        with contextlib.ExitStack() as stack:
+            for part in self.all:
+                stack.enter_context(part.own_work())
+            yield
+
     def after_fork_in_child(self) -> None:
-        for part in self.started:
+        for part in self.all:
             part.after_fork_in_child()
         self.started.clear()
         frames.listen(())

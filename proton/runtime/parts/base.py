@@ -1,7 +1,8 @@
 """The Part interface: one optional measurement with one lifecycle (see runtime/parts)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+import contextlib
+from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Protocol
 
 from ...context import frames
 
@@ -21,6 +22,9 @@ class Profiler(Protocol):
     """runtime/router.KernelRouter: the kernel records onto the sessions."""
     parts: Any
     """runtime/parts.Parts: every part and the fan-out."""
+
+    def now(self) -> int:
+        """Timestamp in the clock of the launch records (CUPTI's) when collecting."""
 
 
 class Part:
@@ -80,6 +84,24 @@ class Part:
     def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
         """What the part asks of the collector the first session starts (its options)."""
         return {}
+
+    # the collector's lifetime (every part hears these, started or not)
+    def collector_started(self, collector: Any) -> None:
+        """CUPTI collects now (a session started it)."""
+
+    def collector_stopped(self) -> None:
+        """CUPTI stopped (the last session closed)."""
+
+    def buffered(self, final: bool = False) -> None:
+        """A CUPTI buffer was read (CUPTI's thread) or the records were flushed; `final`:
+        sessions are being finalized."""
+
+    def sessions_changed(self) -> None:
+        """A session started or closed."""
+
+    def own_work(self) -> ContextManager[None]:
+        """Around Proton's own work on the main thread (start, activate, flushes)."""
+        return contextlib.nullcontext()
 
 
 def session_mode(s: Session) -> str:

@@ -7,7 +7,7 @@ sampling session is active and is read when each one is written (finished by the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...data import sources
 from ...data.paths import LINE, paths
@@ -53,7 +53,7 @@ class PCPart(Part):
         return {"pc": opts.pc}
 
     def attach(self, session: Session, opts: SessionOptions) -> None:
-        state = session.parts[self.name] = PCState(opts.pc)
+        state = session.parts[self.name] = PCState(cast("PCOptions", opts.pc))
         if (pc := self._sampler(session)) is not None:
             state.base = pc.counted()  # a later one counts from its start
 
