@@ -102,6 +102,7 @@ def test_carried_source_past_its_caps_or_not_text_is_left_out_with_a_note(tmp_pa
 
 def test_a_sampled_profile_carries_its_lines_files_and_nothing_else(tmp_path, monkeypatch):
     from proton.runtime.parts.pc import PCState
+    from proton.runtime.output import document
     from proton.runtime.profiler import Profiler
     from proton.runtime.session import Phase, Session
 
@@ -113,11 +114,11 @@ def test_a_sampled_profile_carries_its_lines_files_and_nothing_else(tmp_path, mo
         nodes[paths.intern(kernel, f"{file}:40@square_dot", LINE)] = {"num_samples": 3}
     session = Session(1, "x", str(tmp_path / "x.hatchet"), "shadow", "tree", None,
                       parts={"pc": PCState(PCOptions())})
-    doc = Profiler()._document(session, Phase(nodes, [], [], []), {})
+    doc = document(Profiler(), session, Phase(nodes, [], [], []), {})
     with open(WORKLOAD) as f:
         assert doc[0][SOURCES_KEY] == {WORKLOAD: f.read()}
     session.parts["pc"] = PCState(PCOptions(embed_source=False))
-    assert SOURCES_KEY not in Profiler()._document(session, Phase(nodes, [], [], []), {})[0]
+    assert SOURCES_KEY not in document(Profiler(), session, Phase(nodes, [], [], []), {})[0]
 
 
 def test_carried_files_stay_within_the_caps_smallest_first(tmp_path, monkeypatch):

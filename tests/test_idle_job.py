@@ -18,6 +18,7 @@ from proton.data.paths import KERNEL, ROOT, paths
 from proton.format import (COUNT, DEVICE_ID, DEVICE_TYPE, STEP_COMM, STEP_COUNT, STEP_IDLE_HOST,
                            STEP_WALL, TIME)
 from proton.runtime.idle import COMM, COMPUTE, SYNC, IdleTracker
+from proton.runtime.output import document
 from proton.runtime.profiler import Profiler
 from proton.runtime.session import Session
 from proton.viewer.cli import viewer
@@ -87,7 +88,7 @@ def _rank(rank: int, folder) -> str:
     p.parts.named("idle").add(t.end_steps())
     for path, ns in kernels.items():
         s.add(path, {TIME: ns, COUNT: STEPS, DEVICE_ID: rank, DEVICE_TYPE: 1})
-    doc = p._document(s, s.data_of(0), {"CUDA": {str(rank): H200}})
+    doc = document(p, s, s.data_of(0), {"CUDA": {str(rank): H200}})
     return writer.write(doc, s.path)
 
 
@@ -147,7 +148,7 @@ def test_a_first_scope_slowed_by_the_profilers_first_launches_has_no_idle_findin
     p.parts.named("idle").add(t.end_steps())
     s.add(k1, {TIME: 2_090_000, COUNT: 10, DEVICE_ID: 0, DEVICE_TYPE: 1})
     s.add(k2, {TIME: 2_090_000, COUNT: 10, DEVICE_ID: 0, DEVICE_TYPE: 1})
-    path = writer.write(p._document(s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
+    path = writer.write(document(p, s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
     m = {c["frame"]["name"]: c["metrics"] for c in _read(path)[0]["children"]}
     assert m["mm"]["gpu_idle_excluded (ns)"] == 5_500_000
     assert m["mm"]["gpu_idle (ns)"] < 0.05 * m["mm"]["scope_wall (ns)"]
@@ -181,7 +182,7 @@ def test_scopes_back_to_back_read_their_own_work_and_no_idle_gpu(tmp_path):
     for k, (compute, copy) in own.items():
         kernel = paths.intern(scopes[k], "memcpy DtoD" if copy else "add_kernel", KERNEL)
         s.add(kernel, {TIME: compute + copy, COUNT: 10, DEVICE_ID: 0, DEVICE_TYPE: 1})
-    path = writer.write(p._document(s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
+    path = writer.write(document(p, s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
     got = CliRunner().invoke(viewer, ["--diagnose", path])
     assert got.exit_code == 0, got.output
     out = got.output

@@ -360,6 +360,7 @@ def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(ca
     session keeps its sums alone; a trace resumed later sees only the later waits."""
     from proton.data.paths import ROOT, SCOPE, paths
     from proton.format import SYNC_COUNT, SYNC_TIME
+    from proton.runtime.output import document
     from proton.runtime.profiler import Profiler
     from proton.runtime.session import Session
 
@@ -386,7 +387,7 @@ def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(ca
     assert late.waits == [want[3], want[5]]  # those that began after 4500
     assert tree.waits == [] and tree.nodes[inner] == {SYNC_TIME: 30_600, SYNC_COUNT: 3}
     monkeypatch.setattr("proton.triton_version.after_3_6", lambda: False)
-    doc = prof._document(trace, trace.data_of(0), {})
+    doc = document(prof, trace, trace.data_of(0), {})
     waits = [e for e in doc["traceEvents"] if e["cat"] == "wait"]
     me = threading.get_ident()
     assert [(e["name"], e["ph"], e["pid"], e["tid"], e["ts"], e["dur"]) for e in waits] == [

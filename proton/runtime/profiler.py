@@ -2,7 +2,9 @@
 
 One `Profiler` per process (`profiler`). While any session is live it owns the CUPTI collector,
 the context chosen for the process (one at a time), the kernel router and the main thread's
-timeline; it is also the recorder that frames (context/frames.py) report to.
+timeline; it is also the recorder that frames (context/frames.py) report to. Each optional
+measurement is a part (runtime/parts), which it starts, feeds and stops through one fan-out
+without naming any; a session's file is written by runtime/output.py.
 
 Threads:
   * User threads open and close frames (context/frames.py: per-thread stacks, no lock) and call
@@ -17,8 +19,8 @@ Threads:
     closed by finalize (`closed`, set under its lock) takes no more kernels.
   * The python context's launch callback runs on each launching thread at the launch call's
     enter and exit: it registers the launch with the attributor (one dict store, atomic under
-    the GIL) before any record of its kernels can exist. Exact PC sampling reads samples at the
-    call's exit under the PC collector's lock.
+    the GIL) before any record of its kernels can exist. A part's own callbacks and threads
+    (runtime/parts) say in their modules what they touch under which lock.
   * Every function CUPTI calls catches everything (report.callback_failed): nothing raises into
     CUPTI.
   * A forked child keeps only the forking thread, and locks as the others left them. Hooks
@@ -30,20 +32,16 @@ Threads:
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
-import signal
-import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterator, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 from ..context import frames, make, stack
 from .. import data, triton_version
-from ..data import chrome_trace, job, writer
+from ..data import job, writer
 from ..data.metrics import DeviceTensor
-from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
-from . import sass
+from . import output
 from ..errors import ProfileWriteError, ProtonError, SessionError
 from ..options import SessionOptions
 from ..report import debug, debugging, warn
@@ -209,8 +207,8 @@ class Profiler:
 
     def _finalize_at_exit(self) -> None:
         """A script that never calls finalize() or dies of an exception still gets its file;
-        a Ctrl-C meanwhile waits for it (_interrupt_held)."""
-        with _interrupt_held():
+        a Ctrl-C meanwhile waits for it (output.interrupt_held)."""
+        with output.interrupt_held():
             try:
                 for path in self.finalize():
                     warn(f"wrote {path} at exit")
@@ -227,15 +225,11 @@ class Profiler:
             raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
                               "matching your CUDA 13 driver") from None
 
-        from ..cupti.nvtx import DOMAIN
-        from . import nvtx
-
         context = self.context
-        users = [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []
         asked = self.parts.collector_args(opts)
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
-                                   in_callback=context.in_callback, callback_users=users,
+                                   in_callback=context.in_callback,
                                    graft=self.router.graft, groups=self.router.on_groups,
                                    moved=self.timeline.note, walk=context.walk,
                                    buffered=self.parts.buffered, graph_active=self._any_active,
@@ -329,7 +323,7 @@ class Profiler:
             try:
                 for s in targets:
                     try:
-                        written += self._write(s, devices, output_format)
+                        written += output.write(self, s, devices, output_format)
                     except ProfileWriteError as exc:
                         failed.append(str(exc))
                     except Exception as exc:  # a bug here must not keep the session open
@@ -388,14 +382,14 @@ class Profiler:
                     self.collector.flush(timeout_s=2.0)
                 self.parts.buffered()
             devices = self._device_table()
-            docs = [(s, self._document(s, s.data_of(s.phase), devices))
+            docs = [(s, output.document(self, s, s.data_of(s.phase), devices))
                     for s in list(self.sessions.values())]
         written: list[str] = []
         for s, doc in docs:
             written.append(writer.write(doc, s.path, since=s.began, keep=s.keep_others))
             if merge_key is not None and s.job is not None and s.job.ranked \
                     and s.data == "tree":
-                written += self._merge_snapshot(s, doc, merge_key)
+                written += output.merge_snapshot(self, s, doc, merge_key)
         return written
 
     def merge_before_group_ends(self) -> None:
@@ -418,32 +412,11 @@ class Profiler:
             for s in targets:
                 self.parts.phase_ends(s)
             devices = self._device_table()
-            docs = [(s, self._document(s, Phase(s.nodes, s.events, s.spans, s.waits),
+            docs = [(s, output.document(self, s, Phase(s.nodes, s.events, s.spans, s.waits),
                                        devices)) for s in targets]
         for s, doc in docs:
-            for path in self._write_job(s, doc, merge_only=True):
+            for path in output.write_job(self, s, doc, merge_only=True):
                 warn(f"wrote {path}")
-
-    def _merge_snapshot(self, session: Session, doc: list, key: str) -> list[str]:
-        """A periodic snapshot's job file (rank 0 writes it); nothing, said once, when the
-        ranks did not all come: each rank's own snapshot file was written anyway."""
-        from . import job_merge
-
-        if job_merge.rank_files() == "ranks" or job_merge.group_ready() is not None:
-            return []
-        who = cast(job.Job, session.job)
-        target = job.job_path(session.path, who)
-        ok, said = job_merge.merge(
-            writer.plain(doc), cast(int, who.rank),
-            # the session's last write (finalize's merge) is not replaced by a late snapshot
-            lambda d: "" if session.closed else writer.write(d, target, since=session.began,
-                                                             keep=session.keep_others),
-            key=f"{key}/{os.path.basename(target)}")
-        if not ok and not self._snapshot_unmerged:
-            self._snapshot_unmerged = True
-            warn(f"rank {who.rank}: a periodic snapshot of the job's profile was not merged "
-                 f"({said}); each rank's snapshot file is written (said once)")
-        return [said] if ok and said else []
 
     # -- phases (proton.data, mode="periodic_flushing") ----------------------------------------
     def advance_phase(self, session: int) -> int:
@@ -454,7 +427,7 @@ class Profiler:
             self.parts.phase_ends(s)
             phase = s.advance(self.now())
             if s.flush:
-                self._write_parts(s, self._device_table())
+                output.write_parts(self, s, self._device_table())
             return phase
 
     def phase_data(self, session: int, phase: int) -> list | dict:
@@ -464,7 +437,7 @@ class Profiler:
             s = self._targets(session)[0]
             if self.collector is not None and phase < s.phase:
                 self.collector.deliver()
-            return self._document(s, s.data_of(phase), self._device_table())
+            return output.document(self, s, s.data_of(phase), self._device_table())
 
     def phase_complete(self, session: int, phase: int) -> bool:
         """A finished phase whose launches have all come in (or were written away)."""
@@ -481,161 +454,10 @@ class Profiler:
         with self._lock:
             self._targets(session)[0].clear(phase, up_to, self.now())
 
-    def _write_parts(self, s: Session, devices: dict, final: bool = False) -> list[str]:
-        """Write `s`'s finished phases (and the current one when `final`) to their part files,
-        each once its records are in, and let them go. A part that cannot be written where
-        asked goes to the temporary folder (its error is raised after the others are written,
-        and only when `final`: a serving loop's advance_phase gets a warning)."""
-        if self.collector is not None:
-            self.collector.flush()
-            self.parts.buffered()
-        phases = sorted(s.earlier) + ([s.phase] if final else [])
-        stem, _ = os.path.splitext(s.path)
-        written, failed = [], []
-        for p in phases:
-            data = s.data_of(p)
-            if data is None:
-                continue
-            path = f"{stem}.part_{p}.{s.flush}"
-            try:
-                written.append(writer.write(self._document(s, data, devices), path,
-                                            since=s.began, encoding="msgpack"
-                                            if str(s.flush).endswith("msgpack") else "json",
-                                            keep=s.keep_others))
-            except ProfileWriteError as exc:
-                failed.append(str(exc))
-            s.clear(p)
-        if failed and final:
-            raise ProfileWriteError("; ".join(failed))
-        for message in failed:
-            warn(message)
-        return written
-
-    def _document(self, s: Session, data, devices: dict):
-        """The file's document of one phase's data (Session.data_of) of `s`."""
-        who = s.job.fields() if s.job else None
-        if data is None:
-            data = Phase({}, [], [], [])
-        args = self.parts.build_args(s)
-        if s.data == "trace":  # a trace of kernels' scopes alone (only_kernels): no kernels
-            if s.only_kernels is not None:
-                return chrome_trace.build_trace([], [], who, args.get("spans", []))
-            return chrome_trace.build_trace(data.events, data.spans, who, waits=data.waits)
-        doc = writer.build(data.nodes, devices, args.get("notes", {}), who,
-                           self._own_metrics(s, data.nodes), timelines=args.get("timelines", {}))
-        self.parts.document(s, doc, data.nodes)
-        return doc
-
-    def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
-        """Close `session` and write its file (or its last part files); return the paths."""
-        self.parts.finish(session, list(self.sessions.values()), devices)
-        if session.flush:
-            written = self._write_parts(session, devices, final=True)
-            with session.lock:
-                session.closed = True
-            return written
-        with session.lock:
-            session.closed = True
-        now = Phase(session.nodes, session.events, session.spans, session.waits)
-        doc = self._document(session, now, devices)
-        path, encoding = session.path, "json"
-        if output_format == "hatchet_msgpack":
-            path, encoding = os.path.splitext(path)[0] + ".hatchet_msgpack", "msgpack"
-        elif session.job is not None and session.job.ranked and session.data == "tree":
-            return self._write_job(session, doc)
-        return [writer.write(doc, path, since=session.began, encoding=encoding,
-                             keep=session.keep_others)]
-
-    def _write_job(self, session: Session, doc: list, merge_only: bool = False) -> list[str]:
-        """A rank's tree written as PROTON_RANK_FILES says (job_merge): merged into the job
-        file that rank 0 writes, and/or this rank's own file; its own file whenever the merge
-        could not be made, with one line saying why. `merge_only`: the job file alone (before
-        the group ends); a session merged so writes its rank file at the end (unless the
-        merge made the job file and PROTON_RANK_FILES=job)."""
-        from . import job_merge
-
-        mode = job_merge.rank_files()
-        if session.merged_early is not None and not merge_only:  # merged before the group went
-            if session.merged_early == "ok" and mode == "job":
-                return []
-            return [writer.write(doc, session.path, since=session.began,
-                                 keep=session.keep_others)]
-        who = cast(job.Job, session.job)
-        write = lambda d, p: writer.write(d, p, since=session.began,  # noqa: E731
-                                          keep=session.keep_others)
-        written: list[str] = []
-        if mode == "ranks":
-            return [write(doc, session.path)]
-        why = job_merge.group_ready()
-        # with every rank's file written anyway, rank 0 alone says why (nothing when the
-        # job does not use torch.distributed at all)
-        quiet = mode == "both" and why is not None and (who.rank != 0 or
-                                                        not job_merge.in_use())
-        if why is None:
-            plain = writer.plain(doc)  # what the rank's file holds, to the last digit
-            target = job.job_path(session.path, who)
-            key, members = session.merge or (self._merge_key(target), None)
-            if members is not None and sorted(members) != list(range(who.world_size or 0)):
-                target = job.subset_path(target, members)  # not the whole job's file
-            try:
-                ok, said = job_merge.merge(plain, cast(int, who.rank),
-                                           lambda d: write(d, target), key=key, members=members)
-            except Exception as exc:  # nothing in the merge may cost this rank its own file
-                ok, said = False, f"the merge failed ({type(exc).__name__}: {exc})"
-            if merge_only:
-                session.merged_early = "ok" if ok else "failed"
-                if not ok:
-                    warn(f"rank {who.rank}: the job's profile was not merged ({said}); this "
-                         f"rank writes its own file {session.path} at the end")
-                    return []
-            if ok:
-                if said:  # the rank that wrote it
-                    self.merged[said] = sorted(members) if members is not None else \
-                        list(range(who.world_size or 0))
-                    written.append(said)
-                if mode == "job" or merge_only:
-                    return written
-            else:
-                why = said
-        if why is not None and not quiet:
-            warn(f"rank {who.rank}: the job's profile was not merged ({why}); this rank "
-                 f"writes its own file {session.path}")
-        return written + [write(doc, session.path)]
-
-    def _merge_key(self, target: str) -> str:
-        """The key a job's ranks meet under to merge the file `target` at finalize: its name
-        and how many times this process merged it before (every rank finalizes the same)."""
-        seen = self._merges[target] = self._merges.get(target, 0) + 1
-        return f"final/{seen}/{os.path.basename(target)}"
-
-    def _own_metrics(self, session: Session, nodes: dict) -> dict[int, dict[str, int]]:
-        """Kernel node -> its launch configuration (the one with the most GPU time when its
-        launches differed, and how many there were) and, for a Triton kernel that does a
-        tl.dot, its SASS instruction mix."""
-        configs = getattr(self.collector, "launch_configs", None)
-        if configs is None:
-            return {}
-        out: dict[int, dict[str, int]] = {}
-        with session.lock:
-            launch = {path: dict(seen) for path, seen in session.launch.items() if path in nodes}
-        for path, seen in launch.items():
-            shape = configs.get(max(seen, key=lambda config: seen[config])) if seen else None
-            if shape is not None:
-                out[path] = dict(zip(LAUNCH_METRICS, shape))
-                if len(seen) > 1:
-                    out[path][LAUNCH_CONFIGS] = len(seen)
-        names = {node: name for (_, name, _), node in list(self.router._kernel_paths.items())
-                 if node in nodes}
-        for node, metrics in sass.by_name(set(names.values())).items():
-            for kernel, name in names.items():
-                if name == node:
-                    out.setdefault(kernel, {}).update(metrics)
-        return out
-
     def _stop_collector(self) -> None:
         collector = cast("CuptiCollector", self.collector)  # called while one collects
         self.collector = None
-        self.parts.collector_stopped()
+        self.parts.collector_stopping()
         collector.stop()
         self.timeline.clear()
         # kernels whose launch was never taken, inside a window (none finalized: no file)
@@ -652,9 +474,7 @@ class Profiler:
                     f"{unlaunched} kernels had no launch record" * bool(unlaunched),
                     f"CUPTI dropped {dropped} records" * bool(dropped)]
             warn(f"the profile misses kernels: {', '.join(s for s in said if s)}")
-        if left_out := collector.wait_events_dropped:
-            warn(f"the trace misses {left_out} waits: more came between two CUPTI buffers "
-                 "than its wait log holds (2^20)")
+        self.parts.collector_stopped(collector)
         self.lost_kernels = 0
         self.window_end = None
         self.graph_metrics.reset()
@@ -741,47 +561,6 @@ class Profiler:
                         s.add_cpu_time(top.path, top.start_ns, now)
                 if top.span is not None:
                     self.add_span(top.path, top.span, thread, targets)
-
-
-@contextlib.contextmanager
-def _interrupt_held() -> Iterator[None]:
-    """Ctrl-C (SIGINT) held back on the main thread while the block runs: the last chance to
-    write the profile is not cut short (at exit nothing would write it later). A Ctrl-C then
-    ends the process after the block as it would have: the script's own handler runs, or the
-    process dies of SIGINT (status 130 in the shell), as Python's own ending on one does."""
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-    except ValueError:
-        previous = None
-    if previous in (None, signal.SIG_IGN) \
-            or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pressed: list[int] = []
-
-    def hold(signum, frame):
-        if not pressed:
-            warn("interrupted; finishing the profile's write first (Ctrl-\\ ends it now)")
-        pressed.append(signum)
-
-    signal.signal(signal.SIGINT, hold)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if not pressed:
-        return
-    if callable(previous) and previous is not signal.default_int_handler:
-        try:
-            previous(signal.SIGINT, None)
-            return
-        except KeyboardInterrupt:
-            pass
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
 
 
 profiler = Profiler()

@@ -32,10 +32,11 @@ def registry(profiler: Profiler) -> list[Part]:
     from .idle import CopiesPart, IdlePart
     from .instrument import InstrumentPart
     from .memory import MemoryPart
+    from .nvtx import NvtxPart
     from .pc import PCPart
 
     return [InstrumentPart(profiler), MemoryPart(profiler), CountersPart(profiler),
-            PCPart(profiler), IdlePart(profiler), CopiesPart(profiler)]
+            PCPart(profiler), IdlePart(profiler), CopiesPart(profiler), NvtxPart(profiler)]
 
 
 class Parts:
@@ -132,10 +133,14 @@ class Parts:
             part.collector_started(collector)
         self.listen()
 
-    def collector_stopped(self) -> None:
+    def collector_stopping(self) -> None:
         for part in self.all:
-            part.collector_stopped()
+            part.collector_stopping()
         self.listen()
+
+    def collector_stopped(self, collector: Any) -> None:
+        for part in self.all:
+            part.collector_stopped(collector)
 
     def buffered(self, final: bool = False) -> None:
         """After each CUPTI buffer (CUPTI's thread) and at each flush."""

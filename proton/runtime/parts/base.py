@@ -89,8 +89,11 @@ class Part:
     def collector_started(self, collector: Any) -> None:
         """CUPTI collects now (a session started it)."""
 
-    def collector_stopped(self) -> None:
-        """CUPTI stopped (the last session closed)."""
+    def collector_stopping(self) -> None:
+        """CUPTI is about to stop (the last session closed): its last buffers come after."""
+
+    def collector_stopped(self, collector: Any) -> None:
+        """CUPTI stopped and `collector` finished (its counts are final)."""
 
     def buffered(self, final: bool = False) -> None:
         """A CUPTI buffer was read (CUPTI's thread) or the records were flushed; `final`:

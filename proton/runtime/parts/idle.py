@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ...format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, SCOPE_WALL, STEP_COUNT,
                        STEP_PARTS, STEP_WALL, SYNC_COUNT, SYNC_TIME)
 from ...options import parts_off
+from ...report import warn
 from .base import Part
 
 if TYPE_CHECKING:
@@ -57,9 +58,14 @@ class IdlePart(Part):
             tracker.sink = self.add
         self.tracker = self.listener = tracker
 
-    def collector_stopped(self) -> None:
+    def collector_stopping(self) -> None:
         self.tracker = self.listener = None
         self.wait_events = False
+
+    def collector_stopped(self, collector: Any) -> None:
+        if left_out := collector.wait_events_dropped:
+            warn(f"the trace misses {left_out} waits: more came between two CUPTI buffers "
+                 "than its wait log holds (2^20)")
 
     @contextlib.contextmanager
     def own_work(self) -> Iterator[None]:
