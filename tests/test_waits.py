@@ -244,7 +244,7 @@ def _c_replayer():
     collector = CuptiCollector([].extend, groups=lambda g, f, rows: None, native=True)
     calls = _Calls(None)
     clock = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))(calls.tick)
-    collector._fields = callback_fields(cupti)
+    collector.fields = callback_fields(cupti)
     log, _, _ = collector.pipeline.start(ctypes.cast(clock, ctypes.c_void_p).value)
     forwarded: list[int] = []
     python = CALLBACK(lambda userdata, domain, cbid, data: forwarded.append(cbid))
