@@ -194,9 +194,9 @@ def main() -> None:
     assert joined.pipeline.join is not None
 
     def c_join():
-        joined._groups = lambda *a: None
+        joined.shaper.groups = lambda *a: None
         joined.pipeline.read(address, valid)
-        joined._groups = router.on_groups
+        joined.shaper.groups = router.on_groups
 
     if args.buffers:  # what a long run's buffers leave resident (glibc keeps freed blocks)
         read_join_route_with(lambda: None)

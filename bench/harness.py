@@ -82,9 +82,9 @@ def launch_callback(walk: bool = True, native: bool | None = None,
     collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
                                launch_path=context.launch_path, in_callback=True,
                                walk=context.walk if walk else None, native=native)
-    collector._fields = callback_fields(cupti)
+    collector.fields = callback_fields(cupti)
     collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)  # no driver here
-    on_api = collector._launch_callback()
+    on_api = collector.launch_callback()
     cbid = next(iter(collector._driver_cbids))
     ret = ctypes.c_int32(0)
     data = np.zeros(2, dtype=cupti.callback_data_dtype)

@@ -101,6 +101,8 @@ def test_carried_source_past_its_caps_or_not_text_is_left_out_with_a_note(tmp_pa
 # -- the recording side --------------------------------------------------------------------------
 
 def test_a_sampled_profile_carries_its_lines_files_and_nothing_else(tmp_path, monkeypatch):
+    from proton.runtime.parts.pc import PCState
+    from proton.runtime.output import document
     from proton.runtime.profiler import Profiler
     from proton.runtime.session import Phase, Session
 
@@ -111,12 +113,12 @@ def test_a_sampled_profile_carries_its_lines_files_and_nothing_else(tmp_path, mo
     for file in (WORKLOAD, str(secret), "/proc/self/environ", str(tmp_path / "gone.py")):
         nodes[paths.intern(kernel, f"{file}:40@square_dot", LINE)] = {"num_samples": 3}
     session = Session(1, "x", str(tmp_path / "x.hatchet"), "shadow", "tree", None,
-                      pc=PCOptions())
-    doc = Profiler()._document(session, Phase(nodes, [], [], []), {})
+                      parts={"pc": PCState(PCOptions())})
+    doc = document(Profiler(), session, Phase(nodes, [], [], []), {})
     with open(WORKLOAD) as f:
         assert doc[0][SOURCES_KEY] == {WORKLOAD: f.read()}
-    session.pc = PCOptions(embed_source=False)
-    assert SOURCES_KEY not in Profiler()._document(session, Phase(nodes, [], [], []), {})[0]
+    session.parts["pc"] = PCState(PCOptions(embed_source=False))
+    assert SOURCES_KEY not in document(Profiler(), session, Phase(nodes, [], [], []), {})[0]
 
 
 def test_carried_files_stay_within_the_caps_smallest_first(tmp_path, monkeypatch):

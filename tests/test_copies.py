@@ -151,7 +151,7 @@ def test_copy_and_set_records_join_their_call_in_c_and_in_python(cache, early):
         collector = CuptiCollector(got.extend, groups=groups if joined else None,
                                    native=joined, busy=lambda starts, ends, *_: busy.extend(
                                        zip(starts.tolist(), ends.tolist())))
-        collector._names = {0x1000: "k"}
+        collector.shaper.names = {0x1000: "k"}
         assert collector.pipeline.native is joined
         buffers, expected = _buffers(collector, early)
         for recs in buffers:
@@ -245,7 +245,7 @@ def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object
         tracer.on_kernels(rows())
 
     collector = CuptiCollector(kernels, groups=groups if joined else None, native=joined)
-    collector._names = {0x1000: "k"}
+    collector.shaper.names = {0x1000: "k"}
     scope = paths.intern(ROOT, "copy_scope", SCOPE)
     for _ in range(repeat):
         buffers, _ = _buffers(collector, False, scope)

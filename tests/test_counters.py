@@ -404,7 +404,7 @@ def test_copies_and_sets_go_to_the_counters_join_with_their_own_node():
             handed.extend(zip(starts, ends, [m[0] for m in meta]))
 
     router = KernelRouter({})
-    router.counters = Counters()  # type: ignore[assignment]
+    router.listener = Counters()  # type: ignore[assignment]
     scope = paths.intern(ROOT, "d2d", SCOPE)
     copy = -1 - 4  # a copy row's configuration (collector: -1 - records.CopyName)
     router.on_kernels([(scope, 10, 1, "add_kernel", 0, 100, 200, 7, 0),

@@ -18,6 +18,7 @@ from proton.data.paths import KERNEL, ROOT, paths
 from proton.format import (COUNT, DEVICE_ID, DEVICE_TYPE, STEP_COMM, STEP_COUNT, STEP_IDLE_HOST,
                            STEP_WALL, TIME)
 from proton.runtime.idle import COMM, COMPUTE, SYNC, IdleTracker
+from proton.runtime.output import document
 from proton.runtime.profiler import Profiler
 from proton.runtime.session import Session
 from proton.viewer.cli import viewer
@@ -65,29 +66,29 @@ def _rank(rank: int, folder) -> str:
         t.enter(step, s0)
         if rank == 1:  # its data loader sleeps 20 ms: the GPU waits on the host
             t.enter(data, s0)
-            p.add_idle(t.exit(s0 + 20 * MS))
+            p.parts.named("idle").add(t.exit(s0 + 20 * MS))
             fwd0 = s0 + 20 * MS
         else:
             t.enter(data, s0)
-            p.add_idle(t.exit(s0 + 20_000))
+            p.parts.named("idle").add(t.exit(s0 + 20_000))
             fwd0 = s0 + 20_000
         t.enter(fwd, fwd0)
         run(gemm, COMPUTE, fwd0 + 30_000, fwd0 + 930_000)
         # the all-reduce waits on the GPU until both ranks have come: rank 1 is there at
         # 21 ms into the step, rank 0 waits from 1 ms on
         run(allreduce, COMM, fwd0 + 950_000, s0 + 21 * MS + 100_000)
-        p.add_idle(t.exit(fwd0 + 1 * MS))  # the host left fwd_bwd: the all-reduce runs on
+        p.parts.named("idle").add(t.exit(fwd0 + 1 * MS))  # the host left fwd_bwd: the all-reduce runs on
         t.enter(opt, fwd0 + 1 * MS)
         run(adam, COMPUTE, s0 + 21 * MS + 110_000, s0 + 21 * MS + 600_000)
         t.host(SYNC, [fwd0 + 1 * MS + 10_000], [s0 + 21 * MS + 600_000])  # the step's .item()
-        p.add_idle(t.exit(s0 + 21 * MS + 650_000))
-        p.add_idle(t.exit(s0 + 21 * MS + 700_000))
-        p.add_idle(t.advance(s0 + 21 * MS + 700_000))
-    p.add_idle(t.advance(10**15))
-    p.add_idle(t.end_steps())
+        p.parts.named("idle").add(t.exit(s0 + 21 * MS + 650_000))
+        p.parts.named("idle").add(t.exit(s0 + 21 * MS + 700_000))
+        p.parts.named("idle").add(t.advance(s0 + 21 * MS + 700_000))
+    p.parts.named("idle").add(t.advance(10**15))
+    p.parts.named("idle").add(t.end_steps())
     for path, ns in kernels.items():
         s.add(path, {TIME: ns, COUNT: STEPS, DEVICE_ID: rank, DEVICE_TYPE: 1})
-    doc = p._document(s, s.data_of(0), {"CUDA": {str(rank): H200}})
+    doc = document(p, s, s.data_of(0), {"CUDA": {str(rank): H200}})
     return writer.write(doc, s.path)
 
 
@@ -138,16 +139,16 @@ def test_a_first_scope_slowed_by_the_profilers_first_launches_has_no_idle_findin
     t.host(LAUNCH, [100_000], [5_600_000])
     starts = 5_650_000 + np.arange(10) * 210_000
     t.add(starts, starts + 209_000, np.zeros(10))
-    p.add_idle(t.exit(int(starts[-1]) + 220_000))
+    p.parts.named("idle").add(t.exit(int(starts[-1]) + 220_000))
     t.enter(mm2, int(starts[-1]) + 300_000)
     starts2 = int(starts[-1]) + 320_000 + np.arange(10) * 210_000
     t.add(starts2, starts2 + 209_000, np.zeros(10))
-    p.add_idle(t.exit(int(starts2[-1]) + 220_000))
-    p.add_idle(t.advance(10**15))
-    p.add_idle(t.end_steps())
+    p.parts.named("idle").add(t.exit(int(starts2[-1]) + 220_000))
+    p.parts.named("idle").add(t.advance(10**15))
+    p.parts.named("idle").add(t.end_steps())
     s.add(k1, {TIME: 2_090_000, COUNT: 10, DEVICE_ID: 0, DEVICE_TYPE: 1})
     s.add(k2, {TIME: 2_090_000, COUNT: 10, DEVICE_ID: 0, DEVICE_TYPE: 1})
-    path = writer.write(p._document(s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
+    path = writer.write(document(p, s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
     m = {c["frame"]["name"]: c["metrics"] for c in _read(path)[0]["children"]}
     assert m["mm"]["gpu_idle_excluded (ns)"] == 5_500_000
     assert m["mm"]["gpu_idle (ns)"] < 0.05 * m["mm"]["scope_wall (ns)"]
@@ -177,11 +178,11 @@ def test_scopes_back_to_back_read_their_own_work_and_no_idle_gpu(tmp_path):
     p.sessions = {1: s}
     judged, _ = _replay([(scopes[k], a, b, d) for k, a, b, d in entries], busy, host, chunk=16)
     for j in judged:
-        p.add_idle(j)
+        p.parts.named("idle").add(j)
     for k, (compute, copy) in own.items():
         kernel = paths.intern(scopes[k], "memcpy DtoD" if copy else "add_kernel", KERNEL)
         s.add(kernel, {TIME: compute + copy, COUNT: 10, DEVICE_ID: 0, DEVICE_TYPE: 1})
-    path = writer.write(p._document(s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
+    path = writer.write(document(p, s, s.data_of(0), {"CUDA": {"0": H200}}), s.path)
     got = CliRunner().invoke(viewer, ["--diagnose", path])
     assert got.exit_code == 0, got.output
     out = got.output

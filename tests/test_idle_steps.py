@@ -453,7 +453,7 @@ def test_the_collector_tells_the_tracker_each_launch_before_its_record(cache):
             groups=(lambda g, first, rows: None) if way.startswith("c ") else None,
             in_callback=way == "python context", launch_path=lambda frame: 5,
             busy=t.add, launched=t.launched)
-        collector._names = {0x1000: "k"}
+        collector.shaper.names = {0x1000: "k"}
         t.enter(1, 0)
         t.exit(1000)
         if way in ("c log", "python context"):

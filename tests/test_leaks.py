@@ -13,7 +13,7 @@ import os
 import pytest
 
 import proton
-from proton.context import frames
+from proton.runtime.profiler import profiler
 from proton.runtime import memory
 from proton.runtime.memory import PeakStack, TorchAllocator
 from proton.viewer.diagnose import diagnose, render
@@ -25,6 +25,11 @@ from test_html import needs_browser
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 STEPS = 10
+
+
+def memory_part():
+    """The memory part, whose tracker reads a stand-in allocator here."""
+    return profiler.parts.named("memory")
 
 
 def loop(cuda: FakeCuda, steps: int = STEPS, at_step=None) -> list[int]:
@@ -58,7 +63,7 @@ def loop(cuda: FakeCuda, steps: int = STEPS, at_step=None) -> list[int]:
 def start(tmp_path, cuda: FakeCuda, name: str = "loop") -> int:
     cuda.malloc(16 * MiB)  # a, before the session
     sid = proton.start(str(tmp_path / name), memory=True)
-    frames.memory.stack = PeakStack(TorchAllocator(cuda.torch))
+    memory_part().tracker.stack = PeakStack(TorchAllocator(cuda.torch))
     return sid
 
 
@@ -66,7 +71,7 @@ def start(tmp_path, cuda: FakeCuda, name: str = "loop") -> int:
 def cuda():
     fake = FakeCuda()
     yield fake
-    if frames.memory is not None:
+    if memory_part().tracker is not None:
         proton.finalize()
 
 

@@ -9,10 +9,15 @@ import json
 import pytest
 
 import proton
-from proton.context import frames
+from proton.runtime.profiler import profiler
 from proton.runtime.memory import Owners, PeakStack, Reading, Trace
 
 MiB = 1 << 20
+
+
+def memory_part():
+    """The memory part, whose tracker reads a stand-in allocator here."""
+    return profiler.parts.named("memory")
 
 
 class CountingAllocator:
@@ -81,13 +86,13 @@ def allocator():
     """A memory=True session whose tracker reads a counting allocator (no CUDA here)."""
     a = CountingAllocator()
     yield a
-    if frames.memory is not None:
+    if memory_part().tracker is not None:
         proton.finalize()
 
 
 def test_a_session_writes_each_scopes_alloc_freed_peak_and_live(tmp_path, allocator, capsys):
     proton.start(str(tmp_path / "m"), memory=True)
-    frames.memory.stack = PeakStack(allocator)
+    memory_part().tracker.stack = PeakStack(allocator)
     allocator.alloc(100 * MiB)  # the model, before the loop
     with proton.scope("train"):
         for _ in range(10):
@@ -98,7 +103,7 @@ def test_a_session_writes_each_scopes_alloc_freed_peak_and_live(tmp_path, alloca
                     allocator.alloc(512 * MiB)
                     allocator.free(512 * MiB)
     proton.finalize()
-    assert frames.memory is None  # reading stops with the last memory session
+    assert memory_part().tracker is None  # reading stops with the last memory session
     with open(tmp_path / "m.hatchet") as f:
         root, _ = json.load(f)
     assert "mem_peak_bytes" not in root["metrics"]  # own values: never summed up the tree
@@ -120,7 +125,7 @@ def test_a_session_writes_each_scopes_alloc_freed_peak_and_live(tmp_path, alloca
 
 def test_entries_closed_while_the_session_is_paused_are_not_counted(tmp_path, allocator):
     sid = proton.start(str(tmp_path / "p"), memory=True)
-    frames.memory.stack = PeakStack(allocator)
+    memory_part().tracker.stack = PeakStack(allocator)
     proton.deactivate(sid)
     with proton.scope("warmup"):
         allocator.alloc(MiB)
@@ -140,7 +145,7 @@ def test_each_phase_holds_its_own_entries_and_the_peak_is_the_sessions(tmp_path,
     a phase's file or get() holds the entries that closed in it, not the whole session's;
     the job's peak named at finalize is still the highest of every phase."""
     sid = proton.start(str(tmp_path / "ph"), memory=True)
-    frames.memory.stack = PeakStack(allocator)
+    memory_part().tracker.stack = PeakStack(allocator)
     with proton.scope("step"):
         allocator.alloc(64 * MiB)
         allocator.free(64 * MiB)

@@ -168,7 +168,7 @@ def _collector(joined: bool):
     collector = CuptiCollector(got.extend,
                                groups=(lambda g, f, rows: got.extend(rows())) if joined
                                else None, native=joined)
-    collector._names = {0x1000: "a"}
+    collector.shaper.names = {0x1000: "a"}
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     return collector, got, launch
 
@@ -266,7 +266,7 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, cap
 
         collector = CuptiCollector(got.extend, lambda thread, ts: 900 + thread,
                                    groups=groups if joined else None, native=joined)
-        collector._names = dict(names)
+        collector.shaper.names = dict(names)
         if capture:
             collector.attributor.capturing[7] = [list(capture)]
         buffers, expected = _stream(seed, launches, collector, capture)
@@ -300,7 +300,7 @@ def test_kernels_whose_launch_record_never_came_go_to_their_external_path(cache)
     K = cupti.ActivityKind
     got = []
     collector = CuptiCollector(got.extend, groups=lambda g, first, rows: got.extend(rows()))
-    collector._names = {0x1000: "a"}
+    collector.shaper.names = {0x1000: "a"}
     records = [np.zeros(1, dtype=cupti.activity_external_correlation_dtype)]
     records[0]["kind"], records[0]["correlation_id"] = int(K.EXTERNAL_CORRELATION), 5
     records[0]["external_kind"], records[0]["external_id"] = collector._custom, 17
@@ -526,7 +526,7 @@ class _Launcher:
         self.now = 0
         self._clock = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))(
             self._tick)
-        collector._fields = callback_fields(cupti)
+        collector.fields = callback_fields(cupti)
         log, enter, on_api = collector.pipeline.start(
             ctypes.cast(self._clock, ctypes.c_void_p).value)
         assert log is not None and on_api is None
@@ -536,7 +536,7 @@ class _Launcher:
             log.configure(None, self._enter)
         collector.pipeline.enable(True)
         self.log, self.call = log, CALLBACK(log.callback)
-        self._site, self._corr, self._ret = collector._fields
+        self._site, self._corr, self._ret = collector.fields
         self._data = (ctypes.c_uint8 * cupti.callback_data_dtype.itemsize)()
         self._status = ctypes.c_int32(0)
 
@@ -747,7 +747,7 @@ def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed,
             got.extend, lambda thread, ts: 900 + (7 if thread in (7, me) else 8),
             groups=(lambda g, first, rows: got.extend(rows())) if logged else None,
             native=logged)
-        collector._names = dict(names)
+        collector.shaper.names = dict(names)
         if capture:
             collector.attributor.capturing[me if logged else 7] = [list(capture)]
         buffers, expected = _stream(seed, launches, collector, capture)

@@ -268,7 +268,7 @@ def test_a_scope_entry_judged_after_a_phase_ended_goes_to_the_phase_it_began_in(
     s.advance(now=200)  # phase 1 from 200 on
     p = Profiler()
     p.sessions = {1: s}
-    p.add_idle(Judged(np.array([7, 7, 7]), np.array([50, 150, 250]), np.array([100, 40, 10]),
+    p.parts.named("idle").add(Judged(np.array([7, 7, 7]), np.array([50, 150, 250]), np.array([100, 40, 10]),
                       np.array([60, 20, 5])))
     idle, wall = GPU_IDLE + EXCLUSIVE, SCOPE_WALL + EXCLUSIVE
     assert s.data_of(0).nodes[7] == {idle: 80, wall: 140}
@@ -372,7 +372,7 @@ def test_what_began_before_a_clear_and_comes_in_after_stays_cleared(tmp_path):
     s.clear(0, now=100)
     p = Profiler()
     p.sessions = {1: s}
-    p.add_idle(Judged(np.array([7, 8]), np.array([50, 150]), np.array([40, 10]),
+    p.parts.named("idle").add(Judged(np.array([7, 8]), np.array([50, 150]), np.array([40, 10]),
                       np.array([20, 5])))
     s.add_kernel_totals({9: [30, 1, 0, 0, None, 0]}, first=60)
     s.add_kernel_totals({8: [30, 1, 0, 0, None, 0]}, first=160)

@@ -244,7 +244,7 @@ def _c_replayer():
     collector = CuptiCollector([].extend, groups=lambda g, f, rows: None, native=True)
     calls = _Calls(None)
     clock = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))(calls.tick)
-    collector._fields = callback_fields(cupti)
+    collector.fields = callback_fields(cupti)
     log, _, _ = collector.pipeline.start(ctypes.cast(clock, ctypes.c_void_p).value)
     forwarded: list[int] = []
     python = CALLBACK(lambda userdata, domain, cbid, data: forwarded.append(cbid))
@@ -360,6 +360,7 @@ def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(ca
     session keeps its sums alone; a trace resumed later sees only the later waits."""
     from proton.data.paths import ROOT, SCOPE, paths
     from proton.format import SYNC_COUNT, SYNC_TIME
+    from proton.runtime.output import document
     from proton.runtime.profiler import Profiler
     from proton.runtime.session import Session
 
@@ -377,16 +378,16 @@ def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(ca
     tree.resume(0)
     late.resume(4500)
     prof.sessions.update({0: trace, 1: tree, 2: late})
-    prof._keep_wait_events()
+    prof.parts.named("idle").sessions_changed()
     worker = _replay(collector, calls, log.push, log.pop, lambda p: log.main_path(p), at)
     log.main_path(None)
-    prof.take_waits()
+    prof.parts.buffered()
     want = _want_events(worker, at)
     assert trace.waits == want
     assert late.waits == [want[3], want[5]]  # those that began after 4500
     assert tree.waits == [] and tree.nodes[inner] == {SYNC_TIME: 30_600, SYNC_COUNT: 3}
     monkeypatch.setattr("proton.triton_version.after_3_6", lambda: False)
-    doc = prof._document(trace, trace.data_of(0), {})
+    doc = document(prof, trace, trace.data_of(0), {})
     waits = [e for e in doc["traceEvents"] if e["cat"] == "wait"]
     me = threading.get_ident()
     assert [(e["name"], e["ph"], e["pid"], e["tid"], e["ts"], e["dur"]) for e in waits] == [
@@ -396,7 +397,7 @@ def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(ca
     assert waits[1]["args"]["call_stack"] == ["ROOT", "wait_outer", "wait_inner"]
     assert waits[3]["args"]["call_stack"] == ["ROOT"]
     prof.sessions.clear()
-    prof._keep_wait_events()  # no trace left: off
+    prof.parts.named("idle").sessions_changed()  # no trace left: off
     calls.call(2, _cbid(collector, 2, "cudaDeviceSynchronize_v3020"), 50_000, 50_100)
     assert collector.take_wait_events() == []
 

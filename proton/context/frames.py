@@ -81,8 +81,6 @@ class Recorder:
     """How a frame's path is found: shadow.ShadowContext or python.PythonContext."""
     collector: IdStack | None = None
     """Set while CUPTI collects."""
-    idle: Any = None
-    """runtime/idle.IdleTracker while CUPTI collects: the main thread's scopes' entries."""
     recording = False
     """A session is live: metrics are added, and scopes are CPU-timed when there is no GPU."""
     span_clock: Callable[[], int] | None = None
@@ -104,20 +102,29 @@ class Recorder:
     def check_session(self, session: int | None) -> None:
         """Raise SessionError unless `session` names a live session (None: any)."""
 
-    def scope_left(self, idle: Any) -> None:
-        """A main-thread scope whose entry `idle` timed was left."""
-
 
 _recorder: Recorder = Recorder()
 
 
-ranges: Any = None
-"""cupti.scope_ranges.ScopeRanges while a counters:scopes=... session is live: the main
-thread's listed scopes push and pop its ranges."""
+class ScopeListener(Protocol):
+    """What hears the main thread's frames open and close (the runtime's parts: the scope
+    ranges of counters:scopes=..., memory=True's allocator reads, the GPU's idle time). Called
+    on the main thread only, never raising."""
 
-memory: Any = None
-"""runtime.memory.MemoryTracker while a memory=True session is live: the main thread's scopes
-read torch's allocator at their enter and exit."""
+    def scope_enter(self, top: Open) -> None: ...
+
+    def scope_exit(self, top: Open) -> None: ...
+
+
+listeners: tuple[ScopeListener, ...] | None = None
+"""The runtime parts' scope listeners (runtime/parts), None while none listens: a frame's
+enter and exit then cost one check for them."""
+
+
+def listen(found: tuple[ScopeListener, ...]) -> None:
+    """The runtime's parts that listen to scopes now (none: the empty tuple)."""
+    global listeners
+    listeners = found or None
 
 
 def attach(recorder: Recorder) -> None:
@@ -150,8 +157,8 @@ def after_fork_in_child() -> None:
     """In a forked child only the forking thread lives on, now the main thread, and its open
     frames' CUPTI ids were pushed in the parent's CUPTI, which the child never calls (nor its
     range profiler)."""
-    global ranges, memory
-    ranges = memory = None
+    global listeners
+    listeners = None
     stack.after_fork_in_child()
     st = per_thread.stacks
     st.op, st.op_path = None, None
@@ -204,16 +211,12 @@ def open_frame(name: str, values: dict[str, float] | None, cpu_timed: bool, kind
         recorder.add_metrics(path, values, span=top.span)
     opened.append(top)
     st.version += 1
-    if ranges is not None and st.main and name in ranges.names:
-        ranges.enter(name, path)
-    if memory is not None and st.main and kind == SCOPE:
-        memory.enter(path, top)
+    if listeners is not None and st.main:
+        for listener in listeners:
+            listener.scope_enter(top)
     if collector is not None:
         if st.main:
             collector.push_main(path)
-            if kind == SCOPE and (idle := recorder.idle) is not None:
-                idle.enter(path)
-                top.idle = idle
         else:
             collector.push(path)
         top.pushed_by = collector  # only once pushed: its exit pops exactly what it pushed
@@ -306,10 +309,9 @@ def close_frame(values: dict[str, float] | None = None, named: str | None = None
         pop_op()
     top = opened.pop()
     st.version += 1
-    if ranges is not None and st.main:
-        ranges.exit(top.name)
-    if memory is not None and st.main:
-        memory.exit(top)
+    if listeners is not None and st.main:
+        for listener in listeners:
+            listener.scope_exit(top)
     by = top.pushed_by
     recorder = _recorder
     collector = recorder.collector
@@ -325,8 +327,6 @@ def close_frame(values: dict[str, float] | None = None, named: str | None = None
                 opened[-1].pushed_by = collector
             if st.main:
                 collector.main_path(opened[-1].path if opened else ROOT)
-    if top.idle is not None:
-        recorder.scope_left(top.idle)
     if recorder.recording and times_cpu(top, collector):
         recorder.add_cpu_time(top.path, top.start_ns, time_ns())
     if values and recorder.recording:

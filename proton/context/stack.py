@@ -34,9 +34,9 @@ class Open:
     token: int = -1
     """... and a number naming (name, kind, opened_at), never another's (the C helper's walk
     keys a launch's stack with it)."""
-    idle: Any = None
-    """The idle tracker (runtime/idle.py) that timed its entry on the main thread, if one did:
-    its exit is timed by the same one."""
+    timed_by: Any = None
+    """The scope listener (frames.ScopeListener) that timed its entry on the main thread, if
+    one did: its exit is timed by the same one, never by one that began after it."""
     span: Any = None
     """frames.Span: its entry as a trace session records it (a scope's, while one is live)."""
 

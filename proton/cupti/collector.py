@@ -30,13 +30,11 @@ import numpy as np
 from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..files import write_whole
-from ..format import COMM_KERNEL, COPY_NAMES
 from ..report import callback_failed, debug, debugging, warn
-from . import records
-from .attribution import Attributor, GroupSink, KernelSink, LaunchConfigs, Unscoped
+from .attribution import Attributor, GroupSink, KernelSink, Unscoped
 from .native import ASYNC_WAIT_NS, WAIT_EVENTS_MAX
 from .pipeline import Pipeline, choose
-from .records import ApiFields, Busy, KernelFields
+from .shaping import BusySink, Shaper
 from .subscriber import caller, cupti_enum, passes_on
 
 if TYPE_CHECKING:  # imported when used (sampling, raw buffers)
@@ -52,8 +50,6 @@ _ptr = ctypes.c_void_p.from_address
 # launch_path(the launching frame, or None) -> the launch's path id; None for a thread with no
 # Python frames and no scope open (then `unscoped` decides)
 LaunchPath = Callable[["FrameType | None"], "int | None"]
-# busy(starts, ends, kinds, correlation ids): a buffer's records that kept the GPU busy
-BusySink = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 def _ignore(userdata, domain, cbid, data) -> None:
@@ -166,14 +162,15 @@ class CuptiCollector:
         self.pushes_ids = not in_callback
         """Scopes push their path ids (shadow context); read on every scope change."""
         self._launch_path = launch_path
-        self._walk = walk if in_callback else None
+        self.walk = walk if in_callback else None
+        """With in_callback, the context's python.Walk (the C helper's walk)."""
         self.attributor = Attributor(sink, unscoped, graft)
-        self._sink, self._groups = sink, groups
         self._unscoped = unscoped
-        self._lock = threading.Lock()
         self._subscriber: Subscriber | None = None
         self._raw: RawBuffers | None = None
         self._pc_options = pc
+        self.serial = pc is not None and pc.serialize
+        """Exact PC sampling: the launch callback must be Python's for every call."""
         self._users = list(callback_users or ())
         if graft is not None and launch_path is not None:
             from .graphs import GraphCaptures
@@ -187,17 +184,12 @@ class CuptiCollector:
         self.flushed: Callable[[], None] | None = None
         """Called at the end of each flush, on the flushing thread (the runtime reads its
         metric ring then: the GPU is synchronized)."""
-        self._names: dict[int, str] = {}
-        self._comm: dict[int, bool] = {}
-        """Kernel name pointer -> whether it names an NCCL kernel (the busy time's class)."""
-        """Kernel names by CUPTI's pointer to them (one string per kernel, shared by records)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
         if not in_callback:  # the launch callback stands for the API and external records
             self._kinds += [cupti.ActivityKind.DRIVER, cupti.ActivityKind.RUNTIME,
                             cupti.ActivityKind.EXTERNAL_CORRELATION]
         K = cupti.ActivityKind
-        self._k_kernel, self._k_ext = int(K.CONCURRENT_KERNEL), int(K.EXTERNAL_CORRELATION)
         drv = cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
         rt = cupti_enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")
         driver_copies = copy_calls(drv, _DRIVER_COPIES) if copies else ()
@@ -206,29 +198,29 @@ class CuptiCollector:
         self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS + runtime_copies)
         self._copy_kinds = [K.MEMCPY, K.MEMCPY2, K.MEMSET] if copies else []
         """Copies and sets: on with kernel activity, off right after it."""
-        self._k_copies = [int(k) for k in (K.MEMCPY, K.MEMCPY2, K.MEMSET)]
-        """The copy record kinds the pipelines read (none come when copies are off)."""
-        # per API record kind: (its launch cbids, its graph-launch cbids), for np.isin
-        self._api_cbids = {
-            int(kind): (np.array(sorted(launches), dtype=np.uint32),
-                        np.array(sorted(_ids(enum, graphs)), dtype=np.uint32))
-            for kind, launches, enum, graphs in (
-                (K.DRIVER, self._driver_cbids, drv, _DRIVER_GRAPHS),
-                (K.RUNTIME, self._runtime_cbids, rt, _RUNTIME_GRAPHS))}
+        self.shaper = Shaper(
+            cupti, self.attributor, sink, groups, custom=self._custom,
+            kernel_kind=int(K.CONCURRENT_KERNEL), external_kind=int(K.EXTERNAL_CORRELATION),
+            copy_kinds=[int(k) for k in (K.MEMCPY, K.MEMCPY2, K.MEMSET)],
+            api_cbids={int(kind): (np.array(sorted(launches), dtype=np.uint32),
+                                   np.array(sorted(_ids(enum, graphs)), dtype=np.uint32))
+                       for kind, launches, enum, graphs in (
+                           (K.DRIVER, self._driver_cbids, drv, _DRIVER_GRAPHS),
+                           (K.RUNTIME, self._runtime_cbids, rt, _RUNTIME_GRAPHS))},
+            busy=busy, launched=launched, buffered=buffered,
+            recorded=[] if os.environ.get("PROTON_RECORD_CUPTI") else None)
+        """The records side (shaping.py): what the pipeline shapes each buffer with."""
+        self._lock = self.shaper.lock
+        self.launch_configs = self.shaper.launch_configs
+        """Each kernel's grid, block, registers and shared memory, numbered (the analyzer's)."""
+        self.callback_errors = self.shaper.callback_errors
+        self.recorded = self.shaper.recorded
+        """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
         self.opened = 0
         """CUPTI time from which every launch gets its kernel record (kernel activity on): a
         launch logged before it (the log and the API kinds are on first) is not waited for."""
-        self.launch_configs = LaunchConfigs()
-        """Each kernel's grid, block, registers and shared memory, numbered (the analyzer's)."""
         self._all_driver = [int(v) for v in drv.__members__.values()]
         self._all_runtime = [int(v) for v in rt.__members__.values()]
-        self.callback_errors: list[str] = []
-        self.records = 0
-        self.recorded: list | None = [] if os.environ.get("PROTON_RECORD_CUPTI") else None
-        """With PROTON_RECORD_CUPTI=FILE, every buffer's records, saved at stop for replay tests."""
-        self.callback_seconds = 0.0
-        """Records read and time spent reading them on CUPTI's thread (holding the GIL)."""
-        self._busy, self._buffered, self._launched = busy, buffered, launched
         driver, runtime = int(cupti.CallbackDomain.DRIVER_API), int(cupti.CallbackDomain.RUNTIME_API)
         self.sync_cbids = {driver: sorted(_ids(drv, _DRIVER_SYNCS)),
                            runtime: sorted(_ids(rt, _RUNTIME_SYNCS))} if waits else {}
@@ -239,7 +231,7 @@ class CuptiCollector:
         self.python_syncs = PythonSyncs(self.sync_cbids, self.async_copy_cbids, launch_path, unscoped,
                                         self.timestamp)
         """Waits timed in Python where the C launch log is not used."""
-        self.pipeline: Pipeline = choose(self, native)
+        self.pipeline: Pipeline = choose(self.shaper, self, native)
         """How launches are attributed and buffers read (pipeline.py), chosen once."""
         if self.pipeline.logs_launches:  # launch calls go to C first: no API or external records
             self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
@@ -278,7 +270,7 @@ class CuptiCollector:
         if path is None:
             raise ProtonError("CUPTI could not start: cupti-python loaded no libcupti")
         warn_libcupti_mismatch(path)
-        self._fields = callback_fields(cupti)
+        self.fields = callback_fields(cupti)
         log, enter, on_api = self.pipeline.start(timestamp_address(path))
         if log is not None:
             log.sync_calls(self.sync_cbids, self.async_copy_cbids)
@@ -374,7 +366,7 @@ class CuptiCollector:
             return on_launch
         if not self.pc.options.serialize:
             return self.pc.module_callback(on_launch)
-        return self.pc.launch_callback(on_launch, self._serial_launch_path(), self._fields)
+        return self.pc.launch_callback(on_launch, self._serial_launch_path(), self.fields)
 
     def _enable_pc(self) -> None:
         """Start sampling after the activity kinds (CUPTI refuses them once it samples)."""
@@ -394,7 +386,7 @@ class CuptiCollector:
         if not self.in_callback:
             launch_path = self._launch_path
             return lambda data: launch_path(None)
-        registered, corr_at = self.attributor.launch_path, self._fields[1]
+        registered, corr_at = self.attributor.launch_path, self.fields[1]
 
         def path(data: int) -> int:
             found = registered(_u32(data + corr_at).value)
@@ -467,14 +459,14 @@ class CuptiCollector:
         self._note_main(path_id)
 
     # -- launches (called on the user's threads) ---------------------------------------------
-    def _launch_enter(self, unscoped_now: Unscoped | None = None):
+    def launch_enter(self, unscoped_now: Unscoped | None = None):
         """context="python": the launch call's enter, on the launching thread, as
         on_enter(correlation id, CUPTI timestamp, cbid) (a closure: this runs at every launch,
         so every name is local). The launch is registered with its call path and start time
         (a thread with no Python frames, such as PyTorch's autograd thread, gets Attributor's
         unscoped path, or `unscoped_now`'s: the C launch log's, which notes no timeline).
         The C launch log calls it with CUPTI's fields read (its exit stays in C); without the
-        helper, _launch_callback does.
+        helper, launch_callback does.
 
         A thread that runs no Python gets a fresh Python thread state for each callback unless
         one is kept for it: on a CPU, 16 us a launch (enter and exit) against 0.7 kept
@@ -493,7 +485,7 @@ class CuptiCollector:
         unscoped = unscoped_now or unscoped
         kept: set[int] | None = set() if os.environ.get(KEEP_STATES_ENV) == "1" else None
         keep = ctypes.pythonapi.PyGILState_Ensure
-        noted = self._launched
+        noted = self.shaper.launched
 
         def on_enter(corr: int, start: int, cbid: int) -> int:
             try:
@@ -527,14 +519,14 @@ class CuptiCollector:
 
     def logged_enters(self):
         """context="python" with the C launch log: the launches it logged instead of calling
-        _launch_enter's on_enter (made on a thread running no Python, with no scope open),
+        launch_enter's on_enter (made on a thread running no Python, with no scope open),
         registered as on_enter would have, as register(correlation ids, paths (-1: none),
         starts, cbids, threads), on the buffer thread before that buffer's kernels are read.
         The C log read the main thread's innermost scope at the enter (-1 when it had none:
         the timeline says, as for on_enter)."""
         graphs, attributor, unscoped = self._graph_cbids(), self.attributor, self._unscoped
         capturing, in_capture = attributor.capturing, attributor.in_capture
-        add, noted = attributor.register_launch, self.note_launches
+        add, noted = attributor.register_launch, self.shaper.note_launches
 
         def register(corrs, paths_, starts, cbids, threads) -> None:
             noted(corrs, starts)
@@ -547,12 +539,12 @@ class CuptiCollector:
 
         return register
 
-    def _launch_callback(self):
+    def launch_callback(self):
         """context="python" without the C helper: CUPTI's callback at a launch call's enter
-        and exit. The enter goes to _launch_enter's; at the exit, a failed call is withdrawn:
+        and exit. The enter goes to launch_enter's; at the exit, a failed call is withdrawn:
         no kernel will come for it."""
-        site, corr_at, ret_at = self._fields
-        on_enter, cancel = self._launch_enter(), self.attributor.cancel_launch
+        site, corr_at, ret_at = self.fields
+        on_enter, cancel = self.launch_enter(), self.attributor.cancel_launch
         now, errors = self._cupti.get_timestamp, self.callback_errors
 
         @passes_on  # on_enter reads the launching frame past this one
@@ -569,56 +561,6 @@ class CuptiCollector:
         return on_api
 
     # -- waits and busy time -----------------------------------------------------------------
-    def note_busy(self, kernels: Sequence, copies: Sequence = ()) -> None:
-        """A buffer's records that kept the GPU busy, on CUPTI's thread: its kernels
-        (KernelFields columns) and its copies and sets (CopyFields twice, then SetFields)."""
-        if self._busy is None:
-            return
-        CF, SF = records.CopyFields, records.SetFields
-        names = np.asarray(kernels[KernelFields.name])
-        starts, ends = [kernels[KernelFields.start]], [kernels[KernelFields.end]]
-        corrs = [kernels[KernelFields.correlation_id]]
-        kinds = [np.where(np.isin(names, self._comm_names(names)), Busy.comm, Busy.compute)]
-        for columns, (corr, start, end) in zip(copies, ((CF.correlation_id, CF.start, CF.end),
-                                                        (CF.correlation_id, CF.start, CF.end),
-                                                        (SF.correlation_id, SF.start, SF.end))):
-            starts.append(columns[start])
-            ends.append(columns[end])
-            corrs.append(columns[corr])
-            kinds.append(np.full(len(columns[start]), Busy.copy))
-        if sum(map(len, starts)):
-            self._busy(*(np.concatenate(c).astype(np.int64, copy=False)
-                         for c in (starts, ends, kinds, corrs)))
-
-    def note_launches(self, corrs: Sequence, starts: Sequence) -> None:
-        """Launch calls taken (correlation ids, CUPTI start times), before their records are
-        told to `busy`."""
-        if self._launched is not None and len(corrs):
-            self._launched(corrs, starts)
-
-    def _comm_names(self, names: np.ndarray) -> list[int]:
-        """Of a buffer's kernel name pointers, those of NCCL kernels (format.COMM_KERNEL),
-        each pointer's answer kept (CUPTI shares one name string among a kernel's records)."""
-        comm = self._comm
-        if len(comm) > 65536:  # as _names: pointers of unloaded modules may be reused
-            comm.clear()
-        out = []
-        for p in np.unique(names).tolist():
-            found = comm.get(p)
-            if found is None:
-                found = comm[p] = p > 0 and bool(COMM_KERNEL.match(self._names.get(p) or
-                                                                    self._name(p)))
-            if found:
-                out.append(p)
-        return out
-
-    def after_buffer(self) -> None:
-        if self._buffered is not None:
-            try:
-                self._buffered()
-            except BaseException as exc:
-                callback_failed("while taking waits and idle time", exc, self.callback_errors)
-
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
         """(paths, ns, counts): the CPU's time in synchronizing calls since the last take."""
         return self.pipeline.take_syncs()
@@ -699,32 +641,6 @@ class CuptiCollector:
                   f"{waiting} launches still waiting")
         return waiting
 
-    def _configs(self, blocks, threads, regs, shared) -> list[int]:
-        """Each kernel's launch configuration number; a copy's (0 blocks: records.CopyName)
-        is minus its bytes. The four numbers are packed into one integer (blocks above bit
-        37; threads, registers and shared memory below), so finding a buffer's few distinct
-        ones is one sort of integers."""
-        if not len(blocks):
-            return []
-        copies = blocks == 0
-        if copies.any():
-            out = np.where(copies, -shared, 0)
-            kernels = ~copies
-            if kernels.any():
-                out[kernels] = self._configs(blocks[kernels], threads[kernels], regs[kernels],
-                                             shared[kernels])
-            return out.tolist()
-        number = self.launch_configs.number
-        if blocks.max() >= 1 << 26 or shared.max() >= 1 << 18 or threads.max() >= 1 << 11 \
-                or regs.max() >= 1 << 8:  # too large to pack: one row at a time
-            rows = np.stack([blocks, threads, regs, shared], axis=1)
-            return [number(tuple(row)) for row in rows.tolist()]
-        keys = (blocks << 37) | (threads << 26) | (regs << 18) | shared
-        distinct, where = np.unique(keys, return_inverse=True)
-        ids = np.array([number((k >> 37, (k >> 26) & 0x7FF, (k >> 18) & 0xFF, k & 0x3FFFF))
-                        for k in distinct.tolist()], dtype=np.int64)
-        return ids[where.reshape(-1)].tolist()
-
     def dropped_records(self) -> int:
         """Records CUPTI dropped, and launches the C launch log could not keep."""
         lost = self.pipeline.lost
@@ -744,6 +660,16 @@ class CuptiCollector:
             self._raw.register()
         except (OSError, AttributeError) as exc:
             raise ProtonError(f"CUPTI's activity buffers could not be set up: {exc}") from None
+
+    @property
+    def records(self) -> int:
+        """Records read (the pipeline counts them in the shaper)."""
+        return self.shaper.records
+
+    @property
+    def callback_seconds(self) -> float:
+        """Time spent reading records on CUPTI's thread (holding the GIL)."""
+        return self.shaper.callback_seconds
 
     @property
     def launches(self) -> int:
@@ -775,110 +701,6 @@ class CuptiCollector:
             self.pipeline.settle()
             lost = self.pipeline.finish(self.opened, until)
             return lost + self.attributor.finish(self.opened, until)
-
-    def _texts(self, pointers: np.ndarray) -> list[str]:
-        """Kernel names for an array of CUPTI's name pointers."""
-        names = self._names
-        return [names.get(p) or self._name(p) for p in pointers.tolist()]
-
-    def _name(self, pointer: int) -> str:
-        """A kernel's name: CUPTI shares one string among all records of a kernel; a copy's
-        (a negative number: records.CopyName)."""
-        if pointer < 0:
-            return COPY_NAMES[-1 - pointer]
-        if len(self._names) > 65536:  # module unloads may free names: never keep too many
-            self._names.clear()
-        text = ctypes.string_at(pointer).decode(errors="replace") if pointer else "<unnamed>"
-        self._names[pointer] = text
-        return text
-
-    def _digest(self, ext: Sequence, api: Sequence, kernels: Sequence,
-                copies: Sequence = ()) -> None:
-        """One buffer's columns as the pipelines read them (records.ExternalFields, ApiFields,
-        KernelFields; copies: CopyFields of MEMCPY and MEMCPY2 records, SetFields of MEMSET
-        ones) joined by the Attributor."""
-        X, A, KF = records.ExternalFields, ApiFields, KernelFields
-        mine = ext[X.external_kind] == self._custom
-        external = (ext[X.correlation_id][mine], ext[X.external_id][mine])
-        api_kinds, cbid = api[A.kind], api[A.cbid]
-        # Only launch calls that succeeded wait for a kernel: API records of other calls
-        # (made while the per-call filters were being set) and failed launches would
-        # never be matched and would hold every flush to its timeout.
-        launch, graph = np.zeros(len(cbid), dtype=bool), np.zeros(len(cbid), dtype=bool)
-        for kind, (launches, graphs) in self._api_cbids.items():
-            this = api_kinds == kind
-            launch |= this & np.isin(cbid, launches)
-            graph |= this & np.isin(cbid, graphs)
-        launch &= api[A.return_value] == 0
-        api = (api[A.correlation_id][launch], api[A.start][launch], graph[launch],
-               api[A.thread_id][launch])  # records.Launch
-        self.note_launches(api[0], api[1])
-        k = [a.astype(np.int64, copy=False) for a in kernels]
-        kernels = (k[KF.correlation_id], k[KF.name], k[KF.device_id], k[KF.start], k[KF.end],
-                   k[KF.stream_id], k[KF.grid_x] * k[KF.grid_y] * k[KF.grid_z],
-                   k[KF.block_x] * k[KF.block_y] * k[KF.block_z], k[KF.registers_per_thread],
-                   k[KF.static_shared_memory] + k[KF.dynamic_shared_memory],
-                   k[KF.graph_node_id])  # records.Kernel
-        if any(len(c[0]) for c in copies):
-            kernels = tuple(np.concatenate(parts) for parts in zip(kernels,
-                                                                   copy_kernels(*copies)))
-        with self._lock:
-            self._attribute(external, api, kernels)
-
-    def _attribute(self, external, api, kernels) -> None:
-        """Columns (numpy) of external ids, launch calls and kernels (records.External, Launch,
-        Kernel) to the Attributor, as lists. Under the lock."""
-        external = tuple(a.tolist() for a in external)
-        api = tuple(a.tolist() for a in api)
-        kernels = self._kernel_columns(kernels)
-        node = records.Placed.graph_node
-        if not any(kernels[node]):  # kernels of graph launches: placed by where captured
-            kernels = kernels[:node]
-        if self.recorded is not None:  # rows, as the record classes take them
-            self.recorded.append([[list(row) for row in zip(*part)]
-                                  for part in (external, api,
-                                               kernels[:records.Placed.config])])
-        self.attributor.add_columns(external, api, kernels)
-
-    def _kernel_columns(self, kernels) -> tuple[list, ...]:
-        """Kernels as numpy columns (records.Kernel) -> lists (records.Placed)."""
-        K = records.Kernel
-        return (kernels[K.correlation_id].tolist(), self._texts(kernels[K.name]),
-                kernels[K.device].tolist(), kernels[K.start].tolist(), kernels[K.end].tolist(),
-                kernels[K.stream].tolist(), self._configs(*(kernels[c] for c in records.CONFIG)),
-                kernels[K.graph_node].tolist())
-
-
-records.unpacks(records.Kernel, "correlation_id name device start end stream blocks threads "
-                "registers shared graph_node")  # copy_kernels builds its rows in this order
-
-
-def copy_kernels(memcpy: Sequence, peer: Sequence, memset: Sequence) -> tuple[np.ndarray, ...]:
-    """Copy and set records' columns (records.CopyFields twice, SetFields) as kernels'
-    (records.Kernel): named -1 - their records.CopyName, no launch configuration but their
-    bytes in the shared memory column, as native.c's copy_row makes them."""
-    CF, SF, N = records.CopyFields, records.SetFields, records.CopyName
-    columns: list[tuple[list, int, np.ndarray]] = []  # (columns, graph node's, names)
-    for c in (memcpy, peer):
-        c = [a.astype(np.int64, copy=False) for a in c]
-        kind, src, dst = c[CF.copy_kind], c[CF.src_kind], c[CF.dst_kind]
-        pageable = int(records.MemoryKind.pageable)
-        name = np.full(len(kind), int(N.other), dtype=np.int64)
-        for copy_kind, code in ((records.CopyKind.dtod, N.dtod), (records.CopyKind.ptop, N.ptop),
-                                (records.CopyKind.htoh, N.htoh)):
-            name[kind == copy_kind] = code
-        htod, dtoh = kind == records.CopyKind.htod, kind == records.CopyKind.dtoh
-        name[htod] = np.where(src[htod] == pageable, N.htod_pageable, N.htod_pinned)
-        name[dtoh] = np.where(dst[dtoh] == pageable, N.dtoh_pageable, N.dtoh_pinned)
-        columns.append((c, CF.graph_node_id, -1 - name))
-    s = [a.astype(np.int64, copy=False) for a in memset]
-    columns.append((s, SF.graph_node_id, np.full(len(s[0]), -1 - N.memset, dtype=np.int64)))
-    out = []
-    for c, node, name in columns:  # a set's other columns sit where a copy's do (SetFields)
-        zero = np.zeros(len(name), dtype=np.int64)
-        out.append((c[CF.correlation_id], name, c[CF.device_id], c[CF.start], c[CF.end],
-                    c[CF.stream_id], zero, zero, zero, c[CF.bytes], c[node]))
-    return tuple(np.concatenate(parts) for parts in zip(*out))
 
 
 class PythonSyncs:

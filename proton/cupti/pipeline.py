@@ -35,10 +35,36 @@ from ..report import callback_failed
 from . import native, records
 from .native import Joined
 from .records import ApiFields, CopyFields, ExternalFields, KernelFields, SetFields
+from .attribution import GroupSink
+from .shaping import Shaper
 
-CuptiCollector = Any
-"""collector.CuptiCollector, whose shared parts (the Attributor, the lock, the column reads
-into it) a pipeline uses: not imported, it imports this module."""
+
+
+class Launches(Protocol):
+    """The collector's launch side as a pipeline sees it (collector.CuptiCollector: not
+    imported, it imports this module)."""
+
+    in_callback: bool
+    """Launches are attributed in CUPTI's launch callback (the python context)."""
+    pushes_ids: bool
+    """Scopes push their path ids (the shadow context)."""
+    serial: bool
+    """Exact PC sampling: the launch callback must be Python's for every call."""
+    walk: Any
+    """The python context's Walk (the C helper's walk of a launching stack), or None."""
+    fields: Any
+    """The launch callback's data's field offsets (subscriber.callback_fields; at start)."""
+    python_syncs: Any
+    """collector.PythonSyncs: the waits where no C launch log times them."""
+
+    def launch_callback(self) -> Any:
+        """The Python launch callback (the python context without the C log)."""
+
+    def launch_enter(self, unscoped_now: Any = None) -> Any:
+        """The python context's launch enter (on_enter), for the C log to call."""
+
+    def logged_enters(self) -> Any:
+        """register(...) of the launches the C log took instead of on_enter."""
 
 
 class Pipeline(Protocol):
@@ -102,13 +128,14 @@ class Pipeline(Protocol):
     """Launches its launch log could not keep."""
 
 
-def choose(collector: CuptiCollector, use_native: bool | None = None) -> Pipeline:
+def choose(shaper: Shaper, launches: Launches, use_native: bool | None = None) -> Pipeline:
     """NativePipeline when the helper is built (use_native None: unless PROTON_NATIVE=0),
     else PythonPipeline."""
     lib = native.helper() if use_native is not False else None
     if lib is None and use_native:
         raise RuntimeError("the C helper is not built here")
-    made = NativePipeline(collector, lib) if lib is not None else PythonPipeline(collector)
+    made = NativePipeline(shaper, launches, lib) if lib is not None \
+        else PythonPipeline(shaper, launches)
     return cast(Pipeline, made)  # both are: their ctypes calls are typed as plain objects
 
 
@@ -116,14 +143,14 @@ def _nothing(*args) -> None:
     """push, pop and main_path where the pipeline needs none."""
 
 
-def _external_ids(c: CuptiCollector) -> tuple[Callable, Callable]:
+def _external_ids(s: Shaper, launches: Launches) -> tuple[Callable, Callable]:
     """push and pop as CUPTI's external correlation ids (their kind: the collector's
     CUSTOM2), in the shadow context; nothing in the python context."""
-    if not c.pushes_ids:
+    if not launches.pushes_ids:
         return _nothing, _nothing
-    cupti = c._cupti
-    return (partial(cupti.activity_push_external_correlation_id, c._custom),
-            partial(cupti.activity_pop_external_correlation_id, c._custom))
+    cupti = s.cupti
+    return (partial(cupti.activity_push_external_correlation_id, s.custom),
+            partial(cupti.activity_pop_external_correlation_id, s.custom))
 
 
 class PythonPipeline:
@@ -133,10 +160,10 @@ class PythonPipeline:
     logs_launches = False
     launches = kernels = lost = 0
 
-    def __init__(self, collector: CuptiCollector) -> None:
-        c, cupti = collector, collector._cupti
-        self._c = c
-        self.push, self.pop = _external_ids(c)
+    def __init__(self, shaper: Shaper, launches: Launches) -> None:
+        self._s, self._l = shaper, launches
+        cupti = shaper.cupti
+        self.push, self.pop = _external_ids(self._s, self._l)
         self.main_path = _nothing  # the records' thread ids and the timeline place them
         self._read_kind = field_reader(cupti.activity_api_dtype, ["kind"])
         self._read_ext = field_reader(cupti.activity_external_correlation_dtype,
@@ -150,8 +177,7 @@ class PythonPipeline:
         self._next = None
 
     def start(self, timestamp: int):
-        c = self._c
-        return None, None, c._launch_callback() if c.in_callback else None
+        return None, None, self._l.launch_callback() if self._l.in_callback else None
 
     def enable(self, on: bool) -> None:
         pass
@@ -164,29 +190,27 @@ class PythonPipeline:
         """The buffer callback: walked through ctypes, read with numpy, joined by the
         Attributor on CUPTI's thread."""
         t0 = time.perf_counter()
-        c = self._c
         try:
             offsets = walk(self._next, buffer, valid)
             self.read_records(np.frombuffer(cast(Any, (ctypes.c_char * valid).from_address(
                 buffer)), dtype=np.uint8), offsets)  # a ctypes array is a buffer
         except BaseException as exc:
-            callback_failed("while reading CUPTI records", exc, c.callback_errors)
-        c.after_buffer()
-        c.callback_seconds += time.perf_counter() - t0
+            callback_failed("while reading CUPTI records", exc, self._s.callback_errors)
+        self._s.after_buffer()
+        self._s.callback_seconds += time.perf_counter() - t0
 
     def read_records(self, buf: np.ndarray, offsets) -> None:
         """The records at `offsets` (bytes from its start) of buffer `buf` (np.uint8)."""
-        c = self._c
         at = np.asarray(offsets, dtype=np.int64)
         (kinds,) = self._read_kind(buf, at)
-        is_api = np.isin(kinds, list(c._api_cbids))
-        kernels = self._read_kernel(buf, at[kinds == c._k_kernel])
+        is_api = np.isin(kinds, list(self._s.api_cbids))
+        kernels = self._read_kernel(buf, at[kinds == self._s.kernel_kind])
         copies = [read(buf, at[kinds == kind])
-                  for read, kind in zip(self._read_copies, c._k_copies)]
-        c._digest(self._read_ext(buf, at[kinds == c._k_ext]),
+                  for read, kind in zip(self._read_copies, self._s.copy_kinds)]
+        self._s.digest(self._read_ext(buf, at[kinds == self._s.external_kind]),
                   [kinds[is_api], *self._read_api(buf, at[is_api])], kernels, copies)
-        c.note_busy(kernels, copies)  # after their launches (idle.py: which step's they are)
-        c.records += len(at)
+        self._s.note_busy(kernels, copies)  # after their launches (idle.py: which step's they are)
+        self._s.records += len(at)
 
     def settle(self) -> None:
         pass
@@ -198,13 +222,13 @@ class PythonPipeline:
         return none
 
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
-        return self._c.python_syncs.take()
+        return self._l.python_syncs.take()
 
     def wait_events(self, on: bool) -> None:
-        self._c.python_syncs.keep_events = on
+        self._l.python_syncs.keep_events = on
 
     def take_wait_events(self) -> list[tuple[int, int, int, int]]:
-        return self._c.python_syncs.take_events()
+        return self._l.python_syncs.take_events()
 
     def finish(self, since: int = 0, until: int | None = None) -> int:
         return 0
@@ -264,13 +288,13 @@ class NativePipeline:
 
     native = True
 
-    def __init__(self, collector: CuptiCollector, lib: ctypes.CDLL) -> None:
-        c = self._c = collector
+    def __init__(self, shaper: Shaper, launches: Launches, lib: ctypes.CDLL) -> None:
+        self._s, self._l = shaper, launches
         self._lib = lib
-        recording = c.recorded is not None
-        serial = c._pc_options is not None and c._pc_options.serialize
-        self.joins = c._groups is not None and not c.in_callback and not recording
-        self.logs_launches = (self.joins or c.in_callback) and not recording and not serial
+        recording = self._s.recorded is not None
+        serial = self._l.serial
+        self.joins = self._s.groups is not None and not self._l.in_callback and not recording
+        self.logs_launches = (self.joins or self._l.in_callback) and not recording and not serial
         self.log: native.LaunchLog | None = None
         """Made at start (it needs CUPTI's timestamp function)."""
         self.join: native.Join | None = None
@@ -286,7 +310,7 @@ class NativePipeline:
              self.pop_main) = native.scope_calls(lib)
             self.main_path: Callable[[int], None] = self._main_path
         else:
-            self.push, self.pop = _external_ids(c)
+            self.push, self.pop = _external_ids(self._s, self._l)
             self.main_path = _nothing
 
     def unscoped_now(self, thread: int, ts: int) -> int:
@@ -315,49 +339,47 @@ class NativePipeline:
         return self.log.lost if self.log is not None else 0
 
     def start(self, timestamp: int):
-        c = self._c
         if not self.logs_launches:
-            return None, None, c._launch_callback() if c.in_callback else None
-        cupti, K = c._cupti, c._cupti.ActivityKind
+            return None, None, self._l.launch_callback() if self._l.in_callback else None
+        cupti, K = self._s.cupti, self._s.cupti.ActivityKind
         domains = {int(cupti.CallbackDomain.DRIVER_API): int(K.DRIVER),
                    int(cupti.CallbackDomain.RUNTIME_API): int(K.RUNTIME)}
-        launches: Any = {domain: (kind, *map(list, c._api_cbids[kind]))
+        launches: Any = {domain: (kind, *map(list, self._s.api_cbids[kind]))
                     for domain, kind in domains.items()}
-        self.log = native.LaunchLog(self._lib, timestamp, c._fields, launches, c._custom,
-                                    walk=c._walk)
-        if c.in_callback:
-            self._register_logged = c.logged_enters()
-        return self.log, c._launch_enter(self.unscoped_now) if c.in_callback else None, None
+        self.log = native.LaunchLog(self._lib, timestamp, self._l.fields, launches, self._s.custom,
+                                    walk=self._l.walk)
+        if self._l.in_callback:
+            self._register_logged = self._l.logged_enters()
+        return self.log, self._l.launch_enter(self.unscoped_now) if self._l.in_callback else None, None
 
     def enable(self, on: bool) -> None:
         if self.log is not None:
             self.log.enable(on)
 
     def attach(self, raw) -> None:
-        c = self._c
         self.columns = native.Columns(self._lib, raw.next_record, self.column_groups())
         if self.joins:
-            self.join = native.Join(self._lib, c._custom, {
+            self.join = native.Join(self._lib, self._s.custom, {
                 kind: (launches.tolist(), graphs.tolist())
-                for kind, (launches, graphs) in c._api_cbids.items()})
+                for kind, (launches, graphs) in self._s.api_cbids.items()})
         raw.on_buffer = self.read
 
     def column_groups(self) -> list:
         """native.Columns' groups: the record kinds and the fields of records.INPUT."""
-        c, cupti = self._c, self._c._cupti
+        cupti = self._s.cupti
 
         def fields(dtype, table):
             return [(dtype.fields[m.name][1], dtype.fields[m.name][0].itemsize,
                      dtype.fields[m.name][0].kind == "i") for m in table]
 
-        return [([c._k_ext], fields(cupti.activity_external_correlation_dtype, ExternalFields),
+        return [([self._s.external_kind], fields(cupti.activity_external_correlation_dtype, ExternalFields),
                  cupti.activity_external_correlation_dtype.itemsize),
-                (list(c._api_cbids), fields(cupti.activity_api_dtype, ApiFields),
+                (list(self._s.api_cbids), fields(cupti.activity_api_dtype, ApiFields),
                  cupti.activity_api_dtype.itemsize),
-                ([c._k_kernel], fields(cupti.activity_kernel10_dtype, KernelFields),
+                ([self._s.kernel_kind], fields(cupti.activity_kernel10_dtype, KernelFields),
                  cupti.activity_kernel10_dtype.itemsize)] + [
                 ([kind], fields(dtype, table), dtype.itemsize) for kind, dtype, table in zip(
-                    c._k_copies, (cupti.activity_memcpy6_dtype,
+                    self._s.copy_kinds, (cupti.activity_memcpy6_dtype,
                                   cupti.activity_memcpy_pto_p4_dtype,
                                   cupti.activity_memset4_dtype),
                     (CopyFields, CopyFields, SetFields))]
@@ -367,29 +389,28 @@ class NativePipeline:
         PythonPipeline's; or, when it joins too, the sums of the kernels it joined (what it
         leaves to Python goes to the Attributor)."""
         t0 = time.perf_counter()
-        c = self._c
         try:
             if self.join is not None:
-                with c._lock:
+                with self._s.lock:
                     logged = self.log.take() if self.log is not None else None
                     blocks, rows, walked = self.columns.read(buffer, valid, keep=True)
                     used = [block[:, :int(n)] for block, n in zip(blocks, rows)]
                     if logged is not None:  # the launches, as their records would read
                         blocks[0], blocks[1], rows[0], rows[1] = logged
                     self._note_launches(blocks[1], rows[1])
-                    c.note_busy(used[2], used[3:])  # records.INPUT: kernels, then copies
+                    self._s.note_busy(used[2], used[3:])  # records.INPUT: kernels, then copies
                     self._join_columns(blocks, rows)
             else:
                 (ext, api, kernels, *copies), walked = self.columns(buffer, valid)
-                with c._lock:
+                with self._s.lock:
                     self._withdraw()  # the logged launches first: their kernels may be here
-                c._digest(ext, api, kernels, copies)
-                c.note_busy(kernels, copies)  # after their launches
-            c.records += walked
+                self._s.digest(ext, api, kernels, copies)
+                self._s.note_busy(kernels, copies)  # after their launches
+            self._s.records += walked
         except BaseException as exc:
-            callback_failed("while reading CUPTI records", exc, c.callback_errors)
-        c.after_buffer()
-        c.callback_seconds += time.perf_counter() - t0
+            callback_failed("while reading CUPTI records", exc, self._s.callback_errors)
+        self._s.after_buffer()
+        self._s.callback_seconds += time.perf_counter() - t0
 
     def _note_launches(self, api: np.ndarray, n: int) -> None:
         """The C join's launch calls (API columns, the first n) to the collector's `launched`
@@ -397,32 +418,30 @@ class NativePipeline:
         are reused."""
         n = int(n)
         if n:
-            self._c.note_launches(api[ApiFields.correlation_id, :n].copy(),
+            self._s.note_launches(api[ApiFields.correlation_id, :n].copy(),
                                   api[ApiFields.start, :n].copy())
 
     def _join_columns(self, blocks: list[np.ndarray], rows: np.ndarray) -> None:
         """Records as Columns.read gives them through the C join, to the sinks (what it
         leaves to Python to the Attributor). Under the lock."""
-        c = self._c
-        joined = cast(native.Join, self.join).add(blocks, rows, c.attributor.capture_span())
+        joined = cast(native.Join, self.join).add(blocks, rows, self._s.attributor.capture_span())
         try:
             self._route(joined)
         finally:  # the join has let go of these: lose none of them
             external, api, kernels = joined.python
             if len(api[0]) or len(kernels[0]):
-                c._attribute(external, api, kernels)
+                self._s.attribute(external, api, kernels)
 
     def _route(self, joined: Joined) -> None:
         """The C join's sums to the group sink (its rows, made on demand, to the kernel sink's
         way when the sessions need each kernel)."""
-        c = self._c
         self._joined[0] += joined.launches - len(joined.python[1][0])
         if joined.first is None:
             return
         G, R, K = records.Group, records.Row, records.Kernel
         g = joined.groups
-        groups = list(zip(g[G.path].tolist(), c._texts(g[G.name]), g[G.device].tolist(),
-                          c._configs(*(g[G[m.name]] for m in records.CONFIG)),
+        groups = list(zip(g[G.path].tolist(), self._s.texts(g[G.name]), g[G.device].tolist(),
+                          self._s.configs(*(g[G[m.name]] for m in records.CONFIG)),
                           g[G.ns].tolist(), g[G.count].tolist()))
         self._joined[1] += joined.rows.shape[1]
 
@@ -431,10 +450,10 @@ class NativePipeline:
             none = np.zeros(r.shape[1], dtype=records.DTYPE)  # C joins no graph kernel
             # k.name: the member's name (mypy takes it for the column named `name`)
             kernels = [r[R[cast(str, k.name)]] if k.name in R.__members__ else none for k in K]
-            placed = c._kernel_columns(kernels)[:records.Placed.graph_node]
+            placed = self._s.kernel_columns(kernels)[:records.Placed.graph_node]
             return list(zip(r[R.path].tolist(), r[R.launch].tolist(), *placed))
 
-        c._groups(groups, joined.first, rows)
+        cast(GroupSink, self._s.groups)(groups, joined.first, rows)  # set: the join runs
 
     def settle(self) -> None:
         """What the C launch log holds since the last buffer, before counting what waits or
@@ -457,7 +476,7 @@ class NativePipeline:
         (the C launch log keeps them): no kernel will come for them. Under the lock. The
         failed calls are taken first: a call's enter is logged before its failure, so both
         are in hand when the failure is."""
-        if self.log is None or not self._c.in_callback:
+        if self.log is None or not self._l.in_callback:
             return
         failed = self.log.failed()
         ext, api, n_ext, n_api = self.log.take()
@@ -470,7 +489,7 @@ class NativePipeline:
                                   api[A.start, :n_api].tolist(), api[A.cbid, :n_api].tolist(),
                                   api[A.thread_id, :n_api].tolist())
         for corr in failed:
-            self._c.attributor.cancel_launch(corr)
+            self._s.attributor.cancel_launch(corr)
 
     def waiting(self, ts: int, since: int = 0) -> int:
         return self.join.waiting(ts, since) if self.join is not None else 0
@@ -480,35 +499,34 @@ class NativePipeline:
 
     def take_syncs(self) -> tuple[list[int], list[int], list[int]]:
         if self.log is None:
-            return self._c.python_syncs.take()
+            return self._l.python_syncs.take()
         return self.log.take_syncs()
 
     def wait_events(self, on: bool) -> None:
         if self.log is None:
-            self._c.python_syncs.keep_events = on
+            self._l.python_syncs.keep_events = on
         else:
             self.log.wait_events(on)
 
     def take_wait_events(self) -> list[tuple[int, int, int, int]]:
         if self.log is None:
-            return self._c.python_syncs.take_events()
+            return self._l.python_syncs.take_events()
         return self.log.take_wait_events()
 
     def finish(self, since: int = 0, until: int | None = None) -> int:
-        c = self._c
         if self.join is None:
             return 0
         # kernels the Attributor holds go to their external record's path, which the join kept
-        for corr in c.attributor.early_ids():
+        for corr in self._s.attributor.early_ids():
             path = self.join.path(corr)
             if path is not None:
-                c.attributor.external.setdefault(corr, path)
+                self._s.attributor.external.setdefault(corr, path)
         paths_, kernels = self.join.finish()
         lost = len(paths_)
         if lost:
-            placed = c._kernel_columns(kernels)[:records.Placed.graph_node]
+            placed = self._s.kernel_columns(kernels)[:records.Placed.graph_node]
             start = records.Placed.start  # its launch never came: its own start stands in
-            c._sink([(ROOT if p < 0 else p, k[start]) + k
+            self._s.sink([(ROOT if p < 0 else p, k[start]) + k
                      for p, k in zip(paths_.tolist(), zip(*placed))])
             self._joined[1] += lost
             starts = kernels[records.Kernel.start]

@@ -86,7 +86,7 @@ class CopyFields(Table):
 
 class SetFields(Table):
     """A MEMSET record (activity_memset4_dtype): CopyFields without the kinds, its columns at
-    the same places (native.c's copy_row and collector.copy_kernels read both alike)."""
+    the same places (native.c's copy_row and shaping.copy_kernels read both alike)."""
     correlation_id = 0
     device_id = 1
     start = 2

@@ -42,6 +42,14 @@ class ScopeRanges:
         it (seen on an H200: 3 pushes of one scope gave 1 range)."""
         self.errors = 0
 
+    def scope_enter(self, top) -> None:
+        """A main-thread frame opened (context/frames.ScopeListener)."""
+        if top.name in self.names:
+            self.enter(top.name, top.path)
+
+    def scope_exit(self, top) -> None:
+        self.exit(top.name)
+
     def enter(self, name: str, path: int) -> None:
         """A listed scope opened on the main thread (path: its node)."""
         self._open.append(name)

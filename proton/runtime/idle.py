@@ -72,6 +72,7 @@ from typing import Callable, Sequence, cast
 import numpy as np
 
 from ..cupti.records import Busy
+from ..data.paths import SCOPE
 
 MAX_WAITING = 1 << 16
 """Closed entries held at most while their busy time may still come."""
@@ -241,6 +242,19 @@ class IdleTracker:
                                                       np.zeros(0, dtype=np.int64)))
     """(correlation ids, sorted; starts) of the launch calls made since `cut`."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    sink: Callable[[Judged | None], None] = lambda judged: None
+    """Where the entries judged at a scope's exit go (the idle part's sessions)."""
+
+    def scope_enter(self, top) -> None:
+        """A main-thread frame opened (context/frames.ScopeListener): a scope's entry."""
+        if top.kind == SCOPE:
+            self.enter(top.path)
+            top.timed_by = self
+
+    def scope_exit(self, top) -> None:
+        """A main-thread frame closed: the entry this tracker timed is left."""
+        if top.timed_by is self:
+            self.sink(self.exit())
 
     def enter(self, path: int, ts: int | None = None) -> None:
         """A scope entered at `ts` (CUPTI ns; None: the clock now, read under the lock so

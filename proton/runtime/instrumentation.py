@@ -712,10 +712,11 @@ def set_host_buffer(value: Any) -> None:
     host_buffer = value
 
 
-def check_start(live) -> None:
-    """Raises SessionError when an instrumentation session cannot start now."""
+def check_start(another: bool) -> None:
+    """Raises SessionError when an instrumentation session cannot start now (`another`: one
+    is live)."""
     check_triton()
-    if any(s.instrument is not None for s in live):
+    if another:
         raise SessionError("an instrumentation session is live; finalize it before starting "
                            "another (kernels compile with one mode at a time)")
 
@@ -738,12 +739,13 @@ def clock_table(devices: dict) -> dict[int, int]:
             if str(d).isdigit() and isinstance(v, dict)}
 
 
-def finish(session, devices: dict) -> None:
-    """Read what is left, put it on `session` (tree nodes or trace spans), say what was lost,
-    and put Triton back as it was. `devices`: the file's device table (clock rates)."""
+def finish(inst: Instrumentation, session, devices: dict) -> tuple[list, dict]:
+    """Read what is left, put it on `session`'s tree nodes, say what was lost, and put Triton
+    back as it was; return a trace's kernel scopes' spans per warp and a tree's kernel nodes'
+    warp timelines. `devices`: the file's device table (clock rates)."""
     global _installed
-    inst = session.instrument
-    session.instrument = None
+    spans: list = []
+    timelines: dict = {}
     try:
         with inst.lock:
             inst.read()
@@ -751,9 +753,9 @@ def finish(session, devices: dict) -> None:
         if session.data == "trace":
             with session.lock:
                 kernels = list(session.events)
-            session.intra = inst.trace_spans(kernels)
+            spans = inst.trace_spans(kernels)
         else:
-            session.timelines = inst.timelines()
+            timelines = inst.timelines()
             for (kernel, node), stats in inst.stats.items():
                 device = int(paths.frames[kernel].kind.removeprefix("kernel") or 0) \
                     if paths.frames[kernel].kind.startswith("kernel") else 0
@@ -762,3 +764,4 @@ def finish(session, devices: dict) -> None:
     finally:
         inst.uninstall()
         _installed = None
+    return spans, timelines

@@ -1,8 +1,8 @@
 """torch's CUDA caching allocator per scope (proton.start(memory=True), `proton --memory`).
 
 At each enter and exit of a scope on the main thread (context/frames.py calls `enter` and
-`exit` while `frames.memory` is set) the allocator's counters are read once: bytes allocated
-now, the peak since the last reset, the running totals of bytes allocated and freed, and the
+`exit` while the tracker listens, frames.listeners) the allocator's counters are read once: bytes
+allocated now, the peak since the last reset, the running totals of bytes allocated and freed, and the
 running count of allocations. A scope's `mem_alloc_bytes` and `mem_freed_bytes` are the totals'
 growth while it was open, its `mem_live_bytes` what was allocated at its exit, its
 `mem_peak_bytes` the highest allocation while it was open. The peak is read around torch's peak
@@ -50,6 +50,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
+
+from ..data.paths import SCOPE
 
 
 @dataclass(slots=True)
@@ -429,7 +431,7 @@ class Owners:
 
 class MemoryTracker:
     """What context/frames.py calls at the main thread's scope enters and exits (as
-    `frames.memory`); each measured entry goes to `sink(path, measured)`."""
+    a scope listener, frames.listeners); each measured entry goes to `sink(path, measured)`."""
 
     def __init__(self, sink: Callable[[int, Measured], None],
                  source: Source | None = None) -> None:
@@ -461,6 +463,14 @@ class MemoryTracker:
     @property
     def measuring(self) -> bool:
         return self.stack is not None
+
+    def scope_enter(self, top: Any) -> None:
+        """A main-thread frame opened (context/frames.ScopeListener): a scope's is read."""
+        if top.kind == SCOPE:
+            self.enter(top.path, top)
+
+    def scope_exit(self, top: Any) -> None:
+        self.exit(top)
 
     def enter(self, path: int, frame: Any) -> None:
         stack = self.stack

@@ -2,7 +2,9 @@
 
 One `Profiler` per process (`profiler`). While any session is live it owns the CUPTI collector,
 the context chosen for the process (one at a time), the kernel router and the main thread's
-timeline; it is also the recorder that frames (context/frames.py) report to.
+timeline; it is also the recorder that frames (context/frames.py) report to. Each optional
+measurement is a part (runtime/parts), which it starts, feeds and stops through one fan-out
+without naming any; a session's file is written by runtime/output.py.
 
 Threads:
   * User threads open and close frames (context/frames.py: per-thread stacks, no lock) and call
@@ -17,8 +19,8 @@ Threads:
     closed by finalize (`closed`, set under its lock) takes no more kernels.
   * The python context's launch callback runs on each launching thread at the launch call's
     enter and exit: it registers the launch with the attributor (one dict store, atomic under
-    the GIL) before any record of its kernels can exist. Exact PC sampling reads samples at the
-    call's exit under the PC collector's lock.
+    the GIL) before any record of its kernels can exist. A part's own callbacks and threads
+    (runtime/parts) say in their modules what they touch under which lock.
   * Every function CUPTI calls catches everything (report.callback_failed): nothing raises into
     CUPTI.
   * A forked child keeps only the forking thread, and locks as the others left them. Hooks
@@ -30,35 +32,27 @@ Threads:
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
-import signal
-import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterator, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 from ..context import frames, make, stack
 from .. import data, triton_version
-from ..data import chrome_trace, job, sources, writer
+from ..data import job, writer
 from ..data.metrics import DeviceTensor
-from ..data.paths import LINE, paths
-from ..format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, LAUNCH_CONFIGS, LAUNCH_METRICS,
-                      SCOPE_WALL, SOURCES_KEY, STEP_COUNT, STEP_PARTS, STEP_WALL, SYNC_COUNT,
-                      SYNC_TIME)
-from . import sass
+from . import output
 from ..errors import ProfileWriteError, ProtonError, SessionError
-from ..options import SessionOptions, parts_off
+from ..options import SessionOptions
 from ..report import debug, debugging, warn
 from .graph_metrics import GraphMetrics, capturing, metric_frame
+from .parts import Parts
 from .router import KernelRouter
 from .session import Phase, Session
 from .timeline import MainTimeline
 
 if TYPE_CHECKING:  # imported when a session starts (CUPTI loads with it)
-    from .idle import IdleTracker, Judged  # numpy: loaded with the collector
     from ..cupti.collector import CuptiCollector
-    from ..cupti.counters import CounterSampler
 
 
 class Profiler:
@@ -68,8 +62,6 @@ class Profiler:
         self.sessions: dict[int, Session] = {}
         self.collector: CuptiCollector | None = None
         """The CUPTI collector while a session records kernels."""
-        self.counters: CounterSampler | None = None
-        """cupti.counters.CounterSampler while a mode="counters" session is live."""
         self.context = make("shadow")
         """Where frames and launches go; chosen by the first live session."""
         self.recording = False
@@ -80,9 +72,6 @@ class Profiler:
         self.graph_metrics = GraphMetrics(self.sessions, self.router.graft)
         """GPU tensor metrics copied where they are given; metrics given inside a CUDA graph
         capture counted at each replay."""
-        self.idle: IdleTracker | None = None
-        """The main thread's scope entries against the GPU's busy time, while collecting
-        (frames read it on every main-thread scope change)."""
         self.timeline = MainTimeline()
         self.lost_kernels = 0
         """Launches inside a finalized session's window whose kernel record never came."""
@@ -104,10 +93,11 @@ class Profiler:
         """A forked child's copy of its parent's collector: kept, never used nor freed."""
         self._cuda_forked = False
         """Forked after the parent started CUDA, which cannot serve this process."""
-        self._wait_events = False
-        """The collector keeps each wait as an event (for a trace session)."""
         self.span_clock: Callable[[], int] | None = None
         """frames.Recorder.span_clock: what times scopes for the trace sessions, if any."""
+        self.parts = Parts(self)
+        """The optional measurements (runtime/parts), each started by the first session that
+        asks for it."""
 
     # -- clock and GPU ----------------------------------------------------------------------
     @property
@@ -145,16 +135,12 @@ class Profiler:
             SessionError: it cannot run beside the live sessions.
             ProtonError: CUPTI could not start.
         """
-        with self._lock, self._own_work():
+        with self._lock, self.parts.own_work():
             sid = self.live(opts.name)
             if sid is not None:  # starting a live name again resumes it
                 self._activate(self.sessions[sid])
                 return sid
-            self._check_mode(opts)
-            if opts.instrument is not None:
-                from . import instrumentation  # numpy and Triton: only for such sessions
-
-                instrumentation.check_start(self.sessions.values())
+            self.parts.check(opts, list(self.sessions.values()))
             live = {s.context for s in self.sessions.values()}
             if live and opts.context not in live:
                 raise SessionError(f"a session with context={live.pop()!r} is live; finalize "
@@ -163,7 +149,7 @@ class Profiler:
                 self._choose_context(opts.context)
             if self.gpu and self.collector is None:
                 try:
-                    self._start_collector(opts.pc)
+                    self._start_collector(opts)
                 except BaseException:
                     if not self.sessions:
                         self._choose_context("shadow")  # nothing started: as before
@@ -174,63 +160,20 @@ class Profiler:
                 path = job.pid_path(path, who.pid)
                 warn(f"a forked process: session {opts.name!r} writes {path}")
             session = Session(self._next_id, opts.name, path,
-                              opts.context, opts.data, opts.hook_spec, pc=opts.pc,
-                              counters=opts.counters, job=who, flush=opts.flush)
-            if opts.memory:
-                session.memory = True
-                self._start_memory(session)
-            if opts.counters is not None:
-                self._start_counters(opts.counters)
-            if opts.instrument is not None:
-                session.instrument = instrumentation.start(opts.instrument, opts.data)
-                session.only_kernels = session.instrument.launches
-            if (pc := self._pc(session)) is not None:
-                session.pc_base = pc.counted()  # a later one counts from its start
+                              opts.context, opts.data, opts.hook_spec, job=who,
+                              flush=opts.flush)
+            self.parts.attach(session, opts)
             session.phase_starts[0] = self.now()
             self._next_id += 1
             self.sessions[session.id] = session
             self.recording = True
-            self._keep_wait_events()
+            self.parts.sessions_changed()
             self._keep_span_clock()
             self._activate(session)
             if not self._atexit:
                 atexit.register(self._finalize_at_exit)
                 self._atexit = True
             return session.id
-
-    def _check_mode(self, opts: SessionOptions) -> None:
-        """One mode for the live sessions, as in Triton's Proton (whose words start the
-        error): instruction sampling is set up with the collector, by the first session, so
-        the others, active or not, sample exactly when it does and with its options."""
-        for s in self.sessions.values():
-            if s.counters != opts.counters:
-                raise SessionError(
-                    "Cannot add a session with the same profiler but a different mode than "
-                    f"existing sessions: session {s.id} runs with mode={_mode(s.pc, s.counters)}, "
-                    f"this one asks for mode={_mode(opts.pc, opts.counters)}; finalize the live "
-                    "sessions first")
-            if s.pc != opts.pc:
-                raise SessionError(
-                    "Cannot add a session with the same profiler but a different mode than "
-                    f"existing sessions: session {s.id} runs with mode={_mode(s.pc)}, this "
-                    f"one asks for mode={_mode(opts.pc)}; finalize the live sessions first")
-
-    @contextlib.contextmanager
-    def _own_work(self) -> Iterator[None]:
-        """Proton's own work on the main thread (start, activate, deactivate, flushes): GPU idle
-        time meanwhile is the profiler's, not the job's (runtime/idle.py). A session's start
-        counts from when CUPTI began to collect (kernel activity on)."""
-        idle = self.idle
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        t0 = self.now() if idle is not None else None
-        try:
-            yield
-        finally:
-            if self.idle is not None and self.collector is not None:
-                begin = t0 if idle is self.idle and t0 is not None else self.collector.opened
-                self.idle.own(begin, self.now())
 
     def _choose_context(self, name: str) -> None:
         """One context per process at a time: the collector attributes launches one way."""
@@ -250,8 +193,6 @@ class Profiler:
         self.recording = False
         self.command_line = False  # the `proton` command's session is the parent's
         self._inherited, self.collector = self.collector, None  # CUPTI's state is the parent's
-        self.idle = None
-        self._wait_events = False
         self.span_clock = None
         if self._gpu:  # cuInit was done
             self._gpu, self._cuda_forked = None, True
@@ -261,12 +202,13 @@ class Profiler:
         self.timeline.clear()
         self._choose_context("shadow")
         self.forked = True
+        self.parts.after_fork_in_child()
         frames.after_fork_in_child()
 
     def _finalize_at_exit(self) -> None:
         """A script that never calls finalize() or dies of an exception still gets its file;
-        a Ctrl-C meanwhile waits for it (_interrupt_held)."""
-        with _interrupt_held():
+        a Ctrl-C meanwhile waits for it (output.interrupt_held)."""
+        with output.interrupt_held():
             try:
                 for path in self.finalize():
                     warn(f"wrote {path} at exit")
@@ -275,39 +217,28 @@ class Profiler:
             except Exception as exc:
                 warn(f"could not write the profile at exit: {type(exc).__name__}: {exc}")
 
-    def _start_collector(self, pc=None) -> None:
+    def _start_collector(self, opts: SessionOptions) -> None:
+        """CUPTI's collector, with what the parts the first session asks for ask of it."""
         try:
             from ..cupti.collector import CuptiCollector
         except ImportError as exc:
             raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
                               "matching your CUDA 13 driver") from None
 
-        from ..cupti.nvtx import DOMAIN
-        from . import nvtx
-        from .idle import IdleTracker
-
         context = self.context
-        users = [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []
-        off = parts_off()
-        idle = None if "idle" in off else IdleTracker()
+        asked = self.parts.collector_args(opts)
         collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
                                    launch_path=context.launch_path,
-                                   in_callback=context.in_callback, pc=pc, callback_users=users,
+                                   in_callback=context.in_callback,
                                    graft=self.router.graft, groups=self.router.on_groups,
                                    moved=self.timeline.note, walk=context.walk,
-                                   busy=idle.add if idle else None,
-                                   launched=idle.launched if idle else None,
-                                   buffered=self.take_waits,
-                                   copies="copies" not in off, waits="waits" not in off,
-                                   graph_active=self._any_active,
-                                   metric_tag=self.graph_metrics.tag)
+                                   buffered=self.parts.buffered, graph_active=self._any_active,
+                                   metric_tag=self.graph_metrics.tag, **asked)
         collector.attributor.on_metric = self.graph_metrics.executed
         collector.flushed = lambda: self.graph_metrics.read(collector)
         collector.start()
         self.collector = collector
-        if idle is not None:
-            idle.clock, idle.cut = collector.timestamp, collector.opened
-        self.idle = idle
+        self.parts.collector_started(collector)
         frames.repush_open_scopes()
         # the main thread's open scopes were entered before CUPTI listened (a capture starts
         # from another thread; proton.start may run inside a scope): threads with no scope
@@ -340,41 +271,29 @@ class Profiler:
         with self._lock:
             self._targets(session)
 
-    def _pc(self, session: Session):
-        """The PCCollector sampling for `session`, if any."""
-        return self.collector.pc if session.pc and self.collector is not None else None
-
     def _activate(self, session: Session) -> None:
         if not session.active:
             session.resume(self.now())
-            if (pc := self._pc(session)) is not None and not pc.active:
-                pc.resume()
-
-    def _sampling_for_others(self, session: Session, active: bool = False) -> bool:
-        """Another live sampling session (an active one, with `active`) keeps the sampler."""
-        return any(s.pc and s is not session and (s.active or not active)
-                   for s in self.sessions.values())
+            self.parts.resume(session)
 
     def activate(self, session: int | None = None) -> None:
         """Record again into `session` (every live session when None)."""
-        with self._lock, self._own_work():
+        with self._lock, self.parts.own_work():
             for s in self._targets(session):
                 self._activate(s)
 
     def deactivate(self, session: int | None = None, flushing: bool = False) -> None:
         """Stop recording into `session` (every live session when None) until activate();
         `flushing`: then wait for the kernels launched so far."""
-        with self._lock, self._own_work():
+        with self._lock, self.parts.own_work():
             now = self.now()
             for s in self._targets(session):
                 if s.active:
                     s.pause(now)
-                    if (pc := self._pc(s)) is not None and \
-                            not self._sampling_for_others(s, active=True):
-                        pc.pause()
+                    self.parts.pause(s)
             if flushing and self.collector is not None:
                 self.lost_kernels += self.collector.flush()
-                self.take_waits()
+                self.parts.buffered()
 
     def finalize(self, session: int | None = None, output_format: str = "") -> list[str]:
         """Flush, write and close sessions (every live one when None); return the files
@@ -391,13 +310,11 @@ class Profiler:
             for s in targets:  # a bad format must not cost the data
                 writer.check_format(s.data, output_format)
             if self.collector is not None:
-                with self._own_work():
+                with self.parts.own_work():
                     end = self._window_end(targets)
                     self.lost_kernels += self.collector.flush(until=end)
                     self.window_end = max(end, self.window_end or end)
-                self.take_waits()
-                if self.idle is not None:  # the last steps end where the GPU drained
-                    self.add_idle(self.idle.end_steps())
+                self.parts.buffered(final=True)  # the last steps end where the GPU drained
             self.deactivate(session)
             self._add_open_cpu_time(targets)
             devices = self._device_table()
@@ -406,7 +323,7 @@ class Profiler:
             try:
                 for s in targets:
                     try:
-                        written += self._write(s, devices, output_format)
+                        written += output.write(self, s, devices, output_format)
                     except ProfileWriteError as exc:
                         failed.append(str(exc))
                     except Exception as exc:  # a bug here must not keep the session open
@@ -432,9 +349,7 @@ class Profiler:
         with self._lock:
             for s in self._targets(session, finished_ok=True):
                 try:
-                    if (pc := self._pc(s)) is not None and not self._sampling_for_others(s):
-                        cast("CuptiCollector", self.collector).pc = None  # it samples
-                        pc.finish()
+                    self.parts.discard(s, list(self.sessions.values()))
                 finally:
                     with s.lock:
                         s.closed = True
@@ -444,7 +359,7 @@ class Profiler:
     def _closed(self) -> None:
         """Sessions were closed: with none left, CUPTI is released. Under the lock."""
         self.recording = bool(self.sessions)
-        self._keep_wait_events()
+        self.parts.sessions_changed()
         self._keep_span_clock()
         if not self.sessions:
             if self.collector is not None:
@@ -463,18 +378,18 @@ class Profiler:
         so that a rank that never comes keeps nothing waiting but this snapshot."""
         with self._lock:
             if self.collector is not None:
-                with self._own_work():
+                with self.parts.own_work():
                     self.collector.flush(timeout_s=2.0)
-                self.take_waits()
+                self.parts.buffered()
             devices = self._device_table()
-            docs = [(s, self._document(s, s.data_of(s.phase), devices))
+            docs = [(s, output.document(self, s, s.data_of(s.phase), devices))
                     for s in list(self.sessions.values())]
         written: list[str] = []
         for s, doc in docs:
             written.append(writer.write(doc, s.path, since=s.began, keep=s.keep_others))
             if merge_key is not None and s.job is not None and s.job.ranked \
                     and s.data == "tree":
-                written += self._merge_snapshot(s, doc, merge_key)
+                written += output.merge_snapshot(self, s, doc, merge_key)
         return written
 
     def merge_before_group_ends(self) -> None:
@@ -495,47 +410,24 @@ class Profiler:
             if self.collector is not None:
                 self.lost_kernels += self.collector.flush()
             for s in targets:
-                if s.memory:
-                    self._judge_memory(s)
+                self.parts.phase_ends(s)
             devices = self._device_table()
-            docs = [(s, self._document(s, Phase(s.nodes, s.events, s.spans, s.waits),
+            docs = [(s, output.document(self, s, Phase(s.nodes, s.events, s.spans, s.waits),
                                        devices)) for s in targets]
         for s, doc in docs:
-            for path in self._write_job(s, doc, merge_only=True):
+            for path in output.write_job(self, s, doc, merge_only=True):
                 warn(f"wrote {path}")
-
-    def _merge_snapshot(self, session: Session, doc: list, key: str) -> list[str]:
-        """A periodic snapshot's job file (rank 0 writes it); nothing, said once, when the
-        ranks did not all come: each rank's own snapshot file was written anyway."""
-        from . import job_merge
-
-        if job_merge.rank_files() == "ranks" or job_merge.group_ready() is not None:
-            return []
-        who = cast(job.Job, session.job)
-        target = job.job_path(session.path, who)
-        ok, said = job_merge.merge(
-            writer.plain(doc), cast(int, who.rank),
-            # the session's last write (finalize's merge) is not replaced by a late snapshot
-            lambda d: "" if session.closed else writer.write(d, target, since=session.began,
-                                                             keep=session.keep_others),
-            key=f"{key}/{os.path.basename(target)}")
-        if not ok and not self._snapshot_unmerged:
-            self._snapshot_unmerged = True
-            warn(f"rank {who.rank}: a periodic snapshot of the job's profile was not merged "
-                 f"({said}); each rank's snapshot file is written (said once)")
-        return [said] if ok and said else []
 
     # -- phases (proton.data, mode="periodic_flushing") ----------------------------------------
     def advance_phase(self, session: int) -> int:
         """Start `session`'s next phase and return its number; with periodic flushing, the
         finished phase's records are flushed and it is written to NAME.part_<phase>.<fmt>."""
-        with self._lock, self._own_work():
+        with self._lock, self.parts.own_work():
             s = self._targets(session)[0]
-            if s.memory:
-                self._judge_memory(s)
+            self.parts.phase_ends(s)
             phase = s.advance(self.now())
             if s.flush:
-                self._write_parts(s, self._device_table())
+                output.write_parts(self, s, self._device_table())
             return phase
 
     def phase_data(self, session: int, phase: int) -> list | dict:
@@ -545,7 +437,7 @@ class Profiler:
             s = self._targets(session)[0]
             if self.collector is not None and phase < s.phase:
                 self.collector.deliver()
-            return self._document(s, s.data_of(phase), self._device_table())
+            return output.document(self, s, s.data_of(phase), self._device_table())
 
     def phase_complete(self, session: int, phase: int) -> bool:
         """A finished phase whose launches have all come in (or were written away)."""
@@ -562,360 +454,10 @@ class Profiler:
         with self._lock:
             self._targets(session)[0].clear(phase, up_to, self.now())
 
-    def _write_parts(self, s: Session, devices: dict, final: bool = False) -> list[str]:
-        """Write `s`'s finished phases (and the current one when `final`) to their part files,
-        each once its records are in, and let them go. A part that cannot be written where
-        asked goes to the temporary folder (its error is raised after the others are written,
-        and only when `final`: a serving loop's advance_phase gets a warning)."""
-        if self.collector is not None:
-            self.collector.flush()
-            self.take_waits()
-        phases = sorted(s.earlier) + ([s.phase] if final else [])
-        stem, _ = os.path.splitext(s.path)
-        written, failed = [], []
-        for p in phases:
-            data = s.data_of(p)
-            if data is None:
-                continue
-            path = f"{stem}.part_{p}.{s.flush}"
-            try:
-                written.append(writer.write(self._document(s, data, devices), path,
-                                            since=s.began, encoding="msgpack"
-                                            if str(s.flush).endswith("msgpack") else "json",
-                                            keep=s.keep_others))
-            except ProfileWriteError as exc:
-                failed.append(str(exc))
-            s.clear(p)
-        if failed and final:
-            raise ProfileWriteError("; ".join(failed))
-        for message in failed:
-            warn(message)
-        return written
-
-    def _document(self, s: Session, data, devices: dict):
-        """The file's document of one phase's data (Session.data_of) of `s`."""
-        who = s.job.fields() if s.job else None
-        if data is None:
-            data = Phase({}, [], [], [])
-        if s.data == "trace":  # an instrumentation trace: the kernels' scopes, not the kernels
-            if s.only_kernels is not None:
-                return chrome_trace.build_trace([], [], who, s.intra)
-            return chrome_trace.build_trace(data.events, data.spans, who, waits=data.waits)
-        with s.lock:
-            notes = dict(s.notes)
-        doc = writer.build(data.nodes, devices, notes, who, self._own_metrics(s, data.nodes),
-                           timelines=s.timelines)
-        if s.pc is not None and s.pc.embed_source:  # the sampled lines' files travel with it
-            lines = (paths.frames[pid].name for pid in data.nodes
-                     if paths.frames[pid].kind == LINE)
-            doc[0][SOURCES_KEY] = sources.texts(sources.files_of(lines))
-        return doc
-
-    def _write(self, session: Session, devices: dict, output_format: str = "") -> list[str]:
-        """Close `session` and write its file (or its last part files); return the paths."""
-        if session.instrument is not None:
-            from . import instrumentation
-
-            instrumentation.finish(session, devices)
-        if session.memory:
-            self._finish_memory(session)
-        if session.counters:
-            self._finish_scope_ranges(session)
-            self._refit_counters(session)
-        if (pc := self._pc(session)) is not None:
-            last = not self._sampling_for_others(session)
-            if last:
-                cast("CuptiCollector", self.collector).pc = None  # it samples
-            try:
-                self._add_pc_samples(session, pc, last)
-            except Exception as exc:  # the time profile is still worth having
-                warn(f"PC sampling could not be read at the end ({exc}); the profile keeps "
-                     "its kernel times")
-        if session.flush:
-            written = self._write_parts(session, devices, final=True)
-            with session.lock:
-                session.closed = True
-            return written
-        with session.lock:
-            session.closed = True
-        now = Phase(session.nodes, session.events, session.spans, session.waits)
-        doc = self._document(session, now, devices)
-        path, encoding = session.path, "json"
-        if output_format == "hatchet_msgpack":
-            path, encoding = os.path.splitext(path)[0] + ".hatchet_msgpack", "msgpack"
-        elif session.job is not None and session.job.ranked and session.data == "tree":
-            return self._write_job(session, doc)
-        return [writer.write(doc, path, since=session.began, encoding=encoding,
-                             keep=session.keep_others)]
-
-    def _write_job(self, session: Session, doc: list, merge_only: bool = False) -> list[str]:
-        """A rank's tree written as PROTON_RANK_FILES says (job_merge): merged into the job
-        file that rank 0 writes, and/or this rank's own file; its own file whenever the merge
-        could not be made, with one line saying why. `merge_only`: the job file alone (before
-        the group ends); a session merged so writes its rank file at the end (unless the
-        merge made the job file and PROTON_RANK_FILES=job)."""
-        from . import job_merge
-
-        mode = job_merge.rank_files()
-        if session.merged_early is not None and not merge_only:  # merged before the group went
-            if session.merged_early == "ok" and mode == "job":
-                return []
-            return [writer.write(doc, session.path, since=session.began,
-                                 keep=session.keep_others)]
-        who = cast(job.Job, session.job)
-        write = lambda d, p: writer.write(d, p, since=session.began,  # noqa: E731
-                                          keep=session.keep_others)
-        written: list[str] = []
-        if mode == "ranks":
-            return [write(doc, session.path)]
-        why = job_merge.group_ready()
-        # with every rank's file written anyway, rank 0 alone says why (nothing when the
-        # job does not use torch.distributed at all)
-        quiet = mode == "both" and why is not None and (who.rank != 0 or
-                                                        not job_merge.in_use())
-        if why is None:
-            plain = writer.plain(doc)  # what the rank's file holds, to the last digit
-            target = job.job_path(session.path, who)
-            key, members = session.merge or (self._merge_key(target), None)
-            if members is not None and sorted(members) != list(range(who.world_size or 0)):
-                target = job.subset_path(target, members)  # not the whole job's file
-            try:
-                ok, said = job_merge.merge(plain, cast(int, who.rank),
-                                           lambda d: write(d, target), key=key, members=members)
-            except Exception as exc:  # nothing in the merge may cost this rank its own file
-                ok, said = False, f"the merge failed ({type(exc).__name__}: {exc})"
-            if merge_only:
-                session.merged_early = "ok" if ok else "failed"
-                if not ok:
-                    warn(f"rank {who.rank}: the job's profile was not merged ({said}); this "
-                         f"rank writes its own file {session.path} at the end")
-                    return []
-            if ok:
-                if said:  # the rank that wrote it
-                    self.merged[said] = sorted(members) if members is not None else \
-                        list(range(who.world_size or 0))
-                    written.append(said)
-                if mode == "job" or merge_only:
-                    return written
-            else:
-                why = said
-        if why is not None and not quiet:
-            warn(f"rank {who.rank}: the job's profile was not merged ({why}); this rank "
-                 f"writes its own file {session.path}")
-        return written + [write(doc, session.path)]
-
-    def _merge_key(self, target: str) -> str:
-        """The key a job's ranks meet under to merge the file `target` at finalize: its name
-        and how many times this process merged it before (every rank finalizes the same)."""
-        seen = self._merges[target] = self._merges.get(target, 0) + 1
-        return f"final/{seen}/{os.path.basename(target)}"
-
-    def _own_metrics(self, session: Session, nodes: dict) -> dict[int, dict[str, int]]:
-        """Kernel node -> its launch configuration (the one with the most GPU time when its
-        launches differed, and how many there were) and, for a Triton kernel that does a
-        tl.dot, its SASS instruction mix."""
-        configs = getattr(self.collector, "launch_configs", None)
-        if configs is None:
-            return {}
-        out: dict[int, dict[str, int]] = {}
-        with session.lock:
-            launch = {path: dict(seen) for path, seen in session.launch.items() if path in nodes}
-        for path, seen in launch.items():
-            shape = configs.get(max(seen, key=lambda config: seen[config])) if seen else None
-            if shape is not None:
-                out[path] = dict(zip(LAUNCH_METRICS, shape))
-                if len(seen) > 1:
-                    out[path][LAUNCH_CONFIGS] = len(seen)
-        names = {node: name for (_, name, _), node in list(self.router._kernel_paths.items())
-                 if node in nodes}
-        for node, metrics in sass.by_name(set(names.values())).items():
-            for kernel, name in names.items():
-                if name == node:
-                    out.setdefault(kernel, {}).update(metrics)
-        return out
-
-    def _add_pc_samples(self, session: Session, pc, last: bool = True) -> None:
-        """Put the samples taken since `session` started on its kernel nodes and their lines;
-        `last`: no other session samples, so sampling finishes (else it reads what it has)."""
-        from ..cupti.pc_collector import place_samples
-
-        router = self.router
-        for node, metrics, why in place_samples(pc, router.kernel_times(session),
-                                                router.kernel_path, since=session.pc_base,
-                                                finish=last):
-            if why:
-                session.notes.setdefault(node, why)
-            session.add(node, metrics)
-
-    def _start_counters(self, options) -> None:
-        """PM sampling on every GPU for mode="counters" (once for the live sessions). Where
-        counters cannot be read, one line says why and the session goes on with kernel
-        times."""
-        if self.counters is not None or frames.ranges is not None:
-            return
-        if self.collector is None:  # no GPU: said once already, scopes get CPU time
-            return
-        if options.scopes:
-            self._start_scope_ranges(options.scopes)
-            return
-        from ..cupti import gpu
-        from ..cupti.buffers import loaded_libcupti
-        from ..cupti.counters import CounterSampler
-        from ..cupti.perfworks import CountersError
-
-        try:
-            self.counters = CounterSampler(loaded_libcupti() or "libcupti.so",
-                                           gpu.devices_in_use(), options.interval,
-                                           self.router.on_counters)
-        except (CountersError, OSError) as exc:
-            _counters_refused("hardware counters", exc, " (if another profiler holds them: "
-                              "stop Nsight Compute, Nsight Systems GPU metrics or DCGM "
-                              "profiling)")
-            return
-        self.router.counters = self.counters
-
-    def _start_memory(self, session: Session) -> None:
-        """torch's allocator read at the main thread's scope enters and exits (once for the
-        live memory sessions); `session` judges the entries closed from now on."""
-        if frames.memory is None:
-            from .memory import MemoryTracker
-
-            frames.memory = MemoryTracker(self.add_memory)
-        session.memory_marks = dict(frames.memory.closed)
-
-    def _judge_memory(self, session: Session) -> None:
-        """What the scopes' entries of `session`'s current phase keep, onto its nodes (the
-        phase ends)."""
-        tracker = frames.memory
-        if tracker is not None:
-            session.add_kept(tracker.judge(session.memory_marks), tracker.device_bytes)
-
-    def add_memory(self, path_id: int, measured) -> None:
-        """One scope entry measured (runtime/memory.py): for the active memory sessions."""
-        for s in list(self.sessions.values()):
-            if s.memory and s.active:
-                s.add_memory(path_id, measured)
-
-    def _finish_memory(self, session: Session) -> None:
-        """The last memory session ends: stop reading; say where the job's peak was, or why
-        nothing was measured."""
-        self._judge_memory(session)
-        tracker = frames.memory
-        if tracker is not None and not any(s.memory and s is not session
-                                           for s in self.sessions.values()):
-            frames.memory = None
-            tracker.close()
-        if tracker is None:
-            return
-        found = session.memory_peak
-        if tracker.failed is not None:
-            warn(f"memory=True: torch's allocator could not be read ({tracker.failed}); the "
-                 "profile has no memory metrics after that")
-        elif found is None or not found[1]:
-            warn("memory=True: no scope allocated CUDA memory through torch in this session "
-                 "(torch's caching allocator is what is measured)")
-        if tracker.failed is None and tracker.no_history is not None and tracker.measuring:
-            warn("memory=True: " + ("leaks judged only until the allocator's history "
-                                    "stopped" if tracker.ceiling is not None else
-                                    "leaks not judged") + f" ({tracker.no_history})")
-        if tracker.gaps:
-            warn(f"memory=True: torch's allocator history dropped events {tracker.gaps} "
-                 "time(s) (a job's own history keeps its last max_entries events); leaks "
-                 "are judged on the scope entries begun after the last drop")
-        if found is not None and found[1]:
-            path, peak = found
-            warn(f"memory: the peak, {peak:,} bytes allocated ({peak / 2**30:.2f} GiB), was "
-                 f"reached in {' / '.join(paths.names(path))}")
-
-    def _counting_besides(self, session: Session) -> bool:
-        """Another live counters session keeps the sampler (or the scope ranges) going."""
-        return any(s.counters and s is not session for s in self.sessions.values())
-
-    def _start_scope_ranges(self, names) -> None:
-        """CUPTI's range profiler for counters:scopes=A,B."""
-        from ..cupti import gpu
-        from ..cupti.buffers import loaded_libcupti
-        from ..cupti.perfworks import CountersError
-        from ..cupti.scope_ranges import ScopeRanges
-
-        try:
-            frames.ranges = ScopeRanges(loaded_libcupti() or "libcupti.so",
-                                        gpu.devices_in_use()[0], names)
-        except (CountersError, OSError, IndexError) as exc:
-            _counters_refused("the scopes' counters", exc)
-
-    def _finish_scope_ranges(self, session: Session) -> None:
-        """The last counters session ends: the listed scopes' exact counts on their nodes."""
-        ranges = frames.ranges
-        if ranges is None or self._counting_besides(session):
-            return
-        frames.ranges = None
-        try:
-            found = ranges.finish()
-        except Exception as exc:
-            warn(f"counters: the scopes' counts could not be read ({exc}); the profile keeps "
-                 "its kernel times")
-            return
-        for path, metrics in found.items():
-            session.add(path, metrics)
-        missing = sorted(ranges.names - {p.name for p in (paths.frames[x] for x in found)})
-        if missing:
-            warn(f"counters: no GPU work was counted in scope {', '.join(map(repr, missing))} "
-                 "(not entered on the main thread, or nothing ran in it)")
-        if ranges.dropped or ranges.errors:
-            warn(f"counters: {ranges.dropped + ranges.errors} scope ranges were lost "
-                 "(over 4,096 in one session)")
-
-    def _refit_counters(self, session: Session) -> None:
-        """The session's kernels' counters from rates fitted over every sample (see
-        cupti.counters.Rates), in place of the time split's; the last counters session to
-        end stops sampling first."""
-        sampler = self.counters
-        if sampler is None:
-            return
-        if not self._counting_besides(session) and not self._finish_counters(sampler):
-            return
-        from ..cupti.counters import refit
-
-        try:
-            t0 = time.monotonic()
-            rates, chips = sampler.fitted()
-            with session.lock:
-                changed = refit(session.nodes, rates, chips)
-            debug(f"counters: {changed} kernel nodes refitted in {time.monotonic() - t0:.2f} s")
-        except Exception as exc:  # the time split is still worth having
-            warn(f"counters: the per-kernel fit failed ({exc}); kernels keep the time split")
-
-    def _finish_counters(self, sampler) -> bool:
-        """The last counters session ends: stop sampling, join the rest, say what it cost."""
-        self.counters = self.router.counters = None
-        try:
-            sampler.finish()
-        except Exception as exc:  # the time profile is still worth having
-            warn(f"counters could not be read at the end ({exc}); the profile keeps its "
-                 "kernel times")
-            return False
-        late = sum(j.late_ns for j in sampler.joins.values())
-        debug(f"counters: {sampler.samples} samples every {sampler.interval_us} us on GPUs "
-              f"{sampler.devices}, decoded in "
-              f"{sampler.decode_s:.2f} s; kernels: {sampler.kernels_in} in, "
-              f"{sampler.kernels_out} joined, {sampler.unsampled} on no sampled GPU; "
-              f"{late / 1e6:.3f} ms of kernel time came late; paused for {sampler.forks} forks")
-        if sampler.unsampled:
-            warn(f"counters: {sampler.unsampled} kernels ran on a GPU not in use when the "
-                 f"session started (sampled: GPU {', '.join(map(str, sampler.devices))}); "
-                 "start the session after the job has touched every GPU it uses")
-        if sampler.lost:
-            warn(f"counters: the GPU's sample buffer overflowed {sampler.lost} times and "
-                 "samples were lost; sample less often (mode='counters:interval=US' with a "
-                 "larger US)")
-        return True
-
     def _stop_collector(self) -> None:
         collector = cast("CuptiCollector", self.collector)  # called while one collects
         self.collector = None
-        self.idle = None
-        self._wait_events = False
+        self.parts.collector_stopping()
         collector.stop()
         self.timeline.clear()
         # kernels whose launch was never taken, inside a window (none finalized: no file)
@@ -932,9 +474,7 @@ class Profiler:
                     f"{unlaunched} kernels had no launch record" * bool(unlaunched),
                     f"CUPTI dropped {dropped} records" * bool(dropped)]
             warn(f"the profile misses kernels: {', '.join(s for s in said if s)}")
-        if left_out := collector.wait_events_dropped:
-            warn(f"the trace misses {left_out} waits: more came between two CUPTI buffers "
-                 "than its wait log holds (2^20)")
+        self.parts.collector_stopped(collector)
         self.lost_kernels = 0
         self.window_end = None
         self.graph_metrics.reset()
@@ -950,82 +490,6 @@ class Profiler:
         from ..data.devices import table_json
 
         return table_json(gpu.device_table())
-
-    # -- waits and idle time ------------------------------------------------------------------
-    def take_waits(self) -> None:
-        """The waits summed since the last take, onto the active sessions; the scope entries
-        whose records have all come, judged and onto the sessions active at their start; each
-        wait as an event onto the traces active at its start. After each CUPTI buffer
-        (CUPTI's thread) and at each flush."""
-        collector, idle = self.collector, self.idle
-        if collector is None:
-            return
-        paths_, ns, counts = collector.take_syncs()
-        if paths_:
-            active = [s for s in list(self.sessions.values()) if s.active]
-            for path, t, n in zip(paths_, ns, counts):
-                for s in active:
-                    s.add(path, {SYNC_TIME: t, SYNC_COUNT: n}, fold=False)
-        if self._wait_events:
-            events = collector.take_wait_events()
-            if idle is not None and events:
-                _host_stretches(idle, events)
-            traces = [s for s in list(self.sessions.values()) if s.traces_waits]
-            for path, start, end, thread in events:
-                if path < 0:  # a slow launch call (cupti.native.SLOW_LAUNCH_PATH)
-                    continue
-                for s in traces:
-                    if s.active_at(start):
-                        s.add_wait(path, start, end, thread)
-        if idle is not None:
-            self.add_idle(idle.advance(collector.watermark()))
-
-    def _keep_wait_events(self) -> None:
-        """Waits are kept as events while the idle tracker classes the GPU's idle time by
-        them, or a live session's trace shows them (Session.traces_waits). Under the lock."""
-        on = self.collector is not None and (self.idle is not None or any(
-            s.traces_waits for s in self.sessions.values()))
-        if on != self._wait_events:
-            if self.collector is not None:
-                self.collector.wait_events(on)
-            self._wait_events = on
-
-    def add_idle(self, judged: Judged | None) -> None:
-        """Judged scope entries (runtime/idle.py) onto each session active at their start:
-        per path, the sums of their wall and idle times (the node's own values); and judged
-        step windows, the sums of their parts (format.STEP_METRICS)."""
-        if judged is None:
-            return
-        import numpy as np
-
-        steps = judged.steps
-        if not len(judged) and (steps is None or not len(steps)):
-            return
-        busy = judged.busy if judged.busy is not None else \
-            judged.walls - judged.idles - (judged.excluded if judged.excluded is not None else 0)
-        excluded = judged.excluded if judged.excluded is not None else np.zeros(len(judged))
-        # an entry in which the GPU ran nothing says nothing of the GPU unless it is inside a
-        # step of a job whose GPU runs (Judged.shown): a job with no GPU work has no idle
-        # metrics, as Triton's files have none (its test_scope_exclusive counts a scope's)
-        entries = (judged.paths, judged.starts, busy > 0 if judged.shown is None else judged.shown,
-                   np.stack((judged.walls, judged.idles, excluded), axis=1))
-        names: tuple[str, ...] = (SCOPE_WALL + EXCLUSIVE, GPU_IDLE + EXCLUSIVE,
-                                  GPU_IDLE_EXCLUDED + EXCLUSIVE)
-        groups: list[tuple[tuple, tuple[str, ...]]] = [(entries, names)]
-        if steps is not None and len(steps):
-            ran = steps.parts[:, :3].sum(axis=1) > 0  # compute, comm, copy
-            values = np.column_stack((steps.walls, np.ones(len(steps)), steps.parts))
-            groups.append(((steps.paths, steps.starts, ran, values),
-                           tuple(m + EXCLUSIVE for m in (STEP_WALL, STEP_COUNT, *STEP_PARTS))))
-        for s in list(self.sessions.values()):
-            if s.data != "tree":
-                continue
-            for (paths_, starts, keep, values), keys in groups:
-                _add_sums(s, paths_, starts, keep, values, keys)
-
-    def scope_left(self, idle: IdleTracker) -> None:
-        """A main-thread scope whose entry `idle` timed was left (context/frames.py)."""
-        self.add_idle(idle.exit())
 
     # -- the recorder frames report to (context/frames.py) ----------------------------------
     def add_metrics(self, path_id: int, values: dict[str, float], typed: bool = True,
@@ -1097,109 +561,6 @@ class Profiler:
                         s.add_cpu_time(top.path, top.start_ns, now)
                 if top.span is not None:
                     self.add_span(top.path, top.span, thread, targets)
-
-
-_ONLY_IF_ANY = {GPU_IDLE_EXCLUDED + EXCLUSIVE}
-"""Written only where it is not 0 (files of jobs the profiler did not delay read as before)."""
-
-
-def _host_stretches(idle: IdleTracker, events: list) -> None:
-    """The wait log's events (path, start, end, thread) as the idle tracker's host stretches:
-    the main thread's waits (SYNC) and any thread's slow launch calls (LAUNCH)."""
-    from ..cupti.native import SLOW_LAUNCH_PATH
-    from .idle import LAUNCH, SYNC
-
-    main = threading.main_thread().ident
-    waits = [(a, b) for p, a, b, t in events if p >= 0 and t == main]
-    slow = [(a, b) for p, a, b, _ in events if p == SLOW_LAUNCH_PATH]
-    for kind, found in ((SYNC, waits), (LAUNCH, slow)):
-        if found:
-            idle.host(kind, [a for a, _ in found], [b for _, b in found])
-
-
-def _add_sums(s: Session, paths_, starts, keep, values, keys: tuple[str, ...]) -> None:
-    """Rows (path, start, values) whose start falls in one of `s`'s active stretches and that
-    `keep` marks, summed per path and phase onto `s` (an entry goes to the phase it began in,
-    as a kernel goes to its launch's: one judged after advance_phase is the earlier phase's)."""
-    import numpy as np
-
-    inside = np.zeros(len(paths_), dtype=bool)
-    for start, end in list(s.intervals):
-        inside |= (starts >= start) & ((starts <= end) | (end == -1))
-    inside &= keep
-    if not inside.any():
-        return
-    at = starts[inside]
-    phase = np.searchsorted(np.asarray(s.phase_starts), at, side="right")
-    pairs = np.stack((phase, paths_[inside]), axis=1)
-    pairs, first, where = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
-    where = where.reshape(-1)
-    rows = values[inside].astype(float)
-    sums = np.stack([np.bincount(where, rows[:, k], minlength=len(pairs))
-                     for k in range(rows.shape[1])], axis=1)
-    for (_, path), when, row in zip(pairs.tolist(), at[first].tolist(), sums.tolist()):
-        s.add(path, {k: int(v) for k, v in zip(keys, row) if v or k not in _ONLY_IF_ANY},
-              fold=False, at=when)
-
-
-def _counters_refused(what: str, exc: BaseException, hint: str = "") -> None:
-    """One line: why `what` cannot be read here (the fix, by CUPTI's error code), and that
-    the session goes on with kernel times."""
-    from ..cupti.perfworks import WHY
-
-    why = WHY.get(getattr(exc, "code", 0)) or f"{exc}{hint}"
-    warn(f"mode='counters': {what} cannot be read here: {why}; the session goes on with "
-         "kernel times")
-
-
-def _mode(pc, counters=None) -> str:
-    """A session's mode as start() was given it, for errors."""
-    if counters is not None:
-        return f"'counters:interval={counters.interval}'"
-    if pc is None:
-        return "None"
-    return f"'pcsampling:interval={pc.interval}{':serialize=1' if pc.serialize else ''}'"
-
-
-@contextlib.contextmanager
-def _interrupt_held() -> Iterator[None]:
-    """Ctrl-C (SIGINT) held back on the main thread while the block runs: the last chance to
-    write the profile is not cut short (at exit nothing would write it later). A Ctrl-C then
-    ends the process after the block as it would have: the script's own handler runs, or the
-    process dies of SIGINT (status 130 in the shell), as Python's own ending on one does."""
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-    except ValueError:
-        previous = None
-    if previous in (None, signal.SIG_IGN) \
-            or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pressed: list[int] = []
-
-    def hold(signum, frame):
-        if not pressed:
-            warn("interrupted; finishing the profile's write first (Ctrl-\\ ends it now)")
-        pressed.append(signum)
-
-    signal.signal(signal.SIGINT, hold)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if not pressed:
-        return
-    if callable(previous) and previous is not signal.default_int_handler:
-        try:
-            previous(signal.SIGINT, None)
-            return
-        except KeyboardInterrupt:
-            pass
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
 
 
 profiler = Profiler()

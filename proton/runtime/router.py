@@ -7,7 +7,7 @@ Runs on CUPTI's thread (see profiler.py, Threads).
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..cupti.attribution import Kernel, KernelRecord, each
 from ..cupti.records import Sunk, unpacks
@@ -15,8 +15,13 @@ from ..data.paths import KERNEL, OP, OWN, paths
 from ..format import CAPTURED_AT, COPY_NAMES, TIME
 from .session import Session
 
-if TYPE_CHECKING:  # the counters module loads with a counters session
-    from ..cupti.counters import CounterSampler
+
+
+class KernelListener(Protocol):
+    """A part that takes each buffer's kernels (the counters' sampler): per device, their
+    starts, ends and (kernel node, launch time)."""
+
+    def kernels(self, device: int, starts: list, ends: list, meta: list) -> None: ...
 
 
 NOWHERE = -1
@@ -38,9 +43,9 @@ class KernelRouter:
         """(path id, kernel name, device) -> the node its kernels count on."""
         self._grafts: dict[tuple[int, int], int] = {}
         """(graph launch path, capture path) -> the path its kernels go under."""
-        self.counters: CounterSampler | None = None
-        """cupti.counters.CounterSampler while a counters session is live: it takes each
-        kernel's node and times."""
+        self.listener: KernelListener | None = None
+        """A part that takes each kernel's node and times (the counters' sampler, while a
+        counters session is live: runtime/parts/counters.py)."""
 
     def graft(self, launch: int, captured: int) -> int:
         """attribution.Graft: the path of a graph kernel launched at `launch` and captured at
@@ -83,8 +88,8 @@ class KernelRouter:
         has been active since before the first launch, they are summed per path first and each
         session takes the sums under one lock: this runs on CUPTI's thread holding the GIL, so
         it must be short."""
-        if self.counters is not None:
-            self._to_counters(kernels)
+        if self.listener is not None:
+            self._to_listener(kernels)
         sessions = list(self._sessions.values())
         first = min(map(_START, kernels))
         if not _summable(sessions, first):
@@ -105,7 +110,7 @@ class KernelRouter:
         """attribution.GroupSink: a buffer's kernels summed per (path, name, device,
         configuration) by the C join; one by one (`rows()`) when a session needs each."""
         sessions = list(self._sessions.values())
-        if not _summable(sessions, first) or self.counters is not None:
+        if not _summable(sessions, first) or self.listener is not None:
             self.on_kernels(rows())
             return
         totals: dict[int, list] = {}
@@ -116,9 +121,9 @@ class KernelRouter:
         for s in sessions:
             s.add_kernel_totals(totals, first)
 
-    def _to_counters(self, kernels: list[Kernel]) -> None:
-        """Each kernel's node, launch and times, per device, to the counters' join; copies and
-        sets too (the copy engines' DRAM traffic is in the samples: theirs, not a neighbour's)."""
+    def _to_listener(self, kernels: list[Kernel]) -> None:
+        """Each kernel's node, launch and times, per device, to the listener (the counters'
+        join); copies and sets too (the copy engines' DRAM traffic is in the samples: theirs, not a neighbour's)."""
         by_device: dict[int, tuple[list, list, list]] = {}
         memo, slow = self._kernel_paths.get, self.kernel_path
         for path_id, launch, _, name, device, start, end, _, _ in kernels:
@@ -132,20 +137,11 @@ class KernelRouter:
             starts.append(start)
             ends.append(end)
             meta.append((kernel, launch))
-        counters = self.counters
-        if counters is None:  # the last counters session ended meanwhile
+        listener = self.listener
+        if listener is None:  # the last counters session ended meanwhile
             return
         for device, (starts, ends, meta) in by_device.items():
-            counters.kernels(device, starts, ends, meta)
-
-    def on_counters(self, finished: list) -> None:
-        """Kernels' counter sums (cupti.counters): on their node, in each counters session
-        that was active at the launch (the counters' thread)."""
-        sessions = [s for s in list(self._sessions.values()) if s.counters]
-        for node, launch, _, metrics in finished:
-            for s in sessions:
-                if s.active_at(launch):
-                    s.add(node, metrics, fold=False)
+            listener.kernels(device, starts, ends, meta)
 
     def kernel_times(self, session: Session) -> dict[str, list[tuple[int, float]]]:
         """{kernel name: [(kernel node, GPU ns in `session`)]} (for PC samples' placement)."""
@@ -158,7 +154,7 @@ class KernelRouter:
 
     def clear(self) -> None:
         """Forget the memo (no session is live)."""
-        self.counters = None
+        self.listener = None
         self._kernel_paths = {}
 
 

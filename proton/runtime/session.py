@@ -10,17 +10,8 @@ from typing import Any, Mapping
 from ..cupti.attribution import KernelRecord
 from ..data.chrome_trace import ScopeSpan
 from ..data.job import Job
-from ..data.paths import paths
 from ..data.metrics import DEVICE_CUDA, check_same_type, combine
-from ..options import CounterOptions, PCOptions
-from ..format import (BYTES, COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE,
-                      KEPT_METRICS, MEMORY_METRICS, TIME)
-from .memory import Kept, Measured
-
-_MEM_KEYS = tuple(name + EXCLUSIVE for name in MEMORY_METRICS if name not in KEPT_METRICS)
-"""The allocator metrics as a node holds them: own values, never summed up the tree."""
-_MEM_ALLOC, _MEM_FREED, _MEM_PEAK, _MEM_LIVE, _MEM_LIVE_FIRST, _MEM_COUNT, _MEM_GREW = _MEM_KEYS
-_MEM_KEPT, _MEM_KEPT_COUNT, _MEM_JUDGED, _MEM_DEVICE = (name + EXCLUSIVE for name in KEPT_METRICS)
+from ..format import BYTES, COUNT, CPU_COUNT, CPU_TIME, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, TIME
 
 
 @dataclass(slots=True)
@@ -45,13 +36,6 @@ class Session:
     data: str
     hook: str | None
     """hook= as given to start() (None: no launch hook)."""
-    pc: PCOptions | None = None
-    """mode="pcsampling": kernels get instruction samples and source-line children."""
-    counters: CounterOptions | None = None
-    """mode="counters": kernels get hardware-counter sums (cupti.counters)."""
-    pc_base: dict | None = None
-    """The sampler's counts when this session started (PCCollector.counted): what came
-    before is another session's."""
     intervals: list[list[int]] = field(default_factory=list)
     """[start, end] timestamps of each active stretch; the last end is -1 while active."""
     host_intervals: list[list[int]] = field(default_factory=list)
@@ -68,8 +52,6 @@ class Session:
     (data="trace", while a collector runs)."""
     launch: dict[int, dict[int, int]] = field(default_factory=dict)
     """Kernel node -> {launch configuration number: GPU ns} (data="tree")."""
-    notes: dict[int, str] = field(default_factory=dict)
-    """Path id -> why its PC samples have no source lines (the file's frame "no_lines")."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
     """Set (under `lock`) when finalize takes the data; late kernel records are then ignored."""
@@ -79,26 +61,13 @@ class Session:
     """Wall-clock start: a file of the same name written after it is another process's."""
     flush: str | None = None
     """mode="periodic_flushing": the format each finished phase is written in."""
-    instrument: Any = None
-    """backend="instrumentation": the runtime/instrumentation.Instrumentation it reads."""
     only_kernels: dict | None = None
-    """backend="instrumentation": the kernel nodes of its instrumented launches (kept after the
-    session ends). It counts the kernels there and no others, as Triton's Proton records only
-    instrumented kernels; its trace holds their scopes alone (the kernel records only place
+    """The kernel nodes it counts, None: all (an instrumentation session's instrumented
+    launches, kept after it ends, as Triton's Proton records only instrumented kernels). A
+    session with such a filter traces the kernels' scopes alone (the kernel records only place
     them on the clock)."""
-    intra: list = field(default_factory=list)
-    """Kernel scopes' spans per warp (data="trace"), added when the session is written."""
-    timelines: dict = field(default_factory=dict)
-    """Kernel node -> its latest launch's warp timeline (data="tree", format.WARP_TIMELINE)."""
-    memory: bool = False
-    """memory=True: each entry of a main-thread scope that closed while the session was active
-    adds its allocator metrics (runtime/memory.py) to its node in the current phase."""
-    memory_marks: dict[int, int] = field(default_factory=dict)
-    """Scope path -> its entries closed when this session's phase was last judged for what
-    they keep (runtime/memory.MemoryTracker.judge)."""
-    memory_peak: tuple[int, int] | None = None
-    """(scope path, bytes): the highest peak of any entry, over every phase (the deepest scope
-    among equal peaks: an outer scope's peak covers its children's), named at finalize."""
+    parts: dict[str, Any] = field(default_factory=dict)
+    """The state of each part (runtime/parts) this session asked for, by the part's name."""
     keep_others: bool = False
     """A capture's: a file at its path that this process did not write stays (the profile
     goes beside it)."""
@@ -131,14 +100,10 @@ class Session:
 
     def resume(self, now: int) -> None:
         """Record from `now` (the kernels' clock) on."""
-        if self.instrument is not None:
-            self.instrument.recording = True
         self.intervals.append([now, -1])
         self.host_intervals.append([time.time_ns(), -1])
 
     def pause(self, now: int) -> None:
-        if self.instrument is not None:
-            self.instrument.recording = False
         self.intervals[-1][1] = now
         self.host_intervals[-1][1] = time.time_ns()
 
@@ -185,45 +150,6 @@ class Session:
             phase = self._phase_from(start)
             if phase is not None:
                 phase.waits.append((path_id, start, end, thread))
-
-    def add_memory(self, path_id: int, m: Measured) -> None:
-        """One entry of a scope measured by runtime/memory.py (the main thread's), onto its
-        node in the current phase: sums of bytes allocated and freed and of entries, the
-        highest peak, the live bytes at the last exit and at the first, and the exits at
-        which live bytes grew."""
-        with self.lock:
-            if self.closed or not self.memory:
-                return
-            node = self.nodes.setdefault(path_id, {})
-            live = node.get(_MEM_LIVE)
-            if live is None:
-                node.update(zip(_MEM_KEYS, (m.alloc, m.freed, m.peak, m.live, m.live, 1, 0)))
-            else:
-                node[_MEM_ALLOC] += m.alloc
-                node[_MEM_FREED] += m.freed
-                node[_MEM_PEAK] = max(node[_MEM_PEAK], m.peak)
-                node[_MEM_GREW] += m.live > live
-                node[_MEM_LIVE] = m.live
-                node[_MEM_COUNT] += 1
-            top = self.memory_peak
-            if top is None or m.peak > top[1] or (
-                    m.peak == top[1] and len(paths.names(path_id)) > len(paths.names(top[0]))):
-                self.memory_peak = (path_id, m.peak)
-
-    def add_kept(self, kept: Mapping[int, Kept], device_bytes: int | None) -> None:
-        """What each scope's entries judged now keep, onto the current phase (judged at its
-        end, and before a job's ranks merge; each judgment takes the entries closed since the
-        last, so they add up)."""
-        with self.lock:
-            if self.closed or not self.memory:
-                return
-            for path_id, k in kept.items():
-                node = self.nodes.setdefault(path_id, {})
-                for key, value in ((_MEM_KEPT, k.bytes), (_MEM_KEPT_COUNT, k.entries),
-                                   (_MEM_JUDGED, k.judged)):
-                    node[key] = node.get(key, 0) + value
-                if device_bytes:
-                    node[_MEM_DEVICE] = device_bytes
 
     def add(self, path_id: int, values: Mapping[str, float], fold: bool = True,
             typed: bool = False, at: int | None = None) -> None:

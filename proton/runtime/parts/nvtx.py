@@ -1,0 +1,25 @@
+"""NVTX ranges as scopes (runtime/nvtx.py; TRITON_ENABLE_NVTX, on unless set to 0) as a part:
+the collector's launch callback passes NVTX's calls to it while CUPTI collects."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .base import Part
+
+if TYPE_CHECKING:
+    from ...options import SessionOptions
+
+
+class NvtxPart(Part):
+    """NVTX ranges pushed on Python threads open and close scopes of their names."""
+
+    name = "nvtx"
+
+    def wants(self, opts: SessionOptions) -> bool:
+        return True
+
+    def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
+        from ...cupti.nvtx import DOMAIN
+        from .. import nvtx
+
+        return {"callback_users": [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []}
