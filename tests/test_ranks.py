@@ -510,3 +510,17 @@ def test_the_page_of_one_readable_rank_says_1_rank(tmp_path):
     with open(page) as f:
         text = f.read()
     assert "1 rank merged" in text and "1 ranks" not in text
+
+
+def test_merged_rank_files_list_their_metrics_as_the_job_file_and_one_rank_do():
+    """Rank files merged (rank_merge.Frames, frames met in pre-order), the job's own file and
+    one rank file list their own (exclusive) metrics in the same order."""
+    data = os.path.join(os.path.dirname(__file__), "data", "rs")
+    files = [os.path.join(data, f"ddp2_host.rank{r}.hatchet") for r in (0, 1)]
+    shown = [CliRunner().invoke(viewer, ["-l", *paths])
+             for paths in (files, [os.path.join(data, "ddp2_host.hatchet")], files[:1])]
+    assert all(s.exit_code == 0 for s in shown), [s.output for s in shown]
+    own = [next(line for line in s.output.splitlines() if line.startswith("exclusive:"))
+           for s in shown]
+    assert own[0].startswith("exclusive: device_id, device_type, grid_blocks"), own
+    assert own[0] == own[1] == own[2]
