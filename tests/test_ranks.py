@@ -16,7 +16,7 @@ from conftest import load
 
 from proton import triton_version
 from proton.data import job as jobs
-from proton.data import writer
+from proton.data import place, writer
 from proton.viewer.cli import viewer
 
 LAUNCHERS = [
@@ -416,7 +416,7 @@ def test_a_live_processs_msgpack_profile_is_not_overwritten_either(tmp_path):
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         writer.write(doc_of(other.pid), path, encoding="msgpack")
-        assert writer.other_writer(path, None) == f"process {other.pid} on " \
+        assert place.other_writer(path, None) == f"process {other.pid} on " \
                                                   f"{socket.gethostname()}, still running"
         written = writer.write(doc_of(os.getpid()), path, encoding="msgpack")
     finally:
