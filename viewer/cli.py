@@ -267,7 +267,7 @@ def _view(ctx: click.Context, opts: ViewOptions) -> None:
         elif opts.diagnose:
             deep.call(_show_findings, profile, opts.name_style, opts.output, merged)
         elif opts.html_path is not None:
-            deep.call(_write_html, opts, profile, merged, roots)
+            deep.call(_write_html, opts.html_path, opts, profile, merged, roots)
         else:
             deep.call(_show, opts, profile, merged)
     except ViewerError as exc:
@@ -530,13 +530,13 @@ def _cpu_fallback(prof, specs: list[str]) -> list[str]:
     return specs
 
 
-def _write_html(opts: ViewOptions, prof, merged, roots) -> None:
+def _write_html(path: str, opts: ViewOptions, prof, merged, roots) -> None:
     import os
 
     from .html import page
     from .select import visible_nodes
 
-    path, metrics, profiles = opts.html_path, opts.metrics, opts.profiles
+    metrics, profiles = opts.metrics, opts.profiles
     if metrics is None:
         metrics = _default_metric(prof)
     specs = [s for s in (metrics or "").split(",") if s.strip()]
