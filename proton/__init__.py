@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what editors and mypy see; at run time __getattr__ loads each name on use
@@ -30,12 +31,29 @@ DEFAULT_PROFILE_NAME = "proton"
 
 _TOP = __path__[0] if __path__ else ""  # noqa: F821 (a package's own __path__)
 _CHECKOUT = os.path.dirname(_TOP)
+_MAPPED = {"proton.compiler", "proton.hooks", "proton.viewer"}
+"""pyproject's package-dir: proton.<name> is the folder <name> beside proton/ in a checkout."""
+
+
+class _CheckoutFolders:
+    """Finds the _MAPPED packages in a checkout's folders of those names, as the installed
+    package maps them, and nothing else there (proton.tests, proton.docs do not import)."""
+
+    @staticmethod
+    def find_spec(fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _MAPPED:
+            return None
+        from importlib.machinery import PathFinder
+
+        return PathFinder.find_spec(fullname, [_CHECKOUT])  # <checkout>/<name>/__init__.py
+
+
 if not os.path.isdir(os.path.join(_TOP, "viewer")) and os.path.isfile(
         os.path.join(_CHECKOUT, "viewer", "__init__.py")):
     # Imported from a checkout's own folder (`python -m pytest` there puts it first on
-    # sys.path): proton.viewer, .hooks and .compiler live beside this folder, as the installed
-    # package maps them (pyproject's package-dir).
-    __path__.append(_CHECKOUT)  # noqa: F821
+    # sys.path): proton.viewer, .hooks and .compiler live beside this folder. Asked only
+    # after the package's own folder came up empty (the end of the finders).
+    sys.meta_path.append(_CheckoutFolders)
 
 _WHERE = {
     "start": "api", "activate": "api", "deactivate": "api", "finalize": "api",

@@ -77,13 +77,24 @@ def values(own: dict[str, np.ndarray], up: np.ndarray, depth: np.ndarray,
         inclusive: the metrics summed over subtrees (what the roots list).
     """
     out = dict(own)
-    levels = [np.flatnonzero(depth == d) for d in range(int(depth.max(initial=0)) + 1)]
+    levels = _levels(depth)
     for metric in inclusive:
         if metric in own:
             out[metric] = _subtree(own[metric], up, levels, fill=False)
     if CPU_TIME in own and CPU_TIME not in inclusive:
         out[CPU_TIME] = _subtree(own[CPU_TIME], up, levels, fill=True)
     return out
+
+
+def subtree_sums(own: np.ndarray, up: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Each frame's own value plus its descendants', per column (frames x anything: ranks, or
+    a rank's metrics), NaN only where the whole subtree has none; values()'s inclusive sums."""
+    return _subtree(own, up, _levels(depth), fill=False)
+
+
+def _levels(depth: np.ndarray) -> list[np.ndarray]:
+    """The frames at each depth, the root's first."""
+    return [np.flatnonzero(depth == d) for d in range(int(depth.max(initial=0)) + 1)]
 
 
 def _subtree(own: np.ndarray, up: np.ndarray, levels: list[np.ndarray],
@@ -225,51 +236,113 @@ class Partial:
             self.index = {p: i for i, p in enumerate(self.paths)}
 
 
+class Frames:
+    """The frames of one or more trees (a job's ranks), numbered as met: a frame is its parent's
+    number, its name, and which of its parent's children of that name it is (a kernel on two
+    GPUs: Path's (name, nth)). The first tree's root is frame 0, its frame without JOB_KEYS.
+    The viewer numbers its rank files' frames here, a rank its own tree (walk)."""
+
+    def __init__(self) -> None:
+        self.key_of: dict[tuple[int, str, int], int] = {}
+        """(parent, name, nth) -> the frame's number; insertion order: parents first."""
+        self.frames: list[dict] = []
+        self.parents: list[int] = []
+
+    def add(self, root: dict) -> tuple[dict[str, tuple[list[int], list]], list[int]]:
+        """Number `root`'s frames (visited in pre-order); its metrics as (numbers, values)
+        per metric, first seen first, and the numbers it has."""
+        if not self.frames:
+            self.frames.append({k: v for k, v in root[FRAME_KEY].items() if k not in JOB_KEYS})
+            self.parents.append(-1)
+        key_of, frames, parents = self.key_of, self.frames, self.parents
+        cols: dict[str, tuple[list[int], list]] = {}
+        has: list[int] = []
+        stack = [(root, 0)]
+        while stack:
+            node, at = stack.pop()
+            has.append(at)
+            for metric, value in node[METRICS_KEY].items():
+                col = cols.get(metric)
+                if col is None:
+                    col = cols[metric] = ([], [])
+                col[0].append(at)
+                col[1].append(value)
+            children = node[CHILDREN_KEY]
+            if not children:
+                continue
+            seen: dict[str, int] = {}
+            kids = []
+            for child in children:
+                name = child[FRAME_KEY][NAME_KEY]
+                nth = seen[name] = seen.get(name, -1) + 1
+                key = (at, name, nth)
+                index = key_of.get(key)
+                if index is None:
+                    index = key_of[key] = len(frames)
+                    frames.append(child[FRAME_KEY])
+                    parents.append(at)
+                kids.append((child, index))
+            stack.extend(reversed(kids))  # the first child next: pre-order
+        return cols, has
+
+    def preorder(self) -> list[int]:
+        """The frame numbers in pre-order (parents first, siblings as first met)."""
+        kids: list[list[int]] = [[] for _ in self.parents]
+        for i, p in enumerate(self.parents):
+            if p >= 0:
+                kids[p].append(i)
+        out, stack = [], [0]
+        while stack:
+            i = stack.pop()
+            out.append(i)
+            stack.extend(reversed(kids[i]))
+        return out
+
+    def paths(self) -> list[Path]:
+        """Each frame's Path, by number."""
+        out: list[Path] = [()] * len(self.frames)
+        for (parent, name, nth), index in self.key_of.items():
+            out[index] = out[parent] + ((name, nth),)
+        return out
+
+
 def walk(root: dict) -> tuple[list[Path], list[dict], np.ndarray, np.ndarray,
                               dict[str, tuple[list[int], list]], list[dict],
                               dict[str, dict[int, list]]]:
-    """A tree's frames in pre-order: paths, frame dicts, parents, depths, metric -> (frame
-    numbers, numbers), per frame its facts, and vector metric -> frame number -> vector."""
-    paths: list[Path] = []
-    frames: list[dict] = []
-    up: list[int] = []
-    depth: list[int] = []
+    """A tree's frames in pre-order (numbered by Frames): paths, frame dicts, parents,
+    depths, metric -> (frame numbers, numbers), per frame its facts, and vector metric ->
+    frame number -> vector."""
+    numbered = Frames()
+    raw, _ = numbered.add(root)
+    order = numbered.preorder()
+    n = len(order)
+    renumber = [0] * n
+    for i, number in enumerate(order):
+        renumber[number] = i
+    by_number, parents = numbered.paths(), numbered.parents
+    paths = [by_number[i] for i in order]
+    frames = [numbered.frames[i] for i in order]
+    up = [renumber[parents[i]] if i else -1 for i in order]
+    depth = [0] * n
+    for i in range(1, n):  # pre-order: a parent's depth is known before its children's
+        depth[i] = depth[up[i]] + 1
     cols: dict[str, tuple[list[int], list]] = {}
-    facts: list[dict] = []
+    facts: list[dict] = [{} for _ in range(n)]
     vectors: dict[str, dict[int, list]] = {}
-    fact: dict[str, bool] = {}
-    stack: list[tuple[dict, Path, int, int]] = [(root, (), -1, 0)]
-    while stack:
-        node, path, parent, d = stack.pop()
-        here = len(paths)
-        paths.append(path)
-        frames.append(node[FRAME_KEY])
-        up.append(parent)
-        depth.append(d)
-        mine: dict[str, Any] = {}
-        for metric, value in (node.get(METRICS_KEY) or {}).items():
-            is_f = fact.get(metric)
-            if is_f is None:
-                is_f = fact[metric] = is_fact(metric)
-            if is_f or not is_number(value):
-                if not is_f and is_vector(value):
+    for metric, (numbers, values) in raw.items():
+        fact = is_fact(metric)
+        for here, value in zip([renumber[i] for i in numbers], values):
+            if fact or not is_number(value):
+                if not fact and is_vector(value):
                     vectors.setdefault(metric, {})[here] = value
                 else:
-                    mine[metric] = value
+                    facts[here][metric] = value
                 continue
             col = cols.get(metric)
             if col is None:
                 col = cols[metric] = ([], [])
             col[0].append(here)
             col[1].append(value)
-        facts.append(mine)
-        seen: dict[str, int] = {}
-        kids = []
-        for child in node.get(CHILDREN_KEY) or []:
-            name = child[FRAME_KEY][NAME_KEY]
-            nth = seen[name] = seen.get(name, -1) + 1
-            kids.append((child, path + ((name, nth),), here, d + 1))
-        stack.extend(reversed(kids))
     return (paths, frames, np.asarray(up, dtype=np.int64), np.asarray(depth, dtype=np.int64),
             cols, facts, vectors)
 

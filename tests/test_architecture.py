@@ -141,6 +141,25 @@ def test_each_layer_imports_only_the_layers_below_it(module):
     assert not bad, f"{module} ({layer}) imports {bad}"
 
 
+def test_from_a_checkout_only_the_mapped_folders_import_as_proton_packages():
+    """Run from the repository root, proton.viewer, .hooks and .compiler are its folders of
+    those names (pyproject's package-dir), and no other folder there is part of proton."""
+    code = ("import importlib, os, proton\n"
+            "for name in ('viewer', 'hooks', 'compiler'):\n"
+            "    print(os.path.relpath(importlib.import_module('proton.' + name).__file__))\n"
+            "for name in ('tests', 'docs'):\n"
+            "    try:\n"
+            "        importlib.import_module('proton.' + name)\n"
+            "    except ImportError:\n"
+            "        print('no proton.' + name)\n")
+    run = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [
+        os.path.join("viewer", "__init__.py"), os.path.join("hooks", "__init__.py"),
+        os.path.join("compiler", "__init__.py"), "no", "proton.tests", "no", "proton.docs"]
+
+
 def test_no_import_circle():
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
@@ -256,3 +275,48 @@ def test_bench_scripts_share_the_harness_and_import_no_circle():
 
     circles = sorted(name for name in graph if name in reach(name))
     assert not circles, f"bench/ scripts in an import circle: {circles}"
+
+
+_ENTRY = re.compile(r"( *)((?:[\w.]+/?(?:, |,$))*[\w./]+,?)(?:  |$)")
+"""A line of ARCHITECTURE.md's map that names files: its indent, then names (`a.py, b.py`,
+`runtime/`, `hooks/hook.py`), then two spaces and what they are (a name list may wrap)."""
+
+
+def mapped_files() -> set[str]:
+    """The files and folders ARCHITECTURE.md's map names, as paths from the repository root
+    (a name under `runtime/` in the map is `proton/runtime/NAME`)."""
+    with open(os.path.join(ROOT, "ARCHITECTURE.md")) as f:
+        block = f.read().split("```\n")[1]  # the map: the first fenced block
+    named: set[str] = set()
+    folders: list[tuple[int, str]] = []  # the open folders: (indent, path)
+    for line in block.splitlines():
+        found = _ENTRY.match(line)
+        if not found or len(found[1]) > 12:  # a description's continuation
+            continue
+        indent, names = len(found[1]), [n.strip() for n in found[2].split(",") if n.strip()]
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        under = folders[-1][1] + "/" if folders else ""
+        named |= {under + name.rstrip("/") for name in names}
+        if len(names) == 1 and names[0].endswith("/"):
+            folders.append((indent, under + names[0].rstrip("/")))
+    return named
+
+
+def test_architecture_names_every_module():
+    """Every module of the four folders has its line in ARCHITECTURE.md's map (a package's
+    __init__ is named by its folder's line; the bundled examples are user scripts), and the
+    map names nothing that is not there."""
+    named = mapped_files()
+    assert {"proton/_rocm.py", "proton/runtime/profiler.py", "proton/cupti/subscriber.py",
+            "viewer/source_view.py", "hooks/hook.py"} <= named  # wrapped, listed, nested
+    gone = sorted(n for n in named if not os.path.exists(os.path.join(ROOT, n)))
+    assert not gone, f"ARCHITECTURE.md's map names {gone}, which are not there"
+    missing = []
+    for module, path in sorted(modules().items()):
+        rel = os.path.relpath(path, ROOT)
+        folder, base = os.path.split(rel)
+        if rel not in named and not (base == "__init__.py" and folder in named) \
+                and not folder.startswith(os.path.join("proton", "examples")):
+            missing.append(rel)
+    assert not missing, f"ARCHITECTURE.md's map does not name {missing}"

@@ -224,7 +224,7 @@ def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object
     """The copies of COPIES, `repeat` times each, in a scope, through a pipeline, the router
     and a session, written as the profile file: its path, the session's nodes by name, and
     the trace of the same records."""
-    from proton.data import writer
+    from proton.data import chrome_trace, writer
     from proton.data.paths import ROOT, SCOPE, paths
     from proton.runtime.router import KernelRouter
     from proton.runtime.session import Session
@@ -264,7 +264,7 @@ def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object
     doc = writer.build(tree.nodes, {"0": h100, "1": h100})
     path = tmp_path / f"copies{int(joined)}.hatchet"
     path.write_text(json.dumps(doc))
-    return str(path), {n: m for n, (_, m) in named.items()}, writer.build_trace(trace.events, lanes=False)
+    return str(path), {n: m for n, (_, m) in named.items()}, chrome_trace.build_trace(trace.events, lanes=False)
 
 
 @pytest.mark.parametrize("joined", [False, True])

@@ -13,7 +13,7 @@ import pytest
 from proton.data import intra
 from proton.data.metrics import base_name
 from proton.data.paths import paths
-from proton.data.writer import WarpSpan, build_trace
+from proton.data.chrome_trace import WarpSpan, build_trace
 from proton.errors import SessionError
 from proton.options import parse_options
 

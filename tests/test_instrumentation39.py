@@ -26,7 +26,7 @@ import proton.language as pl  # noqa: E402
 from proton.data import intra  # noqa: E402
 from proton.data.metrics import base_name  # noqa: E402
 from proton.data.paths import paths  # noqa: E402
-from proton.data.writer import build_trace  # noqa: E402
+from proton.data.chrome_trace import build_trace  # noqa: E402
 
 
 @triton.jit

@@ -16,7 +16,7 @@ from conftest import load
 
 from proton import triton_version
 from proton.data import job as jobs
-from proton.data import writer
+from proton.data import place, writer
 from proton.viewer.cli import viewer
 
 LAUNCHERS = [
@@ -416,7 +416,7 @@ def test_a_live_processs_msgpack_profile_is_not_overwritten_either(tmp_path):
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         writer.write(doc_of(other.pid), path, encoding="msgpack")
-        assert writer.other_writer(path, None) == f"process {other.pid} on " \
+        assert place.other_writer(path, None) == f"process {other.pid} on " \
                                                   f"{socket.gethostname()}, still running"
         written = writer.write(doc_of(os.getpid()), path, encoding="msgpack")
     finally:
@@ -510,3 +510,17 @@ def test_the_page_of_one_readable_rank_says_1_rank(tmp_path):
     with open(page) as f:
         text = f.read()
     assert "1 rank merged" in text and "1 ranks" not in text
+
+
+def test_merged_rank_files_list_their_metrics_as_the_job_file_and_one_rank_do():
+    """Rank files merged (rank_merge.Frames, frames met in pre-order), the job's own file and
+    one rank file list their own (exclusive) metrics in the same order."""
+    data = os.path.join(os.path.dirname(__file__), "data", "rs")
+    files = [os.path.join(data, f"ddp2_host.rank{r}.hatchet") for r in (0, 1)]
+    shown = [CliRunner().invoke(viewer, ["-l", *paths])
+             for paths in (files, [os.path.join(data, "ddp2_host.hatchet")], files[:1])]
+    assert all(s.exit_code == 0 for s in shown), [s.output for s in shown]
+    own = [next(line for line in s.output.splitlines() if line.startswith("exclusive:"))
+           for s in shown]
+    assert own[0].startswith("exclusive: device_id, device_type, grid_blocks"), own
+    assert own[0] == own[1] == own[2]

@@ -424,14 +424,14 @@ def test_a_wait_lines_up_with_the_kernel_it_waited_for_in_the_trace_and_its_merg
     from the first event on one clock; proton-viewer --output trace keeps the wait on the
     rank's host track."""
     from proton.cupti.attribution import KernelRecord
-    from proton.data import writer
+    from proton.data.chrome_trace import build_trace
     from proton.data.paths import ROOT, SCOPE, paths
     from proton.viewer.traces import merge_traces
 
     step = paths.intern(ROOT, "wait_step", SCOPE)
     kernel = KernelRecord(1, "sleep", 0, 10_000, 20_010_000, stream_id=7)
-    doc = writer.build_trace([(step, kernel)], waits=[(step, 15_000, 20_020_000, 1234)],
-                             job={"rank": 1}, lanes=False)
+    doc = build_trace([(step, kernel)], waits=[(step, 15_000, 20_020_000, 1234)],
+                      job={"rank": 1}, lanes=False)
     got = {e["cat"]: e for e in doc["traceEvents"]}
     assert got["wait"] == {"name": "wait", "cat": "wait", "ph": "X", "pid": "rank 1 host",
                            "tid": 1234, "ts": 5.0, "dur": 20_005.0,

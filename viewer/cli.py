@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass, replace
 
 import click
 
@@ -48,6 +49,37 @@ def _version(ctx: click.Context, _param, value: bool) -> None:
     click.echo(f"proton-viewer {number} ({DISTRIBUTION}, not Triton's own viewer: that one runs "
                "as python -m triton.profiler.viewer)")
     ctx.exit()
+
+
+@dataclass(frozen=True, slots=True)
+class ViewOptions:
+    """What the command line asks for (the command's parameters, by their names), built once
+    from click's arguments and passed to each step of the view."""
+
+    list_metrics: bool
+    metrics: str | None
+    include: str | None
+    exclude: str | None
+    threshold: float | None
+    depth: int
+    name_format: str | None
+    """-f; None: short in the tree, full in rows for scripts (set at the view's start)."""
+    name_style: str
+    collapse_libraries: bool
+    print_sorted: bool
+    other: str | None
+    """-diff's OTHER profile."""
+    output: str
+    width: int | None
+    diagnose: bool
+    html_path: str | None
+    warps: bool
+    rank: int | None
+    kernel: str | None
+    """--source's KERNEL."""
+    source_roots: tuple[str, ...]
+    source_maps: tuple[str, ...]
+    profiles: tuple[str, ...]
 
 
 class _Command(click.Command):
@@ -163,9 +195,7 @@ def expand_prefixes(args: list[str], longs: list[str]) -> list[str]:
 # took the profile as its page's name
 @click.argument("profiles", metavar="FILE.hatchet...", nargs=-1)
 @click.pass_context
-def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
-           name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-           html_path, warps, rank, kernel, source_roots, source_maps, profiles) -> None:
+def viewer(ctx: click.Context, **options) -> None:
     """Show the call tree of a Proton profile (ours or Triton's Proton's); FILE - reads it
     from stdin. Several files, or a folder, must be one job's ranks (NAME.rank<R>.hatchet of
     one run): one tree over all of them, frames matched by call path, each metric summed
@@ -175,9 +205,7 @@ def viewer(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_
     Filters only choose what is shown: every number is the frame's own measurement."""
     with warnings.catch_warnings():
         _ignore_library_noise()
-        _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
-              name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-              html_path, warps, rank, kernel, source_roots, source_maps, profiles)
+        _view(ctx, ViewOptions(**options))
 
 
 LIBRARY_NOISE = (r"DataFrame is highly fragmented|(divide by zero|invalid value|overflow|"
@@ -193,22 +221,19 @@ def _ignore_library_noise() -> None:
     warnings.filterwarnings("ignore", message=LIBRARY_NOISE)
 
 
-def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_format,
-          name_style, collapse_libraries, print_sorted, other, output, width, diagnose,
-          html_path, warps, rank, kernel, source_roots, source_maps, profiles) -> None:
+def _view(ctx: click.Context, opts: ViewOptions) -> None:
+    profiles = opts.profiles
     try:
-        if name_format is None:  # rows for scripts keep the names other tools print
-            name_format = SHORT if output == "tree" else "full"
-        _check_profiles_given(ctx, profiles, html_path)
-        _check_report_conflicts(diagnose, html_path, output)
-        if output == "triton":
-            _check_triton_conflicts(ctx, profiles, name_format)
-            deep.call(_show_triton, list_metrics, metrics, include, exclude, threshold, depth,
-                      name_format, print_sorted, profiles[0], other)
+        if opts.name_format is None:  # rows for scripts keep the names other tools print
+            opts = replace(opts, name_format=SHORT if opts.output == "tree" else "full")
+        _check_profiles_given(ctx, profiles, opts.html_path)
+        _check_report_conflicts(opts)
+        if opts.output == "triton":
+            _check_triton_conflicts(ctx, profiles, opts.name_format)
+            deep.call(_show_triton, opts)
             return
-        if output == "trace":
-            _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold,
-                                   print_sorted, other, width, rank, kernel)
+        if opts.output == "trace":
+            _check_trace_conflicts(opts)
             from .traces import write_merged
 
             errors, notes = write_merged(list(profiles), lambda text: click.echo(text, nl=False))
@@ -218,11 +243,11 @@ def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_f
             for note in notes:
                 click.echo(f"note: {note}", err=True)
             ctx.exit(_Failed.exit_code if errors else 0)
-        if sum(x is not None and x is not False
-               for x in (kernel, html_path, diagnose or None, warps or None)) > 1:
+        if sum(x is not None and x is not False for x in (
+                opts.kernel, opts.html_path, opts.diagnose or None, opts.warps or None)) > 1:
             raise ViewerError("--source, --html, --diagnose and --warps each replace the tree; "
                               "give one")
-        if warps:
+        if opts.warps:
             from . import warps as warp_view
             from .reader import parse
 
@@ -232,32 +257,30 @@ def _view(ctx, list_metrics, metrics, include, exclude, threshold, depth, name_f
                            + warp_view.render(found), nl=False)
             return
         # In a thread with a large stack: a profile may be nested any number of levels deep.
-        if (html_path or diagnose) and other is not None:
+        if (opts.html_path or opts.diagnose) and opts.other is not None:
             raise ViewerError("-diff shows a difference as a tree; --html and --diagnose read "
                               "one profile (or a job's ranks): drop -diff")
-        if kernel is not None:
-            _check_source_conflicts(list_metrics, metrics, include, exclude, threshold,
-                                    print_sorted, other, output)
+        if opts.kernel is not None:
+            _check_source_conflicts(opts)
         else:
-            _check_conflicts(list_metrics, metrics, print_sorted, other, output, width)
-        profile, merged, errors = deep.call(_open, list(profiles), rank, other, kernel)
+            _check_conflicts(opts)
+        profile, merged, errors = deep.call(_open, list(profiles), opts.rank, opts.other,
+                                            opts.kernel)
         for error in errors:  # the files that could not be read; the others still show
             click.echo(f"Error: {error}", err=True)
         from .source_roots import SourceRoots
 
-        roots = SourceRoots.default(list(profiles), list(source_roots), list(source_maps))
+        roots = SourceRoots.default(list(profiles), list(opts.source_roots),
+                                    list(opts.source_maps))
         roots = roots.beside_profile(profile.gf.graph.roots[0])  # --source's and --html's
-        if kernel is not None:
-            deep.call(_show_source, kernel, width, name_style, profile, roots)
-        elif diagnose:
-            deep.call(_show_findings, profile, name_style, output, merged)
-        elif html_path is not None:
-            deep.call(_write_html, html_path, metrics, include, exclude, threshold, depth,
-                      name_style, profile, merged, list(profiles), roots, collapse_libraries)
+        if opts.kernel is not None:
+            deep.call(_show_source, opts.kernel, opts.width, opts.name_style, profile, roots)
+        elif opts.diagnose:
+            deep.call(_show_findings, profile, opts.name_style, opts.output, merged)
+        elif opts.html_path is not None:
+            deep.call(_write_html, opts.html_path, opts, profile, merged, roots)
         else:
-            deep.call(_show, list_metrics, metrics, include, exclude, threshold, depth,
-                      (name_format, name_style), collapse_libraries, print_sorted, other, output,
-                      width, profile, merged)
+            deep.call(_show, opts, profile, merged)
     except ViewerError as exc:
         raise _Failed(str(exc)) from None
     if errors:
@@ -320,8 +343,7 @@ class _Failed(click.ClickException):
     exit_code = 2
 
 
-def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format,
-          collapse_libraries, print_sorted, other, output, width, prof, merged) -> None:
+def _show(opts: ViewOptions, prof, merged) -> None:
     from rich.console import COLOR_SYSTEMS, Console
 
     from . import export, render
@@ -333,9 +355,10 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     from .names import readable
     from .source import no_lines_notes
 
+    other, output, width = opts.other, opts.output, opts.width
     console = Console(width=width)
     empty = None if prof.inclusive or prof.exclusive else _no_metrics_note(prof)
-    if list_metrics:
+    if opts.list_metrics:
         if empty:
             click.echo(empty)
             return
@@ -347,6 +370,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
                              ("derived:   ", available(prof))):
             console.print(label + (", ".join(names) or "(none)"), soft_wrap=True, markup=False)
         return
+    metrics = opts.metrics
     if metrics is None and not empty:
         metrics = _default_metric(prof)
         if metrics is None:
@@ -365,17 +389,17 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
     for note in dict.fromkeys(n for c in columns for n in c.notes):  # cells left blank, and why
         click.echo(f"note: {note}", err=True)
     before = declined()
-    names = display_names(prof.gf, *name_format)
+    names = display_names(prof.gf, opts.name_format, opts.name_style)
     if declined() > before:  # the demangled text of all names reached its bound
         notes.append(declined_note(declined() - before))
-    if include or exclude or threshold is not None:
+    if opts.include or opts.exclude or opts.threshold is not None:
         chosen = {n: abs(v) for n, v in first.items()} if other is not None else first
-        visible = visible_nodes(prof.gf, chosen, include=include, exclude=exclude,
-                                threshold=threshold, displayed=names)
+        visible = visible_nodes(prof.gf, chosen, include=opts.include, exclude=opts.exclude,
+                                threshold=opts.threshold, displayed=names)
         roots = set(prof.gf.graph.roots)
         if not visible - roots and any(r.children for r in roots):
-            notes.append(_nothing_matches(include, exclude, threshold, columns))
-    folded = library_frames(prof.gf) if collapse_libraries else None
+            notes.append(_nothing_matches(opts.include, opts.exclude, opts.threshold, columns))
+    folded = library_frames(prof.gf) if opts.collapse_libraries else None
     if folded:
         names = fold_names(prof.gf, names, folded)
     if merged is not None:
@@ -384,7 +408,7 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         for node, mark in markers(merged).items():
             names[node] += mark
     if output != "tree":
-        table = export.rows(prof.gf, columns, depth=depth, visible=visible, names=names,
+        table = export.rows(prof.gf, columns, depth=opts.depth, visible=visible, names=names,
                             folded=folded, diff=other is not None)
         click.echo(export.to_json(table) + "\n" if output == "json" else export.to_csv(table),
                    nl=False)
@@ -405,45 +429,46 @@ def _show(list_metrics, metrics, include, exclude, threshold, depth, name_format
         write(f"{render.plural(len(merged.labels), 'rank')} ({span(merged.labels)}) merged: "
               "each metric over all ranks, then per frame its min, mean and max over them, the "
               "rank of the max and max/mean\n")
-    render.draw(render.tree_rows(prof.gf, columns, depth=depth, visible=visible, names=names,
+    render.draw(render.tree_rows(prof.gf, columns, depth=opts.depth, visible=visible, names=names,
                                  diff=diff, folded=folded), headers, write, width=fold_at,
                 color=color)
     if console.is_terminal and columns:
         console.print(render.legend(columns, first.get(prof.gf.graph.roots[0]), diff))
-    if print_sorted and columns:
+    if opts.print_sorted and columns:
         write(f"\nFrames sorted by {columns[0].header}:\n")
         render.draw(render.sorted_rows(prof.gf, columns, visible=visible, names=names, diff=diff),
                     headers, write, width=fold_at, color=color)
     for reason, partial, kernels in no_lines_notes(prof):
         what = "samples not mapped to a source line" if partial else "samples but no source lines"
-        shown = listing([render.printable(readable(k, name_format[1])) for k in kernels], most=4)
+        shown = listing([render.printable(readable(k, opts.name_style)) for k in kernels], most=4)
         write(f"{render.plural(len(kernels), 'kernel')} ({shown}) "
               f"{'has' if len(kernels) == 1 else 'have'} {what}: {reason}\n")
     for note in notes:
         write(note + "\n")
 
 
-def _show_triton(list_metrics, metrics, include, exclude, threshold, depth, name_format,
-                 print_sorted, path, other) -> None:
+def _show_triton(opts: ViewOptions) -> None:
     """What Triton 3.6's proton-viewer prints for these options (its main), through our
     triton_api; what our reader notes goes to stderr."""
     from . import triton_api as api
 
+    include, exclude, threshold, other = opts.include, opts.exclude, opts.threshold, opts.other
+    path = opts.profiles[0]
     if include and exclude:
         raise ViewerError("Triton's viewer takes -i or -e, not both; give one (our own view, "
                           "without --output triton, takes both)")
     with warnings.catch_warnings(record=True) as notes:
         warnings.simplefilter("always")
         _ignore_library_noise()
-        if list_metrics:
+        if opts.list_metrics:
             api.show_metrics(path)
-        elif metrics:
-            specs = metrics.split(",")
+        elif opts.metrics:
+            specs = opts.metrics.split(",")
             gf, derived = api.parse(specs, path, include, exclude, threshold)
             if other is not None:
                 gf = api.apply_diff_profile(gf, derived, other, specs, include, exclude,
                                             threshold)
-            api.print_tree(gf, derived, depth, name_format, print_sorted)
+            api.print_tree(gf, derived, opts.depth, opts.name_format, opts.print_sorted)
         else:
             click.echo("note: Triton's viewer prints nothing without -m; e.g. -m time/ms",
                        err=True)
@@ -519,28 +544,29 @@ def _cpu_fallback(prof, specs: list[str]) -> list[str]:
     return specs
 
 
-def _write_html(path, metrics, include, exclude, threshold, depth, style, prof, merged,
-                profiles, roots, collapse_libraries=True) -> None:
+def _write_html(path: str, opts: ViewOptions, prof, merged, roots) -> None:
     import os
 
     from .html import page
     from .select import display_names, library_frames, visible_nodes
 
+    metrics, profiles = opts.metrics, opts.profiles
     if metrics is None:
         metrics = _default_metric(prof)
     specs = [s for s in (metrics or "").split(",") if s.strip()]
     columns = _metric_columns(prof, merged, specs)
     visible = None
-    if include or exclude or threshold is not None:
+    if opts.include or opts.exclude or opts.threshold is not None:
         first = columns[0].values.to_dict() if columns else {}
-        shown = display_names(prof.gf, SHORT, style) if include or exclude else None
-        visible = visible_nodes(prof.gf, first, include=include, exclude=exclude,
-                                threshold=threshold, displayed=shown)
+        shown = display_names(prof.gf, SHORT, opts.name_style) \
+            if opts.include or opts.exclude else None
+        visible = visible_nodes(prof.gf, first, include=opts.include, exclude=opts.exclude,
+                                threshold=opts.threshold, displayed=shown)
     title = ", ".join(os.path.basename(p.rstrip("/")) or p for p in profiles[:3]) + (
         f" and {len(profiles) - 3} more" if len(profiles) > 3 else "")
     text = page(prof, columns, title=f"Proton: {title}", roots=roots, merged=merged,
-                visible=visible, depth=depth, style=style,
-                folded=library_frames(prof.gf) if collapse_libraries else None)
+                visible=visible, depth=opts.depth, style=opts.name_style,
+                folded=library_frames(prof.gf) if opts.collapse_libraries else None)
     from ..files import STANDARD_STREAMS, write_whole  # what stands at `path` is replaced
 
     try:
@@ -586,18 +612,21 @@ def _show_source(kernel: str, width: int | None, style: str, prof, roots) -> Non
                   soft_wrap=fold_at is None, crop=False)
 
 
-def _check_conflicts(list_metrics, metrics, print_sorted, other, output, width) -> None:
+def _check_conflicts(opts: ViewOptions) -> None:
     """Options that cannot go together: say which."""
-    if list_metrics and (metrics or other or print_sorted or output != "tree"):
+    output = opts.output
+    if opts.list_metrics and (opts.metrics or opts.other or opts.print_sorted
+                              or output != "tree"):
         raise ViewerError("-l lists the metrics only; drop -m/-diff/--print-sorted/--output, "
                           "or drop -l to show the tree")
-    if output != "tree" and (print_sorted or width):
+    if output != "tree" and (opts.print_sorted or opts.width):
         raise ViewerError(f"--output {output} writes the rows for scripts; --print-sorted and "
                           "--width only apply to the tree view")
 
 
-def _check_report_conflicts(diagnose: bool, html_path: str | None, output: str) -> None:
+def _check_report_conflicts(opts: ViewOptions) -> None:
     """--diagnose writes text or JSON, --html a page: no other --output."""
+    diagnose, html_path, output = opts.diagnose, opts.html_path, opts.output
     if diagnose and output not in ("tree", "json"):
         raise ViewerError(f"--diagnose writes its findings as text, or as JSON with --output "
                           f"json; --output {output} does not apply to it")
@@ -650,20 +679,22 @@ def _check_report_name(path: str) -> None:
                           f"report replaces only a page; {fix}")
 
 
-def _check_trace_conflicts(list_metrics, metrics, include, exclude, threshold, print_sorted,
-                           other, width, rank, kernel) -> None:
-    if list_metrics or metrics or include or exclude or threshold is not None or print_sorted \
-            or other or width or rank is not None or kernel:
+def _check_trace_conflicts(opts: ViewOptions) -> None:
+    if _filters_given(opts) or opts.width or opts.rank is not None or opts.kernel:
         raise ViewerError("--output trace merges .chrome_trace files as they are; drop -l/-m/"
                           "-i/-e/-t/-diff/--print-sorted/--width/--rank/--source")
 
 
-def _check_source_conflicts(list_metrics, metrics, include, exclude, threshold, print_sorted,
-                            other, output) -> None:
-    if list_metrics or metrics or include or exclude or threshold is not None or print_sorted \
-            or other or output != "tree":
+def _check_source_conflicts(opts: ViewOptions) -> None:
+    if _filters_given(opts) or opts.output != "tree":
         raise ViewerError("--source shows one kernel's source lines; drop -l/-m/-i/-e/-t/"
                           "-diff/--print-sorted/--output, or drop --source to show the tree")
+
+
+def _filters_given(opts: ViewOptions) -> bool:
+    """-l, -m, -i, -e, -t, --print-sorted or -diff given: what only the tree views take."""
+    return bool(opts.list_metrics or opts.metrics or opts.include or opts.exclude
+                or opts.threshold is not None or opts.print_sorted or opts.other)
 
 
 def main() -> None:

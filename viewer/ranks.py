@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .. import rank_merge
-from ..format import DEVICE_ID, DEVICE_TYPE, JOB_KEYS, RANK_FILE, TREE_EXTENSION
+from ..format import DEVICE_ID, DEVICE_TYPE, RANK_FILE, TREE_EXTENSION
 from .derive import Column, derive, is_fact, linear
 from .errors import ViewerError, listing
 from .job_file import JobRanks
@@ -47,48 +47,6 @@ class Rank:
     """The merged frame numbers it has."""
     notes: list[str]
     """Its file's notes (reader.Parsed.notes)."""
-
-
-class _Frames:
-    """The frames of all ranks so far, numbered as met: a frame is its parent's number, its
-    name, and which of its parent's children of that name it is (a kernel on two GPUs)."""
-
-    def __init__(self) -> None:
-        self.key_of: dict[tuple[int, str, int], int] = {}
-        self.frames: list[dict] = []
-        self.parents: list[int] = []
-
-    def add(self, root: dict) -> tuple[dict, list[int]]:
-        """Number `root`'s frames; its metrics as (numbers, values) per metric, and the
-        numbers it has."""
-        if not self.frames:
-            self.frames.append({k: v for k, v in root["frame"].items() if k not in JOB_KEYS})
-            self.parents.append(-1)
-        key_of, frames, parents = self.key_of, self.frames, self.parents
-        cols: dict[str, tuple[list[int], list]] = {}
-        has: list[int] = []
-        stack = [(root, 0)]
-        while stack:
-            node, at = stack.pop()
-            has.append(at)
-            for metric, value in node["metrics"].items():
-                col = cols.get(metric)
-                if col is None:
-                    col = cols[metric] = ([], [])
-                col[0].append(at)
-                col[1].append(value)
-            seen: dict[str, int] = {}
-            for child in node["children"]:
-                name = child["frame"]["name"]
-                nth = seen[name] = seen.get(name, -1) + 1
-                key = (at, name, nth)
-                index = key_of.get(key)
-                if index is None:
-                    index = key_of[key] = len(frames)
-                    frames.append(child["frame"])
-                    parents.append(at)
-                stack.append((child, index))
-        return cols, has
 
 
 @dataclass(slots=True)
@@ -144,12 +102,12 @@ def _natural(path: str) -> list:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
 
 
-def read(paths: list[str]) -> tuple[list[Rank], _Frames, list[str]]:
+def read(paths: list[str]) -> tuple[list[Rank], rank_merge.Frames, list[str]]:
     """Read each file onto one set of frames, one file at a time (256 parsed trees would not
     fit in memory); a file that cannot be read is left out with its one-line reason."""
     ranks: list[Rank] = []
     errors: list[str] = []
-    frames = _Frames()
+    frames = rank_merge.Frames()
     with no_gc():
         for i, path, parsed in _parsed(sorted(paths, key=_name_rank), errors):
             root, job = parsed.root, parsed.job
@@ -234,19 +192,19 @@ def pick(paths: list[str], rank: int) -> tuple[str, list[str]]:
                       f"{span(labels) or 'none'}" + ("; " + "; ".join(errors) if errors else ""))
 
 
-def merge(ranks: list[Rank], frames: _Frames) -> Merged:
+def merge(ranks: list[Rank], frames: rank_merge.Frames) -> Merged:
     """One graph over all ranks' frames (matched by their names from the root); each rank's
     metrics as columns over it."""
     with no_gc():
         return _merge(ranks, frames)
 
 
-def _merge(ranks: list[Rank], union: _Frames) -> Merged:
+def _merge(ranks: list[Rank], union: rank_merge.Frames) -> Merged:
     from .graph import from_parents
 
     frames, parents = union.frames, union.parents
     # frames were numbered as met: put them in pre-order for the graph (parents first)
-    order = _preorder(parents)
+    order = union.preorder()
     renumber = np.empty(len(order), dtype=np.int64)
     renumber[order] = np.arange(len(order))
     graph, nodes = from_parents([frames[i] for i in order],
@@ -288,8 +246,9 @@ def _merge(ranks: list[Rank], union: _Frames) -> Merged:
             if column is None:
                 column = np.full(len(nodes), np.nan)
             data[metric] = pd.Series(column, index=index)
-        inc_cols = _inclusive(np.column_stack([_numeric(per_rank[r].get(m), len(nodes))
-                                               for m in incl]) if incl else None, up, depth)
+        inc_cols = rank_merge.subtree_sums(np.column_stack(
+            [_numeric(per_rank[r].get(m), len(nodes)) for m in incl]), up, depth) if incl \
+            else np.empty((len(nodes), 0))
         for j, metric in enumerate(incl):
             data[f"{metric} (inc)"] = pd.Series(inc_cols[:, j], index=index)
             sums[metric] = _nansum(sums.get(metric), inc_cols[:, j])
@@ -331,19 +290,6 @@ def from_job(profile: Profile) -> Merged:
     return Merged(profile, [], list(job.labels), present, [], stats, counts, few)
 
 
-def _preorder(parents: list[int]) -> list[int]:
-    kids: list[list[int]] = [[] for _ in parents]
-    for i, p in enumerate(parents):
-        if p >= 0:
-            kids[p].append(i)
-    out, stack = [], [0]
-    while stack:
-        i = stack.pop()
-        out.append(i)
-        stack.extend(reversed(kids[i]))
-    return out
-
-
 def _array(at: np.ndarray, vals: list, n: int, text: bool = False) -> np.ndarray:
     """A metric's column over the merged nodes: numbers as floats, device ids and types (and
     any value that is not a number) as the file has them; missing as NaN."""
@@ -365,21 +311,6 @@ def _numeric(col: np.ndarray | None, n: int) -> np.ndarray:
     if col.dtype.kind == "f":  # _array's numbers: already floats, NaN where missing
         return col
     return pd.to_numeric(pd.Series(col), errors="coerce").to_numpy(dtype=float)
-
-
-def _inclusive(own: np.ndarray | None, up: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Each node's own value plus its descendants', per column, NaN only when all of those
-    are NaN (the reader's rule), level by level from the deepest."""
-    if own is None:
-        return np.empty((len(up), 0))
-    has = ~np.isnan(own)
-    inc = np.where(has, own, 0.0)
-    for level in range(int(depth.max(initial=0)), 0, -1):
-        at = np.flatnonzero(depth == level)
-        np.add.at(inc, up[at], inc[at])
-        np.logical_or.at(has, up[at], has[at])
-    inc[~has] = np.nan
-    return inc
 
 
 def _nansum(total: np.ndarray | None, column: np.ndarray) -> np.ndarray:

@@ -67,9 +67,7 @@ def own_files() -> frozenset[str]:
     files = {runpy.__file__, "<frozen runpy>"}  # runpy is frozen into Python 3.11+
     for package in ("proton", "proton.hooks", "proton.compiler"):
         spec = importlib.util.find_spec(package)
-        # the package's own folder only: run from a checkout, proton's __path__ also holds the
-        # checkout (for proton.viewer, .hooks, .compiler), whose tests are the user's code
-        for folder in (spec.submodule_search_locations or [])[:1] if spec else []:
+        for folder in (spec.submodule_search_locations or []) if spec else []:
             for root, dirs, names in os.walk(folder):
                 dirs[:] = [d for d in dirs if d not in _USER_CODE]
                 files.update(os.path.join(root, n) for n in names if n.endswith(".py"))

@@ -28,8 +28,6 @@ from ..report import warn
 from .metrics import DeviceValue, base_name, real_number
 from .paths import ROOT, paths
 from .place import place
-from .chrome_trace import WarpSpan, build_trace  # noqa: F401  (their home is chrome_trace)
-from .place import other_writer, wrote  # noqa: F401  (their home is place)
 
 FORMATS = {"tree": ("", "hatchet", "hatchet_msgpack"), "trace": ("", "chrome_trace")}
 

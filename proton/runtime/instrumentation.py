@@ -34,7 +34,7 @@ from ..context.frames import launch_parent
 from ..context.stack import per_thread
 from ..data import intra
 from ..data.paths import SCOPE, paths
-from ..data.writer import WarpSpan
+from ..data.chrome_trace import WarpSpan
 from ..errors import SessionError
 from ..format import (CYCLES, DEVICE_ID, EXCLUSIVE, NORMALIZED_CYCLES, PROPERTY, WARP_CYCLES,
                       WARP_EVENTS)

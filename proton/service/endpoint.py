@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from .. import api, report, settings
-from ..data import writer
+from ..data import place
 from ..data.job import detect, ranked_path, span
 from ..errors import ProtonError
 from ..options import parse_options
@@ -465,7 +465,7 @@ class Endpoint:
         options = {k: request[k] for k in ("context", "data", "mode", "hook") if k in request}
         options["name"] = self._capture_name(request.get("name"), peer)
         target = ranked_path(parse_options(**options).path, detect())
-        if os.path.lexists(target) and not writer.wrote(target):
+        if os.path.lexists(target) and not place.wrote(target):
             raise ProtonError(f"{target} exists and this job did not write it; give another "
                               "name or remove it")
         return options
