@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import click
 
@@ -62,8 +62,8 @@ class ViewOptions:
     exclude: str | None
     threshold: float | None
     depth: int
-    name_format: str | None
-    """-f; None: short in the tree, full in rows for scripts (set at the view's start)."""
+    name_format: str
+    """-f; by default short in the tree, full in rows for scripts (other tools' names)."""
     name_style: str
     collapse_libraries: bool
     print_sorted: bool
@@ -205,6 +205,8 @@ def viewer(ctx: click.Context, **options) -> None:
     Filters only choose what is shown: every number is the frame's own measurement."""
     with warnings.catch_warnings():
         _ignore_library_noise()
+        if options["name_format"] is None:  # rows for scripts keep the names other tools print
+            options["name_format"] = SHORT if options["output"] == "tree" else "full"
         _view(ctx, ViewOptions(**options))
 
 
@@ -224,8 +226,6 @@ def _ignore_library_noise() -> None:
 def _view(ctx: click.Context, opts: ViewOptions) -> None:
     profiles = opts.profiles
     try:
-        if opts.name_format is None:  # rows for scripts keep the names other tools print
-            opts = replace(opts, name_format=SHORT if opts.output == "tree" else "full")
         _check_profiles_given(ctx, profiles, opts.html_path)
         _check_report_conflicts(opts)
         if opts.output == "triton":
