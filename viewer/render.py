@@ -90,8 +90,13 @@ def band(value, top, diff: bool = False) -> str:
         return ""
     share = abs(value / top)
     if diff:
-        return next(up if value > 0 else down for bound, up, down in DIFF_BANDS if share >= bound)
-    return next(style for bound, style in BANDS if share >= bound or bound == 0.0)
+        for bound, up, down in DIFF_BANDS:
+            if share >= bound:
+                return up if value > 0 else down
+    for bound, style in BANDS:
+        if share >= bound or bound == 0.0:
+            return style
+    return ""
 
 
 def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,

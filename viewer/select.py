@@ -74,15 +74,19 @@ def shorten(name: str, fmt: str) -> str:
 def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
     """Frame names shortened as Triton's -f formats do (for `file:line@function` frames), C++
     kernel names demangled as `style` says (names.STYLES)."""
+    from .graph import nodes  # hatchet's module: imported when a profile is shown
+
     return {node: shorten(readable(node.frame.get("name", "?"), style), fmt)
-            for node in gf.graph.traverse()}
+            for node in nodes(gf.graph)}
 
 
 def library_frames(gf) -> set:
     """Python frames in installed packages or the standard library: the launch machinery of
     torch and Triton between the user's code and a kernel."""
+    from .graph import nodes
+
     out = set()
-    for node in gf.graph.traverse():
+    for node in nodes(gf.graph):
         match = PYTHON_FRAME.match(node.frame.get("name", ""))
         if match and LIBRARY_FILE.search(match["file"]):
             out.add(node)
