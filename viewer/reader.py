@@ -52,6 +52,9 @@ class Profile:
     """A job file's data frame row of each frame, in job_ranks' (the file's) order."""
     sources: dict[str, str] = field(default_factory=dict)
     """The source files' text the profile carries (Parsed.sources)."""
+    derived: dict = field(default_factory=dict)
+    """What several parts of one view ask of the profile, derived once (derive.kernel_roofs:
+    the page asked for it four times): a profile is not changed once read."""
 
 
 STDIN = "-"
@@ -786,12 +789,17 @@ def _drop_impossible(root: dict, metrics: set[str]) -> dict[str, int]:
     if not amounts:
         return dropped
     stack = [root]
+    inf = math.inf
     while stack:
         node = stack.pop()
         values = node["metrics"]
-        for metric in amounts:
+        for metric in amounts if values else ():
             v = values.get(metric)
-            if v is not None and not (_number(v) and math.isfinite(v) and v >= 0):
+            if v is None:
+                continue
+            kind = type(v)  # the common kinds first: _number and isfinite calls cost 2x
+            if not (v >= 0 if kind is int else 0 <= v < inf if kind is float
+                    else _number(v) and math.isfinite(v) and v >= 0):
                 values[metric] = None
                 dropped[metric] = dropped.get(metric, 0) + 1
         for part, whole in parts:
