@@ -27,8 +27,10 @@ def match_by_what(*gfs) -> None:
 
     class What(Frame):
         @property
-        def tuple_repr(self) -> tuple:
-            return tuple((k, self.attrs.get(k, "")) for k in WHAT)
+        def tuple_repr(self) -> tuple:  # made once: unify compares each frame many times
+            if self._tuple_repr is None:
+                self._tuple_repr = tuple((k, self.attrs.get(k, "")) for k in WHAT)
+            return self._tuple_repr
 
     class Root(Frame):
         @property

@@ -106,8 +106,8 @@ class Graph(_HatchetGraph):
         if old_to_new is None:
             old_to_new = {}
 
-        def key(n):
-            return n._hatchet_nid if self.node_ordering else n.frame
+        def key(n):  # a frame's order is its tuple_repr's (Frame.__lt__), compared in C here
+            return n._hatchet_nid if self.node_ordering else n.frame.tuple_repr
 
         new_roots: list = []
         todo = [(sorted(self.roots, key=key), sorted(other.roots, key=key), None)]
@@ -117,9 +117,9 @@ class Graph(_HatchetGraph):
             while i < len(mine) or j < len(theirs):
                 a = mine[i] if i < len(mine) else None
                 b = theirs[j] if j < len(theirs) else None
-                if b is None or (a is not None and a.frame < b.frame):
+                if b is None or (a is not None and a.frame.tuple_repr < b.frame.tuple_repr):
                     pair, i = (a, None), i + 1
-                elif a is None or a.frame > b.frame:
+                elif a is None or a.frame.tuple_repr > b.frame.tuple_repr:
                     pair, j = (None, b), j + 1
                 else:
                     pair, i, j = (a, b), i + 1, j + 1

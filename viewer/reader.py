@@ -297,9 +297,7 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
         _text_metric_names(root)  # MessagePack keys may be numbers; JSON's are text
     if prune_empty:
         _prune_empty(root)
-    else:
-        _drop_launch_metadata(root)
-    frames, metrics, cut, values = _expand_vectors(root)
+    frames, metrics, cut, values = _expand_vectors(root, drop_launch_metadata=not prune_empty)
     cells = frames * len(metrics)
     if cells > MAX_CELLS:
         raise ViewerError(f"{name} has {frames:,} frames and {len(metrics):,} distinct metrics, "
@@ -635,23 +633,30 @@ def _check_tree(root: dict, name: str, size: int) -> tuple[list[dict], list[str]
         frames += 1
         if frames > most:
             raise cast(ViewerError, _too_costly(name, size, {"frames": most}, more=True))
-        if _is_node(node):
+        is_node = _is_node(node)
+        if is_node:
             if node.get("metrics") is None:
                 node["metrics"] = {}
             if node.get("children") is None:
                 node["children"] = []
-        if not _is_node(node) or not isinstance(node["metrics"], dict) \
+        if not is_node or not isinstance(node["metrics"], dict) \
                 or not isinstance(node["children"], list):
             raise ViewerError(f"{name} has a malformed node {_SHORT.repr(node)[:80]}; each node "
                               "needs frame.name, metrics and children")
         frame = node["frame"]
         keys += len(frame) - 1 - ("type" in frame)  # hatchet gives a frame a type if none
         found = found or WARP_TIMELINE in frame
-        if not all(isinstance(k, str) for k in frame):  # MessagePack's keys may be numbers
-            frame = node["frame"] = {_text(k): v for k, v in frame.items()}
+        texts = True  # every key and value text: the common case, one pass over the frame
         for key, value in frame.items():
-            if not isinstance(value, str):
-                frame[key] = _text(value)
+            if type(key) is not str or type(value) is not str:
+                texts = False
+                break
+        if not texts:
+            if not all(isinstance(k, str) for k in frame):  # MessagePack's keys may be numbers
+                frame = node["frame"] = {_text(k): v for k, v in frame.items()}
+            for key, value in frame.items():
+                if not isinstance(value, str):
+                    frame[key] = _text(value)
         stack.extend(node["children"])
     return (*(_timelines(root, name) if found else ([], [])), keys)
 
@@ -742,12 +747,14 @@ def _as_float(value: int) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int], int]:
+def _expand_vectors(root: dict, *, drop_launch_metadata: bool = False
+                    ) -> tuple[int, set[str], dict[str, int], int]:
     """A vector metric ("lens": [3, 5]) becomes one exclusive metric per element ("lens[0]",
     "lens[1]"), which every view can show, sort and export like any number; its first
     MAX_VECTOR elements only. A metric named as a column of the table (TABLE_COLUMNS: "node",
     refused when recorded since) is read as "node (metric)". (frames, distinct metric names, the longest length of each
-    vector cut, metric values.)"""
+    vector cut, metric values.) drop_launch_metadata: launch metadata frames (and what is
+    under them) are dropped on the way (_drop_launch_children)."""
     frames, names, cut, values = 0, set[str](), dict[str, int](), 0
     element: dict = {}  # (vector, i) -> "vector[i]": one string for every frame's element i
     stack = [root]
@@ -755,7 +762,14 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int], int]:
         node = stack.pop()
         frames += 1
         metrics = node["metrics"]
-        if any(isinstance(v, list) for v in metrics.values()):
+        vector = big = False
+        for value in metrics.values():  # one pass: most frames hold neither
+            kind = type(value)
+            if kind is int:
+                big = big or not -LARGEST_INT <= value < LARGEST_INT
+            elif kind is not float and isinstance(value, list):
+                vector = True
+        if vector:
             for key, value in metrics.items():
                 if isinstance(value, list) and len(value) > MAX_VECTOR:
                     cut[key] = max(cut.get(key, 0), len(value))
@@ -765,16 +779,22 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int], int]:
                                                                           f"{key}[{i}]"), e)
                               for i, e in enumerate(value[:MAX_VECTOR])]
                              if isinstance(value, list) else [(key, value)])}
-        for key, value in metrics.items():
-            if type(value) is int and not -LARGEST_INT <= value < LARGEST_INT:
-                metrics[key] = _as_float(value)
-        if any(column in metrics for column in TABLE_COLUMNS):  # an older file's user metric
+        if vector or big:
+            for key, value in metrics.items():
+                if type(value) is int and not -LARGEST_INT <= value < LARGEST_INT:
+                    metrics[key] = _as_float(value)
+        if not _TABLE_COLUMNS.isdisjoint(metrics):  # an older file's user metric
             node["metrics"] = metrics = {_renamed(k) if k in TABLE_COLUMNS else k: v
                                          for k, v in metrics.items()}
         names.update(metrics)
         values += len(metrics)
+        if drop_launch_metadata:
+            _drop_launch_children(node)
         stack.extend(node["children"])
     return frames, names, cut, values
+
+
+_TABLE_COLUMNS = frozenset(TABLE_COLUMNS)
 
 
 def _drop_impossible(root: dict, metrics: set[str]) -> dict[str, int]:
@@ -825,14 +845,15 @@ def _text_metric_names(root: dict) -> None:
         stack.extend(node["children"])
 
 
-def _drop_launch_metadata(root: dict) -> None:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        # Triton's newer Proton names it per kernel: __proton_launch_metadata:<kernel>
-        node["children"] = [c for c in node["children"]
-                            if not str(c["frame"]["name"]).startswith(LAUNCH_METADATA)]
-        stack.extend(node["children"])
+def _drop_launch_children(node: dict) -> None:
+    """The node's launch metadata children dropped (a new list only where there are some)."""
+    # Triton's newer Proton names it per kernel: __proton_launch_metadata:<kernel>
+    kids = node["children"]
+    for child in kids:
+        if str(child["frame"]["name"]).startswith(LAUNCH_METADATA):
+            node["children"] = [c for c in kids
+                                if not str(c["frame"]["name"]).startswith(LAUNCH_METADATA)]
+            return
 
 
 def _prune_empty(root: dict) -> None:

@@ -73,11 +73,10 @@ def shorten(name: str, fmt: str) -> str:
 
 def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
     """Frame names shortened as Triton's -f formats do (for `file:line@function` frames), C++
-    kernel names demangled as `style` says (names.STYLES)."""
-    from .graph import nodes  # hatchet's module: imported when a profile is shown
-
+    kernel names demangled as `style` says (names.STYLES), in the tree's order: the first
+    names take the demangler's budget (demangle.TOTAL_RATIO)."""
     return {node: shorten(readable(node.frame.get("name", "?"), style), fmt)
-            for node in nodes(gf.graph)}
+            for node in gf.graph.traverse()}
 
 
 def library_frames(gf) -> set:
