@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Iterator
+from typing import Any
 
 
 def _trees_to_dot(*args, **kwargs):
@@ -30,7 +31,7 @@ def _import_hatchet() -> None:
     Where either is already loaded (a notebook) nothing is held back; to_dot still works."""
     if "hatchet" in sys.modules:
         return
-    held: dict[str, types.ModuleType | None] = {}
+    held: dict[str, Any] = {}  # a module, or None: its import fails
     if "IPython" not in sys.modules:
         held["IPython"] = None  # `import IPython` fails: hatchet goes on without Roundtrip
     if "matplotlib" not in sys.modules:

@@ -54,7 +54,8 @@ class Profile:
     """The source files' text the profile carries (Parsed.sources)."""
     derived: dict = field(default_factory=dict)
     """What several parts of one view ask of the profile, derived once (derive.kernel_roofs:
-    the page asked for it four times): a profile is not changed once read."""
+    the page asked for it four times); whoever changes the profile's graph or table clears it
+    (diff.diff_columns)."""
 
 
 STDIN = "-"
