@@ -773,7 +773,15 @@ class KernelRoof:
 
 def kernel_roofs(profile: Profile) -> dict:
     """Node -> KernelRoof, for kernel nodes with time on a GPU of the device table: measured
-    (kernel_counters) where PM samples covered the kernel, declared otherwise."""
+    (kernel_counters) where PM samples covered the kernel, declared otherwise. Derived once
+    per profile (Profile.derived): the caller does not change it."""
+    roofs = profile.derived.get("kernel_roofs")
+    if roofs is None:
+        roofs = profile.derived["kernel_roofs"] = _kernel_roofs(profile)
+    return roofs
+
+
+def _kernel_roofs(profile: Profile) -> dict:
     df = profile.gf.dataframe
     gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
     if TIME not in df or DEVICE_ID not in df or not isinstance(gpus, dict):

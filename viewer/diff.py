@@ -26,9 +26,13 @@ def match_by_what(*gfs) -> None:
     from hatchet.frame import Frame
 
     class What(Frame):
+        _what: tuple | None = None
+
         @property
-        def tuple_repr(self) -> tuple:
-            return tuple((k, self.attrs.get(k, "")) for k in WHAT)
+        def tuple_repr(self) -> tuple:  # made once: unify compares each frame many times
+            if self._what is None:
+                self._what = tuple((k, self.attrs.get(k, "")) for k in WHAT)
+            return self._what
 
     class Root(Frame):
         @property
@@ -49,6 +53,8 @@ def diff_columns(this: Profile, other: Profile, specs: list[str]) -> list[Column
     for profile in (this, other):
         _blank_when_missing(profile)
     this.gf.unify(other.gf)
+    for profile in (this, other):  # their graphs changed: nothing derived before holds
+        profile.derived.clear()
     columns = []
     for spec in specs:
         mine, theirs = derive(this, spec), derive(other, spec)

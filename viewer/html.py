@@ -19,6 +19,7 @@ from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INT
                      derive, kernel_mask, kernel_roofs, over_roof, unmeasured, unmeasured_text,
                      util_of)
 from .errors import ViewerError
+from .graph import nodes
 from .names import readable
 from .page import template
 from .reader import Profile
@@ -128,7 +129,7 @@ class NameBudget:
     (mangled), and the page says how many."""
 
     def __init__(self, prof: Profile, style: str) -> None:
-        raw = sum(len(str(node.frame.get("name", "?"))) for node in prof.gf.graph.traverse())
+        raw = sum(len(str(node.frame.get("name", "?"))) for node in nodes(prof.gf.graph))
         self.left = max(TOTAL_FLOOR, TOTAL_RATIO * raw)
         self.style = style
         self.kept: set[str] = set()

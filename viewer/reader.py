@@ -52,6 +52,10 @@ class Profile:
     """A job file's data frame row of each frame, in job_ranks' (the file's) order."""
     sources: dict[str, str] = field(default_factory=dict)
     """The source files' text the profile carries (Parsed.sources)."""
+    derived: dict = field(default_factory=dict)
+    """What several parts of one view ask of the profile, derived once (derive.kernel_roofs:
+    the page asked for it four times); whoever changes the profile's graph or table clears it
+    (diff.diff_columns)."""
 
 
 STDIN = "-"
@@ -295,9 +299,7 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
         _text_metric_names(root)  # MessagePack keys may be numbers; JSON's are text
     if prune_empty:
         _prune_empty(root)
-    else:
-        _drop_launch_metadata(root)
-    frames, metrics, cut, values = _expand_vectors(root)
+    frames, metrics, cut, values = _expand_vectors(root, drop_launch_metadata=not prune_empty)
     cells = frames * len(metrics)
     if cells > MAX_CELLS:
         raise ViewerError(f"{name} has {frames:,} frames and {len(metrics):,} distinct metrics, "
@@ -633,23 +635,30 @@ def _check_tree(root: dict, name: str, size: int) -> tuple[list[dict], list[str]
         frames += 1
         if frames > most:
             raise cast(ViewerError, _too_costly(name, size, {"frames": most}, more=True))
-        if _is_node(node):
+        is_node = _is_node(node)
+        if is_node:
             if node.get("metrics") is None:
                 node["metrics"] = {}
             if node.get("children") is None:
                 node["children"] = []
-        if not _is_node(node) or not isinstance(node["metrics"], dict) \
+        if not is_node or not isinstance(node["metrics"], dict) \
                 or not isinstance(node["children"], list):
             raise ViewerError(f"{name} has a malformed node {_SHORT.repr(node)[:80]}; each node "
                               "needs frame.name, metrics and children")
         frame = node["frame"]
         keys += len(frame) - 1 - ("type" in frame)  # hatchet gives a frame a type if none
         found = found or WARP_TIMELINE in frame
-        if not all(isinstance(k, str) for k in frame):  # MessagePack's keys may be numbers
-            frame = node["frame"] = {_text(k): v for k, v in frame.items()}
+        texts = True  # every key and value text: the common case, one pass over the frame
         for key, value in frame.items():
-            if not isinstance(value, str):
-                frame[key] = _text(value)
+            if type(key) is not str or type(value) is not str:
+                texts = False
+                break
+        if not texts:
+            if not all(isinstance(k, str) for k in frame):  # MessagePack's keys may be numbers
+                frame = node["frame"] = {_text(k): v for k, v in frame.items()}
+            for key, value in frame.items():
+                if not isinstance(value, str):
+                    frame[key] = _text(value)
         stack.extend(node["children"])
     return (*(_timelines(root, name) if found else ([], [])), keys)
 
@@ -740,12 +749,14 @@ def _as_float(value: int) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int], int]:
+def _expand_vectors(root: dict, *, drop_launch_metadata: bool = False
+                    ) -> tuple[int, set[str], dict[str, int], int]:
     """A vector metric ("lens": [3, 5]) becomes one exclusive metric per element ("lens[0]",
     "lens[1]"), which every view can show, sort and export like any number; its first
     MAX_VECTOR elements only. A metric named as a column of the table (TABLE_COLUMNS: "node",
     refused when recorded since) is read as "node (metric)". (frames, distinct metric names, the longest length of each
-    vector cut, metric values.)"""
+    vector cut, metric values.) drop_launch_metadata: launch metadata frames (and what is
+    under them) are dropped on the way (_drop_launch_children)."""
     frames, names, cut, values = 0, set[str](), dict[str, int](), 0
     element: dict = {}  # (vector, i) -> "vector[i]": one string for every frame's element i
     stack = [root]
@@ -753,7 +764,14 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int], int]:
         node = stack.pop()
         frames += 1
         metrics = node["metrics"]
-        if any(isinstance(v, list) for v in metrics.values()):
+        vector = big = False
+        for value in metrics.values():  # one pass: most frames hold neither
+            kind = type(value)
+            if kind is int:
+                big = big or not -LARGEST_INT <= value < LARGEST_INT
+            elif kind is not float and isinstance(value, list):
+                vector = True
+        if vector:
             for key, value in metrics.items():
                 if isinstance(value, list) and len(value) > MAX_VECTOR:
                     cut[key] = max(cut.get(key, 0), len(value))
@@ -763,16 +781,22 @@ def _expand_vectors(root: dict) -> tuple[int, set[str], dict[str, int], int]:
                                                                           f"{key}[{i}]"), e)
                               for i, e in enumerate(value[:MAX_VECTOR])]
                              if isinstance(value, list) else [(key, value)])}
-        for key, value in metrics.items():
-            if type(value) is int and not -LARGEST_INT <= value < LARGEST_INT:
-                metrics[key] = _as_float(value)
-        if any(column in metrics for column in TABLE_COLUMNS):  # an older file's user metric
+        if vector or big:
+            for key, value in metrics.items():
+                if type(value) is int and not -LARGEST_INT <= value < LARGEST_INT:
+                    metrics[key] = _as_float(value)
+        if not _TABLE_COLUMNS.isdisjoint(metrics):  # an older file's user metric
             node["metrics"] = metrics = {_renamed(k) if k in TABLE_COLUMNS else k: v
                                          for k, v in metrics.items()}
         names.update(metrics)
         values += len(metrics)
+        if drop_launch_metadata:
+            _drop_launch_children(node)
         stack.extend(node["children"])
     return frames, names, cut, values
+
+
+_TABLE_COLUMNS = frozenset(TABLE_COLUMNS)
 
 
 def _drop_impossible(root: dict, metrics: set[str]) -> dict[str, int]:
@@ -787,12 +811,17 @@ def _drop_impossible(root: dict, metrics: set[str]) -> dict[str, int]:
     if not amounts:
         return dropped
     stack = [root]
+    inf = math.inf
     while stack:
         node = stack.pop()
         values = node["metrics"]
-        for metric in amounts:
+        for metric in amounts if values else ():
             v = values.get(metric)
-            if v is not None and not (_number(v) and math.isfinite(v) and v >= 0):
+            if v is None:
+                continue
+            kind = type(v)  # the common kinds first: _number and isfinite calls cost 2x
+            if not (v >= 0 if kind is int else 0 <= v < inf if kind is float
+                    else _number(v) and math.isfinite(v) and v >= 0):
                 values[metric] = None
                 dropped[metric] = dropped.get(metric, 0) + 1
         for part, whole in parts:
@@ -818,14 +847,15 @@ def _text_metric_names(root: dict) -> None:
         stack.extend(node["children"])
 
 
-def _drop_launch_metadata(root: dict) -> None:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        # Triton's newer Proton names it per kernel: __proton_launch_metadata:<kernel>
-        node["children"] = [c for c in node["children"]
-                            if not str(c["frame"]["name"]).startswith(LAUNCH_METADATA)]
-        stack.extend(node["children"])
+def _drop_launch_children(node: dict) -> None:
+    """The node's launch metadata children dropped (a new list only where there are some)."""
+    # Triton's newer Proton names it per kernel: __proton_launch_metadata:<kernel>
+    kids = node["children"]
+    for child in kids:
+        if str(child["frame"]["name"]).startswith(LAUNCH_METADATA):
+            node["children"] = [c for c in kids
+                                if not str(c["frame"]["name"]).startswith(LAUNCH_METADATA)]
+            return
 
 
 def _prune_empty(root: dict) -> None:

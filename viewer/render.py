@@ -35,15 +35,23 @@ def fmt(value, integer: bool = False, spec: str | None = None) -> str:
     """A cell: blank where the metric has no meaning (not nan), integers for counting columns,
     else `spec` (the column's, from `column_spec`), by default three decimals (scientific
     below 0.001)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if type(value) is float:  # most cells: no isinstance, isnan and isfinite calls
+        if value != value:
+            return ""
+        if value in _INFINITE:
+            return str(value)
+    elif value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if not math.isfinite(value):
+    elif not math.isfinite(value):
         return str(value)
     if integer:
         return f"{int(value):,}"
     if spec is None:
         spec = ",.3f" if value == 0 or abs(value) >= 1e-3 else ".3e"
     return format(value, spec)
+
+
+_INFINITE = (math.inf, -math.inf)
 
 
 MAX_DECIMALS = 6
@@ -91,8 +99,13 @@ def band(value, top, diff: bool = False) -> str:
         return ""
     share = abs(value / top)
     if diff:
-        return next(up if value > 0 else down for bound, up, down in DIFF_BANDS if share >= bound)
-    return next(style for bound, style in BANDS if share >= bound or bound == 0.0)
+        for bound, up, down in DIFF_BANDS:
+            if share >= bound:
+                return up if value > 0 else down
+    for bound, style in BANDS:
+        if share >= bound or bound == 0.0:
+            return style
+    return ""
 
 
 def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,

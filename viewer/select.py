@@ -95,7 +95,8 @@ def short_frame(name: str) -> str:
 
 def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
     """Frame names shortened as `fmt` says (SHORT or one of Triton's -f FORMATS, for
-    `file:line@function` frames), C++ kernel names demangled as `style` says (names.STYLES)."""
+    `file:line@function` frames), C++ kernel names demangled as `style` says (names.STYLES),
+    in the tree's order: the first names take the demangler's budget (demangle.TOTAL_RATIO)."""
     return {node: shorten(readable(node.frame.get("name", "?"), style), fmt)
             for node in gf.graph.traverse()}
 
@@ -103,8 +104,10 @@ def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
 def library_frames(gf) -> set:
     """Python frames in installed packages or the standard library: the launch machinery of
     torch and Triton between the user's code and a kernel."""
+    from .graph import nodes
+
     out = set()
-    for node in gf.graph.traverse():
+    for node in nodes(gf.graph):
         match = PYTHON_FRAME.match(node.frame.get("name", ""))
         if match and LIBRARY_FILE.search(match["file"]):
             out.add(node)

@@ -18,6 +18,7 @@ import pandas as pd
 from ..format import (COUNT, DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FRAME,
                       STALLED_PREFIX, TIME)
 from .errors import ViewerError, listing
+from .graph import nodes
 from .names import cut_of, readable, same_name
 from .reader import Profile
 from .source_roots import SourceRoots
@@ -289,9 +290,9 @@ def no_lines_notes(prof: Profile) -> list[tuple[str, bool, list[str]]]:
     kernels with samples that have no source line, in the order the tree first meets them.
     `some lines mapped`: the kernel also has line children (only part of its samples lack a
     line)."""
+    if not any(n.frame.get(NO_LINES) for n in nodes(prof.gf.graph)):
+        return []  # most profiles: no sample columns to read, no sorted walk
     marked = [n for n in prof.gf.graph.traverse() if n.frame.get(NO_LINES)]
-    if not marked:  # most profiles: no sample columns to read
-        return []
     columns = _Columns(prof)
     kernels: dict[tuple[str, bool], dict[str, None]] = {}
     for node in marked:
