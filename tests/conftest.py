@@ -269,3 +269,34 @@ def cache(tmp_path, monkeypatch):
     native._built.clear()  # built again: with SANITIZE under the sanitizer run (above)
     yield tmp_path
     native._built.clear()
+
+
+@pytest.fixture(scope="session")
+def built_helpers(tmp_path_factory) -> dict[str, str]:
+    """{cache file name: the C helper compiled once this session with that source and flags}."""
+    return {}
+
+
+@pytest.fixture
+def helper_cache(sanitized_helper, cache, built_helpers, tmp_path_factory):
+    """`cache` holding the C helper already: a copy of one compiled once this session with the
+    same source and flags (SANITIZE under the sanitizer run). A copy, not a link: the test loads
+    its own library, with its own C globals, as a fresh build gives. Compiling costs seconds
+    (ten times that with the sanitizers): the tests of the cache itself build theirs (`cache`),
+    the tests of what the helper computes take this."""
+    import shutil
+
+    from proton.cupti import native
+
+    path = native.library_path()
+    name = os.path.basename(path)
+    if name not in built_helpers:
+        out = tmp_path_factory.mktemp("helper") / name
+        try:
+            native.compile_to(str(out))
+        except native.BuildError:
+            return cache  # helper() says why, as it would with an empty cache
+        built_helpers[name] = str(out)
+    native.private_dir(os.path.dirname(path))
+    shutil.copyfile(built_helpers[name], path)
+    return cache
