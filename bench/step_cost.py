@@ -41,6 +41,7 @@ Proton, shadow).
     python bench/step_cost.py --worker floor,shadow  one process; a JSON line a phase as it
                                                      ends, the whole result last
     python bench/step_cost.py --worker none --device cpu --steps 3   a dry run of the step
+                                                     (--small: at small sizes, in seconds)
         (--device cpu with profilers: each fails to start without a GPU, is reported, and
         the bare phases go on)
 
@@ -66,6 +67,9 @@ import step_stats  # noqa: E402 - beside this file
 from hostspeed import host_speed  # noqa: E402 - beside this file (workloads' imports Triton)
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 8192, 512, 8, 4, 256, 16
+SMALL = (512, 64, 4, 2, 32, 4)
+"""--small: the same step (model, bf16 autocast, loader, scopes) at sizes a CPU runs in a tenth
+of the time: a dry run that checks the harness, not the step's cost (the tests' run)."""
 OURS = ("floor", "subscribed", "cb-runtime", "cb-driver", "cb-launch", "cb-all", "shadow",
         "hook", "python", "counters", "memory", "shadow-kernels", "shadow-no-copies",
         "shadow-no-waits", "shadow-no-idle")
@@ -632,7 +636,12 @@ def main() -> None:
     parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                         help="cpu: a dry run (profilers fail to start and are reported)")
+    parser.add_argument("--small", action="store_true",
+                        help="with --worker: the step at small sizes (a dry run of the harness)")
     args = parser.parse_args()
+    if args.small:
+        global VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH
+        VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = SMALL
     try:
         if args.table:
             print(table(args.table, args.reps))

@@ -25,6 +25,16 @@ SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-o
             "-g")
 
 
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """`-n auto` (the README's test command): a worker per CPU this run may use, at most 8 (a
+    worker holds 0.5-0.7 GB). xdist's own count takes psutil's physical cores where psutil is
+    installed: 1 on a 2-vCPU machine, which would run the suite serially."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist reads it
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return max(1, min(8, len(usable) if usable else os.cpu_count() or 1))
+
+
 @pytest.fixture(autouse=True)
 def sanitized_helper(monkeypatch):
     """Under the sanitizer run, the C helpers are built (and cached apart) with SANITIZE."""
@@ -269,3 +279,35 @@ def cache(tmp_path, monkeypatch):
     native.HELPER.built.clear()  # built again: with SANITIZE under the sanitizer run (above)
     yield tmp_path
     native.HELPER.built.clear()
+
+
+@pytest.fixture(scope="session")
+def built_helpers(tmp_path_factory) -> dict[str, str]:
+    """{cache file name: the C helper compiled once this session with that source and flags}."""
+    return {}
+
+
+@pytest.fixture
+def helper_cache(sanitized_helper, cache, built_helpers, tmp_path_factory):
+    """`cache` holding the C helper already: a copy of one compiled once this session with the
+    same source and flags (SANITIZE under the sanitizer run). A copy, not a link: the test loads
+    its own library, with its own C globals, as a fresh build gives. Compiling costs seconds
+    (ten times that with the sanitizers): the tests of the cache itself build theirs (`cache`),
+    the tests of what the helper computes take this."""
+    import shutil
+
+    from proton.cupti import c_loader, native
+    from proton.files import private_dir
+
+    path = native.library_path()
+    name = os.path.basename(path)
+    if name not in built_helpers:
+        out = tmp_path_factory.mktemp("helper") / name
+        try:
+            native.HELPER.compile_to(str(out))
+        except c_loader.BuildError:
+            return cache  # helper() says why, as it would with an empty cache
+        built_helpers[name] = str(out)
+    private_dir(os.path.dirname(path))
+    shutil.copyfile(built_helpers[name], path)
+    return cache

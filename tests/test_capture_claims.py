@@ -40,7 +40,9 @@ while True:
         reader.readline()  # stop
         conn.sendall(json.dumps({"ok": True, "paths": claims, "warnings": [],
                                  "merged": {"/etc/passwd": "0-3"}}).encode() + b"\n")
-    else:
+    else:  # a snapshot: written now, as a job writes one when asked (a capture checks that)
+        with open(mine, "w") as f:
+            f.write("[]")
         conn.sendall(json.dumps({"ok": True, "paths": claims}).encode() + b"\n")
     conn.close()
 """

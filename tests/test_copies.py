@@ -130,7 +130,7 @@ def _buffers(collector, early: bool, path: int = PATH) -> tuple[list[list], list
 
 
 @pytest.mark.parametrize("early", [False, True])
-def test_copy_and_set_records_join_their_call_in_c_and_in_python(cache, early):
+def test_copy_and_set_records_join_their_call_in_c_and_in_python(helper_cache, early):
     """Every kind of copy and a set, through the C join and through Python's reads and
     Attributor: each under the scope that issued it, named by its kind (pageable or pinned by
     its host side), its bytes in the row (as minus the configuration), the same either way;
@@ -183,7 +183,7 @@ def test_the_copy_kinds_are_cuptis():
     assert not fmt.COPY_FRAME.match("memcpy_kernel") and not fmt.COPY_FRAME.match("memsetter")
 
 
-def test_a_runtime_copys_nested_driver_copy_reaches_python_once(cache):
+def test_a_runtime_copys_nested_driver_copy_reaches_python_once(helper_cache):
     """context="python" with the C launch log: a runtime copy (cudaMemcpyAsync) that makes a
     driver copy inside it calls back in both domains; Python places the outer call only."""
     import sys
@@ -268,7 +268,7 @@ def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object
 
 
 @pytest.mark.parametrize("joined", [False, True])
-def test_copy_nodes_carry_time_count_and_bytes(cache, tmp_path, joined):
+def test_copy_nodes_carry_time_count_and_bytes(helper_cache, tmp_path, joined):
     """Each copy kind and the sets are one node under the scope that issued them, with
     `time (ns)`, `count`, `bytes` and their device, and no launch configuration; the trace
     shows each on its stream, with its bytes."""
@@ -289,7 +289,7 @@ def test_copy_nodes_carry_time_count_and_bytes(cache, tmp_path, joined):
     assert {e["cat"] for e in trace["traceEvents"] if e["name"] == fmt.MEMSET} == {"memset"}
 
 
-def test_the_viewer_shows_copies_and_judges_none_as_a_kernel(cache, tmp_path):
+def test_the_viewer_shows_copies_and_judges_none_as_a_kernel(helper_cache, tmp_path):
     """proton-viewer -m bytes and gbyte/s show the copy nodes; --diagnose, the roofline and
     util judge kernels only; the HTML report lists them; Triton's viewer opens the file."""
     import subprocess

@@ -402,7 +402,7 @@ def test_the_c_helpers_slow_launch_bound_is_the_formats():
         native.SLOW_LAUNCH_PATH
 
 
-def test_the_c_launch_log_keeps_launch_calls_that_held_their_thread_as_slow(cache):
+def test_the_c_launch_log_keeps_launch_calls_that_held_their_thread_as_slow(helper_cache):
     """Launch calls replayed through the C launch log's callback on a clock it reads: one that
     held its thread 300 us comes back as a wait event marked SLOW_LAUNCH_PATH (the idle
     tracker's LAUNCH stretch), one of 5 us does not, and none is kept while wait events are
@@ -426,7 +426,7 @@ def test_the_c_launch_log_keeps_launch_calls_that_held_their_thread_as_slow(cach
     log.main_path(None)
 
 
-def test_the_collector_tells_the_tracker_each_launch_before_its_record(cache):
+def test_the_collector_tells_the_tracker_each_launch_before_its_record(helper_cache):
     """A step left at 1 us whose kernel, launched at 0.5 us, ran from 5 to 9 us: its window
     runs to 9 us only if the tracker learnt the kernel's launch call. Through every way the
     collector takes launches: CUPTI's API records read by Python or by the C join, the C

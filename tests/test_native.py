@@ -24,7 +24,7 @@ class _Raw:
 
 
 @pytest.mark.parametrize("sizes", [[], [24], [24, 40, 16, 232, 24] * 200])
-def test_the_helper_walks_a_buffer_as_python_does(cache, sizes):
+def test_the_helper_walks_a_buffer_as_python_does(helper_cache, sizes):
     """Columns walks every record Python's walk finds (kinds it does not read included)."""
     buffer = (ctypes.c_uint64 * (sum(sizes) // 8 + 1))()
     address, valid = ctypes.addressof(buffer), sum(sizes)
@@ -76,7 +76,7 @@ def test_proton_native_0_chooses_the_python_pipeline_silently(cache, monkeypatch
     assert isinstance(collector.pipeline, NativePipeline) and collector.pipeline.logs_launches
 
 
-def test_fields_read_in_c_join_as_numpys_do(cache, monkeypatch):
+def test_fields_read_in_c_join_as_numpys_do(helper_cache, monkeypatch):
     """The helper reading fields as it walks: a buffer with every record kind the collector
     reads (a failed launch, a graph launch's kernels, a runtime launch, a kind it skips) gives
     the Attributor the same columns as the numpy reads (each pipeline reads the buffer)."""
@@ -243,7 +243,8 @@ def _placed(collector, got: list) -> list:
 @pytest.mark.parametrize("seed,capture,launches", [
     (1, None, 3000), (2, None, 3000), (3, (200_000, 900_000), 3000),
     (4, None, 20_000)])  # the tables grow and wrap around several times
-def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, capture, launches):
+def test_the_c_join_gives_each_kernel_where_the_attributor_does(helper_cache, seed, capture,
+                                                                 launches):
     """The same random run's buffers through numpy and the Attributor, and through the C
     helper's walk, read and join (Python placing what the join leaves it): every kernel on the
     same path with the same fields, the join's per-path sums equal to its kernels, nothing
@@ -290,7 +291,7 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(cache, seed, cap
     assert results[True] == want
 
 
-def test_kernels_whose_launch_record_never_came_go_to_their_external_path(cache):
+def test_kernels_whose_launch_record_never_came_go_to_their_external_path(helper_cache):
     """The C join holds a kernel whose launch record has not come; at the end it goes to the
     path of its external record, or the root."""
     from cupti import cupti
@@ -321,7 +322,7 @@ def test_kernels_whose_launch_record_never_came_go_to_their_external_path(cache)
     assert sorted(k[:4] for k in got) == [(0, 200, 6, "a"), (17, 100, 5, "a")]
 
 
-def test_odd_records_give_the_same_kernels_joined_in_c_or_python(cache):
+def test_odd_records_give_the_same_kernels_joined_in_c_or_python(helper_cache):
     """Two kernels of one launch before its launch record, a graph kernel and a plain one
     whose launch records never come, a failed launch and a call that is no launch: the C join
     and the Attributor give the same kernels, paths and counts."""
@@ -361,7 +362,7 @@ def test_odd_records_give_the_same_kernels_joined_in_c_or_python(cache):
         2, 1, 4)
 
 
-def test_launches_waiting_for_their_kernel_are_counted_by_start(cache):
+def test_launches_waiting_for_their_kernel_are_counted_by_start(helper_cache):
     """flush waits for the launches made before it: the C join counts them as the Attributor
     does."""
     from cupti import cupti
@@ -387,7 +388,7 @@ def test_launches_waiting_for_their_kernel_are_counted_by_start(cache):
             assert {ts: collector.waiting_before(ts) for ts in waiting} == waiting, joined
 
 
-def test_a_burst_of_waiting_launches_then_their_kernels(cache):
+def test_a_burst_of_waiting_launches_then_their_kernels(helper_cache):
     """30,000 launches wait before any kernel comes (the join's tables grow), then small
     buffers of launches and their kernels (the tables shrink back once 64 have come, not at
     the first: full buffers between partly filled ones keep their room): every kernel lands on
@@ -470,7 +471,7 @@ STALE = (7491, 1795708476066367196, 1795708476066368636)
 OPENED, WINDOW_END = 1795708476195542327, 1795708477222042385
 
 
-def test_a_kernel_an_earlier_session_left_undelivered_is_no_loss_of_the_next(cache):
+def test_a_kernel_an_earlier_session_left_undelivered_is_no_loss_of_the_next(helper_cache):
     """A capture after another: the stale kernel record the first one's stop cut off comes
     with the second one's kernels; it is no launch of the second, so the second has lost
     nothing. A kernel of the second with no launch record inside its window is a loss; one
@@ -500,7 +501,7 @@ def test_a_kernel_an_earlier_session_left_undelivered_is_no_loss_of_the_next(cac
         assert third.finish(until=WINDOW_END) == 1, joined
 
 
-def test_launches_made_before_kernel_activity_was_on_are_not_waited_for(cache):
+def test_launches_made_before_kernel_activity_was_on_are_not_waited_for(helper_cache):
     """A session takes launches before it turns kernel activity on (so that every kernel
     recorded has its launch): those made before then may never get a kernel record, and a
     flush must not wait for them until its deadline."""
@@ -559,7 +560,7 @@ class _Launcher:
             self.call(None, domain, cbid, data)
 
 
-def test_the_launch_log_keeps_each_launch_with_its_threads_innermost_path(cache):
+def test_the_launch_log_keeps_each_launch_with_its_threads_innermost_path(helper_cache):
     """The C callback logs a launch call that succeeded at its exit, with the innermost path
     its thread pushed (none outside scopes); failed calls are not logged; calls that are not
     launches go on to Python's callback; the log reads as the external and API columns."""
@@ -613,7 +614,7 @@ def test_the_launch_log_keeps_each_launch_with_its_threads_innermost_path(cache)
     assert log.take()[3] == 0
 
 
-def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
+def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(helper_cache):
     """A launch on a thread with no path of its own (PyTorch's autograd thread) is logged
     with the main thread's innermost scope as Python last set it before the call began (the
     time the timeline would be read at), so the C join places its kernel; with none set (or
@@ -658,7 +659,7 @@ def test_a_thread_with_no_scope_logs_its_launches_under_the_main_threads(cache):
     assert (n_ext, n_api) == (0, 1)
 
 
-def test_a_main_thread_scope_pushes_and_moves_the_main_path_in_one_call(cache):
+def test_a_main_thread_scope_pushes_and_moves_the_main_path_in_one_call(helper_cache):
     """push_main and pop_main (a scope's enter and exit on the main thread, one C call each)
     do what push, pop and main_path do: this thread's launches go to its innermost scope, a
     thread with none of its own to the main thread's; leaving the last one (ROOT) leaves
@@ -694,7 +695,7 @@ def test_a_main_thread_scope_pushes_and_moves_the_main_path_in_one_call(cache):
                                          [4, custom, 31], [5, custom, 31]]
 
 
-def test_the_timeline_is_noted_only_where_no_c_log_reads_the_main_thread(cache):
+def test_the_timeline_is_noted_only_where_no_c_log_reads_the_main_thread(helper_cache):
     """The main thread's scope changes: with the C launch log (which reads the main thread's
     scope at each launch) none goes to the Python timeline, so a scope costs no CUPTI
     timestamp; with Python's pipeline (PROTON_NATIVE=0, no compiler) each one is noted with
@@ -725,7 +726,7 @@ def test_the_timeline_is_noted_only_where_no_c_log_reads_the_main_thread(cache):
 
 @pytest.mark.parametrize("seed,capture,launches", [
     (5, None, 3000), (6, (200_000, 900_000), 3000)])
-def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed, capture,
+def test_launches_logged_in_c_give_each_kernel_where_api_records_do(helper_cache, seed, capture,
                                                                     launches):
     """The random run of the join test with its launches made through the C launch log's
     callback (thread 7 is this thread, 8 another; scopes pushed on the log's stack) instead
@@ -785,7 +786,7 @@ def test_launches_logged_in_c_give_each_kernel_where_api_records_do(cache, seed,
     assert len(results[True]) == len(expected)
 
 
-def test_a_launch_call_inside_another_is_not_logged(cache):
+def test_a_launch_call_inside_another_is_not_logged(helper_cache):
     """CUPTI may report the driver's launch call made inside the runtime's: the kernel record
     names the outer call, so only it is logged."""
     collector, _, launch = _collector(True)
@@ -805,7 +806,7 @@ def test_a_launch_call_inside_another_is_not_logged(cache):
     assert api[1, :n_api].tolist() == [10, 12]
 
 
-def test_the_python_contexts_launch_enter_comes_from_the_c_callback(cache):
+def test_the_python_contexts_launch_enter_comes_from_the_c_callback(helper_cache):
     """context="python" with the C helper: CUPTI's call reaches Python only at a launch's
     enter, as (correlation id, time, cbid), and the launch goes where the launching Python
     frame says; a failed call is withdrawn from C (nothing waits for it); a launch on a
@@ -849,7 +850,7 @@ def test_the_python_contexts_launch_enter_comes_from_the_c_callback(cache):
     assert collector.waiting_before(10**9) == 3 + 1500
 
 
-def test_a_new_session_starts_with_an_empty_log_and_no_launch_call_left_open(cache):
+def test_a_new_session_starts_with_an_empty_log_and_no_launch_call_left_open(helper_cache):
     """A launch call cut off by the last session's end (its exit never came) does not keep
     its thread's later launches out of the next session's log, and launches logged after the
     last session's final read are not the next session's."""
@@ -891,7 +892,7 @@ def test_a_buffers_working_memory_is_kept_for_the_next():
     assert kept.get("out", 4, 10).shape == (4, 20)  # ...let its room go
 
 
-def test_a_threads_path_stack_is_freed_when_the_thread_ends(cache):
+def test_a_threads_path_stack_is_freed_when_the_thread_ends(helper_cache):
     """Each thread that pushes a path gets a stack in the C helper; a job whose threads come
     and go (data loaders, a thread per request) must not keep one per thread ever started."""
     import threading
@@ -957,7 +958,7 @@ def test_the_c_enums_are_the_records_columns(tmp_path):
     assert [m.name for m in records.CONFIG] == ["blocks", "threads", "registers", "shared"]
 
 
-def test_every_exported_function_has_its_signature_from_native_c(cache):
+def test_every_exported_function_has_its_signature_from_native_c(helper_cache):
     """The ctypes signatures are read from native.c's PROTON_API definitions: each is set on
     the built library, and matches the C parameter types."""
     sigs = native.signatures()

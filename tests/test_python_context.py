@@ -401,7 +401,7 @@ def test_a_generator_resumed_by_one_frame_from_two_lines(python_session):
 
 
 @pytest.mark.parametrize("keep", [False, True])
-def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(keep,
+def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(keep, tmp_path,
                                                                               monkeypatch):
     """The launch callback called from a C thread (as CUPTI calls it on PyTorch's autograd
     thread): each launch goes to the unscoped path; with PROTON_KEEP_THREAD_STATES=1 the
@@ -415,7 +415,7 @@ def test_launches_on_a_thread_without_python_keep_its_thread_state_when_asked(ke
     import harness as probe
 
     lib = probe.runner()
-    proton.start("/tmp/proton_foreign_thread", context="python")
+    proton.start(str(tmp_path / "foreign_thread"), context="python")
     try:
         monkeypatch.setattr(profiler.timeline, "unscoped", lambda thread, ts: 4242)
         monkeypatch.setenv(KEEP_STATES_ENV, "1" if keep else "0")

@@ -44,10 +44,8 @@ BEFORE = ctypes.CFUNCTYPE(None)
 
 
 @pytest.fixture
-def runner(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("PROTON_NATIVE", raising=False)
-    path = str(tmp_path / "runner.so")
+def runner(helper_cache):
+    path = str(helper_cache / "runner.so")
     try:
         c_loader.compile_source(path, RUNNER)
     except c_loader.BuildError:

@@ -350,7 +350,7 @@ print("launched")
 """
 
 
-def test_a_launch_whose_enter_outlives_its_session_returns_safely(tmp_path):
+def test_a_launch_whose_enter_outlives_its_session_returns_safely(helper_cache, tmp_path):
     """A launch call's Python enter is still running (on its thread, the GIL taken by C)
     when the next session makes its launch log: the call returns through C, which gives the
     GIL back as it found it, and the process goes on (it used to call a function pointer the
@@ -363,7 +363,7 @@ def test_a_launch_whose_enter_outlives_its_session_returns_safely(tmp_path):
         pytest.skip("no C compiler: the C helper is not built")
     done = subprocess.run([sys.executable, "-c", RECONFIGURED, BENCH, str(tmp_path / "p")],
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PROTON_CACHE_DIR": str(tmp_path)})
+                          env={**os.environ, "PROTON_CACHE_DIR": str(helper_cache)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("launched")
 
@@ -387,8 +387,8 @@ void calls_on_one_thread(python f, int n) {
 """
 
 
-def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(tmp_path,
-                                                                          monkeypatch):
+def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(helper_cache,
+                                                                          tmp_path, monkeypatch):
     """A thread Python did not start that calls into Python again and again (a C++ thread
     pool's callbacks), each call with a fresh thread state and so fresh thread-local Stacks,
     usually at the freed one's address: each call's launch goes under the scope that call
@@ -396,7 +396,6 @@ def test_a_thread_given_a_new_thread_state_per_call_gets_each_calls_scope(tmp_pa
     'a')."""
     from proton.cupti import c_loader
 
-    monkeypatch.setenv("PROTON_CACHE_DIR", str(tmp_path))
     monkeypatch.syspath_prepend(BENCH)
     try:
         c_loader.compile_source(str(tmp_path / "one.so"), ONE_THREAD)

@@ -50,7 +50,7 @@ def test_the_readme_leads_with_two_gpu_commands_that_keep_the_installed_torch():
 def test_ci_runs_the_readme_test_command():
     cpu = blocks(text().split("On a machine without a GPU", 1)[1])[0]
     test_command = cpu.splitlines()[1]
-    assert test_command.endswith("&& python -m pytest")
+    assert test_command.endswith("&& python -m pytest -n auto")  # every test, on every core
     assert text(".ci/run").rstrip("\n").splitlines()[-1] == test_command
 
 

@@ -258,7 +258,7 @@ def test_dry_run_on_cpu_measures_bare_phases_and_reports_a_profiler_that_cannot_
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the floor would start")
     done = subprocess.run([sys.executable, BENCH, "--worker", "floor", "--device", "cpu",
-                           "--steps", "2", "--warmup", "0", "--rounds", "2"],
+                           "--steps", "2", "--warmup", "0", "--rounds", "2", "--small"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

@@ -287,7 +287,7 @@ def _taken(taken) -> dict[int, tuple[int, int]]:
     return {p: (t, n) for p, t, n in zip(paths, ns, counts)}
 
 
-def test_the_c_callback_sums_each_synchronizing_call_on_the_path_that_waited(cache):
+def test_the_c_callback_sums_each_synchronizing_call_on_the_path_that_waited(helper_cache):
     collector, log, calls, forwarded = _c_replayer()
     _replay(collector, calls, log.push, log.pop, lambda p: log.main_path(p))
     assert _taken(collector.take_syncs()) == WANT
@@ -308,7 +308,7 @@ def test_the_python_callback_sums_the_same_as_the_c_one():
     assert passed == [1, 1]
 
 
-def test_the_c_callback_keeps_each_wait_as_an_event_while_a_trace_asks(cache):
+def test_the_c_callback_keeps_each_wait_as_an_event_while_a_trace_asks(helper_cache):
     """With wait events on (a trace session is live), each wait is also kept whole: its path,
     its enter and exit on CUPTI's clock and the thread that waited; the sums are unchanged.
     Many more events than the take's first guess come back whole and in order; off, none."""
@@ -352,7 +352,8 @@ def test_the_python_callback_keeps_the_same_events_as_the_c_one(monkeypatch):
     assert collector.take_wait_events() == []
 
 
-def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(cache, monkeypatch):
+def test_trace_sessions_get_each_wait_they_were_active_for_and_trees_the_sums(helper_cache,
+                                                                              monkeypatch):
     """The profiler turns wait events on for a trace session and hands each wait, after a
     buffer, to the traces active at its start: the trace's "host" process (Triton 3.6's
     layout; tests/test_trace_lanes.py: Triton 3.9's) shows it on the
