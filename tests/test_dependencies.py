@@ -15,7 +15,9 @@ DISTRIBUTION = {"numpy": "numpy", "pandas": "pandas", "hatchet": "llnl-hatchet",
                 "click": "click", "cxxfilt": "cxxfilt", "msgpack": "msgpack", "cupti": "cupti-python",
                 "cuda": "cuda-bindings"}
 """Import name -> the distribution that provides it."""
-GPU_RUNTIME = {"cupti-python", "cuda-bindings"}
+GPU_RUNTIME = {"cupti-python", "cuda-bindings", "nvidia-cuda-cupti"}
+"""Linux only; nvidia-cuda-cupti is never imported (cupti-python loads its libcupti), it is
+pinned to the binding's minor release."""
 USERS_OWN = {"torch", "triton", "pytest", "rocm_sdk"}
 """Imported only where the user's program brings them (a tensor metric, hook="triton",
 `proton pytest`, the bundled examples, TheRock's ROCm wheels for proton._rocm): never needed to

@@ -124,7 +124,7 @@ INTERRUPTED = """
 """
 
 
-@pytest.mark.parametrize("where", ["_write", "build", "_dump", "place"])
+@pytest.mark.parametrize("where", ["write", "build", "_dump", "place"])  # output.write first
 def test_ctrl_c_during_finalize_still_leaves_the_profile(tmp_path, where):
     proc = python(INTERRUPTED, where, cwd=tmp_path, preexec_fn=default_signals)
     out, err = proc.communicate(timeout=120)
