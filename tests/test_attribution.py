@@ -242,7 +242,7 @@ def test_each_kernel_nodes_launch_configuration_is_recorded():
     from cupti import cupti
 
     from proton.cupti.collector import CuptiCollector
-    from proton.data import writer
+    from proton.data import document
     from proton.data.paths import SCOPE, paths
     from proton.runtime.router import KernelRouter
     from proton.runtime.session import Session
@@ -287,7 +287,7 @@ def test_each_kernel_nodes_launch_configuration_is_recorded():
     best = max(session.launch[node], key=session.launch[node].get)
     own = dict(zip(("grid_blocks", "block_threads", "registers_per_thread",
                     "shared_memory_bytes"), configs.get(best)), launch_configs=2)
-    doc = writer.build(session.nodes, {}, own={node: own})
+    doc = document.build(session.nodes, {}, own={node: own})
     written = next(c for c in doc[0]["children"] if c["frame"]["name"] == "launch_config_scope")
     metrics = written["children"][0]["metrics"]
     assert (metrics["grid_blocks"], metrics["block_threads"], metrics["registers_per_thread"],

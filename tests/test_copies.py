@@ -224,7 +224,7 @@ def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object
     """The copies of COPIES, `repeat` times each, in a scope, through a pipeline, the router
     and a session, written as the profile file: its path, the session's nodes by name, and
     the trace of the same records."""
-    from proton.data import chrome_trace, writer
+    from proton.data import chrome_trace, document
     from proton.data.paths import ROOT, SCOPE, paths
     from proton.runtime.router import KernelRouter
     from proton.runtime.session import Session
@@ -261,7 +261,7 @@ def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object
                 else value
     h100 = {"arch": "90", "num_sms": 132, "clock_rate": 1980000,
             "memory_clock_rate": 2619000, "bus_width": 5120}
-    doc = writer.build(tree.nodes, {"0": h100, "1": h100})
+    doc = document.build(tree.nodes, {"0": h100, "1": h100})
     path = tmp_path / f"copies{int(joined)}.hatchet"
     path.write_text(json.dumps(doc))
     return str(path), {n: m for n, (_, m) in named.items()}, chrome_trace.build_trace(trace.events, lanes=False)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from proton import mode
-from proton.data import writer
+from proton.data import document
 from proton.data.paths import paths
 from proton.format import TIME, COUNT, DEVICE_ID, WARP_TIMELINE
 from proton.runtime.instrumentation import Instrumentation, KernelInfo
@@ -40,7 +40,7 @@ def scoped_profile(tmp_path, launches: int = 3) -> str:
     for (_, node), stats in inst.stats.items():
         nodes[node] = stats.metrics(0)
     path = tmp_path / "scoped.hatchet"
-    path.write_text(json.dumps(writer.build(nodes, {"0": H100}, timelines=inst.timelines())))
+    path.write_text(json.dumps(document.build(nodes, {"0": H100}, timelines=inst.timelines())))
     return str(path)
 
 

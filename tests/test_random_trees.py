@@ -10,7 +10,7 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from proton.data import writer
+from proton.data import document, writer
 from proton.data.paths import ROOT, paths
 from proton.format import TIME
 from proton.viewer.cli import viewer
@@ -59,7 +59,7 @@ def test_random_trees_read_back_the_same_in_hatchet_and_the_viewer(seed, tmp_pat
 
     rng = random.Random(seed)
     nodes = random_tree(rng)
-    path = writer.write(writer.build(nodes, {}), str(tmp_path / "random.hatchet"))
+    path = writer.write(document.build(nodes, {}), str(tmp_path / "random.hatchet"))
     with open(path) as f:
         root, _ = json.load(f, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     gf = ht.GraphFrame.from_literal([root])
@@ -85,7 +85,7 @@ def test_deep_trees_are_encoded_byte_for_byte_as_json_dump_would(seed):
     on trees shallow enough for json to encode."""
     import io
 
-    doc = writer.build(random_tree(random.Random(seed)), {"0": {"arch": "90"}})
+    doc = document.build(random_tree(random.Random(seed)), {"0": {"arch": "90"}})
     out = io.StringIO()
     writer._encode_tree(doc, out.write)
     assert out.getvalue() == json.dumps(doc, allow_nan=False)

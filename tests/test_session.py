@@ -16,7 +16,7 @@ from proton.api import write_profiles
 from proton.context.frames import unwind
 from proton.context.stack import depth
 from proton.cupti.attribution import KernelRecord
-from proton.data import writer
+from proton.data import document
 from proton.data.paths import paths
 from proton.runtime.profiler import profiler
 
@@ -314,7 +314,7 @@ def test_a_buffers_kernels_sum_per_path_for_every_active_session(profile_path, p
 def test_device_table_lists_only_devices_with_kernels():
     k = paths.intern(0, "k", "kernel1")
     devices = {"0": {"arch": "90"}, "1": {"arch": "80"}}
-    root, table = writer.build({k: {"time (ns)": 1, "count": 1, "device_id": 1,
+    root, table = document.build({k: {"time (ns)": 1, "count": 1, "device_id": 1,
                                     "device_type": 1}}, devices)
     assert table == {"CUDA": {"1": {"arch": "80"}}}
     assert root["children"][0]["frame"] == {"name": "k", "type": "function"}

@@ -14,6 +14,7 @@ import threading
 from typing import Any, Iterator, Protocol, cast
 
 from ..data import chrome_trace, job, writer
+from ..data.document import build as build_document
 from ..errors import ProfileWriteError
 from ..format import LAUNCH_CONFIGS, LAUNCH_METRICS
 from ..report import warn
@@ -98,7 +99,7 @@ def document(prof: Profiler, s: Session, data, devices: dict):
         if s.only_kernels is not None:
             return chrome_trace.build_trace([], [], who, args.get("spans", []))
         return chrome_trace.build_trace(data.events, data.spans, who, waits=data.waits)
-    doc = writer.build(data.nodes, devices, args.get("notes", {}), who,
+    doc = build_document(data.nodes, devices, args.get("notes", {}), who,
                        own_metrics(prof, s, data.nodes), timelines=args.get("timelines", {}))
     prof.parts.document(s, doc, data.nodes)
     return doc

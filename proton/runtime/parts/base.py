@@ -72,7 +72,7 @@ class Part:
         """The last session that asked for it is finished or discarded."""
 
     def build_args(self, session: Session) -> dict[str, Any]:
-        """What the part gives writer.build for `session`'s tree."""
+        """What the part gives document.build for `session`'s tree."""
         return {}
 
     def document(self, session: Session, doc: Any, nodes: dict) -> None:
