@@ -211,9 +211,11 @@ def test_a_client_that_goes_away_mid_capture_still_gets_its_file_written(tmp_pat
 
 
 def test_a_job_that_ends_during_the_capture_is_named_and_writes_what_it_has(tmp_path, jobs):
-    job = Job(tmp_path, "--listen", steps=50)  # ~0.5 s left
+    # ~3 s left: long enough that a loaded machine (the suite on every core) starts the capture
+    # before the job ends (with 0.5 s it sometimes ended first: "no endpoint", status 2)
+    job = Job(tmp_path, "--listen", steps=300)
     jobs.append(job)
-    done = capture(tmp_path, str(job.pid), "--duration", "5", "-n", "ended")
+    done = capture(tmp_path, str(job.pid), "--duration", "8", "-n", "ended")
     assert done.returncode == 1
     assert f"pid {job.pid}: it ended during the capture" in done.stderr
     assert str(tmp_path / "ended.hatchet") in done.stderr
