@@ -30,9 +30,11 @@ def documented(signature: inspect.Signature) -> str:
         if p.kind is p.KEYWORD_ONLY and not star:
             parts.append("*")
             star = True
-        default = "" if p.default is p.empty else "=" + json.dumps(p.default) \
-            if isinstance(p.default, str) else "=" + repr(p.default)
-        parts.append(p.name + default)
+        if p.default is p.empty:
+            parts.append(p.name)
+        else:  # a string as the docs quote it, "shadow"; None, False as Python writes them
+            shown = json.dumps(p.default) if isinstance(p.default, str) else repr(p.default)
+            parts.append(f"{p.name}={shown}")
     return "(" + ", ".join(parts) + ")"
 
 
