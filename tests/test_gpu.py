@@ -17,7 +17,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 import proton  # noqa: E402
-from proton.format import GPU_IDLE, SCOPE_WALL  # noqa: E402
+from proton.format import GPU_IDLE, GPU_IDLE_EXCLUDED, SCOPE_WALL, STEP_METRICS  # noqa: E402
 from kernels import add_kernel  # noqa: E402
 
 
@@ -116,7 +116,9 @@ def test_user_metrics_inclusive_and_exclusive(profile_path, xy):
     root, _ = read()
     fwd = find(root, "fwd")
     # the user's metrics, beside what the profiler measures of every scope (its wall and idle)
-    assert {k: v for k, v in fwd["metrics"].items() if k not in (GPU_IDLE, SCOPE_WALL)} == {
+    # and of every step (a main-thread scope with none open around it: the step breakdown)
+    measured = {GPU_IDLE, SCOPE_WALL, GPU_IDLE_EXCLUDED, *STEP_METRICS}
+    assert {k: v for k, v in fwd["metrics"].items() if k not in measured} == {
         "tokens": 8192, "flops": 2.5}
     assert root["metrics"]["tokens"] == 0 and "flops" not in root["metrics"]
     assert find(fwd, "add_kernel")["metrics"]["count"] == 2
