@@ -4,7 +4,7 @@
 # Env: PYTEST_ARGS, PYTEST_K (a -k expression, spaces allowed), PYTEST_PATHS (default tests),
 # TESTS_SECONDS (tests not begun that many seconds after the start are skipped, so the summary
 # prints inside the device's call limit; the full gpu suite takes ~15 min on an H200), BENCH_ARGS (e.g. "--only launch,gpu --rounds 3"), SKIP_TESTS=1,
-# SKIP_FIXTURES=1, SKIP_BENCH=1, PEER=1 (Triton's own Proton tests against Triton's and ours: carry
+# SKIP_FIXTURES=1, SKIP_BENCH=1, SKIP_INSTALL=1, PEER=1 (Triton's own Proton tests against Triton's and ours: carry
 # .peer, a copy of ../shared/peer-tests/triton-proton; PEER_MODULES, PEER_TIMEOUT, PEER_ARGS),
 # PEER39=1 (Triton 3.9's suite the same way: carry .peer with ../shared/peer-tests/triton-proton-3.9
 # in it and .whl with the pack t39_pack.py makes in .whl/t39; PEER39_MODULES, PEER39_DEADLINE),
@@ -42,8 +42,10 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SITE=/tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl || exit 1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target $SITE . || exit 1
+if [ -z "${SKIP_INSTALL:-}" ]; then  # SKIP_INSTALL=1: runs side by side after one install
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target $SITE . || exit 1
+fi
 export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton, cupti, pandas; print('torch', torch.__version__, 'triton', triton.__version__, 'pandas', pandas.__version__)"
@@ -204,4 +206,8 @@ echo "== summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noh
 [ -f "$OUT/tutorials.txt" ] && sed -n '/^== tutorials/,$p' "$OUT/tutorials.txt"
 [ -f "$PROTON_MATRIX_OUT" ] && python3 bench/matrix_table.py "$PROTON_MATRIX_OUT"
 [ -f "$OUT/bench.log" ] && sed -n '/^== launch loop\|^| workload/,$p' "$OUT/bench.log" | tail -40
+# the device tool brings back at most 8 files from $OUT: more are packed into one archive
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+  (cd "$OUT" && tar czf out.tgz --remove-files $(find . -maxdepth 1 -type f ! -name out.tgz ! -name gpu_tests.log -printf '%P\n'))
+fi
 exit $tests_rc
