@@ -257,9 +257,13 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
                 paths[i] = printable(path, MAX_MESSAGE)
     begun = time.monotonic()  # every target records from here (its start may take seconds)
     if steps is None:
-        time.sleep(max(0.0, duration - (time.monotonic() - begun)))
+        # the duration, or less where every job already answered (ended during the capture)
+        _wait_readable(conns, begun + duration)
         for i, conn in list(conns.items()):
-            _try(outcomes[i], conns, i, lambda c=conn: c.send({"verb": "stop"}), paths.get(i))
+            ready, _, _ = select.select([conn.sock], [], [], 0)
+            if not ready and not conn.lines.buffer:
+                _try(outcomes[i], conns, i, lambda c=conn: c.send({"verb": "stop"}),
+                     paths.get(i))
         deadline = time.monotonic() + timeout
     else:
         deadline = time.monotonic() + timeout
