@@ -1,6 +1,6 @@
 """How long proton-viewer takes to merge a job's rank files (issue: 256 ranks of a 5,000-frame
 profile in seconds). The files are made from a real profile: tests/data/example_gpu.hatchet
-(an MLP step on an H100) copied under enough scopes to reach --frames frames, each rank's
+(3 steps of an MLP on an H200) copied under enough scopes to reach --frames frames, each rank's
 kernel times scaled by a rank-dependent factor.
 
 Usage: python bench/merge_ranks.py [--ranks 256] [--frames 5000] [--keep DIR]

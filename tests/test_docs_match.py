@@ -104,3 +104,27 @@ def test_profiling_permission_is_in_the_readme_and_says_how_to_grant_it():
     doc = read("docs/commands.md").split("## Profiling permission", 1)[1]
     assert "options nvidia NVreg_RestrictProfilingToAdminUsers=0" in doc
     assert "/etc/modprobe.d/" in doc and "RmProfilingAdminOnly" in doc
+
+
+def test_the_outputs_shown_for_the_bundled_profiles_are_what_the_viewer_prints():
+    """Each `$ proton-viewer ... tests/data/...` block of the README and docs/*.md prints, up to
+    a closing `...`, what the command prints now: a re-recorded fixture changes them (issue 60
+    item 4)."""
+    docs = ["README.md", *(f"docs/{n}" for n in sorted(os.listdir(os.path.join(ROOT, "docs")))
+                           if n.endswith(".md"))]
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": ROOT}
+    viewer_command = f"{sys.executable} -P -m proton.viewer.cli"
+    checked = []
+    for doc in docs:
+        for command, shown in re.findall(r"^```\n\$ (proton-viewer [^\n]*tests/data/[^\n]*)\n"
+                                         r"(.*?)^```", read(doc), flags=re.M | re.S):
+            command = command.split("   #")[0].replace("proton-viewer", viewer_command, 1)
+            run = subprocess.run(command, shell=True, cwd=ROOT, env=env, capture_output=True,
+                                 text=True, timeout=120)
+            assert run.returncode == 0, (doc, command, run.stderr)
+            want, got = shown.splitlines(), run.stdout.splitlines()
+            if want[-1] == "...":  # the output's first lines
+                want, got = want[:-1], got[:len(want) - 1]
+            assert got == want, (doc, command)
+            checked.append(doc)
+    assert checked.count("README.md") >= 2 and "docs/viewer.md" in checked

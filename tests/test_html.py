@@ -75,14 +75,23 @@ def points(d: dict) -> dict:
 def test_flame_graph_has_a_rect_per_frame_with_widths_by_time(tmp_path):
     path = write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"))
     d = data(path)
-    got = {r["id"]: r for r in rects(browse(path))}
+    dom = browse(path)
+    got = {r["id"]: r for r in rects(dom)}
     value = d["nodes"]["value"]
-    assert set(got) == set(range(len(value)))  # every frame is wide enough here
     root = got[0]["w"]
-    for name in ("backward", "forward", "optimizer"):
+    # a frame 1 px wide or more has its rect; the narrower ones (here 3 of backward's, the
+    # host-to-device copy taking 80% of the width) are summed in one "more" rect
+    narrow = {i for i, v in enumerate(value) if root * v / value[0] < 1}
+    assert set(got) == set(range(len(value))) - narrow and len(narrow) == 3
+    more = re.findall(r'<rect class="more" data-more="(\d+)" data-n="(\d+)" x="[\d.]+" y="\d+" '
+                      r'width="([\d.]+)"', dom)
+    assert [(int(i), int(n)) for i, n, _ in more] == [(node(d, "backward"), 3)]
+    assert float(more[0][2]) == pytest.approx(root * sum(value[i] for i in narrow) / value[0],
+                                              abs=0.01)
+    for name in ("backward", "forward", "optimizer", "memcpy HtoD (pageable)"):
         i = node(d, name)
         assert got[i]["w"] / root == pytest.approx(value[i] / value[0], rel=0.01)
-    assert d["columns"] == ["time (ms)"]
+    assert d["columns"] == ["time (ms)", "gpu_idle/%"]  # the recording has the GPU's idle time
 
 
 @needs_browser
@@ -108,11 +117,14 @@ def test_the_kernels_table_sorts(tmp_path):
     for order in ("asc", "desc"):
         dom = browse(path, f"view=kernels&sort=time (ms):{order}")
         rows = table_rows(dom)
-        assert "15 kernels" in dom
+        # the copies and sets are rows beside the kernels, counted apart
+        assert "15 kernels, 3 copies or sets" in dom
         times = [float(row[2].replace(",", "")) for row in rows]
         with open(os.path.join(DATA, "example_gpu.hatchet")) as f:
-            want = f.read().count('"device_id"')  # one per kernel node in the file
-        assert len(times) == want == 15 and times == sorted(times, reverse=order == "desc")
+            want = f.read().count('"device_id"')  # one per kernel, copy or set node in the file
+        assert len(times) == want == 18 and times == sorted(times, reverse=order == "desc")
+        assert {r[0] for r in rows if r[0].startswith(("memcpy", "memset"))} == {
+            "memcpy HtoD (pageable)", "memcpy DtoD", "memset"}
     assert '<th data-col="4" class="">count</th>' in dom
 
 

@@ -45,11 +45,14 @@ def test_a_shallow_flame_graph_is_as_tall_as_its_tree_and_its_details_fit(tmp_pa
     # the details take the rest of the window, whole, and the page does not scroll
     assert got["info"] >= 180 and got["infoFits"] and got["infoBottom"] <= got["window"]
     assert got["page"] <= got["window"]
-    assert ["time (ms)1.114", "share of the whole100%"] == got["rows"]
-    # the tree under it, depth first: backward, then its kernels
-    assert got["under"][0] == "backward0.520 ms47%"
+    assert ["time (ms)5.682", "share of the whole100%"] == got["rows"]
+    # the tree under it, depth first, widest first: the host-to-device copy, backward, then
+    # backward's kernels
+    assert got["under"][:3] == ["memcpy HtoD (pageable)4.563 ms80%", "backward0.522 ms9.2%",
+                                "cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nt_align1>"
+                                "(\u2026)0.287 ms5.1%"]
     if size[1] >= 900:  # all of it; in a smaller window the rows the details hold
-        assert "forward0.498 ms45%" in got["under"] and "optimizer0.091 ms8.2%" in got["under"]
+        assert "forward0.500 ms8.8%" in got["under"] and "optimizer0.092 ms1.6%" in got["under"]
 
 
 @needs_browser
@@ -57,8 +60,8 @@ def test_a_shallow_flame_graph_is_as_tall_as_its_tree_and_its_details_fit(tmp_pa
 def test_flame_labels_carry_time_and_share_and_a_legend_names_the_colours(tmp_path, size):
     path = write(tmp_path, os.path.join(DATA, "example_gpu.hatchet"))
     got = drive(tmp_path, path, "view=flame", FLAME_LAYOUT, size=size)
-    assert "ROOT \u2014 1.114 ms, 100%" in got["labels"]  # as the details write it
-    assert "backward \u2014 0.520 ms, 47%" in got["labels"]
+    assert "ROOT \u2014 5.682 ms, 100%" in got["labels"]  # as the details write it
+    assert "memcpy HtoD (pageable) \u2014 4.563 ms, 80%" in got["labels"]
     assert got["key"][:4] == ["GPU kernel", "python frame or source line", "scope",
                               "frames too narrow to draw"]
     assert "width: time (ms)" in got["key"]
@@ -168,14 +171,16 @@ def test_findings_come_as_one_card_per_kernel_most_to_gain_first(tmp_path, size)
                 size=size)
     names = [c["name"] for c in got]
     assert len(names) == len(set(names))  # a kernel once, however many findings it has
-    assert names[:3] == ["scope launch_bound", "ieee_dot", "strided_copy"]
-    assert got[0]["gain"] == "could save up to 67.125 ms"  # its 69 ms wall, 2 ms on the GPU
-    assert ("69.383 ms of wall time, 2.258 ms of GPU time (10% of the profile\u2019s)"
+    assert names[:4] == ["scope launch_bound", "scope too_few_programs", "ieee_dot",
+                         "strided_copy"]
+    assert got[0]["gain"] == "could save up to 73.963 ms"  # its 76 ms wall, 2 ms on the GPU
+    assert ("75.729 ms of wall time, 1.765 ms of GPU time (10% of the profile\u2019s)"
             in got[0]["text"])
-    dot = got[1]
+    assert got[1]["rules"] == ["idle GPU", "launch-bound info", "first launches info"]
+    dot = got[2]
     assert sorted(dot["rules"]) == ["far from the roofline", "low occupancy", "no tensor cores",
                                     "stalled line"]
-    assert "1.01 TFLOP/s and 31.6 GB/s" in dot["text"]
+    assert "1.27 TFLOP/s and 39.7 GB/s" in dot["text"]
 
 
 # -- kernels table ---------------------------------------------------------------------------

@@ -181,9 +181,10 @@ def test_proton_viewer_draws_the_tree_of_a_recorded_profile(installed, tmp_path)
                         cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[:2] == ["time (ms)  name", "    1.114  ROOT"]
-    assert "    0.520  ├─ backward" in lines and "    0.498  ├─ forward" in lines
-    assert "    0.288  │  ├─ cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nt_align1>(…)" \
+    assert lines[:3] == ["time (ms)  name", "    5.682  ROOT",
+                         "    4.563  ├─ memcpy HtoD (pageable)"]
+    assert "    0.522  ├─ backward" in lines and "    0.500  ├─ forward" in lines
+    assert "    0.287  │  ├─ cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nt_align1>(…)" \
         in lines  # demangled: cxxfilt works in this install
 
 
@@ -201,9 +202,10 @@ def test_proton_viewer_diagnose_gives_its_findings(installed, tmp_path):
     run = installed.run("proton-viewer", "--diagnose", str(DATA / "diagnose_recorded.hatchet"),
                         cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith("1. scope launch_bound: 69.383 ms of wall time, 2.258 ms of "
-                                  "GPU time (10%)")
-    assert "\n2. ieee_dot: 8.219 ms of GPU time (37%)" in run.stdout
+    assert run.stdout.startswith("GPU time per step, by what the GPU did")
+    assert "\n1. scope launch_bound: 75.729 ms of wall time, 1.765 ms of GPU time (10%)" \
+        in run.stdout
+    assert "\n3. ieee_dot: 6.534 ms of GPU time (37%)" in run.stdout
     assert "[stalled line] line 65 of diagnose_workload.py" in run.stdout
 
 

@@ -3,6 +3,7 @@ frame name, unreadable files and stdin; and a first CPU-only run that reads well
 empty profiles, -l listing what -m accepts, filters that match nothing)."""
 from __future__ import annotations
 
+import csv
 import importlib.metadata
 import json
 import os
@@ -413,10 +414,25 @@ def test_list_shows_percent_metrics_by_their_short_names():
 
 
 def test_util_without_flops_or_bytes_is_an_unknown_metric_not_a_blank_column():
+    """example_gpu.hatchet's kernels have neither; its copies and sets have bytes, which are no
+    kernel's work (they made util available, every kernel at 0)."""
     result = show("-m", "util", os.path.join(DATA, "example_gpu.hatchet"))
     assert result.exit_code == 2
     assert result.output.startswith("Error: unknown metric 'util' for this profile; available: ")
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_util_is_blank_not_0_for_a_kernel_that_declared_no_work():
+    """diagnose_recorded.hatchet: the Triton kernels with launch_metadata have util; cuBLAS's
+    matmul and the Triton kernels without it declared no flops or bytes: unknown, not idle."""
+    result = show("-m", "util", "--output", "csv", os.path.join(DATA, "diagnose_recorded.hatchet"))
+    assert result.exit_code == 0, result.output
+    util = {path.split(" / ")[-1]: value
+            for path, _, value in csv.reader(result.output.splitlines()[1:])}
+    assert float(util["matmul_4096x4096x4096"]) == pytest.approx(0.676, abs=1e-3)
+    assert float(util["strided_copy"]) == pytest.approx(0.118, abs=1e-3)
+    assert util["nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT"] == ""
+    assert util["square_dot"] == "" and util["add_kernel"] == ""
 
 
 def test_util_on_a_gpu_without_known_peak_names_the_archs_it_knows(tmp_path):

@@ -389,6 +389,8 @@ def test_a_fifo_named_as_source_is_not_opened(tmp_path):
     assert "not shown: not a regular file; the sampled lines only" in result.output
 
 
+DIAGNOSED = os.path.join(DATA, "diagnose_recorded.hatchet")
+"""Recorded on an H200 in a checkout at /work/main: its lines name /work/main/tests/..."""
 FILL = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
 ADD = ("at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, "
        "std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, "
@@ -403,14 +405,13 @@ ADD = ("at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSe
     r"CUDAFunctorOnSelf_addIfE",  # a regex over the raw one
 ])
 def test_source_finds_a_kernel_by_its_demangled_name_or_a_regex_over_either(name):
-    result = show("--source", name, os.path.join(DATA, "diagnose_recorded.hatchet"))
+    result = show("--source", name, DIAGNOSED)
     assert result.exit_code == 0, result.output
     assert result.output.startswith(
         "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<…>, "
-        "std::array<…>>(…): 2,504 samples")  # the header shows it as the tree does
-    full = show("--source", name, "--names", "full",
-                os.path.join(DATA, "diagnose_recorded.hatchet"))
-    assert full.output.startswith(ADD + ": 2,504 samples")
+        "std::array<…>>(…): 2,630 samples")  # the header shows it as the tree does
+    full = show("--source", name, "--names", "full", DIAGNOSED)
+    assert full.output.startswith(ADD + ": 2,630 samples")
 
 
 CXXFILT = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add"
@@ -429,10 +430,9 @@ CXXFILT = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFu
              "<…>, std::array<…>>(…)"], longest=80),  # cut short, as an error lists it
 ])
 def test_source_takes_a_shown_or_cxxfilt_name_literally(name):
-    result = show("--source", name, "--names", "full",
-                  os.path.join(DATA, "diagnose_recorded.hatchet"))
+    result = show("--source", name, "--names", "full", DIAGNOSED)
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(ADD + ": 2,504 samples")
+    assert result.output.startswith(ADD + ": 2,630 samples")
 
 
 CLAMP_CXXFILT = (
@@ -455,17 +455,44 @@ def test_source_takes_cxxfilts_output_for_a_sampled_kernel_with_lambdas_and_name
     assert "samples" in result.output.splitlines()[0]
 
 
-def test_a_kernel_too_short_to_be_sampled_is_said_so_in_a_sampled_profile():
-    result = show("--source", "FillFunctor", os.path.join(DATA, "diagnose_recorded.hatchet"))
+def unsampled_fill(tmp_path) -> str:
+    """diagnose_recorded.hatchet with the FillFunctor kernel's PC samples left out, as a
+    sampler that missed it writes it: its one 0.8 us launch drew 2 samples in the H200
+    recording of 2026-11-29 and none in the H100 one of 2026-11-23."""
+    with open(DIAGNOSED) as f:
+        doc = json.load(f)
+    (fill,) = [k for scope in doc[0]["children"] for k in scope["children"]
+               if k["frame"]["name"] == FILL]
+    fill["metrics"] = {k: v for k, v in fill["metrics"].items()
+                       if k not in ("num_samples", "num_stalled_samples")
+                       and not k.startswith("stalled_")}
+    path = tmp_path / "unsampled_fill.hatchet"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_a_kernel_too_short_to_be_sampled_is_said_so_in_a_sampled_profile(tmp_path):
+    path = unsampled_fill(tmp_path)
+    result = show("--source", "FillFunctor", path)
     assert result.exit_code == 2 and "pcsampling`" not in result.output
     assert result.output == (
         "Error: kernel 'at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, "
         "std::array<…>>(…)' has no PC samples, though 7 other kernels here have them: its 1 "
-        "launch ran 0.001 ms in all, less than any sampled kernel here (the least, 0.830 ms): "
+        "launch ran 0.001 ms in all, less than any sampled kernel here (the least, 0.704 ms): "
         "too little for the sampler, which samples each SM once every 2**N cycles; sample more "
         "often (-m pcsampling:interval=N, N under the default 10) or run it longer\n")
-    assert show("--source", FILL, os.path.join(DATA, "diagnose_recorded.hatchet")).output == \
-        result.output  # the raw name, as before
+    assert show("--source", FILL, path).output == result.output  # the raw name, as before
+
+
+def test_a_copy_or_set_is_no_kernel_to_read_the_source_of():
+    """The recording's cuBLAS matmul sets memory (5 memsets, 4.6 us): PC sampling samples
+    kernels' instructions only, so a set or copy has no samples for a reason of its own."""
+    result = show("--source", "memset", DIAGNOSED)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: 'memset' is a copy or set, not a kernel: PC sampling "
+                                    "samples kernels' instructions only; kernels in this "
+                                    "profile: ")
+    assert "CUPTI gave none" not in result.output and "square_dot" in result.output
 
 
 def test_a_profile_without_samples_says_to_sample(tmp_path):
@@ -498,31 +525,43 @@ time (ms)  num_samples  name
 
 # -- a profile read on another machine (issue 60) ----------------------------------------------
 
-DIAGNOSED = os.path.join(DATA, "diagnose_recorded.hatchet")
-"""Recorded on an H200 in a checkout at /work/main: its lines name /work/main/tests/..."""
+@pytest.fixture
+def uncarried(tmp_path) -> str:
+    """DIAGNOSED without the source text it carries, as PROTON_EMBED_SOURCE=0 writes it: only
+    the files found on this machine can show its code."""
+    with open(DIAGNOSED) as f:
+        doc = json.load(f)
+    assert doc[0].pop("sources")  # the recording carries its sampled files' text
+    path = tmp_path / "uncarried.hatchet"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
 STORE_LINE = "tl.store(c + r[:, None] * BM + r[None, :], tl.dot(x, x))"
 """Line 40 of tests/diagnose_workload.py, square_dot's hottest."""
 
 
-def test_source_root_finds_the_profiles_file_by_the_end_of_its_path(tmp_path, monkeypatch):
+def test_source_root_finds_the_profiles_file_by_the_end_of_its_path(tmp_path, monkeypatch,
+                                                                    uncarried):
     monkeypatch.chdir(tmp_path)  # elsewhere: only the root given may show it
     tests = os.path.dirname(DATA)
-    assert STORE_LINE not in show("--source", "square_dot", DIAGNOSED).output
-    found = show("--source", "square_dot", "--source-root", tests, DIAGNOSED)
+    assert STORE_LINE not in show("--source", "square_dot", uncarried).output
+    found = show("--source", "square_dot", "--source-root", tests, uncarried)
     assert found.exit_code == 0, found.output
     assert STORE_LINE in found.output and "the sampled lines only" not in found.output
-    pages = html_source(tmp_path, "--source-root", tests, DIAGNOSED)
+    pages = html_source(tmp_path, "--source-root", tests, uncarried)
     assert STORE_LINE in pages["/work/main/tests/diagnose_workload.py"]
 
 
-def test_source_map_reads_the_recording_machines_folder_from_this_one(tmp_path, monkeypatch):
+def test_source_map_reads_the_recording_machines_folder_from_this_one(tmp_path, monkeypatch,
+                                                                      uncarried):
     monkeypatch.chdir(tmp_path)
     checkout = os.path.dirname(os.path.dirname(DATA))
-    found = show("--source", "square_dot", "--source-map", f"/work/main={checkout}", DIAGNOSED)
+    found = show("--source", "square_dot", "--source-map", f"/work/main={checkout}", uncarried)
     assert found.exit_code == 0, found.output
     assert STORE_LINE in found.output
     assert STORE_LINE in html_source(tmp_path, "--source-map", f"/work/main={checkout}",
-                                     DIAGNOSED)["/work/main/tests/diagnose_workload.py"]
+                                     uncarried)["/work/main/tests/diagnose_workload.py"]
 
 
 @pytest.mark.parametrize("value,says", [
@@ -557,14 +596,15 @@ def test_a_file_named_by_another_machines_path_says_how_to_find_it(tmp_path, mon
             "--source-root DIR or --source-map /ci/build=DIR") in " ".join(out.split())
 
 
-def test_the_header_says_which_file_here_the_text_was_read_from(tmp_path, monkeypatch):
+def test_the_header_says_which_file_here_the_text_was_read_from(tmp_path, monkeypatch,
+                                                                uncarried):
     """The profile names the recording machine's path; the text shown is another file's (found
     by its ending under a root): the header says which, so a stale copy is not taken for it."""
     monkeypatch.chdir(tmp_path)
     here = tmp_path / "proj" / "tests"
     here.mkdir(parents=True)
     shutil.copy(os.path.join(os.path.dirname(DATA), "diagnose_workload.py"), here)
-    found = show("--source", "square_dot", "--source-root", str(tmp_path / "proj"), DIAGNOSED)
+    found = show("--source", "square_dot", "--source-root", str(tmp_path / "proj"), uncarried)
     assert found.exit_code == 0, found.output
     assert f"its text read from {here / 'diagnose_workload.py'} on this machine" in found.output
     assert "/work/main/tests/diagnose_workload.py: " in found.output  # the profile's name first

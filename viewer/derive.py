@@ -206,7 +206,16 @@ def _has_util(profile: Profile, have: set[str]) -> bool:
     known = all(peak_known(str(gpu["arch"])) for gpu in gpus.values())
     if COUNTER_NS in have and DRAM_BYTES in have:  # measured: at least DRAM bytes over bandwidth
         return known or TENSOR_FLOPS not in have
-    return (BYTES in have or widths) and (known or not widths)
+    return (BYTES in have or widths) and (known or not widths) and _kernel_work(profile)
+
+
+def _kernel_work(profile: Profile) -> bool:
+    """Whether a node other than a copy or set has bytes or flops of its own: a copy's bytes
+    (which every profile that records copies has) are no kernel's work."""
+    df = profile.gf.dataframe
+    work = [c for c in df.columns if c == BYTES or FLOPS.fullmatch(str(c))]
+    own = df[work].apply(pd.to_numeric, errors="coerce").fillna(0).abs().sum(axis=1) > 0
+    return bool((own & ~_copy_frames(df)).any())
 
 
 def _counter_specs(profile: Profile, have: set[str]) -> list[str]:
@@ -841,7 +850,11 @@ def _util(profile: Profile, spec: str) -> tuple[pd.Series, list[str]]:
 
 def util_of(kernel: KernelRoof) -> float | None:
     """Achieved over peak (KernelRoof.util); None where the kernel's declared work is more
-    than its GPU can do in its time (over_roof)."""
+    than its GPU can do in its time (over_roof), or where it has none: a kernel that declared
+    no flops or bytes (a library's, or a Triton kernel without launch_metadata) has an unknown
+    util, not 0."""
+    if kernel.source == DECLARED and not kernel.flops and not kernel.nbytes:
+        return None
     return None if over_roof(kernel) else kernel.util()
 
 

@@ -13,7 +13,7 @@ import math
 import re
 from typing import cast
 
-from ..format import CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, SYNC_TIME
+from ..format import COPY_FRAME, CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, SYNC_TIME
 from .demangle import TOTAL_FLOOR, TOTAL_RATIO, declined, declined_note
 from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
                      derive, kernel_mask, kernel_roofs, over_roof, unmeasured, unmeasured_text,
@@ -245,7 +245,9 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
         for r in rows:
             r.insert(3, _num(100 * r[2] / total) if total and r[2] is not None else None)
         headers.insert(1, SHARE)
-    return {"columns": ["kernel", "call paths", *headers], "rows": rows}, row_of
+    copies = [j for j, r in enumerate(rows)  # rows, not kernels: the page counts them apart
+              if COPY_FRAME.match(order[r[0][0]].frame.get("name", ""))]
+    return {"columns": ["kernel", "call paths", *headers], "rows": rows, "copies": copies}, row_of
 
 
 def _inside_kernels(order: list, kernel: dict) -> set:

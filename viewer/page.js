@@ -9,7 +9,7 @@ const NAME = D.nodes.name, PARENT = D.nodes.parent, VALUE = D.nodes.value, FULL 
 const COUNT = NAME.length, kids = Array.from({length: COUNT}, () => []);
 for (let i = 1; i < COUNT; i++) if (PARENT[i] >= 0) kids[PARENT[i]].push(i);
 kids.forEach(k => k.sort((a, b) => VALUE[b] - VALUE[a]));
-const K = D.kernels, ROWS = K.rows;
+const K = D.kernels, ROWS = K.rows, COPIES = new Set(K.copies || []);
 const rowOf = new Int32Array(COUNT).fill(-1);  // kernel frame -> its row in the kernels table
 ROWS.forEach((r, j) => r[0].forEach(i => { rowOf[i] = j; }));
 const P = D.roofline.points;  // columns in the file, objects here
@@ -462,7 +462,9 @@ function kernels() {
         r.slice(2).map((v, c) => "<td>" + metric(v, K.columns[c + 2]) + "</td>").join("") + "</tr>";
     }).join("") + "</tbody>";
   $("kscroll").style.maxHeight = Math.max(200, innerHeight - $("kscroll").getBoundingClientRect().top - 4) + "px";
-  const what = rows.length.toLocaleString("en-US") + " kernel" + (rows.length === 1 ? "" : "s") +
+  const sets = rows.filter(j => COPIES.has(j)).length, runs = rows.length - sets;  // copies and sets are rows, not kernels
+  const what = runs.toLocaleString("en-US") + " kernel" + (runs === 1 ? "" : "s") +
+    (sets ? ", " + sets.toLocaleString("en-US") + " cop" + (sets === 1 ? "y or set" : "ies or sets") : "") +
     (calls > rows.length ? " (" + calls.toLocaleString("en-US") + " call paths)" : "");
   $("knote").textContent = rows.length > SHOWN ? "the first " + SHOWN + " of " + what +
     "; sort by a column or search to see others" : what + (VIEWS.roofline ? "; click a row to find it in the roofline" : "");

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..format import (COUNT, DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED, PYTHON_FRAME,
-                      STALLED_PREFIX, TIME)
+from ..format import (COPY_FRAME, COUNT, DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED,
+                      PYTHON_FRAME, STALLED_PREFIX, TIME)
 from .errors import ViewerError, listing
 from .graph import nodes
 from .names import cut_of, readable, same_name
@@ -116,13 +116,14 @@ class _Columns:
 
 def kernel_nodes(prof: Profile, columns: _Columns | None = None) -> list:
     """Every kernel node of the profile: those with `device_type` or PC samples, that are no
-    `file:line@function` frame."""
+    `file:line@function` frame, nor a copy or set (which runs no instructions to sample)."""
     columns = columns or _Columns(prof)
     df = prof.gf.dataframe
     device = df[DEVICE_TYPE].dropna().to_dict() if DEVICE_TYPE in df else {}
     out = []
     for node in prof.gf.graph.traverse():
-        if PYTHON_FRAME.match(node.frame.get("name", "")) or node in prof.gf.graph.roots:
+        name = node.frame.get("name", "")
+        if PYTHON_FRAME.match(name) or COPY_FRAME.match(name) or node in prof.gf.graph.roots:
             continue
         if node in device or columns.of(node) is not None:
             out.append(node)
@@ -157,6 +158,10 @@ def find_kernel(prof: Profile, pattern: str, style: str = "folded") -> KernelSam
                               f"regular expression: {exc}") from None
         matched = [n for n in raw if regex.search(n) or regex.search(readable(n, "full"))]
     shown = [readable(n, style) for n in matched or raw]
+    if not matched and COPY_FRAME.match(pattern):
+        raise ViewerError(f"{pattern!r} is a copy or set, not a kernel: PC sampling samples "
+                          f"kernels' instructions only; kernels in this profile: "
+                          f"{listing(shown)}")
     if not matched:
         raise ViewerError(f"no kernel named or matching {pattern!r}; kernels in this "
                           f"profile: {listing(shown)}")
