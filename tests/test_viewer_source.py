@@ -228,6 +228,10 @@ def test_tree_notes_name_the_kernels_with_samples_but_no_lines(profile):
         "void at::native::reduce_kernel<512, 1>(at::native::ReduceOp)) have samples but no "
         f"source lines: {NO_LINE_INFO}"]
     assert "no source lines" not in show(os.path.join(DATA, "recorded.hatchet")).output
+    # the recorder writes its reason of one kernel ("its cubin ..."); of two, it is each one's
+    last = show(os.path.join(DATA, "diagnose_recorded.hatchet")).output.splitlines()[-1]
+    assert last.startswith("2 kernels (") and " have samples but no source lines: each one's " \
+        "cubin has no line table" in last, last
 
 
 def test_pc_metrics_are_listed_and_shown(profile):

@@ -441,6 +441,8 @@ def _show(opts: ViewOptions, prof, merged) -> None:
     for reason, partial, kernels in no_lines_notes(prof):
         what = "samples not mapped to a source line" if partial else "samples but no source lines"
         shown = listing([render.printable(readable(k, opts.name_style)) for k in kernels], most=4)
+        if len(kernels) > 1 and reason.startswith("its "):  # the recorder's reason is per kernel
+            reason = "each one's " + reason[4:]
         write(f"{render.plural(len(kernels), 'kernel')} ({shown}) "
               f"{'has' if len(kernels) == 1 else 'have'} {what}: {reason}\n")
     for note in notes:
