@@ -6,11 +6,10 @@ as Triton's Proton writes it and both viewers read it:
     [root node, device table]
     node   = {"frame": {"name": str, "type": "function"[, "no_lines": str]},
               "metrics": {name: number, ...}, "children": [node, ...]}
-    root   = a node named "ROOT" that carries a 0 for every inclusive metric; its frame also
-             records the writing process (JOB_KEYS: host, pid[, rank, world_size, local_rank,
-             launcher, script]), scalars that hatchet keeps and both viewers ignore; a
-             sampled profile's root node also has SOURCES_KEY, which neither hatchet nor
-             Triton's viewer reads (they read frame, metrics and children)
+    root   = a node named "ROOT" that carries a 0 for every inclusive metric; it also has
+             JOB_KEY, the writing process (host, pid[, rank, ...]), and a sampled profile's
+             root SOURCES_KEY: keys beside frame, metrics and children, which neither hatchet
+             nor Triton's viewer reads
     device table = {"CUDA": {"0": {"arch", "num_sms", "clock_rate", "memory_clock_rate",
                                    "bus_width"}, ...}}   ({} when no kernel ran)
 
@@ -46,9 +45,23 @@ names (its summed vector is written whole)."""
 TREE_EXTENSION = ".hatchet"
 TRACE_EXTENSION = ".chrome_trace"
 JOB_KEYS = ("rank", "world_size", "local_rank", "host", "pid", "launcher", "script")
-"""The writing process, in the root frame (and in a trace's OTHER_DATA): the launcher's rank,
-world size and local rank (a job's ranks only), the host name, the process id and the
-profiled script's path."""
+"""The writing process, in the root node's JOB_KEY (and in a trace's OTHER_DATA): the
+launcher's rank, world size and local rank (a job's ranks only), the host name, the process id
+and the profiled script's path."""
+JOB_KEY = "job"
+"""The root node's {JOB_KEYS: value}. Not in the root frame: hatchet tells frames apart by every
+key of their frame, so two runs' roots (another pid) never matched in Triton's `-diff` and every
+node read as added or removed. Files written before 2026-11-29 carry them in the root frame."""
+
+
+def job_of(root: dict) -> dict:
+    """The writing process a root node records (JOB_KEY; in older files, its frame's JOB_KEYS);
+    the values unchecked."""
+    job = root.get(JOB_KEY)
+    if isinstance(job, dict):
+        return job
+    frame = root.get(FRAME_KEY)
+    return {k: frame[k] for k in JOB_KEYS if k in frame} if isinstance(frame, dict) else {}
 RANK_FILE = re.compile(r"\.rank(\d+)\.(hatchet|chrome_trace)$")
 """A rank's file name: NAME.rank<R>.hatchet (or .chrome_trace)."""
 

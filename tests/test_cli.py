@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from conftest import default_signals, find, load
 
 from proton.cli import proton as proton_cmd
+from proton.format import job_of
 
 SCRIPT = """
 import sys, time, proton
@@ -64,7 +65,7 @@ def test_the_profile_names_its_script_and_the_report_shows_sources_beside_it(tmp
                            capture_output=True, text=True, timeout=120)
     assert under.returncode == 0 and plain.returncode == 0, under.stderr + plain.stderr
     for name in ("cmd", "plain"):
-        assert load(tmp_path / "runs" / f"{name}.hatchet")[0]["frame"]["script"] == str(script)
+        assert job_of(load(tmp_path / "runs" / f"{name}.hatchet")[0])["script"] == str(script)
 
 
 def test_ctrl_c_still_writes_the_profile(tmp_path, script):

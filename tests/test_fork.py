@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from conftest import find, load
+from proton.format import job_of
 
 
 def run(tmp_path, script: str, *command: str) -> subprocess.CompletedProcess:
@@ -55,7 +56,7 @@ def test_an_os_fork_child_writes_nothing_and_leaves_the_parents_profile_whole(tm
     assert_quiet(done.stderr)
     assert profiles(tmp_path) == ["run.hatchet"]
     root = load(tmp_path / "run.hatchet")[0]
-    assert root["frame"]["pid"] == parent
+    assert job_of(root)["pid"] == parent
     assert names(root) == ["after", "parent"]  # nothing of the child's
     assert find(root, "parent")["metrics"]["n"] == 1 and not find(root, "parent")["children"]
 
@@ -88,8 +89,8 @@ def test_a_forked_child_starting_the_parents_session_name_writes_its_own_pid_fil
     assert_quiet(done.stderr)
     assert profiles(tmp_path) == sorted(["run.hatchet", f"run.pid{child}.hatchet"])
     mine, its = load(tmp_path / "run.hatchet")[0], load(tmp_path / f"run.pid{child}.hatchet")[0]
-    assert (mine["frame"]["pid"], names(mine)) == (parent, ["parent"])
-    assert its["frame"]["pid"] == child  # forked inside the parent's scope, and still in it:
+    assert (job_of(mine)["pid"], names(mine)) == (parent, ["parent"])
+    assert job_of(its)["pid"] == child  # forked inside the parent's scope, and still in it:
     assert names(its) == ["parent"] and find(its, "parent", "worker")["metrics"]["n"] == 1
     assert (f"a forked process: session 'run' writes {tmp_path / f'run.pid{child}.hatchet'}"
             in done.stderr)

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import kernels, load
+from proton.format import job_of
 
 pytestmark = pytest.mark.gpu
 
@@ -86,8 +87,8 @@ def test_torchrun_job_writes_one_profile_per_rank_and_the_viewer_merges_them(tmp
         "ddp.hatchet", "ddp.rank0.hatchet", "ddp.rank1.hatchet"]
     for rank in (0, 1):
         root, devices = load(tmp_path / f"ddp.rank{rank}.hatchet")
-        assert root["frame"]["rank"] == rank and root["frame"]["world_size"] == 2
-        assert root["frame"]["local_rank"] == rank
+        assert job_of(root)["rank"] == rank and job_of(root)["world_size"] == 2
+        assert job_of(root)["local_rank"] == rank
         step = next(c for c in root["children"] if c["frame"]["name"] == "step")
         gpu = rank % torch.cuda.device_count()
         assert {k["metrics"]["device_id"] for k in kernels(step)} == {str(gpu)}

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import kernels, load, total
+from proton.format import job_of
 
 pytestmark = pytest.mark.gpu
 
@@ -151,7 +152,7 @@ def test_a_torchrun_job_captured_on_every_rank_with_all(tmp_path):
         for rank in (0, 1):
             path = tmp_path / f"ddp.rank{rank}.hatchet"
             assert sum(k["metrics"]["count"] for k in add_kernels(path)) == 9
-            assert load(path)[0]["frame"]["rank"] == rank
+            assert job_of(load(path)[0])["rank"] == rank
     finally:
         (tmp_path / "stop").touch()
         job.communicate(timeout=120)

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from proton.format import job_of
 from proton.viewer.source_roots import SourceRoots
 from test_html import DATA, H100, data, kernel, needs_browser, write
 from test_html_views import drive
@@ -277,7 +278,7 @@ def test_a_root_frame_naming_the_script_serves_as_well(tmp_path, monkeypatch):
     top, profile = project(tmp_path)
     with open(profile) as f:
         tree, devices = json.load(f)
-    tree["frame"]["script"] = str(top / "train.py")
+    tree["job"] = {**job_of(tree), "script": str(top / "train.py")}
     tree["children"] = tree["children"][0]["children"]  # the kernel right under ROOT
     with open(profile, "w") as f:
         json.dump([tree, devices], f)

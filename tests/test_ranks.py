@@ -18,6 +18,7 @@ from proton import triton_version
 from proton.data import job as jobs
 from proton.data import place, writer
 from proton.viewer.cli import viewer
+from proton.format import job_of
 
 LAUNCHERS = [
     ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}, (3, 4, 1, "torchrun")),
@@ -75,7 +76,7 @@ def test_each_rank_writes_its_own_file_with_its_identity(tmp_path, form):
     assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["ddp.rank0.hatchet",
                                                                   "ddp.rank1.hatchet"]
     for rank in (0, 1):
-        frame = load(tmp_path / f"ddp.rank{rank}.hatchet")[0]["frame"]
+        frame = job_of(load(tmp_path / f"ddp.rank{rank}.hatchet")[0])
         assert frame["rank"] == rank and frame["world_size"] == 2
         assert frame["local_rank"] == rank and frame["launcher"] == "torchrun"
         assert frame["host"] == socket.gethostname() and isinstance(frame["pid"], int)
@@ -84,7 +85,7 @@ def test_each_rank_writes_its_own_file_with_its_identity(tmp_path, form):
 def test_a_single_process_records_host_and_pid_and_keeps_its_name(tmp_path):
     done = run(tmp_path, ["s.py"])
     assert done.returncode == 0, done.stderr
-    frame = load(tmp_path / "ddp.hatchet")[0]["frame"]
+    frame = job_of(load(tmp_path / "ddp.hatchet")[0])
     assert frame["host"] == socket.gethostname() and "rank" not in frame
 
 
@@ -119,8 +120,8 @@ def test_another_live_processs_profile_is_not_overwritten(tmp_path, capfd):
         other.kill()
         other.wait()
     assert written == str(tmp_path / f"run.pid{os.getpid()}.hatchet")
-    assert load(path)[0]["frame"]["pid"] == other.pid  # untouched
-    assert load(written)[0]["frame"]["pid"] == os.getpid()
+    assert job_of(load(path)[0])["pid"] == other.pid  # untouched
+    assert job_of(load(written)[0])["pid"] == os.getpid()
     err = capfd.readouterr().err
     assert f"process {other.pid}" in err and "still running" in err and written in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.hatchet",

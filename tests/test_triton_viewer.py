@@ -140,6 +140,31 @@ def test_diff_matches_triton_where_both_profiles_have_the_frame():
     assert compared >= 10
 
 
+def test_tritons_diff_of_two_of_our_runs_matches_every_frame(tmp_path):
+    """Two runs of one script (two pids): Triton's -diff (hatchet's, which tells frames apart
+    by their every key) pairs each frame with the other run's, as ours does; the writing
+    process is the root's "job", not its frame."""
+    script = tmp_path / "run.py"
+    script.write_text("import sys, proton\n"
+                      "proton.start(sys.argv[1])\n"
+                      "with proton.scope('step', {'tokens': int(sys.argv[2])}):\n"
+                      "    with proton.scope('inner', {'tokens': 1}):\n"
+                      "        pass\n"
+                      "proton.finalize()\n")
+    for name, tokens in (("a", "30"), ("b", "10")):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / name), tokens],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    a, b = str(tmp_path / "a.hatchet"), str(tmp_path / "b.hatchet")
+    expected = theirs(a, "-m", "tokens", "-diff", b, multi=True)
+    assert expected == {("ROOT",): [20.0], ("ROOT", "step"): [20.0],
+                        ("ROOT", "step", "inner"): [0.0]}  # one row each: every frame paired
+    assert {k: v[:1] for k, v in ours(a, "-m", "tokens", "-diff", b).items()} == expected
+    with open(a) as f:
+        root = json.load(f)[0]
+    assert root["job"]["pid"] != 0 and "pid" not in root["frame"]
+
+
 def test_vectors_and_properties_in_our_file_leave_tritons_numbers_alone(tmp_path):
     import proton
 

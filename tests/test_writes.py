@@ -25,6 +25,7 @@ from proton.api import write_profiles
 from proton.context.frames import unwind
 from proton.viewer.cli import viewer
 from proton.viewer.source_roots import SourceRoots
+from proton.format import job_of
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0,
@@ -98,7 +99,7 @@ def test_runs_of_one_name_over_an_earlier_runs_file_each_keep_their_profile(tmp_
                          for root in found.values() if root["children"])
         lost += [(trial, w) for w in range(6) if w not in writers]
         for name, root in found.items():  # a name other than p.hatchet says whose it is
-            pid = root["frame"]["pid"]
+            pid = job_of(root)["pid"]
             assert name in ("p.hatchet", f"p.pid{pid}.hatchet")
         # the others are told where theirs went
         assert sum(".hatchet instead" in e for e in errors) == len(found) - 1, errors

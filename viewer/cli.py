@@ -272,7 +272,8 @@ def _view(ctx: click.Context, opts: ViewOptions) -> None:
 
         roots = SourceRoots.default(list(profiles), list(opts.source_roots),
                                     list(opts.source_maps))
-        roots = roots.beside_profile(profile.gf.graph.roots[0])  # --source's and --html's
+        # --source's and --html's
+        roots = roots.beside_profile(profile.gf.graph.roots[0], profile.job)
         if opts.kernel is not None:
             deep.call(_show_source, opts.kernel, opts.width, opts.name_style, profile, roots)
         elif opts.diagnose:

@@ -389,7 +389,7 @@ def _source(prof: Profile, style: str, roots: SourceRoots) -> list:
     from .source import _Columns, find_kernel, kernel_nodes, source_files
     from .source_view import window
 
-    roots = roots.beside_profile(prof.gf.graph.roots[0])
+    roots = roots.beside_profile(prof.gf.graph.roots[0], prof.job)
     columns = _Columns(prof)
     totals: dict[str, float] = {}
     for node in kernel_nodes(prof, columns):

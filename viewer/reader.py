@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from ..format import (JOB_KEYS, LAUNCH_METADATA, PART_OF, SOURCE_FILE_BYTES, SOURCE_TOTAL_BYTES,
-                      SOURCES_KEY, TABLE_COLUMNS, VECTOR_SHOWN, WARP_TIMELINE, is_amount)
+from ..format import (JOB_KEY, JOB_KEYS, LAUNCH_METADATA, PART_OF, SOURCE_FILE_BYTES,
+                      SOURCE_TOTAL_BYTES, SOURCES_KEY, TABLE_COLUMNS, VECTOR_SHOWN, WARP_TIMELINE,
+                      is_amount, job_of)
 from . import deep, job_file
 from .errors import ViewerError
 from .job_file import JobRanks
@@ -293,7 +294,8 @@ def _checked(doc, name: str, path: str, *, msgpack: bool, prune_empty: bool,
     devices = _check_devices(doc[1] if len(doc) > 1 else {})
     root = doc[0]
     carried, left = _sources(root.pop(SOURCES_KEY, None), name)
-    job = {k: v for k in JOB_KEYS if _job_value(v := root["frame"].get(k))}
+    job = {k: v for k in JOB_KEYS if _job_value(v := job_of(root).get(k))}
+    root.pop(JOB_KEY, None)
     timelines, left_out, keys = _check_tree(root, name, size)
     if msgpack:
         _text_metric_names(root)  # MessagePack keys may be numbers; JSON's are text

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from proton.format import job_of
 
 TOLERANCE = 5.0
 """Percentage points between HTA's share and ours, per rank and part."""
@@ -94,7 +95,7 @@ def ours(folder: str) -> dict[int, dict[str, float]]:
             continue
         with open(os.path.join(folder, name)) as f:
             root = json.load(f)[0]
-        rank = int(root["frame"]["rank"])
+        rank = int(job_of(root)["rank"])
         step = next(c for c in root["children"] if c["frame"]["name"] == "step")["metrics"]
         wall = step["step_wall (ns)"]
         idle = sum(v for k, v in step.items() if k.startswith("step_idle_"))

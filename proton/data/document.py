@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from ..format import (CHILDREN_KEY, CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
-                      FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES, PROPERTY, TYPE_KEY,
+                      FRAME_TYPE, JOB_KEY, METRICS_KEY, NAME_KEY, NO_LINES, PROPERTY, TYPE_KEY,
                       WARP_TIMELINE)
 from ..report import warn
 from .metrics import DeviceValue, base_name, real_number
@@ -24,7 +24,7 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
     """The JSON document for aggregated `nodes` (metrics by path id). `notes`: why a kernel's
     PC samples have no source lines, written as its frame's "no_lines" (hatchet keeps extra
     frame keys; both viewers read the file as before). `job`: the writing process (job.Job's
-    fields), written in the root frame. `own`: more metrics of a node's own, written as
+    fields), written as the root's JOB_KEY. `own`: more metrics of a node's own, written as
     exclusive ones (a kernel's launch configuration, its SASS instruction mix). `timelines`:
     a kernel's warp timeline (JSON text), its frame's WARP_TIMELINE. Built without
     recursion: a tree may be as deep as the program's scopes."""
@@ -81,7 +81,8 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
         return {FRAME_KEY: frame, METRICS_KEY: out, CHILDREN_KEY: []}
 
     root = node(ROOT)
-    root[FRAME_KEY].update(job or {})
+    if job:  # before the metrics and children: in a file's first bytes (data/place.py reads)
+        root = {FRAME_KEY: root[FRAME_KEY], JOB_KEY: dict(job), **root}
     todo = [(ROOT, root)]
     while todo:
         pid, out = todo.pop()

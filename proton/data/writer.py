@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ProfileWriteError, SessionError
 from ..files import Folder, create_beside, fit, name_max
-from ..format import CHILDREN_KEY, FRAME_KEY, METRICS_KEY
+from ..format import CHILDREN_KEY, FRAME_KEY, JOB_KEY, METRICS_KEY
 from ..format_msgpack import packb
 from ..report import warn
 from .document import finite_or_none
@@ -213,13 +213,14 @@ def _encode_tree(doc: list, write) -> None:
     """json.dump of [root node, device table], byte for byte, with an explicit stack."""
     dumps = functools.partial(json.dumps, allow_nan=False)
 
-    def open_node(node: dict) -> None:
-        write(f'{{"{FRAME_KEY}": {dumps(node[FRAME_KEY])}, '
+    def open_node(node: dict) -> None:  # the root's JOB_KEY in the file's first bytes, where
+        job = f'"{JOB_KEY}": {dumps(node[JOB_KEY])}, ' if JOB_KEY in node else ""  # place.py looks
+        write(f'{{"{FRAME_KEY}": {dumps(node[FRAME_KEY])}, {job}'
               f'"{METRICS_KEY}": {dumps(node[METRICS_KEY])}, "{CHILDREN_KEY}": [')
 
     def close_node(node: dict) -> None:  # keys after the children (the root's SOURCES_KEY)
         write("]" + "".join(f", {dumps(k)}: {dumps(v)}" for k, v in node.items()
-                            if k not in (FRAME_KEY, METRICS_KEY, CHILDREN_KEY)) + "}")
+                            if k not in (FRAME_KEY, JOB_KEY, METRICS_KEY, CHILDREN_KEY)) + "}")
 
     write("[")
     open_node(doc[0])

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from .. import rank_merge, settings
 from ..data.job import span
+from ..format import job_of
 
 
 def rank_files() -> str:
@@ -82,7 +83,7 @@ def merge(doc: list, rank: int, write_job: Callable[[list], str], *, key: str,
     wrote = ""
     try:
         partial = rank_merge.leaf(doc[0], rank, doc[1] if len(doc) > 1 else {},
-                                  doc[0].get("frame", {}))
+                                  job_of(doc[0]))
         sources, target = rank_merge.rounds(at, size)
         failed = None
         for source in sources:
