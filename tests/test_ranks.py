@@ -104,17 +104,25 @@ def test_a_ranks_trace_names_its_processes_and_records_time_zero(tmp_path):
     assert not [e for e in doc["traceEvents"] if e["ph"] == "M"]
 
 
-def doc_of(pid: int, host: str | None = None) -> list:
-    root = {"frame": {"name": "ROOT", "type": "function", "host": host or socket.gethostname(),
-                      "pid": pid}, "metrics": {}, "children": []}
+def doc_of(pid: int, host: str | None = None, layout: str = "frame") -> list:
+    """A profile of process `pid`: its host and pid in the root frame (files written before
+    2026-11-29), or in the root's "job" (since), then 500 children: past the first 4 KiB,
+    which is all place.py reads of a file to know its writer."""
+    job = {"host": host or socket.gethostname(), "pid": pid}
+    frame = {"name": "ROOT", "type": "function", **(job if layout == "frame" else {})}
+    kids = [{"frame": {"name": f"k{i}", "type": "function"}, "metrics": {"count": 1},
+             "children": []} for i in range(500)]
+    root = {"frame": frame, **({"job": job} if layout == "job" else {}), "metrics": {},
+            "children": kids}
     return [root, {}]
 
 
-def test_another_live_processs_profile_is_not_overwritten(tmp_path, capfd):
+@pytest.mark.parametrize("layout", ["frame", "job"])
+def test_another_live_processs_profile_is_not_overwritten(tmp_path, capfd, layout):
     path = str(tmp_path / "run.hatchet")
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        writer.write(doc_of(other.pid), path)
+        writer.write(doc_of(other.pid, layout=layout), path)
         written = writer.write(doc_of(os.getpid()), path, since=time.time() + 3600)
     finally:
         other.kill()
