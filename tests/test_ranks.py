@@ -106,14 +106,18 @@ def test_a_ranks_trace_names_its_processes_and_records_time_zero(tmp_path):
 
 def doc_of(pid: int, host: str | None = None, layout: str = "frame") -> list:
     """A profile of process `pid`: its host and pid in the root frame (files written before
-    2026-11-29), or in the root's "job" (since), then 500 children: past the first 4 KiB,
-    which is all place.py reads of a file to know its writer."""
+    2026-11-29), or in the root's "job" (since), over a chain of frames deeper than the
+    writer's DEEP (written by its own encoder) and longer than the first 4 KiB, which is all
+    place.py reads of a file to know its writer."""
     job = {"host": host or socket.gethostname(), "pid": pid}
     frame = {"name": "ROOT", "type": "function", **(job if layout == "frame" else {})}
-    kids = [{"frame": {"name": f"k{i}", "type": "function"}, "metrics": {"count": 1},
-             "children": []} for i in range(500)]
     root = {"frame": frame, **({"job": job} if layout == "job" else {}), "metrics": {},
-            "children": kids}
+            "children": []}
+    node = root
+    for i in range(writer.DEEP + 10):
+        node["children"].append({"frame": {"name": f"f{i}", "type": "function"},
+                                 "metrics": {"count": 1}, "children": []})
+        node = node["children"][0]
     return [root, {}]
 
 
