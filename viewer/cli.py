@@ -383,7 +383,6 @@ def _show(opts: ViewOptions, prof, merged) -> None:
         columns = diff_columns(prof, _load(other), _cpu_fallback(prof, specs))
     else:
         columns = _metric_columns(prof, merged, specs)
-    first = columns[0].values.to_dict() if columns else {}
     visible = None
     notes = [empty] if empty else []
     for note in dict.fromkeys(n for c in columns for n in c.notes):  # cells left blank, and why
@@ -393,6 +392,7 @@ def _show(opts: ViewOptions, prof, merged) -> None:
     if declined() > before:  # the demangled text of all names reached its bound
         notes.append(declined_note(declined() - before))
     if opts.include or opts.exclude or opts.threshold is not None:
+        first = columns[0].values.to_dict() if columns else {}
         chosen = {n: abs(v) for n, v in first.items()} if other is not None else first
         visible = visible_nodes(prof.gf, chosen, include=opts.include, exclude=opts.exclude,
                                 threshold=opts.threshold, displayed=names)
@@ -433,7 +433,8 @@ def _show(opts: ViewOptions, prof, merged) -> None:
                                  diff=diff, folded=folded), headers, write, width=fold_at,
                 color=color)
     if console.is_terminal and columns:
-        console.print(render.legend(columns, first.get(prof.gf.graph.roots[0]), diff))
+        top = render.by_id(columns[0].values).get(prof.gf.graph.roots[0]._hatchet_nid)
+        console.print(render.legend(columns, top, diff))
     if opts.print_sorted and columns:
         write(f"\nFrames sorted by {columns[0].header}:\n")
         render.draw(render.sorted_rows(prof.gf, columns, visible=visible, names=names, diff=diff),

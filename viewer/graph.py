@@ -278,11 +278,12 @@ def nodes(graph) -> list[Node]:
     stack = list(graph.roots)
     while stack:
         node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+        if len(node.parents) > 1 or not node.parents:  # a root, or reached once per parent
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
         out.append(node)
-        stack.extend(node.children)
+        stack += node.children
     return out
 
 
