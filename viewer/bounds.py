@@ -64,5 +64,12 @@ def rate_peaks(profile: Profile, what: str, width: str | None = None) -> pd.Seri
     fastest = max(known) if known and len(known) == len(tops) else None
     df = profile.gf.dataframe
     devices = df[DEVICE_ID] if DEVICE_ID in df else pd.Series(None, index=df.index, dtype=object)
-    return pd.Series({node: tops.get(str(dev), fastest) if pd.notna(dev) else fastest
-                      for node, dev in devices.items()}, dtype=float).reindex(df.index)
+    # per distinct device, not per node (a Series by node hashes each through Node.__hash__)
+    known_dev: dict = {}
+
+    def of(dev) -> float | None:
+        if dev not in known_dev:
+            known_dev[dev] = tops.get(str(dev), fastest) if pd.notna(dev) else fastest
+        return known_dev[dev]
+
+    return pd.Series([of(dev) for dev in devices.tolist()], index=df.index, dtype=float)

@@ -806,9 +806,10 @@ def _kernel_roofs(profile: Profile) -> dict:
     counters = kernel_counters(profile)
     copies = _copy_frames(df)
     out = {}
-    for node, dev in df[DEVICE_ID].items():
+    # copies row by row (the same index as df's): a Series look-up per node hashes Nodes
+    for node, dev, copy in zip(df.index, df[DEVICE_ID].tolist(), copies.tolist()):
         gpu, seconds = gpus.get(str(dev)), _number(time.get(node)) * 1e-9
-        if not isinstance(gpu, dict) or seconds <= 0 or copies[node]:  # a copy: under no roof
+        if not isinstance(gpu, dict) or seconds <= 0 or copy:  # a copy: under no roof
             continue
         measured = counters.get(node)
         if measured is not None:

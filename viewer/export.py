@@ -7,7 +7,7 @@ import json
 import math
 
 from .derive import Column
-from .render import sort_values, walk
+from .render import by_id, sort_values, walk
 
 
 def rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = None,
@@ -15,7 +15,7 @@ def rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = N
          diff: bool = False) -> list[dict]:
     """One dict per shown frame: its path from the root, depth and each metric (None if blank),
     in the tree's order (diff: children by the size of their change)."""
-    values = [c.values.to_dict() for c in columns]
+    values = [by_id(c.values) for c in columns]
     out: list[dict] = []
     path: list[str] = []
     order = sort_values(values[0] if values else {}, diff)
@@ -23,8 +23,9 @@ def rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = N
         del path[level:]
         path.append(names[node] if names else node.frame.get("name", "?"))
         row = {"path": list(path), "depth": level}
+        nid = node._hatchet_nid
         for column, vals in zip(columns, values):
-            v = vals.get(node)
+            v = vals.get(nid)
             row[column.header] = None if v is None or (isinstance(v, float) and math.isnan(v)) \
                 else _tidy(float(v))
         out.append(row)

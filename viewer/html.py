@@ -24,7 +24,7 @@ from .names import readable
 from .page import template
 from .reader import Profile
 from .select import short_frame
-from .render import plural
+from .render import by_id, plural
 from .select import fold_marks, shown_children
 from .source_roots import SourceRoots
 from .specs import peak
@@ -157,7 +157,7 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
     `full` names only where folding shortened them. Columns, not objects: a 100,000-frame
     page stays small and parses fast."""
     graph = prof.gf.graph
-    values = [c.values.to_dict() for c in columns]
+    values = [by_id(c.values) for c in columns]
     names: list[str] = []
     parents: list[int] = []
     widths: list[float | None] = []
@@ -177,10 +177,11 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
         at = len(names)
         names.append(name)
         parents.append(parent)
-        widths.append(_num(values[0].get(node)) if values else None)
+        widths.append(_num(values[0].get(node._hatchet_nid)) if values else None)
         order.append(node)
         if level + 1 < depth:  # Triton's -d: `-d 1` shows ROOT alone
             stack.extend((child, at, level + 1) for child in reversed(shown_children(node, visible, folded)))
+    ids = [node._hatchet_nid for node in order]
     # widths: at least the children's sum (a scope without its own value still spans them)
     spans = [0.0] * len(names)
     for i in range(len(names) - 1, -1, -1):
@@ -188,7 +189,7 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
         if parents[i] >= 0:
             spans[parents[i]] += width
     return {"name": names, "parent": parents, "value": widths, "full": full,
-            "metrics": [[_num(v.get(node)) for node in order] for v in values],
+            "metrics": [[_num(v.get(i)) for i in ids] for v in values],
             "order": order}
 
 
@@ -219,7 +220,7 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
         spread = rank_columns(merged, ["time/ms"])
         columns.append(Column("max/mean over ranks", spread[-1].values))
     kernel = kernel_mask(prof, copies=True)  # the table lists copies beside the kernels
-    values = [c.values.to_dict() for c in columns]
+    values = [by_id(c.values) for c in columns]  # by node id: no Node.__hash__ per look-up
     headers = [c.header for c in columns]
     time = values[0] if headers and headers[0] == "time (ms)" else {}
     groups: dict[str, list[int]] = {}
@@ -231,11 +232,12 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
     rows: list[list] = []
     row_of: dict = {}  # hatchet node -> its row
     for frames in groups.values():
-        frames.sort(key=lambda i: -(_num(time.get(order[i])) or 0.0))
+        frames.sort(key=lambda i: -(_num(time.get(order[i]._hatchet_nid)) or 0.0))
         nodes = [order[i] for i in frames]
-        weights = [_num(time.get(n)) or 0.0 for n in nodes]
-        sums = (sum(weights), sum(_num(count.get(n)) or 0.0 for n in nodes))
-        cells = [_fold(h, [_num(v.get(n)) for n in nodes], weights, sums)
+        ids = [n._hatchet_nid for n in nodes]
+        weights = [_num(time.get(i)) or 0.0 for i in ids]
+        sums = (sum(weights), sum(_num(count.get(i)) or 0.0 for i in ids))
+        cells = [_fold(h, [_num(v.get(i)) for i in ids], weights, sums)
                  for h, v in zip(headers, values)]
         for n in nodes:
             row_of[n] = len(rows)

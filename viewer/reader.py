@@ -573,10 +573,43 @@ def _upward(gf) -> tuple[list[int], list[int], int]:
     over them adds the first child first, as subtree_sums does), each row's parent row (-1
     at a root), and how many rows there are: the data frame's, then the graph's nodes it
     lacks."""
+    from itertools import repeat
+
     index = gf.dataframe.index
+    n = len(index)
+    if not all(getattr(node, "_hatchet_nid", -1) == i for i, node in enumerate(index)):
+        slot = {node: i for i, node in enumerate(index)}
+        order, parents = _post_order(gf.graph.roots)
+        for node in order:
+            slot.setdefault(node, len(slot))
+        return [slot[node] for node in order], \
+            [-1 if p is None else slot[p] for p in parents], len(slot)
+    # the common case (reader.load): the row of a node of the table is its id; rows by
+    # id(), not through Node's hash (a Python call per node)
+    extra: dict[int, int] = {}  # the id of a node the table lacks -> its row, after its own
+    rows: list[int] = []
+    up: list[int] = []
+    stack = [(root, -1) for root in gf.graph.roots]
+    while stack:  # pre-order of each node's children taken last first: reversed, post-order
+        node, parent = stack.pop()
+        row = node._hatchet_nid
+        if not 0 <= row < n:
+            row = extra.setdefault(row, n + len(extra))  # Node hashes and equals by id
+        rows.append(row)
+        up.append(parent)
+        if node.children:
+            stack += zip(node.children, repeat(row))
+    rows.reverse()
+    up.reverse()
+    return rows, up, n + len(extra)
+
+
+def _post_order(roots: list) -> tuple[list, list]:
+    """The nodes under `roots` each after its children, those in their order, and each
+    one's parent (None at a root)."""
     order: list = []
     parents: list = []
-    stack = [(root, None) for root in gf.graph.roots]
+    stack = [(root, None) for root in roots]
     while stack:  # pre-order of each node's children taken last first: reversed, post-order
         node, parent = stack.pop()
         order.append(node)
@@ -584,20 +617,7 @@ def _upward(gf) -> tuple[list[int], list[int], int]:
         stack.extend((child, node) for child in node.children)
     order.reverse()
     parents.reverse()
-    if all(getattr(node, "_hatchet_nid", -1) == i for i, node in enumerate(index)):
-        slot: dict = {}  # the common case (reader.load): the row of a node of the table is its id
-        n = len(index)
-        for node in order:
-            if not 0 <= node._hatchet_nid < n:
-                slot[node] = n + len(slot)
-        rows = [slot.get(node, node._hatchet_nid) for node in order]
-        up = [-1 if p is None else slot.get(p, p._hatchet_nid) for p in parents]
-        return rows, up, n + len(slot)
-    slot = {node: i for i, node in enumerate(index)}
-    for node in order:
-        slot.setdefault(node, len(slot))
-    return [slot[node] for node in order], [-1 if p is None else slot[p] for p in parents], \
-        len(slot)
+    return order, parents
 
 
 def subtree_sums(post_order: list, own: dict) -> dict:

@@ -108,10 +108,18 @@ def band(value, top, diff: bool = False) -> str:
     return ""
 
 
+def by_id(values) -> dict:
+    """A column's values (a Series by node) keyed by its frames' hatchet ids, the key Node
+    hashes and compares by: the same look-ups as a dict keyed by node (Series.to_dict), without
+    a call of Node.__hash__, a Python function, at each of them."""
+    return dict(zip([node._hatchet_nid for node in values.index], values.tolist()))
+
+
 def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,
          folded: set | None = None):
-    """Yield (node, level, lasts) in drawing order: children sorted by `first`, largest first;
-    `lasts` says, for each level down to this node, whether it was its parent's last child.
+    """Yield (node, level, lasts) in drawing order: children sorted by `first` (by_id's),
+    largest first; `lasts` says, for each level down to this node, whether it was its parent's
+    last child.
 
     folded: frames drawn only through their first: a folded frame under another folded frame
     is skipped and its children take its place (see select.library_frames)."""
@@ -137,11 +145,11 @@ def sort_values(first: dict, diff: bool) -> dict:
 
 
 def hottest_first(first: dict) -> Callable:
-    """A sort key: largest value of `first` first; frames where it is blank after them, PC-sample
+    """A sort key: largest value of `first` (by_id's) first; frames where it is blank after them, PC-sample
     lines and python frames among those by file and line number (see `line_order`)."""
 
     def key(node):
-        v = first.get(node)
+        v = first.get(node._hatchet_nid)
         blank = v is None or v != v
         return (blank, 0 if blank else -v, line_order(node) if blank else ("", -1))
 
@@ -168,25 +176,41 @@ class Row:
 
 
 class _Rows:
-    """The columns as dicts by node, and the Row of any node: its cells, its first cell's
-    colour band (share of the root), its guides and name."""
+    """The columns as dicts by node id (by_id), and the Row of any node: its cells, its first
+    cell's colour band (share of the root), its guides and name."""
 
     def __init__(self, gf, columns: list[Column], names: dict | None, diff: bool) -> None:
-        self.values = [c.values.to_dict() for c in columns]
+        self.values = [by_id(c.values) for c in columns]
         self.first = self.values[0] if self.values else {}
         self.order = sort_values(self.first, diff)
         """What rows sort by: the first metric, or in a diff the size of its change."""
-        self.ints = [_integral(v) for v in self.values]
-        self.specs = [column_spec(v) for v in self.values]
-        self.top = self.first.get(gf.graph.roots[0]) if gf.graph.roots else None
+        self.cells = [_formatter(_integral(v), column_spec(v)) for v in self.values]
+        """Each column's fmt, its integer and spec chosen once."""
+        self.top = self.first.get(gf.graph.roots[0]._hatchet_nid) if gf.graph.roots else None
         self.names, self.diff = names, diff
 
     def row(self, node, guide: str = "", more: str = "") -> Row:
-        cells = [fmt(v.get(node), self.ints[i], self.specs[i]) for i, v in enumerate(self.values)]
+        nid = node._hatchet_nid
+        cells = [cell(v.get(nid)) for cell, v in zip(self.cells, self.values)]
         name = self.names[node] if self.names else node.frame.get("name", "?")
         if not name.isprintable():
             name = printable(name)
-        return Row(cells, band(self.first.get(node), self.top, self.diff), guide, more, name)
+        return Row(cells, band(self.first.get(nid), self.top, self.diff), guide, more, name)
+
+
+def _formatter(integer: bool, spec: str) -> Callable[[object], str]:
+    """fmt(value, integer, spec), a finite float (most cells) formatted at once."""
+    if integer:
+        def cell(value) -> str:
+            if type(value) is float and value - value == 0:  # finite: inf - inf is NaN
+                return f"{int(value):,}"
+            return fmt(value, True, spec)
+    else:
+        def cell(value) -> str:
+            if type(value) is float and value - value == 0:
+                return format(value, spec)
+            return fmt(value, False, spec)
+    return cell
 
 
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))} | {
@@ -206,12 +230,18 @@ def tree_rows(gf, columns: list[Column], *, depth: int = 100, visible: set | Non
     """One row per shown node (see `walk`), the first cell styled by its share of the root."""
     table = _Rows(gf, columns, names, diff)
     rows, levels = [], []
+    under = [""]  # under[level]: the guides a child of the last frame drawn at `level` gets
     for node, level, lasts in walk(gf, table.order, depth=depth, visible=visible,
                                    folded=folded):
-        above = "".join("   " if last else "│  " for last in lasts[:-1])
-        branch = "" if level == 0 else ("└─ " if lasts[-1] else "├─ ")
-        below = "" if level == 0 else ("   " if lasts[-1] else "│  ")
-        rows.append(table.row(node, above + branch, above + below))
+        if level == 0:
+            row = table.row(node, "", "")
+        else:
+            above = under[level - 1]
+            row = table.row(node, above + ("└─ " if lasts[-1] else "├─ "),
+                            above + ("   " if lasts[-1] else "│  "))
+        del under[level:]
+        under.append(row.more)
+        rows.append(row)
         levels.append(level)
     for i, row in enumerate(rows):  # a folded name keeps its children's guide line going
         has_kids = i + 1 < len(rows) and levels[i + 1] > levels[i]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 
 from ..format import LIBRARY_FILE, PYTHON_FRAME
 from .errors import ViewerError
@@ -96,9 +97,22 @@ def short_frame(name: str) -> str:
 def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
     """Frame names shortened as `fmt` says (SHORT or one of Triton's -f FORMATS, for
     `file:line@function` frames), C++ kernel names demangled as `style` says (names.STYLES),
-    in the tree's order: the first names take the demangler's budget (demangle.TOTAL_RATIO)."""
-    return {node: shorten(readable(node.frame.get("name", "?"), style), fmt)
-            for node in gf.graph.traverse()}
+    in the tree's order where there are mangled names: the first names take the demangler's
+    budget (demangle.TOTAL_RATIO). Without any, in any order (no sort of every node's
+    children)."""
+    from .graph import nodes
+
+    every: Iterable = nodes(gf.graph)
+    if style != "raw" and any(n.frame.attrs.get("name", "?").startswith("_Z") for n in every):
+        every = gf.graph.traverse()
+    out = {}
+    for node in every:
+        name = node.frame.attrs.get("name", "?")
+        if name.startswith("_Z"):
+            name = readable(name, style)
+        # short_frame changes only a `file:line@function` frame (PYTHON_FRAME): one with an @
+        out[node] = shorten(name, fmt) if fmt != SHORT or "@" in name else name
+    return out
 
 
 def library_frames(gf) -> set:
@@ -108,7 +122,8 @@ def library_frames(gf) -> set:
 
     out = set()
     for node in nodes(gf.graph):
-        match = PYTHON_FRAME.match(node.frame.get("name", ""))
+        name = node.frame.attrs.get("name", "")
+        match = PYTHON_FRAME.match(name) if "@" in name else None
         if match and LIBRARY_FILE.search(match["file"]):
             out.add(node)
     return out

@@ -295,7 +295,7 @@ def no_lines_notes(prof: Profile) -> list[tuple[str, bool, list[str]]]:
     kernels with samples that have no source line, in the order the tree first meets them.
     `some lines mapped`: the kernel also has line children (only part of its samples lack a
     line)."""
-    if not any(n.frame.get(NO_LINES) for n in nodes(prof.gf.graph)):
+    if not any(n.frame.attrs.get(NO_LINES) for n in nodes(prof.gf.graph)):
         return []  # most profiles: no sample columns to read, no sorted walk
     marked = [n for n in prof.gf.graph.traverse() if n.frame.get(NO_LINES)]
     columns = _Columns(prof)

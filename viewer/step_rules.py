@@ -35,12 +35,12 @@ LEAK_SHARE = 0.5
 
 def pageable_copies(ctx: _Context, kernels: list, out: list) -> str | None:
     """A pageable host-device copy made more than once (a copy in the loop)."""
-    names = ctx.df["name"].astype(str)
-    copies = [n for n in ctx.df.index if COPY_FRAME.match(names[n])]
+    # row by row: a Series look-up per node hashes Nodes through a Python call
+    copies = [(n, name) for n, name in zip(ctx.df.index, ctx.df["name"].astype(str).tolist())
+              if COPY_FRAME.match(name)]
     if not copies:
         return ""
-    for node in copies:
-        name = names[node]
+    for node, name in copies:
         count, ns = ctx.value(node, COUNT) or 0, ctx.value(node, TIME) or 0
         if not name.endswith(PAGEABLE) or count <= 1 or not ctx.big(ns):
             continue
