@@ -22,6 +22,7 @@ from ...context import frames
 from .base import Part, Profiler
 
 if TYPE_CHECKING:
+    from ...cupti.settings import PartAsks
     from ...options import SessionOptions
     from ..session import Session
 
@@ -50,13 +51,16 @@ class Parts:
         for part in self.all:
             part.check(opts, live)
 
-    def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
-        """What the parts `opts` asks for want of the collector the session starts."""
-        args: dict[str, Any] = {}
+    def collector_asks(self, opts: SessionOptions) -> PartAsks:
+        """What the parts `opts` asks for want of the collector the session starts; it tells
+        them each buffer (buffered)."""
+        from ...cupti.settings import PartAsks
+
+        asks = PartAsks(buffered=self.buffered)
         for part in self.all:
             if part.wants(opts):
-                args.update(part.collector_args(opts))
-        return args
+                asks = part.collector_asks(opts, asks)
+        return asks
 
     def attach(self, session: Session, opts: SessionOptions) -> None:
         """The parts `session` asks for, started for the first session that asks."""
