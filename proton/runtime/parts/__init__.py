@@ -7,8 +7,9 @@ A part is asked by a session's options (`wants`); the first session that asks st
 (`phase_ends`), adds its metrics before the session is written (`finish`; `last`: no other
 live session asks for it, so it stops too), or is dropped unwritten (`discard`). The last
 session that asked stops it (`stop`). A part may listen to the main thread's scopes
-(`listener`: context/frames.ScopeListener, heard while it is started), take the collector's
-buffers (`buffered`, CUPTI's thread) and put its data in the file (`build_args`,
+(`listener`: context/frames.ScopeListener, heard while it is started), ask things of the
+collector the first session starts (`collector_asks`: its fields of cupti/settings.PartAsks),
+take the collector's buffers (`buffered`, CUPTI's thread) and put its data in the file (`build_args`,
 `document`). Every hook runs under the profiler's lock unless it says otherwise.
 
 The next measurement is one module here, one line in `registry` and its options.
