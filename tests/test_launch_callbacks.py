@@ -68,3 +68,26 @@ def test_copies_and_waits_left_out_take_no_callback_and_no_record():
     assert bare._copy_kinds == [] and len(full._copy_kinds) == 3
     assert bare.sync_cbids == {} and bare.async_copy_cbids == {}
     assert all(full.sync_cbids.values())
+
+
+def test_what_a_sessions_parts_ask_of_the_collector_is_one_settings_object(monkeypatch):
+    """The collector is made from one CollectorSettings; what a session's parts ask of it
+    (pcsampling's options, the idle tracker's sinks, PROTON_OFF's copies and waits, the
+    buffer fan-out) is its PartAsks, filled by the parts alone."""
+    from proton.options import parse_options
+    from proton.runtime.parts import Parts
+    from proton.runtime.profiler import profiler
+
+    parts = Parts(profiler)  # parts of their own: the profiler's are left as they are
+    monkeypatch.setenv("PROTON_OFF", "copies,idle")
+    sampling = parse_options("x", mode="pcsampling")
+    asks = parts.collector_asks(sampling)
+    assert asks.pc == sampling.pc and asks.buffered == parts.buffered
+    assert (asks.copies, asks.waits, asks.busy, asks.launched) == (False, True, None, None)
+    monkeypatch.delenv("PROTON_OFF")
+    asks = parts.collector_asks(parse_options("x"))
+    assert asks.pc is None and asks.copies and asks.waits
+    assert asks.busy is not None and asks.launched is not None  # the idle tracker's
+    bare = CuptiCollector(CollectorSettings(lambda kernels: None,
+                                            parts=PartAsks(copies=False, waits=False)))
+    assert bare.sync_cbids == {} and bare.shaper is not None
