@@ -44,7 +44,7 @@ import numpy as np
 from cupti import cupti
 
 from proton.cupti import native
-from proton.cupti.collector import CuptiCollector
+from proton.cupti.collector import CollectorSettings, CuptiCollector
 from proton.cupti.pipeline import walk
 from proton.data.paths import ROOT, SCOPE, paths
 from proton.runtime.router import KernelRouter
@@ -135,7 +135,8 @@ def main() -> None:
     name = ctypes.create_string_buffer(b"tiny_kernel")
     sessions: dict = {}
     router = KernelRouter(sessions)
-    collector = CuptiCollector(router.on_kernels, native=False)  # Python's pipeline
+    # Python's pipeline
+    collector = CuptiCollector(CollectorSettings(router.on_kernels, native=False))
     data, sizes = buffer(collector, args.launches, scopes, name)
     raw = (ctypes.c_uint64 * (len(data) // 8 + 1))()
     ctypes.memmove(raw, data, len(data))
@@ -175,7 +176,8 @@ def main() -> None:
             ("read fields (numpy)", best(read_only, args.repeats)),
             ("read + join + route", best(read_join_route, args.repeats))]
     rows.append(("join + route (by difference)", rows[3][1] - rows[2][1]))
-    read_in_c = CuptiCollector(router.on_kernels, native=True)  # C reads, the Attributor joins
+    # C reads, the Attributor joins
+    read_in_c = CuptiCollector(CollectorSettings(router.on_kernels, native=True))
     read_in_c.pipeline.attach(holder)
 
     def c_read_only():
@@ -189,7 +191,8 @@ def main() -> None:
     rows.append(("walk + read fields in C", best(c_read_only, args.repeats)))
     rows.append(("walk + read in C, join + route (python context)",
                  best(c_read_join_route, args.repeats)))
-    joined = CuptiCollector(router.on_kernels, groups=router.on_groups, native=True)
+    joined = CuptiCollector(CollectorSettings(router.on_kernels, groups=router.on_groups,
+                                              native=True))
     joined.pipeline.attach(holder)
     assert joined.pipeline.join is not None
 

@@ -7,6 +7,7 @@ callback); neither imports the other.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import subprocess
 import tempfile
@@ -49,6 +50,19 @@ class StandIn:
         pass
 
 
+def make_collector(sink, **made) -> CuptiCollector:
+    """A collector made as the tree on the path makes one (cupti/settings.py's
+    CollectorSettings), or as an earlier tree did (keywords; older still, no `moved`), so the
+    benchmarks time a tree before and after a change alike."""
+    try:
+        from proton.cupti.settings import CollectorSettings
+    except ImportError:
+        if "moved" not in inspect.signature(CuptiCollector).parameters:
+            made.pop("moved", None)
+        return CuptiCollector(sink, **made)
+    return CuptiCollector(CollectorSettings(sink, **made))
+
+
 def per_call(f, call, repeats: int) -> float:
     """us per call of f through the library frames, best of `repeats`, the loop's cost off."""
     def loop(g) -> float:
@@ -79,7 +93,7 @@ def launch_callback(walk: bool = True, native: bool | None = None,
     if keep is not None:
         os.environ[collector_module.KEEP_STATES_ENV] = "1" if keep else "0"
     context = profiler.context
-    collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped,
+    collector = make_collector(lambda kernels: None, unscoped=profiler.timeline.unscoped,
                                launch_path=context.launch_path, in_callback=True,
                                walk=context.walk if walk else None, native=native)
     collector.fields = callback_fields(cupti)

@@ -26,14 +26,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
-import inspect
 import os
 import sys
 import time
 import types
 
 import proton
-from proton.cupti.collector import CuptiCollector
 from proton.cupti.subscriber import CALLBACK
 from proton.hooks import triton_hook
 from proton.runtime.profiler import profiler
@@ -42,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from torch_like import TORCH_LIKE  # noqa: E402 - the tests' stand-in of nn.Module's frames
 
 from harness import (BEFORE, N, THREAD_CALLBACK, StandIn,  # noqa: E402 - bench/, beside it
-                     launch_callback, per_call, runner, through_c, timed)
+                     launch_callback, make_collector, per_call, runner, through_c, timed)
 
 LIBRARY = """
 def call(f):
@@ -287,11 +285,10 @@ def scope_live(repeats: int, context: str = "shadow", hook: str | None = None,
     timestamp stood in by time.monotonic_ns."""
     proton.start(f"/tmp/hot_paths_scope_{context}", context=context, hook=hook)
     ctx = profiler.context
-    made = dict(launch_path=ctx.launch_path, in_callback=ctx.in_callback,
-                graft=profiler.router.graft, groups=profiler.router.on_groups)
-    if "moved" in inspect.signature(CuptiCollector).parameters:  # an earlier tree has none
-        made["moved"] = profiler.timeline.note
-    collector = CuptiCollector(lambda kernels: None, profiler.timeline.unscoped, **made)
+    collector = make_collector(lambda kernels: None, unscoped=profiler.timeline.unscoped,
+                               launch_path=ctx.launch_path, in_callback=ctx.in_callback,
+                               graft=profiler.router.graft, groups=profiler.router.on_groups,
+                               moved=profiler.timeline.note)
     collector._cupti = types.SimpleNamespace(get_timestamp=time.monotonic_ns)
     if not collector.pipeline.native:  # cupti-python's push needs the driver
         collector.push = collector.pop = lambda *a: None

@@ -36,6 +36,68 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
     return max(1, min(8, len(usable) if usable else os.cpu_count() or 1))
 
 
+def pytest_configure(config) -> None:
+    """`-n` with no `--dist` of the user's: xdist's loadgroup, not load. Load hands each worker
+    a run of consecutive tests up front, so the slow ones can queue behind each other on one
+    worker while the other idles at the end; loadgroup hands out one test (or one
+    `xdist_group`, run on one worker: tests that share a computation) at a time, in the order
+    pytest_collection_modifyitems leaves, the slowest first."""
+    if any(arg.startswith("--dist") for arg in config.invocation_params.args):
+        return
+    if hasattr(config, "workerinput"):  # a worker: it names each test by its group
+        config.option.loadgroup = True
+    elif getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+
+
+SLOW_FIRST = (
+    "test_native.py::test_the_c_join_is_clean_under_the_sanitizers",
+    "test_job_merge.py::test_the_job_file_shows_the_rank_files_numbers_to_the_last_digit",
+    "test_job_merge.py::test_a_rank_missing_at_finalize_leaves_every_other_ranks_file",
+    "test_step_cost.py::test_dry_run_on_cpu_measures_bare_phases",
+    "test_readme.py::test_the_metrics_the_readme_lists_for_a_cpu_profile_are_the_ones_listed",
+    "test_job_merge.py::test_a_folder_with_the_job_file_and_its_rank_files_merges",
+    "test_job_merge.py::test_the_job_option_writes_the_job_file_alone",
+    "test_job_merge.py::test_a_capture_of_all_ranks_writes_the_job_file",
+    "test_step_rules.py::test_tritons_viewer_opens_a_file_with_copies_waits_idle_and_memory",
+    "test_job_file_input.py::test_many_same_named_siblings_read_in_linear_time",
+    "test_job_merge.py::test_merging_rank_files_costs_little_over_reading_them",
+    "test_job_merge.py::test_the_command_form_merges_before_the_script_destroys_its_group",
+    "test_html.py::test_screenshots_of_each_view",
+    "test_capture_tokens.py::test_a_job_killed_during_a_capture",
+    "test_native.py::test_the_c_join_gives_each_kernel_where_the_attributor_does",
+    "test_html_views.py::test_a_large_graph_draws_no_hairlines",
+    "test_typing.py::test_mypy_passes_on_the_package",
+    "test_triton_text.py::test_text_is_tritons_byte_for_byte_on_every_option",
+    "test_job_merge.py::test_bad_merge_settings_are_said_once_at_start",
+    "test_job_merge.py::test_each_periodic_snapshot_of_a_job_is_merged_too",
+    "test_install.py::test_the_gpu_runtimes_dependencies_install_on_linux_only",
+    "test_full_disk.py::test_a_full_disk_under_the_viewers_output",
+    "test_viewer_bombs.py::",
+    "test_idle_steps.py::test_step_parts_match_a_brute_force_timeline",
+    "test_job_file_input.py::test_a_small_job_file_claiming_many_ranks",
+    "test_reader_bounds.py::",
+    "test_fuzz_viewer.py::",
+)
+"""The slowest tests (file::name prefixes), slowest first: 20-230 s each in the suite on 2
+loaded cores (--durations). Started first, they run beside the many short tests instead of
+last, alone (the invariants' shared group goes first of all: loadgroup sends the largest
+group first)."""
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under xdist (each worker collects, the same order), the SLOW_FIRST tests first, in its
+    order; the rest as collected. A run in one process keeps the collected order."""
+    if not hasattr(config, "workerinput"):
+        return
+
+    def rank(item) -> int:
+        name = item.nodeid.rpartition("/")[2]
+        return next((i for i, p in enumerate(SLOW_FIRST) if name.startswith(p)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: each file's own order kept
+
+
 DEADLINE_ENV = "PROTON_TEST_DEADLINE"
 """Seconds since the epoch (bench/gpu_run.sh sets it): tests not begun by then are skipped, so
 a run on the GPU machine ends with its summary inside the device's per-call limit."""

@@ -186,11 +186,11 @@ def test_only_successful_launch_calls_wait_for_a_kernel():
     import numpy as np
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     got = []
-    collector = CuptiCollector(each(lambda path, rec, ts: got.append((path, rec.name))),
-                               native=False)
+    collector = CuptiCollector(CollectorSettings(
+        each(lambda path, rec, ts: got.append((path, rec.name))), native=False))
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     other = max(collector._all_driver) - 1  # not a launch call
     api = np.zeros(3, dtype=cupti.activity_api_dtype)
@@ -241,7 +241,7 @@ def test_each_kernel_nodes_launch_configuration_is_recorded():
     import numpy as np
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
     from proton.data import document
     from proton.data.paths import SCOPE, paths
     from proton.runtime.router import KernelRouter
@@ -250,7 +250,7 @@ def test_each_kernel_nodes_launch_configuration_is_recorded():
     session = Session(1, "t", "/dev/null", "shadow", "tree", None)
     session.intervals.append([0, -1])
     router = KernelRouter({1: session})
-    collector = CuptiCollector(router.on_kernels, native=False)
+    collector = CuptiCollector(CollectorSettings(router.on_kernels, native=False))
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     scope = paths.intern(ROOT, "launch_config_scope", SCOPE)
     name = ctypes.create_string_buffer(b"conv")

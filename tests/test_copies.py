@@ -16,7 +16,8 @@ cupti = pytest.importorskip("cupti.cupti")  # cupti-python: Linux only
 
 from proton.cupti import native, records  # noqa: E402
 from proton.data.metrics import DEVICE_CUDA  # noqa: E402
-from proton.cupti.collector import CuptiCollector  # noqa: E402
+from proton.cupti.collector import CollectorSettings, CuptiCollector  # noqa: E402
+from proton.cupti.settings import PartAsks  # noqa: E402
 from proton.cupti.subscriber import cupti_enum  # noqa: E402
 
 K = cupti.ActivityKind
@@ -148,9 +149,10 @@ def test_copy_and_set_records_join_their_call_in_c_and_in_python(helper_cache, e
                 sums[key] = [a + b for a, b in zip(sums.get(key, [0, 0]), (ns, count))]
             got.extend(rows())
 
-        collector = CuptiCollector(got.extend, groups=groups if joined else None,
-                                   native=joined, busy=lambda starts, ends, *_: busy.extend(
-                                       zip(starts.tolist(), ends.tolist())))
+        collector = CuptiCollector(CollectorSettings(
+            got.extend, groups=groups if joined else None, native=joined,
+            parts=PartAsks(busy=lambda starts, ends, *_: busy.extend(
+                zip(starts.tolist(), ends.tolist())))))
         collector.shaper.names = {0x1000: "k"}
         assert collector.pipeline.native is joined
         buffers, expected = _buffers(collector, early)
@@ -193,8 +195,8 @@ def test_a_runtime_copys_nested_driver_copy_reaches_python_once(helper_cache):
     from test_native import _Launcher
 
     entered: list = []
-    collector = CuptiCollector(lambda kernels: None, launch_path=lambda frame: 5,
-                               in_callback=True, native=True)
+    collector = CuptiCollector(CollectorSettings(lambda kernels: None, launch_path=lambda frame: 5,
+                                                 in_callback=True, native=True))
     collector.attributor.register_launch = lambda corr, path, start, graph: entered.append(
         (corr, path))
     launcher = _Launcher(collector)
@@ -244,7 +246,8 @@ def _profile(tmp_path, joined: bool, repeat: int = 3) -> tuple[str, dict, object
         router.on_groups(g, first, rows)
         tracer.on_kernels(rows())
 
-    collector = CuptiCollector(kernels, groups=groups if joined else None, native=joined)
+    collector = CuptiCollector(CollectorSettings(kernels, groups=groups if joined else None,
+                                                 native=joined))
     collector.shaper.names = {0x1000: "k"}
     scope = paths.intern(ROOT, "copy_scope", SCOPE)
     for _ in range(repeat):

@@ -438,7 +438,8 @@ def test_the_collector_tells_the_tracker_each_launch_before_its_record(helper_ca
     from test_copies import DRIVER, _cbid, _record
     from test_native import _Launcher, _feed
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
+    from proton.cupti.settings import PartAsks
 
     K = cupti.ActivityKind
     launch = _cbid(*DRIVER, "cuLaunchKernel")
@@ -448,11 +449,11 @@ def test_the_collector_tells_the_tracker_each_launch_before_its_record(helper_ca
                    correlation_id=50, start=500, thread_id=3)
     for way in ("python", "c join", "c log", "python context"):
         t = IdleTracker()
-        collector = CuptiCollector(
-            lambda kernels: None, lambda thread, ts: 0, native=way != "python",
+        collector = CuptiCollector(CollectorSettings(
+            lambda kernels: None, unscoped=lambda thread, ts: 0, native=way != "python",
             groups=(lambda g, first, rows: None) if way.startswith("c ") else None,
             in_callback=way == "python context", launch_path=lambda frame: 5,
-            busy=t.add, launched=t.launched)
+            parts=PartAsks(busy=t.add, launched=t.launched)))
         collector.shaper.names = {0x1000: "k"}
         t.enter(1, 0)
         t.exit(1000)

@@ -122,6 +122,10 @@ def _private_cache(fallback: Path) -> Path:
     return CACHE
 
 
+INSTALLED_ONCE = pytest.mark.xdist_group("installed")
+"""The tests of `installed`: one xdist worker runs them, so the venv is installed once."""
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Installed:
     if os.environ.get("PROTON_TEST_OFFLINE"):
@@ -151,6 +155,7 @@ def installed(tmp_path_factory) -> Installed:
     return Installed(home / "bin" / "python", site, env)
 
 
+@INSTALLED_ONCE
 def test_the_gpu_runtimes_dependencies_install_on_linux_only(installed):
     metadata = next(installed.site.glob("proton_profiler-*.dist-info")) / "METADATA"
     from packaging.requirements import Requirement
@@ -164,6 +169,7 @@ def test_the_gpu_runtimes_dependencies_install_on_linux_only(installed):
         assert names == on_linux - GPU_ONLY, markers["sys_platform"]
 
 
+@INSTALLED_ONCE
 def test_the_venv_has_neither_cupti_nor_cuda_bindings_and_uses_the_installed_checkout(installed,
                                                                                      tmp_path):
     run = installed.run(str(installed.python), "-c",
@@ -176,6 +182,7 @@ def test_the_venv_has_neither_cupti_nor_cuda_bindings_and_uses_the_installed_che
     assert missing == "None None"
 
 
+@INSTALLED_ONCE
 def test_proton_viewer_draws_the_tree_of_a_recorded_profile(installed, tmp_path):
     run = installed.run("proton-viewer", "--width", "200", str(DATA / "example_gpu.hatchet"),
                         cwd=tmp_path)
@@ -188,6 +195,7 @@ def test_proton_viewer_draws_the_tree_of_a_recorded_profile(installed, tmp_path)
         in lines  # demangled: cxxfilt works in this install
 
 
+@INSTALLED_ONCE
 def test_proton_viewer_html_writes_a_self_contained_report(installed, tmp_path):
     run = installed.run("proton-viewer", "--html", "report.html",
                         str(DATA / "example_gpu.hatchet"), cwd=tmp_path)
@@ -198,6 +206,7 @@ def test_proton_viewer_html_writes_a_self_contained_report(installed, tmp_path):
     assert "backward" in page and "optimizer" in page
 
 
+@INSTALLED_ONCE
 def test_proton_viewer_diagnose_gives_its_findings(installed, tmp_path):
     run = installed.run("proton-viewer", "--diagnose", str(DATA / "diagnose_recorded.hatchet"),
                         cwd=tmp_path)
@@ -209,12 +218,14 @@ def test_proton_viewer_diagnose_gives_its_findings(installed, tmp_path):
     assert "[stalled line] line 65 of diagnose_workload.py" in run.stdout
 
 
+@INSTALLED_ONCE
 def test_proton_ps_says_no_job_is_listening(installed, tmp_path):
     run = installed.run("proton", "ps", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("no job is listening for captures")
 
 
+@INSTALLED_ONCE
 def test_proton_runs_a_script_with_cpu_time_and_one_line_on_what_is_missing(installed, tmp_path):
     (tmp_path / "main.py").write_text(
         "import proton\nwith proton.scope('work', {'n': 1}):\n    sum(range(100000))\n")
@@ -238,6 +249,7 @@ while not os.path.exists("stop"):
 """
 
 
+@INSTALLED_ONCE
 def test_proton_ps_and_capture_reach_a_listening_job_that_records_cpu_time(installed, tmp_path):
     (tmp_path / "job.py").write_text(JOB)
     job = subprocess.Popen(["proton", "--listen", "job.py"], cwd=tmp_path, env=installed.env,

@@ -369,7 +369,8 @@ _FOUND: dict[str, list[str]] = {}
 
 
 def found(key: str, make) -> list[str]:
-    """Violations of a case, computed once for the tests that split them by origin."""
+    """Violations of a case, computed once for the tests that split them by origin (FOUND_ONCE
+    keeps those tests in one process under xdist)."""
     if key not in _FOUND:
         _FOUND[key] = make()
     return _FOUND[key]
@@ -379,6 +380,12 @@ def named(paths: list[str]) -> str:
     return "+".join(os.path.basename(p) for p in paths)
 
 
+FOUND_ONCE = pytest.mark.xdist_group("invariants")
+"""The tests that read `found`: one xdist worker runs them all (the fuzz corpus alone takes up
+to FUZZ_SECONDS; made on two workers, it would take that twice)."""
+
+
+@FOUND_ONCE
 @pytest.mark.parametrize("paths", CASES, ids=[named(c) for c in CASES])
 def test_every_view_of_every_fixture_shows_only_figures_that_can_be(paths):
     got = found(named(paths), lambda: violations(paths))
@@ -515,6 +522,7 @@ def fuzz_violations(folder) -> tuple[int, list[str]]:
     return int(got[0]), got[1:]
 
 
+@FOUND_ONCE
 def test_the_fuzz_corpus_shows_only_figures_that_can_be(tmp_path_factory):
     seen, got = fuzz_violations(tmp_path_factory.mktemp("fuzz"))
     assert seen >= 50, f"only {seen} mutated files in {FUZZ_SECONDS:g} s"
@@ -525,6 +533,7 @@ def test_the_fuzz_corpus_shows_only_figures_that_can_be(tmp_path_factory):
 
 # -- hardware counters -----------------------------------------------------------------------
 
+@FOUND_ONCE
 def test_hardware_counters_never_read_past_the_hardware(tmp_path_factory):
     """Measured rates, activities, util and roofline points of every fixture and of the fuzz
     corpus, bounded as every other figure."""

@@ -3,7 +3,8 @@ import pytest
 
 cupti = pytest.importorskip("cupti.cupti")  # cupti-python: Linux only
 
-from proton.cupti.collector import CuptiCollector  # noqa: E402
+from proton.cupti.collector import CollectorSettings, CuptiCollector  # noqa: E402
+from proton.cupti.settings import PartAsks  # noqa: E402
 from proton.cupti.subscriber import cupti_enum  # noqa: E402
 
 
@@ -11,7 +12,7 @@ def test_launch_callbacks_are_the_drivers_launch_calls_once_each():
     """A runtime launch (PyTorch's cudaLaunchKernel) makes its driver launch inside it, under
     the same correlation id (bench/step_cost.py counts them): calling back in both domains ran
     the callback, and the python context's Python, twice for every PyTorch launch."""
-    collector = CuptiCollector(lambda kernels: None)
+    collector = CuptiCollector(CollectorSettings(lambda kernels: None))
     enabled = collector.launch_callbacks()
     driver = int(cupti.CallbackDomain.DRIVER_API)
     assert {domain for domain, _ in enabled} == {driver}
@@ -33,7 +34,7 @@ def test_copy_and_set_calls_are_taken_as_launches_are():
     other memory calls are not. The runtime's are taken by the driver calls inside them (one
     callback each, not two); their API records still come where the Python pipeline reads
     them."""
-    collector = CuptiCollector(lambda kernels: None)
+    collector = CuptiCollector(CollectorSettings(lambda kernels: None))
     enabled = set(collector.launch_callbacks())
     driver, runtime = int(cupti.CallbackDomain.DRIVER_API), int(cupti.CallbackDomain.RUNTIME_API)
     names = cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
@@ -55,8 +56,9 @@ def test_copies_and_waits_left_out_take_no_callback_and_no_record():
     """PROTON_OFF=copies,waits (the profiler passes copies=False, waits=False): the collector
     enables no copy or set callback and no MEMCPY/MEMSET record kind, and times no call as a
     wait; the launches are taken as before."""
-    full = CuptiCollector(lambda kernels: None)
-    bare = CuptiCollector(lambda kernels: None, copies=False, waits=False)
+    full = CuptiCollector(CollectorSettings(lambda kernels: None))
+    bare = CuptiCollector(CollectorSettings(lambda kernels: None,
+                                            parts=PartAsks(copies=False, waits=False)))
     names = cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
     enabled = {cbid for _, cbid in bare.launch_callbacks()}
     assert int(names["cuLaunchKernel"]) in enabled
@@ -66,3 +68,26 @@ def test_copies_and_waits_left_out_take_no_callback_and_no_record():
     assert bare._copy_kinds == [] and len(full._copy_kinds) == 3
     assert bare.sync_cbids == {} and bare.async_copy_cbids == {}
     assert all(full.sync_cbids.values())
+
+
+def test_what_a_sessions_parts_ask_of_the_collector_is_one_settings_object(monkeypatch):
+    """The collector is made from one CollectorSettings; what a session's parts ask of it
+    (pcsampling's options, the idle tracker's sinks, PROTON_OFF's copies and waits, the
+    buffer fan-out) is its PartAsks, filled by the parts alone."""
+    from proton.options import parse_options
+    from proton.runtime.parts import Parts
+    from proton.runtime.profiler import profiler
+
+    parts = Parts(profiler)  # parts of their own: the profiler's are left as they are
+    monkeypatch.setenv("PROTON_OFF", "copies,idle")
+    sampling = parse_options("x", mode="pcsampling")
+    asks = parts.collector_asks(sampling)
+    assert asks.pc == sampling.pc and asks.buffered == parts.buffered
+    assert (asks.copies, asks.waits, asks.busy, asks.launched) == (False, True, None, None)
+    monkeypatch.delenv("PROTON_OFF")
+    asks = parts.collector_asks(parse_options("x"))
+    assert asks.pc is None and asks.copies and asks.waits
+    assert asks.busy is not None and asks.launched is not None  # the idle tracker's
+    bare = CuptiCollector(CollectorSettings(lambda kernels: None,
+                                            parts=PartAsks(copies=False, waits=False)))
+    assert bare.sync_cbids == {} and bare.shaper is not None

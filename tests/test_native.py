@@ -54,25 +54,26 @@ def test_a_damaged_cache_entry_is_built_again(cache):
 
 
 def test_without_a_compiler_python_reads_and_says_so_once(cache, monkeypatch, capfd):
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     monkeypatch.setenv("CC", "/nonexistent/cc")
     monkeypatch.setenv("PATH", str(cache))  # no cc, gcc or clang
-    assert isinstance(CuptiCollector(lambda kernels: None).pipeline, PythonPipeline)
-    assert isinstance(CuptiCollector(lambda kernels: None).pipeline, PythonPipeline)
+    for _ in range(2):
+        assert isinstance(CuptiCollector(CollectorSettings(lambda kernels: None)).pipeline,
+                          PythonPipeline)
     err = capfd.readouterr().err
     assert err.count("reading CUPTI buffers in Python") == 1 and "install a C compiler" in err
 
 
 def test_proton_native_0_chooses_the_python_pipeline_silently(cache, monkeypatch, capfd):
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     monkeypatch.setenv("PROTON_NATIVE", "0")
-    collector = CuptiCollector(lambda kernels: None, groups=lambda *a: None)
+    collector = CuptiCollector(CollectorSettings(lambda kernels: None, groups=lambda *a: None))
     assert isinstance(collector.pipeline, PythonPipeline) and not collector.pipeline.native
     assert capfd.readouterr().err == ""
     monkeypatch.delenv("PROTON_NATIVE")
-    collector = CuptiCollector(lambda kernels: None, groups=lambda *a: None)
+    collector = CuptiCollector(CollectorSettings(lambda kernels: None, groups=lambda *a: None))
     assert isinstance(collector.pipeline, NativePipeline) and collector.pipeline.logs_launches
 
 
@@ -82,11 +83,11 @@ def test_fields_read_in_c_join_as_numpys_do(helper_cache, monkeypatch):
     the Attributor the same columns as the numpy reads (each pipeline reads the buffer)."""
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     K = cupti.ActivityKind
-    collectors = {"numpy": CuptiCollector(lambda kernels: None, native=False),
-                  "c": CuptiCollector(lambda kernels: None, native=True)}
+    collectors = {way: CuptiCollector(CollectorSettings(lambda kernels: None, native=native))
+                  for way, native in (("numpy", False), ("c", True))}
     collector = collectors["c"]
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     graph = next(c for c, n in collector._driver_cbids.items() if n == "cuGraphLaunch")
@@ -162,12 +163,12 @@ def _feed(collector, records: list, joined: bool = True) -> None:
 def _collector(joined: bool):
     """A collector putting its kernels in a list (through the C join when `joined`, else the
     Attributor), the list, and cuLaunchKernel's cbid."""
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     got: list = []
-    collector = CuptiCollector(got.extend,
-                               groups=(lambda g, f, rows: got.extend(rows())) if joined
-                               else None, native=joined)
+    collector = CuptiCollector(CollectorSettings(
+        got.extend, groups=(lambda g, f, rows: got.extend(rows())) if joined else None,
+        native=joined))
     collector.shaper.names = {0x1000: "a"}
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     return collector, got, launch
@@ -249,7 +250,7 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(helper_cache, se
     helper's walk, read and join (Python placing what the join leaves it): every kernel on the
     same path with the same fields, the join's per-path sums equal to its kernels, nothing
     left waiting."""
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     names = {0x1000: "a", 0x2000: "b"}
     results = {}
@@ -265,8 +266,9 @@ def test_the_c_join_gives_each_kernel_where_the_attributor_does(helper_cache, se
             got.extend(kernels)
             summed.extend(kernels)
 
-        collector = CuptiCollector(got.extend, lambda thread, ts: 900 + thread,
-                                   groups=groups if joined else None, native=joined)
+        collector = CuptiCollector(CollectorSettings(
+            got.extend, unscoped=lambda thread, ts: 900 + thread,
+            groups=groups if joined else None, native=joined))
         collector.shaper.names = dict(names)
         if capture:
             collector.attributor.capturing[7] = [list(capture)]
@@ -296,11 +298,12 @@ def test_kernels_whose_launch_record_never_came_go_to_their_external_path(helper
     path of its external record, or the root."""
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     K = cupti.ActivityKind
     got = []
-    collector = CuptiCollector(got.extend, groups=lambda g, first, rows: got.extend(rows()))
+    collector = CuptiCollector(CollectorSettings(
+        got.extend, groups=lambda g, first, rows: got.extend(rows())))
     collector.shaper.names = {0x1000: "a"}
     records = [np.zeros(1, dtype=cupti.activity_external_correlation_dtype)]
     records[0]["kind"], records[0]["correlation_id"] = int(K.EXTERNAL_CORRELATION), 5
@@ -702,14 +705,14 @@ def test_the_timeline_is_noted_only_where_no_c_log_reads_the_main_thread(helper_
     its time, as the records' launches are placed from it."""
     import types
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
     from proton.data.paths import ROOT
 
     for use_native in (True, False):
         noted: list = []
-        collector = CuptiCollector(lambda kernels: None, native=use_native,
-                                   groups=lambda g, first, rows: None,
-                                   moved=lambda ts, path: noted.append((ts, path)))
+        collector = CuptiCollector(CollectorSettings(
+            lambda kernels: None, native=use_native, groups=lambda g, first, rows: None,
+            moved=lambda ts, path: noted.append((ts, path))))
         assert collector.pipeline.logs_launches is use_native
         collector._cupti = types.SimpleNamespace(get_timestamp=lambda: 77)  # no driver here
         if not use_native:  # cupti-python's external-id push needs the driver
@@ -736,7 +739,7 @@ def test_launches_logged_in_c_give_each_kernel_where_api_records_do(helper_cache
 
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     K = cupti.ActivityKind
     names = {0x1000: "a", 0x2000: "b"}
@@ -744,10 +747,10 @@ def test_launches_logged_in_c_give_each_kernel_where_api_records_do(helper_cache
     results = {}
     for logged in (False, True):
         got = []
-        collector = CuptiCollector(
-            got.extend, lambda thread, ts: 900 + (7 if thread in (7, me) else 8),
+        collector = CuptiCollector(CollectorSettings(
+            got.extend, unscoped=lambda thread, ts: 900 + (7 if thread in (7, me) else 8),
             groups=(lambda g, first, rows: got.extend(rows())) if logged else None,
-            native=logged)
+            native=logged))
         collector.shaper.names = dict(names)
         if capture:
             collector.attributor.capturing[me if logged else 7] = [list(capture)]
@@ -814,14 +817,15 @@ def test_the_python_contexts_launch_enter_comes_from_the_c_callback(helper_cache
     timeline's `unscoped`, 901 here, is not noted with the log and not asked)."""
     import threading
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
 
     def where(frame):  # the frame that made the call: past _Launcher.launch (CUDA's place)
         assert frame.f_code.co_name == "launch"
         return {"user_code": 55, "worker": None}.get(frame.f_back.f_code.co_name, 66)
 
-    collector = CuptiCollector(lambda kernels: None, lambda thread, ts: 901,
-                               launch_path=where, in_callback=True)
+    collector = CuptiCollector(CollectorSettings(
+        lambda kernels: None, unscoped=lambda thread, ts: 901, launch_path=where,
+        in_callback=True))
     launch = next(c for c, n in collector._driver_cbids.items() if n == "cuLaunchKernel")
     launcher = _Launcher(collector)
     collector.main_path(900)  # the main thread entered a scope

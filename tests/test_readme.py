@@ -101,6 +101,7 @@ def run_viewer(*args: str) -> list[str]:
     return result.output.rstrip("\n").splitlines()
 
 
+@pytest.mark.xdist_group("readme_examples")  # example_runs made once, on one worker
 def test_the_metrics_the_readme_lists_for_a_cpu_profile_are_the_ones_listed(example_runs):
     assert run_viewer("-l", str(example_runs / "example.hatchet")) == \
         shown_output("proton-viewer -l example.hatchet")
@@ -112,6 +113,7 @@ def test_the_metrics_the_readme_lists_for_a_cpu_profile_are_the_ones_listed(exam
         sorted(line.split()[-1] for line in shown[2:])
 
 
+@pytest.mark.xdist_group("readme_examples")
 def test_the_readme_diff_is_file_minus_other_as_the_viewer_prints_it(example_runs):
     command = "proton -n wide proton/examples/mlp.py --width 2048 && " \
               "proton-viewer wide.hatchet -diff example.hatchet"

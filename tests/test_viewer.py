@@ -235,6 +235,11 @@ cpu_time (ms) Δ  cpu_time (ms) Δ%  name
     assert rows["old"]["cpu_time (ms) Δ"] == -200 and rows["old"]["cpu_time (ms) Δ%"] == -100
 
 
+CPU_RUNS_ONCE = pytest.mark.xdist_group("cpu_runs")
+"""The tests of cpu_runs: one xdist worker runs them, so its two runs are made once."""
+
+
+@CPU_RUNS_ONCE
 def test_diff_of_a_plain_cpu_run_against_its_python_context_run(cpu_runs):
     """Issue 60, item 1: ROOT's Δ was FILE's ROOT plus OTHER's frames, its Δ% FILE/OTHER."""
     plain, python = (json.loads(show("-m", "time/ms", "--output", "json", str(p)).stdout)
@@ -531,6 +536,7 @@ def cpu_runs(tmp_path_factory):
     return folder / "cpu.hatchet", folder / "python.hatchet"
 
 
+@CPU_RUNS_ONCE
 def test_list_puts_cpu_time_with_the_inclusive_metrics(cpu_runs):
     result = show("-l", str(cpu_runs[0]))
     assert result.exit_code == 0, result.output
@@ -539,6 +545,7 @@ def test_list_puts_cpu_time_with_the_inclusive_metrics(cpu_runs):
     assert "cpu_time" not in lines[1]
 
 
+@CPU_RUNS_ONCE
 def test_avg_time_on_a_cpu_profile_is_the_time_per_entry_of_each_scope(cpu_runs):
     result = show("-m", "avg_time/ms,avg_cpu_time/ms,time/ms", str(cpu_runs[0]))
     assert result.exit_code == 0, result.output
@@ -554,6 +561,7 @@ def cells_of(output: str) -> list[str]:
             if line[:1] == " " or line.split()[-1] == "ROOT"]
 
 
+@CPU_RUNS_ONCE
 def test_each_column_has_one_number_format(cpu_runs):
     result = show("-m", "time/ms", str(cpu_runs[0]))
     assert result.exit_code == 0, result.output
@@ -566,6 +574,7 @@ def test_each_column_has_one_number_format(cpu_runs):
     assert all("e" not in cell for cell in cells) or all("e-" in cell for cell in cells), cells
 
 
+@CPU_RUNS_ONCE
 def test_python_frames_of_a_cpu_run_show_the_time_of_the_scopes_inside_them(cpu_runs):
     result = show("-m", "time/ms", "-f", "full", str(cpu_runs[1]))
     assert result.exit_code == 0, result.output

@@ -238,10 +238,11 @@ def _c_replayer():
     """A collector whose C launch log's callback `calls` drive, on `calls`' clock."""
     from cupti import cupti
 
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
     from proton.cupti.subscriber import CALLBACK, callback_fields
 
-    collector = CuptiCollector([].extend, groups=lambda g, f, rows: None, native=True)
+    collector = CuptiCollector(CollectorSettings([].extend, groups=lambda g, f, rows: None,
+                                                 native=True))
     calls = _Calls(None)
     clock = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))(calls.tick)
     collector.fields = callback_fields(cupti)
@@ -259,7 +260,7 @@ def _c_replayer():
 def _python_replayer():
     """A collector timing waits in Python (no C helper), `calls` driving its callback; the
     shadow context's paths as `stack` (the main thread's scopes) and `main` say."""
-    from proton.cupti.collector import CuptiCollector
+    from proton.cupti.collector import CollectorSettings, CuptiCollector
     from proton.cupti.subscriber import CALLBACK
 
     stack: list[int] = []
@@ -273,7 +274,8 @@ def _python_replayer():
     def unscoped(thread, ts):  # the main thread's timeline
         return main[0] if main[0] is not None else 0
 
-    collector = CuptiCollector([].extend, unscoped, native=False, launch_path=launch_path)
+    collector = CuptiCollector(CollectorSettings([].extend, unscoped=unscoped, native=False,
+                                                 launch_path=launch_path))
     calls = _Calls(None)
     collector.python_syncs._now = lambda: calls.now
     passed: list[int] = []

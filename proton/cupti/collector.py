@@ -22,8 +22,7 @@ import os
 import sys
 import threading
 import time
-from types import FrameType
-from typing import TYPE_CHECKING, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 import numpy as np
 
@@ -31,13 +30,15 @@ from ..data.paths import ROOT, paths
 from ..errors import ProtonError
 from ..files import write_whole
 from ..report import callback_failed, debug, debugging, warn
-from .attribution import Attributor, GroupSink, KernelSink, Unscoped
+from .attribution import Attributor, Unscoped
 from .native import ASYNC_WAIT_NS, WAIT_EVENTS_MAX
 from .pipeline import Pipeline, choose
-from .shaping import BusySink, Shaper
+from .settings import CollectorSettings, LaunchPath
+from .shaping import Shaper
 from .subscriber import caller, cupti_enum, passes_on
 
 if TYPE_CHECKING:  # imported when used (sampling, raw buffers)
+    from ..options import PCOptions
     from .buffers import RawBuffers
     from .pc_collector import PCCollector
     from .subscriber import Subscriber
@@ -47,9 +48,6 @@ KEEP_STATES_ENV = "PROTON_KEEP_THREAD_STATES"
 _u32 = ctypes.c_uint32.from_address
 _i32 = ctypes.c_int32.from_address
 _ptr = ctypes.c_void_p.from_address
-# launch_path(the launching frame, or None) -> the launch's path id; None for a thread with no
-# Python frames and no scope open (then `unscoped` decides)
-LaunchPath = Callable[["FrameType | None"], "int | None"]
 
 
 def _ignore(userdata, domain, cbid, data) -> None:
@@ -113,77 +111,39 @@ def _ids(enum, names) -> dict[int, str]:
 class CuptiCollector:
     """Owns the process's CUPTI subscription while at least one session needs kernels."""
 
-    def __init__(self, sink: KernelSink, unscoped: Unscoped | None = None, *,
-                 launch_path: LaunchPath | None = None, in_callback: bool = False,
-                 pc=None, callback_users: list | None = None, graft=None,
-                 groups: GroupSink | None = None, native: bool | None = None,
-                 moved: Callable[[int, int], None] | None = None, walk=None,
-                 busy: BusySink | None = None,
-                 launched: Callable[[Sequence, Sequence], None] | None = None,
-                 buffered: Callable[[], None] | None = None,
-                 copies: bool = True, waits: bool = True,
-                 graph_active: Callable[[], bool] | None = None,
-                 metric_tag: Callable[[], int | None] | None = None) -> None:
-        """sink: takes each buffer's attributed kernels at once (see attribution.Kernel).
-        groups: takes a buffer's kernels summed per path instead, when the C helper joins the
-        records (the shadow context; see attribution.GroupSink).
-        launch_path: the context's (see LaunchPath); needed by in_callback and exact sampling.
-        in_callback: attribute each launch in a CUPTI launch callback, by launch_path (the
-        python context), instead of by the external correlation ids that scopes push.
-        pc: options.PCOptions to sample instructions too (mode="pcsampling").
-        callback_users: more takers of CUPTI callbacks (runtime.nvtx.NvtxScopes): each has
-        `callbacks` [(domain, cbid)] to enable, `prepare(libcupti path)` called before CUPTI
-        starts, `release()` after it stopped, and `wrap(on_api)` giving the callback that
-        handles its domain and passes the rest on.
-        graft: attribution.Graft, placing a CUDA graph's kernels under where they were
-        captured (graphs.GraphCaptures notes where, when launch_path is given).
-        native: the pipeline (pipeline.choose): None, the C helper's unless it cannot be
-        built or PROTON_NATIVE=0; False, Python's; True, the C helper's or an error.
-        moved: told (CUPTI timestamp, path id) each time the main thread's innermost scope
-        changes, where launches are placed from their records (`unscoped` reads it); not
-        called when the C launch log reads the main thread's scope at each launch.
-        walk: with in_callback, the context's python.Walk: the C helper answers a launch
-        whose stack it has seen before (native.c's walk) with no Python.
-        busy: told each buffer's kernels' and copies' (starts, ends, kinds, correlation ids)
-        (numpy, CUPTI's clock; kinds records.Busy: compute, NCCL kernel, copy or set): when
-        the GPU was busy, with what, and which launch call made it (runtime/idle.py).
-        launched: told the launch calls (correlation ids, starts) as they are taken, before
-        their records are told to `busy` (a record's launch time: which step launched it).
-        buffered: called after each buffer was read, on CUPTI's thread (the waits and the
-        idle time are taken then).
-        copies, waits: record copies and sets, time the synchronizing calls (options.PARTS: the
-        user may leave either out).
-        graph_active, metric_tag: graphs.GraphCaptures' (whether a session records; the tag
-        of the metric kernel the calling thread launches)."""
+    def __init__(self, settings: CollectorSettings) -> None:
+        """settings: what it is made with (settings.py says each field)."""
         from cupti import cupti  # lazily: import proton must work without CUDA
 
         self._cupti = cupti
+        self.settings = settings
+        asks, graphs = settings.parts, settings.graphs
+        in_callback, launch_path = settings.in_callback, settings.launch_path
+        unscoped, pc = settings.unscoped, asks.pc
         self.in_callback = in_callback
         self.pushes_ids = not in_callback
         """Scopes push their path ids (shadow context); read on every scope change."""
         self._launch_path = launch_path
-        self.walk = walk if in_callback else None
+        self.walk = settings.walk if in_callback else None
         """With in_callback, the context's python.Walk (the C helper's walk)."""
-        self.attributor = Attributor(sink, unscoped, graft)
+        self.attributor = Attributor(settings.sink, unscoped, settings.graft)
+        self.attributor.on_metric = graphs.executed
         self._unscoped = unscoped
         self._subscriber: Subscriber | None = None
         self._raw: RawBuffers | None = None
         self._pc_options = pc
         self.serial = pc is not None and pc.serialize
         """Exact PC sampling: the launch callback must be Python's for every call."""
-        self._users = list(callback_users or ())
-        if graft is not None and launch_path is not None:
+        self._users = list(asks.callback_users)
+        if settings.graft is not None and launch_path is not None:
             from .graphs import GraphCaptures
 
             self._users.append(GraphCaptures(cupti, self.attributor.captured,
                                              self.attributor.capturing, launch_path,
-                                             active=graph_active, metric_tag=metric_tag,
+                                             active=graphs.active, metric_tag=graphs.metric_tag,
                                              metric_nodes=self.attributor.metric_nodes))
         self.pc: PCCollector | None = None
         """The PCCollector while instructions are sampled."""
-        self.flushed: Callable[[], None] | None = None
-        """Called at the end of each flush, on the flushing thread (the runtime reads its
-        metric ring then: the GPU is synchronized)."""
         self._custom = int(cupti.ExternalCorrelationKind.CUSTOM2)
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
         if not in_callback:  # the launch callback stands for the API and external records
@@ -192,14 +152,14 @@ class CuptiCollector:
         K = cupti.ActivityKind
         drv = cupti_enum(cupti, "driver_api_trace_cbid", "DriverApiTraceCbid")
         rt = cupti_enum(cupti, "runtime_api_trace_cbid", "RuntimeApiTraceCbid")
-        driver_copies = copy_calls(drv, _DRIVER_COPIES) if copies else ()
-        runtime_copies = copy_calls(rt, _RUNTIME_COPIES) if copies else ()
+        driver_copies = copy_calls(drv, _DRIVER_COPIES) if asks.copies else ()
+        runtime_copies = copy_calls(rt, _RUNTIME_COPIES) if asks.copies else ()
         self._driver_cbids = _ids(drv, _DRIVER_LAUNCHES + _DRIVER_GRAPHS + driver_copies)
         self._runtime_cbids = _ids(rt, _RUNTIME_LAUNCHES + _RUNTIME_GRAPHS + runtime_copies)
-        self._copy_kinds = [K.MEMCPY, K.MEMCPY2, K.MEMSET] if copies else []
+        self._copy_kinds = [K.MEMCPY, K.MEMCPY2, K.MEMSET] if asks.copies else []
         """Copies and sets: on with kernel activity, off right after it."""
         self.shaper = Shaper(
-            cupti, self.attributor, sink, groups, custom=self._custom,
+            cupti, self.attributor, settings.sink, settings.groups, custom=self._custom,
             kernel_kind=int(K.CONCURRENT_KERNEL), external_kind=int(K.EXTERNAL_CORRELATION),
             copy_kinds=[int(k) for k in (K.MEMCPY, K.MEMCPY2, K.MEMSET)],
             api_cbids={int(kind): (np.array(sorted(launches), dtype=np.uint32),
@@ -207,7 +167,7 @@ class CuptiCollector:
                        for kind, launches, enum, graphs in (
                            (K.DRIVER, self._driver_cbids, drv, _DRIVER_GRAPHS),
                            (K.RUNTIME, self._runtime_cbids, rt, _RUNTIME_GRAPHS))},
-            busy=busy, launched=launched, buffered=buffered,
+            busy=asks.busy, launched=asks.launched, buffered=asks.buffered,
             recorded=[] if os.environ.get("PROTON_RECORD_CUPTI") else None)
         """The records side (shaping.py): what the pipeline shapes each buffer with."""
         self._lock = self.shaper.lock
@@ -223,15 +183,15 @@ class CuptiCollector:
         self._all_runtime = [int(v) for v in rt.__members__.values()]
         driver, runtime = int(cupti.CallbackDomain.DRIVER_API), int(cupti.CallbackDomain.RUNTIME_API)
         self.sync_cbids = {driver: sorted(_ids(drv, _DRIVER_SYNCS)),
-                           runtime: sorted(_ids(rt, _RUNTIME_SYNCS))} if waits else {}
+                           runtime: sorted(_ids(rt, _RUNTIME_SYNCS))} if asks.waits else {}
         """{callback domain: cbids} of the synchronizing calls, timed as waits."""
         self.async_copy_cbids = {driver: sorted(_ids(drv, _DRIVER_ASYNC_COPIES)),
-                                 runtime: sorted(_ids(rt, _RUNTIME_ASYNC_COPIES))} if waits else {}
+                                 runtime: sorted(_ids(rt, _RUNTIME_ASYNC_COPIES))} if asks.waits else {}
         """{callback domain: cbids} of the asynchronous copies, waits when they held long."""
         self.python_syncs = PythonSyncs(self.sync_cbids, self.async_copy_cbids, launch_path, unscoped,
                                         self.timestamp)
         """Waits timed in Python where the C launch log is not used."""
-        self.pipeline: Pipeline = choose(self.shaper, self, native)
+        self.pipeline: Pipeline = choose(self.shaper, self, settings.native)
         """How launches are attributed and buffers read (pipeline.py), chosen once."""
         if self.pipeline.logs_launches:  # launch calls go to C first: no API or external records
             self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
@@ -239,7 +199,7 @@ class CuptiCollector:
         self.push: Callable[[int], None] = self.pipeline.push
         """Launches on this thread carry `path_id` until the matching pop (shadow context)."""
         self.pop: Callable[[], None] = self.pipeline.pop
-        self._moved = moved
+        self._moved = settings.moved
         self.main_path: Callable[[int], None]
         """The main thread's innermost scope is now `path_id`: launches on threads with no
         scope open go there (read by the C launch log at each launch; otherwise noted with
@@ -278,7 +238,7 @@ class CuptiCollector:
             self.python_syncs.launches = set(self.launch_callbacks())
             on_api = self.python_syncs.wrap(on_api)
         if self._pc_options is not None:
-            on_api = self._start_pc(path, on_api)
+            on_api = self._start_pc(self._pc_options, path, on_api)
         for user in self._users:
             user.prepare(path)
             on_api = user.wrap(on_api)
@@ -354,13 +314,13 @@ class CuptiCollector:
         for user in self._users:
             user.release()
 
-    def _start_pc(self, lib_path: str, on_launch):
+    def _start_pc(self, options: PCOptions, lib_path: str, on_launch):
         """Set up instruction sampling; the subscriber callback to use. When sampling cannot
         run here, say why once and go on with kernel times (the time profile is still written)."""
         from .pc_collector import PCCollector
 
         try:
-            self.pc = PCCollector(self._pc_options, lib_path, self._cupti)
+            self.pc = PCCollector(options, lib_path, self._cupti)
         except OSError as exc:
             warn(f"PC sampling is off: {exc}; the profile gets kernel times only")
             return on_launch
@@ -627,10 +587,10 @@ class CuptiCollector:
             if waiting == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        if self.flushed is not None:
+        if (flushed := self.settings.graphs.flushed) is not None:
             self.own_waits(True)
             try:
-                self.flushed()
+                flushed(self)
             except Exception as exc:  # the records flushed are still worth having
                 warn(f"the CUDA graph metric values could not be read: {type(exc).__name__}: "
                      f"{exc}")

@@ -36,7 +36,7 @@ END = {"runtime": ("cudaStreamEndCapture_v10000", "cudaStreamEndCapture_ptsz_v10
 
 
 class GraphCaptures:
-    """A taker of CUPTI callbacks (see CuptiCollector's callback_users) that fills `captured`
+    """A taker of CUPTI callbacks (a settings.CallbackUser) that fills `captured`
     (graph node id -> path id) through `launch_path(frame)`, the context's; `active()` says
     whether a session records (None: always); `metric_tag()` the tag of the metric kernel the
     calling thread launches (None: none), noted in `metric_nodes` (graph node id -> tag)."""

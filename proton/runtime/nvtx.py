@@ -10,7 +10,7 @@ NVTX calls reach CUPTI only when NVTX loaded it as its injection library: the co
 NVTX_INJECTION64_PATH at the libcupti in use before it starts (and takes it back after), which
 takes effect if the process makes its first NVTX call in between (NVTX reads it once). CUPTI
 calls back on the calling thread; cupti/nvtx.py decodes its CUpti_NvtxData. The collector takes
-a NvtxScopes as one of its `callback_users` (it knows nothing of scopes).
+a NvtxScopes among its callback users (cupti/settings.PartAsks; it knows nothing of scopes).
 """
 from __future__ import annotations
 

@@ -224,18 +224,15 @@ class Profiler:
         except ImportError as exc:
             raise ProtonError(f"cannot load CUPTI ({exc}); install cupti-python 13.0.x "
                               "matching your CUDA 13 driver") from None
+        from ..cupti.settings import CollectorSettings, GraphHooks
 
-        context = self.context
-        asked = self.parts.collector_args(opts)
-        collector = CuptiCollector(self.router.on_kernels, self.timeline.unscoped,
-                                   launch_path=context.launch_path,
-                                   in_callback=context.in_callback,
-                                   graft=self.router.graft, groups=self.router.on_groups,
-                                   moved=self.timeline.note, walk=context.walk,
-                                   buffered=self.parts.buffered, graph_active=self._any_active,
-                                   metric_tag=self.graph_metrics.tag, **asked)
-        collector.attributor.on_metric = self.graph_metrics.executed
-        collector.flushed = lambda: self.graph_metrics.read(collector)
+        context, router, metrics = self.context, self.router, self.graph_metrics
+        collector = CuptiCollector(CollectorSettings(
+            router.on_kernels, groups=router.on_groups, graft=router.graft,
+            unscoped=self.timeline.unscoped, moved=self.timeline.note,
+            launch_path=context.launch_path, in_callback=context.in_callback, walk=context.walk,
+            graphs=GraphHooks(self._any_active, metrics.tag, metrics.executed, metrics.read),
+            parts=self.parts.collector_asks(opts)))
         collector.start()
         self.collector = collector
         self.parts.collector_started(collector)

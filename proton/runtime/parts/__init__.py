@@ -7,8 +7,9 @@ A part is asked by a session's options (`wants`); the first session that asks st
 (`phase_ends`), adds its metrics before the session is written (`finish`; `last`: no other
 live session asks for it, so it stops too), or is dropped unwritten (`discard`). The last
 session that asked stops it (`stop`). A part may listen to the main thread's scopes
-(`listener`: context/frames.ScopeListener, heard while it is started), take the collector's
-buffers (`buffered`, CUPTI's thread) and put its data in the file (`build_args`,
+(`listener`: context/frames.ScopeListener, heard while it is started), ask things of the
+collector the first session starts (`collector_asks`: its fields of cupti/settings.PartAsks),
+take the collector's buffers (`buffered`, CUPTI's thread) and put its data in the file (`build_args`,
 `document`). Every hook runs under the profiler's lock unless it says otherwise.
 
 The next measurement is one module here, one line in `registry` and its options.
@@ -22,6 +23,7 @@ from ...context import frames
 from .base import Part, Profiler
 
 if TYPE_CHECKING:
+    from ...cupti.settings import PartAsks
     from ...options import SessionOptions
     from ..session import Session
 
@@ -50,13 +52,16 @@ class Parts:
         for part in self.all:
             part.check(opts, live)
 
-    def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
-        """What the parts `opts` asks for want of the collector the session starts."""
-        args: dict[str, Any] = {}
+    def collector_asks(self, opts: SessionOptions) -> PartAsks:
+        """What the parts `opts` asks for want of the collector the session starts; it tells
+        them each buffer (buffered)."""
+        from ...cupti.settings import PartAsks
+
+        asks = PartAsks(buffered=self.buffered)
         for part in self.all:
             if part.wants(opts):
-                args.update(part.collector_args(opts))
-        return args
+                asks = part.collector_asks(opts, asks)
+        return asks
 
     def attach(self, session: Session, opts: SessionOptions) -> None:
         """The parts `session` asks for, started for the first session that asks."""

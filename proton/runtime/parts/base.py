@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Protocol
 from ...context import frames
 
 if TYPE_CHECKING:
+    from ...cupti.settings import PartAsks
     from ...options import SessionOptions
     from ..session import Session
 
@@ -81,9 +82,10 @@ class Part:
     def after_fork_in_child(self) -> None:
         """In a forked child: the parent's measurement is not this process's."""
 
-    def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
-        """What the part asks of the collector the first session starts (its options)."""
-        return {}
+    def collector_asks(self, opts: SessionOptions, asks: PartAsks) -> PartAsks:
+        """What the parts ask of the collector the first session starts, with this part's
+        asks (its options) put in (dataclasses.replace)."""
+        return asks
 
     # the collector's lifetime (every part hears these, started or not)
     def collector_started(self, collector: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ...format import (EXCLUSIVE, GPU_IDLE, GPU_IDLE_EXCLUDED, SCOPE_WALL, STEP_COUNT,
@@ -20,6 +21,7 @@ from ...report import warn
 from .base import Part
 
 if TYPE_CHECKING:
+    from ...cupti.settings import PartAsks
     from ...options import SessionOptions
     from ..idle import IdleTracker, Judged  # numpy: loaded with the collector
     from ..session import Session
@@ -42,14 +44,14 @@ class IdlePart(Part):
     def wants(self, opts: SessionOptions) -> bool:
         return True
 
-    def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
+    def collector_asks(self, opts: SessionOptions, asks: PartAsks) -> PartAsks:
         from ..idle import IdleTracker
 
         off = parts_off()
         tracker = self._made = None if "idle" in off else IdleTracker()
-        return {"busy": tracker.add if tracker else None,
-                "launched": tracker.launched if tracker else None,
-                "waits": "waits" not in off}
+        return replace(asks, busy=tracker.add if tracker else None,
+                       launched=tracker.launched if tracker else None,
+                       waits="waits" not in off)
 
     def collector_started(self, collector: Any) -> None:
         tracker, self._made = self._made, None
@@ -174,8 +176,8 @@ class CopiesPart(Part):
     def wants(self, opts: SessionOptions) -> bool:
         return True
 
-    def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
-        return {"copies": "copies" not in parts_off()}
+    def collector_asks(self, opts: SessionOptions, asks: PartAsks) -> PartAsks:
+        return replace(asks, copies="copies" not in parts_off())
 
 
 _ONLY_IF_ANY = {GPU_IDLE_EXCLUDED + EXCLUSIVE}

@@ -2,11 +2,13 @@
 the collector's launch callback passes NVTX's calls to it while CUPTI collects."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .base import Part
 
 if TYPE_CHECKING:
+    from ...cupti.settings import PartAsks
     from ...options import SessionOptions
 
 
@@ -18,8 +20,10 @@ class NvtxPart(Part):
     def wants(self, opts: SessionOptions) -> bool:
         return True
 
-    def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
+    def collector_asks(self, opts: SessionOptions, asks: PartAsks) -> PartAsks:
         from ...cupti.nvtx import DOMAIN
         from .. import nvtx
 
-        return {"callback_users": [nvtx.NvtxScopes(DOMAIN)] if nvtx.enabled() else []}
+        if not nvtx.enabled():
+            return asks
+        return replace(asks, callback_users=(*asks.callback_users, nvtx.NvtxScopes(DOMAIN)))

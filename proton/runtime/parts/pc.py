@@ -6,7 +6,7 @@ sampling session is active and is read when each one is written (finished by the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ...data import sources
@@ -17,6 +17,7 @@ from ...report import warn
 from .base import MODE_REFUSED, Part, mode_text, session_mode
 
 if TYPE_CHECKING:
+    from ...cupti.settings import PartAsks
     from ...options import PCOptions, SessionOptions
     from ..session import Session
 
@@ -49,8 +50,8 @@ class PCPart(Part):
                     f"{MODE_REFUSED}: session {s.id} runs with mode={session_mode(s)}, this "
                     f"one asks for mode={mode_text(opts.pc)}; finalize the live sessions first")
 
-    def collector_args(self, opts: SessionOptions) -> dict[str, Any]:
-        return {"pc": opts.pc}
+    def collector_asks(self, opts: SessionOptions, asks: PartAsks) -> PartAsks:
+        return replace(asks, pc=opts.pc)
 
     def attach(self, session: Session, opts: SessionOptions) -> None:
         state = session.parts[self.name] = PCState(cast("PCOptions", opts.pc))
