@@ -367,14 +367,16 @@ MEMORY_METRICS = (MEM_ALLOC, MEM_FREED, MEM_PEAK, MEM_LIVE, MEM_LIVE_FIRST, MEM_
 
 # -- amounts: what can only be a duration, a count, bytes, operations or samples ---------------
 AMOUNTS = (TIME, COUNT, CPU_TIME, CPU_COUNT, SYNC_TIME, SYNC_COUNT, GPU_IDLE, SCOPE_WALL, BYTES,
-           NUM_SAMPLES, NUM_STALLED, *COUNTER_METRICS, *EXACT_METRICS)
+           NUM_SAMPLES, NUM_STALLED, GPU_IDLE_EXCLUDED, *STEP_METRICS, *COUNTER_METRICS,
+           *EXACT_METRICS)
 """Measurements that are never negative and always finite, with FLOPS and STALLED_PREFIX
 names: a value that is not such a number is no measurement (the viewer leaves it out)."""
 
 
-PART_OF = {GPU_IDLE: SCOPE_WALL}
-"""A node's measurement that is a part of another of the same node (idle time of the wall time):
-never more than it."""
+PART_OF = {GPU_IDLE: SCOPE_WALL, GPU_IDLE_EXCLUDED: SCOPE_WALL,
+           **{part: STEP_WALL for part in STEP_PARTS}}
+"""A node's measurement that is a part of another of the same node (idle time of the wall time,
+a step's part of the step): never more than it."""
 
 
 def is_amount(metric: str) -> bool:

@@ -434,6 +434,21 @@ def test_idle_time_over_the_scopes_wall_time_is_left_out(tmp_path):
     assert "[idle GPU]" not in CliRunner().invoke(viewer, ["--diagnose", path]).stdout
 
 
+def test_a_step_part_over_the_steps_window_is_left_out(tmp_path):
+    """A step of 10 ms whose file says the host sat in a sync for 1e30 ns (a stranger's file,
+    the fuzz corpus's f94): the part is left out and said, and --diagnose's step line and
+    idle finding give no share of over 100%."""
+    path = write(tmp_path, node("step", gpu_kernel("a", 2e6),
+                                **{"step_wall (ns)": 10e6, "step_count": 1,
+                                   "step_compute (ns)": 2e6, "step_idle_host (ns)": 8e6,
+                                   "step_idle_sync (ns)": 1e30}))
+    result = CliRunner().invoke(viewer, ["--diagnose", path])
+    assert "over its 'step_wall (ns)'" in result.stderr
+    shares = [int(p) for p in re.findall(r"\((\d+)%\)", result.stdout)]
+    assert shares and max(shares) <= 100, result.stdout
+    assert "host in a sync" not in result.stdout
+
+
 def test_declared_work_past_the_gpus_peak_is_left_blank_and_said(tmp_path):
     """1e12 fp16 FLOPs in 1 ms is 1,000 TFLOP/s on an H100 SXM (988 at most): the declared
     flops overstate the work, so neither its rate nor its util is a figure; 4e11 in 1 ms is
