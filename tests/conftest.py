@@ -51,6 +51,7 @@ def pytest_configure(config) -> None:
 
 
 SLOW_FIRST = (
+    "test_invariants.py::",  # one xdist group (the fuzz corpus, up to 150 s, and its neighbours)
     "test_native.py::test_the_c_join_is_clean_under_the_sanitizers",
     "test_job_merge.py::test_the_job_file_shows_the_rank_files_numbers_to_the_last_digit",
     "test_job_merge.py::test_a_rank_missing_at_finalize_leaves_every_other_ranks_file",
