@@ -537,7 +537,6 @@ def fuzz_violations(folder) -> tuple[int, list[str]]:
     return int(got[0]), got[1:]
 
 
-@pytest.mark.slow  # up to 150 s: .ci/run's second step
 @FOUND_ONCE
 def test_the_fuzz_corpus_shows_only_figures_that_can_be(tmp_path_factory):
     seen, got = fuzz_violations(tmp_path_factory.mktemp("fuzz"))

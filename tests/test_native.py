@@ -1077,7 +1077,6 @@ SANITIZED_FILES = ["test_python_walk.py", "test_python_frameless.py", "test_wait
 waits' sums and events."""
 
 
-@pytest.mark.slow  # ~40 s: .ci/run's second step
 @pytest.mark.skipif(c_loader.compiler() is None, reason="no C compiler (cc, gcc, clang or CC)")
 def test_the_c_join_is_clean_under_the_sanitizers(tmp_path):
     """The equivalence tests in a python whose helpers are built with -fsanitize=address,
