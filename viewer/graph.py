@@ -174,7 +174,8 @@ def from_tree(root: dict, made: list | None = None) -> GraphFrame:
     while todo:  # pre-order in file order, as hatchet's reader: the columns keep its order
         item, parent = todo.pop()
         frame = Frame(item["frame"])
-        # hatchet's tuple_repr (what frames sort and compare by), made now: numbering needs it
+        # hatchet's tuple_repr (what frames sort and compare by), made now and without its
+        # property's generator: numbering sorts by it (frame_order)
         frame._tuple_repr = tuple(sorted(frame.attrs.items()))
         node = Node(frame, parent, hnid=rows)  # its row in file order, until numbered
         if parent is not None:
@@ -227,11 +228,6 @@ def _column(values: list) -> np.ndarray:
     return pd.Series(values).to_numpy()
 
 
-def _sort_key(node: Node) -> tuple:
-    """frame_order, its frame's tuple_repr made in from_tree."""
-    return (node.frame._tuple_repr, id(node))
-
-
 def _number(top: Node, rows: int) -> np.ndarray:
     """Give the nodes under `top` hatchet's ids (pre-order, children sorted by frame_order)
     and depths, one walk; each node's _hatchet_nid held its row in file order before: the
@@ -250,7 +246,7 @@ def _number(top: Node, rows: int) -> np.ndarray:
             depth = node._depth + 1
             for kid in kids:
                 kid._depth = depth
-            stack += sorted(kids, key=_sort_key, reverse=True) if len(kids) > 1 else kids
+            stack += sorted(kids, key=frame_order, reverse=True) if len(kids) > 1 else kids
     return order
 
 

@@ -184,33 +184,19 @@ class _Rows:
         self.first = self.values[0] if self.values else {}
         self.order = sort_values(self.first, diff)
         """What rows sort by: the first metric, or in a diff the size of its change."""
-        self.cells = [_formatter(_integral(v), column_spec(v)) for v in self.values]
-        """Each column's fmt, its integer and spec chosen once."""
+        self.formats = [(_integral(v), column_spec(v)) for v in self.values]
+        """Each column's fmt arguments (integer, spec), chosen once."""
         self.top = self.first.get(gf.graph.roots[0]._hatchet_nid) if gf.graph.roots else None
         self.names, self.diff = names, diff
 
     def row(self, node, guide: str = "", more: str = "") -> Row:
         nid = node._hatchet_nid
-        cells = [cell(v.get(nid)) for cell, v in zip(self.cells, self.values)]
+        cells = [fmt(v.get(nid), integer, spec)
+                 for (integer, spec), v in zip(self.formats, self.values)]
         name = self.names[node] if self.names else node.frame.get("name", "?")
         if not name.isprintable():
             name = printable(name)
         return Row(cells, band(self.first.get(nid), self.top, self.diff), guide, more, name)
-
-
-def _formatter(integer: bool, spec: str) -> Callable[[object], str]:
-    """fmt(value, integer, spec), a finite float (most cells) formatted at once."""
-    if integer:
-        def cell(value) -> str:
-            if type(value) is float and value - value == 0:  # finite: inf - inf is NaN
-                return f"{int(value):,}"
-            return fmt(value, True, spec)
-    else:
-        def cell(value) -> str:
-            if type(value) is float and value - value == 0:
-                return format(value, spec)
-            return fmt(value, False, spec)
-    return cell
 
 
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))} | {

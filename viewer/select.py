@@ -84,10 +84,16 @@ def shorten(name: str, fmt: str) -> str:
     return name
 
 
+def python_frame(name: str) -> re.Match | None:
+    """PYTHON_FRAME's match of `name`: None at once for a name with no `@` (a kernel's, which
+    the pattern would scan and backtrack over at each `:`)."""
+    return PYTHON_FRAME.match(name) if "@" in name else None
+
+
 def short_frame(name: str) -> str:
     """A python frame `/abs/dir/train.py:40@step` as `step (train.py:40)`: the function is what
     a reader looks for; the path is in the page's frame details, and `-f full` prints it."""
-    m = PYTHON_FRAME.match(name)
+    m = python_frame(name)
     file = m["file"].replace("\\", "/") if m else ""
     if m is None or "/" not in file:
         return name
@@ -105,14 +111,8 @@ def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
     every: Iterable = nodes(gf.graph)
     if style != "raw" and any(n.frame.attrs.get("name", "?").startswith("_Z") for n in every):
         every = gf.graph.traverse()
-    out = {}
-    for node in every:
-        name = node.frame.attrs.get("name", "?")
-        if name.startswith("_Z"):
-            name = readable(name, style)
-        # short_frame changes only a `file:line@function` frame (PYTHON_FRAME): one with an @
-        out[node] = shorten(name, fmt) if fmt != SHORT or "@" in name else name
-    return out
+    return {node: shorten(readable(node.frame.attrs.get("name", "?"), style), fmt)
+            for node in every}
 
 
 def library_frames(gf) -> set:
@@ -122,8 +122,7 @@ def library_frames(gf) -> set:
 
     out = set()
     for node in nodes(gf.graph):
-        name = node.frame.attrs.get("name", "")
-        match = PYTHON_FRAME.match(name) if "@" in name else None
+        match = python_frame(node.frame.attrs.get("name", ""))
         if match and LIBRARY_FILE.search(match["file"]):
             out.add(node)
     return out
