@@ -577,24 +577,23 @@ def _upward(gf) -> tuple[list[int], list[int], int]:
 
     index = gf.dataframe.index
     n = len(index)
-    if not all(getattr(node, "_hatchet_nid", -1) == i for i, node in enumerate(index)):
+    extra: dict = {}  # a node the table lacks (by its id, or itself) -> its row, after its own
+    if all(getattr(node, "_hatchet_nid", -1) == i for i, node in enumerate(index)):
+        def row_of(node) -> int:  # the common case (reader.load): a node's row is its id, read
+            row = node._hatchet_nid  # with no call of Node.__hash__ (a Python function)
+            return row if 0 <= row < n else extra.setdefault(row, n + len(extra))
+    else:
         slot = {node: i for i, node in enumerate(index)}
-        order, parents = _post_order(gf.graph.roots)
-        for node in order:
-            slot.setdefault(node, len(slot))
-        return [slot[node] for node in order], \
-            [-1 if p is None else slot[p] for p in parents], len(slot)
-    # the common case (reader.load): the row of a node of the table is its id; rows by
-    # id(), not through Node's hash (a Python call per node)
-    extra: dict[int, int] = {}  # the id of a node the table lacks -> its row, after its own
+
+        def row_of(node) -> int:
+            row = slot.get(node)
+            return row if row is not None else extra.setdefault(node, n + len(extra))
     rows: list[int] = []
     up: list[int] = []
     stack = [(root, -1) for root in gf.graph.roots]
     while stack:  # pre-order of each node's children taken last first: reversed, post-order
         node, parent = stack.pop()
-        row = node._hatchet_nid
-        if not 0 <= row < n:
-            row = extra.setdefault(row, n + len(extra))  # Node hashes and equals by id
+        row = row_of(node)
         rows.append(row)
         up.append(parent)
         if node.children:
@@ -602,22 +601,6 @@ def _upward(gf) -> tuple[list[int], list[int], int]:
     rows.reverse()
     up.reverse()
     return rows, up, n + len(extra)
-
-
-def _post_order(roots: list) -> tuple[list, list]:
-    """The nodes under `roots` each after its children, those in their order, and each
-    one's parent (None at a root)."""
-    order: list = []
-    parents: list = []
-    stack = [(root, None) for root in roots]
-    while stack:  # pre-order of each node's children taken last first: reversed, post-order
-        node, parent = stack.pop()
-        order.append(node)
-        parents.append(parent)
-        stack.extend((child, node) for child in node.children)
-    order.reverse()
-    parents.reverse()
-    return order, parents
 
 
 def subtree_sums(post_order: list, own: dict) -> dict:
