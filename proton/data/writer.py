@@ -213,8 +213,9 @@ def _encode_tree(doc: list, write) -> None:
     """json.dump of [root node, device table], byte for byte, with an explicit stack."""
     dumps = functools.partial(json.dumps, allow_nan=False)
 
-    def open_node(node: dict) -> None:  # the root's JOB_KEY in the file's first bytes, where
-        job = f'"{JOB_KEY}": {dumps(node[JOB_KEY])}, ' if JOB_KEY in node else ""  # place.py looks
+    def open_node(node: dict) -> None:
+        # the root's JOB_KEY before its children: in the file's first bytes, where place.py looks
+        job = f'"{JOB_KEY}": {dumps(node[JOB_KEY])}, ' if JOB_KEY in node else ""
         write(f'{{"{FRAME_KEY}": {dumps(node[FRAME_KEY])}, {job}'
               f'"{METRICS_KEY}": {dumps(node[METRICS_KEY])}, "{CHILDREN_KEY}": [')
 

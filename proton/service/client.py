@@ -256,24 +256,11 @@ def capture(targets: list[Target], options: dict, names: list[str], *,
             if _may_be(path, conn, names[i]):  # where it said it will write, should it end
                 paths[i] = printable(path, MAX_MESSAGE)
     begun = time.monotonic()  # every target records from here (its start may take seconds)
-    if steps is None:
-        # the duration, or less where every job already answered (ended during the capture)
-        _wait_readable(conns, begun + duration)
-        for i, conn in list(conns.items()):
-            ready, _, _ = select.select([conn.sock], [], [], 0)
-            if not ready and not conn.lines.buffer:
-                _try(outcomes[i], conns, i, lambda c=conn: c.send({"verb": "stop"}),
-                     paths.get(i))
-        deadline = time.monotonic() + timeout
-    else:
-        deadline = time.monotonic() + timeout
-        _wait_readable(conns, deadline)
-        for i, conn in list(conns.items()):  # those the steps did not end in time: stop
-            ready, _, _ = select.select([conn.sock], [], [], 0)
-            if not ready and not conn.lines.buffer:
-                _try(outcomes[i], conns, i, lambda c=conn: c.send({"verb": "stop"}),
-                     paths.get(i))
-        deadline = time.monotonic() + timeout  # writing the files, after the stop
+    # the duration (or the steps' timeout), or less where every job already answered (its steps
+    # done, or it ended during the capture); then those still recording are told to stop
+    _wait_readable(conns, begun + duration if steps is None else time.monotonic() + timeout)
+    _stop_unanswered(outcomes, conns, paths)
+    deadline = time.monotonic() + timeout  # writing the files, after the stop
     for i, conn in list(conns.items()):
         reply = _reply(outcomes[i], conns, i, max(1.0, deadline - time.monotonic()),
                        ended_path=paths.get(i))
@@ -509,6 +496,16 @@ def _texts(value) -> list[str]:
 def _number(value) -> float | None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     return float(value) if ok and value == value else None
+
+
+def _stop_unanswered(outcomes: list[Outcome], conns: dict[int, Connection],
+                     paths: dict[int, str]) -> None:
+    """Ask each job that has not answered yet (nothing to read: it is still recording) to
+    stop."""
+    for i, conn in list(conns.items()):
+        ready, _, _ = select.select([conn.sock], [], [], 0)
+        if not ready and not conn.lines.buffer:
+            _try(outcomes[i], conns, i, lambda c=conn: c.send({"verb": "stop"}), paths.get(i))
 
 
 def _wait_readable(conns: dict[int, Connection], deadline: float) -> None:
