@@ -272,13 +272,17 @@ def test_the_source_beside_the_profiled_script_is_shown(tmp_path, size, monkeypa
     assert got["missing"] == [] and "    y = x + 1" in got["code"]
 
 
-def test_a_root_frame_naming_the_script_serves_as_well(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layout", ["job", "frame"])
+def test_a_root_frame_naming_the_script_serves_as_well(tmp_path, monkeypatch, layout):
     """Without python frames (the default context), the script a writer records on the root
-    frame (`script`) is the one looked beside."""
+    (its `job`; before 2026-11-29 its frame) is the one looked beside."""
     top, profile = project(tmp_path)
     with open(profile) as f:
         tree, devices = json.load(f)
-    tree["job"] = {**job_of(tree), "script": str(top / "train.py")}
+    if layout == "job":
+        tree["job"] = {**job_of(tree), "script": str(top / "train.py")}
+    else:
+        tree["frame"]["script"] = str(top / "train.py")
     tree["children"] = tree["children"][0]["children"]  # the kernel right under ROOT
     with open(profile, "w") as f:
         json.dump([tree, devices], f)

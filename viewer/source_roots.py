@@ -100,18 +100,18 @@ class SourceRoots:
             return self
         return replace(self, folders=tuple(dict.fromkeys((*self.folders, folder))))
 
-    def beside_profile(self, root, job: dict | None = None) -> SourceRoots:
+    def beside_profile(self, root, job: dict) -> SourceRoots:
         """beside_script of the script the profile whose root frame is `root` (a hatchet
         node) was made of: its `job`'s `script` where the writer put it (the reader's
-        Profile.job; in older files the root frame's), else the file of a top-level python
-        frame `FILE:LINE@<module>` (-c python). The --html page's Source tab and --source
-        both look there.
+        Profile.job, which reads older files' root frame too), else the file of a top-level
+        python frame `FILE:LINE@<module>` (-c python). The --html page's Source tab and
+        --source both look there.
 
         Usage:
             roots = SourceRoots.default(["runs/a.hatchet"]).beside_profile(
                 prof.gf.graph.roots[0], prof.job)
         """
-        named = (job or {}).get("script", root.frame.get("script"))
+        named = job.get("script")
         if isinstance(named, str):
             return self.beside_script(named)
         for child in root.children:
