@@ -148,7 +148,9 @@ class PCCollector:
         table; whether it ran in time (if not, says what was `lost`)."""
         try:
             drained = main_thread.call(read, timeout=main_thread.TIMEOUT, what=what, keep=True)
-        except MainThreadBusy as exc:
+        except (MainThreadBusy, PCSamplingError) as exc:
+            # CUPTI refusing a stop (an H200 once gave cuptiPCSamplingStop error 1 at a job's
+            # end) costs these samples, never the profile or the job's exit status
             warn(f"PC sampling lost {lost}: {exc}")
             return False
         cast(SampleTable, self.table).add(drained)  # made by enable()
