@@ -17,7 +17,8 @@
   * Triton hook: the launch enter and exit hooks for a kernel without launch_metadata;
   * scope: `with proton.scope(...)` entered and left while collecting (a stand-in collector),
     and in a loop with the session live, per context: the collector made as a session makes it
-    (the C helper's push and pop), CUPTI not started; Triton's scope beside it.
+    (the C helper's push and pop) and the idle part's tracker hearing it, CUPTI not started;
+    Triton's scope beside it.
 A stand-in collector takes the pushes (CUPTI's own push costs the same with or without us).
 Microseconds per launch (or scope), best of the repeats, the loop's own cost taken off.
 """
@@ -277,12 +278,14 @@ def below(depth: int, f, *args):
 
 
 def scope_live(repeats: int, context: str = "shadow", hook: str | None = None,
-               n: int = 20_000, depth: int = 0) -> float:
+               n: int = 20_000, depth: int = 0, idle: bool = True) -> float:
     """us per `with proton.scope("step"): pass` in a loop (as bench/step_cost.py times it on
     the GPU machine) with the session live: the collector CUPTI would run, made but not
     started (no driver here), so a scope pays the C helper's push and pop (or, without it,
     cupti-python's external-id calls stood in by no-ops) and the context's own work; CUPTI's
-    timestamp stood in by time.monotonic_ns."""
+    timestamp stood in by time.monotonic_ns. idle: the idle part's tracker listens, as it
+    does once CUPTI starts (each top-level scope a step; no CUPTI buffer comes in the loop, so
+    its windows pile up as they do between two buffers)."""
     proton.start(f"/tmp/hot_paths_scope_{context}", context=context, hook=hook)
     ctx = profiler.context
     collector = make_collector(lambda kernels: None, unscoped=profiler.timeline.unscoped,
@@ -295,6 +298,15 @@ def scope_live(repeats: int, context: str = "shadow", hook: str | None = None,
         if hasattr(collector, "_push_main"):
             collector.push_main, collector.pop_main = collector._push_main, collector._pop_main
     saved, profiler.collector = profiler.collector, collector
+    if idle:  # the idle part's tracker hears every scope, as with CUPTI started
+        collector.opened = time.monotonic_ns()
+        idle_part = next((p for p in profiler.parts.all if p.name == "idle"), None)
+        if idle_part is not None:
+            from proton.cupti.settings import PartAsks
+
+            idle_part.collector_asks(None, PartAsks())  # takes no session option
+            idle_part.collector_started(collector)
+            profiler.parts.listen()
     scope = proton.scope
 
     def loop(k: int, enter: bool) -> float:
@@ -314,6 +326,9 @@ def scope_live(repeats: int, context: str = "shadow", hook: str | None = None,
         t = min([below(depth, loop, n, True) for _ in range(repeats)])
         return (t - min([loop(n, False) for _ in range(repeats)])) / n * 1e6
     finally:
+        if idle and idle_part is not None:
+            idle_part.collector_stopping()
+            profiler.parts.listen()
         profiler.collector = saved
         proton.finalize()
 

@@ -89,6 +89,10 @@ _BUSY_SETS = {COMPUTE: (_C, _CN, _A, _AO, _AOL, _AOLS), COMM: (_CN, _A, _AO, _AO
               COPY: (_A, _AO, _AOL, _AOLS)}
 _HOST_SETS = {OWN: (_AO, _AOL, _AOLS), LAUNCH: (_AOL, _AOLS), SYNC: (_AOLS,)}
 _NEVER = np.iinfo(np.int64).max
+_NONE_COVERED = np.zeros(SETS, dtype=np.int64)
+"""What each set covers of an entry or window before any busy time is folded in: one array
+shared by all of them (a scope's entry makes none), read-only so that nothing adds to it."""
+_NONE_COVERED.flags.writeable = False
 
 
 def parts(walls: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -190,8 +194,9 @@ class _Window:
     """Where the GPU finished what it launched by its exit (or its exit), once all has come."""
     begin: int | None = None
     """Where it begins, once the window before it has an end: its start or that end."""
-    main: np.ndarray = field(default_factory=lambda: np.zeros(SETS, dtype=np.int64))
-    beyond: np.ndarray = field(default_factory=lambda: np.zeros(SETS, dtype=np.int64))
+    # replaced, never added to in place: they start as the one shared _NONE_COVERED
+    main: np.ndarray = field(default_factory=lambda: _NONE_COVERED)
+    beyond: np.ndarray = field(default_factory=lambda: _NONE_COVERED)
 
     @property
     def end(self) -> int:
@@ -200,13 +205,6 @@ class _Window:
                                                           self.drained == _NEVER):
             return _NEVER
         return max(self.begin, self.limit if self.loop else self.drained)
-
-    def sum_to(self, covers: Callable, cut: int, to: int) -> None:
-        """Add what each set covers of its window in [cut, to)."""
-        a = max(cast(int, self.begin), cut)
-        self.main += covers(a, min(to, self.drained, self.limit if self.loop else _NEVER))
-        if self.drained != _NEVER and (self.loop or self.limit == _NEVER):
-            self.beyond += covers(max(self.drained, a), min(to, self.limit))
 
     def judged(self) -> tuple[int, int, int, np.ndarray]:
         covs = self.main + self.beyond if self.loop else self.main
@@ -263,14 +261,15 @@ class IdleTracker:
             ts = self.clock() if ts is None else ts
             if not self._open:
                 self._step(path, max(ts, self.cut))
-            self._open.append([path, ts, np.zeros(SETS, dtype=np.int64)])
+            self._open.append([path, ts, _NONE_COVERED])
 
     def _step(self, path: int, ts: int) -> None:
         """A step begins: the one before ends at its start if it is of the same scope, else
-        where it drained. Under the lock."""
-        for w in self._windows:
-            if w.limit == _NEVER:
-                w.limit, w.loop = ts, w.path == path
+        where it drained. Under the lock. Only the newest window can be without its limit
+        (each step gives the one before it its limit here): one check a step, not a walk of
+        the windows held (up to MAX_WAITING before a CUPTI buffer comes)."""
+        if self._windows and (w := self._windows[-1]).limit == _NEVER:
+            w.limit, w.loop = ts, w.path == path
         self._windows.append(_Window(path, ts))
 
     def exit(self, ts: int | None = None) -> Judged | None:
@@ -391,9 +390,25 @@ class IdleTracker:
         """(len(a), SETS): what each set covers of each [a, b)."""
         return np.stack([covered(bs, be, a, b) for bs, be in self._sets], axis=1)
 
-    def _cover(self, a: int, b: int) -> np.ndarray:
-        """(SETS,): what each set covers of [a, b)."""
-        return self._covers(np.array([a]), np.array([b]))[0]
+    def _sum_windows(self, windows: list, cut: int, to: int) -> None:
+        """Add to each window (begun) what each set covers of it in [cut, to): `main` over
+        [begin, drained) (capped at `limit` in a loop), `beyond` over [drained, limit) when it
+        ends at the next step or has none yet. Two _covers calls for all of them: a fold
+        comes once a CUPTI buffer, with up to MAX_WAITING windows held."""
+        if not windows:
+            return
+        begin, drained, limit, loop = (np.array(c, dtype=np.int64) for c in zip(*(
+            (w.begin, w.drained, w.limit, w.loop) for w in windows)))
+        loop = loop.astype(bool)
+        a = np.maximum(begin, cut)
+        main = self._covers(a, np.minimum(np.minimum(to, drained),
+                                          np.where(loop, limit, _NEVER)))
+        beyond_rows = (drained != _NEVER) & (loop | (limit == _NEVER))
+        beyond = self._covers(np.maximum(drained, a), np.minimum(to, limit))
+        for w, m, b, more in zip(windows, main, beyond, beyond_rows.tolist()):
+            w.main = w.main + m
+            if more:
+                w.beyond = w.beyond + b
 
     def _settle(self) -> None:
         """Each window whose beginning is not settled begins at its start or where the one
@@ -424,10 +439,12 @@ class IdleTracker:
             if w.exit is not None and w.drained == _NEVER and w.exit <= to:
                 w.drained = max(w.exit, w.last)
         self._settle()
+        begun = 0
         for w in self._windows:
             if w.begin is None:
                 break
-            w.sum_to(self._cover, cut, to)
+            begun += 1
+        self._sum_windows(self._windows[:begun], cut, to)
         for i, (bs_i, be_i) in enumerate(self._sets):
             keep = be_i > to
             self._sets[i] = (np.maximum(bs_i[keep], to), be_i[keep])
@@ -466,9 +483,8 @@ class IdleTracker:
                 if w.drained == _NEVER:
                     w.drained = max(cast(int, w.exit), w.last)
             self._settle()
-            for w in ended:
-                w.sum_to(self._cover, self.cut, _NEVER)
-                windows.append(w.judged())
+            self._sum_windows(ended, self.cut, _NEVER)
+            windows = [w.judged() for w in ended]
             self._windows = self._windows[len(ended):]
             self._ended = ended[-1].end
         return self._judged(done, windows)
