@@ -50,40 +50,46 @@ def test_the_calls_exception_reaches_the_caller():
     assert isinstance(error, ValueError) and "from the main thread" in str(error)
 
 
-def _blocked_main(timeout: float, keep: bool, block_s: float = 0.6):
-    """The main thread sleeps (a C call) while a thread asks for a call."""
+def _blocked_main(timeout: float, keep: bool, block_s: float = 10.0):
+    """The main thread waits in a C call (a lock) while a thread asks for a call, until that
+    thread has its answer (at most block_s): however late the loaded machine starts the
+    thread, the main thread runs no Python meanwhile."""
     ran: list[str] = []
     out: dict = {}
+    answered = threading.Event()
 
     def ask():
+        out["asked"] = time.monotonic()
         try:
             main_thread.call(lambda: ran.append(threading.current_thread().name),
                              timeout=timeout, what="switching it on", keep=keep)
         except MainThreadBusy as exc:
             out["error"] = exc
             out["at"] = time.monotonic()
+        finally:
+            answered.set()
 
-    t0 = time.monotonic()
     worker = threading.Thread(target=ask)
     worker.start()
-    time.sleep(block_s)
+    answered.wait(block_s)
     worker.join(5)
     for _ in range(1000):  # Python again: anything kept runs now
         sum(range(10))
-    return ran, out, t0
+    return ran, out
 
 
 def test_a_busy_main_thread_costs_the_caller_its_timeout_then_a_one_line_reason():
-    ran, out, t0 = _blocked_main(timeout=0.2, keep=False)
+    ran, out = _blocked_main(timeout=0.2, keep=False)
     assert isinstance(out.get("error"), MainThreadBusy)
     message = str(out["error"])
     assert "switching it on" in message and "main thread" in message and "\n" not in message
-    assert 0.15 < out["at"] - t0 < 0.55  # gave up at its timeout, not when the sleep ended
+    # gave up at its timeout (the main thread would have waited 10 s)
+    assert 0.15 < out["at"] - out["asked"] < 2.0
     assert ran == []  # dropped: it never runs late
 
 
 def test_a_kept_call_runs_once_the_busy_main_thread_runs_python_again():
-    ran, out, _ = _blocked_main(timeout=0.2, keep=True)
+    ran, out = _blocked_main(timeout=0.2, keep=True)
     assert isinstance(out.get("error"), MainThreadBusy)
     assert ran == ["MainThread"]
 
@@ -91,17 +97,23 @@ def test_a_kept_call_runs_once_the_busy_main_thread_runs_python_again():
 def test_no_call_runs_while_the_main_thread_is_inside_a_cupti_callback():
     left: list[float] = []
 
+    inside = threading.Event()
+
     def callback():  # as CUPTI would call it from inside a launch: Python in a CUDA call
+        inside.set()  # the thread asks only now: a call asked before it may run before it
         end = time.monotonic() + 0.3
         while time.monotonic() < end:
             sum(range(10))
         left.append(time.monotonic())
 
+    def ask() -> None:
+        inside.wait(5)
+        main_thread.call(lambda: ran_at.append(time.monotonic()), timeout=5, what="x")
+
     CALLBACK_CODES.add(callback.__code__)
     try:
         ran_at: list[float] = []
-        worker = threading.Thread(target=lambda: main_thread.call(
-            lambda: ran_at.append(time.monotonic()), timeout=5, what="x"))
+        worker = threading.Thread(target=ask)
         worker.start()
         callback()
         for _ in range(10000):
