@@ -9,6 +9,7 @@ Measured rates and activities (mode="counters") are the counters' own to bound (
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..format import CUDA, DEVICE_ID
@@ -19,13 +20,16 @@ from .specs import PRECISIONS, bandwidth, peak
 def share(header: str, part: pd.Series, whole: pd.Series | float) -> tuple[pd.Series, list[str]]:
     """(part over whole in %, notes): blank where the whole is not above 0 or the part is not
     between 0 and the whole."""
-    whole = pd.Series(whole, index=part.index) if not isinstance(whole, pd.Series) else whole
-    known = part.notna() & whole.notna() & (whole > 0)
-    fits = known & (part >= 0) & (part <= whole)
-    values = (part / whole.where(fits)) * 100
-    return values, _blank(header, int((known & ~fits).sum()),
-                          "part negative or more than the whole, which no share can be (the "
-                          "file's numbers disagree)")
+    p = part.to_numpy(dtype=float, na_value=np.nan)
+    w = whole.reindex(part.index).to_numpy(dtype=float, na_value=np.nan) \
+        if isinstance(whole, pd.Series) else np.full(len(p), whole, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN compares False: not known
+        known = ~np.isnan(p) & (w > 0)
+        fits = known & (p >= 0) & (p <= w)
+        values = np.where(fits, p / np.where(fits, w, 1.0) * 100, np.nan)
+    return pd.Series(values, index=part.index), _blank(
+        header, int((known & ~fits).sum()), "part negative or more than the whole, which no "
+        "share can be (the file's numbers disagree)")
 
 
 def under_peak(header: str, rate: pd.Series, peaks: pd.Series) -> tuple[pd.Series, list[str]]:

@@ -875,18 +875,29 @@ def overstated(roofs: dict, what: str) -> list[str]:
 
 def _match(profile: Profile, name: str, spec: str) -> str:
     """The file's metric for `name`: exact or without its unit, case-insensitive."""
-    want = name.strip().lower()
-    for metric in profile.inclusive + profile.exclusive:
-        if want in (metric.lower(), metric.split("(")[0].strip().lower()):
-            return metric
-    raise _unknown(profile, spec)
+    names = profile.derived.get("metric_names")
+    if names is None:  # each name and its unitless form, lower case; the first one wins
+        names = {}
+        for metric in profile.inclusive + profile.exclusive:
+            names.setdefault(metric.lower(), metric)
+            names.setdefault(metric.split("(")[0].strip().lower(), metric)
+        profile.derived["metric_names"] = names
+    if (metric := names.get(name.strip().lower())) is None:
+        raise _unknown(profile, spec)
+    return metric
 
 
 def _column(profile: Profile, metric: str, spec: str) -> pd.Series:
-    df = profile.gf.dataframe
+    """A metric's column as floats (blank: NaN), made once a view (Profile.derived): the
+    derived metrics ask for time and wall again and again. Callers make new Series from it,
+    never change it."""
     metric = _match(profile, metric, spec)
     col = f"{metric} (inc)" if metric in profile.inclusive else metric
-    return pd.to_numeric(df[col], errors="coerce").astype(float)
+    key = ("column", col)
+    if (got := profile.derived.get(key)) is None:
+        got = profile.derived[key] = pd.to_numeric(profile.gf.dataframe[col],
+                                                   errors="coerce").astype(float)
+    return got
 
 
 def _unknown(profile: Profile, spec: str) -> ViewerError:
