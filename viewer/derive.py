@@ -875,16 +875,17 @@ def overstated(roofs: dict, what: str) -> list[str]:
 
 def _match(profile: Profile, name: str, spec: str) -> str:
     """The file's metric for `name`: exact or without its unit, case-insensitive."""
-    names = profile.derived.get("metric_names")
+    names: dict[str, str] | None = profile.derived.get("metric_names")
     if names is None:  # each name and its unitless form, lower case; the first one wins
         names = {}
         for metric in profile.inclusive + profile.exclusive:
             names.setdefault(metric.lower(), metric)
             names.setdefault(metric.split("(")[0].strip().lower(), metric)
         profile.derived["metric_names"] = names
-    if (metric := names.get(name.strip().lower())) is None:
+    found = names.get(name.strip().lower())
+    if found is None:
         raise _unknown(profile, spec)
-    return metric
+    return found
 
 
 def _column(profile: Profile, metric: str, spec: str) -> pd.Series:
