@@ -97,7 +97,14 @@ class Column:
 
 def available(profile: Profile) -> list[str]:
     """Derived metric specs this profile can compute: exactly those `derive` accepts, besides
-    the file's own metric names (`count`, `time (ns)`, ...)."""
+    the file's own metric names (`count`, `time (ns)`, ...). Worked out once a view
+    (Profile.derived; derive asks for each share it makes): a new list each call."""
+    if (known := profile.derived.get("available")) is None:
+        known = profile.derived["available"] = _available(profile)
+    return list(known)
+
+
+def _available(profile: Profile) -> list[str]:
     have = {m.lower() for m in profile.inclusive + profile.exclusive}
     out = []
     if TIME in have:
@@ -489,10 +496,13 @@ def _comm_time(profile: Profile, spec: str) -> pd.Series:
     df = profile.gf.dataframe
     if TIME not in df:
         raise _unknown(profile, spec)  # no kernels: nothing to share out
-    comm = _comm_kernels(profile)
-    own = pd.to_numeric(df[TIME], errors="coerce").where(comm, 0.0)
-    order = list(profile.gf.graph.traverse(order="post"))
-    return pd.Series(subtree_sums(order, own.to_dict())).reindex(df.index)
+    if (sums := profile.derived.get("comm_time")) is None:  # once a view (comm/%, ...)
+        comm = _comm_kernels(profile)
+        own = pd.to_numeric(df[TIME], errors="coerce").where(comm, 0.0)
+        order = list(profile.gf.graph.traverse(order="post"))
+        sums = profile.derived["comm_time"] = pd.Series(
+            subtree_sums(order, own.to_dict())).reindex(df.index)
+    return sums
 
 
 def root_total(profile: Profile, values: pd.Series) -> float:
