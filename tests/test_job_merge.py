@@ -1,5 +1,6 @@
 """A job merged inside itself at finalize (proton/runtime/job_merge.py over rank_merge.py):
-gloo jobs of 8 and 16 processes on this machine's CPU. The job file rank 0 writes shows the
+gloo jobs of 4 to 8 processes on this machine's CPU (each rank imports torch: 1.7 CPU s; the
+reduction's order at 16 and 37 ranks is checked in-process, test_the_viewers_order_...). The job file rank 0 writes shows the
 numbers the viewer's merge of the rank files shows, to the last digit; a rank that dies, or
 never reaches finalize, leaves every other rank's own file within the timeout, with why."""
 from __future__ import annotations
@@ -95,7 +96,7 @@ def same_bits(a: dict, b: dict) -> bool:
 SPECS = ["n", "w", "cpu_time/ms", "cpu_time/us"]
 
 
-@pytest.mark.parametrize("size", [8, 16])
+@pytest.mark.parametrize("size", [5, 8])  # uneven rounds, and three full ones
 def test_the_job_file_shows_the_rank_files_numbers_to_the_last_digit(tmp_path, size):
     outs, took = job(tmp_path, size)
     assert all("finalize" in out and "not merged" not in out for out in outs), outs
@@ -122,16 +123,16 @@ def test_the_job_file_shows_the_rank_files_numbers_to_the_last_digit(tmp_path, s
 
 
 def test_the_job_option_writes_the_job_file_alone(tmp_path):
-    outs, _ = job(tmp_path, 8, files="job")
+    outs, _ = job(tmp_path, 4, files="job")
     assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == ["job.hatchet"], outs
     shown = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "job.hatchet")])
-    assert "8 ranks (0-7) merged" in shown.output and "[rank 0 only]" in shown.output
+    assert "4 ranks (0-3) merged" in shown.output and "[rank 0 only]" in shown.output
 
 
 @pytest.mark.parametrize("how", ["die", "hang"])
 def test_a_rank_missing_at_finalize_leaves_every_other_ranks_file_and_says_why(tmp_path, how):
-    outs, took = job(tmp_path, 8, how, timeout=5, files="job")
-    others = [r for r in range(8) if r != 3]
+    outs, took = job(tmp_path, 6, how, timeout=5, files="job")
+    others = [r for r in range(6) if r != 3]
     assert sorted(p.name for p in tmp_path.glob("*.hatchet")) == sorted(
         f"job.rank{r}.hatchet" for r in others)
     for r in others:
@@ -139,7 +140,7 @@ def test_a_rank_missing_at_finalize_leaves_every_other_ranks_file_and_says_why(t
         assert len(why) == 1 and f"rank {r}:" in why[0] and "within 5 s" in why[0], outs[r]
     assert took < 60  # bounded by the timeout, not by the missing rank
     found, frames, _ = ranks.read([str(tmp_path / f"job.rank{r}.hatchet") for r in others])
-    assert ranks.merge(found, frames).notes == ["7 of the job's 8 ranks merged; missing rank 3"]
+    assert ranks.merge(found, frames).notes == ["5 of the job's 6 ranks merged; missing rank 3"]
 
 
 def tree(rank: int) -> dict:
@@ -204,7 +205,7 @@ def test_vector_metrics_merged_in_the_job_show_as_the_viewer_merges_the_rank_fil
 
 
 def test_a_folder_with_the_job_file_and_its_rank_files_merges_the_rank_files(tmp_path):
-    job(tmp_path, 8)
+    job(tmp_path, 4)
     shown = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path)])
     whole = CliRunner().invoke(viewer, ["-m", "n", str(tmp_path / "job.hatchet")])
     assert shown.exit_code == 0, shown.output
