@@ -7,7 +7,8 @@
 # SKIP_FIXTURES=1, SKIP_BENCH=1, SKIP_INSTALL=1, PEER=1 (Triton's own Proton tests against Triton's and ours: carry
 # .peer, a copy of ../shared/peer-tests/triton-proton; PEER_MODULES, PEER_TIMEOUT, PEER_ARGS),
 # PEER39=1 (Triton 3.9's suite the same way: carry .peer with ../shared/peer-tests/triton-proton-3.9
-# in it and .whl with the pack t39_pack.py makes in .whl/t39; PEER39_MODULES, PEER39_DEADLINE),
+# in it and .whl with the pack t39_pack.py makes in .whl/t39; PEER39_MODULES, PEER39_DEADLINE;
+# with PEER=1 too, the two suites run side by side),
 # TUTORIALS=1 (Triton's tutorials under both, their trees compared: carry .peer), BENCH_RESULTS (JSON lines to append to; default $OUT/bench.jsonl),
 # BASELINE=DIR (an earlier tree: its launch loop against this one's; BASELINE_ROUNDS, _MODES),
 # NATIVE_AB=1 (the launch loop and 1M launches with Python's pipeline and the C helper's:
@@ -58,7 +59,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   python3 -P -m pytest -m gpu ${PYTEST_PATHS:-tests} -q -rfE -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
   tests_rc=${PIPESTATUS[0]}
 fi
-if [ -n "${PEER:-}" ]; then
+peer36() {
   # Triton's own Proton tests against Triton's and ours, side by side (issue 44): the suite is a
   # copy of ../shared/peer-tests/triton-proton carried in .peer/ (carry .peer); the machine's
   # python (torch, triton), with ours on PYTHONPATH
@@ -69,8 +70,8 @@ if [ -n "${PEER:-}" ]; then
   cp /tmp/peer/results_gpu/compare.txt "$OUT/peer_compare.txt" 2>/dev/null
   (cd /tmp/peer/results_gpu && tar czf "$OUT/peer_logs.tgz" *.txt)
   python3 bench/peer_table.py /tmp/peer/results_gpu/compare.txt | tee "$OUT/peer_table.txt"
-fi
-if [ -n "${PEER39:-}" ]; then
+}
+peer39() {
   # Triton 3.9's own Proton tests (issue 58), the same way, under triton 3.9.0 rebuilt from the
   # pack in .whl/t39 (../shared/peer-tests/triton-proton-3.9/t39_pack.py) and the machine's
   # 3.6.0; the suite is a copy of ../shared/peer-tests/triton-proton-3.9 in .peer/
@@ -90,6 +91,15 @@ if [ -n "${PEER39:-}" ]; then
   else
     echo "triton 3.9.0 could not be rebuilt from .whl/t39: see t39_unpack.log" | tee "$OUT/peer39_table.txt"
   fi
+}
+# both suites side by side when both are asked for (one CUPTI subscriber per process: each
+# test runs in its own pytest process; ~220 s on an H200 against ~400 s in turn)
+if [ -n "${PEER:-}" ] && [ -n "${PEER39:-}" ]; then
+  peer36 & peer39 & wait
+elif [ -n "${PEER:-}" ]; then
+  peer36
+elif [ -n "${PEER39:-}" ]; then
+  peer39
 fi
 if [ -n "${TUTORIALS:-}" ]; then  # Triton's tutorials under Triton's and ours (carry .peer)
   bash bench/peer_tutorials.sh "${PEER_SUITE:-$PWD/.peer/triton-proton}" 2>&1 | tee "$OUT/tutorials.txt"
@@ -203,6 +213,7 @@ echo
 echo "== summary ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 [ -f "$OUT/gpu_tests.log" ] && grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -1
 [ -f "$OUT/peer_table.txt" ] && head -3 "$OUT/peer_table.txt"
+[ -f "$OUT/peer39_table.txt" ] && head -3 "$OUT/peer39_table.txt"
 [ -f "$OUT/tutorials.txt" ] && sed -n '/^== tutorials/,$p' "$OUT/tutorials.txt"
 [ -f "$PROTON_MATRIX_OUT" ] && python3 bench/matrix_table.py "$PROTON_MATRIX_OUT"
 [ -f "$OUT/bench.log" ] && sed -n '/^== launch loop\|^| workload/,$p' "$OUT/bench.log" | tail -40
