@@ -3,6 +3,7 @@ thread, between two of its Python instructions, never inside a CUPTI callback, a
 thread that runs no Python costs the caller a bounded wait, not a hang."""
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -50,13 +51,18 @@ def test_the_calls_exception_reaches_the_caller():
     assert isinstance(error, ValueError) and "from the main thread" in str(error)
 
 
+class _Answered(Exception):
+    """Raised in the main thread by SIGUSR1's handler: the asking thread has its answer."""
+
+
 def _blocked_main(timeout: float, keep: bool, block_s: float = 10.0):
-    """The main thread waits in a C call (a lock) while a thread asks for a call, until that
-    thread has its answer (at most block_s): however late the loaded machine starts the
-    thread, the main thread runs no Python meanwhile."""
+    """The main thread sleeps (a C call) while a thread asks for a call, until that thread has
+    its answer (it wakes the sleep with SIGUSR1; at most block_s): however late the loaded
+    machine starts the thread, the main thread runs no Python meanwhile. (A lock's wait would
+    not do: a signal such as SIGCHLD interrupting it makes CPython run the pending calls.)"""
     ran: list[str] = []
     out: dict = {}
-    answered = threading.Event()
+    main = threading.get_ident()
 
     def ask():
         out["asked"] = time.monotonic()
@@ -67,12 +73,22 @@ def _blocked_main(timeout: float, keep: bool, block_s: float = 10.0):
             out["error"] = exc
             out["at"] = time.monotonic()
         finally:
-            answered.set()
+            signal.pthread_kill(main, signal.SIGUSR1)
 
-    worker = threading.Thread(target=ask)
-    worker.start()
-    answered.wait(block_s)
-    worker.join(5)
+    def answered(signum, frame):
+        raise _Answered
+
+    before = signal.signal(signal.SIGUSR1, answered)
+    try:
+        worker = threading.Thread(target=ask)
+        worker.start()
+        try:
+            time.sleep(block_s)
+        except _Answered:
+            pass
+        worker.join(5)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
     for _ in range(1000):  # Python again: anything kept runs now
         sum(range(10))
     return ran, out
