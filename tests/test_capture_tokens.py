@@ -387,3 +387,25 @@ def test_roots_capture_finds_the_job_past_a_socket_another_user_planted_for_its_
     finally:
         impostor.kill()
         impostor.communicate()
+
+
+def test_a_peers_wrong_guesses_are_pushed_out_before_its_client_not_yet_read():
+    """The gate at its per-address bound (every local user is 127.0.0.1): a new connection
+    pushes out one that already sent a wrong token, not the owner's, which the job has not
+    read yet (on a loaded machine a flood of guesses outran the reader and kept the owner out
+    once in 20: the oldest of the address went first)."""
+    g = gate.Gate()
+    pairs = [socket.socketpair() for _ in range(gate.PER_PEER + 2)]
+    try:
+        owner, *flood = [a for a, _ in pairs]
+        g.admit(owner, "127.0.0.1")
+        for conn in flood:
+            g.admit(conn, "127.0.0.1")
+            g.failed(conn, "bad or missing token", guess=True)  # its answer held back
+        assert owner in g._pending and len(g._pending) == gate.PER_PEER
+        pushed = [b for a, b in pairs[1:] if a not in g._pending]
+        assert len(pushed) == 2 and all(b.recv(200) == gate.BAD_ANSWER for b in pushed)
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()

@@ -2,8 +2,9 @@
 
 A client that has not proved the token yet is "pending": it has HANDSHAKE seconds to do so.
 Pending connections are bounded per peer address (PER_PEER) and in all (MAX_PENDING); a new
-one pushes out the oldest of its peer's, else the oldest of all, so a flood of silent
-connections cannot keep a real client, which sends its token at once, from being heard.
+one pushes out the oldest of its peer's (else of all) that sent a wrong token, else the oldest,
+so a flood of silent connections or of guesses cannot keep a real client, which sends its
+token at once, from being heard.
 
 Every token is checked, in constant time, whoever sends it: a right one is let in at once,
 so a guesser sharing an address with the job's owner (every local user is 127.0.0.1) cannot
@@ -48,7 +49,11 @@ class Gate:
         with self._lock:
             mine = [c for c, p in self._pending.items() if p == peer]
             if len(mine) >= PER_PEER or len(self._pending) >= MAX_PENDING:
-                oldest = mine[0] if len(mine) >= PER_PEER else next(iter(self._pending))
+                # one that sent a wrong token goes first (its answer comes early), so a real
+                # client of the same address (every local user's 127.0.0.1) that has not been
+                # read yet outlasts a flood of guesses on a loaded machine
+                among = mine if len(mine) >= PER_PEER else list(self._pending)
+                oldest = next((c for c in among if c in self._guessed), among[0])
                 del self._pending[oldest]
                 _push_out(oldest, BAD_ANSWER if oldest in self._guessed else PUSHED_OUT)
                 self._guessed.discard(oldest)
