@@ -216,7 +216,7 @@ def main() -> None:
                     "('' for none)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the best is shown")
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--out", default="viewer_scale.md", help="the table is written here too")
+    ap.add_argument("--out", default=None, help="the table is written here too (markdown)")
     ap.add_argument("--triton", action="store_true", help="also Triton's viewer's tree")
     args = ap.parse_args()
     trees = {"this tree": ROOT}
@@ -273,8 +273,9 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     load = os.getloadavg()
     say(f"load average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    if args.out:  # not by default: a run from the checkout's root would leave a file there
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 def _describe(tree: str) -> str:
