@@ -228,7 +228,8 @@ def test_another_users_fifo_at_the_html_target_gets_no_report_and_hangs_nothing(
     subprocess.run(["mkfifo", "-m", "666", report], user=NOBODY, group=NOBODY,
                    extra_groups=[], check=True, timeout=60)
     # the other user reads what is written into the pipe
-    spy = as_nobody("sh", "-c", f"cat '{report}' > '{shared_folder}/stolen'")
+    # exec: the spy is cat itself, so kill() ends it (sh's child cat was left behind, blocked)
+    spy = as_nobody("sh", "-c", f"exec cat '{report}' > '{shared_folder}/stolen'")
     try:
         time.sleep(0.5)
         run = view_html(report, report_profile)
