@@ -178,7 +178,18 @@ class _Terminated(KeyboardInterrupt):
     """Set by the handler: pytest catches the interrupt itself and returns its own status."""
 
 
+_profiled_pid: int | None = None
+"""The process whose script runs under _on_signal (a fork of it has its own pid)."""
+
+
 def _on_signal(signum, frame):
+    if os.getpid() != _profiled_pid:
+        # a forked child that still has this handler (a signal can reach it inside its
+        # at-fork callbacks, where CPython swallows what the reset raised): it ends as it
+        # would without the profiler, never lives on as a pool worker nobody can end
+        signal.signal(signum, _replaced.get(signum, signal.SIG_DFL))
+        os.kill(os.getpid(), signum)
+        return
     _Terminated.signum = signum
     raise _Terminated()
 
@@ -189,10 +200,18 @@ _replaced: dict[signal.Signals, Any] = {}
 
 def _default_signals_in_child() -> None:
     """A forked child (a multiprocessing worker, which Pool.terminate() ends with SIGTERM)
-    ends on these signals as it would without the profiler: the profile is its parent's."""
-    for signum, handler in _replaced.items():
-        if signal.getsignal(signum) is _on_signal:
-            signal.signal(signum, handler)
+    ends on these signals as it would without the profiler: the profile is its parent's.
+    The signals wait while the handlers are put back (one coming meanwhile is handled after,
+    by the child's own handler)."""
+    ending = set(_replaced)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ending) if ending else None
+    try:
+        for signum, handler in _replaced.items():
+            if signal.getsignal(signum) is _on_signal:
+                signal.signal(signum, handler)
+    finally:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
@@ -201,7 +220,8 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
 
 def _run_profiled(target: str, args: list[str]) -> int:
     """Run the target, then write the profile whatever happened; return the exit status."""
-    _Terminated.signum = None
+    global _profiled_pid
+    _Terminated.signum, _profiled_pid = None, os.getpid()
     # A signal the job was started ignoring (`nohup proton ...`, SIGHUP) stays ignored.
     saved = sys.argv[:], sys.path[:], {s: signal.signal(s, _on_signal) for s in ENDING
                                        if signal.getsignal(s) is not signal.SIG_IGN}

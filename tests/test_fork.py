@@ -122,3 +122,32 @@ def test_a_fork_pool_under_the_proton_command_ends_quietly_with_one_profile(tmp_
         f"proton: wrote {tmp_path / 'run.hatchet'}"]
     root = load(tmp_path / "run.hatchet")[0]
     assert names(root) == ["main"] and find(root, "main")["metrics"]["n"] == 1
+
+
+STILL_HANDLED = """
+import os, signal, time
+from proton import cli
+# as `proton run` has it while the script runs
+cli._replaced[signal.SIGTERM] = signal.getsignal(signal.SIGTERM)
+signal.signal(signal.SIGTERM, cli._on_signal)
+cli._profiled_pid = os.getpid()
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGTERM, cli._on_signal)  # as if the at-fork reset had not taken
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(os.WTERMSIG(status) if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}")
+"""
+
+
+def test_a_forked_child_that_kept_the_commands_handler_ends_on_sigterm_as_without_it(tmp_path):
+    """Once in a full suite a fork Pool's worker kept proton's handler (its at-fork reset had
+    not taken) and outlived pool.terminate(), hanging pool.join(). The handler itself now
+    ends a child as the signal's own handler would, not as the parent's Ctrl-C (before: the
+    child raised KeyboardInterrupt and died of SIGINT after its traceback)."""
+    done = run(tmp_path, STILL_HANDLED)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "15", done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
