@@ -62,6 +62,13 @@ def job_of(root: dict) -> dict:
         return job
     frame = root.get(FRAME_KEY)
     return {k: frame[k] for k in JOB_KEYS if k in frame} if isinstance(frame, dict) else {}
+
+
+def with_job(root: dict, job: dict) -> dict:
+    """`root` recording `job` as its JOB_KEY, placed right after its frame: in a file's first
+    bytes, where data/place.py reads who wrote a file it may replace."""
+    return {FRAME_KEY: root[FRAME_KEY], JOB_KEY: job,
+            **{k: v for k, v in root.items() if k != JOB_KEY}}
 RANK_FILE = re.compile(r"\.rank(\d+)\.(hatchet|chrome_trace)$")
 """A rank's file name: NAME.rank<R>.hatchet (or .chrome_trace)."""
 

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from .format import (BLOCK_THREADS, CHILDREN_KEY, CPU_TIME, DEVICE_ID, DEVICE_TYPE, DOT_NO_TENSOR_CORES,
-                     DOT_NO_WGMMA, FRAME_KEY, GRID_BLOCKS, JOB_KEY, JOB_KEYS, LAUNCH_CONFIGS,
+                     DOT_NO_WGMMA, FRAME_KEY, GRID_BLOCKS, JOB_KEYS, LAUNCH_CONFIGS,
                      METRICS_KEY, NAME_KEY, RANKS_KEY, REGISTERS, SASS_PREFIX, SHARED_MEMORY,
-                     TL_DOT, VECTOR_SHOWN)
+                     TL_DOT, VECTOR_SHOWN, with_job)
 
 FACTS = {DEVICE_ID, DEVICE_TYPE, GRID_BLOCKS, BLOCK_THREADS, REGISTERS, SHARED_MEMORY,
          LAUNCH_CONFIGS, TL_DOT, DOT_NO_TENSOR_CORES, DOT_NO_WGMMA}
@@ -543,7 +543,7 @@ def document(merged: Partial, world_size: int | None = None) -> list:
     root = nodes[0]
     job = {k: v for k, v in merged.job.items() if k in ("launcher", "script")}
     job["world_size"] = world_size if world_size is not None else merged.size
-    root = nodes[0] = {FRAME_KEY: root[FRAME_KEY], JOB_KEY: job, **root}  # first: place.py
+    root = nodes[0] = with_job(root, job)
     root[RANKS_KEY].update(size=merged.size, lo=merged.lo, ranks=merged.members)
     for metric in merged.inclusive:  # hatchet reads the inclusive metrics from the root
         root[METRICS_KEY].setdefault(metric, 0)

@@ -10,8 +10,8 @@ import math
 from typing import Any
 
 from ..format import (CHILDREN_KEY, CUDA, DEVICE_ID, DEVICE_TYPE, EXCLUSIVE, FRAME_KEY,
-                      FRAME_TYPE, JOB_KEY, METRICS_KEY, NAME_KEY, NO_LINES, PROPERTY, TYPE_KEY,
-                      WARP_TIMELINE)
+                      FRAME_TYPE, METRICS_KEY, NAME_KEY, NO_LINES, PROPERTY, TYPE_KEY,
+                      WARP_TIMELINE, with_job)
 from ..report import warn
 from .metrics import DeviceValue, base_name, real_number
 from .paths import ROOT, paths
@@ -81,8 +81,8 @@ def build(nodes: dict[int, dict[str, float]], devices: dict[str, dict],
         return {FRAME_KEY: frame, METRICS_KEY: out, CHILDREN_KEY: []}
 
     root = node(ROOT)
-    if job:  # before the metrics and children: in a file's first bytes (data/place.py reads)
-        root = {FRAME_KEY: root[FRAME_KEY], JOB_KEY: dict(job), **root}
+    if job:
+        root = with_job(root, dict(job))
     todo = [(ROOT, root)]
     while todo:
         pid, out = todo.pop()
