@@ -15,9 +15,8 @@ from rich.color import ColorSystem
 from rich.style import Style
 from rich.text import Text
 
-from ..format import PYTHON_FRAME
 from .derive import Column
-from .select import shown_children
+from .select import python_frame, shown_children
 
 if TYPE_CHECKING:
     from hatchet.node import Node
@@ -159,7 +158,7 @@ def hottest_first(first: dict) -> Callable:
 def line_order(node) -> tuple[str, int]:
     """A `file:line@function` frame (a PC-sample line, a python call path) by file, then line
     number as a number (9 before 10); other frames keep their place before them."""
-    match = PYTHON_FRAME.match(node.frame.get("name", ""))
+    match = python_frame(node.frame.get("name", ""))
     return (match["file"], int(match["line"])) if match else ("", -1)
 
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..format import (COPY_FRAME, COUNT, DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED,
-                      PYTHON_FRAME, STALLED_PREFIX, TIME)
+                      STALLED_PREFIX, TIME)
 from .errors import ViewerError, listing
 from .graph import nodes
 from .names import cut_of, readable, same_name
 from .reader import Profile
+from .select import python_frame
 from .source_roots import SourceRoots
 
 MAX_LINE_DIGITS = 9
@@ -123,7 +124,7 @@ def kernel_nodes(prof: Profile, columns: _Columns | None = None) -> list:
     out = []
     for node in prof.gf.graph.traverse():
         name = node.frame.get("name", "")
-        if PYTHON_FRAME.match(name) or COPY_FRAME.match(name) or node in prof.gf.graph.roots:
+        if python_frame(name) or COPY_FRAME.match(name) or node in prof.gf.graph.roots:
             continue
         if node in device or columns.of(node) is not None:
             out.append(node)
@@ -230,7 +231,7 @@ def _collect(columns: _Columns, nodes: list, name: str) -> KernelSamples | None:
         if reason and reason not in reasons:
             reasons.append(reason)
         for child in node.children:
-            m = PYTHON_FRAME.match(child.frame.get("name", ""))
+            m = python_frame(child.frame.get("name", ""))
             counts = columns.of(child) if m else None
             if m is None or counts is None:
                 continue
@@ -303,7 +304,7 @@ def no_lines_notes(prof: Profile) -> list[tuple[str, bool, list[str]]]:
     for node in marked:
         counts = columns.of(node)
         if counts is not None and counts.samples > 0:
-            partial = any(PYTHON_FRAME.match(c.frame.get("name", "")) for c in node.children)
+            partial = any(python_frame(c.frame.get("name", "")) for c in node.children)
             kernels.setdefault((node.frame.get(NO_LINES), partial), {})[
                 node.frame.get("name", "")] = None
     return [(reason, partial, list(names)) for (reason, partial), names in kernels.items()]

@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..format import NEVER_READ as NEVER
-from ..format import PYTHON_FRAME
 from ..format import SOURCE_SUFFIXES as SUFFIXES
 from .errors import ViewerError
+from .select import python_frame
 
 MAX_SOURCE_BYTES = 4 << 20
 HOW = "add --source-root"
@@ -115,7 +115,7 @@ class SourceRoots:
         if isinstance(named, str):
             return self.beside_script(named)
         for child in root.children:
-            m = PYTHON_FRAME.match(str(child.frame.get("name", "")))
+            m = python_frame(str(child.frame.get("name", "")))
             if m and m["function"] == "<module>":
                 return self.beside_script(m["file"])
         return self
