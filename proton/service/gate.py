@@ -53,10 +53,10 @@ class Gate:
                 # client of the same address (every local user's 127.0.0.1) that has not been
                 # read yet outlasts a flood of guesses on a loaded machine
                 among = mine if len(mine) >= PER_PEER else list(self._pending)
-                oldest = next((c for c in among if c in self._guessed), among[0])
-                del self._pending[oldest]
-                _push_out(oldest, BAD_ANSWER if oldest in self._guessed else PUSHED_OUT)
-                self._guessed.discard(oldest)
+                out = next((c for c in among if c in self._guessed), among[0])
+                del self._pending[out]
+                _push_out(out, BAD_ANSWER if out in self._guessed else PUSHED_OUT)
+                self._guessed.discard(out)
             self._pending[conn] = peer
 
     def proved(self, conn: socket.socket) -> None:
