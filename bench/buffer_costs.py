@@ -44,8 +44,9 @@ import numpy as np
 from cupti import cupti
 
 from proton.cupti import native
-from proton.cupti.collector import CollectorSettings, CuptiCollector
+from proton.cupti.collector import CuptiCollector
 from proton.cupti.pipeline import walk
+from proton.cupti.settings import CollectorSettings
 from proton.data.paths import ROOT, SCOPE, paths
 from proton.runtime.router import KernelRouter
 from proton.runtime.session import Session

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+
 from proton.format import job_of
 
 TOLERANCE = 5.0
