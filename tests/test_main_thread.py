@@ -63,8 +63,14 @@ def _blocked_main(timeout: float, keep: bool, block_s: float = 10.0):
     ran: list[str] = []
     out: dict = {}
     main = threading.get_ident()
+    asleep: list[bool] = []
 
     def ask():
+        # only once the main thread is about to sleep: asked earlier (as soon as the thread
+        # starts), the call could run in the Python of Thread.start() still returning
+        while not asleep:
+            time.sleep(0.001)
+        time.sleep(0.05)  # it sleeps now: from the flag to the sleep no pending call can run
         out["asked"] = time.monotonic()
         try:
             main_thread.call(lambda: ran.append(threading.current_thread().name),
@@ -83,6 +89,7 @@ def _blocked_main(timeout: float, keep: bool, block_s: float = 10.0):
         worker = threading.Thread(target=ask)
         worker.start()
         try:
+            asleep.append(True)  # a C method, then the C sleep: no Python runs between
             time.sleep(block_s)
         except _Answered:
             pass
