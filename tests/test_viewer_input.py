@@ -479,14 +479,14 @@ BOMB_SECONDS, BOMB_MB = 60, 1500
 # The peak is this image's VmHWM: ru_maxrss would carry the forking pytest's own peak across
 # exec (CI's full run read 456 MB for a viewer that had used 58).
 VIEWER_CODE = """\
-import sys
-from proton.viewer.cli import main
-try:
-    main()
-finally:
+import atexit, sys
+def report():  # at exit: the viewer's main ends the process itself (os._exit)
     with open("/proc/self/status") as status:
         hwm = [line.split()[1] for line in status if line.startswith("VmHWM:")]
     print("maxrss_kb", hwm[0], file=sys.stderr)
+atexit.register(report)
+from proton.viewer.cli import main
+main()
 """
 
 
