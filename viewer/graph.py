@@ -59,7 +59,14 @@ from hatchet.node import Node, node_traversal_order  # noqa: E402
 
 
 class Graph(_HatchetGraph):
-    """hatchet's Graph with iterative traverse, enumerate_depth and union."""
+    """hatchet's Graph with iterative traverse, enumerate_depth and union; from_tree's and
+    from_parents' also know their nodes and frame keys (a graph's nodes are not changed once
+    it is made: hatchet's operations and union make new graphs)."""
+
+    every: list | None = None
+    """Every node once, each after its parent, where the maker listed them (see nodes)."""
+    keys: frozenset | None = None
+    """Every key any frame has (see frame_keys)."""
 
     def traverse(self, order="pre", attrs=None, visited=None):
         """Nodes depth-first, children sorted as hatchet sorts them; `visited` counts each
@@ -168,12 +175,15 @@ def from_tree(root: dict, made: list | None = None) -> GraphFrame:
     columns: dict[str, list] = {}
     names: list[str] = []
     made_here: list[Node] = []
+    keys = {"name", "type"}
     nan = float("nan")
     rows = 0
     todo = [(root, None)]
     while todo:  # pre-order in file order, as hatchet's reader: the columns keep its order
         item, parent = todo.pop()
         frame = Frame(item["frame"])
+        if len(frame.attrs) > 2:  # more than name and type
+            keys.update(frame.attrs)
         # hatchet's tuple_repr (what frames sort and compare by), made now and without its
         # property's generator: numbering sorts by it (frame_order)
         frame._tuple_repr = tuple(sorted(frame.attrs.items()))
@@ -200,6 +210,7 @@ def from_tree(root: dict, made: list | None = None) -> GraphFrame:
         column += [nan] * (rows - len(column))
     top = made_here[0]
     graph = Graph([top])
+    graph.every, graph.keys = made_here, frozenset(keys)
     order = _number(top, rows)
     if made is not None:
         made += made_here
@@ -269,7 +280,10 @@ def under(node: Node, above: Node) -> bool:
 def nodes(graph) -> list[Node]:
     """Every node of `graph` once, each after its parent, in no sorted order: for work whose
     result does not depend on the order (a dict or set of nodes), without traverse's sort of
-    every node's children (a third of a 100,000-frame view's walks)."""
+    every node's children (a third of a 100,000-frame view's walks). The list is the graph's
+    own where its maker kept one (Graph.every): read it, do not change it."""
+    if getattr(graph, "every", None) is not None:
+        return graph.every
     out: list[Node] = []
     seen: set[int] = set()
     stack = list(graph.roots)
@@ -282,6 +296,13 @@ def nodes(graph) -> list[Node]:
         out.append(node)
         stack += node.children
     return out
+
+
+def frame_keys(graph) -> frozenset:
+    """Every key any frame of `graph` has: a view asks before it walks every frame for one."""
+    if getattr(graph, "keys", None) is None:
+        graph.keys = frozenset(k for node in nodes(graph) for k in node.frame.attrs)
+    return graph.keys
 
 
 def numbered(graph: Graph) -> Graph:
@@ -302,4 +323,6 @@ def from_parents(frames: list[dict], parents: list[int]) -> tuple[Graph, list[No
         if up is not None:
             up.add_child(node)
         nodes.append(node)
-    return numbered(Graph([nodes[0]])), nodes
+    graph = numbered(Graph([nodes[0]]))
+    graph.every = nodes
+    return graph, nodes

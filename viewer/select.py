@@ -111,6 +111,10 @@ def display_names(gf, fmt: str = "full", style: str = "folded") -> dict:
     every: Iterable = nodes(gf.graph)
     if style != "raw" and any(n.frame.attrs.get("name", "?").startswith("_Z") for n in every):
         every = gf.graph.traverse()
+    if fmt in (SHORT, "full"):  # a name with no `@` (no python frame) and not mangled stays
+        return {node: name if "@" not in name and not name.startswith("_Z")
+                else shorten(readable(name, style), fmt)
+                for node in every for name in (node.frame.attrs.get("name", "?"),)}
     return {node: shorten(readable(node.frame.attrs.get("name", "?"), style), fmt)
             for node in every}
 

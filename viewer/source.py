@@ -18,7 +18,7 @@ import pandas as pd
 from ..format import (COPY_FRAME, COUNT, DEVICE_TYPE, NO_LINES, NUM_SAMPLES, NUM_STALLED,
                       STALLED_PREFIX, TIME)
 from .errors import ViewerError, listing
-from .graph import nodes
+from .graph import frame_keys, nodes
 from .names import cut_of, readable, same_name
 from .reader import Profile
 from .select import python_frame
@@ -296,7 +296,8 @@ def no_lines_notes(prof: Profile) -> list[tuple[str, bool, list[str]]]:
     kernels with samples that have no source line, in the order the tree first meets them.
     `some lines mapped`: the kernel also has line children (only part of its samples lack a
     line)."""
-    if not any(n.frame.attrs.get(NO_LINES) for n in nodes(prof.gf.graph)):
+    if NO_LINES not in frame_keys(prof.gf.graph) \
+            or not any(n.frame.attrs.get(NO_LINES) for n in nodes(prof.gf.graph)):
         return []  # most profiles: no sample columns to read, no sorted walk
     marked = [n for n in prof.gf.graph.traverse() if n.frame.get(NO_LINES)]
     columns = _Columns(prof)
