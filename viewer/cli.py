@@ -217,10 +217,11 @@ def viewer(ctx: click.Context, **options) -> None:
 
 @contextlib.contextmanager
 def _kept():
-    """Profiles read inside live until the command ends: frozen out of Python's collector
-    (gc.freeze), which would otherwise rescan their million objects at each full collection
-    while the view is drawn (0.1-0.3 s of a 100,000-frame view). The command unfreezes them
-    as it ends."""
+    """What is made inside lives until the command ends: Python's collector is off meanwhile
+    (each full collection rescans every object: a 100,000-frame view's million) and what was
+    made is frozen out of it (gc.freeze) before it is on again, or its first allocation may
+    start a full collection (0.65 s at the end of a 100,000-frame -diff). The command
+    unfreezes them as it ends (tests run views in-process)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -285,9 +286,7 @@ def _view(ctx: click.Context, opts: ViewOptions) -> None:
             _check_source_conflicts(opts)
         else:
             _check_conflicts(opts)
-        from .reader import no_gc
-
-        with no_gc():  # see no_gc: the view's frames, rows and cells are kept to its end
+        with _kept():  # the view's frames, rows and cells are kept to its end
             errors = _open_and_show(opts, profiles)
     except ViewerError as exc:
         raise _Failed(str(exc)) from None

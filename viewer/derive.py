@@ -499,7 +499,9 @@ def _comm_time(profile: Profile, spec: str) -> pd.Series:
     if (sums := profile.derived.get("comm_time")) is None:  # once a view (comm/%, ...)
         comm = _comm_kernels(profile)
         own = pd.to_numeric(df[TIME], errors="coerce").where(comm, 0.0)
-        order = list(profile.gf.graph.traverse(order="post"))
+        from .graph import post_order
+
+        order = post_order(profile.gf.graph)
         sums = profile.derived["comm_time"] = pd.Series(
             subtree_sums(order, own.to_dict())).reindex(df.index)
     return sums
@@ -517,9 +519,11 @@ def timed_or_inside(graph, values: pd.Series) -> pd.Series:
     python frames of `-c python`, a plain scope) filled by the sum over the timed frames
     inside it that have no timed frame between: a timed scope covers the ones it holds, so
     nothing is counted twice. Blank stays blank where nothing inside is timed."""
+    from .graph import post_order
+
     own = values.to_dict()
     filled: dict = {}
-    for node in graph.traverse(order="post"):
+    for node in post_order(graph):
         value = own.get(node)
         if value is None or value != value:
             inside = [filled[c] for c in node.children if filled.get(c, float("nan")) == filled.get(c)]

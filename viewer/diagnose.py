@@ -69,7 +69,7 @@ from ..format import (BLOCK_THREADS, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOC
 from .derive import (COMM_KERNEL, DECLARED, NO_TENSOR_WORK, Counters, KernelRoof, kernel_counters,
                      kernel_mask, kernel_roofs, unmeasured, unmeasured_text)
 from .errors import ViewerError
-from .graph import ancestors
+from .graph import ancestors, post_order
 from .names import readable
 from .occupancy import occupancy
 from .reader import Profile, subtree_sums
@@ -265,7 +265,7 @@ def _gpu_time(prof: Profile, own: pd.Series) -> dict:
     ran = kernel_mask(prof, copies=True)
     work = {n: float(v) if ran.get(n) and math.isfinite(v) and v > 0 else 0.0
             for n, v in own.items()}
-    return subtree_sums(list(prof.gf.graph.traverse(order="post")), work)
+    return subtree_sums(post_order(prof.gf.graph), work)
 
 
 def _unclaimed(ctx: _Context, findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
@@ -278,7 +278,7 @@ def _unclaimed(ctx: _Context, findings: list[Finding]) -> tuple[list[Finding], l
         own[f.frame] = max(own.get(f.frame, 0.0), f.saves_ns)
     inside: dict = {}
     claim: dict = {}
-    for node in ctx.prof.gf.graph.traverse(order="post"):
+    for node in post_order(ctx.prof.gf.graph):
         below = sum(claim[c] for c in node.children)
         inside[node] = below
         claim[node] = max(own.get(node, 0.0), below)

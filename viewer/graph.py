@@ -119,6 +119,7 @@ class Graph(_HatchetGraph):
             return n._hatchet_nid if self.node_ordering else n.frame.tuple_repr
 
         new_roots: list = []
+        made: list = []  # each new node once, after its parent (Graph.every)
         todo = [(sorted(self.roots, key=key), sorted(other.roots, key=key), None)]
         while todo:
             mine, theirs, parent = todo.pop()
@@ -136,6 +137,7 @@ class Graph(_HatchetGraph):
                 new = next((m for m in mapped if m is not None), None)
                 if new is None:
                     new = next(n for n in pair if n is not None).copy()
+                    made.append(new)
                 sides = []
                 for n, m in zip(pair, mapped):
                     if n is not None and m is None:
@@ -152,6 +154,7 @@ class Graph(_HatchetGraph):
                     new_roots.append(new)
         graph = Graph(new_roots, node_ordering=self.node_ordering)
         graph.enumerate_traverse()
+        graph.every = made
         return graph
 
 
@@ -295,6 +298,28 @@ def nodes(graph) -> list[Node]:
             seen.add(id(node))
         out.append(node)
         stack += node.children
+    return out
+
+
+def post_order(graph) -> list[Node]:
+    """Every node of `graph` once, each after all of its children, in no sorted order: for
+    sums up the tree, whose result does not depend on the order (traverse(order="post")
+    sorts every node's children)."""
+    every = nodes(graph)
+    if all(len(node.parents) <= 1 for node in every):  # a tree: nodes() reversed
+        return every[::-1]
+    out: list[Node] = []
+    done: set[int] = set()
+    for root in graph.roots:
+        stack = [(root, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if children_done:
+                out.append(node)
+            elif id(node) not in done:
+                done.add(id(node))
+                stack.append((node, True))
+                stack += [(child, False) for child in node.children]
     return out
 
 
