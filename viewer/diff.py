@@ -22,28 +22,20 @@ WHAT = ("name", "type")
 
 def match_by_what(*gfs) -> None:
     """Make the frames of each hatchet GraphFrame equal (for unify and sub) when their name and
-    type are, whatever else they carry; and every root equal to every other."""
-    from hatchet.frame import Frame
-
-    class What(Frame):
-        _what: tuple | None = None
-
-        @property
-        def tuple_repr(self) -> tuple:  # made once: unify compares each frame many times
-            if self._what is None:
-                self._what = tuple((k, self.attrs.get(k, "")) for k in WHAT)
-            return self._what
-
-    class Root(Frame):
-        @property
-        def tuple_repr(self) -> tuple:
-            return (("root", ""),)
+    type are, whatever else they carry; and every root equal to every other. A frame compares
+    by its tuple_repr (hatchet's Frame), set here: (name, type), or ROOT's for a root. Only
+    for graphs about to be unified: their frames are in no dict or set keyed by frame."""
+    from .graph import nodes
 
     for gf in gfs:
-        for node in gf.graph.traverse():
-            kind = What if node.parents else Root
-            if type(node.frame) is not kind:
-                node.frame = kind(node.frame.attrs)
+        for node in nodes(gf.graph):
+            attrs = node.frame.attrs
+            node.frame._tuple_repr = tuple([(k, attrs.get(k, "")) for k in WHAT]) \
+                if node.parents else _ROOT
+
+
+_ROOT = (("root", ""),)
+"""What every root's frame compares as."""
 
 
 def diff_columns(this: Profile, other: Profile, specs: list[str]) -> list[Column]:

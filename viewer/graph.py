@@ -116,7 +116,11 @@ class Graph(_HatchetGraph):
             old_to_new = {}
 
         def key(n):  # a frame's order is its tuple_repr's (Frame.__lt__), compared in C here
-            return n._hatchet_nid if self.node_ordering else n.frame.tuple_repr
+            return n._hatchet_nid if self.node_ordering else \
+                n.frame._tuple_repr or n.frame.tuple_repr
+
+        def frame_key(n):
+            return n.frame._tuple_repr or n.frame.tuple_repr
 
         new_roots: list = []
         made: list = []  # each new node once, after its parent (Graph.every)
@@ -127,9 +131,9 @@ class Graph(_HatchetGraph):
             while i < len(mine) or j < len(theirs):
                 a = mine[i] if i < len(mine) else None
                 b = theirs[j] if j < len(theirs) else None
-                if b is None or (a is not None and a.frame.tuple_repr < b.frame.tuple_repr):
+                if b is None or (a is not None and frame_key(a) < frame_key(b)):
                     pair, i = (a, None), i + 1
-                elif a is None or a.frame.tuple_repr > b.frame.tuple_repr:
+                elif a is None or frame_key(a) > frame_key(b):
                     pair, j = (None, b), j + 1
                 else:
                     pair, i, j = (a, b), i + 1, j + 1

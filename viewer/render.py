@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Callable
 
 from rich.color import ColorSystem
@@ -132,9 +133,12 @@ def walk(gf, first: dict, *, depth: int = 100, visible: set | None = None,
             yield node, level, lasts
             if level + 1 >= depth:  # Triton's -d: ROOT is level 0, `-d 1` shows ROOT alone
                 continue
-            kids = sorted(shown_children(node, visible, folded), key=key)
-            stack.extend((kids[i], level + 1, lasts + (i == len(kids) - 1,))
-                         for i in range(len(kids) - 1, -1, -1))
+            kids = sorted(node.children if visible is None and not folded
+                          else shown_children(node, visible, folded), key=key)
+            if kids:  # pushed last first: the first child is drawn next
+                down = level + 1
+                stack.append((kids[-1], down, lasts + (True,)))
+                stack += zip(reversed(kids[:-1]), repeat(down), repeat(lasts + (False,)))
 
 
 def sort_values(first: dict, diff: bool) -> dict:
@@ -186,13 +190,16 @@ class _Rows:
         self.formats = [(_integral(v), column_spec(v)) for v in self.values]
         """Each column's fmt arguments (integer, spec), chosen once."""
         self.top = self.first.get(gf.graph.roots[0]._hatchet_nid) if gf.graph.roots else None
-        self.names, self.diff = names, diff
+        self.names = {node._hatchet_nid: name for node, name in names.items()} if names \
+            else None
+        """The names by node id: no Node.__hash__ (a Python function) per row."""
+        self.diff = diff
 
     def row(self, node, guide: str = "", more: str = "") -> Row:
         nid = node._hatchet_nid
         cells = [fmt(v.get(nid), integer, spec)
                  for (integer, spec), v in zip(self.formats, self.values)]
-        name = self.names[node] if self.names else node.frame.get("name", "?")
+        name = self.names[nid] if self.names else node.frame.get("name", "?")
         if not name.isprintable():
             name = printable(name)
         return Row(cells, band(self.first.get(nid), self.top, self.diff), guide, more, name)
