@@ -795,9 +795,14 @@ def _expand_vectors(root: dict, *, drop_launch_metadata: bool = False
                                          for k, v in metrics.items()}
         names.update(metrics)
         values += len(metrics)
+        kids = node["children"]
         if drop_launch_metadata:
-            _drop_launch_children(node)
-        stack.extend(node["children"])
+            for child in kids:  # names are text here (_check_tree)
+                if child["frame"]["name"].startswith(LAUNCH_METADATA):
+                    _drop_launch_children(node)
+                    kids = node["children"]
+                    break
+        stack += kids
     return frames, names, cut, values
 
 
