@@ -39,3 +39,8 @@ def test_csv_is_what_csv_dictwriter_writes():
                          **{k: "" if row[k] is None else row[k] for k in fields[2:]}})
     assert to_csv(ROWS) == buf.getvalue()
     assert to_csv([]) == ""
+
+
+def test_json_of_more_rows_than_a_batch_is_one_list():
+    rows = [{"path": ["ROOT", f"k{i}"], "depth": 1, "time (ms)": i / 7} for i in range(2_345)]
+    assert to_json(rows) == json.dumps(rows, indent=1)

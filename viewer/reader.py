@@ -549,7 +549,9 @@ def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None
     import pandas as pd
 
     df = gf.dataframe
-    rows, up, slots = _upward(gf)
+    levels = _levels(gf)
+    if levels is None:
+        rows, up, slots = _upward(gf)
     names = [f"{metric} (inc)" for metric in metrics] if names is None else names
     nan = float("nan")
     with warnings.catch_warnings():
@@ -557,7 +559,11 @@ def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None
         # but one concat would copy the whole frame (twice the peak memory on a large profile)
         warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
         for metric, name in zip(metrics, names):
-            inc = pd.to_numeric(df[metric], errors="coerce").to_numpy(dtype=float).tolist()
+            own = pd.to_numeric(df[metric], errors="coerce").to_numpy(dtype=float)
+            if levels is not None:
+                df[name] = _level_sums(own, levels)
+                continue
+            inc = own.tolist()
             inc += [nan] * (slots - len(inc))
             for row, parent in zip(rows, up):  # children before parents, in file order
                 value = inc[row]
@@ -566,6 +572,49 @@ def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None
                     inc[parent] = value if total != total else total + value
             df[name] = np.array(inc[:len(df)])
     return names
+
+
+MAX_LEVELS = 1000
+"""Deeper trees sum row by row (_upward): numpy's calls per level would cost more."""
+
+
+def _levels(gf) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """For a tree whose maker listed its nodes (graph.every) and whose table rows are its
+    node ids: (rows, their parents' rows) of each depth, the deepest first, a parent's
+    children in their order; None for any other graph (a node with two parents, a table
+    not in id order) or one deeper than MAX_LEVELS."""
+    every = getattr(gf.graph, "every", None)
+    index = gf.dataframe.index
+    if every is None or len(every) != len(index) or any(
+            len(node.parents) > 1 for node in every) or not all(
+            node._hatchet_nid == i for i, node in enumerate(index)):
+        return None
+    depth = np.fromiter((node._depth for node in every), dtype=np.int64, count=len(every))
+    if not len(every) or depth.max() > MAX_LEVELS:
+        return None
+    rows = np.fromiter((node._hatchet_nid for node in every), dtype=np.int64, count=len(every))
+    up = np.fromiter((node.parents[0]._hatchet_nid if node.parents else -1 for node in every),
+                     dtype=np.int64, count=len(every))
+    order = np.argsort(-depth, kind="stable")  # every lists a parent's children in order
+    depth, rows, up = depth[order], rows[order], up[order]
+    cuts = np.flatnonzero(np.diff(depth)) + 1
+    return [(r, u) for r, u, d in zip(np.split(rows, cuts), np.split(up, cuts),
+                                      np.split(depth, cuts)) if d[0] > 0]
+
+
+def _level_sums(own: np.ndarray, levels: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """`own` summed over each subtree with the digits of the row-by-row sum (_upward's): a
+    parent's own value, then each child's in order, NaN left out and NaN only where all are.
+    A missing value starts as -0.0, which adds to any number exactly; np.add.at adds a
+    parent's children one after another in their order."""
+    inc = own.copy()
+    has = ~np.isnan(inc)
+    inc[~has] = -0.0
+    for rows, up in levels:  # deepest first: a level's sums are whole before they are added
+        np.add.at(inc, up, inc[rows])
+        np.logical_or.at(has, up, has[rows])
+    inc[~has] = np.nan
+    return inc
 
 
 def _upward(gf) -> tuple[list[int], list[int], int]:
