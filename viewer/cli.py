@@ -252,7 +252,8 @@ def _view(ctx: click.Context, opts: ViewOptions) -> None:
         _check_report_conflicts(opts)
         if opts.output == "triton":
             _check_triton_conflicts(ctx, profiles, opts.name_format)
-            deep.call(_show_triton, opts)
+            with _kept():
+                deep.call(_show_triton, opts)
             return
         if opts.output == "trace":
             _check_trace_conflicts(opts)

@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from ..rank_merge import FACTS, is_fact  # noqa: F401 (FACTS: re-exported)
@@ -688,6 +689,15 @@ _COUNTERS = (COUNTER_NS, DRAM_BYTES, L2_BYTES, TENSOR_FLOPS, TENSOR_ACTIVE_NS, I
              COUNTERS_UNRESOLVED_NS)
 
 
+def _own_rows(df: pd.DataFrame, column: str) -> list[float]:
+    """A metric's own values in the table's row order, _number's (0.0 where missing, not
+    finite or not a number; all 0.0 when the file lacks it)."""
+    if column not in df:
+        return [0.0] * len(df)
+    values = pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isfinite(values), values, 0.0).tolist()
+
+
 def _own(df: pd.DataFrame, column: str) -> dict:
     """A metric's own (exclusive) values by node, as floats ({} when the file lacks it)."""
     if column not in df:
@@ -810,8 +820,10 @@ def _kernel_roofs(profile: Profile) -> dict:
     if TIME not in df or DEVICE_ID not in df or not isinstance(gpus, dict):
         return {}
 
-    def own(column: str) -> dict:
-        return _own(df, column)
+    def own(column: str) -> list:
+        """The column's own values in row order (0.0 where the file lacks it): read by row,
+        not by node (a dict keyed by node hashes each Node in Python)."""
+        return _own_rows(df, column)
 
     time, nbytes, plain = own(TIME), own(BYTES), own("flops")
     widths = {int(m[1]): own(str(c)) for c in df.columns if (m := FLOPS.fullmatch(str(c)))
@@ -820,9 +832,9 @@ def _kernel_roofs(profile: Profile) -> dict:
     counters = kernel_counters(profile)
     copies = _copy_frames(df)
     out = {}
-    # copies row by row (the same index as df's): a Series look-up per node hashes Nodes
-    for node, dev, copy in zip(df.index, df[DEVICE_ID].tolist(), copies.tolist()):
-        gpu, seconds = gpus.get(str(dev)), _number(time.get(node)) * 1e-9
+    for row, (node, dev, copy) in enumerate(zip(df.index, df[DEVICE_ID].tolist(),
+                                                copies.tolist())):
+        gpu, seconds = gpus.get(str(dev)), time[row] * 1e-9
         if not isinstance(gpu, dict) or seconds <= 0 or copy:  # a copy: under no roof
             continue
         measured = counters.get(node)
@@ -836,15 +848,14 @@ def _kernel_roofs(profile: Profile) -> dict:
                                    measured.l2_bytes / measured.seconds / l2 if l2 and
                                    measured.l2_throughput is not None else measured.l2_roof)
             continue
-        flops = {w: _number(values.get(node)) for w, values in widths.items()}
+        flops = {w: values[row] for w, values in widths.items()}
         roof = None
         if any(flops.values()):
-            roof = compute_roof(gpu, flops, seconds,
-                                any(_number(t.get(node)) for t in tensor))
+            roof = compute_roof(gpu, flops, seconds, any(t[row] for t in tensor))
             done = sum(flops.values())
         else:
-            done = _number(plain.get(node))  # of no width: under no roof
-        out[node] = KernelRoof(done, _number(nbytes.get(node)), seconds,
+            done = plain[row]  # of no width: under no roof
+        out[node] = KernelRoof(done, nbytes[row], seconds,
                                roof[0] if roof else None, bandwidth(gpu),
                                roof[1] if roof else [], str(dev), DECLARED, seconds)
     return out

@@ -81,7 +81,22 @@ def unknown_arch(arch: str) -> ViewerError:
 
 def peak(gpu: dict, precision: str) -> float | None:
     """Peak FLOP/s of the device table entry `gpu` at `precision` (a PRECISIONS name); None
-    when its arch is unknown or it lacks the figures."""
+    when its arch is unknown or it lacks the figures. Worked out once per GPU and precision:
+    a profile asks for each of its kernels, several times."""
+    key = (str(gpu.get("arch")), gpu.get("num_sms"), gpu.get("clock_rate"), precision)
+    try:
+        return _PEAKS[key]
+    except KeyError:
+        found = _PEAKS[key] = _peak(gpu, precision)
+        return found
+    except TypeError:  # a figure that is no number (the viewer reads it as unknown)
+        return _peak(gpu, precision)
+
+
+_PEAKS: dict[tuple, float | None] = {}
+
+
+def _peak(gpu: dict, precision: str) -> float | None:
     part = PARTS.get(str(gpu.get("arch")))
     if part is None:
         return None
