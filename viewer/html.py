@@ -207,12 +207,13 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
     with several ranks the spread of their time; and node -> row number."""
     columns = []
     for spec in [*KERNEL_SPECS, *_rate_specs(prof)]:
+        if spec == "util":  # a percentage, as the other shares on the page (_rate_specs: the
+            columns.append(Column(UTIL, _util(prof) * 100))  # profile has it)
+            continue
         try:
             column = derive(prof, spec)
         except ViewerError:
             continue
-        if spec == "util":  # a percentage, as the other shares on the page
-            column = Column(UTIL, _util(prof) * 100)
         columns.append(column)
     if merged is not None and "time/ms" in available(prof):  # CPU-only ranks have no kernels
         from .ranks import columns as rank_columns
@@ -232,6 +233,12 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
     rows: list[list] = []
     row_of: dict = {}  # hatchet node -> its row
     for frames in groups.values():
+        if len(frames) == 1:  # a kernel on one call path: its cells as they are (_fold's)
+            node = order[frames[0]]
+            nid = node._hatchet_nid
+            row_of[node] = len(rows)
+            rows.append([frames, None, *[_num(v.get(nid)) for v in values]])
+            continue
         frames.sort(key=lambda i: -(_num(time.get(order[i]._hatchet_nid)) or 0.0))
         nodes = [order[i] for i in frames]
         ids = [n._hatchet_nid for n in nodes]
