@@ -40,9 +40,9 @@ def test_level_sums_are_the_row_by_row_sums_bit_for_bit(seed):
                               else (True,) for b in want]
 
 
-def test_a_tree_deeper_than_max_levels_sums_row_by_row():
+def test_a_tree_deeper_than_the_level_sums_reach_sums_row_by_row():
     root = node = {"frame": {"name": "ROOT"}, "metrics": {"time (ns)": 1.0}, "children": []}
-    for i in range(reader.MAX_LEVELS + 5):
+    for i in range(reader.LEVEL_SUMS_DEPTH + 5):
         child = {"frame": {"name": f"f{i}"}, "metrics": {"time (ns)": 0.5}, "children": []}
         node["children"].append(child)
         node = child
@@ -50,5 +50,5 @@ def test_a_tree_deeper_than_max_levels_sums_row_by_row():
     assert reader._levels(gf) is None
     reader.add_inclusive_columns(gf, ["time (ns)"])
     top = gf.dataframe.loc[gf.graph.roots[0], "time (ns) (inc)"]
-    assert top == 1.0 + 0.5 * (reader.MAX_LEVELS + 5)
+    assert top == 1.0 + 0.5 * (reader.LEVEL_SUMS_DEPTH + 5)
     assert np.isfinite(gf.dataframe["time (ns) (inc)"]).all()

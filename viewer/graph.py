@@ -59,9 +59,10 @@ from hatchet.node import Node, node_traversal_order  # noqa: E402
 
 
 class Graph(_HatchetGraph):
-    """hatchet's Graph with iterative traverse, enumerate_depth and union; from_tree's and
-    from_parents' also know their nodes and frame keys (a graph's nodes are not changed once
-    it is made: hatchet's operations and union make new graphs)."""
+    """hatchet's Graph with iterative traverse, enumerate_depth and union. The graphs
+    from_tree, from_parents and union make also list their nodes, and from_tree's its frame
+    keys: a graph's nodes are not changed once it is made (hatchet's operations and union
+    make new graphs)."""
 
     every: list | None = None
     """Every node once, each after its parent, where the maker listed them (see nodes)."""

@@ -574,7 +574,7 @@ def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None
     return names
 
 
-MAX_LEVELS = 1000
+LEVEL_SUMS_DEPTH = 1000
 """Deeper trees sum row by row (_upward): numpy's calls per level would cost more."""
 
 
@@ -582,7 +582,7 @@ def _levels(gf) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """For a tree whose maker listed its nodes (graph.every) and whose table rows are its
     node ids: (rows, their parents' rows) of each depth, the deepest first, a parent's
     children in their order; None for any other graph (a node with two parents, a table
-    not in id order) or one deeper than MAX_LEVELS."""
+    not in id order) or one deeper than LEVEL_SUMS_DEPTH."""
     every = getattr(gf.graph, "every", None)
     index = gf.dataframe.index
     if every is None or len(every) != len(index) or any(
@@ -590,7 +590,7 @@ def _levels(gf) -> list[tuple[np.ndarray, np.ndarray]] | None:
             node._hatchet_nid == i for i, node in enumerate(index)):
         return None
     depth = np.fromiter((node._depth for node in every), dtype=np.int64, count=len(every))
-    if not len(every) or depth.max() > MAX_LEVELS:
+    if not len(every) or depth.max() > LEVEL_SUMS_DEPTH:
         return None
     rows = np.fromiter((node._hatchet_nid for node in every), dtype=np.int64, count=len(every))
     up = np.fromiter((node.parents[0]._hatchet_nid if node.parents else -1 for node in every),
