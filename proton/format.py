@@ -69,6 +69,8 @@ def with_job(root: dict, job: dict) -> dict:
     bytes, where data/place.py reads who wrote a file it may replace."""
     return {FRAME_KEY: root[FRAME_KEY], JOB_KEY: job,
             **{k: v for k, v in root.items() if k != JOB_KEY}}
+
+
 RANK_FILE = re.compile(r"\.rank(\d+)\.(hatchet|chrome_trace)$")
 """A rank's file name: NAME.rank<R>.hatchet (or .chrome_trace)."""
 

@@ -342,9 +342,8 @@ def _open(profiles: list[str], rank: int | None, other, kernel):
     if other is not None or kernel is not None:
         raise ViewerError(f"{'-diff' if other is not None else '--source'} reads one profile, "
                           f"and {len(paths)} were given; choose one with --rank R")
-    with _kept():
-        found, frames, errors = ranks.read(paths)
-        merged = ranks.merge(found, frames)
+    found, frames, errors = ranks.read(paths)
+    merged = ranks.merge(found, frames)
     for note in merged.notes:  # what the reader should know; every file given was read
         click.echo(f"note: {note}", err=True)
     return merged.total, merged, errors
@@ -364,8 +363,7 @@ def _load(path: str):
     """reader.load, its notes on stderr."""
     from .reader import load
 
-    with _kept():
-        profile = load(path)
+    profile = load(path)
     for note in profile.notes:
         click.echo(f"note: {note}", err=True)
     return profile
@@ -415,7 +413,6 @@ def _show(opts: ViewOptions, prof, merged) -> None:
         raise ViewerError("-m names no metric; e.g. -m time/ms,count")
     if other is not None:
         theirs = _load(other)
-        gc.unfreeze()  # unify replaces both graphs: the old ones must be collectable
         columns = diff_columns(prof, theirs, _cpu_fallback(prof, specs))
     else:
         columns = _metric_columns(prof, merged, specs)

@@ -117,11 +117,7 @@ class Graph(_HatchetGraph):
             old_to_new = {}
 
         def key(n):  # a frame's order is its tuple_repr's (Frame.__lt__), compared in C here
-            return n._hatchet_nid if self.node_ordering else \
-                n.frame._tuple_repr or n.frame.tuple_repr
-
-        def frame_key(n):
-            return n.frame._tuple_repr or n.frame.tuple_repr
+            return n._hatchet_nid if self.node_ordering else frame_key(n)
 
         new_roots: list = []
         made: list = []  # each new node once, after its parent (Graph.every)
@@ -163,11 +159,17 @@ class Graph(_HatchetGraph):
         return graph
 
 
+def frame_key(node: Node) -> tuple:
+    """The tuple the node's Frame compares by (its tuple_repr): the one from_tree or
+    diff.match_by_what made, else hatchet's property makes it."""
+    frame = node.frame
+    return frame._tuple_repr or frame.tuple_repr
+
+
 def frame_order(node: Node) -> tuple:
     """hatchet's traversal_order, (frame, id), as the tuples Frame compares (its tuple_repr):
     the same order, compared in C rather than through Frame's __eq__ and __lt__ (3x faster)."""
-    frame = node.frame  # from_tree made its tuple_repr; a property call for any other
-    return (frame._tuple_repr or frame.tuple_repr, id(node))
+    return (frame_key(node), id(node))
 
 
 def from_tree(root: dict, made: list | None = None) -> GraphFrame:

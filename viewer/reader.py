@@ -844,14 +844,7 @@ def _expand_vectors(root: dict, *, drop_launch_metadata: bool = False
                                          for k, v in metrics.items()}
         names.update(metrics)
         values += len(metrics)
-        kids = node["children"]
-        if drop_launch_metadata:
-            for child in kids:  # names are text here (_check_tree)
-                if child["frame"]["name"].startswith(LAUNCH_METADATA):
-                    _drop_launch_children(node)
-                    kids = node["children"]
-                    break
-        stack += kids
+        stack += _drop_launch_children(node) if drop_launch_metadata else node["children"]
     return frames, names, cut, values
 
 
@@ -906,15 +899,17 @@ def _text_metric_names(root: dict) -> None:
         stack.extend(node["children"])
 
 
-def _drop_launch_children(node: dict) -> None:
-    """The node's launch metadata children dropped (a new list only where there are some)."""
+def _drop_launch_children(node: dict) -> list:
+    """The node's children, its launch metadata children dropped (a new list only where there
+    are some). Names are text here (_check_tree)."""
     # Triton's newer Proton names it per kernel: __proton_launch_metadata:<kernel>
     kids = node["children"]
     for child in kids:
-        if str(child["frame"]["name"]).startswith(LAUNCH_METADATA):
-            node["children"] = [c for c in kids
-                                if not str(c["frame"]["name"]).startswith(LAUNCH_METADATA)]
-            return
+        if child["frame"]["name"].startswith(LAUNCH_METADATA):
+            kids = node["children"] = [c for c in kids
+                                       if not c["frame"]["name"].startswith(LAUNCH_METADATA)]
+            break
+    return kids
 
 
 def _prune_empty(root: dict) -> None:
