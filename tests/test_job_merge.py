@@ -1,11 +1,13 @@
 """A job merged inside itself at finalize (proton/runtime/job_merge.py over rank_merge.py):
-gloo jobs of 4 to 8 processes on this machine's CPU (each rank imports torch: 1.7 CPU s; the
+gloo jobs of 3 to 8 processes on this machine's CPU (forks of one process that imported torch,
+tests/forked_ranks.py, where the ranks need not be fresh processes; the
 reduction's order at 16 and 37 ranks is checked in-process, test_the_viewers_order_...). The job file rank 0 writes shows the
 numbers the viewer's merge of the rank files shows, to the last digit; a rank that dies, or
 never reaches finalize, leaves every other rank's own file within the timeout, with why."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +22,8 @@ from proton.viewer.cli import viewer
 from proton.viewer.reader import load
 
 pytest.importorskip("torch.distributed")
+
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forked_ranks.py")
 
 RANK = """
 import os, sys, time
@@ -45,34 +49,54 @@ print(f"finalize {time.perf_counter() - t:.3f} s", flush=True)
 """
 
 
-def job(tmp_path, size: int, how: str = "ok", timeout: float = 30,
-        files: str = "both") -> tuple[list[str], float]:
-    """Run `size` ranks; each one's output, and the seconds until all but a hung one ended."""
-    (tmp_path / "rank.py").write_text(RANK)
+def launch(tmp_path, size: int, script: str, args: list[str], env: dict[str, str],
+           proton: list[str] | None = None) -> subprocess.Popen:
+    """`size` ranks of rank.py (forks of one process that imported torch:
+    tests/forked_ranks.py), each under `python -m proton PROTON...` where given; the launcher
+    prints `RANK CODE` as each ends, each rank's output is in rank<R>.out."""
+    (tmp_path / "rank.py").write_text(script)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(
         ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_", "OMPI_", "PMI_", "PROTON_"))}
+    run = ["-m", "proton", *proton] if proton is not None else []
+    return subprocess.Popen(
+        [sys.executable, LAUNCHER, str(size), str(tmp_path), *run, "rank.py", *args],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**clean, **env}, start_new_session=True)
+
+
+def stop(launcher: subprocess.Popen) -> None:
+    """The launcher and every rank still running killed (SIGKILL)."""
+    if launcher.poll() is None:
+        os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.communicate()
+
+
+def job(tmp_path, size: int, how: str = "ok", timeout: float | str = 30,
+        files: str | None = "both", script: str = RANK,
+        proton: list[str] | None = None) -> tuple[list[str], float]:
+    """Run `size` ranks; each one's output (every rank but a hung one exits 0), and the
+    seconds until all but a hung one ended."""
+    env = {"PROTON_MERGE_TIMEOUT": str(timeout), **({"PROTON_RANK_FILES": files} if files else {})}
     start = time.monotonic()
-    procs = [subprocess.Popen(
-        [sys.executable, "rank.py", str(tmp_path / "init"), how], cwd=tmp_path,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**clean, "RANK": str(r), "WORLD_SIZE": str(size), "LOCAL_RANK": str(r),
-             "PROTON_MERGE_TIMEOUT": str(timeout), "PROTON_RANK_FILES": files})
-        for r in range(size)]
-    outs = []
+    launcher = launch(tmp_path, size, script, [str(tmp_path / "init"), how], env, proton)
+    ended: dict[int, int] = {}
     try:
-        for r, p in enumerate(procs):
-            if how == "hang" and r == 3:
-                outs.append("")
-                continue
-            outs.append(p.communicate(timeout=120)[0])
+        expect = size - (how == "hang")  # the hung rank 3 never ends
+        deadline = time.monotonic() + 120
+        while len(ended) < expect and time.monotonic() < deadline:
+            line = launcher.stdout.readline()
+            if not line:
+                break
+            rank, code = line.split()
+            ended[int(rank)] = int(code)
         took = time.monotonic() - start
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            if p.stdout is not None:
-                p.stdout.close()
+        stop(launcher)  # and a hung rank
+    outs = []
+    for r in range(size):
+        out = tmp_path / f"rank{r}.out"
+        outs.append(out.read_text() if out.exists() and r in ended else "")
+    assert len(ended) == expect and not any(ended.values()), (ended, outs)  # each exit 0
     return outs, took
 
 
@@ -322,17 +346,15 @@ while True:
 def test_each_periodic_snapshot_of_a_job_is_merged_too(tmp_path):
     """`proton --flush-every 1` in a gloo job of 4 ranks killed without warning (SIGKILL):
     besides each rank's last snapshot, the job's merged file of one of its snapshots."""
-    (tmp_path / "rank.py").write_text(FLUSHED)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "PROTON_"))}
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "proton", "--flush-every", "1", "-n", "run", "rank.py",
-         str(tmp_path / "init")], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-        env={**clean, "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
-             "PROTON_MERGE_TIMEOUT": "10"}) for r in range(4)]
+    launcher = launch(tmp_path, 4, FLUSHED, [str(tmp_path / "init")],
+                      {"PROTON_MERGE_TIMEOUT": "10"}, ["--flush-every", "1", "-n", "run"])
+    outs = [tmp_path / f"rank{r}.out" for r in range(4)]
     try:
-        for p in procs:
-            assert p.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 60
+        while not all(o.exists() and "ready" in o.read_text() for o in outs):
+            assert time.monotonic() < deadline and launcher.poll() is None, \
+                [o.read_text() for o in outs if o.exists()]
+            time.sleep(0.1)
         # a snapshot's merge waits up to 10 s for every rank: under the suite on every core
         # (a fresh clone at load 4-5) one of 5 s timed out and the next came after 30 s
         deadline = time.monotonic() + 60
@@ -340,9 +362,8 @@ def test_each_periodic_snapshot_of_a_job_is_merged_too(tmp_path):
             time.sleep(0.1)
         time.sleep(1.5)  # one more snapshot
     finally:
-        for p in procs:
-            p.kill()
-        errs = [p.communicate()[1] for p in procs]
+        stop(launcher)  # every rank killed without warning
+    errs = [o.read_text() for o in outs]
     assert (tmp_path / "run.hatchet").exists(), errs
     assert all((tmp_path / f"run.rank{r}.hatchet").exists() for r in range(4))
     whole = load(str(tmp_path / "run.hatchet"))
@@ -371,15 +392,8 @@ dist.destroy_process_group()  # tidy scripts end their group before the command 
 def test_the_command_form_merges_before_the_script_destroys_its_group(tmp_path):
     """`proton -n run script.py` over 4 gloo ranks whose script calls destroy_process_group()
     at its end: the job's file is merged before the group goes, the rank files at the end."""
-    (tmp_path / "rank.py").write_text(DESTROYS)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "PROTON_"))}
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "proton", "-n", "run", "rank.py", str(tmp_path / "init")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**clean, "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
-             "PROTON_MERGE_TIMEOUT": "10"}) for r in range(4)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
+    outs, _ = job(tmp_path, 4, timeout=10, files=None, script=DESTROYS,
+                  proton=["-n", "run"])  # every rank exits 0
     assert not any("not merged" in out for out in outs), outs
     assert f"wrote {tmp_path / 'run.hatchet'}" in outs[0]
     assert all((tmp_path / f"run.rank{r}.hatchet").exists() for r in range(4))
@@ -409,15 +423,7 @@ def bad_settings_job(tmp_path_factory):
     59: each rank printed `could not write ...: ProtonError` and no file was written at all)
     and whose ranks give a vector metric of different values and lengths."""
     folder = tmp_path_factory.mktemp("vectors")
-    (folder / "rank.py").write_text(VECTORS)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "PROTON_"))}
-    procs = [subprocess.Popen(
-        [sys.executable, "rank.py", str(folder / "init")], cwd=folder, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-        env={**clean, "RANK": str(r), "WORLD_SIZE": "3", "LOCAL_RANK": str(r),
-             "PROTON_RANK_FILES": "jobs", "PROTON_MERGE_TIMEOUT": "abc"}) for r in range(3)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
+    outs, _ = job(folder, 3, timeout="abc", files="jobs", script=VECTORS)
     return folder, outs
 
 
