@@ -804,17 +804,38 @@ class KernelRoof:
         return busy / self.seconds
 
 
-def kernel_roofs(profile: Profile) -> dict:
+def kernel_roofs(profile: Profile, nodes: list | None = None) -> dict:
     """Node -> KernelRoof, for kernel nodes with time on a GPU of the device table: measured
     (kernel_counters) where PM samples covered the kernel, declared otherwise. Derived once
-    per profile (Profile.derived): the caller does not change it."""
+    per profile (Profile.derived): the caller does not change it. `nodes`: only those of
+    them (--diagnose judges a few kernels of many), from the profile's table where one was
+    derived, else worked out for them alone."""
     roofs = profile.derived.get("kernel_roofs")
+    if nodes is not None:
+        if roofs is None:
+            return _kernel_roofs(profile, _rows(profile.gf.dataframe.index, nodes))
+        return {node: roofs[node] for node in nodes if node in roofs}
     if roofs is None:
         roofs = profile.derived["kernel_roofs"] = _kernel_roofs(profile)
     return roofs
 
 
-def _kernel_roofs(profile: Profile) -> dict:
+def _rows(index: pd.Index, nodes: list) -> list[int]:
+    """The table rows of `nodes` (those it has), in their order: a node's row is its hatchet
+    id where the table is in id order (reader.load's), read without hashing the node."""
+    at = index.values
+    rows = []
+    for node in nodes:
+        row = getattr(node, "_hatchet_nid", -1)
+        if not (0 <= row < len(at) and at[row] is node):
+            row = index.get_indexer([node])[0]
+        if row >= 0:
+            rows.append(int(row))
+    return rows
+
+
+def _kernel_roofs(profile: Profile, rows: list[int] | None = None) -> dict:
+    """kernel_roofs of every kernel, or of those at table `rows`."""
     df = profile.gf.dataframe
     gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
     if TIME not in df or DEVICE_ID not in df or not isinstance(gpus, dict):
@@ -832,8 +853,9 @@ def _kernel_roofs(profile: Profile) -> dict:
     counters = kernel_counters(profile)
     copies = _copy_frames(df)
     out = {}
-    for row, (node, dev, copy) in enumerate(zip(df.index, df[DEVICE_ID].tolist(),
-                                                copies.tolist())):
+    index, devices, copies = df.index.values, df[DEVICE_ID].tolist(), copies.tolist()
+    for row in range(len(df)) if rows is None else rows:
+        node, dev, copy = index[row], devices[row], copies[row]
         gpu, seconds = gpus.get(str(dev)), time[row] * 1e-9
         if not isinstance(gpu, dict) or seconds <= 0 or copy:  # a copy: under no roof
             continue

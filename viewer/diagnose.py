@@ -61,6 +61,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, TypeGuard, cast
 
+import numpy as np
 import pandas as pd
 
 from ..format import (BLOCK_THREADS, CPU_TIME, CUDA, DEVICE_ID, FLOPS, GRID_BLOCKS, NUM_SAMPLES,
@@ -72,7 +73,7 @@ from .errors import ViewerError
 from .graph import ancestors, post_order
 from .names import readable
 from .occupancy import occupancy
-from .reader import Profile, subtree_sums
+from .reader import Profile, level_sums, subtree_sums, tree_levels
 from .specs import bandwidth, peak, peak_known
 from . import steps
 from .step_rules import STEP_RULES
@@ -230,8 +231,14 @@ def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None)
     own = pd.to_numeric(df[TIME], errors="coerce")
     # copies and sets (memcpy, memset nodes) have time and bytes but are no kernels: no grid,
     # occupancy nor roofline judges them; they are GPU time all the same
-    kernels = [n for n, yes in kernel_mask(prof).items() if yes]
-    ctx = _Context(prof, own, _gpu_time(prof, own), style)
+    mask, ran = kernel_mask(prof), kernel_mask(prof, copies=True)
+    kernels = [n for n, yes in mask.items() if yes]
+    levels = tree_levels(prof.gf)
+    ctx = _Context(prof, own, _gpu_time(prof, own, ran, levels), style, levels)
+    ctx.ran = ran
+    ctx.kernel, ctx.judged = mask, _judged(ctx, mask, kernels)
+    roofs = kernel_roofs(prof, ctx.judged)
+    ctx.roofs = {node: roofs.get(node) for node in ctx.judged}
     ctx.merged = merged
     ctx.scopes = _launch_scopes(ctx, kernels)
     found = Diagnosis([], [], {})
@@ -259,13 +266,34 @@ def diagnose(prof: Profile, style: str = "folded", merged: Merged | None = None)
     return found
 
 
-def _gpu_time(prof: Profile, own: pd.Series) -> dict:
-    """Node -> its GPU time: the time of the kernels, copies and sets at or under it (a
-    negative or non-finite time counts as none)."""
-    ran = kernel_mask(prof, copies=True)
+def _gpu_time(prof: Profile, own: pd.Series, ran: dict, levels: list | None) -> dict:
+    """Node -> its GPU time: the time of the kernels, copies and sets (`ran`: kernel_mask's
+    with copies) at or under it (a negative or non-finite time counts as none). Summed by
+    numpy on a tree of `levels` (reader.tree_levels), with subtree_sums' digits."""
+    if levels is not None:  # rows are node ids; kernel_mask keeps the table's row order
+        ns = own.to_numpy(dtype=float)
+        keep = np.fromiter(ran.values(), dtype=bool, count=len(ran)) & np.isfinite(ns) & (ns > 0)
+        sums = level_sums(np.where(keep, ns, 0.0), levels)
+        return dict(zip(own.index, sums.tolist()))
     work = {n: float(v) if ran.get(n) and math.isfinite(v) and v > 0 else 0.0
             for n, v in own.items()}
     return subtree_sums(post_order(prof.gf.graph), work)
+
+
+def _judged(ctx: _Context, mask: dict, kernels: list) -> list:
+    """The kernels with MIN_SHARE or more of the GPU time (ctx.big of their time), in
+    `kernels`' order: the only ones the kernel rules judge. `mask`: kernel_mask's, in the
+    table's row order."""
+    column = ctx.df[TIME]
+    if column.dtype != np.float64:  # text or objects: value() reads each
+        return [n for n in kernels if ctx.big(ctx.value(n, TIME))]
+    if ctx.total <= 0:
+        return []
+    ns = column.to_numpy()
+    with np.errstate(invalid="ignore"):
+        big = np.isfinite(ns) & (ns != 0) & (ns / ctx.total >= MIN_SHARE)
+    big &= np.fromiter(mask.values(), dtype=bool, count=len(mask))
+    return ctx.df.index.values[big].tolist()
 
 
 def _unclaimed(ctx: _Context, findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
@@ -278,8 +306,8 @@ def _unclaimed(ctx: _Context, findings: list[Finding]) -> tuple[list[Finding], l
         own[f.frame] = max(own.get(f.frame, 0.0), f.saves_ns)
     inside: dict = {}
     claim: dict = {}
-    for node in post_order(ctx.prof.gf.graph):
-        below = sum(claim[c] for c in node.children)
+    for node in _claiming(ctx, own):
+        below = sum(claim.get(c, 0.0) for c in node.children)
         inside[node] = below
         claim[node] = max(own.get(node, 0.0), below)
     kept, claimed = [], []
@@ -295,6 +323,21 @@ def _unclaimed(ctx: _Context, findings: list[Finding]) -> tuple[list[Finding], l
     return kept, claimed
 
 
+def _claiming(ctx: _Context, own: dict) -> list:
+    """The frames with findings and those above them, each after its children: elsewhere
+    nothing is claimed (a claim of 0 adds nothing to a sum). On a tree (ctx.levels) only
+    these are walked; on another graph, every frame."""
+    if ctx.levels is None:
+        return post_order(ctx.prof.gf.graph)
+    seen: dict = {}  # id -> node, each frame once, a frame before those above it
+    for frame in own:
+        for node in (frame, *ancestors(frame)) if frame is not None else ():
+            if id(node) in seen:
+                break
+            seen[id(node)] = node
+    return sorted(seen.values(), key=lambda node: -node._depth)
+
+
 def _claimed_note(claimed: list[Finding]) -> str:
     named = ", ".join(dict.fromkeys(f"{f.kernel} ({f.rule})" for f in claimed))
     return (f"{len(claimed)} finding{'s' * (len(claimed) != 1)} left out, all of what "
@@ -305,10 +348,13 @@ def _claimed_note(claimed: list[Finding]) -> str:
 def _group(ctx: _Context, findings: list[Finding]) -> list[Group]:
     """The findings by kernel name (its call paths together) or scope, each group with the
     GPU time of what it names (its frames, one inside another counted once)."""
+    if not findings:
+        return []
+    named = {f.kernel for f in findings}
     frames: dict[str, set] = {}
-    for node, ran in kernel_mask(ctx.prof, copies=True).items():
-        if ran:
-            frames.setdefault(ctx.name(node), set()).add(node)
+    for node, ran in ctx.ran.items():
+        if ran and (name := ctx.name(node)) in named:
+            frames.setdefault(name, set()).add(node)
     wall: dict[str, float] = dict(ctx.walls)
     for scope in ctx.scopes:
         if scope.cpu:
@@ -357,8 +403,10 @@ def _inside(node, nodes: set) -> bool:
 
 
 class _Context:
-    def __init__(self, prof: Profile, own: pd.Series, gpu_ns: dict, style: str) -> None:
-        self.prof, self.own, self.style = prof, own, style
+    def __init__(self, prof: Profile, own: pd.Series, gpu_ns: dict, style: str,
+                 levels: list | None = None) -> None:
+        self.prof, self.own, self.style, self.levels = prof, own, style, levels
+        """levels: reader.tree_levels of the profile's tree (None for another graph)."""
         self.gpu_ns = gpu_ns
         """Node -> its GPU time (kernels, copies and sets at or under it)."""
         self.total = float(sum(gpu_ns.get(root, 0.0) for root in prof.gf.graph.roots))
@@ -366,7 +414,14 @@ class _Context:
         self.df = prof.gf.dataframe
         gpus = prof.devices.get(CUDA, {}) if isinstance(prof.devices, dict) else {}
         self.gpus = gpus if isinstance(gpus, dict) else {}
-        self.roofs: dict = kernel_roofs(prof)
+        self.kernel: dict = {}
+        """Node -> whether it is a kernel (kernel_mask)."""
+        self.ran: dict = {}
+        """Node -> whether it is a kernel, copy or set (kernel_mask with copies)."""
+        self.judged: list = []
+        """The kernels with MIN_SHARE of the GPU time or more (_judged), in table order."""
+        self.roofs: dict = {}
+        """Node -> KernelRoof, of the judged kernels and of each other frame asked (roof)."""
         self.counters: dict = kernel_counters(prof)
         self.scopes: list[_Scope] = []
         self.notes: list[str] = []
@@ -444,9 +499,18 @@ class _Context:
 
     def roof_fraction(self, node) -> float | None:
         """Achieved FLOP/s over the roof at the kernel's intensity; None when unknown."""
-        kernel = self.roofs.get(node)
+        kernel = self.roof(node)
         frac = kernel.fraction() if kernel is not None else None
         return frac if frac is not None and math.isfinite(frac) else None
+
+    def roof(self, node) -> KernelRoof | None:
+        """The kernel's KernelRoof (None for a frame that has none)."""
+        roof = self.roofs.get(node)
+        if roof is not None or node in self.roofs or (node.parents and not self.kernel.get(node)):
+            return roof  # a scope or a copy has none (a root may have a device of its own)
+        # a kernel not judged (a stalled line's, a straggler's): every kernel's, once
+        self.roofs = kernel_roofs(self.prof)
+        return self.roofs.get(node)
 
     def comm(self, node) -> bool:
         """A communication kernel (NCCL's): its grid is NCCL's choice and its time mostly
@@ -467,7 +531,7 @@ def _launch_shape(ctx: _Context, kernels: list, out: list) -> str | None:
     if GRID_BLOCKS not in ctx.df:
         return ("too few programs, tail effect, occupancy: not checked; the profile has no "
                 "launch configuration (grid, block, registers, shared memory per kernel)")
-    for node in kernels:
+    for node in ctx.judged:  # (the others: not big)
         ns = ctx.value(node, TIME)
         gpu = ctx.gpu(node)
         grid, threads = ctx.value(node, GRID_BLOCKS), ctx.value(node, BLOCK_THREADS)
@@ -529,13 +593,13 @@ Triton kernel's tl.dot, so it does not apply to these."""
 
 def _tensor_cores(ctx: _Context, kernels: list, out: list) -> str | None:
     if TL_DOT not in ctx.df:
-        timed = [n for n in kernels if ctx.big(ctx.value(n, TIME))]
+        timed = ctx.judged
         if timed and all(LIBRARY_KERNEL.match(str(n.frame.get("name", ""))) for n in timed):
             return ("tensor cores: does not apply; the kernels here are libraries' (cuBLAS, "
                     "CUTLASS, torch's ATen), and the rule reads a Triton kernel's tl.dot")
         return ("tensor cores: not checked; the profile has no Triton kernel with a tl.dot "
                 "whose machine code was at hand when it was written")
-    for node in kernels:
+    for node in ctx.judged:  # (the others: not big)
         ns, dots = ctx.value(node, TIME), ctx.value(node, TL_DOT)
         if not dots or not ctx.big(ns):
             continue
@@ -562,8 +626,8 @@ def _tensor_cores(ctx: _Context, kernels: list, out: list) -> str | None:
 
 def _roofline(ctx: _Context, kernels: list, out: list) -> str | None:
     judged, unjudged = 0, []
-    for node in kernels:
-        kernel, ns = ctx.roofs.get(node), ctx.value(node, TIME)
+    for node in ctx.judged:  # (the others: not big, and comm() only asked of big ones)
+        kernel, ns = ctx.roof(node), ctx.value(node, TIME)
         if kernel is None or kernel.fraction() is None and kernel.point() is None \
                 or not ctx.big(ns) or ctx.comm(node):
             continue  # a communication kernel waits on its peers: no roof says why
@@ -659,7 +723,7 @@ def _bound(ctx: _Context, kernels: list, out: list) -> str | None:
     _unmeasured(ctx, kernels)
     if not ctx.counters:  # not a counters profile: said nowhere, as --diagnose said before
         return ""
-    for node in kernels:
+    for node in ctx.judged:  # (the others: not big)
         c, ns = ctx.counters.get(node), ctx.value(node, TIME)
         if c is None or not ctx.big(ns):
             continue
@@ -715,7 +779,7 @@ def _unmeasured(ctx: _Context, kernels: list) -> None:
     """A note on the kernels (with MIN_SHARE of the time or more) whose counters the samples
     did not measure: no rule judges them by counters, and the note says how to measure them."""
     missed = unmeasured(ctx.prof)
-    big = [node for node in kernels if node in missed and ctx.big(ctx.value(node, TIME))]
+    big = [node for node in ctx.judged if node in missed]
     if big:
         names = sorted({ctx.name(node) for node in big})
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
@@ -774,15 +838,54 @@ def _launch_scopes(ctx: _Context, kernels: list) -> list[_Scope]:
     """Scopes with at least MIN_SHARE of the GPU time in LAUNCH_COUNT or more own kernels
     that average under SHORT_KERNEL_US."""
     is_kernel, out = set(kernels), []
-    for node in ctx.prof.gf.graph.traverse():
-        if node in is_kernel:
-            continue
+    for node in _launching(ctx, is_kernel):
         mine = [c for c in node.children if c in is_kernel]
         count = sum(ctx.value(c, "count") or 0 for c in mine)
         ns = sum(ctx.value(c, TIME) or 0 for c in mine)
         if count >= LAUNCH_COUNT and ctx.big(ns) and ns / count / 1e3 < SHORT_KERNEL_US:
             out.append(_Scope(node, set(mine), count, ns, ctx.value(node, CPU_TIME)))
     return out
+
+
+def _launching(ctx: _Context, is_kernel: set) -> list:
+    """The frames that are no kernels, in traverse's order, that _launch_scopes tests; on a
+    tree of levels (ctx.levels) only those that pass its tests, its sums over each frame's
+    kernels made by numpy with the same digits (the children's in their order)."""
+    graph = ctx.prof.gf.graph
+    count, ns = _as_read(ctx, "count"), _as_read(ctx, TIME)
+    if ctx.levels is None or count is None or ns is None:
+        return [node for node in graph.traverse() if node not in is_kernel]
+    kernel = np.fromiter(ctx.kernel.values(), dtype=bool, count=len(ctx.kernel))
+    if not ctx.levels or ctx.total <= 0:
+        return []
+    rows = np.concatenate([r for r, _ in ctx.levels])
+    up = np.concatenate([u for _, u in ctx.levels])
+    mine = kernel[rows]
+    rows, up = rows[mine], up[mine]
+    counts, times = np.zeros(len(kernel)), np.zeros(len(kernel))
+    np.add.at(counts, up, count[rows])
+    np.add.at(times, up, ns[rows])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        many_short = (counts >= LAUNCH_COUNT) & (times != 0) & (times / ctx.total >= MIN_SHARE) \
+            & (times / counts / 1e3 < SHORT_KERNEL_US) & ~kernel
+    found = ctx.df.index.values[many_short].tolist()
+    if len(found) < 2:
+        return found
+    ids = {id(node) for node in found}
+    return [node for node in graph.traverse() if id(node) in ids]
+
+
+def _as_read(ctx: _Context, column: str) -> np.ndarray | None:
+    """A column's values by row as ctx.value reads them, 0 where it reads none (missing, not
+    finite); zeros where the table lacks it; None where its values are no floats (value()
+    converts each)."""
+    if column not in ctx.df:
+        return np.zeros(len(ctx.df))
+    values = ctx.df[column]
+    if values.dtype != np.float64:
+        return None
+    values = values.to_numpy()
+    return np.where(np.isfinite(values), values, 0.0)
 
 
 def _launch_bound(ctx: _Context, kernels: list, out: list) -> str | None:

@@ -549,7 +549,7 @@ def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None
     import pandas as pd
 
     df = gf.dataframe
-    levels = _levels(gf)
+    levels = tree_levels(gf)
     if levels is None:
         rows, up, slots = _upward(gf)
     names = [f"{metric} (inc)" for metric in metrics] if names is None else names
@@ -561,7 +561,7 @@ def add_inclusive_columns(gf, metrics: list[str], names: list[str] | None = None
         for metric, name in zip(metrics, names):
             own = pd.to_numeric(df[metric], errors="coerce").to_numpy(dtype=float)
             if levels is not None:
-                df[name] = _level_sums(own, levels)
+                df[name] = level_sums(own, levels)
                 continue
             inc = own.tolist()
             inc += [nan] * (slots - len(inc))
@@ -578,7 +578,7 @@ LEVEL_SUMS_DEPTH = 1000
 """Deeper trees sum row by row (_upward): numpy's calls per level would cost more."""
 
 
-def _levels(gf) -> list[tuple[np.ndarray, np.ndarray]] | None:
+def tree_levels(gf) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """For a tree whose maker listed its nodes (graph.every) and whose table rows are its
     node ids: (rows, their parents' rows) of each depth, the deepest first, a parent's
     children in their order; None for any other graph (a node with two parents, a table
@@ -602,7 +602,7 @@ def _levels(gf) -> list[tuple[np.ndarray, np.ndarray]] | None:
                                       np.split(depth, cuts)) if d[0] > 0]
 
 
-def _level_sums(own: np.ndarray, levels: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+def level_sums(own: np.ndarray, levels: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """`own` summed over each subtree with the digits of the row-by-row sum (_upward's): a
     parent's own value, then each child's in order, NaN left out and NaN only where all are.
     A missing value starts as -0.0, which adds to any number exactly; np.add.at adds a
