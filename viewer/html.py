@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import re
+
+import numpy as np
 from typing import cast
 
 from ..format import COPY_FRAME, CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, SYNC_TIME
@@ -221,7 +223,7 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
         spread = rank_columns(merged, ["time/ms"])
         columns.append(Column("max/mean over ranks", spread[-1].values))
     kernel = kernel_mask(prof, copies=True)  # the table lists copies beside the kernels
-    values = [by_id(c.values) for c in columns]  # by node id: no Node.__hash__ per look-up
+    values = [_cells(c.values) for c in columns]  # by node id: no Node.__hash__ per look-up
     headers = [c.header for c in columns]
     time = values[0] if headers and headers[0] == "time (ms)" else {}
     groups: dict[str, list[int]] = {}
@@ -237,7 +239,7 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
             node = order[frames[0]]
             nid = node._hatchet_nid
             row_of[node] = len(rows)
-            rows.append([frames, None, *[_num(v.get(nid)) for v in values]])
+            rows.append([frames, None, *[v.get(nid) for v in values]])
             continue
         frames.sort(key=lambda i: -(_num(time.get(order[i]._hatchet_nid)) or 0.0))
         nodes = [order[i] for i in frames]
@@ -257,6 +259,17 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
     copies = [j for j, r in enumerate(rows)  # rows, not kernels: the page counts them apart
               if COPY_FRAME.match(order[r[0][0]].frame.get("name", ""))]
     return {"columns": ["kernel", "call paths", *headers], "rows": rows, "copies": copies}, row_of
+
+
+def _cells(values) -> dict:
+    """A column's cells by node id (by_id), each as _num makes it: numpy's where the column
+    is of floats."""
+    if values.dtype != np.float64:
+        return {nid: _num(v) for nid, v in by_id(values).items()}
+    numbers = values.to_numpy()
+    cells = numbers.astype(object)
+    cells[~np.isfinite(numbers)] = None
+    return dict(zip([node._hatchet_nid for node in values.index], cells.tolist()))
 
 
 def _inside_kernels(order: list, kernel: dict) -> set:
