@@ -18,19 +18,18 @@ def rows(gf, columns: list[Column], *, depth: int = 100, visible: set | None = N
     """One dict per shown frame: its path from the root, depth and each metric (None if blank),
     in the tree's order (diff: children by the size of their change)."""
     values = [by_id(c.values) for c in columns]
-    tidied = [(c.header, _tidied(v)) for c, v in zip(columns, values)]
-    out: list[dict] = []
-    path: list[str] = []
     order = sort_values(values[0] if values else {}, diff)
+    paths, levels, nids = [], [], []
+    path: list[str] = []
     for node, level, _ in walk(gf, order, depth=depth, visible=visible, folded=folded):
         del path[level:]
         path.append(names[node] if names else node.frame.get("name", "?"))
-        row = {"path": list(path), "depth": level}
-        nid = node._hatchet_nid
-        for header, column in tidied:
-            row[header] = column.get(nid)
-        out.append(row)
-    return out
+        paths.append(list(path))
+        levels.append(level)
+        nids.append(node._hatchet_nid)
+    cells = [list(map(_tidied(v).get, nids)) for v in values]  # a column at a time, in C
+    keys = ["path", "depth", *(c.header for c in columns)]
+    return list(map(dict, map(zip, repeat(keys), zip(paths, levels, *cells))))
 
 
 def _tidied(values: dict) -> dict:
