@@ -124,30 +124,31 @@ class Graph(_HatchetGraph):
         todo = [(sorted(self.roots, key=key), sorted(other.roots, key=key), None)]
         while todo:
             mine, theirs, parent = todo.pop()
+            mine_keys, their_keys = list(map(frame_key, mine)), list(map(frame_key, theirs))
             i = j = 0
             while i < len(mine) or j < len(theirs):
-                a = mine[i] if i < len(mine) else None
-                b = theirs[j] if j < len(theirs) else None
-                if b is None or (a is not None and frame_key(a) < frame_key(b)):
-                    pair, i = (a, None), i + 1
-                elif a is None or frame_key(a) > frame_key(b):
-                    pair, j = (None, b), j + 1
+                if j == len(theirs) or (i < len(mine) and mine_keys[i] < their_keys[j]):
+                    a, b, i = mine[i], None, i + 1
+                elif i == len(mine) or mine_keys[i] > their_keys[j]:
+                    a, b, j = None, theirs[j], j + 1
                 else:
-                    pair, i, j = (a, b), i + 1, j + 1
-                mapped = [old_to_new.get(id(n)) if n is not None else None for n in pair]
-                new = next((m for m in mapped if m is not None), None)
+                    a, b, i, j = mine[i], theirs[j], i + 1, j + 1
+                # each side's node already placed (a graph's node reached twice), or None
+                was_a = old_to_new.get(id(a)) if a is not None else None
+                was_b = old_to_new.get(id(b)) if b is not None else None
+                new = was_a if was_a is not None else was_b
                 if new is None:
-                    new = next(n for n in pair if n is not None).copy()
+                    new = (a if a is not None else b).copy()
                     made.append(new)
-                sides = []
-                for n, m in zip(pair, mapped):
-                    if n is not None and m is None:
-                        old_to_new[id(n)] = new
-                        sides.append(sorted(n.children, key=key))
-                    else:
-                        sides.append(())
-                if sides[0] or sides[1]:
-                    todo.append((sides[0], sides[1], new))
+                kids_a = kids_b = ()
+                if a is not None and was_a is None:
+                    old_to_new[id(a)] = new
+                    kids_a = sorted(a.children, key=key)
+                if b is not None and was_b is None:
+                    old_to_new[id(b)] = new
+                    kids_b = sorted(b.children, key=key)
+                if kids_a or kids_b:
+                    todo.append((kids_a, kids_b, new))
                 if parent is not None:
                     parent.add_child(new)
                     new.add_parent(parent)
