@@ -240,9 +240,10 @@ def _kernels(prof: Profile, merged, order: list, ids: list[int]) -> dict:
     time = values[0] if headers and headers[0] == "time (ms)" else [None] * len(ids)
     count = values[headers.index("count")] if "count" in headers else [None] * len(ids)
     rows: list[list] = []
+    by_frame = list(zip(*values)) if values else [()] * len(ids)  # each frame's cells
     for frames in groups.values():
         if len(frames) == 1:  # a kernel on one call path: its cells as they are (_fold's)
-            rows.append([frames, None, *[v[frames[0]] for v in values]])
+            rows.append([frames, None, *by_frame[frames[0]]])
             continue
         frames.sort(key=lambda i: -(time[i] or 0.0))
         weights = [time[i] or 0.0 for i in frames]
@@ -329,11 +330,14 @@ def _roofline(prof: Profile, style: str, frame_of: dict) -> dict:
     columns (90,000 of them stay a few MB): each names its frame (`i`), or has its name under
     `name` where the page shows no frame; `roof` indexes `kinds`, `s` SOURCES; numbers to 6
     digits. `frame_of`: a frame's number by its hatchet id."""
-    roofs_of = kernel_roofs(prof)
-    kernels = {n: k for n, k in roofs_of.items() if k.point() is not None and not over_roof(k)}
-    overstated = sum(over_roof(k) for k in roofs_of.values())
-    blank = sum(k.source != DECLARED for k in roofs_of.values()) - sum(
-        k.source != DECLARED for k in kernels.values())
+    kernels, at, overstated, blank = {}, {}, 0, 0  # node -> KernelRoof, node -> its point
+    for node, kernel in kernel_roofs(prof).items():
+        if over_roof(kernel):  # declared: never blank
+            overstated += 1
+        elif (point := kernel.point()) is not None:
+            kernels[node], at[node] = kernel, point
+        else:
+            blank += kernel.source != DECLARED
     if not kernels:
         return {"points": {"x": []}, "roofs": [], "note": "No roofline: no kernel carries flops "
                 "and bytes, neither measured (hardware counters, mode=\"counters\") nor declared "
@@ -346,31 +350,34 @@ def _roofline(prof: Profile, style: str, frame_of: dict) -> dict:
                     "lv": [], "kinds": [], "sources": list(SOURCES), "nominal": NOMINAL_INTENSITY,
                     "name": {}, "levels": {}}
     for node, kernel in kernels.items():
-        x, y = (_num(v) for v in cast(tuple, kernel.point()))
+        x, y = (_num(v) for v in at[node])
         if not x or not y:  # an intensity or a rate too small (or large) for a float
             continue
         frac, kind = _num(kernel.fraction()), ", ".join(dict.fromkeys(kernel.precisions))
         if kind not in points["kinds"]:
             points["kinds"].append(kind)
-        if frame_of.get(node._hatchet_nid, -1) < 0:
+        frame = frame_of.get(node._hatchet_nid, -1)
+        if frame < 0:
             points["name"][len(points["x"])] = readable(node.frame.get("name", "?"), style)
         level, _, level_bw = kernel.drawn()
         if kernel.levels:  # measured: every level's share of its own roof, for the tooltip
             points["levels"][len(points["x"])] = {k: _short(v) for k, v in kernel.levels.items()}
-        for key, value in (("i", frame_of.get(node._hatchet_nid, -1)), ("x", _short(x)), ("y", _short(y)),
+        for key, value in (("i", frame), ("x", _short(x)), ("y", _short(y)),
                            ("t", _short(kernel.time)),
                            ("frac", None if frac is None else _short(frac)),
                            ("roof", points["kinds"].index(kind)),
                            ("s", SOURCES.index(kernel.source)), ("lv", level)):
             points[key].append(value)
-        gpu = gpus[kernel.device]
         for name in kernel.precisions if level_bw else ():
+            if (kernel.device, name, level) in roofs:  # the first kernel's (as an L2 roof)
+                continue
+            gpu = gpus[kernel.device]
             top = cast(float, peak(gpu, name))  # known: compute_roof found its roof
             bw = cast(float, level_bw)
-            roofs.setdefault((kernel.device, name, level), {
+            roofs[kernel.device, name, level] = {
                 "kind": name, "peak": top, "bw": bw, "ridge": top / bw, "level": level,
                 "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
-                         f"{top / 1e12:,.1f} TFLOP/s, {'L2 ' * (level == 'L2')}{bw / 1e9:,.0f} GB/s"})
+                         f"{top / 1e12:,.1f} TFLOP/s, {'L2 ' * (level == 'L2')}{bw / 1e9:,.0f} GB/s"}
     count = {s: points["s"].count(i) for i, s in enumerate(SOURCES)}
     if count[MEASURED] or count[NO_TENSOR_WORK]:
         parts = [f"{count[MEASURED] + count[NO_TENSOR_WORK]:,} measured by hardware counters "
@@ -409,8 +416,9 @@ def _roofline(prof: Profile, style: str, frame_of: dict) -> dict:
 
 def _missed(prof: Profile) -> str:
     """The roofline's word on kernels with counters the samples did not measure (not drawn)."""
-    mask = kernel_mask(prof)
-    missed = [ns for node, (_, ns) in unmeasured(prof).items() if mask.get(node)]
+    counted = unmeasured(prof)
+    mask = kernel_mask(prof) if counted else {}  # most profiles: none, and no mask to make
+    missed = [ns for node, (_, ns) in counted.items() if mask.get(node)]
     return f" Not drawn: {unmeasured_text(len(missed), sum(missed))}." if missed else ""
 
 
@@ -488,12 +496,16 @@ def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: lis
     except ViewerError as exc:
         return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": [], "gpu_time_ns": 0}
     names, parents, full = nodes["name"], nodes["parent"], nodes["full"]
+    wanted = {item["kernel"] for item in found["findings"]}  # a few names of many frames
     frames: dict[str, list[int]] = {}  # kernel name -> its frames, hottest first
     for row in kernels["rows"]:
-        frames.setdefault(names[row[0][0]], []).extend(row[0])
+        if names[row[0][0]] in wanted:
+            frames.setdefault(names[row[0][0]], []).extend(row[0])
     scopes: dict[str, list[int]] = {}  # "scope NAME" -> its frames (a launch-bound finding's)
-    for i, name in enumerate(names):
-        scopes.setdefault(f"scope {_named(names, full, i)}", []).append(i)
+    named = {k.removeprefix("scope ") for k in wanted - frames.keys() if k.startswith("scope ")}
+    for i, name in enumerate(names) if named else ():
+        if (name in named or i in full) and (name := _named(names, full, i)) in named:
+            scopes.setdefault(f"scope {name}", []).append(i)  # (_named: names[i] if not in full)
     sampled = {k["name"] for k in source}
     for item in found["findings"]:
         candidates = frames.get(item["kernel"]) or scopes.get(item["kernel"], [])
