@@ -5,6 +5,7 @@ Derive, then render: everything here returns data (pandas Series keyed by hatche
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -824,6 +825,9 @@ def _rows(index: pd.Index, nodes: list) -> list[int]:
     """The table rows of `nodes` (those it has), in their order: a node's row is its hatchet
     id where the table is in id order (reader.load's), read without hashing the node."""
     at = index.values
+    ids = [getattr(node, "_hatchet_nid", -1) for node in nodes]
+    if ids and 0 <= min(ids) and max(ids) < len(at) and all(map(operator.is_, at[ids], nodes)):
+        return ids  # every node at its id's row: no look-up one by one
     rows = []
     for node in nodes:
         row = getattr(node, "_hatchet_nid", -1)

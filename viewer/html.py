@@ -15,6 +15,7 @@ import re
 from itertools import repeat
 
 import numpy as np
+import pandas as pd
 from typing import cast
 
 from ..format import COPY_FRAME, CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, SYNC_TIME
@@ -51,14 +52,14 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
     columns = columns + _waste_columns(prof, columns)
     budget = NameBudget(prof, style)
     nodes = _nodes(prof, columns, visible, depth, budget, folded)
-    order, ids = nodes.pop("order"), nodes.pop("ids")
-    kernels = _kernels(prof, merged, order, ids)
+    cells = nodes.pop("cells")
+    kernels = _kernels(prof, merged, cells)
     source = _source(prof, style, roots)
     data = {"summary": " · ".join([_summary(prof, columns, merged), *budget.note()]),
             "columns": [c.header for c in columns],
             "kernels": kernels,
             "nodes": nodes,
-            "roofline": _roofline(prof, style, dict(zip(ids, range(len(ids))))),
+            "roofline": _roofline(prof, style, dict(zip(cells.ids, range(len(cells.ids))))),
             "source": source,
             "findings": _findings(prof, style, nodes, kernels, source, merged),
             "warps": _warps(prof, style)}
@@ -139,14 +140,22 @@ class NameBudget:
         self.style = style
         self.kept: set[str] = set()
 
-    def names(self, raw: str) -> tuple[str, str]:
-        """(the name shown, its whole form) of a frame named `raw`."""
-        if "@" not in raw and not raw.startswith("_Z"):  # no python frame, not mangled: as is
-            self.left -= len(raw)
-            return raw, raw
-        if self.left <= 0 and raw.startswith("_Z"):
-            self.kept.add(raw)
-            return raw, raw
+    def names(self, raws: list[str]) -> list[tuple[str, str]]:
+        """(the name shown, its whole form) of frames named `raws`, in order: the first take
+        the budget."""
+        out = []
+        for raw in raws:
+            if "@" not in raw and not raw.startswith("_Z"):  # no python frame, not mangled
+                self.left -= len(raw)
+                out.append((raw, raw))
+            elif self.left <= 0 and raw.startswith("_Z"):
+                self.kept.add(raw)
+                out.append((raw, raw))
+            else:
+                out.append(self._name(raw))
+        return out
+
+    def _name(self, raw: str) -> tuple[str, str]:
         before = declined()
         name, whole = short_frame(readable(raw, self.style)), readable(raw, "full")
         if declined() != before:
@@ -163,33 +172,20 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
            budget: NameBudget, folded: set | None = None) -> dict:
     """The shown frames in pre-order, as columns: name, parent, width value, each metric;
     `full` names only where folding shortened them. Columns, not objects: a 100,000-frame
-    page stays small and parses fast. `order` and `ids`: the frames and their hatchet ids."""
-    graph = prof.gf.graph
+    page stays small and parses fast. `cells`: _Cells at those frames."""
+    order, parents = _shown(prof.gf.graph, visible, depth, folded)
     names: list[str] = []
-    parents: list[int] = []
     full: dict[int, str] = {}
-    order: list = []
     marks = fold_marks(folded) if folded else {}
-    every = visible is None and not folded  # shown_children is each frame's children
-    stack = [(root, -1, 0) for root in reversed(graph.roots)]
-    while stack:
-        node, parent, level = stack.pop()
-        if visible is not None and node not in visible:
-            continue
-        name, whole = budget.names(node.frame.attrs.get("name", "?"))
+    for node, (name, whole) in zip(order, budget.names([n.frame.attrs.get("name", "?")
+                                                         for n in order])):
         if marks and node in marks:
             name, whole = name + marks[node], whole + marks[node]
         if whole != name:
             full[len(names)] = whole
-        at = len(names)
         names.append(name)
-        parents.append(parent)
-        order.append(node)
-        if level + 1 < depth:  # Triton's -d: `-d 1` shows ROOT alone
-            kids = node.children if every else shown_children(node, visible, folded)
-            stack.extend(zip(reversed(kids), repeat(at), repeat(level + 1)))
-    ids = [node._hatchet_nid for node in order]
-    metrics = [_cells_at(c.values, order, ids) for c in columns]
+    cells = _Cells(order, [node._hatchet_nid for node in order])
+    metrics = [cells(c.values) for c in columns]
     widths = list(metrics[0]) if metrics else [None] * len(names)
     # widths: at least the children's sum (a scope without its own value still spans them)
     spans = [0.0] * len(names)
@@ -198,7 +194,26 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
         if parents[i] >= 0:
             spans[parents[i]] += width
     return {"name": names, "parent": parents, "value": widths, "full": full,
-            "metrics": metrics, "order": order, "ids": ids}
+            "metrics": metrics, "cells": cells}
+
+
+def _shown(graph, visible, depth: int, folded: set | None) -> tuple[list, list[int]]:
+    """The frames shown (in `visible`, `depth` levels, runs of `folded` frames as their first)
+    in pre-order, and each one's parent's number in it (-1 for a root)."""
+    order: list = []
+    parents: list[int] = []
+    every = visible is None and not folded  # shown_children is each frame's children
+    stack = [(root, -1, 0) for root in reversed(graph.roots)]
+    while stack:
+        node, parent, level = stack.pop()
+        if visible is not None and node not in visible:
+            continue
+        if level + 1 < depth:  # Triton's -d: `-d 1` shows ROOT alone
+            kids = node.children if every else shown_children(node, visible, folded)
+            stack.extend(zip(reversed(kids), repeat(len(order)), repeat(level + 1)))
+        order.append(node)
+        parents.append(parent)
+    return order, parents
 
 
 def _rate_specs(prof: Profile) -> list[str]:
@@ -209,10 +224,10 @@ def _rate_specs(prof: Profile) -> list[str]:
                         "sm_throughput") if s in have]
 
 
-def _kernels(prof: Profile, merged, order: list, ids: list[int]) -> dict:
+def _kernels(prof: Profile, merged, cells: _Cells) -> dict:
     """One row per kernel (its frames under every call path folded together): [its frame
     numbers, each frame's time in ms (None for one frame), time, count, avg, rates, util], and
-    with several ranks the spread of their time. `order`: the shown frames, `ids` theirs."""
+    with several ranks the spread of their time. `cells`: at the shown frames."""
     columns = []
     for spec in [*KERNEL_SPECS, *_rate_specs(prof)]:
         if spec == "util":  # a percentage, as the other shares on the page (_rate_specs: the
@@ -228,6 +243,7 @@ def _kernels(prof: Profile, merged, order: list, ids: list[int]) -> dict:
 
         spread = rank_columns(merged, ["time/ms"])
         columns.append(Column("max/mean over ranks", spread[-1].values))
+    order, ids = cells.order, cells.ids
     kernel = kernel_mask(prof, copies=True)  # the table lists copies beside the kernels
     kernels = {node._hatchet_nid for node, is_kernel in kernel.items() if is_kernel}
     inside = _inside_kernels(kernel, set(ids))
@@ -235,7 +251,7 @@ def _kernels(prof: Profile, merged, order: list, ids: list[int]) -> dict:
     for i, nid in enumerate(ids):
         if nid in kernels and nid not in inside:
             groups.setdefault(order[i].frame.attrs.get("name", "?"), []).append(i)
-    values = [_cells_at(c.values, order, ids) for c in columns]  # each as the frames
+    values = [cells(c.values) for c in columns]  # each as the frames
     headers = [c.header for c in columns]
     time = values[0] if headers and headers[0] == "time (ms)" else [None] * len(ids)
     count = values[headers.index("count")] if "count" in headers else [None] * len(ids)
@@ -248,8 +264,8 @@ def _kernels(prof: Profile, merged, order: list, ids: list[int]) -> dict:
         frames.sort(key=lambda i: -(time[i] or 0.0))
         weights = [time[i] or 0.0 for i in frames]
         sums = (sum(weights), sum(count[i] or 0.0 for i in frames))
-        cells = [_fold(h, [v[i] for i in frames], weights, sums) for h, v in zip(headers, values)]
-        rows.append([frames, weights, *cells])
+        rows.append([frames, weights, *[_fold(h, [v[i] for i in frames], weights, sums)
+                                         for h, v in zip(headers, values)]])
     if headers and headers[0] == "time (ms)":  # each kernel's share of the GPU time, beside it
         total = sum(r[2] or 0.0 for r in rows)
         for r in rows:
@@ -260,19 +276,36 @@ def _kernels(prof: Profile, merged, order: list, ids: list[int]) -> dict:
     return {"columns": ["kernel", "call paths", *headers], "rows": rows, "copies": copies}
 
 
-def _cells_at(values, order: list, ids: list[int]) -> list:
-    """A column's cells at the frames `order` (hatchet ids `ids`), each as _num makes it: by
-    row where the column is in id order (reader.load's table), numpy's where it is of floats."""
-    index = values.index.values
-    if not ids or max(ids) >= len(index) or not all(map(operator.is_, index[ids], order)):
-        by_nid = by_id(values)
-        return [_num(by_nid.get(i)) for i in ids]
-    picked = values.to_numpy()[ids]
-    if picked.dtype != np.float64:
-        return [_num(v) for v in picked.tolist()]
-    cells = picked.astype(object)
-    cells[~np.isfinite(picked)] = None
-    return cells.tolist()
+class _Cells:
+    """Columns' cells at the shown frames `order` (hatchet ids `ids`), each as _num makes it:
+    by row where the column's table is in id order (reader.load's; checked once a table),
+    numpy's where it is of floats."""
+
+    def __init__(self, order: list, ids: list[int]) -> None:
+        self.order, self.ids = order, ids
+        self.checked: list[tuple[pd.Index, bool]] = []  # each table seen, in id order or not
+
+    def __call__(self, values: pd.Series) -> list:
+        ids = self.ids
+        if not self._by_row(values.index):
+            by_nid = by_id(values)
+            return [_num(by_nid.get(i)) for i in ids]
+        picked = values.to_numpy()[ids]
+        if picked.dtype != np.float64:
+            return [_num(v) for v in picked.tolist()]
+        cells = picked.tolist()
+        for i in np.flatnonzero(~np.isfinite(picked)).tolist():
+            cells[i] = None
+        return cells
+
+    def _by_row(self, index: pd.Index) -> bool:
+        for seen, ok in self.checked:
+            if seen is index:
+                return ok
+        at, ids = index.values, self.ids
+        ok = not ids or (max(ids) < len(at) and all(map(operator.is_, at[ids], self.order)))
+        self.checked.append((index, ok))
+        return ok
 
 
 def _inside_kernels(kernel: dict, shown: set[int]) -> set[int]:
@@ -309,8 +342,6 @@ def _fold(header: str, cells: list, weights: list[float], sums: tuple[float, flo
 def _util(prof: Profile):
     """Achieved over peak, blank where it means nothing: a kernel with neither flops under a
     known roof nor bytes (a 0 there would read as an idle GPU)."""
-    import pandas as pd
-
     index = prof.gf.dataframe.index
     util = {node: k for node, k in kernel_roofs(prof).items()
             if (k.peak and k.flops) or (k.bandwidth and k.nbytes)}
