@@ -876,7 +876,7 @@ def _kernel_roofs(profile: Profile, rows: list[int] | None = None) -> dict:
         if dev not in per_gpu:
             per_gpu[dev] = (gpus[dev], bandwidth(gpus[dev]))
         gpu, bw = per_gpu[dev]
-        measured = counters.get(node)
+        measured = counters.get(node) if counters else None
         if measured is not None:
             top = peak(gpu, MEASURED_PRECISION)
             l2 = measured.l2_fraction

@@ -248,9 +248,8 @@ def _kernels(prof: Profile, merged, cells: _Cells) -> dict:
     kernels = {node._hatchet_nid for node, is_kernel in kernel.items() if is_kernel}
     inside = _inside_kernels(kernel, set(ids))
     groups: dict[str, list[int]] = {}  # name -> its frames
-    for i, nid in enumerate(ids):
-        if nid in kernels and nid not in inside:
-            groups.setdefault(order[i].frame.attrs.get("name", "?"), []).append(i)
+    for i in [i for i, nid in enumerate(ids) if nid in kernels and nid not in inside]:
+        groups.setdefault(order[i].frame.attrs.get("name", "?"), []).append(i)
     values = [cells(c.values) for c in columns]  # each as the frames
     headers = [c.header for c in columns]
     time = values[0] if headers and headers[0] == "time (ms)" else [None] * len(ids)
