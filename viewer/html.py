@@ -245,8 +245,9 @@ def _kernels(prof: Profile, merged, cells: _Cells) -> dict:
         columns.append(Column("max/mean over ranks", spread[-1].values))
     order, ids = cells.order, cells.ids
     kernel = kernel_mask(prof, copies=True)  # the table lists copies beside the kernels
-    kernels = {node._hatchet_nid for node, is_kernel in kernel.items() if is_kernel}
-    inside = _inside_kernels(kernel, set(ids))
+    every = [node for node, is_kernel in kernel.items() if is_kernel]
+    kernels = {node._hatchet_nid for node in every}
+    inside = _inside_kernels([node for node in every if node.children], set(ids))
     groups: dict[str, list[int]] = {}  # name -> its frames
     for i in [i for i, nid in enumerate(ids) if nid in kernels and nid not in inside]:
         groups.setdefault(order[i].frame.attrs.get("name", "?"), []).append(i)
@@ -307,12 +308,12 @@ class _Cells:
         return ok
 
 
-def _inside_kernels(kernel: dict, shown: set[int]) -> set[int]:
-    """The hatchet ids of the `shown` frames under a kernel frame, through shown frames: a
+def _inside_kernels(kernels: list, shown: set[int]) -> set[int]:
+    """The hatchet ids of the `shown` frames under one of `kernels`, through shown frames: a
     kernel's proton.language scopes carry its device but are no kernels of their own (the
     Warps tab shows them)."""
     inside: set[int] = set()
-    stack = [node for node, is_kernel in kernel.items() if is_kernel]
+    stack = list(kernels)
     while stack:
         for child in stack.pop().children:
             nid = child._hatchet_nid
