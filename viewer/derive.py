@@ -5,6 +5,7 @@ Derive, then render: everything here returns data (pandas Series keyed by hatche
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -689,13 +690,13 @@ _COUNTERS = (COUNTER_NS, DRAM_BYTES, L2_BYTES, TENSOR_FLOPS, TENSOR_ACTIVE_NS, I
              COUNTERS_UNRESOLVED_NS)
 
 
-def _own_rows(df: pd.DataFrame, column: str) -> list[float]:
+def _own_values(df: pd.DataFrame, column: str) -> np.ndarray:
     """A metric's own values in the table's row order, _number's (0.0 where missing, not
     finite or not a number; all 0.0 when the file lacks it)."""
     if column not in df:
-        return [0.0] * len(df)
+        return np.zeros(len(df))
     values = pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float)
-    return np.where(np.isfinite(values), values, 0.0).tolist()
+    return np.where(np.isfinite(values), values, 0.0)
 
 
 def _own(df: pd.DataFrame, column: str) -> dict:
@@ -824,6 +825,9 @@ def _rows(index: pd.Index, nodes: list) -> list[int]:
     """The table rows of `nodes` (those it has), in their order: a node's row is its hatchet
     id where the table is in id order (reader.load's), read without hashing the node."""
     at = index.values
+    ids = [getattr(node, "_hatchet_nid", -1) for node in nodes]
+    if ids and 0 <= min(ids) and max(ids) < len(at) and all(map(operator.is_, at[ids], nodes)):
+        return ids  # every node at its id's row: no look-up one by one
     rows = []
     for node in nodes:
         row = getattr(node, "_hatchet_nid", -1)
@@ -835,51 +839,57 @@ def _rows(index: pd.Index, nodes: list) -> list[int]:
 
 
 def _kernel_roofs(profile: Profile, rows: list[int] | None = None) -> dict:
-    """kernel_roofs of every kernel, or of those at table `rows`."""
+    """kernel_roofs of every kernel (in table order), or of those at table `rows`."""
     df = profile.gf.dataframe
     gpus = profile.devices.get(CUDA) if isinstance(profile.devices, dict) else None
     if TIME not in df or DEVICE_ID not in df or not isinstance(gpus, dict):
         return {}
-
-    def own(column: str) -> list:
-        """The column's own values in row order (0.0 where the file lacks it): read by row,
-        not by node (a dict keyed by node hashes each Node in Python)."""
-        return _own_rows(df, column)
-
-    time, nbytes, plain = own(TIME), own(BYTES), own("flops")
-    widths = {int(m[1]): own(str(c)) for c in df.columns if (m := FLOPS.fullmatch(str(c)))
-              and m[1]}
-    tensor = [own(SASS_PREFIX + op) for op in ("hmma", "hgmma")]
-    counters = kernel_counters(profile)
-    copies = _copy_frames(df)
-    out = {}
-    index, devices, copies = df.index.values, df[DEVICE_ID].tolist(), copies.tolist()
-    for row in range(len(df)) if rows is None else rows:
-        node, dev, copy = index[row], devices[row], copies[row]
-        gpu, seconds = gpus.get(str(dev)), time[row] * 1e-9
-        if not isinstance(gpu, dict) or seconds <= 0 or copy:  # a copy: under no roof
+    seconds = _own_values(df, TIME) * 1e-9
+    widths = {int(m[1]): _own_values(df, str(c)) for c in df.columns
+              if (m := FLOPS.fullmatch(str(c))) and m[1]}
+    tensor = np.logical_or.reduce([_own_values(df, SASS_PREFIX + op) != 0
+                                   for op in ("hmma", "hgmma")])
+    wanted = (seconds > 0) & ~_copy_frames(df).to_numpy(dtype=bool)  # a copy: under no roof
+    if rows is not None:
+        wanted &= np.isin(np.arange(len(df)), rows)
+    devices = df[DEVICE_ID].to_numpy(dtype=object)
+    on_gpu = np.zeros(len(df), dtype=bool)
+    roof_at: dict[int, tuple | None] = {}  # row -> compute_roof's, a GPU's rows at once
+    for dev in pd.unique(devices[wanted]):
+        if not isinstance(gpus.get(str(dev)), dict):
             continue
-        measured = counters.get(node)
+        at = np.flatnonzero(wanted & (devices == dev))
+        on_gpu[at] = True
+        found = compute_roof(gpus[str(dev)], {w: v[at] for w, v in widths.items()},
+                             seconds[at], tensor[at])
+        roof_at.update(zip(at.tolist(), found))
+    counters = kernel_counters(profile)
+    any_flops = np.logical_or.reduce([v != 0 for v in widths.values()]) if widths else \
+        np.zeros(len(df), dtype=bool)
+    done = np.where(any_flops, sum(widths.values()), _own_values(df, "flops")).tolist()  # plain
+    nbytes, secs, index = _own_values(df, BYTES).tolist(), seconds.tolist(), df.index.values
+    per_gpu: dict = {}  # device id -> (its table entry, its bandwidth): once a GPU
+    out = {}
+    for row in np.flatnonzero(on_gpu).tolist() if rows is None else \
+            [r for r in rows if on_gpu[r]]:  # in the caller's order
+        node, dev = index[row], str(devices[row])
+        if dev not in per_gpu:
+            per_gpu[dev] = (gpus[dev], bandwidth(gpus[dev]))
+        gpu, bw = per_gpu[dev]
+        measured = counters.get(node) if counters else None
         if measured is not None:
             top = peak(gpu, MEASURED_PRECISION)
             l2 = measured.l2_fraction
             out[node] = KernelRoof(measured.tensor_flops, measured.dram_bytes, measured.seconds,
-                                   top, bandwidth(gpu), [MEASURED_PRECISION] if top else [],
-                                   str(dev), MEASURED if measured.tensor_flops else
-                                   NO_TENSOR_WORK, seconds, measured.levels, measured.l2_bytes,
+                                   top, bw, [MEASURED_PRECISION] if top else [],
+                                   dev, MEASURED if measured.tensor_flops else
+                                   NO_TENSOR_WORK, secs[row], measured.levels, measured.l2_bytes,
                                    measured.l2_bytes / measured.seconds / l2 if l2 and
                                    measured.l2_throughput is not None else measured.l2_roof)
             continue
-        flops = {w: values[row] for w, values in widths.items()}
-        roof = None
-        if any(flops.values()):
-            roof = compute_roof(gpu, flops, seconds, any(t[row] for t in tensor))
-            done = sum(flops.values())
-        else:
-            done = plain[row]  # of no width: under no roof
-        out[node] = KernelRoof(done, nbytes[row], seconds,
-                               roof[0] if roof else None, bandwidth(gpu),
-                               roof[1] if roof else [], str(dev), DECLARED, seconds)
+        roof = roof_at[row] if any_flops[row] else None  # flops of no width: under no roof
+        out[node] = KernelRoof(done[row], nbytes[row], secs[row], roof[0] if roof else None,
+                               bw, roof[1] if roof else [], dev, DECLARED, secs[row])
     return out
 
 

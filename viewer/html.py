@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
+from itertools import repeat
 
 import numpy as np
+import pandas as pd
 from typing import cast
 
 from ..format import COPY_FRAME, CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, SYNC_TIME
@@ -20,6 +23,7 @@ from .demangle import TOTAL_FLOOR, TOTAL_RATIO, declined, declined_note
 from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
                      derive, kernel_mask, kernel_roofs, over_roof, unmeasured, unmeasured_text,
                      util_of)
+from .derive import _rows
 from .errors import ViewerError
 from .graph import nodes
 from .names import readable
@@ -48,14 +52,14 @@ def page(prof: Profile, columns: list[Column], *, title: str, roots: SourceRoots
     columns = columns + _waste_columns(prof, columns)
     budget = NameBudget(prof, style)
     nodes = _nodes(prof, columns, visible, depth, budget, folded)
-    order = nodes.pop("order")
-    kernels, row_of = _kernels(prof, merged, order)
+    cells = nodes.pop("cells")
+    kernels = _kernels(prof, merged, cells)
     source = _source(prof, style, roots)
     data = {"summary": " · ".join([_summary(prof, columns, merged), *budget.note()]),
             "columns": [c.header for c in columns],
             "kernels": kernels,
             "nodes": nodes,
-            "roofline": _roofline(prof, style, row_of, {n: i for i, n in enumerate(order)}),
+            "roofline": _roofline(prof, style, dict(zip(cells.ids, range(len(cells.ids))))),
             "source": source,
             "findings": _findings(prof, style, nodes, kernels, source, merged),
             "warps": _warps(prof, style)}
@@ -131,16 +135,27 @@ class NameBudget:
     (mangled), and the page says how many."""
 
     def __init__(self, prof: Profile, style: str) -> None:
-        raw = sum(len(str(node.frame.get("name", "?"))) for node in nodes(prof.gf.graph))
+        raw = sum(len(str(node.frame.attrs.get("name", "?"))) for node in nodes(prof.gf.graph))
         self.left = max(TOTAL_FLOOR, TOTAL_RATIO * raw)
         self.style = style
         self.kept: set[str] = set()
 
-    def names(self, raw: str) -> tuple[str, str]:
-        """(the name shown, its whole form) of a frame named `raw`."""
-        if self.left <= 0 and raw.startswith("_Z"):
-            self.kept.add(raw)
-            return raw, raw
+    def names(self, raws: list[str]) -> list[tuple[str, str]]:
+        """(the name shown, its whole form) of frames named `raws`, in order: the first take
+        the budget."""
+        out = []
+        for raw in raws:
+            if "@" not in raw and not raw.startswith("_Z"):  # no python frame, not mangled
+                self.left -= len(raw)
+                out.append((raw, raw))
+            elif self.left <= 0 and raw.startswith("_Z"):
+                self.kept.add(raw)
+                out.append((raw, raw))
+            else:
+                out.append(self._name(raw))
+        return out
+
+    def _name(self, raw: str) -> tuple[str, str]:
         before = declined()
         name, whole = short_frame(readable(raw, self.style)), readable(raw, "full")
         if declined() != before:
@@ -157,33 +172,21 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
            budget: NameBudget, folded: set | None = None) -> dict:
     """The shown frames in pre-order, as columns: name, parent, width value, each metric;
     `full` names only where folding shortened them. Columns, not objects: a 100,000-frame
-    page stays small and parses fast."""
-    graph = prof.gf.graph
-    values = [by_id(c.values) for c in columns]
+    page stays small and parses fast. `cells`: _Cells at those frames."""
+    order, parents = _shown(prof.gf.graph, visible, depth, folded)
     names: list[str] = []
-    parents: list[int] = []
-    widths: list[float | None] = []
     full: dict[int, str] = {}
-    order: list = []
     marks = fold_marks(folded) if folded else {}
-    stack = [(root, -1, 0) for root in reversed(graph.roots)]
-    while stack:
-        node, parent, level = stack.pop()
-        if visible is not None and node not in visible:
-            continue
-        name, whole = budget.names(node.frame.get("name", "?"))
-        if node in marks:
+    for node, (name, whole) in zip(order, budget.names([n.frame.attrs.get("name", "?")
+                                                         for n in order])):
+        if marks and node in marks:
             name, whole = name + marks[node], whole + marks[node]
         if whole != name:
             full[len(names)] = whole
-        at = len(names)
         names.append(name)
-        parents.append(parent)
-        widths.append(_num(values[0].get(node._hatchet_nid)) if values else None)
-        order.append(node)
-        if level + 1 < depth:  # Triton's -d: `-d 1` shows ROOT alone
-            stack.extend((child, at, level + 1) for child in reversed(shown_children(node, visible, folded)))
-    ids = [node._hatchet_nid for node in order]
+    cells = _Cells(order, [node._hatchet_nid for node in order])
+    metrics = [cells(c.values) for c in columns]
+    widths = list(metrics[0]) if metrics else [None] * len(names)
     # widths: at least the children's sum (a scope without its own value still spans them)
     spans = [0.0] * len(names)
     for i in range(len(names) - 1, -1, -1):
@@ -191,8 +194,26 @@ def _nodes(prof: Profile, columns: list[Column], visible, depth: int,
         if parents[i] >= 0:
             spans[parents[i]] += width
     return {"name": names, "parent": parents, "value": widths, "full": full,
-            "metrics": [[_num(v.get(i)) for i in ids] for v in values],
-            "order": order}
+            "metrics": metrics, "cells": cells}
+
+
+def _shown(graph, visible, depth: int, folded: set | None) -> tuple[list, list[int]]:
+    """The frames shown (in `visible`, `depth` levels, runs of `folded` frames as their first)
+    in pre-order, and each one's parent's number in it (-1 for a root)."""
+    order: list = []
+    parents: list[int] = []
+    every = visible is None and not folded  # shown_children is each frame's children
+    stack = [(root, -1, 0) for root in reversed(graph.roots)]
+    while stack:
+        node, parent, level = stack.pop()
+        if visible is not None and node not in visible:
+            continue
+        if level + 1 < depth:  # Triton's -d: `-d 1` shows ROOT alone
+            kids = node.children if every else shown_children(node, visible, folded)
+            stack.extend(zip(reversed(kids), repeat(len(order)), repeat(level + 1)))
+        order.append(node)
+        parents.append(parent)
+    return order, parents
 
 
 def _rate_specs(prof: Profile) -> list[str]:
@@ -203,10 +224,10 @@ def _rate_specs(prof: Profile) -> list[str]:
                         "sm_throughput") if s in have]
 
 
-def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
+def _kernels(prof: Profile, merged, cells: _Cells) -> dict:
     """One row per kernel (its frames under every call path folded together): [its frame
     numbers, each frame's time in ms (None for one frame), time, count, avg, rates, util], and
-    with several ranks the spread of their time; and node -> row number."""
+    with several ranks the spread of their time. `cells`: at the shown frames."""
     columns = []
     for spec in [*KERNEL_SPECS, *_rate_specs(prof)]:
         if spec == "util":  # a percentage, as the other shares on the page (_rate_specs: the
@@ -222,63 +243,83 @@ def _kernels(prof: Profile, merged, order: list) -> tuple[dict, dict]:
 
         spread = rank_columns(merged, ["time/ms"])
         columns.append(Column("max/mean over ranks", spread[-1].values))
+    order, ids = cells.order, cells.ids
     kernel = kernel_mask(prof, copies=True)  # the table lists copies beside the kernels
-    values = [_cells(c.values) for c in columns]  # by node id: no Node.__hash__ per look-up
+    every = [node for node, is_kernel in kernel.items() if is_kernel]
+    kernels = {node._hatchet_nid for node in every}
+    inside = _inside_kernels([node for node in every if node.children], set(ids))
+    groups: dict[str, list[int]] = {}  # name -> its frames
+    for i in [i for i, nid in enumerate(ids) if nid in kernels and nid not in inside]:
+        groups.setdefault(order[i].frame.attrs.get("name", "?"), []).append(i)
+    values = [cells(c.values) for c in columns]  # each as the frames
     headers = [c.header for c in columns]
-    time = values[0] if headers and headers[0] == "time (ms)" else {}
-    groups: dict[str, list[int]] = {}
-    inside = _inside_kernels(order, kernel)
-    for i, node in enumerate(order):
-        if kernel.get(node) and node not in inside:
-            groups.setdefault(node.frame.get("name", "?"), []).append(i)
-    count = values[headers.index("count")] if "count" in headers else {}
+    time = values[0] if headers and headers[0] == "time (ms)" else [None] * len(ids)
+    count = values[headers.index("count")] if "count" in headers else [None] * len(ids)
     rows: list[list] = []
-    row_of: dict = {}  # hatchet node -> its row
+    by_frame = list(zip(*values)) if values else [()] * len(ids)  # each frame's cells
     for frames in groups.values():
         if len(frames) == 1:  # a kernel on one call path: its cells as they are (_fold's)
-            node = order[frames[0]]
-            nid = node._hatchet_nid
-            row_of[node] = len(rows)
-            rows.append([frames, None, *[v.get(nid) for v in values]])
+            rows.append([frames, None, *by_frame[frames[0]]])
             continue
-        frames.sort(key=lambda i: -(_num(time.get(order[i]._hatchet_nid)) or 0.0))
-        nodes = [order[i] for i in frames]
-        ids = [n._hatchet_nid for n in nodes]
-        weights = [_num(time.get(i)) or 0.0 for i in ids]
-        sums = (sum(weights), sum(_num(count.get(i)) or 0.0 for i in ids))
-        cells = [_fold(h, [_num(v.get(i)) for i in ids], weights, sums)
-                 for h, v in zip(headers, values)]
-        for n in nodes:
-            row_of[n] = len(rows)
-        rows.append([frames, weights if len(frames) > 1 else None, *cells])
-    if time:  # each kernel's share of the GPU time, beside its time
+        frames.sort(key=lambda i: -(time[i] or 0.0))
+        weights = [time[i] or 0.0 for i in frames]
+        sums = (sum(weights), sum(count[i] or 0.0 for i in frames))
+        rows.append([frames, weights, *[_fold(h, [v[i] for i in frames], weights, sums)
+                                         for h, v in zip(headers, values)]])
+    if headers and headers[0] == "time (ms)":  # each kernel's share of the GPU time, beside it
         total = sum(r[2] or 0.0 for r in rows)
         for r in rows:
             r.insert(3, _num(100 * r[2] / total) if total and r[2] is not None else None)
         headers.insert(1, SHARE)
-    copies = [j for j, r in enumerate(rows)  # rows, not kernels: the page counts them apart
-              if COPY_FRAME.match(order[r[0][0]].frame.get("name", ""))]
-    return {"columns": ["kernel", "call paths", *headers], "rows": rows, "copies": copies}, row_of
+    copies = [j for j, name in enumerate(groups)  # rows, not kernels: the page counts them apart
+              if COPY_FRAME.match(name)]
+    return {"columns": ["kernel", "call paths", *headers], "rows": rows, "copies": copies}
 
 
-def _cells(values) -> dict:
-    """A column's cells by node id (by_id), each as _num makes it: numpy's where the column
-    is of floats."""
-    if values.dtype != np.float64:
-        return {nid: _num(v) for nid, v in by_id(values).items()}
-    numbers = values.to_numpy()
-    cells = numbers.astype(object)
-    cells[~np.isfinite(numbers)] = None
-    return dict(zip([node._hatchet_nid for node in values.index], cells.tolist()))
+class _Cells:
+    """Columns' cells at the shown frames `order` (hatchet ids `ids`), each as _num makes it:
+    by row where the column's table is in id order (reader.load's; checked once a table),
+    numpy's where it is of floats."""
+
+    def __init__(self, order: list, ids: list[int]) -> None:
+        self.order, self.ids = order, ids
+        self.checked: list[tuple[pd.Index, bool]] = []  # each table seen, in id order or not
+
+    def __call__(self, values: pd.Series) -> list:
+        ids = self.ids
+        if not self._by_row(values.index):
+            by_nid = by_id(values)
+            return [_num(by_nid.get(i)) for i in ids]
+        picked = values.to_numpy()[ids]
+        if picked.dtype != np.float64:
+            return [_num(v) for v in picked.tolist()]
+        cells = picked.tolist()
+        for i in np.flatnonzero(~np.isfinite(picked)).tolist():
+            cells[i] = None
+        return cells
+
+    def _by_row(self, index: pd.Index) -> bool:
+        for seen, ok in self.checked:
+            if seen is index:
+                return ok
+        at, ids = index.values, self.ids
+        ok = not ids or (max(ids) < len(at) and all(map(operator.is_, at[ids], self.order)))
+        self.checked.append((index, ok))
+        return ok
 
 
-def _inside_kernels(order: list, kernel: dict) -> set:
-    """The frames under a kernel frame (`order` is pre-order): a kernel's proton.language
-    scopes carry its device but are no kernels of their own (the Warps tab shows them)."""
-    inside: set = set()
-    for node in order:
-        if any(p in inside or kernel.get(p) for p in node.parents):
-            inside.add(node)
+def _inside_kernels(kernels: list, shown: set[int]) -> set[int]:
+    """The hatchet ids of the `shown` frames under one of `kernels`, through shown frames: a
+    kernel's proton.language scopes carry its device but are no kernels of their own (the
+    Warps tab shows them)."""
+    inside: set[int] = set()
+    stack = list(kernels)
+    while stack:
+        for child in stack.pop().children:
+            nid = child._hatchet_nid
+            if nid in shown and nid not in inside:
+                inside.add(nid)
+                stack.append(child)
     return inside
 
 
@@ -301,29 +342,33 @@ def _fold(header: str, cells: list, weights: list[float], sums: tuple[float, flo
 def _util(prof: Profile):
     """Achieved over peak, blank where it means nothing: a kernel with neither flops under a
     known roof nor bytes (a 0 there would read as an idle GPU)."""
-    import pandas as pd
-
-    util = {node: util_of(k) for node, k in kernel_roofs(prof).items()
+    index = prof.gf.dataframe.index
+    util = {node: k for node, k in kernel_roofs(prof).items()
             if (k.peak and k.flops) or (k.bandwidth and k.nbytes)}
-    return pd.Series(util, dtype=float).reindex(prof.gf.dataframe.index)
+    out = np.full(len(index), np.nan)
+    out[_rows(index, list(util))] = np.array([util_of(k) for k in util.values()], dtype=float)
+    return pd.Series(out, index=index)
 
 
 SOURCES = (DECLARED, MEASURED, NO_TENSOR_WORK)
 """The roofline points' `s` indexes these: where each point comes from (derive.KernelRoof)."""
 
 
-def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
+def _roofline(prof: Profile, style: str, frame_of: dict) -> dict:
     """Kernels with a place on the roofline (KernelRoof.point: measured by the hardware
     counters, else declared flops and bytes): (FLOP per byte, FLOP/s), each against the roof
     of its precision on its GPU; a roof per (GPU, precision) the kernels need. Points as
     columns (90,000 of them stay a few MB): each names its frame (`i`), or has its name under
     `name` where the page shows no frame; `roof` indexes `kinds`, `s` SOURCES; numbers to 6
-    digits."""
-    roofs_of = kernel_roofs(prof)
-    kernels = {n: k for n, k in roofs_of.items() if k.point() is not None and not over_roof(k)}
-    overstated = sum(over_roof(k) for k in roofs_of.values())
-    blank = sum(k.source != DECLARED for k in roofs_of.values()) - sum(
-        k.source != DECLARED for k in kernels.values())
+    digits. `frame_of`: a frame's number by its hatchet id."""
+    kernels, at, overstated, blank = {}, {}, 0, 0  # node -> KernelRoof, node -> its point
+    for node, kernel in kernel_roofs(prof).items():
+        if over_roof(kernel):  # declared: never blank
+            overstated += 1
+        elif (point := kernel.point()) is not None:
+            kernels[node], at[node] = kernel, point
+        else:
+            blank += kernel.source != DECLARED
     if not kernels:
         return {"points": {"x": []}, "roofs": [], "note": "No roofline: no kernel carries flops "
                 "and bytes, neither measured (hardware counters, mode=\"counters\") nor declared "
@@ -336,31 +381,34 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
                     "lv": [], "kinds": [], "sources": list(SOURCES), "nominal": NOMINAL_INTENSITY,
                     "name": {}, "levels": {}}
     for node, kernel in kernels.items():
-        x, y = (_num(v) for v in cast(tuple, kernel.point()))
+        x, y = (_num(v) for v in at[node])
         if not x or not y:  # an intensity or a rate too small (or large) for a float
             continue
         frac, kind = _num(kernel.fraction()), ", ".join(dict.fromkeys(kernel.precisions))
         if kind not in points["kinds"]:
             points["kinds"].append(kind)
-        if frame_of.get(node, -1) < 0:
+        frame = frame_of.get(node._hatchet_nid, -1)
+        if frame < 0:
             points["name"][len(points["x"])] = readable(node.frame.get("name", "?"), style)
         level, _, level_bw = kernel.drawn()
         if kernel.levels:  # measured: every level's share of its own roof, for the tooltip
             points["levels"][len(points["x"])] = {k: _short(v) for k, v in kernel.levels.items()}
-        for key, value in (("i", frame_of.get(node, -1)), ("x", _short(x)), ("y", _short(y)),
+        for key, value in (("i", frame), ("x", _short(x)), ("y", _short(y)),
                            ("t", _short(kernel.time)),
                            ("frac", None if frac is None else _short(frac)),
                            ("roof", points["kinds"].index(kind)),
                            ("s", SOURCES.index(kernel.source)), ("lv", level)):
             points[key].append(value)
-        gpu = gpus[kernel.device]
         for name in kernel.precisions if level_bw else ():
+            if (kernel.device, name, level) in roofs:  # the first kernel's (as an L2 roof)
+                continue
+            gpu = gpus[kernel.device]
             top = cast(float, peak(gpu, name))  # known: compute_roof found its roof
             bw = cast(float, level_bw)
-            roofs.setdefault((kernel.device, name, level), {
+            roofs[kernel.device, name, level] = {
                 "kind": name, "peak": top, "bw": bw, "ridge": top / bw, "level": level,
                 "label": f"GPU {kernel.device} (sm{gpu['arch']}): {name} peak "
-                         f"{top / 1e12:,.1f} TFLOP/s, {'L2 ' * (level == 'L2')}{bw / 1e9:,.0f} GB/s"})
+                         f"{top / 1e12:,.1f} TFLOP/s, {'L2 ' * (level == 'L2')}{bw / 1e9:,.0f} GB/s"}
     count = {s: points["s"].count(i) for i, s in enumerate(SOURCES)}
     if count[MEASURED] or count[NO_TENSOR_WORK]:
         parts = [f"{count[MEASURED] + count[NO_TENSOR_WORK]:,} measured by hardware counters "
@@ -399,8 +447,9 @@ def _roofline(prof: Profile, style: str, row_of: dict, frame_of: dict) -> dict:
 
 def _missed(prof: Profile) -> str:
     """The roofline's word on kernels with counters the samples did not measure (not drawn)."""
-    mask = kernel_mask(prof)
-    missed = [ns for node, (_, ns) in unmeasured(prof).items() if mask.get(node)]
+    counted = unmeasured(prof)
+    mask = kernel_mask(prof) if counted else {}  # most profiles: none, and no mask to make
+    missed = [ns for node, (_, ns) in counted.items() if mask.get(node)]
     return f" Not drawn: {unmeasured_text(len(missed), sum(missed))}." if missed else ""
 
 
@@ -478,12 +527,16 @@ def _findings(prof: Profile, style: str, nodes: dict, kernels: dict, source: lis
     except ViewerError as exc:
         return {"items": [], "groups": [], "notes": [str(exc)], "rules_run": [], "gpu_time_ns": 0}
     names, parents, full = nodes["name"], nodes["parent"], nodes["full"]
+    wanted = {item["kernel"] for item in found["findings"]}  # a few names of many frames
     frames: dict[str, list[int]] = {}  # kernel name -> its frames, hottest first
     for row in kernels["rows"]:
-        frames.setdefault(names[row[0][0]], []).extend(row[0])
+        if names[row[0][0]] in wanted:
+            frames.setdefault(names[row[0][0]], []).extend(row[0])
     scopes: dict[str, list[int]] = {}  # "scope NAME" -> its frames (a launch-bound finding's)
-    for i, name in enumerate(names):
-        scopes.setdefault(f"scope {_named(names, full, i)}", []).append(i)
+    named = {k.removeprefix("scope ") for k in wanted - frames.keys() if k.startswith("scope ")}
+    for i, name in enumerate(names) if named else ():
+        if (name in named or i in full) and (name := _named(names, full, i)) in named:
+            scopes.setdefault(f"scope {name}", []).append(i)  # (_named: names[i] if not in full)
     sampled = {k["name"] for k in source}
     for item in found["findings"]:
         candidates = frames.get(item["kernel"]) or scopes.get(item["kernel"], [])

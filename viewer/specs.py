@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import ViewerError
 
 PRECISIONS = {8: ("8-bit tensor",), 16: ("16-bit tensor",), 32: ("fp32", "tf32 tensor"),
@@ -141,32 +143,43 @@ def l2_bandwidth(gpu: dict) -> float | None:
     return value if value and value > 0 else None
 
 
-def precision(gpu: dict, width: int, rate: float, tensor_code: bool) -> str:
-    """The roof a flops<width> kernel runs under: the slowest of PRECISIONS[width] that its
-    achieved `rate` (FLOP/s) does not exceed, TF32 when `tensor_code` (its machine code has
-    HMMA/HGMMA: fp32 tl.dot runs as TF32 there)."""
+def precision(gpu: dict, width: int, rate: np.ndarray, tensor_code: np.ndarray) -> np.ndarray:
+    """The roofs flops<width> kernels run under, as indexes into PRECISIONS[width]: for each,
+    the slowest that its achieved `rate` (FLOP/s) does not exceed, TF32 where `tensor_code`
+    (its machine code has HMMA/HGMMA: fp32 tl.dot runs as TF32 there)."""
     names = PRECISIONS[width]
-    if tensor_code and TF32 in names:
-        return TF32
-    return next((n for n in names if rate <= (peak(gpu, n) or 0)), names[-1])
+    choice = np.full(len(rate), len(names) - 1)
+    for i in reversed(range(len(names))):  # the slowest roof that holds the rate wins
+        choice = np.where(rate <= (peak(gpu, names[i]) or 0), i, choice)
+    if TF32 in names:
+        choice = np.where(tensor_code, names.index(TF32), choice)
+    return choice
 
 
-def compute_roof(gpu: dict, flops: dict[int, float], seconds: float,
-                 tensor_code: bool = False) -> tuple[float, list[str]] | None:
-    """(peak FLOP/s, precisions) of a kernel that did flops[width] operations at each width in
-    `seconds` on `gpu`: each width at its own roof, their time added (a kernel of one width
-    gets that width's peak). None when the GPU's peaks are unknown or nothing was done."""
-    names, least = [], 0.0  # the least time the work takes at the peaks
+def compute_roof(gpu: dict, flops: dict[int, np.ndarray], seconds: np.ndarray,
+                 tensor_code: np.ndarray) -> list[tuple[float, list[str]] | None]:
+    """(peak FLOP/s, precisions) of each of the kernels on `gpu` that did flops[width][k]
+    operations at each width in seconds[k]: each width at its own roof, their time added (a
+    kernel of one width gets that width's peak). None for a kernel whose GPU's peaks are
+    unknown or that did nothing. Kernels of a GPU at once: a profile has 100,000s of them."""
+    n = len(seconds)
+    least = np.zeros(n)  # the least time the work takes at the peaks
+    total = np.zeros(n)
+    known = np.ones(n, dtype=bool)
+    names: list[list[str]] = [[] for _ in range(n)]
     for width, count in flops.items():
-        if not count:
-            continue
-        name = precision(gpu, width, count / seconds if seconds else 0.0, tensor_code)
-        top = peak(gpu, name)
-        if top is None:
-            return None
-        names.append(name)
-        least += count / top
-    return (sum(flops.values()) / least, names) if least else None
+        total += count
+        done = count != 0
+        rate = np.divide(count, seconds, out=np.zeros(n), where=seconds != 0)
+        choice = precision(gpu, width, rate, tensor_code)
+        tops = np.array([peak(gpu, name) or np.nan for name in PRECISIONS[width]])[choice]
+        known &= ~(done & np.isnan(tops))
+        least += np.where(done & known, count / np.where(known, tops, 1.0), 0.0)
+        for k, c in zip(np.flatnonzero(done).tolist(), choice[done].tolist()):
+            names[k].append(PRECISIONS[width][c])
+    valid = (known & (least != 0)).tolist()
+    top = np.divide(total, least, out=np.zeros(n), where=least != 0).tolist()
+    return [(t, ns) if v else None for t, ns, v in zip(top, names, valid)]
 
 
 # Triton 3.6's viewer's peaks, for its Python API (proton.viewer.derive_metrics' util,
