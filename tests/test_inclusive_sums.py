@@ -28,7 +28,7 @@ def _tree(rng: random.Random, frames: int) -> dict:
 @pytest.mark.parametrize("seed", range(6))
 def test_level_sums_are_the_row_by_row_sums_bit_for_bit(seed):
     gf = from_tree(_tree(random.Random(seed), 3_000))
-    assert reader._levels(gf) is not None  # the numpy path is the one under test
+    assert reader.tree_levels(gf) is not None  # the numpy path is the one under test
     reader.add_inclusive_columns(gf, ["time (ns)"])
     df = gf.dataframe
     own = {node: v for node, v in zip(df.index, df["time (ns)"].tolist())}
@@ -47,7 +47,7 @@ def test_a_tree_deeper_than_the_level_sums_reach_sums_row_by_row():
         node["children"].append(child)
         node = child
     gf = from_tree(root)
-    assert reader._levels(gf) is None
+    assert reader.tree_levels(gf) is None
     reader.add_inclusive_columns(gf, ["time (ns)"])
     top = gf.dataframe.loc[gf.graph.roots[0], "time (ns) (inc)"]
     assert top == 1.0 + 0.5 * (reader.LEVEL_SUMS_DEPTH + 5)
