@@ -814,20 +814,20 @@ def kernel_roofs(profile: Profile, nodes: list | None = None) -> dict:
     roofs = profile.derived.get("kernel_roofs")
     if nodes is not None:
         if roofs is None:
-            return _kernel_roofs(profile, _rows(profile.gf.dataframe.index, nodes))
+            return _kernel_roofs(profile, table_rows(profile.gf.dataframe.index, nodes))
         return {node: roofs[node] for node in nodes if node in roofs}
     if roofs is None:
         roofs = profile.derived["kernel_roofs"] = _kernel_roofs(profile)
     return roofs
 
 
-def _rows(index: pd.Index, nodes: list) -> list[int]:
+def table_rows(index: pd.Index, nodes: list) -> list[int]:
     """The table rows of `nodes` (those it has), in their order: a node's row is its hatchet
     id where the table is in id order (reader.load's), read without hashing the node."""
-    at = index.values
     ids = [getattr(node, "_hatchet_nid", -1) for node in nodes]
-    if ids and 0 <= min(ids) and max(ids) < len(at) and all(map(operator.is_, at[ids], nodes)):
+    if ids and at_id_rows(index, nodes, ids):
         return ids  # every node at its id's row: no look-up one by one
+    at = index.values
     rows = []
     for node in nodes:
         row = getattr(node, "_hatchet_nid", -1)
@@ -836,6 +836,13 @@ def _rows(index: pd.Index, nodes: list) -> list[int]:
         if row >= 0:
             rows.append(int(row))
     return rows
+
+
+def at_id_rows(index: pd.Index, nodes: list, ids: list[int]) -> bool:
+    """Whether each of `nodes` (a non-empty list) is at the table row its hatchet id (`ids`)
+    names, as in reader.load's tables: then a column's cells are read by row."""
+    at = index.values
+    return 0 <= min(ids) and max(ids) < len(at) and all(map(operator.is_, at[ids], nodes))
 
 
 def _kernel_roofs(profile: Profile, rows: list[int] | None = None) -> dict:

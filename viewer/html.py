@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 import re
 from itertools import repeat
 
@@ -21,9 +20,8 @@ from typing import cast
 from ..format import COPY_FRAME, CUDA, MEM_ALLOC, MEM_LIVE, MEM_PEAK, NUM_SAMPLES, SYNC_TIME
 from .demangle import TOTAL_FLOOR, TOTAL_RATIO, declined, declined_note
 from .derive import (DECLARED, DRAM_FLOOR, MEASURED, NO_TENSOR_WORK, NOMINAL_INTENSITY, Column, available,
-                     derive, kernel_mask, kernel_roofs, over_roof, unmeasured, unmeasured_text,
-                     util_of)
-from .derive import _rows
+                     at_id_rows, derive, kernel_mask, kernel_roofs, over_roof, table_rows, unmeasured,
+                     unmeasured_text, util_of)
 from .errors import ViewerError
 from .graph import nodes
 from .names import readable
@@ -302,8 +300,7 @@ class _Cells:
         for seen, ok in self.checked:
             if seen is index:
                 return ok
-        at, ids = index.values, self.ids
-        ok = not ids or (max(ids) < len(at) and all(map(operator.is_, at[ids], self.order)))
+        ok = not self.ids or at_id_rows(index, self.order, self.ids)
         self.checked.append((index, ok))
         return ok
 
@@ -346,7 +343,7 @@ def _util(prof: Profile):
     util = {node: k for node, k in kernel_roofs(prof).items()
             if (k.peak and k.flops) or (k.bandwidth and k.nbytes)}
     out = np.full(len(index), np.nan)
-    out[_rows(index, list(util))] = np.array([util_of(k) for k in util.values()], dtype=float)
+    out[table_rows(index, list(util))] = np.array([util_of(k) for k in util.values()], dtype=float)
     return pd.Series(out, index=index)
 
 
