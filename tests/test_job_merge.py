@@ -7,6 +7,7 @@ never reaches finalize, leaves every other rank's own file within the timeout, w
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def launch(tmp_path, size: int, script: str, args: list[str], env: dict[str, str
     run = ["-m", "proton", *proton] if proton is not None else []
     return subprocess.Popen(
         [sys.executable, LAUNCHER, str(size), str(tmp_path), *run, "rank.py", *args],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0,
         env={**clean, **env}, start_new_session=True)
 
 
@@ -69,6 +70,21 @@ def stop(launcher: subprocess.Popen) -> None:
     if launcher.poll() is None:
         os.killpg(launcher.pid, signal.SIGKILL)
     launcher.communicate()
+
+
+def ended_lines(launcher: subprocess.Popen, count: int, deadline: float) -> list[str]:
+    """Up to `count` of the launcher's `RANK CODE` lines, read until the deadline (a rank that
+    hangs cannot hang the test: no blocking read)."""
+    fd, text, lines = launcher.stdout.fileno(), b"", []
+    while len(lines) < count and (left := deadline - time.monotonic()) > 0:
+        if not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:  # the launcher ended
+            break
+        *done, text = (text + chunk).split(b"\n")
+        lines += [line.decode() for line in done]
+    return lines[:count]
 
 
 def job(tmp_path, size: int, how: str = "ok", timeout: float | str = 30,
@@ -82,11 +98,7 @@ def job(tmp_path, size: int, how: str = "ok", timeout: float | str = 30,
     ended: dict[int, int] = {}
     try:
         expect = size - (how == "hang")  # the hung rank 3 never ends
-        deadline = time.monotonic() + 120
-        while len(ended) < expect and time.monotonic() < deadline:
-            line = launcher.stdout.readline()
-            if not line:
-                break
+        for line in ended_lines(launcher, expect, deadline=time.monotonic() + 120):
             rank, code = line.split()
             ended[int(rank)] = int(code)
         took = time.monotonic() - start
